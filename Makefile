@@ -1,0 +1,42 @@
+# MemTrace Loop. `make demo` and `make test` each install into .venv first (Python 3.11).
+PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+# Offline, quiet defaults for everything run from here (a user's own env values win).
+export LITELLM_LOCAL_MODEL_COST_MAP ?= True
+export MLFLOW_DISABLE_TELEMETRY ?= true
+export HF_HUB_OFFLINE ?= 1
+export HF_DATASETS_OFFLINE ?= 1
+
+.PHONY: install demo run test test-fast lint bench ui clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: install  ## the main job on the offline default (the simulated world)
+	$(BIN)/memtrace run
+
+test: install  ## the whole test suite, as CI runs it
+	$(BIN)/python -m pytest -q
+
+test-fast: install  ## skip the slow end-to-end tests
+	$(BIN)/python -m pytest -q -m "not slow"
+
+lint: install
+	$(BIN)/ruff check .
+
+bench: install  ## graph benchmark at LoCoMo scale; prints a table
+	$(BIN)/python -m experiments.bench.graph_bench
+
+ui: install  ## open the local MLflow store
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db
+
+clean:
+	rm -rf $(VENV) outputs multirun mlflow.db mlartifacts .cache .pytest_cache

@@ -1,0 +1,177 @@
+"""Benchmark of the execution graph at LoCoMo scale: `python -m experiments.bench.graph_bench`.
+
+Builds the graph of a full run (10 conversations of ~600 turns on the simulated world by default),
+then measures what the graph layer costs, separately from any LLM time:
+- record: microseconds per recorded operation, replaying every variable and operation of the run
+  through a fresh `Tracer` (what tracing adds to a run);
+- size: variables, operations, edges and bytes of JSON;
+- save + load time of the JSON;
+- ancestors query: from each answer back to the turns (mean and max milliseconds).
+It prints one table row per memory system and checks the targets (20 us/op, 5 ms, 2 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from experiments.factory import build_memory_system  # noqa: E402
+from pipeline.data import parse_locomo  # noqa: E402
+from pipeline.embeddings import HashingEmbedder  # noqa: E402
+from pipeline.graph import ExecutionGraph  # noqa: E402
+from pipeline.graph_io import load_graph, save_graph  # noqa: E402
+from pipeline.lm import LMConfig, build_lm  # noqa: E402
+from pipeline.runner import make_judge, run_dataset  # noqa: E402
+from pipeline.sim.world import generate_locomo  # noqa: E402
+from pipeline.tracing import Tracer  # noqa: E402
+
+TARGET_US_PER_OP = 20.0
+TARGET_ANCESTORS_MS = 5.0
+TARGET_SAVE_LOAD_S = 2.0
+
+
+@dataclass(frozen=True)
+class BenchRow:
+    system: str
+    turns: int
+    operations: int
+    variables: int
+    edges: int
+    json_bytes: int
+    us_per_op: float
+    save_s: float
+    load_s: float
+    ancestors_mean_ms: float
+    ancestors_max_ms: float
+    run_s: float
+
+
+def replay_us_per_op(graphs: Sequence[ExecutionGraph]) -> float:
+    """Re-record every variable and operation through a fresh Tracer; microseconds per operation."""
+    total_ops = 0
+    elapsed = 0.0
+    for graph in graphs:
+        variables = list(graph.variables())
+        operations = list(graph.operations())
+        producer_seq = {}
+        for op in operations:
+            for out in op.outputs:
+                producer_seq[out] = op.seq
+        # interleave as recorded: a variable is added just before the operation that produces it
+        pending = {op.seq: [] for op in operations}
+        free = []
+        for var in variables:
+            (pending[producer_seq[var.id]] if var.id in producer_seq else free).append(var)
+        fresh = Tracer(ExecutionGraph(graph.graph_id))
+        started = time.perf_counter()
+        for var in free:
+            fresh.variable(var.name, var.kind, var.value, var.meta)
+        for op in operations:
+            for var in pending[op.seq]:
+                fresh.variable(var.name, var.kind, var.value, var.meta)
+            fresh.operation(
+                op.name, op.stage, op.kind, op.inputs, op.outputs, op.prompt, op.status, op.error, op.usage, op.meta
+            )
+        elapsed += time.perf_counter() - started
+        total_ops += len(operations)
+    return 1e6 * elapsed / max(total_ops, 1)
+
+
+def bench_system(system_name: str, n_conversations: int, sessions: int, turns_per_session: int, workers: int) -> BenchRow:
+    samples = generate_locomo(
+        seed=0, n_conversations=n_conversations, sessions_per_conversation=sessions,
+        turns_per_session=turns_per_session,
+    )
+    dataset = parse_locomo(samples, source="bench")
+    lm = build_lm(LMConfig(backend="sim", model="stand-in", cache=False))
+    system = build_memory_system({"name": system_name}, HashingEmbedder())
+    system.set_lm(lm)
+    started = time.perf_counter()
+    result = run_dataset(system, make_judge(lm), dataset, workers=workers)
+    run_s = time.perf_counter() - started
+    graphs = list(result.graph_by_conversation.values())
+
+    us_per_op = replay_us_per_op(graphs)
+    with tempfile.TemporaryDirectory() as tmp:
+        save_s = load_s = 0.0
+        json_bytes = 0
+        for graph in graphs:
+            path = Path(tmp) / f"{graph.graph_id}.json"
+            t0 = time.perf_counter()
+            save_graph(graph, path)
+            t1 = time.perf_counter()
+            load_graph(path)
+            t2 = time.perf_counter()
+            save_s += t1 - t0
+            load_s += t2 - t1
+            json_bytes += path.stat().st_size
+
+    timings = []
+    for graph in graphs:
+        for name in graph.names("answer:"):
+            answer = graph.latest(name)
+            t0 = time.perf_counter()
+            up = graph.ancestors(answer.id)
+            timings.append(1e3 * (time.perf_counter() - t0))
+            if not any(node.startswith("turn:") for node in up):
+                raise RuntimeError(f"{graph.graph_id}: {answer.id} does not reach any turn")
+    return BenchRow(
+        system_name, sum(len(c.turns) for c in dataset.conversations),
+        sum(g.n_operations for g in graphs), sum(g.n_variables for g in graphs), sum(g.n_edges for g in graphs),
+        json_bytes, us_per_op, save_s, load_s, statistics.fmean(timings) if timings else 0.0,
+        max(timings, default=0.0), run_s,
+    )
+
+
+def render(rows: Sequence[BenchRow]) -> Table:
+    table = Table(title="Execution graph at LoCoMo scale (targets: <=20 us/op, ancestors <5 ms, save+load <2 s)")
+    for column in (
+        "system", "turns", "ops", "vars", "edges", "JSON MB", "us/op", "save s", "load s",
+        "anc. mean ms", "anc. max ms", "run s", "targets",
+    ):
+        table.add_column(column, justify="left" if column in ("system", "targets") else "right")
+    for row in rows:
+        ok = (
+            row.us_per_op <= TARGET_US_PER_OP
+            and row.ancestors_max_ms < TARGET_ANCESTORS_MS
+            and row.save_s + row.load_s < TARGET_SAVE_LOAD_S
+        )
+        table.add_row(
+            row.system, str(row.turns), str(row.operations), str(row.variables), str(row.edges),
+            f"{row.json_bytes / 1e6:.1f}", f"{row.us_per_op:.1f}", f"{row.save_s:.2f}", f"{row.load_s:.2f}",
+            f"{row.ancestors_mean_ms:.2f}", f"{row.ancestors_max_ms:.2f}", f"{row.run_s:.1f}",
+            "[green]met[/]" if ok else "[red]missed[/]",
+        )
+    return table
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--systems", nargs="+", default=["mem0"])
+    parser.add_argument("--conversations", type=int, default=10)
+    parser.add_argument("--sessions", type=int, default=30)
+    parser.add_argument("--turns-per-session", type=int, default=20)
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args(argv)
+    console = Console()
+    rows = []
+    for name in args.systems:
+        with console.status(f"building the graph of a {name} run..."):
+            rows.append(bench_system(name, args.conversations, args.sessions, args.turns_per_session, args.workers))
+    console.print(render(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

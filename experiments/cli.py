@@ -1,0 +1,47 @@
+"""The `memtrace` console script: `memtrace <command> [hydra overrides...]`.
+
+Each command is its own Hydra app; this dispatcher removes the command word from argv and hands the
+rest (overrides such as `lm=openai dataset=locomo workers=4`, or `--help`, `--cfg job`, `-m`) to it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+USAGE = """usage: memtrace <command> [hydra overrides...]
+
+commands:
+  run     run a memory system over a dataset split: trace, evaluate, log to MLflow
+
+examples:
+  memtrace run                                  # Mem0-style system on the simulated world
+  memtrace run dataset=locomo split=test        # the LoCoMo file in ../shared/data (or MEMTRACE_LOCOMO)
+  memtrace run lm=openai lm.task.model=gpt-4o-mini embedder=openai
+  memtrace run --cfg job                        # print the composed config
+"""
+
+
+def _commands() -> dict[str, Callable[[], object]]:
+    from experiments import run
+
+    return {"run": run.main}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        sys.stdout.write(USAGE)
+        return 0
+    commands = _commands()
+    command = args.pop(0)
+    if command not in commands:
+        sys.stderr.write(f"memtrace: unknown command {command!r}\n\n{USAGE}")
+        return 2
+    sys.argv = [f"memtrace {command}", *args]
+    commands[command]()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

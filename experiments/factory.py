@@ -1,0 +1,94 @@
+"""Turning a composed Hydra config into the objects a run needs: dataset split, LMs, system, judge.
+
+The only place where config names meet constructors. It does not run anything and does not log.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from memory_systems.base import MemorySystem
+from memory_systems.mem0 import Mem0Knobs, Mem0Memory
+from pipeline.data import DataError, parse_locomo, split_by_conversation
+from pipeline.data import load_locomo as _load_locomo
+from pipeline.embeddings import Embedder, build_embedder
+from pipeline.records import Dataset
+from pipeline.sim.world import generate_locomo
+
+SPLIT_NAMES = ("all", "train", "dev", "test")
+
+
+class ConfigError(ValueError):
+    """A config value that cannot be used, named by its key."""
+
+
+def to_plain(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
+    if isinstance(cfg, DictConfig):
+        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+    return dict(cfg)
+
+
+def load_dataset(cfg: Mapping[str, Any], base_dir: str | Path | None = None) -> Dataset:
+    """The whole dataset named by `cfg` (`dataset` group)."""
+    kind = cfg.get("kind")
+    if kind == "sim":
+        samples = generate_locomo(
+            seed=int(cfg.get("seed", 0)),
+            n_conversations=int(cfg.get("n_conversations", 8)),
+            sessions_per_conversation=int(cfg.get("sessions_per_conversation", 6)),
+            turns_per_session=int(cfg.get("turns_per_session", 14)),
+        )
+        return parse_locomo(samples, source=f"sim(seed={cfg.get('seed', 0)})")
+    if kind == "locomo":
+        path = Path(str(cfg.get("path")))
+        if not path.is_absolute() and base_dir is not None:
+            path = Path(base_dir) / path
+        if not path.exists():
+            raise DataError(f"{path}: LoCoMo file not found (set dataset.path=... or MEMTRACE_LOCOMO)")
+        return _load_locomo(path)
+    raise ConfigError(f"dataset.kind: unknown kind {kind!r} (expected 'sim' or 'locomo')")
+
+
+def select_split(dataset: Dataset, split: str, fractions: list[float], seed: int) -> Dataset:
+    if split not in SPLIT_NAMES:
+        raise ConfigError(f"split: {split!r} is not one of {SPLIT_NAMES}")
+    if split == "all":
+        return dataset
+    parts = split_by_conversation(dataset, fractions=tuple(fractions), seed=seed)
+    return getattr(parts, split)
+
+
+def build_memory_system(cfg: Mapping[str, Any], embedder: Embedder) -> MemorySystem:
+    name = cfg.get("name")
+    if name == "mem0":
+        knobs = Mem0Knobs(top_k=int(cfg.get("top_k", 10)), similar_k=int(cfg.get("similar_k", 5)))
+        return Mem0Memory(embedder, knobs)
+    raise ConfigError(f"memory_system.name: unknown memory system {name!r} (available: mem0)")
+
+
+def build_embedder_from(cfg: Mapping[str, Any]) -> Embedder:
+    return build_embedder(cfg)
+
+
+def secret_values(cfg: Mapping[str, Any]) -> tuple[str, ...]:
+    """The values of every environment variable named by an `api_key_env` anywhere in the config."""
+    names: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, Mapping):
+            for key, value in node.items():
+                if key == "api_key_env" and isinstance(value, str):
+                    names.add(value)
+                else:
+                    walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(cfg)
+    return tuple(v for v in (os.environ.get(n) for n in sorted(names)) if v)

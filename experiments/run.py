@@ -1,0 +1,94 @@
+"""`memtrace run`: the Hydra app that runs one memory system over one dataset split, traces every
+operation, evaluates the answers and logs everything to MLflow, with a progress display and a summary.
+
+This is an entry point: it is the only kind of module that configures DSPy globally (the cache) and
+prints. The work itself lives in `pipeline.runner` and `pipeline.tracking`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import hydra
+import mlflow
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+from rich.console import Console
+
+from experiments.console import RichProgress, counts_line, report_table, setup_logging
+from experiments.factory import (
+    build_embedder_from,
+    build_memory_system,
+    load_dataset,
+    secret_values,
+    select_split,
+    to_plain,
+)
+from pipeline.lm import build_lm_set, configure_cache
+from pipeline.runner import make_judge, run_dataset
+from pipeline.tracking import flatten, git_commit, log_params, log_run_result, open_experiment, scrub
+
+logger = logging.getLogger("memtrace.run")
+
+
+def run(cfg: DictConfig, console: Console | None = None) -> dict[str, object]:
+    """Run, evaluate and log; returns the MLflow run id and the overall judge accuracy."""
+    console = console or Console()
+    plain = to_plain(cfg)
+    secrets = secret_values(plain)
+    base_dir = Path(hydra.utils.get_original_cwd()) if HydraConfig.initialized() else Path.cwd()
+    configure_cache(base_dir / plain["cache_dir"])
+
+    lms = build_lm_set(plain["lm"])
+    system = build_memory_system(plain["memory_system"], build_embedder_from(plain["embedder"]))
+    system.set_lm(lms.task)
+    judge = make_judge(lms.judge)
+    dataset = select_split(
+        load_dataset(plain["dataset"], base_dir), plain["split"], plain["splits"]["fractions"],
+        int(plain["splits"]["seed"]),
+    )
+    logger.info(
+        "running %s on %s (%s split): %d conversations, %d questions",
+        system.name, dataset.name, plain["split"], len(dataset.conversations), len(dataset.questions),
+    )
+
+    started = time.perf_counter()
+    with RichProgress(console) as progress:
+        result = run_dataset(
+            system, judge, dataset, workers=int(plain["workers"]), progress=progress,
+            exclude_categories=tuple(plain["evaluation"]["exclude_categories"]), seed=int(plain["seed"]),
+        )
+    elapsed = time.perf_counter() - started
+
+    open_experiment(plain["tracking"]["uri"], plain["tracking"]["experiment"])
+    run_name = plain.get("run_name") or f"run-{system.name}-{plain['dataset']['kind']}-{plain['split']}"
+    with mlflow.start_run(run_name=run_name) as active:
+        mlflow.set_tags(
+            {
+                "memtrace.command": "run",
+                "memtrace.system": system.name,
+                "memtrace.dataset": dataset.name,
+                "memtrace.split": plain["split"],
+                "git_commit": git_commit(base_dir),
+            }
+        )
+        log_params(flatten(plain), secrets)
+        log_run_result(result, system.prompt_set(), secrets)
+        mlflow.log_metric("elapsed_s", elapsed)
+        run_id = active.info.run_id
+
+    console.print(report_table(result.report, f"{system.name} on {dataset.name} ({plain['split']})"))
+    console.print(counts_line(result.counts) + f", {elapsed:.1f} s")
+    uri = scrub(plain["tracking"]["uri"], secrets)
+    console.print(f"MLflow run [bold]{run_id}[/] in {uri} (experiment {plain['tracking']['experiment']!r})")
+    if uri.startswith("sqlite:///"):
+        console.print(f"Open it with: mlflow ui --backend-store-uri {uri}")
+    return {"run_id": run_id, "judge_accuracy": result.report.overall.judge_accuracy}
+
+
+@hydra.main(config_path="pkg://conf", config_name="run", version_base="1.3")
+def main(cfg: DictConfig) -> float:
+    setup_logging()
+    return float(run(cfg)["judge_accuracy"])

@@ -1,0 +1,82 @@
+"""What every memory system is: a `dspy.Module` with `ingest` and `answer`, and a prompt set.
+
+A memory system's LLM stages are its DSPy predictors; their attribute paths (`extract`, `decide`,
+`answer`) are the stage names used everywhere (blame, prompt sets, MLflow keys, exports). This module
+reads and writes prompt sets on a system and defines the records that `ingest` and `answer` return.
+It does not implement any system (see `mem0.py`) and does not run datasets (see `pipeline.runner`).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import dspy
+
+from pipeline.records import Conversation, PromptSet, Question
+from pipeline.tracing import Tracer
+
+
+class PromptSetError(ValueError):
+    """A prompt set that does not fit a memory system (unknown stages, another system)."""
+
+
+@dataclass(frozen=True)
+class AnswerOutcome:
+    """The answer to one question and the graph variables a judge and an attributor need."""
+
+    text: str
+    query_var: str
+    answer_var: str
+    error: str | None = None
+
+
+class MemorySystem(dspy.Module):
+    """Base class. Subclasses set `name`, create their predictors in `__init__` and implement
+    `ingest(conversation, tracer) -> state` and `answer(question, state, tracer) -> AnswerOutcome`."""
+
+    name: str = "base"
+
+    def ingest(self, conversation: Conversation, tracer: Tracer) -> Any:
+        raise NotImplementedError
+
+    def answer(self, question: Question, state: Any, tracer: Tracer) -> AnswerOutcome:
+        raise NotImplementedError
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(f"{type(self).__name__} is driven through ingest() and answer(), not called")
+
+    def stage_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.named_predictors())
+
+    def prompt_set(self) -> PromptSet:
+        return PromptSet({name: p.signature.instructions for name, p in self.named_predictors()})
+
+    def with_prompts(self, prompts: PromptSet) -> MemorySystem:
+        """A copy of this system whose stages use `prompts`; every stage must be known."""
+        predictors = dict(self.named_predictors())
+        unknown = sorted(set(prompts.stages()) - set(predictors))
+        if unknown:
+            raise PromptSetError(
+                f"prompt set names stages {unknown} that memory system {self.name!r} does not have "
+                f"(its stages: {sorted(predictors)})"
+            )
+        system = copy.copy(self)
+        for name, predictor in self.named_predictors():
+            if name in prompts.instruction_by_stage:
+                updated = copy.copy(predictor)
+                updated.signature = predictor.signature.with_instructions(prompts[name])
+                _replace_path(system, name, updated)
+        return system
+
+
+def _replace_path(root: dspy.Module, path: str, value: Any) -> None:
+    """Set the attribute at dotted `path`, shallow-copying the modules on the way (originals untouched)."""
+    *parents, leaf = path.split(".")
+    node = root
+    for part in parents:
+        child = copy.copy(getattr(node, part))
+        setattr(node, part, child)
+        node = child
+    setattr(node, leaf, value)

@@ -1,0 +1,14 @@
+"""Test-wide environment: offline, quiet, and every cache and store in a temporary directory."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+_TMP = tempfile.mkdtemp(prefix="memtrace-tests-")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("DSPY_CACHEDIR", os.path.join(_TMP, "dspy-cache"))
+os.environ.setdefault("MLFLOW_TRACKING_URI", "sqlite:///" + os.path.join(_TMP, "mlflow.db"))
