@@ -6,6 +6,7 @@ rest (overrides such as `lm=openai dataset=locomo workers=4`, or `--help`, `--cf
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 
@@ -29,6 +30,8 @@ def _commands() -> dict[str, Callable[[], object]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Before DSPy/litellm are imported: use the bundled model cost map instead of fetching it.
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help", "help"):
         sys.stdout.write(USAGE)

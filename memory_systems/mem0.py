@@ -16,6 +16,7 @@ import json
 from dataclasses import dataclass
 
 import dspy
+import numpy as np
 
 from memory_systems.base import AnswerOutcome, MemorySystem
 from memory_systems.signatures import (
@@ -87,9 +88,10 @@ class Mem0Memory(MemorySystem):
         if not facts:
             return
 
+        vector_by_text = dict(zip(facts, self.embedder.embed(facts), strict=True))  # one batch per turn
         similar: dict[str, MemoryUnit] = {}
         for fact in facts:
-            for hit in store.search(fact, self.knobs.similar_k):
+            for hit in store.search(fact, self.knobs.similar_k, vector_by_text[fact]):
                 similar.setdefault(hit.unit.id, hit.unit)
         lines = "\n".join(render_memory_line(u.id, u.text) for u in similar.values())
         similar_var = tracer.variable(f"similar:{turn.id}", "retrieved", lines)
@@ -106,10 +108,16 @@ class Mem0Memory(MemorySystem):
         )
         tracer.record_llm(decided, "decide_updates", OpKind.UPDATE, [facts_var, similar_var], [decision_var])
         for action in actions:
-            self._apply(action, turn, store, tracer, decision_var)
+            self._apply(action, turn, store, tracer, decision_var, vector_by_text.get(action.text.strip()))
 
     def _apply(
-        self, action: MemoryAction, turn: Turn, store: InMemoryVectorStore, tracer: Tracer, decision_var: str
+        self,
+        action: MemoryAction,
+        turn: Turn,
+        store: InMemoryVectorStore,
+        tracer: Tracer,
+        decision_var: str,
+        vector: np.ndarray | None,
     ) -> None:
         if action.event == "NONE":
             return
@@ -117,7 +125,7 @@ class Mem0Memory(MemorySystem):
             if not action.text.strip():
                 self._reject(action, "ADD without text", tracer, decision_var)
                 return
-            unit = store.add(action.text.strip(), turn.time)
+            unit = store.add(action.text.strip(), turn.time, vector)
             out = tracer.variable(f"memory:{unit.id}", "memory", unit.text, {"time": unit.time, "turn": turn.id})
             tracer.operation("memory_add", STORE_STAGE, OpKind.EXTRACTION, [decision_var], [out])
             return
@@ -129,7 +137,7 @@ class Mem0Memory(MemorySystem):
             if not action.text.strip():
                 self._reject(action, "UPDATE without text", tracer, decision_var)
                 return
-            unit = store.update(old.id, action.text.strip(), turn.time)
+            unit = store.update(old.id, action.text.strip(), turn.time, vector)
             kind, op_name = OpKind.UPDATE, "memory_update"
         else:
             unit = store.delete(old.id, turn.time)

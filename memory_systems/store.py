@@ -34,15 +34,15 @@ class Hit:
 
 
 class MemoryStore(Protocol):
-    def add(self, text: str, time: str) -> MemoryUnit: ...
+    def add(self, text: str, time: str, vector: np.ndarray | None = None) -> MemoryUnit: ...
 
-    def update(self, unit_id: str, text: str, time: str) -> MemoryUnit: ...
+    def update(self, unit_id: str, text: str, time: str, vector: np.ndarray | None = None) -> MemoryUnit: ...
 
     def delete(self, unit_id: str, time: str) -> MemoryUnit: ...
 
     def get(self, unit_id: str) -> MemoryUnit | None: ...
 
-    def search(self, query: str, k: int) -> list[Hit]: ...
+    def search(self, query: str, k: int, vector: np.ndarray | None = None) -> list[Hit]: ...
 
     def current(self) -> list[MemoryUnit]: ...
 
@@ -64,16 +64,17 @@ class InMemoryVectorStore:
     def __len__(self) -> int:
         return int(self._alive[: len(self._id_by_row)].sum())
 
-    def _embed_one(self, text: str) -> np.ndarray:
-        return self._embedder.embed([text])[0]
+    def _embed_one(self, text: str, vector: np.ndarray | None = None) -> np.ndarray:
+        return self._embedder.embed([text])[0] if vector is None else vector
 
-    def add(self, text: str, time: str) -> MemoryUnit:
+    def add(self, text: str, time: str, vector: np.ndarray | None = None) -> MemoryUnit:
+        """Add a unit; `vector` (the embedding of `text`) saves an embedding call when already known."""
         row = len(self._id_by_row)
         if row == len(self._alive):
             self._vectors = np.concatenate([self._vectors, np.zeros_like(self._vectors)])
             self._alive = np.concatenate([self._alive, np.zeros_like(self._alive)])
         unit = MemoryUnit(f"{self._id_prefix}{row + 1}", 1, text, time)
-        self._vectors[row] = self._embed_one(text)
+        self._vectors[row] = self._embed_one(text, vector)
         self._alive[row] = True
         self._row_by_id[unit.id] = row
         self._id_by_row.append(unit.id)
@@ -86,10 +87,10 @@ class InMemoryVectorStore:
             raise KeyError(f"no live memory unit {unit_id!r}")
         return history[-1]
 
-    def update(self, unit_id: str, text: str, time: str) -> MemoryUnit:
+    def update(self, unit_id: str, text: str, time: str, vector: np.ndarray | None = None) -> MemoryUnit:
         old = self._live(unit_id)
         unit = MemoryUnit(unit_id, old.version + 1, text, time)
-        self._vectors[self._row_by_id[unit_id]] = self._embed_one(text)
+        self._vectors[self._row_by_id[unit_id]] = self._embed_one(text, vector)
         self._history_by_id[unit_id].append(unit)
         return unit
 
@@ -104,11 +105,12 @@ class InMemoryVectorStore:
         history = self._history_by_id.get(unit_id)
         return None if not history or history[-1].deleted else history[-1]
 
-    def search(self, query: str, k: int) -> list[Hit]:
+    def search(self, query: str, k: int, vector: np.ndarray | None = None) -> list[Hit]:
+        """The `k` live units most similar to `query` (or to its precomputed `vector`)."""
         n = len(self._id_by_row)
         if n == 0 or k <= 0:
             return []
-        scores = self._vectors[:n] @ self._embed_one(query)
+        scores = self._vectors[:n] @ self._embed_one(query, vector)
         scores = np.where(self._alive[:n], scores, -np.inf)
         k = min(k, int(self._alive[:n].sum()))
         # stable sort on -score keeps older units first among equal scores

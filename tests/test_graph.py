@@ -108,7 +108,7 @@ def test_loading_a_broken_document_names_the_problem(tmp_path):
     data["operations"][1][5] = ["facts:D1:1@1"]  # a second producer for the facts
     with pytest.raises(GraphError, match="two producers"):
         graph_from_json(json.dumps(data), "broken.json")
-    with pytest.raises(GraphError, match="bad.json: invalid JSON"):
+    with pytest.raises(GraphError, match=r"bad\.json: invalid JSON"):
         graph_from_json("{", "bad.json")
     with pytest.raises(GraphError, match="not a memtrace-graph"):
         graph_from_json("{}", "other.json")

@@ -23,18 +23,18 @@ from pathlib import Path
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+from rich.console import Console
+from rich.table import Table
 
-from experiments.factory import build_memory_system  # noqa: E402
-from pipeline.data import parse_locomo  # noqa: E402
-from pipeline.embeddings import HashingEmbedder  # noqa: E402
-from pipeline.graph import ExecutionGraph  # noqa: E402
-from pipeline.graph_io import load_graph, save_graph  # noqa: E402
-from pipeline.lm import LMConfig, build_lm  # noqa: E402
-from pipeline.runner import make_judge, run_dataset  # noqa: E402
-from pipeline.sim.world import generate_locomo  # noqa: E402
-from pipeline.tracing import Tracer  # noqa: E402
+from experiments.factory import build_memory_system
+from pipeline.data import parse_locomo
+from pipeline.embeddings import HashingEmbedder
+from pipeline.graph import ExecutionGraph
+from pipeline.graph_io import load_graph, save_graph
+from pipeline.lm import LMConfig, build_lm
+from pipeline.runner import make_judge, run_dataset
+from pipeline.sim.world import generate_locomo
+from pipeline.tracing import Tracer
 
 TARGET_US_PER_OP = 20.0
 TARGET_ANCESTORS_MS = 5.0
@@ -88,7 +88,9 @@ def replay_us_per_op(graphs: Sequence[ExecutionGraph]) -> float:
     return 1e6 * elapsed / max(total_ops, 1)
 
 
-def bench_system(system_name: str, n_conversations: int, sessions: int, turns_per_session: int, workers: int) -> BenchRow:
+def bench_system(
+    system_name: str, n_conversations: int, sessions: int, turns_per_session: int, workers: int
+) -> BenchRow:
     samples = generate_locomo(
         seed=0, n_conversations=n_conversations, sessions_per_conversation=sessions,
         turns_per_session=turns_per_session,

@@ -1,0 +1,206 @@
+"""The rule catalog of the simulated world.
+
+A `SimRule` is one competence the stand-in LM shows at one stage *only when the stage's instruction
+states it*. `sentence` is what a rewriter adds to an instruction; `patterns` (case-insensitive, all
+must match) detect the rule in any instruction, so a paraphrase that keeps the key phrases counts too;
+`feedback_keywords` are the words that, present in attribution feedback, point at the rule (the
+simulated rewriter may only add a rule the feedback points at); `fixes_error_type` is the error type a
+missing rule produces under the taxonomy of REFERENCE.md section 2.
+
+Stages are named by their role in the stand-in (`extract`, `decide`, `answer`), which is how the
+stand-in dispatches requests (by output field: `facts`, `actions`, `answer`); a memory system may give
+its predictor another attribute name (Mem0's answer predictor is `respond`). Pure data and functions.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cache
+from types import MappingProxyType
+
+STAGE_ORDER: tuple[str, ...] = ("extract", "decide", "answer")
+STAGE_OUTPUTS: MappingProxyType[str, frozenset[str]] = MappingProxyType(
+    {
+        "extract": frozenset({"facts"}),
+        "decide": frozenset({"actions"}),
+        "answer": frozenset({"answer"}),
+        "judge": frozenset({"label"}),
+    }
+)
+
+
+@dataclass(frozen=True)
+class SimRule:
+    id: str
+    stage: str
+    sentence: str
+    patterns: tuple[str, ...]
+    feedback_keywords: tuple[str, ...]
+    fixes_error_type: str
+
+    def stated_in(self, instruction: str) -> bool:
+        return all(_compiled(p).search(instruction) for p in self.patterns)
+
+    def pointed_by(self, feedback: str) -> bool:
+        lowered = feedback.lower()
+        return any(keyword in lowered for keyword in self.feedback_keywords)
+
+
+@cache
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern, re.IGNORECASE)
+
+
+RULES: tuple[SimRule, ...] = (
+    SimRule(
+        id="resolve_dates",
+        stage="extract",
+        sentence=(
+            "Resolve relative dates such as 'last Saturday', 'yesterday' or 'two days ago' to absolute "
+            "dates using the session date, and keep every date in the fact."
+        ),
+        patterns=(r"\brelative (?:dates?|times?|expressions?)\b", r"\babsolute dates?\b"),
+        feedback_keywords=("date", "relative", "temporal", "when it happened", "time of the event"),
+        fixes_error_type="ExtractionError",
+    ),
+    SimRule(
+        id="third_party",
+        stage="extract",
+        sentence=(
+            "Also extract facts about other people the speaker mentions (family, friends, coworkers), "
+            "naming that person as the subject."
+        ),
+        patterns=(r"\bother (?:people|persons?)\b", r"\bmention"),
+        feedback_keywords=(
+            "third party",
+            "third-party",
+            "other person",
+            "other people",
+            "someone else",
+            "relative",
+            "family",
+            "sister",
+            "brother",
+            "cousin",
+            "friend",
+            "coworker",
+            "neighbor",
+            "aunt",
+            "uncle",
+            "roommate",
+        ),
+        fixes_error_type="ExtractionError",
+    ),
+    SimRule(
+        id="newest_wins",
+        stage="decide",
+        sentence=(
+            "When a new fact contradicts an existing memory about the same thing, UPDATE that memory "
+            "to the newest value."
+        ),
+        patterns=(r"\bcontradict", r"\b(?:newest|latest|most recent)\b"),
+        feedback_keywords=(
+            "contradict",
+            "newest",
+            "latest",
+            "outdated",
+            "out of date",
+            "stale",
+            "changed",
+            "new value",
+            "most recent",
+            "no longer current",
+        ),
+        fixes_error_type="UpdateError",
+    ),
+    SimRule(
+        id="keep_compatible",
+        stage="decide",
+        sentence=(
+            "Never DELETE or overwrite a memory because of a new fact that can also be true, such as a "
+            "second hobby or a second pet; ADD the new fact instead."
+        ),
+        patterns=(r"\bnever delete\b", r"\b(?:also be true|compatible|both be true)\b"),
+        feedback_keywords=(
+            "delet",
+            "removed",
+            "compatible",
+            "second hobby",
+            "second pet",
+            "also be true",
+        ),
+        fixes_error_type="DeletionError",
+    ),
+    SimRule(
+        id="use_dates",
+        stage="answer",
+        sentence=(
+            "When the question asks when something happened, answer with the date stated in the memory, "
+            "resolving relative dates against the memory's time."
+        ),
+        patterns=(r"\basks? when\b", r"\bdates?\b"),
+        feedback_keywords=("date", "when", "temporal", "time of the event", "timestamp"),
+        fixes_error_type="ResponseError",
+    ),
+    SimRule(
+        id="abstain",
+        stage="answer",
+        sentence=(
+            "If the memories do not contain the answer, say that it is not mentioned in the conversation."
+        ),
+        patterns=(r"\bdo(?:es)? not contain\b", r"\bnot mentioned\b"),
+        feedback_keywords=(
+            "not mentioned",
+            "never mentioned",
+            "abstain",
+            "unanswerable",
+            "hallucinat",
+            "other speaker",
+            "adversarial",
+            "wrong person",
+            "not in the conversation",
+        ),
+        fixes_error_type="ResponseError",
+    ),
+)
+RULES_BY_ID: MappingProxyType[str, SimRule] = MappingProxyType({rule.id: rule for rule in RULES})
+
+
+def rules_in(instruction: str) -> frozenset[str]:
+    """The ids of all rules whose patterns all match the instruction."""
+    return frozenset(rule.id for rule in RULES if rule.stated_in(instruction))
+
+
+def rules_for_stage(stage: str) -> tuple[SimRule, ...]:
+    return tuple(rule for rule in RULES if rule.stage == stage)
+
+
+def stage_for_outputs(output_fields: Iterable[str]) -> str | None:
+    """The stand-in stage a signature with these output fields is dispatched to (None if unknown)."""
+    key = frozenset(output_fields) - {"reasoning"}
+    return next((stage for stage, fields in STAGE_OUTPUTS.items() if fields == key), None)
+
+
+def rules_pointed_by(feedback: str, stage: str | None = None) -> tuple[SimRule, ...]:
+    """The rules (of `stage`, if given) whose feedback keywords occur in `feedback`."""
+    return tuple(r for r in RULES if (stage is None or r.stage == stage) and r.pointed_by(feedback))
+
+
+def with_rules(instruction: str, rule_ids: Iterable[str]) -> str:
+    """`instruction` with the sentence of every listed rule it does not state yet appended."""
+    present = rules_in(instruction)
+    added = [RULES_BY_ID[r].sentence for r in rule_ids if r not in present]
+    return " ".join([instruction.strip(), *added]).strip()
+
+
+def expected_cause(needs: Iterable[str], present: Iterable[str] = ()) -> tuple[str | None, str | None]:
+    """(error type, stage) a question needing `needs` is expected to fail with when only the rules in
+    `present` are stated: the earliest stage, in pipeline order, with a needed rule missing; within
+    that stage the first missing rule in catalog order. (None, None) if nothing is missing."""
+    missing = [RULES_BY_ID[r] for r in needs if r not in set(present)]
+    if not missing:
+        return None, None
+    first = min(missing, key=lambda r: (STAGE_ORDER.index(r.stage), RULES.index(r)))
+    return first.fixes_error_type, first.stage
