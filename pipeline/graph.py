@@ -91,6 +91,15 @@ class OperationView:
     prompt: Variable | None
 
 
+NO_USAGE = Usage()
+
+
+def _frozen(meta: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    if not meta:
+        return EMPTY
+    return meta if isinstance(meta, MappingProxyType) else MappingProxyType(dict(meta))
+
+
 def variable_id(name: str, version: int) -> str:
     return f"{name}@{version}"
 
@@ -122,9 +131,7 @@ class ExecutionGraph:
         else:
             previous = versions[-1]
         version = len(versions) + 1
-        var = Variable(
-            f"{name}@{version}", name, version, kind, value, previous, MappingProxyType(dict(meta)) if meta else EMPTY
-        )
+        var = Variable(f"{name}@{version}", name, version, kind, value, previous, _frozen(meta))
         versions.append(var.id)
         self._variable_by_id[var.id] = var
         return var
@@ -164,7 +171,7 @@ class ExecutionGraph:
         self._next_seq += 1
         op = Operation(
             f"op:{seq}", seq, name, stage, OpKind(kind), input_ids, output_ids, prompt, status, error,
-            usage or Usage(), MappingProxyType(dict(meta)) if meta else EMPTY,
+            usage or NO_USAGE, _frozen(meta),
         )
         self._store_operation(op)
         return op

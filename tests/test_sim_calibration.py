@@ -41,12 +41,8 @@ def runs() -> dict[str, list[tuple[dict, bool]]]:
     out = {}
     for label, system in (("default", default), ("all_rules", _all_rules(default))):
         with dspy.context(lm=lm):
-            result = runner.run_dataset(
-                system, runner.make_judge(), dataset, workers=1, exclude_categories=()
-            )
-        out[label] = [
-            (planted[(r.question.conversation_id, r.question.text)], r.correct) for r in result.results
-        ]
+            result = runner.run_dataset(system, runner.make_judge(), dataset, workers=1, exclude_categories=())
+        out[label] = [(planted[(r.question.conversation_id, r.question.text)], r.correct) for r in result.results]
     return out
 
 

@@ -74,6 +74,7 @@ def test_feedback_points_only_at_rules_of_the_stage() -> None:
     assert [r.id for r in rules_pointed_by(feedback, "extract")] == ["third_party"]
     assert [r.id for r in rules_pointed_by("an old memory was deleted", "decide")] == ["keep_compatible"]
     assert rules_pointed_by("nothing relevant here", "answer") == ()
+    assert rules_pointed_by("the update kept it", "extract") == ()  # "date" only at a word start
 
 
 def test_expected_cause_is_the_earliest_stage_with_a_missing_rule() -> None:
@@ -93,9 +94,7 @@ def test_expected_cause_is_the_earliest_stage_with_a_missing_rule() -> None:
 @pytest.mark.parametrize("adapter", [dspy.ChatAdapter(), dspy.JSONAdapter()], ids=["chat", "json"])
 def test_parse_request_reads_what_the_adapters_write(adapter: dspy.Adapter) -> None:
     signature = DecideUpdates.with_instructions(with_rules(DecideUpdates.instructions, ["newest_wins"]))
-    messages = adapter.format(
-        signature, demos=[], inputs={"existing_memories": "[m1] x", "new_facts": ["a", "b"]}
-    )
+    messages = adapter.format(signature, demos=[], inputs={"existing_memories": "[m1] x", "new_facts": ["a", "b"]})
     request = parse_request(messages)
     assert request.output_names == {"actions"}
     assert set(request.input_types) == {"existing_memories", "new_facts"}
@@ -106,10 +105,7 @@ def test_parse_request_reads_what_the_adapters_write(adapter: dspy.Adapter) -> N
 
 def test_reply_formats(lm: dspy.LM) -> None:
     run(lm, "extract", turn="[8 May 2023] Alice: I grew up in Ohio.")
-    assert (
-        lm.history[-1]["outputs"][0]
-        == '[[ ## facts ## ]]\n["Alice grew up in Ohio."]\n\n[[ ## completed ## ]]'
-    )
+    assert lm.history[-1]["outputs"][0] == '[[ ## facts ## ]]\n["Alice grew up in Ohio."]\n\n[[ ## completed ## ]]'
     run(lm, "extract", adapter=dspy.JSONAdapter(), turn="[8 May 2023] Alice: I grew up in Ohio.")
     assert json.loads(lm.history[-1]["outputs"][0]) == {"facts": ["Alice grew up in Ohio."]}
 
@@ -136,11 +132,17 @@ def test_extract_with_resolve_dates_keeps_the_absolute_date(lm: dspy.LM) -> None
 def test_extract_with_third_party_adds_the_other_persons_fact(lm: dspy.LM) -> None:
     facts = run(lm, "extract", ("third_party",), turn=TURN).facts
     assert "Carol (Alice's sister) lives in Boston." in facts
-    bare = run(
-        lm, "extract", ("third_party",), turn="[8 May 2023] Bob: Carol works as a chef these days."
-    ).facts
+    bare = run(lm, "extract", ("third_party",), turn="[8 May 2023] Bob: Carol works as a chef these days.").facts
     assert bare == ["Carol works as a chef."]
     assert run(lm, "extract", turn="[8 May 2023] Bob: Carol works as a chef these days.").facts == []
+
+
+def test_few_shot_demos_are_ignored_and_the_last_request_is_answered(lm: dspy.LM) -> None:
+    predictor = dspy.Predict(ExtractFacts)
+    predictor.demos = [dspy.Example(turn="[1 May 2023] Bob: I grew up in Iowa.", facts=["Bob grew up in Iowa."])]
+    with dspy.context(lm=lm):
+        assert predictor(turn="[8 May 2023] Alice: I grew up in Ohio.").facts == ["Alice grew up in Ohio."]
+    assert "Iowa" in str(lm.history[-1]["messages"])
 
 
 def test_extract_skips_small_talk_and_falls_back_on_unknown_text(lm: dspy.LM) -> None:
@@ -171,9 +173,7 @@ def actions(lm: dspy.LM, rules: tuple[str, ...], facts: list[str]) -> list[tuple
 
 def test_decide_contradiction_is_lost_without_newest_wins(lm: dspy.LM) -> None:
     assert actions(lm, (), ["Alice works at Hooli."]) == [("NONE", "m1", "")]
-    assert actions(lm, ("newest_wins",), ["Alice works at Hooli."]) == [
-        ("UPDATE", "m1", "Alice works at Hooli.")
-    ]
+    assert actions(lm, ("newest_wins",), ["Alice works at Hooli."]) == [("UPDATE", "m1", "Alice works at Hooli.")]
 
 
 def test_decide_deletes_a_compatible_memory_without_keep_compatible(lm: dspy.LM) -> None:
@@ -239,6 +239,8 @@ def test_answer_reads_raw_turns_as_context(lm: dspy.LM) -> None:
     raw = "[8 May 2023] Alice: I went hiking at Mount Rainier last Saturday!"
     assert answer(lm, "When did Alice go hiking?", ("use_dates",), context=raw) == "6 May 2023"
     assert answer(lm, "Where did Alice go hiking?", context=raw) == "Mount Rainier"
+    buffer = "Speaker Alice says: I went hiking at Mount Rainier yesterday! Timestamp: 1:56 pm on 8 May, 2023"
+    assert answer(lm, "When did Alice go hiking?", ("use_dates",), context=buffer) == "7 May 2023"
 
 
 def test_answer_falls_back_to_word_overlap_on_real_text(lm: dspy.LM) -> None:
@@ -247,9 +249,7 @@ def test_answer_falls_back_to_word_overlap_on_real_text(lm: dspy.LM) -> None:
         "Memory: Melanie said: I painted a sunrise last week. Time: 8 May 2023"
     )
     assert "painted a sunrise" in answer(lm, "What did Melanie paint?", context=context)
-    assert answer(lm, "What is Caroline's favourite car?", ("abstain",), context=context).startswith(
-        "Not mentioned"
-    )
+    assert answer(lm, "What is Caroline's favourite car?", ("abstain",), context=context).startswith("Not mentioned")
     assert answer(lm, "What did Melanie paint?", context="") == ""
 
 
@@ -304,19 +304,19 @@ class Summarize(dspy.Signature):
     keywords: list[str] = dspy.OutputField()
 
 
-def test_unknown_stage_gets_empty_values_and_new_stages_can_be_registered(lm: dspy.LM) -> None:
+def test_unknown_stage_gets_empty_values_and_new_stages_can_be_added(lm: dspy.LM) -> None:
     with dspy.context(lm=lm):
         assert dspy.Predict(Summarize)(text="abc").keywords == []
-        stand_in.register_stage(
-            ["summary", "keywords"], lambda r: {"summary": r.inputs["text"][:2], "keywords": ["k"]}
-        )
-        try:
-            result = dspy.Predict(Summarize)(text="abc")
-        finally:
-            stand_in._REGISTRY.pop(frozenset({"summary", "keywords"}))
-    assert (result.summary, result.keywords) == ("ab", ["k"])
+    handlers = stand_in.with_handlers(
+        {("summary", "keywords"): lambda r: {"summary": r.inputs["text"][:2], "keywords": ["k"]}}
+    )
+    adapter = dspy.ChatAdapter()
+    messages = adapter.format(dspy.Predict(Summarize).signature, demos=[], inputs={"text": "abc"})
+    reply = adapter.parse(Summarize, stand_in.respond(messages, handlers))
+    assert (reply["summary"], reply["keywords"]) == ("ab", ["k"])
+    assert frozenset({"summary", "keywords"}) not in stand_in.HANDLER_BY_OUTPUTS  # the default is untouched
     with pytest.raises(ValueError):
-        stand_in.register_stage(["reasoning"], lambda r: {})
+        stand_in.with_handlers({("reasoning",): lambda r: {}})
 
 
 def test_engine_usage_state_and_stream(lm: dspy.LM) -> None:

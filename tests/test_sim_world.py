@@ -157,6 +157,13 @@ def test_with_perfect_retrieval_a_question_fails_exactly_when_a_needed_rule_is_m
             assert correct == (cause is None), (sorted(rules), qa)
 
 
+@pytest.mark.parametrize("rules", [frozenset(), ALL_RULES], ids=["default", "all"])
+def test_planted_causes_stay_honest_at_benchmark_size(rules: frozenset[str]) -> None:
+    for sample in generate_locomo(seed=3, n_conversations=2, sessions_per_conversation=30, turns_per_session=20):
+        for qa, correct in _oracle_accuracy(sample, rules):
+            assert correct == (expected_cause(qa["sim"]["needs"], rules)[0] is None), qa
+
+
 def test_default_rules_answer_about_half_of_categories_one_to_four(samples: list[dict]) -> None:
     judged = [ok for s in samples for qa, ok in _oracle_accuracy(s, frozenset()) if qa["category"] != 5]
     assert 0.4 <= sum(judged) / len(judged) <= 0.6

@@ -1,7 +1,14 @@
 """The simulated world: a seeded synthetic LoCoMo-style dataset and a deterministic stand-in LM.
 
-This is a *test world*, not a model. `world.generate_locomo` writes conversations with planted facts;
-`stand_in.respond` answers DSPy-formatted stage requests with rule-based behaviour whose competence
-depends on which rules (`rules.RULES`) the stage's instruction states; `engine.SimEngine` plugs the
-stand-in into `dspy.LM(..., engine=...)`. Nothing here calls a network or a real model.
+This is a *test world*, not a model. Modules:
+
+- `rules` - the rule catalog: competences a stage shows only when its instruction states them;
+- `world` (+ `episodes`, `vocab`, `dates`) - `generate_locomo`, conversations with planted facts and
+  questions that record the rules they need and the error they are expected to fail with;
+- `grammar` - the one template table the generator writes with and the stand-in reads with;
+- `stand_in` (+ `protocol`, `handlers`, `judge`) - `respond(messages)`, the rule-driven stand-in LM
+  answering DSPy adapter requests, dispatched by output field names;
+- `engine` - `SimEngine`, the dspy custom engine: `dspy.LM("sim/stand-in", engine=SimEngine())`.
+
+Nothing here calls a network or a real model, and importing the package imports nothing heavy.
 """

@@ -58,9 +58,7 @@ class Episode:
 class Planner:
     """Places episodes for the two speakers of one conversation."""
 
-    def __init__(
-        self, rng: random.Random, speakers: tuple[str, str], days: list[date], turns_per_session: int
-    ):
+    def __init__(self, rng: random.Random, speakers: tuple[str, str], days: list[date], turns_per_session: int):
         self.rng = rng
         self.speakers = speakers
         self.days = days
@@ -129,7 +127,10 @@ class Planner:
         return chosen
 
     def _name(self) -> str:
-        return self.names.pop() if self.names else f"Friend{self.rng.randrange(1000)}"
+        if self.names:
+            return self.names.pop()
+        first, second = self.rng.sample(vocab.FIRST_NAMES, 2)  # never reached with the built-in lists
+        return f"{first}-{second}"
 
     # ------------------------------------------------------------------------------- episodes
     def event(self, speaker: str) -> Episode | None:
@@ -195,12 +196,8 @@ class Planner:
         asked = f"Where does {who} live?" if lives else f"What kind of work does {who} do?"
         every = tuple(range(len(turns)))
         questions = (
-            PlannedQA(
-                asked, value, every, 1 if hop else 4, "multi_hop" if hop else "third_party", ("third_party",)
-            ),
-            PlannedQA(
-                f"What is the name of {speaker}'s {rel}?", name, (0,), 4, "relation_name", slot=f"rel:{rel}"
-            ),
+            PlannedQA(asked, value, every, 1 if hop else 4, "multi_hop" if hop else "third_party", ("third_party",)),
+            PlannedQA(f"What is the name of {speaker}'s {rel}?", name, (0,), 4, "relation_name", slot=f"rel:{rel}"),
         )
         return Episode("multi_hop" if hop else "third_party", speaker, turns, questions)
 
@@ -232,9 +229,7 @@ class Planner:
         pool = vocab.COMPANIES if family == "works_at" else vocab.CITIES
         old, new = self._fresh(pool, 2)
         key = "company" if family == "works_at" else "city"
-        turns = self._place(
-            speaker, [self._say(family, **{key: old}), self._say(f"{family}_new", **{key: new})]
-        )
+        turns = self._place(speaker, [self._say(family, **{key: old}), self._say(f"{family}_new", **{key: new})])
         if turns is None:
             return None
         asked = f"Where does {speaker} work?" if family == "works_at" else f"Where does {speaker} live?"
@@ -269,13 +264,9 @@ class Planner:
         turns = self._place(speaker, texts)
         if turns is None:
             return None
-        both = (
-            f"{article(animal_a)} {animal_a} named {name_a} and {article(animal_b)} {animal_b} named {name_b}"
-        )
+        both = f"{article(animal_a)} {animal_a} named {name_a} and {article(animal_b)} {animal_b} named {name_b}"
         questions = (
-            PlannedQA(
-                f"What pets does {speaker} have?", both, (0, 1), 1, "additive", ("keep_compatible",), "pet"
-            ),
+            PlannedQA(f"What pets does {speaker} have?", both, (0, 1), 1, "additive", ("keep_compatible",), "pet"),
             PlannedQA(
                 f"What is the name of {speaker}'s {animal_a}?",
                 name_a,
@@ -308,9 +299,5 @@ class Planner:
         turns = self._place(speaker, [text])
         if turns is None:
             return None
-        asked = (
-            f"Where did {speaker} grow up?"
-            if family == "hometown"
-            else f"What kind of work does {speaker} do?"
-        )
+        asked = f"Where did {speaker} grow up?" if family == "hometown" else f"What kind of work does {speaker} do?"
         return Episode("stable", speaker, turns, (PlannedQA(asked, value, (0,), 4, "stable", slot=family),))

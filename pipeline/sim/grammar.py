@@ -16,9 +16,11 @@ rarely matches by accident (the stand-in then falls back). This module does no I
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import date
 from functools import cache
+from types import MappingProxyType
 
 from pipeline.sim import vocab
 from pipeline.sim.dates import MONTHS, RELATIVE_PATTERN, human, parse_date, resolve_relative
@@ -44,6 +46,7 @@ SLOT_PATTERNS: dict[str, str] = {
     "owner": _NAME,
     "subject": _NAME,
     "other": _NAME,
+    "who": _NAME,  # widened to "Alice's sister Carol" in question regexes
     "city": _alt(vocab.CITIES),
     "company": _alt(vocab.COMPANIES),
     "home": _alt(vocab.HOMETOWNS),
@@ -66,9 +69,7 @@ def article(word: str) -> str:
 
 def fill(template: str, **values: str) -> str:
     """Fill a template; `{a}` becomes the article of the slot right after it."""
-    template = re.sub(
-        r"\{a\} \{(\w+)\}", lambda m: article(values[m.group(1)]) + " {" + m.group(1) + "}", template
-    )
+    template = re.sub(r"\{a\} \{(\w+)\}", lambda m: article(values[m.group(1)]) + " {" + m.group(1) + "}", template)
     return template.format(**values)
 
 
@@ -110,9 +111,7 @@ class Fact:
         return (self.subject, self.family, self.key)
 
     def render(self) -> str:
-        subject = (
-            self.subject if not (self.owner and self.rel) else f"{self.subject} ({self.owner}'s {self.rel})"
-        )
+        subject = self.subject if not (self.owner and self.rel) else f"{self.subject} ({self.owner}'s {self.rel})"
         values = {"subject": subject, "value": self.value}
         form = self.family
         if self.family == "event":
@@ -157,9 +156,7 @@ def _fact_regex(form: str) -> re.Pattern[str]:
     family = "event" if form == "event_dated" else form
     if family in _VALUE_SLOT:
         template = template.replace("{value}", "{" + _VALUE_SLOT[family] + "}")
-    pattern = compile_template(template).pattern.replace(
-        f"(?P<subject>{SLOT_PATTERNS['subject']})", _SUBJECT_FULL, 1
-    )
+    pattern = compile_template(template).pattern.replace(f"(?P<subject>{SLOT_PATTERNS['subject']})", _SUBJECT_FULL, 1)
     return re.compile(pattern)
 
 
@@ -237,9 +234,9 @@ TURN_FORMS: tuple[TurnForm, ...] = (
     TurnForm("dislikes", "I can't stand {thing}."),
     TurnForm("dislikes", "Honestly, I really dislike {thing}."),
 )
-FORMS_BY_KIND: dict[str, tuple[TurnForm, ...]] = {}
-for _form in TURN_FORMS:
-    FORMS_BY_KIND[_form.kind] = (*FORMS_BY_KIND.get(_form.kind, ()), _form)
+FORMS_BY_KIND: Mapping[str, tuple[TurnForm, ...]] = MappingProxyType(
+    {kind: tuple(f for f in TURN_FORMS if f.kind == kind) for kind in dict.fromkeys(f.kind for f in TURN_FORMS)}
+)
 SMALL_TALK_FORMS: tuple[str, ...] = tuple(dict.fromkeys(vocab.SMALL_TALK + vocab.REACTIONS + vocab.OPENERS))
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
@@ -252,9 +249,7 @@ def is_small_talk(sentence: str) -> bool:
     return any(compile_template(form).fullmatch(sentence) for form in SMALL_TALK_FORMS)
 
 
-def _facts_of(
-    kind: str, g: dict[str, str], speaker: str, day: date | None, rules: frozenset[str]
-) -> list[Fact]:
+def _facts_of(kind: str, g: dict[str, str], speaker: str, day: date | None, rules: frozenset[str]) -> list[Fact]:
     third_party = "third_party" in rules
     if kind == "event":
         activity = ACTIVITY_BY_PAST[g["past"]]
@@ -277,9 +272,7 @@ def _facts_of(
         verb = "loves" if kind == "likes" else "dislikes"
         return [Fact(speaker, "pref", item.thing, key=item.category, extra=verb)]
     family = kind.removesuffix("_new")
-    slot = {"works_at": "company", "lives_in": "city", "hometown": "home", "job": "job", "hobby": "hobby"}[
-        family
-    ]
+    slot = {"works_at": "company", "lives_in": "city", "hometown": "home", "job": "job", "hobby": "hobby"}[family]
     return [Fact(speaker, family, g[slot])]
 
 
@@ -323,13 +316,12 @@ QUESTION_FORMS: dict[str, str] = {
     "rel_name": "What is the name of {owner}'s {rel}?",
     "would_enjoy": "Would {who} enjoy {occasion}?",
 }
-SLOT_PATTERNS["who"] = _NAME
 
 
 @cache
 def _question_regex(kind: str) -> re.Pattern[str]:
     pattern = compile_template(QUESTION_FORMS[kind]).pattern.replace(f"(?P<who>{_NAME})", _WHO, 1)
-    return re.compile(pattern, re.IGNORECASE if kind == "would_enjoy" else 0)
+    return re.compile(pattern)
 
 
 def who_text(subject: str, rel: str | None = None, name: str | None = None) -> str:
@@ -347,6 +339,6 @@ def parse_question(question: str) -> Query | None:
         g = match.groupdict()
         if kind in ("pet_name", "rel_name"):
             return Query(kind, g["owner"], key=g.get("animal") or g.get("rel") or "", text=question)
-        key = ACTIVITY_BY_BASE[g["base"]].base if g.get("base") else (g.get("occasion") or "")
+        key = g.get("base") or g.get("occasion") or ""
         return Query(kind, g["who"], rel=g.get("who_rel"), name=g.get("who_name"), key=key, text=question)
     return None

@@ -29,6 +29,7 @@ from typing import Any
 from pipeline.sim import vocab
 from pipeline.sim.dates import human, parse_date
 from pipeline.sim.grammar import (
+    SINGLE_VALUED,
     Fact,
     Query,
     article,
@@ -47,7 +48,7 @@ _TURN_LINE = re.compile(
     r"^\s*(?:\[(?P<date>[^\]]*)\]\s*)?(?P<speaker>[^:\n]{1,60}?)(?:\s+says)?:\s*(?P<text>.*)$", re.S
 )
 _MEMORY_LINE = re.compile(r"^\s*\[(?P<id>[^\]]+)\]\s*(?P<text>.*?)\s*$")
-_CONTEXT_TIME = re.compile(r"^(?P<text>.*?)\s*(?:Time|Timestamp|Date):\s*(?P<time>[^:]*?)\s*$", re.S)
+_CONTEXT_TIME = re.compile(r"^(?P<text>.*)\s(?:Time|Timestamp|Date):\s*(?P<time>.*?)\s*$", re.S)
 _QUESTION_FAMILY = {
     "when_event": "event",
     "where_event": "event",
@@ -116,9 +117,7 @@ def decide_actions(existing: str, new_facts: list[str], rules: frozenset[str]) -
         fact = parse_fact(text)
         if fact is None:
             same = next((m for m in memories if m[1].strip().lower() == text.lower()), None)
-            actions.append(
-                {"event": "NONE", "id": same[0], "text": ""} if same else {"event": "ADD", "text": text}
-            )
+            actions.append({"event": "NONE", "id": same[0], "text": ""} if same else {"event": "ADD", "text": text})
             continue
         slot_matches = [m for m in memories if m[2] is not None and m[2].slot == fact.slot]
         same_value = next((m for m in slot_matches if m[2] is not None and m[2].value == fact.value), None)
@@ -129,7 +128,7 @@ def decide_actions(existing: str, new_facts: list[str], rules: frozenset[str]) -
             actions.append({"event": event, "id": same_value[0], "text": text if detail else ""})
         elif not slot_matches:
             actions.append({"event": "ADD", "text": text})
-        elif fact.family in ("lives_in", "works_at", "job", "hometown"):  # single-valued: a contradiction
+        elif fact.family in SINGLE_VALUED:  # single-valued: a contradiction
             if "newest_wins" in rules:
                 actions.append({"event": "UPDATE", "id": slot_matches[0][0], "text": text})
             else:
@@ -177,8 +176,9 @@ def parse_context(context: str, rules: frozenset[str]) -> list[ContextItem]:
         turn = None if fact else _TURN_LINE.match(text)
         if turn:
             day = day or parse_date(turn.group("date") or "")
+            speaker = turn.group("speaker").strip().removeprefix("Speaker ").strip()
             for sentence in split_sentences(turn.group("text")):
-                facts.extend(read_sentence(sentence, turn.group("speaker").strip(), day, reader_rules) or [])
+                facts.extend(read_sentence(sentence, speaker, day, reader_rules) or [])
         items.append(ContextItem(text, day, tuple(facts), len(items)))
     return items
 
@@ -211,9 +211,7 @@ def _matches(query: Query, fact: Fact, items: list[ContextItem], any_subject: bo
     return fact.subject == query.subject
 
 
-def _lookup(
-    query: Query, items: list[ContextItem], any_subject: bool = False
-) -> list[tuple[Fact, ContextItem]]:
+def _lookup(query: Query, items: list[ContextItem], any_subject: bool = False) -> list[tuple[Fact, ContextItem]]:
     found = [(f, i) for i in items for f in i.facts if _matches(query, f, items, any_subject)]
     return sorted(found, key=lambda pair: (pair[1].day or date.min, -pair[1].rank))
 
@@ -265,11 +263,7 @@ def answer_question(context: str, question: str, rules: frozenset[str]) -> str:
 
 def _answer(request: StageRequest) -> dict[str, Any]:
     rules = rules_in(request.instruction)
-    return {
-        "answer": answer_question(
-            request.inputs.get("context", ""), request.inputs.get("question", ""), rules
-        )
-    }
+    return {"answer": answer_question(request.inputs.get("context", ""), request.inputs.get("question", ""), rules)}
 
 
 # ---------------------------------------------------------------------------------------------- judge
@@ -277,9 +271,7 @@ def _answer(request: StageRequest) -> dict[str, Any]:
 
 def _judge(request: StageRequest) -> dict[str, Any]:
     inputs = request.inputs
-    correct = is_correct(
-        inputs.get("question", ""), inputs.get("gold_answer", ""), inputs.get("generated_answer", "")
-    )
+    correct = is_correct(inputs.get("question", ""), inputs.get("gold_answer", ""), inputs.get("generated_answer", ""))
     return {"label": "CORRECT" if correct else "WRONG"}
 
 

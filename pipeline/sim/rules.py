@@ -44,13 +44,24 @@ class SimRule:
         return all(_compiled(p).search(instruction) for p in self.patterns)
 
     def pointed_by(self, feedback: str) -> bool:
+        """True when a keyword occurs in `feedback` starting at a word boundary ("date" matches
+        "dates" but not "update"; "delet" matches "deleted")."""
         lowered = feedback.lower()
-        return any(keyword in lowered for keyword in self.feedback_keywords)
+        return any(_keyword(k).search(lowered) for k in self.feedback_keywords)
 
 
 @cache
 def _compiled(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern, re.IGNORECASE)
+
+
+@cache
+def _keyword(keyword: str) -> re.Pattern[str]:
+    return re.compile(r"(?<![a-z0-9])" + re.escape(keyword.lower()))
+
+
+def _kw(text: str) -> tuple[str, ...]:
+    return tuple(word.strip() for word in text.split("|"))
 
 
 RULES: tuple[SimRule, ...] = (
@@ -62,7 +73,10 @@ RULES: tuple[SimRule, ...] = (
             "dates using the session date, and keep every date in the fact."
         ),
         patterns=(r"\brelative (?:dates?|times?|expressions?)\b", r"\babsolute dates?\b"),
-        feedback_keywords=("date", "relative", "temporal", "when it happened", "time of the event"),
+        feedback_keywords=_kw(
+            "date | relative | absolute | temporal | when did | when it happened | time of the event | "
+            "yesterday | days ago | last week"
+        ),
         fixes_error_type="ExtractionError",
     ),
     SimRule(
@@ -73,23 +87,9 @@ RULES: tuple[SimRule, ...] = (
             "naming that person as the subject."
         ),
         patterns=(r"\bother (?:people|persons?)\b", r"\bmention"),
-        feedback_keywords=(
-            "third party",
-            "third-party",
-            "other person",
-            "other people",
-            "someone else",
-            "relative",
-            "family",
-            "sister",
-            "brother",
-            "cousin",
-            "friend",
-            "coworker",
-            "neighbor",
-            "aunt",
-            "uncle",
-            "roommate",
+        feedback_keywords=_kw(
+            "third party | third-party | other person | other people | someone else | relative | family | "
+            "sister | brother | cousin | friend | coworker | neighbor | aunt | uncle | roommate"
         ),
         fixes_error_type="ExtractionError",
     ),
@@ -101,17 +101,9 @@ RULES: tuple[SimRule, ...] = (
             "to the newest value."
         ),
         patterns=(r"\bcontradict", r"\b(?:newest|latest|most recent)\b"),
-        feedback_keywords=(
-            "contradict",
-            "newest",
-            "latest",
-            "outdated",
-            "out of date",
-            "stale",
-            "changed",
-            "new value",
-            "most recent",
-            "no longer current",
+        feedback_keywords=_kw(
+            "contradict | newest | latest | most recent | outdated | out of date | stale | changed | "
+            "new value | old value | no longer | kept the old | ignored the new | new job | moved"
         ),
         fixes_error_type="UpdateError",
     ),
@@ -123,14 +115,7 @@ RULES: tuple[SimRule, ...] = (
             "second hobby or a second pet; ADD the new fact instead."
         ),
         patterns=(r"\bnever delete\b", r"\b(?:also be true|compatible|both be true)\b"),
-        feedback_keywords=(
-            "delet",
-            "removed",
-            "compatible",
-            "second hobby",
-            "second pet",
-            "also be true",
-        ),
+        feedback_keywords=_kw("delet | removed | compatible | also be true | second hobby | second pet | second"),
         fixes_error_type="DeletionError",
     ),
     SimRule(
@@ -141,26 +126,17 @@ RULES: tuple[SimRule, ...] = (
             "resolving relative dates against the memory's time."
         ),
         patterns=(r"\basks? when\b", r"\bdates?\b"),
-        feedback_keywords=("date", "when", "temporal", "time of the event", "timestamp"),
+        feedback_keywords=_kw("date | when | temporal | time of the event | timestamp | which day"),
         fixes_error_type="ResponseError",
     ),
     SimRule(
         id="abstain",
         stage="answer",
-        sentence=(
-            "If the memories do not contain the answer, say that it is not mentioned in the conversation."
-        ),
+        sentence=("If the memories do not contain the answer, say that it is not mentioned in the conversation."),
         patterns=(r"\bdo(?:es)? not contain\b", r"\bnot mentioned\b"),
-        feedback_keywords=(
-            "not mentioned",
-            "never mentioned",
-            "abstain",
-            "unanswerable",
-            "hallucinat",
-            "other speaker",
-            "adversarial",
-            "wrong person",
-            "not in the conversation",
+        feedback_keywords=_kw(
+            "not mentioned | never mentioned | never said | abstain | unanswerable | hallucinat | "
+            "other speaker | adversarial | wrong person | not in the conversation | no such"
         ),
         fixes_error_type="ResponseError",
     ),

@@ -3,15 +3,18 @@
 It parses a DSPy adapter request (`pipeline.sim.protocol`), identifies the stage by the names of
 its output fields (a `reasoning` field added by ChainOfThought is ignored for dispatch and answered
 with a fixed sentence), runs the registered handler and formats the handler's values back in the
-adapter's format. New stages are added with `register_stage`. A request for an unknown stage gets
-empty values of plausible types rather than an error.
+adapter's format. The handlers come from an immutable mapping (`HANDLER_BY_OUTPUTS`, built from
+`pipeline.sim.handlers.DEFAULT_HANDLERS`); `with_handlers` makes an extended one, and `respond` takes
+the mapping to use. A request for an unknown stage gets empty values of plausible types rather than an
+error.
 
 It does not hold any stage behaviour itself: the handlers live in `pipeline.sim.handlers`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from pipeline.sim.handlers import DEFAULT_HANDLERS
@@ -21,19 +24,25 @@ Handler = Callable[[StageRequest], dict[str, Any]]
 
 REASONING_FIELD = "reasoning"
 _REASONING_TEXT = "I followed the rules stated in my instructions."
-_REGISTRY: dict[frozenset[str], Handler] = {}
 
 
-def register_stage(output_fields: Iterable[str], handler: Handler) -> None:
-    """Register (or replace) the handler for requests whose output fields are `output_fields`."""
+def _key(output_fields: Iterable[str]) -> frozenset[str]:
     key = frozenset(output_fields) - {REASONING_FIELD}
     if not key:
         raise ValueError("a stage needs at least one output field besides 'reasoning'")
-    _REGISTRY[key] = handler
+    return key
 
 
-def registered_stages() -> frozenset[frozenset[str]]:
-    return frozenset(_REGISTRY)
+HANDLER_BY_OUTPUTS: Mapping[frozenset[str], Handler] = MappingProxyType(
+    {_key(fields): handler for fields, handler in DEFAULT_HANDLERS.items()}
+)
+
+
+def with_handlers(
+    extra: Mapping[Iterable[str], Handler], base: Mapping[frozenset[str], Handler] = HANDLER_BY_OUTPUTS
+) -> Mapping[frozenset[str], Handler]:
+    """A new handler mapping: `base` plus (or replaced by) `extra`, keyed by output field names."""
+    return MappingProxyType({**base, **{_key(fields): handler for fields, handler in extra.items()}})
 
 
 def _empty_value(type_name: str) -> Any:
@@ -55,21 +64,21 @@ def _unknown_stage(request: StageRequest) -> dict[str, Any]:
     return {name: _empty_value(kind) for name, kind in request.output_types.items()}
 
 
-def answer(request: StageRequest) -> dict[str, Any]:
+def answer(
+    request: StageRequest, handlers: Mapping[frozenset[str], Handler] = HANDLER_BY_OUTPUTS
+) -> dict[str, Any]:
     """The output values for one parsed request (the dispatch step of `respond`)."""
     key = request.output_names - {REASONING_FIELD}
-    handler = _REGISTRY.get(key, _unknown_stage)
+    handler = handlers.get(key, _unknown_stage)
     values = dict(handler(request))
     if REASONING_FIELD in request.output_names and not values.get(REASONING_FIELD):
         values[REASONING_FIELD] = _REASONING_TEXT
     return values
 
 
-def respond(messages: list[dict[str, str]]) -> str:
+def respond(
+    messages: list[dict[str, str]], handlers: Mapping[frozenset[str], Handler] = HANDLER_BY_OUTPUTS
+) -> str:
     """Answer one DSPy-formatted chat request with the stand-in's rule-based behaviour."""
     request = parse_request(messages)
-    return format_reply(request, answer(request))
-
-
-for _fields, _handler in DEFAULT_HANDLERS.items():
-    register_stage(_fields, _handler)
+    return format_reply(request, answer(request, handlers))

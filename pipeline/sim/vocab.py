@@ -89,6 +89,18 @@ CITIES: tuple[str, ...] = (
     "Minneapolis",
     "Pittsburgh",
     "Raleigh",
+    "Sacramento",
+    "Tucson",
+    "Boise",
+    "Halifax",
+    "Montreal",
+    "Edinburgh",
+    "Amsterdam",
+    "Vienna",
+    "Copenhagen",
+    "Kyoto",
+    "Auckland",
+    "Santiago",
 )
 
 HOMETOWNS: tuple[str, ...] = (

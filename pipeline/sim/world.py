@@ -98,9 +98,7 @@ def _qa_item(
     return item
 
 
-def _questions(
-    rng: random.Random, episodes: list[Episode], speakers: tuple[str, str]
-) -> list[dict[str, Any]]:
+def _questions(rng: random.Random, episodes: list[Episode], speakers: tuple[str, str]) -> list[dict[str, Any]]:
     items: list[tuple[int, str, dict[str, Any]]] = []
     candidates: list[tuple[str, dict[str, Any]]] = []
     slots = {s: set().union(*(e.slots for e in episodes if e.speaker == s)) for s in speakers}
@@ -138,7 +136,7 @@ def _sample(seed: int, index: int, sessions: int, turns: int) -> dict[str, Any]:
             day += timedelta(days=rng.randint(3, 16))
         moments.append(datetime(day.year, day.month, day.day, rng.randint(8, 21), rng.randrange(60)))
     planner = Planner(rng, (speakers[0], speakers[1]), [m.date() for m in moments], turns)
-    per_speaker = max(3, round(sessions * turns / 12))
+    per_speaker = max(3, round(sessions * turns / 10))
     episodes = _plan(planner, per_speaker)
     planted = {(t.session, t.position): t.text for e in episodes for t in e.turns}
 
@@ -166,6 +164,4 @@ def generate_locomo(
     """`n_conversations` synthetic LoCoMo samples; identical output for identical arguments."""
     if n_conversations < 0 or sessions_per_conversation < 1 or turns_per_session < 2:
         raise ValueError("need n_conversations >= 0, sessions_per_conversation >= 1, turns_per_session >= 2")
-    return [
-        _sample(seed, index, sessions_per_conversation, turns_per_session) for index in range(n_conversations)
-    ]
+    return [_sample(seed, index, sessions_per_conversation, turns_per_session) for index in range(n_conversations)]
