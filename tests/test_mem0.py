@@ -169,3 +169,59 @@ def test_prompts_are_dspy_signatures_with_the_default_instruction():
     for _, predictor in system.named_predictors():
         assert isinstance(predictor, dspy.Predict)
         assert predictor.signature.instructions.strip()
+
+
+# ---------------------------------------------------------------- the same stages on the sim stand-in LM
+
+
+def sim_ingest(prompts: PromptSet | None = None):
+    from pipeline.data import parse_locomo
+    from pipeline.lm import LMConfig, build_lm
+    from pipeline.sim.world import generate_locomo
+
+    dataset = parse_locomo(generate_locomo(seed=5, n_conversations=1), "sim")
+    system = Mem0Memory(HashingEmbedder())
+    if prompts is not None:
+        system = system.with_prompts(prompts)
+    system.set_lm(build_lm(LMConfig(backend="sim", model="stand-in", cache=False)))
+    graph = ExecutionGraph("sim")
+    state = system.ingest(dataset.conversations[0], Tracer(graph))
+    return system, dataset, graph, state
+
+
+def ops_named(graph: ExecutionGraph, name: str) -> list:
+    return [op for op in graph.operations() if op.name == name]
+
+
+def test_sim_stages_fail_for_the_planted_reasons_and_rules_fix_them():
+    from pipeline.sim.rules import with_rules
+
+    system, _dataset, graph, state = sim_ingest()
+    graph.check()
+    assert not any(op.failed for op in graph.operations())
+    assert ops_named(graph, "memory_delete"), "without keep_compatible the decide stage deletes compatible facts"
+    facts = [f for v in graph.versions("facts:D1:1") for f in json.loads(v.value)]
+    assert all("last" not in f and "ago" not in f for f in facts)
+
+    base = system.prompt_set()
+    fixed = base.replace(
+        extract=with_rules(base["extract"], ["resolve_dates", "third_party"]),
+        decide=with_rules(base["decide"], ["newest_wins", "keep_compatible"]),
+    )
+    _, _, fixed_graph, fixed_state = sim_ingest(fixed)
+    assert not ops_named(fixed_graph, "memory_delete")
+    assert len(ops_named(fixed_graph, "memory_update")) > len(ops_named(graph, "memory_update"))
+    assert len(fixed_state.store.current()) > len(state.store.current())  # third-party facts kept too
+    assert fixed_graph.variable("prompt:extract@1").value == fixed["extract"]
+
+
+def test_sim_answer_stage_answers_from_retrieved_memories():
+    system, dataset, graph, state = sim_ingest()
+    answered = 0
+    for question in dataset.questions[:20]:
+        tracer = Tracer(graph, buffered=True)
+        outcome = system.answer(question, state, tracer)
+        tracer.commit()
+        answered += bool(outcome.text)
+        assert graph.producer(outcome.answer_var).stage == "respond"
+    assert answered >= 15
