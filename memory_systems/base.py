@@ -9,12 +9,13 @@ It does not implement any system (see `mem0.py`) and does not run datasets (see 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import dspy
 
-from pipeline.records import Conversation, PromptSet, Question
+from pipeline.records import Conversation, PromptSet, Question, Turn
 from pipeline.tracing import Tracer
 
 
@@ -34,11 +35,14 @@ class AnswerOutcome:
 
 class MemorySystem(dspy.Module):
     """Base class. Subclasses set `name`, create their predictors in `__init__` and implement
-    `ingest(conversation, tracer) -> state` and `answer(question, state, tracer) -> AnswerOutcome`."""
+    `ingest(conversation, tracer, on_turn=None) -> state` (calling `on_turn(turn)` after each turn, for
+    progress) and `answer(question, state, tracer) -> AnswerOutcome`."""
 
     name: str = "base"
 
-    def ingest(self, conversation: Conversation, tracer: Tracer) -> Any:
+    def ingest(
+        self, conversation: Conversation, tracer: Tracer, on_turn: Callable[[Turn], None] | None = None
+    ) -> Any:
         raise NotImplementedError
 
     def answer(self, question: Question, state: Any, tracer: Tracer) -> AnswerOutcome:

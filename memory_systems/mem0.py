@@ -13,6 +13,7 @@ declaring their data flow. A failed or unparsable LLM call becomes a failed oper
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import dspy
@@ -70,10 +71,14 @@ class Mem0Memory(MemorySystem):
 
     # ------------------------------------------------------------------ construction
 
-    def ingest(self, conversation: Conversation, tracer: Tracer) -> Mem0State:
+    def ingest(
+        self, conversation: Conversation, tracer: Tracer, on_turn: Callable[[Turn], None] | None = None
+    ) -> Mem0State:
         state = Mem0State(conversation.id, InMemoryVectorStore(self.embedder))
         for turn in conversation.turns:
             self._ingest_turn(turn, state.store, tracer)
+            if on_turn is not None:
+                on_turn(turn)
         return state
 
     def _ingest_turn(self, turn: Turn, store: InMemoryVectorStore, tracer: Tracer) -> None:

@@ -29,6 +29,8 @@ R = TypeVar("R")
 
 
 class ProgressSink(Protocol):
+    """Receives progress; `advance` may be called from worker threads."""
+
     def begin(self, phase: str, total: int) -> None: ...
 
     def advance(self, phase: str, amount: int = 1) -> None: ...
@@ -68,8 +70,11 @@ def make_judge(lm: dspy.BaseLM | None = None) -> dspy.Predict:
     return judge
 
 
-def _map(fn: Callable[[T], R], items: Sequence[T], workers: int, on_done: Callable[[T], None]) -> list[R]:
+def _map(
+    fn: Callable[[T], R], items: Sequence[T], workers: int, on_done: Callable[[T], None] | None = None
+) -> list[R]:
     """`fn` over `items` with up to `workers` threads; results in input order."""
+    on_done = on_done or (lambda _item: None)
     if workers <= 1 or len(items) <= 1:
         out = []
         for item in items:
@@ -142,9 +147,9 @@ def run_dataset(
 
     def ingest(conversation: Conversation) -> tuple[ExecutionGraph, Any]:
         graph, tracer = new_conversation_graph(system, judge, conversation, {"dataset": dataset.name})
-        return graph, system.ingest(conversation, tracer)
+        return graph, system.ingest(conversation, tracer, on_turn=lambda _turn: progress.advance("ingest"))
 
-    built = _map(ingest, conversations, workers, lambda c: progress.advance("ingest", len(c.turns)))
+    built = _map(ingest, conversations, workers)
     graph_by_conversation = {c.id: g for c, (g, _) in zip(conversations, built, strict=True)}
     state_by_conversation = {c.id: s for c, (_, s) in zip(conversations, built, strict=True)}
 
