@@ -40,6 +40,7 @@ from pipeline.sim.grammar import (
 )
 from pipeline.sim.judge import content_tokens, is_correct
 from pipeline.sim.protocol import StageRequest, decode_list
+from pipeline.sim.rewriter import rewrite_instruction
 from pipeline.sim.rules import rules_in
 
 NOT_MENTIONED = "Not mentioned in the conversation."
@@ -255,6 +256,10 @@ def answer_question(context: str, question: str, rules: frozenset[str]) -> str:
     found = _lookup(query, items)
     if found:
         return _compose(query, found, rules)
+    if query.kind == "rel_name":  # "Kofi (Olga's cousin) works as ..." also names Olga's cousin
+        named = [f.subject for i in items for f in i.facts if f.owner == query.subject and f.rel == query.key]
+        if named:
+            return named[-1]
     if "abstain" in rules:
         return NOT_MENTIONED
     relaxed = _lookup(query, items, any_subject=True)
@@ -280,4 +285,5 @@ DEFAULT_HANDLERS: dict[frozenset[str], Callable[[StageRequest], dict[str, Any]]]
     frozenset({"actions"}): _decide,
     frozenset({"answer"}): _answer,
     frozenset({"label"}): _judge,
+    frozenset({"new_instruction"}): rewrite_instruction,
 }

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import random
 import re
+from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any
 
@@ -165,3 +166,23 @@ def generate_locomo(
     if n_conversations < 0 or sessions_per_conversation < 1 or turns_per_session < 2:
         raise ValueError("need n_conversations >= 0, sessions_per_conversation >= 1, turns_per_session >= 2")
     return [_sample(seed, index, sessions_per_conversation, turns_per_session) for index in range(n_conversations)]
+
+
+@dataclass(frozen=True)
+class PlantedQuestion:
+    """What the world planted behind one question: the rules a system needs to answer it."""
+
+    question_id: str
+    kind: str
+    needs: tuple[str, ...]
+
+
+def planted_questions(samples: list[dict[str, Any]]) -> dict[str, PlantedQuestion]:
+    """Planted needs by question id (ids as `pipeline.data.parse_locomo` makes them: `<sample>:q<i>`)."""
+    found = {}
+    for sample in samples:
+        for index, item in enumerate(sample["qa"]):
+            question_id = f"{sample['sample_id']}:q{index}"
+            planted = item["sim"]
+            found[question_id] = PlantedQuestion(question_id, planted["kind"], tuple(planted["needs"]))
+    return found
