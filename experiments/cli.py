@@ -13,20 +13,25 @@ from collections.abc import Callable
 USAGE = """usage: memtrace <command> [hydra overrides...]
 
 commands:
-  run     run a memory system over a dataset split: trace, evaluate, log to MLflow
+  run       run a memory system over a dataset split: trace, evaluate, log to MLflow
+  optimize  the closed loop: attribute failures, rewrite the most-blamed prompts, gate on dev, export
 
 examples:
   memtrace run                                  # Mem0-style system on the simulated world
   memtrace run dataset=locomo split=test        # the LoCoMo file in ../shared/data (or MEMTRACE_LOCOMO)
   memtrace run lm=openai lm.task.model=gpt-4o-mini embedder=openai
   memtrace run --cfg job                        # print the composed config
+  memtrace optimize                             # the closed loop on the simulated world
+  memtrace optimize optimizer=uniform           # the no-attribution baseline
+  memtrace optimize -m experiment=compare_optimizers   # attribution vs uniform vs none, one MLflow experiment
+  memtrace optimize resume=outputs/optimize/<run>      # continue an interrupted run
 """
 
 
 def _commands() -> dict[str, Callable[[], object]]:
-    from experiments import run
+    from experiments import optimize, run
 
-    return {"run": run.main}
+    return {"run": run.main, "optimize": optimize.main}
 
 
 def main(argv: list[str] | None = None) -> int:

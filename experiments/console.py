@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from pipeline.evaluation import EvaluationReport, MetricSummary
+from pipeline.loop import LoopResult
 from pipeline.runner import LMCallCounts
 
 
@@ -79,3 +80,62 @@ def counts_line(counts: LMCallCounts) -> str:
         f"LLM calls: {counts.calls} ({counts.cached_calls} from cache), tokens: {counts.prompt_tokens} in / "
         f"{counts.completion_tokens} out, failed operations: {counts.failed_operations}"
     )
+
+
+def _cell(summary: MetricSummary | None) -> str:
+    if summary is None:
+        return "-"
+    return f"{_pct(summary.judge_accuracy)} [{_pct(summary.ci_low)}, {_pct(summary.ci_high)}]"
+
+
+def loop_tables(result: LoopResult, system_name: str) -> list[Table]:
+    """Start vs final accuracy per category (dev and test), blame per iteration, accepted candidates."""
+    start_dev = result.iterations[0].dev.report if result.iterations and result.iterations[0].iteration == 0 else None
+    reports = {
+        "dev start": start_dev,
+        "dev final": result.dev_final.report,
+        "test start": result.test_start.report,
+        "test final": result.test_final.report,
+    }
+    scores = Table(title=f"{system_name}: judge accuracy %, start vs final prompts [95% CI]")
+    scores.add_column("category")
+    for name in reports:
+        scores.add_column(name, justify="right")
+    excluded = ",".join(str(c) for c in result.test_final.report.excluded_categories)
+    scores.add_row(
+        f"overall (excl. cat {excluded})" if excluded else "overall",
+        *(_cell(r.overall if r else None) for r in reports.values()), style="bold",
+    )
+    for category in result.test_final.report.by_category:
+        scores.add_row(category, *(_cell(r.by_category.get(category) if r else None) for r in reports.values()))
+
+    stages = list(dict.fromkeys(row["stage"] for s in result.history for row in s.blame))
+    blame = Table(title="blame per stage per iteration (attributed train failures)")
+    blame.add_column("iter", justify="right")
+    blame.add_column("dev acc %", justify="right")
+    for stage in stages:
+        blame.add_column(stage, justify="right")
+    blame.add_column("candidates")
+    for summary in result.history:
+        count_by_stage = {row["stage"]: row["count"] for row in summary.blame}
+        verdicts = ", ".join(
+            f"{'+'.join(c['stages'])}: {'accepted' if c['accepted'] else 'rejected'} ({100 * c['gain']:+.1f})"
+            for c in summary.candidates
+        )
+        blame.add_row(
+            str(summary.iteration), _pct(summary.dev_accuracy), *(str(count_by_stage.get(s, "")) for s in stages),
+            verdicts or ("baseline" if summary.iteration == 0 else "no candidate"),
+        )
+
+    accepted = Table(title="accepted candidates")
+    for column in ("iter", "stages", "dev acc %", "paired gain % [95% CI]", "why"):
+        accepted.add_column(column, justify="right" if column in ("iter", "dev acc %") else "left")
+    for summary in result.history:
+        for c in summary.candidates:
+            if c["accepted"]:
+                accepted.add_row(
+                    str(summary.iteration), ", ".join(c["stages"]), _pct(c["dev_accuracy"]),
+                    f"{100 * c['gain']:+.1f} [{100 * c['gain_ci'][0]:+.1f}, {100 * c['gain_ci'][1]:+.1f}]",
+                    str(c["rationale"])[:80],
+                )
+    return [scores, blame, accepted]

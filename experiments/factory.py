@@ -10,14 +10,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import dspy
 from omegaconf import DictConfig, OmegaConf
 
 from memory_systems.base import MemorySystem
 from memory_systems.mem0 import Mem0Knobs, Mem0Memory
-from pipeline.data import DataError, parse_locomo, split_by_conversation
+from pipeline.data import DataError, Split, parse_locomo, split_by_conversation
 from pipeline.data import load_locomo as _load_locomo
 from pipeline.embeddings import Embedder, build_embedder
+from pipeline.export import apply_prompts, read_prompts
+from pipeline.lm import LMSet, build_lm_set
 from pipeline.records import Dataset
+from pipeline.runner import make_judge
 from pipeline.sim.world import generate_locomo
 
 SPLIT_NAMES = ("all", "train", "dev", "test")
@@ -71,10 +75,6 @@ def build_memory_system(cfg: Mapping[str, Any], embedder: Embedder) -> MemorySys
     raise ConfigError(f"memory_system.name: unknown memory system {name!r} (available: mem0)")
 
 
-def build_embedder_from(cfg: Mapping[str, Any]) -> Embedder:
-    return build_embedder(cfg)
-
-
 def secret_values(cfg: Mapping[str, Any]) -> tuple[str, ...]:
     """The values of every environment variable named by an `api_key_env` anywhere in the config."""
     names: set[str] = set()
@@ -92,3 +92,19 @@ def secret_values(cfg: Mapping[str, Any]) -> tuple[str, ...]:
 
     walk(cfg)
     return tuple(v for v in (os.environ.get(n) for n in sorted(names)) if v)
+
+
+def build_components(plain: Mapping[str, Any], base_dir: Path) -> tuple[LMSet, MemorySystem, dspy.Predict]:
+    """The LMs, the memory system (task LM set, `prompts` file applied if given) and the judge."""
+    lms = build_lm_set(plain["lm"])
+    system = build_memory_system(plain["memory_system"], build_embedder(plain["embedder"]))
+    if plain.get("prompts"):
+        path = Path(str(plain["prompts"]))
+        system = apply_prompts(system, read_prompts(path if path.is_absolute() else base_dir / path))
+    system.set_lm(lms.task)
+    return lms, system, make_judge(lms.judge)
+
+
+def splits_of(plain: Mapping[str, Any], base_dir: Path) -> Split:
+    dataset = load_dataset(plain["dataset"], base_dir)
+    return split_by_conversation(dataset, tuple(plain["splits"]["fractions"]), int(plain["splits"]["seed"]))

@@ -18,16 +18,9 @@ from omegaconf import DictConfig
 from rich.console import Console
 
 from experiments.console import RichProgress, counts_line, report_table, setup_logging
-from experiments.factory import (
-    build_embedder_from,
-    build_memory_system,
-    load_dataset,
-    secret_values,
-    select_split,
-    to_plain,
-)
-from pipeline.lm import build_lm_set, configure_cache
-from pipeline.runner import make_judge, run_dataset
+from experiments.factory import build_components, load_dataset, secret_values, select_split, to_plain
+from pipeline.lm import configure_cache
+from pipeline.runner import run_dataset
 from pipeline.tracking import flatten, git_commit, log_params, log_run_result, open_experiment, scrub
 
 logger = logging.getLogger("memtrace.run")
@@ -41,10 +34,7 @@ def run(cfg: DictConfig, console: Console | None = None) -> dict[str, object]:
     base_dir = Path(hydra.utils.get_original_cwd()) if HydraConfig.initialized() else Path.cwd()
     configure_cache(base_dir / plain["cache_dir"])
 
-    lms = build_lm_set(plain["lm"])
-    system = build_memory_system(plain["memory_system"], build_embedder_from(plain["embedder"]))
-    system.set_lm(lms.task)
-    judge = make_judge(lms.judge)
+    _, system, judge = build_components(plain, base_dir)
     dataset = select_split(
         load_dataset(plain["dataset"], base_dir), plain["split"], plain["splits"]["fractions"],
         int(plain["splits"]["seed"]),

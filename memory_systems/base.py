@@ -9,6 +9,8 @@ It does not implement any system (see `mem0.py`) and does not run datasets (see 
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +41,23 @@ class MemorySystem(dspy.Module):
     progress) and `answer(question, state, tracer) -> AnswerOutcome`."""
 
     name: str = "base"
+    construction_stages: tuple[str, ...] = ()  # the stages `ingest` uses; the rest only answer
+
+    def construction_knobs(self) -> str:
+        """Everything besides prompts and the model that changes what `ingest` builds (for the memory key)."""
+        return ""
+
+    def memory_key(self, conversation: Conversation) -> str:
+        """Names what `ingest(conversation)` depends on: equal keys build equal memories."""
+        prompts = self.prompt_set()
+        models = sorted(
+            {str(getattr(getattr(p, "lm", None), "model", "unset")) for n, p in self.named_predictors()
+             if n in self.construction_stages}
+        )
+        payload = json.dumps(
+            [self.name, conversation.id, prompts.digest(self.construction_stages), self.construction_knobs(), models]
+        )
+        return hashlib.sha256(payload.encode()).hexdigest()
 
     def ingest(
         self, conversation: Conversation, tracer: Tracer, on_turn: Callable[[Turn], None] | None = None

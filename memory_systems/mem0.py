@@ -60,6 +60,7 @@ class Mem0State:
 
 class Mem0Memory(MemorySystem):
     name = "mem0"
+    construction_stages = ("extract", "decide")
 
     def __init__(self, embedder: Embedder, knobs: Mem0Knobs | None = None) -> None:
         super().__init__()
@@ -68,6 +69,9 @@ class Mem0Memory(MemorySystem):
         self.respond = dspy.Predict(AnswerQuestion)
         self.embedder = embedder
         self.knobs = knobs or Mem0Knobs()
+
+    def construction_knobs(self) -> str:
+        return f"similar_k={self.knobs.similar_k};embedder={self.embedder!r}"
 
     # ------------------------------------------------------------------ construction
 

@@ -64,7 +64,15 @@ _RELATIVE = re.compile(
 )
 _DATE_LIKE = re.compile(r"\b(19|20)\d\d\b|\b(" + "|".join(_MONTHS) + r")\b", re.IGNORECASE)
 _ABSTENTION = re.compile(r"\b(not mentioned|no information|not answerable|unanswerable|never mentioned)\b", re.I)
-_NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b([A-Z][a-z]{2,})\b")
+_RELATION_WORDS = (
+    "sister|brother|cousin|friend|aunt|uncle|roommate|neighbou?r|coworker|colleague|boss|mom|dad|mother|father|"
+    "wife|husband|partner|son|daughter|niece|nephew|grandma|grandpa"
+)
+# a person mentioned in a turn: "my cousin Kofi", "Kofi's", or a sentence that starts "Kofi works ..."
+_PERSON = re.compile(
+    rf"\b(?:{_RELATION_WORDS})\s+([A-Z][a-z]+)\b|\b([A-Z][a-z]+)'s\b|(?:^|[.!?]\s+)([A-Z][a-z]+)\s+(?:just\s+|now\s+|"
+    r"recently\s+)?(?:is|was|works|worked|lives|lived|moved|started|got|has|had|loves|likes)\b"
+)
 _TURN_PREFIX = re.compile(r"^\[[^\]]*\]\s*[^:]{1,60}:\s*")
 
 
@@ -357,8 +365,8 @@ class LineageAttributor:
                              "against the session date")
         speaker = carrier.meta.get("speaker") if carrier.kind == "turn" else None
         said = turn_text(carrier.value) if carrier.kind == "turn" else carrier.value
-        others = [n for n in _NAME.findall(said) if n != speaker and n not in self._speakers]
-        others = [n for n in others if n.lower() not in _MONTHS]
+        people = [next(g for g in groups if g) for groups in _PERSON.findall(said)]
+        others = [n for n in people if n != speaker and n not in self._speakers and n.lower() not in _MONTHS]
         if others:
             parts.append(f"the turn is about another person ({', '.join(dict.fromkeys(others))}), not the speaker")
         return "; ".join(parts)

@@ -176,6 +176,18 @@ class ExecutionGraph:
         self._store_operation(op)
         return op
 
+    def copy(self) -> ExecutionGraph:
+        """An independent graph with the same content (records are immutable, so this is cheap)."""
+        twin = ExecutionGraph(self.graph_id, self.meta)
+        twin._variable_by_id = dict(self._variable_by_id)
+        twin._operation_by_id = dict(self._operation_by_id)
+        twin._operations = list(self._operations)
+        twin._versions_by_name = {name: list(ids) for name, ids in self._versions_by_name.items()}
+        twin._producer_by_variable = dict(self._producer_by_variable)
+        twin._consumers_by_variable = {var: list(ops) for var, ops in self._consumers_by_variable.items()}
+        twin._next_seq = self._next_seq
+        return twin
+
     def _store_operation(self, op: Operation) -> None:
         self._operation_by_id[op.id] = op
         self._operations.append(op)

@@ -19,6 +19,7 @@ import dspy
 from memory_systems.base import AnswerOutcome, MemorySystem
 from pipeline.evaluation import EvaluationReport, JudgeAnswer, score_case, summarize
 from pipeline.graph import ExecutionGraph, OpKind
+from pipeline.memory_cache import CachedMemory, MemoryCache
 from pipeline.records import CaseResult, Conversation, Dataset, Question
 from pipeline.tracing import Tracer
 
@@ -60,7 +61,9 @@ class RunResult:
     results: tuple[CaseResult, ...]
     graph_by_conversation: Mapping[str, ExecutionGraph]
     report: EvaluationReport
-    counts: LMCallCounts
+    counts: LMCallCounts  # summed over the graphs (reused memories included)
+    reused_memories: int = 0  # conversations whose memory came from the cache
+    lm_calls_saved: int = 0  # LLM calls the reused memories did not have to make again
 
 
 def make_judge(lm: dspy.BaseLM | None = None) -> dspy.Predict:
@@ -90,15 +93,20 @@ def _map(
         return results
 
 
+def declare_prompts(tracer: Tracer, system: MemorySystem, judge: dspy.Predict) -> None:
+    """Record every current stage prompt (a new version where it changed) before buffered answering."""
+    for stage, instruction in system.prompt_set().instruction_by_stage.items():
+        tracer.prompt_variable(stage, instruction)
+    tracer.prompt_variable(JUDGE_STAGE, judge.signature.instructions)
+
+
 def new_conversation_graph(
     system: MemorySystem, judge: dspy.Predict, conversation: Conversation, meta: Mapping[str, Any] | None = None
 ) -> tuple[ExecutionGraph, Tracer]:
     """A fresh graph for one conversation with every stage prompt declared up front."""
     graph = ExecutionGraph(conversation.id, {"system": system.name, **(meta or {})})
     tracer = Tracer(graph)
-    for stage, instruction in system.prompt_set().instruction_by_stage.items():
-        tracer.prompt_variable(stage, instruction)
-    tracer.prompt_variable(JUDGE_STAGE, judge.signature.instructions)
+    declare_prompts(tracer, system, judge)
     return graph, tracer
 
 
@@ -138,16 +146,29 @@ def run_dataset(
     progress: ProgressSink | None = None,
     exclude_categories: Sequence[int] = (5,),
     seed: int = 0,
+    memory_cache: MemoryCache | None = None,
 ) -> RunResult:
-    """Ingest every conversation, answer and judge every question; trace it all."""
+    """Ingest every conversation (or reuse its cached memory), answer and judge every question; trace it all."""
     progress = progress or _NoProgress()
     conversations = list(dataset.conversations)
 
     progress.begin("ingest", sum(len(c.turns) for c in conversations))
+    reused: list[int] = []
 
     def ingest(conversation: Conversation) -> tuple[ExecutionGraph, Any]:
+        key = system.memory_key(conversation) if memory_cache is not None else ""
+        cached = memory_cache.get(key) if memory_cache is not None else None
+        if cached is not None:
+            graph = cached.graph.copy()
+            declare_prompts(Tracer(graph), system, judge)
+            progress.advance("ingest", len(conversation.turns))
+            reused.append(cached.lm_calls)
+            return graph, cached.state
         graph, tracer = new_conversation_graph(system, judge, conversation, {"dataset": dataset.name})
-        return graph, system.ingest(conversation, tracer, on_turn=lambda _turn: progress.advance("ingest"))
+        state = system.ingest(conversation, tracer, on_turn=lambda _turn: progress.advance("ingest"))
+        if memory_cache is not None:
+            memory_cache.put(key, CachedMemory(graph.copy(), state, count_lm_calls([graph]).calls))
+        return graph, state
 
     built = _map(ingest, conversations, workers)
     graph_by_conversation = {c.id: g for c, (g, _) in zip(conversations, built, strict=True)}
@@ -166,4 +187,7 @@ def run_dataset(
         tracer.commit()
     results = tuple(result for _, result in answered)
     report = summarize(results, exclude_categories=tuple(exclude_categories), seed=seed)
-    return RunResult(results, graph_by_conversation, report, count_lm_calls(graph_by_conversation.values()))
+    return RunResult(
+        results, graph_by_conversation, report, count_lm_calls(graph_by_conversation.values()), len(reused),
+        sum(reused),
+    )

@@ -112,3 +112,14 @@ def test_loading_a_broken_document_names_the_problem(tmp_path):
         graph_from_json("{", "bad.json")
     with pytest.raises(GraphError, match="not a memtrace-graph"):
         graph_from_json("{}", "other.json")
+
+
+def test_copy_is_independent():
+    g = small_graph()
+    twin = g.copy()
+    v = twin.add_variable("memory:m1", "memory", "Alice lives in Oslo.")
+    twin.add_operation("memory_update", "store", OpKind.UPDATE, ["memory:m1@2"], [v.id])
+    assert len(g.versions("memory:m1")) == 2 and len(twin.versions("memory:m1")) == 3
+    assert g.consumers("memory:m1@2") != twin.consumers("memory:m1@2")
+    assert graph_to_json(g) == graph_to_json(small_graph())
+    twin.check()

@@ -21,27 +21,34 @@ from pipeline.lm import LMConfig, build_lm
 from pipeline.runner import make_judge, run_dataset
 
 CONF_DIR = Path(__file__).parents[1] / "conf"
+EXPERIMENT_DIR = Path(__file__).parents[1] / "experiments" / "conf" / "experiment"
 GROUPS = sorted(p.name for p in CONF_DIR.iterdir() if p.is_dir() and not p.name.startswith("_"))
+RUN_GROUPS = ("lm", "embedder", "memory_system", "dataset", "tracking")
 
 
-def composed(*overrides: str):
+def composed(*overrides: str, config: str = "run"):
     with initialize_config_module(config_module="conf", version_base="1.3"):
-        return compose("run", overrides=list(overrides))
+        return compose(config, overrides=list(overrides))
+
+
+def options(group_dir: Path) -> list[str]:
+    return [p.stem for p in sorted(group_dir.glob("*.yaml"))]
 
 
 @pytest.mark.parametrize(
-    "group,option",
-    [(g, p.stem) for g in GROUPS for p in sorted((CONF_DIR / g).glob("*.yaml"))],
+    "config,group,option",
+    [("run", g, o) for g in RUN_GROUPS for o in options(CONF_DIR / g)]
+    + [("optimize", g, o) for g in GROUPS for o in options(CONF_DIR / g)]
+    + [("optimize", "experiment", o) for o in options(EXPERIMENT_DIR)],
 )
-def test_every_config_option_composes_and_resolves(group, option, monkeypatch):
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-real")
-    cfg = composed(f"{group}={option}")
-    resolved = json.dumps(dict(cfg.items()), default=str)
-    assert resolved
+def test_every_config_option_composes_and_resolves(config, group, option, monkeypatch):
     from omegaconf import OmegaConf
 
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-real")
+    cfg = composed(f"{group}={option}", config=config)
     plain = OmegaConf.to_container(cfg, resolve=True)
-    assert plain[group]  # the group is present and fully resolvable
+    assert plain[group] if group != "experiment" else plain["tracking"]["experiment"] == "compare-optimizers"
+    assert set(RUN_GROUPS) <= set(plain)
 
 
 def sim_run(workers: int, n_conversations: int = 2):

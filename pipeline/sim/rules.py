@@ -88,7 +88,7 @@ RULES: tuple[SimRule, ...] = (
         ),
         patterns=(r"\bother (?:people|persons?)\b", r"\bmention"),
         feedback_keywords=_kw(
-            "third party | third-party | other person | other people | someone else | relative | family | "
+            "third party | third-party | other person | other people | someone else | family | "
             "sister | brother | cousin | friend | coworker | neighbor | aunt | uncle | roommate"
         ),
         fixes_error_type="ExtractionError",

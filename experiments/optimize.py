@@ -1,0 +1,161 @@
+"""`memtrace optimize`: the Hydra app of the closed loop.
+
+It builds the system, judge, optimizer and train/dev/test split from the config, runs
+`pipeline.loop.OptimizationLoop` inside one MLflow parent run (one nested run per iteration), writes a
+checkpoint after every iteration (`resume=<run dir>` continues an interrupted run with the config it
+was started with), exports the best prompt set as JSON and YAML, and prints the summary tables.
+An entry point: it configures DSPy's cache and prints; the work lives in `pipeline`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import hydra
+import mlflow
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+from rich.console import Console
+
+from experiments.console import RichProgress, loop_tables, setup_logging
+from experiments.factory import build_components, secret_values, splits_of, to_plain
+from optimizers.registry import build_optimizer
+from pipeline.export import ExportedPrompts, write_prompts
+from pipeline.lm import configure_cache
+from pipeline.loop import CheckpointError, LoopResult, LoopSettings, OptimizationLoop, Splits, read_checkpoint
+from pipeline.loop_tracking import MLflowLoopObserver
+from pipeline.tracking import flatten, git_commit, log_params, open_experiment, scrub
+
+logger = logging.getLogger("memtrace.optimize")
+
+CHECKPOINT = "checkpoint.json"
+SAVED_CONFIG = "config.json"
+NOT_PART_OF_A_RUN = ("resume", "run_name", "workers")  # may differ when resuming
+
+
+def config_digest(plain: dict[str, Any]) -> str:
+    kept = {k: v for k, v in plain.items() if k not in NOT_PART_OF_A_RUN}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _run_dir(plain: dict[str, Any], base_dir: Path) -> tuple[Path, dict[str, Any], bool]:
+    """(run directory, the config to use, resuming?) — a resumed run uses the config it was started with."""
+    if plain.get("resume"):
+        run_dir = Path(str(plain["resume"]))
+        run_dir = run_dir if run_dir.is_absolute() else base_dir / run_dir
+        saved = run_dir / SAVED_CONFIG
+        if not (run_dir / CHECKPOINT).exists() or not saved.exists():
+            raise CheckpointError(f"resume={plain['resume']}: no {CHECKPOINT} and {SAVED_CONFIG} in {run_dir}")
+        config = json.loads(saved.read_text(encoding="utf-8"))
+        config["workers"] = plain["workers"]
+        return run_dir, config, True
+    run_dir = Path(HydraConfig.get().runtime.output_dir) if HydraConfig.initialized() else base_dir / "outputs"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / SAVED_CONFIG).write_text(json.dumps(plain, indent=2), encoding="utf-8")
+    return run_dir, plain, False
+
+
+def export_best(result: LoopResult, system_name: str, run_id: str, run_dir: Path) -> list[Path]:
+    final = result.test_final.report.overall
+    exported = ExportedPrompts(
+        system=system_name,
+        prompts=result.final_prompts,
+        source_run=run_id,
+        metrics={
+            "test_judge_accuracy": final.judge_accuracy,
+            "test_start_judge_accuracy": result.test_start.report.overall.judge_accuracy,
+            "dev_judge_accuracy": result.dev_final.report.overall.judge_accuracy,
+        },
+        created=datetime.now(UTC).replace(microsecond=0).isoformat(),
+    )
+    return [write_prompts(exported, run_dir / name) for name in ("best_prompts.json", "best_prompts.yaml")]
+
+
+def optimize(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
+    """Run the loop end to end; returns run id, paths and the headline numbers."""
+    console = console or Console()
+    base_dir = Path(hydra.utils.get_original_cwd()) if HydraConfig.initialized() else Path.cwd()
+    run_dir, plain, resuming = _run_dir(to_plain(cfg), base_dir)
+    secrets = secret_values(plain)
+    configure_cache(base_dir / plain["cache_dir"])
+    lms, system, judge = build_components(plain, base_dir)
+    parts = splits_of(plain, base_dir)
+    for name in ("train", "dev", "test"):
+        if not getattr(parts, name).questions:
+            raise ValueError(f"the {name} split is empty: use a dataset with at least 3 conversations")
+    optimizer = build_optimizer(plain["optimizer"]["name"], lms.rewriter, plain["optimizer"])
+    settings = LoopSettings(
+        max_iterations=int(plain["loop"]["max_iterations"]), patience=int(plain["loop"]["patience"]),
+        min_gain=float(plain["loop"]["min_gain"]), max_candidates=int(plain["loop"]["max_candidates"]),
+        exclude_categories=tuple(plain["evaluation"]["exclude_categories"]), workers=int(plain["workers"]),
+        seed=int(plain["seed"]),
+    )
+
+    open_experiment(plain["tracking"]["uri"], plain["tracking"]["experiment"])
+    parent_id = read_checkpoint(run_dir / CHECKPOINT).get("mlflow_run_id") if resuming else None
+    run_name = plain.get("run_name") or f"optimize-{system.name}-{plain['optimizer']['name']}"
+    started = time.perf_counter()
+    with mlflow.start_run(run_id=parent_id, run_name=None if parent_id else run_name) as parent:
+        if not resuming:
+            mlflow.set_tags(
+                {
+                    "memtrace.command": "optimize",
+                    "memtrace.system": system.name,
+                    "memtrace.dataset": parts.train.name,
+                    "memtrace.optimizer": plain["optimizer"]["name"],
+                    "git_commit": git_commit(base_dir),
+                }
+            )
+            log_params(flatten(plain), secrets)
+            mlflow.log_params({"split.train_conversations": len(parts.train.conversations),
+                               "split.dev_conversations": len(parts.dev.conversations),
+                               "split.test_conversations": len(parts.test.conversations)})
+        observer = MLflowLoopObserver(system.name, secrets, bool(plain.get("register_prompts", True)))
+        with RichProgress(console) as progress:
+            loop = OptimizationLoop(
+                system, judge, optimizer, Splits(parts.train, parts.dev, parts.test), settings,
+                checkpoint=run_dir / CHECKPOINT, config_digest=config_digest(plain), observers=[observer],
+                progress=progress, checkpoint_extra=lambda: {"mlflow_run_id": parent.info.run_id},
+            )
+            result = loop.run(resume=resuming)
+        paths = export_best(result, system.name, parent.info.run_id, run_dir)
+        for path in paths:
+            mlflow.log_artifact(str(path), "export")
+        plots = MLflowLoopObserver.plots(result, run_dir)
+        elapsed = time.perf_counter() - started
+        mlflow.log_metric("elapsed_s", elapsed)
+        run_id = parent.info.run_id
+
+    for table in loop_tables(result, system.name):
+        console.print(table)
+    uri = scrub(plain["tracking"]["uri"], secrets)
+    console.print(
+        f"LLM calls made: {result.lm_calls_made}; saved by reusing built memories: {result.lm_calls_saved}; "
+        f"{elapsed:.1f} s"
+    )
+    console.print(f"MLflow run [bold]{run_id}[/] in {uri} (experiment {plain['tracking']['experiment']!r})")
+    console.print(f"Exported prompts: {paths[0]} and {paths[1].name}; plots: {', '.join(str(p) for p in plots)}")
+    console.print(f"Load them with: memtrace run prompts={paths[0]}")
+    if uri.startswith("sqlite:///"):
+        console.print(f"Open MLflow with: mlflow ui --backend-store-uri {uri}")
+    return {
+        "run_id": run_id,
+        "run_dir": str(run_dir),
+        "exported": [str(p) for p in paths],
+        "test_start": result.test_start.report.overall.judge_accuracy,
+        "test_final": result.test_final.report.overall.judge_accuracy,
+        "result": result,
+    }
+
+
+@hydra.main(config_path="pkg://conf", config_name="optimize", version_base="1.3")
+def main(cfg: DictConfig) -> float:
+    setup_logging()
+    return float(optimize(cfg)["test_final"])
+

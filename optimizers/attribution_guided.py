@@ -1,0 +1,84 @@
+"""The attribution-guided optimizer: rewrite the prompts of the stages the blame table points at.
+
+For the `top_stages` most-blamed stages that have a prompt in the current prompt set, it turns that
+stage's attributed failures into feedback (`optimizers.feedback`), folds it to `max_feedback_chars`,
+and asks the `InstructionRewriter` for a new instruction. Each rewrite that changes the instruction
+becomes one `Candidate` (the current prompt set with only that stage replaced), in blame order.
+
+Stages blamed through their knobs (`tunable == "knobs"`, e.g. vector search) have no prompt to rewrite;
+they are named in every candidate's rationale so the blame is reported, not silently dropped. It does
+not evaluate or accept candidates (the loop's gate does) and does not tune knobs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from optimizers.base import Candidate, OptimizationContext
+from optimizers.feedback import feedback_for_attribution, fold_feedback
+from optimizers.rewrite import InstructionRewriter, length_change, stage_candidate
+from pipeline.blame import StageBlame
+
+logger = logging.getLogger(__name__)
+
+
+def _types(row: StageBlame) -> str:
+    return ", ".join(f"{kind} {n}" for kind, n in row.count_by_error_type.items())
+
+
+def unrewritable_note(context: OptimizationContext) -> str:
+    """A sentence naming the blamed stages this optimizer cannot rewrite (knobs, or no prompt)."""
+    knobs = [row for row in context.blame.rows if row.tunable != "prompt"]
+    missing = [s for s in context.blame.prompt_stages() if s not in context.prompts]
+    parts = []
+    if knobs:
+        listed = "; ".join(f"{row.stage} ({row.count} failures: {_types(row)})" for row in knobs)
+        parts.append(f"Blamed on non-prompt knobs, not rewritten (tune their settings instead): {listed}.")
+    if missing:
+        parts.append(f"Blamed stages with no prompt in this prompt set, not rewritten: {', '.join(missing)}.")
+    return " ".join(parts)
+
+
+class AttributionGuidedOptimizer:
+    """Rewrites the most-blamed prompt stages from the feedback of their own attributed failures."""
+
+    name: str = "attribution"
+
+    def __init__(self, rewriter: InstructionRewriter, top_stages: int = 2, max_feedback_chars: int = 4000) -> None:
+        if top_stages <= 0 or max_feedback_chars <= 0:
+            raise ValueError("top_stages and max_feedback_chars must be positive")
+        self.rewriter = rewriter
+        self.top_stages = top_stages
+        self.max_feedback_chars = max_feedback_chars
+
+    def target_stages(self, context: OptimizationContext) -> tuple[str, ...]:
+        """The most-blamed stages that have a prompt in the current prompt set, at most `top_stages`."""
+        stages = [s for s in context.blame.prompt_stages() if s in context.prompts]
+        return tuple(stages[: self.top_stages])
+
+    def propose(self, context: OptimizationContext) -> Sequence[Candidate]:
+        note = unrewritable_note(context)
+        candidates: list[Candidate] = []
+        for stage in self.target_stages(context):
+            attributed = [a for a in context.attributions if a.stage == stage and a.tunable == "prompt"]
+            if not attributed:
+                continue
+            feedback = fold_feedback([feedback_for_attribution(a) for a in attributed], self.max_feedback_chars)
+            current = context.prompts[stage]
+            outcome = self.rewriter.rewrite(stage, context.signature_by_stage.get(stage, ""), current, feedback)
+            if not outcome.ok:
+                logger.info("no candidate for stage %s: %s", stage, outcome.error)
+                continue
+            row = context.blame.by_stage[stage]
+            rationale = (
+                f"Stage {stage} was blamed for {row.count} of {context.blame.total} attributed failures "
+                f"({row.share:.0%}; {_types(row)}); its instruction was rewritten from their folded "
+                f"feedback ({length_change(current, outcome)})."
+            )
+            candidate = stage_candidate(context.prompts, stage, outcome, f"{rationale} {note}".strip(), feedback)
+            if candidate is None:
+                logger.info("no candidate for stage %s: the rewrite changed nothing", stage)
+                continue
+            candidates.append(candidate)
+        return candidates

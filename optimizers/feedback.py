@@ -1,0 +1,192 @@
+"""Feedback text for one stage's rewriter, built from attributed failures.
+
+`feedback_for_attribution` turns one `Attribution` into a `FailureFeedback` block (question, gold
+answer, the system's answer, the error type at the blamed operation, and the attribution's reason as
+the diagnosis); `feedback_without_attribution` builds the block the no-attribution baseline sends to
+every stage (same facts, a fixed diagnosis that says nothing about where the failure came from).
+`fold_feedback` folds any number of blocks into a text of at most `max_chars` characters: blocks are
+grouped by error type (largest group first), a few representative blocks per group are kept
+(verified and confident attributions first, then the ones that add the most new words), and the rest
+are counted ("... and 7 more ExtractionError cases like these.").
+
+Pure functions over records. It does not call an LM, pick stages, or decide which failures a stage
+gets: that is the optimizers' job.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from pipeline.blame import Attribution
+from pipeline.records import CaseResult
+
+DIAGNOSIS_LABEL = "Diagnosis:"
+UNATTRIBUTED = "Unattributed"
+NO_ATTRIBUTION_DIAGNOSIS = (
+    "the final answer was wrong; no attribution was made, so this failure is sent to every stage."
+)
+DEFAULT_PER_TYPE = 4
+
+# Field lengths inside one block, so one huge answer or reason cannot crowd out the others.
+_LIMITS = {"question": 300, "gold": 200, "answer": 300, "diagnosis": 900}
+_WORD = re.compile(r"[a-z]{3,}")
+
+
+def clip(text: str, limit: int) -> str:
+    """`text` on one line (whitespace collapsed), cut at a word boundary to at most `limit` chars."""
+    text = " ".join(str(text).split())
+    if len(text) <= limit:
+        return text
+    if limit <= 4:
+        return text[:limit]
+    head = text[: limit - 4]
+    cut = head.rsplit(" ", 1)[0] if " " in head else head
+    return cut + " ..."
+
+
+@dataclass(frozen=True)
+class FailureFeedback:
+    """One failed case as a rewriter sees it."""
+
+    question_id: str
+    question: str
+    gold: str
+    answer: str
+    error_type: str  # an ErrorType value, or UNATTRIBUTED
+    op_name: str  # the blamed operation's name; "" when nothing was blamed
+    diagnosis: str
+    confidence: float = 0.0
+    verified: bool | None = None
+
+    def render(self) -> str:
+        if self.op_name:
+            error = f"{self.error_type} at operation {self.op_name}"
+            if self.verified is True:
+                error += " (confirmed by replay)"
+            elif self.verified is False:
+                error += " (not confirmed by replay)"
+        else:
+            error = f"{self.error_type} (no operation blamed)"
+        return "\n".join(
+            (
+                f"Question: {clip(self.question, _LIMITS['question'])}",
+                f"Gold answer: {clip(self.gold, _LIMITS['gold'])}",
+                f"System answered: {clip(self.answer, _LIMITS['answer']) or '(nothing)'}",
+                f"Error: {error}",
+                f"{DIAGNOSIS_LABEL} {clip(self.diagnosis, _LIMITS['diagnosis'])}",
+            )
+        )
+
+
+def feedback_for_attribution(attribution: Attribution) -> FailureFeedback:
+    """The block for one attributed failure; the diagnosis is the attribution's reason."""
+    case = attribution.case
+    return FailureFeedback(
+        question_id=case.question.id,
+        question=case.question.text,
+        gold=case.question.gold,
+        answer=case.prediction,
+        error_type=attribution.error_type.value,
+        op_name=attribution.op_name or attribution.op,
+        diagnosis=attribution.reason or "(the attributor gave no reason)",
+        confidence=attribution.confidence,
+        verified=attribution.verified,
+    )
+
+
+def feedback_without_attribution(case: CaseResult) -> FailureFeedback:
+    """The no-attribution baseline's block: the failure's facts and a diagnosis that blames nothing."""
+    return FailureFeedback(
+        question_id=case.question.id,
+        question=case.question.text,
+        gold=case.question.gold,
+        answer=case.prediction,
+        error_type=UNATTRIBUTED,
+        op_name="",
+        diagnosis=NO_ATTRIBUTION_DIAGNOSIS,
+    )
+
+
+def _rank_key(block: FailureFeedback) -> tuple[int, float, str]:
+    verified_rank = {True: 0, None: 1, False: 2}[block.verified]
+    return (verified_rank, -block.confidence, block.question_id)
+
+
+def _words(block: FailureFeedback) -> frozenset[str]:
+    return frozenset(_WORD.findall(f"{block.diagnosis} {block.question}".lower()))
+
+
+def representative(blocks: Iterable[FailureFeedback], limit: int | None = None) -> list[FailureFeedback]:
+    """All blocks, most informative first: the first `limit` (all, if None) greedily, each the one
+    adding the most words not yet seen in the diagnoses and questions chosen before it; ties and the
+    rest by (verified first, confidence, question id)."""
+    remaining = sorted(blocks, key=_rank_key)
+    words = {id(b): _words(b) for b in remaining}
+    seen: set[str] = set()
+    ordered: list[FailureFeedback] = []
+    while remaining and (limit is None or len(ordered) < limit):
+        best = max(range(len(remaining)), key=lambda i: (len(words[id(remaining[i])] - seen), -i))
+        chosen = remaining.pop(best)
+        seen |= words[id(chosen)]
+        ordered.append(chosen)
+    return ordered + remaining
+
+
+def _group(blocks: Sequence[FailureFeedback], per_type: int) -> list[tuple[str, list[FailureFeedback]]]:
+    groups: dict[str, list[FailureFeedback]] = {}
+    for block in blocks:
+        groups.setdefault(block.error_type, []).append(block)
+    ordered = sorted(groups.items(), key=lambda item: (-len(item[1]), item[0]))
+    return [(kind, representative(members, per_type)) for kind, members in ordered]
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _render(groups: list[tuple[str, list[FailureFeedback]]], shown: dict[str, list[str]]) -> str:
+    sections = []
+    for kind, members in groups:
+        parts = [f"{kind} ({_plural(len(members), 'failure')}):", *shown[kind]]
+        rest = len(members) - len(shown[kind])
+        if rest and shown[kind]:
+            parts.append(f"... and {rest} more {kind} {'case' if rest == 1 else 'cases'} like these.")
+        elif rest:
+            parts.append(f"... {_plural(rest, kind + ' case')} not shown.")
+        sections.append("\n\n".join(parts))
+    return "\n\n".join(sections)
+
+
+def fold_feedback(
+    blocks: Iterable[FailureFeedback], max_chars: int, per_type: int = DEFAULT_PER_TYPE
+) -> str:
+    """Many failure blocks as one text of at most `max_chars` characters (deterministic).
+
+    Groups by error type, largest first; takes representative blocks round-robin across groups (at
+    most `per_type` per group) while the text fits, and counts the ones left out per group. If not even
+    the group headers fit, returns a one-line count per error type, clipped to `max_chars`.
+    """
+    if max_chars <= 0:
+        raise ValueError(f"max_chars must be positive, got {max_chars}")
+    items = list(blocks)
+    if not items:
+        return ""
+    groups = _group(items, per_type)
+    shown: dict[str, list[str]] = {kind: [] for kind, _ in groups}
+    text = _render(groups, shown)
+    if len(text) > max_chars:
+        summary = "; ".join(f"{kind}: {_plural(len(members), 'failure')}" for kind, members in groups)
+        return clip(summary, max_chars)
+    for round_index in range(per_type):
+        for kind, members in groups:
+            if round_index >= len(members) or len(shown[kind]) != round_index:
+                continue  # group exhausted, or an earlier block of it did not fit
+            shown[kind].append(members[round_index].render())
+            attempt = _render(groups, shown)
+            if len(attempt) <= max_chars:
+                text = attempt
+            else:
+                shown[kind].pop()
+    return text

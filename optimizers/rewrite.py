@@ -1,0 +1,151 @@
+"""Rewriting one stage's instruction from feedback, under a length budget.
+
+`RewriteInstruction` is the rewriter's DSPy signature (its docstring is the rewriter's prompt).
+`InstructionRewriter` runs it with the rewriter LM given to its constructor and controls length: a
+draft over `max_chars` is sent back once, as the current instruction, with a note asking for a shorter
+version; a second draft still over budget is rejected, never cut mid-sentence. Every LM or parse
+failure becomes a `RewriteOutcome` with an error; `rewrite` never raises. `stage_candidate` wraps an
+accepted rewrite into a one-stage `Candidate`.
+
+It does not choose stages, build feedback (`optimizers.feedback`) or judge whether a rewrite helps
+(the loop's gate does).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+import dspy
+
+from optimizers.base import Candidate
+from pipeline.records import PromptSet
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_INSTRUCTION_CHARS = 2000
+
+
+class RewriteInstruction(dspy.Signature):
+    """You improve the instruction (the prompt) of one stage of an LLM memory system that remembers
+    long conversations and answers questions about them. You are given the stage's name, what it reads
+    and writes, its current instruction, and feedback on failed questions that were traced back to
+    this stage: each with the question, the gold answer, the system's answer, the error type at the
+    blamed operation, and a diagnosis of what information was lost, where and why.
+
+    Write the complete new instruction for this stage:
+    - keep everything in the current instruction that still applies; do not drop working rules;
+    - add general rules that would have prevented these kinds of failures, stated so they apply to
+      any conversation; never copy case-specific names, facts, dates or answers from the feedback;
+    - only address failures this stage can fix with its inputs and outputs;
+    - do not change the stage's input or output format;
+    - stay within max_chars characters; be concise and merge overlapping rules.
+    Return only the instruction text, with no preamble or commentary."""
+
+    stage_name: str = dspy.InputField(desc="the stage's name in the memory system")
+    stage_signature: str = dspy.InputField(desc="what the stage reads and writes, as 'inputs -> outputs'")
+    current_instruction: str = dspy.InputField(desc="the stage's instruction now")
+    feedback: str = dspy.InputField(desc="failures attributed to this stage, with diagnoses")
+    max_chars: int = dspy.InputField(desc="the most characters the new instruction may have")
+    new_instruction: str = dspy.OutputField(desc="the complete improved instruction, plain text")
+
+
+@dataclass(frozen=True)
+class RewriteOutcome:
+    """The result of one rewrite: the new instruction, or None with the error that prevented it.
+    `length_retry` is True when the first draft was over budget and a shorter one was asked for."""
+
+    instruction: str | None
+    error: str | None = None
+    length_retry: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.instruction is not None
+
+
+def shorten_note(draft_chars: int, max_chars: int) -> str:
+    """The note prepended to the feedback when a draft is over the length budget."""
+    return (
+        f"NOTE: the current instruction above is a draft of {draft_chars} characters, over the budget of "
+        f"{max_chars} characters. Rewrite it to at most {max_chars} characters: keep every rule it states "
+        "that addresses the failures below, merge overlapping rules and remove redundant wording."
+    )
+
+
+class InstructionRewriter:
+    """Rewrites one stage's instruction with the rewriter LM, keeping it within `max_chars`."""
+
+    def __init__(self, lm: dspy.BaseLM, max_chars: int = DEFAULT_MAX_INSTRUCTION_CHARS) -> None:
+        if max_chars <= 0:
+            raise ValueError(f"max_chars must be positive, got {max_chars}")
+        self.lm = lm
+        self.max_chars = max_chars
+
+    def _draft(self, stage: str, signature: str, current: str, feedback: str) -> tuple[str | None, str | None]:
+        """(instruction, None) or (None, error)."""
+        try:
+            prediction = dspy.Predict(RewriteInstruction)(
+                lm=self.lm,
+                stage_name=stage,
+                stage_signature=signature,
+                current_instruction=current,
+                feedback=feedback,
+                max_chars=self.max_chars,
+            )
+            text = str(prediction.new_instruction or "").strip()
+        except Exception as exc:  # an LM, adapter or parse failure must not stop the loop
+            logger.warning("rewrite of stage %s failed: %s: %s", stage, type(exc).__name__, exc)
+            return None, f"{type(exc).__name__}: {' '.join(str(exc).split())[:500]}"
+        if not text:
+            return None, "the rewriter returned an empty instruction"
+        return text, None
+
+    def rewrite(self, stage: str, signature: str, current: str, feedback: str) -> RewriteOutcome:
+        """A new instruction for `stage` from `feedback`, or an outcome with the error. Never raises."""
+        draft, error = self._draft(stage, signature, current, feedback)
+        if draft is None:
+            return RewriteOutcome(None, error)
+        if len(draft) <= self.max_chars:
+            return RewriteOutcome(draft)
+        note = shorten_note(len(draft), self.max_chars)
+        shorter, error = self._draft(stage, signature, draft, f"{note}\n\n{feedback}")
+        if shorter is None:
+            return RewriteOutcome(None, f"shortening an over-long draft failed: {error}", length_retry=True)
+        if len(shorter) <= self.max_chars:
+            return RewriteOutcome(shorter, length_retry=True)
+        return RewriteOutcome(
+            None,
+            f"instruction over budget after one retry: {len(shorter)} > {self.max_chars} characters",
+            length_retry=True,
+        )
+
+
+def same_instruction(a: str, b: str) -> bool:
+    """True when two instructions differ at most in whitespace."""
+    return a.split() == b.split()
+
+
+def stage_candidate(
+    prompts: PromptSet, stage: str, outcome: RewriteOutcome, rationale: str, feedback: str
+) -> Candidate | None:
+    """The current prompt set with `stage` replaced by the rewrite, or None when the rewrite failed or
+    changed nothing but whitespace."""
+    if outcome.instruction is None or same_instruction(outcome.instruction, prompts[stage]):
+        return None
+    feedback_by_stage: Mapping[str, str] = MappingProxyType({stage: feedback})
+    return Candidate(
+        prompts=prompts.with_instruction(stage, outcome.instruction),
+        changed_stages=(stage,),
+        rationale=rationale,
+        feedback_by_stage=feedback_by_stage,
+    )
+
+
+def length_change(before: str, outcome: RewriteOutcome) -> str:
+    """'412 -> 598 chars' (plus a note when the budget forced a second draft), for rationales."""
+    after = len(outcome.instruction or "")
+    note = ", shortened to fit the length budget" if outcome.length_retry else ""
+    return f"{len(before)} -> {after} chars{note}"

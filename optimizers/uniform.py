@@ -1,0 +1,77 @@
+"""The uniform-blame baseline: rewrite prompts without attribution, at the same budget.
+
+Every failed case is blamed on every prompt stage equally (`pipeline.blame.uniform_blame`), and every
+stage receives the same feedback: the failures' questions, gold answers and system answers with a
+diagnosis that says no attribution was made. This mirrors the "no attribution" ablation (every failure
+blamed on the answer step, its feedback sent to all prompts). To spend the same budget as the
+attribution-guided optimizer it rewrites `top_stages` stages per iteration with the same rewriter and
+feedback budget, rotating through the prompt stages (in prompt-set order) as the iteration number
+grows.
+
+It does not look at attributions, evaluate candidates, or tune knobs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from optimizers.base import Candidate, OptimizationContext
+from optimizers.feedback import feedback_without_attribution, fold_feedback
+from optimizers.rewrite import InstructionRewriter, length_change, stage_candidate
+from pipeline.blame import uniform_blame
+
+logger = logging.getLogger(__name__)
+
+
+def rotated(stages: Sequence[str], iteration: int, count: int) -> tuple[str, ...]:
+    """`count` consecutive stages (cyclically) starting at `iteration * count`: over successive
+    iterations every stage gets its turn."""
+    if not stages:
+        return ()
+    count = min(count, len(stages))
+    start = (iteration * count) % len(stages)
+    return tuple(stages[(start + i) % len(stages)] for i in range(count))
+
+
+class UniformBlameOptimizer:
+    """Rewrites `top_stages` prompt stages per iteration, in rotation, from unattributed feedback."""
+
+    name: str = "uniform"
+
+    def __init__(self, rewriter: InstructionRewriter, top_stages: int = 2, max_feedback_chars: int = 4000) -> None:
+        if top_stages <= 0 or max_feedback_chars <= 0:
+            raise ValueError("top_stages and max_feedback_chars must be positive")
+        self.rewriter = rewriter
+        self.top_stages = top_stages
+        self.max_feedback_chars = max_feedback_chars
+
+    def target_stages(self, context: OptimizationContext) -> tuple[str, ...]:
+        """This iteration's stages: the uniform blame table's stages (all tied), rotated."""
+        failed = [case for case in context.failures if not case.correct]
+        if not failed:
+            return ()
+        blame = uniform_blame(failed, context.prompts.stages())
+        return rotated(blame.prompt_stages(), context.iteration, self.top_stages)
+
+    def propose(self, context: OptimizationContext) -> Sequence[Candidate]:
+        stages = self.target_stages(context)
+        if not stages:
+            return []
+        failed = [case for case in context.failures if not case.correct]
+        feedback = fold_feedback([feedback_without_attribution(c) for c in failed], self.max_feedback_chars)
+        candidates: list[Candidate] = []
+        for stage in stages:
+            current = context.prompts[stage]
+            outcome = self.rewriter.rewrite(stage, context.signature_by_stage.get(stage, ""), current, feedback)
+            rationale = (
+                f"Uniform blame (no attribution): all {len(failed)} failures were blamed on each of the "
+                f"{len(context.prompts)} prompt stages; stage {stage} was rewritten in rotation from their "
+                f"unattributed feedback ({length_change(current, outcome)})."
+            )
+            candidate = stage_candidate(context.prompts, stage, outcome, rationale, feedback)
+            if candidate is None:
+                logger.info("no candidate for stage %s: %s", stage, outcome.error or "the rewrite changed nothing")
+                continue
+            candidates.append(candidate)
+        return candidates

@@ -1,0 +1,83 @@
+"""The simulated rewriter: the stand-in's handler for instruction-rewrite requests.
+
+It answers requests whose only output field is `new_instruction` (`optimizers.rewrite.
+RewriteInstruction`). The stage to rewrite is the stand-in stage of `stage_signature`'s output fields
+(`rules.stage_for_outputs`; `stage_name` is used only when the signature is missing or unknown). It
+reads ONLY the `Diagnosis:` lines of `feedback` — the part that comes from attribution — and appends
+the sentence of each rule of that stage those lines point at (`rules.rules_pointed_by`) and the
+instruction does not state yet, in catalog order, skipping any rule whose sentence would push the
+instruction over `max_chars`. So a wrong or missing attribution (e.g. the uniform baseline's fixed
+diagnosis) adds nothing, and the simulated loop only improves when attribution is right.
+
+Deterministic and pure; it never removes or rewords what the instruction already says and does not
+pretend to be a model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeline.sim.protocol import StageRequest
+from pipeline.sim.rules import STAGE_ORDER, rules_in, rules_pointed_by, stage_for_outputs, with_rules
+
+# The label `optimizers.feedback` writes before an attribution's reason (kept in step with it; the
+# simulated world does not import the optimizers).
+DIAGNOSIS_LABEL = "diagnosis:"
+NO_LIMIT = 1_000_000
+
+
+def diagnosis_text(feedback: str) -> str:
+    """The text after `Diagnosis:` on every line of `feedback` that starts with it."""
+    found = []
+    for line in feedback.splitlines():
+        stripped = line.strip()
+        if stripped.lower().startswith(DIAGNOSIS_LABEL):
+            found.append(stripped[len(DIAGNOSIS_LABEL) :].strip())
+    return "\n".join(found)
+
+
+def signature_outputs(signature: str) -> tuple[str, ...]:
+    """Output field names of 'a, b -> c, d' (types after ':' are ignored)."""
+    if "->" not in signature:
+        return ()
+    outputs = signature.split("->", 1)[1]
+    return tuple(name.split(":")[0].strip() for name in outputs.split(",") if name.split(":")[0].strip())
+
+
+def target_stage(signature: str, stage_name: str = "") -> str | None:
+    """The stand-in stage a rewrite request is about (None if it cannot be told)."""
+    outputs = signature_outputs(signature)
+    stage = stage_for_outputs(outputs) if outputs else None
+    if stage is None and stage_name.strip() in STAGE_ORDER:
+        stage = stage_name.strip()
+    return stage
+
+
+def _limit(raw: str) -> int:
+    try:
+        return int(str(raw).strip())
+    except ValueError:
+        return NO_LIMIT
+
+
+def rewrite(current: str, feedback: str, stage: str | None, max_chars: int) -> str:
+    """`current` plus the sentences of the not-yet-stated rules of `stage` that the diagnoses point at,
+    in catalog order, each only if the result stays within `max_chars`."""
+    if stage is None:
+        return current
+    present = rules_in(current)
+    pointed = [rule.id for rule in rules_pointed_by(diagnosis_text(feedback), stage) if rule.id not in present]
+    added: list[str] = []
+    for rule_id in pointed:
+        if len(with_rules(current, [*added, rule_id])) <= max_chars:
+            added.append(rule_id)
+    return with_rules(current, added) if added else current
+
+
+def rewrite_instruction(request: StageRequest) -> dict[str, Any]:
+    """The handler: `{"new_instruction": ...}` for one parsed RewriteInstruction request."""
+    inputs = request.inputs
+    stage = target_stage(inputs.get("stage_signature", ""), inputs.get("stage_name", ""))
+    current = inputs.get("current_instruction", "")
+    new = rewrite(current, inputs.get("feedback", ""), stage, _limit(inputs.get("max_chars", "")))
+    return {"new_instruction": new}
