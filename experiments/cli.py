@@ -15,6 +15,7 @@ USAGE = """usage: memtrace <command> [hydra overrides...]
 commands:
   run       run a memory system over a dataset split: trace, evaluate, log to MLflow
   optimize  the closed loop: attribute failures, rewrite the most-blamed prompts, gate on dev, export
+  export    write the best prompt set of an MLflow run as JSON/YAML (run_id=... out=...)
 
 examples:
   memtrace run                                  # Mem0-style system on the simulated world
@@ -25,13 +26,15 @@ examples:
   memtrace optimize optimizer=uniform           # the no-attribution baseline
   memtrace optimize -m experiment=compare_optimizers   # attribution vs uniform vs none, one MLflow experiment
   memtrace optimize resume=outputs/optimize/<run>      # continue an interrupted run
+  memtrace export run_id=<mlflow run id> out=prompts.yaml
+  memtrace run prompts=prompts.yaml              # load an exported prompt set
 """
 
 
 def _commands() -> dict[str, Callable[[], object]]:
-    from experiments import optimize, run
+    from experiments import export, optimize, run
 
-    return {"run": run.main, "optimize": optimize.main}
+    return {"run": run.main, "optimize": optimize.main, "export": export.main}
 
 
 def main(argv: list[str] | None = None) -> int:

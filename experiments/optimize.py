@@ -12,8 +12,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import time
-from datetime import UTC, datetime
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -55,24 +56,25 @@ def _run_dir(plain: dict[str, Any], base_dir: Path) -> tuple[Path, dict[str, Any
         config = json.loads(saved.read_text(encoding="utf-8"))
         config["workers"] = plain["workers"]
         return run_dir, config, True
-    run_dir = Path(HydraConfig.get().runtime.output_dir) if HydraConfig.initialized() else base_dir / "outputs"
+    if HydraConfig.initialized():
+        run_dir = Path(HydraConfig.get().runtime.output_dir)
+    else:  # called as a library (e.g. with Hydra's compose API): a fresh directory of its own
+        run_dir = base_dir / "outputs" / "optimize" / f"{time.strftime('%Y-%m-%d_%H-%M-%S')}-{uuid.uuid4().hex[:6]}"
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / SAVED_CONFIG).write_text(json.dumps(plain, indent=2), encoding="utf-8")
     return run_dir, plain, False
 
 
 def export_best(result: LoopResult, system_name: str, run_id: str, run_dir: Path) -> list[Path]:
-    final = result.test_final.report.overall
-    exported = ExportedPrompts(
-        system=system_name,
-        prompts=result.final_prompts,
-        source_run=run_id,
-        metrics={
-            "test_judge_accuracy": final.judge_accuracy,
-            "test_start_judge_accuracy": result.test_start.report.overall.judge_accuracy,
-            "dev_judge_accuracy": result.dev_final.report.overall.judge_accuracy,
-        },
-        created=datetime.now(UTC).replace(microsecond=0).isoformat(),
+    """The final prompt set as best_prompts.json and .yaml (with the finite headline metrics)."""
+    metrics = {
+        "test_judge_accuracy": result.test_final.report.overall.judge_accuracy,
+        "test_start_judge_accuracy": result.test_start.report.overall.judge_accuracy,
+        "dev_judge_accuracy": result.dev_final.report.overall.judge_accuracy,
+    }
+    exported = ExportedPrompts.create(
+        system_name, result.final_prompts, source_run=run_id,
+        metrics={k: v for k, v in metrics.items() if math.isfinite(v)},
     )
     return [write_prompts(exported, run_dir / name) for name in ("best_prompts.json", "best_prompts.yaml")]
 

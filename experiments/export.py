@@ -1,0 +1,65 @@
+"""`memtrace export`: write the best prompt set of an MLflow run as JSON or YAML.
+
+For an optimization run it takes the exported prompt set the run logged (`export/best_prompts.json`);
+for a plain `memtrace run` it takes the prompt set that run used (`prompts.json` + its system tag).
+The file loads back with `prompts=<file>`. An entry point; reading and writing files is
+`pipeline.export`.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+from omegaconf import DictConfig
+from rich.console import Console
+
+from experiments.console import setup_logging
+from pipeline.export import ExportedPrompts, read_prompts, write_prompts
+from pipeline.records import PromptSet
+
+
+class ExportError(ValueError):
+    """The run cannot be exported (unknown run, no prompt set logged)."""
+
+
+def exported_from_run(client: MlflowClient, run_id: str) -> ExportedPrompts:
+    try:
+        run = client.get_run(run_id)
+    except MlflowException as exc:
+        raise ExportError(f"run {run_id!r} not found in the tracking store: {exc.message}") from exc
+    names = {a.path for a in client.list_artifacts(run_id)}
+    with tempfile.TemporaryDirectory(prefix="memtrace-export-") as tmp:
+        if "export" in names:
+            return read_prompts(client.download_artifacts(run_id, "export/best_prompts.json", tmp))
+        if "prompts.json" in names:
+            prompts = json.loads(Path(client.download_artifacts(run_id, "prompts.json", tmp)).read_text())
+            system = run.data.tags.get("memtrace.system")
+            if not system:
+                raise ExportError(f"run {run_id!r} has no memtrace.system tag")
+            metrics = {k: v for k, v in run.data.metrics.items() if k in ("judge_accuracy", "f1", "bleu1")}
+            return ExportedPrompts.create(system, PromptSet(prompts), source_run=run_id, metrics=metrics)
+    raise ExportError(f"run {run_id!r} logged no prompt set (neither export/best_prompts.json nor prompts.json)")
+
+
+def export(cfg: DictConfig, console: Console | None = None) -> Path:
+    console = console or Console()
+    base_dir = Path(hydra.utils.get_original_cwd()) if HydraConfig.initialized() else Path.cwd()
+    client = MlflowClient(tracking_uri=str(cfg.tracking.uri))
+    exported = exported_from_run(client, str(cfg.run_id))
+    out = Path(str(cfg.out))
+    path = write_prompts(exported, out if out.is_absolute() else base_dir / out)
+    console.print(f"wrote {len(exported.prompts)} stage prompts of {exported.system!r} to {path}")
+    console.print(f"load them with: memtrace run prompts={path}")
+    return path
+
+
+@hydra.main(config_path="pkg://conf", config_name="export", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    setup_logging()
+    export(cfg)
