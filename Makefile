@@ -10,7 +10,7 @@ export MLFLOW_DISABLE_TELEMETRY ?= true
 export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 
-.PHONY: install demo run test test-fast lint bench ui clean
+.PHONY: install demo run compare test test-fast lint bench ui clean
 
 install: $(STAMP)
 
@@ -20,8 +20,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-demo: install  ## the main job on the offline default (the simulated world)
+demo: install  ## the closed loop on the offline default (the simulated world)
+	$(BIN)/memtrace optimize
+
+run: install  ## one traced, evaluated run of the memory system (no optimization)
 	$(BIN)/memtrace run
+
+compare: install  ## attribution vs uniform blame vs no optimization, one MLflow experiment
+	$(BIN)/memtrace optimize -m experiment=compare_optimizers
 
 test: install  ## the whole test suite, as CI runs it
 	$(BIN)/python -m pytest -q

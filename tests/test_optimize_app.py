@@ -35,8 +35,12 @@ def optimize_cfg(tmp_path: Path, *overrides: str):
 @pytest.fixture(scope="module")
 def optimized(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("optimize")
+    before = Path.cwd()
     os.chdir(tmp_path)  # the app writes its run directory below the working directory
-    outcome = optimize(optimize_cfg(tmp_path))
+    try:
+        outcome = optimize(optimize_cfg(tmp_path))
+    finally:
+        os.chdir(before)
     return tmp_path, outcome
 
 
@@ -106,7 +110,7 @@ def test_loading_a_prompt_file_for_another_system_fails_clearly(tmp_path):
 
 def test_an_interrupted_optimization_resumes_into_the_same_mlflow_run(optimized, tmp_path, monkeypatch):
     _, uninterrupted = optimized
-    os.chdir(tmp_path)
+    monkeypatch.chdir(tmp_path)
     original = loop_tracking.MLflowLoopObserver.on_iteration
 
     def interrupt_after_first(self, record):
