@@ -14,10 +14,10 @@ import dspy
 from omegaconf import DictConfig, OmegaConf
 
 from memory_systems.base import MemorySystem
-from memory_systems.mem0 import Mem0Knobs, Mem0Memory
+from memory_systems.registry import build_memory_system
 from pipeline.data import DataError, Split, parse_locomo, split_by_conversation
 from pipeline.data import load_locomo as _load_locomo
-from pipeline.embeddings import Embedder, build_embedder
+from pipeline.embeddings import build_embedder
 from pipeline.export import apply_prompts, read_prompts
 from pipeline.lm import LMSet, build_lm_set
 from pipeline.records import Dataset
@@ -65,14 +65,6 @@ def select_split(dataset: Dataset, split: str, fractions: list[float], seed: int
         return dataset
     parts = split_by_conversation(dataset, fractions=tuple(fractions), seed=seed)
     return getattr(parts, split)
-
-
-def build_memory_system(cfg: Mapping[str, Any], embedder: Embedder) -> MemorySystem:
-    name = cfg.get("name")
-    if name == "mem0":
-        knobs = Mem0Knobs(top_k=int(cfg.get("top_k", 10)), similar_k=int(cfg.get("similar_k", 5)))
-        return Mem0Memory(embedder, knobs)
-    raise ConfigError(f"memory_system.name: unknown memory system {name!r} (available: mem0)")
 
 
 def secret_values(cfg: Mapping[str, Any]) -> tuple[str, ...]:

@@ -13,12 +13,14 @@ declaring their data flow. A failed or unparsable LLM call becomes a failed oper
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import dspy
 import numpy as np
 
+from memory_systems.answering import record_query, record_retrieval, respond
 from memory_systems.base import AnswerOutcome, MemorySystem
 from memory_systems.signatures import (
     AnswerQuestion,
@@ -167,17 +169,16 @@ class Mem0Memory(MemorySystem):
     # ------------------------------------------------------------------ answering
 
     def answer(self, question: Question, state: Mem0State, tracer: Tracer) -> AnswerOutcome:
-        query_var = tracer.variable(f"query:{question.id}", "query", question.text)
+        query_var = record_query(tracer, question)
         hits = state.store.search(question.text, self.knobs.top_k)
         context = "\n".join(render_context_line(h.unit.text, h.unit.time) for h in hits)
-        retrieved_var = tracer.variable(f"retrieved:{question.id}", "context", context)
-        tracer.operation(
-            "retrieve_memories", "retrieve", OpKind.RETRIEVAL,
-            [query_var, *(memory_var(h.unit) for h in hits)], [retrieved_var],
+        context_var = record_retrieval(
+            tracer, question, query_var, [memory_var(h.unit) for h in hits], context,
             meta={"k": self.knobs.top_k, "scores": [round(h.score, 4) for h in hits]},
         )
-        answered = tracer.llm(self.respond, "respond", context=context, question=question.text)
-        text = str(answered.prediction.answer).strip() if answered.ok else ""
-        answer_var = tracer.variable(f"answer:{question.id}", "answer", text)
-        tracer.record_llm(answered, "question_answering", OpKind.RESPONSE, [query_var, retrieved_var], [answer_var])
-        return AnswerOutcome(text, query_var, answer_var, answered.error)
+        return respond(tracer, self.respond, question, query_var, context_var, context)
+
+
+def from_config(cfg: Mapping[str, Any], embedder: Embedder) -> Mem0Memory:
+    """The system as `conf/memory_system/mem0.yaml` describes it."""
+    return Mem0Memory(embedder, Mem0Knobs(top_k=int(cfg.get("top_k", 10)), similar_k=int(cfg.get("similar_k", 5))))
