@@ -247,7 +247,7 @@ class LineageAttributor:
                 tunable, evidence_ids, pseudo,
             )
 
-        if _ABSTENTION.search(normalize_answer(case.question.gold)) or case.question.category == 5:
+        if _ABSTENTION.search(normalize_answer(case.question.gold)):
             return verdict(
                 answer_op, ErrorType.RESPONSE,
                 f"The question asks about something the conversation does not say (gold: \"{case.question.gold}\", "

@@ -41,7 +41,10 @@ class Conversation:
 
 @dataclass(frozen=True, slots=True)
 class Question:
-    """A question about one conversation; `evidence` lists the turn ids that hold the answer."""
+    """A question about one conversation; `evidence` lists the turn ids that hold the answer.
+
+    `category` is the dataset's category number (LoCoMo 1-5); `category_label` names it when the
+    dataset has its own names (e.g. LongMemEval question types), else LoCoMo's names are used."""
 
     id: str
     conversation_id: str
@@ -49,10 +52,11 @@ class Question:
     gold: str
     category: int
     evidence: tuple[str, ...] = ()
+    category_label: str = ""
 
     @property
     def category_name(self) -> str:
-        return CATEGORY_NAMES.get(self.category, str(self.category))
+        return self.category_label or CATEGORY_NAMES.get(self.category, str(self.category))
 
 
 @dataclass(frozen=True, slots=True)
