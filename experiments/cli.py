@@ -16,6 +16,7 @@ commands:
   run       run a memory system over a dataset split: trace, evaluate, log to MLflow
   optimize  the closed loop: attribute failures, rewrite the most-blamed prompts, gate on dev, export
   export    write the best prompt set of an MLflow run as JSON/YAML (run_id=... out=...)
+  stages    list every stage of a memory system with its current instruction (memory_system=...)
 
 examples:
   memtrace run                                  # Mem0-style system on the simulated world
@@ -28,13 +29,14 @@ examples:
   memtrace optimize resume=outputs/optimize/<run>      # continue an interrupted run
   memtrace export run_id=<mlflow run id> out=prompts.yaml
   memtrace run prompts=prompts.yaml              # load an exported prompt set
+  memtrace stages memory_system=evermemos        # every stage and its current instruction
 """
 
 
 def _commands() -> dict[str, Callable[[], object]]:
-    from experiments import export, optimize, run
+    from experiments import export, optimize, run, stages
 
-    return {"run": run.main, "optimize": optimize.main, "export": export.main}
+    return {"run": run.main, "optimize": optimize.main, "export": export.main, "stages": stages.main}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -43,6 +43,10 @@ class MemorySystem(dspy.Module):
     name: str = "base"
     construction_stages: tuple[str, ...] = ()  # the stages `ingest` uses; the rest only answer
 
+    def non_llm_stages(self) -> dict[str, str]:
+        """Stage name -> its settings, for every stage that is not an LLM call (search, store, ...)."""
+        return {}
+
     def construction_knobs(self) -> str:
         """Everything besides prompts and the model that changes what `ingest` builds (for the memory key)."""
         return ""

@@ -75,6 +75,14 @@ class Mem0Memory(MemorySystem):
     def construction_knobs(self) -> str:
         return f"similar_k={self.knobs.similar_k};embedder={self.embedder!r}"
 
+    def non_llm_stages(self) -> dict[str, str]:
+        return {
+            "search_similar": f"similar_k={self.knobs.similar_k} (existing memories shown to decide, per fact); "
+            f"embedder={self.embedder!r}",
+            STORE_STAGE: "applies ADD/UPDATE/DELETE to the versioned vector store",
+            "retrieve": f"top_k={self.knobs.top_k} memories by cosine similarity to the question",
+        }
+
     # ------------------------------------------------------------------ construction
 
     def ingest(

@@ -7,7 +7,8 @@ then measures what the graph layer costs, separately from any LLM time:
 - size: variables, operations, edges and bytes of JSON;
 - save + load time of the JSON;
 - ancestors query: from each answer back to the turns (mean and max milliseconds).
-It prints one table row per memory system and checks the targets (20 us/op, 5 ms, 2 s).
+It prints one table row per memory system and checks the targets (20 us/op, 5 ms, 2 s), plus the
+linear-growth check: the JSON bytes per turn of a run on a quarter of the turns vs the full run.
 """
 
 from __future__ import annotations
@@ -162,7 +163,7 @@ def render(rows: Sequence[BenchRow]) -> Table:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--systems", nargs="+", default=["mem0"])
+    parser.add_argument("--systems", nargs="+", default=list(MODULE_BY_SYSTEM), choices=list(MODULE_BY_SYSTEM))
     parser.add_argument("--conversations", type=int, default=10)
     parser.add_argument("--sessions", type=int, default=30)
     parser.add_argument("--turns-per-session", type=int, default=20)

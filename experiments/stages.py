@@ -1,0 +1,70 @@
+"""`memtrace stages`: every stage of a memory system with its current instruction or settings.
+
+LLM stages are the system's DSPy predictors (their path is the stage's public name, used by blame,
+prompt sets, MLflow and exports); non-LLM stages are listed with the knobs that tune them. With
+`prompts=<file>` the listed instructions are the ones that file sets. An entry point.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+from rich.console import Console
+from rich.table import Table
+
+from experiments.factory import to_plain
+from memory_systems.base import MemorySystem
+from memory_systems.registry import build_memory_system
+from pipeline.embeddings import build_embedder
+from pipeline.export import apply_prompts, read_prompts
+
+
+def stage_rows(system: MemorySystem) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for name, predictor in system.named_predictors():
+        signature = predictor.signature
+        rows.append(
+            {
+                "stage": name,
+                "llm": True,
+                "construction": name in system.construction_stages,
+                "signature": f"{', '.join(signature.input_fields)} -> {', '.join(signature.output_fields)}",
+                "instruction": signature.instructions,
+            }
+        )
+    for name, knobs in system.non_llm_stages().items():
+        rows.append({"stage": name, "llm": False, "construction": None, "signature": "", "instruction": knobs})
+    return rows
+
+
+def stages(cfg: DictConfig, console: Console | None = None) -> list[dict[str, Any]]:
+    plain = to_plain(cfg)
+    base_dir = Path(hydra.utils.get_original_cwd()) if HydraConfig.initialized() else Path.cwd()
+    system = build_memory_system(plain["memory_system"], build_embedder(plain["embedder"]))
+    if plain.get("prompts"):
+        path = Path(str(plain["prompts"]))
+        system = apply_prompts(system, read_prompts(path if path.is_absolute() else base_dir / path))
+    rows = stage_rows(system)
+    if plain.get("format") == "json":
+        sys.stdout.write(json.dumps({"system": system.name, "stages": rows}, indent=2) + "\n")
+        return rows
+    console = console or Console()
+    table = Table(title=f"stages of {system.name}", show_lines=True)
+    for column in ("stage", "kind", "signature", "instruction / settings"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        kind = ("LLM, construction" if row["construction"] else "LLM, answering") if row["llm"] else "non-LLM (knobs)"
+        table.add_row(row["stage"], kind, row["signature"], row["instruction"])
+    console.print(table)
+    return rows
+
+
+@hydra.main(config_path="pkg://conf", config_name="stages", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    stages(cfg)
