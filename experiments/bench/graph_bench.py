@@ -28,11 +28,11 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from rich.console import Console
 from rich.table import Table
 
-from experiments.factory import build_memory_system
+from memory_systems.registry import MODULE_BY_SYSTEM, build_memory_system
 from pipeline.data import parse_locomo
 from pipeline.embeddings import HashingEmbedder
 from pipeline.graph import ExecutionGraph
-from pipeline.graph_io import load_graph, save_graph
+from pipeline.graph_io import graph_to_json, load_graph, save_graph
 from pipeline.lm import LMConfig, build_lm
 from pipeline.runner import make_judge, run_dataset
 from pipeline.sim.world import generate_locomo
@@ -57,6 +57,7 @@ class BenchRow:
     ancestors_mean_ms: float
     ancestors_max_ms: float
     run_s: float
+    growth: float  # JSON bytes per turn at full length / at a quarter of the length (1 = linear, 4 = quadratic)
 
 
 def replay_us_per_op(graphs: Sequence[ExecutionGraph]) -> float:
@@ -91,9 +92,10 @@ def replay_us_per_op(graphs: Sequence[ExecutionGraph]) -> float:
     return 1e6 * elapsed / max(total_ops, 1)
 
 
-def bench_system(
+def build_graphs(
     system_name: str, n_conversations: int, sessions: int, turns_per_session: int, workers: int
-) -> BenchRow:
+) -> tuple[list[ExecutionGraph], int, float]:
+    """The graphs of a sim run (answers and judge included), the number of turns, and the run time."""
     samples = generate_locomo(
         seed=0, n_conversations=n_conversations, sessions_per_conversation=sessions,
         turns_per_session=turns_per_session,
@@ -104,8 +106,21 @@ def bench_system(
     system.set_lm(lm)
     started = time.perf_counter()
     result = run_dataset(system, make_judge(lm), dataset, workers=workers)
-    run_s = time.perf_counter() - started
-    graphs = list(result.graph_by_conversation.values())
+    turns = sum(len(c.turns) for c in dataset.conversations)
+    return list(result.graph_by_conversation.values()), turns, time.perf_counter() - started
+
+
+def json_bytes_per_turn(graphs: Sequence[ExecutionGraph], turns: int) -> float:
+    return sum(len(graph_to_json(g).encode()) for g in graphs) / max(turns, 1)
+
+
+def bench_system(
+    system_name: str, n_conversations: int, sessions: int, turns_per_session: int, workers: int
+) -> BenchRow:
+    graphs, turns, run_s = build_graphs(system_name, n_conversations, sessions, turns_per_session, workers)
+    quarter = max(sessions // 4, 1)
+    small, small_turns, _ = build_graphs(system_name, n_conversations, quarter, turns_per_session, workers)
+    growth = json_bytes_per_turn(graphs, turns) / json_bytes_per_turn(small, small_turns)
 
     us_per_op = replay_us_per_op(graphs)
     with tempfile.TemporaryDirectory() as tmp:
@@ -132,18 +147,21 @@ def bench_system(
             if not any(node.startswith("turn:") for node in up):
                 raise RuntimeError(f"{graph.graph_id}: {answer.id} does not reach any turn")
     return BenchRow(
-        system_name, sum(len(c.turns) for c in dataset.conversations),
+        system_name, turns,
         sum(g.n_operations for g in graphs), sum(g.n_variables for g in graphs), sum(g.n_edges for g in graphs),
         json_bytes, us_per_op, save_s, load_s, statistics.fmean(timings) if timings else 0.0,
-        max(timings, default=0.0), run_s,
+        max(timings, default=0.0), run_s, growth,
     )
 
 
 def render(rows: Sequence[BenchRow]) -> Table:
-    table = Table(title="Execution graph at LoCoMo scale (targets: <=20 us/op, ancestors <5 ms, save+load <2 s)")
+    table = Table(
+        title="Execution graph at LoCoMo scale (targets: <=20 us/op, ancestors <5 ms, save+load <2 s, "
+        "growth = bytes/turn at full vs 1/4 length < 2, i.e. linear)"
+    )
     for column in (
         "system", "turns", "ops", "vars", "edges", "JSON MB", "us/op", "save s", "load s",
-        "anc. mean ms", "anc. max ms", "run s", "targets",
+        "anc. mean ms", "anc. max ms", "run s", "growth", "targets",
     ):
         table.add_column(column, justify="left" if column in ("system", "targets") else "right")
     for row in rows:
@@ -151,11 +169,12 @@ def render(rows: Sequence[BenchRow]) -> Table:
             row.us_per_op <= TARGET_US_PER_OP
             and row.ancestors_max_ms < TARGET_ANCESTORS_MS
             and row.save_s + row.load_s < TARGET_SAVE_LOAD_S
+            and row.growth < 2.0
         )
         table.add_row(
             row.system, str(row.turns), str(row.operations), str(row.variables), str(row.edges),
             f"{row.json_bytes / 1e6:.1f}", f"{row.us_per_op:.1f}", f"{row.save_s:.2f}", f"{row.load_s:.2f}",
-            f"{row.ancestors_mean_ms:.2f}", f"{row.ancestors_max_ms:.2f}", f"{row.run_s:.1f}",
+            f"{row.ancestors_mean_ms:.2f}", f"{row.ancestors_max_ms:.2f}", f"{row.run_s:.1f}", f"{row.growth:.2f}",
             "[green]met[/]" if ok else "[red]missed[/]",
         )
     return table
