@@ -20,6 +20,7 @@ from pipeline.data import load_locomo as _load_locomo
 from pipeline.embeddings import build_embedder
 from pipeline.export import apply_prompts, read_prompts
 from pipeline.lm import LMSet, build_lm_set
+from pipeline.longmemeval import load_longmemeval, load_longmemeval_hub
 from pipeline.records import Dataset
 from pipeline.runner import make_judge
 from pipeline.sim.world import generate_locomo
@@ -53,9 +54,24 @@ def load_dataset(cfg: Mapping[str, Any], base_dir: str | Path | None = None) -> 
         if not path.is_absolute() and base_dir is not None:
             path = Path(base_dir) / path
         if not path.exists():
-            raise DataError(f"{path}: LoCoMo file not found (set dataset.path=... or MEMTRACE_LOCOMO)")
+            raise DataError(str(path), "LoCoMo file not found (set dataset.path=... or MEMTRACE_LOCOMO)")
         return _load_locomo(path)
-    raise ConfigError(f"dataset.kind: unknown kind {kind!r} (expected 'sim' or 'locomo')")
+    if kind == "longmemeval":
+        date_in_text = bool(cfg.get("question_date_in_text", True))
+        if cfg.get("hub"):
+            return load_longmemeval_hub(
+                str(cfg["hub"]), variant=cfg.get("variant"), split=str(cfg.get("hub_split", "train")),
+                question_date_in_text=date_in_text,
+            )
+        path = Path(str(cfg.get("path")))
+        if not path.is_absolute() and base_dir is not None:
+            path = Path(base_dir) / path
+        if not path.exists():
+            raise DataError(
+                str(path), "LongMemEval file not found (set dataset.path=..., MEMTRACE_LONGMEMEVAL or dataset.hub=...)"
+            )
+        return load_longmemeval(path, question_date_in_text=date_in_text)
+    raise ConfigError(f"dataset.kind: unknown kind {kind!r} (expected 'sim', 'locomo' or 'longmemeval')")
 
 
 def select_split(dataset: Dataset, split: str, fractions: list[float], seed: int) -> Dataset:

@@ -63,7 +63,11 @@ _RELATIVE = re.compile(
     re.IGNORECASE,
 )
 _DATE_LIKE = re.compile(r"\b(19|20)\d\d\b|\b(" + "|".join(_MONTHS) + r")\b", re.IGNORECASE)
-_ABSTENTION = re.compile(r"\b(not mentioned|no information|not answerable|unanswerable|never mentioned)\b", re.I)
+_ABSTENTION = re.compile(
+    r"\b(not mentioned|never mentioned|did not mention|no mention|no information|not enough information|"
+    r"information provided is not enough|not answerable|unanswerable|cannot be answered)\b",
+    re.IGNORECASE,
+)
 _RELATION_WORDS = (
     "sister|brother|cousin|friend|aunt|uncle|roommate|neighbou?r|coworker|colleague|boss|mom|dad|mother|father|"
     "wife|husband|partner|son|daughter|niece|nephew|grandma|grandpa"
@@ -194,7 +198,16 @@ class LineageAttributor:
                 continue
             if op.kind == OpKind.RETRIEVAL:
                 continue  # a search output is a view of the store, not a new carrier of the information
-            carried = [graph.variable(v) for v in op.outputs if self._carries(graph.variable(v), track.target)]
+            # a non-LLM copy step (buffer append, chunking) that keeps a live turn's words keeps its information,
+            # even when that information is implicit (a relative date the answer resolves later)
+            copied = [turn_text(graph.variable(v).value).strip() for v in op.inputs if v in live] if (
+                op.prompt is None
+            ) else []
+            outputs = [graph.variable(v) for v in op.outputs]
+            carried = [
+                var for var in outputs
+                if self._carries(var, track.target) or any(text and text in var.value for text in copied)
+            ]
             for var in carried:
                 if var.id not in live:
                     live.add(var.id)

@@ -9,7 +9,7 @@ What it does:
   names a turn the conversation does not have is dropped with one logged warning per conversation.
 - `split_by_conversation` makes a seeded, deterministic train/dev/test `Split` by conversation.
 
-What it does not do: no network, no caching, no LongMemEval loader (yet), and no answering or
+What it does not do: no network, no caching, no LongMemEval (see `pipeline.longmemeval`), and no answering or
 scoring (see `pipeline.evaluation`). It never prints; diagnostics go to the module logger.
 """
 

@@ -9,7 +9,7 @@ The graph enforces its invariants on every append (each variable has at most one
 operation's outputs are fresh variables, so the graph stays acyclic) and keeps indexes so the common
 queries (producer, consumers, versions, ancestors, descendants, the subgraph of one operation) cost
 O(answer). It does not know about DSPy, memory systems or files: recording from a running program is
-`pipeline.tracing`; JSON and ExecNetwork conversion are `pipeline.graph_io`.
+`pipeline.tracing`; our JSON is `pipeline.graph_io`, ExecNetwork interop `pipeline.exec_network`.
 """
 
 from __future__ import annotations

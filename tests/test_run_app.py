@@ -130,3 +130,10 @@ def test_cli_run_as_a_user_types_it(tmp_path):
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
     )
     assert bad.returncode != 0 and "unknown memory system 'nope'" in bad.stdout + bad.stderr
+
+
+def test_a_missing_locomo_file_is_a_clear_error(tmp_path):
+    from pipeline.data import DataError
+
+    with pytest.raises(DataError, match=r"nope\.json: LoCoMo file not found"):
+        load_dataset({"kind": "locomo", "path": "nope.json"}, tmp_path)

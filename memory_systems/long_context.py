@@ -1,0 +1,191 @@
+"""The Long-Context memory system: the whole (recent) conversation is the context.
+
+Every turn is appended to one buffer as `Alice says: <text> Timestamp: 8 May 2023`; once the buffer
+holds more than `window_tokens` tokens the oldest entries are trimmed (the newest entry always stays,
+even if it alone is longer than the window). At question time the whole live buffer is the context of
+`respond`, the only LLM stage.
+
+Graph representation (linear in turns + questions, never turns x questions):
+
+- `turn:<id>` (kind turn) -> `append_turn` (stage `append`, extraction, no prompt) -> `entry:<id>`
+  (kind buffer): one entry variable per turn; the buffer text is never copied per turn.
+- `trim_buffer` (stage `trim`, update, no prompt, so its blame lands on the window knobs): consumes the
+  live versions of the entries it trims and writes a deleted version of each (value "", meta
+  deleted=True).
+- `build_context` (stage `context`, retrieval): recorded once per distinct buffer state, i.e. once per
+  conversation at the end of `ingest`, since every question is asked after the whole conversation.
+  Its inputs are all live entry versions; its output `context:buffer` (kind context) holds the rendered
+  buffer once. Each question's `question_answering` operation reads `query:<qid>` and that shared
+  context variable, so per question the graph grows by a constant, however long the buffer is.
+  The lineage attributor finds the entries the context held in the inputs of the context's producer,
+  exactly as for a per-question retrieval.
+
+This module does not judge answers, choose what to keep by relevance, or summarize trimmed turns.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import dspy
+
+from memory_systems.answering import record_query, respond
+from memory_systems.base import AnswerOutcome, MemorySystem
+from memory_systems.signatures import AnswerQuestion, human_date, render_turn
+from pipeline.embeddings import Embedder
+from pipeline.graph import OpKind
+from pipeline.records import Conversation, Question, Turn
+from pipeline.tokens import TokenCounter, build_token_counter
+from pipeline.tracing import Tracer
+
+APPEND_STAGE = "append"
+TRIM_STAGE = "trim"
+CONTEXT_STAGE = "context"
+CONTEXT_NAME = "context:buffer"
+SEPARATOR = "\n"
+SEPARATOR_TOKENS = 1  # each entry is followed by one newline in the rendered buffer
+
+
+def render_entry(speaker: str, iso_time: str, text: str) -> str:
+    """One buffer line: `Alice says: text Timestamp: 8 May 2023`."""
+    return f"{speaker} says: {text} Timestamp: {human_date(iso_time)}"
+
+
+@dataclass(frozen=True)
+class LongContextKnobs:
+    """The non-prompt settings: the token window and the tokenizer that measures it."""
+
+    window_tokens: int = 32768
+    tokenizer: str = "tiktoken"  # `tiktoken` (cl100k_base, offline) or `approx` (characters / 4)
+
+    def __post_init__(self) -> None:
+        if self.window_tokens < 1:
+            raise ValueError(f"long_context.window_tokens must be >= 1, got {self.window_tokens}")
+
+
+@dataclass(frozen=True)
+class BufferEntry:
+    """One live buffer entry: the turn it came from, its text, its token cost, its graph variable."""
+
+    turn_id: str
+    text: str
+    tokens: int
+    var: str
+
+
+@dataclass(frozen=True)
+class LongContextState:
+    """The buffer at the end of a conversation (read-only): its live entries and the shared context."""
+
+    conversation_id: str
+    entries: tuple[BufferEntry, ...]
+    trimmed: tuple[str, ...]  # turn ids trimmed out of the window, oldest first
+    context: str
+    context_var: str
+
+    @property
+    def tokens(self) -> int:
+        return sum(e.tokens for e in self.entries)
+
+
+class LongContextMemory(MemorySystem):
+    name = "long_context"
+    construction_stages = ()
+
+    def __init__(self, knobs: LongContextKnobs | None = None, counter: TokenCounter | None = None) -> None:
+        super().__init__()
+        self.respond = dspy.Predict(AnswerQuestion)
+        self.knobs = knobs or LongContextKnobs()
+        self.counter = counter or build_token_counter(self.knobs.tokenizer)
+
+    def construction_knobs(self) -> str:
+        return f"window_tokens={self.knobs.window_tokens};tokenizer={self.counter.name}"
+
+    def non_llm_stages(self) -> dict[str, str]:
+        return {
+            APPEND_STAGE: "appends each turn to the buffer as 'Speaker says: text Timestamp: date'",
+            TRIM_STAGE: f"window_tokens={self.knobs.window_tokens} (oldest entries trimmed past it); "
+            f"tokenizer={self.counter.name}",
+            CONTEXT_STAGE: "the whole live buffer is the context",
+        }
+
+    # ------------------------------------------------------------------ construction
+
+    def ingest(
+        self, conversation: Conversation, tracer: Tracer, on_turn: Callable[[Turn], None] | None = None
+    ) -> LongContextState:
+        buffer: deque[BufferEntry] = deque()
+        total = 0
+        trimmed: list[str] = []
+        for turn in conversation.turns:
+            entry = self._append(turn, tracer)
+            buffer.append(entry)
+            total += entry.tokens
+            if total > self.knobs.window_tokens and len(buffer) > 1:
+                total = self._trim(buffer, total, turn, tracer, trimmed)
+            if on_turn is not None:
+                on_turn(turn)
+        context = SEPARATOR.join(e.text for e in buffer)
+        context_var = tracer.variable(CONTEXT_NAME, "context", context, {"entries": len(buffer), "tokens": total})
+        tracer.operation(
+            "build_context", CONTEXT_STAGE, OpKind.RETRIEVAL, [e.var for e in buffer], [context_var],
+            meta={"entries": len(buffer), "tokens": total, "window_tokens": self.knobs.window_tokens},
+        )
+        return LongContextState(conversation.id, tuple(buffer), tuple(trimmed), context, context_var)
+
+    def _append(self, turn: Turn, tracer: Tracer) -> BufferEntry:
+        turn_var = tracer.variable(
+            f"turn:{turn.id}", "turn", render_turn(turn.speaker, turn.time, turn.text),
+            {"speaker": turn.speaker, "session": turn.session, "time": turn.time},
+        )
+        text = render_entry(turn.speaker, turn.time, turn.text)
+        tokens = self.counter.count(text) + SEPARATOR_TOKENS
+        entry_var = tracer.variable(f"entry:{turn.id}", "buffer", text, {"turn": turn.id, "tokens": tokens})
+        tracer.operation(
+            "append_turn", APPEND_STAGE, OpKind.EXTRACTION, [turn_var], [entry_var], meta={"tokens": tokens}
+        )
+        return BufferEntry(turn.id, text, tokens, entry_var)
+
+    def _trim(
+        self, buffer: deque[BufferEntry], total: int, turn: Turn, tracer: Tracer, trimmed: list[str]
+    ) -> int:
+        """Drop the oldest entries until the buffer fits (keeping the newest); one traced operation."""
+        before = total
+        dropped: list[BufferEntry] = []
+        while total > self.knobs.window_tokens and len(buffer) > 1:
+            entry = buffer.popleft()
+            total -= entry.tokens
+            dropped.append(entry)
+        outputs = [
+            tracer.variable(
+                f"entry:{e.turn_id}", "buffer", "", {"turn": e.turn_id, "deleted": True, "trimmed_at": turn.id}
+            )
+            for e in dropped
+        ]
+        tracer.operation(
+            "trim_buffer", TRIM_STAGE, OpKind.UPDATE, [e.var for e in dropped], outputs,
+            meta={
+                "window_tokens": self.knobs.window_tokens, "tokens_before": before, "tokens_after": total,
+                "trimmed": [e.turn_id for e in dropped], "tokenizer": self.counter.name,
+            },
+        )
+        trimmed.extend(e.turn_id for e in dropped)
+        return total
+
+    # ------------------------------------------------------------------ answering
+
+    def answer(self, question: Question, state: LongContextState, tracer: Tracer) -> AnswerOutcome:
+        query_var = record_query(tracer, question)
+        return respond(tracer, self.respond, question, query_var, state.context_var, state.context)
+
+
+def from_config(cfg: Mapping[str, Any], embedder: Embedder | None = None) -> LongContextMemory:
+    """The system as `conf/memory_system/long_context.yaml` describes it (the embedder is unused)."""
+    return LongContextMemory(
+        LongContextKnobs(
+            window_tokens=int(cfg.get("window_tokens", 32768)), tokenizer=str(cfg.get("tokenizer", "tiktoken"))
+        )
+    )

@@ -1,0 +1,284 @@
+"""The naive RAG memory system: token-bounded chunks of turns, top-k chunks by cosine as the context.
+
+Construction (no LLM): each turn is rendered as `[8 May 2023] Alice: text` and turns are packed, in
+order, into chunks of at most `max_chunk_tokens` tokens that end at a turn boundary; a turn longer
+than the bound is split at word boundaries into pieces that each keep the `[date] Speaker:` prefix,
+so no text is lost. With `overlap_tokens` > 0 a new chunk starts with the last turns (or pieces) of
+the previous one, as many as fit in the overlap. Each chunk is embedded into an in-process vector
+store. Answering embeds the question, takes the `top_k` chunks by cosine similarity (in rank order)
+and asks `respond`, the only LLM stage.
+
+Traced as: `chunk_turns` (stage `chunk`, extraction, no prompt) from the chunk's turn variables to
+`chunk:<n>` (kind chunk); `retrieve_chunks` (stage `retrieve`, retrieval, meta k and scores) from the
+query and the retrieved chunk versions to `retrieved:<qid>`; `question_answering` (stage `respond`).
+Chunking can only lose information a question needs when a turn was split and the needed words fell
+into different pieces. This module does not rerank, deduplicate overlapping chunks or judge answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import dspy
+
+from memory_systems.answering import record_query, record_retrieval, respond
+from memory_systems.base import AnswerOutcome, MemorySystem
+from memory_systems.signatures import AnswerQuestion, render_turn
+from memory_systems.store import InMemoryVectorStore
+from pipeline.embeddings import Embedder
+from pipeline.graph import OpKind
+from pipeline.records import Conversation, Question, Turn
+from pipeline.tokens import TokenCounter, build_token_counter
+from pipeline.tracing import Tracer
+
+CHUNK_STAGE = "chunk"
+RETRIEVE_STAGE = "retrieve"
+SEPARATOR = "\n"
+SEPARATOR_TOKENS = 1  # one newline between the turns of a chunk
+CONTEXT_SEPARATOR = "\n\n"
+
+
+@dataclass(frozen=True)
+class RagKnobs:
+    """The non-prompt settings of the system."""
+
+    max_chunk_tokens: int = 1200
+    overlap_tokens: int = 0
+    top_k: int = 10
+    tokenizer: str = "tiktoken"  # `tiktoken` (cl100k_base, offline) or `approx` (characters / 4)
+
+    def __post_init__(self) -> None:
+        if self.max_chunk_tokens < 16:
+            raise ValueError(f"rag.max_chunk_tokens must be >= 16, got {self.max_chunk_tokens}")
+        if not 0 <= self.overlap_tokens < self.max_chunk_tokens:
+            raise ValueError(
+                f"rag.overlap_tokens must be in [0, max_chunk_tokens={self.max_chunk_tokens}), "
+                f"got {self.overlap_tokens}"
+            )
+        if self.top_k < 1:
+            raise ValueError(f"rag.top_k must be >= 1, got {self.top_k}")
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A turn, or one piece of a turn too long for a chunk, as rendered text with its token count."""
+
+    turn_id: str
+    text: str
+    tokens: int
+    part: int = 0  # 0 for a whole turn; 1, 2, ... for the pieces of a split turn
+
+
+@dataclass(frozen=True)
+class Chunk:
+    index: int  # 1-based; the chunk's variable is `chunk:<index>`
+    pieces: tuple[Piece, ...]
+
+    @property
+    def text(self) -> str:
+        return SEPARATOR.join(p.text for p in self.pieces)
+
+    @property
+    def tokens(self) -> int:
+        return sum(p.tokens for p in self.pieces) + SEPARATOR_TOKENS * (len(self.pieces) - 1)
+
+    @property
+    def turn_ids(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(p.turn_id for p in self.pieces))
+
+
+def split_turn(turn_id: str, prefix: str, text: str, limit: int, counter: TokenCounter) -> list[Piece]:
+    """`prefix + text` as pieces of at most `limit` tokens, each starting with `prefix`; words are never
+    split unless a single word is longer than a piece can hold. Linear in the turn's length: words are
+    costed one by one and only each finished piece is counted whole (and halved if it is still over)."""
+    prefix_tokens = counter.count(prefix)
+    budget = limit - prefix_tokens
+    if budget < 4:
+        raise ValueError(f"a chunk of {limit} tokens cannot hold the turn prefix {prefix!r}")
+    groups: list[list[str]] = []
+    current: list[str] = []
+    running = 0
+    for word in text.split():
+        for part in _split_word(word, budget - 1, counter):
+            cost = counter.count(" " + part)
+            if current and running + cost > budget:
+                groups.append(current)
+                current, running = [], 0
+            current.append(part)
+            running += cost
+    groups.append(current)
+    pieces: list[Piece] = []
+    for group in groups:
+        for words in _fit(prefix, group, limit, counter):
+            pieces.append(Piece(turn_id, prefix + " ".join(words), counter.count(prefix + " ".join(words)),
+                                len(pieces) + 1))
+    return pieces
+
+
+def _fit(prefix: str, words: list[str], limit: int, counter: TokenCounter) -> list[list[str]]:
+    """`words` as one group if `prefix + words` fits in `limit` tokens, else halved until each fits."""
+    if len(words) <= 1 or counter.count(prefix + " ".join(words)) <= limit:
+        return [words]
+    half = len(words) // 2
+    return [*_fit(prefix, words[:half], limit, counter), *_fit(prefix, words[half:], limit, counter)]
+
+
+def _split_word(word: str, budget: int, counter: TokenCounter) -> list[str]:
+    if counter.count(word) <= budget:
+        return [word]
+    size = max(1, len(word) // 2)
+    return [*_split_word(word[:size], budget, counter), *_split_word(word[size:], budget, counter)]
+
+
+def turn_pieces(turn: Turn, limit: int, counter: TokenCounter) -> list[Piece]:
+    """The rendered turn as one piece, or as several when it is longer than `limit` tokens."""
+    text = render_turn(turn.speaker, turn.time, turn.text)
+    tokens = counter.count(text)
+    if tokens <= limit:
+        return [Piece(turn.id, text, tokens)]
+    prefix = render_turn(turn.speaker, turn.time, "")
+    return split_turn(turn.id, prefix, turn.text, limit, counter)
+
+
+def make_chunks(
+    turns: Sequence[Turn], max_tokens: int, overlap_tokens: int, counter: TokenCounter
+) -> list[Chunk]:
+    """Pack turns (split where needed) into chunks of at most `max_tokens` tokens, in order."""
+    chunks: list[Chunk] = []
+    current: list[Piece] = []
+    fresh = 0  # pieces in `current` that are not overlap from the previous chunk
+    size = 0
+    for turn in turns:
+        for piece in turn_pieces(turn, max_tokens, counter):
+            added = piece.tokens + (SEPARATOR_TOKENS if current else 0)
+            if fresh and size + added > max_tokens:
+                chunks.append(Chunk(len(chunks) + 1, tuple(current)))
+                current = _overlap(current, overlap_tokens)
+                size = sum(p.tokens for p in current) + SEPARATOR_TOKENS * max(len(current) - 1, 0)
+                while current and size + SEPARATOR_TOKENS + piece.tokens > max_tokens:
+                    dropped = current.pop(0)
+                    size -= dropped.tokens + (SEPARATOR_TOKENS if current else 0)
+                fresh = 0
+                added = piece.tokens + (SEPARATOR_TOKENS if current else 0)
+            current.append(piece)
+            size += added
+            fresh += 1
+    if fresh:
+        chunks.append(Chunk(len(chunks) + 1, tuple(current)))
+    return chunks
+
+
+def _overlap(pieces: list[Piece], overlap_tokens: int) -> list[Piece]:
+    """The last pieces of a closed chunk whose tokens (separators included) fit in `overlap_tokens`."""
+    kept: list[Piece] = []
+    size = 0
+    for piece in reversed(pieces):
+        added = piece.tokens + (SEPARATOR_TOKENS if kept else 0)
+        if size + added > overlap_tokens:
+            break
+        kept.insert(0, piece)
+        size += added
+    return kept
+
+
+@dataclass(frozen=True)
+class RagState:
+    """The chunks of one conversation and their store (read-only once ingestion is over)."""
+
+    conversation_id: str
+    chunks: tuple[Chunk, ...]
+    store: InMemoryVectorStore
+    chunk_by_unit: Mapping[str, int]  # store unit id -> chunk index
+
+
+def chunk_var(index: int) -> str:
+    return f"chunk:{index}@1"
+
+
+class RagMemory(MemorySystem):
+    name = "rag"
+    construction_stages = ()
+
+    def __init__(self, embedder: Embedder, knobs: RagKnobs | None = None, counter: TokenCounter | None = None) -> None:
+        super().__init__()
+        self.respond = dspy.Predict(AnswerQuestion)
+        self.embedder = embedder
+        self.knobs = knobs or RagKnobs()
+        self.counter = counter or build_token_counter(self.knobs.tokenizer)
+
+    def construction_knobs(self) -> str:
+        k = self.knobs
+        return (
+            f"max_chunk_tokens={k.max_chunk_tokens};overlap_tokens={k.overlap_tokens};"
+            f"embedder={self.embedder!r};tokenizer={self.counter.name}"
+        )
+
+    def non_llm_stages(self) -> dict[str, str]:
+        k = self.knobs
+        return {
+            CHUNK_STAGE: f"max_chunk_tokens={k.max_chunk_tokens}; overlap_tokens={k.overlap_tokens}; "
+            f"tokenizer={self.counter.name}; embedder={self.embedder!r}",
+            RETRIEVE_STAGE: f"top_k={k.top_k} chunks by cosine similarity to the question",
+        }
+
+    # ------------------------------------------------------------------ construction
+
+    def ingest(
+        self, conversation: Conversation, tracer: Tracer, on_turn: Callable[[Turn], None] | None = None
+    ) -> RagState:
+        turn_vars: dict[str, str] = {}
+        for turn in conversation.turns:
+            turn_vars[turn.id] = tracer.variable(
+                f"turn:{turn.id}", "turn", render_turn(turn.speaker, turn.time, turn.text),
+                {"speaker": turn.speaker, "session": turn.session, "time": turn.time},
+            )
+            if on_turn is not None:
+                on_turn(turn)
+        chunks = make_chunks(conversation.turns, self.knobs.max_chunk_tokens, self.knobs.overlap_tokens, self.counter)
+        time_by_turn = {t.id: t.time for t in conversation.turns}
+        store = InMemoryVectorStore(self.embedder, id_prefix="c")
+        vectors = self.embedder.embed([c.text for c in chunks]) if chunks else []
+        chunk_by_unit: dict[str, int] = {}
+        for chunk, vector in zip(chunks, vectors, strict=True):
+            time = time_by_turn[chunk.pieces[-1].turn_id]
+            unit = store.add(chunk.text, time, vector)
+            chunk_by_unit[unit.id] = chunk.index
+            meta: dict[str, Any] = {"turns": list(chunk.turn_ids), "tokens": chunk.tokens, "time": time}
+            split = sorted({p.turn_id for p in chunk.pieces if p.part})
+            if split:
+                meta["split_turns"] = split
+            out = tracer.variable(f"chunk:{chunk.index}", "chunk", chunk.text, meta)
+            tracer.operation(
+                "chunk_turns", CHUNK_STAGE, OpKind.EXTRACTION, [turn_vars[t] for t in chunk.turn_ids], [out],
+                meta={"tokens": chunk.tokens, "max_chunk_tokens": self.knobs.max_chunk_tokens,
+                      "overlap_tokens": self.knobs.overlap_tokens},
+            )
+        return RagState(conversation.id, tuple(chunks), store, chunk_by_unit)
+
+    # ------------------------------------------------------------------ answering
+
+    def answer(self, question: Question, state: RagState, tracer: Tracer) -> AnswerOutcome:
+        query_var = record_query(tracer, question)
+        hits = state.store.search(question.text, self.knobs.top_k)
+        context = CONTEXT_SEPARATOR.join(h.unit.text for h in hits)
+        context_var = record_retrieval(
+            tracer, question, query_var, [chunk_var(state.chunk_by_unit[h.unit.id]) for h in hits], context,
+            stage=RETRIEVE_STAGE, name="retrieve_chunks",
+            meta={"k": self.knobs.top_k, "scores": [round(h.score, 4) for h in hits]},
+        )
+        return respond(tracer, self.respond, question, query_var, context_var, context)
+
+
+def from_config(cfg: Mapping[str, Any], embedder: Embedder) -> RagMemory:
+    """The system as `conf/memory_system/rag.yaml` describes it."""
+    return RagMemory(
+        embedder,
+        RagKnobs(
+            max_chunk_tokens=int(cfg.get("max_chunk_tokens", 1200)),
+            overlap_tokens=int(cfg.get("overlap_tokens", 0)),
+            top_k=int(cfg.get("top_k", 10)),
+            tokenizer=str(cfg.get("tokenizer", "tiktoken")),
+        ),
+    )
