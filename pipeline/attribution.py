@@ -313,17 +313,34 @@ class LineageAttributor:
                 if not any(m.id in retrieved for m in survivors):
                     held = survivors[0]
                     k = retrieval_op.meta.get("k", "?")
-                    return verdict(
-                        retrieval_op, ErrorType.RETRIEVAL,
+                    steering = self._retrieval_steering(retrieval_op)
+                    reason = (
                         f"{held.id} \"{held.value}\" holds {track.label} and was in the store when {qid} was "
                         f"asked, but {retrieval_op.name} ({retrieval_op.id}, k={k}) did not retrieve it into "
-                        f"{', '.join(v.id for v in context_vars)}.",
-                        0.85,
+                        f"{', '.join(v.id for v in context_vars)}."
                     )
+                    if steering is not None:  # an LLM step chose what to search for: its prompt is tunable
+                        reason += (
+                            f" The search was steered by {steering.name} ({steering.id}), whose output "
+                            f"{_quote(graph.variable(steering.outputs[0]).value) if steering.outputs else ''} did "
+                            f"not lead to it."
+                        )
+                    return verdict(steering or retrieval_op, ErrorType.RETRIEVAL, reason, 0.85)
         context = context_vars[0] if context_vars else None
         return verdict(
             answer_op, ErrorType.RESPONSE, self._response_reason(case, answer_op, answer_var, context, tracks), 0.8
         )
+
+    def _retrieval_steering(self, retrieval_op: Operation) -> Operation | None:
+        """The latest LLM operation (e.g. a query expansion) whose output the retrieval used to search."""
+        steering = [
+            producer
+            for var_id in retrieval_op.inputs
+            if self.graph.variable(var_id).kind not in MEMORY_KINDS
+            and (producer := self.graph.producer(var_id)) is not None
+            and producer.prompt is not None
+        ]
+        return max(steering, key=lambda op: op.seq, default=None)
 
     def _decisive(self, drops: Sequence[_Drop]) -> _Drop:
         """Among several drops of one turn's information, the one that destroyed a stored unit (an update or

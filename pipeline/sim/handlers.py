@@ -28,6 +28,7 @@ from typing import Any
 
 from pipeline.sim import vocab
 from pipeline.sim.dates import human, parse_date
+from pipeline.sim.evermemos_handlers import HANDLERS as EVERMEMOS_HANDLERS
 from pipeline.sim.grammar import (
     SINGLE_VALUED,
     Fact,
@@ -286,4 +287,5 @@ DEFAULT_HANDLERS: dict[frozenset[str], Callable[[StageRequest], dict[str, Any]]]
     frozenset({"answer"}): _answer,
     frozenset({"label"}): _judge,
     frozenset({"new_instruction"}): rewrite_instruction,
+    **EVERMEMOS_HANDLERS,  # detect_boundary, write_events, write_episode, check_sufficiency, expand_queries
 }

@@ -20,13 +20,28 @@ from dataclasses import dataclass
 from functools import cache
 from types import MappingProxyType
 
-STAGE_ORDER: tuple[str, ...] = ("extract", "decide", "answer")
+STAGE_ORDER: tuple[str, ...] = (
+    "extract",
+    "decide",
+    "answer",
+    # EverMemOS-style stages (pipeline.sim.evermemos_handlers), in their own pipeline order
+    "detect_boundary",
+    "write_events",
+    "write_episode",
+    "check_sufficiency",
+    "expand_queries",
+)
 STAGE_OUTPUTS: MappingProxyType[str, frozenset[str]] = MappingProxyType(
     {
         "extract": frozenset({"facts"}),
         "decide": frozenset({"actions"}),
         "answer": frozenset({"answer"}),
         "judge": frozenset({"label"}),
+        "detect_boundary": frozenset({"starts_new_episode"}),
+        "write_events": frozenset({"events"}),
+        "write_episode": frozenset({"title", "narrative"}),
+        "check_sufficiency": frozenset({"sufficient"}),
+        "expand_queries": frozenset({"queries"}),
     }
 )
 
@@ -139,6 +154,41 @@ RULES: tuple[SimRule, ...] = (
             "other speaker | adversarial | wrong person | not in the conversation | no such"
         ),
         fixes_error_type="ResponseError",
+    ),
+    # ------------------------------------------------------------------ EverMemOS-style stages
+    SimRule(
+        id="event_dates",
+        stage="write_events",
+        sentence=(
+            "Give every event the calendar date on which it happened: for 'yesterday', 'last Friday' or "
+            "'three days ago', count back from the day the turn was said and write that day into the event."
+        ),
+        patterns=(r"\bcalendar dates?\b", r"\bcount(?:ing)? back\b"),
+        feedback_keywords=_kw("relative date | date the answer needs | session date | date | when it happened"),
+        fixes_error_type="ExtractionError",
+    ),
+    SimRule(
+        id="event_third_party",
+        stage="write_events",
+        sentence=(
+            "Also write events about anyone else a speaker talks about (relatives, friends, coworkers), "
+            "with that person as the subject."
+        ),
+        patterns=(r"\banyone else\b", r"\btalks? about\b"),
+        feedback_keywords=_kw("another person | other person | not the speaker | third party | third-party | "
+                              "someone else"),
+        fixes_error_type="ExtractionError",
+    ),
+    SimRule(
+        id="expand_related",
+        stage="expand_queries",
+        sentence=(
+            "When a question names someone only by relation (such as a sister or a coworker) and a retrieved "
+            "memory gives that person's name, add the same question asked about that person by name."
+        ),
+        patterns=(r"\bby relation\b", r"\bby name\b"),
+        feedback_keywords=_kw("did not retrieve | not retrieved | retriev | multi-hop | related person | by name"),
+        fixes_error_type="RetrievalError",
     ),
 )
 RULES_BY_ID: MappingProxyType[str, SimRule] = MappingProxyType({rule.id: rule for rule in RULES})

@@ -1,0 +1,207 @@
+"""The stand-in's handlers for the EverMemOS-style stages (dispatched by their output field names).
+
+- detect_boundary (`starts_new_episode`): a new episode starts when the session date changes, or when
+  the new turn states a fact (anything the shared grammar reads as one) while the open episode already
+  holds a fact turn: in the simulated world, one planted fact is one topic. No rules.
+- write_events (`events`): reads every turn with the shared grammar, like the Mem0 extractor; without
+  `event_dates` relative dates stay unresolved (the event's time is the day it was said), without
+  `event_third_party` facts about other people are skipped. Sentences outside the grammar become one
+  fallback event "<Speaker> said: <text>".
+- write_episode (`title`, `narrative`): a title from the topics of the speakers' own facts and a
+  narrative "On <date>, <facts>"; it never resolves relative dates and never retells what is said about
+  other people, so it is never richer than the event log (the answer reads the events). No rules.
+- check_sufficiency (`sufficient`): sufficient when the stand-in answerer, allowed to abstain, finds an
+  answer in the retrieved episodes. No rules.
+- expand_queries (`queries`): the question's content words as one keyword query; with `expand_related`,
+  for a question about someone named only by relation ("Alice's sister"), also the question asked about
+  each person a retrieved memory names in that relation ("Carol").
+
+Handlers never raise on odd input and do no I/O. Pure functions of the request.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from datetime import date
+from types import MappingProxyType
+from typing import Any
+
+from pipeline.sim.dates import human, parse_date
+from pipeline.sim.grammar import Fact, parse_fact, parse_question, read_sentence, split_sentences
+from pipeline.sim.judge import content_tokens, is_abstention
+from pipeline.sim.protocol import StageRequest
+from pipeline.sim.rules import rules_in
+
+FALLBACK_CHARS = 240
+_TURN_LINE = re.compile(r"^\s*(?:\[(?P<date>[^\]]*)\]\s*)?(?P<speaker>[^:\n]{1,60}?)(?:\s+says)?:\s*(?P<text>.*)$")
+_MEMORY_LINE = re.compile(r"^\s*Memory:\s*(?P<text>.*?)(?:\s+Time:\s*(?P<time>.*?))?\s*$")
+_READ_ALL = frozenset({"resolve_dates", "third_party"})  # the grammar's reading rules, all on
+_TOPIC = {
+    "event": "outings",
+    "relation": "family and friends",
+    "pet": "pets",
+    "pref": "likes and dislikes",
+    "lives_in": "home",
+    "works_at": "work",
+    "job": "work",
+    "hometown": "hometown",
+    "hobby": "hobbies",
+}
+
+
+def _trim(text: str, limit: int = FALLBACK_CHARS) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " ..."
+
+
+def _turns(text: str) -> list[tuple[str, date | None, str]]:
+    """(speaker, date, what was said) of each rendered turn line."""
+    found = []
+    for line in text.splitlines():
+        match = _TURN_LINE.match(line.strip())
+        if match:
+            found.append((match.group("speaker").strip(), parse_date(match.group("date") or ""), match.group("text")))
+    return found
+
+
+def _read(speaker: str, day: date | None, text: str, rules: frozenset[str]) -> tuple[list[Fact], list[str]]:
+    """The facts one turn states under `rules`, and its sentences outside the grammar."""
+    facts: list[Fact] = []
+    unknown: list[str] = []
+    for sentence in split_sentences(text.strip()):
+        read = read_sentence(sentence, speaker, day, rules)
+        if read is None:
+            unknown.append(sentence)
+        else:
+            facts.extend(read)
+    return facts, unknown
+
+
+# ---------------------------------------------------------------------------------------------- construction
+
+
+def starts_new_episode(open_episode: str, new_turn: str) -> bool:
+    """The stand-in's boundary decision (see the module docstring)."""
+    previous, new = _turns(open_episode), _turns(new_turn)
+    if not previous or not new:
+        return False
+    if new[0][1] is not None and previous[-1][1] is not None and new[0][1] != previous[-1][1]:
+        return True
+    return bool(_read(*new[0], _READ_ALL)[0]) and any(_read(*turn, _READ_ALL)[0] for turn in previous)
+
+
+def write_events(turns: str, rules: frozenset[str]) -> list[dict[str, str]]:
+    """The event log of an episode: one event per fact, each with its date."""
+    reading = frozenset(
+        grammar_rule for rule, grammar_rule in (("event_dates", "resolve_dates"), ("event_third_party", "third_party"))
+        if rule in rules
+    )
+    events: dict[str, str] = {}
+    for speaker, day, text in _turns(turns):
+        said = human(day) if day else ""
+        facts, unknown = _read(speaker, day, text, reading)
+        for fact in facts:
+            events.setdefault(fact.render(), human(fact.date) if fact.date else said)
+        if unknown:
+            events.setdefault(_trim(f"{speaker} said: {' '.join(unknown)}"), said)
+    return [{"text": text, "time": time} for text, time in events.items()]
+
+
+def write_episode(turns: str) -> tuple[str, str]:
+    """(title, narrative) of an episode (see the module docstring)."""
+    lines = _turns(turns)
+    day = next((d for _, d, _ in lines if d is not None), None)
+    facts: list[Fact] = []
+    unknown: list[str] = []
+    for speaker, when, text in lines:
+        read, rest = _read(speaker, when, text, frozenset())
+        facts.extend(f for f in read if f.owner is None)
+        if rest:
+            unknown.append(_trim(f"{speaker} said: {' '.join(rest)}"))
+    topics: dict[str, list[str]] = {}
+    for fact in facts:
+        topics.setdefault(fact.subject, [])
+        if _TOPIC[fact.family] not in topics[fact.subject]:
+            topics[fact.subject].append(_TOPIC[fact.family])
+    if topics:
+        title = "; ".join(f"{subject}: {', '.join(words)}" for subject, words in topics.items())
+    elif unknown:
+        title = _trim(unknown[0], 60)
+    else:
+        title = "Small talk"
+    told = [*dict.fromkeys(f.render() for f in facts), *unknown]
+    opening = f"On {human(day)}," if day else "In this episode,"
+    narrative = _trim(f"{opening} {' '.join(told)}" if told else f"{opening} the speakers made small talk.", 1200)
+    return title, narrative
+
+
+# ---------------------------------------------------------------------------------------------- retrieval
+
+
+def is_sufficient(question: str, retrieved: str) -> bool:
+    """True when the stand-in answerer, allowed to abstain, answers from the retrieved episodes."""
+    from pipeline.sim.handlers import answer_question  # deferred: handlers imports this module
+
+    return not is_abstention(answer_question(retrieved, question, frozenset({"abstain"})))
+
+
+def _memory_facts(retrieved: str) -> list[Fact]:
+    facts = []
+    for line in retrieved.splitlines():
+        match = _MEMORY_LINE.match(line)
+        fact = parse_fact(match.group("text")) if match else None
+        if fact is not None:
+            facts.append(fact)
+    return facts
+
+
+def expand(question: str, retrieved: str, rules: frozenset[str]) -> list[str]:
+    """The stand-in's extra queries (see the module docstring)."""
+    queries = [" ".join(dict.fromkeys(content_tokens(question)))]
+    query = parse_question(question)
+    if "expand_related" in rules and query is not None and query.rel and not query.name:
+        who = f"{query.subject}'s {query.rel}"
+        for fact in _memory_facts(retrieved):
+            if fact.family == "relation" and fact.subject == query.subject and fact.key == query.rel:
+                queries.append(question.replace(who, fact.value, 1))
+    return [q for q in dict.fromkeys(queries) if q.strip()]
+
+
+# ---------------------------------------------------------------------------------------------- handlers
+
+
+def _boundary(request: StageRequest) -> dict[str, Any]:
+    inputs = request.inputs
+    return {"starts_new_episode": starts_new_episode(inputs.get("open_episode", ""), inputs.get("new_turn", ""))}
+
+
+def _events(request: StageRequest) -> dict[str, Any]:
+    return {"events": write_events(request.inputs.get("turns", ""), rules_in(request.instruction))}
+
+
+def _episode(request: StageRequest) -> dict[str, Any]:
+    title, narrative = write_episode(request.inputs.get("turns", ""))
+    return {"title": title, "narrative": narrative}
+
+
+def _sufficiency(request: StageRequest) -> dict[str, Any]:
+    inputs = request.inputs
+    return {"sufficient": is_sufficient(inputs.get("question", ""), inputs.get("retrieved_episodes", ""))}
+
+
+def _expand(request: StageRequest) -> dict[str, Any]:
+    inputs = request.inputs
+    rules = rules_in(request.instruction)
+    return {"queries": expand(inputs.get("question", ""), inputs.get("retrieved_episodes", ""), rules)}
+
+
+HANDLERS: Mapping[frozenset[str], Callable[[StageRequest], dict[str, Any]]] = MappingProxyType(
+    {
+        frozenset({"starts_new_episode"}): _boundary,
+        frozenset({"events"}): _events,
+        frozenset({"title", "narrative"}): _episode,
+        frozenset({"sufficient"}): _sufficiency,
+        frozenset({"queries"}): _expand,
+    }
+)
