@@ -88,6 +88,13 @@ def _cell(summary: MetricSummary | None) -> str:
     return f"{_pct(summary.judge_accuracy)} [{_pct(summary.ci_low)}, {_pct(summary.ci_high)}]"
 
 
+def _headline(rationale: str, limit: int = 100) -> str:
+    """The first clause of a candidate's rationale (up to its first closing parenthesis or sentence end)."""
+    cut = min((i for i in (rationale.find(")") + 1, rationale.find(". ") + 1) if i > 0), default=len(rationale))
+    head = rationale[:cut].strip()
+    return head if len(head) <= limit else head[: limit - 1] + "…"
+
+
 def loop_tables(result: LoopResult, system_name: str) -> list[Table]:
     """Start vs final accuracy per category (dev and test), blame per iteration, accepted candidates."""
     start_dev = result.iterations[0].dev.report if result.iterations and result.iterations[0].iteration == 0 else None
@@ -136,6 +143,6 @@ def loop_tables(result: LoopResult, system_name: str) -> list[Table]:
                 accepted.add_row(
                     str(summary.iteration), ", ".join(c["stages"]), _pct(c["dev_accuracy"]),
                     f"{100 * c['gain']:+.1f} [{100 * c['gain_ci'][0]:+.1f}, {100 * c['gain_ci'][1]:+.1f}]",
-                    str(c["rationale"])[:80],
+                    _headline(str(c["rationale"])),
                 )
     return [scores, blame, accepted]
