@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from optimizers.base import Candidate, OptimizationContext
 from optimizers.feedback import feedback_for_attribution, fold_feedback
-from optimizers.rewrite import InstructionRewriter, length_change, stage_candidate
+from optimizers.rewrite import RewritingOptimizer, length_change, stage_candidate
 from pipeline.blame import StageBlame
 
 logger = logging.getLogger(__name__)
@@ -40,17 +40,10 @@ def unrewritable_note(context: OptimizationContext) -> str:
     return " ".join(parts)
 
 
-class AttributionGuidedOptimizer:
+class AttributionGuidedOptimizer(RewritingOptimizer):
     """Rewrites the most-blamed prompt stages from the feedback of their own attributed failures."""
 
     name: str = "attribution"
-
-    def __init__(self, rewriter: InstructionRewriter, top_stages: int = 2, max_feedback_chars: int = 4000) -> None:
-        if top_stages <= 0 or max_feedback_chars <= 0:
-            raise ValueError("top_stages and max_feedback_chars must be positive")
-        self.rewriter = rewriter
-        self.top_stages = top_stages
-        self.max_feedback_chars = max_feedback_chars
 
     def target_stages(self, context: OptimizationContext) -> tuple[str, ...]:
         """The most-blamed stages that have a prompt in the current prompt set, at most `top_stages`."""

@@ -149,3 +149,14 @@ def length_change(before: str, outcome: RewriteOutcome) -> str:
     after = len(outcome.instruction or "")
     note = ", shortened to fit the length budget" if outcome.length_retry else ""
     return f"{len(before)} -> {after} chars{note}"
+
+
+class RewritingOptimizer:
+    """What the rewriting optimizers share: one rewriter, how many stages per iteration, a feedback budget."""
+
+    def __init__(self, rewriter: InstructionRewriter, top_stages: int = 2, max_feedback_chars: int = 4000) -> None:
+        if top_stages <= 0 or max_feedback_chars <= 0:
+            raise ValueError("top_stages and max_feedback_chars must be positive")
+        self.rewriter = rewriter
+        self.top_stages = top_stages
+        self.max_feedback_chars = max_feedback_chars

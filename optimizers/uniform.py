@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from optimizers.base import Candidate, OptimizationContext
 from optimizers.feedback import feedback_without_attribution, fold_feedback
-from optimizers.rewrite import InstructionRewriter, length_change, stage_candidate
+from optimizers.rewrite import RewritingOptimizer, length_change, stage_candidate
 from pipeline.blame import uniform_blame
 
 logger = logging.getLogger(__name__)
@@ -34,17 +34,10 @@ def rotated(stages: Sequence[str], iteration: int, count: int) -> tuple[str, ...
     return tuple(stages[(start + i) % len(stages)] for i in range(count))
 
 
-class UniformBlameOptimizer:
+class UniformBlameOptimizer(RewritingOptimizer):
     """Rewrites `top_stages` prompt stages per iteration, in rotation, from unattributed feedback."""
 
     name: str = "uniform"
-
-    def __init__(self, rewriter: InstructionRewriter, top_stages: int = 2, max_feedback_chars: int = 4000) -> None:
-        if top_stages <= 0 or max_feedback_chars <= 0:
-            raise ValueError("top_stages and max_feedback_chars must be positive")
-        self.rewriter = rewriter
-        self.top_stages = top_stages
-        self.max_feedback_chars = max_feedback_chars
 
     def target_stages(self, context: OptimizationContext) -> tuple[str, ...]:
         """This iteration's stages: the uniform blame table's stages (all tied), rotated."""
