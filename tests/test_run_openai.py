@@ -4,6 +4,7 @@ response are survived, and the API key never reaches the MLflow store."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,8 @@ def files_containing(root: Path, needle: bytes) -> list[Path]:
 
 
 @pytest.mark.slow
-def test_run_against_an_openai_compatible_endpoint(server, tmp_path, monkeypatch):
+def test_run_against_an_openai_compatible_endpoint(server, tmp_path, monkeypatch, caplog, capsys):
+    caplog.set_level(logging.DEBUG)
     monkeypatch.setenv("MEMTRACE_TEST_KEY", SECRET)
     store_dir = tmp_path / "store"
     store_dir.mkdir()
@@ -61,6 +63,9 @@ def test_run_against_an_openai_compatible_endpoint(server, tmp_path, monkeypatch
     params = client.get_run(outcome["run_id"]).data.params
     assert params["lm.task.api_key_env"] == "MEMTRACE_TEST_KEY"
 
+    printed = capsys.readouterr()
+    assert SECRET not in caplog.text and SECRET not in printed.out + printed.err, "the key reached a log"
+    assert caplog.records, "logging was captured"
     leaked = files_containing(store_dir, SECRET.encode())
     assert leaked == [], f"API key found in {leaked}"
     assert files_containing(store_dir, b"MEMTRACE_TEST_KEY"), "the store was searched (it names the variable)"
