@@ -13,13 +13,13 @@ import tempfile
 from pathlib import Path
 
 import hydra
-from hydra.core.hydra_config import HydraConfig
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig
 from rich.console import Console
 
 from experiments.console import setup_logging
+from experiments.factory import launch_dir, resolve
 from pipeline.export import ExportedPrompts, read_prompts, write_prompts
 from pipeline.records import PromptSet
 
@@ -49,11 +49,10 @@ def exported_from_run(client: MlflowClient, run_id: str) -> ExportedPrompts:
 
 def export(cfg: DictConfig, console: Console | None = None) -> Path:
     console = console or Console()
-    base_dir = Path(hydra.utils.get_original_cwd()) if HydraConfig.initialized() else Path.cwd()
+    base_dir = launch_dir()
     client = MlflowClient(tracking_uri=str(cfg.tracking.uri))
     exported = exported_from_run(client, str(cfg.run_id))
-    out = Path(str(cfg.out))
-    path = write_prompts(exported, out if out.is_absolute() else base_dir / out)
+    path = write_prompts(exported, resolve(str(cfg.out), base_dir))
     console.print(f"wrote {len(exported.prompts)} stage prompts of {exported.system!r} to {path}")
     console.print(f"load them with: memtrace run prompts={path}")
     return path

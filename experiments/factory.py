@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import dspy
+import hydra
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from memory_systems.base import MemorySystem
@@ -25,8 +27,6 @@ from pipeline.records import Dataset
 from pipeline.runner import make_judge
 from pipeline.sim.world import generate_locomo
 
-SPLIT_NAMES = ("all", "train", "dev", "test")
-
 
 class ConfigError(ValueError):
     """A config value that cannot be used, named by its key."""
@@ -36,6 +36,21 @@ def to_plain(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(cfg, DictConfig):
         return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
     return dict(cfg)
+
+
+def launch_dir() -> Path:
+    """The directory memtrace was started in (Hydra apps may run elsewhere); relative paths resolve here."""
+    return Path(hydra.utils.get_original_cwd()) if HydraConfig.initialized() else Path.cwd()
+
+
+def resolve(path: str | Path, base_dir: Path) -> Path:
+    path = Path(path)
+    return path if path.is_absolute() else base_dir / path
+
+
+def with_prompt_file(system: MemorySystem, prompts: str | Path | None, base_dir: Path) -> MemorySystem:
+    """`system` with the exported prompt set at `prompts` applied (unchanged when `prompts` is empty)."""
+    return apply_prompts(system, read_prompts(resolve(prompts, base_dir))) if prompts else system
 
 
 def load_dataset(cfg: Mapping[str, Any], base_dir: str | Path | None = None) -> Dataset:
@@ -50,9 +65,7 @@ def load_dataset(cfg: Mapping[str, Any], base_dir: str | Path | None = None) -> 
         )
         return parse_locomo(samples, source=f"sim(seed={cfg.get('seed', 0)})")
     if kind == "locomo":
-        path = Path(str(cfg.get("path")))
-        if not path.is_absolute() and base_dir is not None:
-            path = Path(base_dir) / path
+        path = resolve(str(cfg.get("path")), Path(base_dir or "."))
         if not path.exists():
             raise DataError(str(path), "LoCoMo file not found (set dataset.path=... or MEMTRACE_LOCOMO)")
         return _load_locomo(path)
@@ -63,9 +76,7 @@ def load_dataset(cfg: Mapping[str, Any], base_dir: str | Path | None = None) -> 
                 str(cfg["hub"]), variant=cfg.get("variant"), split=str(cfg.get("hub_split", "train")),
                 question_date_in_text=date_in_text,
             )
-        path = Path(str(cfg.get("path")))
-        if not path.is_absolute() and base_dir is not None:
-            path = Path(base_dir) / path
+        path = resolve(str(cfg.get("path")), Path(base_dir or "."))
         if not path.exists():
             raise DataError(
                 str(path), "LongMemEval file not found (set dataset.path=..., MEMTRACE_LONGMEMEVAL or dataset.hub=...)"
@@ -75,12 +86,10 @@ def load_dataset(cfg: Mapping[str, Any], base_dir: str | Path | None = None) -> 
 
 
 def select_split(dataset: Dataset, split: str, fractions: list[float], seed: int) -> Dataset:
-    if split not in SPLIT_NAMES:
-        raise ConfigError(f"split: {split!r} is not one of {SPLIT_NAMES}")
+    """`all`, or one split of a seeded split by conversation (ValueError naming the split otherwise)."""
     if split == "all":
         return dataset
-    parts = split_by_conversation(dataset, fractions=tuple(fractions), seed=seed)
-    return getattr(parts, split)
+    return split_by_conversation(dataset, fractions=tuple(fractions), seed=seed).select(split)
 
 
 def secret_values(cfg: Mapping[str, Any]) -> tuple[str, ...]:
@@ -106,9 +115,7 @@ def build_components(plain: Mapping[str, Any], base_dir: Path) -> tuple[LMSet, M
     """The LMs, the memory system (task LM set, `prompts` file applied if given) and the judge."""
     lms = build_lm_set(plain["lm"])
     system = build_memory_system(plain["memory_system"], build_embedder(plain["embedder"]))
-    if plain.get("prompts"):
-        path = Path(str(plain["prompts"]))
-        system = apply_prompts(system, read_prompts(path if path.is_absolute() else base_dir / path))
+    system = with_prompt_file(system, plain.get("prompts"), base_dir)
     system.set_lm(lms.task)
     return lms, system, make_judge(lms.judge)
 

@@ -25,7 +25,7 @@ from omegaconf import DictConfig
 from rich.console import Console
 
 from experiments.console import RichProgress, loop_tables, setup_logging
-from experiments.factory import build_components, secret_values, splits_of, to_plain
+from experiments.factory import build_components, launch_dir, resolve, secret_values, splits_of, to_plain
 from optimizers.registry import build_optimizer
 from pipeline.export import ExportedPrompts, write_prompts
 from pipeline.lm import configure_cache
@@ -48,8 +48,7 @@ def config_digest(plain: dict[str, Any]) -> str:
 def _run_dir(plain: dict[str, Any], base_dir: Path) -> tuple[Path, dict[str, Any], bool]:
     """(run directory, the config to use, resuming?) — a resumed run uses the config it was started with."""
     if plain.get("resume"):
-        run_dir = Path(str(plain["resume"]))
-        run_dir = run_dir if run_dir.is_absolute() else base_dir / run_dir
+        run_dir = resolve(str(plain["resume"]), base_dir)
         saved = run_dir / SAVED_CONFIG
         if not (run_dir / CHECKPOINT).exists() or not saved.exists():
             raise CheckpointError(f"resume={plain['resume']}: no {CHECKPOINT} and {SAVED_CONFIG} in {run_dir}")
@@ -82,7 +81,7 @@ def export_best(result: LoopResult, system_name: str, run_id: str, run_dir: Path
 def optimize(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
     """Run the loop end to end; returns run id, paths and the headline numbers."""
     console = console or Console()
-    base_dir = Path(hydra.utils.get_original_cwd()) if HydraConfig.initialized() else Path.cwd()
+    base_dir = launch_dir()
     run_dir, plain, resuming = _run_dir(to_plain(cfg), base_dir)
     secrets = secret_values(plain)
     configure_cache(base_dir / plain["cache_dir"])

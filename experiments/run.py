@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
 
 import hydra
 import mlflow
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 from rich.console import Console
 
 from experiments.console import RichProgress, counts_line, report_table, setup_logging
-from experiments.factory import build_components, load_dataset, secret_values, select_split, to_plain
+from experiments.factory import build_components, launch_dir, load_dataset, secret_values, select_split, to_plain
 from pipeline.lm import configure_cache
 from pipeline.runner import run_dataset
 from pipeline.tracking import flatten, git_commit, log_params, log_run_result, open_experiment, scrub
@@ -31,7 +29,7 @@ def run(cfg: DictConfig, console: Console | None = None) -> dict[str, object]:
     console = console or Console()
     plain = to_plain(cfg)
     secrets = secret_values(plain)
-    base_dir = Path(hydra.utils.get_original_cwd()) if HydraConfig.initialized() else Path.cwd()
+    base_dir = launch_dir()
     configure_cache(base_dir / plain["cache_dir"])
 
     _, system, judge = build_components(plain, base_dir)

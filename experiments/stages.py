@@ -9,20 +9,17 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 import hydra
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
 
-from experiments.factory import to_plain
+from experiments.factory import launch_dir, to_plain, with_prompt_file
 from memory_systems.base import MemorySystem
 from memory_systems.registry import build_memory_system
 from pipeline.embeddings import build_embedder
-from pipeline.export import apply_prompts, read_prompts
 
 
 def stage_rows(system: MemorySystem) -> list[dict[str, Any]]:
@@ -45,11 +42,8 @@ def stage_rows(system: MemorySystem) -> list[dict[str, Any]]:
 
 def stages(cfg: DictConfig, console: Console | None = None) -> list[dict[str, Any]]:
     plain = to_plain(cfg)
-    base_dir = Path(hydra.utils.get_original_cwd()) if HydraConfig.initialized() else Path.cwd()
     system = build_memory_system(plain["memory_system"], build_embedder(plain["embedder"]))
-    if plain.get("prompts"):
-        path = Path(str(plain["prompts"]))
-        system = apply_prompts(system, read_prompts(path if path.is_absolute() else base_dir / path))
+    system = with_prompt_file(system, plain.get("prompts"), launch_dir())
     rows = stage_rows(system)
     if plain.get("format") == "json":
         sys.stdout.write(json.dumps({"system": system.name, "stages": rows}, indent=2) + "\n")

@@ -30,6 +30,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from pipeline.blame import Attribution, ErrorType
 from pipeline.bm25 import BM25Index
@@ -121,7 +122,8 @@ class _Drop:
 
 
 class LineageAttributor:
-    """Attributes the failed cases of one conversation graph. Token sets are memoized per instance."""
+    """Attributes the failed cases of one conversation graph, which must not change while it is in use
+    (token sets and the store at question time are memoized per instance)."""
 
     def __init__(self, graph: ExecutionGraph, conversation: Conversation | None = None) -> None:
         self.graph = graph
@@ -218,15 +220,16 @@ class LineageAttributor:
                 drops.append(_Drop(op, consumed, output))
         return live, drops
 
-    def _live_memories(self) -> list[Variable]:
-        """The memory units at question time: latest version of each, not deleted."""
+    @cached_property
+    def _live_memories(self) -> tuple[Variable, ...]:
+        """The memory units at question time: latest version of each, not deleted (computed once per graph)."""
         graph = self.graph
         units = []
         for name in graph.names():
             latest = graph.latest(name)
             if latest is not None and latest.kind in MEMORY_KINDS and latest.value and not latest.meta.get("deleted"):
                 units.append(latest)
-        return units
+        return tuple(units)
 
     def _decision_maker(self, op: Operation) -> Operation:
         """For a store write without a prompt, the LLM operation whose decision it executed."""
@@ -277,7 +280,7 @@ class LineageAttributor:
                 0.3,
             )
 
-        live_memories = self._live_memories()
+        live_memories = self._live_memories
         broken: list[tuple[int, Attribution]] = []
         survivors_by_track: dict[str, list[Variable]] = {}
         for track in tracks:

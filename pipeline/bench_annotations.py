@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from pipeline.blame import ErrorType
-from pipeline.data import DataError
+from pipeline.data import DataError, first_error
 from pipeline.graph import EMPTY
 
 NON_MEMORY_LABELS: tuple[str, ...] = ("AnnotationError", "JudgeError")
@@ -96,8 +96,8 @@ def parse_annotation(item: object, source: str, record: str) -> BenchAnnotation:
     try:
         raw = _RawAnnotation.model_validate(item)
     except ValidationError as error:
-        first = error.errors()[0]
-        raise ExecNetworkError(source, first["msg"], record, ".".join(map(str, first["loc"]))) from error
+        path, message = first_error(error)
+        raise ExecNetworkError(source, message, record, path) from error
     try:
         label, error_type = parse_error_label(raw.final_error_type)
     except ValueError as error:

@@ -115,7 +115,7 @@ class _RawSample(_Raw):
     qa: list[Any]
 
 
-def _first_error(error: ValidationError) -> tuple[str, str]:
+def first_error(error: ValidationError) -> tuple[str, str]:
     """(dotted field path, message) of the first pydantic error."""
     first = error.errors()[0]
     path = ".".join(str(part) for part in first["loc"]) or "<record>"
@@ -218,7 +218,7 @@ def _parse_conversation(sample_id: str, record: str, raw: dict[str, Any], source
             try:
                 turn = _RawTurn.model_validate(item)
             except ValidationError as error:
-                path, message = _first_error(error)
+                path, message = first_error(error)
                 raise DataError(source, message, record, f"{where}.{path}") from error
             dia_id = normalize_dia_id(turn.dia_id) or turn.dia_id.strip()
             if not dia_id:
@@ -240,7 +240,7 @@ def _parse_question(
     try:
         raw = _RawQA.model_validate(item)
     except ValidationError as error:
-        path, message = _first_error(error)
+        path, message = first_error(error)
         raise DataError(source, message, record, f"{where}.{path}") from error
     if not raw.question.strip():
         raise DataError(source, "empty question", record, f"{where}.question")
@@ -277,7 +277,7 @@ def parse_locomo(samples: object, source: str) -> Dataset:
         try:
             sample = _RawSample.model_validate(item)
         except ValidationError as error:
-            path, message = _first_error(error)
+            path, message = first_error(error)
             raise DataError(source, message, record, path) from error
         if sample.sample_id in seen_ids:
             raise DataError(source, "duplicate sample id", record, "sample_id")

@@ -46,13 +46,11 @@ __all__ = [
     "AsyncSimEngine",
     "LMConfig",
     "LMSet",
-    "LMUsage",
     "MissingAPIKeyError",
     "build_lm",
     "build_lm_set",
     "configure_cache",
     "describe",
-    "usage_of",
 ]
 
 ROLES: tuple[str, ...] = ("task", "judge", "attributor", "rewriter")
@@ -279,25 +277,3 @@ def configure_cache(directory: str | Path, *, enable_memory_cache: bool = True) 
         enable_disk_cache=True, enable_memory_cache=enable_memory_cache, disk_cache_dir=str(path)
     )
     logger.info("DSPy response cache at %s", path)
-
-
-@dataclass(frozen=True)
-class LMUsage:
-    """Calls and tokens summed over an LM's history; cache hits count as calls with no tokens."""
-
-    calls: int
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
-
-
-def usage_of(lm: dspy.BaseLM, since: int = 0) -> LMUsage:
-    """Sum `lm.history[since:]` (history is bounded by dspy.settings.max_history_size)."""
-    prompt = completion = total = calls = 0
-    for entry in lm.history[since:]:
-        calls += 1
-        usage = entry.get("usage") or {}
-        prompt += int(usage.get("prompt_tokens") or 0)
-        completion += int(usage.get("completion_tokens") or 0)
-        total += int(usage.get("total_tokens") or 0)
-    return LMUsage(calls=calls, prompt_tokens=prompt, completion_tokens=completion, total_tokens=total)

@@ -45,7 +45,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from pipeline.data import DataError, parse_session_date
+from pipeline.data import DataError, first_error, parse_session_date
 from pipeline.records import Conversation, Dataset, Question, Turn
 
 logger = logging.getLogger(__name__)
@@ -121,11 +121,6 @@ class _RawRecord(_Raw):
     answer_session_ids: list[str] = []
 
 
-def _first_error(error: ValidationError) -> tuple[str, str]:
-    first = error.errors()[0]
-    return ".".join(str(part) for part in first["loc"]) or "<record>", first["msg"]
-
-
 def _record_name(item: object, position: int) -> str:
     if isinstance(item, Mapping) and isinstance(item.get("question_id"), str):
         return f"question {item['question_id']!r} (#{position})"
@@ -139,7 +134,7 @@ def _parse_record(
     try:
         raw = _RawRecord.model_validate(item)
     except ValidationError as error:
-        path, message = _first_error(error)
+        path, message = first_error(error)
         raise DataError(source, message, record, path) from error
     qid = raw.question_id.strip()
     if not qid:
@@ -179,7 +174,7 @@ def _parse_record(
             try:
                 turn = _RawTurn.model_validate(entry)
             except ValidationError as error:
-                path, message = _first_error(error)
+                path, message = first_error(error)
                 raise DataError(source, message, record, f"{where}.{path}") from error
             if turn.role not in SPEAKERS:
                 raise DataError(source, f"unknown role {turn.role!r}; expected 'user' or 'assistant'", record,

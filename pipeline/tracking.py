@@ -125,12 +125,10 @@ def run_metrics(result: RunResult, prefix: str = "") -> dict[str, float]:
     return metrics
 
 
-def log_run_result(
-    result: RunResult, prompts: PromptSet, secrets: Iterable[str], step: int | None = None, prefix: str = ""
-) -> None:
+def log_run_result(result: RunResult, prompts: PromptSet, secrets: Iterable[str]) -> None:
     """Log metrics, the per-question table, graphs, prompt set and report into the active run."""
     secrets = tuple(secrets)
-    mlflow.log_metrics(run_metrics(result, prefix), step=step)
+    mlflow.log_metrics(run_metrics(result))
     rows = result_rows(result)
     with tempfile.TemporaryDirectory(prefix="memtrace-artifacts-") as tmp:
         directory = Path(tmp)
@@ -139,7 +137,7 @@ def log_run_result(
         _write(directory, "report.json", json.dumps(flat_metrics(result.report), indent=2), secrets)
         for conversation_id, graph in result.graph_by_conversation.items():
             _write(directory, f"graphs/{conversation_id}.json", graph_to_json(graph), secrets)
-        mlflow.log_artifacts(str(directory), artifact_path=prefix.rstrip("/.") or None)
+        mlflow.log_artifacts(str(directory))
     columns = {key: [scrub(str(row[key]), secrets) for row in rows] for key in (rows[0] if rows else {})}
     if columns:
-        mlflow.log_table(data=columns, artifact_file=f"{prefix.rstrip('/.') + '/' if prefix else ''}results_table.json")
+        mlflow.log_table(data=columns, artifact_file="results_table.json")

@@ -18,11 +18,11 @@ from pipeline.attribution import LineageAttributor, attribute_failures, content_
 from pipeline.blame import ErrorType, aggregate_blame
 from pipeline.data import parse_locomo
 from pipeline.embeddings import HashingEmbedder
-from pipeline.lm import LMConfig, build_lm
 from pipeline.records import PromptSet
 from pipeline.runner import make_judge, run_dataset
 from pipeline.sim.rules import expected_cause, rules_in, with_rules
 from pipeline.sim.world import generate_locomo, planted_questions
+from tests.support.sim import sim_lm
 
 ALL_EXTRACT = ("resolve_dates", "third_party")
 ALL_DECIDE = ("newest_wins", "keep_compatible")
@@ -42,7 +42,7 @@ def attributed_run(top_k: int, extract=(), decide=(), respond=(), n_conversation
     dataset = parse_locomo(samples, "sim")
     system = Mem0Memory(HashingEmbedder(), Mem0Knobs(top_k=top_k))
     system = system.with_prompts(with_stage_rules(system.prompt_set(), extract, decide, respond))
-    lm = build_lm(LMConfig(backend="sim", model="stand-in", cache=False))
+    lm = sim_lm()
     system.set_lm(lm)
     result = run_dataset(system, make_judge(lm), dataset, workers=2)
     present = set().union(*(rules_in(text) for text in system.prompt_set().instruction_by_stage.values()))

@@ -25,7 +25,6 @@ from pipeline.attribution import attribute_failures
 from pipeline.data import parse_locomo, split_by_conversation
 from pipeline.embeddings import HashingEmbedder
 from pipeline.graph import ExecutionGraph, OpKind
-from pipeline.lm import LMConfig, build_lm
 from pipeline.loop import LoopSettings, OptimizationLoop, Splits
 from pipeline.records import Conversation, PromptSet, Question, Turn
 from pipeline.runner import make_judge, run_dataset
@@ -41,6 +40,7 @@ from pipeline.sim.rules import (
 )
 from pipeline.sim.world import generate_locomo, planted_questions
 from pipeline.tracing import Tracer
+from tests.support.sim import sim_dataset, sim_lm
 
 NEW_RULES = ("event_dates", "event_third_party", "expand_related")
 LOCOMO = Path(__file__).parents[2] / "shared/data/locomo/locomo2.json"
@@ -268,7 +268,7 @@ def with_stage_rules(system: EverMemOSMemory, rule_ids) -> EverMemOSMemory:
 @pytest.fixture(scope="module")
 def sim():
     samples = generate_locomo(seed=0, n_conversations=4)
-    lm = build_lm(LMConfig(backend="sim", model="stand-in", cache=False))
+    lm = sim_lm()
     system = EverMemOSMemory(HashingEmbedder(), EverMemOSKnobs(tokenizer="approx"))
     system.set_lm(lm)
     return samples, parse_locomo(samples, "sim"), lm, system
@@ -349,9 +349,9 @@ def test_the_diagnoses_point_the_rewriter_at_the_missing_rules_of_the_blamed_sta
 
 
 def test_the_loop_improves_test_accuracy_and_blames_only_stages_the_system_has():
-    dataset = parse_locomo(generate_locomo(seed=0, n_conversations=8), "sim")
+    dataset = sim_dataset(seed=0, n_conversations=8)
     parts = split_by_conversation(dataset, (0.5, 0.25, 0.25), seed=0)
-    lm = build_lm(LMConfig(backend="sim", model="stand-in", cache=False))
+    lm = sim_lm()
     system = EverMemOSMemory(HashingEmbedder(), EverMemOSKnobs(tokenizer="approx"))
     system.set_lm(lm)
     settings = LoopSettings(max_iterations=4, patience=2, min_gain=0.02, max_candidates=2, workers=2)
@@ -376,7 +376,7 @@ def test_the_loop_improves_test_accuracy_and_blames_only_stages_the_system_has()
 def test_a_real_locomo_conversation_runs_end_to_end():
     samples = json.loads(LOCOMO.read_text(encoding="utf-8"))[:1]
     dataset = parse_locomo(samples, str(LOCOMO))
-    lm = build_lm(LMConfig(backend="sim", model="stand-in", cache=False))
+    lm = sim_lm()
     system = from_config({"name": "evermemos"}, HashingEmbedder())
     system.set_lm(lm)
     result = run_dataset(system, make_judge(lm), dataset, workers=4)

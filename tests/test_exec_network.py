@@ -36,9 +36,9 @@ from pipeline.exec_network import (
 )
 from pipeline.graph import ExecutionGraph, OpKind, Usage
 from pipeline.graph_io import graph_to_json
-from pipeline.lm import LMConfig, build_lm
 from pipeline.runner import RunResult, make_judge, run_dataset
 from pipeline.sim.world import generate_locomo
+from tests.support.sim import sim_lm
 
 STAMP = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{3}")
 
@@ -46,7 +46,7 @@ STAMP = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{3}")
 @pytest.fixture(scope="module")
 def run_result() -> RunResult:
     dataset = parse_locomo(generate_locomo(seed=2, n_conversations=1, sessions_per_conversation=4), "sim")
-    lm = build_lm(LMConfig(backend="sim", model="stand-in", cache=False))
+    lm = sim_lm()
     system = Mem0Memory(HashingEmbedder())
     system.set_lm(lm)
     return run_dataset(system, make_judge(lm), dataset, workers=1)

@@ -18,13 +18,13 @@ from pipeline.embeddings import HashingEmbedder
 from pipeline.evaluation import score_case
 from pipeline.graph import ExecutionGraph, OpKind
 from pipeline.graph_io import graph_to_json
-from pipeline.lm import LMConfig, build_lm
 from pipeline.records import Conversation, Dataset, Question, Turn
 from pipeline.runner import make_judge, run_dataset
 from pipeline.sim.handlers import NOT_MENTIONED, answer_question
 from pipeline.sim.rules import RULES, expected_cause, rules_in, with_rules
 from pipeline.sim.world import generate_locomo, planted_questions
 from pipeline.tracing import Tracer
+from tests.support.sim import sim_lm
 
 LOCOMO = Path(__file__).parents[2] / "shared/data/locomo/locomo2.json"
 CONVERSATION = Conversation(
@@ -41,9 +41,6 @@ WHERE = Question("c1:q0", "c1", "Where does Alice live?", "Boston", 4, ("D1:1",)
 WHEN = Question("c1:q1", "c1", "When did Alice go hiking?", "3 June 2023", 2, ("D2:1",))
 ANSWER_RULES = ("use_dates", "abstain")
 
-
-def sim_lm():
-    return build_lm(LMConfig(backend="sim", model="stand-in", cache=False))
 
 
 def system(window: int = 32768, lm=None) -> LongContextMemory:

@@ -13,27 +13,26 @@ import pytest
 from memory_systems.mem0 import Mem0Memory
 from optimizers.base import Candidate, OptimizationContext
 from optimizers.registry import build_optimizer
-from pipeline.data import parse_locomo, split_by_conversation
+from pipeline.data import split_by_conversation
 from pipeline.embeddings import HashingEmbedder
 from pipeline.evaluation import paired_difference
 from pipeline.export import ExportedPrompts, apply_prompts, read_prompts, write_prompts
-from pipeline.lm import LMConfig, build_lm
 from pipeline.loop import CheckpointError, IterationRecord, LoopSettings, OptimizationLoop, Splits
 from pipeline.memory_cache import MemoryCache
 from pipeline.runner import make_judge, run_dataset
-from pipeline.sim.world import generate_locomo
+from tests.support.sim import sim_dataset, sim_lm
 
 SETTINGS = LoopSettings(max_iterations=5, patience=2, min_gain=0.02, max_candidates=2, workers=2)
 
 
 def splits() -> Splits:
-    dataset = parse_locomo(generate_locomo(seed=0, n_conversations=8), "sim")
+    dataset = sim_dataset(seed=0, n_conversations=8)
     parts = split_by_conversation(dataset, (0.5, 0.25, 0.25), seed=0)
     return Splits(parts.train, parts.dev, parts.test)
 
 
 def make_loop(optimizer_name: str = "attribution", optimizer=None, **kwargs) -> OptimizationLoop:
-    lm = build_lm(LMConfig(backend="sim", model="stand-in", cache=False))
+    lm = sim_lm()
     system = Mem0Memory(HashingEmbedder())
     system.set_lm(lm)
     optimizer = optimizer or build_optimizer(optimizer_name, lm)
@@ -103,7 +102,7 @@ class _UselessThenGood:
 
 
 def test_a_candidate_without_gain_is_rejected_and_the_next_one_tried():
-    lm = build_lm(LMConfig(backend="sim", model="stand-in", cache=False))
+    lm = sim_lm()
     loop = make_loop(optimizer=_UselessThenGood(build_optimizer("attribution", lm)),
                      settings=replace(SETTINGS, max_iterations=1))
     result = loop.run()
@@ -168,7 +167,7 @@ def test_exported_prompts_reproduce_the_final_metrics_exactly(results, tmp_path)
     exported = ExportedPrompts.create("mem0", result.final_prompts, source_run="test")
     for suffix in ("json", "yaml"):
         path = write_prompts(exported, tmp_path / f"best.{suffix}")
-        lm = build_lm(LMConfig(backend="sim", model="stand-in", cache=False))
+        lm = sim_lm()
         system = apply_prompts(Mem0Memory(HashingEmbedder()), read_prompts(path))
         system.set_lm(lm)
         again = run_dataset(system, make_judge(lm), splits().test, workers=2)

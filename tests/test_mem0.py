@@ -15,6 +15,7 @@ from pipeline.embeddings import HashingEmbedder
 from pipeline.graph import ExecutionGraph, OpKind
 from pipeline.records import Conversation, PromptSet, Question, Turn
 from pipeline.tracing import Tracer
+from tests.support.sim import sim_dataset, sim_lm
 
 CONVERSATION = Conversation(
     "c1",
@@ -175,15 +176,12 @@ def test_prompts_are_dspy_signatures_with_the_default_instruction():
 
 
 def sim_ingest(prompts: PromptSet | None = None):
-    from pipeline.data import parse_locomo
-    from pipeline.lm import LMConfig, build_lm
-    from pipeline.sim.world import generate_locomo
 
-    dataset = parse_locomo(generate_locomo(seed=5, n_conversations=1), "sim")
+    dataset = sim_dataset(seed=5, n_conversations=1)
     system = Mem0Memory(HashingEmbedder())
     if prompts is not None:
         system = system.with_prompts(prompts)
-    system.set_lm(build_lm(LMConfig(backend="sim", model="stand-in", cache=False)))
+    system.set_lm(sim_lm())
     graph = ExecutionGraph("sim")
     state = system.ingest(dataset.conversations[0], Tracer(graph))
     return system, dataset, graph, state

@@ -23,9 +23,9 @@ from optimizers.registry import build_optimizer
 from optimizers.rewrite import InstructionRewriter, RewriteOutcome
 from optimizers.uniform import UniformBlameOptimizer, rotated
 from pipeline.blame import Attribution, ErrorType, aggregate_blame
-from pipeline.lm import LMConfig, build_lm
 from pipeline.records import CaseResult, PromptSet, Question, Scores
 from pipeline.sim.rules import rules_in
+from tests.support.sim import sim_lm as stand_in_lm
 
 PROMPTS = PromptSet(
     {"extract": ExtractFacts.instructions, "decide": DecideUpdates.instructions, "respond": AnswerQuestion.instructions}
@@ -60,7 +60,7 @@ def attribution(
 
 @pytest.fixture(scope="module")
 def sim_lm() -> dspy.LM:
-    return build_lm(LMConfig(backend="sim", model="stand-in", cache=False))
+    return stand_in_lm()
 
 
 def context(attributions: list[Attribution], iteration: int = 0, prompts: PromptSet = PROMPTS) -> OptimizationContext:

@@ -18,7 +18,6 @@ from pipeline.blame import ErrorType, aggregate_blame
 from pipeline.data import load_locomo, parse_locomo
 from pipeline.embeddings import HashingEmbedder
 from pipeline.graph import ExecutionGraph, OpKind
-from pipeline.lm import LMConfig, build_lm
 from pipeline.records import Conversation, Question, Turn
 from pipeline.runner import make_judge, run_dataset
 from pipeline.sim.handlers import NOT_MENTIONED, answer_question
@@ -26,6 +25,7 @@ from pipeline.sim.rules import RULES, expected_cause, rules_in, with_rules
 from pipeline.sim.world import generate_locomo, planted_questions
 from pipeline.tokens import ApproximateCounter, build_token_counter
 from pipeline.tracing import Tracer
+from tests.support.sim import sim_lm
 
 LOCOMO = Path(__file__).parents[2] / "shared/data/locomo/locomo2.json"
 APPROX = ApproximateCounter()
@@ -63,9 +63,6 @@ def fresh_pieces(chunks):
                 out.append(piece)
     return out
 
-
-def sim_lm():
-    return build_lm(LMConfig(backend="sim", model="stand-in", cache=False))
 
 
 # ---------------------------------------------------------------------------------------------- chunking

@@ -17,8 +17,8 @@ from experiments.factory import build_memory_system, load_dataset, select_split
 from experiments.run import run
 from pipeline.embeddings import HashingEmbedder
 from pipeline.graph_io import graph_from_json, graph_to_json
-from pipeline.lm import LMConfig, build_lm
 from pipeline.runner import make_judge, run_dataset
+from tests.support.sim import sim_lm
 
 CONF_DIR = Path(__file__).parents[1] / "conf"
 EXPERIMENT_DIR = Path(__file__).parents[1] / "experiments" / "conf" / "experiment"
@@ -54,7 +54,7 @@ def test_every_config_option_composes_and_resolves(config, group, option, monkey
 
 def sim_run(workers: int, n_conversations: int = 2):
     dataset = load_dataset({"kind": "sim", "seed": 3, "n_conversations": n_conversations})
-    lm = build_lm(LMConfig(backend="sim", model="stand-in", cache=False))
+    lm = sim_lm()
     system = build_memory_system({"name": "mem0"}, HashingEmbedder())
     system.set_lm(lm)
     return run_dataset(system, make_judge(lm), dataset, workers=workers)

@@ -8,11 +8,11 @@ import pytest
 from memory_systems.signatures import AnswerQuestion, DecideUpdates, ExtractFacts
 from optimizers.feedback import FailureFeedback, feedback_without_attribution, fold_feedback
 from optimizers.rewrite import InstructionRewriter
-from pipeline.lm import LMConfig, build_lm
 from pipeline.records import CaseResult, Question, Scores
 from pipeline.sim import stand_in
 from pipeline.sim.rewriter import diagnosis_text, rewrite, target_stage
 from pipeline.sim.rules import RULES_BY_ID, rules_in, with_rules
+from tests.support.sim import sim_lm
 
 EXTRACT = ExtractFacts.instructions
 DECIDE = DecideUpdates.instructions
@@ -25,7 +25,7 @@ DATE_DIAGNOSIS = (
 
 @pytest.fixture(scope="module")
 def lm() -> dspy.LM:
-    return build_lm(LMConfig(backend="sim", model="stand-in", cache=False))
+    return sim_lm()
 
 
 def block(diagnosis: str, question: str = "When did Alice go hiking?", error: str = "ExtractionError") -> str:

@@ -13,14 +13,13 @@ from mlflow.tracking import MlflowClient
 from experiments.run import run
 from memory_systems.registry import MODULE_BY_SYSTEM, build_memory_system
 from optimizers.registry import build_optimizer
-from pipeline.data import parse_locomo, split_by_conversation
+from pipeline.data import split_by_conversation
 from pipeline.embeddings import HashingEmbedder
 from pipeline.graph import OpKind
 from pipeline.graph_io import graph_from_json
-from pipeline.lm import LMConfig, build_lm
 from pipeline.loop import LoopSettings, OptimizationLoop, Splits
 from pipeline.runner import make_judge
-from pipeline.sim.world import generate_locomo
+from tests.support.sim import sim_dataset, sim_lm
 
 LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo2.json"
 SYSTEMS = list(MODULE_BY_SYSTEM)
@@ -71,9 +70,9 @@ def test_run_on_the_locomo_subset_completes(name, tmp_path):
 
 @pytest.mark.parametrize("name", SYSTEMS)
 def test_the_loop_improves_each_system_and_blames_only_its_stages(name):
-    dataset = parse_locomo(generate_locomo(seed=0, n_conversations=8), "sim")
+    dataset = sim_dataset(seed=0, n_conversations=8)
     parts = split_by_conversation(dataset, (0.5, 0.25, 0.25), seed=0)
-    lm = build_lm(LMConfig(backend="sim", model="stand-in", cache=False))
+    lm = sim_lm()
     system = build_memory_system({"name": name}, HashingEmbedder())
     system.set_lm(lm)
     loop = OptimizationLoop(

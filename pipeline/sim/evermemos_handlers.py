@@ -30,10 +30,9 @@ from typing import Any
 from pipeline.sim.dates import human, parse_date
 from pipeline.sim.grammar import Fact, parse_fact, parse_question, read_sentence, split_sentences
 from pipeline.sim.judge import content_tokens, is_abstention
-from pipeline.sim.protocol import StageRequest
+from pipeline.sim.protocol import StageRequest, trim
 from pipeline.sim.rules import rules_in
 
-FALLBACK_CHARS = 240
 _TURN_LINE = re.compile(r"^\s*(?:\[(?P<date>[^\]]*)\]\s*)?(?P<speaker>[^:\n]{1,60}?)(?:\s+says)?:\s*(?P<text>.*)$")
 _MEMORY_LINE = re.compile(r"^\s*Memory:\s*(?P<text>.*?)(?:\s+Time:\s*(?P<time>.*?))?\s*$")
 _READ_ALL = frozenset({"resolve_dates", "third_party"})  # the grammar's reading rules, all on
@@ -48,11 +47,6 @@ _TOPIC = {
     "hometown": "hometown",
     "hobby": "hobbies",
 }
-
-
-def _trim(text: str, limit: int = FALLBACK_CHARS) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " ..."
 
 
 def _turns(text: str) -> list[tuple[str, date | None, str]]:
@@ -104,7 +98,7 @@ def write_events(turns: str, rules: frozenset[str]) -> list[dict[str, str]]:
         for fact in facts:
             events.setdefault(fact.render(), human(fact.date) if fact.date else said)
         if unknown:
-            events.setdefault(_trim(f"{speaker} said: {' '.join(unknown)}"), said)
+            events.setdefault(trim(f"{speaker} said: {' '.join(unknown)}"), said)
     return [{"text": text, "time": time} for text, time in events.items()]
 
 
@@ -118,7 +112,7 @@ def write_episode(turns: str) -> tuple[str, str]:
         read, rest = _read(speaker, when, text, frozenset())
         facts.extend(f for f in read if f.owner is None)
         if rest:
-            unknown.append(_trim(f"{speaker} said: {' '.join(rest)}"))
+            unknown.append(trim(f"{speaker} said: {' '.join(rest)}"))
     topics: dict[str, list[str]] = {}
     for fact in facts:
         topics.setdefault(fact.subject, [])
@@ -127,12 +121,12 @@ def write_episode(turns: str) -> tuple[str, str]:
     if topics:
         title = "; ".join(f"{subject}: {', '.join(words)}" for subject, words in topics.items())
     elif unknown:
-        title = _trim(unknown[0], 60)
+        title = trim(unknown[0], 60)
     else:
         title = "Small talk"
     told = [*dict.fromkeys(f.render() for f in facts), *unknown]
     opening = f"On {human(day)}," if day else "In this episode,"
-    narrative = _trim(f"{opening} {' '.join(told)}" if told else f"{opening} the speakers made small talk.", 1200)
+    narrative = trim(f"{opening} {' '.join(told)}" if told else f"{opening} the speakers made small talk.", 1200)
     return title, narrative
 
 

@@ -40,12 +40,11 @@ from pipeline.sim.grammar import (
     split_sentences,
 )
 from pipeline.sim.judge import content_tokens, is_correct
-from pipeline.sim.protocol import StageRequest, decode_list
+from pipeline.sim.protocol import StageRequest, decode_list, trim
 from pipeline.sim.rewriter import rewrite_instruction
 from pipeline.sim.rules import rules_in
 
 NOT_MENTIONED = "Not mentioned in the conversation."
-FALLBACK_CHARS = 240
 _TURN_LINE = re.compile(
     r"^\s*(?:\[(?P<date>[^\]]*)\]\s*)?(?P<speaker>[^:\n]{1,60}?)(?:\s+says)?:\s*(?P<text>.*)$", re.S
 )
@@ -66,11 +65,6 @@ _QUESTION_FAMILY = {
 }
 
 
-def _trim(text: str, limit: int = FALLBACK_CHARS) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " ..."
-
-
 # ---------------------------------------------------------------------------------------------- extract
 
 
@@ -78,7 +72,7 @@ def extract_facts(turn: str, rules: frozenset[str]) -> list[str]:
     """The fact sentences the stand-in extracts from one rendered turn."""
     match = _TURN_LINE.match(turn.strip())
     if not match:
-        return [_trim(turn)] if turn.strip() else []
+        return [trim(turn)] if turn.strip() else []
     speaker, text = match.group("speaker").strip(), match.group("text").strip()
     day = parse_date(match.group("date") or "")
     facts: list[str] = []
@@ -90,7 +84,7 @@ def extract_facts(turn: str, rules: frozenset[str]) -> list[str]:
         else:
             facts.extend(f.render() for f in read)
     if unknown:
-        facts.append(_trim(f"{speaker} said: {' '.join(unknown)}"))
+        facts.append(trim(f"{speaker} said: {' '.join(unknown)}"))
     return list(dict.fromkeys(facts))
 
 
@@ -244,8 +238,8 @@ def _overlap_answer(items: list[ContextItem], question: str, rules: frozenset[st
     if "abstain" in rules and (best is None or best_score < min(2, len(wanted))):
         return NOT_MENTIONED
     if best is None:
-        return _trim(items[0].text) if items else ""
-    return _trim(best.text)
+        return trim(items[0].text) if items else ""
+    return trim(best.text)
 
 
 def answer_question(context: str, question: str, rules: frozenset[str]) -> str:

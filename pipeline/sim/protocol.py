@@ -129,3 +129,12 @@ def decode_list(raw: str) -> list[Any]:
     except json.JSONDecodeError:
         return [raw]
     return value if isinstance(value, list) else [value]
+
+
+FALLBACK_CHARS = 240
+
+
+def trim(text: str, limit: int = FALLBACK_CHARS) -> str:
+    """`text` with whitespace folded, cut at a word boundary to at most `limit` characters (plus " ...")."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " ..."
