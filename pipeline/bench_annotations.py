@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
 from pipeline.blame import ErrorType
-from pipeline.data import DataError, first_error
+from pipeline.data import DataError, validate_record
 from pipeline.graph import EMPTY
 
 NON_MEMORY_LABELS: tuple[str, ...] = ("AnnotationError", "JudgeError")
@@ -93,11 +93,7 @@ class _RawAnnotation(BaseModel):
 
 
 def parse_annotation(item: object, source: str, record: str) -> BenchAnnotation:
-    try:
-        raw = _RawAnnotation.model_validate(item)
-    except ValidationError as error:
-        path, message = first_error(error)
-        raise ExecNetworkError(source, message, record, path) from error
+    raw = validate_record(_RawAnnotation, item, source, record, error_type=ExecNetworkError)
     try:
         label, error_type = parse_error_label(raw.final_error_type)
     except ValueError as error:

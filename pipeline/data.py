@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
@@ -115,11 +115,21 @@ class _RawSample(_Raw):
     qa: list[Any]
 
 
-def first_error(error: ValidationError) -> tuple[str, str]:
-    """(dotted field path, message) of the first pydantic error."""
-    first = error.errors()[0]
-    path = ".".join(str(part) for part in first["loc"]) or "<record>"
-    return path, first["msg"]
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def validate_record(
+    model: type[ModelT], item: object, source: str, record: str | None, where: str = "",
+    error_type: type[DataError] = DataError,
+) -> ModelT:
+    """`item` parsed as `model`, or an `error_type` naming the source, the record and the field (the first
+    pydantic error, prefixed with `where`)."""
+    try:
+        return model.model_validate(item)
+    except ValidationError as error:
+        first = error.errors()[0]
+        path = ".".join(str(part) for part in first["loc"]) or "<record>"
+        raise error_type(source, first["msg"], record, f"{where}.{path}" if where else path) from error
 
 
 # --------------------------------------------------------------------------- small parsers
@@ -215,11 +225,7 @@ def _parse_conversation(sample_id: str, record: str, raw: dict[str, Any], source
             raise DataError(source, str(error), record, f"conversation.{date_key}") from error
         for index, item in enumerate(session):
             where = f"conversation.{session_key}[{index}]"
-            try:
-                turn = _RawTurn.model_validate(item)
-            except ValidationError as error:
-                path, message = first_error(error)
-                raise DataError(source, message, record, f"{where}.{path}") from error
+            turn = validate_record(_RawTurn, item, source, record, where)
             dia_id = normalize_dia_id(turn.dia_id) or turn.dia_id.strip()
             if not dia_id:
                 raise DataError(source, "empty dialog id", record, f"{where}.dia_id")
@@ -237,11 +243,7 @@ def _parse_question(
 ) -> tuple[Question, list[str], int]:
     """One question, plus the evidence ids it named that the conversation lacks, and malformed count."""
     where = f"qa[{index}]"
-    try:
-        raw = _RawQA.model_validate(item)
-    except ValidationError as error:
-        path, message = first_error(error)
-        raise DataError(source, message, record, f"{where}.{path}") from error
+    raw = validate_record(_RawQA, item, source, record, where)
     if not raw.question.strip():
         raise DataError(source, "empty question", record, f"{where}.question")
     if raw.category == ADVERSARIAL_CATEGORY:
@@ -274,11 +276,7 @@ def parse_locomo(samples: object, source: str) -> Dataset:
         record = f"sample #{position}"
         if isinstance(item, dict) and isinstance(item.get("sample_id"), str):
             record = f"sample {item['sample_id']!r} (#{position})"
-        try:
-            sample = _RawSample.model_validate(item)
-        except ValidationError as error:
-            path, message = first_error(error)
-            raise DataError(source, message, record, path) from error
+        sample = validate_record(_RawSample, item, source, record)
         if sample.sample_id in seen_ids:
             raise DataError(source, "duplicate sample id", record, "sample_id")
         seen_ids.add(sample.sample_id)

@@ -43,9 +43,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
-from pipeline.data import DataError, first_error, parse_session_date
+from pipeline.data import DataError, parse_session_date, validate_record
 from pipeline.records import Conversation, Dataset, Question, Turn
 
 logger = logging.getLogger(__name__)
@@ -131,11 +131,7 @@ def _parse_record(
     item: object, record: str, source: str, date_in_text: bool
 ) -> tuple[Conversation, Question, list[str]]:
     """One record -> (conversation, question, answer session ids missing from the haystack)."""
-    try:
-        raw = _RawRecord.model_validate(item)
-    except ValidationError as error:
-        path, message = first_error(error)
-        raise DataError(source, message, record, path) from error
+    raw = validate_record(_RawRecord, item, source, record)
     qid = raw.question_id.strip()
     if not qid:
         raise DataError(source, "empty question id", record, "question_id")
@@ -171,11 +167,7 @@ def _parse_record(
             raise DataError(source, str(error), record, f"haystack_dates[{s_index}]") from error
         for t_index, entry in enumerate(session):
             where = f"haystack_sessions[{s_index}][{t_index}]"
-            try:
-                turn = _RawTurn.model_validate(entry)
-            except ValidationError as error:
-                path, message = first_error(error)
-                raise DataError(source, message, record, f"{where}.{path}") from error
+            turn = validate_record(_RawTurn, entry, source, record, where)
             if turn.role not in SPEAKERS:
                 raise DataError(source, f"unknown role {turn.role!r}; expected 'user' or 'assistant'", record,
                                 f"{where}.role")

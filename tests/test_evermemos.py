@@ -26,7 +26,7 @@ from pipeline.data import parse_locomo, split_by_conversation
 from pipeline.embeddings import HashingEmbedder
 from pipeline.graph import ExecutionGraph, OpKind
 from pipeline.loop import LoopSettings, OptimizationLoop, Splits
-from pipeline.records import Conversation, PromptSet, Question, Turn
+from pipeline.records import PromptSet
 from pipeline.runner import make_judge, run_dataset
 from pipeline.sim.rewriter import rewrite, target_stage
 from pipeline.sim.rules import (
@@ -40,20 +40,10 @@ from pipeline.sim.rules import (
 )
 from pipeline.sim.world import generate_locomo, planted_questions
 from pipeline.tracing import Tracer
-from tests.support.sim import sim_dataset, sim_lm
+from tests.support.sim import CONVERSATION, QUESTION, sim_dataset, sim_lm
 
 NEW_RULES = ("event_dates", "event_third_party", "expand_related")
 LOCOMO = Path(__file__).parents[2] / "shared/data/locomo/locomo2.json"
-CONVERSATION = Conversation(
-    "c1",
-    ("Alice", "Bob"),
-    (
-        Turn("D1:1", "Alice", "I moved to Paris last month.", 1, "2023-05-08T13:56"),
-        Turn("D1:2", "Bob", "Nice weather today.", 1, "2023-05-08T13:56"),
-        Turn("D2:1", "Alice", "I now live in Rome.", 2, "2023-06-09T10:00"),
-    ),
-)
-QUESTION = Question("c1:q0", "c1", "Where does Alice live?", "Rome", 4, ("D2:1",))
 EPISODE_1 = [
     {"events": [{"text": "Alice moved to Paris.", "time": "April 2023"}]},
     {"title": "Alice's move", "narrative": "On 8 May 2023 Alice told Bob she had moved to Paris."},

@@ -13,20 +13,9 @@ from memory_systems.mem0 import Mem0Knobs, Mem0Memory
 from memory_systems.store import InMemoryVectorStore
 from pipeline.embeddings import HashingEmbedder
 from pipeline.graph import ExecutionGraph, OpKind
-from pipeline.records import Conversation, PromptSet, Question, Turn
+from pipeline.records import PromptSet
 from pipeline.tracing import Tracer
-from tests.support.sim import sim_dataset, sim_lm
-
-CONVERSATION = Conversation(
-    "c1",
-    ("Alice", "Bob"),
-    (
-        Turn("D1:1", "Alice", "I moved to Paris last month.", 1, "2023-05-08T13:56"),
-        Turn("D1:2", "Bob", "Nice weather today.", 1, "2023-05-08T13:56"),
-        Turn("D2:1", "Alice", "I now live in Rome.", 2, "2023-06-09T10:00"),
-    ),
-)
-QUESTION = Question("c1:q0", "c1", "Where does Alice live?", "Rome", 4, ("D2:1",))
+from tests.support.sim import CONVERSATION, QUESTION, sim_dataset, sim_lm
 
 
 def system_with(answers: list[dict]) -> Mem0Memory:

@@ -1,4 +1,4 @@
-"""Test helpers for the simulated world: the stand-in LM without a response cache, and sim datasets."""
+"""Test helpers: the stand-in LM without a response cache, sim datasets, a tiny hand-made conversation."""
 
 from __future__ import annotations
 
@@ -6,8 +6,20 @@ import dspy
 
 from pipeline.data import parse_locomo
 from pipeline.lm import LMConfig, build_lm
-from pipeline.records import Dataset
+from pipeline.records import Conversation, Dataset, Question, Turn
 from pipeline.sim.world import generate_locomo
+
+# A three-turn conversation whose answer changes (Paris, then Rome), for scripted-LM tests of a system.
+CONVERSATION = Conversation(
+    "c1",
+    ("Alice", "Bob"),
+    (
+        Turn("D1:1", "Alice", "I moved to Paris last month.", 1, "2023-05-08T13:56"),
+        Turn("D1:2", "Bob", "Nice weather today.", 1, "2023-05-08T13:56"),
+        Turn("D2:1", "Alice", "I now live in Rome.", 2, "2023-06-09T10:00"),
+    ),
+)
+QUESTION = Question("c1:q0", "c1", "Where does Alice live?", "Rome", 4, ("D2:1",))
 
 
 def sim_lm() -> dspy.LM:
