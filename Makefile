@@ -39,7 +39,7 @@ lint: install
 	$(BIN)/ruff check .
 
 bench: install  ## graph benchmark at LoCoMo scale; prints a table
-	$(BIN)/python -m experiments.bench.graph_bench
+	$(BIN)/python -m memtrace_loop.experiments.bench.graph_bench
 
 ui: install  ## open the local MLflow store
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db

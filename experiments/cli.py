@@ -34,7 +34,7 @@ examples:
 
 
 def _commands() -> dict[str, Callable[[], object]]:
-    from experiments import export, optimize, run, stages
+    from memtrace_loop.experiments import export, optimize, run, stages
 
     return {"run": run.main, "optimize": optimize.main, "export": export.main, "stages": stages.main}
 

@@ -13,9 +13,9 @@ from rich.logging import RichHandler
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from pipeline.evaluation import EvaluationReport, MetricSummary
-from pipeline.loop import LoopResult
-from pipeline.runner import LMCallCounts
+from memtrace_loop.pipeline.analysis.evaluation import EvaluationReport, MetricSummary
+from memtrace_loop.pipeline.loop.optimization import LoopResult
+from memtrace_loop.pipeline.loop.runner import LMCallCounts
 
 
 def setup_logging(level: int = logging.INFO) -> None:

@@ -18,10 +18,10 @@ from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig
 from rich.console import Console
 
-from experiments.console import setup_logging
-from experiments.factory import launch_dir, resolve
-from pipeline.export import ExportedPrompts, read_prompts, write_prompts
-from pipeline.records import PromptSet
+from memtrace_loop.experiments.console import setup_logging
+from memtrace_loop.experiments.factory import launch_dir, resolve
+from memtrace_loop.pipeline.tracking.export import ExportedPrompts, read_prompts, write_prompts
+from memtrace_loop.pipeline.core.records import PromptSet
 
 
 class ExportError(ValueError):
@@ -58,7 +58,7 @@ def export(cfg: DictConfig, console: Console | None = None) -> Path:
     return path
 
 
-@hydra.main(config_path="pkg://conf", config_name="export", version_base="1.3")
+@hydra.main(config_path="pkg://memtrace_loop.conf", config_name="export", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     setup_logging()
     export(cfg)

@@ -24,14 +24,14 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 from rich.console import Console
 
-from experiments.console import RichProgress, loop_tables, setup_logging
-from experiments.factory import build_components, launch_dir, resolve, secret_values, splits_of, to_plain
-from optimizers.registry import build_optimizer
-from pipeline.export import ExportedPrompts, write_prompts
-from pipeline.lm import configure_cache
-from pipeline.loop import CheckpointError, LoopResult, LoopSettings, OptimizationLoop, Splits, read_checkpoint
-from pipeline.loop_tracking import MLflowLoopObserver
-from pipeline.tracking import flatten, git_commit, log_params, open_experiment, scrub
+from memtrace_loop.experiments.console import RichProgress, loop_tables, setup_logging
+from memtrace_loop.experiments.factory import build_components, launch_dir, resolve, secret_values, splits_of, to_plain
+from memtrace_loop.optimizers.registry import build_optimizer
+from memtrace_loop.pipeline.tracking.export import ExportedPrompts, write_prompts
+from memtrace_loop.pipeline.backends.lm import configure_cache
+from memtrace_loop.pipeline.loop.optimization import CheckpointError, LoopResult, LoopSettings, OptimizationLoop, Splits, read_checkpoint
+from memtrace_loop.pipeline.tracking.loop_observer import MLflowLoopObserver
+from memtrace_loop.pipeline.tracking.mlflow_run import flatten, git_commit, log_params, open_experiment, scrub
 
 logger = logging.getLogger("memtrace.optimize")
 
@@ -155,7 +155,7 @@ def optimize(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
     }
 
 
-@hydra.main(config_path="pkg://conf", config_name="optimize", version_base="1.3")
+@hydra.main(config_path="pkg://memtrace_loop.conf", config_name="optimize", version_base="1.3")
 def main(cfg: DictConfig) -> float:
     setup_logging()
     return float(optimize(cfg)["test_final"])

@@ -15,11 +15,11 @@ import mlflow
 from omegaconf import DictConfig
 from rich.console import Console
 
-from experiments.console import RichProgress, counts_line, report_table, setup_logging
-from experiments.factory import build_components, launch_dir, load_dataset, secret_values, select_split, to_plain
-from pipeline.lm import configure_cache
-from pipeline.runner import run_dataset
-from pipeline.tracking import flatten, git_commit, log_params, log_run_result, open_experiment, scrub
+from memtrace_loop.experiments.console import RichProgress, counts_line, report_table, setup_logging
+from memtrace_loop.experiments.factory import build_components, launch_dir, load_dataset, secret_values, select_split, to_plain
+from memtrace_loop.pipeline.backends.lm import configure_cache
+from memtrace_loop.pipeline.loop.runner import run_dataset
+from memtrace_loop.pipeline.tracking.mlflow_run import flatten, git_commit, log_params, log_run_result, open_experiment, scrub
 
 logger = logging.getLogger("memtrace.run")
 
@@ -76,7 +76,7 @@ def run(cfg: DictConfig, console: Console | None = None) -> dict[str, object]:
     return {"run_id": run_id, "judge_accuracy": result.report.overall.judge_accuracy}
 
 
-@hydra.main(config_path="pkg://conf", config_name="run", version_base="1.3")
+@hydra.main(config_path="pkg://memtrace_loop.conf", config_name="run", version_base="1.3")
 def main(cfg: DictConfig) -> float:
     setup_logging()
     return float(run(cfg)["judge_accuracy"])

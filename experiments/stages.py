@@ -16,10 +16,10 @@ from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
 
-from experiments.factory import launch_dir, to_plain, with_prompt_file
-from memory_systems.base import MemorySystem
-from memory_systems.registry import build_memory_system
-from pipeline.embeddings import build_embedder
+from memtrace_loop.experiments.factory import launch_dir, to_plain, with_prompt_file
+from memtrace_loop.memory_systems.base import MemorySystem
+from memtrace_loop.memory_systems.registry import build_memory_system
+from memtrace_loop.pipeline.backends.embeddings import build_embedder
 
 
 def stage_rows(system: MemorySystem) -> list[dict[str, Any]]:
@@ -59,6 +59,6 @@ def stages(cfg: DictConfig, console: Console | None = None) -> list[dict[str, An
     return rows
 
 
-@hydra.main(config_path="pkg://conf", config_name="stages", version_base="1.3")
+@hydra.main(config_path="pkg://memtrace_loop.conf", config_name="stages", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     stages(cfg)

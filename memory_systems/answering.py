@@ -14,10 +14,10 @@ from typing import Any
 
 import dspy
 
-from memory_systems.base import AnswerOutcome
-from pipeline.graph import OpKind
-from pipeline.records import Question
-from pipeline.tracing import Tracer
+from memtrace_loop.memory_systems.base import AnswerOutcome
+from memtrace_loop.pipeline.core.graph import OpKind
+from memtrace_loop.pipeline.core.records import Question
+from memtrace_loop.pipeline.core.tracing import Tracer
 
 RESPOND_STAGE = "respond"
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import dspy
 
-from pipeline.records import Conversation, PromptSet, Question, Turn
-from pipeline.tracing import Tracer
+from memtrace_loop.pipeline.core.records import Conversation, PromptSet, Question, Turn
+from memtrace_loop.pipeline.core.tracing import Tracer
 
 
 class PromptSetError(ValueError):

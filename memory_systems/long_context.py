@@ -32,14 +32,14 @@ from typing import Any
 
 import dspy
 
-from memory_systems.answering import record_query, respond
-from memory_systems.base import AnswerOutcome, MemorySystem
-from memory_systems.signatures import AnswerQuestion, human_date, render_turn
-from pipeline.embeddings import Embedder
-from pipeline.graph import OpKind
-from pipeline.records import Conversation, Question, Turn
-from pipeline.tokens import TokenCounter, build_token_counter
-from pipeline.tracing import Tracer
+from memtrace_loop.memory_systems.answering import record_query, respond
+from memtrace_loop.memory_systems.base import AnswerOutcome, MemorySystem
+from memtrace_loop.memory_systems.signatures import AnswerQuestion, human_date, render_turn
+from memtrace_loop.pipeline.backends.embeddings import Embedder
+from memtrace_loop.pipeline.core.graph import OpKind
+from memtrace_loop.pipeline.core.records import Conversation, Question, Turn
+from memtrace_loop.pipeline.backends.tokens import TokenCounter, build_token_counter
+from memtrace_loop.pipeline.core.tracing import Tracer
 
 APPEND_STAGE = "append"
 TRIM_STAGE = "trim"

@@ -23,15 +23,15 @@ from typing import Any
 
 import dspy
 
-from memory_systems.answering import record_query, record_retrieval, respond
-from memory_systems.base import AnswerOutcome, MemorySystem
-from memory_systems.signatures import AnswerQuestion, render_turn
-from memory_systems.store import InMemoryVectorStore
-from pipeline.embeddings import Embedder
-from pipeline.graph import OpKind
-from pipeline.records import Conversation, Question, Turn
-from pipeline.tokens import TokenCounter, build_token_counter
-from pipeline.tracing import Tracer
+from memtrace_loop.memory_systems.answering import record_query, record_retrieval, respond
+from memtrace_loop.memory_systems.base import AnswerOutcome, MemorySystem
+from memtrace_loop.memory_systems.signatures import AnswerQuestion, render_turn
+from memtrace_loop.memory_systems.store import InMemoryVectorStore
+from memtrace_loop.pipeline.backends.embeddings import Embedder
+from memtrace_loop.pipeline.core.graph import OpKind
+from memtrace_loop.pipeline.core.records import Conversation, Question, Turn
+from memtrace_loop.pipeline.backends.tokens import TokenCounter, build_token_counter
+from memtrace_loop.pipeline.core.tracing import Tracer
 
 CHUNK_STAGE = "chunk"
 RETRIEVE_STAGE = "retrieve"

@@ -11,15 +11,15 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from memory_systems.base import MemorySystem
-from pipeline.embeddings import Embedder
+from memtrace_loop.memory_systems.base import MemorySystem
+from memtrace_loop.pipeline.backends.embeddings import Embedder
 
 MODULE_BY_SYSTEM: Mapping[str, str] = MappingProxyType(
     {
-        "long_context": "memory_systems.long_context",
-        "rag": "memory_systems.rag",
-        "mem0": "memory_systems.mem0",
-        "evermemos": "memory_systems.evermemos",
+        "long_context": "memtrace_loop.memory_systems.long_context",
+        "rag": "memtrace_loop.memory_systems.rag",
+        "mem0": "memtrace_loop.memory_systems.mem0.system",
+        "evermemos": "memtrace_loop.memory_systems.evermemos.system",
     }
 )
 

@@ -13,7 +13,7 @@ from typing import Protocol
 
 import numpy as np
 
-from pipeline.embeddings import Embedder
+from memtrace_loop.pipeline.backends.embeddings import Embedder
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol
 
-from pipeline.blame import Attribution, BlameTable
-from pipeline.records import CaseResult, PromptSet
+from memtrace_loop.pipeline.analysis.blame import Attribution, BlameTable
+from memtrace_loop.pipeline.core.records import CaseResult, PromptSet
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from pipeline.blame import Attribution
-from pipeline.records import CaseResult
+from memtrace_loop.pipeline.analysis.blame import Attribution
+from memtrace_loop.pipeline.core.records import CaseResult
 
 DIAGNOSIS_LABEL = "Diagnosis:"
 UNATTRIBUTED = "Unattributed"

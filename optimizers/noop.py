@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from optimizers.base import Candidate, OptimizationContext
+from memtrace_loop.optimizers.base import Candidate, OptimizationContext
 
 
 class NoOptimizer:

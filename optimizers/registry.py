@@ -15,11 +15,11 @@ from typing import Any
 
 import dspy
 
-from optimizers.attribution_guided import AttributionGuidedOptimizer
-from optimizers.base import Optimizer
-from optimizers.noop import NoOptimizer
-from optimizers.rewrite import DEFAULT_MAX_INSTRUCTION_CHARS, InstructionRewriter
-from optimizers.uniform import UniformBlameOptimizer
+from memtrace_loop.optimizers.attribution_guided import AttributionGuidedOptimizer
+from memtrace_loop.optimizers.base import Optimizer
+from memtrace_loop.optimizers.noop import NoOptimizer
+from memtrace_loop.optimizers.rewrite import DEFAULT_MAX_INSTRUCTION_CHARS, InstructionRewriter
+from memtrace_loop.optimizers.uniform import UniformBlameOptimizer
 
 OPTIMIZER_NAMES: tuple[str, ...] = ("attribution", "uniform", "none")
 _DEFAULTS: Mapping[str, int] = MappingProxyType(

@@ -20,8 +20,8 @@ from types import MappingProxyType
 
 import dspy
 
-from optimizers.base import Candidate
-from pipeline.records import PromptSet
+from memtrace_loop.optimizers.base import Candidate
+from memtrace_loop.pipeline.core.records import PromptSet
 
 logger = logging.getLogger(__name__)
 

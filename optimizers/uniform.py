@@ -16,10 +16,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from optimizers.base import Candidate, OptimizationContext
-from optimizers.feedback import feedback_without_attribution, fold_feedback
-from optimizers.rewrite import RewritingOptimizer, length_change, stage_candidate
-from pipeline.blame import uniform_blame
+from memtrace_loop.optimizers.base import Candidate, OptimizationContext
+from memtrace_loop.optimizers.feedback import feedback_without_attribution, fold_feedback
+from memtrace_loop.optimizers.rewrite import RewritingOptimizer, length_change, stage_candidate
+from memtrace_loop.pipeline.analysis.blame import uniform_blame
 
 logger = logging.getLogger(__name__)
 

@@ -16,9 +16,9 @@ import random
 from dataclasses import dataclass
 from datetime import date
 
-from pipeline.sim import vocab
-from pipeline.sim.dates import RELATIVE_EXPRESSIONS, human, resolve_relative
-from pipeline.sim.grammar import FORMS_BY_KIND, article, fill, who_text
+from memtrace_loop.pipeline.sim import vocab
+from memtrace_loop.pipeline.sim.dates import RELATIVE_EXPRESSIONS, human, resolve_relative
+from memtrace_loop.pipeline.sim.grammar import FORMS_BY_KIND, article, fill, who_text
 
 
 @dataclass(frozen=True)

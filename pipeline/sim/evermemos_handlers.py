@@ -27,11 +27,11 @@ from datetime import date
 from types import MappingProxyType
 from typing import Any
 
-from pipeline.sim.dates import human, parse_date
-from pipeline.sim.grammar import Fact, parse_fact, parse_question, read_sentence, split_sentences
-from pipeline.sim.judge import content_tokens, is_abstention
-from pipeline.sim.protocol import StageRequest, trim
-from pipeline.sim.rules import rules_in
+from memtrace_loop.pipeline.sim.dates import human, parse_date
+from memtrace_loop.pipeline.sim.grammar import Fact, parse_fact, parse_question, read_sentence, split_sentences
+from memtrace_loop.pipeline.sim.judge import content_tokens, is_abstention
+from memtrace_loop.pipeline.sim.protocol import StageRequest, trim
+from memtrace_loop.pipeline.sim.rules import rules_in
 
 _TURN_LINE = re.compile(r"^\s*(?:\[(?P<date>[^\]]*)\]\s*)?(?P<speaker>[^:\n]{1,60}?)(?:\s+says)?:\s*(?P<text>.*)$")
 _MEMORY_LINE = re.compile(r"^\s*Memory:\s*(?P<text>.*?)(?:\s+Time:\s*(?P<time>.*?))?\s*$")
@@ -135,7 +135,7 @@ def write_episode(turns: str) -> tuple[str, str]:
 
 def is_sufficient(question: str, retrieved: str) -> bool:
     """True when the stand-in answerer, allowed to abstain, answers from the retrieved episodes."""
-    from pipeline.sim.handlers import answer_question  # deferred: handlers imports this module
+    from memtrace_loop.pipeline.sim.handlers import answer_question  # deferred: handlers imports this module
 
     return not is_abstention(answer_question(retrieved, question, frozenset({"abstain"})))
 

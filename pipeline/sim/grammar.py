@@ -22,8 +22,8 @@ from datetime import date
 from functools import cache
 from types import MappingProxyType
 
-from pipeline.sim import vocab
-from pipeline.sim.dates import MONTHS, RELATIVE_PATTERN, human, parse_date, resolve_relative
+from memtrace_loop.pipeline.sim import vocab
+from memtrace_loop.pipeline.sim.dates import MONTHS, RELATIVE_PATTERN, human, parse_date, resolve_relative
 
 
 def _alt(words: tuple[str, ...] | list[str]) -> str:

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
-from pipeline.sim import vocab
-from pipeline.sim.dates import human, parse_date
-from pipeline.sim.evermemos_handlers import HANDLERS as EVERMEMOS_HANDLERS
-from pipeline.sim.grammar import (
+from memtrace_loop.pipeline.sim import vocab
+from memtrace_loop.pipeline.sim.dates import human, parse_date
+from memtrace_loop.pipeline.sim.evermemos_handlers import HANDLERS as EVERMEMOS_HANDLERS
+from memtrace_loop.pipeline.sim.grammar import (
     SINGLE_VALUED,
     Fact,
     Query,
@@ -39,10 +39,10 @@ from pipeline.sim.grammar import (
     read_sentence,
     split_sentences,
 )
-from pipeline.sim.judge import content_tokens, is_correct
-from pipeline.sim.protocol import StageRequest, decode_list, trim
-from pipeline.sim.rewriter import rewrite_instruction
-from pipeline.sim.rules import rules_in
+from memtrace_loop.pipeline.sim.judge import content_tokens, is_correct
+from memtrace_loop.pipeline.sim.protocol import StageRequest, decode_list, trim
+from memtrace_loop.pipeline.sim.rewriter import rewrite_instruction
+from memtrace_loop.pipeline.sim.rules import rules_in
 
 NOT_MENTIONED = "Not mentioned in the conversation."
 _TURN_LINE = re.compile(

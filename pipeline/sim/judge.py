@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from pipeline.sim.dates import date_token, find_dates
+from memtrace_loop.pipeline.sim.dates import date_token, find_dates
 
 ABSTENTION = re.compile(
     r"\b(?:not mentioned|never mentioned|no mention|not (?:stated|specified|discussed|said|known)|"

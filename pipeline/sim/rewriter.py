@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.sim.protocol import StageRequest
-from pipeline.sim.rules import STAGE_ORDER, rules_in, rules_pointed_by, stage_for_outputs, with_rules
+from memtrace_loop.pipeline.sim.protocol import StageRequest
+from memtrace_loop.pipeline.sim.rules import STAGE_ORDER, rules_in, rules_pointed_by, stage_for_outputs, with_rules
 
 # The label `optimizers.feedback` writes before an attribution's reason (kept in step with it; the
 # simulated world does not import the optimizers).

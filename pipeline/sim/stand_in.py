@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from pipeline.sim.handlers import DEFAULT_HANDLERS
-from pipeline.sim.protocol import StageRequest, format_reply, parse_request
+from memtrace_loop.pipeline.sim.handlers import DEFAULT_HANDLERS
+from memtrace_loop.pipeline.sim.protocol import StageRequest, format_reply, parse_request
 
 Handler = Callable[[StageRequest], dict[str, Any]]
 

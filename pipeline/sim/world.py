@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from pipeline.sim import vocab
-from pipeline.sim.dates import locomo_stamp
-from pipeline.sim.episodes import Episode, PlannedQA, Planner
-from pipeline.sim.grammar import fill
-from pipeline.sim.rules import expected_cause
+from memtrace_loop.pipeline.sim import vocab
+from memtrace_loop.pipeline.sim.dates import locomo_stamp
+from memtrace_loop.pipeline.sim.episodes import Episode, PlannedQA, Planner
+from memtrace_loop.pipeline.sim.grammar import fill
+from memtrace_loop.pipeline.sim.rules import expected_cause
 
 NOT_MENTIONED = "Not mentioned in the conversation"
 KIND_WEIGHTS: tuple[tuple[str, float], ...] = (

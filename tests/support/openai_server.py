@@ -69,13 +69,13 @@ class _Fault:
 
 
 def _default_responder(messages: list[dict[str, Any]]) -> str:
-    from pipeline.sim.stand_in import respond
+    from memtrace_loop.pipeline.sim.stand_in import respond
 
     return respond(messages)
 
 
 def _default_embedder() -> Any:
-    from pipeline.embeddings import HashingEmbedder
+    from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 
     return HashingEmbedder()
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import dspy
 
-from pipeline.data import parse_locomo
-from pipeline.lm import LMConfig, build_lm
-from pipeline.records import Conversation, Dataset, Question, Turn
-from pipeline.sim.world import generate_locomo
+from memtrace_loop.pipeline.data.locomo import parse_locomo
+from memtrace_loop.pipeline.backends.lm import LMConfig, build_lm
+from memtrace_loop.pipeline.core.records import Conversation, Dataset, Question, Turn
+from memtrace_loop.pipeline.sim.world import generate_locomo
 
 # A three-turn conversation whose answer changes (Paris, then Rome), for scripted-LM tests of a system.
 CONVERSATION = Conversation(

@@ -1,0 +1,1 @@
+"""The EverMemOS-style memory system."""

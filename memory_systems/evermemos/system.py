@@ -1,0 +1,385 @@
+"""The EverMemOS-style memory system.
+
+Construction: turns are buffered into an open episode. Before a turn joins it, the hard limits
+(`max_episode_turns`, `max_episode_tokens`) close the episode regardless of anything else; otherwise
+`detect_boundary` (LLM) decides whether the turn starts a new episode. A closed episode gets an event
+log from `write_events` (LLM: atomic facts with dates, one `event:<n>` variable each, produced straight
+from the turns) and a title and narrative from `write_episode` (LLM: one `episode:<n>` variable). The
+event log is written first: it is the fact-level record, and the narrative summarises the same turns.
+At the end every episode is indexed for BM25 and dense search (its document: title, narrative, event
+texts).
+
+Answering: the question is searched with BM25 and dense search (`bm25_top` / `emb_top` candidates),
+the two rankings are fused by reciprocal rank fusion (`memory_systems.fusion`, `rrf_k`) and reranked
+(`rerank`). With `multi_query` on, `check_sufficiency` (LLM) reads the first `top_k` episodes and, when
+it finds them insufficient, `expand_queries` (LLM) writes extra queries whose rankings are fused in for
+a second round (off: one round, no LLM before answering). The final `top_k` episodes (title,
+narrative, events with dates) are the context of the shared `respond` stage. The sufficiency check
+and the expansion are question-side retrieval operations; one final retrieval operation lists the
+query, their outputs and every episode and event version placed in the context.
+
+A failed or unparsable LLM call becomes a failed operation and the run goes on: a failed boundary
+call means "no boundary", failed writers mean an empty event log or an empty narrative, a failed
+sufficiency check means "sufficient" (no second round) and a failed expansion means no extra queries.
+This module does not judge answers or log anything.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import dspy
+
+from memtrace_loop.memory_systems.answering import record_query, record_retrieval, respond
+from memtrace_loop.memory_systems.base import AnswerOutcome, MemorySystem
+from memtrace_loop.memory_systems.evermemos.signatures import (
+    CheckSufficiency,
+    DetectBoundary,
+    ExpandQueries,
+    WriteEpisode,
+    WriteEvents,
+    episode_document,
+    episode_value,
+    event_value,
+    render_episode_block,
+)
+from memtrace_loop.memory_systems.fusion import reciprocal_rank_fusion
+from memtrace_loop.memory_systems.signatures import AnswerQuestion, human_date, render_turn
+from memtrace_loop.memory_systems.store import InMemoryVectorStore
+from memtrace_loop.pipeline.backends.bm25 import BM25Index, tokenize
+from memtrace_loop.pipeline.backends.embeddings import Embedder
+from memtrace_loop.pipeline.core.graph import OpKind
+from memtrace_loop.pipeline.core.records import Conversation, Question, Turn
+from memtrace_loop.pipeline.backends.tokens import TokenCounter, build_token_counter
+from memtrace_loop.pipeline.core.tracing import Tracer
+
+LIMIT_STAGE = "episode_limits"
+RETRIEVE_STAGE = "retrieve"
+_DENSE_PREFIX = "ep"
+_STOPWORDS = frozenset(
+    """a an the and or of to in on at for with from by about as is are was were be been am do does did have has
+    had what when where who whom which why how would could should will can that this it its his her their
+    they them he she i me my you your we our""".split()
+)
+
+
+@dataclass(frozen=True)
+class EverMemOSKnobs:
+    """The non-prompt settings (reference defaults; see conf/memory_system/evermemos.yaml)."""
+
+    top_k: int = 10
+    bm25_top: int = 50
+    emb_top: int = 50
+    rrf_k: int = 60
+    multi_query: bool = True
+    max_expanded_queries: int = 3
+    max_episode_turns: int = 20
+    max_episode_tokens: int = 2048
+    tokenizer: str = "tiktoken"  # `tiktoken` (cl100k_base, offline) or `approx` (characters / 4)
+
+    def __post_init__(self) -> None:
+        positive = ("top_k", "bm25_top", "emb_top", "max_episode_turns", "max_episode_tokens")
+        bad = [f"{name}={getattr(self, name)}" for name in positive if getattr(self, name) < 1]
+        non_negative = ("rrf_k", "max_expanded_queries")
+        bad += [f"{name}={getattr(self, name)}" for name in non_negative if getattr(self, name) < 0]
+        if bad:
+            raise ValueError(f"invalid EverMemOS knobs: {', '.join(bad)}")
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    number: int
+    text: str
+    time: str  # a human date ("8 May 2023")
+    var: str
+
+
+@dataclass(frozen=True)
+class StoredEpisode:
+    number: int
+    title: str
+    narrative: str
+    date: str  # the human date of the episode's first turn
+    turn_ids: tuple[str, ...]
+    events: tuple[StoredEvent, ...]
+    var: str
+
+    def document(self) -> str:
+        return episode_document(self.title, self.narrative, (e.text for e in self.events))
+
+    def unit_vars(self) -> tuple[str, ...]:
+        return (self.var, *(e.var for e in self.events))
+
+    def block(self) -> str:
+        return render_episode_block(self.title, self.date, self.narrative, ((e.text, e.time) for e in self.events))
+
+
+@dataclass(frozen=True)
+class EverMemOSState:
+    """The memory built from one conversation (read-only once ingestion is over; safe to share)."""
+
+    conversation_id: str
+    episodes: tuple[StoredEpisode, ...]
+    lexical: BM25Index
+    dense: InMemoryVectorStore
+    terms: tuple[frozenset[str], ...]  # per episode, for the rerank
+
+
+@dataclass(frozen=True)
+class _Buffered:
+    turn: Turn
+    text: str
+    var: str
+    tokens: int
+
+
+def terms(text: str) -> frozenset[str]:
+    """Lowercase content words with simple plural/3rd-person endings stripped ("lives" -> "live")."""
+    found = set()
+    for token in tokenize(text):
+        if token in _STOPWORDS or len(token) < 2:
+            continue
+        if len(token) > 4 and token.endswith("ies"):
+            token = token[:-3] + "y"
+        elif len(token) > 3 and token.endswith("s") and not token.endswith("ss"):
+            token = token[:-1]
+        found.add(token)
+    return frozenset(found)
+
+
+def rerank(
+    fused: Sequence[tuple[int, float]], queries: Sequence[str], terms_by_episode: Sequence[frozenset[str]]
+) -> list[tuple[int, float, float]]:
+    """The deterministic rerank: (episode index, coverage, fused score), best first.
+
+    Coverage is the largest share, over the queries, of a query's content words (`terms`) that the
+    episode's document contains; higher coverage first, then the higher fused (RRF) score, then the
+    fused order. It stands in for a cross-encoder reranker: it rewards an episode that answers one
+    query completely over one that partly matches many."""
+    wanted = [t for t in (terms(q) for q in queries) if t]
+    ranked = []
+    for position, (index, score) in enumerate(fused):
+        have = terms_by_episode[index]
+        coverage = max((len(q & have) / len(q) for q in wanted), default=0.0)
+        ranked.append((position, index, coverage, score))
+    ranked.sort(key=lambda item: (-round(item[2], 9), -round(item[3], 12), item[0]))
+    return [(index, coverage, score) for _, index, coverage, score in ranked]
+
+
+class EverMemOSMemory(MemorySystem):
+    name = "evermemos"
+    construction_stages = ("detect_boundary", "write_episode", "write_events")
+
+    def __init__(
+        self, embedder: Embedder, knobs: EverMemOSKnobs | None = None, counter: TokenCounter | None = None
+    ) -> None:
+        super().__init__()
+        self.detect_boundary = dspy.Predict(DetectBoundary)
+        self.write_episode = dspy.Predict(WriteEpisode)
+        self.write_events = dspy.Predict(WriteEvents)
+        self.check_sufficiency = dspy.Predict(CheckSufficiency)
+        self.expand_queries = dspy.Predict(ExpandQueries)
+        self.respond = dspy.Predict(AnswerQuestion)
+        self.embedder = embedder
+        self.knobs = knobs or EverMemOSKnobs()
+        self.counter = counter or build_token_counter(self.knobs.tokenizer)
+
+    def construction_knobs(self) -> str:
+        k = self.knobs
+        return (
+            f"max_episode_turns={k.max_episode_turns};max_episode_tokens={k.max_episode_tokens};"
+            f"tokenizer={self.counter.name};embedder={self.embedder!r}"
+        )
+
+    def non_llm_stages(self) -> dict[str, str]:
+        k = self.knobs
+        return {
+            LIMIT_STAGE: f"max_episode_turns={k.max_episode_turns}; max_episode_tokens={k.max_episode_tokens}; "
+            f"tokenizer={self.counter.name} (close an episode regardless of detect_boundary)",
+            RETRIEVE_STAGE: f"BM25 top {k.bm25_top} + dense top {k.emb_top} ({self.embedder!r}) per query, "
+            f"reciprocal rank fusion k={k.rrf_k}, rerank by query coverage, top_k={k.top_k} episodes; "
+            f"multi_query={k.multi_query} (at most {k.max_expanded_queries} expanded queries)",
+        }
+
+    # ------------------------------------------------------------------ construction
+
+    def ingest(
+        self, conversation: Conversation, tracer: Tracer, on_turn: Callable[[Turn], None] | None = None
+    ) -> EverMemOSState:
+        episodes: list[StoredEpisode] = []
+        buffer: list[_Buffered] = []
+        event_numbers = itertools.count(1)  # event variables are numbered across the conversation
+        for turn in conversation.turns:
+            text = render_turn(turn.speaker, turn.time, turn.text)
+            var = tracer.variable(
+                f"turn:{turn.id}", "turn", text, {"speaker": turn.speaker, "session": turn.session, "time": turn.time}
+            )
+            entry = _Buffered(turn, text, var, self.counter.count(text))
+            if buffer and self._starts_episode(buffer, entry, tracer):
+                episodes.append(self._close(buffer, len(episodes) + 1, event_numbers, tracer))
+                buffer = []
+            buffer.append(entry)
+            if on_turn is not None:
+                on_turn(turn)
+        if buffer:
+            episodes.append(self._close(buffer, len(episodes) + 1, event_numbers, tracer))
+        return self._index(conversation.id, episodes)
+
+    def _starts_episode(self, buffer: list[_Buffered], entry: _Buffered, tracer: Tracer) -> bool:
+        inputs = [*(b.var for b in buffer), entry.var]
+        turns, tokens = len(buffer), sum(b.tokens for b in buffer) + entry.tokens
+        limits = self.knobs
+        meta = {"turns": turns, "tokens": tokens}
+        if turns >= limits.max_episode_turns or tokens > limits.max_episode_tokens:
+            if turns >= limits.max_episode_turns:
+                why = f"turns {turns} >= {limits.max_episode_turns}"
+            else:
+                why = f"tokens {tokens} > {limits.max_episode_tokens}"
+            out = tracer.variable(f"boundary:{entry.turn.id}", "boundary", f"new episode (hard limit: {why})")
+            tracer.operation("episode_limit", LIMIT_STAGE, OpKind.OTHER, inputs, [out], meta=meta)
+            return True
+        decided = tracer.llm(
+            self.detect_boundary, "detect_boundary", open_episode="\n".join(b.text for b in buffer), new_turn=entry.text
+        )
+        starts = bool(decided.prediction.starts_new_episode) if decided.ok else False
+        out = tracer.variable(f"boundary:{entry.turn.id}", "boundary", "new episode" if starts else "same episode")
+        tracer.record_llm(decided, "detect_boundary", OpKind.OTHER, inputs, [out], meta=meta)
+        return starts
+
+    def _close(
+        self, buffer: list[_Buffered], number: int, event_numbers: Iterator[int], tracer: Tracer
+    ) -> StoredEpisode:
+        turns_text = "\n".join(b.text for b in buffer)
+        turn_vars = [b.var for b in buffer]
+        date = human_date(buffer[0].turn.time)
+        meta = {"episode": number}
+
+        written = tracer.llm(self.write_events, "write_events", turns=turns_text)
+        items = list(written.prediction.events) if written.ok else []
+        events: list[StoredEvent] = []
+        for item in items:
+            text = " ".join(str(item.text).split())
+            if not text:
+                continue
+            time = " ".join(str(item.time).split()) or date
+            event_number = next(event_numbers)
+            var = tracer.variable(f"event:{event_number}", "event", event_value(text, time), {"time": time, **meta})
+            events.append(StoredEvent(event_number, text, time, var))
+        tracer.record_llm(written, "write_events", OpKind.EXTRACTION, turn_vars, [e.var for e in events], meta=meta)
+
+        summarized = tracer.llm(self.write_episode, "write_episode", turns=turns_text)
+        title = " ".join(str(summarized.prediction.title).split()) if summarized.ok else ""
+        narrative = " ".join(str(summarized.prediction.narrative).split()) if summarized.ok else ""
+        var = tracer.variable(
+            f"episode:{number}", "episode", episode_value(title, narrative),
+            {"date": date, "turns": [b.turn.id for b in buffer], "events": [e.var for e in events]},
+        )
+        tracer.record_llm(summarized, "write_episode", OpKind.EXTRACTION, turn_vars, [var], meta=meta)
+        return StoredEpisode(number, title, narrative, date, tuple(b.turn.id for b in buffer), tuple(events), var)
+
+    def _index(self, conversation_id: str, episodes: list[StoredEpisode]) -> EverMemOSState:
+        documents = [e.document() for e in episodes]
+        dense = InMemoryVectorStore(self.embedder, id_prefix=_DENSE_PREFIX)
+        vectors = self.embedder.embed(documents) if documents else []
+        for episode, document, vector in zip(episodes, documents, vectors, strict=True):
+            dense.add(document, episode.date, vector)
+        return EverMemOSState(
+            conversation_id, tuple(episodes), BM25Index(documents), dense, tuple(terms(d) for d in documents)
+        )
+
+    # ------------------------------------------------------------------ answering
+
+    def search(self, query: str, state: EverMemOSState) -> list[list[int]]:
+        """The BM25 and the dense ranking of the episodes for one query (episode indexes, best first;
+        only positive scores)."""
+        lexical = [i for i, score in state.lexical.top(query, self.knobs.bm25_top) if score > 0]
+        dense = [
+            int(hit.unit.id.removeprefix(_DENSE_PREFIX)) - 1
+            for hit in state.dense.search(query, self.knobs.emb_top)
+            if hit.score > 0
+        ]
+        return [lexical, dense]
+
+    def _select(
+        self, rankings: list[list[int]], queries: Sequence[str], state: EverMemOSState
+    ) -> list[tuple[int, float, float]]:
+        fused = reciprocal_rank_fusion(rankings, self.knobs.rrf_k)
+        return rerank(fused, queries, state.terms)[: self.knobs.top_k]
+
+    def answer(self, question: Question, state: EverMemOSState, tracer: Tracer) -> AnswerOutcome:
+        query_var = record_query(tracer, question)
+        rankings = self.search(question.text, state)
+        first = self._select(rankings, [question.text], state)
+        final, added, extra = first, [], []
+        if self.knobs.multi_query:
+            added, extra = self._expand(question, state, tracer, query_var, first)
+        queries = [question.text, *added]
+        if added:
+            rankings += [ranking for query in added for ranking in self.search(query, state)]
+            final = self._select(rankings, queries, state)
+
+        chosen = [state.episodes[i] for i, _, _ in final]
+        context = "\n\n".join(e.block() for e in chosen)
+        context_var = record_retrieval(
+            tracer, question, query_var, [v for e in chosen for v in e.unit_vars()], context,
+            stage=RETRIEVE_STAGE, name="retrieve_episodes", extra_inputs=extra,
+            meta={
+                "k": self.knobs.top_k,
+                "rounds": 2 if added else 1,
+                "queries": queries,
+                "episodes": [e.number for e in chosen],
+                "coverage": [round(c, 4) for _, c, _ in final],
+                "scores": [round(s, 6) for _, _, s in final],
+            },
+        )
+        return respond(tracer, self.respond, question, query_var, context_var, context)
+
+    def _expand(
+        self,
+        question: Question,
+        state: EverMemOSState,
+        tracer: Tracer,
+        query_var: str,
+        first: list[tuple[int, float, float]],
+    ) -> tuple[list[str], list[str]]:
+        """Check whether the first round suffices and, if not, ask for more queries. Returns the new
+        queries (none when sufficient) and the traced variables the final retrieval depends on."""
+        shown = "\n\n".join(state.episodes[i].block() for i, _, _ in first)
+        first_vars = [v for i, _, _ in first for v in state.episodes[i].unit_vars()]
+        checked = tracer.llm(
+            self.check_sufficiency, "check_sufficiency", question=question.text, retrieved_episodes=shown
+        )
+        sufficient = bool(checked.prediction.sufficient) if checked.ok else True
+        verdict = ("sufficient" if sufficient else "insufficient") if checked.ok else "unknown (check failed)"
+        sufficiency_var = tracer.variable(f"sufficiency:{question.id}", "sufficiency", verdict)
+        tracer.record_llm(checked, "check_sufficiency", OpKind.RETRIEVAL, [query_var, *first_vars], [sufficiency_var])
+        if sufficient:
+            return [], [sufficiency_var]
+
+        expanded = tracer.llm(self.expand_queries, "expand_queries", question=question.text, retrieved_episodes=shown)
+        raw = list(expanded.prediction.queries) if expanded.ok else []
+        cleaned = (" ".join(str(q).split()) for q in raw)
+        added = [q for q in dict.fromkeys(cleaned) if q and q != question.text][: self.knobs.max_expanded_queries]
+        expansion_var = tracer.variable(f"expanded:{question.id}", "query", json.dumps(added))
+        tracer.record_llm(expanded, "expand_queries", OpKind.RETRIEVAL, [query_var, sufficiency_var], [expansion_var])
+        return added, [sufficiency_var, expansion_var]
+
+def from_config(cfg: Mapping[str, Any], embedder: Embedder) -> EverMemOSMemory:
+    """The system as `conf/memory_system/evermemos.yaml` describes it."""
+    defaults = EverMemOSKnobs()
+    knobs = EverMemOSKnobs(
+        top_k=int(cfg.get("top_k", defaults.top_k)),
+        bm25_top=int(cfg.get("bm25_top", defaults.bm25_top)),
+        emb_top=int(cfg.get("emb_top", defaults.emb_top)),
+        rrf_k=int(cfg.get("rrf_k", defaults.rrf_k)),
+        multi_query=bool(cfg.get("multi_query", defaults.multi_query)),
+        max_expanded_queries=int(cfg.get("max_expanded_queries", defaults.max_expanded_queries)),
+        max_episode_turns=int(cfg.get("max_episode_turns", defaults.max_episode_turns)),
+        max_episode_tokens=int(cfg.get("max_episode_tokens", defaults.max_episode_tokens)),
+        tokenizer=str(cfg.get("tokenizer", defaults.tokenizer)),
+    )
+    return EverMemOSMemory(embedder, knobs)

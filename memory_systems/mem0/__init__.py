@@ -1,0 +1,1 @@
+"""The Mem0-style memory system."""

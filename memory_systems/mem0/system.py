@@ -1,0 +1,192 @@
+"""The Mem0-style memory system.
+
+Per turn: `extract` (LLM) pulls atomic facts from the turn; each fact is embedded and the most similar
+existing memories are found; `decide` (LLM) chooses ADD / UPDATE / DELETE / NONE against them; the
+actions are applied to a vector store that keeps every version. At question time the question is
+embedded, the top-k memories are retrieved and `respond` (LLM) answers.
+
+Every step is traced: the LLM stages through `Tracer.llm`, the search and the store writes by
+declaring their data flow. A failed or unparsable LLM call becomes a failed operation and the turn
+(or question) goes on with an empty result. This module does not judge answers or log anything.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import dspy
+import numpy as np
+
+from memtrace_loop.memory_systems.answering import record_query, record_retrieval, respond
+from memtrace_loop.memory_systems.base import AnswerOutcome, MemorySystem
+from memtrace_loop.memory_systems.signatures import (
+    AnswerQuestion,
+    DecideUpdates,
+    ExtractFacts,
+    MemoryAction,
+    render_context_line,
+    render_memory_line,
+    render_turn,
+)
+from memtrace_loop.memory_systems.store import InMemoryVectorStore, MemoryUnit
+from memtrace_loop.pipeline.backends.embeddings import Embedder
+from memtrace_loop.pipeline.core.graph import OpKind
+from memtrace_loop.pipeline.core.records import Conversation, Question, Turn
+from memtrace_loop.pipeline.core.tracing import Tracer
+
+STORE_STAGE = "store"
+
+
+def memory_var(unit: MemoryUnit) -> str:
+    return f"memory:{unit.id}@{unit.version}"
+
+
+@dataclass(frozen=True)
+class Mem0Knobs:
+    """The non-prompt settings of the system (the tunable knobs of its non-LLM stages)."""
+
+    top_k: int = 10
+    similar_k: int = 5
+
+
+@dataclass
+class Mem0State:
+    """The memory built from one conversation: its store (read-only once ingestion is over)."""
+
+    conversation_id: str
+    store: InMemoryVectorStore
+
+
+class Mem0Memory(MemorySystem):
+    name = "mem0"
+    construction_stages = ("extract", "decide")
+
+    def __init__(self, embedder: Embedder, knobs: Mem0Knobs | None = None) -> None:
+        super().__init__()
+        self.extract = dspy.Predict(ExtractFacts)
+        self.decide = dspy.Predict(DecideUpdates)
+        self.respond = dspy.Predict(AnswerQuestion)
+        self.embedder = embedder
+        self.knobs = knobs or Mem0Knobs()
+
+    def construction_knobs(self) -> str:
+        return f"similar_k={self.knobs.similar_k};embedder={self.embedder!r}"
+
+    def non_llm_stages(self) -> dict[str, str]:
+        return {
+            "search_similar": f"similar_k={self.knobs.similar_k} (existing memories shown to decide, per fact); "
+            f"embedder={self.embedder!r}",
+            STORE_STAGE: "applies ADD/UPDATE/DELETE to the versioned vector store",
+            "retrieve": f"top_k={self.knobs.top_k} memories by cosine similarity to the question",
+        }
+
+    # ------------------------------------------------------------------ construction
+
+    def ingest(
+        self, conversation: Conversation, tracer: Tracer, on_turn: Callable[[Turn], None] | None = None
+    ) -> Mem0State:
+        state = Mem0State(conversation.id, InMemoryVectorStore(self.embedder))
+        for turn in conversation.turns:
+            self._ingest_turn(turn, state.store, tracer)
+            if on_turn is not None:
+                on_turn(turn)
+        return state
+
+    def _ingest_turn(self, turn: Turn, store: InMemoryVectorStore, tracer: Tracer) -> None:
+        text = render_turn(turn.speaker, turn.time, turn.text)
+        turn_var = tracer.variable(
+            f"turn:{turn.id}", "turn", text, {"speaker": turn.speaker, "session": turn.session, "time": turn.time}
+        )
+        extracted = tracer.llm(self.extract, "extract", turn=text)
+        facts = [f.strip() for f in (extracted.prediction.facts if extracted.ok else []) if f and f.strip()]
+        facts_var = tracer.variable(f"facts:{turn.id}", "facts", json.dumps(facts))
+        tracer.record_llm(extracted, "extract_facts", OpKind.EXTRACTION, [turn_var], [facts_var])
+        if not facts:
+            return
+
+        vector_by_text = dict(zip(facts, self.embedder.embed(facts), strict=True))  # one batch per turn
+        similar: dict[str, MemoryUnit] = {}
+        for fact in facts:
+            for hit in store.search(fact, self.knobs.similar_k, vector_by_text[fact]):
+                similar.setdefault(hit.unit.id, hit.unit)
+        lines = "\n".join(render_memory_line(u.id, u.text) for u in similar.values())
+        similar_var = tracer.variable(f"similar:{turn.id}", "retrieved", lines)
+        tracer.operation(
+            "search_similar", "search_similar", OpKind.RETRIEVAL,
+            [facts_var, *(memory_var(u) for u in similar.values())], [similar_var],
+            meta={"k": self.knobs.similar_k},
+        )
+
+        decided = tracer.llm(self.decide, "decide", existing_memories=lines, new_facts=facts)
+        actions: list[MemoryAction] = list(decided.prediction.actions) if decided.ok else []
+        decision_var = tracer.variable(
+            f"decision:{turn.id}", "decision", json.dumps([a.model_dump() for a in actions])
+        )
+        tracer.record_llm(decided, "decide_updates", OpKind.UPDATE, [facts_var, similar_var], [decision_var])
+        for action in actions:
+            self._apply(action, turn, store, tracer, decision_var, vector_by_text.get(action.text.strip()))
+
+    def _apply(
+        self,
+        action: MemoryAction,
+        turn: Turn,
+        store: InMemoryVectorStore,
+        tracer: Tracer,
+        decision_var: str,
+        vector: np.ndarray | None,
+    ) -> None:
+        if action.event == "NONE":
+            return
+        if action.event == "ADD":
+            if not action.text.strip():
+                self._reject(action, "ADD without text", tracer, decision_var)
+                return
+            unit = store.add(action.text.strip(), turn.time, vector)
+            out = tracer.variable(f"memory:{unit.id}", "memory", unit.text, {"time": unit.time, "turn": turn.id})
+            tracer.operation("memory_add", STORE_STAGE, OpKind.EXTRACTION, [decision_var], [out])
+            return
+        old = store.get(action.id or "")
+        if old is None:
+            self._reject(action, f"no live memory with id {action.id!r}", tracer, decision_var)
+            return
+        if action.event == "UPDATE":
+            if not action.text.strip():
+                self._reject(action, "UPDATE without text", tracer, decision_var)
+                return
+            unit = store.update(old.id, action.text.strip(), turn.time, vector)
+            kind, op_name = OpKind.UPDATE, "memory_update"
+        else:
+            unit = store.delete(old.id, turn.time)
+            kind, op_name = OpKind.DELETION, "memory_delete"
+        out = tracer.variable(
+            f"memory:{unit.id}", "memory", "" if unit.deleted else unit.text,
+            {"time": unit.time, "turn": turn.id, "deleted": unit.deleted},
+        )
+        tracer.operation(op_name, STORE_STAGE, kind, [decision_var, memory_var(old)], [out])
+
+    @staticmethod
+    def _reject(action: MemoryAction, why: str, tracer: Tracer, decision_var: str) -> None:
+        tracer.operation(
+            f"memory_{action.event.lower()}", STORE_STAGE, OpKind.OTHER, [decision_var], [],
+            status="failed", error=f"invalid action {action.model_dump_json()}: {why}",
+        )
+
+    # ------------------------------------------------------------------ answering
+
+    def answer(self, question: Question, state: Mem0State, tracer: Tracer) -> AnswerOutcome:
+        query_var = record_query(tracer, question)
+        hits = state.store.search(question.text, self.knobs.top_k)
+        context = "\n".join(render_context_line(h.unit.text, h.unit.time) for h in hits)
+        context_var = record_retrieval(
+            tracer, question, query_var, [memory_var(h.unit) for h in hits], context,
+            meta={"k": self.knobs.top_k, "scores": [round(h.score, 4) for h in hits]},
+        )
+        return respond(tracer, self.respond, question, query_var, context_var, context)
+
+
+def from_config(cfg: Mapping[str, Any], embedder: Embedder) -> Mem0Memory:
+    """The system as `conf/memory_system/mem0.yaml` describes it."""
+    return Mem0Memory(embedder, Mem0Knobs(top_k=int(cfg.get("top_k", 10)), similar_k=int(cfg.get("similar_k", 5))))

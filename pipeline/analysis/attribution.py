@@ -1,0 +1,449 @@
+"""The lineage attributor: why did a case fail, and which operation is to blame? (no LLM)
+
+For one failed case it starts from the evidence turns (the dataset's gold ids; when a question has
+none, pseudo-evidence: the turns BM25 ranks highest for question + gold answer) and follows the
+information forward through the execution graph:
+
+1. It tracks what the answer needs: the gold answer itself (from the turns that can carry it) and,
+   for each evidence turn, the part of the turn the question is about. A variable *carries* a target
+   when it holds enough of the target's content tokens (dates are compared token-wise, so
+   "7 June 2022" matches "June 7, 2022").
+2. Construction: every extraction/update/deletion operation that consumes a carrier but outputs none
+   is a *drop*. If at question time no live memory unit carries a target, the first drop on its path
+   is the earliest decisive faulty operation: ExtractionError (the extract step lost it), UpdateError
+   (an update decision dropped or overwrote it), DeletionError (it was deleted). A store write that
+   only executed an LLM decision passes the blame to the operation that made the decision.
+3. Retrieval: if every target lives in memory but the question's retrieval did not return a carrier,
+   RetrievalError on the search (blamed on its knobs, not a prompt).
+4. Otherwise the context held everything: ResponseError on the answer step. Unanswerable questions
+   (gold "not mentioned") are ResponseErrors directly: nothing upstream can produce an abstention.
+
+The reason names the variables involved and what was lost, in words an optimizer can act on. This
+module is pure: it reads graphs and cases and never calls an LLM. It does not aggregate (see
+`pipeline.blame`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+from memtrace_loop.pipeline.analysis.blame import Attribution, ErrorType
+from memtrace_loop.pipeline.backends.bm25 import BM25Index
+from memtrace_loop.pipeline.analysis.evaluation import normalize_answer
+from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation, OpKind, Variable
+from memtrace_loop.pipeline.core.records import CaseResult, Conversation
+
+METHOD = "lineage"
+MEMORY_KINDS = frozenset({"memory", "chunk", "buffer", "episode", "event"})
+QUESTION_SIDE_KINDS = frozenset({"query", "context", "answer", "gold", "verdict"})
+CONSTRUCTION_KINDS = frozenset({OpKind.EXTRACTION, OpKind.UPDATE, OpKind.DELETION})
+ERROR_BY_KIND = {
+    OpKind.EXTRACTION: ErrorType.EXTRACTION,
+    OpKind.UPDATE: ErrorType.UPDATE,
+    OpKind.DELETION: ErrorType.DELETION,
+}
+
+_STOPWORDS = frozenset(
+    """a an the and or but of to in on at for with from by about as is are was were be been being am do does did
+    doing have has had having i me my mine we our you your he him his she her it its they them their what which
+    who whom whose when where why how that this these those there here not no yes so than then too very can
+    could would should will just also any some all each both more most other into over under again once
+    s t kind like likely one name named""".split()
+)
+_MONTH_NAMES = "january february march april may june july august september october november december".split()
+_MONTHS = {**{m[:3]: m for m in _MONTH_NAMES}, **{m: m for m in _MONTH_NAMES}, "sept": "september"}
+_RELATIVE = re.compile(
+    r"\b(yesterday|today|tonight|last (?:week|weekend|month|year|night|monday|tuesday|wednesday|thursday|friday|"
+    r"saturday|sunday)|(?:a|one|two|three|four|five|six|\d+) (?:days?|weeks?|months?|years?) ago|this (?:morning|week"
+    r"|weekend|month))\b",
+    re.IGNORECASE,
+)
+_DATE_LIKE = re.compile(r"\b(19|20)\d\d\b|\b(" + "|".join(_MONTHS) + r")\b", re.IGNORECASE)
+_ABSTENTION = re.compile(
+    r"\b(not mentioned|never mentioned|did not mention|no mention|no information|not enough information|"
+    r"information provided is not enough|not answerable|unanswerable|cannot be answered)\b",
+    re.IGNORECASE,
+)
+_RELATION_WORDS = (
+    "sister|brother|cousin|friend|aunt|uncle|roommate|neighbou?r|coworker|colleague|boss|mom|dad|mother|father|"
+    "wife|husband|partner|son|daughter|niece|nephew|grandma|grandpa"
+)
+# a person mentioned in a turn: "my cousin Kofi", "Kofi's", or a sentence that starts "Kofi works ..."
+_PERSON = re.compile(
+    rf"\b(?:{_RELATION_WORDS})\s+([A-Z][a-z]+)\b|\b([A-Z][a-z]+)'s\b|(?:^|[.!?]\s+)([A-Z][a-z]+)\s+(?:just\s+|now\s+|"
+    r"recently\s+)?(?:is|was|works|worked|lives|lived|moved|started|got|has|had|loves|likes)\b"
+)
+_TURN_PREFIX = re.compile(r"^\[[^\]]*\]\s*[^:]{1,60}:\s*")
+
+
+def turn_text(value: str) -> str:
+    """What was said in a turn variable, without its `[date] Speaker:` prefix."""
+    return _TURN_PREFIX.sub("", value, count=1)
+
+
+def content_tokens(text: str) -> frozenset[str]:
+    """Lowercase content words: no stopwords, months unified, ordinals and plurals stripped."""
+    tokens = set()
+    for raw in re.findall(r"[a-z0-9]+", text.lower()):
+        token = re.sub(r"^(\d+)(st|nd|rd|th)$", r"\1", raw)
+        token = _MONTHS.get(token, token)
+        if len(token) > 3 and token.endswith("s") and not token.endswith("ss"):
+            token = token[:-1]
+        if token not in _STOPWORDS and (len(token) > 1 or token.isdigit()):
+            tokens.add(token)
+    return frozenset(tokens)
+
+
+def coverage_needed(target: frozenset[str]) -> int:
+    """How many target tokens a text must hold to carry the target: all of a short one, 60% of a long one."""
+    return len(target) if len(target) <= 3 else math.ceil(0.6 * len(target))
+
+
+@dataclass(frozen=True)
+class _Track:
+    """One piece of information the answer needs, followed from its source turns."""
+
+    label: str
+    target: frozenset[str]
+    sources: tuple[str, ...]  # turn variable ids
+    is_gold: bool
+
+
+@dataclass(frozen=True)
+class _Drop:
+    op: Operation
+    carrier: Variable  # the carrier the operation consumed
+    output: Variable | None  # what it produced instead (None when it produced nothing)
+
+
+class LineageAttributor:
+    """Attributes the failed cases of one conversation graph, which must not change while it is in use
+    (token sets and the store at question time are memoized per instance)."""
+
+    def __init__(self, graph: ExecutionGraph, conversation: Conversation | None = None) -> None:
+        self.graph = graph
+        self._tokens_by_var: dict[str, frozenset[str]] = {}
+        turn_vars = [v for v in graph.variables() if v.kind == "turn"]
+        self._turn_vars = turn_vars
+        self._bm25 = BM25Index([v.value for v in turn_vars]) if turn_vars else None
+        self._speakers = set(conversation.speakers) if conversation else set()
+
+    # ------------------------------------------------------------------ helpers
+
+    def _tokens(self, var: Variable) -> frozenset[str]:
+        found = self._tokens_by_var.get(var.id)
+        if found is None:
+            found = self._tokens_by_var[var.id] = content_tokens(var.value)
+        return found
+
+    def _carries(self, var: Variable, target: frozenset[str]) -> bool:
+        return bool(target) and len(self._tokens(var) & target) >= coverage_needed(target)
+
+    def _evidence(self, case: CaseResult) -> tuple[tuple[str, ...], bool]:
+        ids = tuple(f"turn:{e}@1" for e in case.question.evidence if f"turn:{e}@1" in self.graph)
+        if ids:
+            return ids, False
+        if self._bm25 is None:
+            return (), True
+        ranked = self._bm25.top(f"{case.question.text} {case.question.gold}", 2)
+        return tuple(self._turn_vars[i].id for i, score in ranked if score > 0), True
+
+    def _tracks(self, case: CaseResult, evidence: Sequence[str]) -> list[_Track]:
+        question = case.question
+        gold = content_tokens(question.gold)
+        asked = content_tokens(f"{question.text} {question.gold}")
+        tracks = []
+        gold_is_date = bool(_DATE_LIKE.search(question.gold))
+        gold_sources = tuple(
+            e for e in evidence
+            if self._carries(self.graph.variable(e), gold)
+            or (gold_is_date and _RELATIVE.search(self.graph.variable(e).value))
+        )
+        if gold and gold_sources:
+            tracks.append(_Track(f"the answer \"{question.gold}\"", gold, gold_sources, True))
+        speakers = content_tokens(" ".join(self._speakers))
+        for e in evidence:
+            payload = (content_tokens(turn_text(self.graph.variable(e).value)) - speakers) & asked
+            if payload and not (len(tracks) and tracks[0].is_gold and e in tracks[0].sources and payload <= gold):
+                words = " ".join(sorted(payload))
+                tracks.append(_Track(f"what {e.split('@')[0]} says about \"{words}\"", payload, (e,), False))
+        return tracks
+
+    def _is_construction(self, op: Operation) -> bool:
+        graph = self.graph
+        return not any(graph.variable(v).kind in QUESTION_SIDE_KINDS for v in (*op.inputs, *op.outputs))
+
+    def _follow(self, track: _Track) -> tuple[set[str], list[_Drop]]:
+        """Carrier variables reachable from the track's sources, and the drops on the way (seq order)."""
+        graph = self.graph
+        live = set(track.sources)
+        drops: list[_Drop] = []
+        heap: list[tuple[int, str]] = []
+        seen_ops: set[str] = set()
+
+        def push_consumers(var_id: str) -> None:
+            for op in graph.consumers(var_id):
+                if op.id not in seen_ops and op.prompt != var_id:
+                    seen_ops.add(op.id)
+                    heapq.heappush(heap, (op.seq, op.id))
+
+        for source in track.sources:
+            push_consumers(source)
+        while heap:
+            op = graph.operation(heapq.heappop(heap)[1])
+            if not self._is_construction(op):
+                continue
+            if op.kind == OpKind.RETRIEVAL:
+                continue  # a search output is a view of the store, not a new carrier of the information
+            # a non-LLM copy step (buffer append, chunking) that keeps a live turn's words keeps its information,
+            # even when that information is implicit (a relative date the answer resolves later)
+            copied = [turn_text(graph.variable(v).value).strip() for v in op.inputs if v in live] if (
+                op.prompt is None
+            ) else []
+            outputs = [graph.variable(v) for v in op.outputs]
+            carried = [
+                var for var in outputs
+                if self._carries(var, track.target) or any(text and text in var.value for text in copied)
+            ]
+            for var in carried:
+                if var.id not in live:
+                    live.add(var.id)
+                    push_consumers(var.id)
+            if not carried and op.kind in CONSTRUCTION_KINDS:
+                consumed = next(graph.variable(v) for v in op.inputs if v in live)
+                output = graph.variable(op.outputs[0]) if op.outputs else None
+                drops.append(_Drop(op, consumed, output))
+        return live, drops
+
+    @cached_property
+    def _live_memories(self) -> tuple[Variable, ...]:
+        """The memory units at question time: latest version of each, not deleted (computed once per graph)."""
+        graph = self.graph
+        units = []
+        for name in graph.names():
+            latest = graph.latest(name)
+            if latest is not None and latest.kind in MEMORY_KINDS and latest.value and not latest.meta.get("deleted"):
+                units.append(latest)
+        return tuple(units)
+
+    def _decision_maker(self, op: Operation) -> Operation:
+        """For a store write without a prompt, the LLM operation whose decision it executed."""
+        if op.prompt is not None:
+            return op
+        for var_id in op.inputs:
+            producer = self.graph.producer(var_id)
+            if producer is not None and producer.prompt is not None:
+                return producer
+        return op
+
+    # ------------------------------------------------------------------ attribution
+
+    def attribute(self, case: CaseResult) -> Attribution | None:
+        """The attribution of one failed case, or None when the graph does not hold the case."""
+        graph = self.graph
+        qid = case.question.id
+        answer_var = graph.latest(f"answer:{qid}")
+        if answer_var is None:
+            return None
+        answer_op = graph.producer(answer_var.id)
+        context_vars = [graph.variable(v) for v in answer_op.inputs if graph.variable(v).kind == "context"]
+        retrieval_op = next((graph.producer(v.id) for v in context_vars if graph.producer(v.id)), None)
+        evidence, pseudo = self._evidence(case)
+        evidence_ids = tuple(e.removeprefix("turn:").split("@")[0] for e in evidence)
+
+        def verdict(op: Operation, error: ErrorType, reason: str, confidence: float) -> Attribution:
+            tunable = "prompt" if op.prompt is not None else "knobs"
+            return Attribution(
+                case, op.id, op.name, op.stage, error, reason, confidence * (0.7 if pseudo else 1.0), METHOD,
+                tunable, evidence_ids, pseudo,
+            )
+
+        if _ABSTENTION.search(normalize_answer(case.question.gold)):
+            return verdict(
+                answer_op, ErrorType.RESPONSE,
+                f"The question asks about something the conversation does not say (gold: \"{case.question.gold}\", "
+                f"i.e. not mentioned); {answer_op.name} ({answer_op.id}) answered \"{case.prediction}\" in "
+                f"{answer_var.id} instead of saying it is not mentioned in the conversation.",
+                0.9,
+            )
+        tracks = self._tracks(case, evidence)
+        if not tracks:
+            return verdict(
+                answer_op, ErrorType.RESPONSE,
+                f"No evidence turn could be traced for {qid}; by default the answer step {answer_op.name} "
+                f"({answer_op.id}) is blamed for \"{case.prediction}\" (gold \"{case.question.gold}\").",
+                0.3,
+            )
+
+        live_memories = self._live_memories
+        broken: list[tuple[int, Attribution]] = []
+        survivors_by_track: dict[str, list[Variable]] = {}
+        for track in tracks:
+            live, drops = self._follow(track)
+            survivors = [m for m in live_memories if m.id in live]
+            if not survivors:  # by content: the information may live in a unit from another turn
+                survivors = [m for m in live_memories if self._carries(m, track.target)]
+            survivors_by_track[track.label] = survivors
+            if survivors:
+                continue
+            if drops:
+                drop = drops[0] if track.is_gold or len(drops) == 1 else self._decisive(drops)
+                broken.append((drop.op.seq, self._construction_verdict(case, track, drop, verdict)))
+            else:
+                source = graph.variable(track.sources[0])
+                first = graph.consumers(source.id)
+                op = first[0] if first else answer_op
+                broken.append(
+                    (op.seq, verdict(
+                        op, ErrorType.EXTRACTION,
+                        f"{track.label} never reached any memory unit: nothing derived from {source.id} "
+                        f"\"{source.value}\" carries it.",
+                        0.5,
+                    ))
+                )
+        if broken:
+            return min(broken, key=lambda item: item[0])[1]
+
+        if retrieval_op is not None:
+            retrieved = set(retrieval_op.inputs)
+            for track in tracks:
+                survivors = survivors_by_track[track.label]
+                if not any(m.id in retrieved for m in survivors):
+                    held = survivors[0]
+                    k = retrieval_op.meta.get("k", "?")
+                    steering = self._retrieval_steering(retrieval_op)
+                    reason = (
+                        f"{held.id} \"{held.value}\" holds {track.label} and was in the store when {qid} was "
+                        f"asked, but {retrieval_op.name} ({retrieval_op.id}, k={k}) did not retrieve it into "
+                        f"{', '.join(v.id for v in context_vars)}."
+                    )
+                    if steering is not None:  # an LLM step chose what to search for: its prompt is tunable
+                        reason += (
+                            f" The search was steered by {steering.name} ({steering.id}), whose output "
+                            f"{_quote(graph.variable(steering.outputs[0]).value) if steering.outputs else ''} did "
+                            f"not lead to it."
+                        )
+                    return verdict(steering or retrieval_op, ErrorType.RETRIEVAL, reason, 0.85)
+        context = context_vars[0] if context_vars else None
+        return verdict(
+            answer_op, ErrorType.RESPONSE, self._response_reason(case, answer_op, answer_var, context, tracks), 0.8
+        )
+
+    def _retrieval_steering(self, retrieval_op: Operation) -> Operation | None:
+        """The latest LLM operation (e.g. a query expansion) whose output the retrieval used to search."""
+        steering = [
+            producer
+            for var_id in retrieval_op.inputs
+            if self.graph.variable(var_id).kind not in MEMORY_KINDS
+            and (producer := self.graph.producer(var_id)) is not None
+            and producer.prompt is not None
+        ]
+        return max(steering, key=lambda op: op.seq, default=None)
+
+    def _decisive(self, drops: Sequence[_Drop]) -> _Drop:
+        """Among several drops of one turn's information, the one that destroyed a stored unit (an update or
+        deletion) is decisive if any; else the first."""
+        for drop in drops:
+            if drop.op.kind in (OpKind.UPDATE, OpKind.DELETION) and drop.carrier.kind in MEMORY_KINDS:
+                return drop
+        return drops[0]
+
+    def _construction_verdict(self, case: CaseResult, track: _Track, drop: _Drop, verdict) -> Attribution:
+        graph = self.graph
+        op, carrier, output = drop.op, drop.carrier, drop.output
+        error = ERROR_BY_KIND[op.kind]
+        blamed = self._decision_maker(op)
+        produced = f"{output.id} {_quote(output.value)}" if output is not None else "nothing"
+        if error == ErrorType.EXTRACTION:
+            lost = self._what_was_lost(case, track, carrier)
+            reason = (
+                f"{op.name} ({op.id}) read {carrier.id} {_quote(carrier.value)} but produced {produced}, "
+                f"which lost {lost}."
+            )
+        elif error == ErrorType.DELETION:
+            reason = (
+                f"{blamed.name} ({blamed.id}) decided to delete {carrier.id} {_quote(carrier.value)}, which held "
+                f"{track.label}; {op.name} ({op.id}) removed it ({produced}). Nothing said it stopped being "
+                "true: the deleted memory was still needed."
+            )
+        elif carrier.kind in MEMORY_KINDS:
+            reason = (
+                f"{blamed.name} ({blamed.id}) overwrote {carrier.id} {_quote(carrier.value)} through {op.name} "
+                f"({op.id}) with {produced}, losing {track.label}."
+            )
+        else:
+            shown = [graph.variable(v) for v in op.inputs if graph.variable(v).kind == "retrieved"]
+            old = f" It kept the old value already stored ({_quote(shown[0].value)}) instead of the new value." if (
+                shown and shown[0].value
+            ) else ""
+            reason = (
+                f"{op.name} ({op.id}) saw the new fact in {carrier.id} {_quote(carrier.value)} holding "
+                f"{track.label}, but its decision {produced} did not store it, so the newest value never reached "
+                f"memory.{old}"
+            )
+        return verdict(blamed, error, reason, 0.9 if track.is_gold else 0.8)
+
+    def _what_was_lost(self, case: CaseResult, track: _Track, carrier: Variable) -> str:
+        parts = [track.label]
+        if track.is_gold and _DATE_LIKE.search(case.question.gold):
+            parts = [f"the date the answer needs (\"{case.question.gold}\")"]
+            relative = _RELATIVE.search(carrier.value)
+            if relative:
+                parts.append(f"the turn gives it as a relative date (\"{relative.group(0)}\") that had to be resolved "
+                             "against the session date")
+        speaker = carrier.meta.get("speaker") if carrier.kind == "turn" else None
+        said = turn_text(carrier.value) if carrier.kind == "turn" else carrier.value
+        people = [next(g for g in groups if g) for groups in _PERSON.findall(said)]
+        others = [n for n in people if n != speaker and n not in self._speakers and n.lower() not in _MONTHS]
+        if others:
+            parts.append(f"the turn is about another person ({', '.join(dict.fromkeys(others))}), not the speaker")
+        return "; ".join(parts)
+
+    def _response_reason(
+        self, case: CaseResult, op: Operation, answer: Variable, context: Variable | None, tracks: Iterable[_Track]
+    ) -> str:
+        held = f"the context {context.id}" if context is not None else "its inputs"
+        reason = (
+            f"{held} given to {op.name} ({op.id}) held {' and '.join(t.label for t in tracks)}, yet it answered "
+            f"{answer.id} \"{case.prediction}\" (gold \"{case.question.gold}\")."
+        )
+        if _DATE_LIKE.search(case.question.gold) and not _DATE_LIKE.search(case.prediction):
+            reason += " The question asks when; the answer left out the date that the memory states."
+        return reason
+
+
+def _quote(text: str, limit: int = 160) -> str:
+    text = " ".join(text.split())
+    return f"\"{text if len(text) <= limit else text[: limit - 3] + '...'}\""
+
+
+def attribute_failures(
+    results: Iterable[CaseResult],
+    graph_by_conversation: Mapping[str, ExecutionGraph],
+    conversation_by_id: Mapping[str, Conversation] | None = None,
+    exclude_categories: Iterable[int] = (),
+) -> tuple[Attribution, ...]:
+    """Attributions of every failed case (in result order) whose conversation graph is given."""
+    excluded = set(exclude_categories)
+    attributors: dict[str, LineageAttributor] = {}
+    found = []
+    for case in results:
+        if case.correct or case.question.category in excluded:
+            continue
+        conversation_id = case.question.conversation_id
+        graph = graph_by_conversation.get(conversation_id)
+        if graph is None:
+            continue
+        attributor = attributors.get(conversation_id)
+        if attributor is None:
+            conversation = (conversation_by_id or {}).get(conversation_id)
+            attributor = attributors[conversation_id] = LineageAttributor(graph, conversation)
+        attribution = attributor.attribute(case)
+        if attribution is not None:
+            found.append(attribution)
+    return tuple(found)

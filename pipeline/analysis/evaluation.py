@@ -1,0 +1,304 @@
+"""Score answered questions: the LLM judge signature, lexical metrics, summaries and paired tests.
+
+What it does:
+
+- `JudgeAnswer`: the DSPy signature of the generous LoCoMo-style judge. Its output `label` is a
+  `Literal["CORRECT", "WRONG"]`, so DSPy's adapter parses it; text is never searched for a word. An
+  unusable label makes the predictor raise `dspy.utils.exceptions.AdapterParseError` (after the
+  ChatAdapter has retried once through its JSON fallback, i.e. a second LM call); it is exported here
+  as `JUDGE_PARSE_ERRORS`. The caller catches it and passes `label=None` to `score_case`, which
+  records a "FAILED" verdict.
+- `normalize_answer`, `token_f1`, `bleu1`: SQuAD normalization, token F1 and unigram BLEU.
+- `score_case`: one `CaseResult` from a question, a prediction and a judge label.
+- `bootstrap_ci`, `summarize` (-> `EvaluationReport`), `flat_metrics` (MLflow-ready names) and
+  `paired_difference` (paired bootstrap of two runs over the same questions, used by the gate).
+
+What it does not do: it does not answer questions, choose or configure LMs (the caller sets the
+judge LM, e.g. with `dspy.context(lm=...)`), run batches or log anything to MLflow.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import string
+from collections import Counter
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Literal
+
+import dspy
+import numpy as np
+from dspy.utils.exceptions import AdapterParseError
+
+from memtrace_loop.pipeline.core.records import CaseResult, Question, Scores
+
+JudgeLabel = Literal["CORRECT", "WRONG"]
+VERDICT_FAILED = "FAILED"
+JUDGE_PARSE_ERRORS: tuple[type[Exception], ...] = (AdapterParseError,)
+
+
+class JudgeAnswer(dspy.Signature):
+    """You grade one answer to a question about a long conversation between two people.
+
+    You are given the question, the gold (reference) answer and a generated answer. Decide whether
+    the generated answer is CORRECT or WRONG. Be generous: the generated answer is CORRECT when it
+    refers to the same thing, person, fact or event as the gold answer, even if it is longer, adds
+    details, or is phrased differently. For questions about time, a date, day or period written in
+    another format counts as CORRECT when it denotes the same day or period (for example "May 7th,
+    2023" and "7 May 2023", or "the week before 9 June" for a date in that week). The generated answer
+    is WRONG when it names a different thing or time, contradicts the gold answer, misses its core
+    point, or says the information is unknown while the gold answer gives it. Judge only against the
+    gold answer, not against your own knowledge.
+    """
+
+    question: str = dspy.InputField(desc="the question that was asked")
+    gold_answer: str = dspy.InputField(desc="the reference answer")
+    generated_answer: str = dspy.InputField(desc="the answer to grade")
+    label: JudgeLabel = dspy.OutputField(desc="CORRECT or WRONG")
+
+
+# --------------------------------------------------------------------------- lexical metrics
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCTUATION = str.maketrans("", "", string.punctuation)
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD normalization: lower case, drop punctuation and articles (a, an, the), squash spaces."""
+    text = str(text).lower().translate(_PUNCTUATION)
+    text = _ARTICLES.sub(" ", text)
+    return " ".join(text.split())
+
+
+def _tokens(text: str) -> list[str]:
+    return normalize_answer(text).split()
+
+
+def token_f1(prediction: str, gold: str) -> float:
+    """SQuAD token F1 between normalized tokens (multiset overlap); 0.0 if either side is empty."""
+    pred, ref = _tokens(prediction), _tokens(gold)
+    if not pred or not ref:
+        return 0.0
+    same = sum((Counter(pred) & Counter(ref)).values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(pred), same / len(ref)
+    return 2 * precision * recall / (precision + recall)
+
+
+def bleu1(prediction: str, gold: str) -> float:
+    """Unigram BLEU on normalized tokens: clipped unigram precision times the brevity penalty
+    `exp(1 - len(gold) / len(prediction))` when the prediction is shorter. 0.0 for empty input."""
+    pred, ref = _tokens(prediction), _tokens(gold)
+    if not pred or not ref:
+        return 0.0
+    clipped = sum((Counter(pred) & Counter(ref)).values())
+    precision = clipped / len(pred)
+    penalty = 1.0 if len(pred) > len(ref) else math.exp(1 - len(ref) / len(pred))
+    return precision * penalty
+
+
+# --------------------------------------------------------------------------- one case
+
+
+def score_case(question: Question, prediction: str, label: str | None, error: str | None) -> CaseResult:
+    """Build the judged `CaseResult`: judge score 1.0 iff `label == "CORRECT"`.
+
+    `label=None` means the judge gave nothing usable: verdict "FAILED", judge score 0.0. F1 and
+    BLEU-1 do not depend on the judge and are always computed from the prediction.
+    """
+    if label is not None and label not in ("CORRECT", "WRONG"):
+        raise ValueError(f"judge label must be 'CORRECT', 'WRONG' or None, got {label!r}")
+    verdict = VERDICT_FAILED if label is None else label
+    scores = Scores(
+        judge=1.0 if verdict == "CORRECT" else 0.0,
+        f1=token_f1(prediction, question.gold),
+        bleu1=bleu1(prediction, question.gold),
+    )
+    return CaseResult(question=question, prediction=prediction, verdict=verdict, scores=scores, error=error)
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def bootstrap_ci(
+    values: Sequence[float], n_resamples: int = 1000, confidence: float = 0.95, seed: int = 0
+) -> tuple[float, float]:
+    """Percentile bootstrap confidence interval of the mean of `values`.
+
+    Deterministic for a seed. Empty input gives (nan, nan); a single value v gives (v, v).
+    """
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if n_resamples < 1:
+        raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
+    data = np.asarray(values, dtype=float)
+    if data.size == 0:
+        return math.nan, math.nan
+    if data.size == 1:
+        return float(data[0]), float(data[0])
+    rng = np.random.default_rng(seed)
+    means = data[rng.integers(0, data.size, size=(n_resamples, data.size))].mean(axis=1)
+    alpha = 1 - confidence
+    low, high = np.quantile(means, [alpha / 2, 1 - alpha / 2])
+    return float(low), float(high)
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSummary:
+    """Means over `n` cases; `ci_low`/`ci_high` bound the judge accuracy. NaN when `n == 0`."""
+
+    n: int
+    judge_accuracy: float
+    ci_low: float
+    ci_high: float
+    f1: float
+    bleu1: float
+    n_failed: int = 0  # cases whose judge verdict was FAILED (counted as wrong)
+
+
+@dataclass(frozen=True)
+class EvaluationReport:
+    """`overall` leaves out `excluded_categories`; `by_category` (keyed by category name, in
+    category order) covers every category present. `failed_judge_calls` counts all cases."""
+
+    overall: MetricSummary
+    by_category: Mapping[str, MetricSummary]
+    excluded_categories: tuple[int, ...]
+    failed_judge_calls: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "by_category", MappingProxyType(dict(self.by_category)))
+
+
+def _summary(results: Sequence[CaseResult], seed: int) -> MetricSummary:
+    if not results:
+        return MetricSummary(
+            n=0,
+            judge_accuracy=math.nan,
+            ci_low=math.nan,
+            ci_high=math.nan,
+            f1=math.nan,
+            bleu1=math.nan,
+            n_failed=0,
+        )
+    judge = [r.scores.judge for r in results]
+    low, high = bootstrap_ci(judge, seed=seed)
+    return MetricSummary(
+        n=len(results),
+        judge_accuracy=float(np.mean(judge)),
+        ci_low=low,
+        ci_high=high,
+        f1=float(np.mean([r.scores.f1 for r in results])),
+        bleu1=float(np.mean([r.scores.bleu1 for r in results])),
+        n_failed=sum(r.verdict == VERDICT_FAILED for r in results),
+    )
+
+
+def summarize(
+    results: Sequence[CaseResult], exclude_categories: Collection[int] = (5,), seed: int = 0
+) -> EvaluationReport:
+    """Overall metrics without `exclude_categories` (the reference protocol drops adversarial
+    category 5) and per-category metrics for every category, each with a bootstrap CI."""
+    excluded = tuple(sorted(set(exclude_categories)))
+    kept = [r for r in results if r.question.category not in excluded]
+    by_category: dict[str, MetricSummary] = {}
+    for category in sorted({r.question.category for r in results}):
+        members = [r for r in results if r.question.category == category]
+        by_category[members[0].question.category_name] = _summary(members, seed)
+    return EvaluationReport(
+        overall=_summary(kept, seed),
+        by_category=by_category,
+        excluded_categories=excluded,
+        failed_judge_calls=sum(r.verdict == VERDICT_FAILED for r in results),
+    )
+
+
+def _metric_key(name: str) -> str:
+    return re.sub(r"[^0-9A-Za-z_]+", "_", name).strip("_").lower()
+
+
+def flat_metrics(report: EvaluationReport) -> dict[str, float]:
+    """MLflow-ready metrics: `judge_accuracy`, `judge_ci_low`, `judge_ci_high`, `f1`, `bleu1`, `n`,
+    `judge_failed`, `failed_judge_calls` and the same per category as `cat_<name>_<metric>`
+    (`cat_multi_hop_f1`). Names use only letters, digits and underscores; NaN values are left out."""
+
+    def block(prefix: str, summary: MetricSummary) -> dict[str, float]:
+        return {
+            f"{prefix}judge_accuracy": summary.judge_accuracy,
+            f"{prefix}judge_ci_low": summary.ci_low,
+            f"{prefix}judge_ci_high": summary.ci_high,
+            f"{prefix}f1": summary.f1,
+            f"{prefix}bleu1": summary.bleu1,
+            f"{prefix}n": float(summary.n),
+            f"{prefix}judge_failed": float(summary.n_failed),
+        }
+
+    metrics = block("", report.overall)
+    metrics["failed_judge_calls"] = float(report.failed_judge_calls)
+    for name, summary in report.by_category.items():
+        metrics.update(block(f"cat_{_metric_key(name)}_", summary))
+    return {key: float(value) for key, value in metrics.items() if math.isfinite(value)}
+
+
+@dataclass(frozen=True, slots=True)
+class PairedDifference:
+    """Judge accuracy of `a` minus `b` on the same questions, with a paired bootstrap CI."""
+
+    n: int
+    mean_difference: float
+    ci_low: float
+    ci_high: float
+    a_wins: int  # questions `a` got right and `b` wrong
+    b_wins: int
+    ties: int
+
+
+def paired_difference(
+    a: Sequence[CaseResult],
+    b: Sequence[CaseResult],
+    seed: int = 0,
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    exclude_categories: Collection[int] = (5,),
+) -> PairedDifference:
+    """Paired bootstrap of the per-question judge difference `a - b`.
+
+    Both runs must cover exactly the same question ids (each once), else ValueError. Questions in
+    `exclude_categories` are left out, as in `summarize`'s overall score.
+    """
+    by_id_a = _by_question_id(a, "a")
+    by_id_b = _by_question_id(b, "b")
+    if by_id_a.keys() != by_id_b.keys():
+        only_a = sorted(by_id_a.keys() - by_id_b.keys())
+        only_b = sorted(by_id_b.keys() - by_id_a.keys())
+        raise ValueError(
+            f"paired_difference needs the same question ids: {len(only_a)} only in a "
+            f"{only_a[:5]}, {len(only_b)} only in b {only_b[:5]}"
+        )
+    excluded = set(exclude_categories)
+    ids = sorted(qid for qid, r in by_id_a.items() if r.question.category not in excluded)
+    score_a = np.array([by_id_a[qid].scores.judge for qid in ids], dtype=float)
+    score_b = np.array([by_id_b[qid].scores.judge for qid in ids], dtype=float)
+    diff = score_a - score_b
+    low, high = bootstrap_ci(diff, n_resamples=n_resamples, confidence=confidence, seed=seed)
+    return PairedDifference(
+        n=len(ids),
+        mean_difference=float(diff.mean()) if len(ids) else math.nan,
+        ci_low=low,
+        ci_high=high,
+        a_wins=int((diff > 0).sum()),
+        b_wins=int((diff < 0).sum()),
+        ties=int((diff == 0).sum()),
+    )
+
+
+def _by_question_id(results: Sequence[CaseResult], label: str) -> dict[str, CaseResult]:
+    by_id: dict[str, CaseResult] = {}
+    for result in results:
+        if result.question.id in by_id:
+            raise ValueError(f"run {label} has question {result.question.id!r} more than once")
+        by_id[result.question.id] = result
+    return by_id

@@ -1,0 +1,1 @@
+"""Layer 1: language models, embeddings, token counting and lexical search."""

@@ -1,0 +1,271 @@
+"""Text embedders used for memory retrieval.
+
+`Embedder` is the small protocol every retriever relies on: a fixed `dim` and `embed(texts)` returning a
+float32 matrix with one L2-normalised row per text (so a dot product is a cosine similarity). Two
+implementations:
+
+- `HashingEmbedder` — deterministic, offline, needs no model: lowercase word unigrams, word bigrams and
+  character trigrams of words, hashed with a stable hash (blake2b, never Python's salted `hash`) into
+  signed buckets. It is the default and what the simulated world and the tests use; it captures lexical
+  overlap, not meaning.
+- `OpenAIEmbedder` — any OpenAI-compatible `/v1/embeddings` endpoint through the official `openai` client
+  (which retries 429/5xx/timeouts with exponential backoff and honours `Retry-After`).
+
+`build_embedder` builds one from a plain (Hydra-resolved) mapping. This module does not cache embeddings
+and does not know about memories or retrieval; callers own both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+from collections.abc import Mapping, Sequence
+from itertools import pairwise
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import numpy as np
+import pydantic
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "Embedder",
+    "EmbedderConfig",
+    "HashingEmbedder",
+    "OpenAIEmbedder",
+    "build_embedder",
+]
+
+_WORD = re.compile(r"[a-z0-9]+(?:'[a-z0-9]+)*")
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into unit-length float32 vectors of a fixed dimension."""
+
+    @property
+    def dim(self) -> int: ...
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """A `(len(texts), dim)` float32 array whose non-zero rows have L2 norm 1."""
+        ...
+
+
+def _normalize_rows(matrix: np.ndarray) -> np.ndarray:
+    matrix = np.asarray(matrix, dtype=np.float32)
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    norms[norms == 0.0] = 1.0
+    return (matrix / norms).astype(np.float32, copy=False)
+
+
+_WORD_CACHE_LIMIT = 200_000
+
+
+def _feature_slot(feature: str, dim: int) -> tuple[int, float]:
+    """(bucket, sign) for one feature, from a stable 8-byte blake2b digest."""
+    digest = int.from_bytes(hashlib.blake2b(feature.encode("utf-8"), digest_size=8).digest(), "little")
+    return digest % dim, (1.0 if (digest >> 63) & 1 else -1.0)
+
+
+class HashingEmbedder:
+    """Deterministic bag-of-features embedder (feature hashing with signed buckets).
+
+    Features of a text: each lowercase word (weight 1), each pair of adjacent words (weight
+    `bigram_weight`) and each character trigram of a word padded with `<`/`>` (weight `trigram_weight`,
+    which lets "dogs" and "dog" share signal). Identical inputs give identical vectors in every process
+    and on every machine. An empty text embeds to the zero vector.
+    """
+
+    def __init__(self, dim: int = 256, *, bigram_weight: float = 1.0, trigram_weight: float = 0.35) -> None:
+        if dim < 8:
+            raise ValueError(f"HashingEmbedder dim must be at least 8, got {dim}")
+        self._dim = int(dim)
+        self.bigram_weight = float(bigram_weight)
+        self.trigram_weight = float(trigram_weight)
+        self._word_cache: dict[str, tuple[tuple[int, ...], tuple[float, ...]]] = {}
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def __repr__(self) -> str:
+        return f"HashingEmbedder(dim={self._dim})"
+
+    def _word_slots(self, word: str) -> tuple[tuple[int, ...], tuple[float, ...]]:
+        """(buckets, signed weights) of a word's unigram and character trigrams; memoised per word."""
+        cached = self._word_cache.get(word)
+        if cached is None:
+            col, sign = _feature_slot("w:" + word, self._dim)
+            cols, vals = [col], [sign]
+            if self.trigram_weight:
+                padded = f"<{word}>"
+                for i in range(len(padded) - 2):
+                    col, sign = _feature_slot("c:" + padded[i : i + 3], self._dim)
+                    cols.append(col)
+                    vals.append(sign * self.trigram_weight)
+            cached = (tuple(cols), tuple(vals))
+            if len(self._word_cache) < _WORD_CACHE_LIMIT:
+                self._word_cache[word] = cached
+        return cached
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if isinstance(texts, str):
+            raise TypeError("embed() takes a sequence of texts, not a single string")
+        counts: list[int] = []
+        cols: list[int] = []
+        vals: list[float] = []
+        dim, bigram_weight = self._dim, self.bigram_weight
+        for text in texts:
+            words = _WORD.findall(text.lower())
+            before = len(cols)
+            for word in words:
+                word_cols, word_vals = self._word_slots(word)
+                cols.extend(word_cols)
+                vals.extend(word_vals)
+            if bigram_weight:
+                for first, second in pairwise(words):
+                    col, sign = _feature_slot(f"b:{first} {second}", dim)
+                    cols.append(col)
+                    vals.append(sign * bigram_weight)
+            counts.append(len(cols) - before)
+        if not cols:
+            return np.zeros((len(texts), dim), dtype=np.float32)
+        rows = np.repeat(np.arange(len(texts), dtype=np.int64), counts)
+        flat = rows * dim + np.asarray(cols, dtype=np.int64)
+        matrix = np.bincount(flat, weights=np.asarray(vals, dtype=np.float64), minlength=len(texts) * dim)
+        return _normalize_rows(matrix.reshape(len(texts), dim))
+
+
+class OpenAIEmbedder:
+    """Embeddings from an OpenAI-compatible endpoint (`POST {api_base}/embeddings`).
+
+    The API key is read from the environment variable named `api_key_env` when the client is built
+    (at construction); it is never stored on this object or logged. `dim` is learned from the first
+    response unless given. Texts are sent in batches of `batch_size`; rows are re-normalised locally.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        api_base: str | None = None,
+        api_key_env: str | None = "OPENAI_API_KEY",
+        timeout_s: float = 60.0,
+        max_retries: int = 5,
+        batch_size: int = 256,
+        dim: int | None = None,
+    ) -> None:
+        import openai
+
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        self.model = model
+        self.api_base = api_base
+        self.api_key_env = api_key_env
+        self.timeout_s = float(timeout_s)
+        self.max_retries = int(max_retries)
+        self.batch_size = int(batch_size)
+        self._dim = dim
+        api_key = _read_key(api_key_env) if api_key_env else "EMPTY"  # never an ambient OPENAI_API_KEY
+        self._client = openai.OpenAI(
+            api_key=api_key, base_url=api_base, timeout=self.timeout_s, max_retries=self.max_retries
+        )
+
+    @property
+    def dim(self) -> int:
+        if self._dim is None:
+            self._dim = int(self.embed(["dimension probe"]).shape[1])
+        return self._dim
+
+    def __repr__(self) -> str:
+        return (
+            f"OpenAIEmbedder(model={self.model!r}, api_base={self.api_base!r}, "
+            f"api_key_env={self.api_key_env!r})"
+        )
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if isinstance(texts, str):
+            raise TypeError("embed() takes a sequence of texts, not a single string")
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, self._dim or 0), dtype=np.float32)
+        chunks: list[np.ndarray] = []
+        for start in range(0, len(texts), self.batch_size):
+            batch = [text if text else " " for text in texts[start : start + self.batch_size]]
+            response = self._client.embeddings.create(model=self.model, input=batch)
+            ordered = sorted(response.data, key=lambda item: item.index)
+            if len(ordered) != len(batch):
+                raise RuntimeError(
+                    f"embedding endpoint returned {len(ordered)} vectors for {len(batch)} inputs "
+                    f"(model {self.model})"
+                )
+            chunks.append(np.asarray([item.embedding for item in ordered], dtype=np.float32))
+        matrix = _normalize_rows(np.concatenate(chunks, axis=0))
+        if self._dim is None:
+            self._dim = int(matrix.shape[1])
+        elif matrix.shape[1] != self._dim:
+            raise RuntimeError(
+                f"embedding endpoint returned dimension {matrix.shape[1]}, expected {self._dim}"
+            )
+        return matrix
+
+
+def _read_key(api_key_env: str) -> str:
+    value = os.environ.get(api_key_env)
+    if not value:
+        from memtrace_loop.pipeline.backends.lm import MissingAPIKeyError  # imported here: it pulls in dspy
+
+        raise MissingAPIKeyError(api_key_env, "the embedding endpoint")
+    return value
+
+
+class EmbedderConfig(pydantic.BaseModel):
+    """How to build an embedder; `api_key_env` is the NAME of the variable holding the key."""
+
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+
+    backend: Literal["hashing", "openai"] = "hashing"
+    dim: int | None = None
+    model: str | None = None
+    api_base: str | None = None
+    api_key_env: str | None = "OPENAI_API_KEY"
+    timeout_s: float = pydantic.Field(default=60.0, gt=0)
+    max_retries: int = pydantic.Field(default=5, ge=0)
+    batch_size: int = pydantic.Field(default=256, ge=1)
+
+    @pydantic.model_validator(mode="after")
+    def _check_backend_fields(self) -> EmbedderConfig:
+        if self.backend == "openai" and not self.model:
+            raise ValueError("embedder backend 'openai' needs a model name")
+        return self
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, Any]) -> EmbedderConfig:
+        """Build from a plain mapping, rejecting unknown keys by name."""
+        unknown = sorted(set(mapping) - set(cls.model_fields))
+        if unknown:
+            raise ValueError(f"unknown embedder config keys {unknown}; allowed: {sorted(cls.model_fields)}")
+        return cls.model_validate(dict(mapping))
+
+
+def build_embedder(mapping: Mapping[str, Any] | EmbedderConfig | None = None) -> Embedder:
+    """An embedder from a config mapping (`backend: hashing|openai`); None means the hashing default."""
+    config = mapping if isinstance(mapping, EmbedderConfig) else EmbedderConfig.from_mapping(mapping or {})
+    if config.backend == "hashing":
+        return HashingEmbedder(dim=config.dim or 256)
+    logger.info(
+        "embedder: openai-compatible model=%s api_base=%s key_env=%s",
+        config.model,
+        config.api_base,
+        config.api_key_env,
+    )
+    return OpenAIEmbedder(
+        model=config.model or "",
+        api_base=config.api_base,
+        api_key_env=config.api_key_env,
+        timeout_s=config.timeout_s,
+        max_retries=config.max_retries,
+        batch_size=config.batch_size,
+        dim=config.dim,
+    )

@@ -1,0 +1,279 @@
+"""Building the project's language models from configuration — the only module that knows backends.
+
+An `LMConfig` (one per role) says which backend to use and how; `build_lm` turns it into a `dspy.LM`;
+`build_lm_set` builds the four independently configured roles (task, judge, attributor, rewriter) as
+an `LMSet`. Backends:
+
+- `sim` — the deterministic simulated world: `dspy.LM("sim/<model>", engine=SimEngine())` (plus an
+  async twin so `acall` works). Offline, for tests and the demo; a rule-based stand-in, not a model.
+  DSPy's cache key does not include the engine: after changing the stand-in's rules, use a fresh cache
+  directory (or `cache: false`) or old answers are replayed.
+- `openai` — any OpenAI-compatible Chat Completions endpoint (OpenAI, vLLM, Ollama, llama.cpp server,
+  LM Studio) through `dspy.LM("openai/<model>", api_base=..., api_key=...)`, pinned to DSPy 3.4's native
+  lm15 engine (`engine: lm15`; "auto" picks the same one unless an OPENAI_API_BASE/OPENAI_BASE_URL
+  variable is set, which silently switches to LiteLLM, where Retry-After is not honoured). It POSTs to
+  `{api_base}/chat/completions`. DSPy owns the retry loop: rate limits (429), 5xx, timeouts and
+  connection errors are retried `num_retries` times, sleeping the server's `Retry-After` when given,
+  else 1, 2, 4, ... s (capped at 60 s); `timeout_s` bounds every read, write and pool wait of one
+  attempt. `dialect` picks the server's wire quirks (`vllm`/`ollama` send `max_tokens`, `openai` sends
+  `max_completion_tokens`). With no `api_key_env` the key sent is the placeholder "EMPTY", never an
+  ambient OPENAI_API_KEY.
+
+The API key is never part of a config: `api_key_env` names the environment variable that holds it and
+the key is read once, when the LM is built. `describe` gives what is safe to log. `configure_cache`
+points DSPy's response cache at a directory (entry points call it; library code does not).
+
+This module does not run predictors, choose prompts, or track usage beyond summarising `lm.history`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+import dspy
+import pydantic
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "ROLES",
+    "AsyncSimEngine",
+    "LMConfig",
+    "LMSet",
+    "MissingAPIKeyError",
+    "build_lm",
+    "build_lm_set",
+    "configure_cache",
+    "describe",
+]
+
+ROLES: tuple[str, ...] = ("task", "judge", "attributor", "rewriter")
+
+# dspy/LiteLLM model prefix per server dialect; lm15 maps each to a wire preset (token-limit field,
+# reasoning knob). llama.cpp server and other generic servers: "openai" or "vllm" both work.
+_DIALECT_PREFIX: Mapping[str, str] = {
+    "openai": "openai",
+    "vllm": "hosted_vllm",
+    "ollama": "ollama_chat",
+}
+
+# Sent as the key to servers that need none (vLLM's convention), so an ambient OPENAI_API_KEY is never
+# picked up and sent to a third-party api_base.
+NO_KEY_PLACEHOLDER = "EMPTY"
+
+
+class MissingAPIKeyError(RuntimeError):
+    """The environment variable that should hold an API key is unset or empty (message names it)."""
+
+    def __init__(self, variable: str, purpose: str = "the language model endpoint") -> None:
+        self.variable = variable
+        super().__init__(
+            f"environment variable {variable} is not set (or is empty); "
+            f"it must hold the API key for {purpose}"
+        )
+
+
+class LMConfig(pydantic.BaseModel):
+    """How to build one language model. Immutable; `api_key_env` is a variable NAME, never a key."""
+
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+
+    backend: Literal["sim", "openai"]
+    model: str = pydantic.Field(min_length=1, description="wire model id, e.g. gpt-4o-mini, Qwen/Qwen2.5-7B")
+    api_base: str | None = None
+    api_key_env: str | None = None
+    temperature: float = pydantic.Field(default=0.0, ge=0.0)
+    max_tokens: int | None = pydantic.Field(default=None, gt=0)
+    timeout_s: float = pydantic.Field(default=60.0, gt=0)
+    num_retries: int = pydantic.Field(default=5, ge=0)
+    cache: bool = True
+    dialect: Literal["openai", "vllm", "ollama"] = "openai"
+    engine: Literal["auto", "lm15", "litellm"] = "lm15"
+
+    @pydantic.field_validator("api_key_env")
+    @classmethod
+    def _looks_like_a_name(cls, value: str | None) -> str | None:
+        if value is not None and (not value or not value.replace("_", "").isalnum() or value[0].isdigit()):
+            # Do not echo the value: it might be a key pasted into the wrong field.
+            raise ValueError("api_key_env must be the NAME of an environment variable (letters, digits, _)")
+        return value
+
+    @pydantic.model_validator(mode="after")
+    def _check_backend(self) -> LMConfig:
+        if self.backend == "openai" and self.api_base is None and self.api_key_env is None:
+            raise ValueError("backend 'openai' without api_base targets api.openai.com and needs api_key_env")
+        return self
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, Any], *, role: str | None = None) -> LMConfig:
+        """Build from a plain (Hydra/OmegaConf-resolved) mapping, rejecting unknown keys by name."""
+        where = f"lm config for role {role!r}" if role else "lm config"
+        if isinstance(mapping, LMConfig):
+            return mapping
+        if not isinstance(mapping, Mapping):
+            raise TypeError(f"{where} must be a mapping, got {type(mapping).__name__}")
+        unknown = sorted(str(key) for key in mapping if key not in cls.model_fields)
+        if unknown:
+            raise ValueError(f"{where}: unknown keys {unknown}; allowed keys: {sorted(cls.model_fields)}")
+        try:
+            return cls.model_validate(dict(mapping))
+        except pydantic.ValidationError as exc:
+            raise ValueError(f"{where}: {_validation_summary(exc)}") from None
+
+
+def _validation_summary(exc: pydantic.ValidationError) -> str:
+    # Without the offending input values: a misplaced key must not end up in a log via an error message.
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}" for e in exc.errors())
+
+
+def _read_api_key(config: LMConfig) -> str:
+    if config.api_key_env is None:
+        return NO_KEY_PLACEHOLDER
+    value = os.environ.get(config.api_key_env)
+    if not value:
+        raise MissingAPIKeyError(config.api_key_env, f"model {config.model!r}")
+    return value
+
+
+def build_lm(config: LMConfig | Mapping[str, Any]) -> dspy.LM:
+    """A `dspy.LM` for one config. For `openai` the key is read from `os.environ[api_key_env]` now."""
+    if not isinstance(config, LMConfig):
+        config = LMConfig.from_mapping(config)
+    if config.backend == "sim":
+        from memtrace_loop.pipeline.sim.engine import SimEngine
+
+        engine = SimEngine()
+        lm = dspy.LM(
+            f"sim/{config.model}",
+            engine=engine,
+            async_engine=AsyncSimEngine(engine),
+            cache=config.cache,
+            temperature=config.temperature,
+            max_tokens=config.max_tokens,
+            num_retries=config.num_retries,
+        )
+    else:
+        lm = dspy.LM(
+            f"{_DIALECT_PREFIX[config.dialect]}/{config.model}",
+            engine=config.engine,
+            api_base=config.api_base,
+            api_key=_read_api_key(config),
+            timeout=config.timeout_s,
+            num_retries=config.num_retries,
+            temperature=config.temperature,
+            max_tokens=config.max_tokens,
+            cache=config.cache,
+        )
+    logger.debug("built LM %s", describe(config))
+    return lm
+
+
+class AsyncSimEngine:
+    """The async face of the sim engine (DSPy needs one for `acall`): runs the sync stand-in inline."""
+
+    def __init__(self, sync: Any | None = None) -> None:
+        if sync is None:
+            from memtrace_loop.pipeline.sim.engine import SimEngine
+
+            sync = SimEngine()
+        self._sync = sync
+
+    async def complete(self, request: Any) -> Any:
+        return self._sync.complete(request)
+
+    async def stream(self, request: Any) -> AsyncIterator[Any]:
+        for event in self._sync.stream(request):
+            yield event
+
+    async def aclose(self) -> None:
+        self._sync.close()
+
+    def dump_state(self) -> dict[str, Any]:
+        return {}
+
+    @classmethod
+    def load_state(cls, state: dict[str, Any]) -> AsyncSimEngine:
+        return cls()
+
+
+@dataclass(frozen=True)
+class LMSet:
+    """The four independently configured LMs of the loop."""
+
+    task: dspy.LM
+    judge: dspy.LM
+    attributor: dspy.LM
+    rewriter: dspy.LM
+
+    def by_role(self) -> dict[str, dspy.LM]:
+        return {role: getattr(self, role) for role in ROLES}
+
+
+def lm_configs(mapping: Mapping[str, Any]) -> dict[str, LMConfig]:
+    """Parse the `{task, judge, attributor, rewriter}` mapping into configs (all four required)."""
+    if not isinstance(mapping, Mapping):
+        raise TypeError(f"lm set config must be a mapping, got {type(mapping).__name__}")
+    unknown = sorted(str(key) for key in mapping if key not in ROLES)
+    missing = [role for role in ROLES if role not in mapping]
+    if unknown or missing:
+        raise ValueError(
+            f"lm set config: unknown roles {unknown}, missing roles {missing}; expected {list(ROLES)}"
+        )
+    return {role: LMConfig.from_mapping(mapping[role], role=role) for role in ROLES}
+
+
+def build_lm_set(mapping: Mapping[str, Any]) -> LMSet:
+    """Build the task, judge, attributor and rewriter LMs from one mapping of four LMConfig mappings."""
+    configs = lm_configs(mapping)
+    return LMSet(**{role: build_lm(config) for role, config in configs.items()})
+
+
+def _safe_url(url: str | None) -> str:
+    """The URL without user info, query or fragment (where credentials sometimes hide)."""
+    if not url:
+        return ""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def describe(config: LMConfig) -> dict[str, str]:
+    """What is safe to log about an LM: never the key, only whether its variable is set."""
+    info = {
+        "backend": config.backend,
+        "model": config.model,
+        "temperature": str(config.temperature),
+        "max_tokens": "" if config.max_tokens is None else str(config.max_tokens),
+        "cache": str(config.cache).lower(),
+        "num_retries": str(config.num_retries),
+    }
+    if config.backend == "openai":
+        info.update(
+            {
+                "dialect": config.dialect,
+                "engine": config.engine,
+                "api_base": _safe_url(config.api_base) or "(provider default)",
+                "api_key_env": config.api_key_env or "(none)",
+                "api_key_set": str(bool(config.api_key_env and os.environ.get(config.api_key_env))).lower(),
+                "timeout_s": str(config.timeout_s),
+            }
+        )
+    return info
+
+
+def configure_cache(directory: str | Path, *, enable_memory_cache: bool = True) -> None:
+    """Point DSPy's response cache (disk + in-memory) at `directory`, creating it. For entry points."""
+    path = Path(directory).expanduser().resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    dspy.configure_cache(
+        enable_disk_cache=True, enable_memory_cache=enable_memory_cache, disk_cache_dir=str(path)
+    )
+    logger.info("DSPy response cache at %s", path)

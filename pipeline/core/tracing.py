@@ -1,0 +1,235 @@
+"""Recording a running memory system into an execution graph.
+
+Two ways in, one per kind of stage:
+- LLM stages are captured at the DSPy boundary: `Tracer.llm` runs a predictor under a DSPy callback
+  (`StageCallback`) that collects what the call really did — the instruction it used, every LM call
+  (including adapter retries), the raw completions and token usage — and never lets an LM or parse
+  failure escape: the failure becomes a failed operation and the run goes on.
+- Non-LLM stages (search, store writes, chunking) declare their data flow once at their boundary
+  with `Tracer.operation`.
+
+A `Tracer` writes straight into its graph, or — when `buffered` — into a private log that `commit`
+replays later. Buffering is how parallel work stays deterministic: each question is traced into its own
+buffer and the buffers are committed in question order, so sequence numbers and variable versions do
+not depend on thread timing. A failing tracer must never fail the run: callback errors are swallowed
+by DSPy and logged.
+
+This module does not decide what a stage's inputs and outputs mean (the memory system does) and does
+not serialize graphs (`pipeline.graph_io`).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import dspy
+from dspy.utils.callback import BaseCallback
+
+from memtrace_loop.pipeline.core.graph import ExecutionGraph, GraphError, OpKind, Usage, variable_id
+
+logger = logging.getLogger(__name__)
+
+MAX_ERROR_CHARS = 500
+MAX_RAW_CHARS = 2000
+
+
+@dataclass
+class _CallScratch:
+    """Mutable scratch filled by `StageCallback` during one `Tracer.llm` call (never leaves this module)."""
+
+    instruction: str | None = None
+    lm_calls: int = 0
+    cached_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    raw_outputs: list[str] = field(default_factory=list)
+
+
+_ACTIVE_CALL: contextvars.ContextVar[_CallScratch | None] = contextvars.ContextVar("memtrace_call", default=None)
+
+
+class StageCallback(BaseCallback):
+    """DSPy callback that reports predictor and LM activity into the active stage call, if any."""
+
+    def on_module_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
+        scratch = _ACTIVE_CALL.get()
+        if scratch is not None and isinstance(instance, dspy.Predict) and scratch.instruction is None:
+            scratch.instruction = instance.signature.instructions
+
+    def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
+        scratch = _ACTIVE_CALL.get()
+        if scratch is not None:
+            scratch.lm_calls += 1
+
+    def on_lm_end(self, call_id: str, outputs: Any, exception: BaseException | None = None) -> None:
+        scratch = _ACTIVE_CALL.get()
+        if scratch is None or not outputs:
+            return
+        for output in outputs:
+            text = output.get("text", "") if isinstance(output, dict) else str(output)
+            scratch.raw_outputs.append(text[:MAX_RAW_CHARS])
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """What one traced LLM stage call produced: the prediction, or the error that replaced it."""
+
+    stage: str
+    prediction: dspy.Prediction | None
+    error: str | None
+    instruction: str
+    usage: Usage
+    raw_outputs: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return self.prediction is not None
+
+
+def _usage_from(scratch: _CallScratch, prediction: dspy.Prediction | None) -> Usage:
+    prompt_tokens = completion_tokens = 0
+    if prediction is not None:
+        for usage in (prediction.get_lm_usage() or {}).values():
+            prompt_tokens += int(usage.get("prompt_tokens") or 0)
+            completion_tokens += int(usage.get("completion_tokens") or 0)
+    cached = scratch.lm_calls if (prediction is not None and scratch.lm_calls and not prompt_tokens) else 0
+    return Usage(prompt_tokens, completion_tokens, scratch.lm_calls, cached)
+
+
+@dataclass(frozen=True)
+class _VariableEvent:
+    expected_id: str
+    name: str
+    kind: str
+    value: str
+    meta: Mapping[str, Any] | None
+
+
+@dataclass(frozen=True)
+class _OperationEvent:
+    kwargs: Mapping[str, Any]
+
+
+class Tracer:
+    """Records variables and operations of one graph (directly, or buffered for a later `commit`)."""
+
+    def __init__(self, graph: ExecutionGraph, *, buffered: bool = False) -> None:
+        self.graph = graph
+        self.buffered = buffered
+        self._events: list[_VariableEvent | _OperationEvent] = []
+        self._local_versions_by_name: dict[str, int] = {}
+        self._local_variable_values: dict[str, str] = {}
+        self._prompt_by_stage: dict[str, str] = {}
+
+    # ------------------------------------------------------------- variables and operations
+
+    def variable(self, name: str, kind: str, value: str, meta: Mapping[str, Any] | None = None) -> str:
+        """Record the next version of `name`; returns its id."""
+        if not self.buffered:
+            return self.graph.add_variable(name, kind, value, meta).id
+        base_versions = len(self.graph.versions(name))
+        local = self._local_versions_by_name.get(name, 0) + 1
+        self._local_versions_by_name[name] = local
+        var_id = variable_id(name, base_versions + local)
+        self._events.append(_VariableEvent(var_id, name, kind, value, meta))
+        self._local_variable_values[var_id] = value
+        return var_id
+
+    def operation(
+        self,
+        name: str,
+        stage: str,
+        kind: OpKind,
+        inputs: Iterable[str],
+        outputs: Iterable[str],
+        prompt: str | None = None,
+        status: str = "ok",
+        error: str | None = None,
+        usage: Usage | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Record one operation (a non-LLM stage's declared data flow, or a finished LLM stage)."""
+        kwargs = dict(
+            name=name, stage=stage, kind=kind, inputs=tuple(inputs), outputs=tuple(outputs), prompt=prompt,
+            status=status, error=error, usage=usage, meta=meta,
+        )
+        if self.buffered:
+            self._events.append(_OperationEvent(kwargs))
+        else:
+            self.graph.add_operation(**kwargs)
+
+    def commit(self) -> None:
+        """Replay a buffered trace into the graph (in the caller's thread, in the caller's order)."""
+        for event in self._events:
+            if isinstance(event, _VariableEvent):
+                var = self.graph.add_variable(event.name, event.kind, event.value, event.meta)
+                if var.id != event.expected_id:
+                    raise GraphError(f"buffered trace expected {event.expected_id}, graph made {var.id}")
+            else:
+                self.graph.add_operation(**event.kwargs)
+        self._events.clear()
+        self._local_versions_by_name.clear()
+
+    # ------------------------------------------------------------- prompts and LLM stages
+
+    def prompt_variable(self, stage: str, instruction: str) -> str:
+        """The id of the prompt variable holding `instruction` for `stage`, adding a version if it changed."""
+        name = f"prompt:{stage}"
+        known = self._prompt_by_stage.get(stage)
+        if known is not None and self._value_of(known) == instruction:
+            return known
+        latest = self.graph.latest(name)
+        if latest is not None and latest.value == instruction and not self._local_versions_by_name.get(name):
+            var_id = latest.id
+        else:
+            var_id = self.variable(name, "prompt", instruction, {"stage": stage})
+        self._prompt_by_stage[stage] = var_id
+        return var_id
+
+    def _value_of(self, var_id: str) -> str:
+        local = self._local_variable_values.get(var_id)
+        return local if local is not None else self.graph.variable(var_id).value
+
+    def llm(self, predictor: Callable[..., dspy.Prediction], stage: str, **kwargs: Any) -> StageResult:
+        """Run one LLM stage under the tracing callback; failures are returned, never raised."""
+        scratch = _CallScratch()
+        token = _ACTIVE_CALL.set(scratch)
+        prediction: dspy.Prediction | None = None
+        error: str | None = None
+        try:
+            callbacks = [*dspy.settings.get("callbacks", []), StageCallback()]
+            with dspy.context(callbacks=callbacks, track_usage=True):
+                prediction = predictor(**kwargs)
+        except Exception as exc:  # one failing call is recorded and scored, never a crash of the run
+            error = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
+            logger.debug("stage %s failed: %s", stage, error)
+        finally:
+            _ACTIVE_CALL.reset(token)
+        signature = getattr(predictor, "signature", None)
+        instruction = scratch.instruction or (signature.instructions if signature is not None else "")
+        return StageResult(
+            stage, prediction, error, instruction, _usage_from(scratch, prediction), tuple(scratch.raw_outputs)
+        )
+
+    def record_llm(
+        self,
+        result: StageResult,
+        name: str,
+        kind: OpKind,
+        inputs: Iterable[str],
+        outputs: Iterable[str],
+        meta: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Record a finished LLM stage as an operation that used the stage's prompt variable."""
+        details = dict(meta or {})
+        if result.error is not None and result.raw_outputs:
+            details["raw_output"] = result.raw_outputs[-1]
+        self.operation(
+            name, result.stage, kind, inputs, outputs,
+            prompt=self.prompt_variable(result.stage, result.instruction),
+            status="ok" if result.ok else "failed", error=result.error, usage=result.usage, meta=details or None,
+        )

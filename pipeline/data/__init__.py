@@ -1,0 +1,1 @@
+"""Layer 1: datasets (LoCoMo, LongMemEval), splits, and the dataset registry."""

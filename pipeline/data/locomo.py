@@ -1,0 +1,403 @@
+"""Load benchmark data into the typed records of `pipeline.records`, and split it.
+
+What it does:
+
+- `load_locomo` / `parse_locomo` read the LoCoMo JSON layout (a list of samples with
+  `sample_id`, `conversation` and `qa`) into a `Dataset`. Raw records are validated with pydantic
+  models (unknown keys are ignored); anything wrong raises `DataError`, whose message names the file,
+  the record and the field. Messy evidence ids are cleaned (see `clean_evidence`); evidence that
+  names a turn the conversation does not have is dropped with one logged warning per conversation.
+- `split_by_conversation` makes a seeded, deterministic train/dev/test `Split` by conversation.
+
+What it does not do: no network, no caching, no LongMemEval (see `pipeline.longmemeval`), and no answering or
+scoring (see `pipeline.evaluation`). It never prints; diagnostics go to the module logger.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from memtrace_loop.pipeline.core.records import CATEGORY_NAMES, Conversation, Dataset, Question, Turn
+
+logger = logging.getLogger(__name__)
+
+ADVERSARIAL_CATEGORY = 5
+ADVERSARIAL_GOLD = "Not mentioned in the conversation"
+
+_SESSION_KEY = re.compile(r"session_(\d+)")
+_DIA_ID = re.compile(r"D\s*(\d+)\s*:\s*(\d+)")
+_DATE_TIME = re.compile(
+    r"(\d{1,2}):(\d{2})\s*([ap])\.?\s*m\.?\s+on\s+(\d{1,2})\s+([A-Za-z]+)\.?,?\s+(\d{4})", re.IGNORECASE
+)
+_MONTH_NAMES = (
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+)
+_MONTHS = {name: number for number, month in enumerate(_MONTH_NAMES, 1) for name in (month, month[:3])}
+_MONTHS["sept"] = 9
+_CAPTION_PREFIX = re.compile(r"^\s*an?\s+(photo|photograph|photography|picture|image)\s+of\s+", re.IGNORECASE)
+
+
+class DataError(ValueError):
+    """A data file (or in-memory source) is missing, unreadable or has a wrong record.
+
+    The message reads `<source>: <record>: field '<field>': <problem>`; the parts are also kept
+    as attributes so callers can act on them.
+    """
+
+    def __init__(self, source: str, problem: str, record: str | None = None, field: str | None = None):
+        self.source = source
+        self.record = record
+        self.field = field
+        self.problem = problem
+        parts = [source]
+        if record:
+            parts.append(record)
+        if field:
+            parts.append(f"field '{field}'")
+        parts.append(problem)
+        super().__init__(": ".join(parts))
+
+
+# --------------------------------------------------------------------------- raw LoCoMo records
+
+
+class _Raw(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class _RawTurn(_Raw):
+    speaker: str
+    dia_id: str
+    text: str
+    blip_caption: str | None = None
+
+
+class _RawQA(_Raw):
+    question: str
+    category: int
+    answer: str | int | float | None = None
+    adversarial_answer: str | int | float | None = None
+    evidence: list[str] = []
+
+    @field_validator("category")
+    @classmethod
+    def _known_category(cls, value: int) -> int:
+        if value not in CATEGORY_NAMES:
+            raise ValueError(f"unknown category {value}; expected one of {sorted(CATEGORY_NAMES)}")
+        return value
+
+
+class _RawSample(_Raw):
+    sample_id: str
+    conversation: dict[str, Any]
+    qa: list[Any]
+
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def validate_record(
+    model: type[ModelT], item: object, source: str, record: str | None, where: str = "",
+    error_type: type[DataError] = DataError,
+) -> ModelT:
+    """`item` parsed as `model`, or an `error_type` naming the source, the record and the field (the first
+    pydantic error, prefixed with `where`)."""
+    try:
+        return model.model_validate(item)
+    except ValidationError as error:
+        first = error.errors()[0]
+        path = ".".join(str(part) for part in first["loc"]) or "<record>"
+        raise error_type(source, first["msg"], record, f"{where}.{path}" if where else path) from error
+
+
+# --------------------------------------------------------------------------- small parsers
+
+
+def normalize_dia_id(raw: str) -> str | None:
+    """`"D30:05"` -> `"D30:5"`, `" D3 : 7 "` -> `"D3:7"`; None when `raw` is not `D<int>:<int>`."""
+    match = _DIA_ID.fullmatch(raw.strip())
+    if match is None:
+        return None
+    return f"D{int(match.group(1))}:{int(match.group(2))}"
+
+
+def clean_evidence(entries: Sequence[str]) -> tuple[tuple[str, ...], int]:
+    """Split `"D8:6; D9:17"`-style entries, normalize ids, drop malformed ones (a bare `"D"`).
+
+    Returns the well-formed ids in order without duplicates, and the number of pieces dropped.
+    """
+    ids: list[str] = []
+    malformed = 0
+    for entry in entries:
+        for piece in re.split(r"[;,]", entry):
+            if not piece.strip():
+                continue
+            dia_id = normalize_dia_id(piece)
+            if dia_id is None:
+                malformed += 1
+            elif dia_id not in ids:
+                ids.append(dia_id)
+    return tuple(ids), malformed
+
+
+def parse_session_date(text: str) -> str:
+    """`"1:56 pm on 8 May, 2023"` -> `"2023-05-08T13:56"`; ValueError when unparsable."""
+    match = _DATE_TIME.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(f"unparsable date-time {text!r}; expected like '1:56 pm on 8 May, 2023'")
+    hour, minute, half, day, month_name, year = match.groups()
+    month = _MONTHS.get(month_name.lower())
+    if month is None:
+        raise ValueError(f"unknown month {month_name!r} in {text!r}")
+    hour12 = int(hour)
+    if not 1 <= hour12 <= 12:
+        raise ValueError(f"hour {hour12} out of range in {text!r}")
+    hour24 = hour12 % 12 + (12 if half.lower() == "p" else 0)
+    moment = datetime(int(year), month, int(day), hour24, int(minute))  # ValueError on 31 Feb etc.
+    return moment.isoformat(timespec="minutes")
+
+
+def _turn_text(raw: _RawTurn) -> str:
+    if not raw.blip_caption or not raw.blip_caption.strip():
+        return raw.text
+    caption = _CAPTION_PREFIX.sub("", raw.blip_caption.strip())
+    return f"{raw.text} [shares a photo of {caption}]".strip()
+
+
+def _answer_text(value: str | int | float | None) -> str:
+    return "" if value is None else str(value).strip()
+
+
+# --------------------------------------------------------------------------- LoCoMo
+
+
+def _parse_conversation(sample_id: str, record: str, raw: dict[str, Any], source: str) -> Conversation:
+    speakers: list[str] = []
+    for key in ("speaker_a", "speaker_b"):
+        value = raw.get(key)
+        if not isinstance(value, str) or not value.strip():
+            raise DataError(source, "missing or not a non-empty string", record, f"conversation.{key}")
+        speakers.append(value)
+
+    session_numbers = sorted(int(m.group(1)) for key in raw if (m := _SESSION_KEY.fullmatch(key)))
+    if not session_numbers:
+        raise DataError(source, "no session_N lists", record, "conversation")
+    turns: list[Turn] = []
+    seen: set[str] = set()
+    for number in session_numbers:
+        session_key, date_key = f"session_{number}", f"session_{number}_date_time"
+        session = raw[session_key]
+        if not isinstance(session, list):
+            raise DataError(
+                source,
+                f"expected a list of turns, got {type(session).__name__}",
+                record,
+                f"conversation.{session_key}",
+            )
+        date_text = raw.get(date_key)
+        if not isinstance(date_text, str):
+            raise DataError(source, "missing session date-time", record, f"conversation.{date_key}")
+        try:
+            time = parse_session_date(date_text)
+        except ValueError as error:
+            raise DataError(source, str(error), record, f"conversation.{date_key}") from error
+        for index, item in enumerate(session):
+            where = f"conversation.{session_key}[{index}]"
+            turn = validate_record(_RawTurn, item, source, record, where)
+            dia_id = normalize_dia_id(turn.dia_id) or turn.dia_id.strip()
+            if not dia_id:
+                raise DataError(source, "empty dialog id", record, f"{where}.dia_id")
+            if dia_id in seen:
+                raise DataError(source, f"duplicate dialog id {dia_id!r}", record, f"{where}.dia_id")
+            seen.add(dia_id)
+            turns.append(
+                Turn(id=dia_id, speaker=turn.speaker, text=_turn_text(turn), session=number, time=time)
+            )
+    return Conversation(id=sample_id, speakers=tuple(speakers), turns=tuple(turns))
+
+
+def _parse_question(
+    sample_id: str, record: str, index: int, item: object, turn_ids: set[str], source: str
+) -> tuple[Question, list[str], int]:
+    """One question, plus the evidence ids it named that the conversation lacks, and malformed count."""
+    where = f"qa[{index}]"
+    raw = validate_record(_RawQA, item, source, record, where)
+    if not raw.question.strip():
+        raise DataError(source, "empty question", record, f"{where}.question")
+    if raw.category == ADVERSARIAL_CATEGORY:
+        gold = ADVERSARIAL_GOLD  # the adversarial answer is the trap, never the gold
+    else:
+        gold = _answer_text(raw.answer)
+        if not gold:
+            raise DataError(source, "missing or empty answer", record, f"{where}.answer")
+    evidence, malformed = clean_evidence(raw.evidence)
+    unknown = [dia_id for dia_id in evidence if dia_id not in turn_ids]
+    question = Question(
+        id=f"{sample_id}:q{index}",
+        conversation_id=sample_id,
+        text=raw.question.strip(),
+        gold=gold,
+        category=raw.category,
+        evidence=tuple(dia_id for dia_id in evidence if dia_id in turn_ids),
+    )
+    return question, unknown, malformed
+
+
+def parse_locomo(samples: object, source: str) -> Dataset:
+    """Parse already-decoded LoCoMo JSON (a list of samples); `source` names it in errors and the name."""
+    if not isinstance(samples, list):
+        raise DataError(source, f"expected a JSON list of samples, got {type(samples).__name__}")
+    conversations: list[Conversation] = []
+    questions: list[Question] = []
+    seen_ids: set[str] = set()
+    for position, item in enumerate(samples):
+        record = f"sample #{position}"
+        if isinstance(item, dict) and isinstance(item.get("sample_id"), str):
+            record = f"sample {item['sample_id']!r} (#{position})"
+        sample = validate_record(_RawSample, item, source, record)
+        if sample.sample_id in seen_ids:
+            raise DataError(source, "duplicate sample id", record, "sample_id")
+        seen_ids.add(sample.sample_id)
+        conversation = _parse_conversation(sample.sample_id, record, sample.conversation, source)
+        turn_ids = {turn.id for turn in conversation.turns}
+        unknown_total: list[str] = []
+        malformed_total = 0
+        for index, qa in enumerate(sample.qa):
+            question, unknown, malformed = _parse_question(
+                sample.sample_id, record, index, qa, turn_ids, source
+            )
+            questions.append(question)
+            unknown_total.extend(f"{question.id}->{dia_id}" for dia_id in unknown)
+            malformed_total += malformed
+        if unknown_total:
+            logger.warning(
+                "%s: %s: dropped %d evidence id(s) not in the conversation: %s",
+                source,
+                record,
+                len(unknown_total),
+                ", ".join(unknown_total),
+            )
+        if malformed_total:
+            logger.info("%s: %s: dropped %d malformed evidence entries", source, record, malformed_total)
+        conversations.append(conversation)
+    return Dataset(
+        name=Path(source).stem or source, conversations=tuple(conversations), questions=tuple(questions)
+    )
+
+
+def load_locomo(path: str | Path) -> Dataset:
+    """Read a LoCoMo JSON file; `Dataset.name` is the file stem. Any problem raises `DataError`."""
+    path = Path(path)
+    source = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise DataError(source, f"cannot read file ({error.__class__.__name__}: {error})") from error
+    try:
+        samples = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise DataError(
+            source, f"invalid JSON at line {error.lineno} column {error.colno}: {error.msg}"
+        ) from error
+    dataset = parse_locomo(samples, source)
+    return Dataset(name=path.stem, conversations=dataset.conversations, questions=dataset.questions)
+
+
+# --------------------------------------------------------------------------- splits
+
+SplitName = Literal["train", "dev", "test"]
+SPLIT_NAMES: tuple[SplitName, ...] = ("train", "dev", "test")
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """Disjoint train / dev / test datasets; every conversation is in exactly one of them."""
+
+    train: Dataset
+    dev: Dataset
+    test: Dataset
+
+    def select(self, name: str) -> Dataset:
+        """The dataset of split `name` ("train", "dev" or "test"); ValueError for any other name."""
+        if name not in SPLIT_NAMES:
+            raise ValueError(f"unknown split {name!r}; expected one of {', '.join(SPLIT_NAMES)}")
+        return getattr(self, name)
+
+
+def _split_sizes(n: int, fractions: tuple[float, float, float]) -> tuple[int, int, int]:
+    """Conversations per split: rounded shares, at least one for every split with a positive
+    fraction when there are enough conversations; train is filled first, then dev, then test."""
+    wanted = [f > 0 for f in fractions]
+    if n < sum(wanted):
+        sizes = [0, 0, 0]
+        remaining = n
+        for i in range(3):  # priority: train, dev, test
+            if wanted[i] and remaining:
+                sizes[i], remaining = 1, remaining - 1
+        return sizes[0], sizes[1], sizes[2]
+    dev = max(1, round(n * fractions[1])) if wanted[1] else 0
+    test = max(1, round(n * fractions[2])) if wanted[2] else 0
+    while n - dev - test < 1:  # train must keep one; take from the larger of dev/test
+        if dev >= test and dev > 1:
+            dev -= 1
+        else:
+            test -= 1
+    return n - dev - test, dev, test
+
+
+def split_by_conversation(
+    dataset: Dataset, fractions: tuple[float, float, float] = (0.5, 0.25, 0.25), seed: int = 0
+) -> Split:
+    """Shuffle the conversations with `seed` and cut them into train / dev / test.
+
+    Deterministic for a given dataset, fractions and seed; a conversation and its questions land in
+    exactly one split. With at least as many conversations as positive fractions, every split with a
+    positive fraction gets at least one conversation. With fewer, conversations are never shared
+    between splits: train is served first, then dev, then test, and the splits left over are
+    **empty** (a dataset of 2 conversations gives train 1, dev 1, test 0) — a warning is logged,
+    and callers that need a non-empty split must check. A zero fraction always gives an empty split.
+    """
+    if len(fractions) != 3 or any(not math.isfinite(f) or f < 0 for f in fractions):
+        raise ValueError(f"fractions must be three non-negative numbers, got {fractions!r}")
+    if not math.isclose(sum(fractions), 1.0, abs_tol=1e-6):
+        raise ValueError(f"fractions must sum to 1, got {fractions!r} (sum {sum(fractions)})")
+    if fractions[0] <= 0:
+        raise ValueError("the train fraction must be positive")
+    if not dataset.conversations:
+        raise ValueError(f"dataset {dataset.name!r} has no conversations to split")
+    ids = [conversation.id for conversation in dataset.conversations]
+    random.Random(seed).shuffle(ids)
+    n_train, n_dev, _ = _split_sizes(len(ids), fractions)
+    parts = (ids[:n_train], ids[n_train : n_train + n_dev], ids[n_train + n_dev :])
+    empty = [name for name, part, f in zip(SPLIT_NAMES, parts, fractions, strict=True) if f > 0 and not part]
+    if empty:
+        logger.warning(
+            "dataset %r has %d conversation(s): split(s) %s left empty", dataset.name, len(ids), empty
+        )
+    train, dev, test = (
+        dataset.subset(tuple(part), name=f"{dataset.name}:{name}")
+        for name, part in zip(SPLIT_NAMES, parts, strict=True)
+    )
+    return Split(train=train, dev=dev, test=test)

@@ -1,0 +1,361 @@
+"""Load LongMemEval (one record per question, each with its own haystack) into `pipeline.records`.
+
+What it does:
+
+- `parse_longmemeval(records, source)` turns already-decoded records into a `Dataset`; it is the one
+  parser behind both `load_longmemeval(path)` (a local JSON list, e.g. `longmemeval_s_cleaned.json`)
+  and `load_longmemeval_hub(...)` (the Hugging Face hub through `datasets.load_dataset`; `datasets`
+  is optional and imported only there). Raw records are validated with pydantic (unknown keys are
+  ignored); anything wrong raises `pipeline.data.DataError` naming the source, the record and the field.
+- Every record becomes its own `Conversation` (id = `question_id`, speakers `("user", "assistant")`)
+  and one `Question` about it:
+  - turn ids are LoCoMo-style `D<session>:<turn>`, both 1-based in haystack order (`D3:7` is the
+    7th turn of the 3rd session), so they read like LoCoMo dialog ids everywhere downstream
+    (`turn:D3:7@1` graph variables, the ExecNetwork turn names); `Turn.session` is the 1-based
+    session index, `Turn.speaker` the role and `Turn.time` the session date
+    (`"2023/05/20 (Sat) 02:21"` -> `"2023-05-20T02:21"`);
+  - evidence = the turns with `has_answer: true` (a missing or null flag counts as false);
+  - `category` is a stable number per question type (`CATEGORY_BY_TYPE`, 1-6) and `category_label`
+    the type name. Abstention questions (`_abs` in the id) keep their gold answer text and get their
+    own categories, `ABSTENTION_OFFSET` + the type's number, labelled `"<type> (abstention)"`, so the
+    per-category report shows them apart and `exclude_categories` can leave them out;
+  - `Question` has no date field, so by default the question date is appended to the question text
+    (`"... (question date: 2023-05-30T23:40)"`) - temporal questions are unanswerable without it.
+- `generate_longmemeval(seed, n_questions, ...)` writes synthetic records in exactly this layout from
+  the simulated world's conversations (for tests and offline demos; deterministic for a seed).
+
+What it does not do: no network in tests or by default, no caching, no scoring, no printing
+(diagnostics go to the module logger).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import random
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from memtrace_loop.pipeline.data.locomo import DataError, parse_session_date, validate_record
+from memtrace_loop.pipeline.core.records import Conversation, Dataset, Question, Turn
+
+logger = logging.getLogger(__name__)
+
+QUESTION_TYPES: tuple[str, ...] = (
+    "single-session-user",
+    "single-session-assistant",
+    "single-session-preference",
+    "multi-session",
+    "temporal-reasoning",
+    "knowledge-update",
+)
+CATEGORY_BY_TYPE: Mapping[str, int] = MappingProxyType({name: n for n, name in enumerate(QUESTION_TYPES, 1)})
+ABSTENTION_OFFSET = 10
+ABSTENTION_MARK = "_abs"
+SPEAKERS: tuple[str, str] = ("user", "assistant")
+HUB_NAME = "xiaowu0162/longmemeval-cleaned"
+HUB_VARIANT = "longmemeval_s_cleaned"
+GENERATED_ABSTENTION_GOLD = "The information provided is not enough; it is not mentioned in the chat history."
+
+_DATE = re.compile(r"(\d{4})/(\d{1,2})/(\d{1,2})\s*(?:\(\s*[A-Za-z]{3,9}\s*\))?\s*(\d{1,2}):(\d{2})")
+
+
+def category_of(question_type: str, abstention: bool) -> tuple[int, str]:
+    """(category number, category label) of a question type; KeyError for an unknown type."""
+    number = CATEGORY_BY_TYPE[question_type]
+    if abstention:
+        return number + ABSTENTION_OFFSET, f"{question_type} (abstention)"
+    return number, question_type
+
+
+def abstention_categories() -> tuple[int, ...]:
+    """Every abstention category number (e.g. for `exclude_categories`)."""
+    return tuple(n + ABSTENTION_OFFSET for n in CATEGORY_BY_TYPE.values())
+
+
+def parse_date(text: str) -> str:
+    """`"2023/05/20 (Sat) 02:21"` -> `"2023-05-20T02:21"` (the weekday is not checked); ValueError if bad."""
+    match = _DATE.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(f"unparsable date {text!r}; expected like '2023/05/20 (Sat) 02:21'")
+    year, month, day, hour, minute = (int(part) for part in match.groups())
+    return datetime(year, month, day, hour, minute).isoformat(timespec="minutes")  # ValueError on 31 Feb
+
+
+def format_date(moment: datetime) -> str:
+    """The LongMemEval date format: `datetime(2023, 5, 20, 2, 21)` -> `"2023/05/20 (Sat) 02:21"`."""
+    return moment.strftime("%Y/%m/%d (%a) %H:%M")
+
+
+# --------------------------------------------------------------------------- raw records
+
+
+class _Raw(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class _RawTurn(_Raw):
+    role: str
+    content: str
+    has_answer: bool | None = None
+
+
+class _RawRecord(_Raw):
+    question_id: str
+    question_type: str
+    question: str
+    answer: str | int | float
+    question_date: str
+    haystack_dates: list[str]
+    haystack_session_ids: list[str]
+    haystack_sessions: list[list[Any]]
+    answer_session_ids: list[str] = []
+
+
+def _record_name(item: object, position: int) -> str:
+    if isinstance(item, Mapping) and isinstance(item.get("question_id"), str):
+        return f"question {item['question_id']!r} (#{position})"
+    return f"record #{position}"
+
+
+def _parse_record(
+    item: object, record: str, source: str, date_in_text: bool
+) -> tuple[Conversation, Question, list[str]]:
+    """One record -> (conversation, question, answer session ids missing from the haystack)."""
+    raw = validate_record(_RawRecord, item, source, record)
+    qid = raw.question_id.strip()
+    if not qid:
+        raise DataError(source, "empty question id", record, "question_id")
+    abstention = ABSTENTION_MARK in qid
+    question_type = raw.question_type.strip().removesuffix(ABSTENTION_MARK)
+    if question_type not in CATEGORY_BY_TYPE:
+        raise DataError(
+            source, f"unknown question type {raw.question_type!r}; expected one of {', '.join(QUESTION_TYPES)}",
+            record, "question_type",
+        )
+    if not raw.question.strip():
+        raise DataError(source, "empty question", record, "question")
+    gold = str(raw.answer).strip()
+    if not gold:
+        raise DataError(source, "empty answer", record, "answer")
+    try:
+        question_time = parse_date(raw.question_date)
+    except ValueError as error:
+        raise DataError(source, str(error), record, "question_date") from error
+    n_sessions = len(raw.haystack_sessions)
+    for key in ("haystack_dates", "haystack_session_ids"):
+        if len(getattr(raw, key)) != n_sessions:
+            raise DataError(
+                source, f"has {len(getattr(raw, key))} entries for {n_sessions} haystack sessions", record, key
+            )
+
+    turns: list[Turn] = []
+    evidence: list[str] = []
+    for s_index, (session, date_text) in enumerate(zip(raw.haystack_sessions, raw.haystack_dates, strict=True)):
+        try:
+            time = parse_date(date_text)
+        except ValueError as error:
+            raise DataError(source, str(error), record, f"haystack_dates[{s_index}]") from error
+        for t_index, entry in enumerate(session):
+            where = f"haystack_sessions[{s_index}][{t_index}]"
+            turn = validate_record(_RawTurn, entry, source, record, where)
+            if turn.role not in SPEAKERS:
+                raise DataError(source, f"unknown role {turn.role!r}; expected 'user' or 'assistant'", record,
+                                f"{where}.role")
+            turn_id = f"D{s_index + 1}:{t_index + 1}"
+            turns.append(Turn(id=turn_id, speaker=turn.role, text=turn.content, session=s_index + 1, time=time))
+            if turn.has_answer:
+                evidence.append(turn_id)
+
+    category, label = category_of(question_type, abstention)
+    text = raw.question.strip()
+    if date_in_text:
+        text = f"{text} (question date: {question_time})"
+    known_sessions = set(raw.haystack_session_ids)
+    missing = [sid for sid in raw.answer_session_ids if sid not in known_sessions]
+    conversation = Conversation(id=qid, speakers=SPEAKERS, turns=tuple(turns))
+    question = Question(
+        id=qid, conversation_id=qid, text=text, gold=gold, category=category, evidence=tuple(evidence),
+        category_label=label,
+    )
+    return conversation, question, missing
+
+
+def parse_longmemeval(records: Iterable[object], source: str, question_date_in_text: bool = True) -> Dataset:
+    """Parse decoded LongMemEval records (a list of dicts); `source` names them in errors and is the name."""
+    if isinstance(records, (str, bytes, Mapping)) or not isinstance(records, Iterable):
+        raise DataError(source, f"expected a list of question records, got {type(records).__name__}")
+    conversations: list[Conversation] = []
+    questions: list[Question] = []
+    seen: set[str] = set()
+    for position, item in enumerate(records):
+        record = _record_name(item, position)
+        conversation, question, missing = _parse_record(item, record, source, question_date_in_text)
+        if question.id in seen:
+            raise DataError(source, "duplicate question id", record, "question_id")
+        seen.add(question.id)
+        if missing:
+            logger.warning("%s: %s: answer session id(s) not in the haystack: %s", source, record, ", ".join(missing))
+        conversations.append(conversation)
+        questions.append(question)
+    return Dataset(name=Path(source).stem or source, conversations=tuple(conversations), questions=tuple(questions))
+
+
+def load_longmemeval(path: str | Path, question_date_in_text: bool = True) -> Dataset:
+    """Read a LongMemEval JSON file (a list of records); `Dataset.name` is the file stem."""
+    path = Path(path)
+    source = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise DataError(source, f"cannot read file ({error.__class__.__name__}: {error})") from error
+    try:
+        records = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise DataError(source, f"invalid JSON at line {error.lineno} column {error.colno}: {error.msg}") from error
+    if not isinstance(records, list):
+        raise DataError(source, f"expected a JSON list of question records, got {type(records).__name__}")
+    dataset = parse_longmemeval(records, source, question_date_in_text)
+    return Dataset(name=path.stem, conversations=dataset.conversations, questions=dataset.questions)
+
+
+def load_longmemeval_hub(
+    name: str = HUB_NAME,
+    variant: str | None = HUB_VARIANT,
+    split: str = "train",
+    data_files: str | list[str] | None = None,
+    revision: str | None = None,
+    question_date_in_text: bool = True,
+) -> Dataset:
+    """LongMemEval through `datasets.load_dataset` (needs the optional `datasets` package and network,
+    unless the files are cached or local). `variant` is the file stem on the hub (`longmemeval_s_cleaned`,
+    `longmemeval_m_cleaned`, `longmemeval_oracle`); `data_files` overrides it (e.g. `name="json"` with a
+    local file). Records go through the same parser as `load_longmemeval`."""
+    try:
+        import datasets
+    except ImportError as error:
+        raise ImportError(
+            "loading LongMemEval from the Hugging Face hub needs the optional 'datasets' package: "
+            "pip install 'memtrace-loop[hub]' (or load a local file with dataset.path=...)"
+        ) from error
+    files = data_files if data_files is not None else (f"{variant}.json" if variant else None)
+    source = f"hf:{name}" + (f"/{variant}" if variant and data_files is None else "")
+    try:
+        rows = datasets.load_dataset(name, data_files=files, split=split, revision=revision)
+    except Exception as error:  # the hub raises many types (connection, missing file, schema)
+        raise DataError(source, f"cannot load from the hub ({error.__class__.__name__}: {error})") from error
+    dataset = parse_longmemeval((dict(row) for row in rows), source, question_date_in_text)
+    stem = variant if variant and data_files is None else Path(str(files if isinstance(files, str) else name)).stem
+    return Dataset(name=stem, conversations=dataset.conversations, questions=dataset.questions)
+
+
+# --------------------------------------------------------------------------- fixture generator
+
+
+def _question_type(item: Mapping[str, Any], speaker_by_dia: Mapping[str, str], assistant: str) -> str:
+    kind = item.get("sim", {}).get("kind")
+    if kind in ("change", "changed_value"):
+        return "knowledge-update"
+    if item["category"] == 2:
+        return "temporal-reasoning"
+    if kind == "multi_hop" or item["category"] == 1:
+        return "multi-session"
+    if kind == "preference":
+        return "single-session-preference"
+    if any(speaker_by_dia.get(d) == assistant for d in item.get("evidence", ())):
+        return "single-session-assistant"
+    return "single-session-user"
+
+
+def _record_from(sample: Mapping[str, Any], item: Mapping[str, Any], qid: str) -> dict[str, Any]:
+    conv = sample["conversation"]
+    user, assistant = conv["speaker_a"], conv["speaker_b"]
+    numbers = sorted(int(key.split("_")[1]) for key in conv if re.fullmatch(r"session_\d+", key))
+    abstention = item["category"] == 5
+    evidence = set() if abstention else set(item.get("evidence", ()))
+    speaker_by_dia = {t["dia_id"]: t["speaker"] for n in numbers for t in conv[f"session_{n}"]}
+    sessions, dates, session_ids, answer_ids = [], [], [], []
+    last = datetime.min
+    for n in numbers:
+        turns = [
+            {"role": "user" if t["speaker"] == user else "assistant", "content": t["text"],
+             "has_answer": t["dia_id"] in evidence}
+            for t in conv[f"session_{n}"]
+        ]
+        last = datetime.fromisoformat(parse_session_date(conv[f"session_{n}_date_time"]))
+        prefix = "answer_" if any(t["has_answer"] for t in turns) else ""
+        session_id = f"{prefix}{qid.removesuffix(ABSTENTION_MARK)}_{n}"
+        sessions.append(turns)
+        dates.append(format_date(last))
+        session_ids.append(session_id)
+        if session_id.startswith("answer_"):
+            answer_ids.append(session_id)
+    return {
+        "question_id": qid,
+        "question_type": _question_type(item, speaker_by_dia, assistant),
+        "question": item["question"],
+        "answer": GENERATED_ABSTENTION_GOLD if abstention else item["answer"],
+        "question_date": format_date(last + timedelta(days=1, hours=1)),
+        "haystack_dates": dates,
+        "haystack_session_ids": session_ids,
+        "haystack_sessions": sessions,
+        "answer_session_ids": answer_ids,
+    }
+
+
+def generate_longmemeval(
+    seed: int,
+    n_questions: int,
+    sessions_per_question: int = 4,
+    turns_per_session: int = 8,
+    questions_per_haystack: int = 3,
+) -> list[dict[str, Any]]:
+    """`n_questions` synthetic LongMemEval records built from `pipeline.sim.world` conversations.
+
+    Each simulated conversation is the haystack of up to `questions_per_haystack` questions drawn from
+    its planted questions (the first speaker is the user, the second the assistant); adversarial
+    questions become `_abs` abstention questions with an abstaining gold and no evidence. Identical
+    output for identical arguments."""
+    from memtrace_loop.pipeline.sim.world import generate_locomo  # the sim world is only needed to generate
+
+    if n_questions < 0 or questions_per_haystack < 1:
+        raise ValueError("need n_questions >= 0 and questions_per_haystack >= 1")
+    records: list[dict[str, Any]] = []
+    picked_by_bucket: Counter[str] = Counter()  # question type, or "abstention": keeps the types balanced
+    batch = max(1, math.ceil(n_questions / questions_per_haystack))
+    index = 0
+    while len(records) < n_questions:
+        samples = generate_locomo(seed, batch, sessions_per_question, turns_per_session)
+        for sample in samples[index:]:
+            rng = random.Random(f"memtrace-longmemeval:{seed}:{index}")
+            candidates = [_record_from(sample, item, f"{seed}-{index}-{k}") for k, item in enumerate(sample["qa"])]
+            order = list(range(len(candidates)))
+            rng.shuffle(order)
+            chosen: list[int] = []
+            for _ in range(min(questions_per_haystack, len(order))):
+                best = min(order, key=lambda k: picked_by_bucket[_bucket(sample["qa"][k], candidates[k])])
+                order.remove(best)
+                chosen.append(best)
+                picked_by_bucket[_bucket(sample["qa"][best], candidates[best])] += 1
+            for k in sorted(chosen):
+                digest = hashlib.sha256(f"{seed}:{index}:{k}".encode()).hexdigest()[:8]
+                qid = digest + (ABSTENTION_MARK if sample["qa"][k]["category"] == 5 else "")
+                records.append(_record_from(sample, sample["qa"][k], qid))
+                if len(records) == n_questions:
+                    return records
+            index += 1
+        batch *= 2
+    return records
+
+
+def _bucket(item: Mapping[str, Any], record: Mapping[str, Any]) -> str:
+    return "abstention" if item["category"] == 5 else str(record["question_type"])

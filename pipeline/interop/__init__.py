@@ -1,0 +1,1 @@
+"""Beside the layers: trace formats of other tools (ExecNetwork) and MemTraceBench labels."""

@@ -1,0 +1,62 @@
+"""Reusing built memories: construction work that a candidate prompt set does not change is never redone.
+
+A memory system's `memory_key(conversation)` names everything construction depends on (conversation,
+construction prompts, construction knobs, embedder, model). The cache maps that key to the ingestion
+graph (a snapshot that is copied, never mutated) and the memory state (read-only once built), and
+counts hits and the LLM calls they saved. Thread-safe. It does not decide what the key contains.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from memtrace_loop.pipeline.core.graph import ExecutionGraph
+
+
+@dataclass(frozen=True)
+class CachedMemory:
+    graph: ExecutionGraph  # the ingestion graph; copy it before appending
+    state: Any
+    lm_calls: int  # LLM calls it took to build
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    hits: int
+    misses: int
+    lm_calls_saved: int
+
+
+class MemoryCache:
+    def __init__(self, max_entries: int = 512) -> None:
+        self._max_entries = max_entries
+        self._entries: OrderedDict[str, CachedMemory] = OrderedDict()
+        self._lock = threading.Lock()
+        self._hits = 0
+        self._misses = 0
+        self._saved = 0
+
+    def get(self, key: str) -> CachedMemory | None:
+        with self._lock:
+            found = self._entries.get(key)
+            if found is None:
+                self._misses += 1
+                return None
+            self._entries.move_to_end(key)
+            self._hits += 1
+            self._saved += found.lm_calls
+            return found
+
+    def put(self, key: str, memory: CachedMemory) -> None:
+        with self._lock:
+            self._entries[key] = memory
+            self._entries.move_to_end(key)
+            while len(self._entries) > self._max_entries:
+                self._entries.popitem(last=False)
+
+    def stats(self) -> CacheStats:
+        with self._lock:
+            return CacheStats(self._hits, self._misses, self._saved)

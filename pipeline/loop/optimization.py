@@ -1,0 +1,343 @@
+"""The closed loop: evaluate, attribute, blame, propose, gate — iteration by iteration — then test once.
+
+Iteration 0 evaluates the starting prompt set on train and dev. Each later iteration evaluates the
+current prompt set on train, attributes the train failures (`pipeline.attribution`), aggregates blame,
+asks the optimizer for candidates and evaluates them on dev; a candidate is accepted only when its
+paired gain over the current prompt set on the same dev questions reaches `min_gain`. Otherwise the
+next candidate is tried; `patience` iterations without an acceptance stop the loop. The test split is
+evaluated once, at the end, for the starting and the final prompt set.
+
+Built memories are reused through a `MemoryCache`, so a candidate that only changes the answer prompt
+costs only answering. After every iteration the loop saves a checkpoint (JSON) from which an
+interrupted run resumes and reaches the same result. Logging is done by an observer (`LoopObserver`),
+so this module neither talks to MLflow nor prints.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import dspy
+
+from memtrace_loop.memory_systems.base import MemorySystem
+from memtrace_loop.optimizers.base import Candidate, OptimizationContext, Optimizer
+from memtrace_loop.pipeline.analysis.attribution import attribute_failures
+from memtrace_loop.pipeline.analysis.blame import Attribution, BlameTable, aggregate_blame
+from memtrace_loop.pipeline.analysis.evaluation import PairedDifference, paired_difference
+from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
+from memtrace_loop.pipeline.core.records import Dataset, PromptSet
+from memtrace_loop.pipeline.loop.runner import ProgressSink, RunResult, run_dataset
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT_FORMAT = "memtrace-loop-checkpoint"
+CHECKPOINT_VERSION = 1
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be resumed (wrong format, another config)."""
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    max_iterations: int = 5
+    patience: int = 2
+    min_gain: float = 0.02  # paired dev-accuracy gain a candidate must reach to be accepted
+    max_candidates: int = 2  # candidates evaluated per iteration: the budget
+    exclude_categories: tuple[int, ...] = (5,)
+    workers: int = 8
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class CandidateOutcome:
+    candidate: Candidate
+    dev_accuracy: float
+    gain: PairedDifference
+    accepted: bool
+
+
+@dataclass(frozen=True)
+class IterationRecord:
+    """What one iteration did. Iteration 0 is the baseline (no blame, no candidates)."""
+
+    iteration: int
+    prompts: PromptSet  # the current prompt set the iteration started from
+    train: RunResult
+    dev: RunResult
+    attributions: tuple[Attribution, ...] = ()
+    blame: BlameTable = field(default_factory=BlameTable)
+    outcomes: tuple[CandidateOutcome, ...] = ()
+
+    @property
+    def accepted(self) -> CandidateOutcome | None:
+        return next((o for o in self.outcomes if o.accepted), None)
+
+
+@dataclass(frozen=True)
+class IterationSummary:
+    """The serializable digest of an iteration: what checkpoints keep, and what tables and plots show."""
+
+    iteration: int
+    train_accuracy: float
+    dev_accuracy: float
+    dev_ci: tuple[float, float]
+    blame: tuple[dict[str, Any], ...]
+    candidates: tuple[dict[str, Any], ...]
+
+    @classmethod
+    def of(cls, record: IterationRecord) -> IterationSummary:
+        dev = record.dev.report.overall
+        return cls(
+            record.iteration,
+            record.train.report.overall.judge_accuracy,
+            dev.judge_accuracy,
+            (dev.ci_low, dev.ci_high),
+            tuple(record.blame.as_rows()),
+            tuple(
+                {
+                    "stages": list(o.candidate.changed_stages),
+                    "dev_accuracy": o.dev_accuracy,
+                    "gain": o.gain.mean_difference,
+                    "gain_ci": [o.gain.ci_low, o.gain.ci_high],
+                    "accepted": o.accepted,
+                    "rationale": o.candidate.rationale,
+                }
+                for o in record.outcomes
+            ),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "iteration": self.iteration, "train_accuracy": self.train_accuracy, "dev_accuracy": self.dev_accuracy,
+            "dev_ci": list(self.dev_ci), "blame": list(self.blame), "candidates": list(self.candidates),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> IterationSummary:
+        return cls(
+            int(data["iteration"]), float(data["train_accuracy"]), float(data["dev_accuracy"]),
+            (float(data["dev_ci"][0]), float(data["dev_ci"][1])), tuple(data["blame"]), tuple(data["candidates"]),
+        )
+
+
+@dataclass(frozen=True)
+class Splits:
+    train: Dataset
+    dev: Dataset
+    test: Dataset
+
+
+@dataclass(frozen=True)
+class LoopResult:
+    start_prompts: PromptSet
+    final_prompts: PromptSet
+    iterations: tuple[IterationRecord, ...]  # those run by this process (after a resume: only the new ones)
+    history: tuple[IterationSummary, ...]  # every iteration, including those before a resume
+    test_start: RunResult
+    test_final: RunResult
+    dev_final: RunResult
+    split_log: tuple[tuple[str, int], ...]  # (split, iteration) of every evaluation, in order
+    lm_calls_made: int
+    lm_calls_saved: int
+
+
+class LoopObserver(Protocol):
+    """Gets every finished iteration and the final result (MLflow logging, progress, interruption tests)."""
+
+    def on_iteration(self, record: IterationRecord) -> None: ...
+
+    def on_finish(self, result: LoopResult) -> None: ...
+
+
+@dataclass(frozen=True)
+class _Progress:
+    """What a checkpoint remembers: enough to continue exactly where the loop stopped."""
+
+    iteration: int
+    current: PromptSet
+    stale: int
+    start: PromptSet
+    history: tuple[IterationSummary, ...] = ()
+
+
+def _write_checkpoint(path: Path, progress: _Progress, config_digest: str, extra: Mapping[str, Any]) -> None:
+    data = {
+        "format": CHECKPOINT_FORMAT,
+        "format_version": CHECKPOINT_VERSION,
+        "config_digest": config_digest,
+        "iteration": progress.iteration,
+        "stale": progress.stale,
+        "start_prompts": progress.start.to_dict(),
+        "current_prompts": progress.current.to_dict(),
+        "history": [summary.to_dict() for summary in progress.history],
+        **dict(extra),
+    }
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
+    tmp.replace(path)  # atomic: a crash never leaves half a checkpoint
+
+
+def read_checkpoint(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{path}: cannot read checkpoint: {exc}") from exc
+    if data.get("format") != CHECKPOINT_FORMAT or data.get("format_version") != CHECKPOINT_VERSION:
+        raise CheckpointError(f"{path}: not a {CHECKPOINT_FORMAT} v{CHECKPOINT_VERSION} file")
+    return data
+
+
+class OptimizationLoop:
+    """Runs the loop for one memory system, judge, optimizer and train/dev/test split."""
+
+    def __init__(
+        self,
+        system: MemorySystem,
+        judge: dspy.Predict,
+        optimizer: Optimizer,
+        splits: Splits,
+        settings: LoopSettings,
+        *,
+        checkpoint: Path | None = None,
+        config_digest: str = "",
+        observers: Sequence[LoopObserver] = (),
+        progress: ProgressSink | None = None,
+        memory_cache: MemoryCache | None = None,
+        checkpoint_extra: Callable[[], Mapping[str, Any]] | None = None,
+    ) -> None:
+        self.system = system
+        self.judge = judge
+        self.optimizer = optimizer
+        self.splits = splits
+        self.settings = settings
+        self.checkpoint = checkpoint
+        self.config_digest = config_digest
+        self.observers = tuple(observers)
+        self.progress = progress
+        self.cache = memory_cache or MemoryCache()
+        self.checkpoint_extra = checkpoint_extra or (lambda: {})
+        self._split_log: list[tuple[str, int]] = []
+        self._calls_made = 0
+
+    # ------------------------------------------------------------------ evaluation
+
+    def evaluate(self, prompts: PromptSet, split: str, iteration: int) -> RunResult:
+        dataset = getattr(self.splits, split)
+        self._split_log.append((split, iteration))
+        result = run_dataset(
+            self.system.with_prompts(prompts), self.judge, dataset, workers=self.settings.workers,
+            progress=self.progress, exclude_categories=self.settings.exclude_categories, seed=self.settings.seed,
+            memory_cache=self.cache,
+        )
+        self._calls_made += result.counts.calls - result.counts.cached_calls - result.lm_calls_saved
+        return result
+
+    def _signatures(self) -> dict[str, str]:
+        signatures = {}
+        for name, predictor in self.system.named_predictors():
+            sig = predictor.signature
+            signatures[name] = f"{', '.join(sig.input_fields)} -> {', '.join(sig.output_fields)}"
+        return signatures
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self, start_prompts: PromptSet | None = None, resume: bool = False) -> LoopResult:
+        """Run (or, with `resume`, continue from the checkpoint) until budget or patience runs out."""
+        if resume:
+            progress = self._resume()
+        else:
+            start = start_prompts or self.system.prompt_set()
+            progress = _Progress(0, start, 0, start)
+        records: list[IterationRecord] = []
+
+        current = progress.current
+        current_dev = self.evaluate(current, "dev", progress.iteration)
+        if not resume:  # iteration 0: the starting prompt set on train and dev
+            record = IterationRecord(0, current, self.evaluate(current, "train", 0), current_dev)
+            records.append(record)
+            progress = self._finish_iteration(record, progress)
+
+        iteration, stale = progress.iteration, progress.stale
+        while iteration < self.settings.max_iterations and stale < self.settings.patience:
+            iteration += 1
+            record, accepted_dev = self._iterate(iteration, current, current_dev)
+            records.append(record)
+            if accepted_dev is not None:
+                current, current_dev, stale = record.accepted.candidate.prompts, accepted_dev, 0
+            else:
+                stale += 1
+            progress = self._finish_iteration(
+                record, _Progress(iteration, current, stale, progress.start, progress.history)
+            )
+            logger.info(
+                "iteration %d: dev %.3f, %d candidates, %s", iteration, current_dev.report.overall.judge_accuracy,
+                len(record.outcomes), "accepted" if accepted_dev is not None else "none accepted",
+            )
+
+        result = LoopResult(
+            start_prompts=progress.start,
+            final_prompts=current,
+            iterations=tuple(records),
+            history=progress.history,
+            test_start=self.evaluate(progress.start, "test", iteration),
+            test_final=self.evaluate(current, "test", iteration),
+            dev_final=current_dev,
+            split_log=tuple(self._split_log),
+            lm_calls_made=self._calls_made,
+            lm_calls_saved=self.cache.stats().lm_calls_saved,
+        )
+        for observer in self.observers:
+            observer.on_finish(result)
+        return result
+
+    def _iterate(
+        self, iteration: int, current: PromptSet, current_dev: RunResult
+    ) -> tuple[IterationRecord, RunResult | None]:
+        """Attribute train failures, propose, gate on dev. Returns the record and the accepted dev result."""
+        excluded = self.settings.exclude_categories
+        train = self.evaluate(current, "train", iteration)
+        attributions = attribute_failures(
+            train.results, train.graph_by_conversation, {c.id: c for c in self.splits.train.conversations}, excluded
+        )
+        blame = aggregate_blame(attributions)
+        failures = tuple(r for r in train.results if not r.correct and r.question.category not in excluded)
+        context = OptimizationContext(iteration, current, blame, attributions, failures, self._signatures())
+        outcomes = []
+        for candidate in list(self.optimizer.propose(context))[: self.settings.max_candidates]:
+            result = self.evaluate(candidate.prompts, "dev", iteration)
+            gain = paired_difference(result.results, current_dev.results, seed=self.settings.seed,
+                                     exclude_categories=excluded)
+            accepted = gain.mean_difference >= self.settings.min_gain
+            outcomes.append(CandidateOutcome(candidate, result.report.overall.judge_accuracy, gain, accepted))
+            if accepted:
+                record = IterationRecord(iteration, current, train, current_dev, attributions, blame, tuple(outcomes))
+                return record, result
+        return IterationRecord(iteration, current, train, current_dev, attributions, blame, tuple(outcomes)), None
+
+    def _finish_iteration(self, record: IterationRecord, progress: _Progress) -> _Progress:
+        progress = _Progress(
+            progress.iteration, progress.current, progress.stale, progress.start,
+            (*progress.history, IterationSummary.of(record)),
+        )
+        for observer in self.observers:
+            observer.on_iteration(record)
+        if self.checkpoint is not None:
+            _write_checkpoint(self.checkpoint, progress, self.config_digest, self.checkpoint_extra())
+        return progress
+
+    def _resume(self) -> _Progress:
+        if self.checkpoint is None or not self.checkpoint.exists():
+            raise CheckpointError(f"nothing to resume: no checkpoint at {self.checkpoint}")
+        data = read_checkpoint(self.checkpoint)
+        if self.config_digest and data.get("config_digest") != self.config_digest:
+            raise CheckpointError(f"{self.checkpoint}: was written by a run with another configuration")
+        current = PromptSet(data["current_prompts"])
+        self.system.with_prompts(current)  # fails clearly if the stages do not fit this system
+        history = tuple(IterationSummary.from_dict(item) for item in data.get("history", ()))
+        return _Progress(int(data["iteration"]), current, int(data["stale"]), PromptSet(data["start_prompts"]), history)

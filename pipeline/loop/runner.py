@@ -1,0 +1,193 @@
+"""Running a memory system over a dataset: ingest, answer, judge — traced, in parallel, deterministic.
+
+Conversations are ingested in parallel (each into its own execution graph; turns within one
+conversation stay in order), then questions are answered and judged in parallel, each traced into a
+private buffer that is committed to its conversation's graph in dataset order. So results, graphs and
+metrics equal those of a sequential run. Progress is reported through an optional `ProgressSink`
+(the entry point decides how to show it). This module does not log to MLflow or print.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+import dspy
+
+from memtrace_loop.memory_systems.base import AnswerOutcome, MemorySystem
+from memtrace_loop.pipeline.analysis.evaluation import EvaluationReport, JudgeAnswer, score_case, summarize
+from memtrace_loop.pipeline.core.graph import ExecutionGraph, OpKind
+from memtrace_loop.pipeline.loop.memory_cache import CachedMemory, MemoryCache
+from memtrace_loop.pipeline.core.records import CaseResult, Conversation, Dataset, Question
+from memtrace_loop.pipeline.core.tracing import Tracer
+
+JUDGE_STAGE = "judge"
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class ProgressSink(Protocol):
+    """Receives progress; `advance` may be called from worker threads."""
+
+    def begin(self, phase: str, total: int) -> None: ...
+
+    def advance(self, phase: str, amount: int = 1) -> None: ...
+
+
+class _NoProgress:
+    def begin(self, phase: str, total: int) -> None:
+        pass
+
+    def advance(self, phase: str, amount: int = 1) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class LMCallCounts:
+    """LLM calls made (and served from DSPy's cache) across a run, summed from the graphs."""
+
+    calls: int
+    cached_calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    failed_operations: int
+
+
+@dataclass(frozen=True)
+class RunResult:
+    results: tuple[CaseResult, ...]
+    graph_by_conversation: Mapping[str, ExecutionGraph]
+    report: EvaluationReport
+    counts: LMCallCounts  # summed over the graphs (reused memories included)
+    reused_memories: int = 0  # conversations whose memory came from the cache
+    lm_calls_saved: int = 0  # LLM calls the reused memories did not have to make again
+
+
+def make_judge(lm: dspy.BaseLM | None = None) -> dspy.Predict:
+    judge = dspy.Predict(JudgeAnswer)
+    if lm is not None:
+        judge.set_lm(lm)
+    return judge
+
+
+def _map(
+    fn: Callable[[T], R], items: Sequence[T], workers: int, on_done: Callable[[T], None] | None = None
+) -> list[R]:
+    """`fn` over `items` with up to `workers` threads; results in input order."""
+    on_done = on_done or (lambda _item: None)
+    if workers <= 1 or len(items) <= 1:
+        out = []
+        for item in items:
+            out.append(fn(item))
+            on_done(item)
+        return out
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="memtrace") as pool:
+        futures = [pool.submit(fn, item) for item in items]
+        results = []
+        for item, future in zip(items, futures, strict=True):
+            results.append(future.result())
+            on_done(item)
+        return results
+
+
+def declare_prompts(tracer: Tracer, system: MemorySystem, judge: dspy.Predict) -> None:
+    """Record every current stage prompt (a new version where it changed) before buffered answering."""
+    for stage, instruction in system.prompt_set().instruction_by_stage.items():
+        tracer.prompt_variable(stage, instruction)
+    tracer.prompt_variable(JUDGE_STAGE, judge.signature.instructions)
+
+
+def new_conversation_graph(
+    system: MemorySystem, judge: dspy.Predict, conversation: Conversation, meta: Mapping[str, Any] | None = None
+) -> tuple[ExecutionGraph, Tracer]:
+    """A fresh graph for one conversation with every stage prompt declared up front."""
+    graph = ExecutionGraph(conversation.id, {"system": system.name, **(meta or {})})
+    tracer = Tracer(graph)
+    declare_prompts(tracer, system, judge)
+    return graph, tracer
+
+
+def judge_answer(judge: dspy.Predict, question: Question, outcome: AnswerOutcome, tracer: Tracer) -> CaseResult:
+    """Judge one answer as a traced stage; an unusable verdict is scored as FAILED, not raised."""
+    gold_var = tracer.variable(f"gold:{question.id}", "gold", question.gold)
+    judged = tracer.llm(
+        judge, JUDGE_STAGE, question=question.text, gold_answer=question.gold, generated_answer=outcome.text
+    )
+    label = str(judged.prediction.label) if judged.ok else None
+    verdict_var = tracer.variable(f"verdict:{question.id}", "verdict", label or "FAILED")
+    tracer.record_llm(
+        judged, "llm_judge", OpKind.JUDGE, [outcome.query_var, gold_var, outcome.answer_var], [verdict_var],
+        meta={"category": question.category},
+    )
+    return score_case(question, outcome.text, label, outcome.error or judged.error)
+
+
+def count_lm_calls(graphs: Iterable[ExecutionGraph]) -> LMCallCounts:
+    calls = cached = prompt = completion = failed = 0
+    for graph in graphs:
+        for op in graph.operations():
+            calls += op.usage.calls
+            cached += op.usage.cached_calls
+            prompt += op.usage.prompt_tokens
+            completion += op.usage.completion_tokens
+            failed += op.failed
+    return LMCallCounts(calls, cached, prompt, completion, failed)
+
+
+def run_dataset(
+    system: MemorySystem,
+    judge: dspy.Predict,
+    dataset: Dataset,
+    *,
+    workers: int = 8,
+    progress: ProgressSink | None = None,
+    exclude_categories: Sequence[int] = (5,),
+    seed: int = 0,
+    memory_cache: MemoryCache | None = None,
+) -> RunResult:
+    """Ingest every conversation (or reuse its cached memory), answer and judge every question; trace it all."""
+    progress = progress or _NoProgress()
+    conversations = list(dataset.conversations)
+
+    progress.begin("ingest", sum(len(c.turns) for c in conversations))
+    reused: list[int] = []
+
+    def ingest(conversation: Conversation) -> tuple[ExecutionGraph, Any]:
+        key = system.memory_key(conversation) if memory_cache is not None else ""
+        cached = memory_cache.get(key) if memory_cache is not None else None
+        if cached is not None:
+            graph = cached.graph.copy()
+            declare_prompts(Tracer(graph), system, judge)
+            progress.advance("ingest", len(conversation.turns))
+            reused.append(cached.lm_calls)
+            return graph, cached.state
+        graph, tracer = new_conversation_graph(system, judge, conversation, {"dataset": dataset.name})
+        state = system.ingest(conversation, tracer, on_turn=lambda _turn: progress.advance("ingest"))
+        if memory_cache is not None:
+            memory_cache.put(key, CachedMemory(graph.copy(), state, count_lm_calls([graph]).calls))
+        return graph, state
+
+    built = _map(ingest, conversations, workers)
+    graph_by_conversation = {c.id: g for c, (g, _) in zip(conversations, built, strict=True)}
+    state_by_conversation = {c.id: s for c, (_, s) in zip(conversations, built, strict=True)}
+
+    questions = [q for q in dataset.questions if q.conversation_id in graph_by_conversation]
+    progress.begin("answer", len(questions))
+
+    def answer(question: Question) -> tuple[Tracer, CaseResult]:
+        tracer = Tracer(graph_by_conversation[question.conversation_id], buffered=True)
+        outcome = system.answer(question, state_by_conversation[question.conversation_id], tracer)
+        return tracer, judge_answer(judge, question, outcome, tracer)
+
+    answered = _map(answer, questions, workers, lambda _q: progress.advance("answer"))
+    for tracer, _ in answered:  # dataset order: graphs do not depend on thread timing
+        tracer.commit()
+    results = tuple(result for _, result in answered)
+    report = summarize(results, exclude_categories=tuple(exclude_categories), seed=seed)
+    return RunResult(
+        results, graph_by_conversation, report, count_lm_calls(graph_by_conversation.values()), len(reused),
+        sum(reused),
+    )

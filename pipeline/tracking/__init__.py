@@ -1,0 +1,1 @@
+"""Layer 6: MLflow tracking, prompt registry, plots and prompt export."""

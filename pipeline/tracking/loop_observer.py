@@ -1,0 +1,163 @@
+"""MLflow logging of an optimization run: one nested run per iteration under the active parent run.
+
+Each iteration's nested run gets train/dev metrics (step = iteration), the blame table, the attribution
+table, every candidate with its prompt diff and gate verdict, and LLM-call counts; accepted prompt sets
+are registered in MLflow's prompt registry. At the end the parent run gets the test metrics of the
+starting and final prompt sets, the score and blame plots (PNG), the history and the exported prompt
+files. Every text passes `scrub`. This module does not run the loop and does not decide anything.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+import mlflow
+
+from memtrace_loop.pipeline.analysis.blame import BlameTable
+from memtrace_loop.pipeline.loop.optimization import IterationRecord, IterationSummary, LoopResult
+from memtrace_loop.pipeline.tracking.plots import IterationScore, plot_blame, plot_scores
+from memtrace_loop.pipeline.tracking.prompt_registry import register_prompt_set
+from memtrace_loop.pipeline.core.records import PromptSet
+from memtrace_loop.pipeline.tracking.mlflow_run import run_metrics, scrub
+
+logger = logging.getLogger(__name__)
+
+
+def prompt_diff(before: PromptSet, after: PromptSet) -> str:
+    """A unified diff of every stage instruction that changed."""
+    chunks = []
+    for stage in sorted(set(before) | set(after)):
+        old = before.instruction_by_stage.get(stage, "")
+        new = after.instruction_by_stage.get(stage, "")
+        if old != new:
+            chunks.extend(
+                difflib.unified_diff(
+                    old.splitlines(), new.splitlines(), f"{stage} (current)", f"{stage} (candidate)", lineterm=""
+                )
+            )
+    return "\n".join(chunks)
+
+
+def attribution_rows(record: IterationRecord) -> dict[str, list[str]]:
+    columns = ("question_id", "category", "error_type", "stage", "op", "op_name", "tunable", "confidence", "reason")
+    rows = [
+        (a.question_id, a.case.question.category_name, a.error_type.value, a.stage, a.op, a.op_name, a.tunable,
+         f"{a.confidence:.2f}", a.reason)
+        for a in record.attributions
+    ]
+    return {column: [str(row[i]) for row in rows] for i, column in enumerate(columns)}
+
+
+def blame_by_iteration(history: Iterable[IterationSummary]) -> list[tuple[int, BlameTable]]:
+    """Blame tables rebuilt from summaries (for the plot), iterations with no blame skipped."""
+    from memtrace_loop.pipeline.analysis.blame import StageBlame
+
+    tables = []
+    for summary in history:
+        if not summary.blame:
+            continue
+        rows = tuple(
+            StageBlame(
+                str(row["stage"]), str(row["tunable"]), int(row["count"]), float(row["share"]),
+                {k.removeprefix("n_"): int(v) for k, v in row.items() if k.startswith("n_")}, (),
+            )
+            for row in summary.blame
+        )
+        tables.append((summary.iteration, BlameTable(rows, sum(r.count for r in rows))))
+    return tables
+
+
+class MLflowLoopObserver:
+    """A `LoopObserver` logging into the active MLflow (parent) run."""
+
+    def __init__(self, system_name: str, secrets: Iterable[str], register_prompts: bool = True) -> None:
+        self.system_name = system_name
+        self.secrets = tuple(secrets)
+        self.register_prompts = register_prompts
+
+    def _text(self, text: str, artifact: str) -> None:
+        mlflow.log_text(scrub(text, self.secrets), artifact)
+
+    def on_iteration(self, record: IterationRecord) -> None:
+        with mlflow.start_run(run_name=f"iteration-{record.iteration}", nested=True):
+            mlflow.set_tag("memtrace.iteration", str(record.iteration))
+            metrics = {
+                **run_metrics(record.train, "train_"),
+                **run_metrics(record.dev, "dev_"),
+                "candidates": len(record.outcomes),
+                "accepted": int(record.accepted is not None),
+                "attributed_failures": len(record.attributions),
+            }
+            mlflow.log_metrics(metrics, step=record.iteration)
+            self._text(json.dumps(record.prompts.to_dict(), indent=2, ensure_ascii=False), "prompts.json")
+            self._text(json.dumps(record.blame.as_rows(), indent=2), "blame.json")
+            if record.attributions:
+                table = attribution_rows(record)
+                mlflow.log_table({k: [scrub(v, self.secrets) for v in vs] for k, vs in table.items()},
+                                 "attributions.json")
+            for index, outcome in enumerate(record.outcomes):
+                verdict = "accepted" if outcome.accepted else "rejected"
+                header = (
+                    f"# candidate {index} ({verdict}): stages {', '.join(outcome.candidate.changed_stages)}\n"
+                    f"# dev accuracy {outcome.dev_accuracy:.4f}, paired gain {outcome.gain.mean_difference:+.4f} "
+                    f"[{outcome.gain.ci_low:+.4f}, {outcome.gain.ci_high:+.4f}]\n# {outcome.candidate.rationale}\n"
+                )
+                self._text(header + prompt_diff(record.prompts, outcome.candidate.prompts),
+                           f"candidates/{index}-{verdict}.diff")
+                for stage, feedback in outcome.candidate.feedback_by_stage.items():
+                    self._text(feedback, f"candidates/{index}-feedback-{stage}.txt")
+            accepted = record.accepted
+        # the parent run gets the headline curves too, one point per iteration
+        mlflow.log_metrics(
+            {"dev_judge_accuracy": record.dev.report.overall.judge_accuracy,
+             "train_judge_accuracy": record.train.report.overall.judge_accuracy},
+            step=record.iteration,
+        )
+        if accepted is not None and self.register_prompts:
+            try:
+                register_prompt_set(
+                    self.system_name, accepted.candidate.prompts,
+                    commit_message=f"iteration {record.iteration}: {accepted.candidate.rationale}"[:500],
+                    tags={"iteration": str(record.iteration), "dev_accuracy": f"{accepted.dev_accuracy:.4f}"},
+                )
+            except Exception as exc:  # the registry is a convenience; never lose a run over it
+                logger.warning("could not register the accepted prompt set: %s", exc)
+
+    def on_finish(self, result: LoopResult) -> None:
+        mlflow.log_metrics(
+            {
+                **run_metrics(result.test_start, "test_start_"),
+                **run_metrics(result.test_final, "test_final_"),
+                **run_metrics(result.dev_final, "dev_final_"),
+                "lm_calls_made": result.lm_calls_made,
+                "lm_calls_saved_by_memory_cache": result.lm_calls_saved,
+                "iterations": len(result.history) - 1,
+            }
+        )
+        self._text(json.dumps([s.to_dict() for s in result.history], indent=2, ensure_ascii=False), "history.json")
+        self._text(json.dumps(result.final_prompts.to_dict(), indent=2, ensure_ascii=False), "final_prompts.json")
+        self._text(prompt_diff(result.start_prompts, result.final_prompts), "final_prompts.diff")
+        with tempfile.TemporaryDirectory(prefix="memtrace-plots-") as tmp:
+            for path in self.plots(result, Path(tmp)):
+                mlflow.log_artifact(str(path), "plots")
+
+    @staticmethod
+    def plots(result: LoopResult, directory: Path) -> list[Path]:
+        scores = [
+            IterationScore(
+                s.iteration, s.dev_accuracy, s.dev_ci[0], s.dev_ci[1], s.train_accuracy,
+                tuple(c["dev_accuracy"] for c in s.candidates if c["accepted"]),
+                tuple(c["dev_accuracy"] for c in s.candidates if not c["accepted"]),
+            )
+            for s in result.history
+        ]
+        paths = [plot_scores(scores, directory / "scores.png")]
+        blame = blame_by_iteration(result.history)
+        if blame:
+            paths.append(plot_blame(blame, directory / "blame.png"))
+        return paths

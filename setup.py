@@ -1,0 +1,22 @@
+"""Packaging of the fixed top-level folders under one import prefix, `memtrace_loop`.
+
+The repository keeps the design's top level (`pipeline/`, `memory_systems/`, `optimizers/`,
+`experiments/`, `conf/`), but those names are generic: installed as they are, another distribution's
+`pipeline` or `conf` would overwrite ours in site-packages, or ours theirs. So the wheel (and the
+editable install) maps each folder under `memtrace_loop.` — `pipeline/core/graph.py` is imported as
+`memtrace_loop.pipeline.core.graph` — and no module of ours owns a bare top-level name.
+Everything else lives in pyproject.toml; this file only computes the package list, so a new
+sub-package needs no packaging edit.
+"""
+
+from setuptools import find_packages, setup
+
+PREFIX = "memtrace_loop"
+TOP_LEVEL = ("pipeline", "memory_systems", "optimizers", "experiments", "conf")
+
+packages = find_packages(include=[f"{top}*" for top in TOP_LEVEL])
+setup(
+    packages=[f"{PREFIX}.{package}" for package in packages],
+    package_dir={f"{PREFIX}.{top}": top for top in TOP_LEVEL},
+    package_data={f"{PREFIX}.conf": ["**/*.yaml"], f"{PREFIX}.experiments.conf": ["**/*.yaml"]},
+)

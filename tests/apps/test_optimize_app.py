@@ -1,0 +1,155 @@
+"""`memtrace optimize` as a user runs it: MLflow parent and nested runs, plots, registry, export,
+loading the export back, resuming an interrupted run, and the optimizer comparison multirun."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_module
+from mlflow.tracking import MlflowClient
+
+from memtrace_loop.experiments.export import ExportError, exported_from_run
+from memtrace_loop.experiments.optimize import optimize
+from memtrace_loop.experiments.run import run
+from memtrace_loop.pipeline.tracking import loop_observer as loop_tracking
+from memtrace_loop.pipeline.tracking.export import read_prompts
+from memtrace_loop.pipeline.tracking.prompt_registry import load_registered_prompt_set
+
+SMALL = ["dataset.n_conversations=8", "loop.max_iterations=4", "workers=2"]
+
+
+def optimize_cfg(tmp_path: Path, *overrides: str):
+    with initialize_config_module(config_module="memtrace_loop.conf", version_base="1.3"):
+        return compose(
+            "optimize",
+            overrides=[f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"cache_dir={tmp_path}/cache", *SMALL,
+                       *overrides],
+        )
+
+
+@pytest.fixture(scope="module")
+def optimized(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("optimize")
+    before = Path.cwd()
+    os.chdir(tmp_path)  # the app writes its run directory below the working directory
+    try:
+        outcome = optimize(optimize_cfg(tmp_path))
+    finally:
+        os.chdir(before)
+    return tmp_path, outcome
+
+
+def test_parent_run_has_one_nested_run_per_iteration_with_the_artifacts(optimized):
+    tmp_path, outcome = optimized
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    parent = client.get_run(outcome["run_id"])
+    assert parent.data.tags["memtrace.optimizer"] == "attribution"
+    assert parent.data.params["optimizer.name"] == "attribution"
+    assert parent.data.metrics["test_final_judge_accuracy"] > parent.data.metrics["test_start_judge_accuracy"]
+    history = client.get_metric_history(outcome["run_id"], "dev_judge_accuracy")
+    assert [m.step for m in history] == list(range(len(history))) and len(history) >= 3
+    parent_files = {f.path for f in client.list_artifacts(outcome["run_id"], "plots")}
+    assert parent_files == {"plots/scores.png", "plots/blame.png"}
+    assert {f.path for f in client.list_artifacts(outcome["run_id"], "export")} == {
+        "export/best_prompts.json", "export/best_prompts.yaml"
+    }
+
+    children = client.search_runs(
+        [parent.info.experiment_id], f"tags.mlflow.parentRunId = '{outcome['run_id']}'",
+        order_by=["attributes.start_time ASC"],
+    )
+    assert [c.data.tags["memtrace.iteration"] for c in children] == [str(i) for i in range(len(history))]
+    first = children[1]  # iteration 1: attributed failures and an accepted candidate
+    files = {f.path for f in client.list_artifacts(first.info.run_id)}
+    assert {"blame.json", "attributions.json", "prompts.json", "candidates"} <= files
+    diffs = [f.path for f in client.list_artifacts(first.info.run_id, "candidates") if f.path.endswith(".diff")]
+    assert any(d.endswith("accepted.diff") for d in diffs)
+    blame = json.loads(Path(client.download_artifacts(first.info.run_id, "blame.json", str(tmp_path))).read_text())
+    assert blame[0]["stage"] == "extract" and blame[0]["count"] > 0
+    assert first.data.metrics["train_lm_calls"] > 0 and first.data.metrics["accepted"] == 1
+
+
+def test_accepted_prompt_sets_are_in_the_prompt_registry(optimized):
+    tmp_path, outcome = optimized
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    registered = load_registered_prompt_set("mem0", ("extract", "decide", "respond"))
+    assert registered == outcome["result"].final_prompts
+
+
+def test_export_command_and_loading_back_reproduce_the_final_test_metrics(optimized):
+    tmp_path, outcome = optimized
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    exported = exported_from_run(client, outcome["run_id"])
+    assert exported.prompts == outcome["result"].final_prompts
+    assert read_prompts(outcome["exported"][1]).prompts == exported.prompts  # the YAML twin
+    with initialize_config_module(config_module="memtrace_loop.conf", version_base="1.3"):
+        cfg = compose("run", overrides=[f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", "split=test", *SMALL[:1],
+                                        f"prompts={outcome['exported'][0]}", f"cache_dir={tmp_path}/cache"])
+    again = run(cfg)
+    assert again["judge_accuracy"] == pytest.approx(outcome["test_final"], abs=1e-12)
+    with pytest.raises(ExportError, match="not found"):
+        exported_from_run(client, "0" * 32)
+
+
+def test_loading_a_prompt_file_for_another_system_fails_clearly(tmp_path):
+    bad = tmp_path / "rag.json"
+    bad.write_text(json.dumps({
+        "format_version": 1, "system": "rag", "created": "2026-01-01T00:00:00+00:00", "source_run": None,
+        "metrics": {}, "prompts": {"respond": "Answer."},
+    }))
+    with pytest.raises(ValueError, match="for memory system 'rag'"):
+        optimize(optimize_cfg(tmp_path, f"prompts={bad}"))
+
+
+def test_an_interrupted_optimization_resumes_into_the_same_mlflow_run(optimized, tmp_path, monkeypatch):
+    _, uninterrupted = optimized
+    monkeypatch.chdir(tmp_path)
+    original = loop_tracking.MLflowLoopObserver.on_iteration
+
+    def interrupt_after_first(self, record):
+        original(self, record)
+        if record.iteration == 1:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(loop_tracking.MLflowLoopObserver, "on_iteration", interrupt_after_first)
+    with pytest.raises(KeyboardInterrupt):
+        optimize(optimize_cfg(tmp_path))
+    monkeypatch.setattr(loop_tracking.MLflowLoopObserver, "on_iteration", original)
+    run_dirs = sorted((tmp_path / "outputs" / "optimize").iterdir())
+    assert len(run_dirs) == 1
+    resumed = optimize(optimize_cfg(tmp_path, f"resume={run_dirs[0]}"))
+    assert resumed["result"].final_prompts == uninterrupted["result"].final_prompts
+    assert resumed["test_final"] == uninterrupted["test_final"]
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    children = client.search_runs(
+        [client.get_run(resumed["run_id"]).info.experiment_id], f"tags.mlflow.parentRunId = '{resumed['run_id']}'"
+    )
+    iterations = sorted(int(c.data.tags["memtrace.iteration"]) for c in children)
+    assert iterations[:3] == [0, 1, 1]  # iteration 1 logged before the interruption, then redone
+    assert iterations[-1] == len(resumed["result"].history) - 1
+
+
+@pytest.mark.slow
+def test_compare_optimizers_multirun_lands_in_one_experiment(tmp_path):
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db", "COLUMNS": "160"}
+    memtrace = Path(sys.executable).parent / "memtrace"
+    done = subprocess.run(
+        [str(memtrace), "optimize", "-m", "experiment=compare_optimizers", "dataset.n_conversations=8",
+         "loop.max_iterations=3", f"cache_dir={tmp_path}/cache", f"hydra.sweep.dir={tmp_path}/multirun"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    client = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
+    experiment = client.get_experiment_by_name("compare-optimizers")
+    parents = client.search_runs([experiment.experiment_id], "tags.`memtrace.command` = 'optimize'")
+    by_optimizer = {r.data.tags["memtrace.optimizer"]: r.data.metrics for r in parents}
+    assert set(by_optimizer) == {"attribution", "uniform", "none"}
+    gains = {k: m["test_final_judge_accuracy"] - m["test_start_judge_accuracy"] for k, m in by_optimizer.items()}
+    assert gains["attribution"] > gains["uniform"] >= gains["none"] == 0

@@ -1,0 +1,122 @@
+"""MLflow prompt registry on a temporary SQLite store: versions, verbatim templates, names, errors."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import mlflow
+import pytest
+from mlflow import MlflowClient
+
+from memtrace_loop.pipeline.tracking.prompt_registry import (
+    PromptRegistryError,
+    load_prompt_set_from_uris,
+    load_registered_prompt_set,
+    prompt_uri,
+    register_prompt_set,
+    registry_name,
+)
+from memtrace_loop.pipeline.core.records import PromptSet
+
+BRACES = "Use {x} and {{y}} and {{ z }}, {% if a %}b{% endif %}, {0} and }{.\n  Keep  spacing\ttabs  \n"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path}/mlflow.db"
+
+
+def test_registry_names_are_what_mlflow_accepts() -> None:
+    assert registry_name("mem0", "answer.predict") == "memtrace-mem0-answer.predict"
+    assert registry_name("my system", "a/b:c@d") == "memtrace-my_system-a_b_c_d"
+    assert prompt_uri("mem0", "extract") == "prompts:/memtrace-mem0-extract@latest"
+    assert prompt_uri("mem0", "extract", 3) == "prompts:/memtrace-mem0-extract/3"
+    assert prompt_uri("mem0", "extract", "3") == "prompts:/memtrace-mem0-extract/3"
+    with pytest.raises(PromptRegistryError):
+        prompt_uri("mem0", "extract", 0)
+    with pytest.raises(PromptRegistryError):
+        prompt_uri("mem0", "extract", "bad/alias")
+
+
+def test_two_versions_round_trip_verbatim(store: str) -> None:
+    first = PromptSet({"extract": BRACES, "answer.predict": "Answer {{question}} briefly.", "decide": "Decide."})
+    second = first.with_instruction("extract", BRACES + "second {{version}}")
+
+    uris_1 = register_prompt_set("mem0", first, "iteration 1", {"run": "r1"}, registry_uri=store)
+    uris_2 = register_prompt_set("mem0", second, "iteration 2", {"run": "r2"}, registry_uri=store)
+
+    assert uris_1 == {
+        "answer.predict": "prompts:/memtrace-mem0-answer.predict/1",
+        "decide": "prompts:/memtrace-mem0-decide/1",
+        "extract": "prompts:/memtrace-mem0-extract/1",
+    }
+    assert uris_2["extract"] == "prompts:/memtrace-mem0-extract/2"
+    assert load_prompt_set_from_uris(uris_1, registry_uri=store) == first
+    assert load_prompt_set_from_uris(uris_2, registry_uri=store) == second
+    assert load_registered_prompt_set("mem0", first.stages(), 1, registry_uri=store) == first
+    assert load_registered_prompt_set("mem0", first.stages(), registry_uri=store) == second  # latest
+    loaded = load_registered_prompt_set("mem0", ["extract"], "latest", registry_uri=store)
+    assert loaded["extract"] == BRACES + "second {{version}}"
+
+    version = MlflowClient(tracking_uri=store, registry_uri=store).get_prompt_version("memtrace-mem0-extract", 2)
+    assert version.commit_message == "iteration 2"
+    assert version.tags["run"] == "r2"
+    assert version.tags["memtrace.stage"] == "extract"
+    assert version.tags["memtrace.system"] == "mem0"
+
+
+@pytest.fixture
+def current_store(store: str) -> Iterator[str]:
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(store)
+    try:
+        yield store
+    finally:
+        mlflow.set_tracking_uri(previous)
+
+
+def test_default_store_is_the_current_tracking_uri(current_store: str) -> None:
+    uris = register_prompt_set("mem0", PromptSet({"respond": "R {x}"}), "c")
+    assert uris == {"respond": "prompts:/memtrace-mem0-respond/1"}
+    assert load_registered_prompt_set("mem0", ["respond"]) == PromptSet({"respond": "R {x}"})
+    assert load_registered_prompt_set("mem0", ["respond"], registry_uri=current_store)["respond"] == "R {x}"
+
+
+def test_versions_are_linked_to_a_run(current_store: str, tmp_path: Path) -> None:
+    client = MlflowClient()
+    run = client.create_run(client.create_experiment("e"))
+    register_prompt_set("mem0", PromptSet({"extract": "E.", "decide": "D."}), run_id=run.info.run_id)
+    linked = client.get_run(run.info.run_id).data.tags["mlflow.linkedPrompts"]
+    assert "memtrace-mem0-extract" in linked
+    assert "memtrace-mem0-decide" in linked
+    other = f"sqlite:///{tmp_path}/other.db"
+    with pytest.raises(PromptRegistryError, match="current MLflow tracking URI"):
+        register_prompt_set("mem0", PromptSet({"extract": "E."}), run_id=run.info.run_id, registry_uri=other)
+
+
+def test_missing_prompts_and_wrong_stage_raise(store: str) -> None:
+    register_prompt_set("mem0", PromptSet({"extract": "E."}), registry_uri=store)
+    with pytest.raises(PromptRegistryError, match=r"stage 'decide'.*not found"):
+        load_registered_prompt_set("mem0", ["extract", "decide"], registry_uri=store)
+    with pytest.raises(PromptRegistryError, match=r"memtrace-mem0-extract/5"):
+        load_registered_prompt_set("mem0", ["extract"], 5, registry_uri=store)
+    with pytest.raises(PromptRegistryError, match=r"holds stage 'extract'.*expected stage 'decide'"):
+        load_prompt_set_from_uris({"decide": "prompts:/memtrace-mem0-extract/1"}, registry_uri=store)
+    with pytest.raises(PromptRegistryError, match="not a prompt URI"):
+        load_prompt_set_from_uris({"extract": "models:/memtrace-mem0-extract/1"}, registry_uri=store)
+
+
+def test_invalid_input_registers_nothing(store: str) -> None:
+    client = MlflowClient(tracking_uri=store, registry_uri=store)
+    with pytest.raises(PromptRegistryError, match="no stages"):
+        register_prompt_set("mem0", PromptSet(), registry_uri=store)
+    with pytest.raises(PromptRegistryError, match="'decide' must be a non-empty string"):
+        register_prompt_set("mem0", PromptSet({"extract": "E.", "decide": " "}), registry_uri=store)
+    with pytest.raises(PromptRegistryError, match="both map to"):
+        register_prompt_set("mem0", PromptSet({"a/b": "x", "a:b": "y"}), registry_uri=store)
+    with pytest.raises(PromptRegistryError, match="reserved"):
+        register_prompt_set("mem0", PromptSet({"extract": "E."}), tags={"memtrace.stage": "x"}, registry_uri=store)
+    with pytest.raises(PromptRegistryError, match="strings"):
+        register_prompt_set("mem0", PromptSet({"extract": "E."}), tags={"n": 1}, registry_uri=store)  # type: ignore[dict-item]
+    assert client.get_prompt("memtrace-mem0-extract") is None

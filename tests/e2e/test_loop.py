@@ -1,0 +1,175 @@
+"""The closed loop on the simulated world: it must really improve, beat uniform blame at the same
+budget, never let a rejected candidate through, keep the test split for the end, resume exactly, and
+export prompts that reproduce its numbers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from itertools import pairwise
+
+import pytest
+
+from memtrace_loop.memory_systems.mem0.system import Mem0Memory
+from memtrace_loop.optimizers.base import Candidate, OptimizationContext
+from memtrace_loop.optimizers.registry import build_optimizer
+from memtrace_loop.pipeline.data.locomo import split_by_conversation
+from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
+from memtrace_loop.pipeline.analysis.evaluation import paired_difference
+from memtrace_loop.pipeline.tracking.export import ExportedPrompts, apply_prompts, read_prompts, write_prompts
+from memtrace_loop.pipeline.loop.optimization import CheckpointError, IterationRecord, LoopSettings, OptimizationLoop, Splits
+from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
+from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
+from tests.support.sim import sim_dataset, sim_lm
+
+SETTINGS = LoopSettings(max_iterations=5, patience=2, min_gain=0.02, max_candidates=2, workers=2)
+
+
+def splits() -> Splits:
+    dataset = sim_dataset(seed=0, n_conversations=8)
+    parts = split_by_conversation(dataset, (0.5, 0.25, 0.25), seed=0)
+    return Splits(parts.train, parts.dev, parts.test)
+
+
+def make_loop(optimizer_name: str = "attribution", optimizer=None, **kwargs) -> OptimizationLoop:
+    lm = sim_lm()
+    system = Mem0Memory(HashingEmbedder())
+    system.set_lm(lm)
+    optimizer = optimizer or build_optimizer(optimizer_name, lm)
+    return OptimizationLoop(system, make_judge(lm), optimizer, splits(), kwargs.pop("settings", SETTINGS), **kwargs)
+
+
+@pytest.fixture(scope="module")
+def results():
+    return {name: make_loop(name).run() for name in ("attribution", "uniform", "none")}
+
+
+def gain(result) -> float:
+    return result.test_final.report.overall.judge_accuracy - result.test_start.report.overall.judge_accuracy
+
+
+def test_attribution_improves_test_accuracy_beyond_the_confidence_interval(results):
+    result = results["attribution"]
+    start, final = result.test_start.report.overall, result.test_final.report.overall
+    assert final.judge_accuracy > start.ci_high, (start, final)
+    paired = paired_difference(result.test_final.results, result.test_start.results)
+    assert paired.ci_low > 0, paired
+    assert [o.candidate.changed_stages for r in result.iterations for o in r.outcomes if o.accepted]
+
+
+def test_uniform_blame_gains_clearly_less_at_the_same_budget(results):
+    attribution, uniform, none = results["attribution"], results["uniform"], results["none"]
+    assert gain(attribution) - gain(uniform) >= 0.2, (gain(attribution), gain(uniform))
+    assert gain(none) == 0.0 and none.final_prompts == none.start_prompts
+    # the same budget: never more candidates per iteration than allowed, never more iterations
+    for result in (attribution, uniform):
+        assert all(len(r.outcomes) <= SETTINGS.max_candidates for r in result.iterations)
+        assert len(result.history) - 1 <= SETTINGS.max_iterations
+
+
+def test_blame_names_stages_the_system_has(results):
+    stages = {"extract", "decide", "respond", "retrieve", "search_similar"}
+    for record in results["attribution"].iterations[1:]:
+        assert {row.stage for row in record.blame.rows} <= stages
+    first = results["attribution"].iterations[1]
+    assert first.blame.rows[0].stage == "extract"  # most planted failures are extraction failures
+
+
+def test_rejected_candidates_never_change_the_current_prompt_set(results):
+    for result in results.values():
+        records: Sequence[IterationRecord] = result.iterations
+        for before, after in pairwise(records):
+            expected = before.accepted.candidate.prompts if before.accepted else before.prompts
+            assert after.prompts == expected
+        last = records[-1]
+        expected_final = last.accepted.candidate.prompts if last.accepted else last.prompts
+        assert result.final_prompts == expected_final
+
+
+class _UselessThenGood:
+    """Proposes a no-gain candidate first, then the attribution optimizer's candidates."""
+
+    name = "useless-then-good"
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    def propose(self, context: OptimizationContext) -> list[Candidate]:
+        useless = Candidate(
+            context.prompts.replace(decide=context.prompts["decide"] + " Be concise."), ("decide",), "no-op"
+        )
+        return [useless, *self.inner.propose(context)]
+
+
+def test_a_candidate_without_gain_is_rejected_and_the_next_one_tried():
+    lm = sim_lm()
+    loop = make_loop(optimizer=_UselessThenGood(build_optimizer("attribution", lm)),
+                     settings=replace(SETTINGS, max_iterations=1))
+    result = loop.run()
+    outcomes = result.iterations[1].outcomes
+    assert [o.accepted for o in outcomes] == [False, True]
+    assert outcomes[0].gain.mean_difference == 0.0
+    assert "Be concise." not in result.final_prompts["decide"]
+
+
+def test_the_test_split_is_only_evaluated_at_the_end(results):
+    for result in results.values():
+        splits_in_order = [split for split, _ in result.split_log]
+        assert splits_in_order[-2:] == ["test", "test"]
+        assert "test" not in splits_in_order[:-2]
+
+
+def test_built_memories_are_reused_and_the_saved_calls_are_counted_exactly(results):
+    result = results["attribution"]
+    assert result.lm_calls_saved > 0 and result.lm_calls_made > 0
+    without_reuse = make_loop(memory_cache=MemoryCache(max_entries=0)).run()
+    assert without_reuse.lm_calls_saved == 0
+    assert without_reuse.final_prompts == result.final_prompts
+    assert without_reuse.lm_calls_made == result.lm_calls_made + result.lm_calls_saved
+
+
+class _Interrupt(Exception):
+    pass
+
+
+class _StopAfter:
+    def __init__(self, iteration: int) -> None:
+        self.iteration = iteration
+
+    def on_iteration(self, record: IterationRecord) -> None:
+        if record.iteration == self.iteration:
+            raise _Interrupt
+
+    def on_finish(self, result) -> None:
+        pass
+
+
+@pytest.mark.parametrize("interrupt_after", [0, 1, 2])
+def test_an_interrupted_run_resumes_to_the_same_result(results, tmp_path, interrupt_after):
+    checkpoint = tmp_path / "checkpoint.json"
+    with pytest.raises(_Interrupt):
+        make_loop(checkpoint=checkpoint, observers=[_StopAfter(interrupt_after)], config_digest="cfg").run()
+    # the observer interrupts before the checkpoint of that iteration: resume from the one before
+    if interrupt_after == 0:
+        assert not checkpoint.exists()
+        return
+    resumed = make_loop(checkpoint=checkpoint, config_digest="cfg").run(resume=True)
+    uninterrupted = results["attribution"]
+    assert resumed.final_prompts == uninterrupted.final_prompts
+    assert resumed.test_final.results == uninterrupted.test_final.results
+    assert [s.to_dict() for s in resumed.history] == [s.to_dict() for s in uninterrupted.history]
+    with pytest.raises(CheckpointError, match="another configuration"):
+        make_loop(checkpoint=checkpoint, config_digest="other").run(resume=True)
+
+
+def test_exported_prompts_reproduce_the_final_metrics_exactly(results, tmp_path):
+    result = results["attribution"]
+    exported = ExportedPrompts.create("mem0", result.final_prompts, source_run="test")
+    for suffix in ("json", "yaml"):
+        path = write_prompts(exported, tmp_path / f"best.{suffix}")
+        lm = sim_lm()
+        system = apply_prompts(Mem0Memory(HashingEmbedder()), read_prompts(path))
+        system.set_lm(lm)
+        again = run_dataset(system, make_judge(lm), splits().test, workers=2)
+        assert again.results == result.test_final.results
+        assert again.report == result.test_final.report

@@ -1,0 +1,71 @@
+"""`memtrace run` against a real local HTTP server speaking the OpenAI chat and embeddings protocol
+(backed by the stand-in LM), through the real client path: one injected 429 and one malformed
+response are survived, and the API key never reaches the MLflow store."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_module
+from mlflow.tracking import MlflowClient
+
+from memtrace_loop.experiments.run import run
+from tests.support.openai_server import OpenAIStubServer
+
+SECRET = "sk-memtrace-test-7f3a9c1e55d24b6a"
+
+
+@pytest.fixture
+def server():
+    with OpenAIStubServer() as stub:
+        yield stub
+
+
+def files_containing(root: Path, needle: bytes) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file() and needle in p.read_bytes()]
+
+
+@pytest.mark.slow
+def test_run_against_an_openai_compatible_endpoint(server, tmp_path, monkeypatch, caplog, capsys):
+    caplog.set_level(logging.DEBUG)
+    monkeypatch.setenv("MEMTRACE_TEST_KEY", SECRET)
+    store_dir = tmp_path / "store"
+    store_dir.mkdir()
+    uri = f"sqlite:///{store_dir}/mlflow.db"
+    with initialize_config_module(config_module="memtrace_loop.conf", version_base="1.3"):
+        cfg = compose(
+            "run",
+            overrides=[
+                "lm=openai", f"lm.task.api_base={server.base_url}", "lm.task.api_key_env=MEMTRACE_TEST_KEY",
+                "lm.task.model=stub-model", "lm.task.num_retries=3", "lm.task.timeout_s=20",
+                "embedder=openai", f"embedder.api_base={server.base_url}", "embedder.api_key_env=MEMTRACE_TEST_KEY",
+                "dataset.n_conversations=1", "dataset.sessions_per_conversation=3", "workers=4",
+                f"tracking.uri={uri}", f"cache_dir={tmp_path}/cache",
+            ],
+        )
+    server.inject(status=429, times=1, retry_after=0, endpoint="/chat/completions")  # first chat call: 429
+    server.inject_malformed(times=2)  # then garbage twice: the chat adapter and its JSON fallback
+    outcome = run(cfg)
+
+    chats = server.requests_to("/chat/completions")
+    assert [r.status for r in chats[:1]] == [429]
+    assert sum(r.status == 200 for r in chats) > 20
+    assert all(r.header("Authorization") == f"Bearer {SECRET}" for r in server.requests)
+    assert server.requests_to("/embeddings"), "the openai embedder was used"
+
+    client = MlflowClient(tracking_uri=uri)
+    metrics = client.get_run(outcome["run_id"]).data.metrics
+    assert metrics["failed_operations"] >= 1  # the malformed response became a failed operation
+    assert metrics["n"] > 0
+    assert metrics["lm_calls"] - metrics["lm_cached_calls"] == sum(r.status == 200 for r in chats)
+    params = client.get_run(outcome["run_id"]).data.params
+    assert params["lm.task.api_key_env"] == "MEMTRACE_TEST_KEY"
+
+    printed = capsys.readouterr()
+    assert SECRET not in caplog.text and SECRET not in printed.out + printed.err, "the key reached a log"
+    assert caplog.records, "logging was captured"
+    leaked = files_containing(store_dir, SECRET.encode())
+    assert leaked == [], f"API key found in {leaked}"
+    assert files_containing(store_dir, b"MEMTRACE_TEST_KEY"), "the store was searched (it names the variable)"

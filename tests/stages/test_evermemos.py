@@ -1,0 +1,383 @@
+"""The EverMemOS-style system: stages, trace, hard limits, failures (scripted LM), and on the simulated
+world its planted failures, their attribution, the closed loop, and a run on real LoCoMo.
+
+Ground truth for attribution comes from the world: a question's planted `needs` are Mem0-stage rules;
+this system's equivalents are computed here (`evermemos_needs`): the event writer needs `event_dates`
+where Mem0's extractor needs `resolve_dates` and `event_third_party` where it needs `third_party`; a
+multi-hop question also needs `expand_related` (its second hop is found only by the expanded query);
+the answer rules are shared; the update rules have no counterpart (episodes are never overwritten).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from dspy.utils import DummyLM
+
+from memtrace_loop.memory_systems.evermemos.system import EverMemOSKnobs, EverMemOSMemory, from_config, rerank, terms
+from memtrace_loop.memory_systems.registry import build_memory_system
+from memtrace_loop.optimizers.feedback import feedback_for_attribution, fold_feedback
+from memtrace_loop.optimizers.registry import build_optimizer
+from memtrace_loop.pipeline.analysis.attribution import attribute_failures
+from memtrace_loop.pipeline.data.locomo import parse_locomo, split_by_conversation
+from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
+from memtrace_loop.pipeline.core.graph import ExecutionGraph, OpKind
+from memtrace_loop.pipeline.loop.optimization import LoopSettings, OptimizationLoop, Splits
+from memtrace_loop.pipeline.core.records import PromptSet
+from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
+from memtrace_loop.pipeline.sim.rewriter import rewrite, target_stage
+from memtrace_loop.pipeline.sim.rules import (
+    RULES_BY_ID,
+    STAGE_ORDER,
+    rules_for_stage,
+    rules_in,
+    rules_pointed_by,
+    stage_for_outputs,
+    with_rules,
+)
+from memtrace_loop.pipeline.sim.world import generate_locomo, planted_questions
+from memtrace_loop.pipeline.core.tracing import Tracer
+from tests.support.sim import CONVERSATION, QUESTION, sim_dataset, sim_lm
+from tests.support.paths import LOCOMO
+
+NEW_RULES = ("event_dates", "event_third_party", "expand_related")
+EPISODE_1 = [
+    {"events": [{"text": "Alice moved to Paris.", "time": "April 2023"}]},
+    {"title": "Alice's move", "narrative": "On 8 May 2023 Alice told Bob she had moved to Paris."},
+]
+EPISODE_2 = [
+    {"events": [{"text": "Alice lives in Rome.", "time": "9 June 2023"}]},
+    {"title": "Rome", "narrative": "On 9 June 2023 Alice said she lives in Rome."},
+]
+
+
+def scripted(answers: list[dict], **knobs) -> EverMemOSMemory:
+    system = EverMemOSMemory(HashingEmbedder(), EverMemOSKnobs(tokenizer="approx", **knobs))
+    system.set_lm(DummyLM(answers))
+    return system
+
+
+def run_scripted(answers: list[dict], **knobs):
+    system = scripted(answers, **knobs)
+    graph = ExecutionGraph("c1")
+    state = system.ingest(CONVERSATION, Tracer(graph))
+    outcome = system.answer(QUESTION, state, Tracer(graph))
+    graph.check()
+    return graph, state, outcome
+
+
+def ops(graph: ExecutionGraph, name: str) -> list:
+    return [op for op in graph.operations() if op.name == name]
+
+
+# ---------------------------------------------------------------------------------------------- stages
+
+
+def test_stage_names_and_defaults():
+    system = EverMemOSMemory(HashingEmbedder(), EverMemOSKnobs(tokenizer="approx"))
+    assert system.stage_names() == (
+        "detect_boundary", "write_episode", "write_events", "check_sufficiency", "expand_queries", "respond"
+    )
+    assert system.construction_stages == ("detect_boundary", "write_episode", "write_events")
+    assert set(system.non_llm_stages()) == {"episode_limits", "retrieve"}
+    assert EverMemOSKnobs().top_k == 10 and EverMemOSKnobs().rrf_k == 60 and EverMemOSKnobs().bm25_top == 50
+    built = build_memory_system({"name": "evermemos", "top_k": 7, "multi_query": False, "tokenizer": "approx"},
+                                HashingEmbedder())
+    assert built.knobs.top_k == 7 and not built.knobs.multi_query and built.knobs.emb_top == 50
+    assert from_config({}, HashingEmbedder()).knobs.max_episode_turns == 20
+    with pytest.raises(ValueError, match="top_k"):
+        EverMemOSKnobs(top_k=0)
+
+
+def test_default_prompts_state_no_rule_and_every_stage_maps_to_a_sim_stage():
+    system = EverMemOSMemory(HashingEmbedder(), EverMemOSKnobs(tokenizer="approx"))
+    for name, predictor in system.named_predictors():
+        signature = predictor.signature
+        assert rules_in(signature.instructions) == frozenset(), name
+        stage = stage_for_outputs(signature.output_fields)
+        assert stage == ("answer" if name == "respond" else name)
+        assert stage in STAGE_ORDER
+        text = f"{', '.join(signature.input_fields)} -> {', '.join(signature.output_fields)}"
+        assert target_stage(text) == stage  # what the simulated rewriter is told
+    for rule_id in NEW_RULES:
+        rule = RULES_BY_ID[rule_id]
+        assert rules_in(rule.sentence) == {rule_id}
+        assert rule.stage in system.stage_names()
+    assert {r.id for r in rules_for_stage("write_events")} == {"event_dates", "event_third_party"}
+
+
+def test_memory_key_follows_construction_prompts_and_knobs_only():
+    system = EverMemOSMemory(HashingEmbedder(), EverMemOSKnobs(tokenizer="approx"))
+    key = system.memory_key(CONVERSATION)
+    prompts = system.prompt_set()
+    assert system.with_prompts(prompts.replace(respond="Answer.")).memory_key(CONVERSATION) == key
+    assert system.with_prompts(prompts.replace(expand_queries="More.")).memory_key(CONVERSATION) == key
+    assert system.with_prompts(prompts.replace(write_events="Log.")).memory_key(CONVERSATION) != key
+    other = EverMemOSMemory(HashingEmbedder(), EverMemOSKnobs(tokenizer="approx", max_episode_turns=5))
+    assert other.memory_key(CONVERSATION) != key
+    assert EverMemOSMemory(HashingEmbedder(), EverMemOSKnobs(tokenizer="approx", top_k=3)).memory_key(
+        CONVERSATION) == key
+
+
+def test_rerank_prefers_full_coverage_of_any_query_then_the_fused_score():
+    docs = [terms("Alice has a sister named Carol."), terms("Carol lives in Denver."), terms("Alice likes jazz.")]
+    fused = [(0, 0.03), (2, 0.02), (1, 0.01)]
+    assert [i for i, _, _ in rerank(fused, ["Where does Alice's sister live?"], docs)] == [0, 2, 1]
+    ranked = rerank(fused, ["Where does Alice's sister live?", "Where does Carol live?"], docs)
+    assert [i for i, _, _ in ranked] == [1, 0, 2] and ranked[0][1] == 1.0
+    assert terms("hobbies lives class") == {"hobby", "live", "class"}
+
+
+# ---------------------------------------------------------------------------------------------- trace
+
+
+def test_trace_structure_and_op_kinds():
+    graph, state, outcome = run_scripted(
+        [{"starts_new_episode": False}, {"starts_new_episode": True}, *EPISODE_1, *EPISODE_2,
+         {"sufficient": False}, {"queries": ["Alice Rome"]}, {"answer": "Rome"}]
+    )
+    assert outcome.text == "Rome" and len(state.episodes) == 2
+    boundaries = ops(graph, "detect_boundary")
+    assert [op.kind for op in boundaries] == [OpKind.OTHER, OpKind.OTHER]
+    assert boundaries[1].inputs == ("turn:D1:1@1", "turn:D1:2@1", "turn:D2:1@1")
+    assert [graph.variable(op.outputs[0]).value for op in boundaries] == ["same episode", "new episode"]
+
+    events, episodes = ops(graph, "write_events"), ops(graph, "write_episode")
+    assert [op.kind for op in events + episodes] == [OpKind.EXTRACTION] * 4
+    assert events[0].inputs == ("turn:D1:1@1", "turn:D1:2@1") and events[0].outputs == ("event:1@1",)
+    assert episodes[1].inputs == ("turn:D2:1@1",) and episodes[1].outputs == ("episode:2@1",)
+    assert events[0].seq < episodes[0].seq  # the event log first: the fact-level record
+    assert graph.variable("event:2@1").kind == "event" and graph.variable("episode:1@1").kind == "episode"
+    assert graph.variable("event:2@1").value == "Alice lives in Rome. Time: 9 June 2023"
+    assert graph.variable("episode:2@1").value == "Rome\nOn 9 June 2023 Alice said she lives in Rome."
+    assert graph.variable("turn:D2:1@1").meta["speaker"] == "Alice"
+    assert "turn:D2:1@1" in graph.ancestors("event:2@1")
+    assert episodes[0].prompt == "prompt:write_episode@1"
+
+    check, expand = ops(graph, "check_sufficiency")[0], ops(graph, "expand_queries")[0]
+    assert check.kind == expand.kind == OpKind.RETRIEVAL and "query:c1:q0@1" in check.inputs
+    assert json.loads(graph.variable(expand.outputs[0]).value) == ["Alice Rome"]
+    (retrieve,) = ops(graph, "retrieve_episodes")
+    assert retrieve.kind == OpKind.RETRIEVAL and retrieve.stage == "retrieve" and retrieve.meta["rounds"] == 2
+    assert retrieve.inputs[:3] == ("query:c1:q0@1", check.outputs[0], expand.outputs[0])
+    assert {"episode:1@1", "event:1@1", "episode:2@1", "event:2@1"} <= set(retrieve.inputs)
+    context = graph.variable(retrieve.outputs[0]).value
+    assert "Memory: Alice lives in Rome. Time: 9 June 2023" in context and "Narrative: On 9 June" in context
+    answer_op = graph.producer(outcome.answer_var)
+    assert answer_op.stage == "respond" and answer_op.kind == OpKind.RESPONSE
+    assert "turn:D2:1@1" in graph.ancestors(outcome.answer_var)
+
+
+def test_sufficient_evidence_means_one_round():
+    graph, _, _ = run_scripted(
+        [{"starts_new_episode": False}, {"starts_new_episode": True}, *EPISODE_1, *EPISODE_2,
+         {"sufficient": True}, {"answer": "Rome"}]
+    )
+    assert not ops(graph, "expand_queries") and ops(graph, "retrieve_episodes")[0].meta["rounds"] == 1
+
+
+def test_without_multi_query_there_is_no_sufficiency_check():
+    graph, _, outcome = run_scripted(
+        [{"starts_new_episode": False}, {"starts_new_episode": True}, *EPISODE_1, *EPISODE_2, {"answer": "Rome"}],
+        multi_query=False,
+    )
+    assert not ops(graph, "check_sufficiency") and outcome.text == "Rome"
+    (retrieve,) = ops(graph, "retrieve_episodes")
+    assert retrieve.inputs[0] == "query:c1:q0@1"
+    assert all(v.startswith(("episode:", "event:")) for v in retrieve.inputs[1:])
+
+
+def test_hard_limits_close_episodes_regardless_of_the_detector():
+    answers = [*EPISODE_1, *EPISODE_2, *EPISODE_2, {"sufficient": True}, {"answer": "Rome"}]
+    graph, state, _ = run_scripted(answers, max_episode_turns=1)  # every turn closes the episode before it
+    assert len(state.episodes) == 3 and not ops(graph, "detect_boundary")
+    limits = ops(graph, "episode_limit")
+    assert len(limits) == 2 and all(op.kind == OpKind.OTHER and op.stage == "episode_limits" for op in limits)
+    assert "turns 1 >= 1" in graph.variable(limits[0].outputs[0]).value
+
+    # token limit: each rendered turn is ~10 approximate tokens, so two never fit in 12
+    graph, state, _ = run_scripted(answers, max_episode_tokens=12)
+    assert len(state.episodes) == 3 and all("tokens" in graph.variable(op.outputs[0]).value
+                                            for op in ops(graph, "episode_limit"))
+
+
+def test_a_failed_stage_call_is_a_failed_operation_and_the_run_goes_on():
+    nonsense = {"nonsense": "not the field"}
+    graph, state, outcome = run_scripted(
+        [
+            nonsense, nonsense,  # detect_boundary (chat adapter, then JSON fallback): no boundary
+            {"starts_new_episode": True},
+            EPISODE_1[0], nonsense, nonsense,  # write_episode of episode 1 fails: empty narrative
+            *EPISODE_2,
+            nonsense, nonsense,  # check_sufficiency fails: no second round
+            {"answer": "Rome"},
+        ]
+    )
+    failed = [op for op in graph.operations() if op.failed]
+    assert [op.name for op in failed] == ["detect_boundary", "write_episode", "check_sufficiency"]
+    assert all("AdapterParseError" in op.error for op in failed)
+    assert graph.variable(failed[0].outputs[0]).value == "same episode"
+    assert state.episodes[0].narrative == "" and graph.variable("episode:1@1").value == ""
+    assert state.episodes[0].events and graph.variable(failed[2].outputs[0]).value == "unknown (check failed)"
+    assert not ops(graph, "expand_queries") and outcome.text == "Rome"
+
+
+# ---------------------------------------------------------------------------------------------- simulated world
+
+ANSWER_RULES = ("use_dates", "abstain")
+ALL_RULES = ("event_dates", "event_third_party", "expand_related", *ANSWER_RULES)
+EQUIVALENT = {"resolve_dates": "event_dates", "third_party": "event_third_party", **{r: r for r in ANSWER_RULES}}
+PIPELINE = ("write_events", "expand_queries", "answer")
+
+
+def evermemos_needs(kind: str, needs: tuple[str, ...]) -> list[str]:
+    found = [EQUIVALENT[n] for n in needs if n in EQUIVALENT]
+    return [*found, "expand_related"] if kind == "multi_hop" else found
+
+
+def expected_error(kind: str, needs: tuple[str, ...], present: set[str]) -> str:
+    """The planted cause; a failure without one is a retrieval miss."""
+    missing = [RULES_BY_ID[r] for r in evermemos_needs(kind, needs) if r not in present]
+    if not missing:
+        return "RetrievalError"
+    return min(missing, key=lambda r: PIPELINE.index(r.stage)).fixes_error_type
+
+
+def with_stage_rules(system: EverMemOSMemory, rule_ids) -> EverMemOSMemory:
+    prompts = {}
+    for name, predictor in system.named_predictors():
+        stage = stage_for_outputs(predictor.signature.output_fields) or ""
+        prompts[name] = with_rules(predictor.signature.instructions,
+                                   [r.id for r in rules_for_stage(stage) if r.id in rule_ids])
+    return system.with_prompts(PromptSet(prompts))
+
+
+@pytest.fixture(scope="module")
+def sim():
+    samples = generate_locomo(seed=0, n_conversations=4)
+    lm = sim_lm()
+    system = EverMemOSMemory(HashingEmbedder(), EverMemOSKnobs(tokenizer="approx"))
+    system.set_lm(lm)
+    return samples, parse_locomo(samples, "sim"), lm, system
+
+
+def sim_run(sim, rule_ids, excluded=(5,)):
+    samples, dataset, lm, base = sim
+    system = with_stage_rules(base, rule_ids)
+    result = run_dataset(system, make_judge(lm), dataset, workers=2)
+    attributions = attribute_failures(
+        result.results, result.graph_by_conversation, {c.id: c for c in dataset.conversations}, excluded
+    )
+    return result, attributions, planted_questions(samples)
+
+
+def test_default_prompts_fail_where_planted_and_all_rules_fix_it(sim):
+    default, _, planted = sim_run(sim, ())
+    fixed, _, _ = sim_run(sim, ALL_RULES)
+    low, high = default.report.overall.judge_accuracy, fixed.report.overall.judge_accuracy
+    assert high >= 0.9 and high - low >= 0.2, (low, high)
+    scored = [r for r in default.results if r.question.category != 5]
+    failing = Counter(planted[r.question.id].kind for r in scored if not r.correct)
+    assert {"event_date", "third_party", "multi_hop"} <= set(failing)
+    without_expansion, _, _ = sim_run(sim, [r for r in ALL_RULES if r != "expand_related"])
+    hops = [r.correct for r in without_expansion.results if planted[r.question.id].kind == "multi_hop"]
+    assert sum(hops) <= len(hops) // 2  # the second hop is out of reach without the expanded query
+    graph = default.graph_by_conversation[sim[1].conversations[0].id]
+    assert not any(op.failed for op in graph.operations())
+    assert len([v for v in graph.variables() if v.kind == "episode"]) >= 15  # one planted fact, one topic
+
+
+@pytest.mark.parametrize(
+    ("rule_ids", "types"),
+    [
+        ((), {"ExtractionError", "ResponseError"}),
+        (("event_dates", "event_third_party"), {"RetrievalError", "ResponseError"}),
+        (("event_dates", "event_third_party", "abstain"), {"RetrievalError", "ResponseError"}),
+    ],
+    ids=["default", "events-fixed", "events-and-abstain-fixed"],
+)
+def test_failures_are_attributed_to_the_planted_error_type(sim, rule_ids, types):
+    _, attributions, planted = sim_run(sim, rule_ids, excluded=())  # adversarial questions included
+    present = set(rule_ids)
+    totals, hits = Counter(), Counter()
+    for attribution in attributions:
+        case = planted[attribution.question_id]
+        truth = expected_error(case.kind, case.needs, present)
+        totals[truth] += 1
+        hits[truth] += attribution.error_type.value == truth
+    assert set(totals) == types
+    for kind in types:
+        assert totals[kind] >= 5 and hits[kind] / totals[kind] >= 0.9, (kind, hits[kind], totals[kind])
+    stages = {a.stage for a in attributions}
+    # a retrieval miss after an LLM-steered search lands on the steering prompt (query expansion / sufficiency)
+    assert stages <= {"write_events", "respond", "retrieve", "expand_queries", "check_sufficiency"}
+    assert all(a.tunable == ("knobs" if a.stage == "retrieve" else "prompt") for a in attributions)
+    steered = [a for a in attributions if a.error_type.value == "RetrievalError" and a.tunable == "prompt"]
+    assert all("steered by" in a.reason for a in steered)
+
+
+def test_the_diagnoses_point_the_rewriter_at_the_missing_rules_of_the_blamed_stage(sim):
+    _, default, _ = sim_run(sim, ())
+    _, fixed_events, _ = sim_run(sim, ("event_dates", "event_third_party"))
+    system = sim[3]
+    for stage, attributions, wanted in (
+        ("write_events", default, {"event_dates", "event_third_party"}),
+        ("respond", fixed_events, {"use_dates"}),
+    ):
+        blocks = [feedback_for_attribution(a) for a in attributions if a.stage == stage]
+        stand_in_stage = stage_for_outputs(getattr(system, stage).signature.output_fields)
+        rewritten = rewrite(system.prompt_set()[stage], fold_feedback(blocks, 4000), stand_in_stage, 2000)
+        assert rules_in(rewritten) == wanted, stage
+    retrieval = [a for a in fixed_events if a.error_type.value == "RetrievalError"]
+    assert retrieval and all([r.id for r in rules_pointed_by(a.reason, "expand_queries")] == ["expand_related"]
+                             for a in retrieval)
+    dates = [a for a in fixed_events if a.error_type.value == "ResponseError" and "asks when" in a.reason]
+    assert dates and all("use_dates" in {r.id for r in rules_pointed_by(a.reason, "answer")} for a in dates)
+
+
+def test_the_loop_improves_test_accuracy_and_blames_only_stages_the_system_has():
+    dataset = sim_dataset(seed=0, n_conversations=8)
+    parts = split_by_conversation(dataset, (0.5, 0.25, 0.25), seed=0)
+    lm = sim_lm()
+    system = EverMemOSMemory(HashingEmbedder(), EverMemOSKnobs(tokenizer="approx"))
+    system.set_lm(lm)
+    settings = LoopSettings(max_iterations=4, patience=2, min_gain=0.02, max_candidates=2, workers=2)
+    result = OptimizationLoop(
+        system, make_judge(lm), build_optimizer("attribution", lm), Splits(parts.train, parts.dev, parts.test),
+        settings,
+    ).run()
+    start, final = result.test_start.report.overall, result.test_final.report.overall
+    assert final.judge_accuracy > start.ci_high, (start, final)
+    known = set(system.stage_names()) | set(system.non_llm_stages())
+    for record in result.iterations[1:]:
+        assert {row.stage for row in record.blame.rows} <= known
+    assert result.iterations[1].blame.rows[0].stage == "write_events"
+    changed = {stage for stage in known if result.final_prompts.instruction_by_stage.get(stage)
+               != result.start_prompts.instruction_by_stage.get(stage)}
+    assert {"write_events", "respond"} <= changed
+    assert {"event_dates", "event_third_party"} <= rules_in(result.final_prompts["write_events"])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not LOCOMO.exists(), reason="the LoCoMo subset is not available")
+def test_a_real_locomo_conversation_runs_end_to_end():
+    samples = json.loads(LOCOMO.read_text(encoding="utf-8"))[:1]
+    dataset = parse_locomo(samples, str(LOCOMO))
+    lm = sim_lm()
+    system = from_config({"name": "evermemos"}, HashingEmbedder())
+    system.set_lm(lm)
+    result = run_dataset(system, make_judge(lm), dataset, workers=4)
+    graph = result.graph_by_conversation[dataset.conversations[0].id]
+    graph.check()
+    assert len(result.results) == len(dataset.questions) and result.counts.failed_operations == 0
+    turns = len(dataset.conversations[0].turns)
+    episodes = [v for v in graph.variables() if v.kind == "episode"]
+    assert 1 < len(episodes) < turns
+    covered = [t for v in episodes for t in v.meta["turns"]]
+    assert len(covered) == turns and len(set(covered)) == turns  # every turn in exactly one episode
+    attributions = attribute_failures(result.results, result.graph_by_conversation,
+                                      {c.id: c for c in dataset.conversations}, (5,))
+    assert attributions and {a.stage for a in attributions} <= set(system.stage_names()) | {"retrieve"}
