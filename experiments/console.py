@@ -8,14 +8,13 @@ from __future__ import annotations
 import logging
 import math
 
+from memtrace_loop.pipeline.analysis.evaluation import EvaluationReport, MetricSummary
+from memtrace_loop.pipeline.loop.optimization import LoopResult
+from memtrace_loop.pipeline.loop.runner import LMCallCounts
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
-
-from memtrace_loop.pipeline.analysis.evaluation import EvaluationReport, MetricSummary
-from memtrace_loop.pipeline.loop.optimization import LoopResult
-from memtrace_loop.pipeline.loop.runner import LMCallCounts
 
 
 def setup_logging(level: int = logging.INFO) -> None:

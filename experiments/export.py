@@ -13,15 +13,14 @@ import tempfile
 from pathlib import Path
 
 import hydra
+from memtrace_loop.experiments.console import setup_logging
+from memtrace_loop.experiments.factory import launch_dir, resolve
+from memtrace_loop.pipeline.core.records import PromptSet
+from memtrace_loop.pipeline.tracking.export import ExportedPrompts, read_prompts, write_prompts
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig
 from rich.console import Console
-
-from memtrace_loop.experiments.console import setup_logging
-from memtrace_loop.experiments.factory import launch_dir, resolve
-from memtrace_loop.pipeline.tracking.export import ExportedPrompts, read_prompts, write_prompts
-from memtrace_loop.pipeline.core.records import PromptSet
 
 
 class ExportError(ValueError):

@@ -13,19 +13,18 @@ from typing import Any
 import dspy
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
-
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.memory_systems.registry import build_memory_system
+from memtrace_loop.pipeline.backends.embeddings import build_embedder
+from memtrace_loop.pipeline.backends.lm import LMSet, build_lm_set
+from memtrace_loop.pipeline.core.records import Dataset
 from memtrace_loop.pipeline.data.locomo import DataError, Split, parse_locomo, split_by_conversation
 from memtrace_loop.pipeline.data.locomo import load_locomo as _load_locomo
-from memtrace_loop.pipeline.backends.embeddings import build_embedder
-from memtrace_loop.pipeline.tracking.export import apply_prompts, read_prompts
-from memtrace_loop.pipeline.backends.lm import LMSet, build_lm_set
 from memtrace_loop.pipeline.data.longmemeval import load_longmemeval, load_longmemeval_hub
-from memtrace_loop.pipeline.core.records import Dataset
 from memtrace_loop.pipeline.loop.runner import make_judge
 from memtrace_loop.pipeline.sim.world import generate_locomo
+from memtrace_loop.pipeline.tracking.export import apply_prompts, read_prompts
+from omegaconf import DictConfig, OmegaConf
 
 
 class ConfigError(ValueError):

@@ -21,17 +21,23 @@ from typing import Any
 import hydra
 import mlflow
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
-from rich.console import Console
-
 from memtrace_loop.experiments.console import RichProgress, loop_tables, setup_logging
 from memtrace_loop.experiments.factory import build_components, launch_dir, resolve, secret_values, splits_of, to_plain
 from memtrace_loop.optimizers.registry import build_optimizer
-from memtrace_loop.pipeline.tracking.export import ExportedPrompts, write_prompts
 from memtrace_loop.pipeline.backends.lm import configure_cache
-from memtrace_loop.pipeline.loop.optimization import CheckpointError, LoopResult, LoopSettings, OptimizationLoop, Splits, read_checkpoint
+from memtrace_loop.pipeline.loop.optimization import (
+    CheckpointError,
+    LoopResult,
+    LoopSettings,
+    OptimizationLoop,
+    Splits,
+    read_checkpoint,
+)
+from memtrace_loop.pipeline.tracking.export import ExportedPrompts, write_prompts
 from memtrace_loop.pipeline.tracking.loop_observer import MLflowLoopObserver
 from memtrace_loop.pipeline.tracking.mlflow_run import flatten, git_commit, log_params, open_experiment, scrub
+from omegaconf import DictConfig
+from rich.console import Console
 
 logger = logging.getLogger("memtrace.optimize")
 

@@ -12,14 +12,27 @@ import time
 
 import hydra
 import mlflow
-from omegaconf import DictConfig
-from rich.console import Console
-
 from memtrace_loop.experiments.console import RichProgress, counts_line, report_table, setup_logging
-from memtrace_loop.experiments.factory import build_components, launch_dir, load_dataset, secret_values, select_split, to_plain
+from memtrace_loop.experiments.factory import (
+    build_components,
+    launch_dir,
+    load_dataset,
+    secret_values,
+    select_split,
+    to_plain,
+)
 from memtrace_loop.pipeline.backends.lm import configure_cache
 from memtrace_loop.pipeline.loop.runner import run_dataset
-from memtrace_loop.pipeline.tracking.mlflow_run import flatten, git_commit, log_params, log_run_result, open_experiment, scrub
+from memtrace_loop.pipeline.tracking.mlflow_run import (
+    flatten,
+    git_commit,
+    log_params,
+    log_run_result,
+    open_experiment,
+    scrub,
+)
+from omegaconf import DictConfig
+from rich.console import Console
 
 logger = logging.getLogger("memtrace.run")
 

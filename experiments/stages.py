@@ -12,14 +12,13 @@ import sys
 from typing import Any
 
 import hydra
-from omegaconf import DictConfig
-from rich.console import Console
-from rich.table import Table
-
 from memtrace_loop.experiments.factory import launch_dir, to_plain, with_prompt_file
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.pipeline.backends.embeddings import build_embedder
+from omegaconf import DictConfig
+from rich.console import Console
+from rich.table import Table
 
 
 def stage_rows(system: MemorySystem) -> list[dict[str, Any]]:

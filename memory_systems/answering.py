@@ -13,7 +13,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import dspy
-
 from memtrace_loop.memory_systems.base import AnswerOutcome
 from memtrace_loop.pipeline.core.graph import OpKind
 from memtrace_loop.pipeline.core.records import Question

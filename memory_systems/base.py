@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import dspy
-
 from memtrace_loop.pipeline.core.records import Conversation, PromptSet, Question, Turn
 from memtrace_loop.pipeline.core.tracing import Tracer
 

@@ -31,14 +31,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import dspy
-
 from memtrace_loop.memory_systems.answering import record_query, respond
 from memtrace_loop.memory_systems.base import AnswerOutcome, MemorySystem
 from memtrace_loop.memory_systems.signatures import AnswerQuestion, human_date, render_turn
 from memtrace_loop.pipeline.backends.embeddings import Embedder
+from memtrace_loop.pipeline.backends.tokens import TokenCounter, build_token_counter
 from memtrace_loop.pipeline.core.graph import OpKind
 from memtrace_loop.pipeline.core.records import Conversation, Question, Turn
-from memtrace_loop.pipeline.backends.tokens import TokenCounter, build_token_counter
 from memtrace_loop.pipeline.core.tracing import Tracer
 
 APPEND_STAGE = "append"

@@ -22,15 +22,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import dspy
-
 from memtrace_loop.memory_systems.answering import record_query, record_retrieval, respond
 from memtrace_loop.memory_systems.base import AnswerOutcome, MemorySystem
 from memtrace_loop.memory_systems.signatures import AnswerQuestion, render_turn
 from memtrace_loop.memory_systems.store import InMemoryVectorStore
 from memtrace_loop.pipeline.backends.embeddings import Embedder
+from memtrace_loop.pipeline.backends.tokens import TokenCounter, build_token_counter
 from memtrace_loop.pipeline.core.graph import OpKind
 from memtrace_loop.pipeline.core.records import Conversation, Question, Turn
-from memtrace_loop.pipeline.backends.tokens import TokenCounter, build_token_counter
 from memtrace_loop.pipeline.core.tracing import Tracer
 
 CHUNK_STAGE = "chunk"

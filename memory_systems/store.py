@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
-
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 
 

@@ -14,7 +14,6 @@ from types import MappingProxyType
 from typing import Any
 
 import dspy
-
 from memtrace_loop.optimizers.attribution_guided import AttributionGuidedOptimizer
 from memtrace_loop.optimizers.base import Optimizer
 from memtrace_loop.optimizers.noop import NoOptimizer

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 import dspy
-
 from memtrace_loop.optimizers.base import Candidate
 from memtrace_loop.pipeline.core.records import PromptSet
 

@@ -25,18 +25,17 @@ from pathlib import Path
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from rich.console import Console
-from rich.table import Table
-
 from memtrace_loop.memory_systems.registry import MODULE_BY_SYSTEM, build_memory_system
-from memtrace_loop.pipeline.data.locomo import parse_locomo
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
+from memtrace_loop.pipeline.backends.lm import LMConfig, build_lm
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.graph_io import graph_to_json, load_graph, save_graph
-from memtrace_loop.pipeline.backends.lm import LMConfig, build_lm
+from memtrace_loop.pipeline.core.tracing import Tracer
+from memtrace_loop.pipeline.data.locomo import parse_locomo
 from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
 from memtrace_loop.pipeline.sim.world import generate_locomo
-from memtrace_loop.pipeline.core.tracing import Tracer
+from rich.console import Console
+from rich.table import Table
 
 TARGET_US_PER_OP = 20.0
 TARGET_ANCESTORS_MS = 5.0

@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import dspy
-
 from memtrace_loop.memory_systems.answering import record_query, record_retrieval, respond
 from memtrace_loop.memory_systems.base import AnswerOutcome, MemorySystem
 from memtrace_loop.memory_systems.evermemos.signatures import (
@@ -52,9 +51,9 @@ from memtrace_loop.memory_systems.signatures import AnswerQuestion, human_date, 
 from memtrace_loop.memory_systems.store import InMemoryVectorStore
 from memtrace_loop.pipeline.backends.bm25 import BM25Index, tokenize
 from memtrace_loop.pipeline.backends.embeddings import Embedder
+from memtrace_loop.pipeline.backends.tokens import TokenCounter, build_token_counter
 from memtrace_loop.pipeline.core.graph import OpKind
 from memtrace_loop.pipeline.core.records import Conversation, Question, Turn
-from memtrace_loop.pipeline.backends.tokens import TokenCounter, build_token_counter
 from memtrace_loop.pipeline.core.tracing import Tracer
 
 LIMIT_STAGE = "episode_limits"

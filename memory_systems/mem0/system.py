@@ -19,7 +19,6 @@ from typing import Any
 
 import dspy
 import numpy as np
-
 from memtrace_loop.memory_systems.answering import record_query, record_retrieval, respond
 from memtrace_loop.memory_systems.base import AnswerOutcome, MemorySystem
 from memtrace_loop.memory_systems.signatures import (

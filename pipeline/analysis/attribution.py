@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from memtrace_loop.pipeline.analysis.blame import Attribution, ErrorType
-from memtrace_loop.pipeline.backends.bm25 import BM25Index
 from memtrace_loop.pipeline.analysis.evaluation import normalize_answer
+from memtrace_loop.pipeline.backends.bm25 import BM25Index
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation, OpKind, Variable
 from memtrace_loop.pipeline.core.records import CaseResult, Conversation
 

@@ -31,7 +31,6 @@ from typing import Literal
 import dspy
 import numpy as np
 from dspy.utils.exceptions import AdapterParseError
-
 from memtrace_loop.pipeline.core.records import CaseResult, Question, Scores
 
 JudgeLabel = Literal["CORRECT", "WRONG"]

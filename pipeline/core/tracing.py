@@ -28,7 +28,6 @@ from typing import Any
 
 import dspy
 from dspy.utils.callback import BaseCallback
-
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, GraphError, OpKind, Usage, variable_id
 
 logger = logging.getLogger(__name__)

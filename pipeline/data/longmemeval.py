@@ -43,10 +43,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
-from memtrace_loop.pipeline.data.locomo import DataError, parse_session_date, validate_record
 from memtrace_loop.pipeline.core.records import Conversation, Dataset, Question, Turn
+from memtrace_loop.pipeline.data.locomo import DataError, parse_session_date, validate_record
+from pydantic import BaseModel, ConfigDict
 
 logger = logging.getLogger(__name__)
 

@@ -15,11 +15,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
-
 from memtrace_loop.pipeline.analysis.blame import ErrorType
-from memtrace_loop.pipeline.data.locomo import DataError, validate_record
 from memtrace_loop.pipeline.core.graph import EMPTY
+from memtrace_loop.pipeline.data.locomo import DataError, validate_record
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
 NON_MEMORY_LABELS: tuple[str, ...] = ("AnnotationError", "JudgeError")
 

@@ -44,16 +44,15 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
+from memtrace_loop.pipeline.analysis.blame import Attribution
+from memtrace_loop.pipeline.core.graph import ExecutionGraph, OpKind
+from memtrace_loop.pipeline.core.graph_io import FORMAT, FORMAT_VERSION, graph_from_dict
 from memtrace_loop.pipeline.interop.bench_annotations import (
     BenchAnnotation,
     ExecNetworkError,
     parse_annotation,
 )
-from memtrace_loop.pipeline.analysis.blame import Attribution
-from memtrace_loop.pipeline.core.graph import ExecutionGraph, OpKind
-from memtrace_loop.pipeline.core.graph_io import FORMAT, FORMAT_VERSION, graph_from_dict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 logger = logging.getLogger(__name__)
 

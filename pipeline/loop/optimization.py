@@ -23,14 +23,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import dspy
-
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.optimizers.base import Candidate, OptimizationContext, Optimizer
 from memtrace_loop.pipeline.analysis.attribution import attribute_failures
 from memtrace_loop.pipeline.analysis.blame import Attribution, BlameTable, aggregate_blame
 from memtrace_loop.pipeline.analysis.evaluation import PairedDifference, paired_difference
-from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
 from memtrace_loop.pipeline.core.records import Dataset, PromptSet
+from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
 from memtrace_loop.pipeline.loop.runner import ProgressSink, RunResult, run_dataset
 
 logger = logging.getLogger(__name__)

@@ -15,13 +15,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import dspy
-
 from memtrace_loop.memory_systems.base import AnswerOutcome, MemorySystem
 from memtrace_loop.pipeline.analysis.evaluation import EvaluationReport, JudgeAnswer, score_case, summarize
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, OpKind
-from memtrace_loop.pipeline.loop.memory_cache import CachedMemory, MemoryCache
 from memtrace_loop.pipeline.core.records import CaseResult, Conversation, Dataset, Question
 from memtrace_loop.pipeline.core.tracing import Tracer
+from memtrace_loop.pipeline.loop.memory_cache import CachedMemory, MemoryCache
 
 JUDGE_STAGE = "judge"
 

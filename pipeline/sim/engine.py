@@ -14,7 +14,6 @@ from typing import Any
 
 from dspy.clients.engines.base import validate_request
 from dspy.lm15 import Message, Request, Response, TextPart, Usage, response_to_events
-
 from memtrace_loop.pipeline.sim.stand_in import respond
 
 

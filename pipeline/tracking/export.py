@@ -31,10 +31,9 @@ from types import MappingProxyType
 from typing import Annotated, Any
 
 import yaml
-from pydantic import AfterValidator, AllowInfNan, BaseModel, BeforeValidator, ConfigDict, ValidationError
-
 from memtrace_loop.memory_systems.base import MemorySystem, PromptSetError
 from memtrace_loop.pipeline.core.records import PromptSet
+from pydantic import AfterValidator, AllowInfNan, BaseModel, BeforeValidator, ConfigDict, ValidationError
 
 FORMAT_VERSION = 1
 JSON_SUFFIXES = (".json",)

@@ -17,13 +17,12 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import mlflow
-
 from memtrace_loop.pipeline.analysis.blame import BlameTable
+from memtrace_loop.pipeline.core.records import PromptSet
 from memtrace_loop.pipeline.loop.optimization import IterationRecord, IterationSummary, LoopResult
+from memtrace_loop.pipeline.tracking.mlflow_run import run_metrics, scrub
 from memtrace_loop.pipeline.tracking.plots import IterationScore, plot_blame, plot_scores
 from memtrace_loop.pipeline.tracking.prompt_registry import register_prompt_set
-from memtrace_loop.pipeline.core.records import PromptSet
-from memtrace_loop.pipeline.tracking.mlflow_run import run_metrics, scrub
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import mlflow
-
 from memtrace_loop.pipeline.analysis.evaluation import flat_metrics
 from memtrace_loop.pipeline.core.graph_io import graph_to_json
 from memtrace_loop.pipeline.core.records import PromptSet

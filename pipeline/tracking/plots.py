@@ -21,7 +21,6 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator, PercentFormatter
-
 from memtrace_loop.pipeline.analysis.blame import BlameTable
 
 DPI = 120

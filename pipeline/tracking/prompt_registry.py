@@ -39,11 +39,10 @@ import re
 from collections.abc import Iterable, Mapping
 
 import mlflow
+from memtrace_loop.pipeline.core.records import PromptSet
 from mlflow import MlflowClient
 from mlflow.entities.model_registry import PromptVersion
 from mlflow.exceptions import MlflowException
-
-from memtrace_loop.pipeline.core.records import PromptSet
 
 NAME_PREFIX = "memtrace"
 SYSTEM_TAG = "memtrace.system"

@@ -11,14 +11,13 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_module
-from mlflow.tracking import MlflowClient
-
 from memtrace_loop.experiments.export import ExportError, exported_from_run
 from memtrace_loop.experiments.optimize import optimize
 from memtrace_loop.experiments.run import run
 from memtrace_loop.pipeline.tracking import loop_observer as loop_tracking
 from memtrace_loop.pipeline.tracking.export import read_prompts
 from memtrace_loop.pipeline.tracking.prompt_registry import load_registered_prompt_set
+from mlflow.tracking import MlflowClient
 
 SMALL = ["dataset.n_conversations=8", "loop.max_iterations=4", "workers=2"]
 

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import mlflow
 import pytest
-from mlflow import MlflowClient
-
+from memtrace_loop.pipeline.core.records import PromptSet
 from memtrace_loop.pipeline.tracking.prompt_registry import (
     PromptRegistryError,
     load_prompt_set_from_uris,
@@ -17,7 +16,7 @@ from memtrace_loop.pipeline.tracking.prompt_registry import (
     register_prompt_set,
     registry_name,
 )
-from memtrace_loop.pipeline.core.records import PromptSet
+from mlflow import MlflowClient
 
 BRACES = "Use {x} and {{y}} and {{ z }}, {% if a %}b{% endif %}, {0} and }{.\n  Keep  spacing\ttabs  \n"
 

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_module
-from mlflow.tracking import MlflowClient
-
 from memtrace_loop.experiments.factory import build_memory_system, load_dataset, select_split
 from memtrace_loop.experiments.run import run
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.graph_io import graph_from_json, graph_to_json
 from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
-from tests.support.sim import sim_lm
+from mlflow.tracking import MlflowClient
+
 from tests.support.paths import REPO
+from tests.support.sim import sim_lm
 
 CONF_DIR = REPO / "conf"
 EXPERIMENT_DIR = REPO / "experiments" / "conf" / "experiment"

@@ -6,7 +6,6 @@ import json
 
 import pytest
 from hydra import compose, initialize_config_module
-
 from memtrace_loop.experiments.stages import stages
 from memtrace_loop.memory_systems.registry import MODULE_BY_SYSTEM, build_memory_system
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder

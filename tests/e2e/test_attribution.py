@@ -12,16 +12,16 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-
 from memtrace_loop.memory_systems.mem0.system import Mem0Knobs, Mem0Memory
 from memtrace_loop.pipeline.analysis.attribution import LineageAttributor, attribute_failures, content_tokens
 from memtrace_loop.pipeline.analysis.blame import ErrorType, aggregate_blame
-from memtrace_loop.pipeline.data.locomo import parse_locomo
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.records import PromptSet
+from memtrace_loop.pipeline.data.locomo import parse_locomo
 from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
 from memtrace_loop.pipeline.sim.rules import expected_cause, rules_in, with_rules
 from memtrace_loop.pipeline.sim.world import generate_locomo, planted_questions
+
 from tests.support.sim import sim_lm
 
 ALL_EXTRACT = ("resolve_dates", "third_party")

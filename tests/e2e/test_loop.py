@@ -9,17 +9,23 @@ from dataclasses import replace
 from itertools import pairwise
 
 import pytest
-
 from memtrace_loop.memory_systems.mem0.system import Mem0Memory
 from memtrace_loop.optimizers.base import Candidate, OptimizationContext
 from memtrace_loop.optimizers.registry import build_optimizer
-from memtrace_loop.pipeline.data.locomo import split_by_conversation
-from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.analysis.evaluation import paired_difference
-from memtrace_loop.pipeline.tracking.export import ExportedPrompts, apply_prompts, read_prompts, write_prompts
-from memtrace_loop.pipeline.loop.optimization import CheckpointError, IterationRecord, LoopSettings, OptimizationLoop, Splits
+from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
+from memtrace_loop.pipeline.data.locomo import split_by_conversation
 from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
+from memtrace_loop.pipeline.loop.optimization import (
+    CheckpointError,
+    IterationRecord,
+    LoopSettings,
+    OptimizationLoop,
+    Splits,
+)
 from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
+from memtrace_loop.pipeline.tracking.export import ExportedPrompts, apply_prompts, read_prompts, write_prompts
+
 from tests.support.sim import sim_dataset, sim_lm
 
 SETTINGS = LoopSettings(max_iterations=5, patience=2, min_gain=0.02, max_candidates=2, workers=2)

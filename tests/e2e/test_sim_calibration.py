@@ -10,7 +10,6 @@ from collections import Counter
 
 import dspy
 import pytest
-
 from memtrace_loop.pipeline.sim.engine import SimEngine
 from memtrace_loop.pipeline.sim.rules import rules_for_stage, stage_for_outputs, with_rules
 from memtrace_loop.pipeline.sim.world import generate_locomo

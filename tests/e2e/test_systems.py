@@ -8,19 +8,19 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_module
-from mlflow.tracking import MlflowClient
-
 from memtrace_loop.experiments.run import run
 from memtrace_loop.memory_systems.registry import MODULE_BY_SYSTEM, build_memory_system
 from memtrace_loop.optimizers.registry import build_optimizer
-from memtrace_loop.pipeline.data.locomo import split_by_conversation
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.graph import OpKind
 from memtrace_loop.pipeline.core.graph_io import graph_from_json
+from memtrace_loop.pipeline.data.locomo import split_by_conversation
 from memtrace_loop.pipeline.loop.optimization import LoopSettings, OptimizationLoop, Splits
 from memtrace_loop.pipeline.loop.runner import make_judge
-from tests.support.sim import sim_dataset, sim_lm
+from mlflow.tracking import MlflowClient
+
 from tests.support.paths import LOCOMO
+from tests.support.sim import sim_dataset, sim_lm
 
 SYSTEMS = list(MODULE_BY_SYSTEM)
 KINDS_BY_SYSTEM = {

@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import openai
 import pytest
-
 from memtrace_loop.pipeline.backends.embeddings import (
     Embedder,
     EmbedderConfig,
@@ -22,6 +21,7 @@ from memtrace_loop.pipeline.backends.embeddings import (
     build_embedder,
 )
 from memtrace_loop.pipeline.backends.lm import MissingAPIKeyError
+
 from tests.support import forbid_network, isolate_llm_env
 from tests.support.openai_server import OpenAIStubServer, running_server
 from tests.support.paths import REPO

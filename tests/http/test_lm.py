@@ -22,7 +22,6 @@ from dspy.utils.exceptions import (
     LMTransportError,
     is_retryable_lm_error,
 )
-
 from memtrace_loop.memory_systems.signatures import AnswerQuestion
 from memtrace_loop.pipeline.backends.lm import (
     LMConfig,
@@ -33,6 +32,7 @@ from memtrace_loop.pipeline.backends.lm import (
     configure_cache,
     describe,
 )
+
 from tests.support import forbid_network, isolate_llm_env
 from tests.support.openai_server import OpenAIStubServer, running_server
 
@@ -135,7 +135,6 @@ def test_describe_is_safe_to_log(server: OpenAIStubServer) -> None:
 # ------------------------------------------------------------------------------------------ sim
 def test_sim_lm_gives_the_stand_in_answer() -> None:
     from dspy.adapters import ChatAdapter
-
     from memtrace_loop.pipeline.sim.stand_in import respond
 
     lm = build_lm({"backend": "sim", "model": "stand-in"})

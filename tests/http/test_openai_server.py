@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import numpy as np
 import openai
 import pytest
-
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
+
 from tests.support import forbid_network, isolate_llm_env
 from tests.support.openai_server import MALFORMED_CONTENT, OpenAIStubServer, running_server
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_module
+from memtrace_loop.experiments.run import run
 from mlflow.tracking import MlflowClient
 
-from memtrace_loop.experiments.run import run
 from tests.support.openai_server import OpenAIStubServer
 
 SECRET = "sk-memtrace-test-7f3a9c1e55d24b6a"

@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_module
-from mlflow.tracking import MlflowClient
-
 from memtrace_loop.experiments.run import run
 from memtrace_loop.pipeline.tracking.mlflow_run import flatten, scrub
+from mlflow.tracking import MlflowClient
 
 
 def test_scrub_replaces_every_secret_and_ignores_tiny_ones():

@@ -12,21 +12,20 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from pathlib import Path
 
 import pytest
 from dspy.utils import DummyLM
-
 from memtrace_loop.memory_systems.evermemos.system import EverMemOSKnobs, EverMemOSMemory, from_config, rerank, terms
 from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.optimizers.feedback import feedback_for_attribution, fold_feedback
 from memtrace_loop.optimizers.registry import build_optimizer
 from memtrace_loop.pipeline.analysis.attribution import attribute_failures
-from memtrace_loop.pipeline.data.locomo import parse_locomo, split_by_conversation
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, OpKind
-from memtrace_loop.pipeline.loop.optimization import LoopSettings, OptimizationLoop, Splits
 from memtrace_loop.pipeline.core.records import PromptSet
+from memtrace_loop.pipeline.core.tracing import Tracer
+from memtrace_loop.pipeline.data.locomo import parse_locomo, split_by_conversation
+from memtrace_loop.pipeline.loop.optimization import LoopSettings, OptimizationLoop, Splits
 from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
 from memtrace_loop.pipeline.sim.rewriter import rewrite, target_stage
 from memtrace_loop.pipeline.sim.rules import (
@@ -39,9 +38,9 @@ from memtrace_loop.pipeline.sim.rules import (
     with_rules,
 )
 from memtrace_loop.pipeline.sim.world import generate_locomo, planted_questions
-from memtrace_loop.pipeline.core.tracing import Tracer
-from tests.support.sim import CONVERSATION, QUESTION, sim_dataset, sim_lm
+
 from tests.support.paths import LOCOMO
+from tests.support.sim import CONVERSATION, QUESTION, sim_dataset, sim_lm
 
 NEW_RULES = ("event_dates", "event_third_party", "expand_related")
 EPISODE_1 = [

@@ -4,28 +4,27 @@ and attribution on the simulated world (planted ground truth) and on the real Lo
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 
 import pytest
 from dspy.utils import DummyLM
-
 from memtrace_loop.memory_systems.long_context import LongContextKnobs, LongContextMemory, from_config, render_entry
 from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.pipeline.analysis.attribution import attribute_failures
 from memtrace_loop.pipeline.analysis.blame import ErrorType
-from memtrace_loop.pipeline.data.locomo import load_locomo, parse_locomo
-from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.analysis.evaluation import score_case
+from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, OpKind
 from memtrace_loop.pipeline.core.graph_io import graph_to_json
 from memtrace_loop.pipeline.core.records import Conversation, Dataset, Question, Turn
+from memtrace_loop.pipeline.core.tracing import Tracer
+from memtrace_loop.pipeline.data.locomo import load_locomo, parse_locomo
 from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
 from memtrace_loop.pipeline.sim.handlers import NOT_MENTIONED, answer_question
 from memtrace_loop.pipeline.sim.rules import RULES, expected_cause, rules_in, with_rules
 from memtrace_loop.pipeline.sim.world import generate_locomo, planted_questions
-from memtrace_loop.pipeline.core.tracing import Tracer
-from tests.support.sim import sim_lm
+
 from tests.support.paths import LOCOMO
+from tests.support.sim import sim_lm
 
 CONVERSATION = Conversation(
     "c1",

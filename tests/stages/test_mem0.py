@@ -7,7 +7,6 @@ import json
 import dspy
 import pytest
 from dspy.utils import DummyLM
-
 from memtrace_loop.memory_systems.base import PromptSetError
 from memtrace_loop.memory_systems.mem0.system import Mem0Knobs, Mem0Memory
 from memtrace_loop.memory_systems.store import InMemoryVectorStore
@@ -15,6 +14,7 @@ from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, OpKind
 from memtrace_loop.pipeline.core.records import PromptSet
 from memtrace_loop.pipeline.core.tracing import Tracer
+
 from tests.support.sim import CONVERSATION, QUESTION, sim_dataset, sim_lm
 
 

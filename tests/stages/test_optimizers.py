@@ -8,7 +8,6 @@ import random
 import dspy
 import pytest
 from dspy.utils import DummyLM
-
 from memtrace_loop.memory_systems.signatures import AnswerQuestion, DecideUpdates, ExtractFacts
 from memtrace_loop.optimizers.attribution_guided import AttributionGuidedOptimizer
 from memtrace_loop.optimizers.base import OptimizationContext
@@ -25,6 +24,7 @@ from memtrace_loop.optimizers.uniform import UniformBlameOptimizer, rotated
 from memtrace_loop.pipeline.analysis.blame import Attribution, ErrorType, aggregate_blame
 from memtrace_loop.pipeline.core.records import CaseResult, PromptSet, Question, Scores
 from memtrace_loop.pipeline.sim.rules import rules_in
+
 from tests.support.sim import sim_lm as stand_in_lm
 
 PROMPTS = PromptSet(

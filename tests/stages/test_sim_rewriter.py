@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dspy
 import pytest
-
 from memtrace_loop.memory_systems.signatures import AnswerQuestion, DecideUpdates, ExtractFacts
 from memtrace_loop.optimizers.feedback import FailureFeedback, feedback_without_attribution, fold_feedback
 from memtrace_loop.optimizers.rewrite import InstructionRewriter
@@ -12,6 +11,7 @@ from memtrace_loop.pipeline.core.records import CaseResult, Question, Scores
 from memtrace_loop.pipeline.sim import stand_in
 from memtrace_loop.pipeline.sim.rewriter import diagnosis_text, rewrite, target_stage
 from memtrace_loop.pipeline.sim.rules import RULES_BY_ID, rules_in, with_rules
+
 from tests.support.sim import sim_lm
 
 EXTRACT = ExtractFacts.instructions

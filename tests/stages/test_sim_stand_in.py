@@ -6,7 +6,6 @@ import json
 
 import dspy
 import pytest
-
 from memtrace_loop.memory_systems.signatures import AnswerQuestion, DecideUpdates, ExtractFacts
 from memtrace_loop.pipeline.sim import stand_in
 from memtrace_loop.pipeline.sim.engine import SimEngine, request_messages

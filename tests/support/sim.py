@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import dspy
-
-from memtrace_loop.pipeline.data.locomo import parse_locomo
 from memtrace_loop.pipeline.backends.lm import LMConfig, build_lm
 from memtrace_loop.pipeline.core.records import Conversation, Dataset, Question, Turn
+from memtrace_loop.pipeline.data.locomo import parse_locomo
 from memtrace_loop.pipeline.sim.world import generate_locomo
 
 # A three-turn conversation whose answer changes (Paris, then Rome), for scripted-LM tests of a system.

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-
+from memtrace_loop.pipeline.core.records import Conversation, Dataset, Question, Turn
 from memtrace_loop.pipeline.data.locomo import (
     ADVERSARIAL_GOLD,
     DataError,
@@ -20,7 +20,7 @@ from memtrace_loop.pipeline.data.locomo import (
     parse_session_date,
     split_by_conversation,
 )
-from memtrace_loop.pipeline.core.records import Conversation, Dataset, Question, Turn
+
 from tests.support.paths import FIXTURES, LOCOMO
 
 FIXTURE = FIXTURES / "locomo_mini.json"

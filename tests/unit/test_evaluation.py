@@ -10,7 +10,6 @@ import dspy
 import pytest
 from dspy.utils import DummyLM
 from dspy.utils.exceptions import AdapterParseError
-
 from memtrace_loop.pipeline.analysis.evaluation import (
     JUDGE_PARSE_ERRORS,
     EvaluationReport,

@@ -9,9 +9,13 @@ import json
 import re
 
 import pytest
-
 from memtrace_loop.memory_systems.mem0.system import Mem0Memory
 from memtrace_loop.pipeline.analysis.attribution import LineageAttributor
+from memtrace_loop.pipeline.analysis.blame import ErrorType
+from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
+from memtrace_loop.pipeline.core.graph import ExecutionGraph, OpKind, Usage
+from memtrace_loop.pipeline.core.graph_io import graph_to_json
+from memtrace_loop.pipeline.data.locomo import DataError, parse_locomo
 from memtrace_loop.pipeline.interop.bench_annotations import (
     AttributionScore,
     BenchAnnotation,
@@ -19,9 +23,6 @@ from memtrace_loop.pipeline.interop.bench_annotations import (
     parse_error_label,
     score_attributions,
 )
-from memtrace_loop.pipeline.analysis.blame import ErrorType
-from memtrace_loop.pipeline.data.locomo import DataError, parse_locomo
-from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.interop.exec_network import (
     MARK,
     NAME_TABLE,
@@ -34,10 +35,9 @@ from memtrace_loop.pipeline.interop.exec_network import (
     their_name,
     to_exec_network,
 )
-from memtrace_loop.pipeline.core.graph import ExecutionGraph, OpKind, Usage
-from memtrace_loop.pipeline.core.graph_io import graph_to_json
 from memtrace_loop.pipeline.loop.runner import RunResult, make_judge, run_dataset
 from memtrace_loop.pipeline.sim.world import generate_locomo
+
 from tests.support.sim import sim_lm
 
 STAMP = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{3}")

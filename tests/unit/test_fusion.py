@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from memtrace_loop.memory_systems.fusion import DEFAULT_K, reciprocal_rank_fusion
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, GraphError, OpKind, Usage
 from memtrace_loop.pipeline.core.graph_io import graph_from_json, graph_to_json, load_graph, save_graph
 

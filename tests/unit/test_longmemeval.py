@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_module
-from mlflow.tracking import MlflowClient
-
 from memtrace_loop.experiments.factory import load_dataset
 from memtrace_loop.experiments.run import run
 from memtrace_loop.pipeline.data.locomo import DataError, split_by_conversation
@@ -28,6 +26,7 @@ from memtrace_loop.pipeline.data.longmemeval import (
     parse_date,
     parse_longmemeval,
 )
+from mlflow.tracking import MlflowClient
 
 HAS_DATASETS = importlib.util.find_spec("datasets") is not None
 

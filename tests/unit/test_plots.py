@@ -8,7 +8,6 @@ from pathlib import Path
 from types import MappingProxyType
 
 import pytest
-
 from memtrace_loop.pipeline.analysis.blame import BlameTable, StageBlame
 from memtrace_loop.pipeline.tracking.plots import IterationScore, plot_blame, plot_scores
 

@@ -9,7 +9,6 @@ from collections import Counter
 from itertools import combinations, pairwise
 
 import pytest
-
 from memtrace_loop.pipeline.sim.dates import human, parse_date, parse_stamp, resolve_relative
 from memtrace_loop.pipeline.sim.grammar import parse_question, read_sentence, split_sentences
 from memtrace_loop.pipeline.sim.handlers import answer_question, decide_actions, extract_facts
