@@ -5,8 +5,9 @@ its output fields (a `reasoning` field added by ChainOfThought is ignored for di
 with a fixed sentence), runs the registered handler and formats the handler's values back in the
 adapter's format. The handlers come from an immutable mapping (`HANDLER_BY_OUTPUTS`, built from
 `pipeline.sim.handlers.DEFAULT_HANDLERS`); `with_handlers` makes an extended one, and `respond` takes
-the mapping to use. A request for an unknown stage gets empty values of plausible types rather than an
-error.
+the mapping to use. A request for a stage it has no handler for raises `UnknownStageError` naming the
+stage's output fields and the stages it knows: a new memory system fails loudly on the simulated world
+instead of "running" on blank outputs (give the world a handler with `with_handlers`).
 
 It does not hold any stage behaviour itself: the handlers live in `pipeline.sim.handlers`.
 """
@@ -45,23 +46,16 @@ def with_handlers(
     return MappingProxyType({**base, **{_key(fields): handler for fields, handler in extra.items()}})
 
 
-def _empty_value(type_name: str) -> Any:
-    lowered = type_name.lower()
-    if lowered.startswith(("list", "tuple")):
-        return []
-    if lowered.startswith("dict"):
-        return {}
-    if lowered == "bool":
-        return False
-    if lowered in ("int", "float"):
-        return 0
-    if lowered.startswith("literal["):  # the first allowed value
-        return type_name[len("literal[") :].split(",")[0].strip().strip("'\"]")
-    return ""
+class UnknownStageError(LookupError):
+    """The stand-in has no handler for a requested stage (identified by its output field names)."""
 
 
-def _unknown_stage(request: StageRequest) -> dict[str, Any]:
-    return {name: _empty_value(kind) for name, kind in request.output_types.items()}
+def _unknown_stage(key: frozenset[str], handlers: Mapping[frozenset[str], Handler]) -> UnknownStageError:
+    known = "; ".join(sorted(", ".join(sorted(fields)) for fields in handlers))
+    return UnknownStageError(
+        f"the simulated world has no handler for a stage with output fields {sorted(key)}; "
+        f"it knows stages with outputs: {known}. Add one with pipeline.sim.stand_in.with_handlers."
+    )
 
 
 def answer(
@@ -69,7 +63,9 @@ def answer(
 ) -> dict[str, Any]:
     """The output values for one parsed request (the dispatch step of `respond`)."""
     key = request.output_names - {REASONING_FIELD}
-    handler = handlers.get(key, _unknown_stage)
+    handler = handlers.get(key)
+    if handler is None:
+        raise _unknown_stage(key, handlers)
     values = dict(handler(request))
     if REASONING_FIELD in request.output_names and not values.get(REASONING_FIELD):
         values[REASONING_FIELD] = _REASONING_TEXT

@@ -305,9 +305,10 @@ class Summarize(dspy.Signature):
     keywords: list[str] = dspy.OutputField()
 
 
-def test_unknown_stage_gets_empty_values_and_new_stages_can_be_added(lm: dspy.LM) -> None:
-    with dspy.context(lm=lm):
-        assert dspy.Predict(Summarize)(text="abc").keywords == []
+def test_unknown_stage_fails_loudly_and_new_stages_can_be_added(lm: dspy.LM) -> None:
+    unknown = r"no handler for a stage with output fields \['keywords', 'summary'\]"
+    with dspy.context(lm=lm), pytest.raises(Exception, match=unknown):
+        dspy.Predict(Summarize)(text="abc")
     handlers = stand_in.with_handlers(
         {("summary", "keywords"): lambda r: {"summary": r.inputs["text"][:2], "keywords": ["k"]}}
     )
