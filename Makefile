@@ -35,8 +35,9 @@ test: install  ## the whole test suite, as CI runs it
 test-fast: install  ## skip the slow end-to-end tests
 	$(BIN)/python -m pytest -q -m "not slow"
 
-lint: install
+lint: install  ## ruff and the type checker (mypy), as CI runs them
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 bench: install  ## graph benchmark at LoCoMo scale; prints a table
 	$(BIN)/python -m memtrace_loop.experiments.bench.graph_bench
