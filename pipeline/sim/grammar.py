@@ -162,19 +162,19 @@ def _fact_regex(form: str) -> re.Pattern[str]:
 
 def _fact_from_match(form: str, g: dict[str, str | None]) -> Fact:
     family = "event" if form == "event_dated" else form
-    base = {"subject": g["subject"] or "", "owner": g.get("owner"), "rel": g.get("orel")}
+    subject, owner, rel = g["subject"] or "", g.get("owner"), g.get("orel")
     if family == "event":
         activity = ACTIVITY_BY_PAST[g["past"] or ""]
         when = parse_date(g["date"]) if g.get("date") else None
-        return Fact(family="event", key=activity.base, value=g["place"] or "", date=when, **base)
+        return Fact(subject, "event", g["place"] or "", key=activity.base, date=when, owner=owner, rel=rel)
     if family == "relation":
-        return Fact(family="relation", key=g["rel"] or "", value=g["name"] or "", **base)
+        return Fact(subject, "relation", g["name"] or "", key=g["rel"] or "", owner=owner, rel=rel)
     if family == "pet":
-        return Fact(family="pet", value=g["pet"] or "", extra=g["animal"] or "", **base)
+        return Fact(subject, "pet", g["pet"] or "", extra=g["animal"] or "", owner=owner, rel=rel)
     if family == "pref":
         item = next(p for p in vocab.PREFS if p.thing == g["thing"])
-        return Fact(family="pref", key=item.category, value=item.thing, extra=g["verb"] or "", **base)
-    return Fact(family=family, value=g[_VALUE_SLOT[family]] or "", **base)
+        return Fact(subject, "pref", item.thing, key=item.category, extra=g["verb"] or "", owner=owner, rel=rel)
+    return Fact(subject, family, g[_VALUE_SLOT[family]] or "", owner=owner, rel=rel)
 
 
 def parse_fact(text: str) -> Fact | None:
