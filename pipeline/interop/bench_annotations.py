@@ -4,7 +4,7 @@
 error types mapped to `ErrorType`; AnnotationError/JudgeError kept as non-memory labels).
 `score_attributions` measures attributions against labels: error-type accuracy and exact op-id
 accuracy, non-memory labels dropped by default (REFERENCE.md section 2). Reading and writing the graph
-part of the format is `pipeline.exec_network`.
+part of the format is `pipeline.interop.exec_network`.
 """
 
 from __future__ import annotations

@@ -1,0 +1,89 @@
+"""ExecNetwork ids: how our variable and operation names map to the reference tooling's names and ids.
+
+What it does: the one correspondence table `NAME_TABLE` (turns `U<sample>:<dia_id>`, memory units
+`memory-unit-<id>`, the Mem0 prompts, the answer and judge operations) with `their_name` / `our_name`
+applying it either way, the deterministic ExecNetwork `op_id` of one of our operations (`op_id_for`)
+and the full node id of each of our variables in an export (`full_node_ids`).
+
+What it does not do: no document reading or writing (`exec_network_export`, `exec_network_native`,
+`exec_network_foreign`), no kind guessing for foreign names (`exec_network_foreign`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+from memtrace_loop.pipeline.core.graph import ExecutionGraph
+
+
+@dataclass(frozen=True, slots=True)
+class NameRule:
+    """One name correspondence. `what` is "operation", "variable" (exact) or "prefix"; a prefix's
+    `theirs` may hold `{sample}` (the graph id) and `rest` is the regex the remainder must match when
+    mapping their name back. `stage` is our stage of an operation imported under that name."""
+
+    what: str
+    ours: str
+    theirs: str
+    rest: str = ".+"
+    stage: str = ""
+
+
+NAME_TABLE: tuple[NameRule, ...] = (
+    NameRule("operation", "question_answering", "question-answering", stage="respond"),
+    NameRule("operation", "llm_judge", "llm-judge", stage="judge"),
+    NameRule("variable", "prompt:extract", "fact-extraction-system-prompt"),
+    NameRule("variable", "prompt:decide", "memory-update-decision-prompt"),
+    NameRule("variable", "prompt:respond", "question-answering-prompt"),
+    NameRule("prefix", "turn:", "U{sample}:", rest=r"D\d+:\d+"),
+    NameRule("prefix", "memory:", "memory-unit-"),
+    NameRule("prefix", "query:", "query:"),
+)
+
+def _rule_rest(rule: NameRule) -> re.Pattern[str]:
+    head = re.escape(rule.theirs).replace(re.escape("{sample}"), "[^:]+")
+    return re.compile(f"{head}({rule.rest})")
+
+
+def their_name(ours: str, sample: str, what: str = "variable") -> str:
+    """Our variable (or operation) name in their conventions; unchanged when the table has none."""
+    for rule in NAME_TABLE:
+        if rule.what == what and rule.ours == ours:
+            return rule.theirs
+        if what == "variable" and rule.what == "prefix" and ours.startswith(rule.ours):
+            return rule.theirs.format(sample=sample) + ours[len(rule.ours):]
+    return ours
+
+
+def our_name(theirs: str, what: str = "variable") -> str:
+    """Their variable (or operation) name in ours; unchanged when the table has none."""
+    for rule in NAME_TABLE:
+        if rule.what == what and rule.theirs == theirs:
+            return rule.ours
+        if what == "variable" and rule.what == "prefix" and (match := _rule_rest(rule).fullmatch(theirs)):
+            return rule.ours + match.group(1)
+    return theirs
+
+
+def stable_hex(*parts: object) -> str:
+    """16 hex digits of the SHA-256 of `parts` joined by ":" (deterministic ids)."""
+    return hashlib.sha256(":".join(map(str, parts)).encode()).hexdigest()[:16]
+
+
+def op_id_for(graph: ExecutionGraph, op_id: str) -> str:
+    """The ExecNetwork `op_id` that `to_exec_network` gives our operation `op_id` (e.g. "op:12")."""
+    return f"op-{stable_hex(graph.graph_id, graph.operation(op_id).seq)}"
+
+
+def full_node_ids(graph: ExecutionGraph) -> dict[str, str]:
+    """Our variable id -> their full node id (our name kept where the mapped name would collide)."""
+    mapped = {name: their_name(name, graph.graph_id) for name in graph.names()}
+    counts: dict[str, int] = {}
+    for theirs in mapped.values():
+        counts[theirs] = counts.get(theirs, 0) + 1
+    names = {ours: theirs if counts[theirs] == 1 and (theirs == ours or theirs not in mapped) else ours
+             for ours, theirs in mapped.items()}
+    return {v.id: f"{names[v.name]}@{v.version}" for v in graph.variables()}
+
