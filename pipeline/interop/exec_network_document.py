@@ -88,6 +88,7 @@ def parse_records(value: Any, key: str, where: str, source: str) -> list[tuple[s
 
 
 def parse_record(model: type[BaseModel], item: Any, where: str, source: str) -> Any:
+    """`item` validated as `model`; the first validation error becomes an `ExecNetworkError` at `where`."""
     try:
         return model.model_validate(item)
     except ValidationError as error:
