@@ -20,7 +20,8 @@ information forward through the execution graph:
 
 The reason names the variables involved and what was lost, in words an optimizer can act on. This
 module is pure: it reads graphs and cases and never calls an LLM. It does not aggregate (see
-`pipeline.blame`).
+`pipeline.analysis.blame`). The names and kinds it reads (turns, memory units, answers) are those
+written in `pipeline.core.conventions`.
 """
 
 from __future__ import annotations

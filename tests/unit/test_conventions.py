@@ -47,7 +47,7 @@ def test_every_namespace_has_a_builder_a_kind_and_a_row_in_the_written_table():
     assert set(KIND_BY_NAMESPACE.values()) == set(VarKind)  # no kind without a name that carries it
     for namespace in Namespace:
         assert f"`{namespace}:" in cv.__doc__, f"{namespace} is not in the conventions table"
-    assert MEMORY_KINDS == {"memory", "chunk", "buffer", "episode", "event"}
+    assert {"memory", "chunk", "buffer", "episode", "event"} == MEMORY_KINDS
     assert not MEMORY_KINDS & QUESTION_SIDE_KINDS
 
 
@@ -114,11 +114,15 @@ def test_one_call_llm_stage_records_outputs_prompt_and_failure():
     tracer = Tracer(graph)
     turn = tracer.variable(cv.turn_name("D1:1"), VarKind.TURN, "hello")
     lm = dspy.utils.DummyLM([{"echo": "hello"}])
-    with dspy.context(lm=lm):
-        with tracer.stage(dspy.Predict(Echo), "echo", op="echo_turn", kind=OpKind.EXTRACTION, inputs=[turn],
-                          meta={"n": 1}, text="hello") as call:
-            assert call.ok and call.prediction.echo == "hello"
-            out = call.output(cv.facts_name("D1:1"), VarKind.FACTS, call.prediction.echo)
+    with (
+        dspy.context(lm=lm),
+        tracer.stage(
+            dspy.Predict(Echo), "echo", op="echo_turn", kind=OpKind.EXTRACTION, inputs=[turn], meta={"n": 1},
+            text="hello",
+        ) as call,
+    ):
+        assert call.ok and call.prediction.echo == "hello"
+        out = call.output(cv.facts_name("D1:1"), VarKind.FACTS, call.prediction.echo)
 
     def broken(**kwargs):
         raise RuntimeError("LM down")
@@ -133,7 +137,9 @@ def test_one_call_llm_stage_records_outputs_prompt_and_failure():
     assert second.status is OpStatus.FAILED and "RuntimeError: LM down" in second.error
     assert second.prompt == "prompt:echo@2" and graph.variable(second.prompt).value == ""  # no signature
 
-    with pytest.raises(KeyError):  # the body's own bug propagates and records nothing
-        with tracer.stage(broken, "echo", op="echo_turn", kind=OpKind.EXTRACTION, inputs=[turn], text="x"):
-            raise KeyError("bug in the system")
+    with (  # the body's own bug propagates and records nothing
+        pytest.raises(KeyError),
+        tracer.stage(broken, "echo", op="echo_turn", kind=OpKind.EXTRACTION, inputs=[turn], text="x"),
+    ):
+        raise KeyError("bug in the system")
     assert graph.n_operations == 2
