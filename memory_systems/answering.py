@@ -1,10 +1,13 @@
-"""The answer side every memory system shares: query, traced retrieval result, and the `respond` stage.
+"""What every memory system records the same way: its turns, and the answer side (query, traced
+retrieval result, and the `respond` stage).
 
 Each system retrieves in its own way; this module records the result the same way for all of them
 (a `query:<qid>` variable, a retrieval operation whose inputs are the query and the memory-unit
 versions it returned and whose output is the `retrieved:<qid>` context), then runs the shared
-`respond` stage (`AnswerQuestion`) and records the answer. Keeping it in one place makes attribution
-and blame mean the same thing across systems. It does not retrieve anything itself.
+`respond` stage (`AnswerQuestion`) and records the answer. Every system records a conversation turn
+as the same `turn:<id>` variable (`record_turn`). Keeping it in one place makes attribution and blame
+mean the same thing across systems. It does not retrieve anything itself; the names are
+`pipeline.core.conventions`.
 """
 
 from __future__ import annotations
@@ -14,15 +17,24 @@ from typing import Any
 
 import dspy
 from memtrace_loop.memory_systems.base import AnswerOutcome
-from memtrace_loop.pipeline.core.graph import OpKind
-from memtrace_loop.pipeline.core.records import Question
+from memtrace_loop.memory_systems.signatures import render_turn
+from memtrace_loop.pipeline.core.conventions import OpKind, VarKind, answer_name, query_name, retrieved_name, turn_name
+from memtrace_loop.pipeline.core.records import Question, Turn
 from memtrace_loop.pipeline.core.tracing import Tracer
 
 RESPOND_STAGE = "respond"
 
 
+def record_turn(tracer: Tracer, turn: Turn) -> str:
+    """Record one conversation turn (rendered with its speaker and date); returns its variable id."""
+    return tracer.variable(
+        turn_name(turn.id), VarKind.TURN, render_turn(turn.speaker, turn.time, turn.text),
+        {"speaker": turn.speaker, "session": turn.session, "time": turn.time},
+    )
+
+
 def record_query(tracer: Tracer, question: Question) -> str:
-    return tracer.variable(f"query:{question.id}", "query", question.text)
+    return tracer.variable(query_name(question.id), VarKind.QUERY, question.text)
 
 
 def record_retrieval(
@@ -38,7 +50,7 @@ def record_retrieval(
     meta: Mapping[str, Any] | None = None,
 ) -> str:
     """Record the context a retrieval produced; returns the context variable id."""
-    context_var = tracer.variable(f"retrieved:{question.id}", "context", context)
+    context_var = tracer.variable(retrieved_name(question.id), VarKind.CONTEXT, context)
     tracer.operation(
         name, stage, OpKind.RETRIEVAL, [query_var, *extra_inputs, *unit_vars], [context_var], meta=meta
     )
@@ -49,8 +61,10 @@ def respond(
     tracer: Tracer, predictor: dspy.Predict, question: Question, query_var: str, context_var: str, context: str
 ) -> AnswerOutcome:
     """Run the `respond` stage on a recorded context and record the answer."""
-    answered = tracer.llm(predictor, RESPOND_STAGE, context=context, question=question.text)
-    text = str(answered.prediction.answer).strip() if answered.ok else ""
-    answer_var = tracer.variable(f"answer:{question.id}", "answer", text)
-    tracer.record_llm(answered, "question_answering", OpKind.RESPONSE, [query_var, context_var], [answer_var])
+    with tracer.stage(
+        predictor, RESPOND_STAGE, op="question_answering", kind=OpKind.RESPONSE, inputs=[query_var, context_var],
+        context=context, question=question.text,
+    ) as answered:
+        text = str(answered.prediction.answer).strip() if answered.ok else ""
+        answer_var = answered.output(answer_name(question.id), VarKind.ANSWER, text)
     return AnswerOutcome(text, query_var, answer_var, answered.error)

@@ -31,19 +31,19 @@ from dataclasses import dataclass
 from typing import Any
 
 import dspy
-from memtrace_loop.memory_systems.answering import record_query, respond
+from memtrace_loop.memory_systems.answering import record_query, record_turn, respond
 from memtrace_loop.memory_systems.base import AnswerOutcome, MemorySystem
-from memtrace_loop.memory_systems.signatures import AnswerQuestion, human_date, render_turn
+from memtrace_loop.memory_systems.signatures import AnswerQuestion, human_date
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.backends.tokens import TokenCounter, build_token_counter
-from memtrace_loop.pipeline.core.graph import OpKind
+from memtrace_loop.pipeline.core.conventions import BUFFER_CONTEXT_NAME, OpKind, VarKind, entry_name
 from memtrace_loop.pipeline.core.records import Conversation, Question, Turn
 from memtrace_loop.pipeline.core.tracing import Tracer
 
 APPEND_STAGE = "append"
 TRIM_STAGE = "trim"
 CONTEXT_STAGE = "context"
-CONTEXT_NAME = "context:buffer"
+CONTEXT_NAME = BUFFER_CONTEXT_NAME
 SEPARATOR = "\n"
 SEPARATOR_TOKENS = 1  # each entry is followed by one newline in the rendered buffer
 
@@ -128,7 +128,7 @@ class LongContextMemory(MemorySystem):
             if on_turn is not None:
                 on_turn(turn)
         context = SEPARATOR.join(e.text for e in buffer)
-        context_var = tracer.variable(CONTEXT_NAME, "context", context, {"entries": len(buffer), "tokens": total})
+        context_var = tracer.variable(CONTEXT_NAME, VarKind.CONTEXT, context, {"entries": len(buffer), "tokens": total})
         tracer.operation(
             "build_context", CONTEXT_STAGE, OpKind.RETRIEVAL, [e.var for e in buffer], [context_var],
             meta={"entries": len(buffer), "tokens": total, "window_tokens": self.knobs.window_tokens},
@@ -136,13 +136,10 @@ class LongContextMemory(MemorySystem):
         return LongContextState(conversation.id, tuple(buffer), tuple(trimmed), context, context_var)
 
     def _append(self, turn: Turn, tracer: Tracer) -> BufferEntry:
-        turn_var = tracer.variable(
-            f"turn:{turn.id}", "turn", render_turn(turn.speaker, turn.time, turn.text),
-            {"speaker": turn.speaker, "session": turn.session, "time": turn.time},
-        )
+        turn_var = record_turn(tracer, turn)
         text = render_entry(turn.speaker, turn.time, turn.text)
         tokens = self.counter.count(text) + SEPARATOR_TOKENS
-        entry_var = tracer.variable(f"entry:{turn.id}", "buffer", text, {"turn": turn.id, "tokens": tokens})
+        entry_var = tracer.variable(entry_name(turn.id), VarKind.BUFFER, text, {"turn": turn.id, "tokens": tokens})
         tracer.operation(
             "append_turn", APPEND_STAGE, OpKind.EXTRACTION, [turn_var], [entry_var], meta={"tokens": tokens}
         )
@@ -160,7 +157,8 @@ class LongContextMemory(MemorySystem):
             dropped.append(entry)
         outputs = [
             tracer.variable(
-                f"entry:{e.turn_id}", "buffer", "", {"turn": e.turn_id, "deleted": True, "trimmed_at": turn.id}
+                entry_name(e.turn_id), VarKind.BUFFER, "",
+                {"turn": e.turn_id, "deleted": True, "trimmed_at": turn.id},
             )
             for e in dropped
         ]

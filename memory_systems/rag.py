@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import dspy
-from memtrace_loop.memory_systems.answering import record_query, record_retrieval, respond
+from memtrace_loop.memory_systems.answering import record_query, record_retrieval, record_turn, respond
 from memtrace_loop.memory_systems.base import AnswerOutcome, MemorySystem
 from memtrace_loop.memory_systems.signatures import AnswerQuestion, render_turn
 from memtrace_loop.memory_systems.store import InMemoryVectorStore
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.backends.tokens import TokenCounter, build_token_counter
-from memtrace_loop.pipeline.core.graph import OpKind
+from memtrace_loop.pipeline.core.conventions import OpKind, VarKind, chunk_name, first_version
 from memtrace_loop.pipeline.core.records import Conversation, Question, Turn
 from memtrace_loop.pipeline.core.tracing import Tracer
 
@@ -193,7 +193,8 @@ class RagState:
 
 
 def chunk_var(index: int) -> str:
-    return f"chunk:{index}@1"
+    """The id of the graph variable holding chunk `index` (chunks are written once)."""
+    return first_version(chunk_name(index))
 
 
 class RagMemory(MemorySystem):
@@ -229,10 +230,7 @@ class RagMemory(MemorySystem):
     ) -> RagState:
         turn_vars: dict[str, str] = {}
         for turn in conversation.turns:
-            turn_vars[turn.id] = tracer.variable(
-                f"turn:{turn.id}", "turn", render_turn(turn.speaker, turn.time, turn.text),
-                {"speaker": turn.speaker, "session": turn.session, "time": turn.time},
-            )
+            turn_vars[turn.id] = record_turn(tracer, turn)
             if on_turn is not None:
                 on_turn(turn)
         chunks = make_chunks(conversation.turns, self.knobs.max_chunk_tokens, self.knobs.overlap_tokens, self.counter)
@@ -248,7 +246,7 @@ class RagMemory(MemorySystem):
             split = sorted({p.turn_id for p in chunk.pieces if p.part})
             if split:
                 meta["split_turns"] = split
-            out = tracer.variable(f"chunk:{chunk.index}", "chunk", chunk.text, meta)
+            out = tracer.variable(chunk_name(chunk.index), VarKind.CHUNK, chunk.text, meta)
             tracer.operation(
                 "chunk_turns", CHUNK_STAGE, OpKind.EXTRACTION, [turn_vars[t] for t in chunk.turn_ids], [out],
                 meta={"tokens": chunk.tokens, "max_chunk_tokens": self.knobs.max_chunk_tokens,

@@ -28,6 +28,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from memtrace_loop.memory_systems.registry import MODULE_BY_SYSTEM, build_memory_system
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMConfig, build_lm
+from memtrace_loop.pipeline.core.conventions import Namespace, is_in, prefix
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.graph_io import graph_to_json, load_graph, save_graph
 from memtrace_loop.pipeline.core.tracing import Tracer
@@ -138,12 +139,12 @@ def bench_system(
 
     timings = []
     for graph in graphs:
-        for name in graph.names("answer:"):
+        for name in graph.names(prefix(Namespace.ANSWER)):
             answer = graph.latest(name)
             t0 = time.perf_counter()
             up = graph.ancestors(answer.id)
             timings.append(1e3 * (time.perf_counter() - t0))
-            if not any(node.startswith("turn:") for node in up):
+            if not any(is_in(node, Namespace.TURN) for node in up):
                 raise RuntimeError(f"{graph.graph_id}: {answer.id} does not reach any turn")
     return BenchRow(
         system_name, turns,

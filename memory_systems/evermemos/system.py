@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import dspy
-from memtrace_loop.memory_systems.answering import record_query, record_retrieval, respond
+from memtrace_loop.memory_systems.answering import record_query, record_retrieval, record_turn, respond
 from memtrace_loop.memory_systems.base import AnswerOutcome, MemorySystem
 from memtrace_loop.memory_systems.evermemos.signatures import (
     CheckSufficiency,
@@ -52,7 +52,15 @@ from memtrace_loop.memory_systems.store import InMemoryVectorStore
 from memtrace_loop.pipeline.backends.bm25 import BM25Index, tokenize
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.backends.tokens import TokenCounter, build_token_counter
-from memtrace_loop.pipeline.core.graph import OpKind
+from memtrace_loop.pipeline.core.conventions import (
+    OpKind,
+    VarKind,
+    boundary_name,
+    episode_name,
+    event_name,
+    expanded_name,
+    sufficiency_name,
+)
 from memtrace_loop.pipeline.core.records import Conversation, Question, Turn
 from memtrace_loop.pipeline.core.tracing import Tracer
 
@@ -214,9 +222,7 @@ class EverMemOSMemory(MemorySystem):
         event_numbers = itertools.count(1)  # event variables are numbered across the conversation
         for turn in conversation.turns:
             text = render_turn(turn.speaker, turn.time, turn.text)
-            var = tracer.variable(
-                f"turn:{turn.id}", "turn", text, {"speaker": turn.speaker, "session": turn.session, "time": turn.time}
-            )
+            var = record_turn(tracer, turn)
             entry = _Buffered(turn, text, var, self.counter.count(text))
             if buffer and self._starts_episode(buffer, entry, tracer):
                 episodes.append(self._close(buffer, len(episodes) + 1, event_numbers, tracer))
@@ -238,15 +244,15 @@ class EverMemOSMemory(MemorySystem):
                 why = f"turns {turns} >= {limits.max_episode_turns}"
             else:
                 why = f"tokens {tokens} > {limits.max_episode_tokens}"
-            out = tracer.variable(f"boundary:{entry.turn.id}", "boundary", f"new episode (hard limit: {why})")
+            out = tracer.variable(boundary_name(entry.turn.id), VarKind.BOUNDARY, f"new episode (hard limit: {why})")
             tracer.operation("episode_limit", LIMIT_STAGE, OpKind.OTHER, inputs, [out], meta=meta)
             return True
-        decided = tracer.llm(
-            self.detect_boundary, "detect_boundary", open_episode="\n".join(b.text for b in buffer), new_turn=entry.text
-        )
-        starts = bool(decided.prediction.starts_new_episode) if decided.ok else False
-        out = tracer.variable(f"boundary:{entry.turn.id}", "boundary", "new episode" if starts else "same episode")
-        tracer.record_llm(decided, "detect_boundary", OpKind.OTHER, inputs, [out], meta=meta)
+        with tracer.stage(
+            self.detect_boundary, "detect_boundary", op="detect_boundary", kind=OpKind.OTHER, inputs=inputs, meta=meta,
+            open_episode="\n".join(b.text for b in buffer), new_turn=entry.text,
+        ) as decided:
+            starts = bool(decided.prediction.starts_new_episode) if decided.ok else False
+            decided.output(boundary_name(entry.turn.id), VarKind.BOUNDARY, "new episode" if starts else "same episode")
         return starts
 
     def _close(
@@ -257,27 +263,32 @@ class EverMemOSMemory(MemorySystem):
         date = human_date(buffer[0].turn.time)
         meta = {"episode": number}
 
-        written = tracer.llm(self.write_events, "write_events", turns=turns_text)
-        items = list(written.prediction.events) if written.ok else []
-        events: list[StoredEvent] = []
-        for item in items:
-            text = " ".join(str(item.text).split())
-            if not text:
-                continue
-            time = " ".join(str(item.time).split()) or date
-            event_number = next(event_numbers)
-            var = tracer.variable(f"event:{event_number}", "event", event_value(text, time), {"time": time, **meta})
-            events.append(StoredEvent(event_number, text, time, var))
-        tracer.record_llm(written, "write_events", OpKind.EXTRACTION, turn_vars, [e.var for e in events], meta=meta)
+        with tracer.stage(
+            self.write_events, "write_events", op="write_events", kind=OpKind.EXTRACTION, inputs=turn_vars, meta=meta,
+            turns=turns_text,
+        ) as written:
+            events: list[StoredEvent] = []
+            for item in list(written.prediction.events) if written.ok else []:
+                text = " ".join(str(item.text).split())
+                if not text:
+                    continue
+                time = " ".join(str(item.time).split()) or date
+                event_number = next(event_numbers)
+                var = written.output(
+                    event_name(event_number), VarKind.EVENT, event_value(text, time), {"time": time, **meta}
+                )
+                events.append(StoredEvent(event_number, text, time, var))
 
-        summarized = tracer.llm(self.write_episode, "write_episode", turns=turns_text)
-        title = " ".join(str(summarized.prediction.title).split()) if summarized.ok else ""
-        narrative = " ".join(str(summarized.prediction.narrative).split()) if summarized.ok else ""
-        var = tracer.variable(
-            f"episode:{number}", "episode", episode_value(title, narrative),
-            {"date": date, "turns": [b.turn.id for b in buffer], "events": [e.var for e in events]},
-        )
-        tracer.record_llm(summarized, "write_episode", OpKind.EXTRACTION, turn_vars, [var], meta=meta)
+        with tracer.stage(
+            self.write_episode, "write_episode", op="write_episode", kind=OpKind.EXTRACTION, inputs=turn_vars,
+            meta=meta, turns=turns_text,
+        ) as summarized:
+            title = " ".join(str(summarized.prediction.title).split()) if summarized.ok else ""
+            narrative = " ".join(str(summarized.prediction.narrative).split()) if summarized.ok else ""
+            var = summarized.output(
+                episode_name(number), VarKind.EPISODE, episode_value(title, narrative),
+                {"date": date, "turns": [b.turn.id for b in buffer], "events": [e.var for e in events]},
+            )
         return StoredEpisode(number, title, narrative, date, tuple(b.turn.id for b in buffer), tuple(events), var)
 
     def _index(self, conversation_id: str, episodes: list[StoredEpisode]) -> EverMemOSState:
@@ -349,22 +360,24 @@ class EverMemOSMemory(MemorySystem):
         queries (none when sufficient) and the traced variables the final retrieval depends on."""
         shown = "\n\n".join(state.episodes[i].block() for i, _, _ in first)
         first_vars = [v for i, _, _ in first for v in state.episodes[i].unit_vars()]
-        checked = tracer.llm(
-            self.check_sufficiency, "check_sufficiency", question=question.text, retrieved_episodes=shown
-        )
-        sufficient = bool(checked.prediction.sufficient) if checked.ok else True
-        verdict = ("sufficient" if sufficient else "insufficient") if checked.ok else "unknown (check failed)"
-        sufficiency_var = tracer.variable(f"sufficiency:{question.id}", "sufficiency", verdict)
-        tracer.record_llm(checked, "check_sufficiency", OpKind.RETRIEVAL, [query_var, *first_vars], [sufficiency_var])
+        with tracer.stage(
+            self.check_sufficiency, "check_sufficiency", op="check_sufficiency", kind=OpKind.RETRIEVAL,
+            inputs=[query_var, *first_vars], question=question.text, retrieved_episodes=shown,
+        ) as checked:
+            sufficient = bool(checked.prediction.sufficient) if checked.ok else True
+            verdict = ("sufficient" if sufficient else "insufficient") if checked.ok else "unknown (check failed)"
+            sufficiency_var = checked.output(sufficiency_name(question.id), VarKind.SUFFICIENCY, verdict)
         if sufficient:
             return [], [sufficiency_var]
 
-        expanded = tracer.llm(self.expand_queries, "expand_queries", question=question.text, retrieved_episodes=shown)
-        raw = list(expanded.prediction.queries) if expanded.ok else []
-        cleaned = (" ".join(str(q).split()) for q in raw)
-        added = [q for q in dict.fromkeys(cleaned) if q and q != question.text][: self.knobs.max_expanded_queries]
-        expansion_var = tracer.variable(f"expanded:{question.id}", "query", json.dumps(added))
-        tracer.record_llm(expanded, "expand_queries", OpKind.RETRIEVAL, [query_var, sufficiency_var], [expansion_var])
+        with tracer.stage(
+            self.expand_queries, "expand_queries", op="expand_queries", kind=OpKind.RETRIEVAL,
+            inputs=[query_var, sufficiency_var], question=question.text, retrieved_episodes=shown,
+        ) as expanded:
+            raw = list(expanded.prediction.queries) if expanded.ok else []
+            cleaned = (" ".join(str(q).split()) for q in raw)
+            added = [q for q in dict.fromkeys(cleaned) if q and q != question.text][: self.knobs.max_expanded_queries]
+            expansion_var = expanded.output(expanded_name(question.id), VarKind.QUERY, json.dumps(added))
         return added, [sufficiency_var, expansion_var]
 
 def from_config(cfg: Mapping[str, Any], embedder: Embedder) -> EverMemOSMemory:

@@ -5,7 +5,7 @@ existing memories are found; `decide` (LLM) chooses ADD / UPDATE / DELETE / NONE
 actions are applied to a vector store that keeps every version. At question time the question is
 embedded, the top-k memories are retrieved and `respond` (LLM) answers.
 
-Every step is traced: the LLM stages through `Tracer.llm`, the search and the store writes by
+Every step is traced: the LLM stages through `Tracer.stage`, the search and the store writes by
 declaring their data flow. A failed or unparsable LLM call becomes a failed operation and the turn
 (or question) goes on with an empty result. This module does not judge answers or log anything.
 """
@@ -19,7 +19,7 @@ from typing import Any
 
 import dspy
 import numpy as np
-from memtrace_loop.memory_systems.answering import record_query, record_retrieval, respond
+from memtrace_loop.memory_systems.answering import record_query, record_retrieval, record_turn, respond
 from memtrace_loop.memory_systems.base import AnswerOutcome, MemorySystem
 from memtrace_loop.memory_systems.signatures import (
     AnswerQuestion,
@@ -32,7 +32,16 @@ from memtrace_loop.memory_systems.signatures import (
 )
 from memtrace_loop.memory_systems.store import InMemoryVectorStore, MemoryUnit
 from memtrace_loop.pipeline.backends.embeddings import Embedder
-from memtrace_loop.pipeline.core.graph import OpKind
+from memtrace_loop.pipeline.core.conventions import (
+    OpKind,
+    OpStatus,
+    VarKind,
+    decision_name,
+    facts_name,
+    memory_name,
+    similar_name,
+)
+from memtrace_loop.pipeline.core.graph import variable_id
 from memtrace_loop.pipeline.core.records import Conversation, Question, Turn
 from memtrace_loop.pipeline.core.tracing import Tracer
 
@@ -40,7 +49,8 @@ STORE_STAGE = "store"
 
 
 def memory_var(unit: MemoryUnit) -> str:
-    return f"memory:{unit.id}@{unit.version}"
+    """The id of the graph variable holding this version of a memory unit."""
+    return variable_id(memory_name(unit.id), unit.version)
 
 
 @dataclass(frozen=True)
@@ -95,14 +105,13 @@ class Mem0Memory(MemorySystem):
         return state
 
     def _ingest_turn(self, turn: Turn, store: InMemoryVectorStore, tracer: Tracer) -> None:
-        text = render_turn(turn.speaker, turn.time, turn.text)
-        turn_var = tracer.variable(
-            f"turn:{turn.id}", "turn", text, {"speaker": turn.speaker, "session": turn.session, "time": turn.time}
-        )
-        extracted = tracer.llm(self.extract, "extract", turn=text)
-        facts = [f.strip() for f in (extracted.prediction.facts if extracted.ok else []) if f and f.strip()]
-        facts_var = tracer.variable(f"facts:{turn.id}", "facts", json.dumps(facts))
-        tracer.record_llm(extracted, "extract_facts", OpKind.EXTRACTION, [turn_var], [facts_var])
+        turn_var = record_turn(tracer, turn)
+        with tracer.stage(
+            self.extract, "extract", op="extract_facts", kind=OpKind.EXTRACTION, inputs=[turn_var],
+            turn=render_turn(turn.speaker, turn.time, turn.text),
+        ) as extracted:
+            facts = [f.strip() for f in (extracted.prediction.facts if extracted.ok else []) if f and f.strip()]
+            facts_var = extracted.output(facts_name(turn.id), VarKind.FACTS, json.dumps(facts))
         if not facts:
             return
 
@@ -112,19 +121,21 @@ class Mem0Memory(MemorySystem):
             for hit in store.search(fact, self.knobs.similar_k, vector_by_text[fact]):
                 similar.setdefault(hit.unit.id, hit.unit)
         lines = "\n".join(render_memory_line(u.id, u.text) for u in similar.values())
-        similar_var = tracer.variable(f"similar:{turn.id}", "retrieved", lines)
+        similar_var = tracer.variable(similar_name(turn.id), VarKind.RETRIEVED, lines)
         tracer.operation(
             "search_similar", "search_similar", OpKind.RETRIEVAL,
             [facts_var, *(memory_var(u) for u in similar.values())], [similar_var],
             meta={"k": self.knobs.similar_k},
         )
 
-        decided = tracer.llm(self.decide, "decide", existing_memories=lines, new_facts=facts)
-        actions: list[MemoryAction] = list(decided.prediction.actions) if decided.ok else []
-        decision_var = tracer.variable(
-            f"decision:{turn.id}", "decision", json.dumps([a.model_dump() for a in actions])
-        )
-        tracer.record_llm(decided, "decide_updates", OpKind.UPDATE, [facts_var, similar_var], [decision_var])
+        with tracer.stage(
+            self.decide, "decide", op="decide_updates", kind=OpKind.UPDATE, inputs=[facts_var, similar_var],
+            existing_memories=lines, new_facts=facts,
+        ) as decided:
+            actions: list[MemoryAction] = list(decided.prediction.actions) if decided.ok else []
+            decision_var = decided.output(
+                decision_name(turn.id), VarKind.DECISION, json.dumps([a.model_dump() for a in actions])
+            )
         for action in actions:
             self._apply(action, turn, store, tracer, decision_var, vector_by_text.get(action.text.strip()))
 
@@ -144,7 +155,9 @@ class Mem0Memory(MemorySystem):
                 self._reject(action, "ADD without text", tracer, decision_var)
                 return
             unit = store.add(action.text.strip(), turn.time, vector)
-            out = tracer.variable(f"memory:{unit.id}", "memory", unit.text, {"time": unit.time, "turn": turn.id})
+            out = tracer.variable(
+                memory_name(unit.id), VarKind.MEMORY, unit.text, {"time": unit.time, "turn": turn.id}
+            )
             tracer.operation("memory_add", STORE_STAGE, OpKind.EXTRACTION, [decision_var], [out])
             return
         old = store.get(action.id or "")
@@ -161,7 +174,7 @@ class Mem0Memory(MemorySystem):
             unit = store.delete(old.id, turn.time)
             kind, op_name = OpKind.DELETION, "memory_delete"
         out = tracer.variable(
-            f"memory:{unit.id}", "memory", "" if unit.deleted else unit.text,
+            memory_name(unit.id), VarKind.MEMORY, "" if unit.deleted else unit.text,
             {"time": unit.time, "turn": turn.id, "deleted": unit.deleted},
         )
         tracer.operation(op_name, STORE_STAGE, kind, [decision_var, memory_var(old)], [out])
@@ -170,7 +183,7 @@ class Mem0Memory(MemorySystem):
     def _reject(action: MemoryAction, why: str, tracer: Tracer, decision_var: str) -> None:
         tracer.operation(
             f"memory_{action.event.lower()}", STORE_STAGE, OpKind.OTHER, [decision_var], [],
-            status="failed", error=f"invalid action {action.model_dump_json()}: {why}",
+            status=OpStatus.FAILED, error=f"invalid action {action.model_dump_json()}: {why}",
         )
 
     # ------------------------------------------------------------------ answering

@@ -20,7 +20,8 @@ information forward through the execution graph:
 
 The reason names the variables involved and what was lost, in words an optimizer can act on. This
 module is pure: it reads graphs and cases and never calls an LLM. It does not aggregate (see
-`pipeline.blame`).
+`pipeline.analysis.blame`). The names and kinds it reads (turns, memory units, answers) are those
+written in `pipeline.core.conventions`.
 """
 
 from __future__ import annotations
@@ -32,16 +33,25 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from memtrace_loop.pipeline.analysis.blame import Attribution, ErrorType
+from memtrace_loop.pipeline.analysis.blame import Attribution, ErrorType, Tunable
 from memtrace_loop.pipeline.analysis.evaluation import normalize_answer
 from memtrace_loop.pipeline.backends.bm25 import BM25Index
-from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation, OpKind, Variable
+from memtrace_loop.pipeline.core.conventions import (
+    CONSTRUCTION_OP_KINDS,
+    MEMORY_KINDS,
+    QUESTION_SIDE_KINDS,
+    OpKind,
+    VarKind,
+    answer_name,
+    first_version,
+    name_of,
+    turn_id_of,
+    turn_name,
+)
+from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation, Variable
 from memtrace_loop.pipeline.core.records import CaseResult, Conversation
 
 METHOD = "lineage"
-MEMORY_KINDS = frozenset({"memory", "chunk", "buffer", "episode", "event"})
-QUESTION_SIDE_KINDS = frozenset({"query", "context", "answer", "gold", "verdict"})
-CONSTRUCTION_KINDS = frozenset({OpKind.EXTRACTION, OpKind.UPDATE, OpKind.DELETION})
 ERROR_BY_KIND = {
     OpKind.EXTRACTION: ErrorType.EXTRACTION,
     OpKind.UPDATE: ErrorType.UPDATE,
@@ -128,7 +138,7 @@ class LineageAttributor:
     def __init__(self, graph: ExecutionGraph, conversation: Conversation | None = None) -> None:
         self.graph = graph
         self._tokens_by_var: dict[str, frozenset[str]] = {}
-        turn_vars = [v for v in graph.variables() if v.kind == "turn"]
+        turn_vars = [v for v in graph.variables() if v.kind == VarKind.TURN]
         self._turn_vars = turn_vars
         self._bm25 = BM25Index([v.value for v in turn_vars]) if turn_vars else None
         self._speakers = set(conversation.speakers) if conversation else set()
@@ -145,7 +155,8 @@ class LineageAttributor:
         return bool(target) and len(self._tokens(var) & target) >= coverage_needed(target)
 
     def _evidence(self, case: CaseResult) -> tuple[tuple[str, ...], bool]:
-        ids = tuple(f"turn:{e}@1" for e in case.question.evidence if f"turn:{e}@1" in self.graph)
+        ids = tuple(first_version(turn_name(e)) for e in case.question.evidence)
+        ids = tuple(i for i in ids if i in self.graph)
         if ids:
             return ids, False
         if self._bm25 is None:
@@ -171,7 +182,7 @@ class LineageAttributor:
             payload = (content_tokens(turn_text(self.graph.variable(e).value)) - speakers) & asked
             if payload and not (len(tracks) and tracks[0].is_gold and e in tracks[0].sources and payload <= gold):
                 words = " ".join(sorted(payload))
-                tracks.append(_Track(f"what {e.split('@')[0]} says about \"{words}\"", payload, (e,), False))
+                tracks.append(_Track(f"what {name_of(e)} says about \"{words}\"", payload, (e,), False))
         return tracks
 
     def _is_construction(self, op: Operation) -> bool:
@@ -214,7 +225,7 @@ class LineageAttributor:
                 if var.id not in live:
                     live.add(var.id)
                     push_consumers(var.id)
-            if not carried and op.kind in CONSTRUCTION_KINDS:
+            if not carried and op.kind in CONSTRUCTION_OP_KINDS:
                 consumed = next(graph.variable(v) for v in op.inputs if v in live)
                 output = graph.variable(op.outputs[0]) if op.outputs else None
                 drops.append(_Drop(op, consumed, output))
@@ -247,17 +258,17 @@ class LineageAttributor:
         """The attribution of one failed case, or None when the graph does not hold the case."""
         graph = self.graph
         qid = case.question.id
-        answer_var = graph.latest(f"answer:{qid}")
+        answer_var = graph.latest(answer_name(qid))
         if answer_var is None:
             return None
         answer_op = graph.producer(answer_var.id)
-        context_vars = [graph.variable(v) for v in answer_op.inputs if graph.variable(v).kind == "context"]
+        context_vars = [graph.variable(v) for v in answer_op.inputs if graph.variable(v).kind == VarKind.CONTEXT]
         retrieval_op = next((graph.producer(v.id) for v in context_vars if graph.producer(v.id)), None)
         evidence, pseudo = self._evidence(case)
-        evidence_ids = tuple(e.removeprefix("turn:").split("@")[0] for e in evidence)
+        evidence_ids = tuple(turn_id_of(e) for e in evidence)
 
         def verdict(op: Operation, error: ErrorType, reason: str, confidence: float) -> Attribution:
-            tunable = "prompt" if op.prompt is not None else "knobs"
+            tunable = Tunable.PROMPT if op.prompt is not None else Tunable.KNOBS
             return Attribution(
                 case, op.id, op.name, op.stage, error, reason, confidence * (0.7 if pseudo else 1.0), METHOD,
                 tunable, evidence_ids, pseudo,
@@ -377,7 +388,7 @@ class LineageAttributor:
                 f"({op.id}) with {produced}, losing {track.label}."
             )
         else:
-            shown = [graph.variable(v) for v in op.inputs if graph.variable(v).kind == "retrieved"]
+            shown = [graph.variable(v) for v in op.inputs if graph.variable(v).kind == VarKind.RETRIEVED]
             old = f" It kept the old value already stored ({_quote(shown[0].value)}) instead of the new value." if (
                 shown and shown[0].value
             ) else ""
@@ -396,8 +407,8 @@ class LineageAttributor:
             if relative:
                 parts.append(f"the turn gives it as a relative date (\"{relative.group(0)}\") that had to be resolved "
                              "against the session date")
-        speaker = carrier.meta.get("speaker") if carrier.kind == "turn" else None
-        said = turn_text(carrier.value) if carrier.kind == "turn" else carrier.value
+        speaker = carrier.meta.get("speaker") if carrier.kind == VarKind.TURN else None
+        said = turn_text(carrier.value) if carrier.kind == VarKind.TURN else carrier.value
         people = [next(g for g in groups if g) for groups in _PERSON.findall(said)]
         others = [n for n in people if n != speaker and n not in self._speakers and n.lower() not in _MONTHS]
         if others:

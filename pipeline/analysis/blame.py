@@ -19,6 +19,13 @@ from types import MappingProxyType
 from memtrace_loop.pipeline.core.records import CaseResult
 
 
+class Tunable(StrEnum):
+    """What an optimizer can change to fix a blamed stage: its prompt, or its non-prompt knobs."""
+
+    PROMPT = "prompt"
+    KNOBS = "knobs"
+
+
 class ErrorType(StrEnum):
     EXTRACTION = "ExtractionError"
     UPDATE = "UpdateError"
@@ -30,7 +37,7 @@ class ErrorType(StrEnum):
 @dataclass(frozen=True)
 class Attribution:
     """Why one case failed. `op` is the blamed operation's id in the case's conversation graph;
-    `stage` the stage whose prompt it used, or — when `tunable == "knobs"` — the non-LLM stage whose
+    `stage` the stage whose prompt it used, or — when `tunable` is `Tunable.KNOBS` — the non-LLM stage whose
     settings (e.g. top_k) are to blame. `evidence` lists the turn ids the analysis started from."""
 
     case: CaseResult
@@ -41,10 +48,13 @@ class Attribution:
     reason: str
     confidence: float
     method: str
-    tunable: str = "prompt"  # "prompt" or "knobs"
+    tunable: Tunable = Tunable.PROMPT
     evidence: tuple[str, ...] = ()
     pseudo_evidence: bool = False
     verified: bool | None = None  # set by a replay check; None when not checked
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tunable", Tunable(self.tunable))
 
     @property
     def question_id(self) -> str:
@@ -54,11 +64,14 @@ class Attribution:
 @dataclass(frozen=True)
 class StageBlame:
     stage: str
-    tunable: str
+    tunable: Tunable
     count: int
     share: float
     count_by_error_type: Mapping[str, int]
     example_question_ids: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tunable", Tunable(self.tunable))
 
 
 @dataclass(frozen=True)
@@ -74,14 +87,14 @@ class BlameTable:
 
     def prompt_stages(self) -> tuple[str, ...]:
         """Stages with a tunable prompt, most blamed first."""
-        return tuple(row.stage for row in self.rows if row.tunable == "prompt")
+        return tuple(row.stage for row in self.rows if row.tunable == Tunable.PROMPT)
 
     def as_rows(self) -> list[dict[str, object]]:
         """Plain rows for tables and MLflow artifacts."""
         return [
             {
                 "stage": row.stage,
-                "tunable": row.tunable,
+                "tunable": row.tunable.value,
                 "count": row.count,
                 "share": round(row.share, 4),
                 **{f"n_{kind}": n for kind, n in row.count_by_error_type.items()},
@@ -121,7 +134,7 @@ def uniform_blame(cases: Iterable[CaseResult], stages: Sequence[str], max_exampl
     rows = tuple(
         StageBlame(
             stage=stage,
-            tunable="prompt",
+            tunable=Tunable.PROMPT,
             count=len(failed),
             share=1.0 / len(stages) if stages else 0.0,
             count_by_error_type=MappingProxyType({}),

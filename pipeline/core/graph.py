@@ -9,7 +9,8 @@ The graph enforces its invariants on every append (each variable has at most one
 operation's outputs are fresh variables, so the graph stays acyclic) and keeps indexes so the common
 queries (producer, consumers, versions, ancestors, descendants, the subgraph of one operation) cost
 O(answer). It does not know about DSPy, memory systems or files: recording from a running program is
-`pipeline.tracing`; our JSON is `pipeline.graph_io`, ExecNetwork interop `pipeline.exec_network`.
+`pipeline.core.tracing`; our JSON is `pipeline.core.graph_io`, ExecNetwork interop
+`pipeline.interop.exec_network`; how variables are named and typed is `pipeline.core.conventions`.
 """
 
 from __future__ import annotations
@@ -17,21 +18,27 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
+from memtrace_loop.pipeline.core.conventions import OpKind, OpStatus, VarKind, as_var_kind
+
+__all__ = [
+    "EMPTY",
+    "NO_USAGE",
+    "ExecutionGraph",
+    "GraphError",
+    "OpKind",
+    "OpStatus",
+    "Operation",
+    "OperationView",
+    "Usage",
+    "VarKind",
+    "Variable",
+    "variable_id",
+]
+
 EMPTY: Mapping[str, Any] = MappingProxyType({})
-
-
-class OpKind(StrEnum):
-    EXTRACTION = "extraction"
-    UPDATE = "update"
-    DELETION = "deletion"
-    RETRIEVAL = "retrieval"
-    RESPONSE = "response"
-    JUDGE = "judge"
-    OTHER = "other"
 
 
 class GraphError(ValueError):
@@ -40,12 +47,13 @@ class GraphError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Variable:
-    """One version of a named value. `id` is `<name>@<version>`; `previous` the id of the version before."""
+    """One version of a named value. `id` is `<name>@<version>`; `previous` the id of the version before.
+    `kind` is a `VarKind`, or the kind string of a graph imported from another tool."""
 
     id: str
     name: str
     version: int
-    kind: str
+    kind: VarKind | str
     value: str
     previous: str | None = None
     meta: Mapping[str, Any] = field(default_factory=lambda: EMPTY)
@@ -61,7 +69,7 @@ class Usage:
 
 @dataclass(frozen=True, slots=True)
 class Operation:
-    """One execution of a stage. `status` is "ok" or "failed" (then `error` says why)."""
+    """One execution of a stage. `status` is ok or failed (then `error` says why)."""
 
     id: str
     seq: int
@@ -71,14 +79,14 @@ class Operation:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     prompt: str | None = None
-    status: str = "ok"
+    status: OpStatus = OpStatus.OK
     error: str | None = None
     usage: Usage = field(default_factory=Usage)
     meta: Mapping[str, Any] = field(default_factory=lambda: EMPTY)
 
     @property
     def failed(self) -> bool:
-        return self.status != "ok"
+        return self.status != OpStatus.OK
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +129,7 @@ class ExecutionGraph:
     # ----------------------------------------------------------------- appending
 
     def add_variable(
-        self, name: str, kind: str, value: str, meta: Mapping[str, Any] | None = None
+        self, name: str, kind: VarKind | str, value: str, meta: Mapping[str, Any] | None = None
     ) -> Variable:
         """Append the next version of `name` (version 1 if new), linked to the previous version."""
         versions = self._versions_by_name.get(name)
@@ -131,7 +139,7 @@ class ExecutionGraph:
         else:
             previous = versions[-1]
         version = len(versions) + 1
-        var = Variable(f"{name}@{version}", name, version, kind, value, previous, _frozen(meta))
+        var = Variable(variable_id(name, version), name, version, as_var_kind(kind), value, previous, _frozen(meta))
         versions.append(var.id)
         self._variable_by_id[var.id] = var
         return var
@@ -144,7 +152,7 @@ class ExecutionGraph:
         inputs: Iterable[str],
         outputs: Iterable[str],
         prompt: str | None = None,
-        status: str = "ok",
+        status: OpStatus | str = OpStatus.OK,
         error: str | None = None,
         usage: Usage | None = None,
         meta: Mapping[str, Any] | None = None,
@@ -170,7 +178,7 @@ class ExecutionGraph:
         seq = self._next_seq
         self._next_seq += 1
         op = Operation(
-            f"op:{seq}", seq, name, stage, OpKind(kind), input_ids, output_ids, prompt, status, error,
+            f"op:{seq}", seq, name, stage, OpKind(kind), input_ids, output_ids, prompt, OpStatus(status), error,
             usage or NO_USAGE, _frozen(meta),
         )
         self._store_operation(op)

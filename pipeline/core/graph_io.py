@@ -14,7 +14,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from memtrace_loop.pipeline.core.graph import ExecutionGraph, GraphError, Operation, OpKind, Usage
+from memtrace_loop.pipeline.core.graph import ExecutionGraph, GraphError, Operation, OpKind, OpStatus, Usage
 
 FORMAT = "memtrace-graph"
 FORMAT_VERSION = 1
@@ -26,11 +26,11 @@ def graph_to_dict(graph: ExecutionGraph) -> dict[str, Any]:
         "format_version": FORMAT_VERSION,
         "graph_id": graph.graph_id,
         "meta": graph.meta,
-        "variables": [[v.name, v.version, v.kind, v.value, dict(v.meta)] for v in graph.variables()],
+        "variables": [[v.name, v.version, str(v.kind), v.value, dict(v.meta)] for v in graph.variables()],
         "operations": [
             [
                 op.seq, op.name, op.stage, op.kind.value, list(op.inputs), list(op.outputs), op.prompt,
-                op.status, op.error,
+                op.status.value, op.error,
                 [op.usage.prompt_tokens, op.usage.completion_tokens, op.usage.calls, op.usage.cached_calls],
                 dict(op.meta),
             ]
@@ -61,8 +61,8 @@ def graph_from_dict(data: Any, source: str = "<graph>") -> ExecutionGraph:
                 raise GraphError(f"{source}: operations[{index}] has non-increasing seq {seq!r}")
             last_seq = seq
             op = Operation(
-                f"op:{seq}", seq, name, stage, OpKind(kind), tuple(inputs), tuple(outputs), prompt, status, error,
-                Usage(*usage), MappingProxyType(meta) if meta else MappingProxyType({}),
+                f"op:{seq}", seq, name, stage, OpKind(kind), tuple(inputs), tuple(outputs), prompt,
+                OpStatus(status), error, Usage(*usage), MappingProxyType(meta) if meta else MappingProxyType({}),
             )
             graph._store_operation(op)
         graph._next_seq = last_seq + 1

@@ -1,10 +1,12 @@
 """Recording a running memory system into an execution graph.
 
 Two ways in, one per kind of stage:
-- LLM stages are captured at the DSPy boundary: `Tracer.llm` runs a predictor under a DSPy callback
-  (`StageCallback`) that collects what the call really did — the instruction it used, every LM call
-  (including adapter retries), the raw completions and token usage — and never lets an LM or parse
-  failure escape: the failure becomes a failed operation and the run goes on.
+- An LLM stage is one call, `with tracer.stage(predictor, stage, op=..., kind=..., inputs=..., **fields)
+  as call:`. It runs the predictor under a DSPy callback (`StageCallback`) that collects what the call
+  really did — the instruction it used, every LM call (including adapter retries), the raw completions
+  and token usage — and never lets an LM or parse failure escape; the body reads `call.prediction`
+  and declares the outputs (`call.output(name, kind, value)`); at the end of the body the operation is
+  recorded with the stage's prompt variable (`prompt:<stage>`), failed if the call failed.
 - Non-LLM stages (search, store writes, chunking) declare their data flow once at their boundary
   with `Tracer.operation`.
 
@@ -15,20 +17,22 @@ not depend on thread timing. A failing tracer must never fail the run: callback 
 by DSPy and logged.
 
 This module does not decide what a stage's inputs and outputs mean (the memory system does) and does
-not serialize graphs (`pipeline.graph_io`).
+not serialize graphs (`pipeline.core.graph_io`); names and kinds are `pipeline.core.conventions`.
 """
 
 from __future__ import annotations
 
 import contextvars
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import dspy
 from dspy.utils.callback import BaseCallback
-from memtrace_loop.pipeline.core.graph import ExecutionGraph, GraphError, OpKind, Usage, variable_id
+from memtrace_loop.pipeline.core.conventions import OpKind, OpStatus, VarKind, prompt_name
+from memtrace_loop.pipeline.core.graph import ExecutionGraph, GraphError, Usage, variable_id
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +42,7 @@ MAX_RAW_CHARS = 2000
 
 @dataclass
 class _CallScratch:
-    """Mutable scratch filled by `StageCallback` during one `Tracer.llm` call (never leaves this module)."""
+    """Mutable scratch filled by `StageCallback` during one `Tracer.stage` call (never leaves this module)."""
 
     instruction: str | None = None
     lm_calls: int = 0
@@ -103,7 +107,7 @@ def _usage_from(scratch: _CallScratch, prediction: dspy.Prediction | None) -> Us
 class _VariableEvent:
     expected_id: str
     name: str
-    kind: str
+    kind: VarKind | str
     value: str
     meta: Mapping[str, Any] | None
 
@@ -126,7 +130,7 @@ class Tracer:
 
     # ------------------------------------------------------------- variables and operations
 
-    def variable(self, name: str, kind: str, value: str, meta: Mapping[str, Any] | None = None) -> str:
+    def variable(self, name: str, kind: VarKind | str, value: str, meta: Mapping[str, Any] | None = None) -> str:
         """Record the next version of `name`; returns its id."""
         if not self.buffered:
             return self.graph.add_variable(name, kind, value, meta).id
@@ -146,7 +150,7 @@ class Tracer:
         inputs: Iterable[str],
         outputs: Iterable[str],
         prompt: str | None = None,
-        status: str = "ok",
+        status: OpStatus = OpStatus.OK,
         error: str | None = None,
         usage: Usage | None = None,
         meta: Mapping[str, Any] | None = None,
@@ -177,7 +181,7 @@ class Tracer:
 
     def prompt_variable(self, stage: str, instruction: str) -> str:
         """The id of the prompt variable holding `instruction` for `stage`, adding a version if it changed."""
-        name = f"prompt:{stage}"
+        name = prompt_name(stage)
         known = self._prompt_by_stage.get(stage)
         if known is not None and self._value_of(known) == instruction:
             return known
@@ -185,7 +189,7 @@ class Tracer:
         if latest is not None and latest.value == instruction and not self._local_versions_by_name.get(name):
             var_id = latest.id
         else:
-            var_id = self.variable(name, "prompt", instruction, {"stage": stage})
+            var_id = self.variable(name, VarKind.PROMPT, instruction, {"stage": stage})
         self._prompt_by_stage[stage] = var_id
         return var_id
 
@@ -193,8 +197,43 @@ class Tracer:
         local = self._local_variable_values.get(var_id)
         return local if local is not None else self.graph.variable(var_id).value
 
-    def llm(self, predictor: Callable[..., dspy.Prediction], stage: str, **kwargs: Any) -> StageResult:
-        """Run one LLM stage under the tracing callback; failures are returned, never raised."""
+    @contextmanager
+    def stage(
+        self,
+        predictor: Callable[..., dspy.Prediction],
+        stage: str,
+        /,
+        *,
+        op: str,
+        kind: OpKind,
+        inputs: Iterable[str],
+        meta: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> Iterator[StageCall]:
+        """Run one LLM stage and record it as one operation: the whole tracing of an LLM stage.
+
+        `predictor(**kwargs)` runs at once under the tracing callback; its failure is caught, never
+        raised. The body of the `with` reads the prediction (`call.ok`, `call.prediction`) and declares
+        the stage's output variables with `call.output(...)`; when the body ends, the operation `op` is
+        recorded with `inputs`, those outputs and the stage's prompt variable. An exception raised by
+        the body itself propagates and records nothing.
+        """
+        call = StageCall(self, self._run(predictor, stage, kwargs))
+        yield call
+        result = call.result
+        details = dict(meta or {})
+        if result.error is not None and result.raw_outputs:
+            details["raw_output"] = result.raw_outputs[-1]
+        self.operation(
+            op, stage, kind, inputs, call.outputs,
+            prompt=self.prompt_variable(stage, result.instruction),
+            status=OpStatus.OK if result.ok else OpStatus.FAILED, error=result.error, usage=result.usage,
+            meta=details or None,
+        )
+
+    @staticmethod
+    def _run(predictor: Callable[..., dspy.Prediction], stage: str, kwargs: Mapping[str, Any]) -> StageResult:
+        """Call the predictor under the tracing callback; failures are returned, never raised."""
         scratch = _CallScratch()
         token = _ACTIVE_CALL.set(scratch)
         prediction: dspy.Prediction | None = None
@@ -210,25 +249,37 @@ class Tracer:
             _ACTIVE_CALL.reset(token)
         signature = getattr(predictor, "signature", None)
         instruction = scratch.instruction or (signature.instructions if signature is not None else "")
-        return StageResult(
-            stage, prediction, error, instruction, _usage_from(scratch, prediction), tuple(scratch.raw_outputs)
-        )
+        try:
+            usage = _usage_from(scratch, prediction)
+        except Exception as exc:  # a tracer failure must not fail the run: count the calls, lose the tokens
+            logger.warning("stage %s: could not read token usage: %s", stage, exc)
+            usage = Usage(calls=scratch.lm_calls)
+        return StageResult(stage, prediction, error, instruction, usage, tuple(scratch.raw_outputs))
 
-    def record_llm(
-        self,
-        result: StageResult,
-        name: str,
-        kind: OpKind,
-        inputs: Iterable[str],
-        outputs: Iterable[str],
-        meta: Mapping[str, Any] | None = None,
-    ) -> None:
-        """Record a finished LLM stage as an operation that used the stage's prompt variable."""
-        details = dict(meta or {})
-        if result.error is not None and result.raw_outputs:
-            details["raw_output"] = result.raw_outputs[-1]
-        self.operation(
-            name, result.stage, kind, inputs, outputs,
-            prompt=self.prompt_variable(result.stage, result.instruction),
-            status="ok" if result.ok else "failed", error=result.error, usage=result.usage, meta=details or None,
-        )
+
+class StageCall:
+    """The handle of one LLM stage inside `with tracer.stage(...)`: the call's result, and the output
+    variables the body declares (in order) for the operation recorded when the body ends."""
+
+    def __init__(self, tracer: Tracer, result: StageResult) -> None:
+        self.tracer = tracer
+        self.result = result
+        self.outputs: list[str] = []
+
+    @property
+    def ok(self) -> bool:
+        return self.result.ok
+
+    @property
+    def prediction(self) -> dspy.Prediction | None:
+        return self.result.prediction
+
+    @property
+    def error(self) -> str | None:
+        return self.result.error
+
+    def output(self, name: str, kind: VarKind, value: str, meta: Mapping[str, Any] | None = None) -> str:
+        """Record the next version of `name` as an output of this stage; returns its id."""
+        var_id = self.tracer.variable(name, kind, value, meta)
+        self.outputs.append(var_id)
+        return var_id

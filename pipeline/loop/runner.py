@@ -16,8 +16,15 @@ from typing import Any, Protocol, TypeVar
 
 import dspy
 from memtrace_loop.memory_systems.base import AnswerOutcome, MemorySystem
-from memtrace_loop.pipeline.analysis.evaluation import EvaluationReport, JudgeAnswer, score_case, summarize
-from memtrace_loop.pipeline.core.graph import ExecutionGraph, OpKind
+from memtrace_loop.pipeline.analysis.evaluation import (
+    VERDICT_FAILED,
+    EvaluationReport,
+    JudgeAnswer,
+    score_case,
+    summarize,
+)
+from memtrace_loop.pipeline.core.conventions import OpKind, VarKind, gold_name, verdict_name
+from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import CaseResult, Conversation, Dataset, Question
 from memtrace_loop.pipeline.core.tracing import Tracer
 from memtrace_loop.pipeline.loop.memory_cache import CachedMemory, MemoryCache
@@ -111,16 +118,14 @@ def new_conversation_graph(
 
 def judge_answer(judge: dspy.Predict, question: Question, outcome: AnswerOutcome, tracer: Tracer) -> CaseResult:
     """Judge one answer as a traced stage; an unusable verdict is scored as FAILED, not raised."""
-    gold_var = tracer.variable(f"gold:{question.id}", "gold", question.gold)
-    judged = tracer.llm(
-        judge, JUDGE_STAGE, question=question.text, gold_answer=question.gold, generated_answer=outcome.text
-    )
-    label = str(judged.prediction.label) if judged.ok else None
-    verdict_var = tracer.variable(f"verdict:{question.id}", "verdict", label or "FAILED")
-    tracer.record_llm(
-        judged, "llm_judge", OpKind.JUDGE, [outcome.query_var, gold_var, outcome.answer_var], [verdict_var],
+    gold_var = tracer.variable(gold_name(question.id), VarKind.GOLD, question.gold)
+    with tracer.stage(
+        judge, JUDGE_STAGE, op="llm_judge", kind=OpKind.JUDGE, inputs=[outcome.query_var, gold_var, outcome.answer_var],
         meta={"category": question.category},
-    )
+        question=question.text, gold_answer=question.gold, generated_answer=outcome.text,
+    ) as judged:
+        label = str(judged.prediction.label) if judged.ok else None
+        judged.output(verdict_name(question.id), VarKind.VERDICT, label or VERDICT_FAILED)
     return score_case(question, outcome.text, label, outcome.error or judged.error)
 
 

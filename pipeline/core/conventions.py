@@ -1,0 +1,280 @@
+"""The graph conventions: how variables and operations of an execution graph are named and typed.
+
+Every memory system, the runner (judge), the attributor and the tools that read graphs build and read
+names through this module, so the vocabulary below is written once.
+
+A variable's *name* is `<namespace>:<key>` (its id adds `@<version>`, see `graph.variable_id`); its
+*kind* (`VarKind`) says what the value is. The namespace fixes the kind:
+
+| name                     | kind        | value                                             | written by            |
+|--------------------------|-------------|---------------------------------------------------|-----------------------|
+| `turn:<turn_id>`         | turn        | one rendered conversation turn                    | every system          |
+| `facts:<turn_id>`        | facts       | JSON list of the facts extracted from the turn    | mem0 `extract`        |
+| `similar:<turn_id>`      | retrieved   | existing memories shown to `decide`               | mem0 `search_similar` |
+| `decision:<turn_id>`     | decision    | JSON list of ADD/UPDATE/DELETE/NONE actions       | mem0 `decide`         |
+| `memory:<unit_id>`       | memory      | a memory unit (deleted version: "")               | mem0 `store`          |
+| `entry:<turn_id>`        | buffer      | a buffer entry (trimmed version: "")              | long_context          |
+| `chunk:<index>`          | chunk       | a chunk of consecutive turns                      | rag `chunk`           |
+| `boundary:<turn_id>`     | boundary    | whether the turn starts a new episode             | evermemos             |
+| `event:<n>`              | event       | one dated atomic fact of an episode               | evermemos             |
+| `episode:<n>`            | episode     | an episode's title and narrative                  | evermemos             |
+| `query:<question_id>`    | query       | the question                                      | every system          |
+| `sufficiency:<qid>`      | sufficiency | verdict of the sufficiency check                  | evermemos             |
+| `expanded:<qid>`         | query       | JSON list of extra queries                        | evermemos             |
+| `retrieved:<qid>`        | context     | the context a retrieval gave `respond`            | mem0, rag, evermemos  |
+| `context:buffer`         | context     | the whole live buffer (shared by all questions)   | long_context          |
+| `answer:<qid>`           | answer      | the generated answer                              | `respond` (shared)    |
+| `gold:<qid>`             | gold        | the gold answer                                   | runner (judge)        |
+| `verdict:<qid>`          | verdict     | CORRECT / WRONG / FAILED                          | runner (judge)        |
+| `prompt:<stage>`         | prompt      | the instruction of an LLM stage                   | `Tracer` (every LLM op)|
+
+`MEMORY_KINDS` are the memory units a system keeps (what retrieval returns and construction writes);
+`QUESTION_SIDE_KINDS` mark the answering side of a graph (an operation touching one is not
+construction). An operation has an `OpKind` and an `OpStatus` (`ok`, or `failed` with an error).
+Graphs read from other tools may carry other kinds: a kind string that is not a `VarKind` is kept
+as it is (`as_var_kind`). All enums are `StrEnum`, so they compare and serialise as their strings.
+
+This module only names things: it records nothing (`pipeline.core.tracing`) and stores nothing
+(`pipeline.core.graph`).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class OpKind(StrEnum):
+    EXTRACTION = "extraction"
+    UPDATE = "update"
+    DELETION = "deletion"
+    RETRIEVAL = "retrieval"
+    RESPONSE = "response"
+    JUDGE = "judge"
+    OTHER = "other"
+
+
+class OpStatus(StrEnum):
+    OK = "ok"
+    FAILED = "failed"
+
+
+class VarKind(StrEnum):
+    TURN = "turn"
+    FACTS = "facts"
+    RETRIEVED = "retrieved"
+    DECISION = "decision"
+    MEMORY = "memory"
+    BUFFER = "buffer"
+    CHUNK = "chunk"
+    BOUNDARY = "boundary"
+    EVENT = "event"
+    EPISODE = "episode"
+    QUERY = "query"
+    SUFFICIENCY = "sufficiency"
+    CONTEXT = "context"
+    ANSWER = "answer"
+    GOLD = "gold"
+    VERDICT = "verdict"
+    PROMPT = "prompt"
+
+
+class Namespace(StrEnum):
+    """The part of a variable name before the first colon."""
+
+    TURN = "turn"
+    FACTS = "facts"
+    SIMILAR = "similar"
+    DECISION = "decision"
+    MEMORY = "memory"
+    ENTRY = "entry"
+    CHUNK = "chunk"
+    BOUNDARY = "boundary"
+    EVENT = "event"
+    EPISODE = "episode"
+    QUERY = "query"
+    SUFFICIENCY = "sufficiency"
+    EXPANDED = "expanded"
+    RETRIEVED = "retrieved"
+    CONTEXT = "context"
+    ANSWER = "answer"
+    GOLD = "gold"
+    VERDICT = "verdict"
+    PROMPT = "prompt"
+
+
+KIND_BY_NAMESPACE: dict[Namespace, VarKind] = {
+    Namespace.TURN: VarKind.TURN,
+    Namespace.FACTS: VarKind.FACTS,
+    Namespace.SIMILAR: VarKind.RETRIEVED,
+    Namespace.DECISION: VarKind.DECISION,
+    Namespace.MEMORY: VarKind.MEMORY,
+    Namespace.ENTRY: VarKind.BUFFER,
+    Namespace.CHUNK: VarKind.CHUNK,
+    Namespace.BOUNDARY: VarKind.BOUNDARY,
+    Namespace.EVENT: VarKind.EVENT,
+    Namespace.EPISODE: VarKind.EPISODE,
+    Namespace.QUERY: VarKind.QUERY,
+    Namespace.SUFFICIENCY: VarKind.SUFFICIENCY,
+    Namespace.EXPANDED: VarKind.QUERY,
+    Namespace.RETRIEVED: VarKind.CONTEXT,
+    Namespace.CONTEXT: VarKind.CONTEXT,
+    Namespace.ANSWER: VarKind.ANSWER,
+    Namespace.GOLD: VarKind.GOLD,
+    Namespace.VERDICT: VarKind.VERDICT,
+    Namespace.PROMPT: VarKind.PROMPT,
+}
+
+MEMORY_KINDS: frozenset[VarKind] = frozenset(
+    {VarKind.MEMORY, VarKind.CHUNK, VarKind.BUFFER, VarKind.EPISODE, VarKind.EVENT}
+)
+QUESTION_SIDE_KINDS: frozenset[VarKind] = frozenset(
+    {VarKind.QUERY, VarKind.CONTEXT, VarKind.ANSWER, VarKind.GOLD, VarKind.VERDICT}
+)
+CONSTRUCTION_OP_KINDS: frozenset[OpKind] = frozenset({OpKind.EXTRACTION, OpKind.UPDATE, OpKind.DELETION})
+
+SEPARATOR = ":"
+VERSION_MARK = "@"
+BUFFER_CONTEXT_KEY = "buffer"  # long_context's one shared context: `context:buffer`
+
+
+def as_var_kind(kind: str) -> VarKind | str:
+    """`kind` as a `VarKind` when it is one of ours; another tool's kind string is kept unchanged."""
+    try:
+        return VarKind(kind)
+    except ValueError:
+        return kind
+
+
+# ------------------------------------------------------------------ names
+
+def var_name(namespace: Namespace, key: object) -> str:
+    """`<namespace>:<key>`, e.g. `var_name(Namespace.TURN, "D3:7") == "turn:D3:7"`."""
+    return f"{namespace}{SEPARATOR}{key}"
+
+
+def prefix(namespace: Namespace) -> str:
+    """`<namespace>:`, the prefix every name of the namespace starts with (for `graph.names(prefix)`)."""
+    return f"{namespace}{SEPARATOR}"
+
+
+def turn_name(turn_id: str) -> str:
+    return var_name(Namespace.TURN, turn_id)
+
+
+def facts_name(turn_id: str) -> str:
+    return var_name(Namespace.FACTS, turn_id)
+
+
+def similar_name(turn_id: str) -> str:
+    return var_name(Namespace.SIMILAR, turn_id)
+
+
+def decision_name(turn_id: str) -> str:
+    return var_name(Namespace.DECISION, turn_id)
+
+
+def memory_name(unit_id: str) -> str:
+    return var_name(Namespace.MEMORY, unit_id)
+
+
+def entry_name(turn_id: str) -> str:
+    return var_name(Namespace.ENTRY, turn_id)
+
+
+def chunk_name(index: int) -> str:
+    return var_name(Namespace.CHUNK, index)
+
+
+def boundary_name(turn_id: str) -> str:
+    return var_name(Namespace.BOUNDARY, turn_id)
+
+
+def event_name(number: int) -> str:
+    return var_name(Namespace.EVENT, number)
+
+
+def episode_name(number: int) -> str:
+    return var_name(Namespace.EPISODE, number)
+
+
+def query_name(question_id: str) -> str:
+    return var_name(Namespace.QUERY, question_id)
+
+
+def sufficiency_name(question_id: str) -> str:
+    return var_name(Namespace.SUFFICIENCY, question_id)
+
+
+def expanded_name(question_id: str) -> str:
+    return var_name(Namespace.EXPANDED, question_id)
+
+
+def retrieved_name(question_id: str) -> str:
+    return var_name(Namespace.RETRIEVED, question_id)
+
+
+def answer_name(question_id: str) -> str:
+    return var_name(Namespace.ANSWER, question_id)
+
+
+def gold_name(question_id: str) -> str:
+    return var_name(Namespace.GOLD, question_id)
+
+
+def verdict_name(question_id: str) -> str:
+    return var_name(Namespace.VERDICT, question_id)
+
+
+def prompt_name(stage: str) -> str:
+    return var_name(Namespace.PROMPT, stage)
+
+
+BUFFER_CONTEXT_NAME = var_name(Namespace.CONTEXT, BUFFER_CONTEXT_KEY)
+
+
+def first_version(name: str) -> str:
+    """The id of version 1 of `name` (turns, chunks: values written once)."""
+    return f"{name}{VERSION_MARK}1"
+
+
+# ------------------------------------------------------------------ parsing
+
+def name_of(node: str) -> str:
+    """The name of a variable id (`turn:D3:7@1` -> `turn:D3:7`); a bare name is returned unchanged."""
+    return node.rsplit(VERSION_MARK, 1)[0] if VERSION_MARK in node else node
+
+
+def split_name(node: str) -> tuple[Namespace, str]:
+    """(namespace, key) of a variable name or id: `memory:m17@3` -> (Namespace.MEMORY, "m17").
+    Raises ValueError for a name outside our conventions."""
+    namespace, sep, key = name_of(node).partition(SEPARATOR)
+    if not sep:
+        raise ValueError(f"{node!r} is not a `<namespace>:<key>` variable name")
+    try:
+        return Namespace(namespace), key
+    except ValueError:
+        raise ValueError(f"{node!r}: unknown namespace {namespace!r}") from None
+
+
+def key_of(node: str, namespace: Namespace) -> str:
+    """The key of a variable name or id in `namespace` (`turn:D3:7@1` -> `D3:7`); ValueError otherwise."""
+    found, key = split_name(node)
+    if found != namespace:
+        raise ValueError(f"{node!r} is not in namespace {namespace.value!r}")
+    return key
+
+
+def turn_id_of(node: str) -> str:
+    """The turn id of a `turn:` variable name or id (`turn:D3:7@1` -> `D3:7`); a variable outside the
+    namespace (a turn of an imported graph) keeps its name."""
+    return name_of(node).removeprefix(prefix(Namespace.TURN))
+
+
+def is_in(node: str, namespace: Namespace) -> bool:
+    """Whether a variable name or id is in `namespace`."""
+    return node.startswith(prefix(namespace))
+
+
+def kind_of(node: str) -> VarKind:
+    """The kind a variable name or id has by our conventions (ValueError outside them)."""
+    return KIND_BY_NAMESPACE[split_name(node)[0]]
