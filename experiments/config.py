@@ -169,21 +169,18 @@ def _check_groups(plain: Mapping[str, Any]) -> None:
 
 
 def validated_run(plain: Mapping[str, Any]) -> RunConfig:
-    config = parse_config(RunConfig, plain, "")
-    _check_groups(plain)
-    return config
+    _check_groups(plain)  # first: a group key is named where it is set (not where it is interpolated)
+    return parse_config(RunConfig, plain, "")
 
 
 def validated_optimize(plain: Mapping[str, Any]) -> OptimizeConfig:
-    config = parse_config(OptimizeConfig, plain, "")
-    _check_groups(plain)
-    return config
+    _check_groups(plain)  # first: a group key is named where it is set (not where it is interpolated)
+    return parse_config(OptimizeConfig, plain, "")
 
 
 def validated_stages(plain: Mapping[str, Any]) -> StagesConfig:
-    config = parse_config(StagesConfig, plain, "")
-    _check_groups(plain)
-    return config
+    _check_groups(plain)  # first: a group key is named where it is set (not where it is interpolated)
+    return parse_config(StagesConfig, plain, "")
 
 
 def validated_export(plain: Mapping[str, Any]) -> ExportConfig:
