@@ -13,9 +13,9 @@ unknown key, a wrong type or an out-of-range value. Nothing here builds or runs 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import pydantic
 from memtrace_loop.memory_systems.base import knobs_from_config
@@ -29,6 +29,7 @@ from memtrace_loop.pipeline.loop.optimization import LoopSettings
 
 _STRICT = pydantic.ConfigDict(extra="forbid")
 Group = dict[str, Any]  # a group node, checked by its registry
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -152,35 +153,45 @@ def check_memory_system(node: Mapping[str, Any]) -> None:
     knobs_from_config(knobs_schema(node.get("name")), node)  # type: ignore[arg-type]
 
 
-def _check_groups(plain: Mapping[str, Any]) -> None:
-    if "lm" in plain:
-        lm_configs(plain["lm"])
-    if "embedder" in plain:
-        EmbedderConfig.from_mapping(plain["embedder"])
-    if "memory_system" in plain:
-        check_memory_system(plain["memory_system"])
-    if "dataset" in plain:
-        dataset_config(plain["dataset"])
-    if "optimizer" in plain:
-        node = plain["optimizer"]
-        if not isinstance(node, Mapping):
-            raise ConfigError("optimizer: must be a mapping")
-        optimizer_settings(node.get("name"), node)  # type: ignore[arg-type]
+def _group_checks(plain: Mapping[str, Any]) -> list[Callable[[], object]]:
+    node = plain.get("optimizer")
+    checks: dict[str, Callable[[], object]] = {
+        "lm": lambda: lm_configs(plain["lm"]),
+        "embedder": lambda: EmbedderConfig.from_mapping(plain["embedder"]),
+        "memory_system": lambda: check_memory_system(plain["memory_system"]),
+        "dataset": lambda: dataset_config(plain["dataset"]),
+        "optimizer": lambda: optimizer_settings(node.get("name") if isinstance(node, Mapping) else None, node),
+    }
+    return [check for key, check in checks.items() if key in plain]
+
+
+def _validated(schema: type[T], plain: Mapping[str, Any]) -> T:
+    """`plain` as `schema` with every group node checked; every failing key is named (a value set once
+    and interpolated elsewhere, like `seed`, is named at each place it lands, the top-level key first)."""
+    errors: list[str] = []
+    config = None
+    for check in [lambda: parse_config(schema, plain, ""), *_group_checks(plain)]:
+        try:
+            result = check()
+        except ConfigError as error:
+            errors.append(str(error))
+        else:
+            config = result if config is None else config
+    if errors:
+        raise ConfigError("; ".join(errors))
+    return config  # type: ignore[return-value]
 
 
 def validated_run(plain: Mapping[str, Any]) -> RunConfig:
-    _check_groups(plain)  # first: a group key is named where it is set (not where it is interpolated)
-    return parse_config(RunConfig, plain, "")
+    return _validated(RunConfig, plain)
 
 
 def validated_optimize(plain: Mapping[str, Any]) -> OptimizeConfig:
-    _check_groups(plain)  # first: a group key is named where it is set (not where it is interpolated)
-    return parse_config(OptimizeConfig, plain, "")
+    return _validated(OptimizeConfig, plain)
 
 
 def validated_stages(plain: Mapping[str, Any]) -> StagesConfig:
-    _check_groups(plain)  # first: a group key is named where it is set (not where it is interpolated)
-    return parse_config(StagesConfig, plain, "")
+    return _validated(StagesConfig, plain)
 
 
 def validated_export(plain: Mapping[str, Any]) -> ExportConfig:

@@ -86,7 +86,8 @@ def parse_config(schema: type[T], mapping: Mapping[str, Any] | T | None, where: 
     try:
         return pydantic.TypeAdapter(schema).validate_python(dict(mapping))
     except pydantic.ValidationError as exc:
-        raise ConfigError("; ".join(_describe(where, error) for error in exc.errors())) from None
+        errors = sorted(exc.errors(), key=lambda e: len(e["loc"]))  # the outermost key first
+        raise ConfigError("; ".join(_describe(where, error) for error in errors)) from None
 
 
 def _describe(where: str, error: Mapping[str, Any]) -> str:
