@@ -150,6 +150,8 @@ class ExportConfig:
 
 
 def check_memory_system(node: Mapping[str, Any]) -> None:
+    if not isinstance(node, Mapping):
+        raise ConfigError(f"memory_system: must be a mapping, got {type(node).__name__}")
     knobs_from_config(knobs_schema(node.get("name")), node)  # type: ignore[arg-type]
 
 
