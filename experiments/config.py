@@ -76,51 +76,42 @@ class LoopConfig:
         require(self, max_iterations=(1, None), max_candidates=(1, None), patience=(1, None), min_gain=(0, None))
 
 
-@dataclass(frozen=True)
-class RunConfig:
+@dataclass(frozen=True, kw_only=True)
+class _AppConfig:
+    """What `run` and `optimize` share."""
+
+    lm: Group
+    embedder: Group
+    memory_system: Group
+    dataset: Group
+    tracking: TrackingConfig
+    splits: SplitsConfig
+    evaluation: EvaluationConfig
+    cache_dir: str  # DSPy's response cache (wired to MEMTRACE_CACHE_DIR by the YAML)
+    seed: int = LoopSettings.seed
+    workers: int = LoopSettings.workers  # threads for ingestion and answering (results do not depend on it)
+    prompts: str | None = None  # an exported prompt set (JSON/YAML) to start from
+    run_name: str | None = None
+
+    def __post_init__(self) -> None:
+        require(self, workers=(1, None))
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunConfig(_AppConfig):
     """`memtrace run`."""
 
-    lm: Group
-    embedder: Group
-    memory_system: Group
-    dataset: Group
-    tracking: TrackingConfig
-    splits: SplitsConfig
-    evaluation: EvaluationConfig
-    cache_dir: str
-    seed: int = 0
-    workers: int = 8  # threads for ingestion and answering (results do not depend on it)
     split: Literal["all", "train", "dev", "test"] = "all"
-    prompts: str | None = None  # an exported prompt set (JSON/YAML) to load into the memory system
-    run_name: str | None = None
-
-    def __post_init__(self) -> None:
-        require(self, workers=(1, None))
 
 
-@dataclass(frozen=True)
-class OptimizeConfig:
+@dataclass(frozen=True, kw_only=True)
+class OptimizeConfig(_AppConfig):
     """`memtrace optimize`."""
 
-    lm: Group
-    embedder: Group
-    memory_system: Group
-    dataset: Group
-    tracking: TrackingConfig
     optimizer: Group
-    splits: SplitsConfig
-    evaluation: EvaluationConfig
-    cache_dir: str
-    seed: int = 0
-    workers: int = 8
     loop: LoopConfig = field(default_factory=LoopConfig)
-    prompts: str | None = None  # start from an exported prompt set (JSON/YAML) instead of the defaults
     resume: str | None = None  # a previous run directory (with checkpoint.json) to continue
     register_prompts: bool = True  # register accepted prompt sets in MLflow's prompt registry
-    run_name: str | None = None
-
-    def __post_init__(self) -> None:
-        require(self, workers=(1, None))
 
     def loop_settings(self) -> LoopSettings:
         return LoopSettings(

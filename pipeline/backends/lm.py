@@ -1,4 +1,4 @@
-"""Building the project's language models from configuration — the only module that knows backends.
+"""Building the project's language models from configuration: `LMConfig` (the schema of one role) and the builders.
 
 An `LMConfig` (one per role) says which backend to use and how; `build_lm` turns it into a `dspy.LM`;
 `build_lm_set` builds the four independently configured roles (task, judge, attributor, rewriter) as
