@@ -1,0 +1,47 @@
+"""The Hydra config tree. Importing this package (Hydra does, to read it) stores the schema nodes.
+
+Every default lives in a schema record (next to what it configures); `store_schemas()` puts each
+record's defaults into Hydra's ConfigStore under `schema/<group>/<option>` (and `schema/<app>` for the
+top-level keys), and every YAML file starts from its schema node through its defaults list, then only
+selects groups, wires interpolations and sets what differs for that option. So `--cfg job` shows every
+key with its value while each value is written once. Validation is `experiments.config` (at start).
+"""
+
+from __future__ import annotations
+
+from hydra.core.config_store import ConfigStore
+from memtrace_loop.experiments.config import ExportConfig, OptimizeConfig, RunConfig, StagesConfig, TrackingConfig
+from memtrace_loop.memory_systems.registry import ENTRY_BY_SYSTEM, knobs_schema
+from memtrace_loop.optimizers.registry import ENTRY_BY_OPTIMIZER
+from memtrace_loop.pipeline.backends.embeddings import HASHING_DIM, EmbedderConfig
+from memtrace_loop.pipeline.backends.registry import ENTRY_BY_BACKEND
+from memtrace_loop.pipeline.core.config import defaults_of
+from memtrace_loop.pipeline.data.registry import ENTRY_BY_KIND
+
+_GROUPS = ("lm", "embedder", "memory_system", "dataset", "tracking", "optimizer")
+
+
+def _top_level(schema: type) -> dict:
+    return {k: v for k, v in defaults_of(schema).items() if k not in _GROUPS}
+
+
+def store_schemas() -> None:
+    cs = ConfigStore.instance()
+    for backend, entry in ENTRY_BY_BACKEND.items():
+        defaults = defaults_of(entry.schema)
+        cs.store(group="schema/lm", name=backend, node={"task": {k: defaults[k] for k in entry.keys if k in defaults}})
+    cs.store(group="schema/embedder", name="hashing", node={"dim": HASHING_DIM})
+    cs.store(group="schema/embedder", name="openai", node=defaults_of(EmbedderConfig))
+    for name in ENTRY_BY_SYSTEM:
+        cs.store(group="schema/memory_system", name=name, node=defaults_of(knobs_schema(name)))
+    for kind, entry in ENTRY_BY_KIND.items():
+        cs.store(group="schema/dataset", name=kind, node=defaults_of(entry.schema))
+    for name, entry in ENTRY_BY_OPTIMIZER.items():
+        cs.store(group="schema/optimizer", name=name, node=defaults_of(entry.schema))
+    cs.store(group="schema/tracking", name="base", node=defaults_of(TrackingConfig))
+    for app, schema in (("run", RunConfig), ("optimize", OptimizeConfig), ("stages", StagesConfig),
+                        ("export", ExportConfig)):
+        cs.store(group="schema", name=app, node=_top_level(schema))
+
+
+store_schemas()

@@ -13,8 +13,9 @@ import tempfile
 from pathlib import Path
 
 import hydra
+from memtrace_loop.experiments.config import validated_export
 from memtrace_loop.experiments.console import setup_logging
-from memtrace_loop.experiments.factory import launch_dir, resolve
+from memtrace_loop.experiments.factory import launch_dir, resolve, to_plain
 from memtrace_loop.pipeline.core.records import PromptSet
 from memtrace_loop.pipeline.tracking.export import ExportedPrompts, read_prompts, write_prompts
 from mlflow.exceptions import MlflowException
@@ -49,9 +50,10 @@ def exported_from_run(client: MlflowClient, run_id: str) -> ExportedPrompts:
 def export(cfg: DictConfig, console: Console | None = None) -> Path:
     console = console or Console()
     base_dir = launch_dir()
-    client = MlflowClient(tracking_uri=str(cfg.tracking.uri))
-    exported = exported_from_run(client, str(cfg.run_id))
-    path = write_prompts(exported, resolve(str(cfg.out), base_dir))
+    config = validated_export(to_plain(cfg))
+    client = MlflowClient(tracking_uri=config.tracking.uri)
+    exported = exported_from_run(client, config.run_id)
+    path = write_prompts(exported, resolve(config.out, base_dir))
     console.print(f"wrote {len(exported.prompts)} stage prompts of {exported.system!r} to {path}")
     console.print(f"load them with: memtrace run prompts={path}")
     return path

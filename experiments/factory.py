@@ -1,6 +1,7 @@
-"""Turning a composed Hydra config into the objects a run needs: dataset split, LMs, system, judge.
-
-The only place where config names meet constructors. It does not run anything and does not log.
+"""Turning a composed (and validated, see `experiments.config`) Hydra config into the objects a run
+needs: dataset split, LMs, system, judge. Config names meet constructors through the registries
+(`pipeline.backends.registry`, `pipeline.data.registry`, `memory_systems.registry`,
+`optimizers.registry`). It does not run anything and does not log.
 """
 
 from __future__ import annotations
@@ -17,18 +18,13 @@ from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.pipeline.backends.embeddings import build_embedder
 from memtrace_loop.pipeline.backends.lm import LMSet, build_lm_set
+from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.records import Dataset
-from memtrace_loop.pipeline.data.locomo import DataError, Split, parse_locomo, split_by_conversation
-from memtrace_loop.pipeline.data.locomo import load_locomo as _load_locomo
-from memtrace_loop.pipeline.data.longmemeval import load_longmemeval, load_longmemeval_hub
+from memtrace_loop.pipeline.data.locomo import Split, split_by_conversation
+from memtrace_loop.pipeline.data.registry import load_dataset
 from memtrace_loop.pipeline.loop.runner import make_judge
-from memtrace_loop.pipeline.sim.world import generate_locomo
 from memtrace_loop.pipeline.tracking.export import apply_prompts, read_prompts
 from omegaconf import DictConfig, OmegaConf
-
-
-class ConfigError(ValueError):
-    """A config value that cannot be used, named by its key."""
 
 
 def to_plain(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
@@ -50,38 +46,6 @@ def resolve(path: str | Path, base_dir: Path) -> Path:
 def with_prompt_file(system: MemorySystem, prompts: str | Path | None, base_dir: Path) -> MemorySystem:
     """`system` with the exported prompt set at `prompts` applied (unchanged when `prompts` is empty)."""
     return apply_prompts(system, read_prompts(resolve(prompts, base_dir))) if prompts else system
-
-
-def load_dataset(cfg: Mapping[str, Any], base_dir: str | Path | None = None) -> Dataset:
-    """The whole dataset named by `cfg` (`dataset` group)."""
-    kind = cfg.get("kind")
-    if kind == "sim":
-        samples = generate_locomo(
-            seed=int(cfg.get("seed", 0)),
-            n_conversations=int(cfg.get("n_conversations", 8)),
-            sessions_per_conversation=int(cfg.get("sessions_per_conversation", 6)),
-            turns_per_session=int(cfg.get("turns_per_session", 14)),
-        )
-        return parse_locomo(samples, source=f"sim(seed={cfg.get('seed', 0)})")
-    if kind == "locomo":
-        path = resolve(str(cfg.get("path")), Path(base_dir or "."))
-        if not path.exists():
-            raise DataError(str(path), "LoCoMo file not found (set dataset.path=... or MEMTRACE_LOCOMO)")
-        return _load_locomo(path)
-    if kind == "longmemeval":
-        date_in_text = bool(cfg.get("question_date_in_text", True))
-        if cfg.get("hub"):
-            return load_longmemeval_hub(
-                str(cfg["hub"]), variant=cfg.get("variant"), split=str(cfg.get("hub_split", "train")),
-                question_date_in_text=date_in_text,
-            )
-        path = resolve(str(cfg.get("path")), Path(base_dir or "."))
-        if not path.exists():
-            raise DataError(
-                str(path), "LongMemEval file not found (set dataset.path=..., MEMTRACE_LONGMEMEVAL or dataset.hub=...)"
-            )
-        return load_longmemeval(path, question_date_in_text=date_in_text)
-    raise ConfigError(f"dataset.kind: unknown kind {kind!r} (expected 'sim', 'locomo' or 'longmemeval')")
 
 
 def select_split(dataset: Dataset, split: str, fractions: list[float], seed: int) -> Dataset:
@@ -117,6 +81,21 @@ def build_components(plain: Mapping[str, Any], base_dir: Path) -> tuple[LMSet, M
     system = with_prompt_file(system, plain.get("prompts"), base_dir)
     system.set_lm(lms.task)
     return lms, system, make_judge(lms.judge)
+
+
+__all__ = [
+    "ConfigError",
+    "build_components",
+    "build_memory_system",
+    "launch_dir",
+    "load_dataset",
+    "resolve",
+    "secret_values",
+    "select_split",
+    "splits_of",
+    "to_plain",
+    "with_prompt_file",
+]
 
 
 def splits_of(plain: Mapping[str, Any], base_dir: Path) -> Split:

@@ -21,6 +21,7 @@ from typing import Any
 import hydra
 import mlflow
 from hydra.core.hydra_config import HydraConfig
+from memtrace_loop.experiments.config import validated_optimize
 from memtrace_loop.experiments.console import RichProgress, loop_tables, setup_logging
 from memtrace_loop.experiments.factory import build_components, launch_dir, resolve, secret_values, splits_of, to_plain
 from memtrace_loop.optimizers.registry import build_optimizer
@@ -28,7 +29,6 @@ from memtrace_loop.pipeline.backends.lm import configure_cache
 from memtrace_loop.pipeline.loop.optimization import (
     CheckpointError,
     LoopResult,
-    LoopSettings,
     OptimizationLoop,
     Splits,
     read_checkpoint,
@@ -89,6 +89,7 @@ def optimize(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
     console = console or Console()
     base_dir = launch_dir()
     run_dir, plain, resuming = _run_dir(to_plain(cfg), base_dir)
+    config = validated_optimize(plain)  # every key checked before anything is built (ConfigError naming the key)
     secrets = secret_values(plain)
     configure_cache(base_dir / plain["cache_dir"])
     lms, system, judge = build_components(plain, base_dir)
@@ -97,12 +98,7 @@ def optimize(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
         if not getattr(parts, name).questions:
             raise ValueError(f"the {name} split is empty: use a dataset with at least 3 conversations")
     optimizer = build_optimizer(plain["optimizer"]["name"], lms.rewriter, plain["optimizer"])
-    settings = LoopSettings(
-        max_iterations=int(plain["loop"]["max_iterations"]), patience=int(plain["loop"]["patience"]),
-        min_gain=float(plain["loop"]["min_gain"]), max_candidates=int(plain["loop"]["max_candidates"]),
-        exclude_categories=tuple(plain["evaluation"]["exclude_categories"]), workers=int(plain["workers"]),
-        seed=int(plain["seed"]),
-    )
+    settings = config.loop_settings()
 
     open_experiment(plain["tracking"]["uri"], plain["tracking"]["experiment"])
     parent_id = read_checkpoint(run_dir / CHECKPOINT).get("mlflow_run_id") if resuming else None

@@ -12,6 +12,7 @@ import time
 
 import hydra
 import mlflow
+from memtrace_loop.experiments.config import validated_run
 from memtrace_loop.experiments.console import RichProgress, counts_line, report_table, setup_logging
 from memtrace_loop.experiments.factory import (
     build_components,
@@ -41,6 +42,7 @@ def run(cfg: DictConfig, console: Console | None = None) -> dict[str, object]:
     """Run, evaluate and log; returns the MLflow run id and the overall judge accuracy."""
     console = console or Console()
     plain = to_plain(cfg)
+    validated_run(plain)  # every key checked before anything is built (ConfigError naming the key)
     secrets = secret_values(plain)
     base_dir = launch_dir()
     configure_cache(base_dir / plain["cache_dir"])

@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 import hydra
+from memtrace_loop.experiments.config import validated_stages
 from memtrace_loop.experiments.factory import launch_dir, to_plain, with_prompt_file
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.memory_systems.registry import build_memory_system
@@ -41,6 +42,7 @@ def stage_rows(system: MemorySystem) -> list[dict[str, Any]]:
 
 def stages(cfg: DictConfig, console: Console | None = None) -> list[dict[str, Any]]:
     plain = to_plain(cfg)
+    validated_stages(plain)
     system = build_memory_system(plain["memory_system"], build_embedder(plain["embedder"]))
     system = with_prompt_file(system, plain.get("prompts"), launch_dir())
     rows = stage_rows(system)

@@ -11,13 +11,16 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import dspy
+from memtrace_loop.pipeline.core.config import parse_config
 from memtrace_loop.pipeline.core.records import Conversation, PromptSet, Question, Turn
 from memtrace_loop.pipeline.core.tracing import Tracer
+
+KnobsT = TypeVar("KnobsT")
 
 
 class PromptSetError(ValueError):
@@ -106,3 +109,11 @@ def _replace_path(root: dspy.Module, path: str, value: Any) -> None:
         setattr(node, part, child)
         node = child
     setattr(node, leaf, value)
+
+
+def knobs_from_config(schema: type[KnobsT], cfg: Mapping[str, Any] | KnobsT | None) -> KnobsT:
+    """A system's knobs record from its `memory_system` config node (the `name` key is the registry's):
+    unknown keys, wrong types and out-of-range values are a `ConfigError` naming `memory_system.<key>`."""
+    if isinstance(cfg, Mapping):
+        cfg = {key: value for key, value in cfg.items() if key != "name"}
+    return parse_config(schema, cfg, "memory_system")

@@ -28,11 +28,11 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import dspy
 from memtrace_loop.memory_systems.answering import record_query, record_turn, respond
-from memtrace_loop.memory_systems.base import AnswerOutcome, MemorySystem
+from memtrace_loop.memory_systems.base import AnswerOutcome, MemorySystem, knobs_from_config
 from memtrace_loop.memory_systems.signatures import AnswerQuestion, human_date
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.backends.tokens import TokenCounter, build_token_counter
@@ -57,12 +57,12 @@ def render_entry(speaker: str, iso_time: str, text: str) -> str:
 class LongContextKnobs:
     """The non-prompt settings: the token window and the tokenizer that measures it."""
 
-    window_tokens: int = 32768
-    tokenizer: str = "tiktoken"  # `tiktoken` (cl100k_base, offline) or `approx` (characters / 4)
+    window_tokens: int = 32768  # buffer size (tokens) past which the oldest turns are trimmed
+    tokenizer: Literal["tiktoken", "approx"] = "tiktoken"  # tiktoken (cl100k_base, offline) or approx (chars / 4)
 
     def __post_init__(self) -> None:
         if self.window_tokens < 1:
-            raise ValueError(f"long_context.window_tokens must be >= 1, got {self.window_tokens}")
+            raise ValueError(f"window_tokens must be >= 1, got {self.window_tokens}")
 
 
 @dataclass(frozen=True)
@@ -180,9 +180,6 @@ class LongContextMemory(MemorySystem):
 
 
 def from_config(cfg: Mapping[str, Any], embedder: Embedder | None = None) -> LongContextMemory:
-    """The system as `conf/memory_system/long_context.yaml` describes it (the embedder is unused)."""
-    return LongContextMemory(
-        LongContextKnobs(
-            window_tokens=int(cfg.get("window_tokens", 32768)), tokenizer=str(cfg.get("tokenizer", "tiktoken"))
-        )
-    )
+    """The system as its `memory_system` config node describes it (keys and defaults: `LongContextKnobs`;
+    the embedder is unused)."""
+    return LongContextMemory(knobs_from_config(LongContextKnobs, cfg))

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import dspy
 from memtrace_loop.memory_systems.answering import record_query, record_retrieval, record_turn, respond
-from memtrace_loop.memory_systems.base import AnswerOutcome, MemorySystem
+from memtrace_loop.memory_systems.base import AnswerOutcome, MemorySystem, knobs_from_config
 from memtrace_loop.memory_systems.signatures import AnswerQuestion, render_turn
 from memtrace_loop.memory_systems.store import InMemoryVectorStore
 from memtrace_loop.pipeline.backends.embeddings import Embedder
@@ -43,21 +43,21 @@ CONTEXT_SEPARATOR = "\n\n"
 class RagKnobs:
     """The non-prompt settings of the system."""
 
-    max_chunk_tokens: int = 1200
-    overlap_tokens: int = 0
-    top_k: int = 10
-    tokenizer: str = "tiktoken"  # `tiktoken` (cl100k_base, offline) or `approx` (characters / 4)
+    max_chunk_tokens: int = 1200  # upper bound of a chunk, in tokens (construction)
+    overlap_tokens: int = 0  # tokens of the previous chunk's last turns repeated at the start of the next
+    top_k: int = 10  # chunks retrieved for answering
+    tokenizer: Literal["tiktoken", "approx"] = "tiktoken"  # tiktoken (cl100k_base, offline) or approx (chars / 4)
 
     def __post_init__(self) -> None:
         if self.max_chunk_tokens < 16:
-            raise ValueError(f"rag.max_chunk_tokens must be >= 16, got {self.max_chunk_tokens}")
+            raise ValueError(f"max_chunk_tokens must be >= 16, got {self.max_chunk_tokens}")
         if not 0 <= self.overlap_tokens < self.max_chunk_tokens:
             raise ValueError(
-                f"rag.overlap_tokens must be in [0, max_chunk_tokens={self.max_chunk_tokens}), "
+                f"overlap_tokens must be in [0, max_chunk_tokens={self.max_chunk_tokens}), "
                 f"got {self.overlap_tokens}"
             )
         if self.top_k < 1:
-            raise ValueError(f"rag.top_k must be >= 1, got {self.top_k}")
+            raise ValueError(f"top_k must be >= 1, got {self.top_k}")
 
 
 @dataclass(frozen=True)
@@ -269,13 +269,5 @@ class RagMemory(MemorySystem):
 
 
 def from_config(cfg: Mapping[str, Any], embedder: Embedder) -> RagMemory:
-    """The system as `conf/memory_system/rag.yaml` describes it."""
-    return RagMemory(
-        embedder,
-        RagKnobs(
-            max_chunk_tokens=int(cfg.get("max_chunk_tokens", 1200)),
-            overlap_tokens=int(cfg.get("overlap_tokens", 0)),
-            top_k=int(cfg.get("top_k", 10)),
-            tokenizer=str(cfg.get("tokenizer", "tiktoken")),
-        ),
-    )
+    """The system as its `memory_system` config node describes it (keys and defaults: `RagKnobs`)."""
+    return RagMemory(embedder, knobs_from_config(RagKnobs, cfg))

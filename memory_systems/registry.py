@@ -1,38 +1,62 @@
-"""Memory systems by config name: `memory_system.name` -> the module that builds it.
+"""Memory systems by config name: `memory_system.name` -> (knobs schema, builder).
 
-Each system module exports `from_config(cfg: Mapping, embedder: Embedder) -> MemorySystem`, reading
-its knobs from its Hydra config (`conf/memory_system/<name>.yaml`). Modules are imported on demand.
+Each system module exports its knobs record (a frozen dataclass: the schema and the defaults of its
+`memory_system` config node, and the construction part of its memory key) and
+`from_config(cfg: Mapping, embedder: Embedder) -> MemorySystem`. Adding a system is one line here plus
+its own module and `conf/memory_system/<name>.yaml`. Modules are imported on demand.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.pipeline.backends.embeddings import Embedder
+from memtrace_loop.pipeline.core.config import ConfigError
 
-MODULE_BY_SYSTEM: Mapping[str, str] = MappingProxyType(
+
+@dataclass(frozen=True)
+class SystemEntry:
+    module: str  # exports `from_config` and the knobs record named `knobs`
+    knobs: str
+
+
+ENTRY_BY_SYSTEM: Mapping[str, SystemEntry] = MappingProxyType(
     {
-        "long_context": "memtrace_loop.memory_systems.long_context",
-        "rag": "memtrace_loop.memory_systems.rag",
-        "mem0": "memtrace_loop.memory_systems.mem0.system",
-        "evermemos": "memtrace_loop.memory_systems.evermemos.system",
+        "long_context": SystemEntry("memtrace_loop.memory_systems.long_context", "LongContextKnobs"),
+        "rag": SystemEntry("memtrace_loop.memory_systems.rag", "RagKnobs"),
+        "mem0": SystemEntry("memtrace_loop.memory_systems.mem0.system", "Mem0Knobs"),
+        "evermemos": SystemEntry("memtrace_loop.memory_systems.evermemos.system", "EverMemOSKnobs"),
     }
 )
+MODULE_BY_SYSTEM: Mapping[str, str] = MappingProxyType({n: e.module for n, e in ENTRY_BY_SYSTEM.items()})
 
 
-class UnknownSystemError(ValueError):
+class UnknownSystemError(ConfigError):
     pass
 
 
-def build_memory_system(cfg: Mapping[str, Any], embedder: Embedder) -> MemorySystem:
-    name = cfg.get("name")
-    if name not in MODULE_BY_SYSTEM:
+def _entry(name: object) -> SystemEntry:
+    if name not in ENTRY_BY_SYSTEM:
         raise UnknownSystemError(
-            f"memory_system.name: unknown memory system {name!r} (available: {', '.join(MODULE_BY_SYSTEM)})"
+            f"memory_system.name: unknown memory system {name!r} (available: {', '.join(ENTRY_BY_SYSTEM)})"
         )
-    module = importlib.import_module(MODULE_BY_SYSTEM[str(name)])
-    return module.from_config(cfg, embedder)
+    return ENTRY_BY_SYSTEM[str(name)]
+
+
+def knobs_schema(name: str) -> type:
+    """The knobs record of the system called `name` (its config schema)."""
+    entry = _entry(name)
+    return getattr(importlib.import_module(entry.module), entry.knobs)
+
+
+def system_builder(name: str) -> Callable[[Mapping[str, Any], Embedder], MemorySystem]:
+    return importlib.import_module(_entry(name).module).from_config
+
+
+def build_memory_system(cfg: Mapping[str, Any], embedder: Embedder) -> MemorySystem:
+    return system_builder(cfg.get("name"))(cfg, embedder)  # type: ignore[arg-type]

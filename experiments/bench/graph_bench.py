@@ -32,9 +32,8 @@ from memtrace_loop.pipeline.core.conventions import Namespace, is_in, prefix
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.graph_io import graph_to_json, load_graph, save_graph
 from memtrace_loop.pipeline.core.tracing import Tracer
-from memtrace_loop.pipeline.data.locomo import parse_locomo
+from memtrace_loop.pipeline.data.registry import load_dataset
 from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
-from memtrace_loop.pipeline.sim.world import generate_locomo
 from rich.console import Console
 from rich.table import Table
 
@@ -96,11 +95,10 @@ def build_graphs(
     system_name: str, n_conversations: int, sessions: int, turns_per_session: int, workers: int
 ) -> tuple[list[ExecutionGraph], int, float]:
     """The graphs of a sim run (answers and judge included), the number of turns, and the run time."""
-    samples = generate_locomo(
-        seed=0, n_conversations=n_conversations, sessions_per_conversation=sessions,
-        turns_per_session=turns_per_session,
+    dataset = load_dataset(
+        {"kind": "sim", "seed": 0, "n_conversations": n_conversations, "sessions_per_conversation": sessions,
+         "turns_per_session": turns_per_session}
     )
-    dataset = parse_locomo(samples, source="bench")
     lm = build_lm(LMConfig(backend="sim", model="stand-in", cache=False))
     system = build_memory_system({"name": system_name}, HashingEmbedder())
     system.set_lm(lm)

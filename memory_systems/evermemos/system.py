@@ -30,11 +30,11 @@ import itertools
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import dspy
 from memtrace_loop.memory_systems.answering import record_query, record_retrieval, record_turn, respond
-from memtrace_loop.memory_systems.base import AnswerOutcome, MemorySystem
+from memtrace_loop.memory_systems.base import AnswerOutcome, MemorySystem, knobs_from_config
 from memtrace_loop.memory_systems.evermemos.signatures import (
     CheckSufficiency,
     DetectBoundary,
@@ -52,6 +52,7 @@ from memtrace_loop.memory_systems.store import InMemoryVectorStore
 from memtrace_loop.pipeline.backends.bm25 import BM25Index, tokenize
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.backends.tokens import TokenCounter, build_token_counter
+from memtrace_loop.pipeline.core.config import require
 from memtrace_loop.pipeline.core.conventions import (
     OpKind,
     VarKind,
@@ -78,23 +79,20 @@ _STOPWORDS = frozenset(
 class EverMemOSKnobs:
     """The non-prompt settings (reference defaults; see conf/memory_system/evermemos.yaml)."""
 
-    top_k: int = 10
-    bm25_top: int = 50
-    emb_top: int = 50
-    rrf_k: int = 60
-    multi_query: bool = True
-    max_expanded_queries: int = 3
-    max_episode_turns: int = 20
-    max_episode_tokens: int = 2048
-    tokenizer: str = "tiktoken"  # `tiktoken` (cl100k_base, offline) or `approx` (characters / 4)
+    top_k: int = 10  # episodes in the answer context
+    bm25_top: int = 50  # BM25 candidates per query
+    emb_top: int = 50  # dense (embedding) candidates per query
+    rrf_k: int = 60  # reciprocal rank fusion constant: score = sum of 1 / (rrf_k + rank)
+    multi_query: bool = True  # a second retrieval round with expanded queries when the evidence is insufficient
+    max_expanded_queries: int = 3  # expanded queries used in the second round
+    max_episode_turns: int = 20  # hard limit: an episode closes at this many turns (construction)
+    max_episode_tokens: int = 2048  # hard limit: an episode closes before a turn takes it past this (construction)
+    tokenizer: Literal["tiktoken", "approx"] = "tiktoken"  # tiktoken (cl100k_base, offline) or approx (chars / 4)
 
     def __post_init__(self) -> None:
         positive = ("top_k", "bm25_top", "emb_top", "max_episode_turns", "max_episode_tokens")
-        bad = [f"{name}={getattr(self, name)}" for name in positive if getattr(self, name) < 1]
-        non_negative = ("rrf_k", "max_expanded_queries")
-        bad += [f"{name}={getattr(self, name)}" for name in non_negative if getattr(self, name) < 0]
-        if bad:
-            raise ValueError(f"invalid EverMemOS knobs: {', '.join(bad)}")
+        require(self, **{name: (1, None) for name in positive})
+        require(self, rrf_k=(0, None), max_expanded_queries=(0, None))
 
 
 @dataclass(frozen=True)
@@ -381,17 +379,5 @@ class EverMemOSMemory(MemorySystem):
         return added, [sufficiency_var, expansion_var]
 
 def from_config(cfg: Mapping[str, Any], embedder: Embedder) -> EverMemOSMemory:
-    """The system as `conf/memory_system/evermemos.yaml` describes it."""
-    defaults = EverMemOSKnobs()
-    knobs = EverMemOSKnobs(
-        top_k=int(cfg.get("top_k", defaults.top_k)),
-        bm25_top=int(cfg.get("bm25_top", defaults.bm25_top)),
-        emb_top=int(cfg.get("emb_top", defaults.emb_top)),
-        rrf_k=int(cfg.get("rrf_k", defaults.rrf_k)),
-        multi_query=bool(cfg.get("multi_query", defaults.multi_query)),
-        max_expanded_queries=int(cfg.get("max_expanded_queries", defaults.max_expanded_queries)),
-        max_episode_turns=int(cfg.get("max_episode_turns", defaults.max_episode_turns)),
-        max_episode_tokens=int(cfg.get("max_episode_tokens", defaults.max_episode_tokens)),
-        tokenizer=str(cfg.get("tokenizer", defaults.tokenizer)),
-    )
-    return EverMemOSMemory(embedder, knobs)
+    """The system as its `memory_system` config node describes it (keys and defaults: `EverMemOSKnobs`)."""
+    return EverMemOSMemory(embedder, knobs_from_config(EverMemOSKnobs, cfg))

@@ -20,7 +20,7 @@ from typing import Any
 import dspy
 import numpy as np
 from memtrace_loop.memory_systems.answering import record_query, record_retrieval, record_turn, respond
-from memtrace_loop.memory_systems.base import AnswerOutcome, MemorySystem
+from memtrace_loop.memory_systems.base import AnswerOutcome, MemorySystem, knobs_from_config
 from memtrace_loop.memory_systems.signatures import (
     AnswerQuestion,
     DecideUpdates,
@@ -32,6 +32,7 @@ from memtrace_loop.memory_systems.signatures import (
 )
 from memtrace_loop.memory_systems.store import InMemoryVectorStore, MemoryUnit
 from memtrace_loop.pipeline.backends.embeddings import Embedder
+from memtrace_loop.pipeline.core.config import require
 from memtrace_loop.pipeline.core.conventions import (
     OpKind,
     OpStatus,
@@ -57,8 +58,11 @@ def memory_var(unit: MemoryUnit) -> str:
 class Mem0Knobs:
     """The non-prompt settings of the system (the tunable knobs of its non-LLM stages)."""
 
-    top_k: int = 10
-    similar_k: int = 5
+    top_k: int = 10  # memories retrieved for answering
+    similar_k: int = 5  # existing memories shown to the update decision, per fact (construction)
+
+    def __post_init__(self) -> None:
+        require(self, top_k=(1, None), similar_k=(1, None))
 
 
 @dataclass
@@ -200,5 +204,5 @@ class Mem0Memory(MemorySystem):
 
 
 def from_config(cfg: Mapping[str, Any], embedder: Embedder) -> Mem0Memory:
-    """The system as `conf/memory_system/mem0.yaml` describes it."""
-    return Mem0Memory(embedder, Mem0Knobs(top_k=int(cfg.get("top_k", 10)), similar_k=int(cfg.get("similar_k", 5))))
+    """The system as its `memory_system` config node describes it (keys and defaults: `Mem0Knobs`)."""
+    return Mem0Memory(embedder, knobs_from_config(Mem0Knobs, cfg))

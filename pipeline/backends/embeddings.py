@@ -27,6 +27,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 import pydantic
+from memtrace_loop.pipeline.core.config import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +62,7 @@ def _normalize_rows(matrix: np.ndarray) -> np.ndarray:
 
 
 _WORD_CACHE_LIMIT = 200_000
+HASHING_DIM = 256  # the hashing embedder's dimension unless `embedder.dim` says otherwise
 
 
 def _feature_slot(feature: str, dim: int) -> tuple[int, float]:
@@ -78,7 +80,7 @@ class HashingEmbedder:
     and on every machine. An empty text embeds to the zero vector.
     """
 
-    def __init__(self, dim: int = 256, *, bigram_weight: float = 1.0, trigram_weight: float = 0.35) -> None:
+    def __init__(self, dim: int = HASHING_DIM, *, bigram_weight: float = 1.0, trigram_weight: float = 0.35) -> None:
         if dim < 8:
             raise ValueError(f"HashingEmbedder dim must be at least 8, got {dim}")
         self._dim = int(dim)
@@ -226,7 +228,7 @@ class EmbedderConfig(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
     backend: Literal["hashing", "openai"] = "hashing"
-    dim: int | None = None
+    dim: int | None = pydantic.Field(default=None, gt=0)  # None: HASHING_DIM for hashing, learned for openai
     model: str | None = None
     api_base: str | None = None
     api_key_env: str | None = "OPENAI_API_KEY"
@@ -245,15 +247,26 @@ class EmbedderConfig(pydantic.BaseModel):
         """Build from a plain mapping, rejecting unknown keys by name."""
         unknown = sorted(set(mapping) - set(cls.model_fields))
         if unknown:
-            raise ValueError(f"unknown embedder config keys {unknown}; allowed: {sorted(cls.model_fields)}")
-        return cls.model_validate(dict(mapping))
+            raise ConfigError(
+                f"unknown embedder config keys {unknown} ({', '.join(f'embedder.{k}' for k in unknown)}); "
+                f"allowed: {sorted(cls.model_fields)}"
+            )
+        try:
+            return cls.model_validate(dict(mapping))
+        except pydantic.ValidationError as exc:
+            raise ConfigError(
+                "; ".join(
+                    f"{'.'.join(['embedder', *map(str, e['loc'])])}: {e['msg'].removeprefix('Value error, ')}"
+                    for e in exc.errors()
+                )
+            ) from None
 
 
 def build_embedder(mapping: Mapping[str, Any] | EmbedderConfig | None = None) -> Embedder:
     """An embedder from a config mapping (`backend: hashing|openai`); None means the hashing default."""
     config = mapping if isinstance(mapping, EmbedderConfig) else EmbedderConfig.from_mapping(mapping or {})
     if config.backend == "hashing":
-        return HashingEmbedder(dim=config.dim or 256)
+        return HashingEmbedder(dim=config.dim or HASHING_DIM)
     logger.info(
         "embedder: openai-compatible model=%s api_base=%s key_env=%s",
         config.model,

@@ -1,11 +1,12 @@
-"""Building the project's language models from configuration — the only module that knows backends.
+"""Building the project's language models from configuration: `LMConfig` (the schema of one role) and the builders.
 
 An `LMConfig` (one per role) says which backend to use and how; `build_lm` turns it into a `dspy.LM`;
 `build_lm_set` builds the four independently configured roles (task, judge, attributor, rewriter) as
 an `LMSet`. Backends:
 
 - `sim` — the deterministic simulated world: `dspy.LM("sim/<model>", engine=SimEngine())` (plus an
-  async twin so `acall` works). Offline, for tests and the demo; a rule-based stand-in, not a model.
+  async twin so `acall` works), built in `pipeline.backends.registry` (the sim world is reached only
+  through the registries). Offline, for tests and the demo; a rule-based stand-in, not a model.
   DSPy's cache key does not include the engine: after changing the stand-in's rules, use a fresh cache
   directory (or `cache: false`) or old answers are replayed.
 - `openai` — any OpenAI-compatible Chat Completions endpoint (OpenAI, vLLM, Ollama, llama.cpp server,
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -38,17 +39,18 @@ from urllib.parse import urlsplit, urlunsplit
 
 import dspy
 import pydantic
+from memtrace_loop.pipeline.core.config import ConfigError
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "ROLES",
-    "AsyncSimEngine",
     "LMConfig",
     "LMSet",
     "MissingAPIKeyError",
     "build_lm",
     "build_lm_set",
+    "build_openai_lm",
     "configure_cache",
     "describe",
 ]
@@ -118,18 +120,24 @@ class LMConfig(pydantic.BaseModel):
             return mapping
         if not isinstance(mapping, Mapping):
             raise TypeError(f"{where} must be a mapping, got {type(mapping).__name__}")
+        prefix = f"lm.{role}" if role else "lm"
         unknown = sorted(str(key) for key in mapping if key not in cls.model_fields)
         if unknown:
-            raise ValueError(f"{where}: unknown keys {unknown}; allowed keys: {sorted(cls.model_fields)}")
+            raise ConfigError(
+                f"{where}: unknown keys {unknown} ({', '.join(f'{prefix}.{k}' for k in unknown)}); "
+                f"allowed keys: {sorted(cls.model_fields)}"
+            )
         try:
             return cls.model_validate(dict(mapping))
         except pydantic.ValidationError as exc:
-            raise ValueError(f"{where}: {_validation_summary(exc)}") from None
+            raise ConfigError(f"{where}: {_validation_summary(exc, prefix)}") from None
 
 
-def _validation_summary(exc: pydantic.ValidationError) -> str:
+def _validation_summary(exc: pydantic.ValidationError, prefix: str = "lm") -> str:
     # Without the offending input values: a misplaced key must not end up in a log via an error message.
-    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}" for e in exc.errors())
+    return "; ".join(
+        f"{'.'.join([prefix, *map(str, e['loc'])])}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors()
+    )
 
 
 def _read_api_key(config: LMConfig) -> str:
@@ -142,64 +150,30 @@ def _read_api_key(config: LMConfig) -> str:
 
 
 def build_lm(config: LMConfig | Mapping[str, Any]) -> dspy.LM:
-    """A `dspy.LM` for one config. For `openai` the key is read from `os.environ[api_key_env]` now."""
+    """A `dspy.LM` for one config, built by its backend's entry in `pipeline.backends.registry`.
+    For `openai` the key is read from `os.environ[api_key_env]` now."""
+    from memtrace_loop.pipeline.backends.registry import backend_entry  # the registry imports this module
+
     if not isinstance(config, LMConfig):
         config = LMConfig.from_mapping(config)
-    if config.backend == "sim":
-        from memtrace_loop.pipeline.sim.engine import SimEngine
-
-        engine = SimEngine()
-        lm = dspy.LM(
-            f"sim/{config.model}",
-            engine=engine,
-            async_engine=AsyncSimEngine(engine),
-            cache=config.cache,
-            temperature=config.temperature,
-            max_tokens=config.max_tokens,
-            num_retries=config.num_retries,
-        )
-    else:
-        lm = dspy.LM(
-            f"{_DIALECT_PREFIX[config.dialect]}/{config.model}",
-            engine=config.engine,
-            api_base=config.api_base,
-            api_key=_read_api_key(config),
-            timeout=config.timeout_s,
-            num_retries=config.num_retries,
-            temperature=config.temperature,
-            max_tokens=config.max_tokens,
-            cache=config.cache,
-        )
+    lm = backend_entry(config.backend).build(config)
     logger.debug("built LM %s", describe(config))
     return lm
 
 
-class AsyncSimEngine:
-    """The async face of the sim engine (DSPy needs one for `acall`): runs the sync stand-in inline."""
-
-    def __init__(self, sync: Any | None = None) -> None:
-        if sync is None:
-            from memtrace_loop.pipeline.sim.engine import SimEngine
-
-            sync = SimEngine()
-        self._sync = sync
-
-    async def complete(self, request: Any) -> Any:
-        return self._sync.complete(request)
-
-    async def stream(self, request: Any) -> AsyncIterator[Any]:
-        for event in self._sync.stream(request):
-            yield event
-
-    async def aclose(self) -> None:
-        self._sync.close()
-
-    def dump_state(self) -> dict[str, Any]:
-        return {}
-
-    @classmethod
-    def load_state(cls, state: dict[str, Any]) -> AsyncSimEngine:
-        return cls()
+def build_openai_lm(config: LMConfig) -> dspy.LM:
+    """`dspy.LM("<dialect prefix>/<model>")` for an OpenAI-compatible endpoint (key read from the environment)."""
+    return dspy.LM(
+        f"{_DIALECT_PREFIX[config.dialect]}/{config.model}",
+        engine=config.engine,
+        api_base=config.api_base,
+        api_key=_read_api_key(config),
+        timeout=config.timeout_s,
+        num_retries=config.num_retries,
+        temperature=config.temperature,
+        max_tokens=config.max_tokens,
+        cache=config.cache,
+    )
 
 
 @dataclass(frozen=True)
@@ -222,7 +196,7 @@ def lm_configs(mapping: Mapping[str, Any]) -> dict[str, LMConfig]:
     unknown = sorted(str(key) for key in mapping if key not in ROLES)
     missing = [role for role in ROLES if role not in mapping]
     if unknown or missing:
-        raise ValueError(
+        raise ConfigError(
             f"lm set config: unknown roles {unknown}, missing roles {missing}; expected {list(ROLES)}"
         )
     return {role: LMConfig.from_mapping(mapping[role], role=role) for role in ROLES}

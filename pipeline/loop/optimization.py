@@ -44,7 +44,7 @@ class CheckpointError(ValueError):
 
 @dataclass(frozen=True)
 class LoopSettings:
-    max_iterations: int = 5
+    max_iterations: int = 6  # the default of `loop.max_iterations` (conf/optimize.yaml has always run 6)
     patience: int = 2
     min_gain: float = 0.02  # paired dev-accuracy gain a candidate must reach to be accepted
     max_candidates: int = 2  # candidates evaluated per iteration: the budget

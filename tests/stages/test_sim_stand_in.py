@@ -334,7 +334,15 @@ def test_engine_usage_state_and_stream(lm: dspy.LM) -> None:
         {"role": "system", "content": "sys"},
         {"role": "user", "content": "hi"},
     ]
-    events = list(engine.stream(request))
+    with pytest.raises(stand_in.UnknownStageError):  # "hi" is no stage request
+        engine.complete(request)
+    system, user = dspy.ChatAdapter().format(
+        dspy.Predict(ExtractFacts).signature, demos=[], inputs={"turn": "[8 May 2023] Alice: I grew up in Ohio."}
+    )
+    stage_request = dspy.lm15.Request(
+        model="sim/stand-in", system=system["content"], messages=(dspy.lm15.Message.user(user["content"]),)
+    )
+    events = list(engine.stream(stage_request))
     assert events[0].type == "start" and events[-1].type == "end"
     engine.close()
 

@@ -3,7 +3,8 @@ and nothing imports the bare (un-prefixed) top-level names.
 
 Layers, lowest first (docs/ARCHITECTURE.md draws them): core < data, backends < memory_systems <
 analysis < optimizers, interop < loop < tracking < experiments. `pipeline.sim` sits beside them: it
-may import core and backends, and only the LM-backend and dataset registries may import it.
+may import core, backends and data (it generates data in the datasets' layouts), and only the
+LM-backend and dataset registries may import it.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ RANK_BY_PACKAGE = {
     "experiments": 7,
 }
 SIM = "pipeline.sim"
-SIM_MAY_IMPORT = ("pipeline.core", "pipeline.backends")
+SIM_MAY_IMPORT = ("pipeline.core", "pipeline.backends", "pipeline.data")  # it writes the datasets' layouts
 SIM_IMPORTERS = ("pipeline.backends.registry", "pipeline.data.registry")
 
 

@@ -20,12 +20,12 @@ from memtrace_loop.pipeline.data.longmemeval import (
     QUESTION_TYPES,
     abstention_categories,
     format_date,
-    generate_longmemeval,
     load_longmemeval,
     load_longmemeval_hub,
     parse_date,
     parse_longmemeval,
 )
+from memtrace_loop.pipeline.sim.longmemeval import generate_longmemeval
 from mlflow.tracking import MlflowClient
 
 HAS_DATASETS = importlib.util.find_spec("datasets") is not None

@@ -1,0 +1,191 @@
+"""The schemas of the apps' top-level configs and the one place a composed config is validated.
+
+`RunConfig`, `OptimizeConfig`, `StagesConfig` and `ExportConfig` are frozen records of the keys of
+`conf/{run,optimize,stages,export}.yaml` outside the groups (`seed`, `workers`, `split`, `splits`,
+`evaluation`, `loop`, `tracking`, ...); their field defaults are THE defaults (the YAML files only select
+groups and wire interpolations; `conf/__init__.py` composes the tree from these defaults). Each group
+node is checked by its own registry's schema: `lm` (`LMConfig` per role), `embedder` (`EmbedderConfig`),
+`memory_system` (the system's knobs record), `dataset` (`pipeline.data.registry`), `optimizer`
+(`optimizers.registry`). `validated_run(plain)` etc. raise a `ConfigError` naming the full key for an
+unknown key, a wrong type or an out-of-range value. Nothing here builds or runs anything.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+import pydantic
+from memtrace_loop.memory_systems.base import knobs_from_config
+from memtrace_loop.memory_systems.registry import knobs_schema
+from memtrace_loop.optimizers.registry import optimizer_settings
+from memtrace_loop.pipeline.backends.embeddings import EmbedderConfig
+from memtrace_loop.pipeline.backends.lm import lm_configs
+from memtrace_loop.pipeline.core.config import ConfigError, parse_config, require
+from memtrace_loop.pipeline.data.registry import dataset_config
+from memtrace_loop.pipeline.loop.optimization import LoopSettings
+
+_STRICT = pydantic.ConfigDict(extra="forbid")
+Group = dict[str, Any]  # a group node, checked by its registry
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class TrackingConfig:
+    """MLflow tracking: the store URI and the experiment name."""
+
+    __pydantic_config__ = _STRICT
+    uri: str
+    experiment: str = "memtrace"
+
+
+@dataclass(frozen=True)
+class SplitsConfig:
+    """Train / dev / test by conversation."""
+
+    __pydantic_config__ = _STRICT
+    seed: int
+    fractions: tuple[float, float, float] = (0.5, 0.25, 0.25)
+
+    def __post_init__(self) -> None:
+        if any(not math.isfinite(f) or f < 0 for f in self.fractions) or not math.isclose(
+            sum(self.fractions), 1.0, abs_tol=1e-9
+        ):
+            raise ValueError(f"fractions must be three non-negative numbers summing to 1, got {list(self.fractions)}")
+
+
+@dataclass(frozen=True)
+class EvaluationConfig:
+    __pydantic_config__ = _STRICT
+    exclude_categories: tuple[int, ...]  # reported per category, left out of the overall score
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    """The closed loop's budget and gate (defaults: `LoopSettings`, the loop's own record)."""
+
+    __pydantic_config__ = _STRICT
+    max_iterations: int = LoopSettings.max_iterations  # the budget in iterations
+    max_candidates: int = LoopSettings.max_candidates  # candidates evaluated on dev per iteration
+    patience: int = LoopSettings.patience  # iterations without an accepted candidate before stopping
+    min_gain: float = LoopSettings.min_gain  # paired dev-accuracy gain a candidate needs to be accepted
+
+    def __post_init__(self) -> None:
+        require(self, max_iterations=(1, None), max_candidates=(1, None), patience=(1, None), min_gain=(0, None))
+
+
+@dataclass(frozen=True, kw_only=True)
+class _AppConfig:
+    """What `run` and `optimize` share."""
+
+    lm: Group
+    embedder: Group
+    memory_system: Group
+    dataset: Group
+    tracking: TrackingConfig
+    splits: SplitsConfig
+    evaluation: EvaluationConfig
+    cache_dir: str  # DSPy's response cache (wired to MEMTRACE_CACHE_DIR by the YAML)
+    seed: int = LoopSettings.seed
+    workers: int = LoopSettings.workers  # threads for ingestion and answering (results do not depend on it)
+    prompts: str | None = None  # an exported prompt set (JSON/YAML) to start from
+    run_name: str | None = None
+
+    def __post_init__(self) -> None:
+        require(self, workers=(1, None))
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunConfig(_AppConfig):
+    """`memtrace run`."""
+
+    split: Literal["all", "train", "dev", "test"] = "all"
+
+
+@dataclass(frozen=True, kw_only=True)
+class OptimizeConfig(_AppConfig):
+    """`memtrace optimize`."""
+
+    optimizer: Group
+    loop: LoopConfig = field(default_factory=LoopConfig)
+    resume: str | None = None  # a previous run directory (with checkpoint.json) to continue
+    register_prompts: bool = True  # register accepted prompt sets in MLflow's prompt registry
+
+    def loop_settings(self) -> LoopSettings:
+        return LoopSettings(
+            max_iterations=self.loop.max_iterations, patience=self.loop.patience, min_gain=self.loop.min_gain,
+            max_candidates=self.loop.max_candidates, exclude_categories=self.evaluation.exclude_categories,
+            workers=self.workers, seed=self.seed,
+        )
+
+
+@dataclass(frozen=True)
+class StagesConfig:
+    """`memtrace stages`."""
+
+    memory_system: Group
+    embedder: Group
+    prompts: str | None = None
+    format: Literal["table", "json"] = "table"
+
+
+@dataclass(frozen=True)
+class ExportConfig:
+    """`memtrace export`."""
+
+    tracking: TrackingConfig
+    run_id: str
+    out: str = "best_prompts.json"
+
+
+def check_memory_system(node: Mapping[str, Any]) -> None:
+    if not isinstance(node, Mapping):
+        raise ConfigError(f"memory_system: must be a mapping, got {type(node).__name__}")
+    knobs_from_config(knobs_schema(node.get("name")), node)  # type: ignore[arg-type]
+
+
+def _group_checks(plain: Mapping[str, Any]) -> list[Callable[[], object]]:
+    node = plain.get("optimizer")
+    checks: dict[str, Callable[[], object]] = {
+        "lm": lambda: lm_configs(plain["lm"]),
+        "embedder": lambda: EmbedderConfig.from_mapping(plain["embedder"]),
+        "memory_system": lambda: check_memory_system(plain["memory_system"]),
+        "dataset": lambda: dataset_config(plain["dataset"]),
+        "optimizer": lambda: optimizer_settings(node.get("name") if isinstance(node, Mapping) else None, node),
+    }
+    return [check for key, check in checks.items() if key in plain]
+
+
+def _validated(schema: type[T], plain: Mapping[str, Any]) -> T:
+    """`plain` as `schema` with every group node checked; every failing key is named (a value set once
+    and interpolated elsewhere, like `seed`, is named at each place it lands, the top-level key first)."""
+    errors: list[str] = []
+    config = None
+    for check in [lambda: parse_config(schema, plain, ""), *_group_checks(plain)]:
+        try:
+            result = check()
+        except ConfigError as error:
+            errors.append(str(error))
+        else:
+            config = result if config is None else config
+    if errors:
+        raise ConfigError("; ".join(errors))
+    return config  # type: ignore[return-value]
+
+
+def validated_run(plain: Mapping[str, Any]) -> RunConfig:
+    return _validated(RunConfig, plain)
+
+
+def validated_optimize(plain: Mapping[str, Any]) -> OptimizeConfig:
+    return _validated(OptimizeConfig, plain)
+
+
+def validated_stages(plain: Mapping[str, Any]) -> StagesConfig:
+    return _validated(StagesConfig, plain)
+
+
+def validated_export(plain: Mapping[str, Any]) -> ExportConfig:
+    return parse_config(ExportConfig, plain, "")

@@ -1,0 +1,228 @@
+"""One schema per config group: every option composes and validates, bad input fails naming the key,
+each default is the schema's (Hydra composes exactly it), and a system's knobs record is frozen and
+part of its memory key."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hydra import compose, initialize_config_module
+from hydra.errors import ConfigCompositionException
+from memtrace_loop.experiments.config import (
+    LoopConfig,
+    OptimizeConfig,
+    RunConfig,
+    SplitsConfig,
+    TrackingConfig,
+    validated_optimize,
+    validated_run,
+    validated_stages,
+)
+from memtrace_loop.memory_systems.registry import ENTRY_BY_SYSTEM, build_memory_system, knobs_schema
+from memtrace_loop.optimizers.registry import ENTRY_BY_OPTIMIZER, RewriteSettings
+from memtrace_loop.pipeline.backends.embeddings import HASHING_DIM, HashingEmbedder
+from memtrace_loop.pipeline.backends.lm import LMConfig
+from memtrace_loop.pipeline.backends.registry import ENTRY_BY_BACKEND
+from memtrace_loop.pipeline.core.config import ConfigError, defaults_of
+from memtrace_loop.pipeline.core.records import Conversation, Turn
+from memtrace_loop.pipeline.data.registry import ENTRY_BY_KIND, load_dataset
+from memtrace_loop.pipeline.loop.optimization import LoopSettings
+from omegaconf import OmegaConf
+
+from tests.support.paths import REPO
+
+CONF = REPO / "conf"
+
+
+def plain(*overrides: str, config: str = "optimize") -> dict:
+    with initialize_config_module(config_module="memtrace_loop.conf", version_base="1.3"):
+        return OmegaConf.to_container(compose(config, overrides=list(overrides)), resolve=True)
+
+
+def options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+def test_every_group_option_has_a_registry_entry_and_the_reverse():
+    assert options("memory_system") == sorted(ENTRY_BY_SYSTEM)
+    assert options("dataset") == sorted(ENTRY_BY_KIND)
+    assert options("optimizer") == sorted(ENTRY_BY_OPTIMIZER)
+    assert options("lm") == sorted(ENTRY_BY_BACKEND)
+
+
+@pytest.mark.parametrize(
+    "group,option", [(g, o) for g in ("lm", "embedder", "memory_system", "dataset", "optimizer", "tracking")
+                     for o in options(g)],
+)
+def test_every_group_option_composes_and_validates(group, option, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-real")
+    config = validated_optimize(plain(f"{group}={option}"))
+    assert isinstance(config, OptimizeConfig)
+    if group != "optimizer":
+        validated_run(plain(f"{group}={option}", config="run"))
+    if group in ("memory_system", "embedder"):
+        validated_stages(plain(f"{group}={option}", config="stages"))
+
+
+@pytest.mark.parametrize(
+    "override,key",
+    [
+        ("memory_system.top_k=-3", "memory_system.top_k"),
+        ("memory_system.top_k=0", "memory_system.top_k"),
+        ("memory_system.similar_k=0", "memory_system.similar_k"),
+        ("memory_system.top_k=ten", "memory_system.top_k"),
+        ("seed=abc", "seed"),
+        ("workers=0", "workers"),
+        ("embedder.dim=0", "embedder.dim"),
+        ("splits.fractions=[0.5,0.5,0.5]", "splits.fractions"),
+        ("loop.min_gain=-0.1", "loop.min_gain"),
+        ("loop.max_iterations=0", "loop.max_iterations"),
+        ("loop.patience=x", "loop.patience"),
+        ("dataset.exclude_categories=five", "dataset.exclude_categories"),
+        ("dataset.n_conversations=0", "dataset.n_conversations"),
+        ("optimizer.top_stages=0", "optimizer.top_stages"),
+        ("lm.task.temperature=-1", "lm.task.temperature"),
+        ("+memory_system.top_kk=5", "memory_system.top_kk"),
+        ("+loop.max_iteration=5", "loop.max_iteration"),
+        ("+lm.judge.timeout=3", "lm.judge.timeout"),
+        ("+dataset.n_conversation=3", "dataset.n_conversation"),
+        ("+embedder.dimension=3", "embedder.dimension"),
+        ("+optimizer.topstages=3", "optimizer.topstages"),
+        ("+tracking.urii=x", "tracking.urii"),
+        ("+sed=3", "sed"),
+        ("memory_system=rag", None),
+    ],
+)
+def test_bad_values_fail_naming_the_key(override, key):
+    if key is None:  # a good override: validates
+        validated_optimize(plain(override))
+        return
+    with pytest.raises(ConfigError) as caught:
+        validated_optimize(plain(override))
+    assert key in str(caught.value)
+
+
+def test_a_typo_in_an_override_without_plus_fails_at_composition_naming_the_key():
+    with pytest.raises(ConfigCompositionException, match=r"memory_system\.top_kk"):
+        plain("memory_system.top_kk=5")
+
+
+def test_exclude_categories_is_never_read_as_characters():
+    with pytest.raises(ConfigError, match="exclude_categories"):
+        load_dataset({"kind": "sim", "exclude_categories": "five"})
+    config = validated_run(plain("dataset.exclude_categories=[1,2]", config="run"))
+    assert config.evaluation.exclude_categories == (1, 2)
+
+
+def test_library_mappings_are_checked_too():
+    with pytest.raises(ConfigError, match=r"memory_system\.top_kk"):
+        build_memory_system({"name": "mem0", "top_kk": 5}, HashingEmbedder())
+    with pytest.raises(ConfigError, match=r"memory_system\.overlap_tokens"):
+        build_memory_system({"name": "rag", "max_chunk_tokens": 100, "overlap_tokens": 100}, HashingEmbedder())
+    with pytest.raises(ConfigError, match=r"memory_system\.name: unknown memory system 'nope'"):
+        build_memory_system({"name": "nope"}, HashingEmbedder())
+    with pytest.raises(ConfigError, match=r"dataset\.kind"):
+        load_dataset({"kind": "nope"})
+    with pytest.raises(ConfigError, match=r"dataset\.path"):
+        load_dataset({"kind": "locomo"})
+
+
+# ------------------------------------------------------------------------------- one home per default
+
+
+def test_hydra_composes_exactly_the_schema_defaults():
+    composed = plain()
+    defaults = defaults_of(OptimizeConfig)
+    for key in ("seed", "workers", "prompts", "resume", "register_prompts", "run_name"):
+        assert composed[key] == defaults[key]
+    assert composed["loop"] == defaults_of(LoopConfig) == {
+        "max_iterations": 6, "max_candidates": 2, "patience": 2, "min_gain": 0.02,
+    }
+    assert composed["splits"] == {**defaults_of(SplitsConfig), "seed": composed["seed"]}
+    assert composed["tracking"]["experiment"] == defaults_of(TrackingConfig)["experiment"]
+    assert plain(config="run")["split"] == defaults_of(RunConfig)["split"]
+    assert composed["optimizer"] == {"name": "attribution", **defaults_of(RewriteSettings)}
+    assert composed["embedder"] == {"backend": "hashing", "dim": HASHING_DIM}
+    lm_defaults = defaults_of(LMConfig)
+    for role in ("task", "judge", "attributor", "rewriter"):
+        assert {k: composed["lm"][role][k] for k in ENTRY_BY_BACKEND["sim"].keys} == {
+            k: lm_defaults[k] for k in ENTRY_BY_BACKEND["sim"].keys
+        }
+    for name in ENTRY_BY_SYSTEM:
+        node = plain(f"memory_system={name}")["memory_system"]
+        assert node == {"name": name, **defaults_of(knobs_schema(name))}
+    for kind, entry in ENTRY_BY_KIND.items():
+        node = plain(f"dataset={kind}")["dataset"]
+        for key, value in defaults_of(entry.schema).items():
+            if key != "path":  # wired to an environment variable by the YAML (no default in the schema)
+                assert node[key] == (composed["seed"] if key == "seed" else value), key
+
+
+def _leaves(node, prefix=""):
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _leaves(value, f"{prefix}{key}.")
+    else:
+        yield prefix.rstrip("."), node
+
+
+def test_no_yaml_file_repeats_a_schema_default():
+    from hydra.core.config_store import ConfigStore
+
+    stored = ConfigStore.instance().repo["schema"]
+    for path in sorted(CONF.rglob("*.yaml")):
+        raw = OmegaConf.to_container(OmegaConf.load(path))
+        (schema_ref,) = [d for d in raw.pop("defaults") if isinstance(d, str) and "schema/" in d]
+        group_dir, _, rest = schema_ref.strip("/").split("@")[0].removeprefix("schema/").rpartition("/")
+        folder = stored[group_dir] if group_dir else stored
+        node = OmegaConf.to_container(folder[f"{rest}.yaml"].node)
+        schema_leaves = dict(_leaves(node))
+        for key, value in _leaves(raw):
+            assert schema_leaves.get(key, object()) != value, (path.name, key)
+    assert LoopSettings().max_iterations == 6 == validated_optimize(plain()).loop_settings().max_iterations
+
+
+def test_validated_loop_settings_follow_the_config():
+    config = validated_optimize(plain("loop.max_iterations=3", "loop.min_gain=0.1", "workers=2", "seed=4"))
+    assert config.loop_settings() == LoopSettings(
+        max_iterations=3, patience=2, min_gain=0.1, max_candidates=2, exclude_categories=(5,), workers=2, seed=4,
+    )
+
+
+# ------------------------------------------------------------------------------- knobs record = memory key
+
+
+CONVERSATION = Conversation(
+    "c1", ("Alice", "Bob"), (Turn("D1:1", "Alice", "I moved to Paris last month.", 1, "2023-05-08T13:56"),)
+)
+
+
+@pytest.mark.parametrize("name", list(ENTRY_BY_SYSTEM))
+def test_the_knobs_record_is_frozen_and_its_construction_knobs_are_in_the_memory_key(name):
+    system = build_memory_system({"name": name, "tokenizer": "approx"} if name != "mem0" else {"name": name},
+                                 HashingEmbedder())
+    schema = knobs_schema(name)
+    assert isinstance(system.knobs, schema) and dataclasses.is_dataclass(schema)
+    construction = {"mem0": "similar_k", "rag": "max_chunk_tokens", "long_context": "window_tokens",
+                    "evermemos": "max_episode_turns"}[name]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(system.knobs, construction, 1)
+    value = getattr(system.knobs, construction)
+    assert f"{construction}={value}" in system.construction_knobs()
+    changed = build_memory_system(
+        {**({"tokenizer": "approx"} if name != "mem0" else {}), "name": name, construction: value + 1},
+        HashingEmbedder(),
+    )
+    assert changed.memory_key(CONVERSATION) != system.memory_key(CONVERSATION)
+    if name != "long_context":  # top_k only answers: the built memory is reused
+        other = build_memory_system(
+            {**({"tokenizer": "approx"} if name != "mem0" else {}), "name": name, "top_k": 3}, HashingEmbedder()
+        )
+        assert other.memory_key(CONVERSATION) == system.memory_key(CONVERSATION)
+
+
+def test_memory_key_values_are_unchanged():
+    """The keys hash the same payload as before the knobs became the schema (mem0 defaults)."""
+    system = build_memory_system({"name": "mem0"}, HashingEmbedder())
+    assert system.construction_knobs() == "similar_k=5;embedder=HashingEmbedder(dim=256)"
