@@ -115,7 +115,7 @@ def loop_tables(result: LoopResult, system_name: str) -> list[Table]:
     for category in result.test_final.report.by_category:
         scores.add_row(category, *(_cell(r.by_category.get(category) if r else None) for r in reports.values()))
 
-    stages = list(dict.fromkeys(row["stage"] for s in result.history for row in s.blame))
+    stages = list(dict.fromkeys(row.stage for s in result.history for row in s.blame.rows))
     blame = Table(title="blame per stage per iteration (attributed train failures)")
     blame.add_column("iter", justify="right")
     blame.add_column("dev acc %", justify="right")
@@ -123,9 +123,9 @@ def loop_tables(result: LoopResult, system_name: str) -> list[Table]:
         blame.add_column(stage, justify="right")
     blame.add_column("candidates")
     for summary in result.history:
-        count_by_stage = {row["stage"]: row["count"] for row in summary.blame}
+        count_by_stage = {row.stage: row.count for row in summary.blame.rows}
         verdicts = ", ".join(
-            f"{'+'.join(c['stages'])}: {'accepted' if c['accepted'] else 'rejected'} ({100 * c['gain']:+.1f})"
+            f"{'+'.join(c.stages)}: {'accepted' if c.accepted else 'rejected'} ({100 * c.gain:+.1f})"
             for c in summary.candidates
         )
         blame.add_row(
@@ -138,10 +138,10 @@ def loop_tables(result: LoopResult, system_name: str) -> list[Table]:
         accepted.add_column(column, justify="right" if column in ("iter", "dev acc %") else "left")
     for summary in result.history:
         for c in summary.candidates:
-            if c["accepted"]:
+            if c.accepted:
                 accepted.add_row(
-                    str(summary.iteration), ", ".join(c["stages"]), _pct(c["dev_accuracy"]),
-                    f"{100 * c['gain']:+.1f} [{100 * c['gain_ci'][0]:+.1f}, {100 * c['gain_ci'][1]:+.1f}]",
-                    _headline(str(c["rationale"])),
+                    str(summary.iteration), ", ".join(c.stages), _pct(c.dev_accuracy),
+                    f"{100 * c.gain:+.1f} [{100 * c.gain_ci[0]:+.1f}, {100 * c.gain_ci[1]:+.1f}]",
+                    _headline(c.rationale),
                 )
     return [scores, blame, accepted]

@@ -18,8 +18,8 @@ from memtrace_loop.experiments.console import setup_logging
 from memtrace_loop.experiments.factory import launch_dir, resolve, to_plain
 from memtrace_loop.pipeline.core.records import PromptSet
 from memtrace_loop.pipeline.tracking.export import ExportedPrompts, read_prompts, write_prompts
-from mlflow.exceptions import MlflowException
-from mlflow.tracking import MlflowClient
+from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
+from memtrace_loop.pipeline.tracking.tracker import RunNotFoundError, Tracker
 from omegaconf import DictConfig
 from rich.console import Console
 
@@ -28,21 +28,21 @@ class ExportError(ValueError):
     """The run cannot be exported (unknown run, no prompt set logged)."""
 
 
-def exported_from_run(client: MlflowClient, run_id: str) -> ExportedPrompts:
+def exported_from_run(tracker: Tracker, run_id: str) -> ExportedPrompts:
     try:
-        run = client.get_run(run_id)
-    except MlflowException as exc:
-        raise ExportError(f"run {run_id!r} not found in the tracking store: {exc.message}") from exc
-    names = {a.path for a in client.list_artifacts(run_id)}
+        run = tracker.get_run(run_id)
+    except RunNotFoundError as exc:
+        raise ExportError(f"run {run_id!r} not found in the tracking store: {exc}") from exc
+    names = set(run.artifacts)
     with tempfile.TemporaryDirectory(prefix="memtrace-export-") as tmp:
         if "export" in names:
-            return read_prompts(client.download_artifacts(run_id, "export/best_prompts.json", tmp))
+            return read_prompts(tracker.download_artifact(run_id, "export/best_prompts.json", Path(tmp)))
         if "prompts.json" in names:
-            prompts = json.loads(Path(client.download_artifacts(run_id, "prompts.json", tmp)).read_text())
-            system = run.data.tags.get("memtrace.system")
+            prompts = json.loads(tracker.download_artifact(run_id, "prompts.json", Path(tmp)).read_text())
+            system = run.tags.get("memtrace.system")
             if not system:
                 raise ExportError(f"run {run_id!r} has no memtrace.system tag")
-            metrics = {k: v for k, v in run.data.metrics.items() if k in ("judge_accuracy", "f1", "bleu1")}
+            metrics = {k: v for k, v in run.metrics.items() if k in ("judge_accuracy", "f1", "bleu1")}
             return ExportedPrompts.create(system, PromptSet(prompts), source_run=run_id, metrics=metrics)
     raise ExportError(f"run {run_id!r} logged no prompt set (neither export/best_prompts.json nor prompts.json)")
 
@@ -51,8 +51,7 @@ def export(cfg: DictConfig, console: Console | None = None) -> Path:
     console = console or Console()
     base_dir = launch_dir()
     config = validated_export(to_plain(cfg))
-    client = MlflowClient(tracking_uri=config.tracking.uri)
-    exported = exported_from_run(client, config.run_id)
+    exported = exported_from_run(MlflowTracker(config.tracking.uri), config.run_id)
     path = write_prompts(exported, resolve(config.out, base_dir))
     console.print(f"wrote {len(exported.prompts)} stage prompts of {exported.system!r} to {path}")
     console.print(f"load them with: memtrace run prompts={path}")

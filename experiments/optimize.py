@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-import mlflow
 from hydra.core.hydra_config import HydraConfig
 from memtrace_loop.experiments.config import validated_optimize
 from memtrace_loop.experiments.console import RichProgress, loop_tables, setup_logging
 from memtrace_loop.experiments.factory import build_components, launch_dir, resolve, secret_values, splits_of, to_plain
 from memtrace_loop.optimizers.registry import build_optimizer
+from memtrace_loop.pipeline.analysis.attributor import LineageAttributor
 from memtrace_loop.pipeline.backends.lm import configure_cache
 from memtrace_loop.pipeline.loop.optimization import (
     CheckpointError,
@@ -34,8 +34,10 @@ from memtrace_loop.pipeline.loop.optimization import (
     read_checkpoint,
 )
 from memtrace_loop.pipeline.tracking.export import ExportedPrompts, write_prompts
-from memtrace_loop.pipeline.tracking.loop_observer import MLflowLoopObserver
-from memtrace_loop.pipeline.tracking.mlflow_run import flatten, git_commit, log_params, open_experiment, scrub
+from memtrace_loop.pipeline.tracking.loop_observer import TrackingLoopObserver
+from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
+from memtrace_loop.pipeline.tracking.run_logging import flatten, git_commit, log_params, scrub
+from memtrace_loop.pipeline.tracking.tracker import Tracker
 from omegaconf import DictConfig
 from rich.console import Console
 
@@ -100,13 +102,14 @@ def optimize(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
     optimizer = build_optimizer(plain["optimizer"]["name"], lms.rewriter, plain["optimizer"])
     settings = config.loop_settings()
 
-    open_experiment(plain["tracking"]["uri"], plain["tracking"]["experiment"])
+    tracker: Tracker = MlflowTracker(plain["tracking"]["uri"])
+    tracker.open_experiment(plain["tracking"]["experiment"])
     parent_id = read_checkpoint(run_dir / CHECKPOINT).get("mlflow_run_id") if resuming else None
     run_name = plain.get("run_name") or f"optimize-{system.name}-{plain['optimizer']['name']}"
     started = time.perf_counter()
-    with mlflow.start_run(run_id=parent_id, run_name=None if parent_id else run_name) as parent:
+    with tracker.start_run(None if parent_id else run_name, run_id=parent_id) as run_id:
         if not resuming:
-            mlflow.set_tags(
+            tracker.set_tags(
                 {
                     "memtrace.command": "optimize",
                     "memtrace.system": system.name,
@@ -115,25 +118,25 @@ def optimize(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
                     "git_commit": git_commit(base_dir),
                 }
             )
-            log_params(flatten(plain), secrets)
-            mlflow.log_params({"split.train_conversations": len(parts.train.conversations),
+            log_params(tracker, flatten(plain), secrets)
+            tracker.log_params({"split.train_conversations": len(parts.train.conversations),
                                "split.dev_conversations": len(parts.dev.conversations),
                                "split.test_conversations": len(parts.test.conversations)})
-        observer = MLflowLoopObserver(system.name, secrets, bool(plain.get("register_prompts", True)))
+        observer = TrackingLoopObserver(tracker, system.name, secrets, bool(plain.get("register_prompts", True)))
         with RichProgress(console) as progress:
             loop = OptimizationLoop(
                 system, judge, optimizer, Splits(parts.train, parts.dev, parts.test), settings,
                 checkpoint=run_dir / CHECKPOINT, config_digest=config_digest(plain), observers=[observer],
-                progress=progress, checkpoint_extra=lambda: {"mlflow_run_id": parent.info.run_id},
+                progress=progress, checkpoint_extra=lambda: {"mlflow_run_id": run_id},
+                attributor=LineageAttributor(),
             )
             result = loop.run(resume=resuming)
-        paths = export_best(result, system.name, parent.info.run_id, run_dir)
+        paths = export_best(result, system.name, run_id, run_dir)
         for path in paths:
-            mlflow.log_artifact(str(path), "export")
-        plots = MLflowLoopObserver.plots(result, run_dir)
+            tracker.log_artifact(path, "export")
+        plots = TrackingLoopObserver.plots(result, run_dir)
         elapsed = time.perf_counter() - started
-        mlflow.log_metric("elapsed_s", elapsed)
-        run_id = parent.info.run_id
+        tracker.log_metrics({"elapsed_s": elapsed})
 
     for table in loop_tables(result, system.name):
         console.print(table)

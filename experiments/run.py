@@ -11,7 +11,6 @@ import logging
 import time
 
 import hydra
-import mlflow
 from memtrace_loop.experiments.config import validated_run
 from memtrace_loop.experiments.console import RichProgress, counts_line, report_table, setup_logging
 from memtrace_loop.experiments.factory import (
@@ -24,14 +23,8 @@ from memtrace_loop.experiments.factory import (
 )
 from memtrace_loop.pipeline.backends.lm import configure_cache
 from memtrace_loop.pipeline.loop.runner import run_dataset
-from memtrace_loop.pipeline.tracking.mlflow_run import (
-    flatten,
-    git_commit,
-    log_params,
-    log_run_result,
-    open_experiment,
-    scrub,
-)
+from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
+from memtrace_loop.pipeline.tracking.run_logging import flatten, git_commit, log_params, log_run_result, scrub
 from omegaconf import DictConfig
 from rich.console import Console
 
@@ -65,10 +58,11 @@ def run(cfg: DictConfig, console: Console | None = None) -> dict[str, object]:
         )
     elapsed = time.perf_counter() - started
 
-    open_experiment(plain["tracking"]["uri"], plain["tracking"]["experiment"])
+    tracker = MlflowTracker(plain["tracking"]["uri"])
+    tracker.open_experiment(plain["tracking"]["experiment"])
     run_name = plain.get("run_name") or f"run-{system.name}-{plain['dataset']['kind']}-{plain['split']}"
-    with mlflow.start_run(run_name=run_name) as active:
-        mlflow.set_tags(
+    with tracker.start_run(run_name) as run_id:
+        tracker.set_tags(
             {
                 "memtrace.command": "run",
                 "memtrace.system": system.name,
@@ -77,10 +71,9 @@ def run(cfg: DictConfig, console: Console | None = None) -> dict[str, object]:
                 "git_commit": git_commit(base_dir),
             }
         )
-        log_params(flatten(plain), secrets)
-        log_run_result(result, system.prompt_set(), secrets)
-        mlflow.log_metric("elapsed_s", elapsed)
-        run_id = active.info.run_id
+        log_params(tracker, flatten(plain), secrets)
+        log_run_result(tracker, result, system.prompt_set(), secrets)
+        tracker.log_metrics({"elapsed_s": elapsed})
 
     console.print(report_table(result.report, f"{system.name} on {dataset.name} ({plain['split']})"))
     console.print(counts_line(result.counts) + f", {elapsed:.1f} s")

@@ -1,9 +1,12 @@
 """The one small interface every prompt optimizer implements.
 
 An optimizer sees the current prompt set, the blame table and the attributed failures of the train
-split (an `OptimizationContext`) and proposes candidate prompt sets, best first. It never evaluates or
-accepts them: the loop's gate does (`pipeline.loop`). LMs an optimizer needs are given to its
-constructor.
+split (an `OptimizationContext`) and proposes candidate prompt sets, best first. It never accepts them:
+the loop's gate does (`pipeline.loop`). An optimizer that wants to score its own candidates before
+proposing them (as GEPA's adapter does) uses the context's `evaluator`, which the loop implements on
+top of its runner and memory cache: built memories are reused and every LLM call it makes is counted
+in the loop's totals. The evaluator offers the train and dev splits only (the test split is kept for
+the end). LMs an optimizer needs are given to its constructor.
 """
 
 from __future__ import annotations
@@ -14,7 +17,38 @@ from types import MappingProxyType
 from typing import Protocol
 
 from memtrace_loop.pipeline.analysis.blame import Attribution, BlameTable
+from memtrace_loop.pipeline.analysis.evaluation import EvaluationReport
+from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import CaseResult, PromptSet
+
+
+@dataclass(frozen=True)
+class CandidateEvaluation:
+    """A prompt set evaluated on (part of) a split: every judged case with its traces."""
+
+    prompts: PromptSet
+    split: str
+    results: tuple[CaseResult, ...]
+    graph_by_conversation: Mapping[str, ExecutionGraph]  # the traces: one execution graph per conversation
+    report: EvaluationReport  # aggregates without the loop's excluded categories
+    lm_calls_made: int  # LLM calls this evaluation made (reused memories and DSPy's cache excluded)
+
+    @property
+    def accuracy(self) -> float:
+        return self.report.overall.judge_accuracy
+
+    @property
+    def score_by_question(self) -> dict[str, float]:
+        """question id -> judge score (1.0 correct, 0.0 not), every evaluated question."""
+        return {r.question.id: r.scores.judge for r in self.results}
+
+
+class Evaluator(Protocol):
+    """Scores a prompt set on the train or dev split, or on some of its questions (`question_ids`)."""
+
+    def evaluate(
+        self, prompts: PromptSet, split: str = "train", question_ids: Sequence[str] | None = None
+    ) -> CandidateEvaluation: ...
 
 
 @dataclass(frozen=True)
@@ -28,6 +62,7 @@ class OptimizationContext:
     failures: tuple[CaseResult, ...]
     # stage -> its signature as "input, input -> output" (what the stage reads and writes)
     signature_by_stage: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    evaluator: Evaluator | None = None  # None outside a loop (e.g. an optimizer called on its own)
 
 
 @dataclass(frozen=True)

@@ -131,7 +131,7 @@ class _Drop:
     output: Variable | None  # what it produced instead (None when it produced nothing)
 
 
-class LineageAttributor:
+class ConversationLineage:
     """Attributes the failed cases of one conversation graph, which must not change while it is in use
     (token sets and the store at question time are memoized per instance)."""
 
@@ -441,7 +441,7 @@ def attribute_failures(
 ) -> tuple[Attribution, ...]:
     """Attributions of every failed case (in result order) whose conversation graph is given."""
     excluded = set(exclude_categories)
-    attributors: dict[str, LineageAttributor] = {}
+    attributors: dict[str, ConversationLineage] = {}
     found = []
     for case in results:
         if case.correct or case.question.category in excluded:
@@ -453,7 +453,7 @@ def attribute_failures(
         attributor = attributors.get(conversation_id)
         if attributor is None:
             conversation = (conversation_by_id or {}).get(conversation_id)
-            attributor = attributors[conversation_id] = LineageAttributor(graph, conversation)
+            attributor = attributors[conversation_id] = ConversationLineage(graph, conversation)
         attribution = attributor.attribute(case)
         if attribution is not None:
             found.append(attribution)

@@ -1,16 +1,19 @@
 """The closed loop: evaluate, attribute, blame, propose, gate — iteration by iteration — then test once.
 
 Iteration 0 evaluates the starting prompt set on train and dev. Each later iteration evaluates the
-current prompt set on train, attributes the train failures (`pipeline.attribution`), aggregates blame,
-asks the optimizer for candidates and evaluates them on dev; a candidate is accepted only when its
-paired gain over the current prompt set on the same dev questions reaches `min_gain`. Otherwise the
+current prompt set on train, attributes the train failures (with the injected `Attributor`; lineage
+by default), aggregates blame, asks the optimizer for candidates (handing it an `Evaluator`, the
+`LoopEvaluator`, that scores prompt sets on train or dev through this loop's runner and memory
+cache, its calls counted) and evaluates them on dev; a candidate is accepted only when its paired
+gain over the current prompt set on the same dev questions reaches `min_gain`. Otherwise the
 next candidate is tried; `patience` iterations without an acceptance stop the loop. The test split is
 evaluated once, at the end, for the starting and the final prompt set.
 
 Built memories are reused through a `MemoryCache`, so a candidate that only changes the answer prompt
 costs only answering. After every iteration the loop saves a checkpoint (JSON) from which an
 interrupted run resumes and reaches the same result. Logging is done by an observer (`LoopObserver`),
-so this module neither talks to MLflow nor prints.
+so this module neither talks to MLflow nor prints. The digests of iterations (what checkpoints keep)
+are `pipeline.loop.summaries`.
 """
 
 from __future__ import annotations
@@ -24,18 +27,24 @@ from typing import Any, Protocol
 
 import dspy
 from memtrace_loop.memory_systems.base import MemorySystem
-from memtrace_loop.optimizers.base import Candidate, OptimizationContext, Optimizer
-from memtrace_loop.pipeline.analysis.attribution import attribute_failures
+from memtrace_loop.optimizers.base import Candidate, CandidateEvaluation, OptimizationContext, Optimizer
+from memtrace_loop.pipeline.analysis.attributor import Attributor, LineageAttributor, TracedRun
 from memtrace_loop.pipeline.analysis.blame import Attribution, BlameTable, aggregate_blame
 from memtrace_loop.pipeline.analysis.evaluation import PairedDifference, paired_difference
 from memtrace_loop.pipeline.core.records import Dataset, PromptSet
 from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
 from memtrace_loop.pipeline.loop.runner import ProgressSink, RunResult, run_dataset
+from memtrace_loop.pipeline.loop.summaries import CandidateSummary, IterationSummary, blame_from_rows
 
 logger = logging.getLogger(__name__)
 
 CHECKPOINT_FORMAT = "memtrace-loop-checkpoint"
 CHECKPOINT_VERSION = 1
+
+
+def calls_made(result: RunResult) -> int:
+    """LLM calls a run really made: neither served by DSPy's cache nor saved by a reused memory."""
+    return result.counts.calls - result.counts.cached_calls - result.lm_calls_saved
 
 
 class CheckpointError(ValueError):
@@ -78,51 +87,23 @@ class IterationRecord:
         return next((o for o in self.outcomes if o.accepted), None)
 
 
-@dataclass(frozen=True)
-class IterationSummary:
-    """The serializable digest of an iteration: what checkpoints keep, and what tables and plots show."""
-
-    iteration: int
-    train_accuracy: float
-    dev_accuracy: float
-    dev_ci: tuple[float, float]
-    blame: tuple[dict[str, Any], ...]
-    candidates: tuple[dict[str, Any], ...]
-
-    @classmethod
-    def of(cls, record: IterationRecord) -> IterationSummary:
-        dev = record.dev.report.overall
-        return cls(
-            record.iteration,
-            record.train.report.overall.judge_accuracy,
-            dev.judge_accuracy,
-            (dev.ci_low, dev.ci_high),
-            tuple(record.blame.as_rows()),
-            tuple(
-                {
-                    "stages": list(o.candidate.changed_stages),
-                    "dev_accuracy": o.dev_accuracy,
-                    "gain": o.gain.mean_difference,
-                    "gain_ci": [o.gain.ci_low, o.gain.ci_high],
-                    "accepted": o.accepted,
-                    "rationale": o.candidate.rationale,
-                }
-                for o in record.outcomes
-            ),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "iteration": self.iteration, "train_accuracy": self.train_accuracy, "dev_accuracy": self.dev_accuracy,
-            "dev_ci": list(self.dev_ci), "blame": list(self.blame), "candidates": list(self.candidates),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> IterationSummary:
-        return cls(
-            int(data["iteration"]), float(data["train_accuracy"]), float(data["dev_accuracy"]),
-            (float(data["dev_ci"][0]), float(data["dev_ci"][1])), tuple(data["blame"]), tuple(data["candidates"]),
-        )
+def summarize_iteration(record: IterationRecord) -> IterationSummary:
+    """The digest of an iteration that checkpoints keep and tables and plots show."""
+    dev = record.dev.report.overall
+    return IterationSummary(
+        record.iteration,
+        record.train.report.overall.judge_accuracy,
+        dev.judge_accuracy,
+        (dev.ci_low, dev.ci_high),
+        blame_from_rows(record.blame.as_rows()),
+        tuple(
+            CandidateSummary(
+                tuple(o.candidate.changed_stages), o.dev_accuracy, o.gain.mean_difference,
+                (o.gain.ci_low, o.gain.ci_high), o.accepted, o.candidate.rationale,
+            )
+            for o in record.outcomes
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -209,6 +190,7 @@ class OptimizationLoop:
         progress: ProgressSink | None = None,
         memory_cache: MemoryCache | None = None,
         checkpoint_extra: Callable[[], Mapping[str, Any]] | None = None,
+        attributor: Attributor | None = None,
     ) -> None:
         self.system = system
         self.judge = judge
@@ -221,20 +203,22 @@ class OptimizationLoop:
         self.progress = progress
         self.cache = memory_cache or MemoryCache()
         self.checkpoint_extra = checkpoint_extra or (lambda: {})
+        self.attributor = attributor if attributor is not None else LineageAttributor()
         self._split_log: list[tuple[str, int]] = []
         self._calls_made = 0
 
     # ------------------------------------------------------------------ evaluation
 
-    def evaluate(self, prompts: PromptSet, split: str, iteration: int) -> RunResult:
-        dataset = getattr(self.splits, split)
+    def evaluate(self, prompts: PromptSet, split: str, iteration: int, dataset: Dataset | None = None) -> RunResult:
+        """Run `prompts` over the split (or the given part of it); the LLM calls made are counted."""
+        dataset = dataset if dataset is not None else getattr(self.splits, split)
         self._split_log.append((split, iteration))
         result = run_dataset(
             self.system.with_prompts(prompts), self.judge, dataset, workers=self.settings.workers,
             progress=self.progress, exclude_categories=self.settings.exclude_categories, seed=self.settings.seed,
             memory_cache=self.cache,
         )
-        self._calls_made += result.counts.calls - result.counts.cached_calls - result.lm_calls_saved
+        self._calls_made += calls_made(result)
         return result
 
     def _signatures(self) -> dict[str, str]:
@@ -301,12 +285,16 @@ class OptimizationLoop:
         """Attribute train failures, propose, gate on dev. Returns the record and the accepted dev result."""
         excluded = self.settings.exclude_categories
         train = self.evaluate(current, "train", iteration)
-        attributions = attribute_failures(
-            train.results, train.graph_by_conversation, {c.id: c for c in self.splits.train.conversations}, excluded
+        traced = TracedRun(
+            train.results, train.graph_by_conversation, {c.id: c for c in self.splits.train.conversations},
+            tuple(excluded),
         )
+        attributions = tuple(self.attributor.attribute(traced))
         blame = aggregate_blame(attributions)
-        failures = tuple(r for r in train.results if not r.correct and r.question.category not in excluded)
-        context = OptimizationContext(iteration, current, blame, attributions, failures, self._signatures())
+        context = OptimizationContext(
+            iteration, current, blame, attributions, traced.failures(), self._signatures(),
+            LoopEvaluator(self, iteration),
+        )
         outcomes = []
         for candidate in list(self.optimizer.propose(context))[: self.settings.max_candidates]:
             result = self.evaluate(candidate.prompts, "dev", iteration)
@@ -322,7 +310,7 @@ class OptimizationLoop:
     def _finish_iteration(self, record: IterationRecord, progress: _Progress) -> _Progress:
         progress = _Progress(
             progress.iteration, progress.current, progress.stale, progress.start,
-            (*progress.history, IterationSummary.of(record)),
+            (*progress.history, summarize_iteration(record)),
         )
         for observer in self.observers:
             observer.on_iteration(record)
@@ -340,3 +328,35 @@ class OptimizationLoop:
         self.system.with_prompts(current)  # fails clearly if the stages do not fit this system
         history = tuple(IterationSummary.from_dict(item) for item in data.get("history", ()))
         return _Progress(int(data["iteration"]), current, int(data["stale"]), PromptSet(data["start_prompts"]), history)
+
+
+class LoopEvaluator:
+    """The `Evaluator` an optimizer gets in one iteration: the loop's own evaluation (runner, memory
+    cache, call counting, split log) on train or dev, or on some of their questions."""
+
+    SPLITS = ("train", "dev")
+
+    def __init__(self, loop: OptimizationLoop, iteration: int) -> None:
+        self._loop = loop
+        self._iteration = iteration
+
+    def evaluate(
+        self, prompts: PromptSet, split: str = "train", question_ids: Sequence[str] | None = None
+    ) -> CandidateEvaluation:
+        if split not in self.SPLITS:
+            raise ValueError(f"an optimizer may evaluate on {' or '.join(self.SPLITS)}, not {split!r}")
+        dataset: Dataset = getattr(self._loop.splits, split)
+        if question_ids is not None:
+            wanted = set(question_ids)
+            unknown = wanted - {q.id for q in dataset.questions}
+            if unknown:
+                raise ValueError(f"questions {sorted(unknown)} are not in the {split} split")
+            questions = tuple(q for q in dataset.questions if q.id in wanted)
+            conversation_ids = {q.conversation_id for q in questions}
+            dataset = Dataset(
+                dataset.name, tuple(c for c in dataset.conversations if c.id in conversation_ids), questions
+            )
+        result = self._loop.evaluate(prompts, split, self._iteration, dataset)
+        return CandidateEvaluation(
+            prompts, split, result.results, result.graph_by_conversation, result.report, calls_made(result)
+        )

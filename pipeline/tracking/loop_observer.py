@@ -1,10 +1,11 @@
-"""MLflow logging of an optimization run: one nested run per iteration under the active parent run.
+"""Tracking an optimization run: one nested run per iteration under the tracker's active parent run.
 
 Each iteration's nested run gets train/dev metrics (step = iteration), the blame table, the attribution
 table, every candidate with its prompt diff and gate verdict, and LLM-call counts; accepted prompt sets
-are registered in MLflow's prompt registry. At the end the parent run gets the test metrics of the
-starting and final prompt sets, the score and blame plots (PNG), the history and the exported prompt
-files. Every text passes `scrub`. This module does not run the loop and does not decide anything.
+are registered in the tracker's prompt registry. At the end the parent run gets the test metrics of
+the starting and final prompt sets, the score and blame plots (PNG), the history and the exported
+prompt files. Every text passes `scrub`. Everything goes through the `Tracker` protocol (MLflow in
+production). This module does not run the loop and does not decide anything.
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-import mlflow
 from memtrace_loop.pipeline.analysis.blame import BlameTable
 from memtrace_loop.pipeline.core.records import PromptSet
-from memtrace_loop.pipeline.loop.optimization import IterationRecord, IterationSummary, LoopResult
-from memtrace_loop.pipeline.tracking.mlflow_run import run_metrics, scrub
+from memtrace_loop.pipeline.loop.optimization import IterationRecord, LoopResult
+from memtrace_loop.pipeline.loop.summaries import IterationSummary
 from memtrace_loop.pipeline.tracking.plots import IterationScore, plot_blame, plot_scores
-from memtrace_loop.pipeline.tracking.prompt_registry import register_prompt_set
+from memtrace_loop.pipeline.tracking.run_logging import run_metrics, scrub
+from memtrace_loop.pipeline.tracking.tracker import Tracker
 
 logger = logging.getLogger(__name__)
 
@@ -53,38 +54,28 @@ def attribution_rows(record: IterationRecord) -> dict[str, list[str]]:
 
 
 def blame_by_iteration(history: Iterable[IterationSummary]) -> list[tuple[int, BlameTable]]:
-    """Blame tables rebuilt from summaries (for the plot), iterations with no blame skipped."""
-    from memtrace_loop.pipeline.analysis.blame import StageBlame
-
-    tables = []
-    for summary in history:
-        if not summary.blame:
-            continue
-        rows = tuple(
-            StageBlame(
-                str(row["stage"]), str(row["tunable"]), int(row["count"]), float(row["share"]),
-                {k.removeprefix("n_"): int(v) for k, v in row.items() if k.startswith("n_")}, (),
-            )
-            for row in summary.blame
-        )
-        tables.append((summary.iteration, BlameTable(rows, sum(r.count for r in rows))))
-    return tables
+    """The blame table of every iteration that has one (for the plot)."""
+    return [(summary.iteration, summary.blame) for summary in history if summary.blame.rows]
 
 
-class MLflowLoopObserver:
-    """A `LoopObserver` logging into the active MLflow (parent) run."""
+class TrackingLoopObserver:
+    """A `LoopObserver` logging into the tracker's active (parent) run."""
 
-    def __init__(self, system_name: str, secrets: Iterable[str], register_prompts: bool = True) -> None:
+    def __init__(
+        self, tracker: Tracker, system_name: str, secrets: Iterable[str], register_prompts: bool = True
+    ) -> None:
+        self.tracker = tracker
         self.system_name = system_name
         self.secrets = tuple(secrets)
         self.register_prompts = register_prompts
 
     def _text(self, text: str, artifact: str) -> None:
-        mlflow.log_text(scrub(text, self.secrets), artifact)
+        self.tracker.log_text(scrub(text, self.secrets), artifact)
 
     def on_iteration(self, record: IterationRecord) -> None:
-        with mlflow.start_run(run_name=f"iteration-{record.iteration}", nested=True):
-            mlflow.set_tag("memtrace.iteration", str(record.iteration))
+        tracker = self.tracker
+        with tracker.start_run(f"iteration-{record.iteration}", nested=True):
+            tracker.set_tags({"memtrace.iteration": str(record.iteration)})
             metrics = {
                 **run_metrics(record.train, "train_"),
                 **run_metrics(record.dev, "dev_"),
@@ -92,13 +83,13 @@ class MLflowLoopObserver:
                 "accepted": int(record.accepted is not None),
                 "attributed_failures": len(record.attributions),
             }
-            mlflow.log_metrics(metrics, step=record.iteration)
+            tracker.log_metrics(metrics, step=record.iteration)
             self._text(json.dumps(record.prompts.to_dict(), indent=2, ensure_ascii=False), "prompts.json")
             self._text(json.dumps(record.blame.as_rows(), indent=2), "blame.json")
             if record.attributions:
                 table = attribution_rows(record)
-                mlflow.log_table({k: [scrub(v, self.secrets) for v in vs] for k, vs in table.items()},
-                                 "attributions.json")
+                tracker.log_table({k: [scrub(v, self.secrets) for v in vs] for k, vs in table.items()},
+                                  "attributions.json")
             for index, outcome in enumerate(record.outcomes):
                 verdict = "accepted" if outcome.accepted else "rejected"
                 header = (
@@ -112,23 +103,23 @@ class MLflowLoopObserver:
                     self._text(feedback, f"candidates/{index}-feedback-{stage}.txt")
             accepted = record.accepted
         # the parent run gets the headline curves too, one point per iteration
-        mlflow.log_metrics(
+        tracker.log_metrics(
             {"dev_judge_accuracy": record.dev.report.overall.judge_accuracy,
              "train_judge_accuracy": record.train.report.overall.judge_accuracy},
             step=record.iteration,
         )
         if accepted is not None and self.register_prompts:
             try:
-                register_prompt_set(
+                tracker.register_prompts(
                     self.system_name, accepted.candidate.prompts,
-                    commit_message=f"iteration {record.iteration}: {accepted.candidate.rationale}"[:500],
-                    tags={"iteration": str(record.iteration), "dev_accuracy": f"{accepted.dev_accuracy:.4f}"},
+                    f"iteration {record.iteration}: {accepted.candidate.rationale}"[:500],
+                    {"iteration": str(record.iteration), "dev_accuracy": f"{accepted.dev_accuracy:.4f}"},
                 )
             except Exception as exc:  # the registry is a convenience; never lose a run over it
                 logger.warning("could not register the accepted prompt set: %s", exc)
 
     def on_finish(self, result: LoopResult) -> None:
-        mlflow.log_metrics(
+        self.tracker.log_metrics(
             {
                 **run_metrics(result.test_start, "test_start_"),
                 **run_metrics(result.test_final, "test_final_"),
@@ -143,15 +134,15 @@ class MLflowLoopObserver:
         self._text(prompt_diff(result.start_prompts, result.final_prompts), "final_prompts.diff")
         with tempfile.TemporaryDirectory(prefix="memtrace-plots-") as tmp:
             for path in self.plots(result, Path(tmp)):
-                mlflow.log_artifact(str(path), "plots")
+                self.tracker.log_artifact(path, "plots")
 
     @staticmethod
     def plots(result: LoopResult, directory: Path) -> list[Path]:
         scores = [
             IterationScore(
                 s.iteration, s.dev_accuracy, s.dev_ci[0], s.dev_ci[1], s.train_accuracy,
-                tuple(c["dev_accuracy"] for c in s.candidates if c["accepted"]),
-                tuple(c["dev_accuracy"] for c in s.candidates if not c["accepted"]),
+                tuple(c.dev_accuracy for c in s.candidates if c.accepted),
+                tuple(c.dev_accuracy for c in s.candidates if not c.accepted),
             )
             for s in result.history
         ]

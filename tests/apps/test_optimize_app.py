@@ -16,6 +16,7 @@ from memtrace_loop.experiments.optimize import optimize
 from memtrace_loop.experiments.run import run
 from memtrace_loop.pipeline.tracking import loop_observer as loop_tracking
 from memtrace_loop.pipeline.tracking.export import read_prompts
+from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.prompt_registry import load_registered_prompt_set
 from mlflow.tracking import MlflowClient
 
@@ -84,8 +85,8 @@ def test_accepted_prompt_sets_are_in_the_prompt_registry(optimized):
 
 def test_export_command_and_loading_back_reproduce_the_final_test_metrics(optimized):
     tmp_path, outcome = optimized
-    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
-    exported = exported_from_run(client, outcome["run_id"])
+    tracker = MlflowTracker(f"sqlite:///{tmp_path}/mlflow.db")
+    exported = exported_from_run(tracker, outcome["run_id"])
     assert exported.prompts == outcome["result"].final_prompts
     assert read_prompts(outcome["exported"][1]).prompts == exported.prompts  # the YAML twin
     with initialize_config_module(config_module="memtrace_loop.conf", version_base="1.3"):
@@ -94,7 +95,7 @@ def test_export_command_and_loading_back_reproduce_the_final_test_metrics(optimi
     again = run(cfg)
     assert again["judge_accuracy"] == pytest.approx(outcome["test_final"], abs=1e-12)
     with pytest.raises(ExportError, match="not found"):
-        exported_from_run(client, "0" * 32)
+        exported_from_run(tracker, "0" * 32)
 
 
 def test_loading_a_prompt_file_for_another_system_fails_clearly(tmp_path):
@@ -110,17 +111,17 @@ def test_loading_a_prompt_file_for_another_system_fails_clearly(tmp_path):
 def test_an_interrupted_optimization_resumes_into_the_same_mlflow_run(optimized, tmp_path, monkeypatch):
     _, uninterrupted = optimized
     monkeypatch.chdir(tmp_path)
-    original = loop_tracking.MLflowLoopObserver.on_iteration
+    original = loop_tracking.TrackingLoopObserver.on_iteration
 
     def interrupt_after_first(self, record):
         original(self, record)
         if record.iteration == 1:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(loop_tracking.MLflowLoopObserver, "on_iteration", interrupt_after_first)
+    monkeypatch.setattr(loop_tracking.TrackingLoopObserver, "on_iteration", interrupt_after_first)
     with pytest.raises(KeyboardInterrupt):
         optimize(optimize_cfg(tmp_path))
-    monkeypatch.setattr(loop_tracking.MLflowLoopObserver, "on_iteration", original)
+    monkeypatch.setattr(loop_tracking.TrackingLoopObserver, "on_iteration", original)
     run_dirs = sorted((tmp_path / "outputs" / "optimize").iterdir())
     assert len(run_dirs) == 1
     resumed = optimize(optimize_cfg(tmp_path, f"resume={run_dirs[0]}"))

@@ -13,7 +13,7 @@ from collections import Counter
 
 import pytest
 from memtrace_loop.memory_systems.mem0.system import Mem0Knobs, Mem0Memory
-from memtrace_loop.pipeline.analysis.attribution import LineageAttributor, attribute_failures, content_tokens
+from memtrace_loop.pipeline.analysis.attribution import ConversationLineage, attribute_failures, content_tokens
 from memtrace_loop.pipeline.analysis.blame import ErrorType, aggregate_blame
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.records import PromptSet
@@ -131,7 +131,7 @@ def test_pseudo_evidence_is_used_when_a_question_has_no_evidence_ids(default_pro
         case.prediction, case.verdict, case.scores, case.error,
     )
     graph = result.graph_by_conversation[case.question.conversation_id]
-    again = LineageAttributor(graph).attribute(stripped)
+    again = ConversationLineage(graph).attribute(stripped)
     assert again.pseudo_evidence and again.evidence
     assert again.confidence < attribution.confidence
 

@@ -4,13 +4,14 @@ export prompts that reproduce its numbers."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import replace
 from itertools import pairwise
 
 import pytest
 from memtrace_loop.memory_systems.mem0.system import Mem0Memory
-from memtrace_loop.optimizers.base import Candidate, OptimizationContext
+from memtrace_loop.optimizers.base import Candidate, CandidateEvaluation, OptimizationContext
 from memtrace_loop.optimizers.registry import build_optimizer
 from memtrace_loop.pipeline.analysis.evaluation import paired_difference
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
@@ -19,14 +20,17 @@ from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
 from memtrace_loop.pipeline.loop.optimization import (
     CheckpointError,
     IterationRecord,
+    LoopEvaluator,
     LoopSettings,
     OptimizationLoop,
     Splits,
 )
 from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
 from memtrace_loop.pipeline.tracking.export import ExportedPrompts, apply_prompts, read_prompts, write_prompts
+from memtrace_loop.pipeline.tracking.loop_observer import TrackingLoopObserver
 
 from tests.support.sim import sim_dataset, sim_lm
+from tests.support.tracking import InMemoryTracker
 
 SETTINGS = LoopSettings(max_iterations=5, patience=2, min_gain=0.02, max_candidates=2, workers=2)
 
@@ -179,3 +183,94 @@ def test_exported_prompts_reproduce_the_final_metrics_exactly(results, tmp_path)
         again = run_dataset(system, make_judge(lm), splits().test, workers=2)
         assert again.results == result.test_final.results
         assert again.report == result.test_final.report
+
+
+class _PicksByEvaluating:
+    """Scores a no-gain candidate and the attribution optimizer's candidates on the train split through
+    the loop's evaluator and proposes only the best one."""
+
+    name = "picks-by-evaluating"
+
+    def __init__(self, inner, evaluate: bool = True) -> None:
+        self.inner = inner
+        self.evaluate = evaluate
+        self.evaluations: list[CandidateEvaluation] = []
+
+    def propose(self, context: OptimizationContext) -> list[Candidate]:
+        useless = Candidate(
+            context.prompts.replace(decide=context.prompts["decide"] + " Be concise."), ("decide",), "no-op"
+        )
+        good = list(self.inner.propose(context))[:1]
+        if not self.evaluate:
+            return good
+        assert context.evaluator is not None
+        scored = []
+        for candidate in (useless, *good):
+            evaluation = context.evaluator.evaluate(candidate.prompts, "train")
+            self.evaluations.append(evaluation)
+            scored.append((evaluation.accuracy, candidate))
+        return [max(scored, key=lambda pair: pair[0])[1]]
+
+
+def test_an_optimizer_can_evaluate_its_own_candidates_and_those_calls_are_counted():
+    settings = replace(SETTINGS, max_iterations=1)
+    picking = _PicksByEvaluating(build_optimizer("attribution", sim_lm()))
+    picked = make_loop(optimizer=picking, settings=settings).run()
+    # the same accepted candidate, proposed without evaluating it first
+    direct = make_loop(optimizer=_PicksByEvaluating(build_optimizer("attribution", sim_lm()), evaluate=False),
+                       settings=settings).run()
+
+    useless, good = picking.evaluations
+    train_ids = {q.id for q in splits().train.questions}
+    assert set(useless.score_by_question) == set(good.score_by_question) == train_ids
+    assert good.accuracy > useless.accuracy and good.split == "train" and good.graph_by_conversation
+    (outcome,) = picked.iterations[1].outcomes
+    assert outcome.accepted and outcome.candidate.prompts == good.prompts
+    assert picked.final_prompts == direct.final_prompts
+    assert [s for s, i in picked.split_log if i == 1].count("train") == 3  # the loop's own + two evaluations
+    assert useless.lm_calls_made > 0 and good.lm_calls_made > 0
+    assert picked.lm_calls_made == direct.lm_calls_made + useless.lm_calls_made + good.lm_calls_made
+
+
+def test_the_evaluator_refuses_the_test_split_and_unknown_questions():
+    loop = make_loop()
+    evaluator = LoopEvaluator(loop, 1)
+    prompts = loop.system.prompt_set()
+    with pytest.raises(ValueError, match="not 'test'"):
+        evaluator.evaluate(prompts, "test")
+    with pytest.raises(ValueError, match="not in the dev split"):
+        evaluator.evaluate(prompts, "dev", ["no-such-question"])
+    some = [q.id for q in splits().dev.questions[:3]]
+    partial = evaluator.evaluate(prompts, "dev", some)
+    assert list(partial.score_by_question) == some and partial.lm_calls_made > 0
+    assert loop.evaluate(prompts, "dev", 1).results[:3] == partial.results  # built memories reused, same answers
+
+
+def test_the_loop_observer_logs_every_iteration_through_the_tracker_protocol(results, tmp_path):
+    result = results["attribution"]
+    secret = result.start_prompts["extract"][:12]
+    tracker = InMemoryTracker()
+    tracker.open_experiment("in-memory")
+    observer = TrackingLoopObserver(tracker, "mem0", [secret])
+    with tracker.start_run("optimize") as parent_id:
+        for record in result.iterations:
+            observer.on_iteration(record)
+        observer.on_finish(result)
+
+    parent = tracker.runs[parent_id]
+    children = tracker.children(parent_id)
+    assert [c.tags["memtrace.iteration"] for c in children] == [str(r.iteration) for r in result.iterations]
+    assert [step for _, step in parent.metric("dev_judge_accuracy")] == [r.iteration for r in result.iterations]
+    assert {"history.json", "final_prompts.json", "final_prompts.diff", "plots/scores.png", "plots/blame.png"} <= set(
+        parent.artifacts
+    )
+    assert json.loads(parent.text("history.json")) == [s.to_dict() for s in result.history]
+    assert parent.metric("test_final_judge_accuracy") == [(result.test_final.report.overall.judge_accuracy, None)]
+    first = children[1]
+    assert {"prompts.json", "blame.json", "attributions.json", "candidates/0-accepted.diff"} <= set(first.artifacts)
+    assert first.metric("accepted") == [(1.0, 1)]
+    accepted = [r for r in result.iterations if r.accepted is not None]
+    assert [prompts for _, prompts, _, _ in parent.registered] == [r.accepted.candidate.prompts for r in accepted]
+    logged = [run.text(path) for run in tracker.runs.values() for path, v in run.artifacts.items()
+              if isinstance(v, str)]
+    assert not any(secret in text for text in logged) and any("***" in text for text in logged)

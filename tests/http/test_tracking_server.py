@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_module
 from memtrace_loop.experiments.run import run
-from memtrace_loop.pipeline.tracking.mlflow_run import flatten, scrub
+from memtrace_loop.pipeline.tracking.run_logging import flatten, scrub
 from mlflow.tracking import MlflowClient
 
 

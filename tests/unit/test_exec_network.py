@@ -10,7 +10,7 @@ import re
 
 import pytest
 from memtrace_loop.memory_systems.mem0.system import Mem0Memory
-from memtrace_loop.pipeline.analysis.attribution import LineageAttributor
+from memtrace_loop.pipeline.analysis.attribution import ConversationLineage
 from memtrace_loop.pipeline.analysis.blame import ErrorType
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, OpKind, Usage
@@ -340,7 +340,7 @@ def test_not_a_document_and_unreadable_files(tmp_path) -> None:
 
 def test_attributions_export_as_annotations_that_score_perfectly(run_result: RunResult, graph) -> None:
     failed = [case for case in run_result.results if not case.correct]
-    attributor = LineageAttributor(graph)
+    attributor = ConversationLineage(graph)
     attributions = [a for a in (attributor.attribute(case) for case in failed) if a is not None]
     assert attributions
     doc = to_exec_network(graph, attributions)

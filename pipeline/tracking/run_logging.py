@@ -1,10 +1,10 @@
-"""Logging runs to MLflow: params, metrics, the results table, graphs, prompts — with secrets scrubbed.
+"""Logging runs through a `Tracker`: params, metrics, the results table, graphs, prompts — with
+secrets scrubbed.
 
-`open_experiment` points MLflow at a tracking URI (a local SQLite file by default; any tracking server
-works the same) and keeps artifacts next to a SQLite store so `mlflow ui` finds them. `log_run_result`
-logs one evaluated run into the active MLflow run. Every text that leaves through here passes
-`scrub`, which replaces the values of the configured secret environment variables. This module does
-not run anything and does not decide what a run is.
+`log_params` logs flattened config params, `log_run_result` one evaluated run, both into the
+tracker's active run. Every text that leaves through here passes `scrub`, which replaces the values
+of the configured secret environment variables. This module does not run anything, does not decide
+what a run is and does not know which tracker it talks to (`pipeline.tracking.mlflow_tracker`).
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import mlflow
 from memtrace_loop.pipeline.analysis.evaluation import flat_metrics
 from memtrace_loop.pipeline.core.graph_io import graph_to_json
 from memtrace_loop.pipeline.core.records import PromptSet
 from memtrace_loop.pipeline.loop.runner import RunResult
+from memtrace_loop.pipeline.tracking.tracker import Tracker
 
 logger = logging.getLogger(__name__)
 
@@ -59,29 +59,9 @@ def git_commit(cwd: str | Path | None = None) -> str:
     return out.stdout.strip() or "unknown"
 
 
-def _artifact_root(tracking_uri: str) -> str | None:
-    """For a SQLite store, the artifact folder beside the database file (so `mlflow ui` finds it)."""
-    if not tracking_uri.startswith("sqlite:///"):
-        return None
-    db_path = Path(tracking_uri.removeprefix("sqlite:///")).resolve()
-    return (db_path.parent / "mlartifacts").as_uri()
-
-
-def open_experiment(tracking_uri: str, experiment: str) -> str:
-    """Point MLflow at `tracking_uri`, create `experiment` if needed; returns its id."""
-    mlflow.set_tracking_uri(tracking_uri)
-    found = mlflow.get_experiment_by_name(experiment)
-    if found is not None:
-        experiment_id = found.experiment_id
-    else:
-        experiment_id = mlflow.create_experiment(experiment, artifact_location=_artifact_root(tracking_uri))
-    mlflow.set_experiment(experiment_id=experiment_id)
-    return experiment_id
-
-
-def log_params(params: Mapping[str, str], secrets: Iterable[str]) -> None:
+def log_params(tracker: Tracker, params: Mapping[str, str], secrets: Iterable[str]) -> None:
     secrets = tuple(secrets)
-    mlflow.log_params({k: scrub(v, secrets)[:MAX_PARAM_CHARS] for k, v in params.items()})
+    tracker.log_params({k: scrub(v, secrets)[:MAX_PARAM_CHARS] for k, v in params.items()})
 
 
 def _write(directory: Path, relative: str, text: str, secrets: tuple[str, ...]) -> None:
@@ -124,10 +104,10 @@ def run_metrics(result: RunResult, prefix: str = "") -> dict[str, float]:
     return metrics
 
 
-def log_run_result(result: RunResult, prompts: PromptSet, secrets: Iterable[str]) -> None:
+def log_run_result(tracker: Tracker, result: RunResult, prompts: PromptSet, secrets: Iterable[str]) -> None:
     """Log metrics, the per-question table, graphs, prompt set and report into the active run."""
     secrets = tuple(secrets)
-    mlflow.log_metrics(run_metrics(result))
+    tracker.log_metrics(run_metrics(result))
     rows = result_rows(result)
     with tempfile.TemporaryDirectory(prefix="memtrace-artifacts-") as tmp:
         directory = Path(tmp)
@@ -136,7 +116,7 @@ def log_run_result(result: RunResult, prompts: PromptSet, secrets: Iterable[str]
         _write(directory, "report.json", json.dumps(flat_metrics(result.report), indent=2), secrets)
         for conversation_id, graph in result.graph_by_conversation.items():
             _write(directory, f"graphs/{conversation_id}.json", graph_to_json(graph), secrets)
-        mlflow.log_artifacts(str(directory))
+        tracker.log_artifacts(directory)
     columns = {key: [scrub(str(row[key]), secrets) for row in rows] for key in (rows[0] if rows else {})}
     if columns:
-        mlflow.log_table(data=columns, artifact_file="results_table.json")
+        tracker.log_table(columns, "results_table.json")

@@ -1,0 +1,93 @@
+"""The typed digests of an optimization run: one `IterationSummary` per iteration, one
+`CandidateSummary` per candidate the gate saw.
+
+They are what a checkpoint keeps (so a resumed run has the history of the iterations before it) and
+what tables, plots and the `history.json` artifact show. `to_dict`/`from_dict` give exactly the
+checkpoint's JSON layout (format version 1): blame rows as `BlameTable.as_rows` writes them,
+candidates as {stages, dev_accuracy, gain, gain_ci, accepted, rationale}. A summary built from a live
+iteration equals the one read back from its JSON. This module does not run, log or render anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from memtrace_loop.pipeline.analysis.blame import BlameTable, StageBlame
+
+
+def blame_from_rows(rows: tuple[Mapping[str, Any], ...] | list[Mapping[str, Any]]) -> BlameTable:
+    """The `BlameTable` behind `BlameTable.as_rows` (shares as rounded there, examples as listed)."""
+    stages = tuple(
+        StageBlame(
+            stage=str(row["stage"]),
+            tunable=str(row["tunable"]),
+            count=int(row["count"]),
+            share=float(row["share"]),
+            count_by_error_type=MappingProxyType(
+                {k.removeprefix("n_"): int(v) for k, v in row.items() if k.startswith("n_")}
+            ),
+            example_question_ids=tuple(q for q in str(row.get("examples", "")).split(", ") if q),
+        )
+        for row in rows
+    )
+    return BlameTable(stages, sum(row.count for row in stages))
+
+
+@dataclass(frozen=True)
+class CandidateSummary:
+    """One candidate the gate judged: the stages it changed, its dev accuracy, its paired gain over the
+    current prompt set with the gain's CI, the verdict and the optimizer's rationale."""
+
+    stages: tuple[str, ...]
+    dev_accuracy: float
+    gain: float
+    gain_ci: tuple[float, float]
+    accepted: bool
+    rationale: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stages": list(self.stages), "dev_accuracy": self.dev_accuracy, "gain": self.gain,
+            "gain_ci": list(self.gain_ci), "accepted": self.accepted, "rationale": self.rationale,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CandidateSummary:
+        return cls(
+            tuple(str(s) for s in data["stages"]), float(data["dev_accuracy"]), float(data["gain"]),
+            (float(data["gain_ci"][0]), float(data["gain_ci"][1])), bool(data["accepted"]), str(data["rationale"]),
+        )
+
+
+@dataclass(frozen=True)
+class IterationSummary:
+    """The serializable digest of an iteration: accuracies, the blame table and every candidate."""
+
+    iteration: int
+    train_accuracy: float
+    dev_accuracy: float
+    dev_ci: tuple[float, float]
+    blame: BlameTable
+    candidates: tuple[CandidateSummary, ...]
+
+    @property
+    def accepted(self) -> CandidateSummary | None:
+        return next((c for c in self.candidates if c.accepted), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "iteration": self.iteration, "train_accuracy": self.train_accuracy, "dev_accuracy": self.dev_accuracy,
+            "dev_ci": list(self.dev_ci), "blame": self.blame.as_rows(),
+            "candidates": [c.to_dict() for c in self.candidates],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> IterationSummary:
+        return cls(
+            int(data["iteration"]), float(data["train_accuracy"]), float(data["dev_accuracy"]),
+            (float(data["dev_ci"][0]), float(data["dev_ci"][1])), blame_from_rows(list(data["blame"])),
+            tuple(CandidateSummary.from_dict(c) for c in data["candidates"]),
+        )

@@ -1,0 +1,97 @@
+"""`MlflowTracker`: the `Tracker` protocol on MLflow (a local SQLite file by default; any tracking
+server works the same).
+
+`open_experiment` points MLflow at the tracking URI and, for a SQLite store, keeps artifacts in
+`mlartifacts/` beside the database so `mlflow ui` finds them. Runs are MLflow's fluent runs (nested
+runs are children of the active one); reading finished runs goes through an `MlflowClient` on the
+same URI. Prompt registration is `pipeline.tracking.prompt_registry`. This module is, with
+`prompt_registry`, the only place that imports MLflow; it does not scrub secrets or decide what is
+logged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+import mlflow
+from memtrace_loop.pipeline.core.records import PromptSet
+from memtrace_loop.pipeline.tracking.prompt_registry import register_prompt_set
+from memtrace_loop.pipeline.tracking.tracker import RunNotFoundError, TrackedRun
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+
+def _artifact_root(tracking_uri: str) -> str | None:
+    """For a SQLite store, the artifact folder beside the database file (so `mlflow ui` finds it)."""
+    if not tracking_uri.startswith("sqlite:///"):
+        return None
+    db_path = Path(tracking_uri.removeprefix("sqlite:///")).resolve()
+    return (db_path.parent / "mlartifacts").as_uri()
+
+
+class MlflowTracker:
+    """A `Tracker` writing to and reading from the MLflow tracking store at `tracking_uri`."""
+
+    def __init__(self, tracking_uri: str) -> None:
+        self.tracking_uri = tracking_uri
+
+    def open_experiment(self, name: str) -> str:
+        mlflow.set_tracking_uri(self.tracking_uri)
+        found = mlflow.get_experiment_by_name(name)
+        if found is not None:
+            experiment_id = found.experiment_id
+        else:
+            experiment_id = mlflow.create_experiment(name, artifact_location=_artifact_root(self.tracking_uri))
+        mlflow.set_experiment(experiment_id=experiment_id)
+        return experiment_id
+
+    @contextmanager
+    def start_run(
+        self, run_name: str | None = None, *, run_id: str | None = None, nested: bool = False
+    ) -> Iterator[str]:
+        with mlflow.start_run(run_id=run_id, run_name=run_name, nested=nested) as active:
+            yield active.info.run_id
+
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        mlflow.set_tags(dict(tags))
+
+    def log_params(self, params: Mapping[str, str | int | float]) -> None:
+        mlflow.log_params(dict(params))
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        mlflow.log_metrics(dict(metrics), step=step)
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        mlflow.log_text(text, artifact_file)
+
+    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
+        mlflow.log_artifact(str(path), artifact_path)
+
+    def log_artifacts(self, directory: Path, artifact_path: str | None = None) -> None:
+        mlflow.log_artifacts(str(directory), artifact_path)
+
+    def log_table(self, columns: Mapping[str, list[str]], artifact_file: str) -> None:
+        mlflow.log_table(data=dict(columns), artifact_file=artifact_file)
+
+    def register_prompts(
+        self, system_name: str, prompts: PromptSet, commit_message: str, tags: Mapping[str, str]
+    ) -> Mapping[str, str]:
+        return register_prompt_set(system_name, prompts, commit_message=commit_message, tags=tags)
+
+    def _client(self) -> MlflowClient:
+        return MlflowClient(tracking_uri=self.tracking_uri)
+
+    def get_run(self, run_id: str) -> TrackedRun:
+        client = self._client()
+        try:
+            run = client.get_run(run_id)
+        except MlflowException as exc:
+            raise RunNotFoundError(exc.message) from exc
+        return TrackedRun(
+            run_id, dict(run.data.tags), dict(run.data.metrics), tuple(a.path for a in client.list_artifacts(run_id))
+        )
+
+    def download_artifact(self, run_id: str, path: str, directory: Path) -> Path:
+        return Path(self._client().download_artifacts(run_id, path, str(directory)))

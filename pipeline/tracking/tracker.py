@@ -1,0 +1,76 @@
+"""The `Tracker` protocol: what the entry points and the loop observer need from an experiment tracker.
+
+Writing: open an experiment, start a run (a new one, a nested one under the active run, or an existing
+one to continue it) as a context manager that ends it, set tags, log params, metrics (with a step),
+texts, files, folders and tables, and register a prompt set in the tracker's prompt registry.
+Reading (the export command): a finished run's tags, metrics and top-level artifact names, and one
+of its artifacts downloaded. `MlflowTracker` (`pipeline.tracking.mlflow_tracker`) is the implementation; it
+is the only module besides `prompt_registry` that imports MLflow. Scrubbing secrets is the caller's
+job (`pipeline.tracking.run_logging.scrub`): a tracker stores what it is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Protocol
+
+from memtrace_loop.pipeline.core.records import PromptSet
+
+
+class RunNotFoundError(LookupError):
+    """The tracker has no run with that id."""
+
+
+@dataclass(frozen=True)
+class TrackedRun:
+    """What a tracker tells about a finished run."""
+
+    run_id: str
+    tags: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    metrics: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    artifacts: tuple[str, ...] = ()  # top-level artifact names (files and folders)
+
+
+class Tracker(Protocol):
+    def open_experiment(self, name: str) -> str:
+        """Make `name` (created if needed) the experiment of the runs started next; returns its id."""
+        ...
+
+    def start_run(
+        self, run_name: str | None = None, *, run_id: str | None = None, nested: bool = False
+    ) -> AbstractContextManager[str]:
+        """A run that is active inside the `with` block and ended after it; yields its id. `run_id`
+        continues an existing run; `nested` starts a child of the active run."""
+        ...
+
+    def set_tags(self, tags: Mapping[str, str]) -> None: ...
+
+    def log_params(self, params: Mapping[str, str | int | float]) -> None: ...
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None: ...
+
+    def log_text(self, text: str, artifact_file: str) -> None: ...
+
+    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None: ...
+
+    def log_artifacts(self, directory: Path, artifact_path: str | None = None) -> None: ...
+
+    def log_table(self, columns: Mapping[str, list[str]], artifact_file: str) -> None: ...
+
+    def register_prompts(
+        self, system_name: str, prompts: PromptSet, commit_message: str, tags: Mapping[str, str]
+    ) -> Mapping[str, str]:
+        """Register every stage of `prompts` as a new prompt version; returns stage -> prompt URI."""
+        ...
+
+    def get_run(self, run_id: str) -> TrackedRun:
+        """Raises `RunNotFoundError` for an unknown id."""
+        ...
+
+    def download_artifact(self, run_id: str, path: str, directory: Path) -> Path:
+        """Copy one artifact of a run into `directory`; returns the local path."""
+        ...
