@@ -45,6 +45,7 @@ from types import MappingProxyType
 from typing import Any
 
 from memtrace_loop.pipeline.analysis.blame import Attribution
+from memtrace_loop.pipeline.backends.text import alnum_words
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, OpKind
 from memtrace_loop.pipeline.core.graph_io import FORMAT, FORMAT_VERSION, graph_from_dict
 from memtrace_loop.pipeline.interop.bench_annotations import (
@@ -329,7 +330,7 @@ def _time(text: Any) -> datetime | None:
 
 
 def _tokens(*texts: Any) -> list[str]:
-    return [t for text in texts if text for t in re.split(r"[^a-z0-9]+", str(text).lower()) if t]
+    return [t for text in texts if text for t in alnum_words(str(text))]
 
 
 def _variable_kind(node: _RawNode, name: str) -> str:
