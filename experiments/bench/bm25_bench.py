@@ -16,12 +16,14 @@ b=0.75) and is ranked by (score desc, document index asc) like `BM25Index.top`:
   idf with an epsilon floor; its row shows how many rankings that changes).
 The table gives, per workload and library: indexes, queries, build and query time (ms, best of
 `--repeat`), the largest score difference from ours and the number of queries whose ranking (the
-documents with a positive score, in order) differs from ours.
+documents with a positive score, in order) differs from ours. The libraries are not dependencies of
+the project: a library that is not installed (`pip install bm25s rank_bm25`) is left out.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
 import os
 import time
@@ -159,12 +161,15 @@ def _rank_bm25(lucene_idf: bool) -> Callable[[Sequence[str], Sequence[str]], tup
     return run
 
 
-IMPLEMENTATIONS = {
-    "ours (BM25Index)": run_ours,
-    "bm25s": run_bm25s,
-    "rank_bm25 (Lucene idf)": _rank_bm25(lucene_idf=True),
-    "rank_bm25 (stock BM25Okapi)": _rank_bm25(lucene_idf=False),
-}
+def implementations() -> dict[str, Callable[[Sequence[str], Sequence[str]], tuple[float, float, list[Ranking]]]]:
+    """Ours and each library that is installed (they are not dependencies: `pip install bm25s rank_bm25`)."""
+    found = {"ours (BM25Index)": run_ours}
+    if importlib.util.find_spec("bm25s"):
+        found["bm25s"] = run_bm25s
+    if importlib.util.find_spec("rank_bm25"):
+        found["rank_bm25 (Lucene idf)"] = _rank_bm25(lucene_idf=True)
+        found["rank_bm25 (stock BM25Okapi)"] = _rank_bm25(lucene_idf=False)
+    return found
 
 
 @dataclass(frozen=True)
@@ -182,7 +187,7 @@ class Row:
 def measure(workload: Workload, repeat: int) -> list[Row]:
     reference = [run_ours(docs, queries)[2] for docs, queries in workload.indexes]
     rows = []
-    for name, run in IMPLEMENTATIONS.items():
+    for name, run in implementations().items():
         best_build = best_query = math.inf
         for _ in range(repeat):
             build = query = 0.0
