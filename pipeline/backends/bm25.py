@@ -12,7 +12,7 @@ up to compute this exact formula: Lucene idf, `tf (k1 + 1)` term weight, each qu
   their tie order changes: 2 of 304 pseudo-evidence queries on real LoCoMo (400-600 turns) rank
   differently (bm25s and rank_bm25 alike). Stock `rank_bm25.BM25Okapi` uses another idf (with an
   epsilon floor) and changes 63 of 335 EverMemOS rankings.
-- It is slower where the pipeline spends its BM25 time, on many small indexes: the EverMemOS
+- They are slower where the pipeline spends its BM25 time, on many small indexes: the EverMemOS
   episode indexes of a sim run (8 indexes, 335 queries) take 10 ms with ours, 45 ms with bm25s
   (its sparse-matrix build alone is 14 ms) and 41 ms with rank_bm25; pseudo-evidence over the sim
   turns (8 indexes of 84 turns, 249 queries) 46 ms ours, 44 ms bm25s, 92 ms rank_bm25. Only on
