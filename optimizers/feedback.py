@@ -15,11 +15,11 @@ gets: that is the optimizers' job.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from memtrace_loop.pipeline.analysis.blame import Attribution
+from memtrace_loop.pipeline.backends.text import long_letter_words
 from memtrace_loop.pipeline.core.records import CaseResult
 
 DIAGNOSIS_LABEL = "Diagnosis:"
@@ -31,7 +31,6 @@ DEFAULT_PER_TYPE = 4
 
 # Field lengths inside one block, so one huge answer or reason cannot crowd out the others.
 _LIMITS = {"question": 300, "gold": 200, "answer": 300, "diagnosis": 900}
-_WORD = re.compile(r"[a-z]{3,}")
 
 
 def clip(text: str, limit: int) -> str:
@@ -115,7 +114,7 @@ def _rank_key(block: FailureFeedback) -> tuple[int, float, str]:
 
 
 def _words(block: FailureFeedback) -> frozenset[str]:
-    return frozenset(_WORD.findall(f"{block.diagnosis} {block.question}".lower()))
+    return frozenset(long_letter_words(f"{block.diagnosis} {block.question}"))
 
 
 def representative(blocks: Iterable[FailureFeedback], limit: int | None = None) -> list[FailureFeedback]:

@@ -49,8 +49,9 @@ from memtrace_loop.memory_systems.evermemos.signatures import (
 from memtrace_loop.memory_systems.fusion import reciprocal_rank_fusion
 from memtrace_loop.memory_systems.signatures import AnswerQuestion, human_date, render_turn
 from memtrace_loop.memory_systems.store import InMemoryVectorStore
-from memtrace_loop.pipeline.backends.bm25 import BM25Index, tokenize
+from memtrace_loop.pipeline.backends.bm25 import BM25Index
 from memtrace_loop.pipeline.backends.embeddings import Embedder
+from memtrace_loop.pipeline.backends.text import alnum_words
 from memtrace_loop.pipeline.backends.tokens import TokenCounter, build_token_counter
 from memtrace_loop.pipeline.core.config import require
 from memtrace_loop.pipeline.core.conventions import (
@@ -145,7 +146,7 @@ class _Buffered:
 def terms(text: str) -> frozenset[str]:
     """Lowercase content words with simple plural/3rd-person endings stripped ("lives" -> "live")."""
     found = set()
-    for token in tokenize(text):
+    for token in alnum_words(text):
         if token in _STOPWORDS or len(token) < 2:
             continue
         if len(token) > 4 and token.endswith("ies"):

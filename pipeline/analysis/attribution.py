@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from memtrace_loop.pipeline.analysis.blame import Attribution, ErrorType, Tunable
-from memtrace_loop.pipeline.analysis.evaluation import normalize_answer
 from memtrace_loop.pipeline.backends.bm25 import BM25Index
+from memtrace_loop.pipeline.backends.text import alnum_words, normalize_answer
 from memtrace_loop.pipeline.core.conventions import (
     CONSTRUCTION_OP_KINDS,
     MEMORY_KINDS,
@@ -99,7 +99,7 @@ def turn_text(value: str) -> str:
 def content_tokens(text: str) -> frozenset[str]:
     """Lowercase content words: no stopwords, months unified, ordinals and plurals stripped."""
     tokens = set()
-    for raw in re.findall(r"[a-z0-9]+", text.lower()):
+    for raw in alnum_words(text):
         token = re.sub(r"^(\d+)(st|nd|rd|th)$", r"\1", raw)
         token = _MONTHS.get(token, token)
         if len(token) > 3 and token.endswith("s") and not token.endswith("ss"):

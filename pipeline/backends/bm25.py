@@ -1,29 +1,38 @@
 """Okapi BM25 over a fixed list of short documents, in pure Python.
 
 Used for pseudo-evidence (which turns best match question + gold answer) and by retrieval stages that
-fuse lexical and dense search. Tokenization: lowercase alphanumeric words. Ties rank the earlier
-document first, so results are deterministic. It does not embed, fuse or persist anything.
+fuse lexical and dense search. Tokenization: `text.alnum_words` (lowercase alphanumeric runs). Ties
+rank the earlier document first, so results are deterministic. It does not embed, fuse or persist
+anything.
+
+Why our own and not `bm25s` or `rank_bm25` (measured with `experiments/bench/bm25_bench.py`, each set
+up to compute this exact formula: Lucene idf, `tf (k1 + 1)` term weight, each query term once):
+- Rankings are not identical. Scores agree to 1e-14, but the libraries add the term weights in
+  another order, so documents whose scores are mathematically equal differ in the last bit and
+  their tie order changes: 2 of 304 pseudo-evidence queries on real LoCoMo (400-600 turns) rank
+  differently (bm25s and rank_bm25 alike). Stock `rank_bm25.BM25Okapi` uses another idf (with an
+  epsilon floor) and changes 63 of 335 EverMemOS rankings.
+- They are slower where the pipeline spends its BM25 time, on many small indexes: the EverMemOS
+  episode indexes of a sim run (8 indexes, 335 queries) take 10 ms with ours, 45 ms with bm25s
+  (its sparse-matrix build alone is 14 ms) and 41 ms with rank_bm25; pseudo-evidence over the sim
+  turns (8 indexes of 84 turns, 249 queries) 46 ms ours, 44 ms bm25s, 92 ms rank_bm25. Only on
+  the larger real-LoCoMo turn indexes is bm25s faster (186 ms vs 504 ms for 304 queries).
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 from collections.abc import Sequence
 
-_WORD = re.compile(r"[a-z0-9]+")
-
-
-def tokenize(text: str) -> list[str]:
-    return _WORD.findall(text.lower())
+from memtrace_loop.pipeline.backends.text import alnum_words
 
 
 class BM25Index:
     def __init__(self, documents: Sequence[str], k1: float = 1.5, b: float = 0.75) -> None:
         self._k1 = k1
         self._b = b
-        self._term_counts = [Counter(tokenize(doc)) for doc in documents]
+        self._term_counts = [Counter(alnum_words(doc)) for doc in documents]
         self._lengths = [sum(counts.values()) for counts in self._term_counts]
         self._average_length = (sum(self._lengths) / len(self._lengths)) if self._lengths else 0.0
         document_frequency: Counter[str] = Counter()
@@ -36,7 +45,7 @@ class BM25Index:
         return len(self._term_counts)
 
     def scores(self, query: str) -> list[float]:
-        terms = [t for t in dict.fromkeys(tokenize(query)) if t in self._idf]
+        terms = [t for t in dict.fromkeys(alnum_words(query)) if t in self._idf]
         k1, b, avg = self._k1, self._b, self._average_length or 1.0
         out = []
         for counts, length in zip(self._term_counts, self._lengths, strict=True):

@@ -20,13 +20,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import re
 from collections.abc import Mapping, Sequence
 from itertools import pairwise
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 import pydantic
+from memtrace_loop.pipeline.backends.text import alnum_apostrophe_words
 from memtrace_loop.pipeline.core.config import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -38,8 +38,6 @@ __all__ = [
     "OpenAIEmbedder",
     "build_embedder",
 ]
-
-_WORD = re.compile(r"[a-z0-9]+(?:'[a-z0-9]+)*")
 
 
 @runtime_checkable
@@ -120,7 +118,7 @@ class HashingEmbedder:
         vals: list[float] = []
         dim, bigram_weight = self._dim, self.bigram_weight
         for text in texts:
-            words = _WORD.findall(text.lower())
+            words = alnum_apostrophe_words(text)
             before = len(cols)
             for word in words:
                 word_cols, word_vals = self._word_slots(word)

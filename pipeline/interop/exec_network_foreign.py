@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import heapq
 import json
-import re
 from collections.abc import Mapping
 from datetime import datetime
 from types import MappingProxyType
@@ -79,7 +78,7 @@ def _time(text: Any) -> datetime | None:
 
 
 def _tokens(*texts: Any) -> list[str]:
-    return [t for text in texts if text for t in re.split(r"[^a-z0-9]+", str(text).lower()) if t]
+    return [t for text in texts if text for t in alnum_words(str(text))]
 
 
 def _variable_kind(node: RawNode, name: str) -> str:

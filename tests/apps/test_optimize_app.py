@@ -44,6 +44,7 @@ def optimized(tmp_path_factory):
     return tmp_path, outcome
 
 
+@pytest.mark.slow  # the `optimized` fixture runs a whole optimization
 def test_parent_run_has_one_nested_run_per_iteration_with_the_artifacts(optimized):
     tmp_path, outcome = optimized
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
@@ -74,6 +75,7 @@ def test_parent_run_has_one_nested_run_per_iteration_with_the_artifacts(optimize
     assert first.data.metrics["train_lm_calls"] > 0 and first.data.metrics["accepted"] == 1
 
 
+@pytest.mark.slow  # the `optimized` fixture runs a whole optimization
 def test_accepted_prompt_sets_are_in_the_prompt_registry(optimized):
     tmp_path, outcome = optimized
     import mlflow
@@ -83,6 +85,7 @@ def test_accepted_prompt_sets_are_in_the_prompt_registry(optimized):
     assert registered == outcome["result"].final_prompts
 
 
+@pytest.mark.slow  # the `optimized` fixture runs a whole optimization
 def test_export_command_and_loading_back_reproduce_the_final_test_metrics(optimized):
     tmp_path, outcome = optimized
     tracker = MlflowTracker(f"sqlite:///{tmp_path}/mlflow.db")
@@ -108,6 +111,7 @@ def test_loading_a_prompt_file_for_another_system_fails_clearly(tmp_path):
         optimize(optimize_cfg(tmp_path, f"prompts={bad}"))
 
 
+@pytest.mark.slow  # the `optimized` fixture runs a whole optimization
 def test_an_interrupted_optimization_resumes_into_the_same_mlflow_run(optimized, tmp_path, monkeypatch):
     _, uninterrupted = optimized
     monkeypatch.chdir(tmp_path)

@@ -72,6 +72,7 @@ def test_parallel_run_equals_sequential_run():
     assert len(sequential.results) > 10
 
 
+@pytest.mark.slow
 def test_run_logs_metrics_results_graphs_and_prompts_to_mlflow(tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     cfg = composed(

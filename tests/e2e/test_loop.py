@@ -32,6 +32,9 @@ from memtrace_loop.pipeline.tracking.loop_observer import TrackingLoopObserver
 from tests.support.sim import sim_dataset, sim_lm
 from tests.support.tracking import InMemoryTracker
 
+# every test here runs the loop or a whole run (seconds each): out of `make test-fast`
+pytestmark = pytest.mark.slow
+
 SETTINGS = LoopSettings(max_iterations=5, patience=2, min_gain=0.02, max_candidates=2, workers=2)
 
 

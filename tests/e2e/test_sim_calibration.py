@@ -14,6 +14,10 @@ from memtrace_loop.pipeline.sim.engine import SimEngine
 from memtrace_loop.pipeline.sim.rules import rules_for_stage, stage_for_outputs, with_rules
 from memtrace_loop.pipeline.sim.world import generate_locomo
 
+# every test here runs the loop or a whole run (seconds each): out of `make test-fast`
+pytestmark = pytest.mark.slow
+
+
 mem0 = pytest.importorskip("memtrace_loop.memory_systems.mem0.system")
 data = pytest.importorskip("memtrace_loop.pipeline.data.locomo")
 runner = pytest.importorskip("memtrace_loop.pipeline.loop.runner")

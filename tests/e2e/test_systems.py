@@ -22,6 +22,9 @@ from mlflow.tracking import MlflowClient
 from tests.support.paths import LOCOMO
 from tests.support.sim import sim_dataset, sim_lm
 
+# every test here runs the loop or a whole run (seconds each): out of `make test-fast`
+pytestmark = pytest.mark.slow
+
 SYSTEMS = list(MODULE_BY_SYSTEM)
 KINDS_BY_SYSTEM = {
     "long_context": {OpKind.EXTRACTION, OpKind.RETRIEVAL, OpKind.RESPONSE, OpKind.JUDGE},
@@ -56,7 +59,6 @@ def test_run_on_sim_records_the_operations_the_system_has(name, tmp_path):
     assert {op.stage for g in graphs for op in g.operations()} <= known
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", SYSTEMS)
 def test_run_on_the_locomo_subset_completes(name, tmp_path):
     if not LOCOMO.exists():

@@ -6,7 +6,6 @@ import os
 import random
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -116,14 +115,15 @@ def test_hashing_is_case_and_punctuation_insensitive() -> None:
     assert cosine(a, b) == pytest.approx(1.0, abs=1e-6)
 
 
-def test_hashing_is_fast_enough_for_10k_texts() -> None:
+def test_hashing_embeds_10k_texts_in_one_batch() -> None:
+    # how fast: experiments/bench/speed_bench.py (no wall-clock assertion in tests)
     chooser = random.Random(0)
     vocabulary = [f"word{i}" for i in range(5000)] + ["the", "a", "to", "of", "and", "in", "on", "at"]
     texts = [" ".join(chooser.choices(vocabulary, k=14)) for _ in range(10_000)]
-    started = time.perf_counter()
     vectors = HashingEmbedder().embed(texts)  # cold: no word is memoised yet
-    assert vectors.shape == (10_000, 256)
-    assert time.perf_counter() - started < 2.0
+    assert vectors.shape == (10_000, 256) and vectors.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, rtol=1e-5)
+    np.testing.assert_array_equal(vectors[:3], HashingEmbedder().embed(texts[:3]))
 
 
 def test_hashing_rejects_tiny_dim() -> None:
@@ -149,11 +149,9 @@ def test_openai_embedder_matches_the_server_and_batches(server: OpenAIStubServer
 def test_openai_embedder_retries_one_429(server: OpenAIStubServer) -> None:
     server.inject(status=429, times=1, retry_after=0)
     embedder = OpenAIEmbedder("embed-stub", api_base=server.base_url, api_key_env=KEY_ENV, max_retries=2)
-    started = time.monotonic()
     vectors = embedder.embed(["Alice adopted a dog"])
     assert vectors.shape == (1, 64)
     assert [call.status for call in server.requests_to("/embeddings")] == [429, 200]
-    assert time.monotonic() - started < 5
 
 
 def test_openai_embedder_gives_up_after_max_retries(server: OpenAIStubServer) -> None:

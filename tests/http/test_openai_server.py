@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import time
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -150,13 +150,11 @@ def test_injected_status_surfaces_in_official_client(server: OpenAIStubServer) -
 
 def test_official_client_retries_an_injected_429(server: OpenAIStubServer) -> None:
     server.inject(status=429, times=1, retry_after=0)
-    started = time.monotonic()
     completion = client_for(server, max_retries=2).chat.completions.create(
         model="m", messages=[{"role": "user", "content": "x"}]
     )
     assert completion.choices[0].message.content == "echo:x"
     assert [request.status for request in server.requests] == [429, 200]
-    assert time.monotonic() - started < 5
 
 
 def test_inject_can_target_one_endpoint(server: OpenAIStubServer) -> None:
@@ -184,14 +182,16 @@ def test_malformed_applies_to_chat_only(server: OpenAIStubServer) -> None:
 
 def test_delay_then_stop_does_not_hang() -> None:
     server = OpenAIStubServer(responder=fixed_responder).start()
-    server.inject_delay(30)
+    server.inject_delay(300)
     client = openai.OpenAI(api_key="k", base_url=server.base_url, max_retries=0, timeout=0.3)
     with pytest.raises(openai.APITimeoutError):
         client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
     assert len(server.requests) == 1 and server.requests[0].status == 0  # recorded on arrival, still pending
-    started = time.monotonic()
-    server.stop()
-    assert time.monotonic() - started < 3
+    # a hang guard, not a speed test: a stop that waited out the pending 300 s delay would still be running
+    stopper = threading.Thread(target=server.stop, daemon=True)
+    stopper.start()
+    stopper.join(timeout=60)
+    assert not stopper.is_alive()
 
 
 def test_reset_forgets_requests_and_faults(server: OpenAIStubServer) -> None:

@@ -273,6 +273,7 @@ def sim_run(sim, rule_ids, excluded=(5,)):
     return result, attributions, planted_questions(samples)
 
 
+@pytest.mark.slow
 def test_default_prompts_fail_where_planted_and_all_rules_fix_it(sim):
     default, _, planted = sim_run(sim, ())
     fixed, _, _ = sim_run(sim, ALL_RULES)
@@ -318,6 +319,7 @@ def test_failures_are_attributed_to_the_planted_error_type(sim, rule_ids, types)
     assert all("steered by" in a.reason for a in steered)
 
 
+@pytest.mark.slow
 def test_the_diagnoses_point_the_rewriter_at_the_missing_rules_of_the_blamed_stage(sim):
     _, default, _ = sim_run(sim, ())
     _, fixed_events, _ = sim_run(sim, ("event_dates", "event_third_party"))
@@ -337,6 +339,7 @@ def test_the_diagnoses_point_the_rewriter_at_the_missing_rules_of_the_blamed_sta
     assert dates and all("use_dates" in {r.id for r in rules_pointed_by(a.reason, "answer")} for a in dates)
 
 
+@pytest.mark.slow
 def test_the_loop_improves_test_accuracy_and_blames_only_stages_the_system_has():
     dataset = sim_dataset(seed=0, n_conversations=8)
     parts = split_by_conversation(dataset, (0.5, 0.25, 0.25), seed=0)

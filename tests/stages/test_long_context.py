@@ -271,6 +271,7 @@ def test_a_small_window_makes_trimmed_evidence_update_errors_of_trim():
 # ---------------------------------------------------------------------------------------------- real data
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not LOCOMO.exists(), reason="the LoCoMo subset is not on this machine")
 def test_a_run_on_the_real_locomo_subset_completes_with_a_small_window():
     dataset = load_locomo(LOCOMO)

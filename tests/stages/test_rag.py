@@ -231,6 +231,7 @@ def test_small_chunks_and_a_tiny_top_k_make_retrieval_errors_of_the_search_knobs
 # ---------------------------------------------------------------------------------------------- real data
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not LOCOMO.exists(), reason="the LoCoMo subset is not on this machine")
 def test_a_run_on_the_real_locomo_subset_completes():
     dataset = load_locomo(LOCOMO)

@@ -18,12 +18,12 @@ from memtrace_loop.pipeline.analysis.evaluation import (
     bleu1,
     bootstrap_ci,
     flat_metrics,
-    normalize_answer,
     paired_difference,
     score_case,
     summarize,
     token_f1,
 )
+from memtrace_loop.pipeline.backends.text import normalize_answer
 from memtrace_loop.pipeline.core.records import CaseResult, Question
 
 # --------------------------------------------------------------------------- normalization and metrics

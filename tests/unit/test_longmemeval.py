@@ -248,6 +248,7 @@ def test_config_dispatch(fixture_file: Path, tmp_path: Path, monkeypatch) -> Non
         load_dataset({**plain, "path": str(tmp_path / "nope.json")})
 
 
+@pytest.mark.slow
 def test_memtrace_run_on_the_longmemeval_fixture(fixture_file: Path, tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     cfg = composed(

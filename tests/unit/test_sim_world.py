@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections import Counter
 from itertools import combinations, pairwise
 
@@ -156,6 +155,7 @@ def test_with_perfect_retrieval_a_question_fails_exactly_when_a_needed_rule_is_m
             assert correct == (cause is None), (sorted(rules), qa)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rules", [frozenset(), ALL_RULES], ids=["default", "all"])
 def test_planted_causes_stay_honest_at_benchmark_size(rules: frozenset[str]) -> None:
     for sample in generate_locomo(seed=3, n_conversations=2, sessions_per_conversation=30, turns_per_session=20):
@@ -168,10 +168,9 @@ def test_default_rules_answer_about_half_of_categories_one_to_four(samples: list
     assert 0.4 <= sum(judged) / len(judged) <= 0.6
 
 
-def test_benchmark_size_is_fast_and_plants_more_facts() -> None:
-    start = time.perf_counter()
+def test_benchmark_size_plants_more_facts() -> None:
+    # how fast: experiments/bench/speed_bench.py (no wall-clock assertion in tests)
     big = generate_locomo(seed=1, n_conversations=10, sessions_per_conversation=30, turns_per_session=20)
-    assert time.perf_counter() - start < 2.0
     assert all(sum(len(turns) for _, turns in _sessions(s)) == 600 for s in big)
     assert min(len(s["qa"]) for s in big) > 3 * len(generate_locomo(1, 1)[0]["qa"])
 
