@@ -24,6 +24,7 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
+from memtrace_loop.pipeline.backends.text import alnum_words
 from memtrace_loop.pipeline.core.graph import OpKind
 from memtrace_loop.pipeline.core.graph_io import FORMAT, FORMAT_VERSION, graph_from_dict
 from memtrace_loop.pipeline.interop.bench_annotations import ExecNetworkError
