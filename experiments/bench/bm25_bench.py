@@ -42,9 +42,9 @@ from memtrace_loop.pipeline.backends.lm import LMConfig, build_lm
 from memtrace_loop.pipeline.backends.text import alnum_words
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import Dataset
-from memtrace_loop.pipeline.data.locomo import load_locomo, parse_locomo
+from memtrace_loop.pipeline.data.locomo import load_locomo
+from memtrace_loop.pipeline.data.registry import load_dataset
 from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
-from memtrace_loop.pipeline.sim.world import generate_locomo
 from rich.console import Console
 from rich.table import Table
 
@@ -227,7 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     console = Console()
     with console.status("recording the BM25 workloads of an EverMemOS run on the simulated world..."):
-        dataset = parse_locomo(generate_locomo(seed=0, n_conversations=args.conversations), source="bench")
+        dataset = load_dataset({"kind": "sim", "seed": 0, "n_conversations": args.conversations})
         episodes, graph_by_conversation = evermemos_workload(dataset)
     turns_by_conversation = {
         cid: [v.value for v in g.variables() if v.kind == "turn"] for cid, g in graph_by_conversation.items()

@@ -4,7 +4,8 @@ Wall-clock limits make tests flaky on a loaded machine, so the tests check only 
 the timings live here, as one table (best of `--repeat`, each measured cold):
 - hashing embedder: `HashingEmbedder().embed` of 10,000 texts of 14 words drawn from a 5,008-word
   vocabulary, on a fresh embedder (no word memoised yet); target under 2 s;
-- simulated world: `generate_locomo` at benchmark size (10 conversations of 30 sessions x 20 turns);
+- simulated world: generated and parsed through the dataset registry at benchmark size
+  (10 conversations of 30 sessions x 20 turns);
   target under 2 s.
 """
 
@@ -16,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
-from memtrace_loop.pipeline.sim.world import generate_locomo
+from memtrace_loop.pipeline.data.registry import load_dataset
 from rich.console import Console
 from rich.table import Table
 
@@ -31,7 +32,8 @@ def embed_10k_texts() -> Callable[[], object]:
 
 
 def generate_benchmark_world() -> Callable[[], object]:
-    return lambda: generate_locomo(seed=1, n_conversations=10, sessions_per_conversation=30, turns_per_session=20)
+    config = {"kind": "sim", "seed": 1, "n_conversations": 10, "sessions_per_conversation": 30, "turns_per_session": 20}
+    return lambda: load_dataset(config)
 
 
 CASES: dict[str, Callable[[], Callable[[], object]]] = {

@@ -3,7 +3,7 @@
 Each test builds one conversation graph the way a memory system records it (the variable names,
 kinds, operation names, stages and op kinds of `memory_systems/mem0/system.py`, `long_context.py`,
 `rag.py`, `evermemos/system.py`, `answering.py` and the judge of `pipeline/loop/runner.py`), plants
-one fault, and checks what `LineageAttributor.attribute` returns: the error type, the blamed
+one fault, and checks what `ConversationLineage.attribute` returns: the error type, the blamed
 operation (id, name, stage), whether its prompt or its knobs are tunable, the evidence, and the
 confidence. Pure and fast: no LLM, no simulated world (the end-to-end check against planted causes
 is tests/e2e/test_attribution.py).
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from memtrace_loop.pipeline.analysis.attribution import LineageAttributor
+from memtrace_loop.pipeline.analysis.attribution import ConversationLineage
 from memtrace_loop.pipeline.analysis.blame import Attribution, ErrorType
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation, OpKind, Usage
 from memtrace_loop.pipeline.core.records import CaseResult, Conversation, Question, Scores, Turn
@@ -145,7 +145,7 @@ def mem0_stored_lisbon() -> tuple[ExecutionGraph, str]:
 
 def attribute(graph: ExecutionGraph, case_result: CaseResult, conversation: Conversation | None = None) -> Attribution:
     graph.check()
-    found = LineageAttributor(graph, conversation).attribute(case_result)
+    found = ConversationLineage(graph, conversation).attribute(case_result)
     assert found is not None
     return found
 
@@ -471,4 +471,4 @@ def test_without_any_turn_the_answer_step_is_blamed_with_low_confidence() -> Non
 
 def test_a_question_the_graph_did_not_answer_gets_no_attribution() -> None:
     graph, _ = mem0_stored_lisbon()
-    assert LineageAttributor(graph).attribute(case(LIVES, "Porto")) is None
+    assert ConversationLineage(graph).attribute(case(LIVES, "Porto")) is None
