@@ -143,7 +143,7 @@ class ExportConfig:
 def check_memory_system(node: Mapping[str, Any]) -> None:
     if not isinstance(node, Mapping):
         raise ConfigError(f"memory_system: must be a mapping, got {type(node).__name__}")
-    knobs_from_config(knobs_schema(node.get("name")), node)  # type: ignore[arg-type]
+    knobs_from_config(knobs_schema(node.get("name")), node)
 
 
 def _group_checks(plain: Mapping[str, Any]) -> list[Callable[[], object]]:

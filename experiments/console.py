@@ -13,7 +13,7 @@ from memtrace_loop.pipeline.loop.optimization import LoopResult
 from memtrace_loop.pipeline.loop.runner import LMCallCounts
 from rich.console import Console
 from rich.logging import RichHandler
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 
@@ -33,7 +33,7 @@ class RichProgress:
             TextColumn("[bold]{task.description:<8}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             console=console, transient=False,
         )
-        self._task_by_phase: dict[str, int] = {}
+        self._task_by_phase: dict[str, TaskID] = {}
 
     def __enter__(self) -> RichProgress:
         self._progress.start()

@@ -8,6 +8,7 @@ prints. The work itself lives in `pipeline.runner` and `pipeline.tracking`.
 from __future__ import annotations
 
 import logging
+import math
 import time
 
 import hydra
@@ -87,4 +88,5 @@ def run(cfg: DictConfig, console: Console | None = None) -> dict[str, object]:
 @hydra.main(config_path="pkg://memtrace_loop.conf", config_name="run", version_base="1.3")
 def main(cfg: DictConfig) -> float:
     setup_logging()
-    return float(run(cfg)["judge_accuracy"])
+    accuracy = run(cfg)["judge_accuracy"]
+    return float(accuracy) if isinstance(accuracy, int | float) else math.nan

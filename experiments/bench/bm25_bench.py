@@ -163,7 +163,9 @@ def _rank_bm25(lucene_idf: bool) -> Callable[[Sequence[str], Sequence[str]], tup
 
 def implementations() -> dict[str, Callable[[Sequence[str], Sequence[str]], tuple[float, float, list[Ranking]]]]:
     """Ours and each library that is installed (they are not dependencies: `pip install bm25s rank_bm25`)."""
-    found = {"ours (BM25Index)": run_ours}
+    found: dict[str, Callable[[Sequence[str], Sequence[str]], tuple[float, float, list[Ranking]]]] = {
+        "ours (BM25Index)": run_ours
+    }
     if importlib.util.find_spec("bm25s"):
         found["bm25s"] = run_bm25s
     if importlib.util.find_spec("rank_bm25"):

@@ -22,6 +22,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
@@ -71,8 +72,8 @@ def replay_us_per_op(graphs: Sequence[ExecutionGraph]) -> float:
             for out in op.outputs:
                 producer_seq[out] = op.seq
         # interleave as recorded: a variable is added just before the operation that produces it
-        pending = {op.seq: [] for op in operations}
-        free = []
+        pending: dict[int, list[Any]] = {op.seq: [] for op in operations}
+        free: list[Any] = []
         for var in variables:
             (pending[producer_seq[var.id]] if var.id in producer_seq else free).append(var)
         fresh = Tracer(ExecutionGraph(graph.graph_id))

@@ -323,7 +323,9 @@ class EverMemOSMemory(MemorySystem):
         query_var = record_query(tracer, question)
         rankings = self.search(question.text, state)
         first = self._select(rankings, [question.text], state)
-        final, added, extra = first, [], []
+        final = first
+        added: list[str] = []
+        extra: list[str] = []
         if self.knobs.multi_query:
             added, extra = self._expand(question, state, tracer, query_var, first)
         queries = [question.text, *added]

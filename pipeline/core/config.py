@@ -28,7 +28,7 @@ class ConfigError(ValueError):
     """A config value that cannot be used; the message names its full key."""
 
 
-def field_names(schema: type) -> tuple[str, ...]:
+def field_names(schema: Any) -> tuple[str, ...]:
     if isinstance(schema, type) and issubclass(schema, pydantic.BaseModel):
         return tuple(schema.model_fields)
     return tuple(f.name for f in dataclasses.fields(schema))
@@ -42,7 +42,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def defaults_of(schema: type) -> dict[str, Any]:
+def defaults_of(schema: Any) -> dict[str, Any]:
     """Every field of `schema` that has a default, with it (tuples as lists, records as mappings); required
     fields are left out, except required records, which give their own defaults."""
     if issubclass(schema, pydantic.BaseModel):

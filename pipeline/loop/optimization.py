@@ -251,8 +251,9 @@ class OptimizationLoop:
             iteration += 1
             record, accepted_dev = self._iterate(iteration, current, current_dev)
             records.append(record)
-            if accepted_dev is not None:
-                current, current_dev, stale = record.accepted.candidate.prompts, accepted_dev, 0
+            accepted = record.accepted
+            if accepted is not None and accepted_dev is not None:
+                current, current_dev, stale = accepted.candidate.prompts, accepted_dev, 0
             else:
                 stale += 1
             progress = self._finish_iteration(

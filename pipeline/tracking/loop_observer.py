@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 
 def prompt_diff(before: PromptSet, after: PromptSet) -> str:
     """A unified diff of every stage instruction that changed."""
-    chunks = []
+    chunks: list[str] = []
     for stage in sorted(set(before) | set(after)):
         old = before.instruction_by_stage.get(stage, "")
         new = after.instruction_by_stage.get(stage, "")
