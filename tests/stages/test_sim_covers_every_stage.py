@@ -1,0 +1,42 @@
+"""The simulated world answers every LLM stage of every registered memory system, the judge and the
+rewriter; a stage it does not know fails loudly (`UnknownStageError`) instead of getting blank values."""
+
+from __future__ import annotations
+
+import dspy
+import pytest
+from memtrace_loop.memory_systems.registry import ENTRY_BY_SYSTEM, build_memory_system
+from memtrace_loop.optimizers.rewrite import RewriteInstruction
+from memtrace_loop.pipeline.analysis.evaluation import JudgeAnswer
+from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
+from memtrace_loop.pipeline.sim import stand_in
+
+
+def handler_key(signature: type[dspy.Signature]) -> frozenset[str]:
+    return frozenset(signature.output_fields) - {stand_in.REASONING_FIELD}
+
+
+@pytest.mark.parametrize("system", sorted(ENTRY_BY_SYSTEM))
+def test_every_stage_of_every_system_has_a_handler(system: str) -> None:
+    program = build_memory_system({"name": system}, HashingEmbedder())
+    missing = [
+        name for name, predictor in program.named_predictors()
+        if handler_key(predictor.signature) not in stand_in.HANDLER_BY_OUTPUTS
+    ]
+    assert program.named_predictors(), f"{system} has no LLM stage at all"
+    assert missing == []
+
+
+@pytest.mark.parametrize("signature", [JudgeAnswer, RewriteInstruction])
+def test_the_judge_and_the_rewriter_have_handlers(signature: type[dspy.Signature]) -> None:
+    assert handler_key(signature) in stand_in.HANDLER_BY_OUTPUTS
+
+
+def test_a_stage_the_world_does_not_know_is_detected() -> None:
+    class Summarize(dspy.Signature):
+        """Summarize."""
+
+        text: str = dspy.InputField()
+        summary: str = dspy.OutputField()
+
+    assert handler_key(Summarize) not in stand_in.HANDLER_BY_OUTPUTS
