@@ -105,7 +105,7 @@ def optimize(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
     tracker: Tracker = MlflowTracker(plain["tracking"]["uri"])
     tracker.open_experiment(plain["tracking"]["experiment"])
     parent_id = read_checkpoint(run_dir / CHECKPOINT).get("mlflow_run_id") if resuming else None
-    run_name = plain.get("run_name") or f"optimize-{system.name}-{plain['optimizer']['name']}"
+    run_name = config.run_name or f"optimize-{system.name}-{plain['optimizer']['name']}"
     started = time.perf_counter()
     with tracker.start_run(None if parent_id else run_name, run_id=parent_id) as run_id:
         if not resuming:
@@ -122,7 +122,7 @@ def optimize(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
             tracker.log_params({"split.train_conversations": len(parts.train.conversations),
                                "split.dev_conversations": len(parts.dev.conversations),
                                "split.test_conversations": len(parts.test.conversations)})
-        observer = TrackingLoopObserver(tracker, system.name, secrets, bool(plain.get("register_prompts", True)))
+        observer = TrackingLoopObserver(tracker, system.name, secrets, config.register_prompts)
         with RichProgress(console) as progress:
             loop = OptimizationLoop(
                 system, judge, optimizer, Splits(parts.train, parts.dev, parts.test), settings,

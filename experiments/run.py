@@ -36,7 +36,7 @@ def run(cfg: DictConfig, console: Console | None = None) -> dict[str, object]:
     """Run, evaluate and log; returns the MLflow run id and the overall judge accuracy."""
     console = console or Console()
     plain = to_plain(cfg)
-    validated_run(plain)  # every key checked before anything is built (ConfigError naming the key)
+    config = validated_run(plain)  # every key checked before anything is built (ConfigError naming the key)
     secrets = secret_values(plain)
     base_dir = launch_dir()
     configure_cache(base_dir / plain["cache_dir"])
@@ -61,7 +61,7 @@ def run(cfg: DictConfig, console: Console | None = None) -> dict[str, object]:
 
     tracker = MlflowTracker(plain["tracking"]["uri"])
     tracker.open_experiment(plain["tracking"]["experiment"])
-    run_name = plain.get("run_name") or f"run-{system.name}-{plain['dataset']['kind']}-{plain['split']}"
+    run_name = config.run_name or f"run-{system.name}-{plain['dataset']['kind']}-{plain['split']}"
     with tracker.start_run(run_name) as run_id:
         tracker.set_tags(
             {
