@@ -299,6 +299,7 @@ def test_default_prompts_fail_where_planted_and_all_rules_fix_it(sim):
     ],
     ids=["default", "events-fixed", "events-and-abstain-fixed"],
 )
+@pytest.mark.slow
 def test_failures_are_attributed_to_the_planted_error_type(sim, rule_ids, types):
     _, attributions, planted = sim_run(sim, rule_ids, excluded=())  # adversarial questions included
     present = set(rule_ids)
