@@ -24,6 +24,7 @@ from types import MappingProxyType
 from typing import Any
 
 from memtrace_loop.pipeline.analysis.blame import Attribution
+from memtrace_loop.pipeline.core.conventions import first_version, query_name, turn_name
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.interop.bench_annotations import BenchAnnotation
 from memtrace_loop.pipeline.interop.exec_network_document import MARK, NATIVE_FORMAT
@@ -44,11 +45,11 @@ def annotation_from_attribution(
     """One of our attributions as a MemTraceBench label on the exported `graph` (ids in their naming)."""
     full_ids = full_ids if full_ids is not None else full_node_ids(graph)
     question = attribution.case.question
-    query = graph.latest(f"query:{question.id}")
-    evidence = (full_ids.get(f"turn:{e}@1", f"{their_name(f'turn:{e}', graph.graph_id)}@1")
+    query = graph.latest(query_name(question.id))
+    evidence = (full_ids.get(first_version(turn_name(e)), first_version(their_name(turn_name(e), graph.graph_id)))
                 for e in attribution.evidence)
     return BenchAnnotation(
-        query_id=full_ids[query.id] if query else f"query:{question.id}@1",
+        query_id=full_ids[query.id] if query else first_version(query_name(question.id)),
         final_error_type=attribution.error_type.value,
         final_op_id=op_id_for(graph, attribution.op),
         query=question.text, golden_answers=(question.gold,), prediction=attribution.case.prediction,

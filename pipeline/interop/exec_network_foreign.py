@@ -25,6 +25,7 @@ from types import MappingProxyType
 from typing import Any
 
 from memtrace_loop.pipeline.backends.text import alnum_words
+from memtrace_loop.pipeline.core.conventions import Namespace, VarKind, name_of, prefix
 from memtrace_loop.pipeline.core.graph import OpKind
 from memtrace_loop.pipeline.core.graph_io import FORMAT, FORMAT_VERSION, graph_from_dict
 from memtrace_loop.pipeline.interop.bench_annotations import ExecNetworkError
@@ -39,8 +40,11 @@ from memtrace_loop.pipeline.interop.exec_network_document import (
 )
 from memtrace_loop.pipeline.interop.exec_network_names import NAME_TABLE, our_name
 
-_OUR_KINDS = ("turn", "facts", "retrieved", "decision", "memory", "query", "context", "answer", "gold", "verdict",
-              "prompt")
+# the kinds a foreign node's category or name prefix is taken as directly (the rest are guessed by keywords)
+_OUR_KINDS: tuple[VarKind, ...] = (
+    VarKind.TURN, VarKind.FACTS, VarKind.RETRIEVED, VarKind.DECISION, VarKind.MEMORY, VarKind.QUERY,
+    VarKind.CONTEXT, VarKind.ANSWER, VarKind.GOLD, VarKind.VERDICT, VarKind.PROMPT,
+)
 _VARIABLE_KEYWORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("prompt", ("prompt", "instruction")),
     ("turn", ("turn", "message", "utterance", "dialog")),
@@ -291,7 +295,7 @@ def _operations(
             inputs.remove(prompt)
         name = our_name(record.op_name or op_id, "operation")
         rule_stage = next((r.stage for r in NAME_TABLE if r.what == "operation" and r.ours == name and r.stage), "")
-        stage = prompt.split("@")[0].removeprefix("prompt:") if prompt else rule_stage or name
+        stage = name_of(prompt).removeprefix(prefix(Namespace.PROMPT)) if prompt else rule_stage or name
         fields = {"op_id": op_id, "op_name": record.op_name, "comment": record.comment, "category": record.category,
                   "session_id": record.session_id, "metadata": record.metadata,
                   "dropped_outputs": dropped_by_op.get(op_id)}

@@ -15,6 +15,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 
+from memtrace_loop.pipeline.core.conventions import Namespace, prefix, prompt_name
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 
 
@@ -34,12 +35,12 @@ class NameRule:
 NAME_TABLE: tuple[NameRule, ...] = (
     NameRule("operation", "question_answering", "question-answering", stage="respond"),
     NameRule("operation", "llm_judge", "llm-judge", stage="judge"),
-    NameRule("variable", "prompt:extract", "fact-extraction-system-prompt"),
-    NameRule("variable", "prompt:decide", "memory-update-decision-prompt"),
-    NameRule("variable", "prompt:respond", "question-answering-prompt"),
-    NameRule("prefix", "turn:", "U{sample}:", rest=r"D\d+:\d+"),
-    NameRule("prefix", "memory:", "memory-unit-"),
-    NameRule("prefix", "query:", "query:"),
+    NameRule("variable", prompt_name("extract"), "fact-extraction-system-prompt"),
+    NameRule("variable", prompt_name("decide"), "memory-update-decision-prompt"),
+    NameRule("variable", prompt_name("respond"), "question-answering-prompt"),
+    NameRule("prefix", prefix(Namespace.TURN), "U{sample}:", rest=r"D\d+:\d+"),
+    NameRule("prefix", prefix(Namespace.MEMORY), "memory-unit-"),
+    NameRule("prefix", prefix(Namespace.QUERY), "query:"),
 )
 
 def _rule_rest(rule: NameRule) -> re.Pattern[str]:
