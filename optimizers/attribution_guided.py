@@ -15,9 +15,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+import dspy
 from memtrace_loop.optimizers.base import Candidate, OptimizationContext
 from memtrace_loop.optimizers.feedback import feedback_for_attribution, fold_feedback
-from memtrace_loop.optimizers.rewrite import RewritingOptimizer, length_change, stage_candidate
+from memtrace_loop.optimizers.rewrite import (
+    RewriteSettings,
+    RewritingOptimizer,
+    length_change,
+    settings_rewriter,
+    stage_candidate,
+)
 from memtrace_loop.pipeline.analysis.blame import StageBlame
 
 logger = logging.getLogger(__name__)
@@ -75,3 +82,12 @@ class AttributionGuidedOptimizer(RewritingOptimizer):
                 continue
             candidates.append(candidate)
         return candidates
+
+
+Settings = RewriteSettings  # the schema of this optimizer's `optimizer` config node (registry contract)
+
+
+def build(lm: dspy.BaseLM | None, settings: RewriteSettings) -> AttributionGuidedOptimizer:
+    """The optimizer from its validated settings and the rewriter LM (registry contract)."""
+    rewriter = settings_rewriter("attribution", lm, settings)
+    return AttributionGuidedOptimizer(rewriter, settings.top_stages, settings.max_feedback_chars)

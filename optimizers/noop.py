@@ -7,7 +7,9 @@ It does not call any LM.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+import dspy
 from memtrace_loop.optimizers.base import Candidate, OptimizationContext
 
 
@@ -18,3 +20,13 @@ class NoOptimizer:
 
     def propose(self, context: OptimizationContext) -> Sequence[Candidate]:
         return ()
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The `none` baseline has no settings (registry contract: the schema of its config node)."""
+
+
+def build(lm: dspy.BaseLM | None, settings: Settings) -> NoOptimizer:
+    """The baseline; it needs no LM (registry contract)."""
+    return NoOptimizer()

@@ -1,59 +1,38 @@
 """Optimizers by config name: `optimizer.name` -> (settings schema, builder).
 
-`build_optimizer(name, rewriter_lm, settings)` knows `attribution`, `uniform` and `none`. `settings` is
-the `optimizer` config node (its `name` key is ignored) and is checked against the optimizer's schema:
-`RewriteSettings` (the single home of the rewriting optimizers' defaults) or `NoSettings`. An unknown
-name, an unknown key, a non-positive value or a missing rewriter LM is a `ConfigError` (a ValueError)
-naming `optimizer.<key>`. It does not configure DSPy or build LMs (see `pipeline.backends.lm`).
+Each optimizer module exports `Settings` (the frozen record that is the schema and the single home of
+the defaults of its `optimizer` config node) and `build(rewriter_lm, settings) -> Optimizer`. Adding an
+optimizer is its own module, one line in `MODULE_BY_OPTIMIZER` and `conf/optimizer/<name>.yaml`.
+`build_optimizer(name, rewriter_lm, settings)` checks `settings` (the `optimizer` config node; its
+`name` key is ignored) against the schema: an unknown name, an unknown key, a non-positive value or a
+missing rewriter LM is a `ConfigError` (a ValueError) naming `optimizer.<key>`. It does not configure
+DSPy or build LMs (see `pipeline.backends`).
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 import dspy
-from memtrace_loop.optimizers.attribution_guided import AttributionGuidedOptimizer
 from memtrace_loop.optimizers.base import Optimizer
-from memtrace_loop.optimizers.noop import NoOptimizer
-from memtrace_loop.optimizers.rewrite import DEFAULT_MAX_INSTRUCTION_CHARS, InstructionRewriter
-from memtrace_loop.optimizers.uniform import UniformBlameOptimizer
+from memtrace_loop.optimizers.noop import Settings as NoSettings
+from memtrace_loop.optimizers.rewrite import RewriteSettings
 from memtrace_loop.pipeline.core.config import ConfigError, parse_config
 
+__all__ = ["ENTRY_BY_OPTIMIZER", "OPTIMIZER_NAMES", "NoSettings", "RewriteSettings", "build_optimizer",
+           "optimizer_entry", "optimizer_settings"]
 
-@dataclass(frozen=True)
-class RewriteSettings:
-    """Settings of the optimizers that rewrite the blamed stages' instructions."""
-
-    top_stages: int = 2  # stages rewritten (one candidate each) per iteration
-    max_instruction_chars: int = DEFAULT_MAX_INSTRUCTION_CHARS
-    max_feedback_chars: int = 4000
-
-    def __post_init__(self) -> None:
-        for key, value in asdict(self).items():
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{key} must be a positive integer, got {value!r}")
-
-
-@dataclass(frozen=True)
-class NoSettings:
-    """The `none` baseline has no settings."""
-
-
-def _rewriter(name: str, lm: dspy.BaseLM | None, settings: RewriteSettings) -> InstructionRewriter:
-    if lm is None:
-        raise ConfigError(f"optimizer {name!r} needs a rewriter LM")
-    return InstructionRewriter(lm, max_chars=settings.max_instruction_chars)
-
-
-def _attribution(lm: dspy.BaseLM | None, s: RewriteSettings) -> Optimizer:
-    return AttributionGuidedOptimizer(_rewriter("attribution", lm, s), s.top_stages, s.max_feedback_chars)
-
-
-def _uniform(lm: dspy.BaseLM | None, s: RewriteSettings) -> Optimizer:
-    return UniformBlameOptimizer(_rewriter("uniform", lm, s), s.top_stages, s.max_feedback_chars)
+MODULE_BY_OPTIMIZER: Mapping[str, str] = MappingProxyType(
+    {
+        "attribution": "memtrace_loop.optimizers.attribution_guided",
+        "uniform": "memtrace_loop.optimizers.uniform",
+        "none": "memtrace_loop.optimizers.noop",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -62,12 +41,13 @@ class OptimizerEntry:
     build: Callable[[dspy.BaseLM | None, Any], Optimizer]
 
 
+def _load(module_name: str) -> OptimizerEntry:
+    module = importlib.import_module(module_name)
+    return OptimizerEntry(module.Settings, module.build)
+
+
 ENTRY_BY_OPTIMIZER: Mapping[str, OptimizerEntry] = MappingProxyType(
-    {
-        "attribution": OptimizerEntry(RewriteSettings, _attribution),
-        "uniform": OptimizerEntry(RewriteSettings, _uniform),
-        "none": OptimizerEntry(NoSettings, lambda lm, s: NoOptimizer()),
-    }
+    {name: _load(module) for name, module in MODULE_BY_OPTIMIZER.items()}
 )
 OPTIMIZER_NAMES: tuple[str, ...] = tuple(ENTRY_BY_OPTIMIZER)
 

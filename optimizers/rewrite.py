@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from types import MappingProxyType
 
 import dspy
 from memtrace_loop.optimizers.base import Candidate
+from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.records import PromptSet
 
 logger = logging.getLogger(__name__)
@@ -159,3 +160,25 @@ class RewritingOptimizer:
         self.rewriter = rewriter
         self.top_stages = top_stages
         self.max_feedback_chars = max_feedback_chars
+
+
+@dataclass(frozen=True)
+class RewriteSettings:
+    """Settings of the optimizers that rewrite the blamed stages' instructions (the single home of their
+    defaults; the `optimizer` config node of `attribution` and `uniform`)."""
+
+    top_stages: int = 2  # stages rewritten (one candidate each) per iteration
+    max_instruction_chars: int = DEFAULT_MAX_INSTRUCTION_CHARS
+    max_feedback_chars: int = 4000
+
+    def __post_init__(self) -> None:
+        for key, value in asdict(self).items():
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{key} must be a positive integer, got {value!r}")
+
+
+def settings_rewriter(optimizer: str, lm: dspy.BaseLM | None, settings: RewriteSettings) -> InstructionRewriter:
+    """The instruction rewriter an optimizer builds from its settings; a missing LM is a ConfigError."""
+    if lm is None:
+        raise ConfigError(f"optimizer {optimizer!r} needs a rewriter LM")
+    return InstructionRewriter(lm, max_chars=settings.max_instruction_chars)

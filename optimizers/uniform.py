@@ -16,9 +16,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+import dspy
 from memtrace_loop.optimizers.base import Candidate, OptimizationContext
 from memtrace_loop.optimizers.feedback import feedback_without_attribution, fold_feedback
-from memtrace_loop.optimizers.rewrite import RewritingOptimizer, length_change, stage_candidate
+from memtrace_loop.optimizers.rewrite import (
+    RewriteSettings,
+    RewritingOptimizer,
+    length_change,
+    settings_rewriter,
+    stage_candidate,
+)
 from memtrace_loop.pipeline.analysis.blame import uniform_blame
 
 logger = logging.getLogger(__name__)
@@ -68,3 +75,12 @@ class UniformBlameOptimizer(RewritingOptimizer):
                 continue
             candidates.append(candidate)
         return candidates
+
+
+Settings = RewriteSettings  # the schema of this optimizer's `optimizer` config node (registry contract)
+
+
+def build(lm: dspy.BaseLM | None, settings: RewriteSettings) -> UniformBlameOptimizer:
+    """The optimizer from its validated settings and the rewriter LM (registry contract)."""
+    rewriter = settings_rewriter("uniform", lm, settings)
+    return UniformBlameOptimizer(rewriter, settings.top_stages, settings.max_feedback_chars)
