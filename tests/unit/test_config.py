@@ -199,6 +199,13 @@ CONVERSATION = Conversation(
 
 
 @pytest.mark.parametrize("name", list(ENTRY_BY_SYSTEM))
+def test_every_registered_system_has_a_frozen_knobs_record(name):
+    schema = knobs_schema(name)
+    assert dataclasses.is_dataclass(schema) and schema.__dataclass_params__.frozen
+
+
+# one construction knob per system of the seeds (a new system is covered by the test above)
+@pytest.mark.parametrize("name", ["mem0", "rag", "long_context", "evermemos"])
 def test_the_knobs_record_is_frozen_and_its_construction_knobs_are_in_the_memory_key(name):
     system = build_memory_system({"name": name, "tokenizer": "approx"} if name != "mem0" else {"name": name},
                                  HashingEmbedder())
