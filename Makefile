@@ -3,6 +3,9 @@ PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# Tests run in this many processes (pytest-xdist; a test file stays in one process). 0 = in-process.
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # Offline, quiet defaults for everything run from here (a user's own env values win).
 export LITELLM_LOCAL_MODEL_COST_MAP ?= True
@@ -30,10 +33,10 @@ compare: install  ## attribution vs uniform blame vs no optimization, one MLflow
 	$(BIN)/memtrace optimize -m experiment=compare_optimizers
 
 test: install  ## the whole test suite, as CI runs it
-	$(BIN)/python -m pytest -q
+	$(PYTEST)
 
 test-fast: install  ## skip the slow end-to-end tests
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 lint: install  ## ruff and the type checker (mypy), as CI runs them
 	$(BIN)/ruff check .
