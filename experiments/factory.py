@@ -17,7 +17,8 @@ from hydra.core.hydra_config import HydraConfig
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.pipeline.backends.embeddings import build_embedder
-from memtrace_loop.pipeline.backends.lm import LMSet, build_lm_set
+from memtrace_loop.pipeline.backends.lm import LMSet
+from memtrace_loop.pipeline.backends.registry import build_lm_set
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.records import Dataset
 from memtrace_loop.pipeline.data.locomo import Split, split_by_conversation

@@ -38,7 +38,8 @@ from memtrace_loop.memory_systems.evermemos import system as evermemos_system
 from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.pipeline.backends.bm25 import BM25Index
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
-from memtrace_loop.pipeline.backends.lm import LMConfig, build_lm
+from memtrace_loop.pipeline.backends.lm import LMConfig
+from memtrace_loop.pipeline.backends.registry import build_lm
 from memtrace_loop.pipeline.backends.text import alnum_words
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import Dataset

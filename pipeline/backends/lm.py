@@ -1,8 +1,8 @@
 """Building the project's language models from configuration: `LMConfig` (the schema of one role) and the builders.
 
-An `LMConfig` (one per role) says which backend to use and how; `build_lm` turns it into a `dspy.LM`;
-`build_lm_set` builds the four independently configured roles (task, judge, attributor, rewriter) as
-an `LMSet`. Backends:
+An `LMConfig` (one per role) says which backend to use and how; `pipeline.backends.registry.build_lm`
+turns it into a `dspy.LM` and `build_lm_set` builds the four independently configured roles (task,
+judge, attributor, rewriter) as an `LMSet`. Backends:
 
 - `sim` — the deterministic simulated world: `dspy.LM("sim/<model>", engine=SimEngine())` (plus an
   async twin so `acall` works), built in `pipeline.backends.registry` (the sim world is reached only
@@ -48,8 +48,6 @@ __all__ = [
     "LMConfig",
     "LMSet",
     "MissingAPIKeyError",
-    "build_lm",
-    "build_lm_set",
     "build_openai_lm",
     "configure_cache",
     "describe",
@@ -149,18 +147,6 @@ def _read_api_key(config: LMConfig) -> str:
     return value
 
 
-def build_lm(config: LMConfig | Mapping[str, Any]) -> dspy.LM:
-    """A `dspy.LM` for one config, built by its backend's entry in `pipeline.backends.registry`.
-    For `openai` the key is read from `os.environ[api_key_env]` now."""
-    from memtrace_loop.pipeline.backends.registry import backend_entry  # the registry imports this module
-
-    if not isinstance(config, LMConfig):
-        config = LMConfig.from_mapping(config)
-    lm = backend_entry(config.backend).build(config)
-    logger.debug("built LM %s", describe(config))
-    return lm
-
-
 def build_openai_lm(config: LMConfig) -> dspy.LM:
     """`dspy.LM("<dialect prefix>/<model>")` for an OpenAI-compatible endpoint (key read from the environment)."""
     return dspy.LM(
@@ -200,12 +186,6 @@ def lm_configs(mapping: Mapping[str, Any]) -> dict[str, LMConfig]:
             f"lm set config: unknown roles {unknown}, missing roles {missing}; expected {list(ROLES)}"
         )
     return {role: LMConfig.from_mapping(mapping[role], role=role) for role in ROLES}
-
-
-def build_lm_set(mapping: Mapping[str, Any]) -> LMSet:
-    """Build the task, judge, attributor and rewriter LMs from one mapping of four LMConfig mappings."""
-    configs = lm_configs(mapping)
-    return LMSet(**{role: build_lm(config) for role, config in configs.items()})
 
 
 def _safe_url(url: str | None) -> str:

@@ -3,52 +3,28 @@
 `sim` is the simulated world's deterministic stand-in (this registry and the dataset registry are the
 only modules that import `pipeline.sim`); `openai` is any OpenAI-compatible endpoint (built in
 `pipeline.backends.lm`). Both read an `LMConfig`. Adding a backend is one builder and one line here.
-It does not parse configs (see `LMConfig.from_mapping`) and runs nothing.
+`build_lm` builds one role's LM by its backend, `build_lm_set` the four roles. It does not parse
+configs (see `LMConfig.from_mapping`) and runs nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 import dspy
-from memtrace_loop.pipeline.backends.lm import LMConfig, build_openai_lm
+from memtrace_loop.pipeline.backends.lm import LMConfig, LMSet, build_openai_lm, describe, lm_configs
 from memtrace_loop.pipeline.core.config import ConfigError
 
-
-class AsyncSimEngine:
-    """The async face of the sim engine (DSPy needs one for `acall`): runs the sync stand-in inline."""
-
-    def __init__(self, sync: Any | None = None) -> None:
-        if sync is None:
-            from memtrace_loop.pipeline.sim.engine import SimEngine
-
-            sync = SimEngine()
-        self._sync = sync
-
-    async def complete(self, request: Any) -> Any:
-        return self._sync.complete(request)
-
-    async def stream(self, request: Any) -> AsyncIterator[Any]:
-        for event in self._sync.stream(request):
-            yield event
-
-    async def aclose(self) -> None:
-        self._sync.close()
-
-    def dump_state(self) -> dict[str, Any]:
-        return {}
-
-    @classmethod
-    def load_state(cls, state: dict[str, Any]) -> AsyncSimEngine:
-        return cls()
+logger = logging.getLogger(__name__)
 
 
 def build_sim_lm(config: LMConfig) -> dspy.LM:
     """`dspy.LM("sim/<model>")` on the deterministic stand-in engine (plus its async twin). Offline."""
-    from memtrace_loop.pipeline.sim.engine import SimEngine
+    from memtrace_loop.pipeline.sim.engine import AsyncSimEngine, SimEngine
 
     engine = SimEngine()
     return dspy.LM(
@@ -81,3 +57,18 @@ def backend_entry(name: str) -> BackendEntry:
     if name not in ENTRY_BY_BACKEND:
         raise ConfigError(f"lm backend: unknown backend {name!r} (available: {list(ENTRY_BY_BACKEND)})")
     return ENTRY_BY_BACKEND[name]
+
+
+def build_lm(config: LMConfig | Mapping[str, Any]) -> dspy.LM:
+    """A `dspy.LM` for one config, built by its backend's entry. For `openai` the key is read from
+    `os.environ[api_key_env]` now."""
+    if not isinstance(config, LMConfig):
+        config = LMConfig.from_mapping(config)
+    lm = backend_entry(config.backend).build(config)
+    logger.debug("built LM %s", describe(config))
+    return lm
+
+
+def build_lm_set(mapping: Mapping[str, Any]) -> LMSet:
+    """Build the task, judge, attributor and rewriter LMs from one mapping of four LMConfig mappings."""
+    return LMSet(**{role: build_lm(config) for role, config in lm_configs(mapping).items()})

@@ -27,11 +27,10 @@ from memtrace_loop.pipeline.backends.lm import (
     LMConfig,
     LMSet,
     MissingAPIKeyError,
-    build_lm,
-    build_lm_set,
     configure_cache,
     describe,
 )
+from memtrace_loop.pipeline.backends.registry import build_lm, build_lm_set
 
 from tests.support import forbid_network, isolate_llm_env
 from tests.support.openai_server import OpenAIStubServer, running_server

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dspy
-from memtrace_loop.pipeline.backends.lm import LMConfig, build_lm
+from memtrace_loop.pipeline.backends.lm import LMConfig
+from memtrace_loop.pipeline.backends.registry import build_lm
 from memtrace_loop.pipeline.core.records import Conversation, Dataset, Question, Turn
 from memtrace_loop.pipeline.data.locomo import parse_locomo
 from memtrace_loop.pipeline.sim.world import generate_locomo
