@@ -25,7 +25,7 @@ from memtrace_loop.optimizers.rewrite import (
     settings_rewriter,
     stage_candidate,
 )
-from memtrace_loop.pipeline.analysis.blame import StageBlame
+from memtrace_loop.pipeline.analysis.blame import StageBlame, Tunable
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ def _types(row: StageBlame) -> str:
 
 def unrewritable_note(context: OptimizationContext) -> str:
     """A sentence naming the blamed stages this optimizer cannot rewrite (knobs, or no prompt)."""
-    knobs = [row for row in context.blame.rows if row.tunable != "prompt"]
+    knobs = [row for row in context.blame.rows if row.tunable != Tunable.PROMPT]
     missing = [s for s in context.blame.prompt_stages() if s not in context.prompts]
     parts = []
     if knobs:
@@ -61,7 +61,7 @@ class AttributionGuidedOptimizer(RewritingOptimizer):
         note = unrewritable_note(context)
         candidates: list[Candidate] = []
         for stage in self.target_stages(context):
-            attributed = [a for a in context.attributions if a.stage == stage and a.tunable == "prompt"]
+            attributed = [a for a in context.attributions if a.stage == stage and a.tunable == Tunable.PROMPT]
             if not attributed:
                 continue
             feedback = fold_feedback([feedback_for_attribution(a) for a in attributed], self.max_feedback_chars)

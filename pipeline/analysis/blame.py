@@ -53,9 +53,6 @@ class Attribution:
     pseudo_evidence: bool = False
     verified: bool | None = None  # set by a replay check; None when not checked
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "tunable", Tunable(self.tunable))
-
     @property
     def question_id(self) -> str:
         return self.case.question.id
@@ -69,9 +66,6 @@ class StageBlame:
     share: float
     count_by_error_type: Mapping[str, int]
     example_question_ids: tuple[str, ...]
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "tunable", Tunable(self.tunable))
 
 
 @dataclass(frozen=True)

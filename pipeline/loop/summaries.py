@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from memtrace_loop.pipeline.analysis.blame import BlameTable, StageBlame
+from memtrace_loop.pipeline.analysis.blame import BlameTable, StageBlame, Tunable
 
 
 def blame_from_rows(rows: tuple[Mapping[str, Any], ...] | list[Mapping[str, Any]]) -> BlameTable:
@@ -23,7 +23,7 @@ def blame_from_rows(rows: tuple[Mapping[str, Any], ...] | list[Mapping[str, Any]
     stages = tuple(
         StageBlame(
             stage=str(row["stage"]),
-            tunable=str(row["tunable"]),
+            tunable=Tunable(str(row["tunable"])),
             count=int(row["count"]),
             share=float(row["share"]),
             count_by_error_type=MappingProxyType(

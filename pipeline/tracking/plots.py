@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator, PercentFormatter
-from memtrace_loop.pipeline.analysis.blame import BlameTable
+from memtrace_loop.pipeline.analysis.blame import BlameTable, Tunable
 
 DPI = 120
 KNOB_HATCH = "///"
@@ -206,7 +206,7 @@ def plot_blame(blame_by_iteration: Sequence[tuple[int, BlameTable]], path: str |
             key = (blame.stage, blame.tunable)
             totals[key] = totals.get(key, 0) + blame.count
     # the most blamed stage sits at the bottom; ties by name, prompts before knobs
-    series = sorted(totals, key=lambda key: (-totals[key], key[0], key[1] != "prompt"))
+    series = sorted(totals, key=lambda key: (-totals[key], key[0], key[1] != Tunable.PROMPT))
     if not rows or not series:
         axes.text(0.5, 0.5, "no blamed failures", ha="center", va="center", transform=axes.transAxes)
         axes.set_xticks([number for number, _ in rows])
@@ -222,7 +222,7 @@ def plot_blame(blame_by_iteration: Sequence[tuple[int, BlameTable]], path: str |
             else 0.0
             for _, table in rows
         ]
-        knobs = tunable != "prompt"
+        knobs = tunable != Tunable.PROMPT
         axes.bar(
             xs,
             heights,
@@ -242,7 +242,7 @@ def plot_blame(blame_by_iteration: Sequence[tuple[int, BlameTable]], path: str |
     axes.set_xticks(xs)
     handles, _ = axes.get_legend_handles_labels()
     handles.reverse()  # legend top-to-bottom in the order of the stacks
-    if any(tunable != "prompt" for _, tunable in series):
+    if any(tunable != Tunable.PROMPT for _, tunable in series):
         handles.append(Patch(facecolor="white", edgecolor="black", hatch=KNOB_HATCH, label="hatched: knobs"))
     axes.legend(handles=handles, title="stage", loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return _save(figure, path)

@@ -21,7 +21,7 @@ from memtrace_loop.optimizers.noop import NoOptimizer
 from memtrace_loop.optimizers.registry import build_optimizer
 from memtrace_loop.optimizers.rewrite import InstructionRewriter, RewriteOutcome
 from memtrace_loop.optimizers.uniform import UniformBlameOptimizer, rotated
-from memtrace_loop.pipeline.analysis.blame import Attribution, ErrorType, aggregate_blame
+from memtrace_loop.pipeline.analysis.blame import Attribution, ErrorType, Tunable, aggregate_blame
 from memtrace_loop.pipeline.core.records import CaseResult, PromptSet, Question, Scores
 from memtrace_loop.pipeline.sim.rules import rules_in
 
@@ -54,7 +54,7 @@ def attribution(
 ) -> Attribution:
     return Attribution(
         case=case(qid), op=f"op{qid}", op_name=op_name, stage=stage, error_type=error, reason=reason,
-        confidence=confidence, method="lineage", tunable=tunable, verified=verified,
+        confidence=confidence, method="lineage", tunable=Tunable(tunable), verified=verified,
     )
 
 

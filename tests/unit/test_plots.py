@@ -8,7 +8,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 import pytest
-from memtrace_loop.pipeline.analysis.blame import BlameTable, StageBlame
+from memtrace_loop.pipeline.analysis.blame import BlameTable, StageBlame, Tunable
 from memtrace_loop.pipeline.tracking.plots import IterationScore, plot_blame, plot_scores
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -27,7 +27,9 @@ def _table(*rows: tuple[str, str, int]) -> BlameTable:
     total = sum(count for _, _, count in rows)
     return BlameTable(
         tuple(
-            StageBlame(stage, tunable, count, count / total, MappingProxyType({"ExtractionError": count}), ("q1",))
+            StageBlame(
+                stage, Tunable(tunable), count, count / total, MappingProxyType({"ExtractionError": count}), ("q1",)
+            )
             for stage, tunable, count in rows
         ),
         total,
