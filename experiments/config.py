@@ -162,17 +162,19 @@ def _validated(schema: type[T], plain: Mapping[str, Any]) -> T:
     """`plain` as `schema` with every group node checked; every failing key is named (a value set once
     and interpolated elsewhere, like `seed`, is named at each place it lands, the top-level key first)."""
     errors: list[str] = []
-    config = None
-    for check in [lambda: parse_config(schema, plain, ""), *_group_checks(plain)]:
+    config: T | None = None
+    try:
+        config = parse_config(schema, plain, "")
+    except ConfigError as error:
+        errors.append(str(error))
+    for check in _group_checks(plain):
         try:
-            result = check()
+            check()
         except ConfigError as error:
             errors.append(str(error))
-        else:
-            config = result if config is None else config
-    if errors:
+    if errors or config is None:
         raise ConfigError("; ".join(errors))
-    return config  # type: ignore[return-value]
+    return config
 
 
 def validated_run(plain: Mapping[str, Any]) -> RunConfig:

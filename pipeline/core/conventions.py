@@ -40,7 +40,9 @@ This module only names things: it records nothing (`pipeline.core.tracing`) and 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
+from types import MappingProxyType
 
 
 class OpKind(StrEnum):
@@ -102,7 +104,7 @@ class Namespace(StrEnum):
     PROMPT = "prompt"
 
 
-KIND_BY_NAMESPACE: dict[Namespace, VarKind] = {
+KIND_BY_NAMESPACE: Mapping[Namespace, VarKind] = MappingProxyType({
     Namespace.TURN: VarKind.TURN,
     Namespace.FACTS: VarKind.FACTS,
     Namespace.SIMILAR: VarKind.RETRIEVED,
@@ -122,7 +124,7 @@ KIND_BY_NAMESPACE: dict[Namespace, VarKind] = {
     Namespace.GOLD: VarKind.GOLD,
     Namespace.VERDICT: VarKind.VERDICT,
     Namespace.PROMPT: VarKind.PROMPT,
-}
+})
 
 MEMORY_KINDS: frozenset[VarKind] = frozenset(
     {VarKind.MEMORY, VarKind.CHUNK, VarKind.BUFFER, VarKind.EPISODE, VarKind.EVENT}

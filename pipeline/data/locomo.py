@@ -306,21 +306,23 @@ def parse_locomo(samples: object, source: str) -> Dataset:
     )
 
 
-def load_locomo(path: str | Path) -> Dataset:
-    """Read a LoCoMo JSON file; `Dataset.name` is the file stem. Any problem raises `DataError`."""
-    path = Path(path)
+def read_json_file(path: Path) -> Any:
+    """The parsed JSON of a dataset file; an unreadable file or invalid JSON raises `DataError` naming it."""
     source = str(path)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise DataError(source, f"cannot read file ({error.__class__.__name__}: {error})") from error
     try:
-        samples = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as error:
-        raise DataError(
-            source, f"invalid JSON at line {error.lineno} column {error.colno}: {error.msg}"
-        ) from error
-    dataset = parse_locomo(samples, source)
+        raise DataError(source, f"invalid JSON at line {error.lineno} column {error.colno}: {error.msg}") from error
+
+
+def load_locomo(path: str | Path) -> Dataset:
+    """Read a LoCoMo JSON file; `Dataset.name` is the file stem. Any problem raises `DataError`."""
+    path = Path(path)
+    dataset = parse_locomo(read_json_file(path), str(path))
     return Dataset(name=path.stem, conversations=dataset.conversations, questions=dataset.questions)
 
 

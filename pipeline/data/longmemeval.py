@@ -30,7 +30,6 @@ What it does not do: no network in tests or by default, no caching, no scoring, 
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import Iterable, Mapping
@@ -40,7 +39,7 @@ from types import MappingProxyType
 from typing import Any
 
 from memtrace_loop.pipeline.core.records import Conversation, Dataset, Question, Turn
-from memtrace_loop.pipeline.data.locomo import DataError, validate_record
+from memtrace_loop.pipeline.data.locomo import DataError, read_json_file, validate_record
 from pydantic import BaseModel, ConfigDict
 
 logger = logging.getLogger(__name__)
@@ -209,14 +208,7 @@ def load_longmemeval(path: str | Path, question_date_in_text: bool = True) -> Da
     """Read a LongMemEval JSON file (a list of records); `Dataset.name` is the file stem."""
     path = Path(path)
     source = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise DataError(source, f"cannot read file ({error.__class__.__name__}: {error})") from error
-    try:
-        records = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise DataError(source, f"invalid JSON at line {error.lineno} column {error.colno}: {error.msg}") from error
+    records = read_json_file(path)
     if not isinstance(records, list):
         raise DataError(source, f"expected a JSON list of question records, got {type(records).__name__}")
     dataset = parse_longmemeval(records, source, question_date_in_text)
