@@ -3,7 +3,7 @@
 For an optimization run it takes the exported prompt set the run logged (`export/best_prompts.json`);
 for a plain `memtrace run` it takes the prompt set that run used (`prompts.json` + its system tag).
 The file loads back with `prompts=<file>`. An entry point; reading and writing files is
-`pipeline.export`.
+`pipeline.tracking.export`.
 """
 
 from __future__ import annotations

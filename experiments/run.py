@@ -2,7 +2,7 @@
 operation, evaluates the answers and logs everything to MLflow, with a progress display and a summary.
 
 This is an entry point: it is the only kind of module that configures DSPy globally (the cache) and
-prints. The work itself lives in `pipeline.runner` and `pipeline.tracking`.
+prints. The work itself lives in `pipeline.loop.runner` and `pipeline.tracking.run_logging`.
 """
 
 from __future__ import annotations

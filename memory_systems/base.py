@@ -3,7 +3,7 @@
 A memory system's LLM stages are its DSPy predictors; their attribute paths (`extract`, `decide`,
 `answer`) are the stage names used everywhere (blame, prompt sets, MLflow keys, exports). This module
 reads and writes prompt sets on a system and defines the records that `ingest` and `answer` return.
-It does not implement any system (see `mem0.py`) and does not run datasets (see `pipeline.runner`).
+It does not implement any system (see `mem0/system.py`) and does not run datasets (see `pipeline.loop.runner`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The uniform-blame baseline: rewrite prompts without attribution, at the same budget.
 
-Every failed case is blamed on every prompt stage equally (`pipeline.blame.uniform_blame`), and every
+Every failed case is blamed on every prompt stage equally (`pipeline.analysis.blame.uniform_blame`), and every
 stage receives the same feedback: the failures' questions, gold answers and system answers with a
 diagnosis that says no attribution was made. This mirrors the "no attribution" ablation (every failure
 blamed on the answer step, its feedback sent to all prompts). To spend the same budget as the

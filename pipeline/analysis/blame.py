@@ -5,7 +5,7 @@ one of five error types, a reason that cites the variables involved, and whether
 prompt or on a stage's non-prompt knobs. `aggregate_blame` folds attributions into a `BlameTable`
 (count, share, error types and example cases per stage), the input of every optimizer and a logged
 artifact of every iteration. Pure records and functions: finding attributions is
-`pipeline.attribution`.
+`pipeline.analysis.attribution`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Load benchmark data into the typed records of `pipeline.records`, and split it.
+"""Load benchmark data into the typed records of `pipeline.core.records`, and split it.
 
 What it does:
 
@@ -9,8 +9,8 @@ What it does:
   names a turn the conversation does not have is dropped with one logged warning per conversation.
 - `split_by_conversation` makes a seeded, deterministic train/dev/test `Split` by conversation.
 
-What it does not do: no network, no caching, no LongMemEval (see `pipeline.longmemeval`), and no answering or
-scoring (see `pipeline.evaluation`). It never prints; diagnostics go to the module logger.
+What it does not do: no network, no caching, no LongMemEval (see `pipeline.data.longmemeval`), and no answering or
+scoring (see `pipeline.analysis.evaluation`). It never prints; diagnostics go to the module logger.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Load LongMemEval (one record per question, each with its own haystack) into `pipeline.records`.
+"""Load LongMemEval (one record per question, each with its own haystack) into `pipeline.core.records`.
 
 What it does:
 

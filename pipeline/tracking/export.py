@@ -17,7 +17,7 @@ What it does:
   instruction. The given system object is never modified.
 
 What it does not do: it does not talk to MLflow (see `pipeline.tracking` and
-`pipeline.prompt_registry`), does not choose which prompt set to export and does not run anything.
+`pipeline.tracking.prompt_registry`), does not choose which prompt set to export and does not run anything.
 """
 
 from __future__ import annotations

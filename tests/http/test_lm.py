@@ -1,4 +1,4 @@
-"""pipeline.lm: configs, the sim backend, and the openai backend through DSPy's real client path.
+"""pipeline.backends.lm: configs, the sim backend, and the openai backend through DSPy's real client path.
 
 The openai-backend tests talk HTTP to `tests.support.openai_server` on 127.0.0.1; nothing else is
 reachable (`forbid_network`).

@@ -1,4 +1,4 @@
-"""Tests for pipeline.evaluation: lexical metrics, the judge signature, bootstrap, summaries, paired test."""
+"""Tests for pipeline.analysis.evaluation: lexical metrics, the judge signature, bootstrap, summaries, paired test."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests for pipeline.exec_network: exact round trip of a real Mem0 graph, their naming conventions,
+"""Tests for pipeline.interop.exec_network: exact round trip of a real Mem0 graph, their naming conventions,
 import of a hand-written graph in their format (annotations, unknown keys, version chains),
 conflicting producers, cycles, malformed documents and attribution scoring."""
 

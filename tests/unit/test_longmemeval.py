@@ -1,4 +1,4 @@
-"""Tests for pipeline.longmemeval: the generated fixture loads (turns, evidence, categories, dates),
+"""Tests for pipeline.data.longmemeval: the generated fixture loads (turns, evidence, categories, dates),
 abstention questions, malformed records, the hub path through `datasets` (only when installed),
 the config dispatch and `memtrace run dataset=longmemeval` end to end."""
 
