@@ -22,7 +22,7 @@ from memtrace_loop.memory_systems.base import knobs_from_config
 from memtrace_loop.memory_systems.registry import knobs_schema
 from memtrace_loop.optimizers.registry import optimizer_settings
 from memtrace_loop.pipeline.backends.embeddings import EmbedderConfig
-from memtrace_loop.pipeline.backends.lm import lm_configs
+from memtrace_loop.pipeline.backends.registry import lm_set_configs
 from memtrace_loop.pipeline.core.config import ConfigError, parse_config, require
 from memtrace_loop.pipeline.data.registry import dataset_config
 from memtrace_loop.pipeline.loop.optimization import LoopSettings
@@ -149,7 +149,7 @@ def check_memory_system(node: Mapping[str, Any]) -> None:
 def _group_checks(plain: Mapping[str, Any]) -> list[Callable[[], object]]:
     node = plain.get("optimizer")
     checks: dict[str, Callable[[], object]] = {
-        "lm": lambda: lm_configs(plain["lm"]),
+        "lm": lambda: lm_set_configs(plain["lm"]),
         "embedder": lambda: EmbedderConfig.from_mapping(plain["embedder"]),
         "memory_system": lambda: check_memory_system(plain["memory_system"]),
         "dataset": lambda: dataset_config(plain["dataset"]),

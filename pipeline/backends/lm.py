@@ -84,7 +84,7 @@ class LMConfig(pydantic.BaseModel):
 
     model_config = pydantic.ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
-    backend: Literal["sim", "openai"]
+    backend: str = pydantic.Field(min_length=1)  # a name in pipeline.backends.registry (checked there)
     model: str = pydantic.Field(min_length=1, description="wire model id, e.g. gpt-4o-mini, Qwen/Qwen2.5-7B")
     api_base: str | None = None
     api_key_env: str | None = None

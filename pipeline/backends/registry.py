@@ -53,10 +53,19 @@ ENTRY_BY_BACKEND: Mapping[str, BackendEntry] = MappingProxyType(
 )
 
 
-def backend_entry(name: str) -> BackendEntry:
+def backend_entry(name: str, key: str = "lm backend") -> BackendEntry:
     if name not in ENTRY_BY_BACKEND:
-        raise ConfigError(f"lm backend: unknown backend {name!r} (available: {list(ENTRY_BY_BACKEND)})")
+        raise ConfigError(f"{key}: unknown backend {name!r} (available: {list(ENTRY_BY_BACKEND)})")
     return ENTRY_BY_BACKEND[name]
+
+
+def lm_set_configs(mapping: Mapping[str, Any]) -> dict[str, LMConfig]:
+    """The four roles' configs from the `lm` node, each naming a registered backend (else a ConfigError
+    naming `lm.<role>.backend`)."""
+    configs = lm_configs(mapping)
+    for role, config in configs.items():
+        backend_entry(config.backend, f"lm.{role}.backend")
+    return configs
 
 
 def build_lm(config: LMConfig | Mapping[str, Any]) -> dspy.LM:
@@ -71,4 +80,4 @@ def build_lm(config: LMConfig | Mapping[str, Any]) -> dspy.LM:
 
 def build_lm_set(mapping: Mapping[str, Any]) -> LMSet:
     """Build the task, judge, attributor and rewriter LMs from one mapping of four LMConfig mappings."""
-    return LMSet(**{role: build_lm(config) for role, config in lm_configs(mapping).items()})
+    return LMSet(**{role: build_lm(config) for role, config in lm_set_configs(mapping).items()})

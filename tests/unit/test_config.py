@@ -83,6 +83,7 @@ def test_every_group_option_composes_and_validates(group, option, monkeypatch):
         ("dataset.n_conversations=0", "dataset.n_conversations"),
         ("optimizer.top_stages=0", "optimizer.top_stages"),
         ("lm.task.temperature=-1", "lm.task.temperature"),
+        ("lm.task.backend=nope", "lm.task.backend"),
         ("+memory_system.top_kk=5", "memory_system.top_kk"),
         ("+loop.max_iteration=5", "loop.max_iteration"),
         ("+lm.judge.timeout=3", "lm.judge.timeout"),
