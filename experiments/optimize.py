@@ -24,7 +24,7 @@ from memtrace_loop.experiments.config import validated_optimize
 from memtrace_loop.experiments.console import RichProgress, loop_tables, setup_logging
 from memtrace_loop.experiments.factory import build_components, launch_dir, resolve, secret_values, splits_of, to_plain
 from memtrace_loop.optimizers.registry import build_optimizer
-from memtrace_loop.pipeline.analysis.attributor import LineageAttributor
+from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
 from memtrace_loop.pipeline.backends.lm import configure_cache
 from memtrace_loop.pipeline.loop.optimization import (
     CheckpointError,

@@ -28,7 +28,8 @@ from typing import Any, Protocol
 import dspy
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.optimizers.base import Candidate, CandidateEvaluation, OptimizationContext, Optimizer
-from memtrace_loop.pipeline.analysis.attributor import Attributor, LineageAttributor, TracedRun
+from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
+from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor, TracedRun, attribute_run
 from memtrace_loop.pipeline.analysis.blame import Attribution, BlameTable, aggregate_blame
 from memtrace_loop.pipeline.analysis.evaluation import PairedDifference, paired_difference
 from memtrace_loop.pipeline.core.records import Dataset, PromptSet
@@ -290,7 +291,7 @@ class OptimizationLoop:
             train.results, train.graph_by_conversation, {c.id: c for c in self.splits.train.conversations},
             tuple(excluded),
         )
-        attributions = tuple(self.attributor.attribute(traced))
+        attributions = attribute_run(self.attributor, traced)
         blame = aggregate_blame(attributions)
         context = OptimizationContext(
             iteration, current, blame, attributions, traced.failures(), self._signatures(),

@@ -30,6 +30,9 @@ def blame_from_rows(rows: tuple[Mapping[str, Any], ...] | list[Mapping[str, Any]
                 {k.removeprefix("n_"): int(v) for k, v in row.items() if k.startswith("n_")}
             ),
             example_question_ids=tuple(q for q in str(row.get("examples", "")).split(", ") if q),
+            weight=float(row.get("weight", row["count"])),  # checkpoints before weights: the count
+            verified=int(row.get("verified", 0)),
+            refuted=int(row.get("refuted", 0)),
         )
         for row in rows
     )

@@ -19,7 +19,7 @@ from memtrace_loop.memory_systems.evermemos.system import EverMemOSKnobs, EverMe
 from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.optimizers.feedback import feedback_for_attribution, fold_feedback
 from memtrace_loop.optimizers.registry import build_optimizer
-from memtrace_loop.pipeline.analysis.attribution import attribute_failures
+from memtrace_loop.pipeline.analysis.attribution.lineage import attribute_failures
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, OpKind
 from memtrace_loop.pipeline.core.records import PromptSet

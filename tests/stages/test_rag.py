@@ -11,7 +11,7 @@ from dspy.utils import DummyLM
 from memtrace_loop.memory_systems.rag import RagKnobs, RagMemory, from_config, make_chunks, turn_pieces
 from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.memory_systems.signatures import render_turn
-from memtrace_loop.pipeline.analysis.attribution import attribute_failures
+from memtrace_loop.pipeline.analysis.attribution.lineage import attribute_failures
 from memtrace_loop.pipeline.analysis.blame import ErrorType, aggregate_blame
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.tokens import ApproximateCounter, build_token_counter

@@ -10,7 +10,7 @@ import re
 
 import pytest
 from memtrace_loop.memory_systems.mem0.system import Mem0Memory
-from memtrace_loop.pipeline.analysis.attribution import ConversationLineage
+from memtrace_loop.pipeline.analysis.attribution.lineage import ConversationLineage
 from memtrace_loop.pipeline.analysis.blame import ErrorType
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, OpKind, Usage

@@ -433,28 +433,49 @@ def _quote(text: str, limit: int = 160) -> str:
     return f"\"{text if len(text) <= limit else text[: limit - 3] + '...'}\""
 
 
+class LineageAttributor:
+    """The default attributor: follows the evidence through each conversation graph (no LLM). The
+    per-graph analysis (token sets, the store at question time) is kept for the graphs it saw last."""
+
+    name = METHOD
+
+    def __init__(self, max_graphs: int = 64) -> None:
+        self._max_graphs = max_graphs
+        self._lineage_by_graph: dict[int, tuple[ExecutionGraph, ConversationLineage]] = {}
+
+    def lineage(self, graph: ExecutionGraph, conversation: Conversation | None = None) -> ConversationLineage:
+        held = self._lineage_by_graph.get(id(graph))
+        if held is not None and held[0] is graph:
+            return held[1]
+        if len(self._lineage_by_graph) >= self._max_graphs:
+            self._lineage_by_graph.clear()
+        lineage = ConversationLineage(graph, conversation)
+        self._lineage_by_graph[id(graph)] = (graph, lineage)
+        return lineage
+
+    def attribute(
+        self, graph: ExecutionGraph, case: CaseResult, conversation: Conversation | None = None
+    ) -> Attribution | None:
+        return self.lineage(graph, conversation).attribute(case)
+
+
 def attribute_failures(
     results: Iterable[CaseResult],
     graph_by_conversation: Mapping[str, ExecutionGraph],
     conversation_by_id: Mapping[str, Conversation] | None = None,
     exclude_categories: Iterable[int] = (),
 ) -> tuple[Attribution, ...]:
-    """Attributions of every failed case (in result order) whose conversation graph is given."""
+    """Lineage attributions of every failed case (in result order) whose conversation graph is given."""
     excluded = set(exclude_categories)
-    attributors: dict[str, ConversationLineage] = {}
+    attributor = LineageAttributor()
     found = []
     for case in results:
         if case.correct or case.question.category in excluded:
             continue
-        conversation_id = case.question.conversation_id
-        graph = graph_by_conversation.get(conversation_id)
+        graph = graph_by_conversation.get(case.question.conversation_id)
         if graph is None:
             continue
-        attributor = attributors.get(conversation_id)
-        if attributor is None:
-            conversation = (conversation_by_id or {}).get(conversation_id)
-            attributor = attributors[conversation_id] = ConversationLineage(graph, conversation)
-        attribution = attributor.attribute(case)
+        attribution = attributor.attribute(graph, case, (conversation_by_id or {}).get(case.question.conversation_id))
         if attribution is not None:
             found.append(attribution)
     return tuple(found)

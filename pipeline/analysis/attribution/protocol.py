@@ -1,0 +1,63 @@
+"""The seam between the loop and failure attribution: the `Attributor` protocol and what it reads.
+
+An attributor explains one failed case: it gets the case's conversation graph, the judged case and
+the conversation (speakers, turns; may be absent for imported graphs) and returns one `Attribution`
+— or None when the graph does not hold the case. What else it needs (an LM, an embedder, a replay
+check) it gets through its constructor; nothing is fetched from globals. `attribute_run` applies an
+attributor to every failure of a `TracedRun` (one evaluation with its graphs) in result order.
+This module neither aggregates blame (`pipeline.analysis.blame`) nor finds anything itself: the
+methods are `lineage` (no LLM), `llm` (an LM walks the graph) and `replay` (verifies another's blame).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Protocol
+
+from memtrace_loop.pipeline.analysis.blame import Attribution
+from memtrace_loop.pipeline.core.graph import ExecutionGraph
+from memtrace_loop.pipeline.core.records import CaseResult, Conversation
+
+
+@dataclass(frozen=True)
+class TracedRun:
+    """The cases of one evaluation with their traces: what the attribution of a run looks at."""
+
+    results: tuple[CaseResult, ...]
+    graph_by_conversation: Mapping[str, ExecutionGraph]
+    conversation_by_id: Mapping[str, Conversation] = field(default_factory=lambda: MappingProxyType({}))
+    exclude_categories: tuple[int, ...] = ()
+
+    def failures(self) -> tuple[CaseResult, ...]:
+        """The failed cases outside the excluded categories, in result order."""
+        return tuple(r for r in self.results if not r.correct and r.question.category not in self.exclude_categories)
+
+
+class Attributor(Protocol):
+    """Explains a failed case: which operation (and stage) is to blame, and why."""
+
+    name: str
+
+    def attribute(
+        self, graph: ExecutionGraph, case: CaseResult, conversation: Conversation | None = None
+    ) -> Attribution | None: ...
+
+
+def attribute_run(
+    attributor: Attributor, run: TracedRun, on_case: Callable[[CaseResult], None] | None = None
+) -> tuple[Attribution, ...]:
+    """Attributions of every failure of `run` whose graph is present, in result order (`on_case` is
+    called after each, for progress)."""
+    found = []
+    for case in run.failures():
+        graph = run.graph_by_conversation.get(case.question.conversation_id)
+        if graph is None:
+            continue
+        attribution = attributor.attribute(graph, case, run.conversation_by_id.get(case.question.conversation_id))
+        if attribution is not None:
+            found.append(attribution)
+        if on_case is not None:
+            on_case(case)
+    return tuple(found)
