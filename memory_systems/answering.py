@@ -13,16 +13,26 @@ mean the same thing across systems. It does not retrieve anything itself; the na
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import dspy
-from memtrace_loop.memory_systems.base import AnswerOutcome
 from memtrace_loop.memory_systems.signatures import render_turn
 from memtrace_loop.pipeline.core.conventions import OpKind, VarKind, answer_name, query_name, retrieved_name, turn_name
 from memtrace_loop.pipeline.core.records import Question, Turn
 from memtrace_loop.pipeline.core.tracing import Tracer
 
 RESPOND_STAGE = "respond"
+
+
+@dataclass(frozen=True)
+class AnswerOutcome:
+    """The answer to one question and the graph variables a judge and an attributor need."""
+
+    text: str
+    query_var: str
+    answer_var: str
+    error: str | None = None
 
 
 def record_turn(tracer: Tracer, turn: Turn) -> str:
