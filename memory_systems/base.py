@@ -14,6 +14,7 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 import dspy
@@ -75,6 +76,9 @@ class MemorySystem(dspy.Module):
 
     name: str = "base"
     construction_stages: tuple[str, ...] = ()  # the stages `ingest` uses; the rest only answer
+    # non-LLM construction stages -> their knob fields; a replay may rebuild memory with them at their
+    # defaults (only for systems whose `ingest` makes no LLM call)
+    knob_fields_by_stage: Mapping[str, tuple[str, ...]] = MappingProxyType({})
 
     def non_llm_stages(self) -> dict[str, str]:
         """Stage name -> its settings, for every stage that is not an LLM call (search, store, ...)."""
@@ -115,6 +119,21 @@ class MemorySystem(dspy.Module):
     def with_units(self, state: Any, units: Sequence[RestoredUnit], tracer: Tracer) -> Any:
         """A copy of `state` that also holds `units` (recorded through `tracer` as memory variables)."""
         raise ReplayUnsupportedError(f"memory system {self.name!r} cannot add units to its memory")
+
+    def with_stage_defaults(self, stage: str) -> MemorySystem | None:
+        """A copy whose `stage` knobs are at their defaults (None when they already are, or `stage` has
+        no knobs a rebuild can reset)."""
+        fields = self.knob_fields_by_stage.get(stage)
+        knobs = getattr(self, "knobs", None)
+        if not fields or knobs is None:
+            return None
+        defaults = type(knobs)()
+        reset = {f: getattr(defaults, f) for f in fields if getattr(knobs, f) != getattr(defaults, f)}
+        if not reset:
+            return None
+        system = copy.copy(self)
+        system.knobs = dataclasses.replace(knobs, **reset)
+        return system
 
     def widened(self, top_k: int) -> MemorySystem | None:
         """A copy retrieving `top_k` units (None when the system has no `top_k` knob)."""

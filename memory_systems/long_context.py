@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Literal
 
 import dspy
@@ -100,6 +101,7 @@ class LongContextState:
 class LongContextMemory(MemorySystem):
     name = "long_context"
     construction_stages = ()
+    knob_fields_by_stage = MappingProxyType({TRIM_STAGE: ("window_tokens",)})
 
     def __init__(self, knobs: LongContextKnobs | None = None, counter: TokenCounter | None = None) -> None:
         super().__init__()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Literal
 
 import dspy
@@ -209,6 +210,7 @@ def chunk_var(index: int) -> str:
 class RagMemory(MemorySystem):
     name = "rag"
     construction_stages = ()
+    knob_fields_by_stage = MappingProxyType({CHUNK_STAGE: ("max_chunk_tokens", "overlap_tokens")})
 
     def __init__(self, embedder: Embedder, knobs: RagKnobs | None = None, counter: TokenCounter | None = None) -> None:
         super().__init__()

@@ -95,3 +95,24 @@ def test_joint_causes_name_the_decisive_set_and_split_the_blame():
     table = aggregate_blame(joint[:1])
     assert sum(row.weight for row in table.rows) == pytest.approx(1.0)
     assert len(table.rows) == len({f.stage for f in joint[0].joint})
+
+
+def test_rag_with_tiny_chunks_verified_blame_lands_on_chunking():
+    _, system, judge, _, _, run = traced("rag", max_chunk_tokens=24)
+    checked = attribute_run(VerifyingAttributor(LineageAttributor(), Replayer(system, judge)), run)
+    verified = collections.Counter(a.stage for a in checked if a.verified)
+    assert verified.most_common(1)[0][0] == "chunk"
+    chunking = [a for a in checked if a.stage == "chunk"]
+    assert all(a.tunable == Tunable.KNOBS and a.error_type == ErrorType.EXTRACTION for a in chunking)
+
+
+def test_a_knob_rebuild_resets_only_the_blamed_stage_and_calls_no_llm_before_answering():
+    lm, system, judge, _, result, run = traced("long_context", window_tokens=800)
+    replayer = Replayer(system, judge)
+    trimmed = next(a for a in attribute_run(LineageAttributor(), run) if a.stage == "trim")
+    graph = result.graph_by_conversation[trimmed.case.question.conversation_id]
+    before = len(lm.history)
+    outcome = replayer.replay(graph, trimmed.case, trimmed.suspects[:1])
+    assert outcome.rescued and outcome.calls == len(lm.history) - before == 2  # respond + judge
+    assert system.with_stage_defaults("trim").knobs.window_tokens == 32768
+    assert system.with_stage_defaults("context") is None

@@ -249,6 +249,24 @@ class ConversationLineage:
         producer = self.graph.producer(unit.id)
         return producer is not None and producer.prompt is None and any(s in producer.inputs for s in sources)
 
+    def _is_fragment(self, unit: Variable) -> bool:
+        """A unit a copy step made from turns without holding any of them whole (a piece of a cut turn)."""
+        if unit.kind not in MEMORY_KINDS:
+            return False
+        producer = self.graph.producer(unit.id)
+        if producer is None or producer.prompt is not None:
+            return False
+        turns = [self.graph.variable(v) for v in producer.inputs if self.graph.variable(v).kind == VarKind.TURN]
+        return bool(turns) and not any(turn_text(t.value).strip() in unit.value for t in turns)
+
+    def _crowding_copy_step(self, retrieval_op: Operation) -> Operation | None:
+        """The copy step whose fragments make up at least half of what a retrieval returned, if any."""
+        units = [self.graph.variable(v) for v in retrieval_op.inputs if self.graph.variable(v).kind in MEMORY_KINDS]
+        fragments = [u for u in units if self._is_fragment(u)]
+        if not units or 2 * len(fragments) < len(units):
+            return None
+        return self.graph.producer(fragments[0].id)
+
     def _written_by_llm(self, unit: Variable) -> bool:
         """Whether an LLM wrote `unit` (directly, or through a store write executing its decision)."""
         producer = self.graph.producer(unit.id)
@@ -392,11 +410,24 @@ class ConversationLineage:
         self, case: CaseResult, track: _Track, survivors: Sequence[Variable], retrieval_op: Operation,
         context_vars: Sequence[Variable], verdict,
     ) -> Attribution:
-        """A unit carrying the track was in the store but not retrieved: the cut (`top_k`) is to blame
-        when the search ranked the unit just below it; else an LLM step that steered the search, if
-        any; else the search's knobs."""
+        """A unit carrying the track was in the store but not retrieved. The copy step (chunking) is to
+        blame when fragments of the turns it cut apart make up most of what was retrieved; else the cut
+        (`top_k`) when the search ranked the unit just below it; else an LLM step that steered the
+        search, if any; else the search's knobs."""
         graph = self.graph
         k = retrieval_op.meta.get("k", "?")
+        crowding = self._crowding_copy_step(retrieval_op)
+        if crowding is not None:
+            held = survivors[0]
+            fragments = [v for v in retrieval_op.inputs if self._is_fragment(graph.variable(v))]
+            return verdict(
+                crowding, ErrorType.EXTRACTION,
+                f"{held.id} \"{held.value}\" holds {track.label}, but {retrieval_op.name} ({retrieval_op.id}, k={k}) "
+                f"returned {len(fragments)} fragments of turns cut apart by {crowding.name} ({crowding.stage}) "
+                f"instead, e.g. {_quote(graph.variable(fragments[0]).value, 80)}: the units are too small to hold "
+                "whole turns, and fragments crowd the search.",
+                0.8,
+            )
         near = list(retrieval_op.meta.get(NEAR_MISSES, ()))
         ranked = [m for m in survivors if m.id in near]
         held = ranked[0] if ranked else survivors[0]

@@ -5,7 +5,10 @@ it, on the memory rebuilt from the graph (`MemorySystem.restore`, no LLM call) a
 the graph recorded:
 
 - Extraction / Update / Deletion: the lost information (the evidence turn, the overwritten or
-  deleted unit) is put back in memory; retrieval, answer and judge run again.
+  deleted unit) is put back in memory; retrieval, answer and judge run again. When the blame is on
+  the knobs of a non-LLM construction stage (chunking, trimming) of a system whose construction makes
+  no LLM call, the memory is instead built again from the graph's turns with that stage's knobs at
+  their defaults ("change the blamed knob alone"; still no LLM call before retrieval).
 - Retrieval blamed on the `top_k` knob: `top_k` is raised just enough to reach the unit the cut left
   out; retrieval, answer and judge run again.
 - Retrieval blamed on a steering prompt (or a search without a `top_k`): the missed unit is put into
@@ -34,7 +37,7 @@ from enum import StrEnum
 from typing import Any
 
 import dspy
-from memtrace_loop.memory_systems.answering import AnswerOutcome, respond
+from memtrace_loop.memory_systems.answering import AnswerOutcome, conversation_from_graph, respond
 from memtrace_loop.memory_systems.base import MemorySystem, ReplayUnsupportedError, RestoredUnit
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
 from memtrace_loop.pipeline.analysis.blame import Attribution, ErrorType, Fault, Tunable
@@ -62,6 +65,7 @@ class Repair(StrEnum):
     """How a fault's output is repaired in a replay."""
 
     MEMORY = "memory"  # put the lost information back into memory
+    REBUILD = "rebuild"  # build memory again with the blamed non-LLM stage's knobs at their defaults
     WIDEN = "widen"  # raise top_k to reach the unit the cut left out
     CONTEXT = "context"  # put the missed unit into the retrieved context
     ANSWER = "answer"  # replace the answer by the gold answer
@@ -131,7 +135,11 @@ class Replayer:
 
     def repair_of(self, graph: ExecutionGraph, fault: Fault) -> Repair:
         if fault.error_type in CONSTRUCTION_ERRORS:
-            return Repair.MEMORY
+            rebuildable = (
+                fault.tunable == Tunable.KNOBS and not self.system.construction_stages
+                and self.system.with_stage_defaults(fault.stage) is not None
+            )
+            return Repair.REBUILD if rebuildable else Repair.MEMORY
         if fault.error_type == ErrorType.RETRIEVAL:
             if fault.tunable == Tunable.KNOBS and self._widened_top_k(graph, fault) is not None:
                 return Repair.WIDEN
@@ -158,6 +166,11 @@ class Replayer:
             result = judge_answer(self.judge, question, AnswerOutcome(question.gold, query_var, answer_var), tracer)
             return ReplayOutcome(tuple(faults), result, tracer.pending_calls())
 
+        for fault, kind in repairs.items():
+            if kind == Repair.REBUILD:  # the system makes no LLM call while building memory
+                system = system.with_stage_defaults(fault.stage) or system
+        if Repair.REBUILD in repairs.values():
+            state = system.ingest(conversation_from_graph(graph), Tracer(ExecutionGraph(graph.graph_id)))
         units = [
             self._unit(graph, var_id) for fault, kind in repairs.items() if kind == Repair.MEMORY
             for var_id in fault.restore if var_id in graph
