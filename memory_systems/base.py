@@ -112,6 +112,13 @@ class MemorySystem(dspy.Module):
         found = self.retrieve(question, state, tracer)
         return respond(tracer, self.respond, question, found.query_var, found.context_var, found.context)
 
+    def retrieve_steered(
+        self, question: Question, state: Any, tracer: Tracer, queries: Sequence[str]
+    ) -> Retrieved | None:
+        """The retrieval with an LLM steering step's output replaced by `queries` (None when the system
+        has no steering step)."""
+        return None
+
     def restore(self, graph: ExecutionGraph) -> Any:
         """The memory at question time, rebuilt from the conversation graph `ingest` traced (no LLM call)."""
         raise ReplayUnsupportedError(f"memory system {self.name!r} cannot rebuild its memory from a graph")

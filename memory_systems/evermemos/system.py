@@ -326,6 +326,18 @@ class EverMemOSMemory(MemorySystem):
         return rerank(fused, queries, state.terms)[: depth or self.knobs.top_k]
 
     def retrieve(self, question: Question, state: EverMemOSState, tracer: Tracer) -> Retrieved:
+        return self._retrieve(question, state, tracer, None)
+
+    def retrieve_steered(
+        self, question: Question, state: EverMemOSState, tracer: Tracer, queries: Sequence[str]
+    ) -> Retrieved:
+        """The retrieval with `queries` as the second round's extra queries (no sufficiency check or
+        expansion call): what a replay uses to test a repaired steering output."""
+        return self._retrieve(question, state, tracer, list(queries))
+
+    def _retrieve(
+        self, question: Question, state: EverMemOSState, tracer: Tracer, steered: list[str] | None
+    ) -> Retrieved:
         query_var = record_query(tracer, question)
         k = self.knobs.top_k
         rankings = self.search(question.text, state)
@@ -334,7 +346,9 @@ class EverMemOSMemory(MemorySystem):
         ranked = self._select(rankings, [question.text], state, depth=ranked_depth(k))
         added: list[str] = []
         extra: list[str] = []
-        if self.knobs.multi_query:
+        if steered is not None:
+            added = [q for q in dict.fromkeys(" ".join(q.split()) for q in steered) if q and q != question.text]
+        elif self.knobs.multi_query:
             added, extra = self._expand(question, state, tracer, query_var, first)
         queries = [question.text, *added]
         if added:

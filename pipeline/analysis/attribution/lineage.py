@@ -379,7 +379,16 @@ class ConversationLineage:
                 survivors = survivors_by_track[track.label]
                 if survivors and not any(m.id in retrieved for m in survivors):
                     found = self._retrieval_verdict(case, track, survivors, retrieval_op, context_vars, verdict)
-                    missed.append((found, _fault(found, (survivors[0].id,), retrieval_op.seq)))
+                    blamed_op = graph.operation(found.op)
+                    missed.append((found, _fault(found, (survivors[0].id,), blamed_op.seq)))
+                    if found.op != retrieval_op.id and found.tunable == Tunable.PROMPT:
+                        search = verdict(  # the search itself, for a replay to try when the steering repair fails
+                            retrieval_op, ErrorType.RETRIEVAL,
+                            f"{retrieval_op.name} ({retrieval_op.id}) did not retrieve {survivors[0].id} for "
+                            f"{case.question.id}.",
+                            0.5,
+                        )
+                        missed.append((search, _fault(search, (survivors[0].id,), retrieval_op.seq)))
         if retrieval_op is not None and broken:  # once repaired, the lost information must also be retrieved
             sources = tuple(dict.fromkeys(v for found, f in broken for v in f.restore))
             follow_up = verdict(

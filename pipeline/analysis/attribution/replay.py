@@ -11,8 +11,10 @@ the graph recorded:
   their defaults ("change the blamed knob alone"; still no LLM call before retrieval).
 - Retrieval blamed on the `top_k` knob: `top_k` is raised just enough to reach the unit the cut left
   out; retrieval, answer and judge run again.
-- Retrieval blamed on a steering prompt (or a search without a `top_k`): the missed unit is put into
-  the retrieved context; answer and judge run again.
+- Retrieval blamed on a steering prompt (query expansion, sufficiency check): the search runs again
+  with the steering output replaced by the missed unit's text as a query (`retrieve_steered`; the
+  most favourable query there is), then answer and judge. A system without a steering step, or a
+  search without a `top_k`: the missed unit is put into the retrieved context; answer and judge.
 - Response: the answer is replaced by the gold answer; only the judge runs (this rules out a judge
   error, nothing more: the answer step is the last step, so its repair always rescues).
 
@@ -67,6 +69,7 @@ class Repair(StrEnum):
     MEMORY = "memory"  # put the lost information back into memory
     REBUILD = "rebuild"  # build memory again with the blamed non-LLM stage's knobs at their defaults
     WIDEN = "widen"  # raise top_k to reach the unit the cut left out
+    STEER = "steer"  # search again with the steering step's output replaced by a query for the missed unit
     CONTEXT = "context"  # put the missed unit into the retrieved context
     ANSWER = "answer"  # replace the answer by the gold answer
 
@@ -143,6 +146,9 @@ class Replayer:
         if fault.error_type == ErrorType.RETRIEVAL:
             if fault.tunable == Tunable.KNOBS and self._widened_top_k(graph, fault) is not None:
                 return Repair.WIDEN
+            steerable = type(self.system).retrieve_steered is not MemorySystem.retrieve_steered
+            if fault.tunable == Tunable.PROMPT and fault.restore and steerable:
+                return Repair.STEER
             return Repair.CONTEXT
         return Repair.ANSWER
 
@@ -180,7 +186,11 @@ class Replayer:
         widest = max((self._widened_top_k(graph, f) or 0 for f, k in repairs.items() if k == Repair.WIDEN), default=0)
         if widest:
             system = system.widened(widest) or system
-        found = system.retrieve(question, state, tracer)
+        steering = [
+            graph.variable(v).value for f, k in repairs.items() if k == Repair.STEER for v in f.restore if v in graph
+        ]
+        steered = system.retrieve_steered(question, state, tracer, steering) if steering else None
+        found = steered or system.retrieve(question, state, tracer)
         context, context_var = found.context, found.context_var
         missing = [
             graph.variable(var_id).value for fault, kind in repairs.items() if kind == Repair.CONTEXT
