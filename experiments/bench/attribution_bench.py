@@ -15,11 +15,11 @@ comparable with the paper's numbers.
 from __future__ import annotations
 
 import argparse
+import io
 import logging
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -45,6 +45,7 @@ from memtrace_loop.pipeline.loop.fault_injection import (
     perfect_prompts,
 )
 from memtrace_loop.pipeline.loop.runner import make_judge
+from memtrace_loop.pipeline.tracking.tracker import Tracker
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
@@ -156,25 +157,27 @@ def kind_table(scores: Sequence[AttributorScore]) -> Table:
     return table
 
 
-def log_to_mlflow(uri: str, scores: Sequence[AttributorScore], params: Mapping[str, str | int | float]) -> str:
-    from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
-
-    tracker = MlflowTracker(uri)
+def log_scores(tracker: Tracker, scores: Sequence[AttributorScore], params: Mapping[str, str | int | float]) -> str:
+    """One run in the benchmark's experiment: params, a metric per system/attributor/score, and the table
+    (as a JSON table and as rendered text). Returns the run id."""
     tracker.open_experiment(EXPERIMENT)
     with tracker.start_run("attribution-bench") as run_id:
         tracker.log_params(params)
         for score in scores:
             prefix = f"{score.system}.{score.attributor}".replace("+", "_")
-            tracker.log_metrics({f"{prefix}.{k}": v for k, v in score.metrics().items()})
+            tracker.log_metrics({f"{prefix}.{k}": v for k, v in score.metrics().items() if v == v})  # no NaN
         rows = [score.as_row() for score in scores]
         tracker.log_table({c: [str(r[c]) for r in rows] for c in COLUMNS}, "attribution_benchmark.json")
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "attribution_benchmark.txt"
-            console = Console(file=path.open("w"), width=200)
-            console.print(render(scores, "attribution benchmark"))
-            console.file.close()
-            tracker.log_artifact(path)
+        text = Console(file=io.StringIO(), width=200)
+        text.print(render(scores, "attribution benchmark"))
+        tracker.log_text(text.file.getvalue(), "attribution_benchmark.txt")  # type: ignore[attr-defined]
     return run_id
+
+
+def mlflow_tracker(uri: str) -> Tracker:
+    from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
+
+    return MlflowTracker(uri)
 
 
 # --------------------------------------------------------------------------- MemTraceBench mode
@@ -220,10 +223,12 @@ def score_memtracebench(
         annotations = []
         elapsed = 0.0
         n = unattributed = lm_calls = 0
-        for network in networks:
+        for index, network in enumerate(networks):
+            # query ids are unique within a graph only: key them by file
             their_op_by_ours = {ours: theirs for theirs, ours in network.op_id_map.items()}
-            annotations.extend(network.annotations)
+            annotations.extend(replace(a, query_id=f"{index}/{a.query_id}") for a in network.annotations)
             for case, query_id in annotated_cases(network):
+                query_id = f"{index}/{query_id}"
                 started = time.perf_counter()
                 attribution = attributor.attribute(network.graph, case, None)
                 elapsed += time.perf_counter() - started
@@ -279,7 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         scores = score_memtracebench(paths, attributors, lm, console)
         console.print(render(scores, f"MemTraceBench-style graphs ({len(paths)} files): error-type / op accuracy"))
         if args.mlflow_uri:
-            log_to_mlflow(args.mlflow_uri, scores, {"mode": "memtracebench", "files": len(paths)})
+            log_scores(mlflow_tracker(args.mlflow_uri), scores, {"mode": "memtracebench", "files": len(paths)})
         return 0
 
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
@@ -308,7 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     console.print(render(scores, f"attribution on injected faults (sim seed {args.seed})"))
     console.print(kind_table(scores))
     if args.mlflow_uri:
-        run_id = log_to_mlflow(args.mlflow_uri, scores, {
+        run_id = log_scores(mlflow_tracker(args.mlflow_uri), scores, {
             "mode": "injected", "seed": args.seed, "conversations": args.conversations,
             "limit_per_kind": args.limit_per_kind, "paraphrase": str(args.paraphrase),
         })
