@@ -20,7 +20,8 @@ from memtrace_loop.pipeline.analysis.blame import Attribution, Tunable
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.registry import sim_rule_instruction
 from memtrace_loop.pipeline.interop.exec_network import to_exec_network
-from memtrace_loop.pipeline.loop.fault_injection import KINDS_BY_SYSTEM, build_system_cases, injected_lm, wrong_answer
+from memtrace_loop.pipeline.loop.fault_edits import injected_lm, wrong_answer
+from memtrace_loop.pipeline.loop.fault_injection import KINDS_BY_SYSTEM, build_system_cases
 
 from tests.support.sim import sim_dataset, sim_lm
 from tests.support.tracking import InMemoryTracker
