@@ -1,28 +1,49 @@
 """What every memory system records the same way: its turns, and the answer side (query, traced
-retrieval result, and the `respond` stage).
-
-Each system retrieves in its own way; this module records the result the same way for all of them
-(a `query:<qid>` variable, a retrieval operation whose inputs are the query and the memory-unit
-versions it returned and whose output is the `retrieved:<qid>` context), then runs the shared
-`respond` stage (`AnswerQuestion`) and records the answer. Every system records a conversation turn
-as the same `turn:<id>` variable (`record_turn`). Keeping it in one place makes attribution and blame
-mean the same thing across systems. It does not retrieve anything itself; the names are
+retrieval result, and the `respond` stage). Each system retrieves in its own way; this module
+records the result the same way for all of them (a `query:<qid>` variable, a retrieval operation
+whose inputs are the query and the memory-unit versions it returned and whose output is the
+`retrieved:<qid>` context), then runs the shared `respond` stage (`AnswerQuestion`) and records the
+answer. Every system records a conversation turn as the same `turn:<id>` variable (`record_turn`;
+`conversation_from_graph` reads them back). Keeping it in one place makes attribution and blame mean
+the same thing across systems. It does not retrieve anything itself; the names are
 `pipeline.core.conventions`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import dspy
-from memtrace_loop.memory_systems.base import AnswerOutcome
 from memtrace_loop.memory_systems.signatures import render_turn
-from memtrace_loop.pipeline.core.conventions import OpKind, VarKind, answer_name, query_name, retrieved_name, turn_name
-from memtrace_loop.pipeline.core.records import Question, Turn
+from memtrace_loop.pipeline.core.conventions import (
+    Namespace,
+    OpKind,
+    VarKind,
+    answer_name,
+    first_version,
+    prefix,
+    query_name,
+    retrieved_name,
+    turn_id_of,
+    turn_name,
+)
+from memtrace_loop.pipeline.core.graph import ExecutionGraph
+from memtrace_loop.pipeline.core.records import Conversation, Question, Turn
 from memtrace_loop.pipeline.core.tracing import Tracer
 
 RESPOND_STAGE = "respond"
+
+
+@dataclass(frozen=True)
+class AnswerOutcome:
+    """The answer to one question and the graph variables a judge and an attributor need."""
+
+    text: str
+    query_var: str
+    answer_var: str
+    error: str | None = None
 
 
 def record_turn(tracer: Tracer, turn: Turn) -> str:
@@ -31,6 +52,17 @@ def record_turn(tracer: Tracer, turn: Turn) -> str:
         turn_name(turn.id), VarKind.TURN, render_turn(turn.speaker, turn.time, turn.text),
         {"speaker": turn.speaker, "session": turn.session, "time": turn.time},
     )
+
+
+def conversation_from_graph(graph: ExecutionGraph) -> Conversation:
+    """The conversation whose turns `record_turn` wrote into `graph` (in the order they were recorded)."""
+    turns = []
+    for name in graph.names(prefix(Namespace.TURN)):
+        var = graph.variable(first_version(name))
+        speaker, time = str(var.meta.get("speaker", "")), str(var.meta.get("time", ""))
+        text = var.value.removeprefix(render_turn(speaker, time, ""))
+        turns.append(Turn(turn_id_of(var.id), speaker, text, int(var.meta.get("session", 0) or 0), time))
+    return Conversation(graph.graph_id, tuple(dict.fromkeys(t.speaker for t in turns)), tuple(turns))
 
 
 def record_query(tracer: Tracer, question: Question) -> str:

@@ -9,16 +9,25 @@ It does not implement any system (see `mem0/system.py`) and does not run dataset
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 import dspy
+from memtrace_loop.memory_systems.answering import AnswerOutcome, respond
 from memtrace_loop.pipeline.core.config import parse_config
+from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import Conversation, PromptSet, Question, Turn
 from memtrace_loop.pipeline.core.tracing import Tracer
+
+__all__ = [
+    "AnswerOutcome", "MemorySystem", "PromptSetError", "ReplayUnsupportedError", "RestoredUnit", "Retrieved",
+    "ranked_depth",
+]
 
 KnobsT = TypeVar("KnobsT")
 
@@ -28,22 +37,48 @@ class PromptSetError(ValueError):
 
 
 @dataclass(frozen=True)
-class AnswerOutcome:
-    """The answer to one question and the graph variables a judge and an attributor need."""
+class Retrieved:
+    """What a system's retrieval recorded for one question: the query and context variables and the
+    context text the answer stage reads."""
+
+    query_var: str
+    context_var: str
+    context: str
+
+
+@dataclass(frozen=True)
+class RestoredUnit:
+    """A piece of information a replay puts back into memory: its text, the ISO time it was said, and
+    the graph variable it was taken from."""
 
     text: str
-    query_var: str
-    answer_var: str
-    error: str | None = None
+    time: str
+    source: str
+
+
+def ranked_depth(top_k: int) -> int:
+    """How deep a retrieval ranks: its `top_k` plus as many again (at least 10) recorded as near misses,
+    so an analysis can tell a unit the cut left out from one the search never ranked."""
+    return top_k + max(top_k, 10)
+
+
+class ReplayUnsupportedError(NotImplementedError):
+    """The system cannot rebuild its memory from a graph (so a replay cannot check its blame)."""
 
 
 class MemorySystem(dspy.Module):
-    """Base class. Subclasses set `name`, create their predictors in `__init__` and implement
-    `ingest(conversation, tracer, on_turn=None) -> state` (calling `on_turn(turn)` after each turn, for
-    progress) and `answer(question, state, tracer) -> AnswerOutcome`."""
+    """Base class. Subclasses set `name`, create their predictors in `__init__` (the answer stage as
+    `self.respond`) and implement `ingest(conversation, tracer, on_turn=None) -> state` (calling
+    `on_turn(turn)` after each turn, for progress) and `retrieve(question, state, tracer) -> Retrieved`;
+    `answer` is retrieval followed by the shared answer stage. For replay verification they also
+    implement `restore(graph) -> state` (the memory at question time, rebuilt from a conversation graph
+    without any LLM call) and `with_units(state, units, tracer) -> state` (a copy holding extra units)."""
 
     name: str = "base"
     construction_stages: tuple[str, ...] = ()  # the stages `ingest` uses; the rest only answer
+    # non-LLM construction stages -> their knob fields; a replay may rebuild memory with them at their
+    # defaults (only for systems whose `ingest` makes no LLM call)
+    knob_fields_by_stage: Mapping[str, tuple[str, ...]] = MappingProxyType({})
 
     def non_llm_stages(self) -> dict[str, str]:
         """Stage name -> its settings, for every stage that is not an LLM call (search, store, ...)."""
@@ -70,8 +105,44 @@ class MemorySystem(dspy.Module):
     ) -> Any:
         raise NotImplementedError
 
-    def answer(self, question: Question, state: Any, tracer: Tracer) -> AnswerOutcome:
+    def retrieve(self, question: Question, state: Any, tracer: Tracer) -> Retrieved:
         raise NotImplementedError
+
+    def answer(self, question: Question, state: Any, tracer: Tracer) -> AnswerOutcome:
+        found = self.retrieve(question, state, tracer)
+        return respond(tracer, self.respond, question, found.query_var, found.context_var, found.context)
+
+    def restore(self, graph: ExecutionGraph) -> Any:
+        """The memory at question time, rebuilt from the conversation graph `ingest` traced (no LLM call)."""
+        raise ReplayUnsupportedError(f"memory system {self.name!r} cannot rebuild its memory from a graph")
+
+    def with_units(self, state: Any, units: Sequence[RestoredUnit], tracer: Tracer) -> Any:
+        """A copy of `state` that also holds `units` (recorded through `tracer` as memory variables)."""
+        raise ReplayUnsupportedError(f"memory system {self.name!r} cannot add units to its memory")
+
+    def with_stage_defaults(self, stage: str) -> MemorySystem | None:
+        """A copy whose `stage` knobs are at their defaults (None when they already are, or `stage` has
+        no knobs a rebuild can reset)."""
+        fields = self.knob_fields_by_stage.get(stage)
+        knobs = getattr(self, "knobs", None)
+        if not fields or knobs is None:
+            return None
+        defaults = type(knobs)()
+        reset = {f: getattr(defaults, f) for f in fields if getattr(knobs, f) != getattr(defaults, f)}
+        if not reset:
+            return None
+        system = copy.copy(self)
+        system.knobs = dataclasses.replace(knobs, **reset)
+        return system
+
+    def widened(self, top_k: int) -> MemorySystem | None:
+        """A copy retrieving `top_k` units (None when the system has no `top_k` knob)."""
+        knobs = getattr(self, "knobs", None)
+        if knobs is None or not hasattr(knobs, "top_k"):
+            return None
+        system = copy.copy(self)
+        system.knobs = dataclasses.replace(knobs, top_k=top_k)
+        return system
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(f"{type(self).__name__} is driven through ingest() and answer(), not called")

@@ -26,17 +26,25 @@ This module does not judge answers, choose what to keep by relevance, or summari
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Literal
 
 import dspy
-from memtrace_loop.memory_systems.answering import record_query, record_turn, respond
-from memtrace_loop.memory_systems.base import AnswerOutcome, MemorySystem, knobs_from_config
+from memtrace_loop.memory_systems.answering import record_query, record_turn
+from memtrace_loop.memory_systems.base import (
+    MemorySystem,
+    ReplayUnsupportedError,
+    RestoredUnit,
+    Retrieved,
+    knobs_from_config,
+)
 from memtrace_loop.memory_systems.signatures import AnswerQuestion, human_date
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.backends.tokens import TokenCounter, build_token_counter
 from memtrace_loop.pipeline.core.conventions import BUFFER_CONTEXT_NAME, OpKind, VarKind, entry_name
+from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import Conversation, Question, Turn
 from memtrace_loop.pipeline.core.tracing import Tracer
 
@@ -93,6 +101,7 @@ class LongContextState:
 class LongContextMemory(MemorySystem):
     name = "long_context"
     construction_stages = ()
+    knob_fields_by_stage = MappingProxyType({TRIM_STAGE: ("window_tokens",)})
 
     def __init__(self, knobs: LongContextKnobs | None = None, counter: TokenCounter | None = None) -> None:
         super().__init__()
@@ -174,9 +183,27 @@ class LongContextMemory(MemorySystem):
 
     # ------------------------------------------------------------------ answering
 
-    def answer(self, question: Question, state: LongContextState, tracer: Tracer) -> AnswerOutcome:
-        query_var = record_query(tracer, question)
-        return respond(tracer, self.respond, question, query_var, state.context_var, state.context)
+    def retrieve(self, question: Question, state: LongContextState, tracer: Tracer) -> Retrieved:
+        return Retrieved(record_query(tracer, question), state.context_var, state.context)
+
+    # ------------------------------------------------------------------ replay
+
+    def restore(self, graph: ExecutionGraph) -> LongContextState:
+        """The buffer at question time: the shared context variable the graph holds."""
+        var = graph.latest(CONTEXT_NAME)
+        if var is None:
+            raise ReplayUnsupportedError(f"graph {graph.graph_id!r} holds no {CONTEXT_NAME} variable")
+        return LongContextState(graph.graph_id, (), (), var.value, var.id)
+
+    def with_units(
+        self, state: LongContextState, units: Sequence[RestoredUnit], tracer: Tracer
+    ) -> LongContextState:
+        """A copy whose buffer starts with `units` (restored entries are older than the live ones)."""
+        context = SEPARATOR.join([*(u.text for u in units), state.context])
+        context_var = tracer.variable(
+            CONTEXT_NAME, VarKind.CONTEXT, context, {"restored_from": [u.source for u in units]}
+        )
+        return LongContextState(state.conversation_id, state.entries, state.trimmed, context, context_var)
 
 
 def from_config(cfg: Mapping[str, Any], embedder: Embedder | None = None) -> LongContextMemory:

@@ -19,16 +19,26 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Literal
 
 import dspy
-from memtrace_loop.memory_systems.answering import record_query, record_retrieval, record_turn, respond
-from memtrace_loop.memory_systems.base import AnswerOutcome, MemorySystem, knobs_from_config
+from memtrace_loop.memory_systems.answering import record_query, record_retrieval, record_turn
+from memtrace_loop.memory_systems.base import MemorySystem, RestoredUnit, Retrieved, knobs_from_config, ranked_depth
 from memtrace_loop.memory_systems.signatures import AnswerQuestion, render_turn
 from memtrace_loop.memory_systems.store import InMemoryVectorStore
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.backends.tokens import TokenCounter, build_token_counter
-from memtrace_loop.pipeline.core.conventions import OpKind, VarKind, chunk_name, first_version
+from memtrace_loop.pipeline.core.conventions import (
+    NEAR_MISSES,
+    Namespace,
+    OpKind,
+    VarKind,
+    chunk_name,
+    first_version,
+    prefix,
+)
+from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import Conversation, Question, Turn
 from memtrace_loop.pipeline.core.tracing import Tracer
 
@@ -200,6 +210,7 @@ def chunk_var(index: int) -> str:
 class RagMemory(MemorySystem):
     name = "rag"
     construction_stages = ()
+    knob_fields_by_stage = MappingProxyType({CHUNK_STAGE: ("max_chunk_tokens", "overlap_tokens")})
 
     def __init__(self, embedder: Embedder, knobs: RagKnobs | None = None, counter: TokenCounter | None = None) -> None:
         super().__init__()
@@ -256,16 +267,44 @@ class RagMemory(MemorySystem):
 
     # ------------------------------------------------------------------ answering
 
-    def answer(self, question: Question, state: RagState, tracer: Tracer) -> AnswerOutcome:
+    def retrieve(self, question: Question, state: RagState, tracer: Tracer) -> Retrieved:
         query_var = record_query(tracer, question)
-        hits = state.store.search(question.text, self.knobs.top_k)
+        k = self.knobs.top_k
+        ranked = state.store.search(question.text, ranked_depth(k))
+        hits = ranked[:k]
         context = CONTEXT_SEPARATOR.join(h.unit.text for h in hits)
         context_var = record_retrieval(
             tracer, question, query_var, [chunk_var(state.chunk_by_unit[h.unit.id]) for h in hits], context,
             stage=RETRIEVE_STAGE, name="retrieve_chunks",
-            meta={"k": self.knobs.top_k, "scores": [round(h.score, 4) for h in hits]},
+            meta={"k": k, "scores": [round(h.score, 4) for h in hits],
+                  NEAR_MISSES: [chunk_var(state.chunk_by_unit[h.unit.id]) for h in ranked[k:]]},
         )
-        return respond(tracer, self.respond, question, query_var, context_var, context)
+        return Retrieved(query_var, context_var, context)
+
+    # ------------------------------------------------------------------ replay
+
+    def restore(self, graph: ExecutionGraph) -> RagState:
+        """The chunk store rebuilt from the graph's chunk variables (re-embedded, in chunk order)."""
+        store = InMemoryVectorStore(self.embedder, id_prefix="c")
+        chunk_by_unit: dict[str, int] = {}
+        for name in sorted(graph.names(prefix(Namespace.CHUNK)), key=lambda n: int(n.split(":", 1)[1])):
+            var = graph.variable(first_version(name))
+            unit = store.add(var.value, str(var.meta.get("time", "")))
+            chunk_by_unit[unit.id] = int(name.split(":", 1)[1])
+        return RagState(graph.graph_id, (), store, chunk_by_unit)
+
+    def with_units(self, state: RagState, units: Sequence[RestoredUnit], tracer: Tracer) -> RagState:
+        store = state.store.copy()
+        chunk_by_unit = dict(state.chunk_by_unit)
+        next_index = max(chunk_by_unit.values(), default=-1) + 1
+        for offset, restored in enumerate(units):
+            unit = store.add(restored.text, restored.time)
+            chunk_by_unit[unit.id] = next_index + offset
+            tracer.variable(
+                chunk_name(next_index + offset), VarKind.CHUNK, restored.text,
+                {"time": restored.time, "restored_from": restored.source},
+            )
+        return RagState(state.conversation_id, state.chunks, store, chunk_by_unit)
 
 
 def from_config(cfg: Mapping[str, Any], embedder: Embedder) -> RagMemory:

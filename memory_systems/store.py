@@ -63,6 +63,16 @@ class InMemoryVectorStore:
     def __len__(self) -> int:
         return int(self._alive[: len(self._id_by_row)].sum())
 
+    def copy(self) -> InMemoryVectorStore:
+        """An independent copy (units, vectors and histories); writes to it leave this store unchanged."""
+        twin = InMemoryVectorStore(self._embedder, self._id_prefix)
+        twin._vectors = self._vectors.copy()
+        twin._alive = self._alive.copy()
+        twin._row_by_id = dict(self._row_by_id)
+        twin._id_by_row = list(self._id_by_row)
+        twin._history_by_id = {unit_id: list(history) for unit_id, history in self._history_by_id.items()}
+        return twin
+
     def _embed_one(self, text: str, vector: np.ndarray | None = None) -> np.ndarray:
         return self._embedder.embed([text])[0] if vector is None else vector
 

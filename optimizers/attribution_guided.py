@@ -61,7 +61,10 @@ class AttributionGuidedOptimizer(RewritingOptimizer):
         note = unrewritable_note(context)
         candidates: list[Candidate] = []
         for stage in self.target_stages(context):
-            attributed = [a for a in context.attributions if a.stage == stage and a.tunable == Tunable.PROMPT]
+            attributed = [  # the stage's own blames, and joint causes that include it
+                a for a in context.attributions
+                if any(c.stage == stage and c.tunable == Tunable.PROMPT for c in a.causes())
+            ]
             if not attributed:
                 continue
             feedback = fold_feedback([feedback_for_attribution(a) for a in attributed], self.max_feedback_chars)

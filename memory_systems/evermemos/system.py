@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import dspy
-from memtrace_loop.memory_systems.answering import record_query, record_retrieval, record_turn, respond
-from memtrace_loop.memory_systems.base import AnswerOutcome, MemorySystem, knobs_from_config
+from memtrace_loop.memory_systems.answering import record_query, record_retrieval, record_turn
+from memtrace_loop.memory_systems.base import MemorySystem, RestoredUnit, Retrieved, knobs_from_config, ranked_depth
 from memtrace_loop.memory_systems.evermemos.signatures import (
     CheckSufficiency,
     DetectBoundary,
@@ -55,14 +55,19 @@ from memtrace_loop.pipeline.backends.text import alnum_words
 from memtrace_loop.pipeline.backends.tokens import TokenCounter, build_token_counter
 from memtrace_loop.pipeline.core.config import require
 from memtrace_loop.pipeline.core.conventions import (
+    NEAR_MISSES,
+    Namespace,
     OpKind,
     VarKind,
     boundary_name,
     episode_name,
     event_name,
     expanded_name,
+    name_of,
+    prefix,
     sufficiency_name,
 )
+from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import Conversation, Question, Turn
 from memtrace_loop.pipeline.core.tracing import Tracer
 
@@ -286,7 +291,7 @@ class EverMemOSMemory(MemorySystem):
             narrative = " ".join(str(summarized.prediction.narrative).split()) if summarized.ok else ""
             var = summarized.output(
                 episode_name(number), VarKind.EPISODE, episode_value(title, narrative),
-                {"date": date, "turns": [b.turn.id for b in buffer], "events": [e.var for e in events]},
+                {"date": date, "turns": [b.turn.id for b in buffer], "events": [e.var for e in events], "title": title},
             )
         return StoredEpisode(number, title, narrative, date, tuple(b.turn.id for b in buffer), tuple(events), var)
 
@@ -314,16 +319,19 @@ class EverMemOSMemory(MemorySystem):
         return [lexical, dense]
 
     def _select(
-        self, rankings: list[list[int]], queries: Sequence[str], state: EverMemOSState
+        self, rankings: list[list[int]], queries: Sequence[str], state: EverMemOSState, depth: int | None = None
     ) -> list[tuple[int, float, float]]:
+        """The `depth` (default `top_k`) best episodes (index, coverage, score) after fusion and rerank."""
         fused = reciprocal_rank_fusion(rankings, self.knobs.rrf_k)
-        return rerank(fused, queries, state.terms)[: self.knobs.top_k]
+        return rerank(fused, queries, state.terms)[: depth or self.knobs.top_k]
 
-    def answer(self, question: Question, state: EverMemOSState, tracer: Tracer) -> AnswerOutcome:
+    def retrieve(self, question: Question, state: EverMemOSState, tracer: Tracer) -> Retrieved:
         query_var = record_query(tracer, question)
+        k = self.knobs.top_k
         rankings = self.search(question.text, state)
         first = self._select(rankings, [question.text], state)
         final = first
+        ranked = self._select(rankings, [question.text], state, depth=ranked_depth(k))
         added: list[str] = []
         extra: list[str] = []
         if self.knobs.multi_query:
@@ -332,8 +340,10 @@ class EverMemOSMemory(MemorySystem):
         if added:
             rankings += [ranking for query in added for ranking in self.search(query, state)]
             final = self._select(rankings, queries, state)
+            ranked = self._select(rankings, queries, state, depth=ranked_depth(k))
 
         chosen = [state.episodes[i] for i, _, _ in final]
+        near = [v for i, _, _ in ranked[k:] for v in state.episodes[i].unit_vars()]
         context = "\n\n".join(e.block() for e in chosen)
         context_var = record_retrieval(
             tracer, question, query_var, [v for e in chosen for v in e.unit_vars()], context,
@@ -345,9 +355,10 @@ class EverMemOSMemory(MemorySystem):
                 "episodes": [e.number for e in chosen],
                 "coverage": [round(c, 4) for _, c, _ in final],
                 "scores": [round(s, 6) for _, _, s in final],
+                NEAR_MISSES: near,
             },
         )
-        return respond(tracer, self.respond, question, query_var, context_var, context)
+        return Retrieved(query_var, context_var, context)
 
     def _expand(
         self,
@@ -380,6 +391,43 @@ class EverMemOSMemory(MemorySystem):
             added = [q for q in dict.fromkeys(cleaned) if q and q != question.text][: self.knobs.max_expanded_queries]
             expansion_var = expanded.output(expanded_name(question.id), VarKind.QUERY, json.dumps(added))
         return added, [sufficiency_var, expansion_var]
+
+    # ------------------------------------------------------------------ replay
+
+    def restore(self, graph: ExecutionGraph) -> EverMemOSState:
+        """The episodes and their indexes rebuilt from the graph's episode and event variables."""
+        episodes = []
+        for name in sorted(graph.names(prefix(Namespace.EPISODE)), key=lambda n: int(n.split(":", 1)[1])):
+            var = graph.latest(name)
+            if var is None:
+                continue
+            events = []
+            for event_var in var.meta.get("events", ()):
+                event = graph.variable(event_var)
+                time = str(event.meta.get("time", ""))
+                text = event.value.removesuffix(f" Time: {time}") if time else event.value
+                events.append(StoredEvent(int(name_of(event_var).split(":", 1)[1]), text, time, event_var))
+            title = str(var.meta.get("title", var.value.split("\n", 1)[0]))
+            narrative = var.value.removeprefix(title).strip() if title else var.value
+            episodes.append(StoredEpisode(
+                int(name.split(":", 1)[1]), title, narrative, str(var.meta.get("date", "")),
+                tuple(var.meta.get("turns", ())), tuple(events), var.id,
+            ))
+        return self._index(graph.graph_id, episodes)
+
+    def with_units(self, state: EverMemOSState, units: Sequence[RestoredUnit], tracer: Tracer) -> EverMemOSState:
+        """A copy with each unit as an extra one-line episode (title empty, the unit's text as narrative)."""
+        episodes = list(state.episodes)
+        for restored in units:
+            number = len(episodes) + 1
+            date = human_date(restored.time)
+            var = tracer.variable(
+                episode_name(number), VarKind.EPISODE, restored.text,
+                {"date": date, "turns": [], "events": [], "title": "", "restored_from": restored.source},
+            )
+            episodes.append(StoredEpisode(number, "", restored.text, date, (), (), var))
+        return self._index(state.conversation_id, episodes)
+
 
 def from_config(cfg: Mapping[str, Any], embedder: Embedder) -> EverMemOSMemory:
     """The system as its `memory_system` config node describes it (keys and defaults: `EverMemOSKnobs`)."""

@@ -13,14 +13,14 @@ declaring their data flow. A failed or unparsable LLM call becomes a failed oper
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import dspy
 import numpy as np
-from memtrace_loop.memory_systems.answering import record_query, record_retrieval, record_turn, respond
-from memtrace_loop.memory_systems.base import AnswerOutcome, MemorySystem, knobs_from_config
+from memtrace_loop.memory_systems.answering import record_query, record_retrieval, record_turn
+from memtrace_loop.memory_systems.base import MemorySystem, RestoredUnit, Retrieved, knobs_from_config, ranked_depth
 from memtrace_loop.memory_systems.signatures import (
     AnswerQuestion,
     DecideUpdates,
@@ -34,15 +34,18 @@ from memtrace_loop.memory_systems.store import InMemoryVectorStore, MemoryUnit
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.core.config import require
 from memtrace_loop.pipeline.core.conventions import (
+    NEAR_MISSES,
+    Namespace,
     OpKind,
     OpStatus,
     VarKind,
     decision_name,
     facts_name,
     memory_name,
+    prefix,
     similar_name,
 )
-from memtrace_loop.pipeline.core.graph import variable_id
+from memtrace_loop.pipeline.core.graph import ExecutionGraph, variable_id
 from memtrace_loop.pipeline.core.records import Conversation, Question, Turn
 from memtrace_loop.pipeline.core.tracing import Tracer
 
@@ -192,15 +195,50 @@ class Mem0Memory(MemorySystem):
 
     # ------------------------------------------------------------------ answering
 
-    def answer(self, question: Question, state: Mem0State, tracer: Tracer) -> AnswerOutcome:
+    def retrieve(self, question: Question, state: Mem0State, tracer: Tracer) -> Retrieved:
         query_var = record_query(tracer, question)
-        hits = state.store.search(question.text, self.knobs.top_k)
+        k = self.knobs.top_k
+        ranked = state.store.search(question.text, ranked_depth(k))
+        hits = ranked[:k]
         context = "\n".join(render_context_line(h.unit.text, h.unit.time) for h in hits)
         context_var = record_retrieval(
             tracer, question, query_var, [memory_var(h.unit) for h in hits], context,
-            meta={"k": self.knobs.top_k, "scores": [round(h.score, 4) for h in hits]},
+            meta={"k": k, "scores": [round(h.score, 4) for h in hits],
+                  NEAR_MISSES: [memory_var(h.unit) for h in ranked[k:]]},
         )
-        return respond(tracer, self.respond, question, query_var, context_var, context)
+        return Retrieved(query_var, context_var, context)
+
+    # ------------------------------------------------------------------ replay
+
+    def restore(self, graph: ExecutionGraph) -> Mem0State:
+        """The store at question time, rebuilt by re-applying every unit's versions in unit order."""
+        store = InMemoryVectorStore(self.embedder)
+        names = sorted(graph.names(prefix(Namespace.MEMORY)), key=_unit_number)
+        for name in names:
+            versions = graph.versions(name)
+            first = versions[0]
+            unit = store.add(first.value, str(first.meta.get("time", "")))
+            for version in versions[1:]:
+                if version.meta.get("deleted"):
+                    store.delete(unit.id, str(version.meta.get("time", "")))
+                else:
+                    store.update(unit.id, version.value, str(version.meta.get("time", "")))
+        return Mem0State(graph.graph_id, store)
+
+    def with_units(self, state: Mem0State, units: Sequence[RestoredUnit], tracer: Tracer) -> Mem0State:
+        store = state.store.copy()
+        for restored in units:
+            unit = store.add(restored.text, restored.time)
+            tracer.variable(
+                memory_name(unit.id), VarKind.MEMORY, unit.text, {"time": unit.time, "restored_from": restored.source}
+            )
+        return Mem0State(state.conversation_id, store)
+
+
+def _unit_number(name: str) -> int:
+    key = name.split(":", 1)[1]
+    digits = key.lstrip("m")
+    return int(digits) if digits.isdigit() else 0
 
 
 def from_config(cfg: Mapping[str, Any], embedder: Embedder) -> Mem0Memory:

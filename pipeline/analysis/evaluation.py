@@ -10,7 +10,8 @@ What it does:
   records a "FAILED" verdict.
 - `token_f1`, `bleu1`: SQuAD token F1 and unigram BLEU, on the SQuAD-normalized tokens of
   `pipeline.backends.text.answer_tokens`.
-- `score_case`: one `CaseResult` from a question, a prediction and a judge label.
+- `score_case`: one `CaseResult` from a question, a prediction and a judge label; `judge_answer` runs
+  the judge as a traced stage (`judge`) on one answer and scores it.
 - `bootstrap_ci`, `summarize` (-> `EvaluationReport`), `flat_metrics` (MLflow-ready names) and
   `paired_difference` (paired bootstrap of two runs over the same questions, used by the gate).
 
@@ -31,11 +32,15 @@ from typing import Literal
 import dspy
 import numpy as np
 from dspy.utils.exceptions import AdapterParseError
+from memtrace_loop.memory_systems.answering import AnswerOutcome
 from memtrace_loop.pipeline.backends.text import answer_tokens
+from memtrace_loop.pipeline.core.conventions import OpKind, VarKind, gold_name, verdict_name
 from memtrace_loop.pipeline.core.records import CaseResult, Question, Scores
+from memtrace_loop.pipeline.core.tracing import Tracer
 
 JudgeLabel = Literal["CORRECT", "WRONG"]
 VERDICT_FAILED = "FAILED"
+JUDGE_STAGE = "judge"
 JUDGE_PARSE_ERRORS: tuple[type[Exception], ...] = (AdapterParseError,)
 
 
@@ -293,3 +298,16 @@ def _by_question_id(results: Sequence[CaseResult], label: str) -> dict[str, Case
             raise ValueError(f"run {label} has question {result.question.id!r} more than once")
         by_id[result.question.id] = result
     return by_id
+
+
+def judge_answer(judge: dspy.Predict, question: Question, outcome: AnswerOutcome, tracer: Tracer) -> CaseResult:
+    """Judge one answer as a traced stage; an unusable verdict is scored as FAILED, not raised."""
+    gold_var = tracer.variable(gold_name(question.id), VarKind.GOLD, question.gold)
+    with tracer.stage(
+        judge, JUDGE_STAGE, op="llm_judge", kind=OpKind.JUDGE, inputs=[outcome.query_var, gold_var, outcome.answer_var],
+        meta={"category": question.category},
+        question=question.text, gold_answer=question.gold, generated_answer=outcome.text,
+    ) as judged:
+        label = str(judged.prediction.label) if judged.ok else None
+        judged.output(verdict_name(question.id), VarKind.VERDICT, label or VERDICT_FAILED)
+    return score_case(question, outcome.text, label, outcome.error or judged.error)

@@ -28,6 +28,10 @@ A variable's *name* is `<namespace>:<key>` (its id adds `@<version>`, see `graph
 | `verdict:<qid>`          | verdict     | CORRECT / WRONG / FAILED                          | runner (judge)        |
 | `prompt:<stage>`         | prompt      | the instruction of an LLM stage                   | `Tracer` (every LLM op)|
 
+A retrieval operation may record `NEAR_MISSES` in its meta: the unit variables ranked just below its
+cut (up to k more, best first), so an analysis can tell a unit the search ranked but `top_k` cut off
+from one it never ranked.
+
 `MEMORY_KINDS` are the memory units a system keeps (what retrieval returns and construction writes);
 `QUESTION_SIDE_KINDS` mark the answering side of a graph (an operation touching one is not
 construction). An operation has an `OpKind` and an `OpStatus` (`ok`, or `failed` with an error).
@@ -133,6 +137,8 @@ QUESTION_SIDE_KINDS: frozenset[VarKind] = frozenset(
     {VarKind.QUERY, VarKind.CONTEXT, VarKind.ANSWER, VarKind.GOLD, VarKind.VERDICT}
 )
 CONSTRUCTION_OP_KINDS: frozenset[OpKind] = frozenset({OpKind.EXTRACTION, OpKind.UPDATE, OpKind.DELETION})
+
+NEAR_MISSES = "near_misses"  # retrieval meta: unit variable ids ranked just below the cut, best first
 
 SEPARATOR = ":"
 VERSION_MARK = "@"

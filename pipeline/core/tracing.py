@@ -165,6 +165,15 @@ class Tracer:
         else:
             self.graph.add_operation(**kwargs)
 
+    def pending_calls(self) -> int:
+        """LM calls recorded by the buffered operations not yet committed (e.g. a replay that is
+        never committed counts what it spent this way)."""
+        return sum(
+            (event.kwargs["usage"].calls if event.kwargs.get("usage") is not None else 0)
+            for event in self._events
+            if isinstance(event, _OperationEvent)
+        )
+
     def commit(self) -> None:
         """Replay a buffered trace into the graph (in the caller's thread, in the caller's order)."""
         for event in self._events:

@@ -15,21 +15,18 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import dspy
-from memtrace_loop.memory_systems.base import AnswerOutcome, MemorySystem
+from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.pipeline.analysis.evaluation import (
-    VERDICT_FAILED,
+    JUDGE_STAGE,
     EvaluationReport,
     JudgeAnswer,
-    score_case,
+    judge_answer,
     summarize,
 )
-from memtrace_loop.pipeline.core.conventions import OpKind, VarKind, gold_name, verdict_name
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import CaseResult, Conversation, Dataset, Question
 from memtrace_loop.pipeline.core.tracing import Tracer
 from memtrace_loop.pipeline.loop.memory_cache import CachedMemory, MemoryCache
-
-JUDGE_STAGE = "judge"
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -114,19 +111,6 @@ def new_conversation_graph(
     tracer = Tracer(graph)
     declare_prompts(tracer, system, judge)
     return graph, tracer
-
-
-def judge_answer(judge: dspy.Predict, question: Question, outcome: AnswerOutcome, tracer: Tracer) -> CaseResult:
-    """Judge one answer as a traced stage; an unusable verdict is scored as FAILED, not raised."""
-    gold_var = tracer.variable(gold_name(question.id), VarKind.GOLD, question.gold)
-    with tracer.stage(
-        judge, JUDGE_STAGE, op="llm_judge", kind=OpKind.JUDGE, inputs=[outcome.query_var, gold_var, outcome.answer_var],
-        meta={"category": question.category},
-        question=question.text, gold_answer=question.gold, generated_answer=outcome.text,
-    ) as judged:
-        label = str(judged.prediction.label) if judged.ok else None
-        judged.output(verdict_name(question.id), VarKind.VERDICT, label or VERDICT_FAILED)
-    return score_case(question, outcome.text, label, outcome.error or judged.error)
 
 
 def count_lm_calls(graphs: Iterable[ExecutionGraph]) -> LMCallCounts:

@@ -230,12 +230,6 @@ def test_a_failed_extract_call_is_an_extraction_error_on_that_call() -> None:
     assert "produced facts:D1:1@1 \"[]\"" in found.reason
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attributor bug: a rejected store write (mem0 `_reject`: OpKind.OTHER, status failed, no outputs) is not "
-    "a drop, so a decision that carried the fact but named a nonexistent memory id falls through to 'never reached "
-    "any memory unit' and is blamed as ExtractionError on extract_facts instead of UpdateError on decide_updates",
-)
 def test_a_rejected_store_write_blames_the_decision() -> None:
     graph = new_graph("extract", "decide")
     turn(graph, "D1:1", "Alice", MOVED)

@@ -26,6 +26,7 @@ written in `pipeline.core.conventions`.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 import re
@@ -33,12 +34,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from memtrace_loop.pipeline.analysis.blame import Attribution, ErrorType, Tunable
+from memtrace_loop.pipeline.analysis.blame import Attribution, ErrorType, Fault, Tunable
 from memtrace_loop.pipeline.backends.bm25 import BM25Index
 from memtrace_loop.pipeline.backends.text import alnum_words, normalize_answer
 from memtrace_loop.pipeline.core.conventions import (
     CONSTRUCTION_OP_KINDS,
     MEMORY_KINDS,
+    NEAR_MISSES,
     QUESTION_SIDE_KINDS,
     OpKind,
     VarKind,
@@ -217,19 +219,70 @@ class ConversationLineage:
                 op.prompt is None
             ) else []
             outputs = [graph.variable(v) for v in op.outputs]
-            carried = [
-                var for var in outputs
-                if self._carries(var, track.target) or any(text and text in var.value for text in copied)
-            ]
+            if self._is_copy_of_turns(op, live):
+                # a copy step (buffer append, chunking) carries a turn only by holding it whole: a turn cut
+                # into fragments has its words in different units, which no single unit carries
+                carried = [var for var in outputs if any(text and text in var.value for text in copied)]
+            else:
+                carried = [
+                    var for var in outputs
+                    if self._carries(var, track.target) or any(text and text in var.value for text in copied)
+                ]
             for var in carried:
                 if var.id not in live:
                     live.add(var.id)
                     push_consumers(var.id)
-            if not carried and op.kind in CONSTRUCTION_OP_KINDS:
+            if not carried and (op.kind in CONSTRUCTION_OP_KINDS or op.failed):  # a failed write drops it too
                 consumed = next(graph.variable(v) for v in op.inputs if v in live)
                 output = graph.variable(op.outputs[0]) if op.outputs else None
                 drops.append(_Drop(op, consumed, output))
         return live, drops
+
+    def _is_copy_of_turns(self, op: Operation, live: set[str]) -> bool:
+        """A non-LLM step that copies live turns into memory units (no prompt; a live input is a turn)."""
+        return op.prompt is None and any(
+            v in live and self.graph.variable(v).kind == VarKind.TURN for v in op.inputs
+        )
+
+    def _copied_from(self, unit: Variable, sources: Sequence[str]) -> bool:
+        """Whether `unit` was made by a copy step straight from one of `sources` (a fragment of it)."""
+        producer = self.graph.producer(unit.id)
+        return producer is not None and producer.prompt is None and any(s in producer.inputs for s in sources)
+
+    def _is_fragment(self, unit: Variable) -> bool:
+        """A unit a copy step made from turns without holding any of them whole (a piece of a cut turn)."""
+        if unit.kind not in MEMORY_KINDS:
+            return False
+        producer = self.graph.producer(unit.id)
+        if producer is None or producer.prompt is not None:
+            return False
+        turns = [self.graph.variable(v) for v in producer.inputs if self.graph.variable(v).kind == VarKind.TURN]
+        return bool(turns) and not any(turn_text(t.value).strip() in unit.value for t in turns)
+
+    def _crowding_copy_step(self, retrieval_op: Operation) -> Operation | None:
+        """The copy step whose fragments make up at least half of what a retrieval returned, if any."""
+        units = [self.graph.variable(v) for v in retrieval_op.inputs if self.graph.variable(v).kind in MEMORY_KINDS]
+        fragments = [u for u in units if self._is_fragment(u)]
+        if not units or 2 * len(fragments) < len(units):
+            return None
+        return self.graph.producer(fragments[0].id)
+
+    def _written_by_llm(self, unit: Variable) -> bool:
+        """Whether an LLM wrote `unit` (directly, or through a store write executing its decision)."""
+        producer = self.graph.producer(unit.id)
+        return producer is not None and self._decision_maker(producer).prompt is not None
+
+    def _content_survivors(self, track: _Track, live_memories: Sequence[Variable]) -> list[Variable]:
+        """Live units that carry the track's content without descending from its sources: a unit an LLM
+        wrote (a merged or rephrased memory), or — for the gold answer — a copy of another turn saying
+        it. A fragment of the source turn itself, or another turn's copy sharing a word with the
+        evidence, is not the information."""
+        return [
+            m for m in live_memories
+            if self._carries(m, track.target)
+            and not self._copied_from(m, track.sources)
+            and (track.is_gold or self._written_by_llm(m))
+        ]
 
     @cached_property
     def _live_memories(self) -> tuple[Variable, ...]:
@@ -292,58 +345,113 @@ class ConversationLineage:
             )
 
         live_memories = self._live_memories
-        broken: list[tuple[int, Attribution]] = []
+        broken: list[tuple[Attribution, Fault]] = []
         survivors_by_track: dict[str, list[Variable]] = {}
         for track in tracks:
             live, drops = self._follow(track)
             survivors = [m for m in live_memories if m.id in live]
             if not survivors:  # by content: the information may live in a unit from another turn
-                survivors = [m for m in live_memories if self._carries(m, track.target)]
+                survivors = self._content_survivors(track, live_memories)
             survivors_by_track[track.label] = survivors
             if survivors:
                 continue
             if drops:
                 drop = drops[0] if track.is_gold or len(drops) == 1 else self._decisive(drops)
-                broken.append((drop.op.seq, self._construction_verdict(case, track, drop, verdict)))
+                found = self._construction_verdict(case, track, drop, verdict)
+                restore = (drop.carrier.id,) if drop.carrier.kind in MEMORY_KINDS else track.sources
+                broken.append((found, _fault(found, restore, drop.op.seq)))
             else:
                 source = graph.variable(track.sources[0])
                 first = graph.consumers(source.id)
                 op = first[0] if first else answer_op
-                broken.append(
-                    (op.seq, verdict(
-                        op, ErrorType.EXTRACTION,
-                        f"{track.label} never reached any memory unit: nothing derived from {source.id} "
-                        f"\"{source.value}\" carries it.",
-                        0.5,
-                    ))
+                found = verdict(
+                    op, ErrorType.EXTRACTION,
+                    f"{track.label} never reached any memory unit: nothing derived from {source.id} "
+                    f"\"{source.value}\" carries it.",
+                    0.5,
                 )
-        if broken:
-            return min(broken, key=lambda item: item[0])[1]
+                broken.append((found, _fault(found, track.sources, op.seq)))
 
+        missed: list[tuple[Attribution, Fault]] = []
         if retrieval_op is not None:
             retrieved = set(retrieval_op.inputs)
             for track in tracks:
                 survivors = survivors_by_track[track.label]
-                if not any(m.id in retrieved for m in survivors):
-                    held = survivors[0]
-                    k = retrieval_op.meta.get("k", "?")
-                    steering = self._retrieval_steering(retrieval_op)
-                    reason = (
-                        f"{held.id} \"{held.value}\" holds {track.label} and was in the store when {qid} was "
-                        f"asked, but {retrieval_op.name} ({retrieval_op.id}, k={k}) did not retrieve it into "
-                        f"{', '.join(v.id for v in context_vars)}."
-                    )
-                    if steering is not None:  # an LLM step chose what to search for: its prompt is tunable
-                        reason += (
-                            f" The search was steered by {steering.name} ({steering.id}), whose output "
-                            f"{_quote(graph.variable(steering.outputs[0]).value) if steering.outputs else ''} did "
-                            f"not lead to it."
-                        )
-                    return verdict(steering or retrieval_op, ErrorType.RETRIEVAL, reason, 0.85)
-        context = context_vars[0] if context_vars else None
-        return verdict(
-            answer_op, ErrorType.RESPONSE, self._response_reason(case, answer_op, answer_var, context, tracks), 0.8
+                if survivors and not any(m.id in retrieved for m in survivors):
+                    found = self._retrieval_verdict(case, track, survivors, retrieval_op, context_vars, verdict)
+                    missed.append((found, _fault(found, (survivors[0].id,), retrieval_op.seq)))
+        if retrieval_op is not None and broken:  # once repaired, the lost information must also be retrieved
+            sources = tuple(dict.fromkeys(v for found, f in broken for v in f.restore))
+            follow_up = verdict(
+                retrieval_op, ErrorType.RETRIEVAL,
+                f"{retrieval_op.name} ({retrieval_op.id}, k={retrieval_op.meta.get('k', '?')}) must also return "
+                f"the lost information ({', '.join(sources)}) for {case.question.id} once it is in memory.",
+                0.5,
+            )
+            missed.append((follow_up, _fault(follow_up, sources, retrieval_op.seq)))
+        faults_by_op: dict[str, Fault] = {}
+        for _, fault in sorted([*broken, *missed], key=lambda item: item[1].seq):
+            faults_by_op.setdefault(fault.op, fault)
+        suspects = tuple(faults_by_op.values())
+        if broken:
+            blamed = min(broken, key=lambda item: item[1].seq)[0]
+        elif missed:
+            blamed = missed[0][0]
+        else:
+            context = context_vars[0] if context_vars else None
+            blamed = verdict(
+                answer_op, ErrorType.RESPONSE, self._response_reason(case, answer_op, answer_var, context, tracks),
+                0.8,
+            )
+            suspects = (_fault(blamed, (), answer_op.seq),)
+        return dataclasses.replace(blamed, suspects=suspects)
+
+    def _retrieval_verdict(
+        self, case: CaseResult, track: _Track, survivors: Sequence[Variable], retrieval_op: Operation,
+        context_vars: Sequence[Variable], verdict,
+    ) -> Attribution:
+        """A unit carrying the track was in the store but not retrieved. The copy step (chunking) is to
+        blame when fragments of the turns it cut apart make up most of what was retrieved; else the cut
+        (`top_k`) when the search ranked the unit just below it; else an LLM step that steered the
+        search, if any; else the search's knobs."""
+        graph = self.graph
+        k = retrieval_op.meta.get("k", "?")
+        crowding = self._crowding_copy_step(retrieval_op)
+        if crowding is not None:
+            held = survivors[0]
+            fragments = [v for v in retrieval_op.inputs if self._is_fragment(graph.variable(v))]
+            return verdict(
+                crowding, ErrorType.EXTRACTION,
+                f"{held.id} \"{held.value}\" holds {track.label}, but {retrieval_op.name} ({retrieval_op.id}, k={k}) "
+                f"returned {len(fragments)} fragments of turns cut apart by {crowding.name} ({crowding.stage}) "
+                f"instead, e.g. {_quote(graph.variable(fragments[0]).value, 80)}: the units are too small to hold "
+                "whole turns, and fragments crowd the search.",
+                0.8,
+            )
+        near = list(retrieval_op.meta.get(NEAR_MISSES, ()))
+        ranked = [m for m in survivors if m.id in near]
+        held = ranked[0] if ranked else survivors[0]
+        reason = (
+            f"{held.id} \"{held.value}\" holds {track.label} and was in the store when {case.question.id} was "
+            f"asked, but {retrieval_op.name} ({retrieval_op.id}, k={k}) did not retrieve it into "
+            f"{', '.join(v.id for v in context_vars)}."
         )
+        if ranked:
+            rank = (k if isinstance(k, int) else 0) + near.index(held.id) + 1
+            return verdict(
+                retrieval_op, ErrorType.RETRIEVAL,
+                reason + f" The search ranked it just below the cut (about rank {rank} with k={k}): top_k is too "
+                "small for this question.",
+                0.85,
+            )
+        steering = self._retrieval_steering(retrieval_op)
+        if steering is not None:  # an LLM step chose what to search for: its prompt is tunable
+            reason += (
+                f" The search was steered by {steering.name} ({steering.id}), whose output "
+                f"{_quote(graph.variable(steering.outputs[0]).value) if steering.outputs else ''} did "
+                f"not lead to it."
+            )
+        return verdict(steering or retrieval_op, ErrorType.RETRIEVAL, reason, 0.85)
 
     def _retrieval_steering(self, retrieval_op: Operation) -> Operation | None:
         """The latest LLM operation (e.g. a query expansion) whose output the retrieval used to search."""
@@ -367,8 +475,8 @@ class ConversationLineage:
     def _construction_verdict(self, case: CaseResult, track: _Track, drop: _Drop, verdict) -> Attribution:
         graph = self.graph
         op, carrier, output = drop.op, drop.carrier, drop.output
-        error = ERROR_BY_KIND[op.kind]
         blamed = self._decision_maker(op)
+        error = ERROR_BY_KIND.get(op.kind) or ERROR_BY_KIND.get(blamed.kind, ErrorType.EXTRACTION)
         produced = f"{output.id} {_quote(output.value)}" if output is not None else "nothing"
         if error == ErrorType.EXTRACTION:
             lost = self._what_was_lost(case, track, carrier)
@@ -392,10 +500,11 @@ class ConversationLineage:
             old = f" It kept the old value already stored ({_quote(shown[0].value)}) instead of the new value." if (
                 shown and shown[0].value
             ) else ""
+            rejected = f" The store rejected it: {op.error}." if op.failed and op.error else ""
             reason = (
-                f"{op.name} ({op.id}) saw the new fact in {carrier.id} {_quote(carrier.value)} holding "
+                f"{blamed.name} ({blamed.id}) saw the new fact in {carrier.id} {_quote(carrier.value)} holding "
                 f"{track.label}, but its decision {produced} did not store it, so the newest value never reached "
-                f"memory.{old}"
+                f"memory.{old}{rejected}"
             )
         return verdict(blamed, error, reason, 0.9 if track.is_gold else 0.8)
 
@@ -426,6 +535,12 @@ class ConversationLineage:
         if _DATE_LIKE.search(case.question.gold) and not _DATE_LIKE.search(case.prediction):
             reason += " The question asks when; the answer left out the date that the memory states."
         return reason
+
+
+def _fault(found: Attribution, restore: Sequence[str], seq: int) -> Fault:
+    return Fault(
+        found.op, found.op_name, found.stage, found.error_type, found.tunable, found.reason, tuple(restore), seq
+    )
 
 
 def _quote(text: str, limit: int = 160) -> str:

@@ -1,0 +1,118 @@
+"""Replay verification on the simulated world: memory rebuilt from graphs, only downstream calls spent,
+`verified` set on every checked attribution, and blame that lands where a knob change rescues."""
+
+from __future__ import annotations
+
+import collections
+from functools import cache
+
+import pytest
+from memtrace_loop.memory_systems.registry import build_memory_system
+from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
+from memtrace_loop.pipeline.analysis.attribution.protocol import TracedRun, attribute_run
+from memtrace_loop.pipeline.analysis.attribution.replay import Replayer, VerifyingAttributor
+from memtrace_loop.pipeline.analysis.blame import ErrorType, Tunable, aggregate_blame
+from memtrace_loop.pipeline.backends.embeddings import build_embedder
+from memtrace_loop.pipeline.core.tracing import Tracer
+from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
+
+from tests.support.sim import sim_dataset, sim_lm
+
+# input fields only construction stages have: a replay must never send a request carrying one
+CONSTRUCTION_FIELDS = ("[[ ## turn ## ]]", "[[ ## new_facts ## ]]", "[[ ## turns ## ]]", "[[ ## new_turn ## ]]")
+SEED = 23  # not a seed other attribution tests use
+
+
+@cache
+def traced(system_name: str, **knobs: int):
+    lm = sim_lm()
+    system = build_memory_system({"name": system_name, **knobs}, build_embedder({}))
+    system.set_lm(lm)
+    judge = make_judge(lm)
+    data = sim_dataset(seed=SEED, n_conversations=3)
+    result = run_dataset(system, judge, data, workers=1)
+    run = TracedRun(result.results, result.graph_by_conversation, {c.id: c for c in data.conversations}, (5,))
+    return lm, system, judge, data, result, run
+
+
+@pytest.mark.parametrize("system_name", ["long_context", "rag", "mem0", "evermemos"])
+def test_memory_rebuilt_from_the_graph_retrieves_what_the_run_retrieved(system_name):
+    _, system, _, data, result, _ = traced(system_name)
+    state_by_graph = {cid: system.restore(graph) for cid, graph in result.graph_by_conversation.items()}
+    for question in data.questions[:25]:
+        graph = result.graph_by_conversation[question.conversation_id]
+        found = system.retrieve(question, state_by_graph[question.conversation_id], Tracer(graph, buffered=True))
+        recorded = graph.latest("context:buffer" if system_name == "long_context" else f"retrieved:{question.id}")
+        assert found.context == recorded.value, question.id
+
+
+@pytest.mark.parametrize("system_name", ["mem0", "evermemos"])
+def test_replay_spends_only_downstream_calls_and_marks_every_attribution(system_name):
+    lm, system, judge, _, _, run = traced(system_name)
+    before = len(lm.history)
+    checked = attribute_run(VerifyingAttributor(LineageAttributor(), Replayer(system, judge)), run)
+    requests = lm.history[before:]
+    assert checked and all(a.verified is not None for a in checked)
+    assert sum(a.cost.replay_calls for a in checked) == len(requests) > 0
+    for request in requests:
+        text = " ".join(str(m.get("content", "")) for m in request["messages"])
+        assert not any(field in text for field in CONSTRUCTION_FIELDS), text[:300]
+
+
+def test_replay_leaves_the_graph_unchanged():
+    _, system, judge, _, result, run = traced("mem0")
+    sizes = {cid: (g.n_variables, g.n_operations) for cid, g in result.graph_by_conversation.items()}
+    attribute_run(VerifyingAttributor(LineageAttributor(), Replayer(system, judge)), run)
+    assert sizes == {cid: (g.n_variables, g.n_operations) for cid, g in result.graph_by_conversation.items()}
+
+
+def test_evermemos_with_top_k_1_verified_blame_lands_on_the_retrieval_knob():
+    _, system, judge, _, _, run = traced("evermemos", top_k=1)
+    checked = attribute_run(VerifyingAttributor(LineageAttributor(), Replayer(system, judge)), run)
+    retrieval = [a for a in checked if a.error_type == ErrorType.RETRIEVAL and a.verified]
+    assert len(retrieval) >= 5
+    assert all(a.stage == "retrieve" and a.tunable == Tunable.KNOBS for a in retrieval)
+    assert not any(a.stage in ("check_sufficiency", "expand_queries") for a in checked if a.verified)
+
+
+def test_long_context_with_a_small_window_verified_blame_lands_on_trimming():
+    _, system, judge, _, _, run = traced("long_context", window_tokens=800)
+    checked = attribute_run(VerifyingAttributor(LineageAttributor(), Replayer(system, judge)), run)
+    verified = collections.Counter(a.stage for a in checked if a.verified)
+    assert verified["trim"] >= 0.7 * len(checked)
+    assert verified.most_common(1)[0][0] == "trim"
+
+
+def test_joint_causes_name_the_decisive_set_and_split_the_blame():
+    _, system, judge, _, _, run = traced("evermemos", top_k=1)
+    checked = attribute_run(VerifyingAttributor(LineageAttributor(), Replayer(system, judge)), run)
+    joint = [a for a in checked if a.joint]
+    assert joint, "no joint cause found where a single repair does not rescue"
+    for found in joint:
+        assert found.verified is True and len(found.joint) >= 2
+        assert [f.seq for f in found.joint] == sorted(f.seq for f in found.joint)
+        assert found.op == found.joint[0].op and "together" in found.reason
+    table = aggregate_blame(joint[:1])
+    assert sum(row.weight for row in table.rows) == pytest.approx(1.0)
+    assert len(table.rows) == len({f.stage for f in joint[0].joint})
+
+
+def test_rag_with_tiny_chunks_verified_blame_lands_on_chunking():
+    _, system, judge, _, _, run = traced("rag", max_chunk_tokens=24)
+    checked = attribute_run(VerifyingAttributor(LineageAttributor(), Replayer(system, judge)), run)
+    verified = collections.Counter(a.stage for a in checked if a.verified)
+    assert verified.most_common(1)[0][0] == "chunk"
+    chunking = [a for a in checked if a.stage == "chunk"]
+    assert all(a.tunable == Tunable.KNOBS and a.error_type == ErrorType.EXTRACTION for a in chunking)
+
+
+def test_a_knob_rebuild_resets_only_the_blamed_stage_and_calls_no_llm_before_answering():
+    lm, system, judge, _, result, run = traced("long_context", window_tokens=800)
+    replayer = Replayer(system, judge)
+    trimmed = next(a for a in attribute_run(LineageAttributor(), run) if a.stage == "trim")
+    graph = result.graph_by_conversation[trimmed.case.question.conversation_id]
+    before = len(lm.history)
+    outcome = replayer.replay(graph, trimmed.case, trimmed.suspects[:1])
+    assert outcome.rescued and outcome.calls == len(lm.history) - before == 2  # respond + judge
+    assert system.with_stage_defaults("trim").knobs.window_tokens == 32768
+    assert system.with_stage_defaults("context") is None

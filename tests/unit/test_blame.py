@@ -1,0 +1,53 @@
+"""Blame aggregation: verified attributions weigh more, joint causes split their weight."""
+
+from __future__ import annotations
+
+import pytest
+from memtrace_loop.pipeline.analysis.blame import (
+    WEIGHT_BY_VERIFIED,
+    Attribution,
+    ErrorType,
+    Fault,
+    Tunable,
+    aggregate_blame,
+)
+from memtrace_loop.pipeline.core.records import CaseResult, Question, Scores
+
+
+def case(i: int) -> CaseResult:
+    question = Question(f"c:q{i}", "c", "Where?", "Rome", 1, ())
+    return CaseResult(question, "Paris", "WRONG", Scores(0.0, 0.0, 0.0))
+
+
+def blamed(i: int, stage: str, verified: bool | None = None, joint: tuple[Fault, ...] = ()) -> Attribution:
+    return Attribution(
+        case(i), f"op:{i}", "x", stage, ErrorType.EXTRACTION, "why", 0.9, "lineage", Tunable.PROMPT,
+        verified=verified, joint=joint,
+    )
+
+
+def test_without_verification_ranking_is_the_count():
+    table = aggregate_blame([blamed(1, "a"), blamed(2, "b"), blamed(3, "b")])
+    assert [r.stage for r in table.rows] == ["b", "a"]
+    assert [r.share for r in table.rows] == pytest.approx([2 / 3, 1 / 3])
+
+
+def test_verified_blame_outweighs_more_numerous_refuted_blame():
+    table = aggregate_blame(
+        [blamed(1, "a", True), blamed(2, "b", False), blamed(3, "b", False), blamed(4, "b", False)]
+    )
+    assert WEIGHT_BY_VERIFIED[True] > WEIGHT_BY_VERIFIED[None] > WEIGHT_BY_VERIFIED[False]
+    assert [r.stage for r in table.rows] == ["a", "b"]
+    assert table.by_stage["a"].verified == 1 and table.by_stage["b"].refuted == 3
+
+
+def test_joint_cause_splits_its_weight_over_its_stages():
+    faults = (
+        Fault("op:1", "extract_facts", "extract", ErrorType.EXTRACTION, Tunable.PROMPT, "lost", (), 1),
+        Fault("op:9", "retrieve_memories", "retrieve", ErrorType.RETRIEVAL, Tunable.KNOBS, "missed", (), 9),
+    )
+    table = aggregate_blame([blamed(1, "extract", True, faults)])
+    assert table.by_stage["extract"].weight == pytest.approx(0.5)
+    assert table.by_stage["retrieve"].weight == pytest.approx(0.5)
+    assert table.by_stage["retrieve"].tunable == Tunable.KNOBS
+    assert table.by_stage["retrieve"].count_by_error_type == {"RetrievalError": 1}
