@@ -36,7 +36,7 @@ from memtrace_loop.pipeline.backends.registry import build_lm, sim_rule_instruct
 from memtrace_loop.pipeline.core.conventions import turn_id_of
 from memtrace_loop.pipeline.core.records import CaseResult, Question, Scores
 from memtrace_loop.pipeline.data.registry import load_dataset
-from memtrace_loop.pipeline.interop.bench_annotations import score_attributions
+from memtrace_loop.pipeline.interop.bench_annotations import BenchAnnotation, score_attributions
 from memtrace_loop.pipeline.interop.exec_network import ImportedNetwork, load_exec_network
 from memtrace_loop.pipeline.loop.fault_injection import (
     PERFECT_KNOBS_BY_SYSTEM,
@@ -95,7 +95,7 @@ def sim_lm(paraphrase: bool, console: Console) -> dspy.LM:
     """The simulated world's LM; with `paraphrase`, its paraphrasing option when this build has one."""
     if paraphrase:
         if "paraphrase" in LMConfig.model_fields:
-            return build_lm(LMConfig(backend="sim", model="stand-in", cache=False, paraphrase=True))  # type: ignore[call-arg]
+            return build_lm(LMConfig(backend="sim", model="stand-in", cache=False, paraphrase=True))
         console.print("[yellow]--paraphrase: this build's simulated world has no paraphrase option; ignored[/]")
     return build_lm(LMConfig(backend="sim", model="stand-in", cache=False))
 
@@ -220,7 +220,7 @@ def score_memtracebench(
             console.print(f"[yellow]attributor {name!r} unavailable on imported graphs: {error}[/]")
             continue
         predicted: dict[str, tuple[Any, str | None]] = {}
-        annotations = []
+        annotations: list[BenchAnnotation] = []
         elapsed = 0.0
         n = unattributed = lm_calls = 0
         for index, network in enumerate(networks):
@@ -281,10 +281,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         paths = bench_paths(args.memtracebench)
         if not paths:
             parser.error(f"--memtracebench: no JSON files at {args.memtracebench}")
-        scores = score_memtracebench(paths, attributors, lm, console)
-        console.print(render(scores, f"MemTraceBench-style graphs ({len(paths)} files): error-type / op accuracy"))
+        imported = score_memtracebench(paths, attributors, lm, console)
+        console.print(render(imported, f"MemTraceBench-style graphs ({len(paths)} files): error-type / op accuracy"))
         if args.mlflow_uri:
-            log_scores(mlflow_tracker(args.mlflow_uri), scores, {"mode": "memtracebench", "files": len(paths)})
+            log_scores(mlflow_tracker(args.mlflow_uri), imported, {"mode": "memtracebench", "files": len(paths)})
         return 0
 
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]

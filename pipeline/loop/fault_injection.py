@@ -121,7 +121,7 @@ def without_units(system: MemorySystem, unit_ids: frozenset[str]) -> MemorySyste
 def without_episodes(system: MemorySystem, turn_id: str) -> MemorySystem:
     """A copy of the EverMemOS system whose answer-time search skips the episodes holding `turn_id`."""
     patched = system.deepcopy()
-    inner = type(system).search  # type: ignore[attr-defined]
+    inner = type(system).search
 
     def search(query: str, state: Any) -> list[list[int]]:
         dropped = {i for i, e in enumerate(state.episodes) if turn_id in e.turn_ids}
