@@ -21,7 +21,13 @@ from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.registry import sim_rule_instruction
 from memtrace_loop.pipeline.interop.exec_network import to_exec_network
 from memtrace_loop.pipeline.loop.fault_edits import injected_lm, wrong_answer
-from memtrace_loop.pipeline.loop.fault_injection import KINDS_BY_SYSTEM, build_system_cases
+from memtrace_loop.pipeline.loop.fault_injection import (
+    KINDS_BY_SYSTEM,
+    PERFECT_KNOBS_BY_SYSTEM,
+    FaultInjector,
+    build_system_cases,
+    perfect_prompts,
+)
 from memtrace_loop.pipeline.loop.runner import make_judge
 
 from tests.support.sim import sim_dataset, sim_lm
@@ -50,6 +56,33 @@ def test_the_engine_alters_only_the_first_targeted_call():
     assert first == "It is not mentioned in the conversation."
     assert second != first and other != first
     assert len(engine.fired) == 1
+
+
+def test_a_mem0_fault_changes_nothing_before_its_operation():
+    """The faulty run equals the perfect run up to the injected operation (honest injection)."""
+    lm = sim_lm()
+    dataset = sim_dataset(seed=0, n_conversations=1)
+
+    def build(extra):
+        system = build_memory_system({"name": "mem0", **PERFECT_KNOBS_BY_SYSTEM["mem0"], **extra}, HashingEmbedder())
+        return system.with_prompts(perfect_prompts(system, sim_rule_instruction))
+
+    injector = FaultInjector("mem0", build({}), lm, dataset, build, workers=1)
+    perfect = injector.perfect_run().graph_by_conversation[dataset.conversations[0].id]
+    cases, _ = injector.build(limit_per_kind=1, kinds=[FaultKind.EXTRACTION_DROP, FaultKind.DELETION])
+    assert {c.truth.kind for c in cases} == {FaultKind.EXTRACTION_DROP, FaultKind.DELETION}
+    for case in cases:
+        fault = case.graph.operation(case.truth.op)
+        assert perfect.operation(fault.id).name == fault.name  # the same operation in the perfect run
+        for op in case.graph.operations():
+            if op.seq >= fault.seq:
+                break
+            twin = perfect.operation(op.id)
+            assert (twin.name, twin.inputs, twin.outputs) == (op.name, op.inputs, op.outputs)
+            values = [case.graph.variable(v).value for v in op.outputs]
+            assert [perfect.variable(v).value for v in twin.outputs] == values
+        changed = [perfect.variable(v).value != case.graph.variable(v).value for v in fault.outputs]
+        assert any(changed), "the injected operation's output should differ from the perfect run's"
 
 
 def test_injected_cases_on_long_context_are_decisive_and_their_truth_is_in_the_graph():
