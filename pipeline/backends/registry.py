@@ -10,7 +10,7 @@ configs (see `LMConfig.from_mapping`) and runs nothing.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -81,3 +81,13 @@ def build_lm(config: LMConfig | Mapping[str, Any]) -> dspy.LM:
 def build_lm_set(mapping: Mapping[str, Any]) -> LMSet:
     """Build the task, judge, attributor and rewriter LMs from one mapping of four LMConfig mappings."""
     return LMSet(**{role: build_lm(config) for role, config in lm_set_configs(mapping).items()})
+
+
+def sim_rule_instruction(instruction: str, output_fields: Iterable[str]) -> str:
+    """`instruction` with the sentence of every simulated-world rule of the stand-in stage that a
+    signature with `output_fields` is dispatched to appended: the prompt under which that stage of the
+    simulated world makes no planted mistake. Unchanged for a stage the simulated world does not know."""
+    from memtrace_loop.pipeline.sim.rules import rules_for_stage, stage_for_outputs, with_rules
+
+    stage = stage_for_outputs(output_fields)
+    return with_rules(instruction, [rule.id for rule in rules_for_stage(stage or "")])

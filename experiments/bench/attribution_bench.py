@@ -1,0 +1,325 @@
+"""The attribution benchmark: `python -m memtrace_loop.experiments.bench.attribution_bench`.
+
+On the simulated world, for each memory system, runs where everything is perfect except ONE injected
+fault at a known operation (`pipeline.loop.fault_injection`) are scored with every available
+attributor on the same cases (`pipeline.analysis.attribution.benchmark`); one table, optionally logged
+to MLflow (`--mlflow-uri`). Attributors are a mapping name -> builder (`BUILDER_BY_ATTRIBUTOR`); one
+whose module is missing or not implemented yet is reported and skipped.
+
+With `--memtracebench PATH` (an ExecNetwork JSON file, or a directory of them) it instead scores the
+attributors on imported MemTraceBench-style graphs against their annotations with the existing scorer
+(`pipeline.interop.bench_annotations.score_attributions`): error-type and exact-operation accuracy,
+comparable with the paper's numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import dspy
+from memtrace_loop.memory_systems.base import MemorySystem
+from memtrace_loop.memory_systems.registry import ENTRY_BY_SYSTEM, build_memory_system
+from memtrace_loop.pipeline.analysis.attribution.benchmark import AttributorScore, BenchCase, score_attributor
+from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
+from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
+from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
+from memtrace_loop.pipeline.backends.lm import LMConfig
+from memtrace_loop.pipeline.backends.registry import build_lm, sim_rule_instruction
+from memtrace_loop.pipeline.core.conventions import turn_id_of
+from memtrace_loop.pipeline.core.records import CaseResult, Question, Scores
+from memtrace_loop.pipeline.data.registry import load_dataset
+from memtrace_loop.pipeline.interop.bench_annotations import BenchAnnotation, score_attributions
+from memtrace_loop.pipeline.interop.exec_network import ImportedNetwork, load_exec_network
+from memtrace_loop.pipeline.loop.fault_injection import (
+    PERFECT_KNOBS_BY_SYSTEM,
+    InjectionReport,
+    build_system_cases,
+    perfect_prompts,
+)
+from memtrace_loop.pipeline.loop.runner import make_judge
+from memtrace_loop.pipeline.tracking.tracker import Tracker
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+logger = logging.getLogger(__name__)
+EXPERIMENT = "attribution-benchmark"
+COLUMNS = (
+    "system", "attributor", "n", "error_type_acc", "stage_acc", "op_acc", "op_within_1_hop", "unattributed",
+    "verified", "verified_precision", "lm_calls_per_case", "ms_per_case",
+)
+
+
+@dataclass(frozen=True)
+class BenchSetting:
+    """What an attributor builder may use: the system (perfect prompts, LM set), a judge and the LM."""
+
+    system_name: str
+    system: MemorySystem | None
+    judge: dspy.Predict
+    lm: dspy.LM
+
+
+def _lineage(setting: BenchSetting) -> Attributor:
+    return LineageAttributor()
+
+
+def _llm(setting: BenchSetting) -> Attributor:
+    from memtrace_loop.pipeline.analysis.attribution.llm import LLMAttributor, LLMAttributorSettings
+
+    return LLMAttributor(lm=setting.lm, settings=LLMAttributorSettings())
+
+
+def _lineage_replay(setting: BenchSetting) -> Attributor:
+    from memtrace_loop.pipeline.analysis.attribution.replay import Replayer, VerifyingAttributor
+
+    if setting.system is None:
+        raise NotImplementedError("replay needs the memory system that produced the graph")
+    return VerifyingAttributor(LineageAttributor(), Replayer(setting.system, setting.judge))
+
+
+BUILDER_BY_ATTRIBUTOR: Mapping[str, Callable[[BenchSetting], Attributor]] = MappingProxyType(
+    {"lineage": _lineage, "llm": _llm, "lineage+replay": _lineage_replay}
+)
+
+
+def sim_lm(paraphrase: bool, console: Console) -> dspy.LM:
+    """The simulated world's LM; with `paraphrase`, its paraphrasing option when this build has one."""
+    if paraphrase:
+        if "paraphrase" in LMConfig.model_fields:
+            return build_lm(LMConfig(backend="sim", model="stand-in", cache=False, paraphrase=True))
+        console.print("[yellow]--paraphrase: this build's simulated world has no paraphrase option; ignored[/]")
+    return build_lm(LMConfig(backend="sim", model="stand-in", cache=False))
+
+
+def perfect_system(name: str, lm: dspy.LM) -> MemorySystem:
+    system = build_memory_system({"name": name, **PERFECT_KNOBS_BY_SYSTEM.get(name, {})}, HashingEmbedder())
+    system = system.with_prompts(perfect_prompts(system, sim_rule_instruction))
+    system.set_lm(lm)
+    return system
+
+
+def score_all(
+    cases: Sequence[BenchCase],
+    system_name: str,
+    setting: BenchSetting,
+    attributors: Sequence[str],
+    console: Console,
+    progress: Progress | None = None,
+) -> list[AttributorScore]:
+    """Every requested attributor on the same cases; one that cannot be built or run is skipped."""
+    scores = []
+    for name in attributors:
+        try:
+            attributor = BUILDER_BY_ATTRIBUTOR[name](setting)
+        except (ImportError, NotImplementedError, TypeError) as error:
+            console.print(f"[yellow]attributor {name!r} unavailable on {system_name}: {error}[/]")
+            continue
+        task = progress.add_task(f"{system_name}: {name}", total=len(cases)) if progress is not None else None
+
+        def advance(_case: BenchCase, task: Any = task) -> None:
+            if progress is not None and task is not None:
+                progress.advance(task)
+
+        try:
+            scores.append(score_attributor(attributor, cases, system_name, on_case=advance))
+        except NotImplementedError as error:
+            console.print(f"[yellow]attributor {name!r} not implemented yet: {error}[/]")
+    return scores
+
+
+def render(scores: Sequence[AttributorScore], title: str) -> Table:
+    table = Table(title=title)
+    for column in COLUMNS:
+        table.add_column(column, justify="left" if column in ("system", "attributor") else "right")
+    for score in scores:
+        row = score.as_row()
+        table.add_row(*("-" if row[c] is None else str(row[c]) for c in COLUMNS))
+    return table
+
+
+def kind_table(scores: Sequence[AttributorScore]) -> Table:
+    table = Table(title="per fault kind: n, error-type accuracy, exact-operation accuracy")
+    for column in ("system", "attributor", "kind", "n", "error_type_acc", "op_acc"):
+        table.add_column(column)
+    for score in scores:
+        for kind, n in score.n_by_kind.items():
+            table.add_row(score.system, score.attributor, kind, str(n), f"{score.type_accuracy_by_kind[kind]:.3f}",
+                          f"{score.op_accuracy_by_kind[kind]:.3f}")
+    return table
+
+
+def log_scores(tracker: Tracker, scores: Sequence[AttributorScore], params: Mapping[str, str | int | float]) -> str:
+    """One run in the benchmark's experiment: params, a metric per system/attributor/score, and the table
+    (as a JSON table and as rendered text). Returns the run id."""
+    tracker.open_experiment(EXPERIMENT)
+    with tracker.start_run("attribution-bench") as run_id:
+        tracker.log_params(params)
+        for score in scores:
+            prefix = f"{score.system}.{score.attributor}".replace("+", "_")
+            tracker.log_metrics({f"{prefix}.{k}": v for k, v in score.metrics().items() if v == v})  # no NaN
+        rows = [score.as_row() for score in scores]
+        tracker.log_table({c: [str(r[c]) for r in rows] for c in COLUMNS}, "attribution_benchmark.json")
+        text = Console(file=io.StringIO(), width=200)
+        text.print(render(scores, "attribution benchmark"))
+        tracker.log_text(text.file.getvalue(), "attribution_benchmark.txt")  # type: ignore[attr-defined]
+    return run_id
+
+
+def mlflow_tracker(uri: str) -> Tracker:
+    from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
+
+    return MlflowTracker(uri)
+
+
+# --------------------------------------------------------------------------- MemTraceBench mode
+
+
+def annotated_cases(network: ImportedNetwork) -> list[tuple[CaseResult, str]]:
+    """One failed case per memory-error annotation of an imported graph, with the annotation's op id
+    in our ids (the query, gold answers, prediction and evidence turns come from the annotation)."""
+    graph = network.graph
+    out = []
+    for label in network.annotations:
+        if not label.is_memory_error:
+            continue
+        query_var = network.node_id_map.get(label.query_id, label.query_id)
+        question_id = query_var.split(":", 1)[-1].rsplit("@", 1)[0]
+        evidence = []
+        for their in label.source_evidence_ids:
+            ours = network.node_id_map.get(their, their)
+            try:
+                evidence.append(turn_id_of(ours))
+            except ValueError:
+                continue
+        question = Question(question_id, graph.graph_id, label.query, " / ".join(label.golden_answers), 0,
+                            tuple(evidence))
+        out.append((CaseResult(question, label.prediction, "WRONG", Scores(0.0, 0.0, 0.0)), label.query_id))
+    return out
+
+
+def score_memtracebench(
+    paths: Sequence[Path], attributors: Sequence[str], lm: dspy.LM, console: Console
+) -> list[AttributorScore]:
+    """Each attributor over every annotated graph, scored with `score_attributions` (paper metrics)."""
+    networks = [load_exec_network(p) for p in paths]
+    scores = []
+    judge = make_judge(lm)
+    for name in attributors:
+        try:
+            attributor = BUILDER_BY_ATTRIBUTOR[name](BenchSetting("memtracebench", None, judge, lm))
+        except (ImportError, NotImplementedError, TypeError) as error:
+            console.print(f"[yellow]attributor {name!r} unavailable on imported graphs: {error}[/]")
+            continue
+        predicted: dict[str, tuple[Any, str | None]] = {}
+        annotations: list[BenchAnnotation] = []
+        elapsed = 0.0
+        n = unattributed = lm_calls = 0
+        for index, network in enumerate(networks):
+            # query ids are unique within a graph only: key them by file
+            their_op_by_ours = {ours: theirs for theirs, ours in network.op_id_map.items()}
+            annotations.extend(replace(a, query_id=f"{index}/{a.query_id}") for a in network.annotations)
+            for case, query_id in annotated_cases(network):
+                query_id = f"{index}/{query_id}"
+                started = time.perf_counter()
+                attribution = attributor.attribute(network.graph, case, None)
+                elapsed += time.perf_counter() - started
+                n += 1
+                if attribution is None:
+                    unattributed += 1
+                    continue
+                lm_calls += attribution.cost.lm_calls + attribution.cost.replay_calls
+                predicted[query_id] = (attribution.error_type, their_op_by_ours.get(attribution.op, attribution.op))
+        result = score_attributions(predicted, annotations)
+        scores.append(AttributorScore(
+            system="memtracebench", attributor=name, n=result.n, error_type_accuracy=result.type_accuracy,
+            stage_accuracy=float("nan"), op_accuracy=result.op_accuracy, within_one_hop=float("nan"),
+            unattributed=unattributed / n if n else 0.0, verified=0.0, verified_precision=None,
+            lm_calls_per_case=lm_calls / n if n else 0.0, ms_per_case=1e3 * elapsed / n if n else 0.0,
+        ))
+    return scores
+
+
+def bench_paths(path: Path) -> list[Path]:
+    return sorted(path.glob("*.json")) if path.is_dir() else [path]
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--systems", default=",".join(ENTRY_BY_SYSTEM), help="comma-separated memory systems")
+    parser.add_argument("--attributors", default=",".join(BUILDER_BY_ATTRIBUTOR), help="comma-separated")
+    parser.add_argument("--seed", type=int, default=0, help="the simulated world's seed")
+    parser.add_argument("--conversations", type=int, default=2, help="simulated conversations")
+    parser.add_argument("--limit-per-kind", type=int, default=10, help="cases per fault kind and system")
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--paraphrase", action="store_true", help="construction stages paraphrase (sim option)")
+    parser.add_argument("--mlflow-uri", default=None, help="also log the table to this MLflow tracking URI")
+    parser.add_argument("--memtracebench", type=Path, default=None,
+                        help="score imported MemTraceBench-style graphs (a JSON file or a directory) instead")
+    args = parser.parse_args(argv)
+    console = Console()
+    if not console.is_terminal:  # piped or captured: wide enough for the whole table
+        console = Console(width=200)
+    attributors = [a.strip() for a in args.attributors.split(",") if a.strip()]
+    unknown = sorted(set(attributors) - set(BUILDER_BY_ATTRIBUTOR))
+    if unknown:
+        parser.error(f"unknown attributors {unknown} (available: {list(BUILDER_BY_ATTRIBUTOR)})")
+    lm = sim_lm(args.paraphrase, console)
+
+    if args.memtracebench is not None:
+        paths = bench_paths(args.memtracebench)
+        if not paths:
+            parser.error(f"--memtracebench: no JSON files at {args.memtracebench}")
+        imported = score_memtracebench(paths, attributors, lm, console)
+        console.print(render(imported, f"MemTraceBench-style graphs ({len(paths)} files): error-type / op accuracy"))
+        if args.mlflow_uri:
+            log_scores(mlflow_tracker(args.mlflow_uri), imported, {"mode": "memtracebench", "files": len(paths)})
+        return 0
+
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    unknown = sorted(set(systems) - set(ENTRY_BY_SYSTEM))
+    if unknown:
+        parser.error(f"unknown systems {unknown} (available: {list(ENTRY_BY_SYSTEM)})")
+    dataset = load_dataset({"kind": "sim", "seed": args.seed, "n_conversations": args.conversations})
+    scores: list[AttributorScore] = []
+    reports: list[InjectionReport] = []
+    with Progress(console=console, transient=True) as progress:
+        for name in systems:
+            task = progress.add_task(f"{name}: injecting faults", total=None)
+            cases, report = build_system_cases(
+                name, lm, dataset, lambda cfg: build_memory_system(cfg, HashingEmbedder()), sim_rule_instruction,
+                limit_per_kind=args.limit_per_kind, workers=args.workers,
+                on_case=lambda _kind, task=task: progress.advance(task),
+            )
+            progress.remove_task(task)
+            reports.append(report)
+            setting = BenchSetting(name, perfect_system(name, lm), make_judge(lm), lm)
+            scores.extend(score_all(cases, name, setting, attributors, console, progress))
+    for report in reports:
+        kept = ", ".join(f"{k} {report.kept_by_kind[k]}/{report.tried_by_kind[k]}" for k in report.kept_by_kind)
+        console.print(f"{report.system}: perfect run {report.perfect_correct}/{report.questions} correct, "
+                      f"{report.candidates} candidates; decisive/tried: {kept}")
+    console.print(render(scores, f"attribution on injected faults (sim seed {args.seed})"))
+    console.print(kind_table(scores))
+    if args.mlflow_uri:
+        run_id = log_scores(mlflow_tracker(args.mlflow_uri), scores, {
+            "mode": "injected", "seed": args.seed, "conversations": args.conversations,
+            "limit_per_kind": args.limit_per_kind, "paraphrase": str(args.paraphrase),
+        })
+        console.print(f"logged to MLflow run {run_id}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,225 @@
+"""Scoring attributors on failures whose one true cause is known (the attribution benchmark).
+
+A `BenchCase` is a failed case with its graph, conversation and ground truth (`InjectedFault`: the
+operation that carried out an injected fault, its stage and error type). `score_attributor` runs an
+`Attributor` on every case and summarizes, per system, into an `AttributorScore`:
+
+- error-type / stage / exact-operation accuracy: the blamed error type, stage, operation id equal the
+  truth's (an unattributed case counts as wrong);
+- within one hop: the blamed operation is the true one, or the two are adjacent in the graph (one
+  produces a variable the other consumes);
+- unattributed: share of cases where the attributor returned None;
+- verified: share of cases whose attribution has `verified is True`; verified precision: of those,
+  the share that are *right* — exact operation, or both stage and error type right (a verified blame
+  on the right stage and type names the right fix even when another operation of that stage is
+  named). None when nothing was verified;
+- cost: LM calls per case (`cost.lm_calls + cost.replay_calls`) and milliseconds per case, measured
+  around the `attribute` call.
+
+Building the cases is `pipeline.loop.fault_injection`; this module runs no memory system and only
+reads a clock (injectable) besides calling the attributor.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+
+from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
+from memtrace_loop.pipeline.analysis.blame import Attribution, ErrorType, Tunable
+from memtrace_loop.pipeline.core.graph import ExecutionGraph
+from memtrace_loop.pipeline.core.records import CaseResult, Conversation
+
+
+class FaultKind(StrEnum):
+    EXTRACTION_DROP = "extraction_drop"  # a fact dropped at extraction
+    UPDATE_OVERWRITE = "update_overwrite"  # a memory overwritten at update with unrelated text
+    DELETION = "deletion"  # the unit holding the evidence deleted
+    RETRIEVAL_MISS = "retrieval_miss"  # the evidence removed from a retrieval result
+    RESPONSE_WRONG = "response_wrong"  # a wrong answer given a perfect context
+    TRIMMED_BUFFER = "trimmed_buffer"  # Long-Context: the evidence entry trimmed out of the window
+    CHUNK_SPLIT = "chunk_split"  # RAG: a chunk boundary splitting the evidence turn
+
+
+@dataclass(frozen=True)
+class InjectedFault:
+    """The ground truth of one case: the injected fault and the operation that carried it out."""
+
+    question_id: str
+    system: str
+    kind: FaultKind
+    op: str
+    stage: str
+    error_type: ErrorType
+    tunable: Tunable = Tunable.PROMPT
+
+
+@dataclass(frozen=True)
+class BenchCase:
+    """A failed case whose one cause is known: its graph, judged result, conversation and truth."""
+
+    graph: ExecutionGraph
+    case: CaseResult
+    conversation: Conversation | None
+    truth: InjectedFault
+
+
+@dataclass(frozen=True)
+class CaseScore:
+    """One attributor's verdict on one case, compared with the truth."""
+
+    truth: InjectedFault
+    attribution: Attribution | None
+    error_type_ok: bool
+    stage_ok: bool
+    op_ok: bool
+    within_one_hop: bool
+    milliseconds: float
+    lm_calls: int
+
+    @property
+    def verified(self) -> bool:
+        return self.attribution is not None and self.attribution.verified is True
+
+    @property
+    def right(self) -> bool:
+        """Right for verified precision: the exact operation, or both stage and error type."""
+        return self.op_ok or (self.stage_ok and self.error_type_ok)
+
+
+@dataclass(frozen=True)
+class AttributorScore:
+    """An attributor's scores on the cases of one system (shares in [0, 1])."""
+
+    system: str
+    attributor: str
+    n: int
+    error_type_accuracy: float
+    stage_accuracy: float
+    op_accuracy: float
+    within_one_hop: float
+    unattributed: float
+    verified: float
+    verified_precision: float | None
+    lm_calls_per_case: float
+    ms_per_case: float
+    op_accuracy_by_kind: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    type_accuracy_by_kind: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    n_by_kind: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+
+    def as_row(self) -> dict[str, object]:
+        """Plain row for tables and MLflow (shares rounded to 4 places)."""
+        return {
+            "system": self.system,
+            "attributor": self.attributor,
+            "n": self.n,
+            "error_type_acc": round(self.error_type_accuracy, 4),
+            "stage_acc": round(self.stage_accuracy, 4),
+            "op_acc": round(self.op_accuracy, 4),
+            "op_within_1_hop": round(self.within_one_hop, 4),
+            "unattributed": round(self.unattributed, 4),
+            "verified": round(self.verified, 4),
+            "verified_precision": None if self.verified_precision is None else round(self.verified_precision, 4),
+            "lm_calls_per_case": round(self.lm_calls_per_case, 3),
+            "ms_per_case": round(self.ms_per_case, 3),
+        }
+
+    def metrics(self) -> dict[str, float]:
+        """The numeric part of `as_row`, for a metrics log."""
+        return {k: float(v) for k, v in self.as_row().items() if isinstance(v, (int, float)) and k != "n"} | {
+            "n": float(self.n)
+        }
+
+
+def adjacent(graph: ExecutionGraph, first: str, second: str) -> bool:
+    """True when the operations are equal or one produces a variable the other consumes."""
+    if first == second:
+        return True
+    if first not in graph or second not in graph:
+        return False
+    a, b = graph.operation(first), graph.operation(second)
+    return bool(set(a.outputs) & set(b.inputs) or set(b.outputs) & set(a.inputs))
+
+
+def compare(
+    case: BenchCase, attribution: Attribution | None, milliseconds: float = 0.0
+) -> CaseScore:
+    """Score one attribution (or None) against the case's truth. Pure."""
+    truth = case.truth
+    if attribution is None:
+        return CaseScore(truth, None, False, False, False, False, milliseconds, 0)
+    cost = attribution.cost
+    return CaseScore(
+        truth,
+        attribution,
+        error_type_ok=attribution.error_type == truth.error_type,
+        stage_ok=attribution.stage == truth.stage,
+        op_ok=attribution.op == truth.op,
+        within_one_hop=adjacent(case.graph, attribution.op, truth.op),
+        milliseconds=milliseconds,
+        lm_calls=cost.lm_calls + cost.replay_calls,
+    )
+
+
+def attribute_cases(
+    attributor: Attributor,
+    cases: Iterable[BenchCase],
+    clock: Callable[[], float] = time.perf_counter,
+    on_case: Callable[[BenchCase], None] | None = None,
+) -> tuple[CaseScore, ...]:
+    """Run `attributor` on every case (timing each call with `clock`) and compare with the truth."""
+    scores = []
+    for case in cases:
+        started = clock()
+        attribution = attributor.attribute(case.graph, case.case, case.conversation)
+        scores.append(compare(case, attribution, 1e3 * (clock() - started)))
+        if on_case is not None:
+            on_case(case)
+    return tuple(scores)
+
+
+def _share(flags: Sequence[bool]) -> float:
+    return sum(flags) / len(flags) if flags else 0.0
+
+
+def summarize(system: str, attributor: str, scores: Sequence[CaseScore]) -> AttributorScore:
+    """Fold case scores into an `AttributorScore`. Pure; an empty list scores 0.0 everywhere."""
+    n = len(scores)
+    verified = [s for s in scores if s.verified]
+    kinds = Counter(s.truth.kind.value for s in scores)
+    return AttributorScore(
+        system=system,
+        attributor=attributor,
+        n=n,
+        error_type_accuracy=_share([s.error_type_ok for s in scores]),
+        stage_accuracy=_share([s.stage_ok for s in scores]),
+        op_accuracy=_share([s.op_ok for s in scores]),
+        within_one_hop=_share([s.within_one_hop for s in scores]),
+        unattributed=_share([s.attribution is None for s in scores]),
+        verified=len(verified) / n if n else 0.0,
+        verified_precision=_share([s.right for s in verified]) if verified else None,
+        lm_calls_per_case=sum(s.lm_calls for s in scores) / n if n else 0.0,
+        ms_per_case=sum(s.milliseconds for s in scores) / n if n else 0.0,
+        op_accuracy_by_kind=MappingProxyType(
+            {k: _share([s.op_ok for s in scores if s.truth.kind.value == k]) for k in kinds}
+        ),
+        type_accuracy_by_kind=MappingProxyType(
+            {k: _share([s.error_type_ok for s in scores if s.truth.kind.value == k]) for k in kinds}
+        ),
+        n_by_kind=MappingProxyType(dict(kinds)),
+    )
+
+
+def score_attributor(
+    attributor: Attributor,
+    cases: Sequence[BenchCase],
+    system: str,
+    clock: Callable[[], float] = time.perf_counter,
+    on_case: Callable[[BenchCase], None] | None = None,
+) -> AttributorScore:
+    """`summarize` of `attribute_cases` for the cases of one system."""
+    return summarize(system, attributor.name, attribute_cases(attributor, cases, clock, on_case))

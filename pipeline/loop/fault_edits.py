@@ -1,0 +1,230 @@
+"""Faults injected into LM calls: a DSPy engine wrapper that alters the reply of ONE targeted call.
+
+`FaultInjectingEngine` wraps another DSPy custom engine (`dspy.LM(..., engine=...)`): it forwards every
+request and lets a `ReplyEdit` rewrite the reply of the first call the edit targets (by the reply's
+output fields and the request text: the evidence turn, the question); later calls pass untouched.
+`injected_lm` gives a copy of an LM with its engine wrapped. The edits here are the benchmark's LLM
+faults: drop the evidence turn's facts (Mem0 `extract`), events or narrative sentences (EverMemOS
+`write_events` / `write_episode`), UPDATE with unrelated text or DELETE the evidence units at the
+next Mem0 decision, answer wrongly. Replies are read and written in DSPy's chat-adapter (`[[ ## f ## ]]`)
+or JSON format. This module does not decide which case gets which fault (`pipeline.loop.fault_injection`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import dspy
+from dspy.lm15 import Message, Response, TextPart, response_to_events
+
+WRONG_ANSWER = "It is not mentioned in the conversation."
+UNRELATED_MEMORY = "Enjoys quiet evenings at home."
+
+
+# --------------------------------------------------------------------------- the reply protocol
+
+_MARKER = re.compile(r"\[\[ ## (?P<name>[A-Za-z_][A-Za-z0-9_]*) ## \]\]")
+
+
+def reply_fields(reply: str) -> dict[str, str] | None:
+    """The output fields of a DSPy adapter reply (chat markers or a JSON object), as raw strings."""
+    text = reply.strip()
+    if text.startswith("{"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            return None
+        if not isinstance(data, dict):
+            return None
+        return {k: v if isinstance(v, str) else json.dumps(v) for k, v in data.items()}
+    markers = list(_MARKER.finditer(text))
+    if not markers:
+        return None
+    fields: dict[str, str] = {}
+    for index, marker in enumerate(markers):
+        end = markers[index + 1].start() if index + 1 < len(markers) else len(text)
+        fields[marker.group("name")] = text[marker.end() : end].strip()
+    fields.pop("completed", None)
+    return fields
+
+
+def render_reply(fields: Mapping[str, str], json_mode: bool) -> str:
+    if json_mode:
+        return json.dumps({k: _json_or_text(v) for k, v in fields.items()}, ensure_ascii=False)
+    blocks = [f"[[ ## {name} ## ]]\n{value}" for name, value in fields.items()]
+    return "\n\n".join([*blocks, "[[ ## completed ## ]]"])
+
+
+def _json_or_text(value: str) -> Any:
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return value
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(w for w in re.findall(r"[a-z0-9]+", text.lower()) if len(w) > 2)
+
+
+def _overlap(a: str, b: str) -> float:
+    left, right = _words(a), _words(b)
+    return len(left & right) / len(left) if left else 0.0
+
+
+# --------------------------------------------------------------------------- the engine wrapper
+
+# An edit sees (request text, reply fields) and returns new fields for the targeted call, else None.
+ReplyEdit = Callable[[str, dict[str, str]], dict[str, str] | None]
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return "".join(getattr(part, "text", None) or "" for part in value)
+
+
+class FaultInjectingEngine:
+    """A DSPy custom engine around another: forwards every request, and lets `edit` alter the reply of
+    the first call it targets (only one: later matches are forwarded untouched). `fired` holds the
+    request text of the altered call. Thread-safe; no cache of its own."""
+
+    def __init__(self, inner: Any, edit: ReplyEdit) -> None:
+        self.inner = inner
+        self.edit = edit
+        self.fired: list[str] = []
+        self._lock = threading.Lock()
+        self.model_name = getattr(inner, "model_name", "fault-injected")
+
+    def complete(self, request: Any) -> Response:
+        response = self.inner.complete(request)
+        with self._lock:
+            if self.fired:
+                return response
+            prompt = "\n".join([_text(request.system), *((m.text or "") for m in request.messages)])
+            reply = (response.message.text or "") if response.message is not None else ""
+            fields = reply_fields(reply)
+            if fields is None:
+                return response
+            changed = self.edit(prompt, dict(fields))
+            if changed is None:
+                return response
+            self.fired.append(prompt)
+        new_text = render_reply(changed, reply.strip().startswith("{"))
+        return Response(
+            id=response.id, model=response.model, message=Message.assistant([TextPart(new_text)]),
+            finish_reason=response.finish_reason, usage=response.usage,
+        )
+
+    def stream(self, request: Any) -> Iterator[Any]:
+        return iter(response_to_events(self.complete(request)))
+
+    def close(self) -> None:
+        return None
+
+    def dump_state(self) -> dict[str, Any]:
+        return {}
+
+    @classmethod
+    def load_state(cls, state: dict[str, Any]) -> FaultInjectingEngine:
+        raise TypeError("a fault-injecting engine is built per case, not restored")
+
+
+def injected_lm(lm: dspy.LM, edit: ReplyEdit) -> tuple[dspy.LM, FaultInjectingEngine]:
+    """A copy of `lm` (uncached) whose engine is wrapped by a `FaultInjectingEngine`."""
+    engine = FaultInjectingEngine(lm.engine, edit)
+    return lm.copy(engine=engine, cache=False), engine
+
+
+# --------------------------------------------------------------------------- reply edits
+
+
+def drop_facts(turn_text: str) -> ReplyEdit:
+    """Mem0 extraction of the evidence turn: no facts."""
+
+    def edit(prompt: str, fields: dict[str, str]) -> dict[str, str] | None:
+        if "facts" not in fields or turn_text not in prompt:
+            return None
+        facts = _json_or_text(fields["facts"])
+        if not facts:
+            return None
+        return {**fields, "facts": "[]"}
+
+    return edit
+
+
+def drop_events(turn_text: str) -> ReplyEdit:
+    """EverMemOS event extraction of the episode holding the evidence turn: the events that carry the
+    turn's content are left out (those sharing at least half of the best match's overlap)."""
+
+    def edit(prompt: str, fields: dict[str, str]) -> dict[str, str] | None:
+        if "events" not in fields or turn_text not in prompt:
+            return None
+        events = _json_or_text(fields["events"])
+        if not isinstance(events, list) or not events:
+            return None
+        scores = [_overlap(turn_text, str(e.get("text", "") if isinstance(e, dict) else e)) for e in events]
+        best = max(scores)
+        if best <= 0:
+            return None
+        kept = [e for e, s in zip(events, scores, strict=True) if s < max(best * 0.5, 1e-9)]
+        return {**fields, "events": json.dumps(kept, ensure_ascii=False)}
+
+    return edit
+
+
+def drop_narrative(turn_text: str) -> ReplyEdit:
+    """EverMemOS episode writing of the episode holding the evidence turn: the sentences of the
+    narrative that carry the turn's content are left out."""
+
+    def edit(prompt: str, fields: dict[str, str]) -> dict[str, str] | None:
+        if "narrative" not in fields or turn_text not in prompt:
+            return None
+        sentences = re.split(r"(?<=[.!?])\s+", fields["narrative"])
+        scores = [_overlap(turn_text, s) for s in sentences]
+        best = max(scores, default=0.0)
+        if best <= 0:
+            return None
+        kept = [s for s, score in zip(sentences, scores, strict=True) if score < best * 0.5]
+        return {**fields, "narrative": " ".join(kept)}
+
+    return edit
+
+
+def change_units_after(turn_text: str, unit_ids: Sequence[str], event: str) -> ReplyEdit:
+    """Mem0 update decision: at the first decision after the evidence turn's own one, `event` (UPDATE
+    with unrelated text, or DELETE) every unit the evidence turn added."""
+    state = {"extracted": False, "decided": 0}
+
+    def edit(prompt: str, fields: dict[str, str]) -> dict[str, str] | None:
+        if "facts" in fields and turn_text in prompt:
+            state["extracted"] = True
+            return None
+        if "actions" not in fields or not state["extracted"]:
+            return None
+        state["decided"] += 1
+        if state["decided"] < 2:  # the evidence turn's own decision adds the units
+            return None
+        actions = _json_or_text(fields["actions"])
+        actions = actions if isinstance(actions, list) else []
+        text = UNRELATED_MEMORY if event == "UPDATE" else ""
+        added = [{"event": event, "id": unit, "text": text} for unit in unit_ids]
+        return {**fields, "actions": json.dumps([*actions, *added], ensure_ascii=False)}
+
+    return edit
+
+
+def wrong_answer(question_text: str) -> ReplyEdit:
+    """The answer to the question: a wrong one, whatever the context held."""
+
+    def edit(prompt: str, fields: dict[str, str]) -> dict[str, str] | None:
+        if "answer" not in fields or question_text not in prompt or "label" in fields:
+            return None
+        return {**fields, "answer": WRONG_ANSWER}
+
+    return edit
