@@ -157,6 +157,7 @@ def blame_table(blame: BlameTable, title: str) -> Table:
     for row in blame.rows:
         table.add_row(
             row.stage, row.tunable.value, str(row.count), _pct(row.share), f"{row.weight:.2f}", str(row.verified),
-            str(row.refuted), ", ".join(f"{kind.removesuffix('Error')} {n}" for kind, n in row.count_by_error_type.items()),
+            str(row.refuted),
+            ", ".join(f"{kind.removesuffix('Error')} {n}" for kind, n in row.count_by_error_type.items()),
         )
     return table
