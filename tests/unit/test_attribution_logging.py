@@ -78,7 +78,8 @@ def test_the_llm_attributor_is_built_with_its_settings():
     llm = pytest.importorskip("memtrace_loop.pipeline.analysis.attribution.llm")
     from memtrace_loop.pipeline.backends.registry import build_lm_set
 
-    lms = build_lm_set({role: {"backend": "sim"} for role in ("task", "judge", "attributor", "rewriter")})
+    roles = ("task", "judge", "attributor", "rewriter")
+    lms = build_lm_set({role: {"backend": "sim", "model": "stand-in"} for role in roles})
     built = build_attributor({"name": "llm", "max_steps": 5, "max_chars_per_step": 900}, lms)
     assert isinstance(built, llm.LLMAttributor)
     assert built.settings == llm.LLMAttributorSettings(max_steps=5, max_chars_per_step=900)
