@@ -96,11 +96,10 @@ def attribute_saved_run(
         saved.results, saved.graph_by_conversation, {c.id: c for c in dataset.conversations},
         tuple(plain["evaluation"]["exclude_categories"]),
     )
-    on_case = None
-    if progress is not None:
-        progress.begin("attribute", len(run.failures()))
-        on_case = lambda _case: progress.advance("attribute")  # noqa: E731
-    return attribute_run(attributor, run, on_case)
+    if progress is None:
+        return attribute_run(attributor, run)
+    progress.begin("attribute", len(run.failures()))
+    return attribute_run(attributor, run, lambda _case: progress.advance("attribute"))
 
 
 def attribute(cfg: DictConfig | Mapping[str, Any], console: Console | None = None) -> dict[str, Any]:
