@@ -10,15 +10,23 @@ key with its value while each value is written once. Validation is `experiments.
 from __future__ import annotations
 
 from hydra.core.config_store import ConfigStore
-from memtrace_loop.experiments.config import ExportConfig, OptimizeConfig, RunConfig, StagesConfig, TrackingConfig
+from memtrace_loop.experiments.config import (
+    AttributeConfig,
+    ExportConfig,
+    OptimizeConfig,
+    RunConfig,
+    StagesConfig,
+    TrackingConfig,
+)
 from memtrace_loop.memory_systems.registry import ENTRY_BY_SYSTEM, knobs_schema
 from memtrace_loop.optimizers.registry import ENTRY_BY_OPTIMIZER
+from memtrace_loop.pipeline.analysis.attribution.registry import ENTRY_BY_ATTRIBUTOR
 from memtrace_loop.pipeline.backends.embeddings import HASHING_DIM, EmbedderConfig
 from memtrace_loop.pipeline.backends.registry import ENTRY_BY_BACKEND
 from memtrace_loop.pipeline.core.config import defaults_of
 from memtrace_loop.pipeline.data.registry import ENTRY_BY_KIND
 
-_GROUPS = ("lm", "embedder", "memory_system", "dataset", "tracking", "optimizer")
+_GROUPS = ("lm", "embedder", "memory_system", "dataset", "tracking", "optimizer", "attributor")
 
 
 def _top_level(schema: type) -> dict:
@@ -38,9 +46,11 @@ def store_schemas() -> None:
         cs.store(group="schema/dataset", name=kind, node=defaults_of(entry.schema))
     for name, entry in ENTRY_BY_OPTIMIZER.items():
         cs.store(group="schema/optimizer", name=name, node=defaults_of(entry.schema))
+    for name, entry in ENTRY_BY_ATTRIBUTOR.items():
+        cs.store(group="schema/attributor", name=name, node=defaults_of(entry.schema))
     cs.store(group="schema/tracking", name="base", node=defaults_of(TrackingConfig))
     for app, schema in (("run", RunConfig), ("optimize", OptimizeConfig), ("stages", StagesConfig),
-                        ("export", ExportConfig)):
+                        ("export", ExportConfig), ("attribute", AttributeConfig)):
         cs.store(group="schema", name=app, node=_top_level(schema))
 
 

@@ -15,6 +15,7 @@ USAGE = """usage: memtrace <command> [hydra overrides...]
 commands:
   run       run a memory system over a dataset split: trace, evaluate, log to MLflow
   optimize  the closed loop: attribute failures, rewrite the most-blamed prompts, gate on dev, export
+  attribute attribute the failures of a logged or saved run without rerunning it (run_id=... | run_dir=...)
   export    write the best prompt set of an MLflow run as JSON/YAML (run_id=... out=...)
   stages    list every stage of a memory system with its current instruction (memory_system=...)
 
@@ -27,6 +28,10 @@ examples:
   memtrace optimize optimizer=uniform           # the no-attribution baseline
   memtrace optimize -m experiment=compare_optimizers   # attribution vs uniform vs none, one MLflow experiment
   memtrace optimize resume=outputs/optimize/<run>      # continue an interrupted run
+  memtrace optimize attributor=lineage attributor.verify=true  # check every blame by replay
+  memtrace optimize attributor=llm              # an LM walks the graph (lm.attributor)
+  memtrace attribute run_id=<mlflow run id>     # blame table of a `memtrace run`, without rerunning it
+  memtrace attribute run_dir=outputs/run/<run> attributor.verify=true
   memtrace export run_id=<mlflow run id> out=prompts.yaml
   memtrace run prompts=prompts.yaml              # load an exported prompt set
   memtrace stages memory_system=evermemos        # every stage and its current instruction
@@ -34,9 +39,10 @@ examples:
 
 
 def _commands() -> dict[str, Callable[[], object]]:
-    from memtrace_loop.experiments import export, optimize, run, stages
+    from memtrace_loop.experiments import attribute, export, optimize, run, stages
 
-    return {"run": run.main, "optimize": optimize.main, "export": export.main, "stages": stages.main}
+    return {"run": run.main, "optimize": optimize.main, "attribute": attribute.main, "export": export.main,
+            "stages": stages.main}
 
 
 def main(argv: list[str] | None = None) -> int:

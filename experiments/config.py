@@ -1,13 +1,14 @@
 """The schemas of the apps' top-level configs and the one place a composed config is validated.
 
-`RunConfig`, `OptimizeConfig`, `StagesConfig` and `ExportConfig` are frozen records of the keys of
-`conf/{run,optimize,stages,export}.yaml` outside the groups (`seed`, `workers`, `split`, `splits`,
-`evaluation`, `loop`, `tracking`, ...); their field defaults are THE defaults (the YAML files only select
-groups and wire interpolations; `conf/__init__.py` composes the tree from these defaults). Each group
-node is checked by its own registry's schema: `lm` (`LMConfig` per role), `embedder` (`EmbedderConfig`),
-`memory_system` (the system's knobs record), `dataset` (`pipeline.data.registry`), `optimizer`
-(`optimizers.registry`). `validated_run(plain)` etc. raise a `ConfigError` naming the full key for an
-unknown key, a wrong type or an out-of-range value. Nothing here builds or runs anything.
+`RunConfig`, `OptimizeConfig`, `AttributeConfig`, `StagesConfig` and `ExportConfig` are frozen records
+of the keys of `conf/{run,optimize,attribute,stages,export}.yaml` outside the groups (`seed`, `workers`,
+`split`, `splits`, `evaluation`, `loop`, `tracking`, ...); their field defaults are THE defaults (the
+YAML files only select groups and wire interpolations; `conf/__init__.py` composes the tree from these
+defaults). Each group node is checked by its own registry's schema: `lm` (`LMConfig` per role),
+`embedder` (`EmbedderConfig`), `memory_system` (the system's knobs record), `dataset`
+(`pipeline.data.registry`), `optimizer` (`optimizers.registry`), `attributor`
+(`pipeline.analysis.attribution.registry`). `validated_run(plain)` etc. raise a `ConfigError` naming
+the full key for an unknown key, a wrong type or an out-of-range value. Nothing here builds or runs anything.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pydantic
 from memtrace_loop.memory_systems.base import knobs_from_config
 from memtrace_loop.memory_systems.registry import knobs_schema
 from memtrace_loop.optimizers.registry import optimizer_settings
+from memtrace_loop.pipeline.analysis.attribution.registry import attributor_settings
 from memtrace_loop.pipeline.backends.embeddings import EmbedderConfig
 from memtrace_loop.pipeline.backends.registry import lm_set_configs
 from memtrace_loop.pipeline.core.config import ConfigError, parse_config, require
@@ -109,6 +111,7 @@ class OptimizeConfig(_AppConfig):
     """`memtrace optimize`."""
 
     optimizer: Group
+    attributor: Group = field(default_factory=lambda: {"name": "lineage"})  # checked by its registry
     loop: LoopConfig = field(default_factory=LoopConfig)
     resume: str | None = None  # a previous run directory (with checkpoint.json) to continue
     register_prompts: bool = True  # register accepted prompt sets in MLflow's prompt registry
@@ -119,6 +122,33 @@ class OptimizeConfig(_AppConfig):
             max_candidates=self.loop.max_candidates, exclude_categories=self.evaluation.exclude_categories,
             workers=self.workers, seed=self.seed,
         )
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttributeConfig:
+    """`memtrace attribute`: attribute the failures of a saved (`run_dir`) or logged (`run_id`) run.
+
+    The dataset, memory system, embedder, excluded categories and prompts come from the source run's
+    saved config when it has one (`use_run_config`); these keys are the fallback."""
+
+    lm: Group
+    embedder: Group
+    memory_system: Group
+    dataset: Group
+    attributor: Group
+    tracking: TrackingConfig
+    evaluation: EvaluationConfig
+    cache_dir: str
+    seed: int = LoopSettings.seed  # the fallback dataset's seed (a generated dataset)
+    run_id: str | None = None  # an MLflow run of `memtrace run`
+    run_dir: str | None = None  # ... or a directory `memtrace run` saved (cases.json, graphs/)
+    use_run_config: bool = True
+    log: bool = True  # log the attributions to MLflow (a run tagged memtrace.command=attribute)
+    run_name: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.run_id is None) == (self.run_dir is None):
+            raise ValueError("give exactly one of run_id=<mlflow run id> or run_dir=<saved run directory>")
 
 
 @dataclass(frozen=True)
@@ -154,6 +184,7 @@ def _group_checks(plain: Mapping[str, Any]) -> list[Callable[[], object]]:
         "memory_system": lambda: check_memory_system(plain["memory_system"]),
         "dataset": lambda: dataset_config(plain["dataset"]),
         "optimizer": lambda: optimizer_settings(node.get("name") if isinstance(node, Mapping) else None, node),
+        "attributor": lambda: attributor_settings(plain["attributor"]),
     }
     return [check for key, check in checks.items() if key in plain]
 
@@ -183,6 +214,10 @@ def validated_run(plain: Mapping[str, Any]) -> RunConfig:
 
 def validated_optimize(plain: Mapping[str, Any]) -> OptimizeConfig:
     return _validated(OptimizeConfig, plain)
+
+
+def validated_attribute(plain: Mapping[str, Any]) -> AttributeConfig:
+    return _validated(AttributeConfig, plain)
 
 
 def validated_stages(plain: Mapping[str, Any]) -> StagesConfig:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import math
 
+from memtrace_loop.pipeline.analysis.blame import BlameTable
 from memtrace_loop.pipeline.analysis.evaluation import EvaluationReport, MetricSummary
 from memtrace_loop.pipeline.loop.optimization import LoopResult
 from memtrace_loop.pipeline.loop.runner import LMCallCounts
@@ -145,3 +146,18 @@ def loop_tables(result: LoopResult, system_name: str) -> list[Table]:
                     _headline(c.rationale),
                 )
     return [scores, blame, accepted]
+
+
+def blame_table(blame: BlameTable, title: str) -> Table:
+    """Blame per stage, most blamed first: count, weighted share, and how many blames a replay
+    confirmed or refuted (all 0 when nothing was verified)."""
+    table = Table(title=title)
+    for column in ("stage", "tunable", "count", "share %", "weight", "verified", "refuted", "error types"):
+        table.add_column(column, justify="left" if column in ("stage", "tunable", "error types") else "right")
+    for row in blame.rows:
+        table.add_row(
+            row.stage, row.tunable.value, str(row.count), _pct(row.share), f"{row.weight:.2f}", str(row.verified),
+            str(row.refuted),
+            ", ".join(f"{kind.removesuffix('Error')} {n}" for kind, n in row.count_by_error_type.items()),
+        )
+    return table

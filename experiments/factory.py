@@ -1,7 +1,7 @@
 """Turning a composed (and validated, see `experiments.config`) Hydra config into the objects a run
-needs: dataset split, LMs, system, judge. Config names meet constructors through the registries
+needs: dataset split, LMs, system, judge, attributor. Config names meet constructors through the registries
 (`pipeline.backends.registry`, `pipeline.data.registry`, `memory_systems.registry`,
-`optimizers.registry`). It does not run anything and does not log.
+`optimizers.registry`, `pipeline.analysis.attribution.registry`). It does not run anything and does not log.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.memory_systems.registry import build_memory_system
+from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
+from memtrace_loop.pipeline.analysis.attribution.registry import build_attributor
 from memtrace_loop.pipeline.backends.embeddings import build_embedder
 from memtrace_loop.pipeline.backends.lm import LMSet
 from memtrace_loop.pipeline.backends.registry import build_lm_set
@@ -86,6 +88,7 @@ def build_components(plain: Mapping[str, Any], base_dir: Path) -> tuple[LMSet, M
 
 __all__ = [
     "ConfigError",
+    "attributor_of",
     "build_components",
     "build_memory_system",
     "launch_dir",
@@ -97,6 +100,16 @@ __all__ = [
     "to_plain",
     "with_prompt_file",
 ]
+
+
+def attributor_of(
+    plain: Mapping[str, Any], lms: LMSet | None, system: MemorySystem | None, judge: dspy.Predict | None
+) -> Attributor:
+    """The attributor the `attributor` node selects (lineage when the config has none), with the run's
+    embedder for matching by meaning and `system` + `judge` for replay verification."""
+    node = plain.get("attributor") or {"name": "lineage"}
+    embedder = build_embedder(plain["embedder"]) if "embedder" in plain else None
+    return build_attributor(node, lms, system, judge, embedder)
 
 
 def splits_of(plain: Mapping[str, Any], base_dir: Path) -> Split:

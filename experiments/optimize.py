@@ -22,9 +22,16 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from memtrace_loop.experiments.config import validated_optimize
 from memtrace_loop.experiments.console import RichProgress, loop_tables, setup_logging
-from memtrace_loop.experiments.factory import build_components, launch_dir, resolve, secret_values, splits_of, to_plain
+from memtrace_loop.experiments.factory import (
+    attributor_of,
+    build_components,
+    launch_dir,
+    resolve,
+    secret_values,
+    splits_of,
+    to_plain,
+)
 from memtrace_loop.optimizers.registry import build_optimizer
-from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
 from memtrace_loop.pipeline.backends.lm import configure_cache
 from memtrace_loop.pipeline.loop.optimization import (
     CheckpointError,
@@ -101,6 +108,7 @@ def optimize(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
             raise ValueError(f"the {name} split is empty: use a dataset with at least 3 conversations")
     optimizer = build_optimizer(plain["optimizer"]["name"], lms.rewriter, plain["optimizer"])
     settings = config.loop_settings()
+    attributor = attributor_of(plain, lms, system, judge)
 
     tracker: Tracker = MlflowTracker(plain["tracking"]["uri"])
     tracker.open_experiment(plain["tracking"]["experiment"])
@@ -115,6 +123,7 @@ def optimize(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
                     "memtrace.system": system.name,
                     "memtrace.dataset": parts.train.name,
                     "memtrace.optimizer": plain["optimizer"]["name"],
+                    "memtrace.attributor": attributor.name,
                     "git_commit": git_commit(base_dir),
                 }
             )
@@ -128,7 +137,7 @@ def optimize(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
                 system, judge, optimizer, Splits(parts.train, parts.dev, parts.test), settings,
                 checkpoint=run_dir / CHECKPOINT, config_digest=config_digest(plain), observers=[observer],
                 progress=progress, checkpoint_extra=lambda: {"mlflow_run_id": run_id},
-                attributor=LineageAttributor(),
+                attributor=attributor,
             )
             result = loop.run(resume=resuming)
         paths = export_best(result, system.name, run_id, run_dir)

@@ -10,8 +10,10 @@ from __future__ import annotations
 import logging
 import math
 import time
+from pathlib import Path
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
 from memtrace_loop.experiments.config import validated_run
 from memtrace_loop.experiments.console import RichProgress, counts_line, report_table, setup_logging
 from memtrace_loop.experiments.factory import (
@@ -25,7 +27,15 @@ from memtrace_loop.experiments.factory import (
 from memtrace_loop.pipeline.backends.lm import configure_cache
 from memtrace_loop.pipeline.loop.runner import run_dataset
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
-from memtrace_loop.pipeline.tracking.run_logging import flatten, git_commit, log_params, log_run_result, scrub
+from memtrace_loop.pipeline.tracking.run_logging import (
+    ARTIFACTS_DIR,
+    flatten,
+    git_commit,
+    log_params,
+    log_run_result,
+    save_run,
+    scrub,
+)
 from omegaconf import DictConfig
 from rich.console import Console
 
@@ -51,6 +61,8 @@ def run(cfg: DictConfig, console: Console | None = None) -> dict[str, object]:
         system.name, dataset.name, plain["split"], len(dataset.conversations), len(dataset.questions),
     )
 
+    # saved beside Hydra's own files, so `memtrace attribute run_dir=<output dir>` can read them back
+    run_dir = Path(HydraConfig.get().runtime.output_dir) / ARTIFACTS_DIR if HydraConfig.initialized() else None
     started = time.perf_counter()
     with RichProgress(console) as progress:
         result = run_dataset(
@@ -73,7 +85,8 @@ def run(cfg: DictConfig, console: Console | None = None) -> dict[str, object]:
             }
         )
         log_params(tracker, flatten(plain), secrets)
-        log_run_result(tracker, result, system.prompt_set(), secrets)
+        saved = save_run(run_dir, result, system.prompt_set(), secrets, plain) if run_dir else None
+        log_run_result(tracker, result, system.prompt_set(), secrets, plain, saved=saved)
         tracker.log_metrics({"elapsed_s": elapsed})
 
     console.print(report_table(result.report, f"{system.name} on {dataset.name} ({plain['split']})"))
@@ -82,7 +95,11 @@ def run(cfg: DictConfig, console: Console | None = None) -> dict[str, object]:
     console.print(f"MLflow run [bold]{run_id}[/] in {uri} (experiment {plain['tracking']['experiment']!r})")
     if uri.startswith("sqlite:///"):
         console.print(f"Open it with: mlflow ui --backend-store-uri {uri}")
-    return {"run_id": run_id, "judge_accuracy": result.report.overall.judge_accuracy}
+    if saved is not None:
+        console.print(f"Saved cases and graphs in {saved}; attribute them with: "
+                      f"memtrace attribute run_dir={saved.parent}")
+    return {"run_id": run_id, "judge_accuracy": result.report.overall.judge_accuracy,
+            "run_dir": str(saved.parent) if saved else None}
 
 
 @hydra.main(config_path="pkg://memtrace_loop.conf", config_name="run", version_base="1.3")

@@ -2,7 +2,8 @@
 
 `feedback_for_attribution` turns one `Attribution` into a `FailureFeedback` block (question, gold
 answer, the system's answer, the error type at the blamed operation, and the attribution's reason as
-the diagnosis); `feedback_without_attribution` builds the block the no-attribution baseline sends to
+the diagnosis; when the attribution names a joint decisive set, a line naming its operations in order);
+`feedback_without_attribution` builds the block the no-attribution baseline sends to
 every stage (same facts, a fixed diagnosis that says nothing about where the failure came from).
 `fold_feedback` folds any number of blocks into a text of at most `max_chars` characters: blocks are
 grouped by error type (largest group first), a few representative blocks per group are kept
@@ -23,6 +24,7 @@ from memtrace_loop.pipeline.backends.text import long_letter_words
 from memtrace_loop.pipeline.core.records import CaseResult
 
 DIAGNOSIS_LABEL = "Diagnosis:"
+JOINT_LABEL = "Joint cause: no single repair rescued this case; these operations needed repair together:"
 UNATTRIBUTED = "Unattributed"
 NO_ATTRIBUTION_DIAGNOSIS = (
     "the final answer was wrong; no attribution was made, so this failure is sent to every stage."
@@ -58,6 +60,7 @@ class FailureFeedback:
     diagnosis: str
     confidence: float = 0.0
     verified: bool | None = None
+    joint: tuple[str, ...] = ()  # the decisive set's operations in order, when one repair alone was not enough
 
     def render(self) -> str:
         if self.op_name:
@@ -68,15 +71,16 @@ class FailureFeedback:
                 error += " (not confirmed by replay)"
         else:
             error = f"{self.error_type} (no operation blamed)"
-        return "\n".join(
-            (
-                f"Question: {clip(self.question, _LIMITS['question'])}",
-                f"Gold answer: {clip(self.gold, _LIMITS['gold'])}",
-                f"System answered: {clip(self.answer, _LIMITS['answer']) or '(nothing)'}",
-                f"Error: {error}",
-                f"{DIAGNOSIS_LABEL} {clip(self.diagnosis, _LIMITS['diagnosis'])}",
-            )
-        )
+        lines = [
+            f"Question: {clip(self.question, _LIMITS['question'])}",
+            f"Gold answer: {clip(self.gold, _LIMITS['gold'])}",
+            f"System answered: {clip(self.answer, _LIMITS['answer']) or '(nothing)'}",
+            f"Error: {error}",
+        ]
+        if len(self.joint) > 1:
+            lines.append(f"{JOINT_LABEL} {', then '.join(self.joint)}")
+        lines.append(f"{DIAGNOSIS_LABEL} {clip(self.diagnosis, _LIMITS['diagnosis'])}")
+        return "\n".join(lines)
 
 
 def feedback_for_attribution(attribution: Attribution) -> FailureFeedback:
@@ -92,6 +96,7 @@ def feedback_for_attribution(attribution: Attribution) -> FailureFeedback:
         diagnosis=attribution.reason or "(the attributor gave no reason)",
         confidence=attribution.confidence,
         verified=attribution.verified,
+        joint=tuple(f"{f.op_name or f.op} ({f.stage})" for f in attribution.joint),
     )
 
 

@@ -1,11 +1,12 @@
 """Tracking an optimization run: one nested run per iteration under the tracker's active parent run.
 
-Each iteration's nested run gets train/dev metrics (step = iteration), the blame table, the attribution
-table, every candidate with its prompt diff and gate verdict, and LLM-call counts; accepted prompt sets
-are registered in the tracker's prompt registry. At the end the parent run gets the test metrics of
-the starting and final prompt sets, the score and blame plots (PNG), the history and the exported
-prompt files. Every text passes `scrub`. Everything goes through the `Tracker` protocol (MLflow in
-production). This module does not run the loop and does not decide anything.
+Each iteration's nested run gets train/dev metrics (step = iteration), the blame table (with weights
+and replay-verified / refuted counts), the attribution table (verified, joint decisive set, cost) and
+the `attribution.*` shares, every candidate with its prompt diff and gate verdict, and LLM-call
+counts; accepted prompt sets are registered in the tracker's prompt registry. At the end the parent
+run gets the test metrics of the starting and final prompt sets, the score and blame plots (PNG), the
+history and the exported prompt files. Every text passes `scrub`. Everything goes through the
+`Tracker` protocol (MLflow in production). This module does not run the loop and does not decide anything.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from memtrace_loop.pipeline.core.records import PromptSet
 from memtrace_loop.pipeline.loop.optimization import IterationRecord, LoopResult
 from memtrace_loop.pipeline.loop.summaries import IterationSummary
 from memtrace_loop.pipeline.tracking.plots import IterationScore, plot_blame, plot_scores
-from memtrace_loop.pipeline.tracking.run_logging import run_metrics, scrub
+from memtrace_loop.pipeline.tracking.run_logging import attribution_columns, attribution_metrics, run_metrics, scrub
 from memtrace_loop.pipeline.tracking.tracker import Tracker
 
 logger = logging.getLogger(__name__)
@@ -43,14 +44,9 @@ def prompt_diff(before: PromptSet, after: PromptSet) -> str:
     return "\n".join(chunks)
 
 
-def attribution_rows(record: IterationRecord) -> dict[str, list[str]]:
-    columns = ("question_id", "category", "error_type", "stage", "op", "op_name", "tunable", "confidence", "reason")
-    rows = [
-        (a.question_id, a.case.question.category_name, a.error_type.value, a.stage, a.op, a.op_name, a.tunable,
-         f"{a.confidence:.2f}", a.reason)
-        for a in record.attributions
-    ]
-    return {column: [str(row[i]) for row in rows] for i, column in enumerate(columns)}
+def attribution_table(record: IterationRecord, secrets: Iterable[str] = ()) -> dict[str, list[str]]:
+    """The iteration's attributions as logged columns (`run_logging.ATTRIBUTION_COLUMNS`)."""
+    return attribution_columns(record.attributions, secrets)
 
 
 def blame_by_iteration(history: Iterable[IterationSummary]) -> list[tuple[int, BlameTable]]:
@@ -82,14 +78,13 @@ class TrackingLoopObserver:
                 "candidates": len(record.outcomes),
                 "accepted": int(record.accepted is not None),
                 "attributed_failures": len(record.attributions),
+                **attribution_metrics(record.attributions),
             }
             tracker.log_metrics(metrics, step=record.iteration)
             self._text(json.dumps(record.prompts.to_dict(), indent=2, ensure_ascii=False), "prompts.json")
             self._text(json.dumps(record.blame.as_rows(), indent=2), "blame.json")
             if record.attributions:
-                table = attribution_rows(record)
-                tracker.log_table({k: [scrub(v, self.secrets) for v in vs] for k, vs in table.items()},
-                                  "attributions.json")
+                tracker.log_table(attribution_table(record, self.secrets), "attributions.json")
             for index, outcome in enumerate(record.outcomes):
                 verdict = "accepted" if outcome.accepted else "rejected"
                 header = (

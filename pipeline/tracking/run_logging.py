@@ -2,7 +2,8 @@
 secrets scrubbed.
 
 `log_params` logs flattened config params, `log_run_result` one evaluated run, both into the
-tracker's active run. Every text that leaves through here passes `scrub`, which replaces the values
+tracker's active run; `save_run` writes a run's artifacts (with `cases.json`, so it can be attributed
+later) into a directory. Every text that leaves through here passes `scrub`, which replaces the values
 of the configured secret environment variables. This module does not run anything, does not decide
 what a run is and does not know which tracker it talks to (`pipeline.tracking.mlflow_tracker`).
 """
@@ -17,7 +18,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from memtrace_loop.pipeline.analysis.blame import Attribution
 from memtrace_loop.pipeline.analysis.evaluation import flat_metrics
+from memtrace_loop.pipeline.core.case_io import cases_to_json
 from memtrace_loop.pipeline.core.graph_io import graph_to_json
 from memtrace_loop.pipeline.core.records import PromptSet
 from memtrace_loop.pipeline.loop.runner import RunResult
@@ -89,6 +92,79 @@ def result_rows(result: RunResult) -> list[dict[str, Any]]:
     ]
 
 
+ATTRIBUTION_COLUMNS = (
+    "question_id", "category", "error_type", "stage", "op", "op_name", "tunable", "confidence", "method",
+    "verified", "joint", "cost_lm_calls", "replay_calls", "reason",
+)
+
+
+def attribution_rows(attributions: Iterable[Attribution]) -> list[dict[str, Any]]:
+    """One plain row per attribution (JSON-able): the blamed operation, whether a replay confirmed it
+    (`verified`: true / false / null when unchecked), the decisive set's operations in order (`joint`,
+    empty for a single cause) and what finding and checking it cost."""
+    return [
+        {
+            "question_id": a.question_id,
+            "conversation_id": a.case.question.conversation_id,
+            "category": a.case.question.category_name,
+            "error_type": a.error_type.value,
+            "stage": a.stage,
+            "op": a.op,
+            "op_name": a.op_name,
+            "tunable": a.tunable.value,
+            "confidence": round(a.confidence, 4),
+            "method": a.method,
+            "verified": a.verified,
+            "joint": [f.op for f in a.joint],
+            "joint_names": [f.op_name for f in a.joint],
+            "joint_stages": [f.stage for f in a.joint],
+            "evidence": list(a.evidence),
+            "pseudo_evidence": a.pseudo_evidence,
+            "cost_lm_calls": a.cost.lm_calls,
+            "prompt_tokens": a.cost.prompt_tokens,
+            "completion_tokens": a.cost.completion_tokens,
+            "replay_calls": a.cost.replay_calls,
+            "seconds": round(a.cost.seconds, 4),
+            "reason": a.reason,
+        }
+        for a in attributions
+    ]
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value)
+    return f"{value:.2f}" if isinstance(value, float) else str(value)
+
+
+def attribution_columns(attributions: Iterable[Attribution], secrets: Iterable[str] = ()) -> dict[str, list[str]]:
+    """The attribution table as string columns (`ATTRIBUTION_COLUMNS`) for a tracker's `log_table`."""
+    secrets = tuple(secrets)
+    rows = attribution_rows(attributions)
+    return {column: [scrub(_cell(row[column]), secrets) for row in rows] for column in ATTRIBUTION_COLUMNS}
+
+
+def attribution_metrics(attributions: Iterable[Attribution], prefix: str = "attribution.") -> dict[str, float]:
+    """Shares of the attributions a replay confirmed, refuted, and that name a joint decisive set
+    (all 0 when there are none), with their count and replayed calls."""
+    items = list(attributions)
+    n = len(items)
+
+    def share(count: int) -> float:
+        return count / n if n else 0.0
+
+    return {
+        f"{prefix}count": float(n),
+        f"{prefix}verified_share": share(sum(1 for a in items if a.verified is True)),
+        f"{prefix}refuted_share": share(sum(1 for a in items if a.verified is False)),
+        f"{prefix}joint_share": share(sum(1 for a in items if len(a.joint) > 1)),
+        f"{prefix}lm_calls": float(sum(a.cost.lm_calls for a in items)),
+        f"{prefix}replay_calls": float(sum(a.cost.replay_calls for a in items)),
+    }
+
+
 def run_metrics(result: RunResult, prefix: str = "") -> dict[str, float]:
     metrics = {f"{prefix}{k}": float(v) for k, v in flat_metrics(result.report).items()}
     counts = result.counts
@@ -104,19 +180,46 @@ def run_metrics(result: RunResult, prefix: str = "") -> dict[str, float]:
     return metrics
 
 
-def log_run_result(tracker: Tracker, result: RunResult, prompts: PromptSet, secrets: Iterable[str]) -> None:
-    """Log metrics, the per-question table, graphs, prompt set and report into the active run."""
+CASES_FILE = "cases.json"  # every judged case, readable back (`pipeline.core.case_io`)
+CONFIG_FILE = "config.json"  # the composed config the run was made with
+GRAPHS_DIR = "graphs"
+ARTIFACTS_DIR = "artifacts"  # the folder of a run's output directory that `save_run` writes
+
+
+def save_run(
+    directory: Path, result: RunResult, prompts: PromptSet, secrets: Iterable[str],
+    config: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write the run's artifacts into `directory`: results.json (the table), cases.json, prompts.json,
+    report.json, graphs/<conversation>.json and, when given, config.json. A run saved so can be
+    attributed later without rerunning it (`pipeline.tracking.saved_run`)."""
+    secrets = tuple(secrets)
+    directory.mkdir(parents=True, exist_ok=True)
+    _write(directory, "results.json", json.dumps(result_rows(result), ensure_ascii=False, indent=1), secrets)
+    _write(directory, CASES_FILE, cases_to_json(result.results), secrets)
+    _write(directory, "prompts.json", json.dumps(prompts.to_dict(), indent=2, ensure_ascii=False), secrets)
+    _write(directory, "report.json", json.dumps(flat_metrics(result.report), indent=2), secrets)
+    if config is not None:
+        _write(directory, CONFIG_FILE, json.dumps(config, indent=2, ensure_ascii=False), secrets)
+    for conversation_id, graph in result.graph_by_conversation.items():
+        _write(directory, f"{GRAPHS_DIR}/{conversation_id}.json", graph_to_json(graph), secrets)
+    return directory
+
+
+def log_run_result(
+    tracker: Tracker, result: RunResult, prompts: PromptSet, secrets: Iterable[str],
+    config: Mapping[str, Any] | None = None, saved: Path | None = None,
+) -> None:
+    """Log metrics, the per-question table, cases, graphs, prompt set, report (and config) into the
+    active run; `saved` is a directory `save_run` already wrote them to (else a temporary one is used)."""
     secrets = tuple(secrets)
     tracker.log_metrics(run_metrics(result))
     rows = result_rows(result)
-    with tempfile.TemporaryDirectory(prefix="memtrace-artifacts-") as tmp:
-        directory = Path(tmp)
-        _write(directory, "results.json", json.dumps(rows, ensure_ascii=False, indent=1), secrets)
-        _write(directory, "prompts.json", json.dumps(prompts.to_dict(), indent=2, ensure_ascii=False), secrets)
-        _write(directory, "report.json", json.dumps(flat_metrics(result.report), indent=2), secrets)
-        for conversation_id, graph in result.graph_by_conversation.items():
-            _write(directory, f"graphs/{conversation_id}.json", graph_to_json(graph), secrets)
-        tracker.log_artifacts(directory)
+    if saved is not None:
+        tracker.log_artifacts(saved)
+    else:
+        with tempfile.TemporaryDirectory(prefix="memtrace-artifacts-") as tmp:
+            tracker.log_artifacts(save_run(Path(tmp), result, prompts, secrets, config))
     columns = {key: [scrub(str(row[key]), secrets) for row in rows] for key in (rows[0] if rows else {})}
     if columns:
         tracker.log_table(columns, "results_table.json")

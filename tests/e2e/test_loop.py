@@ -272,6 +272,11 @@ def test_the_loop_observer_logs_every_iteration_through_the_tracker_protocol(res
     first = children[1]
     assert {"prompts.json", "blame.json", "attributions.json", "candidates/0-accepted.diff"} <= set(first.artifacts)
     assert first.metric("accepted") == [(1.0, 1)]
+    table = json.loads(first.text("attributions.json"))
+    assert {"verified", "joint", "cost_lm_calls", "replay_calls"} <= set(table)
+    assert len(table["verified"]) == len(result.iterations[1].attributions) > 0
+    assert first.metric("attribution.verified_share") == [(0.0, 1)]  # the default attributor verifies nothing
+    assert first.metric("attribution.count") == [(float(len(result.iterations[1].attributions)), 1)]
     accepted = [r for r in result.iterations if r.accepted is not None]
     assert [prompts for _, prompts, _, _ in parent.registered] == [r.accepted.candidate.prompts for r in accepted]
     logged = [run.text(path) for run in tracker.runs.values() for path, v in run.artifacts.items()

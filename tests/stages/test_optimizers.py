@@ -4,6 +4,7 @@ uniform optimizers on the sim LM, the no-op baseline and the registry. Fixtures 
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import dspy
 import pytest
@@ -21,7 +22,7 @@ from memtrace_loop.optimizers.noop import NoOptimizer
 from memtrace_loop.optimizers.registry import build_optimizer
 from memtrace_loop.optimizers.rewrite import InstructionRewriter, RewriteOutcome
 from memtrace_loop.optimizers.uniform import UniformBlameOptimizer, rotated
-from memtrace_loop.pipeline.analysis.blame import Attribution, ErrorType, Tunable, aggregate_blame
+from memtrace_loop.pipeline.analysis.blame import Attribution, ErrorType, Fault, Tunable, aggregate_blame
 from memtrace_loop.pipeline.core.records import CaseResult, PromptSet, Question, Scores
 from memtrace_loop.pipeline.sim.rules import rules_in
 
@@ -87,6 +88,33 @@ def test_attributed_block_has_every_part() -> None:
         "Error: ExtractionError at operation extract_facts (confirmed by replay)",
         "Diagnosis: lost the date of the hike",
     ]
+
+
+def test_joint_block_names_the_operations_in_order_and_single_causes_keep_their_text() -> None:
+    single = attribution("q1", "extract", ErrorType.EXTRACTION, "lost the date", verified=True)
+    joint = replace(
+        single,
+        verified=True,
+        joint=(
+            Fault("op1", "extract_facts", "extract", ErrorType.EXTRACTION, Tunable.PROMPT, "lost the date"),
+            Fault("op7", "decide_updates", "decide", ErrorType.UPDATE, Tunable.PROMPT, "overwrote the date"),
+        ),
+    )
+    lines = feedback_for_attribution(joint).render().splitlines()
+    assert lines[4] == (
+        "Joint cause: no single repair rescued this case; these operations needed repair together: "
+        "extract_facts (extract), then decide_updates (decide)"
+    )
+    assert lines[:4] + lines[5:] == feedback_for_attribution(single).render().splitlines()
+    assert feedback_for_attribution(single).render() == "\n".join(
+        [
+            "Question: When did Alice go hiking?",
+            "Gold answer: 6 May 2023",
+            "System answered: Alice went hiking.",
+            "Error: ExtractionError at operation extract_facts (confirmed by replay)",
+            "Diagnosis: lost the date",
+        ]
+    )
 
 
 def test_unattributed_block_blames_nothing() -> None:

@@ -15,12 +15,14 @@ from memtrace_loop.experiments.config import (
     RunConfig,
     SplitsConfig,
     TrackingConfig,
+    validated_attribute,
     validated_optimize,
     validated_run,
     validated_stages,
 )
 from memtrace_loop.memory_systems.registry import ENTRY_BY_SYSTEM, build_memory_system, knobs_schema
 from memtrace_loop.optimizers.registry import ENTRY_BY_OPTIMIZER, RewriteSettings
+from memtrace_loop.pipeline.analysis.attribution.registry import ENTRY_BY_ATTRIBUTOR, LineageSettings, LLMSettings
 from memtrace_loop.pipeline.backends.embeddings import HASHING_DIM, HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMConfig
 from memtrace_loop.pipeline.backends.registry import ENTRY_BY_BACKEND
@@ -49,18 +51,22 @@ def test_every_group_option_has_a_registry_entry_and_the_reverse():
     assert options("dataset") == sorted(ENTRY_BY_KIND)
     assert options("optimizer") == sorted(ENTRY_BY_OPTIMIZER)
     assert options("lm") == sorted(ENTRY_BY_BACKEND)
+    assert options("attributor") == sorted(ENTRY_BY_ATTRIBUTOR)
 
 
 @pytest.mark.parametrize(
-    "group,option", [(g, o) for g in ("lm", "embedder", "memory_system", "dataset", "optimizer", "tracking")
+    "group,option", [(g, o) for g in ("lm", "embedder", "memory_system", "dataset", "optimizer", "tracking",
+                                      "attributor")
                      for o in options(g)],
 )
 def test_every_group_option_composes_and_validates(group, option, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-real")
     config = validated_optimize(plain(f"{group}={option}"))
     assert isinstance(config, OptimizeConfig)
-    if group != "optimizer":
+    if group not in ("optimizer", "attributor"):
         validated_run(plain(f"{group}={option}", config="run"))
+    if group not in ("optimizer",):
+        validated_attribute(plain(f"{group}={option}", "run_id=x", config="attribute"))
     if group in ("memory_system", "embedder"):
         validated_stages(plain(f"{group}={option}", config="stages"))
 
@@ -91,6 +97,12 @@ def test_every_group_option_composes_and_validates(group, option, monkeypatch):
         ("+embedder.dimension=3", "embedder.dimension"),
         ("+optimizer.topstages=3", "optimizer.topstages"),
         ("+tracking.urii=x", "tracking.urii"),
+        ("attributor.verify=maybe", "attributor.verify"),
+        ("attributor.replay.max_joint=0", "attributor.replay.max_joint"),
+        ("+attributor.max_jointt=2", "attributor.max_jointt"),
+        ("attributor.semantic_threshold=1.5", "attributor.semantic_threshold"),
+        ("+attributor.max_steps=3", "attributor.max_steps"),  # an llm key on the lineage attributor
+        ("attributor.name=nope", "attributor.name"),
         ("+sed=3", "sed"),
         ("memory_system=rag", None),
     ],
@@ -102,6 +114,27 @@ def test_bad_values_fail_naming_the_key(override, key):
     with pytest.raises(ConfigError) as caught:
         validated_optimize(plain(override))
     assert key in str(caught.value)
+
+
+def test_llm_attributor_settings_are_checked_naming_the_key():
+    with pytest.raises(ConfigError, match=r"attributor\.max_steps"):
+        validated_optimize(plain("attributor=llm", "attributor.max_steps=0"))
+    validated_optimize(plain("attributor=llm", "attributor.max_steps=4", "attributor.verify=true"))
+
+
+def test_explicit_lineage_without_verification_is_the_default():
+    assert plain("attributor=lineage", "attributor.verify=false") == plain()
+
+
+def test_attribute_app_composes_and_needs_exactly_one_source():
+    config = validated_attribute(plain("run_id=abc", config="attribute"))
+    assert config.run_id == "abc" and config.run_dir is None and config.attributor["name"] == "lineage"
+    assert validated_attribute(plain("run_dir=out", "attributor=llm", config="attribute")).run_dir == "out"
+    for overrides in ((), ("run_id=abc", "run_dir=out")):
+        with pytest.raises(ConfigError, match="run_id"):
+            validated_attribute(plain(*overrides, config="attribute"))
+    with pytest.raises(ConfigError, match=r"attributor\.verify"):
+        validated_attribute(plain("run_id=abc", "attributor.verify=maybe", config="attribute"))
 
 
 def test_a_typo_in_an_override_without_plus_fails_at_composition_naming_the_key():
@@ -145,6 +178,9 @@ def test_hydra_composes_exactly_the_schema_defaults():
     assert plain(config="run")["split"] == defaults_of(RunConfig)["split"]
     assert composed["optimizer"] == {"name": "attribution", **defaults_of(RewriteSettings)}
     assert composed["embedder"] == {"backend": "hashing", "dim": HASHING_DIM}
+    assert composed["attributor"] == {"name": "lineage", **defaults_of(LineageSettings)}
+    assert composed["attributor"]["verify"] is False  # the current behaviour stays the default
+    assert plain("attributor=llm")["attributor"] == {"name": "llm", **defaults_of(LLMSettings)}
     lm_defaults = defaults_of(LMConfig)
     for role in ("task", "judge", "attributor", "rewriter"):
         assert {k: composed["lm"][role][k] for k in ENTRY_BY_BACKEND["sim"].keys} == {

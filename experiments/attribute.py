@@ -1,0 +1,176 @@
+"""`memtrace attribute`: attribute the failures of a finished run without rerunning it.
+
+The source is a run of `memtrace run`: `run_id=<MLflow run id>` (its cases.json, graphs/, prompts.json
+and config.json artifacts are downloaded through the tracker) or `run_dir=<directory>` (what `memtrace
+run` saved in its output directory). The dataset (for speakers), memory system, embedder, excluded
+categories and prompt set come from the source run's config when it saved one (`use_run_config`);
+the attributor, the LMs and the tracking store from this command's config. With
+`attributor.verify=true` each verdict is checked by a replay that restores memory from the graph
+(no re-ingestion; only the downstream calls are made). Writes attributions.json and blame.json into
+its output directory, prints the blame table and logs both to MLflow as a run tagged
+`memtrace.command=attribute` with `memtrace.source_run_id`. An entry point: the work lives in
+`pipeline.analysis.attribution` and `pipeline.tracking`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from memtrace_loop.experiments.config import validated_attribute
+from memtrace_loop.experiments.console import RichProgress, blame_table, setup_logging
+from memtrace_loop.experiments.factory import attributor_of, launch_dir, resolve, secret_values, to_plain
+from memtrace_loop.memory_systems.registry import build_memory_system
+from memtrace_loop.pipeline.analysis.attribution.protocol import TracedRun, attribute_run
+from memtrace_loop.pipeline.analysis.attribution.registry import attributor_settings
+from memtrace_loop.pipeline.analysis.blame import Attribution, aggregate_blame
+from memtrace_loop.pipeline.backends.embeddings import build_embedder
+from memtrace_loop.pipeline.backends.lm import configure_cache
+from memtrace_loop.pipeline.backends.registry import build_lm_set
+from memtrace_loop.pipeline.data.registry import load_dataset
+from memtrace_loop.pipeline.loop.runner import make_judge
+from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
+from memtrace_loop.pipeline.tracking.run_logging import (
+    attribution_columns,
+    attribution_metrics,
+    attribution_rows,
+    flatten,
+    git_commit,
+    log_params,
+    scrub,
+)
+from memtrace_loop.pipeline.tracking.saved_run import SavedRun, download_saved_run, read_saved_run
+from omegaconf import DictConfig
+from rich.console import Console
+
+logger = logging.getLogger("memtrace.attribute")
+
+ATTRIBUTIONS_FILE = "attributions.json"
+BLAME_FILE = "blame.json"
+FROM_SOURCE = ("dataset", "memory_system", "embedder", "evaluation")  # taken from the source run's config
+
+
+def _out_dir(base_dir: Path) -> Path:
+    if HydraConfig.initialized():
+        out = Path(HydraConfig.get().runtime.output_dir)
+    else:  # called as a library (e.g. with Hydra's compose API)
+        out = base_dir / "outputs" / "attribute" / f"{time.strftime('%Y-%m-%d_%H-%M-%S')}-{uuid.uuid4().hex[:6]}"
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def effective_config(plain: Mapping[str, Any], saved: SavedRun, use_run_config: bool) -> dict[str, Any]:
+    """This command's config with the source run's dataset, system, embedder and evaluation keys."""
+    merged = dict(plain)
+    if use_run_config:
+        merged.update({key: saved.config[key] for key in FROM_SOURCE if key in saved.config})
+    return merged
+
+
+def attribute_saved_run(
+    saved: SavedRun, plain: Mapping[str, Any], base_dir: Path, progress: RichProgress | None = None
+) -> tuple[Attribution, ...]:
+    """Attribute every failure of `saved` with the attributor `plain` selects (the system and judge
+    are built, from `plain`, only when an LM is needed: verification or the LLM attributor)."""
+    settings = attributor_settings(plain.get("attributor"))
+    needs_lm = settings.verify or plain["attributor"].get("name") == "llm"
+    lms = system = judge = None
+    if needs_lm:
+        configure_cache(base_dir / plain["cache_dir"])
+        lms = build_lm_set(plain["lm"])
+        system = build_memory_system(plain["memory_system"], build_embedder(plain["embedder"]))
+        if saved.prompts is not None:
+            system = system.with_prompts(saved.prompts)
+        system.set_lm(lms.task)
+        judge = make_judge(lms.judge)
+    attributor = attributor_of(plain, lms, system, judge)
+    dataset = load_dataset(plain["dataset"], base_dir)
+    run = TracedRun(
+        saved.results, saved.graph_by_conversation, {c.id: c for c in dataset.conversations},
+        tuple(plain["evaluation"]["exclude_categories"]),
+    )
+    if progress is None:
+        return attribute_run(attributor, run)
+    progress.begin("attribute", len(run.failures()))
+    return attribute_run(attributor, run, lambda _case: progress.advance("attribute"))
+
+
+def attribute(cfg: DictConfig | Mapping[str, Any], console: Console | None = None) -> dict[str, Any]:
+    """Attribute, write and log; returns the paths, the attributions and the MLflow run id."""
+    console = console or Console()
+    base_dir = launch_dir()
+    given = to_plain(cfg)
+    config = validated_attribute(given)  # every key checked first (ConfigError naming the key)
+    secrets = secret_values(given)
+    out_dir = _out_dir(base_dir)
+    tracker = MlflowTracker(config.tracking.uri)
+    if config.run_id is not None:
+        saved = download_saved_run(tracker, config.run_id, out_dir / "source")
+    else:
+        saved = read_saved_run(resolve(str(config.run_dir), base_dir))
+    plain = effective_config(given, saved, config.use_run_config)
+
+    started = time.perf_counter()
+    with RichProgress(console) as progress:
+        attributions = attribute_saved_run(saved, plain, base_dir, progress)
+    elapsed = time.perf_counter() - started
+    blame = aggregate_blame(attributions)
+    attributions_path = out_dir / ATTRIBUTIONS_FILE
+    blame_path = out_dir / BLAME_FILE
+    attributions_path.write_text(
+        scrub(json.dumps(attribution_rows(attributions), indent=1, ensure_ascii=False), secrets), encoding="utf-8"
+    )
+    blame_path.write_text(json.dumps(blame.as_rows(), indent=2), encoding="utf-8")
+    metrics = {**attribution_metrics(attributions), "elapsed_s": elapsed}
+
+    run_id = None
+    if config.log:
+        tracker.open_experiment(config.tracking.experiment)
+        attributor_name = plain["attributor"]["name"] + ("+replay" if plain["attributor"].get("verify") else "")
+        with tracker.start_run(config.run_name or f"attribute-{attributor_name}") as run_id:
+            tracker.set_tags(
+                {
+                    "memtrace.command": "attribute",
+                    "memtrace.attributor": attributor_name,
+                    "memtrace.source_run_id": config.run_id or "",
+                    "memtrace.source_dir": "" if config.run_id else str(config.run_dir),
+                    "memtrace.system": str(plain["memory_system"].get("name", "")),
+                    "git_commit": git_commit(base_dir),
+                }
+            )
+            log_params(tracker, flatten(plain), secrets)
+            tracker.log_metrics(metrics)
+            tracker.log_artifact(attributions_path)
+            tracker.log_artifact(blame_path)
+            if attributions:
+                tracker.log_table(attribution_columns(attributions, secrets), "attributions_table.json")
+
+    source = f"run {config.run_id}" if config.run_id else str(config.run_dir)
+    failures = sum(1 for r in saved.results if not r.correct)
+    console.print(blame_table(blame, f"blame per stage: {len(attributions)} of {failures} failures of {source}"))
+    verified = sum(1 for a in attributions if a.verified is True)
+    refuted = sum(1 for a in attributions if a.verified is False)
+    joint = sum(1 for a in attributions if len(a.joint) > 1)
+    if any(a.verified is not None for a in attributions):
+        console.print(f"replay: {verified} verified, {refuted} refuted, {joint} joint causes; "
+                      f"{int(metrics['attribution.replay_calls'])} replayed calls")
+    console.print(f"Wrote {attributions_path} and {blame_path.name} ({elapsed:.1f} s)")
+    if run_id is not None:
+        console.print(f"MLflow run [bold]{run_id}[/] in {scrub(config.tracking.uri, secrets)}")
+    return {
+        "run_id": run_id, "out_dir": str(out_dir), "attributions": attributions, "blame": blame,
+        "attributions_path": str(attributions_path), "blame_path": str(blame_path),
+    }
+
+
+@hydra.main(config_path="pkg://memtrace_loop.conf", config_name="attribute", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    setup_logging()
+    attribute(cfg)
