@@ -430,16 +430,21 @@ class EverMemOSMemory(MemorySystem):
         return self._index(graph.graph_id, episodes)
 
     def with_units(self, state: EverMemOSState, units: Sequence[RestoredUnit], tracer: Tracer) -> EverMemOSState:
-        """A copy with each unit as an extra one-line episode (title empty, the unit's text as narrative)."""
+        """A copy with each unit as an extra episode holding it as its one event (a `Memory:` line)."""
         episodes = list(state.episodes)
-        for restored in units:
-            number = len(episodes) + 1
-            date = human_date(restored.time)
-            var = tracer.variable(
-                episode_name(number), VarKind.EPISODE, restored.text,
-                {"date": date, "turns": [], "events": [], "title": "", "restored_from": restored.source},
+        next_event = 1 + max((e.number for episode in episodes for e in episode.events), default=0)
+        for offset, restored in enumerate(units):
+            number, date = len(episodes) + 1, human_date(restored.time)
+            event_var = tracer.variable(
+                event_name(next_event + offset), VarKind.EVENT, event_value(restored.text, date),
+                {"time": date, "episode": number, "restored_from": restored.source},
             )
-            episodes.append(StoredEpisode(number, "", restored.text, date, (), (), var))
+            var = tracer.variable(
+                episode_name(number), VarKind.EPISODE, "",
+                {"date": date, "turns": [], "events": [event_var], "title": "", "restored_from": restored.source},
+            )
+            event = StoredEvent(next_event + offset, restored.text, date, event_var)
+            episodes.append(StoredEpisode(number, "", "", date, (), (event,), var))
         return self._index(state.conversation_id, episodes)
 
 

@@ -315,10 +315,13 @@ class FaultInjector:
         if kind == FaultKind.EXTRACTION_DROP and self.name == "mem0":
             return [llm_plan(drop_facts(turn.text), first("extract", ErrorType.EXTRACTION, turn_var))]
         if kind == FaultKind.EXTRACTION_DROP and self.name == "evermemos":
-            return [
-                llm_plan(drop_events(turn.text), first("write_events", ErrorType.EXTRACTION, turn_var)),
-                llm_plan(drop_narrative(turn.text), first("write_episode", ErrorType.EXTRACTION, turn_var)),
-            ]
+            # the fact never makes it into any unit: both writers of the episode lose it (a narrative that
+            # still states it holds the information, so losing only the events is no extraction error);
+            # the truth is the first writer that lost it
+            events_lm, events_engine = injected_lm(self.lm, drop_events(turn.text))
+            both_lm, _ = injected_lm(events_lm, drop_narrative(turn.text))
+            return [_Plan(kind, self.system.deepcopy(), both_lm, events_engine,
+                          first("write_events", ErrorType.EXTRACTION, turn_var))]
         if kind in (FaultKind.UPDATE_OVERWRITE, FaultKind.DELETION) and self.name == "mem0":
             units = _evidence_units(graph, turn_id)
             if not units:

@@ -113,32 +113,14 @@ def test_every_fault_kind_is_injected_decisively_with_truth_read_from_the_graph(
             assert op.prompt is not None
 
 
-# The bar. Measured with main's lineage at f5a2a2c (seed 0, 2 conversations, 10 cases per kind;
-# seed 1, 4 conversations, 20 per kind gives the same picture): long_context and rag 100%, mem0 96% / 96%
-# (update_overwrite and deletion of a turn that added two units: lineage follows the first unit and
-# blames the turn's own decision). evermemos misses it: retrieval_miss 0% exact op (blamed on
-# expand_queries by the retrieval-steering rule; the error type is right) and extraction_drop 40% (20%
-# on seed 1): the dropped event's fact is still stated by the episode narrative, the simulated answerer
-# reads only the events, so lineage blames the answer stage — a ResponseError the taxonomy allows.
-KNOWN_SHORT = {
-    "evermemos": "retrieval_miss blamed on expand_queries; extraction_drop blamed on respond",
-}
-# With replay: a verified blame is not always right — a response blame always verifies (the gold answer
-# is judged), and putting the missed unit into the context verifies a steering blame (evermemos 38%).
-KNOWN_SHORT_VERIFIED = {
-    "evermemos": "verified blames on expand_queries / respond where the truth is retrieve / write_events",
-}
-
-
-def xfail_known(known):
-    return [
-        pytest.param(s, marks=pytest.mark.xfail(reason=known[s], strict=False)) if s in known else s
-        for s in KINDS_BY_SYSTEM
-    ]
-
-
+# The bar. Measured on main (seed 0, 2 conversations, 10 cases per kind): every system 100% on
+# error type, stage and exact operation (see README). Earlier misses and their fixes: a decision that
+# fanned out to several ADDs counted as a drop (mem0 update/deletion), the steering rule blamed
+# expand_queries for a search that returned fewer than top_k units (evermemos retrieval_miss), and the
+# injection dropped the fact from the events only while the narrative still stated it (no extraction
+# error by the taxonomy; it now drops it from both writers).
 @pytest.mark.slow
-@pytest.mark.parametrize("system", xfail_known(KNOWN_SHORT))
+@pytest.mark.parametrize("system", list(KINDS_BY_SYSTEM))
 def test_lineage_reaches_the_bar_on_injected_faults(system):
     cases, _ = injected(system)
     score = score_attributor(LineageAttributor(), cases, system)
@@ -148,7 +130,7 @@ def test_lineage_reaches_the_bar_on_injected_faults(system):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("system", xfail_known(KNOWN_SHORT_VERIFIED))
+@pytest.mark.parametrize("system", list(KINDS_BY_SYSTEM))
 def test_with_replay_verified_attributions_are_right(system):
     cases, _ = injected(system)
     lm = sim_lm()

@@ -236,7 +236,12 @@ class ConversationLineage:
                 consumed = next(graph.variable(v) for v in op.inputs if v in live)
                 output = graph.variable(op.outputs[0]) if op.outputs else None
                 drops.append(_Drop(op, consumed, output))
-        return live, drops
+        # a carrier fanned out to several writes (one decision, several ADDs) is not dropped by the writes
+        # that did not take the information when another one did
+        kept = [d for d in drops if not any(
+            out in live for op in graph.consumers(d.carrier.id) if op.id != d.op.id for out in op.outputs
+        )]
+        return live, kept
 
     def _is_copy_of_turns(self, op: Operation, live: set[str]) -> bool:
         """A non-LLM step that copies live turns into memory units (no prompt; a live input is a turn)."""
@@ -421,7 +426,8 @@ class ConversationLineage:
     ) -> Attribution:
         """A unit carrying the track was in the store but not retrieved. The copy step (chunking) is to
         blame when fragments of the turns it cut apart make up most of what was retrieved; else the cut
-        (`top_k`) when the search ranked the unit just below it; else an LLM step that steered the
+        (`top_k`) when the search ranked the unit just below it; else the search itself when it returned
+        fewer than `top_k` units (it did not rank the unit at all); else an LLM step that steered the
         search, if any; else the search's knobs."""
         graph = self.graph
         k = retrieval_op.meta.get("k", "?")
@@ -452,6 +458,14 @@ class ConversationLineage:
                 reason + f" The search ranked it just below the cut (about rank {rank} with k={k}): top_k is too "
                 "small for this question.",
                 0.85,
+            )
+        returned = len(retrieval_op.meta.get("scores", ()))
+        if isinstance(k, int) and "scores" in retrieval_op.meta and returned < k:
+            return verdict(
+                retrieval_op, ErrorType.RETRIEVAL,
+                reason + f" The search returned only {returned} of the {k} units it may return and did not rank "
+                "this one at all: the search itself, not what it was asked, missed it.",
+                0.8,
             )
         steering = self._retrieval_steering(retrieval_op)
         if steering is not None:  # an LLM step chose what to search for: its prompt is tunable
