@@ -94,9 +94,7 @@ BUILDER_BY_ATTRIBUTOR: Mapping[str, Callable[[BenchSetting], Attributor]] = Mapp
 def sim_lm(paraphrase: bool, console: Console) -> dspy.LM:
     """The simulated world's LM; with `paraphrase`, its paraphrasing option when this build has one."""
     if paraphrase:
-        if "paraphrase" in LMConfig.model_fields:
-            return build_lm(LMConfig(backend="sim", model="stand-in", cache=False, paraphrase=True))
-        console.print("[yellow]--paraphrase: this build's simulated world has no paraphrase option; ignored[/]")
+        return build_lm(LMConfig(backend="sim", model="stand-in", cache=False, paraphrase=True))
     return build_lm(LMConfig(backend="sim", model="stand-in", cache=False))
 
 

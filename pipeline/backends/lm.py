@@ -95,6 +95,7 @@ class LMConfig(pydantic.BaseModel):
     cache: bool = True
     dialect: Literal["openai", "vllm", "ollama"] = "openai"
     engine: Literal["auto", "lm15", "litellm"] = "lm15"
+    paraphrase: bool = False  # sim backend only: construction stages write paraphrased memories
 
     @pydantic.field_validator("api_key_env")
     @classmethod

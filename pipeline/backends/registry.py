@@ -26,9 +26,9 @@ def build_sim_lm(config: LMConfig) -> dspy.LM:
     """`dspy.LM("sim/<model>")` on the deterministic stand-in engine (plus its async twin). Offline."""
     from memtrace_loop.pipeline.sim.engine import AsyncSimEngine, SimEngine
 
-    engine = SimEngine()
+    engine = SimEngine(paraphrase=config.paraphrase)
     return dspy.LM(
-        f"sim/{config.model}",
+        f"sim/{config.model}" + ("-paraphrasing" if config.paraphrase else ""),  # its own cache entries
         engine=engine,
         async_engine=AsyncSimEngine(engine),
         cache=config.cache,
@@ -47,8 +47,10 @@ class BackendEntry:
 
 ENTRY_BY_BACKEND: Mapping[str, BackendEntry] = MappingProxyType(
     {
-        "sim": BackendEntry(LMConfig, build_sim_lm, ("temperature", "max_tokens", "num_retries", "cache")),
-        "openai": BackendEntry(LMConfig, build_openai_lm, tuple(LMConfig.model_fields)),
+        "sim": BackendEntry(
+            LMConfig, build_sim_lm, ("temperature", "max_tokens", "num_retries", "cache", "paraphrase")
+        ),
+        "openai": BackendEntry(LMConfig, build_openai_lm, tuple(k for k in LMConfig.model_fields if k != "paraphrase")),
     }
 )
 

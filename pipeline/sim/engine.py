@@ -15,7 +15,7 @@ from typing import Any
 
 from dspy.clients.engines.base import validate_request
 from dspy.lm15 import Message, Request, Response, TextPart, Usage, response_to_events
-from memtrace_loop.pipeline.sim.stand_in import respond
+from memtrace_loop.pipeline.sim.stand_in import HANDLER_BY_OUTPUTS, paraphrasing_handlers, respond
 
 
 def _text(value: Any) -> str:
@@ -41,14 +41,19 @@ def _words(text: str) -> int:
 
 
 class SimEngine:
-    """Deterministic, offline engine that answers every request with the rule-based stand-in."""
+    """Deterministic, offline engine that answers every request with the rule-based stand-in (with
+    `paraphrase`, its construction stages write paraphrased memories: `pipeline.sim.paraphrase`)."""
 
     model_name = "sim/stand-in"
+
+    def __init__(self, paraphrase: bool = False) -> None:
+        self.paraphrase = paraphrase
+        self._handlers = paraphrasing_handlers() if paraphrase else HANDLER_BY_OUTPUTS
 
     def complete(self, request: Request) -> Response:
         validate_request(request)
         messages = request_messages(request)
-        output = respond(messages)
+        output = respond(messages, self._handlers)
         prompt_tokens = sum(_words(m["content"]) for m in messages)
         output_tokens = _words(output)
         return Response(
@@ -70,14 +75,14 @@ class SimEngine:
         return None
 
     def dump_state(self) -> dict[str, Any]:
-        return {}
+        return {"paraphrase": self.paraphrase}
 
     @classmethod
     def load_state(cls, state: dict[str, Any]) -> SimEngine:
-        return cls()
+        return cls(bool(state.get("paraphrase", False)))
 
     def __repr__(self) -> str:
-        return "SimEngine()"
+        return "SimEngine(paraphrase=True)" if self.paraphrase else "SimEngine()"
 
 
 class AsyncSimEngine:

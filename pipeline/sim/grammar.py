@@ -24,6 +24,7 @@ from types import MappingProxyType
 
 from memtrace_loop.pipeline.sim import vocab
 from memtrace_loop.pipeline.sim.dates import MONTHS, RELATIVE_PATTERN, human, parse_date, resolve_relative
+from memtrace_loop.pipeline.sim.paraphrase import canonical
 
 
 def _alt(words: tuple[str, ...] | list[str]) -> str:
@@ -180,10 +181,11 @@ def _fact_from_match(form: str, g: dict[str, str | None]) -> Fact:
 def parse_fact(text: str) -> Fact | None:
     """Read a canonical memory sentence back into a `Fact` (None if it is not one)."""
     text = text.strip()
-    for form in FACT_FORMS:
-        match = _fact_regex(form).fullmatch(text)
-        if match:
-            return _fact_from_match(form, match.groupdict())
+    for candidate in dict.fromkeys((text, canonical(text))):  # a paraphrase reads as what it paraphrases
+        for form in FACT_FORMS:
+            match = _fact_regex(form).fullmatch(candidate)
+            if match:
+                return _fact_from_match(form, match.groupdict())
     return None
 
 

@@ -18,7 +18,9 @@ from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
+from memtrace_loop.pipeline.sim.grammar import parse_fact
 from memtrace_loop.pipeline.sim.handlers import DEFAULT_HANDLERS
+from memtrace_loop.pipeline.sim.paraphrase import paraphrasing
 from memtrace_loop.pipeline.sim.protocol import StageRequest, format_reply, parse_request
 
 Handler = Callable[[StageRequest], dict[str, Any]]
@@ -44,6 +46,22 @@ def with_handlers(
 ) -> Mapping[frozenset[str], Handler]:
     """A new handler mapping: `base` plus (or replaced by) `extra`, keyed by output field names."""
     return MappingProxyType({**base, **{_key(fields): handler for fields, handler in extra.items()}})
+
+
+CONSTRUCTION_OUTPUTS: tuple[frozenset[str], ...] = (
+    frozenset({"facts"}), frozenset({"actions"}), frozenset({"events"}), frozenset({"title", "narrative"}),
+)
+
+
+def paraphrasing_handlers(
+    base: Mapping[frozenset[str], Handler] = HANDLER_BY_OUTPUTS,
+) -> Mapping[frozenset[str], Handler]:
+    """`base` with the construction stages writing paraphrased memories (`pipeline.sim.paraphrase`)."""
+    is_fact = lambda sentence: parse_fact(sentence) is not None  # noqa: E731
+    return MappingProxyType({
+        key: paraphrasing(handler, is_fact) if key in CONSTRUCTION_OUTPUTS else handler
+        for key, handler in base.items()
+    })
 
 
 class UnknownStageError(LookupError):
