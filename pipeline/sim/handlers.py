@@ -27,6 +27,7 @@ from datetime import date
 from typing import Any
 
 from memtrace_loop.pipeline.sim import vocab
+from memtrace_loop.pipeline.sim.attributor_handler import HANDLERS as ATTRIBUTOR_HANDLERS
 from memtrace_loop.pipeline.sim.dates import human, parse_date
 from memtrace_loop.pipeline.sim.evermemos_handlers import HANDLERS as EVERMEMOS_HANDLERS
 from memtrace_loop.pipeline.sim.grammar import (
@@ -281,5 +282,6 @@ DEFAULT_HANDLERS: dict[frozenset[str], Callable[[StageRequest], dict[str, Any]]]
     frozenset({"answer"}): _answer,
     frozenset({"label"}): _judge,
     frozenset({"new_instruction"}): rewrite_instruction,
+    **ATTRIBUTOR_HANDLERS,  # the LLM attributor's step verdict (JudgeOperation)
     **EVERMEMOS_HANDLERS,  # detect_boundary, write_events, write_episode, check_sufficiency, expand_queries
 }
