@@ -145,10 +145,11 @@ def focus_clip(text: str, limit: int, words: frozenset[str] = frozenset()) -> st
         return clip(text, limit)
     width = max(limit - 2 * len(CLIP_MARK), 1)
     weight_by_word = {w: 1.0 / n for w, n in Counter(w for _, w in found).items()}  # rare words weigh most
-    best_start, best_score = 0, -1.0
-    for position, _ in found:
+    best_start, best_score = 0, (-1.0, -1.0)
+    for position, anchor in found:  # ties go to the window anchored on the rarer word
         start = max(0, min(position - min(40, width // 4), len(text) - width))
-        score = sum(weight_by_word[w] for w in {w for p, w in found if start <= p and p + len(w) <= start + width})
+        inside = {w for p, w in found if start <= p and p + len(w) <= start + width}
+        score = (round(sum(weight_by_word[w] for w in inside), 9), weight_by_word[anchor])
         if score > best_score:
             best_start, best_score = start, score
     window = text[best_start : best_start + width]
@@ -169,15 +170,22 @@ def _render_vars(variables: Sequence[Variable], max_value_chars: int, words: fro
 
 
 def _clip_lines(text: str, limit: int) -> str:
-    """A multi-line variable list clipped to `limit` characters: every line keeps its share (its start,
-    where the focused part of its value is); lines left with too little room are dropped."""
+    """A multi-line variable list clipped to `limit` characters: each line keeps its share of the room
+    (at least 60 characters: the start of the value, where its focused part is); the lines that no longer
+    fit are dropped (the lists are ordered most relevant first)."""
     lines = text.split("\n")
-    room = limit - (len(lines) - 1)
     total = sum(len(line) for line in lines)
-    if total <= room:
+    if total + len(lines) - 1 <= limit:
         return text
-    kept = [clip(line, (len(line) * room) // total) for line in lines]
-    return clip("\n".join(line for line in kept if len(line) >= 12), limit) if limit > 0 else ""
+    kept: list[str] = []
+    used = 0
+    for line in lines:
+        piece = clip(line, max(60, (len(line) * limit) // total))
+        if used + len(piece) + (1 if kept else 0) > limit:
+            break
+        used += len(piece) + (1 if kept else 0)
+        kept.append(piece)
+    return "\n".join(kept) if kept else clip(lines[0], limit)
 
 
 def fit_step(fields: Mapping[str, str], max_chars: int, fixed: Sequence[str] = ()) -> dict[str, str]:
