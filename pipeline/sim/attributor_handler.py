@@ -45,6 +45,9 @@ def _lost_time(shown_in: str, shown_out: str) -> str:
     if not _dated(shown_out):
         return "The question asks when; its inputs gave the time but its outputs hold no date."
     relative = _RELATIVE.search(shown_in)
+    if relative and find_dates(shown_in) and not find_dates(shown_out):
+        return (f"Its inputs give the time relative to the session date (\"{relative.group(0)}\"); its outputs "
+                "keep the relative words but not the date they count from, so the date is lost.")
     if relative and not _RELATIVE.search(shown_out):
         stamps = {day for _, _, day in find_dates(shown_in)}
         written = {day for _, _, day in find_dates(shown_out)}

@@ -14,6 +14,7 @@ the rules its instruction states (`pipeline.sim.rules.rules_in`):
   with `use_dates`; when no memory is about the asked subject it says "Not mentioned in the
   conversation" only with `abstain`, otherwise it answers from the best-overlapping memory.
 - judge (`label`): `pipeline.sim.judge.is_correct`, no rules.
+- the LLM attributor's step (`kept_information`, `error_type`, `reason`): `pipeline.sim.attributor_handler`.
 
 Handlers never raise on odd input: unknown text falls back to word overlap. They do no I/O.
 """

@@ -419,6 +419,7 @@ class LLMAttributor:
             reason += f" ({op.name} {op.id} executed the decision of {blamed.name} {blamed.id}.)"
         if spend.unjudged:
             reason += f" {len(spend.unjudged)} step(s) could not be judged (LM call failed or reply unparsable)."
+            confidence *= 0.8
         restore = tuple(v for v in op.inputs if v in on_path) or tuple(
             v for v in op.inputs if graph.variable(v).kind != VarKind.QUERY
         )
