@@ -14,6 +14,7 @@ the rules its instruction states (`pipeline.sim.rules.rules_in`):
   with `use_dates`; when no memory is about the asked subject it says "Not mentioned in the
   conversation" only with `abstain`, otherwise it answers from the best-overlapping memory.
 - judge (`label`): `pipeline.sim.judge.is_correct`, no rules.
+- the LLM attributor's step (`kept_information`, `error_type`, `reason`): `pipeline.sim.attributor_handler`.
 
 Handlers never raise on odd input: unknown text falls back to word overlap. They do no I/O.
 """
@@ -27,6 +28,7 @@ from datetime import date
 from typing import Any
 
 from memtrace_loop.pipeline.sim import vocab
+from memtrace_loop.pipeline.sim.attributor_handler import HANDLERS as ATTRIBUTOR_HANDLERS
 from memtrace_loop.pipeline.sim.dates import human, parse_date
 from memtrace_loop.pipeline.sim.evermemos_handlers import HANDLERS as EVERMEMOS_HANDLERS
 from memtrace_loop.pipeline.sim.grammar import (
@@ -281,5 +283,6 @@ DEFAULT_HANDLERS: dict[frozenset[str], Callable[[StageRequest], dict[str, Any]]]
     frozenset({"answer"}): _answer,
     frozenset({"label"}): _judge,
     frozenset({"new_instruction"}): rewrite_instruction,
+    **ATTRIBUTOR_HANDLERS,  # the LLM attributor's step verdict (JudgeOperation)
     **EVERMEMOS_HANDLERS,  # detect_boundary, write_events, write_episode, check_sufficiency, expand_queries
 }

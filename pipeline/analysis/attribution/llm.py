@@ -1,0 +1,436 @@
+"""The LLM graph-walk attributor (the paper's method), bounded: an LM judges one operation at a time.
+
+For one failed case it starts from the evidence variables (the question's gold evidence turns; when it
+has none, pseudo-evidence: the turns BM25 ranks highest for question + gold answer, as the lineage
+attributor does) and keeps a frontier of operations ordered by a per-system prior, then by sequence
+number. Each step shows the LM one operation through a `dspy.Predict(JudgeOperation)` module — question,
+gold answer, the needed information, the operation's name/stage/kind, its inputs, outputs and prompt, all
+clipped so the whole step stays under `max_chars_per_step` — and reads a structured verdict (kept the
+information? error type, reason). From an operation that kept it, the walk moves on to the consumers of
+its outputs (question-side operations only when they lead to this case's answer); the answer's
+retrieval and answer operations come last. It stops at the first operation judged faulty, or at
+`max_steps`; when nothing is judged faulty the answer operation is blamed with low confidence.
+
+Per-system priors (`PRIOR_BY_SYSTEM`, read from `graph.meta["system"]`): RAG looks at the question's
+retrieval first; Mem0 at extraction, then the same unit's updates and deletions (the similar-memory
+search, a view of the store, is skipped); EverMemOS at boundaries and episodes; Long-Context at trimming.
+
+A failing LM call or an unparsable reply never crashes the walk: the step counts as "kept", and the
+reason says how many steps could not be judged. The attributor counts its own LM calls and tokens
+(`Attribution.cost`). It does not verify its blame (that is `attribution.replay`) and does not aggregate.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import re
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import dspy
+from dspy.utils.callback import BaseCallback
+from memtrace_loop.pipeline.analysis.attribution.lineage import content_tokens, turn_text
+from memtrace_loop.pipeline.analysis.attribution.walk_signatures import JudgeOperation
+from memtrace_loop.pipeline.analysis.blame import Attribution, AttributionCost, ErrorType, Fault, Tunable
+from memtrace_loop.pipeline.backends.bm25 import BM25Index
+from memtrace_loop.pipeline.core.conventions import (
+    CONSTRUCTION_OP_KINDS,
+    QUESTION_SIDE_KINDS,
+    OpKind,
+    VarKind,
+    answer_name,
+    first_version,
+    turn_id_of,
+    turn_name,
+)
+from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation, Variable
+from memtrace_loop.pipeline.core.records import CaseResult, Conversation
+
+logger = logging.getLogger(__name__)
+
+METHOD = "llm"
+CLIP_MARK = " ..."
+VARIABLE_LIST_FIELDS = frozenset({"operation_inputs", "operation_outputs"})
+ERROR_BY_KIND: Mapping[OpKind, ErrorType] = MappingProxyType({
+    OpKind.EXTRACTION: ErrorType.EXTRACTION,
+    OpKind.UPDATE: ErrorType.UPDATE,
+    OpKind.DELETION: ErrorType.DELETION,
+    OpKind.RETRIEVAL: ErrorType.RETRIEVAL,
+    OpKind.RESPONSE: ErrorType.RESPONSE,
+    OpKind.OTHER: ErrorType.EXTRACTION,
+})
+
+
+@dataclass(frozen=True)
+class LLMAttributorSettings:
+    """Bounds of the walk (the fields of `conf/attributor/llm.yaml`).
+
+    max_steps: operations shown to the LM per case at most (= LM calls per case, barring adapter retries).
+    max_chars_per_step: what one step shows (all input field values together) stays under this many
+        characters; every part is clipped proportionally.
+    max_value_chars: one variable's value is clipped to this many characters before the step is fitted.
+    pseudo_evidence_turns: how many BM25-ranked turns stand in for evidence when a question has none.
+    """
+
+    max_steps: int = 12
+    max_chars_per_step: int = 2400
+    max_value_chars: int = 400
+    pseudo_evidence_turns: int = 2
+
+    def __post_init__(self) -> None:
+        if self.max_steps < 1:
+            raise ValueError(f"max_steps must be at least 1, got {self.max_steps}")
+        if self.max_chars_per_step < 400:
+            raise ValueError(f"max_chars_per_step must be at least 400, got {self.max_chars_per_step}")
+
+
+@dataclass(frozen=True)
+class WalkPrior:
+    """Where a system's walk looks first (`first_stages`/`first_kinds` rank ahead of the rest; `then_kinds`
+    next), what it skips, and whether the question's retrieval is seeded into the first frontier."""
+
+    first_stages: frozenset[str] = frozenset()
+    first_kinds: frozenset[OpKind] = frozenset()
+    then_kinds: frozenset[OpKind] = frozenset()
+    skip_stages: frozenset[str] = frozenset()
+    seed_retrieval: bool = False
+
+    def rank(self, op: Operation) -> int:
+        if op.stage in self.first_stages or op.kind in self.first_kinds:
+            return 0
+        return 1 if op.kind in self.then_kinds else 2
+
+
+PRIOR_BY_SYSTEM: Mapping[str, WalkPrior] = MappingProxyType({
+    "rag": WalkPrior(first_kinds=frozenset({OpKind.RETRIEVAL}), seed_retrieval=True),
+    "mem0": WalkPrior(
+        first_kinds=frozenset({OpKind.EXTRACTION}),
+        then_kinds=frozenset({OpKind.UPDATE, OpKind.DELETION}),
+        skip_stages=frozenset({"search_similar"}),
+    ),
+    "evermemos": WalkPrior(first_stages=frozenset({"detect_boundary", "write_episode", "write_events"})),
+    "long_context": WalkPrior(first_kinds=frozenset({OpKind.UPDATE, OpKind.DELETION})),
+})
+NO_PRIOR = WalkPrior()
+
+
+# ------------------------------------------------------------------------------------------ rendering
+
+
+def clip(text: str, limit: int) -> str:
+    """`text` with whitespace folded, at most `limit` characters (a clipped text ends with " ...")."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    if limit <= len(CLIP_MARK):
+        return text[: max(limit, 0)]
+    return text[: limit - len(CLIP_MARK)] + CLIP_MARK
+
+
+def focus_clip(text: str, limit: int, words: frozenset[str] = frozenset()) -> str:
+    """Like `clip`, but a long text keeps the window of `limit` characters that holds the most of `words`
+    (lowercase content words of the needed information; a word frequent in the text, like a date stamp,
+    weighs less than a rare one), so clipping does not hide what the step is about."""
+    text = " ".join(text.split())
+    if len(text) <= limit or not words:
+        return clip(text, limit)
+    lower = text.lower()
+    found = [(m.start(), m.group(0)) for m in re.finditer(r"[a-z0-9]+", lower) if m.group(0) in words]
+    if not found:
+        return clip(text, limit)
+    width = max(limit - 2 * len(CLIP_MARK), 1)
+    weight_by_word = {w: 1.0 / n for w, n in Counter(w for _, w in found).items()}  # rare words weigh most
+    best_start, best_score = 0, (-1.0, -1.0)
+    for position, anchor in found:  # ties go to the window anchored on the rarer word
+        start = max(0, min(position - min(40, width // 4), len(text) - width))
+        inside = {w for p, w in found if start <= p and p + len(w) <= start + width}
+        score = (round(sum(weight_by_word[w] for w in inside), 9), weight_by_word[anchor])
+        if score > best_score:
+            best_start, best_score = start, score
+    window = text[best_start : best_start + width]
+    head = CLIP_MARK.strip() + " " if best_start > 0 else ""
+    tail = CLIP_MARK if best_start + width < len(text) else ""
+    return clip(head + window + tail, limit)
+
+
+def _share(room: int, count: int, limit: int) -> int:
+    """Characters per variable value when `count` values share `room` (at least 60, at most `limit`)."""
+    return max(60, min(limit, room // max(count, 1) - 24))
+
+
+def _render_vars(variables: Sequence[Variable], max_value_chars: int, words: frozenset[str]) -> str:
+    if not variables:
+        return "none"
+    return "\n".join(f"[{v.id}] {focus_clip(v.value, max_value_chars, words) or '(empty)'}" for v in variables)
+
+
+def _clip_lines(text: str, limit: int) -> str:
+    """A multi-line variable list clipped to `limit` characters: each line keeps its share of the room
+    (at least 60 characters: the start of the value, where its focused part is); the lines that no longer
+    fit are dropped (the lists are ordered most relevant first)."""
+    lines = text.split("\n")
+    total = sum(len(line) for line in lines)
+    if total + len(lines) - 1 <= limit:
+        return text
+    kept: list[str] = []
+    used = 0
+    for line in lines:
+        piece = clip(line, max(60, (len(line) * limit) // total))
+        if used + len(piece) + (1 if kept else 0) > limit:
+            break
+        used += len(piece) + (1 if kept else 0)
+        kept.append(piece)
+    return "\n".join(kept) if kept else clip(lines[0], limit)
+
+
+def fit_step(fields: Mapping[str, str], max_chars: int, fixed: Sequence[str] = ()) -> dict[str, str]:
+    """Clip the field values so that together they hold at most `max_chars` characters: `fixed` fields
+    to a tenth of the bound each, the others proportionally to their length in what remains (variable
+    lists line by line, so each variable keeps its share)."""
+    out = {name: clip(fields[name], max_chars // 10) for name in fixed}
+    rest = {name: value for name, value in fields.items() if name not in out}
+    room = max_chars - sum(len(v) for v in out.values())
+    total = sum(len(v) for v in rest.values())
+    for name, value in rest.items():
+        allowance = len(value) if total <= room else (len(value) * room) // total
+        if len(value) <= allowance:
+            out[name] = value
+        elif name in VARIABLE_LIST_FIELDS:
+            out[name] = _clip_lines(value, allowance)
+        else:
+            out[name] = clip(value, allowance)
+    return out
+
+
+# ------------------------------------------------------------------------------------------ LM calls
+
+
+class _CallCounter(BaseCallback):
+    """Counts the LM calls made while it is installed (one walk step)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
+        self.calls += 1
+
+
+@dataclass(frozen=True)
+class StepVerdict:
+    kept: bool
+    error_type: ErrorType | None
+    reason: str
+    judged: bool  # False when the LM call failed or its reply could not be parsed
+
+
+@dataclass
+class _Spend:
+    """Per-case tally (local to one `attribute` call)."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    unjudged: list[str] = field(default_factory=list)
+
+
+def _error_type(raw: object) -> ErrorType | None:
+    text = str(raw or "").strip()
+    for kind in ErrorType:
+        if kind.value.lower() in text.lower():
+            return kind
+    return None
+
+
+class LLMAttributor:
+    """Walks each failed case's graph with an LM judging one operation per step (see the module doc)."""
+
+    name = METHOD
+
+    def __init__(self, lm: dspy.BaseLM, settings: LLMAttributorSettings | None = None) -> None:
+        self.lm = lm
+        self.settings = settings or LLMAttributorSettings()
+        self.judge = dspy.Predict(JudgeOperation)
+        self.judge.set_lm(lm)
+
+    # ---------------------------------------------------------------- one step
+
+    def step_fields(
+        self, graph: ExecutionGraph, op: Operation, case: CaseResult, needed: str, on_path: set[str]
+    ) -> dict[str, str]:
+        """The input values one step shows the LM for `op`: inputs on the information's path first, then
+        those sharing most words with it; long values keep their part about the needed information."""
+        limit = self.settings.max_value_chars
+        words = frozenset(
+            (content_tokens(needed) & content_tokens(f"{case.question.text} {case.question.gold}"))
+            | content_tokens(case.question.gold)
+        )
+        inputs = sorted(
+            (graph.variable(v) for v in op.inputs),
+            key=lambda v: (v.id not in on_path, -len(content_tokens(v.value) & words), v.id),
+        )
+        outputs = [graph.variable(v) for v in op.outputs]
+        budget = self.settings.max_chars_per_step
+        prompt = graph.variable(op.prompt).value if op.prompt else "none"
+        fields = {
+            "question": case.question.text,
+            "gold_answer": case.question.gold,
+            "operation": f"{op.name} (stage {op.stage}, kind {op.kind.value}, {op.id})",
+            "needed_information": needed,
+            "operation_inputs": _render_vars(inputs, _share(budget * 45 // 100, len(inputs), limit), words),
+            "operation_outputs": _render_vars(outputs, _share(budget * 30 // 100, len(outputs), limit), words),
+            "operation_prompt": prompt,
+        }
+        return fit_step(fields, self.settings.max_chars_per_step, fixed=("question", "gold_answer", "operation"))
+
+    def _ask(self, fields: Mapping[str, str], op: Operation, spend: _Spend) -> StepVerdict:
+        counter = _CallCounter()
+        callbacks = [*dspy.settings.get("callbacks", []), counter]
+        try:
+            with dspy.context(callbacks=callbacks, track_usage=True):
+                prediction = self.judge(**fields)
+        except Exception as exc:  # a failing or unparsable reply is recorded, never a crash of the walk
+            spend.calls += max(counter.calls, 1)
+            spend.unjudged.append(f"{op.id}: {type(exc).__name__}")
+            logger.debug("llm attributor: step on %s failed: %s", op.id, exc)
+            return StepVerdict(True, None, "", False)
+        spend.calls += max(counter.calls, 1)
+        try:
+            for usage in (prediction.get_lm_usage() or {}).values():
+                spend.prompt_tokens += int(usage.get("prompt_tokens") or 0)
+                spend.completion_tokens += int(usage.get("completion_tokens") or 0)
+        except Exception as exc:  # usage is bookkeeping: losing it must not lose the verdict
+            logger.debug("llm attributor: no usage for %s: %s", op.id, exc)
+        kept = prediction.get("kept_information")
+        if not isinstance(kept, bool):
+            spend.unjudged.append(f"{op.id}: kept_information={kept!r}")
+            return StepVerdict(True, None, "", False)
+        return StepVerdict(kept, _error_type(prediction.get("error_type")), str(prediction.get("reason") or ""), True)
+
+    # ---------------------------------------------------------------- the walk
+
+    def _evidence(self, graph: ExecutionGraph, case: CaseResult) -> tuple[tuple[str, ...], bool]:
+        ids = tuple(i for i in (first_version(turn_name(e)) for e in case.question.evidence) if i in graph)
+        if ids:
+            return ids, False
+        turns = [v for v in graph.variables() if v.kind == VarKind.TURN]
+        if not turns:
+            return (), True
+        ranked = BM25Index([v.value for v in turns]).top(
+            f"{case.question.text} {case.question.gold}", self.settings.pseudo_evidence_turns
+        )
+        return tuple(turns[i].id for i, score in ranked if score > 0), True
+
+    def attribute(
+        self, graph: ExecutionGraph, case: CaseResult, conversation: Conversation | None = None
+    ) -> Attribution | None:
+        started = time.perf_counter()
+        answer_var = graph.latest(answer_name(case.question.id))
+        answer_op = graph.producer(answer_var.id) if answer_var is not None else None
+        if answer_op is None:
+            return None
+        prior = PRIOR_BY_SYSTEM.get(str(graph.meta.get("system", "")), NO_PRIOR)
+        upstream = graph.ancestors(answer_var.id)
+        evidence, pseudo = self._evidence(graph, case)
+        needed = "\n".join(f"[{e}] {turn_text(graph.variable(e).value)}" for e in evidence) or "unknown"
+        context_ops = [
+            p for v in answer_op.inputs
+            if graph.variable(v).kind == VarKind.CONTEXT and (p := graph.producer(v)) is not None
+        ]
+        tail = [*context_ops, answer_op]  # shown last, when the walk did not reach them
+
+        def relevant(op: Operation) -> bool:
+            if op.kind == OpKind.JUDGE or op.stage in prior.skip_stages:
+                return False
+            question_side = any(
+                graph.variable(v).kind in QUESTION_SIDE_KINDS for v in (*op.inputs, *op.outputs)
+            )
+            return not question_side or op.id in upstream
+
+        heap: list[tuple[int, int, str]] = []
+        seen: set[str] = set()
+
+        def push(op: Operation) -> None:
+            if op.id not in seen and relevant(op):
+                seen.add(op.id)
+                heapq.heappush(heap, (prior.rank(op), op.seq, op.id))
+
+        on_path = set(evidence)
+        for var_id in evidence:
+            for op in graph.consumers(var_id):
+                if op.prompt != var_id:
+                    push(op)
+        if prior.seed_retrieval:
+            for op in context_ops:
+                push(op)
+        spend = _Spend()
+        steps = 0
+        while steps < self.settings.max_steps:
+            if not heap:
+                pending = [op for op in tail if op.id not in seen]
+                if not pending:
+                    break
+                seen.add(pending[0].id)
+                heapq.heappush(heap, (3, pending[0].seq, pending[0].id))
+            op = graph.operation(heapq.heappop(heap)[2])
+            verdict = self._ask(self.step_fields(graph, op, case, needed, on_path), op, spend)
+            steps += 1
+            if verdict.judged and not verdict.kept:
+                return self._blame(graph, case, op, verdict, evidence, pseudo, on_path, spend, started, steps)
+            for out in op.outputs:
+                on_path.add(out)
+                for consumer in graph.consumers(out):
+                    if consumer.prompt != out:
+                        push(consumer)
+        reason = (
+            f"No operation among the {steps} shown was judged to lose the information; by default the answer "
+            f"step {answer_op.name} ({answer_op.id}) is blamed for \"{case.prediction}\" (gold "
+            f"\"{case.question.gold}\")."
+        )
+        fallback = StepVerdict(False, ErrorType.RESPONSE, reason, True)
+        return self._blame(graph, case, answer_op, fallback, evidence, pseudo, on_path, spend, started, steps, 0.2)
+
+    def _blame(
+        self,
+        graph: ExecutionGraph,
+        case: CaseResult,
+        op: Operation,
+        verdict: StepVerdict,
+        evidence: Sequence[str],
+        pseudo: bool,
+        on_path: set[str],
+        spend: _Spend,
+        started: float,
+        steps: int,
+        confidence: float = 0.75,
+    ) -> Attribution:
+        error = verdict.error_type or ERROR_BY_KIND.get(op.kind, ErrorType.RESPONSE)
+        blamed = op
+        if op.prompt is None and op.kind in CONSTRUCTION_OP_KINDS:  # a store write executes an LLM decision
+            makers = [p for v in op.inputs if (p := graph.producer(v)) is not None and p.prompt is not None]
+            blamed = max(makers, key=lambda p: p.seq, default=op)
+        tunable = Tunable.PROMPT if blamed.prompt is not None else Tunable.KNOBS
+        reason = verdict.reason.strip() or f"{op.name} ({op.id}) did not keep the needed information."
+        if blamed is not op:
+            reason += f" ({op.name} {op.id} executed the decision of {blamed.name} {blamed.id}.)"
+        if spend.unjudged:
+            reason += f" {len(spend.unjudged)} step(s) could not be judged (LM call failed or reply unparsable)."
+            confidence *= 0.8
+        restore = tuple(v for v in op.inputs if v in on_path) or tuple(
+            v for v in op.inputs if graph.variable(v).kind != VarKind.QUERY
+        )
+        if pseudo:
+            confidence *= 0.7
+        fault = Fault(blamed.id, blamed.name, blamed.stage, error, tunable, reason, restore, blamed.seq)
+        cost = AttributionCost(
+            lm_calls=spend.calls, prompt_tokens=spend.prompt_tokens, completion_tokens=spend.completion_tokens,
+            seconds=time.perf_counter() - started,
+        )
+        return Attribution(
+            case, blamed.id, blamed.name, blamed.stage, error, reason, confidence, METHOD, tunable,
+            tuple(turn_id_of(e) for e in evidence), pseudo, suspects=(fault,), cost=cost,
+        )

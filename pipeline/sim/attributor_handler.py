@@ -1,0 +1,120 @@
+"""The simulated world's answer to the LLM attributor's step request (`JudgeOperation`): a verdict.
+
+Rule-based and deterministic, and fair: it reads only the request text a real LLM would see. The
+information to follow is the content words of the needed information that the question and gold answer
+ask about, plus the gold answer's own words. The operation *kept* it when its outputs still hold (nearly
+all of) those words that its inputs held; inputs that held none of them cannot lose anything. For the
+answer step it checks the answer instead: an answer without the gold's words from a context that held
+the information is a ResponseError. The error type follows from the operation kind shown.
+It does no I/O and never raises on odd text.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from memtrace_loop.pipeline.sim.dates import RELATIVE_PATTERN, find_dates
+from memtrace_loop.pipeline.sim.judge import content_tokens
+from memtrace_loop.pipeline.sim.protocol import StageRequest
+
+_KIND = re.compile(r"\bkind (?P<kind>[a-z]+)\b")
+_ERROR_BY_KIND = {
+    "extraction": "ExtractionError",
+    "update": "UpdateError",
+    "deletion": "DeletionError",
+    "retrieval": "RetrievalError",
+    "response": "ResponseError",
+    "other": "ExtractionError",
+}
+_ID_PREFIX = re.compile(r"^\s*\[[^\]]*\]\s*", re.M)
+_RELATIVE = re.compile(RELATIVE_PATTERN)
+_LABEL = re.compile(r"^(?!\(empty\)$)(?!none$)[A-Za-z]+(?: [A-Za-z]+){0,2}$")
+
+
+def _dated(text: str) -> bool:
+    return bool(find_dates(text) or _RELATIVE.search(text))
+
+
+def _lost_time(shown_in: str, shown_out: str) -> str:
+    """Why the outputs lost the time the inputs gave ("" when they did not): no date at all, or a relative
+    date ("two days ago") left unresolved, i.e. the outputs only repeat the inputs' own date stamps."""
+    if not _dated(shown_in):
+        return ""
+    if not _dated(shown_out):
+        return "The question asks when; its inputs gave the time but its outputs hold no date."
+    relative = _RELATIVE.search(shown_in)
+    if relative and find_dates(shown_in) and not find_dates(shown_out):
+        return (f"Its inputs give the time relative to the session date (\"{relative.group(0)}\"); its outputs "
+                "keep the relative words but not the date they count from, so the date is lost.")
+    if relative and not _RELATIVE.search(shown_out):
+        stamps = {day for _, _, day in find_dates(shown_in)}
+        written = {day for _, _, day in find_dates(shown_out)}
+        if written and written <= stamps:
+            return (f"Its inputs give the time relative to the session date (\"{relative.group(0)}\"), but its "
+                    "outputs only repeat the session date: the relative date was not resolved.")
+    return ""
+
+
+def _is_label(outputs: str) -> bool:
+    """Outputs that are only short decision labels ("new episode", "sufficient"): no content to carry."""
+    values = [_ID_PREFIX.sub("", line).strip() for line in outputs.splitlines() if line.strip()]
+    return bool(values) and all(_LABEL.match(v) for v in values)
+
+
+def _tokens(text: str) -> set[str]:
+    return set(content_tokens(_ID_PREFIX.sub("", text)))
+
+
+def _needed(request: StageRequest) -> set[str]:
+    inputs = request.inputs
+    gold = _tokens(inputs.get("gold_answer", ""))
+    asked = _tokens(f"{inputs.get('question', '')} {inputs.get('gold_answer', '')}")
+    return (_tokens(inputs.get("needed_information", "")) & asked) | gold
+
+
+def _enough(held: set[str], found: set[str]) -> bool:
+    need = len(held) if len(held) <= 3 else math.ceil(0.6 * len(held))
+    return len(found & held) >= need
+
+
+def judge_operation(request: StageRequest) -> dict[str, Any]:
+    """The verdict on one operation: kept_information, error_type, reason."""
+    inputs = request.inputs
+    match = _KIND.search(inputs.get("operation", ""))
+    kind = match.group("kind") if match else "other"
+    error = _ERROR_BY_KIND.get(kind, "ExtractionError")
+    target = _needed(request)
+    shown_in = _tokens(inputs.get("operation_inputs", ""))
+    shown_out = _tokens(inputs.get("operation_outputs", ""))
+    if kind == "response":
+        gold = _tokens(inputs.get("gold_answer", ""))
+        if gold and _enough(gold, shown_out):
+            return {"kept_information": True, "error_type": "none", "reason": "The answer states the gold answer."}
+        return {
+            "kept_information": False, "error_type": error,
+            "reason": "The context was given to the answer step, yet the answer does not state "
+                      f"\"{inputs.get('gold_answer', '')}\".",
+        }
+    if _is_label(inputs.get("operation_outputs", "")):
+        reason = "It only decides a label; it carries no content."
+        return {"kept_information": True, "error_type": "none", "reason": reason}
+    held = target & shown_in
+    when = inputs.get("question", "").strip().lower().startswith("when")
+    if held and when:
+        lost_time = _lost_time(inputs.get("operation_inputs", ""), inputs.get("operation_outputs", ""))
+        if lost_time:
+            return {"kept_information": False, "error_type": error, "reason": lost_time}
+    if not held:
+        return {"kept_information": True, "error_type": "none", "reason": "Its inputs did not hold the information."}
+    if _enough(held, shown_out):
+        return {"kept_information": True, "error_type": "none", "reason": "Its outputs still hold the information."}
+    lost = " ".join(sorted(held - shown_out))
+    return {
+        "kept_information": False, "error_type": error,
+        "reason": f"Its inputs held the needed information but its outputs lost \"{lost}\".",
+    }
+
+
+HANDLERS = {frozenset({"kept_information", "error_type", "reason"}): judge_operation}
