@@ -68,8 +68,16 @@ class BenchSetting:
     lm: dspy.LM
 
 
+SEMANTIC_THRESHOLD = 0.35  # the hashing embedder is lexical: a synonym paraphrase scores ~0.4, unrelated ~0
+
+
 def _lineage(setting: BenchSetting) -> Attributor:
     return LineageAttributor()
+
+
+def _lineage_meaning(setting: BenchSetting) -> Attributor:
+    """Lineage that also matches carriers by meaning (the hashing embedder's cosine)."""
+    return LineageAttributor(embedder=HashingEmbedder(), semantic_threshold=SEMANTIC_THRESHOLD)
 
 
 def _llm(setting: BenchSetting) -> Attributor:
@@ -87,7 +95,7 @@ def _lineage_replay(setting: BenchSetting) -> Attributor:
 
 
 BUILDER_BY_ATTRIBUTOR: Mapping[str, Callable[[BenchSetting], Attributor]] = MappingProxyType(
-    {"lineage": _lineage, "llm": _llm, "lineage+replay": _lineage_replay}
+    {"lineage": _lineage, "lineage+meaning": _lineage_meaning, "llm": _llm, "lineage+replay": _lineage_replay}
 )
 
 

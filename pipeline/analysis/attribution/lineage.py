@@ -34,8 +34,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
+import numpy as np
 from memtrace_loop.pipeline.analysis.blame import Attribution, ErrorType, Fault, Tunable
 from memtrace_loop.pipeline.backends.bm25 import BM25Index
+from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.backends.text import alnum_words, normalize_answer
 from memtrace_loop.pipeline.core.conventions import (
     CONSTRUCTION_OP_KINDS,
@@ -65,7 +67,7 @@ _STOPWORDS = frozenset(
     doing have has had having i me my mine we our you your he him his she her it its they them their what which
     who whom whose when where why how that this these those there here not no yes so than then too very can
     could would should will just also any some all each both more most other into over under again once
-    s t kind like likely one name named""".split()
+    s t kind like likely one name named up down out off""".split()
 )
 _MONTH_NAMES = "january february march april may june july august september october november december".split()
 _MONTHS = {**{m[:3]: m for m in _MONTH_NAMES}, **{m: m for m in _MONTH_NAMES}, "sept": "september"}
@@ -98,10 +100,25 @@ def turn_text(value: str) -> str:
     return _TURN_PREFIX.sub("", value, count=1)
 
 
+_ISO_DATE = re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b")
+
+
+def _spelled_dates(text: str) -> str:
+    """ISO dates ("2022-06-07") written out ("7 june 2022"), so they compare with other date formats."""
+    def spell(match: re.Match[str]) -> str:
+        month = int(match.group(2))
+        if not 1 <= month <= 12:
+            return match.group(0)
+        return f"{int(match.group(3))} {_MONTH_NAMES[month - 1]} {match.group(1)}"
+
+    return _ISO_DATE.sub(spell, text)
+
+
 def content_tokens(text: str) -> frozenset[str]:
-    """Lowercase content words: no stopwords, months unified, ordinals and plurals stripped."""
+    """Lowercase content words: no stopwords, months unified, ISO dates spelled out, ordinals and plurals
+    stripped (so "7 June 2022", "June 7th, 2022" and "2022-06-07" share their tokens)."""
     tokens = set()
-    for raw in alnum_words(text):
+    for raw in alnum_words(_spelled_dates(text)):
         token = re.sub(r"^(\d+)(st|nd|rd|th)$", r"\1", raw)
         token = _MONTHS.get(token, token)
         if len(token) > 3 and token.endswith("s") and not token.endswith("ss"):
@@ -124,6 +141,7 @@ class _Track:
     target: frozenset[str]
     sources: tuple[str, ...]  # turn variable ids
     is_gold: bool
+    text: str = ""  # what the information says, for a match by meaning (the source turn, or the gold answer)
 
 
 @dataclass(frozen=True)
@@ -137,8 +155,17 @@ class ConversationLineage:
     """Attributes the failed cases of one conversation graph, which must not change while it is in use
     (token sets and the store at question time are memoized per instance)."""
 
-    def __init__(self, graph: ExecutionGraph, conversation: Conversation | None = None) -> None:
+    def __init__(
+        self,
+        graph: ExecutionGraph,
+        conversation: Conversation | None = None,
+        embedder: Embedder | None = None,
+        semantic_threshold: float = 0.8,
+    ) -> None:
         self.graph = graph
+        self.embedder = embedder
+        self.semantic_threshold = semantic_threshold
+        self._vector_by_text: dict[str, np.ndarray] = {}
         self._tokens_by_var: dict[str, frozenset[str]] = {}
         turn_vars = [v for v in graph.variables() if v.kind == VarKind.TURN]
         self._turn_vars = turn_vars
@@ -155,6 +182,22 @@ class ConversationLineage:
 
     def _carries(self, var: Variable, target: frozenset[str]) -> bool:
         return bool(target) and len(self._tokens(var) & target) >= coverage_needed(target)
+
+    def _vector(self, text: str) -> np.ndarray:
+        found = self._vector_by_text.get(text)
+        if found is None and self.embedder is not None:
+            found = self._vector_by_text[text] = self.embedder.embed([text])[0]
+        return found if found is not None else np.zeros(1)
+
+    def _means(self, var: Variable, track: _Track) -> bool:
+        """Whether `var` says what the track's source turn says, by the embedder's cosine (where tokens
+        did not match: a paraphrase). Only for the turn's own information, never for the gold answer
+        alone (a short answer string says too little to compare by meaning)."""
+        if self.embedder is None or track.is_gold or not track.text or not var.value:
+            return False
+        left, right = self._vector(track.text), self._vector(var.value)
+        norm = float(np.linalg.norm(left) * np.linalg.norm(right))
+        return norm > 0 and float(left @ right) / norm >= self.semantic_threshold
 
     def _evidence(self, case: CaseResult) -> tuple[tuple[str, ...], bool]:
         ids = tuple(first_version(turn_name(e)) for e in case.question.evidence)
@@ -178,13 +221,14 @@ class ConversationLineage:
             or (gold_is_date and _RELATIVE.search(self.graph.variable(e).value))
         )
         if gold and gold_sources:
-            tracks.append(_Track(f"the answer \"{question.gold}\"", gold, gold_sources, True))
+            tracks.append(_Track(f"the answer \"{question.gold}\"", gold, gold_sources, True, question.gold))
         speakers = content_tokens(" ".join(self._speakers))
         for e in evidence:
             payload = (content_tokens(turn_text(self.graph.variable(e).value)) - speakers) & asked
             if payload and not (len(tracks) and tracks[0].is_gold and e in tracks[0].sources and payload <= gold):
                 words = " ".join(sorted(payload))
-                tracks.append(_Track(f"what {name_of(e)} says about \"{words}\"", payload, (e,), False))
+                said = turn_text(self.graph.variable(e).value)
+                tracks.append(_Track(f"what {name_of(e)} says about \"{words}\"", payload, (e,), False, said))
         return tracks
 
     def _is_construction(self, op: Operation) -> bool:
@@ -227,6 +271,7 @@ class ConversationLineage:
                 carried = [
                     var for var in outputs
                     if self._carries(var, track.target) or any(text and text in var.value for text in copied)
+                    or self._means(var, track)
                 ]
             for var in carried:
                 if var.id not in live:
@@ -577,8 +622,15 @@ class LineageAttributor:
 
     name = METHOD
 
-    def __init__(self, max_graphs: int = 64) -> None:
+    def __init__(
+        self, max_graphs: int = 64, embedder: Embedder | None = None, semantic_threshold: float = 0.8
+    ) -> None:
+        """With an `embedder`, a carrier also matches by meaning (cosine >= `semantic_threshold`) where
+        its tokens do not: paraphrased memories."""
         self._max_graphs = max_graphs
+        self.name = f"{METHOD}+meaning" if embedder is not None else METHOD
+        self.embedder = embedder
+        self.semantic_threshold = semantic_threshold
         self._lineage_by_graph: dict[int, tuple[ExecutionGraph, ConversationLineage]] = {}
 
     def lineage(self, graph: ExecutionGraph, conversation: Conversation | None = None) -> ConversationLineage:
@@ -587,7 +639,7 @@ class LineageAttributor:
             return held[1]
         if len(self._lineage_by_graph) >= self._max_graphs:
             self._lineage_by_graph.clear()
-        lineage = ConversationLineage(graph, conversation)
+        lineage = ConversationLineage(graph, conversation, self.embedder, self.semantic_threshold)
         self._lineage_by_graph[id(graph)] = (graph, lineage)
         return lineage
 
