@@ -57,6 +57,26 @@ def _lost_time(shown_in: str, shown_out: str) -> str:
     return ""
 
 
+_SAID = re.compile(r"^\[[^\]]*\]\s*(?:\[[^\]]*\]\s*)?[^:]{1,60}:\s*(?P<text>.+)$")
+
+
+def _cut_turn(shown_in: str, shown_out: str) -> str:
+    """A turn of the inputs that the outputs hold only a piece of (its start without its end, or its
+    end without its start): a copy step cut it apart."""
+    for line in shown_in.splitlines():
+        said = _SAID.match(line.strip())
+        if said is None:
+            continue
+        text = said.group("text").strip()
+        words = text.split()
+        if len(words) < 6 or text in shown_out or "..." in shown_out or "..." in text:
+            continue  # whole, or clipped for display (a clipped view shows no cut)
+        head, tail = " ".join(words[:3]), " ".join(words[-3:])
+        if (head in shown_out) != (tail in shown_out):
+            return f"Its outputs hold only a piece of the turn \"{text}\": the turn was cut apart."
+    return ""
+
+
 def _is_label(outputs: str) -> bool:
     """Outputs that are only short decision labels ("new episode", "sufficient"): no content to carry."""
     values = [_ID_PREFIX.sub("", line).strip() for line in outputs.splitlines() if line.strip()]
@@ -101,6 +121,9 @@ def judge_operation(request: StageRequest) -> dict[str, Any]:
         reason = "It only decides a label; it carries no content."
         return {"kept_information": True, "error_type": "none", "reason": reason}
     held = target & shown_in
+    cut = _cut_turn(inputs.get("operation_inputs", ""), inputs.get("operation_outputs", ""))
+    if held and cut and inputs.get("operation_prompt", "").strip() in ("", "none"):
+        return {"kept_information": False, "error_type": error, "reason": cut}
     when = inputs.get("question", "").strip().lower().startswith("when")
     if held and when:
         lost_time = _lost_time(inputs.get("operation_inputs", ""), inputs.get("operation_outputs", ""))

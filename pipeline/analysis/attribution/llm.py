@@ -40,11 +40,13 @@ from memtrace_loop.pipeline.analysis.blame import Attribution, AttributionCost, 
 from memtrace_loop.pipeline.backends.bm25 import BM25Index
 from memtrace_loop.pipeline.core.conventions import (
     CONSTRUCTION_OP_KINDS,
+    MEMORY_KINDS,
     QUESTION_SIDE_KINDS,
     OpKind,
     VarKind,
     answer_name,
     first_version,
+    name_of,
     turn_id_of,
     turn_name,
 )
@@ -113,7 +115,10 @@ PRIOR_BY_SYSTEM: Mapping[str, WalkPrior] = MappingProxyType({
         then_kinds=frozenset({OpKind.UPDATE, OpKind.DELETION}),
         skip_stages=frozenset({"search_similar"}),
     ),
-    "evermemos": WalkPrior(first_stages=frozenset({"detect_boundary", "write_episode", "write_events"})),
+    "evermemos": WalkPrior(
+        first_stages=frozenset({"detect_boundary", "write_episode", "write_events"}),
+        skip_stages=frozenset({"check_sufficiency", "expand_queries"}),  # they steer the search, carry nothing
+    ),
     "long_context": WalkPrior(first_kinds=frozenset({OpKind.UPDATE, OpKind.DELETION})),
 })
 NO_PRIOR = WalkPrior()
@@ -269,8 +274,16 @@ class LLMAttributor:
             (content_tokens(needed) & content_tokens(f"{case.question.text} {case.question.gold}"))
             | content_tokens(case.question.gold)
         )
+        shown = list(op.inputs)
+        if op.kind == OpKind.RETRIEVAL:  # what the store held on the path but the search did not return
+            shown += [
+                v for v in sorted(on_path)
+                if v not in op.inputs and graph.variable(v).kind in MEMORY_KINDS and graph.variable(v).value
+                and (latest := graph.latest(name_of(v))) is not None and latest.id == v
+                and not latest.meta.get("deleted")
+            ]
         inputs = sorted(
-            (graph.variable(v) for v in op.inputs),
+            (graph.variable(v) for v in shown),
             key=lambda v: (v.id not in on_path, -len(content_tokens(v.value) & words), v.id),
         )
         outputs = [graph.variable(v) for v in op.outputs]
@@ -369,6 +382,7 @@ class LLMAttributor:
                 push(op)
         spend = _Spend()
         steps = 0
+        kept_by_op: dict[str, bool] = {}
         while steps < self.settings.max_steps:
             if not heap:
                 pending = [op for op in tail if op.id not in seen]
@@ -377,10 +391,47 @@ class LLMAttributor:
                 seen.add(pending[0].id)
                 heapq.heappush(heap, (3, pending[0].seq, pending[0].id))
             op = graph.operation(heapq.heappop(heap)[2])
+            if op.id in kept_by_op:
+                continue  # already judged as the sibling of a faulty operation
             verdict = self._ask(self.step_fields(graph, op, case, needed, on_path), op, spend)
             steps += 1
-            if verdict.judged and not verdict.kept:
-                return self._blame(graph, case, op, verdict, evidence, pseudo, on_path, spend, started, steps)
+            kept_by_op[op.id] = not (verdict.judged and not verdict.kept)
+            if not kept_by_op[op.id] and op.kind == OpKind.RETRIEVAL:
+                # a search can only miss what memory held whole: judge the evidence's construction first
+                for early in sorted(
+                    {c.id: c for e in evidence for c in graph.consumers(e)
+                     if c.kind in CONSTRUCTION_OP_KINDS and c.id not in kept_by_op and relevant(c)}.values(),
+                    key=lambda c: c.seq,
+                ):
+                    if steps >= self.settings.max_steps:
+                        break
+                    seen.add(early.id)
+                    found = self._ask(self.step_fields(graph, early, case, needed, on_path), early, spend)
+                    steps += 1
+                    kept_by_op[early.id] = not (found.judged and not found.kept)
+                    if not kept_by_op[early.id]:
+                        return self._blame(graph, case, early, found, evidence, pseudo, on_path, spend, started, steps)
+            if not kept_by_op[op.id]:
+                # decisive only if no sibling that read the same information kept it (e.g. the event log
+                # keeps a date the narrative lost): judge the siblings before blaming
+                siblings = sorted(
+                    {c.id: c for v in op.inputs if v in on_path for c in graph.consumers(v)
+                     if c.id != op.id and c.prompt != v and c.kind in CONSTRUCTION_OP_KINDS and relevant(c)}.values(),
+                    key=lambda c: c.seq,
+                )
+                keeper = None
+                for sibling in siblings:
+                    if sibling.id not in kept_by_op and steps < self.settings.max_steps:
+                        seen.add(sibling.id)
+                        found = self._ask(self.step_fields(graph, sibling, case, needed, on_path), sibling, spend)
+                        steps += 1
+                        kept_by_op[sibling.id] = not (found.judged and not found.kept)
+                    if kept_by_op.get(sibling.id):
+                        keeper = sibling
+                        break
+                if keeper is None:
+                    return self._blame(graph, case, op, verdict, evidence, pseudo, on_path, spend, started, steps)
+                op = keeper
             for out in op.outputs:
                 on_path.add(out)
                 for consumer in graph.consumers(out):

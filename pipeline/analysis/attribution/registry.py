@@ -13,7 +13,6 @@ It does not run attribution, configure DSPy or build LMs and systems: they are p
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -22,6 +21,7 @@ from typing import Any
 import dspy
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
+from memtrace_loop.pipeline.analysis.attribution.llm import LLMAttributor, LLMAttributorSettings
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
 from memtrace_loop.pipeline.analysis.attribution.replay import Replayer, ReplaySettings, VerifyingAttributor
 from memtrace_loop.pipeline.backends.embeddings import Embedder
@@ -70,10 +70,10 @@ class LLMSettings:
     verify: bool = False
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     max_steps: int = 12  # operations shown to the LM before it gives up
-    max_chars_per_step: int = 4000  # the bound on one step's context (inputs, outputs, prompt)
+    max_chars_per_step: int = 2400  # the bound on one step's context (inputs, outputs, prompt)
 
     def __post_init__(self) -> None:
-        require(self, max_steps=(1, None), max_chars_per_step=(200, None))
+        require(self, max_steps=(1, None), max_chars_per_step=(400, None))
 
 
 Builder = Callable[[Any, LMSet | None, Embedder | None], Attributor]
@@ -90,24 +90,15 @@ def _lineage(settings: LineageSettings, lms: LMSet | None, embedder: Embedder | 
         return LineageAttributor()
     if embedder is None:
         raise ConfigError("attributor.use_embedder: no embedder was given to match carriers by meaning")
-    try:
-        return LineageAttributor(embedder=embedder, semantic_threshold=settings.semantic_threshold)  # type: ignore[call-arg]
-    except TypeError as exc:
-        raise ConfigError("attributor.use_embedder: this lineage attributor cannot match by meaning") from exc
+    return LineageAttributor(embedder=embedder, semantic_threshold=settings.semantic_threshold)
 
 
 def _llm(settings: LLMSettings, lms: LMSet | None, embedder: Embedder | None) -> Attributor:
     lm = getattr(lms, "attributor", None) if lms is not None else None
     if lm is None:
         raise ConfigError("attributor.name: the llm attributor needs an `attributor` LM (lm.attributor)")
-    try:
-        module = importlib.import_module("memtrace_loop.pipeline.analysis.attribution.llm")
-    except ImportError as exc:
-        raise ConfigError("attributor.name: the llm attributor is not available in this build") from exc
-    llm_settings = module.LLMAttributorSettings(
-        max_steps=settings.max_steps, max_chars_per_step=settings.max_chars_per_step
-    )
-    return module.LLMAttributor(lm=lm, settings=llm_settings)
+    llm_settings = LLMAttributorSettings(max_steps=settings.max_steps, max_chars_per_step=settings.max_chars_per_step)
+    return LLMAttributor(lm=lm, settings=llm_settings)
 
 
 ENTRY_BY_ATTRIBUTOR: Mapping[str, AttributorEntry] = MappingProxyType(
