@@ -184,3 +184,26 @@ def test_memtracebench_mode_scores_exported_graphs_against_their_annotations(tmp
 
     assert attribution_bench.main(["--memtracebench", str(tmp_path), "--attributors", "lineage"]) == 0
     assert "memtracebench" in capsys.readouterr().out
+
+
+# The LLM walk on the simulated world (its verdicts come from the world's rule-based stand-in for the
+# attributor's prompt). Measured (seed 0, 2 conversations, 10 per kind): long_context and mem0 1.00, rag
+# 0.97 (one retrieval_miss blamed on respond), evermemos 0.87 (retrieval_miss 0.7: the search's output is a
+# long context whose words, spread over other episodes, make the step look as if it kept the information).
+LLM_SHORT = {"evermemos": "retrieval_miss: scattered words in a long retrieved context read as kept (0.87)"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "system",
+    [pytest.param(s, marks=pytest.mark.xfail(reason=LLM_SHORT[s], strict=False)) if s in LLM_SHORT else s
+     for s in KINDS_BY_SYSTEM],
+)
+def test_the_llm_walk_reaches_the_bar_on_injected_faults(system):
+    cases, _ = injected(system)
+    lm = sim_lm()
+    setting = attribution_bench.BenchSetting(system, attribution_bench.perfect_system(system, lm), make_judge(lm), lm)
+    score = score_attributor(attribution_bench.BUILDER_BY_ATTRIBUTOR["llm"](setting), cases, system)
+    assert score.error_type_accuracy >= 0.95, score.as_row()
+    assert score.op_accuracy >= 0.90, score.as_row()
+    assert 0 < score.lm_calls_per_case <= 12
