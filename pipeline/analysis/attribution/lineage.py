@@ -1,7 +1,7 @@
 """The lineage attributor: why did a case fail, and which operation is to blame? (no LLM)
 
 For one failed case it starts from the evidence turns (the dataset's gold ids; when a question has
-none, pseudo-evidence: the turns BM25 ranks highest for question + gold answer) and follows the
+none, pseudo-evidence: `evidence.EvidenceFinder`, BM25 and — with an embedder — cosine, fused) and follows the
 information forward through the execution graph:
 
 1. It tracks what the answer needs: the gold answer itself (from the turns that can carry it) and,
@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
+from memtrace_loop.pipeline.analysis.attribution.evidence import EvidenceFinder
 from memtrace_loop.pipeline.analysis.blame import Attribution, ErrorType, Fault, Tunable
-from memtrace_loop.pipeline.backends.bm25 import BM25Index
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.backends.text import alnum_words, normalize_answer
 from memtrace_loop.pipeline.core.conventions import (
@@ -47,10 +47,8 @@ from memtrace_loop.pipeline.core.conventions import (
     OpKind,
     VarKind,
     answer_name,
-    first_version,
     name_of,
     turn_id_of,
-    turn_name,
 )
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation, Variable
 from memtrace_loop.pipeline.core.records import CaseResult, Conversation
@@ -169,7 +167,7 @@ class ConversationLineage:
         self._tokens_by_var: dict[str, frozenset[str]] = {}
         turn_vars = [v for v in graph.variables() if v.kind == VarKind.TURN]
         self._turn_vars = turn_vars
-        self._bm25 = BM25Index([v.value for v in turn_vars]) if turn_vars else None
+        self._finder = EvidenceFinder(graph, embedder)
         self._speakers = set(conversation.speakers) if conversation else set()
 
     # ------------------------------------------------------------------ helpers
@@ -200,14 +198,8 @@ class ConversationLineage:
         return norm > 0 and float(left @ right) / norm >= self.semantic_threshold
 
     def _evidence(self, case: CaseResult) -> tuple[tuple[str, ...], bool]:
-        ids = tuple(first_version(turn_name(e)) for e in case.question.evidence)
-        ids = tuple(i for i in ids if i in self.graph)
-        if ids:
-            return ids, False
-        if self._bm25 is None:
-            return (), True
-        ranked = self._bm25.top(f"{case.question.text} {case.question.gold}", 2)
-        return tuple(self._turn_vars[i].id for i, score in ranked if score > 0), True
+        found = self._finder.find(case.question)
+        return found.turn_vars, found.pseudo
 
     def _tracks(self, case: CaseResult, evidence: Sequence[str]) -> list[_Track]:
         question = case.question

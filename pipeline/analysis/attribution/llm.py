@@ -34,10 +34,10 @@ from typing import Any
 
 import dspy
 from dspy.utils.callback import BaseCallback
+from memtrace_loop.pipeline.analysis.attribution.evidence import EvidenceFinder
 from memtrace_loop.pipeline.analysis.attribution.lineage import content_tokens, turn_text
 from memtrace_loop.pipeline.analysis.attribution.walk_signatures import JudgeOperation
 from memtrace_loop.pipeline.analysis.blame import Attribution, AttributionCost, ErrorType, Fault, Tunable
-from memtrace_loop.pipeline.backends.bm25 import BM25Index
 from memtrace_loop.pipeline.core.conventions import (
     CONSTRUCTION_OP_KINDS,
     MEMORY_KINDS,
@@ -45,10 +45,8 @@ from memtrace_loop.pipeline.core.conventions import (
     OpKind,
     VarKind,
     answer_name,
-    first_version,
     name_of,
     turn_id_of,
-    turn_name,
 )
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation, Variable
 from memtrace_loop.pipeline.core.records import CaseResult, Conversation
@@ -327,16 +325,8 @@ class LLMAttributor:
     # ---------------------------------------------------------------- the walk
 
     def _evidence(self, graph: ExecutionGraph, case: CaseResult) -> tuple[tuple[str, ...], bool]:
-        ids = tuple(i for i in (first_version(turn_name(e)) for e in case.question.evidence) if i in graph)
-        if ids:
-            return ids, False
-        turns = [v for v in graph.variables() if v.kind == VarKind.TURN]
-        if not turns:
-            return (), True
-        ranked = BM25Index([v.value for v in turns]).top(
-            f"{case.question.text} {case.question.gold}", self.settings.pseudo_evidence_turns
-        )
-        return tuple(turns[i].id for i, score in ranked if score > 0), True
+        found = EvidenceFinder(graph, k=self.settings.pseudo_evidence_turns).find(case.question)
+        return found.turn_vars, found.pseudo
 
     def attribute(
         self, graph: ExecutionGraph, case: CaseResult, conversation: Conversation | None = None
