@@ -43,22 +43,22 @@ class SavedRun:
 
 def read_saved_run(directory: str | Path) -> SavedRun:
     """The run saved in `directory` (or in its `artifacts/` folder: a `memtrace run` output directory)."""
-    directory = Path(directory)
-    if not (directory / CASES_FILE).is_file() and (directory / ARTIFACTS_DIR / CASES_FILE).is_file():
-        directory = directory / ARTIFACTS_DIR
-    cases_path = directory / CASES_FILE
-    graphs_dir = directory / GRAPHS_DIR
+    folder = Path(directory)
+    if not (folder / CASES_FILE).is_file() and (folder / ARTIFACTS_DIR / CASES_FILE).is_file():
+        folder = folder / ARTIFACTS_DIR
+    cases_path = folder / CASES_FILE
+    graphs_dir = folder / GRAPHS_DIR
     if not cases_path.is_file():
-        raise FileNotFoundError(f"{directory}: no {CASES_FILE} (saved by `memtrace run`)")
+        raise FileNotFoundError(f"{folder}: no {CASES_FILE} (saved by `memtrace run`)")
     if not graphs_dir.is_dir():
-        raise FileNotFoundError(f"{directory}: no {GRAPHS_DIR}/ folder of graph JSON files")
+        raise FileNotFoundError(f"{folder}: no {GRAPHS_DIR}/ folder of graph JSON files")
     results = cases_from_json(cases_path.read_text(encoding="utf-8"), str(cases_path))
     graph_by_conversation = {path.stem: load_graph(path) for path in sorted(graphs_dir.glob("*.json"))}
-    prompts_path = directory / PROMPTS_FILE
+    prompts_path = folder / PROMPTS_FILE
     prompts = PromptSet(json.loads(prompts_path.read_text(encoding="utf-8"))) if prompts_path.is_file() else None
-    config_path = directory / CONFIG_FILE
+    config_path = folder / CONFIG_FILE
     config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.is_file() else {}
-    return SavedRun(results, MappingProxyType(graph_by_conversation), prompts, MappingProxyType(config), str(directory))
+    return SavedRun(results, MappingProxyType(graph_by_conversation), prompts, MappingProxyType(config), str(folder))
 
 
 def download_saved_run(tracker: Tracker, run_id: str, directory: str | Path) -> SavedRun:

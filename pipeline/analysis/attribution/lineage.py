@@ -165,8 +165,6 @@ class ConversationLineage:
         self.semantic_threshold = semantic_threshold
         self._vector_by_text: dict[str, np.ndarray] = {}
         self._tokens_by_var: dict[str, frozenset[str]] = {}
-        turn_vars = [v for v in graph.variables() if v.kind == VarKind.TURN]
-        self._turn_vars = turn_vars
         self._finder = EvidenceFinder(graph, embedder)
         self._speakers = set(conversation.speakers) if conversation else set()
 
