@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from memtrace_loop.memory_systems.fusion import reciprocal_rank_fusion
@@ -37,9 +38,16 @@ class EvidenceFinder:
         self.graph = graph
         self.embedder = embedder
         self.k = k
-        self._turns: list[Variable] = [v for v in graph.variables() if v.kind == VarKind.TURN]
-        self._bm25 = BM25Index([v.value for v in self._turns]) if self._turns else None
         self._vectors: np.ndarray | None = None
+
+    @cached_property
+    def _turns(self) -> list[Variable]:
+        return [v for v in self.graph.variables() if v.kind == VarKind.TURN]
+
+    @cached_property
+    def _bm25(self) -> BM25Index | None:
+        """Built on the first question without gold evidence (most questions have it)."""
+        return BM25Index([v.value for v in self._turns]) if self._turns else None
 
     def find(self, question: Question) -> Evidence:
         given = tuple(i for i in (first_version(turn_name(e)) for e in question.evidence) if i in self.graph)

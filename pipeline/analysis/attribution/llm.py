@@ -259,6 +259,7 @@ class LLMAttributor:
         self.settings = settings or LLMAttributorSettings()
         self.judge = dspy.Predict(JudgeOperation)
         self.judge.set_lm(lm)
+        self._finder: EvidenceFinder | None = None  # the evidence index of the graph seen last
 
     # ---------------------------------------------------------------- one step
 
@@ -325,7 +326,9 @@ class LLMAttributor:
     # ---------------------------------------------------------------- the walk
 
     def _evidence(self, graph: ExecutionGraph, case: CaseResult) -> tuple[tuple[str, ...], bool]:
-        found = EvidenceFinder(graph, k=self.settings.pseudo_evidence_turns).find(case.question)
+        if self._finder is None or self._finder.graph is not graph:  # one index per graph, not per case
+            self._finder = EvidenceFinder(graph, k=self.settings.pseudo_evidence_turns)
+        found = self._finder.find(case.question)
         return found.turn_vars, found.pseudo
 
     def attribute(
