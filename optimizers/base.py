@@ -51,6 +51,15 @@ class Evaluator(Protocol):
     ) -> CandidateEvaluation: ...
 
 
+class CallBudget(Protocol):
+    """The loop's budget in LM calls as an optimizer sees it (task, rewriter and attributor calls made,
+    counted the same way for every optimizer; calls served by a response cache do not count)."""
+
+    def spent(self) -> int: ...
+
+    def remaining(self) -> int | None: ...  # None: no budget set
+
+
 @dataclass(frozen=True)
 class OptimizationContext:
     """What an optimizer may look at in one iteration."""
@@ -63,6 +72,7 @@ class OptimizationContext:
     # stage -> its signature as "input, input -> output" (what the stage reads and writes)
     signature_by_stage: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     evaluator: Evaluator | None = None  # None outside a loop (e.g. an optimizer called on its own)
+    budget: CallBudget | None = None  # None: no budget in LM calls
 
 
 @dataclass(frozen=True)
