@@ -142,6 +142,26 @@ def test_an_unparsable_reply_does_not_crash(mem0_run) -> None:
     assert attribution.cost.lm_calls >= 3
 
 
+def test_evermemos_steps_show_the_needed_information_whole_and_one_boundary_decision() -> None:
+    """Two faults of the walk that cost EverMemOS its accuracy (0.87 on injected faults): the needed
+    information was clipped to a few words when the step's inputs were long, and a boundary decision per
+    turn (each re-reading the evidence turn) used up the steps before the walk reached the events."""
+    lm, graphs, cases = failures_of("evermemos")
+    assert cases
+    recorder = StepRecorder()
+    graph = next(iter(graphs.values()))
+    with dspy.context(callbacks=[recorder]):
+        for case in cases:
+            if case.question.conversation_id == graph.graph_id:
+                before = len(recorder.steps)
+                LLMAttributor(lm).attribute(graph, case)
+                boundary_steps = [s for s in recorder.steps[before:] if "stage detect_boundary" in s["operation"]]
+                assert len(boundary_steps) <= 1, [s["operation"] for s in boundary_steps]
+    assert recorder.steps
+    short_turns = [s for s in recorder.steps if len(s["needed_information"]) < 200]
+    assert short_turns and not any(s["needed_information"].endswith("...") for s in short_turns)
+
+
 # ------------------------------------------------------------------------------------ the context bound
 
 

@@ -10,6 +10,10 @@ information? error type, reason). From an operation that kept it, the walk moves
 its outputs (question-side operations only when they lead to this case's answer); the answer's
 retrieval and answer operations come last. It stops at the first operation judged faulty, or at
 `max_steps`; when nothing is judged faulty the answer operation is blamed with low confidence.
+The needed information keeps a fixed share of every step (long input lists never clip it to a few words),
+and of the decisions that write only a label (`LABEL_KINDS`: EverMemOS's per-turn boundary decisions,
+each re-reading the buffer that holds the evidence) the first per stage stands for the rest, so they
+cannot use up the steps before the walk reaches the events and episodes.
 
 Per-system priors (`PRIOR_BY_SYSTEM`, read from `graph.meta["system"]`): RAG looks at the question's
 retrieval first; Mem0 at extraction, then the same unit's updates and deletions (the similar-memory
@@ -120,6 +124,8 @@ PRIOR_BY_SYSTEM: Mapping[str, WalkPrior] = MappingProxyType({
     "long_context": WalkPrior(first_kinds=frozenset({OpKind.UPDATE, OpKind.DELETION})),
 })
 NO_PRIOR = WalkPrior()
+# Output kinds that hold a decision label, not content taken from the inputs.
+LABEL_KINDS = frozenset({VarKind.BOUNDARY, VarKind.SUFFICIENCY})
 
 
 # ------------------------------------------------------------------------------------------ rendering
@@ -297,7 +303,10 @@ class LLMAttributor:
             "operation_outputs": _render_vars(outputs, _share(budget * 30 // 100, len(outputs), limit), words),
             "operation_prompt": prompt,
         }
-        return fit_step(fields, self.settings.max_chars_per_step, fixed=("question", "gold_answer", "operation"))
+        # the needed information is what every verdict is about: it keeps its own share, never squeezed
+        # out by long input lists
+        fixed = ("question", "gold_answer", "operation", "needed_information")
+        return fit_step(fields, self.settings.max_chars_per_step, fixed=fixed)
 
     def _ask(self, fields: Mapping[str, str], op: Operation, spend: _Spend) -> StepVerdict:
         counter = _CallCounter()
@@ -359,11 +368,19 @@ class LLMAttributor:
 
         heap: list[tuple[int, int, str]] = []
         seen: set[str] = set()
+        labelled_stages: set[str] = set()  # stages already queued with an op that only writes labels
 
         def push(op: Operation) -> None:
-            if op.id not in seen and relevant(op):
-                seen.add(op.id)
-                heapq.heappush(heap, (prior.rank(op), op.seq, op.id))
+            if op.id in seen or not relevant(op):
+                return
+            if op.outputs and all(graph.variable(v).kind in LABEL_KINDS for v in op.outputs):
+                # a decision that writes only a label (a boundary) carries no content: the first one per stage
+                # stands for the rest (a buffer re-read by a decision per turn would use up every step)
+                if op.stage in labelled_stages:
+                    return
+                labelled_stages.add(op.stage)
+            seen.add(op.id)
+            heapq.heappush(heap, (prior.rank(op), op.seq, op.id))
 
         on_path = set(evidence)
         for var_id in evidence:
