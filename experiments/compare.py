@@ -32,7 +32,6 @@ from memtrace_loop.experiments.config import validated_compare
 from memtrace_loop.experiments.console import setup_logging
 from memtrace_loop.experiments.factory import launch_dir, resolve, to_plain
 from memtrace_loop.pipeline.analysis.comparison import (
-    POOLED,
     ComparisonRow,
     OptimizerRun,
     ProgressPoint,
@@ -144,9 +143,10 @@ def optimizer_run(source: RunSource, run_id: str) -> OptimizerRun:
 
 
 def run_ids_in_sweep(sweep_dir: Path) -> list[str]:
-    """The MLflow run of every job of a multirun directory (each job's checkpoint names it)."""
+    """The MLflow run of every job of a multirun directory (each job's checkpoint names it; a job's
+    directory may be nested when an override value holds a path)."""
     ids = []
-    for checkpoint in sorted(Path(sweep_dir).glob(f"*/{CHECKPOINT}")):
+    for checkpoint in sorted(Path(sweep_dir).rglob(CHECKPOINT)):
         run_id = json.loads(checkpoint.read_text(encoding="utf-8")).get("mlflow_run_id")
         if run_id:
             ids.append(str(run_id))
@@ -198,8 +198,8 @@ def log_report(
     tracker: MlflowTracker, experiment: str, rows: Sequence[ComparisonRow], runs: Sequence[OptimizerRun],
     paths: Sequence[Path], reference: str,
 ) -> str:
-    """A `comparison` run in `experiment` with the report files, the pooled gains as metrics and the
-    compared run ids as tags."""
+    """A `comparison` run in `experiment` with the report files, every row's gain and CI as metrics
+    (`gain.<optimizer>.<system>`, system `all` when pooled) and the compared run ids as tags."""
     tracker.open_experiment(experiment)
     with tracker.start_run("comparison") as run_id:
         tracker.set_tags({
@@ -210,11 +210,11 @@ def log_report(
             "memtrace.systems": ",".join(sorted({r.system for r in runs})),
         })
         metrics = {}
-        for row in rows:
-            if row.system == POOLED and row.gain.n:
-                metrics[f"gain.{row.optimizer}"] = row.gain.mean
-                metrics[f"gain_ci_low.{row.optimizer}"] = row.gain.ci_low
-                metrics[f"gain_ci_high.{row.optimizer}"] = row.gain.ci_high
+        for row in rows:  # e.g. gain.attribution.mem0, gain.attribution.all (pooled)
+            if row.gain.n:
+                metrics[f"gain.{row.optimizer}.{row.system}"] = row.gain.mean
+                metrics[f"gain_ci_low.{row.optimizer}.{row.system}"] = row.gain.ci_low
+                metrics[f"gain_ci_high.{row.optimizer}.{row.system}"] = row.gain.ci_high
         tracker.log_metrics({k: v for k, v in metrics.items() if math.isfinite(v)})
         for path in paths:
             tracker.log_artifact(path)
@@ -259,10 +259,16 @@ class ComparisonCallback(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = resolve(str(config.hydra.sweep.dir), Path.cwd())
-        report = compare(
-            str(config.tracking.uri), str(config.tracking.experiment), sweep_dir / "comparison", sweep_dir=sweep_dir,
-            reference=self.reference, confidence=self.confidence, n_resamples=self.n_resamples,
-        )
+        try:
+            report = compare(
+                str(config.tracking.uri), str(config.tracking.experiment), sweep_dir / "comparison",
+                sweep_dir=sweep_dir, reference=self.reference, confidence=self.confidence,
+                n_resamples=self.n_resamples,
+            )
+        except Exception:
+            # Hydra turns a callback's exception into a warning; `make compare` must fail instead
+            logger.exception("the comparison failed; once fixed: memtrace compare sweep_dir=%s", sweep_dir)
+            raise SystemExit(1) from None
         _show(report, Console())
 
 
