@@ -106,7 +106,7 @@ def _test_questions(source: RunSource, run_id: str) -> tuple[QuestionOutcome, ..
         try:
             path = source.download_artifact(run_id, TEST_QUESTIONS, Path(tmp))
             rows = json.loads(path.read_text(encoding="utf-8"))
-        except Exception as exc:  # MLflow raises its own errors for a missing artifact
+        except Exception as exc:  # MLflow's own error for a missing artifact (this module does not import MLflow)
             raise ComparisonError(
                 f"run {run_id} has no {TEST_QUESTIONS} (logged by `memtrace optimize` since the comparison "
                 f"exists): rerun it to compare it: {exc}"
@@ -115,6 +115,11 @@ def _test_questions(source: RunSource, run_id: str) -> tuple[QuestionOutcome, ..
         QuestionOutcome(str(row["question_id"]), float(row["start"]), float(row["final"]))
         for row in rows if row.get("counted", True)
     )
+
+
+def _budget(param: str | None) -> str:
+    """The logged `loop.budget_calls` param, "" when absent or unset (logged as "None")."""
+    return "" if param in (None, "None", "") else str(param)
 
 
 def optimizer_run(source: RunSource, run_id: str) -> OptimizerRun:
@@ -138,7 +143,7 @@ def optimizer_run(source: RunSource, run_id: str) -> OptimizerRun:
         seconds=float(run.metrics.get("elapsed_s", math.nan)),
         progress=progress_points({int(k): v for k, v in dev.items()}, dev_final, calls),
         calls_estimated=estimated,
-        budget=run.params.get(BUDGET_PARAM, "") if run.params.get(BUDGET_PARAM) not in (None, "None") else "",
+        budget=_budget(run.params.get(BUDGET_PARAM)),
     )
 
 

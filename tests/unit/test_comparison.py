@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
-from memtrace_loop.experiments.compare import progress_points
+from memtrace_loop.experiments.compare import optimizer_run, progress_points
 from memtrace_loop.pipeline.analysis.comparison import (
     POOLED,
     OptimizerRun,
@@ -21,6 +21,8 @@ from memtrace_loop.pipeline.analysis.comparison import (
 from memtrace_loop.pipeline.analysis.evaluation import bootstrap_ci
 from memtrace_loop.pipeline.tracking.comparison_report import markdown_report, rows_to_json
 from memtrace_loop.pipeline.tracking.plots import plot_comparison
+
+from tests.support.tracking import InMemoryTracker
 
 
 def questions(start: list[int], final: list[int]) -> tuple[QuestionOutcome, ...]:
@@ -193,3 +195,40 @@ def test_the_comparison_plot_is_a_png(tmp_path: Path):
     assert plot_comparison([], tmp_path / "empty.png").exists()
     with pytest.raises(ValueError, match=r"\.png"):
         plot_comparison([], tmp_path / "comparison.svg")
+
+
+# --------------------------------------------------------------------------- reading a logged run back
+
+
+def logged_run(with_budget_metric: bool):
+    tracker = InMemoryTracker()
+    with tracker.start_run("optimize") as run_id:
+        tracker.set_tags({"memtrace.optimizer": "attribution", "memtrace.system": "rag"})
+        tracker.log_params({"seed": "7", "loop.budget_calls": "None"})
+        for step, dev in enumerate([0.5, 0.5, 0.7]):
+            tracker.log_metrics({"dev_judge_accuracy": dev}, step=step)
+            if with_budget_metric:
+                tracker.log_metrics({"lm_calls.budget_spent": 100.0 * (step + 1) ** 2}, step=step)
+        tracker.log_metrics({"dev_final_judge_accuracy": 0.7, "lm_calls_made": 900.0, "lm_tokens_made": 5e4,
+                             "final_prompt_chars": 321.0, "elapsed_s": 2.5})
+        tracker.log_text('[{"question_id": "q1", "start": 0, "final": 1, "counted": true},'
+                         ' {"question_id": "q2", "start": 1, "final": 1, "counted": false}]', "test_questions.json")
+    return tracker, run_id
+
+
+def test_a_logged_run_is_read_back_with_the_budget_metric_when_there_is_one():
+    tracker, run_id = logged_run(with_budget_metric=True)
+    read = optimizer_run(tracker, run_id)
+    assert (read.optimizer, read.system, read.seed, read.budget) == ("attribution", "rag", 7, "")
+    assert read.questions == (QuestionOutcome("q1", 0.0, 1.0),)  # uncounted questions left out
+    assert (read.lm_calls, read.tokens, read.prompt_chars, read.seconds) == (900, 5e4, 321, 2.5)
+    assert [(p.calls, p.dev_accuracy) for p in read.progress] == [(100, 0.5), (400, 0.7), (900, 0.7)]
+    assert not read.calls_estimated and calls_to_fraction(read.progress) == 400
+
+
+def test_without_the_budget_metric_the_calls_are_an_estimate_and_say_so():
+    tracker, run_id = logged_run(with_budget_metric=False)
+    read = optimizer_run(tracker, run_id)
+    assert read.calls_estimated
+    assert [p.calls for p in read.progress] == [300, 600, 900]  # 900 calls spread over three iterations
+    assert "~600" in markdown_report(compare_runs([read]))
