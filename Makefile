@@ -29,8 +29,11 @@ demo: install  ## the closed loop on the offline default (the simulated world)
 run: install  ## one traced, evaluated run of the memory system (no optimization)
 	$(BIN)/memtrace run
 
-compare: install  ## attribution vs uniform blame vs no optimization, one MLflow experiment
-	$(BIN)/memtrace optimize -m experiment=compare_optimizers
+# Extra overrides for `make compare`, e.g. COMPARE_ARGS="seed=0 memory_system=mem0" for a smaller sweep.
+COMPARE_ARGS ?=
+
+compare: install  ## every optimizer x memory system x 3 seeds (a multirun), then one table + plot: multirun/optimize/<time>/comparison/
+	$(BIN)/memtrace optimize -m experiment=compare_optimizers $(COMPARE_ARGS)
 
 test: install  ## the whole test suite, as CI runs it
 	$(PYTEST)

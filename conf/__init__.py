@@ -12,6 +12,7 @@ from __future__ import annotations
 from hydra.core.config_store import ConfigStore
 from memtrace_loop.experiments.config import (
     AttributeConfig,
+    CompareConfig,
     ExportConfig,
     OptimizeConfig,
     RunConfig,
@@ -50,7 +51,7 @@ def store_schemas() -> None:
         cs.store(group="schema/attributor", name=name, node=defaults_of(entry.schema))
     cs.store(group="schema/tracking", name="base", node=defaults_of(TrackingConfig))
     for app, schema in (("run", RunConfig), ("optimize", OptimizeConfig), ("stages", StagesConfig),
-                        ("export", ExportConfig), ("attribute", AttributeConfig)):
+                        ("export", ExportConfig), ("attribute", AttributeConfig), ("compare", CompareConfig)):
         cs.store(group="schema", name=app, node=_top_level(schema))
 
 

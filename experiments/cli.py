@@ -16,6 +16,7 @@ commands:
   run       run a memory system over a dataset split: trace, evaluate, log to MLflow
   optimize  the closed loop: attribute failures, rewrite the most-blamed prompts, gate on dev, export
   attribute attribute the failures of a logged or saved run without rerunning it (run_id=... | run_dir=...)
+  compare   one table and plot comparing the optimizers of a sweep (sweep_dir=... | the whole experiment)
   export    write the best prompt set of an MLflow run as JSON/YAML (run_id=... out=...)
   stages    list every stage of a memory system with its current instruction (memory_system=...)
 
@@ -26,7 +27,8 @@ examples:
   memtrace run --cfg job                        # print the composed config
   memtrace optimize                             # the closed loop on the simulated world
   memtrace optimize optimizer=uniform           # the no-attribution baseline
-  memtrace optimize -m experiment=compare_optimizers   # attribution vs uniform vs none, one MLflow experiment
+  memtrace optimize -m experiment=compare_optimizers   # every optimizer x system x seed, then the comparison
+  memtrace compare sweep_dir=multirun/optimize/<time>   # the comparison again (or of a partial sweep)
   memtrace optimize resume=outputs/optimize/<run>      # continue an interrupted run
   memtrace optimize attributor=lineage attributor.verify=true  # check every blame by replay
   memtrace optimize attributor=llm              # an LM walks the graph (lm.attributor)
@@ -39,10 +41,10 @@ examples:
 
 
 def _commands() -> dict[str, Callable[[], object]]:
-    from memtrace_loop.experiments import attribute, export, optimize, run, stages
+    from memtrace_loop.experiments import attribute, compare, export, optimize, run, stages
 
     return {"run": run.main, "optimize": optimize.main, "attribute": attribute.main, "export": export.main,
-            "stages": stages.main}
+            "stages": stages.main, "compare": compare.main}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,14 +1,15 @@
 """The schemas of the apps' top-level configs and the one place a composed config is validated.
 
-`RunConfig`, `OptimizeConfig`, `AttributeConfig`, `StagesConfig` and `ExportConfig` are frozen records
-of the keys of `conf/{run,optimize,attribute,stages,export}.yaml` outside the groups (`seed`, `workers`,
-`split`, `splits`, `evaluation`, `loop`, `tracking`, ...); their field defaults are THE defaults (the
-YAML files only select groups and wire interpolations; `conf/__init__.py` composes the tree from these
-defaults). Each group node is checked by its own registry's schema: `lm` (`LMConfig` per role),
-`embedder` (`EmbedderConfig`), `memory_system` (the system's knobs record), `dataset`
-(`pipeline.data.registry`), `optimizer` (`optimizers.registry`), `attributor`
-(`pipeline.analysis.attribution.registry`). `validated_run(plain)` etc. raise a `ConfigError` naming
-the full key for an unknown key, a wrong type or an out-of-range value. Nothing here builds or runs anything.
+`RunConfig`, `OptimizeConfig`, `AttributeConfig`, `StagesConfig`, `ExportConfig` and `CompareConfig` are
+frozen records of the keys of `conf/{run,optimize,attribute,stages,export,compare}.yaml` outside the
+groups (`seed`, `workers`, `split`, `splits`, `evaluation`, `loop`, `tracking`, ...); their field
+defaults are THE defaults (the YAML files only select groups and wire interpolations; `conf/__init__.py`
+composes the tree from these defaults). Each group node is checked by its own registry's schema: `lm`
+(`LMConfig` per role), `embedder` (`EmbedderConfig`), `memory_system` (the system's knobs record),
+`dataset` (`pipeline.data.registry`), `optimizer` (`optimizers.registry`), `attributor`
+(`pipeline.analysis.attribution.registry`). `validated_run(plain)` etc. raise a `ConfigError` naming the
+full key for an unknown key, a wrong type or an out-of-range value. Nothing here builds or runs
+anything.
 """
 
 from __future__ import annotations
@@ -162,6 +163,25 @@ class StagesConfig:
 
 
 @dataclass(frozen=True)
+class CompareConfig:
+    """`memtrace compare`: the runs of a multirun directory (`sweep_dir`), or of the whole experiment."""
+
+    __pydantic_config__ = _STRICT
+    tracking: TrackingConfig
+    sweep_dir: str | None = None  # a `memtrace optimize -m` output directory; None: every run of the experiment
+    out: str | None = None  # where the report goes; default <sweep_dir>/comparison or outputs/compare/<experiment>
+    reference: str = "attribution"  # the optimizer every other one is paired against
+    confidence: float = 0.95
+    n_resamples: int = 1000
+    log: bool = True  # log the report as a `comparison` run in the experiment
+
+    def __post_init__(self) -> None:
+        require(self, n_resamples=(1, None))
+        if not 0 < self.confidence < 1:
+            raise ValueError(f"confidence must be in (0, 1), got {self.confidence}")
+
+
+@dataclass(frozen=True)
 class ExportConfig:
     """`memtrace export`."""
 
@@ -222,6 +242,10 @@ def validated_attribute(plain: Mapping[str, Any]) -> AttributeConfig:
 
 def validated_stages(plain: Mapping[str, Any]) -> StagesConfig:
     return _validated(StagesConfig, plain)
+
+
+def validated_compare(plain: Mapping[str, Any]) -> CompareConfig:
+    return parse_config(CompareConfig, plain, "")
 
 
 def validated_export(plain: Mapping[str, Any]) -> ExportConfig:

@@ -48,6 +48,12 @@ def calls_made(result: RunResult) -> int:
     return result.counts.calls - result.counts.cached_calls - result.lm_calls_saved
 
 
+def tokens_made(result: RunResult) -> int:
+    """Prompt + completion tokens of the calls a run really made (a call served by DSPy's cache reports
+    none; tokens of reused memories are left out)."""
+    return result.counts.prompt_tokens + result.counts.completion_tokens - result.tokens_saved
+
+
 class CheckpointError(ValueError):
     """A checkpoint that cannot be resumed (wrong format, another config)."""
 
@@ -126,6 +132,7 @@ class LoopResult:
     split_log: tuple[tuple[str, int], ...]  # (split, iteration) of every evaluation, in order
     lm_calls_made: int
     lm_calls_saved: int
+    lm_tokens_made: int = 0  # prompt + completion tokens of the evaluations' calls made (`tokens_made`)
 
 
 class LoopObserver(Protocol):
@@ -207,6 +214,7 @@ class OptimizationLoop:
         self.attributor = attributor if attributor is not None else LineageAttributor()
         self._split_log: list[tuple[str, int]] = []
         self._calls_made = 0
+        self._tokens_made = 0
 
     # ------------------------------------------------------------------ evaluation
 
@@ -220,6 +228,7 @@ class OptimizationLoop:
             memory_cache=self.cache,
         )
         self._calls_made += calls_made(result)
+        self._tokens_made += tokens_made(result)
         return result
 
     def _signatures(self) -> dict[str, str]:
@@ -276,6 +285,7 @@ class OptimizationLoop:
             split_log=tuple(self._split_log),
             lm_calls_made=self._calls_made,
             lm_calls_saved=self.cache.stats().lm_calls_saved,
+            lm_tokens_made=self._tokens_made,
         )
         for observer in self.observers:
             observer.on_finish(result)

@@ -67,6 +67,7 @@ class RunResult:
     counts: LMCallCounts  # summed over the graphs (reused memories included)
     reused_memories: int = 0  # conversations whose memory came from the cache
     lm_calls_saved: int = 0  # LLM calls the reused memories did not have to make again
+    tokens_saved: int = 0  # prompt + completion tokens of those calls (in `counts`, but not spent again)
 
 
 def make_judge(lm: dspy.BaseLM | None = None) -> dspy.Predict:
@@ -142,6 +143,7 @@ def run_dataset(
 
     progress.begin("ingest", sum(len(c.turns) for c in conversations))
     reused: list[int] = []
+    reused_tokens: list[int] = []
 
     def ingest(conversation: Conversation) -> tuple[ExecutionGraph, Any]:
         key = system.memory_key(conversation) if memory_cache is not None else ""
@@ -151,6 +153,8 @@ def run_dataset(
             declare_prompts(Tracer(graph), system, judge)
             progress.advance("ingest", len(conversation.turns))
             reused.append(cached.lm_calls)
+            saved = count_lm_calls([cached.graph])
+            reused_tokens.append(saved.prompt_tokens + saved.completion_tokens)
             return graph, cached.state
         graph, tracer = new_conversation_graph(system, judge, conversation, {"dataset": dataset.name})
         state = system.ingest(conversation, tracer, on_turn=lambda _turn: progress.advance("ingest"))
@@ -177,5 +181,5 @@ def run_dataset(
     report = summarize(results, exclude_categories=tuple(exclude_categories), seed=seed)
     return RunResult(
         results, graph_by_conversation, report, count_lm_calls(graph_by_conversation.values()), len(reused),
-        sum(reused),
+        sum(reused), sum(reused_tokens),
     )

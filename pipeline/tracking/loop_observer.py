@@ -1,12 +1,14 @@
 """Tracking an optimization run: one nested run per iteration under the tracker's active parent run.
 
-Each iteration's nested run gets train/dev metrics (step = iteration), the blame table (with weights
-and replay-verified / refuted counts), the attribution table (verified, joint decisive set, cost) and
-the `attribution.*` shares, every candidate with its prompt diff and gate verdict, and LLM-call
-counts; accepted prompt sets are registered in the tracker's prompt registry. At the end the parent
-run gets the test metrics of the starting and final prompt sets, the score and blame plots (PNG), the
-history and the exported prompt files. Every text passes `scrub`. Everything goes through the
-`Tracker` protocol (MLflow in production). This module does not run the loop and does not decide anything.
+Each iteration's nested run gets train/dev metrics (step = iteration), the blame table (with weights and
+replay-verified / refuted counts), the attribution table (verified, joint decisive set, cost) and the
+`attribution.*` shares, every candidate with its prompt diff and gate verdict, and LLM-call counts;
+accepted prompt sets are registered in the tracker's prompt registry. At the end the parent run gets the
+test metrics of the starting and final prompt sets, the per-question test scores of both
+(`test_questions.json`, what `memtrace compare` pairs), the LM calls and tokens made, the length of the
+final prompt set, the score and blame plots (PNG), the history and the exported prompt files. Every text
+passes `scrub`. Everything goes through the `Tracker` protocol (MLflow in production). This module does
+not run the loop and does not decide anything.
 """
 
 from __future__ import annotations
@@ -47,6 +49,32 @@ def prompt_diff(before: PromptSet, after: PromptSet) -> str:
 def attribution_table(record: IterationRecord, secrets: Iterable[str] = ()) -> dict[str, list[str]]:
     """The iteration's attributions as logged columns (`run_logging.ATTRIBUTION_COLUMNS`)."""
     return attribution_columns(record.attributions, secrets)
+
+
+TEST_QUESTIONS = "test_questions.json"
+
+
+def test_question_rows(result: LoopResult) -> list[dict[str, object]]:
+    """One row per test question: the judge scores of the starting and the final prompt set on it, and
+    whether it counts in the overall score (`counted`: its category is not excluded)."""
+    final_by_id = {r.question.id: r for r in result.test_final.results}
+    excluded = set(result.test_start.report.excluded_categories)
+    rows: list[dict[str, object]] = []
+    for start in result.test_start.results:
+        final = final_by_id.get(start.question.id)
+        if final is None:
+            continue
+        rows.append({
+            "question_id": start.question.id, "conversation_id": start.question.conversation_id,
+            "category": start.question.category, "counted": start.question.category not in excluded,
+            "start": start.scores.judge, "final": final.scores.judge,
+        })
+    return rows
+
+
+def prompt_chars(prompts: PromptSet) -> int:
+    """Characters of every stage instruction of a prompt set."""
+    return sum(len(instruction) for instruction in prompts.instruction_by_stage.values())
 
 
 def blame_by_iteration(history: Iterable[IterationSummary]) -> list[tuple[int, BlameTable]]:
@@ -121,12 +149,16 @@ class TrackingLoopObserver:
                 **run_metrics(result.dev_final, "dev_final_"),
                 "lm_calls_made": result.lm_calls_made,
                 "lm_calls_saved_by_memory_cache": result.lm_calls_saved,
+                "lm_tokens_made": result.lm_tokens_made,
+                "start_prompt_chars": prompt_chars(result.start_prompts),
+                "final_prompt_chars": prompt_chars(result.final_prompts),
                 "iterations": len(result.history) - 1,
             }
         )
         self._text(json.dumps([s.to_dict() for s in result.history], indent=2, ensure_ascii=False), "history.json")
         self._text(json.dumps(result.final_prompts.to_dict(), indent=2, ensure_ascii=False), "final_prompts.json")
         self._text(prompt_diff(result.start_prompts, result.final_prompts), "final_prompts.diff")
+        self._text(json.dumps(test_question_rows(result), indent=1), TEST_QUESTIONS)
         with tempfile.TemporaryDirectory(prefix="memtrace-plots-") as tmp:
             for path in self.plots(result, Path(tmp)):
                 self.tracker.log_artifact(path, "plots")

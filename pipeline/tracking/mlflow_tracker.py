@@ -90,8 +90,27 @@ class MlflowTracker:
         except MlflowException as exc:
             raise RunNotFoundError(exc.message) from exc
         return TrackedRun(
-            run_id, dict(run.data.tags), dict(run.data.metrics), tuple(a.path for a in client.list_artifacts(run_id))
+            run_id, dict(run.data.tags), dict(run.data.metrics), tuple(a.path for a in client.list_artifacts(run_id)),
+            dict(run.data.params),
         )
+
+    def metric_history(self, run_id: str, key: str) -> list[tuple[int, float]]:
+        """Every logged (step, value) of a metric in (step, time) order, so the last value logged at a step
+        (e.g. an iteration redone after a resume) comes last; empty when never logged."""
+        history = sorted(self._client().get_metric_history(run_id, key), key=lambda m: (m.step, m.timestamp))
+        return [(int(m.step), float(m.value)) for m in history]
+
+    def search_run_ids(self, experiment: str, filter_string: str = "") -> list[str]:
+        """Ids of the runs of an experiment (by name) matching an MLflow filter, oldest first; [] when the
+        experiment does not exist."""
+        client = self._client()
+        found = client.get_experiment_by_name(experiment)
+        if found is None:
+            return []
+        runs = client.search_runs(
+            [found.experiment_id], filter_string, order_by=["attributes.start_time ASC"], max_results=50_000
+        )
+        return [run.info.run_id for run in runs]
 
     def download_artifact(self, run_id: str, path: str, directory: Path) -> Path:
         return Path(self._client().download_artifacts(run_id, path, str(directory)))

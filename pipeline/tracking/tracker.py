@@ -33,6 +33,7 @@ class TrackedRun:
     tags: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     metrics: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     artifacts: tuple[str, ...] = ()  # top-level artifact names (files and folders)
+    params: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
 
 class Tracker(Protocol):

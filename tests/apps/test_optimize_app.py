@@ -145,7 +145,8 @@ def test_compare_optimizers_multirun_lands_in_one_experiment(tmp_path):
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db", "COLUMNS": "160"}
     memtrace = Path(sys.executable).parent / "memtrace"
     done = subprocess.run(
-        [str(memtrace), "optimize", "-m", "experiment=compare_optimizers", "dataset.n_conversations=8",
+        [str(memtrace), "optimize", "-m", "experiment=compare_optimizers", "optimizer=attribution,uniform,none",
+         "memory_system=mem0", "seed=0", "dataset.n_conversations=8",
          "loop.max_iterations=3", f"cache_dir={tmp_path}/cache", f"hydra.sweep.dir={tmp_path}/multirun"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False,
     )

@@ -139,6 +139,8 @@ def test_built_memories_are_reused_and_the_saved_calls_are_counted_exactly(resul
     assert without_reuse.lm_calls_saved == 0
     assert without_reuse.final_prompts == result.final_prompts
     assert without_reuse.lm_calls_made == result.lm_calls_made + result.lm_calls_saved
+    # tokens of reused memories are not spent again either
+    assert without_reuse.lm_tokens_made > result.lm_tokens_made > 0
 
 
 class _Interrupt(Exception):
@@ -269,6 +271,14 @@ def test_the_loop_observer_logs_every_iteration_through_the_tracker_protocol(res
     )
     assert json.loads(parent.text("history.json")) == [s.to_dict() for s in result.history]
     assert parent.metric("test_final_judge_accuracy") == [(result.test_final.report.overall.judge_accuracy, None)]
+    questions = json.loads(parent.text("test_questions.json"))  # what `memtrace compare` pairs
+    counted = [q for q in questions if q["counted"]]
+    assert len(questions) == len(result.test_start.results) and len(counted) == result.test_final.report.overall.n
+    assert sum(q["final"] for q in counted) / len(counted) == result.test_final.report.overall.judge_accuracy
+    assert sum(q["start"] for q in counted) / len(counted) == result.test_start.report.overall.judge_accuracy
+    final_chars = sum(len(text) for text in result.final_prompts.instruction_by_stage.values())
+    assert parent.metric("final_prompt_chars") == [(float(final_chars), None)]
+    assert parent.metric("lm_tokens_made") == [(float(result.lm_tokens_made), None)]
     first = children[1]
     assert {"prompts.json", "blame.json", "attributions.json", "candidates/0-accepted.diff"} <= set(first.artifacts)
     assert first.metric("accepted") == [(1.0, 1)]

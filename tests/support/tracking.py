@@ -116,7 +116,13 @@ class InMemoryTracker:
         if run is None:
             raise RunNotFoundError(f"no run {run_id}")
         last = {name: value for name, value, _ in run.metrics}
-        return TrackedRun(run_id, dict(run.tags), last, tuple(sorted({p.split("/")[0] for p in run.artifacts})))
+        return TrackedRun(
+            run_id, dict(run.tags), last, tuple(sorted({p.split("/")[0] for p in run.artifacts})), dict(run.params)
+        )
+
+    def metric_history(self, run_id: str, key: str) -> list[tuple[int, float]]:
+        """(step, value) points of a metric in logging order, the unstepped ones as step 0 (as MLflow does)."""
+        return [(step or 0, value) for value, step in self.runs[run_id].metric(key)]
 
     def download_artifact(self, run_id: str, path: str, directory: Path) -> Path:
         value = self.runs[run_id].artifacts[path]

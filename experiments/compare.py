@@ -1,0 +1,302 @@
+"""`memtrace compare` and the Hydra callback behind `make compare`: one table and one plot from the
+optimization runs of a sweep.
+
+The runs are found in a multirun directory (each job's `checkpoint.json` names its MLflow run) or, with
+no directory, as every `memtrace optimize` parent run of an MLflow experiment (the latest run per
+optimizer, system and seed). Each is read back from MLflow into an `OptimizerRun` (`optimizer_run`: the
+per-question test scores of `test_questions.json`, the cost metrics, the dev curve and the cumulative
+LM calls per iteration, `calls_by_iteration`), `pipeline.analysis.comparison.compare_runs` makes the
+rows, and `comparison.md`, `comparison.png` and `comparison.json` are written to the output directory
+and logged as the artifacts of a run named `comparison` in the same experiment, tagged
+`memtrace.command=compare` with the compared run ids.
+
+`ComparisonCallback` is a Hydra `Callback`: registered in `experiments/conf/experiment/compare_optimizers.yaml`,
+its `on_multirun_end` compares the sweep that just finished (into `<sweep dir>/comparison/`). An entry
+point: it reads MLflow and prints; the statistics are `pipeline.analysis.comparison`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import hydra
+from hydra.experimental.callback import Callback
+from memtrace_loop.experiments.config import validated_compare
+from memtrace_loop.experiments.console import setup_logging
+from memtrace_loop.experiments.factory import launch_dir, resolve, to_plain
+from memtrace_loop.pipeline.analysis.comparison import (
+    ComparisonRow,
+    OptimizerRun,
+    ProgressPoint,
+    QuestionOutcome,
+    compare_runs,
+)
+from memtrace_loop.pipeline.tracking.comparison_report import markdown_report, rows_to_json
+from memtrace_loop.pipeline.tracking.loop_observer import TEST_QUESTIONS
+from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
+from memtrace_loop.pipeline.tracking.plots import plot_comparison
+from memtrace_loop.pipeline.tracking.tracker import TrackedRun
+from omegaconf import DictConfig
+from rich.console import Console
+from rich.markdown import Markdown
+
+logger = logging.getLogger("memtrace.compare")
+
+CALLS_METRIC = "lm_calls.budget_spent"  # cumulative LM calls spent, step = iteration (the loop's budget)
+BUDGET_PARAM = "loop.budget_calls"
+CHECKPOINT = "checkpoint.json"  # experiments.optimize.CHECKPOINT (not imported: it loads the whole app)
+REPORT_NAMES = ("comparison.md", "comparison.png", "comparison.json")
+OPTIMIZE_RUNS = "tags.`memtrace.command` = 'optimize'"
+
+
+class ComparisonError(ValueError):
+    """The runs cannot be compared (none found, one without per-question test scores)."""
+
+
+class RunSource(Protocol):
+    """What reading the runs back needs from the tracker (`MlflowTracker`)."""
+
+    def get_run(self, run_id: str) -> TrackedRun: ...
+
+    def download_artifact(self, run_id: str, path: str, directory: Path) -> Path: ...
+
+    def metric_history(self, run_id: str, key: str) -> list[tuple[int, float]]: ...
+
+
+# --------------------------------------------------------------------------- reading runs back
+
+
+def calls_by_iteration(source: RunSource, run: TrackedRun, iterations: Sequence[int]) -> tuple[dict[int, float], bool]:
+    """Cumulative LM calls spent by the end of each iteration, and whether that is an estimate.
+
+    THE one place that reads it: the loop's budget logs `CALLS_METRIC` on the parent run with step =
+    iteration. A run without it (logged before the budget existed) gets an estimate: its total
+    `lm_calls_made` spread evenly over its iterations (flagged, shown as `~` in the table)."""
+    spent = dict(source.metric_history(run.run_id, CALLS_METRIC))
+    if spent:
+        return {int(k): float(v) for k, v in spent.items()}, False
+    total = float(run.metrics.get("lm_calls_made", math.nan))
+    ordered = sorted(iterations)
+    return {it: total * (index + 1) / len(ordered) for index, it in enumerate(ordered)}, True
+
+
+def progress_points(
+    dev_by_iteration: dict[int, float], dev_final: float, calls: dict[int, float]
+) -> tuple[ProgressPoint, ...]:
+    """The state after each iteration. `dev_by_iteration[i]` is the incumbent's dev accuracy at the START
+    of iteration i (as the loop observer logs it), so the incumbent after iteration i is the one at the
+    start of i + 1, or the final one after the last iteration."""
+    iterations = sorted(dev_by_iteration)
+    points = []
+    for index, iteration in enumerate(iterations):
+        after = dev_by_iteration[iterations[index + 1]] if index + 1 < len(iterations) else dev_final
+        points.append(ProgressPoint(iteration, calls.get(iteration, math.nan), after))
+    return tuple(points)
+
+
+def _test_questions(source: RunSource, run_id: str) -> tuple[QuestionOutcome, ...]:
+    with tempfile.TemporaryDirectory(prefix="memtrace-compare-") as tmp:
+        try:
+            path = source.download_artifact(run_id, TEST_QUESTIONS, Path(tmp))
+            rows = json.loads(path.read_text(encoding="utf-8"))
+        except Exception as exc:  # MLflow's own error for a missing artifact (this module does not import MLflow)
+            raise ComparisonError(
+                f"run {run_id} has no {TEST_QUESTIONS} (logged by `memtrace optimize` since the comparison "
+                f"exists): rerun it to compare it: {exc}"
+            ) from exc
+    return tuple(
+        QuestionOutcome(str(row["question_id"]), float(row["start"]), float(row["final"]))
+        for row in rows if row.get("counted", True)
+    )
+
+
+def _budget(param: str | None) -> str:
+    """The logged `loop.budget_calls` param, "" when absent or unset (logged as "None")."""
+    return "" if param in (None, "None", "") else str(param)
+
+
+def optimizer_run(source: RunSource, run_id: str) -> OptimizerRun:
+    """One `memtrace optimize` parent run read back as the comparison needs it."""
+    run = source.get_run(run_id)
+    missing = [tag for tag in ("memtrace.optimizer", "memtrace.system") if tag not in run.tags]
+    if missing:
+        raise ComparisonError(f"run {run_id} is not a `memtrace optimize` run (no tag {', '.join(missing)})")
+    dev = dict(source.metric_history(run_id, "dev_judge_accuracy"))
+    dev_final = float(run.metrics.get("dev_final_judge_accuracy", math.nan))
+    calls, estimated = calls_by_iteration(source, run, sorted(dev))
+    return OptimizerRun(
+        run_id=run_id,
+        optimizer=run.tags["memtrace.optimizer"],
+        system=run.tags["memtrace.system"],
+        seed=int(run.params.get("seed", "0")),
+        questions=_test_questions(source, run_id),
+        lm_calls=float(run.metrics.get("lm_calls_made", math.nan)),
+        tokens=float(run.metrics.get("lm_tokens_made", math.nan)),
+        prompt_chars=float(run.metrics.get("final_prompt_chars", math.nan)),
+        seconds=float(run.metrics.get("elapsed_s", math.nan)),
+        progress=progress_points({int(k): v for k, v in dev.items()}, dev_final, calls),
+        calls_estimated=estimated,
+        budget=_budget(run.params.get(BUDGET_PARAM)),
+    )
+
+
+def run_ids_in_sweep(sweep_dir: Path) -> list[str]:
+    """The MLflow run of every job of a multirun directory (each job's checkpoint names it; a job's
+    directory may be nested when an override value holds a path)."""
+    ids = []
+    for checkpoint in sorted(Path(sweep_dir).rglob(CHECKPOINT)):
+        run_id = json.loads(checkpoint.read_text(encoding="utf-8")).get("mlflow_run_id")
+        if run_id:
+            ids.append(str(run_id))
+    return ids
+
+
+def latest_per_key(runs: Sequence[OptimizerRun]) -> list[OptimizerRun]:
+    """One run per (optimizer, system, seed): the last one given (runs come oldest first)."""
+    by_key = {(run.optimizer, run.system, run.seed): run for run in runs}
+    return list(by_key.values())
+
+
+# --------------------------------------------------------------------------- the report
+
+
+@dataclass(frozen=True)
+class ComparisonReport:
+    rows: tuple[ComparisonRow, ...]
+    runs: tuple[OptimizerRun, ...]
+    paths: tuple[Path, ...]  # comparison.md, comparison.png, comparison.json
+    run_id: str | None  # the MLflow run the report was logged to
+
+
+def write_report(
+    runs: Sequence[OptimizerRun], out_dir: Path, *, reference: str = "attribution", confidence: float = 0.95,
+    n_resamples: int = 1000, seed: int = 0,
+) -> tuple[tuple[ComparisonRow, ...], tuple[Path, ...]]:
+    """The rows, and the Markdown table, plot and JSON written into `out_dir`."""
+    rows = compare_runs(runs, reference, n_resamples=n_resamples, confidence=confidence, seed=seed)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    markdown, plot, data = (out_dir / name for name in REPORT_NAMES)
+    notes = [f"Seeds: {', '.join(str(s) for s in sorted({r.seed for r in runs}))}; {len(runs)} runs."]
+    markdown.write_text(
+        markdown_report(rows, reference=reference, budgets=[r.budget for r in runs], confidence=confidence,
+                        notes=notes),
+        encoding="utf-8",
+    )
+    plot_comparison(rows, plot)
+    extra = {
+        "reference": reference, "confidence": confidence, "n_resamples": n_resamples,
+        "runs": [{"run_id": r.run_id, "optimizer": r.optimizer, "system": r.system, "seed": r.seed,
+                  "budget": r.budget} for r in runs],
+    }
+    data.write_text(json.dumps(rows_to_json(rows, extra), indent=1), encoding="utf-8")
+    return rows, (markdown, plot, data)
+
+
+def log_report(
+    tracker: MlflowTracker, experiment: str, rows: Sequence[ComparisonRow], runs: Sequence[OptimizerRun],
+    paths: Sequence[Path], reference: str,
+) -> str:
+    """A `comparison` run in `experiment` with the report files, every row's gain and CI as metrics
+    (`gain.<optimizer>.<system>`, system `all` when pooled) and the compared run ids as tags."""
+    tracker.open_experiment(experiment)
+    with tracker.start_run("comparison") as run_id:
+        tracker.set_tags({
+            "memtrace.command": "compare",
+            "memtrace.reference": reference,
+            "memtrace.compared_runs": ",".join(r.run_id for r in runs),
+            "memtrace.optimizers": ",".join(dict.fromkeys(r.optimizer for r in runs)),
+            "memtrace.systems": ",".join(sorted({r.system for r in runs})),
+        })
+        metrics = {}
+        for row in rows:  # e.g. gain.attribution.mem0, gain.attribution.all (pooled)
+            if row.gain.n:
+                metrics[f"gain.{row.optimizer}.{row.system}"] = row.gain.mean
+                metrics[f"gain_ci_low.{row.optimizer}.{row.system}"] = row.gain.ci_low
+                metrics[f"gain_ci_high.{row.optimizer}.{row.system}"] = row.gain.ci_high
+        tracker.log_metrics({k: v for k, v in metrics.items() if math.isfinite(v)})
+        for path in paths:
+            tracker.log_artifact(path)
+    return run_id
+
+
+def compare(
+    tracking_uri: str, experiment: str, out_dir: Path, *, sweep_dir: Path | None = None,
+    reference: str = "attribution", confidence: float = 0.95, n_resamples: int = 1000, log: bool = True,
+) -> ComparisonReport:
+    """Read the runs (of `sweep_dir`, else of the whole experiment), write the report, log it."""
+    tracker = MlflowTracker(tracking_uri)
+    if sweep_dir is not None:
+        run_ids = run_ids_in_sweep(sweep_dir)
+        where = f"multirun directory {sweep_dir}"
+    else:
+        run_ids = tracker.search_run_ids(experiment, OPTIMIZE_RUNS)
+        where = f"MLflow experiment {experiment!r} at {tracking_uri}"
+    if not run_ids:
+        raise ComparisonError(f"no `memtrace optimize` runs in the {where}")
+    runs = latest_per_key([optimizer_run(tracker, run_id) for run_id in run_ids])
+    rows, paths = write_report(runs, out_dir, reference=reference, confidence=confidence, n_resamples=n_resamples)
+    run_id = log_report(tracker, experiment, rows, runs, paths, reference) if log else None
+    return ComparisonReport(rows, tuple(runs), paths, run_id)
+
+
+def _show(report: ComparisonReport, console: Console) -> None:
+    console.print(Markdown(report.paths[0].read_text(encoding="utf-8")))
+    console.print(f"Comparison of {len(report.runs)} runs: {', '.join(str(p) for p in report.paths)}")
+    if report.run_id:
+        console.print(f"MLflow run [bold]{report.run_id}[/] (`comparison`)")
+
+
+class ComparisonCallback(Callback):
+    """After a `memtrace optimize` multirun: compare its runs into `<sweep dir>/comparison/`, logged to
+    the sweep's MLflow experiment. Registered under `hydra.callbacks` by the experiment config."""
+
+    def __init__(self, reference: str = "attribution", confidence: float = 0.95, n_resamples: int = 1000) -> None:
+        self.reference = reference
+        self.confidence = confidence
+        self.n_resamples = n_resamples
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = resolve(str(config.hydra.sweep.dir), Path.cwd())
+        try:
+            report = compare(
+                str(config.tracking.uri), str(config.tracking.experiment), sweep_dir / "comparison",
+                sweep_dir=sweep_dir, reference=self.reference, confidence=self.confidence,
+                n_resamples=self.n_resamples,
+            )
+        except Exception:
+            # Hydra turns a callback's exception into a warning; `make compare` must fail instead
+            logger.exception("the comparison failed; once fixed: memtrace compare sweep_dir=%s", sweep_dir)
+            raise SystemExit(1) from None
+        _show(report, Console())
+
+
+def run_compare(cfg: DictConfig, console: Console | None = None) -> ComparisonReport:
+    """`memtrace compare` from its composed config."""
+    base_dir = launch_dir()
+    config = validated_compare(to_plain(cfg))
+    sweep_dir = resolve(config.sweep_dir, base_dir) if config.sweep_dir else None
+    if config.out:
+        out_dir = resolve(config.out, base_dir)
+    elif sweep_dir is not None:
+        out_dir = sweep_dir / "comparison"
+    else:
+        out_dir = resolve(f"outputs/compare/{config.tracking.experiment}", base_dir)
+    report = compare(
+        config.tracking.uri, config.tracking.experiment, out_dir, sweep_dir=sweep_dir, reference=config.reference,
+        confidence=config.confidence, n_resamples=config.n_resamples, log=config.log,
+    )
+    _show(report, console or Console())
+    return report
+
+
+@hydra.main(config_path="pkg://memtrace_loop.conf", config_name="compare", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    setup_logging()
+    run_compare(cfg)

@@ -1,0 +1,244 @@
+"""Comparing optimizers: one row per optimizer x memory system (and pooled over systems) from the
+finished optimization runs of a sweep.
+
+Input: `OptimizerRun` records, one per run (optimizer, system, seed), each with the per-question test
+scores of its starting and final prompt sets (`QuestionOutcome`, counted questions only), its costs
+(LM calls made, tokens, final prompt length, wall time) and its progress curve (`ProgressPoint`:
+cumulative LM calls spent and the incumbent's dev accuracy after each iteration).
+
+What a row says (`ComparisonRow`):
+
+- `gain`: test judge accuracy final - start, a PAIRED difference. The unit is one test question of
+  one run (seed); start and final are scored on the very same question, so each unit gives one
+  difference in {-1, 0, +1}. The rows pool the units of every seed (and, for the pooled row, every
+  system) and bootstrap their mean with `evaluation.bootstrap_ci` (percentile, deterministic for a
+  seed): the same paired bootstrap the loop's gate uses (`evaluation.paired_difference`), over
+  questions x seeds. It treats the units as exchangeable: seed-to-seed variation shows in
+  `gain_by_run` (one gain per run), not as a separate variance component.
+- `vs_reference`: final(this optimizer) - final(reference optimizer), paired on the same
+  (system, seed, question): runs of one system and seed share dataset and split, so their test
+  questions are the same. This says by how much the reference (attribution) beats another optimizer.
+- costs are means per run; `calls_to_90` is the mean, over the runs whose dev accuracy rose, of the
+  cumulative LM calls spent when the incumbent's dev gain first reached 90% of its final dev gain
+  (`calls_to_fraction`). The test split is scored only at the start and the end, so the curve is dev.
+
+This module does not read MLflow, render tables or plots (`pipeline.tracking.comparison_report`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from memtrace_loop.pipeline.analysis.evaluation import bootstrap_ci
+
+POOLED = "all"  # the system name of an optimizer's row pooled over every system
+GAIN_FRACTION = 0.9  # calls to reach this fraction of the final gain
+_TOLERANCE = 1e-12
+
+
+@dataclass(frozen=True)
+class QuestionOutcome:
+    """One test question of one run: the judge score (1 correct, 0 not) of the start and final prompts."""
+
+    question_id: str
+    start: float
+    final: float
+
+
+@dataclass(frozen=True)
+class ProgressPoint:
+    """The state after one iteration: cumulative LM calls spent by its end, the incumbent's dev accuracy."""
+
+    iteration: int
+    calls: float
+    dev_accuracy: float
+
+
+@dataclass(frozen=True)
+class OptimizerRun:
+    """One finished optimization run of a sweep, as the comparison needs it."""
+
+    run_id: str
+    optimizer: str
+    system: str
+    seed: int
+    questions: tuple[QuestionOutcome, ...]  # counted test questions (excluded categories left out)
+    lm_calls: float  # LM calls made over the whole run
+    tokens: float  # prompt + completion tokens of those calls (NaN when not logged)
+    prompt_chars: float  # characters of the final prompt set (every stage's instruction)
+    seconds: float  # wall time
+    progress: tuple[ProgressPoint, ...] = ()  # iteration 0 first
+    calls_estimated: bool = False  # the progress calls are an estimate (no per-iteration count logged)
+    budget: str = ""  # the run's LM-call budget as configured ("" when none)
+
+    def __post_init__(self) -> None:
+        ids = [q.question_id for q in self.questions]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"run {self.run_id}: a test question appears more than once")
+
+
+@dataclass(frozen=True)
+class GainEstimate:
+    """A mean paired difference over `n` units with its bootstrap confidence interval (NaN when n = 0)."""
+
+    n: int
+    mean: float
+    ci_low: float
+    ci_high: float
+
+
+@dataclass(frozen=True)
+class ComparisonRow:
+    optimizer: str
+    system: str  # a memory system, or POOLED
+    runs: int
+    seeds: tuple[int, ...]
+    start_accuracy: float  # test, over the paired units
+    final_accuracy: float
+    gain: GainEstimate  # final - start, paired over questions x seeds
+    gain_by_run: tuple[float, ...]  # per run, in (system, seed) order
+    vs_reference: GainEstimate | None  # final - reference's final; None for the reference itself
+    lm_calls: float  # means per run
+    tokens: float
+    prompt_chars: float
+    seconds: float
+    calls_to_90: float  # NaN when no run gained on dev
+    runs_with_gain: int  # runs whose dev accuracy rose (those averaged in calls_to_90)
+    calls_estimated: bool  # some run's progress calls were estimated
+
+
+def paired_estimate(
+    differences: Sequence[float], n_resamples: int = 1000, confidence: float = 0.95, seed: int = 0
+) -> GainEstimate:
+    """Mean of paired differences with `evaluation.bootstrap_ci`'s percentile interval."""
+    data = np.asarray(differences, dtype=float)
+    if data.size == 0:
+        return GainEstimate(0, math.nan, math.nan, math.nan)
+    low, high = bootstrap_ci(data, n_resamples=n_resamples, confidence=confidence, seed=seed)
+    return GainEstimate(int(data.size), float(data.mean()), low, high)
+
+
+def gain_differences(runs: Iterable[OptimizerRun]) -> list[float]:
+    """final - start for every (run, question) unit, in run order."""
+    return [q.final - q.start for run in runs for q in run.questions]
+
+
+def calls_to_fraction(progress: Sequence[ProgressPoint], fraction: float = GAIN_FRACTION) -> float | None:
+    """Cumulative LM calls spent when the dev gain over iteration 0 first reached `fraction` of the
+    final dev gain (the last point's). None when the run did not gain (final <= iteration 0) or has
+    no progress. Points are taken in iteration order."""
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+    points = sorted(progress, key=lambda p: p.iteration)
+    if not points:
+        return None
+    baseline, final = points[0].dev_accuracy, points[-1].dev_accuracy
+    total = final - baseline
+    if not math.isfinite(total) or total <= _TOLERANCE:
+        return None
+    for point in points:
+        if point.dev_accuracy - baseline >= fraction * total - _TOLERANCE:
+            return point.calls
+    return points[-1].calls  # unreachable: the last point reaches the whole gain
+
+
+def _mean(values: Iterable[float]) -> float:
+    kept = [v for v in values if math.isfinite(v)]
+    return float(np.mean(kept)) if kept else math.nan
+
+
+def _final_by_unit(runs: Iterable[OptimizerRun]) -> dict[tuple[str, int, str], float]:
+    return {(run.system, run.seed, q.question_id): q.final for run in runs for q in run.questions}
+
+
+def _vs_reference(
+    runs: Sequence[OptimizerRun], reference: Sequence[OptimizerRun], n_resamples: int, confidence: float, seed: int
+) -> GainEstimate:
+    mine, theirs = _final_by_unit(runs), _final_by_unit(reference)
+    shared = sorted(mine.keys() & theirs.keys())
+    return paired_estimate([mine[k] - theirs[k] for k in shared], n_resamples, confidence, seed)
+
+
+def comparison_row(
+    optimizer: str,
+    system: str,
+    runs: Sequence[OptimizerRun],
+    reference_runs: Sequence[OptimizerRun] | None = None,
+    *,
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> ComparisonRow:
+    """The row of `runs` (one optimizer; one system or several). `reference_runs` (the reference
+    optimizer's runs over the same systems and seeds) gives `vs_reference`; None leaves it out."""
+    ordered = sorted(runs, key=lambda r: (r.system, r.seed, r.run_id))
+    units = [q for run in ordered for q in run.questions]
+    calls = [c for c in (calls_to_fraction(run.progress) for run in ordered) if c is not None]
+    return ComparisonRow(
+        optimizer=optimizer,
+        system=system,
+        runs=len(ordered),
+        seeds=tuple(sorted({run.seed for run in ordered})),
+        start_accuracy=_mean(q.start for q in units) if units else math.nan,
+        final_accuracy=_mean(q.final for q in units) if units else math.nan,
+        gain=paired_estimate(gain_differences(ordered), n_resamples, confidence, seed),
+        gain_by_run=tuple(_mean(q.final - q.start for q in run.questions) for run in ordered),
+        vs_reference=(
+            None if reference_runs is None
+            else _vs_reference(ordered, reference_runs, n_resamples, confidence, seed)
+        ),
+        lm_calls=_mean(run.lm_calls for run in ordered),
+        tokens=_mean(run.tokens for run in ordered),
+        prompt_chars=_mean(run.prompt_chars for run in ordered),
+        seconds=_mean(run.seconds for run in ordered),
+        calls_to_90=_mean(calls),
+        runs_with_gain=len(calls),
+        calls_estimated=any(run.calls_estimated for run in ordered),
+    )
+
+
+def compare_runs(
+    runs: Iterable[OptimizerRun],
+    reference: str | None = "attribution",
+    *,
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> tuple[ComparisonRow, ...]:
+    """One row per optimizer x system, then (with more than one system) one pooled row (system `POOLED`)
+    per optimizer. Optimizers
+    keep their first-seen order (the sweep's), with `reference` (if present) first; systems are sorted.
+    Two runs of the same optimizer, system and seed are a ValueError (pick one before comparing)."""
+    items = list(runs)
+    seen: set[tuple[str, str, int]] = set()
+    for run in items:
+        key = (run.optimizer, run.system, run.seed)
+        if key in seen:
+            raise ValueError(f"two runs of optimizer {key[0]!r}, system {key[1]!r}, seed {key[2]}")
+        seen.add(key)
+    optimizers = list(dict.fromkeys(run.optimizer for run in items))
+    if reference in optimizers:
+        optimizers.remove(reference)
+        optimizers.insert(0, reference)
+    systems = sorted({run.system for run in items})
+    def select(optimizer: str | None, system: str | None) -> list[OptimizerRun]:
+        return [r for r in items if r.optimizer == optimizer and (system is None or r.system == system)]
+
+    def reference_for(optimizer: str, system: str | None) -> list[OptimizerRun] | None:
+        if reference not in optimizers or optimizer == reference:
+            return None
+        return select(reference, system)
+
+    def row(optimizer: str, system: str | None) -> ComparisonRow:
+        return comparison_row(
+            optimizer, system or POOLED, select(optimizer, system), reference_for(optimizer, system),
+            n_resamples=n_resamples, confidence=confidence, seed=seed,
+        )
+
+    rows = [row(optimizer, system) for system in systems for optimizer in optimizers if select(optimizer, system)]
+    if len(systems) > 1:
+        rows += [row(optimizer, None) for optimizer in optimizers]
+    return tuple(rows)

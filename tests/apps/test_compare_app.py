@@ -1,0 +1,143 @@
+"""`make compare`: the experiment config composes into the whole sweep (every job a valid optimize
+config), and a tiny real multirun (2 optimizers x 1 system x 2 seeds) ends with the Markdown table, the
+plot and the `comparison` MLflow run; `memtrace compare` rebuilds the same table from the directory or
+from the experiment. The full sweep is never run here."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_module
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.utils import instantiate
+from memtrace_loop.experiments.compare import REPORT_NAMES, ComparisonCallback, ComparisonError, compare, run_compare
+from memtrace_loop.experiments.config import validated_optimize
+from memtrace_loop.memory_systems.registry import ENTRY_BY_SYSTEM
+from memtrace_loop.optimizers.registry import OPTIMIZER_NAMES
+from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf
+
+EXPERIMENT = "experiment=compare_optimizers"
+
+
+def compose_optimize(*overrides: str, hydra: bool = False):
+    with initialize_config_module(config_module="memtrace_loop.conf", version_base="1.3"):
+        return compose("optimize", overrides=[EXPERIMENT, *overrides], return_hydra_config=hydra)
+
+
+def sweep_values() -> dict[str, list[str]]:
+    params = compose_optimize(hydra=True).hydra.sweeper.params
+    parsed = OverridesParser.create().parse_overrides([f"{key}={value}" for key, value in params.items()])
+    return {o.get_key_element(): [str(v) for v in o.sweep_string_iterator()] for o in parsed}
+
+
+def test_the_sweep_is_every_optimizer_on_every_system_over_three_seeds():
+    values = sweep_values()
+    assert set(values) == {"optimizer", "memory_system", "seed"}
+    # a registered optimizer missing here is not compared: add it to the sweep's one optimizer line
+    assert set(values["optimizer"]) == set(OPTIMIZER_NAMES)
+    assert {"attribution", "uniform", "none"} <= set(values["optimizer"])
+    assert set(values["memory_system"]) == set(ENTRY_BY_SYSTEM) == {"long_context", "rag", "mem0", "evermemos"}
+    assert len(set(values["seed"])) >= 3
+
+
+def test_every_job_of_the_sweep_composes_into_a_valid_config_with_the_same_budget():
+    values = sweep_values()
+    loops = set()
+    for optimizer, system, seed in itertools.product(values["optimizer"], values["memory_system"], values["seed"]):
+        cfg = compose_optimize(f"optimizer={optimizer}", f"memory_system={system}", f"seed={seed}")
+        config = validated_optimize(OmegaConf.to_container(cfg, resolve=True))
+        assert (config.optimizer["name"], config.memory_system["name"], config.seed) == (optimizer, system, int(seed))
+        assert config.tracking.experiment == "compare-optimizers"
+        assert config.lm["task"]["cache"] is False and config.lm["rewriter"]["cache"] is False
+        assert config.workers <= 2
+        loops.add(config.loop)
+    assert len(loops) == 1  # every optimizer runs under the same loop settings (budget)
+
+
+def test_the_comparison_callback_is_registered_as_a_hydra_callback():
+    callbacks = compose_optimize(hydra=True).hydra.callbacks
+    callback = instantiate(callbacks.comparison)
+    assert isinstance(callback, ComparisonCallback) and callback.reference == "attribution"
+
+
+def test_comparing_nothing_fails_clearly(tmp_path):
+    with pytest.raises(ComparisonError, match="no `memtrace optimize` runs"):
+        compare(f"sqlite:///{tmp_path}/mlflow.db", "nothing-here", tmp_path / "out", log=False)
+    with pytest.raises(ComparisonError, match="multirun directory"):
+        compare(f"sqlite:///{tmp_path}/mlflow.db", "nothing-here", tmp_path / "out", sweep_dir=tmp_path, log=False)
+
+
+# --------------------------------------------------------------------------- a tiny real multirun
+
+
+@pytest.fixture(scope="module")
+def tiny_sweep(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("compare")
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "COLUMNS": "200", "DSPY_CACHEDIR": str(tmp_path / "dspy")}
+    memtrace = Path(sys.executable).parent / "memtrace"
+    done = subprocess.run(
+        [str(memtrace), "optimize", "-m", EXPERIMENT, "optimizer=attribution,none", "memory_system=rag", "seed=0,1",
+         "dataset.n_conversations=4", "loop.max_iterations=1", f"cache_dir={tmp_path}/cache",
+         f"hydra.sweep.dir={tmp_path}/multirun"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900, check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return tmp_path, uri, done.stdout
+
+
+@pytest.mark.slow  # four optimization runs and the comparison (~20 s)
+def test_a_multirun_ends_with_the_table_the_plot_and_the_comparison_run(tiny_sweep):
+    tmp_path, uri, stdout = tiny_sweep
+    report_dir = tmp_path / "multirun" / "comparison"
+    markdown, plot, data = (report_dir / name for name in REPORT_NAMES)
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = [line for line in markdown.read_text().splitlines() if line.startswith("| ")]
+    assert [line.split(" | ")[:3] for line in table[1:]] == [["| attribution", "rag", "2"], ["| none", "rag", "2"]]
+    rows = {row["optimizer"]: row for row in json.loads(data.read_text())["rows"]}
+    assert rows["attribution"]["gain"]["mean"] > 0 and rows["attribution"]["gain"]["n"] > 10
+    assert rows["none"]["gain"]["mean"] == 0 and rows["none"]["vs_reference"]["mean"] < 0
+    assert all(rows[name]["lm_calls"] > 0 and rows[name]["tokens"] > 0 for name in rows)  # cache off: all made
+    assert "comparison.md" in stdout
+
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("compare-optimizers")
+    parents = client.search_runs([experiment.experiment_id], "tags.`memtrace.command` = 'optimize'")
+    (comparison,) = client.search_runs([experiment.experiment_id], "tags.`memtrace.command` = 'compare'")
+    assert comparison.info.run_name == "comparison"
+    assert set(comparison.data.tags["memtrace.compared_runs"].split(",")) == {p.info.run_id for p in parents}
+    assert len(parents) == 4
+    assert {a.path for a in client.list_artifacts(comparison.info.run_id)} == set(REPORT_NAMES)
+    assert comparison.data.metrics["gain.attribution.rag"] == pytest.approx(rows["attribution"]["gain"]["mean"])
+    for parent in parents:  # what the comparison paired
+        assert "test_questions.json" in {a.path for a in client.list_artifacts(parent.info.run_id)}
+        assert parent.data.metrics["final_prompt_chars"] > 0 and parent.data.metrics["lm_tokens_made"] > 0
+
+
+@pytest.mark.slow  # reuses the multirun above
+def test_memtrace_compare_rebuilds_the_same_table_from_the_directory_or_the_experiment(tiny_sweep, monkeypatch):
+    tmp_path, uri, _ = tiny_sweep
+    monkeypatch.chdir(tmp_path)
+    expected = (tmp_path / "multirun" / "comparison" / "comparison.md").read_text()
+    for source in ([f"sweep_dir={tmp_path}/multirun"], []):  # the directory, then the whole experiment
+        with initialize_config_module(config_module="memtrace_loop.conf", version_base="1.3"):
+            cfg = compose("compare", overrides=[f"tracking.uri={uri}", f"out={tmp_path}/again", "log=false", *source])
+        report = run_compare(cfg)
+        assert report.run_id is None and len(report.runs) == 4
+        assert report.paths[0].read_text() == expected
+
+
+def test_a_failing_comparison_fails_the_multirun(tmp_path):
+    # Hydra turns a callback's exception into a warning; the callback exits non-zero instead
+    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}},
+                               "tracking": {"uri": f"sqlite:///{tmp_path}/mlflow.db", "experiment": "empty"}})
+    with pytest.raises(SystemExit) as exit_info:
+        ComparisonCallback().on_multirun_end(config)
+    assert exit_info.value.code == 1
