@@ -16,6 +16,8 @@ the rules its instruction states (`pipeline.sim.rules.rules_in`):
   from the best-overlapping memory. With the misfire `one_answer` a list question (hobbies, pets) gets
   only the newest item.
 - judge (`label`): `pipeline.sim.judge.is_correct`, no rules.
+- rewrite requests (`new_instruction`, `shortened_instruction`): `pipeline.sim.reflection` and
+  `pipeline.sim.rewriter` (GEPA's plain reflection prompt is caught earlier, in `stand_in.respond`).
 - the LLM attributor's step (`kept_information`, `error_type`, `reason`): `pipeline.sim.attributor_handler`.
 
 Handlers never raise on odd input: unknown text falls back to word overlap. They do no I/O.
@@ -45,7 +47,7 @@ from memtrace_loop.pipeline.sim.grammar import (
 )
 from memtrace_loop.pipeline.sim.judge import content_tokens, is_correct
 from memtrace_loop.pipeline.sim.protocol import StageRequest, decode_list, trim
-from memtrace_loop.pipeline.sim.rewriter import rewrite_instruction
+from memtrace_loop.pipeline.sim.reflection import new_instruction_handler, shorten_instruction
 from memtrace_loop.pipeline.sim.rules import rules_in
 
 NOT_MENTIONED = "Not mentioned in the conversation."
@@ -292,7 +294,8 @@ DEFAULT_HANDLERS: dict[frozenset[str], Callable[[StageRequest], dict[str, Any]]]
     frozenset({"actions"}): _decide,
     frozenset({"answer"}): _answer,
     frozenset({"label"}): _judge,
-    frozenset({"new_instruction"}): rewrite_instruction,
+    frozenset({"new_instruction"}): new_instruction_handler,  # our rewriter and dspy GEPA's proposer
+    frozenset({"shortened_instruction"}): shorten_instruction,  # dspy GEPA's CompressInstruction
     **ATTRIBUTOR_HANDLERS,  # the LLM attributor's step verdict (JudgeOperation)
     **EVERMEMOS_HANDLERS,  # detect_boundary, write_events, write_episode, check_sufficiency, expand_queries
 }
