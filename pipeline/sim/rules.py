@@ -245,8 +245,10 @@ def rules_in(instruction: str) -> frozenset[str]:
     return frozenset(rule.id for rule in RULES if rule.stated_in(instruction))
 
 
-def rules_for_stage(stage: str) -> tuple[SimRule, ...]:
-    return tuple(rule for rule in RULES if rule.stage == stage)
+def rules_for_stage(stage: str, effects: Iterable[RuleEffect] = (RuleEffect.FIX,)) -> tuple[SimRule, ...]:
+    """The rules of `stage` with one of `effects` (by default the real fixes: misfires and noise left out)."""
+    wanted = frozenset(effects)
+    return tuple(rule for rule in RULES if rule.stage == stage and rule.effect in wanted)
 
 
 def stage_for_outputs(output_fields: Iterable[str]) -> str | None:
