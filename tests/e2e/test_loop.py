@@ -71,8 +71,9 @@ def test_attribution_improves_test_accuracy_beyond_the_confidence_interval(resul
 
 
 def test_uniform_blame_gains_something_but_less_at_the_same_budget(results):
-    """The fair rewriter lets the no-attribution baseline learn from symptoms (measured on this setup:
-    attribution +0.449, uniform +0.367), but its misfires and blind rotation leave it behind."""
+    """The fair rewriter lets the no-attribution baseline learn from symptoms (the demo, same world and
+    system, measured attribution +44.9 and uniform +36.8 test points), but its misfires and blind
+    rotation leave it behind."""
     attribution, uniform, none = results["attribution"], results["uniform"], results["none"]
     assert gain(uniform) > 0.1, gain(uniform)
     assert gain(attribution) - gain(uniform) >= 0.04, (gain(attribution), gain(uniform))

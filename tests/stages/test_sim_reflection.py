@@ -105,3 +105,42 @@ def test_adapter_requests_are_not_taken_for_reflection_prompts() -> None:
         {"role": "user", "content": "[[ ## question ## ]]\nWhen?"},
     ]
     assert parse_reflection(messages) is None
+
+
+class Respond(dspy.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.respond = dspy.Predict(AnswerQuestion)
+
+    def forward(self, context: str, question: str) -> dspy.Prediction:
+        return self.respond(context=context, question=question)
+
+
+def test_a_real_dspy_gepa_run_on_the_sim_world_learns_the_date_rule(lm: dspy.LM, tmp_path) -> None:
+    from memtrace_loop.pipeline.sim.judge import is_correct
+
+    turns = [
+        ("[10 June 2022] Nora: Guess what. I took a cooking class at the art center three days ago!",
+         "When did Nora take a cooking class?", "7 June 2022"),
+        ("[18 June 2022] Olga: Two days ago I ran a half marathon in Kyoto.", "When did Olga run a half marathon?",
+         "16 June 2022"),
+        ("[27 June 2022] Olga: I finally went camping at Acadia two days ago, it was incredible.",
+         "When did Olga go camping?", "25 June 2022"),
+    ]
+    data = [dspy.Example(context=c, question=q, gold=g).with_inputs("context", "question") for c, q, g in turns]
+
+    def metric(gold, pred, trace=None, pred_name=None, pred_trace=None) -> dspy.Prediction:
+        ok = is_correct(gold.question, gold.gold, pred.answer)
+        feedback = "correct" if ok else FailureFeedback(
+            "q", gold.question, gold.gold, pred.answer, "Unattributed", "", "wrong", category="2 (temporal)"
+        ).render()
+        return dspy.Prediction(score=float(ok), feedback=feedback)
+
+    with dspy.context(lm=lm):
+        start = sum(metric(e, Respond()(**e.inputs())).score for e in data)
+        gepa = dspy.GEPA(metric=metric, reflection_lm=lm, max_metric_calls=20, reflection_minibatch_size=2,
+                         log_dir=str(tmp_path / "gepa"), seed=0)
+        optimized = gepa.compile(Respond(), trainset=data, valset=data)
+        final = sum(metric(e, optimized(**e.inputs())).score for e in data)
+    assert start == 0 and final == len(data)
+    assert "use_dates" in rules_in(optimized.respond.signature.instructions)
