@@ -30,6 +30,7 @@ MODULE_BY_OPTIMIZER: Mapping[str, str] = MappingProxyType(
     {
         "attribution": "memtrace_loop.optimizers.attribution_guided",
         "uniform": "memtrace_loop.optimizers.uniform",
+        "uniform_reasons": "memtrace_loop.optimizers.uniform_reasons",
         "none": "memtrace_loop.optimizers.noop",
     }
 )

@@ -157,4 +157,4 @@ def test_compare_optimizers_multirun_lands_in_one_experiment(tmp_path):
     by_optimizer = {r.data.tags["memtrace.optimizer"]: r.data.metrics for r in parents}
     assert set(by_optimizer) == {"attribution", "uniform", "none"}
     gains = {k: m["test_final_judge_accuracy"] - m["test_start_judge_accuracy"] for k, m in by_optimizer.items()}
-    assert gains["attribution"] > gains["uniform"] >= gains["none"] == 0
+    assert gains["attribution"] > gains["uniform"] > gains["none"] == 0  # the fair rewriter: uniform learns too

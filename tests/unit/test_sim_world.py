@@ -12,10 +12,11 @@ from memtrace_loop.pipeline.sim.dates import human, parse_date, parse_stamp, res
 from memtrace_loop.pipeline.sim.grammar import parse_question, read_sentence, split_sentences
 from memtrace_loop.pipeline.sim.handlers import answer_question, decide_actions, extract_facts
 from memtrace_loop.pipeline.sim.judge import is_correct
-from memtrace_loop.pipeline.sim.rules import RULES, expected_cause
+from memtrace_loop.pipeline.sim.rules import RULES, RuleEffect, expected_cause
 from memtrace_loop.pipeline.sim.world import NOT_MENTIONED, generate_locomo
 
-ALL_RULES = frozenset(rule.id for rule in RULES)
+FIXES = tuple(rule for rule in RULES if rule.effect == RuleEffect.FIX)  # misfires and noise are planted nowhere
+ALL_RULES = frozenset(rule.id for rule in FIXES)
 STAMP = re.compile(r"^\d{1,2}:\d{2} (?:am|pm) on \d{1,2} [A-Z][a-z]+, \d{4}$")
 
 
@@ -139,8 +140,8 @@ def test_every_sentence_is_in_the_grammar_and_every_question_parses(samples: lis
 RULE_SETS = [
     frozenset(),
     ALL_RULES,
-    *(frozenset({rule.id}) for rule in RULES),
-    *(ALL_RULES - {rule.id} for rule in RULES),
+    *(frozenset({rule.id}) for rule in FIXES),
+    *(ALL_RULES - {rule.id} for rule in FIXES),
     *(frozenset(pair) for pair in combinations(sorted(ALL_RULES), 2)),
 ]
 
