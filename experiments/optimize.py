@@ -15,6 +15,7 @@ import logging
 import math
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -79,8 +80,11 @@ def _run_dir(plain: dict[str, Any], base_dir: Path) -> tuple[Path, dict[str, Any
     return run_dir, plain, False
 
 
-def export_best(result: LoopResult, system_name: str, run_id: str, run_dir: Path) -> list[Path]:
-    """The final prompt set as best_prompts.json and .yaml (with the finite headline metrics)."""
+def export_best(
+    result: LoopResult, system_name: str, run_id: str, run_dir: Path, knobs: Mapping[str, Any] | None = None
+) -> list[Path]:
+    """The final prompt set as best_prompts.json and .yaml (with the finite headline metrics and the
+    system's knobs that differ from their defaults, accepted knob changes included)."""
     metrics = {
         "test_judge_accuracy": result.test_final.report.overall.judge_accuracy,
         "test_start_judge_accuracy": result.test_start.report.overall.judge_accuracy,
@@ -88,7 +92,7 @@ def export_best(result: LoopResult, system_name: str, run_id: str, run_dir: Path
     }
     exported = ExportedPrompts.create(
         system_name, result.final_prompts, source_run=run_id,
-        metrics={k: v for k, v in metrics.items() if math.isfinite(v)},
+        metrics={k: v for k, v in metrics.items() if math.isfinite(v)}, knobs=knobs,
     )
     return [write_prompts(exported, run_dir / name) for name in ("best_prompts.json", "best_prompts.yaml")]
 
@@ -140,7 +144,8 @@ def optimize(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
                 attributor=attributor,
             )
             result = loop.run(resume=resuming)
-        paths = export_best(result, system.name, run_id, run_dir)
+        final_knobs = system.with_knobs(result.final_knobs).non_default_knobs()
+        paths = export_best(result, system.name, run_id, run_dir, final_knobs)
         for path in paths:
             tracker.log_artifact(path, "export")
         plots = TrackingLoopObserver.plots(result, run_dir)
@@ -155,6 +160,9 @@ def optimize(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
         f"{elapsed:.1f} s"
     )
     console.print(f"MLflow run [bold]{run_id}[/] in {uri} (experiment {plain['tracking']['experiment']!r})")
+    if result.final_knobs:
+        changed = ", ".join(f"{k} {system.knob_values()[k]} -> {v}" for k, v in sorted(result.final_knobs.items()))
+        console.print(f"Knobs changed by accepted candidates: {changed}")
     console.print(f"Exported prompts: {paths[0]} and {paths[1].name}; plots: {', '.join(str(p) for p in plots)}")
     console.print(f"Load them with: memtrace run prompts={paths[0]}")
     if uri.startswith("sqlite:///"):

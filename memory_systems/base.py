@@ -25,11 +25,16 @@ from memtrace_loop.pipeline.core.records import Conversation, PromptSet, Questio
 from memtrace_loop.pipeline.core.tracing import Tracer
 
 __all__ = [
-    "AnswerOutcome", "MemorySystem", "PromptSetError", "ReplayUnsupportedError", "RestoredUnit", "Retrieved",
+    "AnswerOutcome", "KnobError", "MemorySystem", "PromptSetError", "ReplayUnsupportedError", "RestoredUnit",
+    "Retrieved",
     "ranked_depth",
 ]
 
 KnobsT = TypeVar("KnobsT")
+
+
+class KnobError(ValueError):
+    """Knob changes that do not fit a memory system (an unknown field, a value out of range)."""
 
 
 class PromptSetError(ValueError):
@@ -149,6 +154,46 @@ class MemorySystem(dspy.Module):
             return None
         system = copy.copy(self)
         system.knobs = dataclasses.replace(knobs, top_k=top_k)
+        return system
+
+    def knob_values(self) -> dict[str, Any]:
+        """The system's knobs as field -> value ({} for a system without a knobs record)."""
+        knobs = getattr(self, "knobs", None)
+        return dataclasses.asdict(knobs) if knobs is not None else {}
+
+    def non_default_knobs(self) -> dict[str, Any]:
+        """The knobs whose values differ from the knobs record's defaults (what an export must carry)."""
+        knobs = getattr(self, "knobs", None)
+        if knobs is None:
+            return {}
+        defaults = dataclasses.asdict(type(knobs)())
+        return {k: v for k, v in dataclasses.asdict(knobs).items() if v != defaults[k]}
+
+    def with_knobs(self, changes: Mapping[str, Any]) -> MemorySystem:
+        """A copy with some knobs changed (`changes`: field -> value; empty: this system itself). An unknown
+        field or a value the knobs record rejects is a `KnobError` naming the field."""
+        if not changes:
+            return self
+        knobs = getattr(self, "knobs", None)
+        known = set(dataclasses.asdict(knobs)) if knobs is not None else set()
+        unknown = sorted(set(changes) - known)
+        if unknown or knobs is None:
+            raise KnobError(
+                f"knobs {unknown} are not knobs of memory system {self.name!r} (its knobs: {sorted(known)})"
+            )
+        current = dataclasses.asdict(knobs)
+        for key, value in changes.items():
+            if type(value) is not type(current[key]) and not (type(current[key]) is float and type(value) is int):
+                raise KnobError(
+                    f"knob {key!r} of memory system {self.name!r} must be a {type(current[key]).__name__}, "
+                    f"got {value!r}"
+                )
+        try:
+            replaced = dataclasses.replace(knobs, **dict(changes))
+        except (TypeError, ValueError) as error:
+            raise KnobError(f"knobs {dict(changes)} of memory system {self.name!r}: {error}") from error
+        system = copy.copy(self)
+        system.knobs = replaced
         return system
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:

@@ -5,9 +5,11 @@ stage's attributed failures into feedback (`optimizers.feedback`), folds it to `
 and asks the `InstructionRewriter` for a new instruction. Each rewrite that changes the instruction
 becomes one `Candidate` (the current prompt set with only that stage replaced), in blame order.
 
-Stages blamed through their knobs (`tunable == "knobs"`, e.g. vector search) have no prompt to rewrite;
-they are named in every candidate's rationale so the blame is reported, not silently dropped. It does
-not evaluate or accept candidates (the loop's gate does) and does not tune knobs.
+Stages blamed through their knobs (`tunable == "knobs"`, e.g. vector search, trimming, chunking) have no
+prompt to rewrite: for them it proposes knob candidates (`optimizers.knobs`: e.g. the `top_k` that
+reaches the evidence the search ranked just below its cut), placed among the prompt candidates in blame
+order; blamed knobs it cannot change are named in the rationales, so the blame is reported, not silently
+dropped. It does not evaluate or accept candidates (the loop's gate does).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Sequence
 import dspy
 from memtrace_loop.optimizers.base import Candidate, OptimizationContext
 from memtrace_loop.optimizers.feedback import feedback_for_attribution, fold_feedback
+from memtrace_loop.optimizers.knobs import knob_candidates
 from memtrace_loop.optimizers.rewrite import (
     RewriteSettings,
     RewritingOptimizer,
@@ -41,7 +44,7 @@ def unrewritable_note(context: OptimizationContext) -> str:
     parts = []
     if knobs:
         listed = "; ".join(f"{row.stage} ({row.count} failures: {_types(row)})" for row in knobs)
-        parts.append(f"Blamed on non-prompt knobs, not rewritten (tune their settings instead): {listed}.")
+        parts.append(f"Blamed on non-prompt knobs, not rewritten (knob candidates address them): {listed}.")
     if missing:
         parts.append(f"Blamed stages with no prompt in this prompt set, not rewritten: {', '.join(missing)}.")
     return " ".join(parts)
@@ -58,6 +61,12 @@ class AttributionGuidedOptimizer(RewritingOptimizer):
         return tuple(stages[: self.top_stages])
 
     def propose(self, context: OptimizationContext) -> Sequence[Candidate]:
+        order = [row.stage for row in context.blame.rows]
+        candidates = [*self.prompt_candidates(context), *knob_candidates(context)]
+        return sorted(candidates, key=lambda c: order.index(c.changed_stages[0]) if c.changed_stages[0] in order
+                      else len(order))  # stable: within a stage, prompt first
+
+    def prompt_candidates(self, context: OptimizationContext) -> list[Candidate]:
         note = unrewritable_note(context)
         candidates: list[Candidate] = []
         for stage in self.target_stages(context):

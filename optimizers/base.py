@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Protocol
+from typing import Any, Protocol
 
 from memtrace_loop.pipeline.analysis.blame import Attribution, BlameTable
 from memtrace_loop.pipeline.analysis.evaluation import EvaluationReport
@@ -73,6 +73,12 @@ class OptimizationContext:
     signature_by_stage: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     evaluator: Evaluator | None = None  # None outside a loop (e.g. an optimizer called on its own)
     budget: CallBudget | None = None  # None: no budget in LM calls
+    # the memory system's knobs now (field -> value; {} when it has none), and the knob fields of its non-LLM
+    # construction stages (stage -> fields)
+    knobs: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    knob_fields_by_stage: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    # the train traces the attributions were made on: one execution graph per conversation
+    graph_by_conversation: Mapping[str, ExecutionGraph] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,7 @@ class Candidate:
     changed_stages: tuple[str, ...]
     rationale: str
     feedback_by_stage: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    knobs: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))  # knob changes: field -> value
 
 
 class Optimizer(Protocol):

@@ -23,6 +23,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Protocol
 
 import dspy
@@ -88,6 +89,7 @@ class IterationRecord:
     attributions: tuple[Attribution, ...] = ()
     blame: BlameTable = field(default_factory=BlameTable)
     outcomes: tuple[CandidateOutcome, ...] = ()
+    knobs: Mapping[str, Any] = field(default_factory=dict)  # the knob changes the iteration started from
 
     @property
     def accepted(self) -> CandidateOutcome | None:
@@ -106,7 +108,7 @@ def summarize_iteration(record: IterationRecord) -> IterationSummary:
         tuple(
             CandidateSummary(
                 tuple(o.candidate.changed_stages), o.dev_accuracy, o.gain.mean_difference,
-                (o.gain.ci_low, o.gain.ci_high), o.accepted, o.candidate.rationale,
+                (o.gain.ci_low, o.gain.ci_high), o.accepted, o.candidate.rationale, o.candidate.knobs,
             )
             for o in record.outcomes
         ),
@@ -132,6 +134,8 @@ class LoopResult:
     split_log: tuple[tuple[str, int], ...]  # (split, iteration) of every evaluation, in order
     lm_calls_made: int
     lm_calls_saved: int
+    # knob changes accepted over the system's configured knobs (field -> value; {} when none)
+    final_knobs: Mapping[str, Any] = field(default_factory=dict)
     lm_tokens_made: int = 0  # prompt + completion tokens of the evaluations' calls made (`tokens_made`)
 
 
@@ -152,6 +156,7 @@ class _Progress:
     stale: int
     start: PromptSet
     history: tuple[IterationSummary, ...] = ()
+    knobs: Mapping[str, Any] = field(default_factory=dict)  # accepted knob changes
 
 
 def _write_checkpoint(path: Path, progress: _Progress, config_digest: str, extra: Mapping[str, Any]) -> None:
@@ -163,6 +168,7 @@ def _write_checkpoint(path: Path, progress: _Progress, config_digest: str, extra
         "stale": progress.stale,
         "start_prompts": progress.start.to_dict(),
         "current_prompts": progress.current.to_dict(),
+        "current_knobs": dict(progress.knobs),
         "history": [summary.to_dict() for summary in progress.history],
         **dict(extra),
     }
@@ -218,12 +224,17 @@ class OptimizationLoop:
 
     # ------------------------------------------------------------------ evaluation
 
-    def evaluate(self, prompts: PromptSet, split: str, iteration: int, dataset: Dataset | None = None) -> RunResult:
-        """Run `prompts` over the split (or the given part of it); the LLM calls made are counted."""
+    def evaluate(
+        self, prompts: PromptSet, split: str, iteration: int, dataset: Dataset | None = None,
+        knobs: Mapping[str, Any] | None = None,
+    ) -> RunResult:
+        """Run `prompts` (with the knob changes `knobs`) over the split (or the given part of it); the LLM
+        calls made are counted."""
         dataset = dataset if dataset is not None else getattr(self.splits, split)
         self._split_log.append((split, iteration))
+        system = self.system.with_knobs(knobs or {}).with_prompts(prompts)
         result = run_dataset(
-            self.system.with_prompts(prompts), self.judge, dataset, workers=self.settings.workers,
+            system, self.judge, dataset, workers=self.settings.workers,
             progress=self.progress, exclude_categories=self.settings.exclude_categories, seed=self.settings.seed,
             memory_cache=self.cache,
         )
@@ -249,8 +260,8 @@ class OptimizationLoop:
             progress = _Progress(0, start, 0, start)
         records: list[IterationRecord] = []
 
-        current = progress.current
-        current_dev = self.evaluate(current, "dev", progress.iteration)
+        current, knobs = progress.current, dict(progress.knobs)
+        current_dev = self.evaluate(current, "dev", progress.iteration, knobs=knobs)
         if not resume:  # iteration 0: the starting prompt set on train and dev
             record = IterationRecord(0, current, self.evaluate(current, "train", 0), current_dev)
             records.append(record)
@@ -259,15 +270,16 @@ class OptimizationLoop:
         iteration, stale = progress.iteration, progress.stale
         while iteration < self.settings.max_iterations and stale < self.settings.patience:
             iteration += 1
-            record, accepted_dev = self._iterate(iteration, current, current_dev)
+            record, accepted_dev = self._iterate(iteration, current, current_dev, knobs)
             records.append(record)
             accepted = record.accepted
             if accepted is not None and accepted_dev is not None:
                 current, current_dev, stale = accepted.candidate.prompts, accepted_dev, 0
+                knobs = {**knobs, **accepted.candidate.knobs}
             else:
                 stale += 1
             progress = self._finish_iteration(
-                record, _Progress(iteration, current, stale, progress.start, progress.history)
+                record, _Progress(iteration, current, stale, progress.start, progress.history, knobs)
             )
             logger.info(
                 "iteration %d: dev %.3f, %d candidates, %s", iteration, current_dev.report.overall.judge_accuracy,
@@ -280,11 +292,12 @@ class OptimizationLoop:
             iterations=tuple(records),
             history=progress.history,
             test_start=self.evaluate(progress.start, "test", iteration),
-            test_final=self.evaluate(current, "test", iteration),
+            test_final=self.evaluate(current, "test", iteration, knobs=knobs),
             dev_final=current_dev,
             split_log=tuple(self._split_log),
             lm_calls_made=self._calls_made,
             lm_calls_saved=self.cache.stats().lm_calls_saved,
+            final_knobs=MappingProxyType(dict(knobs)),
             lm_tokens_made=self._tokens_made,
         )
         for observer in self.observers:
@@ -292,11 +305,11 @@ class OptimizationLoop:
         return result
 
     def _iterate(
-        self, iteration: int, current: PromptSet, current_dev: RunResult
+        self, iteration: int, current: PromptSet, current_dev: RunResult, knobs: Mapping[str, Any]
     ) -> tuple[IterationRecord, RunResult | None]:
         """Attribute train failures, propose, gate on dev. Returns the record and the accepted dev result."""
         excluded = self.settings.exclude_categories
-        train = self.evaluate(current, "train", iteration)
+        train = self.evaluate(current, "train", iteration, knobs=knobs)
         traced = TracedRun(
             train.results, train.graph_by_conversation, {c.id: c for c in self.splits.train.conversations},
             tuple(excluded),
@@ -305,24 +318,31 @@ class OptimizationLoop:
         blame = aggregate_blame(attributions)
         context = OptimizationContext(
             iteration, current, blame, attributions, traced.failures(), self._signatures(),
-            LoopEvaluator(self, iteration),
+            LoopEvaluator(self, iteration, knobs),
+            knobs=MappingProxyType(self.system.with_knobs(knobs).knob_values()),
+            knob_fields_by_stage=self.system.knob_fields_by_stage,
+            graph_by_conversation=train.graph_by_conversation,
         )
         outcomes = []
         for candidate in list(self.optimizer.propose(context))[: self.settings.max_candidates]:
-            result = self.evaluate(candidate.prompts, "dev", iteration)
+            result = self.evaluate(candidate.prompts, "dev", iteration, knobs={**knobs, **candidate.knobs})
             gain = paired_difference(result.results, current_dev.results, seed=self.settings.seed,
                                      exclude_categories=excluded)
             accepted = gain.mean_difference >= self.settings.min_gain
             outcomes.append(CandidateOutcome(candidate, result.report.overall.judge_accuracy, gain, accepted))
             if accepted:
-                record = IterationRecord(iteration, current, train, current_dev, attributions, blame, tuple(outcomes))
+                record = IterationRecord(
+                    iteration, current, train, current_dev, attributions, blame, tuple(outcomes), dict(knobs)
+                )
                 return record, result
-        return IterationRecord(iteration, current, train, current_dev, attributions, blame, tuple(outcomes)), None
+        return IterationRecord(
+            iteration, current, train, current_dev, attributions, blame, tuple(outcomes), dict(knobs)
+        ), None
 
     def _finish_iteration(self, record: IterationRecord, progress: _Progress) -> _Progress:
         progress = _Progress(
             progress.iteration, progress.current, progress.stale, progress.start,
-            (*progress.history, summarize_iteration(record)),
+            (*progress.history, summarize_iteration(record)), progress.knobs,
         )
         for observer in self.observers:
             observer.on_iteration(record)
@@ -337,9 +357,12 @@ class OptimizationLoop:
         if self.config_digest and data.get("config_digest") != self.config_digest:
             raise CheckpointError(f"{self.checkpoint}: was written by a run with another configuration")
         current = PromptSet(data["current_prompts"])
-        self.system.with_prompts(current)  # fails clearly if the stages do not fit this system
+        knobs = dict(data.get("current_knobs", {}))  # checkpoints before knob candidates: none
+        self.system.with_knobs(knobs).with_prompts(current)  # fails clearly if they do not fit this system
         history = tuple(IterationSummary.from_dict(item) for item in data.get("history", ()))
-        return _Progress(int(data["iteration"]), current, int(data["stale"]), PromptSet(data["start_prompts"]), history)
+        return _Progress(
+            int(data["iteration"]), current, int(data["stale"]), PromptSet(data["start_prompts"]), history, knobs
+        )
 
 
 class LoopEvaluator:
@@ -348,9 +371,10 @@ class LoopEvaluator:
 
     SPLITS = ("train", "dev")
 
-    def __init__(self, loop: OptimizationLoop, iteration: int) -> None:
+    def __init__(self, loop: OptimizationLoop, iteration: int, knobs: Mapping[str, Any] | None = None) -> None:
         self._loop = loop
         self._iteration = iteration
+        self._knobs = dict(knobs or {})  # the loop's accepted knob changes: candidates are scored with them
 
     def evaluate(
         self, prompts: PromptSet, split: str = "train", question_ids: Sequence[str] | None = None
@@ -368,7 +392,7 @@ class LoopEvaluator:
             dataset = Dataset(
                 dataset.name, tuple(c for c in dataset.conversations if c.id in conversation_ids), questions
             )
-        result = self._loop.evaluate(prompts, split, self._iteration, dataset)
+        result = self._loop.evaluate(prompts, split, self._iteration, dataset, knobs=self._knobs)
         return CandidateEvaluation(
             prompts, split, result.results, result.graph_by_conversation, result.report, calls_made(result)
         )

@@ -11,7 +11,7 @@ iteration equals the one read back from its JSON. This module does not run, log 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -50,18 +50,21 @@ class CandidateSummary:
     gain_ci: tuple[float, float]
     accepted: bool
     rationale: str
+    knobs: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))  # knob changes, if any
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data = {
             "stages": list(self.stages), "dev_accuracy": self.dev_accuracy, "gain": self.gain,
             "gain_ci": list(self.gain_ci), "accepted": self.accepted, "rationale": self.rationale,
         }
+        return {**data, "knobs": dict(self.knobs)} if self.knobs else data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CandidateSummary:
         return cls(
             tuple(str(s) for s in data["stages"]), float(data["dev_accuracy"]), float(data["gain"]),
             (float(data["gain_ci"][0]), float(data["gain_ci"][1])), bool(data["accepted"]), str(data["rationale"]),
+            MappingProxyType(dict(data.get("knobs", {}))),
         )
 
 

@@ -12,9 +12,11 @@ What it does:
 - `read_prompts`: parses a file with pydantic; every problem (missing file, bad JSON/YAML, duplicate,
   missing or extra keys, wrong types, empty or non-string instructions, unsupported format version)
   raises `PromptFileError` naming the file and the field.
-- `apply_prompts`: a copy of a memory system using the exported instructions. It refuses a file made
-  for another system or naming stages the system lacks; stages the file omits keep their current
-  instruction. The given system object is never modified.
+- `apply_prompts`: a copy of a memory system using the exported instructions and knobs. It refuses a
+  file made for another system or naming stages or knobs the system lacks; stages and knobs the file
+  omits keep their current values. The given system object is never modified.
+- `knobs` (optional key, written only when non-empty): the knob changes the loop accepted (e.g.
+  `top_k: 16`), loaded back by `apply_prompts` the same way as the prompts.
 
 What it does not do: it does not talk to MLflow (see `pipeline.tracking` and
 `pipeline.tracking.prompt_registry`), does not choose which prompt set to export and does not run anything.
@@ -31,14 +33,15 @@ from types import MappingProxyType
 from typing import Annotated, Any
 
 import yaml
-from memtrace_loop.memory_systems.base import MemorySystem, PromptSetError
+from memtrace_loop.memory_systems.base import KnobError, MemorySystem, PromptSetError
 from memtrace_loop.pipeline.core.records import PromptSet
 from pydantic import AfterValidator, AllowInfNan, BaseModel, BeforeValidator, ConfigDict, ValidationError
 
 FORMAT_VERSION = 1
 JSON_SUFFIXES = (".json",)
 YAML_SUFFIXES = (".yaml", ".yml")
-FIELD_ORDER = ("format_version", "system", "created", "source_run", "metrics", "prompts")
+FIELD_ORDER = ("format_version", "system", "created", "source_run", "metrics", "prompts", "knobs")
+KnobValue = bool | int | float | str
 
 
 class PromptFileError(ValueError):
@@ -95,6 +98,7 @@ class _PromptFile(BaseModel):
     source_run: NonBlank | None
     metrics: dict[NonBlank, Annotated[float, AllowInfNan(False)]]
     prompts: Annotated[dict[NonBlank, NonBlank], AfterValidator(_some_stages)]
+    knobs: dict[NonBlank, KnobValue] = {}  # optional: accepted knob changes (files without it load as before)
 
 
 def _field_name(loc: tuple[int | str, ...]) -> str:
@@ -134,6 +138,7 @@ class ExportedPrompts:
     created: str
     format_version: int = FORMAT_VERSION
     origin: str | None = field(default=None, compare=False)
+    knobs: Mapping[str, KnobValue] = field(default_factory=lambda: MappingProxyType({}))  # knob -> value
 
     def __post_init__(self) -> None:
         if not isinstance(self.prompts, PromptSet):
@@ -143,6 +148,7 @@ class ExportedPrompts:
             for k, v in dict(self.metrics).items()
         }
         object.__setattr__(self, "metrics", MappingProxyType(dict(sorted(metrics.items()))))
+        object.__setattr__(self, "knobs", MappingProxyType(dict(sorted(dict(self.knobs).items()))))
         try:
             _PromptFile.model_validate(self.to_dict())
         except ValidationError as error:
@@ -156,10 +162,14 @@ class ExportedPrompts:
         source_run: str | None = None,
         metrics: Mapping[str, float] | None = None,
         now: datetime | None = None,
+        knobs: Mapping[str, KnobValue] | None = None,
     ) -> ExportedPrompts:
         """A record stamped with the current UTC time (or `now`), to the second."""
         created = (now or datetime.now(UTC)).isoformat(timespec="seconds")
-        return cls(system=system, prompts=prompts, source_run=source_run, metrics=metrics or {}, created=created)
+        return cls(
+            system=system, prompts=prompts, source_run=source_run, metrics=metrics or {}, created=created,
+            knobs=MappingProxyType(dict(knobs or {})),
+        )
 
     @property
     def description(self) -> str:
@@ -171,8 +181,9 @@ class ExportedPrompts:
         return "exported prompt set"
 
     def to_dict(self) -> dict[str, Any]:
-        """The file content, keys in `FIELD_ORDER`, metrics and stages sorted."""
-        return {
+        """The file content, keys in `FIELD_ORDER`, metrics, stages and knobs sorted (no `knobs` key when
+        there are none, so a prompt-only export reads exactly as before)."""
+        data = {
             "format_version": self.format_version,
             "system": self.system,
             "created": self.created,
@@ -180,6 +191,7 @@ class ExportedPrompts:
             "metrics": dict(sorted(self.metrics.items())),
             "prompts": dict(sorted(self.prompts.to_dict().items())),
         }
+        return {**data, "knobs": dict(sorted(self.knobs.items()))} if self.knobs else data
 
 
 # --------------------------------------------------------------------------- YAML dialect
@@ -289,14 +301,16 @@ def read_prompts(path: str | Path) -> ExportedPrompts:
         created=parsed.created,
         format_version=parsed.format_version,
         origin=str(path),
+        knobs=MappingProxyType(dict(parsed.knobs)),
     )
 
 
 def apply_prompts(system: MemorySystem, exported: ExportedPrompts) -> MemorySystem:
-    """A copy of `system` whose stages use the exported instructions (omitted stages keep theirs).
+    """A copy of `system` whose stages use the exported instructions (omitted stages keep theirs) and
+    whose knobs take the exported values (omitted knobs keep theirs).
 
-    Raises `PromptFileError` when the export belongs to another memory system or names stages the
-    system lacks; `system` itself is never modified.
+    Raises `PromptFileError` when the export belongs to another memory system, names stages or knobs the
+    system lacks, or gives a knob a value it rejects; `system` itself is never modified.
     """
     if exported.system != system.name:
         raise PromptFileError(
@@ -310,6 +324,6 @@ def apply_prompts(system: MemorySystem, exported: ExportedPrompts) -> MemorySyst
             f"(its stages: {sorted(known)})"
         )
     try:
-        return system.with_prompts(exported.prompts)
-    except PromptSetError as error:
+        return system.with_knobs(exported.knobs).with_prompts(exported.prompts)
+    except (PromptSetError, KnobError) as error:
         raise PromptFileError(f"{exported.description}: {error}") from error

@@ -84,6 +84,19 @@ def test_uniform_blame_gains_something_but_less_at_the_same_budget(results):
         assert len(result.history) - 1 <= SETTINGS.max_iterations
 
 
+def test_knob_candidates_fix_retrieval_blamed_failures(results):
+    """Six train failures blamed on the search's top_k survived every prompt rewrite; a knob candidate
+    (top_k chosen from where the search ranked the evidence) passes the same gate and removes them."""
+    result = results["attribution"]
+    retrieval = [s.blame.by_stage["retrieve"].count if "retrieve" in s.blame.by_stage else 0 for s in result.history]
+    accepted = [c for s in result.history for c in s.candidates if c.accepted and c.knobs]
+    assert accepted and accepted[0].stages == ("retrieve",) and accepted[0].knobs["top_k"] > 10
+    assert max(retrieval) >= 4 and retrieval[-1] < max(retrieval), retrieval
+    assert result.final_knobs["top_k"] == accepted[-1].knobs["top_k"]
+    uniform = results["uniform"]
+    assert not uniform.final_knobs, "the uniform baseline has no attribution, so no knob candidates"
+
+
 def test_blame_names_stages_the_system_has(results):
     stages = {"extract", "decide", "respond", "retrieve", "search_similar"}
     for record in results["attribution"].iterations[1:]:
@@ -163,7 +176,7 @@ class _StopAfter:
         pass
 
 
-@pytest.mark.parametrize("interrupt_after", [0, 1, 2])
+@pytest.mark.parametrize("interrupt_after", [0, 2, 5])  # 5: the checkpoint holds an accepted knob change
 def test_an_interrupted_run_resumes_to_the_same_result(results, tmp_path, interrupt_after):
     checkpoint = tmp_path / "checkpoint.json"
     with pytest.raises(_Interrupt):
@@ -175,6 +188,7 @@ def test_an_interrupted_run_resumes_to_the_same_result(results, tmp_path, interr
     resumed = make_loop(checkpoint=checkpoint, config_digest="cfg").run(resume=True)
     uninterrupted = results["attribution"]
     assert resumed.final_prompts == uninterrupted.final_prompts
+    assert resumed.final_knobs == uninterrupted.final_knobs
     assert resumed.test_final.results == uninterrupted.test_final.results
     assert [s.to_dict() for s in resumed.history] == [s.to_dict() for s in uninterrupted.history]
     with pytest.raises(CheckpointError, match="another configuration"):
@@ -183,7 +197,8 @@ def test_an_interrupted_run_resumes_to_the_same_result(results, tmp_path, interr
 
 def test_exported_prompts_reproduce_the_final_metrics_exactly(results, tmp_path):
     result = results["attribution"]
-    exported = ExportedPrompts.create("mem0", result.final_prompts, source_run="test")
+    assert result.final_knobs, "the demo should accept a knob change (see the retrieval test)"
+    exported = ExportedPrompts.create("mem0", result.final_prompts, source_run="test", knobs=result.final_knobs)
     for suffix in ("json", "yaml"):
         path = write_prompts(exported, tmp_path / f"best.{suffix}")
         lm = sim_lm()

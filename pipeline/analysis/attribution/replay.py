@@ -227,15 +227,24 @@ class Replayer:
         return RestoredUnit(var.value, str(var.meta.get("time", "")), var.id)
 
     def _widened_top_k(self, graph: ExecutionGraph, fault: Fault) -> int | None:
-        """The `top_k` that reaches the deepest restored unit the fault's retrieval ranked below its cut."""
-        if fault.op not in graph:
+        """The `top_k` that reaches what the fault's retrieval cut off (None when this system cannot widen)."""
+        needed = needed_top_k(graph, fault)
+        if needed is None or self.system.widened(needed) is None:
             return None
-        meta = graph.operation(fault.op).meta
-        k, near = meta.get("k"), list(meta.get(NEAR_MISSES, ()))
-        ranks = [near.index(v) + 1 for v in fault.restore if v in near]
-        if not isinstance(k, int) or not ranks or self.system.widened(k) is None:
-            return None
-        return k + _episode_span(near, max(ranks))
+        return needed
+
+
+def needed_top_k(graph: ExecutionGraph, fault: Fault) -> int | None:
+    """The `top_k` that reaches the deepest restored unit the fault's retrieval ranked below its cut (None
+    when the retrieval did not rank it: a wider cut would not bring it back). Pure."""
+    if fault.op not in graph:
+        return None
+    meta = graph.operation(fault.op).meta
+    k, near = meta.get("k"), list(meta.get(NEAR_MISSES, ()))
+    ranks = [near.index(v) + 1 for v in fault.restore if v in near]
+    if not isinstance(k, int) or not ranks:
+        return None
+    return k + _episode_span(near, max(ranks))
 
 
 def _episode_span(near: Sequence[str], rank: int) -> int:
