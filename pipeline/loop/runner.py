@@ -67,6 +67,7 @@ class RunResult:
     counts: LMCallCounts  # summed over the graphs (reused memories included)
     reused_memories: int = 0  # conversations whose memory came from the cache
     lm_calls_saved: int = 0  # LLM calls the reused memories did not have to make again
+    reused_cached_calls: int = 0  # of `counts.cached_calls`, those in the reused memories' copied graphs
 
 
 def make_judge(lm: dspy.BaseLM | None = None) -> dspy.Predict:
@@ -141,7 +142,7 @@ def run_dataset(
     conversations = list(dataset.conversations)
 
     progress.begin("ingest", sum(len(c.turns) for c in conversations))
-    reused: list[int] = []
+    reused: list[tuple[int, int]] = []  # (calls, cached calls) of each reused memory's graph
 
     def ingest(conversation: Conversation) -> tuple[ExecutionGraph, Any]:
         key = system.memory_key(conversation) if memory_cache is not None else ""
@@ -150,7 +151,7 @@ def run_dataset(
             graph = cached.graph.copy()
             declare_prompts(Tracer(graph), system, judge)
             progress.advance("ingest", len(conversation.turns))
-            reused.append(cached.lm_calls)
+            reused.append((cached.lm_calls, count_lm_calls([cached.graph]).cached_calls))
             return graph, cached.state
         graph, tracer = new_conversation_graph(system, judge, conversation, {"dataset": dataset.name})
         state = system.ingest(conversation, tracer, on_turn=lambda _turn: progress.advance("ingest"))
@@ -177,5 +178,5 @@ def run_dataset(
     report = summarize(results, exclude_categories=tuple(exclude_categories), seed=seed)
     return RunResult(
         results, graph_by_conversation, report, count_lm_calls(graph_by_conversation.values()), len(reused),
-        sum(reused),
+        sum(calls for calls, _ in reused), sum(cached for _, cached in reused),
     )
