@@ -4,6 +4,7 @@ the final test evaluation is outside it. Calls reusing built memories are counte
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
 
 import pytest
@@ -63,7 +64,8 @@ class _StepLoggingOptimizer:
         return candidates
 
 
-def run(name: str, budget: int, max_iterations: int = 10, useless_first: bool = False):
+def run(name: str, budget: int, max_iterations: int = 10, useless_first: bool = False, resume: bool = False,
+        **kwargs):
     ledger = CallLedger()
     lms = ledger.counted(LMSet(*(sim_lm() for _ in range(4))))
     system = Mem0Memory(HashingEmbedder())
@@ -74,10 +76,10 @@ def run(name: str, budget: int, max_iterations: int = 10, useless_first: bool = 
     optimizer = _StepLoggingOptimizer(build_optimizer(name, lms.rewriter), steps, useless_first)
     loop = _StepLoggingLoop(
         system, make_judge(lms.judge), optimizer, Splits(parts.train, parts.dev, parts.test),
-        replace(SETTINGS, budget_calls=budget, max_iterations=max_iterations), calls=ledger,
+        replace(SETTINGS, budget_calls=budget, max_iterations=max_iterations), calls=ledger, **kwargs,
     )
     loop.steps = steps
-    return loop.run(), steps, ledger, optimizer
+    return loop.run(resume=resume), steps, ledger, optimizer
 
 
 def crossing_budget(steps: Steps, kind: str) -> int:
@@ -145,3 +147,38 @@ def test_a_budget_needs_a_ledger_and_must_not_be_negative():
     with pytest.raises(ValueError, match="budget_calls must be >= 0"):
         OptimizationLoop(system, make_judge(lm), build_optimizer("none", lm), splits,
                          replace(SETTINGS, budget_calls=-1), calls=CallLedger())
+
+
+class _Interrupt(Exception):
+    pass
+
+
+class _StopAt:
+    """Interrupts the run when iteration `n` finishes (before its checkpoint is written)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def on_iteration(self, record) -> None:
+        if record.iteration == self.n:
+            raise _Interrupt
+
+    def on_finish(self, result) -> None:
+        pass
+
+
+def test_a_resumed_run_continues_the_budget_its_checkpoint_recorded(tmp_path):
+    _, probe_steps, _, _ = run("none", budget=0, max_iterations=2)
+    budget = crossing_budget(probe_steps, "train@2") if any(k == "train@2" for k, *_ in probe_steps.rows) else 0
+    assert budget
+    checkpoint = tmp_path / "checkpoint.json"
+    with pytest.raises(_Interrupt):
+        run("none", budget, checkpoint=checkpoint, observers=[_StopAt(2)])
+    recorded = json.loads(checkpoint.read_text())["budget_spent"]
+    assert recorded == budget - 1  # spent by the end of iteration 1, just before train@2 started
+
+    resumed, steps, _, _ = run("none", budget, resume=True, checkpoint=checkpoint)
+    assert resumed.stop_reason == "budget" and [s.iteration for s in resumed.history] == [0, 1, 2]
+    kind, before, after = [row for row in steps.rows if not row[0].startswith("test@")][-1]
+    assert kind == "train@2" and before == recorded  # the dev re-evaluation at resume was not counted
+    assert resumed.budget_spent == after >= budget
