@@ -16,7 +16,8 @@ judge calls are the measuring instrument and are not counted) — made ones, plu
 cache served when `budget_counts_cached` (the default: so the budget, and with it the run, does not
 depend on what earlier runs left in the cache). The budget is checked before each step: an iteration's
 train evaluation, its attribution, its proposal (the optimizer's own search, e.g. GEPA's, sees
-`OptimizationContext.budget`) and each candidate's dev evaluation. A step is never started once
+`OptimizationContext.budget`) and each candidate's dev evaluation; iteration 0 (the starting prompt
+set on dev and train) always runs. A step is never started once
 `spent >= budget_calls`, and a started step is finished, so a run ends with
 `spent <= budget_calls + (the calls of the one step that crossed the budget)`. The final test evaluation
 is outside the budget. A resumed run continues the spent count its checkpoint recorded (re-evaluating
@@ -433,7 +434,9 @@ class OptimizationLoop:
 
 class LoopEvaluator:
     """The `Evaluator` an optimizer gets in one iteration: the loop's own evaluation (runner, memory
-    cache, call counting, split log) on train or dev, or on some of their questions."""
+    cache, call counting, split log) on train or dev, or on some of their questions. An evaluation's
+    `lm_calls_made` is the ledger's made calls (every role) while it ran: evaluations run concurrently
+    by one optimizer would each see the others' calls too (the loop's totals stay exact)."""
 
     SPLITS = ("train", "dev")
 
