@@ -73,6 +73,18 @@ class RunSource(Protocol):
 # --------------------------------------------------------------------------- reading runs back
 
 
+def _metric(run: TrackedRun, key: str, older_key: str) -> float:
+    """A final metric of a run, under its name or the name runs logged before the LM-layer counting."""
+    return float(run.metrics.get(key, run.metrics.get(older_key, math.nan)))
+
+
+def _tokens(run: TrackedRun) -> float:
+    """Prompt + completion tokens of the calls the LMs received (older runs: `lm_tokens_made`)."""
+    if "lm_tokens.prompt" in run.metrics:
+        return float(run.metrics["lm_tokens.prompt"] + run.metrics.get("lm_tokens.completion", 0.0))
+    return float(run.metrics.get("lm_tokens_made", math.nan))
+
+
 def calls_by_iteration(source: RunSource, run: TrackedRun, iterations: Sequence[int]) -> tuple[dict[int, float], bool]:
     """Cumulative LM calls spent by the end of each iteration, and whether that is an estimate.
 
@@ -82,7 +94,7 @@ def calls_by_iteration(source: RunSource, run: TrackedRun, iterations: Sequence[
     spent = dict(source.metric_history(run.run_id, CALLS_METRIC))
     if spent:
         return {int(k): float(v) for k, v in spent.items()}, False
-    total = float(run.metrics.get("lm_calls_made", math.nan))
+    total = _metric(run, "lm_calls.made", "lm_calls_made")
     ordered = sorted(iterations)
     return {it: total * (index + 1) / len(ordered) for index, it in enumerate(ordered)}, True
 
@@ -137,8 +149,8 @@ def optimizer_run(source: RunSource, run_id: str) -> OptimizerRun:
         system=run.tags["memtrace.system"],
         seed=int(run.params.get("seed", "0")),
         questions=_test_questions(source, run_id),
-        lm_calls=float(run.metrics.get("lm_calls_made", math.nan)),
-        tokens=float(run.metrics.get("lm_tokens_made", math.nan)),
+        lm_calls=_metric(run, "lm_calls.made", "lm_calls_made"),
+        tokens=_tokens(run),
         prompt_chars=float(run.metrics.get("final_prompt_chars", math.nan)),
         seconds=float(run.metrics.get("elapsed_s", math.nan)),
         progress=progress_points({int(k): v for k, v in dev.items()}, dev_final, calls),

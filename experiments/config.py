@@ -74,9 +74,14 @@ class LoopConfig:
     max_candidates: int = LoopSettings.max_candidates  # candidates evaluated on dev per iteration
     patience: int = LoopSettings.patience  # iterations without an accepted candidate before stopping
     min_gain: float = LoopSettings.min_gain  # paired dev-accuracy gain a candidate needs to be accepted
+    # task + rewriter + attributor LM calls (judge calls excluded); 0: no budget. The loop starts no step
+    # once it is spent; the step that crosses it is finished; the final test evaluation is outside it.
+    budget_calls: int = LoopSettings.budget_calls
+    budget_counts_cached: bool = LoopSettings.budget_counts_cached  # calls DSPy's cache served count too
 
     def __post_init__(self) -> None:
-        require(self, max_iterations=(1, None), max_candidates=(1, None), patience=(1, None), min_gain=(0, None))
+        require(self, max_iterations=(1, None), max_candidates=(1, None), patience=(1, None), min_gain=(0, None),
+                budget_calls=(0, None))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,7 +126,8 @@ class OptimizeConfig(_AppConfig):
         return LoopSettings(
             max_iterations=self.loop.max_iterations, patience=self.loop.patience, min_gain=self.loop.min_gain,
             max_candidates=self.loop.max_candidates, exclude_categories=self.evaluation.exclude_categories,
-            workers=self.workers, seed=self.seed,
+            workers=self.workers, seed=self.seed, budget_calls=self.loop.budget_calls,
+            budget_counts_cached=self.loop.budget_counts_cached,
         )
 
 

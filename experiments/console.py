@@ -10,6 +10,7 @@ import math
 
 from memtrace_loop.pipeline.analysis.blame import BlameTable
 from memtrace_loop.pipeline.analysis.evaluation import EvaluationReport, MetricSummary
+from memtrace_loop.pipeline.backends.call_count import BUDGET_ROLES, CallTally
 from memtrace_loop.pipeline.loop.optimization import LoopResult
 from memtrace_loop.pipeline.loop.runner import LMCallCounts
 from rich.console import Console
@@ -76,9 +77,40 @@ def report_table(report: EvaluationReport, title: str) -> Table:
 
 
 def counts_line(counts: LMCallCounts) -> str:
+    """What the traced graphs record: LM calls of every operation (cached = no tokens reported)."""
     return (
-        f"LLM calls: {counts.calls} ({counts.cached_calls} from cache), tokens: {counts.prompt_tokens} in / "
+        f"Traced operations: {counts.calls} LM calls ({counts.cached_calls} from cache), "
+        f"tokens: {counts.prompt_tokens} in / "
         f"{counts.completion_tokens} out, failed operations: {counts.failed_operations}"
+    )
+
+
+def calls_table(tally: CallTally, saved: int | None = None, title: str = "LM calls by role") -> Table:
+    """Per role: calls made (the backend received them; failed ones included), served by DSPy's
+    response cache, and tokens of made calls; then the total and, for the loop, the calls reusing
+    built memories saved (never asked of an LM: neither made nor cached)."""
+    table = Table(title=title)
+    for column in ("role", "made", "cached", "failed", "prompt tokens", "completion tokens"):
+        table.add_column(column, justify="left" if column == "role" else "right")
+    for role, calls in tally.by_role.items():
+        budget = " (budget)" if role in BUDGET_ROLES else ""
+        table.add_row(f"{role}{budget}", str(calls.made), str(calls.cached), str(calls.failed),
+                      str(calls.prompt_tokens), str(calls.completion_tokens))
+    total = tally.total()
+    table.add_row("all", str(total.made), str(total.cached), str(total.failed), str(total.prompt_tokens),
+                  str(total.completion_tokens), style="bold")
+    if saved is not None:
+        table.add_row("saved by reused memories", str(saved), "", "", "", "")
+    return table
+
+
+def budget_line(result: LoopResult, budget_calls: int, counts_cached: bool) -> str:
+    """Why the loop stopped and the budget calls spent (the test evaluation is outside the budget)."""
+    counted = "made + cached" if counts_cached else "made"
+    limit = f"of {budget_calls}" if budget_calls else "(no budget set)"
+    return (
+        f"Stopped: {result.stop_reason or 'unknown'}; budget calls spent before the test evaluation: "
+        f"{result.budget_spent} {limit} ({'+'.join(BUDGET_ROLES)} calls, {counted})"
     )
 
 

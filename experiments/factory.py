@@ -18,6 +18,7 @@ from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
 from memtrace_loop.pipeline.analysis.attribution.registry import build_attributor
+from memtrace_loop.pipeline.backends.call_count import CallLedger
 from memtrace_loop.pipeline.backends.embeddings import build_embedder
 from memtrace_loop.pipeline.backends.lm import LMSet
 from memtrace_loop.pipeline.backends.registry import build_lm_set
@@ -77,9 +78,14 @@ def secret_values(cfg: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(v for v in (os.environ.get(n) for n in sorted(names)) if v)
 
 
-def build_components(plain: Mapping[str, Any], base_dir: Path) -> tuple[LMSet, MemorySystem, dspy.Predict]:
-    """The LMs, the memory system (task LM set, `prompts` file applied if given) and the judge."""
+def build_components(
+    plain: Mapping[str, Any], base_dir: Path, calls: CallLedger | None = None
+) -> tuple[LMSet, MemorySystem, dspy.Predict]:
+    """The LMs, the memory system (task LM set, `prompts` file applied if given) and the judge. With
+    `calls`, every LM is a copy counting its role's calls into that ledger."""
     lms = build_lm_set(plain["lm"])
+    if calls is not None:
+        lms = calls.counted(lms)
     system = build_memory_system(plain["memory_system"], build_embedder(plain["embedder"]))
     system = with_prompt_file(system, plain.get("prompts"), base_dir)
     system.set_lm(lms.task)

@@ -22,7 +22,7 @@ from typing import Any
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from memtrace_loop.experiments.config import validated_optimize
-from memtrace_loop.experiments.console import RichProgress, loop_tables, setup_logging
+from memtrace_loop.experiments.console import RichProgress, budget_line, calls_table, loop_tables, setup_logging
 from memtrace_loop.experiments.factory import (
     attributor_of,
     build_components,
@@ -33,6 +33,7 @@ from memtrace_loop.experiments.factory import (
     to_plain,
 )
 from memtrace_loop.optimizers.registry import build_optimizer
+from memtrace_loop.pipeline.backends.call_count import CallLedger
 from memtrace_loop.pipeline.backends.lm import configure_cache
 from memtrace_loop.pipeline.loop.optimization import (
     CheckpointError,
@@ -105,7 +106,8 @@ def optimize(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
     config = validated_optimize(plain)  # every key checked before anything is built (ConfigError naming the key)
     secrets = secret_values(plain)
     configure_cache(base_dir / plain["cache_dir"])
-    lms, system, judge = build_components(plain, base_dir)
+    calls = CallLedger()  # every LM below counts its role's calls into it (GEPA's own calls included)
+    lms, system, judge = build_components(plain, base_dir, calls)
     parts = splits_of(plain, base_dir)
     for name in ("train", "dev", "test"):
         if not getattr(parts, name).questions:
@@ -141,7 +143,7 @@ def optimize(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
                 system, judge, optimizer, Splits(parts.train, parts.dev, parts.test), settings,
                 checkpoint=run_dir / CHECKPOINT, config_digest=config_digest(plain), observers=[observer],
                 progress=progress, checkpoint_extra=lambda: {"mlflow_run_id": run_id},
-                attributor=attributor,
+                attributor=attributor, calls=calls,
             )
             result = loop.run(resume=resuming)
         final_knobs = system.with_knobs(result.final_knobs).non_default_knobs()
@@ -155,10 +157,8 @@ def optimize(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
     for table in loop_tables(result, system.name):
         console.print(table)
     uri = scrub(plain["tracking"]["uri"], secrets)
-    console.print(
-        f"LLM calls made: {result.lm_calls_made}; saved by reusing built memories: {result.lm_calls_saved}; "
-        f"{elapsed:.1f} s"
-    )
+    console.print(calls_table(result.calls, result.lm_calls_saved))
+    console.print(budget_line(result, settings.budget_calls, settings.budget_counts_cached) + f"; {elapsed:.1f} s")
     console.print(f"MLflow run [bold]{run_id}[/] in {uri} (experiment {plain['tracking']['experiment']!r})")
     if result.final_knobs:
         changed = ", ".join(f"{k} {system.knob_values()[k]} -> {v}" for k, v in sorted(result.final_knobs.items()))
@@ -174,6 +174,7 @@ def optimize(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
         "test_start": result.test_start.report.overall.judge_accuracy,
         "test_final": result.test_final.report.overall.judge_accuracy,
         "result": result,
+        "calls": calls,
     }
 
 

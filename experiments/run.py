@@ -15,7 +15,7 @@ from pathlib import Path
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from memtrace_loop.experiments.config import validated_run
-from memtrace_loop.experiments.console import RichProgress, counts_line, report_table, setup_logging
+from memtrace_loop.experiments.console import RichProgress, calls_table, counts_line, report_table, setup_logging
 from memtrace_loop.experiments.factory import (
     build_components,
     launch_dir,
@@ -24,17 +24,20 @@ from memtrace_loop.experiments.factory import (
     select_split,
     to_plain,
 )
+from memtrace_loop.pipeline.backends.call_count import CallLedger
 from memtrace_loop.pipeline.backends.lm import configure_cache
 from memtrace_loop.pipeline.loop.runner import run_dataset
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.run_logging import (
     ARTIFACTS_DIR,
+    call_metrics,
     flatten,
     git_commit,
     log_params,
     log_run_result,
     save_run,
     scrub,
+    token_metrics,
 )
 from omegaconf import DictConfig
 from rich.console import Console
@@ -51,7 +54,8 @@ def run(cfg: DictConfig, console: Console | None = None) -> dict[str, object]:
     base_dir = launch_dir()
     configure_cache(base_dir / plain["cache_dir"])
 
-    _, system, judge = build_components(plain, base_dir)
+    calls = CallLedger()  # counts, per role, the calls the LMs really made and those DSPy's cache served
+    _, system, judge = build_components(plain, base_dir, calls)
     dataset = select_split(
         load_dataset(plain["dataset"], base_dir), plain["split"], plain["splits"]["fractions"],
         int(plain["splits"]["seed"]),
@@ -87,9 +91,11 @@ def run(cfg: DictConfig, console: Console | None = None) -> dict[str, object]:
         log_params(tracker, flatten(plain), secrets)
         saved = save_run(run_dir, result, system.prompt_set(), secrets, plain) if run_dir else None
         log_run_result(tracker, result, system.prompt_set(), secrets, plain, saved=saved)
-        tracker.log_metrics({"elapsed_s": elapsed})
+        tally = calls.tally()
+        tracker.log_metrics({"elapsed_s": elapsed, **call_metrics(tally, failed=True), **token_metrics(tally)})
 
     console.print(report_table(result.report, f"{system.name} on {dataset.name} ({plain['split']})"))
+    console.print(calls_table(tally, title="LM calls by role (counted at the LM layer)"))
     console.print(counts_line(result.counts) + f", {elapsed:.1f} s")
     uri = scrub(plain["tracking"]["uri"], secrets)
     console.print(f"MLflow run [bold]{run_id}[/] in {uri} (experiment {plain['tracking']['experiment']!r})")

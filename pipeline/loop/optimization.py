@@ -9,6 +9,20 @@ gain over the current prompt set on the same dev questions reaches `min_gain`. O
 next candidate is tried; `patience` iterations without an acceptance stop the loop. The test split is
 evaluated once, at the end, for the starting and the final prompt set.
 
+LM calls are counted at the LM layer by a `CallLedger` (`pipeline.backends.call_count`) whose counting
+LMs the caller built the system, judge, attributor and optimizer with: made, cached and failed per role.
+`LoopSettings.budget_calls` (0: no budget) bounds the task + rewriter + attributor calls (`BUDGET_ROLES`;
+judge calls are the measuring instrument and are not counted) — made ones, plus those DSPy's response
+cache served when `budget_counts_cached` (the default: so the budget, and with it the run, does not
+depend on what earlier runs left in the cache). The budget is checked before each step: an iteration's
+train evaluation, its attribution, its proposal (the optimizer's own search, e.g. GEPA's, sees
+`OptimizationContext.budget`) and each candidate's dev evaluation; iteration 0 (the starting prompt
+set on dev and train) always runs. A step is never started once
+`spent >= budget_calls`, and a started step is finished, so a run ends with
+`spent <= budget_calls + (the calls of the one step that crossed the budget)`. The final test evaluation
+is outside the budget. A resumed run continues the spent count its checkpoint recorded (re-evaluating
+the current prompt set on dev at resume is not counted). Why the loop stopped is `LoopResult.stop_reason`.
+
 Built memories are reused through a `MemoryCache`, so a candidate that only changes the answer prompt
 costs only answering. After every iteration the loop saves a checkpoint (JSON) from which an
 interrupted run resumes and reaches the same result. Logging is done by an observer (`LoopObserver`),
@@ -21,7 +35,8 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Protocol
@@ -33,6 +48,7 @@ from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributo
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor, TracedRun, attribute_run
 from memtrace_loop.pipeline.analysis.blame import Attribution, BlameTable, aggregate_blame
 from memtrace_loop.pipeline.analysis.evaluation import PairedDifference, paired_difference
+from memtrace_loop.pipeline.backends.call_count import BUDGET_ROLES, CallLedger, CallTally
 from memtrace_loop.pipeline.core.records import Dataset, PromptSet
 from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
 from memtrace_loop.pipeline.loop.runner import ProgressSink, RunResult, run_dataset
@@ -45,8 +61,20 @@ CHECKPOINT_VERSION = 1
 
 
 def calls_made(result: RunResult) -> int:
-    """LLM calls a run really made: neither served by DSPy's cache nor saved by a reused memory."""
-    return result.counts.calls - result.counts.cached_calls - result.lm_calls_saved
+    """LLM calls a run made, as its graphs tell (neither served by DSPy's cache nor in a reused memory's
+    copied ingestion graph). Never negative. The loop counts at the LM layer instead when it has a
+    `CallLedger`; this is its fallback (it cannot see rewriter or attributor calls)."""
+    own_calls = result.counts.calls - result.lm_calls_saved
+    own_cached = result.counts.cached_calls - result.reused_cached_calls
+    return own_calls - own_cached
+
+
+class StopReason(StrEnum):
+    """Why the loop stopped iterating."""
+
+    MAX_ITERATIONS = "max_iterations"
+    PATIENCE = "patience"
+    BUDGET = "budget"
 
 
 def tokens_made(result: RunResult) -> int:
@@ -68,6 +96,8 @@ class LoopSettings:
     exclude_categories: tuple[int, ...] = (5,)
     workers: int = 8
     seed: int = 0
+    budget_calls: int = 0  # task + rewriter + attributor LM calls; 0: no budget (see the module doc)
+    budget_counts_cached: bool = True  # calls served by DSPy's response cache count against the budget
 
 
 @dataclass(frozen=True)
@@ -90,6 +120,8 @@ class IterationRecord:
     blame: BlameTable = field(default_factory=BlameTable)
     outcomes: tuple[CandidateOutcome, ...] = ()
     knobs: Mapping[str, Any] = field(default_factory=dict)  # the knob changes the iteration started from
+    calls: CallTally = field(default_factory=CallTally)  # cumulative LM calls of this process at its end
+    budget_spent: int = 0  # cumulative budget spent at its end (across resumes)
 
     @property
     def accepted(self) -> CandidateOutcome | None:
@@ -112,6 +144,7 @@ def summarize_iteration(record: IterationRecord) -> IterationSummary:
             )
             for o in record.outcomes
         ),
+        record.budget_spent,
     )
 
 
@@ -132,8 +165,11 @@ class LoopResult:
     test_final: RunResult
     dev_final: RunResult
     split_log: tuple[tuple[str, int], ...]  # (split, iteration) of every evaluation, in order
-    lm_calls_made: int
-    lm_calls_saved: int
+    lm_calls_made: int  # LM calls made, every role, the test evaluation included
+    lm_calls_saved: int  # LM calls reusing built memories saved (they were never asked of an LM)
+    stop_reason: str = ""  # a StopReason
+    calls: CallTally = field(default_factory=CallTally)  # per role, this process, test evaluation included
+    budget_spent: int = 0  # budget calls spent before the test evaluation (across resumes)
     # knob changes accepted over the system's configured knobs (field -> value; {} when none)
     final_knobs: Mapping[str, Any] = field(default_factory=dict)
     lm_tokens_made: int = 0  # prompt + completion tokens of the evaluations' calls made (`tokens_made`)
@@ -156,6 +192,7 @@ class _Progress:
     stale: int
     start: PromptSet
     history: tuple[IterationSummary, ...] = ()
+    budget_spent: int = 0
     knobs: Mapping[str, Any] = field(default_factory=dict)  # accepted knob changes
 
 
@@ -166,6 +203,7 @@ def _write_checkpoint(path: Path, progress: _Progress, config_digest: str, extra
         "config_digest": config_digest,
         "iteration": progress.iteration,
         "stale": progress.stale,
+        "budget_spent": progress.budget_spent,
         "start_prompts": progress.start.to_dict(),
         "current_prompts": progress.current.to_dict(),
         "current_knobs": dict(progress.knobs),
@@ -205,6 +243,7 @@ class OptimizationLoop:
         memory_cache: MemoryCache | None = None,
         checkpoint_extra: Callable[[], Mapping[str, Any]] | None = None,
         attributor: Attributor | None = None,
+        calls: CallLedger | None = None,
     ) -> None:
         self.system = system
         self.judge = judge
@@ -221,6 +260,16 @@ class OptimizationLoop:
         self._split_log: list[tuple[str, int]] = []
         self._calls_made = 0
         self._tokens_made = 0
+        if settings.budget_calls < 0:
+            raise ValueError(f"budget_calls must be >= 0 (0: no budget), got {settings.budget_calls}")
+        if settings.budget_calls and calls is None:
+            raise ValueError("a budget in LM calls needs the CallLedger the LMs count into (calls=...)")
+        self.calls = calls
+        self.budget = LoopBudget(self)
+        self._tally_base = CallTally()
+        self._spent_base = 0
+        self._spent_offset = 0
+        self._budget_cut = False
 
     # ------------------------------------------------------------------ evaluation
 
@@ -242,6 +291,30 @@ class OptimizationLoop:
         self._tokens_made += tokens_made(result)
         return result
 
+    # ------------------------------------------------------------------ counting and the budget
+
+    def tally(self) -> CallTally:
+        """LM calls per role since this run started (empty without a ledger)."""
+        return self.calls.tally() - self._tally_base if self.calls is not None else CallTally()
+
+    def _budget_count(self) -> int:
+        if self.calls is None:
+            return 0
+        total = self.calls.tally().total(BUDGET_ROLES)
+        return total.made + (total.cached if self.settings.budget_counts_cached else 0)
+
+    def budget_spent(self) -> int:
+        return self._spent_offset + self._budget_count() - self._spent_base
+
+    def _out_of_budget(self) -> bool:
+        """True (and remembered as the reason to stop) when the budget is set and spent."""
+        if self.settings.budget_calls and self.budget_spent() >= self.settings.budget_calls:
+            self._budget_cut = True
+        return self._budget_cut
+
+    def _with_calls(self, record: IterationRecord) -> IterationRecord:
+        return replace(record, calls=self.tally(), budget_spent=self.budget_spent())
+
     def _signatures(self) -> dict[str, str]:
         signatures = {}
         for name, predictor in self.system.named_predictors():
@@ -253,6 +326,8 @@ class OptimizationLoop:
 
     def run(self, start_prompts: PromptSet | None = None, resume: bool = False) -> LoopResult:
         """Run (or, with `resume`, continue from the checkpoint) until budget or patience runs out."""
+        self._tally_base = self.calls.tally() if self.calls is not None else CallTally()
+        self._spent_base, self._spent_offset, self._budget_cut = self._budget_count(), 0, False
         if resume:
             progress = self._resume()
         else:
@@ -262,15 +337,18 @@ class OptimizationLoop:
 
         current, knobs = progress.current, dict(progress.knobs)
         current_dev = self.evaluate(current, "dev", progress.iteration, knobs=knobs)
-        if not resume:  # iteration 0: the starting prompt set on train and dev
-            record = IterationRecord(0, current, self.evaluate(current, "train", 0), current_dev)
+        if resume:  # re-establishing the dev results the checkpoint does not keep is outside the budget
+            self._spent_base, self._spent_offset = self._budget_count(), progress.budget_spent
+        else:  # iteration 0: the starting prompt set on train and dev
+            record = self._with_calls(IterationRecord(0, current, self.evaluate(current, "train", 0), current_dev))
             records.append(record)
             progress = self._finish_iteration(record, progress)
 
         iteration, stale = progress.iteration, progress.stale
-        while iteration < self.settings.max_iterations and stale < self.settings.patience:
+        while iteration < self.settings.max_iterations and stale < self.settings.patience and not self._out_of_budget():
             iteration += 1
             record, accepted_dev = self._iterate(iteration, current, current_dev, knobs)
+            record = self._with_calls(record)
             records.append(record)
             accepted = record.accepted
             if accepted is not None and accepted_dev is not None:
@@ -279,24 +357,39 @@ class OptimizationLoop:
             else:
                 stale += 1
             progress = self._finish_iteration(
-                record, _Progress(iteration, current, stale, progress.start, progress.history, knobs)
+                record, _Progress(
+                    iteration, current, stale, progress.start, progress.history, record.budget_spent, knobs
+                )
             )
             logger.info(
                 "iteration %d: dev %.3f, %d candidates, %s", iteration, current_dev.report.overall.judge_accuracy,
                 len(record.outcomes), "accepted" if accepted_dev is not None else "none accepted",
             )
 
+        stop_reason = (
+            StopReason.BUDGET if self._budget_cut
+            else StopReason.MAX_ITERATIONS if iteration >= self.settings.max_iterations
+            else StopReason.PATIENCE
+        )
+        spent = self.budget_spent()  # the test evaluation below is outside the budget
+        logger.info("loop stopped (%s) after iteration %d; budget calls spent: %d", stop_reason, iteration, spent)
+        test_start = self.evaluate(progress.start, "test", iteration)
+        test_final = self.evaluate(current, "test", iteration, knobs=knobs)
+        tally = self.tally()
         result = LoopResult(
             start_prompts=progress.start,
             final_prompts=current,
             iterations=tuple(records),
             history=progress.history,
-            test_start=self.evaluate(progress.start, "test", iteration),
-            test_final=self.evaluate(current, "test", iteration, knobs=knobs),
+            test_start=test_start,
+            test_final=test_final,
             dev_final=current_dev,
             split_log=tuple(self._split_log),
-            lm_calls_made=self._calls_made,
+            lm_calls_made=tally.made() if self.calls is not None else self._calls_made,
             lm_calls_saved=self.cache.stats().lm_calls_saved,
+            stop_reason=stop_reason.value,
+            calls=tally,
+            budget_spent=spent,
             final_knobs=MappingProxyType(dict(knobs)),
             lm_tokens_made=self._tokens_made,
         )
@@ -310,21 +403,27 @@ class OptimizationLoop:
         """Attribute train failures, propose, gate on dev. Returns the record and the accepted dev result."""
         excluded = self.settings.exclude_categories
         train = self.evaluate(current, "train", iteration, knobs=knobs)
+        if self._out_of_budget():
+            return IterationRecord(iteration, current, train, current_dev, knobs=dict(knobs)), None
         traced = TracedRun(
             train.results, train.graph_by_conversation, {c.id: c for c in self.splits.train.conversations},
             tuple(excluded),
         )
         attributions = attribute_run(self.attributor, traced)
         blame = aggregate_blame(attributions)
+        if self._out_of_budget():
+            return IterationRecord(iteration, current, train, current_dev, attributions, blame), None
         context = OptimizationContext(
             iteration, current, blame, attributions, traced.failures(), self._signatures(),
-            LoopEvaluator(self, iteration, knobs),
+            LoopEvaluator(self, iteration, knobs), budget=self.budget if self.calls is not None else None,
             knobs=MappingProxyType(self.system.with_knobs(knobs).knob_values()),
             knob_fields_by_stage=self.system.knob_fields_by_stage,
             graph_by_conversation=train.graph_by_conversation,
         )
         outcomes = []
         for candidate in list(self.optimizer.propose(context))[: self.settings.max_candidates]:
+            if self._out_of_budget():
+                break
             result = self.evaluate(candidate.prompts, "dev", iteration, knobs={**knobs, **candidate.knobs})
             gain = paired_difference(result.results, current_dev.results, seed=self.settings.seed,
                                      exclude_categories=excluded)
@@ -342,7 +441,7 @@ class OptimizationLoop:
     def _finish_iteration(self, record: IterationRecord, progress: _Progress) -> _Progress:
         progress = _Progress(
             progress.iteration, progress.current, progress.stale, progress.start,
-            (*progress.history, summarize_iteration(record)), progress.knobs,
+            (*progress.history, summarize_iteration(record)), record.budget_spent, progress.knobs,
         )
         for observer in self.observers:
             observer.on_iteration(record)
@@ -361,13 +460,16 @@ class OptimizationLoop:
         self.system.with_knobs(knobs).with_prompts(current)  # fails clearly if they do not fit this system
         history = tuple(IterationSummary.from_dict(item) for item in data.get("history", ()))
         return _Progress(
-            int(data["iteration"]), current, int(data["stale"]), PromptSet(data["start_prompts"]), history, knobs
+            int(data["iteration"]), current, int(data["stale"]), PromptSet(data["start_prompts"]), history,
+            int(data.get("budget_spent", 0)), knobs,
         )
 
 
 class LoopEvaluator:
     """The `Evaluator` an optimizer gets in one iteration: the loop's own evaluation (runner, memory
-    cache, call counting, split log) on train or dev, or on some of their questions."""
+    cache, call counting, split log) on train or dev, or on some of their questions. An evaluation's
+    `lm_calls_made` is the ledger's made calls (every role) while it ran: evaluations run concurrently
+    by one optimizer would each see the others' calls too (the loop's totals stay exact)."""
 
     SPLITS = ("train", "dev")
 
@@ -392,7 +494,22 @@ class LoopEvaluator:
             dataset = Dataset(
                 dataset.name, tuple(c for c in dataset.conversations if c.id in conversation_ids), questions
             )
+        before = self._loop.tally()
         result = self._loop.evaluate(prompts, split, self._iteration, dataset, knobs=self._knobs)
-        return CandidateEvaluation(
-            prompts, split, result.results, result.graph_by_conversation, result.report, calls_made(result)
-        )
+        made = (self._loop.tally() - before).made() if self._loop.calls is not None else calls_made(result)
+        return CandidateEvaluation(prompts, split, result.results, result.graph_by_conversation, result.report, made)
+
+
+class LoopBudget:
+    """The loop's `CallBudget` (optimizers.base): budget calls spent so far and what is left (None when
+    `budget_calls` is 0). Counted as the module doc says; read it any time, from any thread."""
+
+    def __init__(self, loop: OptimizationLoop) -> None:
+        self._loop = loop
+
+    def spent(self) -> int:
+        return self._loop.budget_spent()
+
+    def remaining(self) -> int | None:
+        budget = self._loop.settings.budget_calls
+        return max(0, budget - self.spent()) if budget else None

@@ -68,6 +68,7 @@ class RunResult:
     reused_memories: int = 0  # conversations whose memory came from the cache
     lm_calls_saved: int = 0  # LLM calls the reused memories did not have to make again
     tokens_saved: int = 0  # prompt + completion tokens of those calls (in `counts`, but not spent again)
+    reused_cached_calls: int = 0  # of `counts.cached_calls`, those in the reused memories' copied graphs
 
 
 def make_judge(lm: dspy.BaseLM | None = None) -> dspy.Predict:
@@ -142,8 +143,7 @@ def run_dataset(
     conversations = list(dataset.conversations)
 
     progress.begin("ingest", sum(len(c.turns) for c in conversations))
-    reused: list[int] = []
-    reused_tokens: list[int] = []
+    reused: list[tuple[int, int, int]] = []  # (calls, cached calls, tokens) of each reused memory's graph
 
     def ingest(conversation: Conversation) -> tuple[ExecutionGraph, Any]:
         key = system.memory_key(conversation) if memory_cache is not None else ""
@@ -152,9 +152,8 @@ def run_dataset(
             graph = cached.graph.copy()
             declare_prompts(Tracer(graph), system, judge)
             progress.advance("ingest", len(conversation.turns))
-            reused.append(cached.lm_calls)
             saved = count_lm_calls([cached.graph])
-            reused_tokens.append(saved.prompt_tokens + saved.completion_tokens)
+            reused.append((cached.lm_calls, saved.cached_calls, saved.prompt_tokens + saved.completion_tokens))
             return graph, cached.state
         graph, tracer = new_conversation_graph(system, judge, conversation, {"dataset": dataset.name})
         state = system.ingest(conversation, tracer, on_turn=lambda _turn: progress.advance("ingest"))
@@ -181,5 +180,5 @@ def run_dataset(
     report = summarize(results, exclude_categories=tuple(exclude_categories), seed=seed)
     return RunResult(
         results, graph_by_conversation, report, count_lm_calls(graph_by_conversation.values()), len(reused),
-        sum(reused), sum(reused_tokens),
+        sum(r[0] for r in reused), sum(r[2] for r in reused), sum(r[1] for r in reused),
     )

@@ -4,7 +4,8 @@
 They are what a checkpoint keeps (so a resumed run has the history of the iterations before it) and
 what tables, plots and the `history.json` artifact show. `to_dict`/`from_dict` give exactly the
 checkpoint's JSON layout (format version 1): blame rows as `BlameTable.as_rows` writes them,
-candidates as {stages, dev_accuracy, gain, gain_ci, accepted, rationale}. A summary built from a live
+candidates as {stages, dev_accuracy, gain, gain_ci, accepted, rationale}, and `budget_spent` (the loop's
+budget calls spent by the end of the iteration; 0 in checkpoints written before it existed). A summary built from a live
 iteration equals the one read back from its JSON. This module does not run, log or render anything.
 """
 
@@ -78,6 +79,7 @@ class IterationSummary:
     dev_ci: tuple[float, float]
     blame: BlameTable
     candidates: tuple[CandidateSummary, ...]
+    budget_spent: int = 0  # LM calls of the loop's budget spent by the end of the iteration (cumulative)
 
     @property
     def accepted(self) -> CandidateSummary | None:
@@ -87,7 +89,7 @@ class IterationSummary:
         return {
             "iteration": self.iteration, "train_accuracy": self.train_accuracy, "dev_accuracy": self.dev_accuracy,
             "dev_ci": list(self.dev_ci), "blame": self.blame.as_rows(),
-            "candidates": [c.to_dict() for c in self.candidates],
+            "candidates": [c.to_dict() for c in self.candidates], "budget_spent": self.budget_spent,
         }
 
     @classmethod
@@ -95,5 +97,5 @@ class IterationSummary:
         return cls(
             int(data["iteration"]), float(data["train_accuracy"]), float(data["dev_accuracy"]),
             (float(data["dev_ci"][0]), float(data["dev_ci"][1])), blame_from_rows(list(data["blame"])),
-            tuple(CandidateSummary.from_dict(c) for c in data["candidates"]),
+            tuple(CandidateSummary.from_dict(c) for c in data["candidates"]), int(data.get("budget_spent", 0)),
         )

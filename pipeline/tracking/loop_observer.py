@@ -9,6 +9,19 @@ test metrics of the starting and final prompt sets, the per-question test scores
 final prompt set, the score and blame plots (PNG), the history and the exported prompt files. Every text
 passes `scrub`. Everything goes through the `Tracker` protocol (MLflow in production). This module does
 not run the loop and does not decide anything.
+
+LM-call metrics (counted at the LM layer, `pipeline.backends.call_count`; made / cached are separate,
+never negative):
+
+- parent run, step = iteration: `lm_calls.budget_spent` — cumulative task + rewriter + attributor
+  calls counted against `loop.budget_calls` by the end of that iteration (made, plus cache-served when
+  `loop.budget_counts_cached`; the final test evaluation is outside it);
+- each iteration's nested run, step = iteration: `lm_calls.<role>.made`, `lm_calls.<role>.cached`
+  (cumulative up to that iteration; roles task, judge, attributor, rewriter) and `lm_calls.budget_spent`;
+- parent run at the end (test evaluation included): `lm_calls.<role>.made|cached|failed`,
+  `lm_calls.made`, `lm_calls.cached` (all roles), `lm_calls.saved` (calls reusing built memories saved:
+  never asked of an LM, so neither made nor cached), `lm_tokens.prompt`, `lm_tokens.completion` (of
+  made calls), and the tag `memtrace.stop_reason` (budget / patience / max_iterations).
 """
 
 from __future__ import annotations
@@ -25,7 +38,13 @@ from memtrace_loop.pipeline.core.records import PromptSet
 from memtrace_loop.pipeline.loop.optimization import IterationRecord, LoopResult
 from memtrace_loop.pipeline.loop.summaries import IterationSummary
 from memtrace_loop.pipeline.tracking.plots import IterationScore, plot_blame, plot_scores
-from memtrace_loop.pipeline.tracking.run_logging import attribution_columns, attribution_metrics, run_metrics, scrub
+from memtrace_loop.pipeline.tracking.run_logging import (
+    attribution_columns,
+    attribution_metrics,
+    call_metrics,
+    run_metrics,
+    scrub,
+)
 from memtrace_loop.pipeline.tracking.tracker import Tracker
 
 logger = logging.getLogger(__name__)
@@ -75,6 +94,17 @@ def test_question_rows(result: LoopResult) -> list[dict[str, object]]:
 def prompt_chars(prompts: PromptSet) -> int:
     """Characters of every stage instruction of a prompt set."""
     return sum(len(instruction) for instruction in prompts.instruction_by_stage.values())
+def final_call_metrics(result: LoopResult) -> dict[str, float]:
+    """The run's LM-call totals (test evaluation included): per role, all roles, saved, tokens."""
+    total = result.calls.total()
+    return {
+        **call_metrics(result.calls, failed=True),
+        "lm_calls.made": float(result.lm_calls_made),
+        "lm_calls.cached": float(total.cached),
+        "lm_calls.saved": float(result.lm_calls_saved),
+        "lm_tokens.prompt": float(total.prompt_tokens),
+        "lm_tokens.completion": float(total.completion_tokens),
+    }
 
 
 def blame_by_iteration(history: Iterable[IterationSummary]) -> list[tuple[int, BlameTable]]:
@@ -107,6 +137,8 @@ class TrackingLoopObserver:
                 "accepted": int(record.accepted is not None),
                 "attributed_failures": len(record.attributions),
                 **attribution_metrics(record.attributions),
+                **call_metrics(record.calls),
+                "lm_calls.budget_spent": record.budget_spent,
             }
             tracker.log_metrics(metrics, step=record.iteration)
             self._text(json.dumps(record.prompts.to_dict(), indent=2, ensure_ascii=False), "prompts.json")
@@ -128,7 +160,8 @@ class TrackingLoopObserver:
         # the parent run gets the headline curves too, one point per iteration
         tracker.log_metrics(
             {"dev_judge_accuracy": record.dev.report.overall.judge_accuracy,
-             "train_judge_accuracy": record.train.report.overall.judge_accuracy},
+             "train_judge_accuracy": record.train.report.overall.judge_accuracy,
+             "lm_calls.budget_spent": record.budget_spent},
             step=record.iteration,
         )
         if accepted is not None and self.register_prompts:
@@ -147,14 +180,15 @@ class TrackingLoopObserver:
                 **run_metrics(result.test_start, "test_start_"),
                 **run_metrics(result.test_final, "test_final_"),
                 **run_metrics(result.dev_final, "dev_final_"),
-                "lm_calls_made": result.lm_calls_made,
-                "lm_calls_saved_by_memory_cache": result.lm_calls_saved,
+                **final_call_metrics(result),
                 "lm_tokens_made": result.lm_tokens_made,
                 "start_prompt_chars": prompt_chars(result.start_prompts),
                 "final_prompt_chars": prompt_chars(result.final_prompts),
                 "iterations": len(result.history) - 1,
             }
         )
+        if result.stop_reason:
+            self.tracker.set_tags({"memtrace.stop_reason": result.stop_reason})
         self._text(json.dumps([s.to_dict() for s in result.history], indent=2, ensure_ascii=False), "history.json")
         self._text(json.dumps(result.final_prompts.to_dict(), indent=2, ensure_ascii=False), "final_prompts.json")
         self._text(prompt_diff(result.start_prompts, result.final_prompts), "final_prompts.diff")

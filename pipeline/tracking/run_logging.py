@@ -20,6 +20,7 @@ from typing import Any
 
 from memtrace_loop.pipeline.analysis.blame import Attribution
 from memtrace_loop.pipeline.analysis.evaluation import flat_metrics
+from memtrace_loop.pipeline.backends.call_count import CallTally
 from memtrace_loop.pipeline.core.case_io import cases_to_json
 from memtrace_loop.pipeline.core.graph_io import graph_to_json
 from memtrace_loop.pipeline.core.records import PromptSet
@@ -178,6 +179,24 @@ def run_metrics(result: RunResult, prefix: str = "") -> dict[str, float]:
         }
     )
     return metrics
+
+
+def call_metrics(tally: CallTally, *, failed: bool = False) -> dict[str, float]:
+    """`lm_calls.<role>.made|cached` (and `.failed`) per role of a tally counted at the LM layer
+    (`pipeline.backends.call_count`): made reached the backend, cached came from DSPy's response cache."""
+    metrics: dict[str, float] = {}
+    for role, calls in tally.by_role.items():
+        metrics[f"lm_calls.{role}.made"] = float(calls.made)
+        metrics[f"lm_calls.{role}.cached"] = float(calls.cached)
+        if failed:
+            metrics[f"lm_calls.{role}.failed"] = float(calls.failed)
+    return metrics
+
+
+def token_metrics(tally: CallTally) -> dict[str, float]:
+    """`lm_tokens.prompt|completion`: the tokens of made calls (as the backend reported them)."""
+    total = tally.total()
+    return {"lm_tokens.prompt": float(total.prompt_tokens), "lm_tokens.completion": float(total.completion_tokens)}
 
 
 CASES_FILE = "cases.json"  # every judged case, readable back (`pipeline.core.case_io`)

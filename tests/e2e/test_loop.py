@@ -14,7 +14,9 @@ from memtrace_loop.memory_systems.mem0.system import Mem0Memory
 from memtrace_loop.optimizers.base import Candidate, CandidateEvaluation, OptimizationContext
 from memtrace_loop.optimizers.registry import build_optimizer
 from memtrace_loop.pipeline.analysis.evaluation import paired_difference
+from memtrace_loop.pipeline.backends.call_count import CallLedger
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
+from memtrace_loop.pipeline.backends.lm import LMSet
 from memtrace_loop.pipeline.data.locomo import split_by_conversation
 from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
 from memtrace_loop.pipeline.loop.optimization import (
@@ -44,12 +46,17 @@ def splits() -> Splits:
     return Splits(parts.train, parts.dev, parts.test)
 
 
-def make_loop(optimizer_name: str = "attribution", optimizer=None, **kwargs) -> OptimizationLoop:
-    lm = sim_lm()
+def make_loop(optimizer_name: str = "attribution", optimizer=None, counted: bool = False, **kwargs) -> OptimizationLoop:
+    """The loop on the stand-in LM; with `counted`, every role's LM counts into `kwargs["calls"]`."""
+    lms = LMSet(*(sim_lm(),) * 4)
+    if counted:
+        lms = kwargs["calls"].counted(lms)
     system = Mem0Memory(HashingEmbedder())
-    system.set_lm(lm)
-    optimizer = optimizer or build_optimizer(optimizer_name, lm)
-    return OptimizationLoop(system, make_judge(lm), optimizer, splits(), kwargs.pop("settings", SETTINGS), **kwargs)
+    system.set_lm(lms.task)
+    optimizer = optimizer or build_optimizer(optimizer_name, lms.rewriter)
+    return OptimizationLoop(
+        system, make_judge(lms.judge), optimizer, splits(), kwargs.pop("settings", SETTINGS), **kwargs
+    )
 
 
 @pytest.fixture(scope="module")
@@ -158,6 +165,12 @@ def test_built_memories_are_reused_and_the_saved_calls_are_counted_exactly(resul
     assert without_reuse.lm_calls_made == result.lm_calls_made + result.lm_calls_saved
     # tokens of reused memories are not spent again either
     assert without_reuse.lm_tokens_made > result.lm_tokens_made > 0
+    # counted at the LM layer: the graphs' task and judge calls, plus the rewriter's the graphs never see
+    counted = make_loop(memory_cache=MemoryCache(max_entries=0), calls=CallLedger(), counted=True).run()
+    assert counted.calls.made(["task", "judge"]) == without_reuse.lm_calls_made
+    rewriter = counted.calls.made(["rewriter"])
+    assert counted.lm_calls_made == counted.calls.made() == without_reuse.lm_calls_made + rewriter
+    assert rewriter > 0 and counted.calls.cached() == 0 and counted.lm_calls_saved == 0
 
 
 class _Interrupt(Exception):

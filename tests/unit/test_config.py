@@ -85,6 +85,7 @@ def test_every_group_option_composes_and_validates(group, option, monkeypatch):
         ("loop.min_gain=-0.1", "loop.min_gain"),
         ("loop.max_iterations=0", "loop.max_iterations"),
         ("loop.patience=x", "loop.patience"),
+        ("loop.budget_calls=-1", "loop.budget_calls"),
         ("dataset.exclude_categories=five", "dataset.exclude_categories"),
         ("dataset.n_conversations=0", "dataset.n_conversations"),
         ("optimizer.top_stages=0", "optimizer.top_stages"),
@@ -171,7 +172,8 @@ def test_hydra_composes_exactly_the_schema_defaults():
     for key in ("seed", "workers", "prompts", "resume", "register_prompts", "run_name"):
         assert composed[key] == defaults[key]
     assert composed["loop"] == defaults_of(LoopConfig) == {
-        "max_iterations": 6, "max_candidates": 2, "patience": 2, "min_gain": 0.02,
+        "max_iterations": 6, "max_candidates": 2, "patience": 2, "min_gain": 0.02, "budget_calls": 0,
+        "budget_counts_cached": True,
     }
     assert composed["splits"] == {**defaults_of(SplitsConfig), "seed": composed["seed"]}
     assert composed["tracking"]["experiment"] == defaults_of(TrackingConfig)["experiment"]
@@ -221,9 +223,11 @@ def test_no_yaml_file_repeats_a_schema_default():
 
 
 def test_validated_loop_settings_follow_the_config():
-    config = validated_optimize(plain("loop.max_iterations=3", "loop.min_gain=0.1", "workers=2", "seed=4"))
+    config = validated_optimize(plain("loop.max_iterations=3", "loop.min_gain=0.1", "workers=2", "seed=4",
+                                      "loop.budget_calls=500", "loop.budget_counts_cached=false"))
     assert config.loop_settings() == LoopSettings(
         max_iterations=3, patience=2, min_gain=0.1, max_candidates=2, exclude_categories=(5,), workers=2, seed=4,
+        budget_calls=500, budget_counts_cached=False,
     )
 
 

@@ -1,0 +1,193 @@
+"""Counting LM calls per role at the LM layer: made, served by DSPy's response cache, and tokens.
+
+`CallLedger.counted(lms)` returns an `LMSet` of copies (`dspy.BaseLM.copy`, so real DSPy LMs sharing
+their engine and client) each carrying one `CallCounter` for its role as an instance callback. Every call
+through `BaseLM.__call__` / `acall` is then counted, wherever it comes from: our runner, an attributor,
+the rewriter, or code we do not own (dspy.GEPA calling the program and the reflection LM). Copies of a
+counted LM (`lm.copy()`, `copy.deepcopy` of a program holding it) keep the same counter.
+
+How a cache hit is told apart: DSPy 3.4 (`dspy.clients.execution.finalize`) calls
+`settings.usage_tracker.add_usage` exactly for calls NOT served by its response cache (and, for a call
+that fails, once per partial response). For the duration of one LM call the counter puts a probe in
+that slot (through `dspy.settings.context`, a context variable, so thread-safe) which records the
+usage and forwards it to the tracker that was there (so `Prediction.get_lm_usage` still works). A call
+is **made** when it reached the backend (the probe saw its usage, or it raised: a failed call is made,
+and also counted in `failed`); it is **cached** otherwise. A call DSPy retried after a 429/5xx counts
+once. Tokens are those of made calls (the usage the backend reported; 0 when it reports none).
+
+Counts are plain numbers behind a lock; `tally()` gives an immutable `CallTally` (subtract two to get
+the calls in between). This module does not decide budgets and does not log.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import dspy
+from dspy.utils.callback import BaseCallback
+from memtrace_loop.pipeline.backends.lm import ROLES, LMSet
+
+__all__ = ["BUDGET_ROLES", "CallCounter", "CallLedger", "CallTally", "RoleCalls"]
+
+# The roles whose calls an optimization budget counts: the memory system (task), the optimizer's
+# rewriter and the attributor. The judge is the measuring instrument (a rule-based metric would make
+# no call at all), so its calls are reported but never counted against a budget.
+BUDGET_ROLES: tuple[str, ...] = ("task", "rewriter", "attributor")
+
+
+@dataclass(frozen=True)
+class RoleCalls:
+    """One role's calls: `made` reached the backend (`failed` of them raised), `cached` came from
+    DSPy's response cache; tokens are those of made calls."""
+
+    made: int = 0
+    cached: int = 0
+    failed: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def __add__(self, other: RoleCalls) -> RoleCalls:
+        return RoleCalls(
+            self.made + other.made, self.cached + other.cached, self.failed + other.failed,
+            self.prompt_tokens + other.prompt_tokens, self.completion_tokens + other.completion_tokens,
+        )
+
+    def __sub__(self, other: RoleCalls) -> RoleCalls:
+        return RoleCalls(
+            self.made - other.made, self.cached - other.cached, self.failed - other.failed,
+            self.prompt_tokens - other.prompt_tokens, self.completion_tokens - other.completion_tokens,
+        )
+
+    @property
+    def requests(self) -> int:
+        """Calls asked of the LM layer: made plus cached."""
+        return self.made + self.cached
+
+
+@dataclass(frozen=True)
+class CallTally:
+    """Calls per role (a snapshot, or the difference of two). Roles not present count 0."""
+
+    by_role: Mapping[str, RoleCalls] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "by_role", MappingProxyType(dict(self.by_role)))
+
+    def role(self, role: str) -> RoleCalls:
+        return self.by_role.get(role, RoleCalls())
+
+    def total(self, roles: Iterable[str] | None = None) -> RoleCalls:
+        """The sum over `roles` (all roles when None)."""
+        out = RoleCalls()
+        for role in self.by_role if roles is None else roles:
+            out = out + self.role(role)
+        return out
+
+    def made(self, roles: Iterable[str] | None = None) -> int:
+        return self.total(roles).made
+
+    def cached(self, roles: Iterable[str] | None = None) -> int:
+        return self.total(roles).cached
+
+    def __sub__(self, other: CallTally) -> CallTally:
+        roles = dict.fromkeys([*self.by_role, *other.by_role])
+        return CallTally({role: self.role(role) - other.role(role) for role in roles})
+
+    def to_dict(self) -> dict[str, dict[str, int]]:
+        return {
+            role: {"made": c.made, "cached": c.cached, "failed": c.failed, "prompt_tokens": c.prompt_tokens,
+                   "completion_tokens": c.completion_tokens}
+            for role, c in self.by_role.items()
+        }
+
+
+class _UsageProbe:
+    """Stands in `dspy.settings.usage_tracker` during one LM call: notes that DSPy billed the call
+    (it does so only for calls not served by its cache) and forwards to the tracker it replaced."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.billed = 0
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+
+    def add_usage(self, lm: str, usage: Mapping[str, Any] | None) -> None:
+        self.billed += 1
+        usage = usage or {}
+        self.prompt_tokens += int(usage.get("prompt_tokens") or 0)
+        self.completion_tokens += int(usage.get("completion_tokens") or 0)
+        if self.inner is not None:
+            self.inner.add_usage(lm, usage)
+
+
+class CallCounter(BaseCallback):
+    """A DSPy callback counting one role's LM calls (attach it as an instance callback of that role's
+    LM; `CallLedger.counted` does). Thread-safe; shared, never copied, by copies of the LM."""
+
+    def __init__(self, role: str) -> None:
+        self.role = role
+        self._lock = threading.Lock()
+        self._open: dict[str, tuple[_UsageProbe, Any]] = {}  # call id -> (probe, its settings context)
+        self._counts = RoleCalls()
+
+    def __copy__(self) -> CallCounter:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> CallCounter:
+        return self  # a deep-copied program (GEPA does that) keeps counting into the same counter
+
+    def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
+        probe = _UsageProbe(dspy.settings.get("usage_tracker"))
+        context = dspy.settings.context(usage_tracker=probe)
+        context.__enter__()  # left in on_lm_end: DSPy runs both in the same frame (same context)
+        with self._lock:
+            self._open[call_id] = (probe, context)
+
+    def on_lm_end(self, call_id: str, outputs: Any, exception: BaseException | None = None) -> None:
+        with self._lock:
+            opened = self._open.pop(call_id, None)
+        if opened is None:
+            return
+        probe, context = opened
+        context.__exit__(None, None, None)
+        made = probe.billed > 0 or exception is not None
+        counted = RoleCalls(
+            made=int(made), cached=int(not made), failed=int(exception is not None),
+            prompt_tokens=probe.prompt_tokens, completion_tokens=probe.completion_tokens,
+        )
+        with self._lock:
+            self._counts = self._counts + counted
+
+    def snapshot(self) -> RoleCalls:
+        with self._lock:
+            return self._counts
+
+
+class CallLedger:
+    """One `CallCounter` per role; `counted` hands out LMs that count into them, `tally` reads them."""
+
+    def __init__(self, roles: Iterable[str] = ROLES) -> None:
+        self._counter_by_role = {role: CallCounter(role) for role in roles}
+
+    def counter(self, role: str) -> CallCounter:
+        if role not in self._counter_by_role:
+            raise KeyError(f"no counter for role {role!r} (roles: {list(self._counter_by_role)})")
+        return self._counter_by_role[role]
+
+    def count(self, role: str, lm: dspy.BaseLM) -> dspy.BaseLM:
+        """A copy of `lm` whose calls count as `role`'s (`lm` itself is left as it was)."""
+        counted = lm.copy()
+        counted.callbacks = [c for c in counted.callbacks if not isinstance(c, CallCounter)]
+        counted.callbacks.append(self.counter(role))
+        return counted
+
+    def counted(self, lms: LMSet) -> LMSet:
+        """The four roles' LMs, each a counting copy (also when one LM object serves several roles)."""
+        return LMSet(**{role: self.count(role, lm) for role, lm in lms.by_role().items()})
+
+    def tally(self) -> CallTally:
+        return CallTally({role: counter.snapshot() for role, counter in self._counter_by_role.items()})
