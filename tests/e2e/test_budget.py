@@ -37,9 +37,9 @@ class _StepLoggingLoop(OptimizationLoop):
 
     steps: Steps
 
-    def evaluate(self, prompts, split, iteration, dataset=None):
+    def evaluate(self, prompts, split, iteration, dataset=None, knobs=None):
         before = self.budget_spent()
-        result = super().evaluate(prompts, split, iteration, dataset)
+        result = super().evaluate(prompts, split, iteration, dataset, knobs=knobs)
         self.steps.rows.append((f"{split}@{iteration}", before, self.budget_spent()))
         return result
 
