@@ -13,13 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
-from typing import Protocol
+from typing import Any, Protocol
 
+from memtrace_loop.memory_systems.base import MemorySystem
+from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
 from memtrace_loop.pipeline.analysis.blame import Attribution, BlameTable
 from memtrace_loop.pipeline.analysis.evaluation import EvaluationReport
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
-from memtrace_loop.pipeline.core.records import CaseResult, PromptSet
+from memtrace_loop.pipeline.core.records import CaseResult, Conversation, PromptSet, Question
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,38 @@ class Evaluator(Protocol):
     ) -> CandidateEvaluation: ...
 
 
+@dataclass(frozen=True)
+class ConstructionCall:
+    """One LM call a construction stage made while building a memory, as DSPy traced it."""
+
+    stage: str  # the predictor's path in the system (a stage name)
+    inputs: Mapping[str, Any]
+    outputs: Any  # the dspy.Prediction it returned
+
+
+@dataclass(frozen=True)
+class TracedCase:
+    """One question answered and judged on its own: the case, its graph (the conversation's ingestion
+    graph with this question's answering appended), the conversation, and the construction stages'
+    LM calls that built the memory it read (recorded when it was built, returned on a reuse too)."""
+
+    case: CaseResult
+    graph: ExecutionGraph
+    conversation: Conversation
+    construction_calls: tuple[ConstructionCall, ...]
+    lm_calls_made: int  # LLM calls this case made (a reused memory and DSPy's cache excluded)
+    memory_reused: bool
+
+
+class CaseRunner(Protocol):
+    """Answers single questions of train or dev with a given system (its prompts and knobs as they are),
+    building each conversation's memory once (through the loop's memory cache, also across threads)."""
+
+    def questions(self, split: str) -> tuple[Question, ...]: ...  # the scored questions (excluded categories left out)
+
+    def run_case(self, system: MemorySystem, split: str, question_id: str) -> TracedCase: ...
+
+
 class CallBudget(Protocol):
     """The loop's budget in LM calls as an optimizer sees it (task, rewriter and attributor calls made,
     counted the same way for every optimizer; calls served by a response cache do not count)."""
@@ -73,6 +108,10 @@ class OptimizationContext:
     signature_by_stage: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     evaluator: Evaluator | None = None  # None outside a loop (e.g. an optimizer called on its own)
     budget: CallBudget | None = None  # None: no budget in LM calls
+    system: MemorySystem | None = None  # the system being optimized (its prompts are not `prompts`)
+    cases: CaseRunner | None = None  # per-question runs (GEPA's program); None outside a loop
+    attributor: Attributor | None = None  # the loop's attributor (blame-guided optimizers may re-attribute)
+    work_dir: Path | None = None  # where an optimizer may keep resumable state (under the run directory)
 
 
 @dataclass(frozen=True)
@@ -83,6 +122,8 @@ class Candidate:
     changed_stages: tuple[str, ...]
     rationale: str
     feedback_by_stage: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # artifact file -> table columns the loop observer logs with the candidate (e.g. GEPA's candidate pool)
+    tables: Mapping[str, Mapping[str, list[str]]] = field(default_factory=lambda: MappingProxyType({}))
 
 
 class Optimizer(Protocol):

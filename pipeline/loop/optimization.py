@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,7 @@ from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor, Tra
 from memtrace_loop.pipeline.analysis.blame import Attribution, BlameTable, aggregate_blame
 from memtrace_loop.pipeline.analysis.evaluation import PairedDifference, paired_difference
 from memtrace_loop.pipeline.core.records import Dataset, PromptSet
+from memtrace_loop.pipeline.loop.case_runner import LoopCaseRunner
 from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
 from memtrace_loop.pipeline.loop.runner import ProgressSink, RunResult, run_dataset
 from memtrace_loop.pipeline.loop.summaries import CandidateSummary, IterationSummary, blame_from_rows
@@ -207,6 +209,18 @@ class OptimizationLoop:
         self.attributor = attributor if attributor is not None else LineageAttributor()
         self._split_log: list[tuple[str, int]] = []
         self._calls_made = 0
+        self._calls_lock = threading.Lock()
+
+    def _count_calls(self, n: int) -> None:
+        """Add LLM calls made (optimizers' per-question runs report from several threads)."""
+        with self._calls_lock:
+            self._calls_made += n
+
+    def _case_runner(self) -> LoopCaseRunner:
+        return LoopCaseRunner(
+            self.judge, {"train": self.splits.train, "dev": self.splits.dev}, self.cache,
+            self.settings.exclude_categories, self._count_calls,
+        )
 
     # ------------------------------------------------------------------ evaluation
 
@@ -219,7 +233,7 @@ class OptimizationLoop:
             progress=self.progress, exclude_categories=self.settings.exclude_categories, seed=self.settings.seed,
             memory_cache=self.cache,
         )
-        self._calls_made += calls_made(result)
+        self._count_calls(calls_made(result))
         return result
 
     def _signatures(self) -> dict[str, str]:
@@ -295,7 +309,8 @@ class OptimizationLoop:
         blame = aggregate_blame(attributions)
         context = OptimizationContext(
             iteration, current, blame, attributions, traced.failures(), self._signatures(),
-            LoopEvaluator(self, iteration),
+            LoopEvaluator(self, iteration), system=self.system, cases=self._case_runner(), attributor=self.attributor,
+            work_dir=self.checkpoint.parent / "optimizer" if self.checkpoint is not None else None,
         )
         outcomes = []
         for candidate in list(self.optimizer.propose(context))[: self.settings.max_candidates]:
