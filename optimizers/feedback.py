@@ -1,10 +1,13 @@
 """Feedback text for one stage's rewriter, built from attributed failures.
 
 `feedback_for_attribution` turns one `Attribution` into a `FailureFeedback` block (question, gold
-answer, the system's answer, the error type at the blamed operation, and the attribution's reason as
-the diagnosis; when the attribution names a joint decisive set, a line naming its operations in order);
+answer, the system's answer, the question's category, the error type at the blamed operation, and the
+attribution's reason as the diagnosis; when the attribution names a joint decisive set, a line naming
+its operations in order);
 `feedback_without_attribution` builds the block the no-attribution baseline sends to
-every stage (same facts, a fixed diagnosis that says nothing about where the failure came from).
+every stage (same facts, a fixed diagnosis that says nothing about where the failure came from);
+`feedback_for_other_stage` is the block for a stage the attribution did NOT blame (same facts and
+error, a diagnosis saying the failure was traced to another stage: `OTHER_STAGE_DIAGNOSIS`).
 `fold_feedback` folds any number of blocks into a text of at most `max_chars` characters: blocks are
 grouped by error type (largest group first), a few representative blocks per group are kept
 (verified and confident attributions first, then the ones that add the most new words), and the rest
@@ -28,6 +31,9 @@ JOINT_LABEL = "Joint cause: no single repair rescued this case; these operations
 UNATTRIBUTED = "Unattributed"
 NO_ATTRIBUTION_DIAGNOSIS = (
     "the final answer was wrong; no attribution was made, so this failure is sent to every stage."
+)
+OTHER_STAGE_DIAGNOSIS = (  # the simulated rewriter recognises "traced to another stage" (pipeline.sim.symptoms)
+    "this failure was traced to another stage, not this one: {stage}."
 )
 DEFAULT_PER_TYPE = 4
 
@@ -61,6 +67,7 @@ class FailureFeedback:
     confidence: float = 0.0
     verified: bool | None = None
     joint: tuple[str, ...] = ()  # the decisive set's operations in order, when one repair alone was not enough
+    category: str = ""  # the question's category, e.g. "2 (temporal)"; "" when unknown
 
     def render(self) -> str:
         if self.op_name:
@@ -75,12 +82,20 @@ class FailureFeedback:
             f"Question: {clip(self.question, _LIMITS['question'])}",
             f"Gold answer: {clip(self.gold, _LIMITS['gold'])}",
             f"System answered: {clip(self.answer, _LIMITS['answer']) or '(nothing)'}",
-            f"Error: {error}",
         ]
+        if self.category:
+            lines.append(f"Category: {self.category}")
+        lines.append(f"Error: {error}")
         if len(self.joint) > 1:
             lines.append(f"{JOINT_LABEL} {', then '.join(self.joint)}")
         lines.append(f"{DIAGNOSIS_LABEL} {clip(self.diagnosis, _LIMITS['diagnosis'])}")
         return "\n".join(lines)
+
+
+def category_text(case: CaseResult) -> str:
+    """The question's category as a block shows it: "2 (temporal)"."""
+    question = case.question
+    return f"{question.category} ({question.category_name})"
 
 
 def feedback_for_attribution(attribution: Attribution) -> FailureFeedback:
@@ -97,6 +112,26 @@ def feedback_for_attribution(attribution: Attribution) -> FailureFeedback:
         confidence=attribution.confidence,
         verified=attribution.verified,
         joint=tuple(f"{f.op_name or f.op} ({f.stage})" for f in attribution.joint),
+        category=category_text(case),
+    )
+
+
+def feedback_for_other_stage(attribution: Attribution) -> FailureFeedback:
+    """The block for a stage the attribution did not blame: the same facts and error, and a diagnosis
+    that says the failure was traced to the blamed stage instead."""
+    block = feedback_for_attribution(attribution)
+    stages = ", ".join(dict.fromkeys(c.stage for c in attribution.causes())) or attribution.stage
+    return FailureFeedback(
+        question_id=block.question_id,
+        question=block.question,
+        gold=block.gold,
+        answer=block.answer,
+        error_type=block.error_type,
+        op_name=block.op_name,
+        diagnosis=OTHER_STAGE_DIAGNOSIS.format(stage=stages),
+        confidence=block.confidence,
+        verified=block.verified,
+        category=block.category,
     )
 
 
@@ -110,6 +145,7 @@ def feedback_without_attribution(case: CaseResult) -> FailureFeedback:
         error_type=UNATTRIBUTED,
         op_name="",
         diagnosis=NO_ATTRIBUTION_DIAGNOSIS,
+        category=category_text(case),
     )
 
 

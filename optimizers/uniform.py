@@ -54,21 +54,32 @@ class UniformBlameOptimizer(RewritingOptimizer):
         blame = uniform_blame(failed, context.prompts.stages())
         return rotated(blame.prompt_stages(), context.iteration, self.top_stages)
 
+    def feedback(self, context: OptimizationContext) -> str:
+        """The one folded feedback text every rotated stage receives: the failures, unattributed."""
+        failed = [case for case in context.failures if not case.correct]
+        return fold_feedback([feedback_without_attribution(c) for c in failed], self.max_feedback_chars)
+
+    def describe(self, context: OptimizationContext, stage: str) -> str:
+        """The first sentence of a candidate's rationale: where the feedback came from."""
+        failed = sum(1 for case in context.failures if not case.correct)
+        return (
+            f"Uniform blame (no attribution): all {failed} failures were blamed on each of the "
+            f"{len(context.prompts)} prompt stages; stage {stage} was rewritten in rotation from their "
+            "unattributed feedback"
+        )
+
     def propose(self, context: OptimizationContext) -> Sequence[Candidate]:
         stages = self.target_stages(context)
         if not stages:
             return []
-        failed = [case for case in context.failures if not case.correct]
-        feedback = fold_feedback([feedback_without_attribution(c) for c in failed], self.max_feedback_chars)
+        feedback = self.feedback(context)
+        if not feedback:
+            return []
         candidates: list[Candidate] = []
         for stage in stages:
             current = context.prompts[stage]
             outcome = self.rewriter.rewrite(stage, context.signature_by_stage.get(stage, ""), current, feedback)
-            rationale = (
-                f"Uniform blame (no attribution): all {len(failed)} failures were blamed on each of the "
-                f"{len(context.prompts)} prompt stages; stage {stage} was rewritten in rotation from their "
-                f"unattributed feedback ({length_change(current, outcome)})."
-            )
+            rationale = f"{self.describe(context, stage)} ({length_change(current, outcome)})."
             candidate = stage_candidate(context.prompts, stage, outcome, rationale, feedback)
             if candidate is None:
                 logger.info("no candidate for stage %s: %s", stage, outcome.error or "the rewrite changed nothing")

@@ -12,8 +12,12 @@ the rules its instruction states (`pipeline.sim.rules.rules_in`):
   and ADD the new one.
 - answer (`answer`): parses the question and the context; "when" questions get the memory's date only
   with `use_dates`; when no memory is about the asked subject it says "Not mentioned in the
-  conversation" only with `abstain`, otherwise it answers from the best-overlapping memory.
+  conversation" only with `abstain` (and not `best_guess`, which overrides it), otherwise it answers
+  from the best-overlapping memory. With the misfire `one_answer` a list question (hobbies, pets) gets
+  only the newest item.
 - judge (`label`): `pipeline.sim.judge.is_correct`, no rules.
+- rewrite requests (`new_instruction`, `shortened_instruction`): `pipeline.sim.reflection` and
+  `pipeline.sim.rewriter` (GEPA's plain reflection prompt is caught earlier, in `stand_in.respond`).
 - the LLM attributor's step (`kept_information`, `error_type`, `reason`): `pipeline.sim.attributor_handler`.
 
 Handlers never raise on odd input: unknown text falls back to word overlap. They do no I/O.
@@ -43,7 +47,7 @@ from memtrace_loop.pipeline.sim.grammar import (
 )
 from memtrace_loop.pipeline.sim.judge import content_tokens, is_correct
 from memtrace_loop.pipeline.sim.protocol import StageRequest, decode_list, trim
-from memtrace_loop.pipeline.sim.rewriter import rewrite_instruction
+from memtrace_loop.pipeline.sim.reflection import new_instruction_handler, shorten_instruction
 from memtrace_loop.pipeline.sim.rules import rules_in
 
 NOT_MENTIONED = "Not mentioned in the conversation."
@@ -221,6 +225,8 @@ def _compose(query: Query, found: list[tuple[Fact, ContextItem]], rules: frozens
             return fact.without_date().render()
         when = fact.date or item.day
         return human(when) if when else fact.render()
+    if query.kind in ("hobbies", "pets") and "one_answer" in rules:  # the misfire: one item of a list
+        found = found[-1:]
     if query.kind == "hobbies":
         return " and ".join(dict.fromkeys(f.value for f, _ in found))
     if query.kind == "pets":
@@ -230,6 +236,12 @@ def _compose(query: Query, found: list[tuple[Fact, ContextItem]], rules: frozens
     return fact.value
 
 
+def abstains(rules: frozenset[str]) -> bool:
+    """True when the answer stage may say "not mentioned": `abstain` stated and the misfire
+    `best_guess` ("never say you do not know") not stated."""
+    return "abstain" in rules and "best_guess" not in rules
+
+
 def _overlap_answer(items: list[ContextItem], question: str, rules: frozenset[str]) -> str:
     wanted = set(content_tokens(question))
     best, best_score = None, 0
@@ -237,7 +249,7 @@ def _overlap_answer(items: list[ContextItem], question: str, rules: frozenset[st
         score = len(wanted & set(content_tokens(item.text)))
         if score > best_score:
             best, best_score = item, score
-    if "abstain" in rules and (best is None or best_score < min(2, len(wanted))):
+    if abstains(rules) and (best is None or best_score < min(2, len(wanted))):
         return NOT_MENTIONED
     if best is None:
         return trim(items[0].text) if items else ""
@@ -257,7 +269,7 @@ def answer_question(context: str, question: str, rules: frozenset[str]) -> str:
         named = [f.subject for i in items for f in i.facts if f.owner == query.subject and f.rel == query.key]
         if named:
             return named[-1]
-    if "abstain" in rules:
+    if abstains(rules):
         return NOT_MENTIONED
     relaxed = _lookup(query, items, any_subject=True)
     return _compose(query, relaxed, rules) if relaxed else _overlap_answer(items, question, rules)
@@ -282,7 +294,8 @@ DEFAULT_HANDLERS: dict[frozenset[str], Callable[[StageRequest], dict[str, Any]]]
     frozenset({"actions"}): _decide,
     frozenset({"answer"}): _answer,
     frozenset({"label"}): _judge,
-    frozenset({"new_instruction"}): rewrite_instruction,
+    frozenset({"new_instruction"}): new_instruction_handler,  # our rewriter and dspy GEPA's proposer
+    frozenset({"shortened_instruction"}): shorten_instruction,  # dspy GEPA's CompressInstruction
     **ATTRIBUTOR_HANDLERS,  # the LLM attributor's step verdict (JudgeOperation)
     **EVERMEMOS_HANDLERS,  # detect_boundary, write_events, write_episode, check_sufficiency, expand_queries
 }

@@ -2,15 +2,16 @@
 
 It answers requests whose only output field is `new_instruction` (`optimizers.rewrite.
 RewriteInstruction`). The stage to rewrite is the stand-in stage of `stage_signature`'s output fields
-(`rules.stage_for_outputs`; `stage_name` is used only when the signature is missing or unknown). It
-reads ONLY the `Diagnosis:` lines of `feedback` — the part that comes from attribution — and appends
-the sentence of each rule of that stage those lines point at (`rules.rules_pointed_by`) and the
-instruction does not state yet, in catalog order, skipping any rule whose sentence would push the
-instruction over `max_chars`. So a wrong or missing attribution (e.g. the uniform baseline's fixed
-diagnosis) adds nothing, and the simulated loop only improves when attribution is right.
+(`rules.stage_for_outputs`; `stage_name` is used only when the signature is missing or unknown). Like a
+generic LLM rewriter it reads every failure block of `feedback` (`pipeline.sim.symptoms`): from each
+block's question, gold answer, system answer and category it guesses the rules that could explain the
+failure, narrowed by the block's attribution when there is one, and appends the sentences of the
+guessed rules of the stage being rewritten that the instruction does not state yet, most suggested
+first, skipping any whose sentence would push the instruction over `max_chars`. Guesses include the
+misfires and noise of the catalog (`rules.RuleEffect`), so an unguided rewrite can hurt as well as help.
 
 Deterministic and pure; it never removes or rewords what the instruction already says and does not
-pretend to be a model.
+pretend to be a model. GEPA's reflection prompt is answered by `pipeline.sim.reflection` with `rewrite`.
 """
 
 from __future__ import annotations
@@ -18,22 +19,10 @@ from __future__ import annotations
 from typing import Any
 
 from memtrace_loop.pipeline.sim.protocol import StageRequest
-from memtrace_loop.pipeline.sim.rules import STAGE_ORDER, rules_in, rules_pointed_by, stage_for_outputs, with_rules
+from memtrace_loop.pipeline.sim.rules import STAGE_ORDER, rules_in, stage_for_outputs, with_rules
+from memtrace_loop.pipeline.sim.symptoms import guesses_for_stage, parse_blocks
 
-# The label `optimizers.feedback` writes before an attribution's reason (kept in step with it; the
-# simulated world does not import the optimizers).
-DIAGNOSIS_LABEL = "diagnosis:"
 NO_LIMIT = 1_000_000
-
-
-def diagnosis_text(feedback: str) -> str:
-    """The text after `Diagnosis:` on every line of `feedback` that starts with it."""
-    found = []
-    for line in feedback.splitlines():
-        stripped = line.strip()
-        if stripped.lower().startswith(DIAGNOSIS_LABEL):
-            found.append(stripped[len(DIAGNOSIS_LABEL) :].strip())
-    return "\n".join(found)
 
 
 def signature_outputs(signature: str) -> tuple[str, ...]:
@@ -61,12 +50,13 @@ def _limit(raw: str) -> int:
 
 
 def rewrite(current: str, feedback: str, stage: str | None, max_chars: int) -> str:
-    """`current` plus the sentences of the not-yet-stated rules of `stage` that the diagnoses point at,
-    in catalog order, each only if the result stays within `max_chars`."""
+    """`current` plus the sentences of the not-yet-stated rules of `stage` guessed from the failure
+    blocks of `feedback` (most suggested first), each only if the result stays within `max_chars`."""
     if stage is None:
         return current
     present = rules_in(current)
-    pointed = [rule.id for rule in rules_pointed_by(diagnosis_text(feedback), stage) if rule.id not in present]
+    guessed = guesses_for_stage(parse_blocks(feedback), stage)
+    pointed = [rule_id for rule_id, _ in guessed if rule_id not in present]
     added: list[str] = []
     for rule_id in pointed:
         if len(with_rules(current, [*added, rule_id])) <= max_chars:

@@ -3,9 +3,13 @@
 A `SimRule` is one competence the stand-in LM shows at one stage *only when the stage's instruction
 states it*. `sentence` is what a rewriter adds to an instruction; `patterns` (case-insensitive, all
 must match) detect the rule in any instruction, so a paraphrase that keeps the key phrases counts too;
-`feedback_keywords` are the words that, present in attribution feedback, point at the rule (the
-simulated rewriter may only add a rule the feedback points at); `fixes_error_type` is the error type a
-missing rule produces under the taxonomy of REFERENCE.md section 2.
+`feedback_keywords` are single generic topic words (never phrases of the attributor's reason templates;
+a test guards that) through which a diagnosis narrows the rewriter's guesses (`pipeline.sim.rewriter`);
+`fixes_error_type` is the error type a missing rule produces under the taxonomy of REFERENCE.md section 2
+(for a misfire: the error type of the stage it lands on). `effect` says whether the rule is a real fix,
+a MISFIRE (a rule a generic rewriter plausibly adds from a symptom and that the stand-in obeys to its
+cost: `one_answer` drops all but one item of a list answer, `best_guess` never abstains) or NOISE (a
+sentence with no behaviour, costing only instruction length).
 
 Stages are named by their role in the stand-in (`extract`, `decide`, `answer`), which is how the
 stand-in dispatches requests (by output field: `facts`, `actions`, `answer`); a memory system may give
@@ -17,6 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import StrEnum
 from functools import cache
 from types import MappingProxyType
 
@@ -46,6 +51,12 @@ STAGE_OUTPUTS: MappingProxyType[str, frozenset[str]] = MappingProxyType(
 )
 
 
+class RuleEffect(StrEnum):
+    FIX = "fix"  # the competence a planted question needs
+    MISFIRE = "misfire"  # plausible from a symptom, obeyed by the stand-in, and harmful
+    NOISE = "noise"  # plausible from a symptom, no behaviour: costs only instruction length
+
+
 @dataclass(frozen=True)
 class SimRule:
     id: str
@@ -54,6 +65,7 @@ class SimRule:
     patterns: tuple[str, ...]
     feedback_keywords: tuple[str, ...]
     fixes_error_type: str
+    effect: RuleEffect = RuleEffect.FIX
 
     def stated_in(self, instruction: str) -> bool:
         return all(_compiled(p).search(instruction) for p in self.patterns)
@@ -89,8 +101,7 @@ RULES: tuple[SimRule, ...] = (
         ),
         patterns=(r"\brelative (?:dates?|times?|expressions?)\b", r"\babsolute dates?\b"),
         feedback_keywords=_kw(
-            "date | relative | absolute | temporal | when did | when it happened | time of the event | "
-            "yesterday | days ago | last week"
+            "date | dates | day | relative | temporal | yesterday | ago"
         ),
         fixes_error_type="ExtractionError",
     ),
@@ -103,8 +114,8 @@ RULES: tuple[SimRule, ...] = (
         ),
         patterns=(r"\bother (?:people|persons?)\b", r"\bmention"),
         feedback_keywords=_kw(
-            "third party | third-party | other person | other people | someone else | family | "
-            "sister | brother | cousin | friend | coworker | neighbor | aunt | uncle | roommate"
+            "person | people | family | sister | brother | cousin | friend | coworker | neighbor | aunt | uncle | "
+            "roommate | someone"
         ),
         fixes_error_type="ExtractionError",
     ),
@@ -117,8 +128,7 @@ RULES: tuple[SimRule, ...] = (
         ),
         patterns=(r"\bcontradict", r"\b(?:newest|latest|most recent)\b"),
         feedback_keywords=_kw(
-            "contradict | newest | latest | most recent | outdated | out of date | stale | changed | "
-            "new value | old value | no longer | kept the old | ignored the new | new job | moved"
+            "contradict | newest | latest | outdated | stale | changed | moved"
         ),
         fixes_error_type="UpdateError",
     ),
@@ -130,7 +140,9 @@ RULES: tuple[SimRule, ...] = (
             "second hobby or a second pet; ADD the new fact instead."
         ),
         patterns=(r"\bnever delete\b", r"\b(?:also be true|compatible|both be true)\b"),
-        feedback_keywords=_kw("delet | removed | compatible | also be true | second hobby | second pet | second"),
+        feedback_keywords=_kw(
+            "delet | removed | compatible | second | both"
+        ),
         fixes_error_type="DeletionError",
     ),
     SimRule(
@@ -141,7 +153,9 @@ RULES: tuple[SimRule, ...] = (
             "resolving relative dates against the memory's time."
         ),
         patterns=(r"\basks? when\b", r"\bdates?\b"),
-        feedback_keywords=_kw("date | when | temporal | time of the event | timestamp | which day"),
+        feedback_keywords=_kw(
+            "date | dates | when | temporal | timestamp | day"
+        ),
         fixes_error_type="ResponseError",
     ),
     SimRule(
@@ -150,8 +164,7 @@ RULES: tuple[SimRule, ...] = (
         sentence=("If the memories do not contain the answer, say that it is not mentioned in the conversation."),
         patterns=(r"\bdo(?:es)? not contain\b", r"\bnot mentioned\b"),
         feedback_keywords=_kw(
-            "not mentioned | never mentioned | never said | abstain | unanswerable | hallucinat | "
-            "other speaker | adversarial | wrong person | not in the conversation | no such"
+            "mentioned | abstain | unanswerable | hallucinat | adversarial"
         ),
         fixes_error_type="ResponseError",
     ),
@@ -164,7 +177,9 @@ RULES: tuple[SimRule, ...] = (
             "'three days ago', count back from the day the turn was said and write that day into the event."
         ),
         patterns=(r"\bcalendar dates?\b", r"\bcount(?:ing)? back\b"),
-        feedback_keywords=_kw("relative date | date the answer needs | session date | date | when it happened"),
+        feedback_keywords=_kw(
+            "date | dates | day | relative | ago"
+        ),
         fixes_error_type="ExtractionError",
     ),
     SimRule(
@@ -175,8 +190,9 @@ RULES: tuple[SimRule, ...] = (
             "with that person as the subject."
         ),
         patterns=(r"\banyone else\b", r"\btalks? about\b"),
-        feedback_keywords=_kw("another person | other person | not the speaker | third party | third-party | "
-                              "someone else"),
+        feedback_keywords=_kw(
+            "person | people | someone | family | sister | brother | cousin | friend | coworker"
+        ),
         fixes_error_type="ExtractionError",
     ),
     SimRule(
@@ -187,8 +203,38 @@ RULES: tuple[SimRule, ...] = (
             "memory gives that person's name, add the same question asked about that person by name."
         ),
         patterns=(r"\bby relation\b", r"\bby name\b"),
-        feedback_keywords=_kw("did not retrieve | not retrieved | retriev | multi-hop | related person | by name"),
+        feedback_keywords=_kw(
+            "retriev | search | ranked | relation | hop"
+        ),
         fixes_error_type="RetrievalError",
+    ),
+    # ------------------------------------------------------------------ misfires and noise
+    SimRule(
+        id="one_answer",
+        stage="answer",
+        sentence="Give one answer only: the single item that fits best, never a list of several.",
+        patterns=(r"\bone answer only\b", r"\bnever a list\b"),
+        feedback_keywords=(),
+        fixes_error_type="ResponseError",
+        effect=RuleEffect.MISFIRE,
+    ),
+    SimRule(
+        id="best_guess",
+        stage="answer",
+        sentence="Never say that you do not know; always give your best guess from the memories.",
+        patterns=(r"\bbest guess\b", r"\bnever say\b"),
+        feedback_keywords=(),
+        fixes_error_type="ResponseError",
+        effect=RuleEffect.MISFIRE,
+    ),
+    SimRule(
+        id="complete_facts",
+        stage="extract",
+        sentence="Write each fact as a complete sentence that can be understood on its own.",
+        patterns=(r"\bcomplete sentence\b", r"\bon its own\b"),
+        feedback_keywords=(),
+        fixes_error_type="ExtractionError",
+        effect=RuleEffect.NOISE,
     ),
 )
 RULES_BY_ID: MappingProxyType[str, SimRule] = MappingProxyType({rule.id: rule for rule in RULES})

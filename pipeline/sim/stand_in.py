@@ -9,6 +9,9 @@ the mapping to use. A request for a stage it has no handler for raises `UnknownS
 stage's output fields and the stages it knows: a new memory system fails loudly on the simulated world
 instead of "running" on blank outputs (give the world a handler with `with_handlers`).
 
+A GEPA reflection prompt (one plain user message, gepa's instruction-proposal template) is not an
+adapter request: `respond` hands it to `pipeline.sim.reflection`, which answers with the same rewriter.
+
 It does not hold any stage behaviour itself: the handlers live in `pipeline.sim.handlers`.
 """
 
@@ -22,6 +25,7 @@ from memtrace_loop.pipeline.sim.grammar import parse_fact
 from memtrace_loop.pipeline.sim.handlers import DEFAULT_HANDLERS
 from memtrace_loop.pipeline.sim.paraphrase import paraphrasing
 from memtrace_loop.pipeline.sim.protocol import StageRequest, format_reply, parse_request
+from memtrace_loop.pipeline.sim.reflection import parse_reflection, reflection_reply
 
 Handler = Callable[[StageRequest], dict[str, Any]]
 
@@ -93,6 +97,10 @@ def answer(
 def respond(
     messages: list[dict[str, str]], handlers: Mapping[frozenset[str], Handler] = HANDLER_BY_OUTPUTS
 ) -> str:
-    """Answer one DSPy-formatted chat request with the stand-in's rule-based behaviour."""
+    """Answer one DSPy-formatted chat request (or a GEPA reflection prompt) with the stand-in's
+    rule-based behaviour."""
+    reflection = parse_reflection(messages)
+    if reflection is not None:
+        return reflection_reply(reflection)
     request = parse_request(messages)
     return format_reply(request, answer(request, handlers))
