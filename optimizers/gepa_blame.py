@@ -55,7 +55,7 @@ def not_this_stage_feedback(attribution: Attribution, stage: str) -> FailureFeed
             f"this failure was traced to another stage, {where}, not to this stage ({stage}); this stage did "
             "its part, so do not change it to chase this failure."
         ),
-        confidence=block.confidence, verified=block.verified,
+        confidence=block.confidence, verified=block.verified, category=block.category,
     )
 
 

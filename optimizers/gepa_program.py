@@ -32,7 +32,7 @@ from typing import Any
 import dspy
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.optimizers.base import CaseRunner, TracedCase
-from memtrace_loop.optimizers.feedback import UNATTRIBUTED, FailureFeedback
+from memtrace_loop.optimizers.feedback import UNATTRIBUTED, FailureFeedback, category_text
 from memtrace_loop.pipeline.core.records import CaseResult, Question
 
 NO_ERROR = "NoError"
@@ -106,7 +106,7 @@ def judge_feedback(case: CaseResult) -> FailureFeedback:
     return FailureFeedback(
         question_id=case.question.id, question=case.question.text, gold=case.question.gold,
         answer=case.prediction, error_type=NO_ERROR if case.correct else UNATTRIBUTED, op_name="",
-        diagnosis=diagnosis,
+        diagnosis=diagnosis, category=category_text(case),
     )
 
 
