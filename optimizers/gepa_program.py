@@ -27,13 +27,14 @@ It does not run GEPA (see `optimizers.gepa`).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import dspy
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.optimizers.base import CaseRunner, TracedCase
 from memtrace_loop.optimizers.feedback import UNATTRIBUTED, FailureFeedback, category_text
-from memtrace_loop.pipeline.core.records import CaseResult, Question
+from memtrace_loop.pipeline.core.records import CaseResult, PromptSet, Question
 
 NO_ERROR = "NoError"
 
@@ -41,11 +42,13 @@ NO_ERROR = "NoError"
 class MemoryProgram(dspy.Module):
     """The memory system as a DSPy program over questions (see the module docstring)."""
 
-    def __init__(self, system: MemorySystem, cases: CaseRunner, split_by_question: Mapping[str, str]) -> None:
+    def __init__(
+        self, system: MemorySystem, cases: CaseRunner | None = None, split_by_question: Mapping[str, str] | None = None
+    ) -> None:
         super().__init__()
         self.system = system
         self.cases = cases
-        self.split_by_question = dict(split_by_question)
+        self.split_by_question = dict(split_by_question or {})
 
     def named_parameters(self) -> list[tuple[str, Any]]:  # the system's stage names, unprefixed
         return self.system.named_parameters()
@@ -64,6 +67,8 @@ class MemoryProgram(dspy.Module):
         return self._copy()
 
     def forward(self, question_id: str, question: str = "") -> dspy.Prediction:
+        if self.cases is None:
+            raise ValueError("this MemoryProgram has no case runner: it can be saved and loaded, not run")
         trace = dspy.settings.trace
         start = len(trace) if trace is not None else 0
         traced = self.cases.run_case(self.system, self.split_by_question[question_id], question_id)
@@ -74,6 +79,16 @@ class MemoryProgram(dspy.Module):
                 for call in traced.construction_calls if call.stage in predictor_by_stage
             ]
         return dspy.Prediction(answer=traced.case.prediction, traced=traced)
+
+
+def save_program_state(system: MemorySystem, prompts: PromptSet, path: Path) -> Path:
+    """`prompts` as a DSPy program state (`MemoryProgram(system).save(path)`, JSON, without LMs): a DSPy
+    user loads it with `MemoryProgram(system).load(path)` and gets the same stage prompts."""
+    program = MemoryProgram(system.with_prompts(prompts))  # its predictors are copies
+    for _, predictor in program.named_predictors():
+        predictor.lm = None  # a program state holds prompts, not the LM that ran them
+    program.save(str(path))
+    return path
 
 
 def question_examples(questions: Sequence[Question]) -> list[dspy.Example]:

@@ -23,7 +23,7 @@ from memtrace_loop.optimizers.gepa_blame import (
     BlameSource,
     GepaBlameOptimizer,
 )
-from memtrace_loop.optimizers.gepa_program import JudgeMetric, MemoryProgram, question_examples
+from memtrace_loop.optimizers.gepa_program import JudgeMetric, MemoryProgram, question_examples, save_program_state
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
 from memtrace_loop.pipeline.analysis.blame import BlameTable
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
@@ -31,6 +31,7 @@ from memtrace_loop.pipeline.backends.registry import sim_rule_instruction
 from memtrace_loop.pipeline.data.locomo import split_by_conversation
 from memtrace_loop.pipeline.loop.case_runner import LoopCaseRunner
 from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
+from memtrace_loop.pipeline.loop.optimization import LoopSettings, OptimizationLoop, Splits
 from memtrace_loop.pipeline.loop.runner import make_judge
 
 from tests.support.reflection import reflection_lm
@@ -262,3 +263,32 @@ def test_an_interrupted_gepa_run_resumes_from_its_log_dir(tmp_path):
     assert _table(resumed) == _table(full)
     # it continued where the cut run stopped: the reflections done before were not done again
     assert len(cut_engine.prompts) + len(engine.prompts) == len(full_engine.prompts)
+
+
+@pytest.mark.slow
+def test_the_final_prompts_load_as_a_dspy_program_and_dspy_evaluate_gives_the_loops_test_numbers(tmp_path):
+    w = World(n_conversations=4)
+    lm, _ = reflection_lm(w.stage_rewrite())
+    parts = split_by_conversation(sim_dataset(seed=0, n_conversations=4), (0.5, 0.25, 0.25), seed=0)
+    loop = OptimizationLoop(
+        w.system, w.judge, GepaOptimizer(lm, SMALL), Splits(parts.train, parts.dev, parts.test),
+        LoopSettings(max_iterations=1, workers=2),
+    )
+    result = loop.run()
+    assert result.final_prompts != result.start_prompts  # GEPA's candidate was accepted
+
+    path = save_program_state(w.system, result.final_prompts, tmp_path / "program.json")
+    program = MemoryProgram(Mem0Memory(HashingEmbedder()))
+    program.load(str(path))  # as a DSPy user would: the state holds prompts, the LM is set after
+    program.set_lm(w.lm)
+    assert program.system.prompt_set() == result.final_prompts
+
+    cases = LoopCaseRunner(w.judge, {"test": parts.test}, MemoryCache())
+    program.cases = cases
+    program.split_by_question = {q.id: "test" for q in parts.test.questions}
+    evaluate = dspy.Evaluate(devset=question_examples(cases.questions("test")), metric=JudgeMetric(), num_threads=2)
+    evaluated = evaluate(program)
+    accuracy = result.test_final.report.overall.judge_accuracy
+    scores = [float(score.score) for _, _, score in evaluated.results]
+    assert sum(scores) / len(scores) == pytest.approx(accuracy, abs=1e-12)
+    assert evaluated.score == round(100 * accuracy, 2)  # dspy.Evaluate's own (rounded) percentage
