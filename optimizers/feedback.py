@@ -20,7 +20,7 @@ gets: that is the optimizers' job.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from memtrace_loop.pipeline.analysis.blame import Attribution
 from memtrace_loop.pipeline.backends.text import long_letter_words
@@ -119,20 +119,9 @@ def feedback_for_attribution(attribution: Attribution) -> FailureFeedback:
 def feedback_for_other_stage(attribution: Attribution) -> FailureFeedback:
     """The block for a stage the attribution did not blame: the same facts and error, and a diagnosis
     that says the failure was traced to the blamed stage instead."""
-    block = feedback_for_attribution(attribution)
     stages = ", ".join(dict.fromkeys(c.stage for c in attribution.causes())) or attribution.stage
-    return FailureFeedback(
-        question_id=block.question_id,
-        question=block.question,
-        gold=block.gold,
-        answer=block.answer,
-        error_type=block.error_type,
-        op_name=block.op_name,
-        diagnosis=OTHER_STAGE_DIAGNOSIS.format(stage=stages),
-        confidence=block.confidence,
-        verified=block.verified,
-        category=block.category,
-    )
+    diagnosis = OTHER_STAGE_DIAGNOSIS.format(stage=stages)
+    return replace(feedback_for_attribution(attribution), diagnosis=diagnosis, joint=())
 
 
 def feedback_without_attribution(case: CaseResult) -> FailureFeedback:

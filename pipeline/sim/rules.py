@@ -128,7 +128,7 @@ RULES: tuple[SimRule, ...] = (
         ),
         patterns=(r"\bcontradict", r"\b(?:newest|latest|most recent)\b"),
         feedback_keywords=_kw(
-            "contradict | newest | latest | outdated | stale | changed | moved"
+            "contradict | newest | latest | outdated | stale | changed | old | moved"
         ),
         fixes_error_type="UpdateError",
     ),

@@ -14,7 +14,9 @@ from memtrace_loop.optimizers.attribution_guided import AttributionGuidedOptimiz
 from memtrace_loop.optimizers.base import OptimizationContext
 from memtrace_loop.optimizers.feedback import (
     NO_ATTRIBUTION_DIAGNOSIS,
+    OTHER_STAGE_DIAGNOSIS,
     feedback_for_attribution,
+    feedback_for_other_stage,
     feedback_without_attribution,
     fold_feedback,
 )
@@ -22,6 +24,7 @@ from memtrace_loop.optimizers.noop import NoOptimizer
 from memtrace_loop.optimizers.registry import build_optimizer
 from memtrace_loop.optimizers.rewrite import InstructionRewriter, RewriteOutcome
 from memtrace_loop.optimizers.uniform import UniformBlameOptimizer, rotated
+from memtrace_loop.optimizers.uniform_reasons import UniformReasonsOptimizer
 from memtrace_loop.pipeline.analysis.blame import Attribution, ErrorType, Fault, Tunable, aggregate_blame
 from memtrace_loop.pipeline.core.records import CaseResult, PromptSet, Question, Scores
 from memtrace_loop.pipeline.sim.rules import rules_in
@@ -85,6 +88,7 @@ def test_attributed_block_has_every_part() -> None:
         "Question: When did Alice go hiking?",
         "Gold answer: 6 May 2023",
         "System answered: Alice went hiking.",
+        "Category: 2 (temporal)",
         "Error: ExtractionError at operation extract_facts (confirmed by replay)",
         "Diagnosis: lost the date of the hike",
     ]
@@ -101,16 +105,17 @@ def test_joint_block_names_the_operations_in_order_and_single_causes_keep_their_
         ),
     )
     lines = feedback_for_attribution(joint).render().splitlines()
-    assert lines[4] == (
+    assert lines[5] == (
         "Joint cause: no single repair rescued this case; these operations needed repair together: "
         "extract_facts (extract), then decide_updates (decide)"
     )
-    assert lines[:4] + lines[5:] == feedback_for_attribution(single).render().splitlines()
+    assert lines[:5] + lines[6:] == feedback_for_attribution(single).render().splitlines()
     assert feedback_for_attribution(single).render() == "\n".join(
         [
             "Question: When did Alice go hiking?",
             "Gold answer: 6 May 2023",
             "System answered: Alice went hiking.",
+            "Category: 2 (temporal)",
             "Error: ExtractionError at operation extract_facts (confirmed by replay)",
             "Diagnosis: lost the date",
         ]
@@ -123,7 +128,15 @@ def test_unattributed_block_blames_nothing() -> None:
         "Diagnosis: the final answer was wrong; no attribution was made, so this failure is sent to every stage."
     )
     assert "Error: Unattributed (no operation blamed)" in text
+    assert "Category: 2 (temporal)" in text
     assert NO_ATTRIBUTION_DIAGNOSIS in text
+
+
+def test_other_stage_block_keeps_the_facts_and_says_the_failure_was_elsewhere() -> None:
+    item = attribution("q1", "extract", ErrorType.EXTRACTION, "lost the date", verified=True)
+    text = feedback_for_other_stage(item).render()
+    assert OTHER_STAGE_DIAGNOSIS.format(stage="extract") in text
+    assert "lost the date" not in text and "Gold answer: 6 May 2023" in text and "Category: 2" in text
 
 
 def many_blocks() -> list:
@@ -259,7 +272,10 @@ def test_attribution_optimizer_ignores_stages_without_a_prompt(sim_lm: dspy.LM) 
 
 
 def test_attribution_optimizer_skips_unchanged_rewrites(sim_lm: dspy.LM) -> None:
-    items = [attribution("a0", "respond", ErrorType.RESPONSE, "the answer was unrelated", "question_answering")]
+    unexplained = CaseResult(Question("a0", "c1", "Where does Alice work?", "Acme", 4), "Acme Corp", "WRONG",
+                             Scores(0.0, 0.5, 0.5))  # no symptom any rule explains
+    items = [replace(attribution("a0", "respond", ErrorType.RESPONSE, "the answer was unrelated", "question_answering"),
+                     case=unexplained)]
     optimizer = AttributionGuidedOptimizer(InstructionRewriter(sim_lm, 2000), top_stages=3)
     assert optimizer.propose(context(items)) == []
 
@@ -292,9 +308,37 @@ def test_uniform_rotates_through_stages_and_sends_the_same_feedback() -> None:
     assert "Unattributed (11 failures)" in feedback
 
 
-def test_uniform_on_the_sim_world_gains_nothing(sim_lm: dspy.LM) -> None:
+def test_uniform_on_the_sim_world_guesses_from_symptoms_misfire_included(sim_lm: dspy.LM) -> None:
+    """Every failure is a "when" question answered without a date: from the symptoms alone the rewriter
+    adds the date rule of each stage that has one, and on the answer stage also the misfire
+    `one_answer` (the answers were longer than the gold); the update stage has no date rule."""
     optimizer = UniformBlameOptimizer(InstructionRewriter(sim_lm, 2000), top_stages=3)
-    assert optimizer.propose(context(blamed())) == []
+    candidates = optimizer.propose(context(blamed()))
+    added = {c.changed_stages[0]: rules_in(c.prompts[c.changed_stages[0]]) for c in candidates}
+    assert added == {"extract": {"resolve_dates"}, "respond": {"use_dates", "one_answer"}}
+
+
+def test_uniform_reasons_rotates_like_uniform_with_the_attributed_feedback() -> None:
+    uniform_rewriter, reasons_rewriter = RecordingRewriter(), RecordingRewriter()
+    uniform = UniformBlameOptimizer(uniform_rewriter, top_stages=2)
+    reasons = UniformReasonsOptimizer(reasons_rewriter, top_stages=2)
+    for iteration in range(3):
+        ctx = context(blamed(), iteration=iteration)
+        assert [c.changed_stages for c in reasons.propose(ctx)] == [c.changed_stages for c in uniform.propose(ctx)]
+    assert [stage for stage, _ in reasons_rewriter.calls] == [stage for stage, _ in uniform_rewriter.calls]
+    (feedback,) = {feedback for _, feedback in reasons_rewriter.calls}
+    assert "lost the date" in feedback and "kept the old value" in feedback  # the attributor's reasons
+    assert NO_ATTRIBUTION_DIAGNOSIS not in feedback and "Unattributed" not in feedback
+    assert feedback == fold_feedback([feedback_for_attribution(a) for a in blamed()], 4000)
+
+
+def test_uniform_reasons_on_the_sim_world_narrows_by_the_attribution(sim_lm: dspy.LM) -> None:
+    """The same reasons as attribution, sent to every stage: each stage takes only the guesses its own
+    error types support, so the update stage gets the newest-value rule and the answer stage no misfire."""
+    optimizer = UniformReasonsOptimizer(InstructionRewriter(sim_lm, 2000), top_stages=3)
+    candidates = optimizer.propose(context(blamed()))
+    added = {c.changed_stages[0]: rules_in(c.prompts[c.changed_stages[0]]) for c in candidates}
+    assert added == {"extract": {"resolve_dates"}, "decide": {"newest_wins"}, "respond": {"use_dates"}}
 
 
 def test_rotated() -> None:
@@ -318,6 +362,9 @@ def test_registry_builds_each_optimizer(sim_lm: dspy.LM) -> None:
     assert attribution_opt.top_stages == 3 and attribution_opt.rewriter.max_chars == 900
     uniform_opt = build_optimizer("uniform", sim_lm, {"name": "uniform"})
     assert isinstance(uniform_opt, UniformBlameOptimizer) and uniform_opt.max_feedback_chars == 4000
+    reasons_opt = build_optimizer("uniform_reasons", sim_lm, {"name": "uniform_reasons", "top_stages": 2})
+    assert isinstance(reasons_opt, UniformReasonsOptimizer) and reasons_opt.name == "uniform_reasons"
+    assert reasons_opt.top_stages == 2
     assert isinstance(build_optimizer("none", None, {}), NoOptimizer)
 
 
