@@ -46,7 +46,7 @@ TABLE_FILE = "gepa_candidates.json"
 class Settings:
     """The `optimizer` config node of `gepa` and `gepa_blame` (registry contract)."""
 
-    max_metric_calls: int = 60  # per loop iteration: questions GEPA may answer (train minibatches + dev)
+    max_metric_calls: int = 100  # per loop iteration: questions GEPA may answer (train minibatches + dev)
     reflection_minibatch_size: int = 3
     candidate_selection_strategy: Literal["pareto", "current_best"] = "pareto"
     use_merge: bool = False

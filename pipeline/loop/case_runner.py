@@ -6,14 +6,17 @@ taken from the loop's `MemoryCache` by the system's memory key and built at most
 several threads ask for questions of the same conversation at the same time (`get_or_build`); a
 candidate that changes only answer-side prompts therefore re-answers and never re-ingests. The LM
 calls each case really makes (ingestion only when it built the memory; DSPy's cache excluded) are
-reported to `on_calls`, so the loop counts them in its totals. The construction stages' LM calls are
-recorded with the memory when it is built and returned with every case, built or reused.
+reported to `on_calls`, so the loop counts them in its totals. A reuse counts as saving the memory's
+build calls once per (memory, prompt set) — what a whole-dataset evaluation of that prompt set would
+have saved — not once per question. The construction stages' LM calls are recorded with the memory
+when it is built and returned with every case, built or reused.
 
 It does not run whole datasets (see `runner.run_dataset`), aggregate metrics, or touch the test split.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
 
 import dspy
@@ -46,6 +49,8 @@ class LoopCaseRunner:
         self._cache = cache
         self._excluded = set(exclude_categories)
         self._on_calls = on_calls or (lambda _n: None)
+        self._reused: set[tuple[str, str]] = set()  # (memory key, prompt digest) whose reuse was counted
+        self._lock = threading.Lock()
 
     def _dataset(self, split: str) -> Dataset:
         if split not in self._dataset_by_split:
@@ -71,7 +76,11 @@ class LoopCaseRunner:
             state, calls = ingest_recorded(system, conversation, tracer)
             return CachedMemory(graph.copy(), state, count_lm_calls([graph]).calls, calls)
 
-        memory, reused = self._cache.get_or_build(system.memory_key(conversation), build)
+        key = system.memory_key(conversation)
+        with self._lock:
+            first = (key, system.prompt_set().digest()) not in self._reused
+            self._reused.add((key, system.prompt_set().digest()))
+        memory, reused = self._cache.get_or_build(key, build, count_saved=first)
         graph = memory.graph.copy()
         before = count_lm_calls([graph])
         tracer = Tracer(graph)

@@ -45,7 +45,7 @@ class MemoryCache:
         self._saved = 0
         self._lock_by_key: dict[str, threading.Lock] = {}
 
-    def get(self, key: str) -> CachedMemory | None:
+    def get(self, key: str, count_saved: bool = True) -> CachedMemory | None:
         with self._lock:
             found = self._entries.get(key)
             if found is None:
@@ -53,7 +53,7 @@ class MemoryCache:
                 return None
             self._entries.move_to_end(key)
             self._hits += 1
-            self._saved += found.lm_calls
+            self._saved += found.lm_calls if count_saved else 0
             return found
 
     def put(self, key: str, memory: CachedMemory) -> None:
@@ -63,13 +63,16 @@ class MemoryCache:
             while len(self._entries) > self._max_entries:
                 self._entries.popitem(last=False)
 
-    def get_or_build(self, key: str, build: Callable[[], CachedMemory]) -> tuple[CachedMemory, bool]:
+    def get_or_build(
+        self, key: str, build: Callable[[], CachedMemory], count_saved: bool = True
+    ) -> tuple[CachedMemory, bool]:
         """(the memory under `key`, reused?) — `build()` runs at most once per key at a time: a thread
-        asking while another builds the same key waits and then reuses its memory."""
+        asking while another builds the same key waits and then reuses its memory. `count_saved=False`:
+        a hit is counted, but not as saved calls (the caller counts what a reuse saved itself)."""
         with self._lock:
             key_lock = self._lock_by_key.setdefault(key, threading.Lock())
         with key_lock:
-            found = self.get(key)
+            found = self.get(key, count_saved)
             if found is not None:
                 return found, True
             built = build()
