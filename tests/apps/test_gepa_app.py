@@ -38,6 +38,9 @@ def test_memtrace_optimize_runs_gepa_inside_the_loop(tmp_path, name):
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
     parent = client.get_run(outcome["run_id"])
     assert parent.data.tags["memtrace.optimizer"] == name
+    pool = {f.path for f in client.list_artifacts(outcome["run_id"], f"optimizer/{name}/iteration-1")}
+    assert f"optimizer/{name}/iteration-1/gepa_candidates.json" in pool  # GEPA's pool, proposed or not
+    assert "program/best_program.json" in {f.path for f in client.list_artifacts(outcome["run_id"], "program")}
     children = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{outcome['run_id']}'")
     assert sorted(c.data.tags["memtrace.iteration"] for c in children) == ["0", "1"]
     iteration = next(c for c in children if c.data.tags["memtrace.iteration"] == "1")
