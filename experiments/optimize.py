@@ -151,8 +151,8 @@ def optimize(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
         for path in paths:
             tracker.log_artifact(path, "export")
         tracker.log_artifact(export_program(result, system, run_dir), "program")
-        for table in sorted((run_dir / "optimizer").glob("*/iteration-*/*.json")):  # e.g. GEPA's candidate pools
-            tracker.log_artifact(table, f"optimizer/{table.parent.parent.name}/{table.parent.name}")
+        for table in sorted((run_dir / "optimizer").glob("*/*.json")):  # e.g. GEPA's candidate pools
+            tracker.log_artifact(table, f"optimizer/{table.parent.name}")
         plots = TrackingLoopObserver.plots(result, run_dir)
         elapsed = time.perf_counter() - started
         tracker.log_metrics({"elapsed_s": elapsed})

@@ -1,22 +1,25 @@
 """`optimizer=gepa`: `dspy.GEPA` over the memory system as one program, inside our loop.
 
-Each `propose()` runs `dspy.GEPA` from the loop's current prompt set: the program is
+One GEPA run spans the loop: each `propose()` continues it (from its saved state) for another
+`max_metric_calls`, so the loop's iterations are checkpoints of one GEPA search, not restarts that
+re-score the starting prompts on dev every time. The program is
 `gepa_program.MemoryProgram` (components = the system's stage prompts; examples = questions, answered
 through the loop's `CaseRunner` so built memories are reused and every LM call is counted in the
 loop's totals), the trainset is the train questions, the valset the dev questions (GEPA's Pareto
 tracking; excluded categories left out, as in the loop's scores), the reflection LM is the rewriter
-LM. GEPA's candidates that score above the starting prompt set on dev are proposed, best first; the
-loop's gate then accepts or rejects them on dev like every optimizer's, so MLflow logging (parent and
+LM; the run starts from the loop's starting prompts. GEPA's candidates that score above the loop's
+current prompt set on dev (GEPA's own valset scores) and were not proposed before are proposed, best
+first; the loop's gate then accepts or rejects them on dev like every optimizer's, so MLflow logging (parent and
 nested iteration runs) and the prompt export are the loop's own. GEPA's whole candidate pool (score,
 parents, when found, changed stages) rides along as a table each candidate carries (`Candidate.tables`),
-logged with it, and is written next to GEPA's state.
+logged with it, and is written next to GEPA's state after every iteration (the app logs those files).
 
 Budget: with the loop's `CallBudget`, GEPA stops (a gepa stop callback, checked between its steps) as
 soon as the budget has nothing left; `max_metric_calls` caps each run as well, and is the only limit
 when there is no budget. A started step finishes, so a run may overshoot by one minibatch and its
-reflection. Reproducible: GEPA's seed is `seed + iteration`. Resumable: GEPA's state lives in
-`<run dir>/optimizer/<name>/iteration-<n>` (`OptimizationContext.work_dir`), so rerunning an interrupted
-iteration continues the GEPA run from its last saved step.
+reflection. Reproducible: GEPA's `seed`. Resumable: GEPA's state lives in `<run dir>/optimizer/<name>`
+(`OptimizationContext.work_dir`; a temporary directory of the optimizer outside a run), so a resumed
+loop continues the GEPA run from its last saved step.
 
 The blame-guided variant (component selector and per-stage feedback) is `optimizers.gepa_blame`; this
 module gives it the hooks (`metric_and_selector`). It does not accept candidates or tune knobs.
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,12 +50,12 @@ TABLE_FILE = "gepa_candidates.json"
 class Settings:
     """The `optimizer` config node of `gepa` and `gepa_blame` (registry contract)."""
 
-    max_metric_calls: int = 100  # per loop iteration: questions GEPA may answer (train minibatches + dev)
+    max_metric_calls: int = 100  # added per loop iteration: questions GEPA may answer (minibatches + dev)
     reflection_minibatch_size: int = 3
     candidate_selection_strategy: Literal["pareto", "current_best"] = "pareto"
     use_merge: bool = False
     num_threads: int = 4
-    seed: int = 0  # GEPA's seed is seed + iteration
+    seed: int = 0  # GEPA's seed
 
     def __post_init__(self) -> None:
         require(self, max_metric_calls=(1, None), reflection_minibatch_size=(1, None), num_threads=(1, None))
@@ -93,6 +97,8 @@ class GepaOptimizer:
     def __init__(self, reflection_lm: dspy.BaseLM, settings: Settings) -> None:
         self.reflection_lm = reflection_lm
         self.settings = settings
+        self._proposed: set[str] = set()  # digests of prompt sets already sent to the gate
+        self._scratch: Path | None = None  # GEPA's state when the loop gives no work_dir
 
     def metric_and_selector(self, context: OptimizationContext) -> tuple[JudgeMetric, Any]:
         """The metric and component selector of one run (plain GEPA: the judge's verdict, round robin)."""
@@ -101,10 +107,12 @@ class GepaOptimizer:
     def describe_run(self, selector: Any) -> str:
         return "components chosen round robin"
 
-    def log_dir(self, context: OptimizationContext) -> Path | None:
-        if context.work_dir is None:
-            return None
-        return context.work_dir / self.name / f"iteration-{context.iteration}"
+    def log_dir(self, context: OptimizationContext) -> Path:
+        if context.work_dir is not None:
+            return context.work_dir / self.name
+        if self._scratch is None:
+            self._scratch = Path(tempfile.mkdtemp(prefix=f"memtrace-{self.name}-"))
+        return self._scratch
 
     def propose(self, context: OptimizationContext) -> Sequence[Candidate]:
         if context.cases is None or context.system is None:
@@ -123,40 +131,42 @@ class GepaOptimizer:
         stoppers = [BudgetStopper(budget)] if budget is not None else []
         optimizer = dspy.GEPA(
             metric,
-            max_metric_calls=self.settings.max_metric_calls,
+            max_metric_calls=self.settings.max_metric_calls * max(context.iteration, 1),
             reflection_lm=self.reflection_lm,
             reflection_minibatch_size=self.settings.reflection_minibatch_size,
             candidate_selection_strategy=self.settings.candidate_selection_strategy,
             component_selector=selector,
             use_merge=self.settings.use_merge,
             num_threads=self.settings.num_threads,
-            log_dir=str(log_dir) if log_dir is not None else None,
+            log_dir=str(log_dir),
             track_stats=True,
             warn_on_score_mismatch=False,
-            seed=self.settings.seed + context.iteration,
+            seed=self.settings.seed,
             gepa_kwargs={"stop_callbacks": stoppers} if stoppers else None,
         )
         optimized = optimizer.compile(program, trainset=question_examples(train), valset=question_examples(dev))
         return self.candidates(optimized.detailed_results, context, selector, log_dir)
 
     def candidates(
-        self, result: Any, context: OptimizationContext, selector: Any, log_dir: Path | None
+        self, result: Any, context: OptimizationContext, selector: Any, log_dir: Path
     ) -> list[Candidate]:
         table = candidate_table(result, context.prompts)
-        if log_dir is not None:
-            (log_dir / TABLE_FILE).write_text(json.dumps(table, indent=2), encoding="utf-8")
+        text = json.dumps(table, indent=2)
+        (log_dir / f"iteration-{context.iteration}-{TABLE_FILE}").write_text(text, encoding="utf-8")
         scores = result.val_aggregate_scores
-        start_score = scores[0]
-        order = sorted(range(1, len(scores)), key=lambda i: (-scores[i], i))
+        pool = [c.system.prompt_set() for c in result.candidates]
+        start_score = max((s for s, p in zip(scores, pool, strict=True) if p == context.prompts), default=scores[0])
+        order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
         proposed = []
         for index in order:
-            prompts = result.candidates[index].system.prompt_set()
+            prompts = pool[index]
             stages = changed_stages(context.prompts, prompts)
-            if scores[index] <= start_score or not stages:
+            if scores[index] <= start_score or not stages or prompts.digest() in self._proposed:
                 continue
+            self._proposed.add(prompts.digest())
             rationale = (
                 f"GEPA ({self.name}, {self.describe_run(selector)}): candidate {index} of {len(scores)} scored "
-                f"{scores[index]:.3f} on dev against {start_score:.3f} for the starting prompts, after "
+                f"{scores[index]:.3f} on dev against {start_score:.3f} for the current prompts, after "
                 f"{result.total_metric_calls} metric calls; changed {', '.join(stages)}."
             )
             proposed.append(Candidate(prompts, stages, rationale, tables={TABLE_FILE: table}))

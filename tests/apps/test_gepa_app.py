@@ -30,16 +30,16 @@ def test_memtrace_optimize_runs_gepa_inside_the_loop(tmp_path, name):
     finally:
         os.chdir(before)
     run_dir = Path(outcome["run_dir"])
-    gepa_dir = run_dir / "optimizer" / name / "iteration-1"
+    gepa_dir = run_dir / "optimizer" / name
     assert (gepa_dir / "gepa_state.bin").exists()  # resumable state under the run directory
-    table = json.loads((gepa_dir / "gepa_candidates.json").read_text())
+    table = json.loads((gepa_dir / "iteration-1-gepa_candidates.json").read_text())
     assert table["candidate"][0] == "0" and len(table["candidate"]) >= 2  # GEPA proposed something
 
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
     parent = client.get_run(outcome["run_id"])
     assert parent.data.tags["memtrace.optimizer"] == name
-    pool = {f.path for f in client.list_artifacts(outcome["run_id"], f"optimizer/{name}/iteration-1")}
-    assert f"optimizer/{name}/iteration-1/gepa_candidates.json" in pool  # GEPA's pool, proposed or not
+    pool = {f.path for f in client.list_artifacts(outcome["run_id"], f"optimizer/{name}")}
+    assert f"optimizer/{name}/iteration-1-gepa_candidates.json" in pool  # GEPA's pool, proposed or not
     assert "program/best_program.json" in {f.path for f in client.list_artifacts(outcome["run_id"], "program")}
     children = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{outcome['run_id']}'")
     assert sorted(c.data.tags["memtrace.iteration"] for c in children) == ["0", "1"]

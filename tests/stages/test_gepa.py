@@ -7,6 +7,7 @@ tests/support/reflection.py (it completes a stage's instruction with the sim wor
 
 from __future__ import annotations
 
+import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -255,7 +256,7 @@ def test_an_interrupted_gepa_run_resumes_from_its_log_dir(tmp_path):
     optimizer, w, cut_engine = optimizer_and_world()
     budget = CountdownBudget(w, 250)  # "interrupted": stopped part way
     optimizer.propose(w.context(work_dir=tmp_path / "cut", budget=budget))
-    assert (tmp_path / "cut" / "gepa" / "iteration-1" / "gepa_state.bin").exists()
+    assert (tmp_path / "cut" / "gepa" / "gepa_state.bin").exists()
     assert 0 < len(cut_engine.prompts) < len(full_engine.prompts)
     optimizer, w, engine = optimizer_and_world()
     resumed = optimizer.propose(w.context(work_dir=tmp_path / "cut"))
@@ -292,3 +293,18 @@ def test_the_final_prompts_load_as_a_dspy_program_and_dspy_evaluate_gives_the_lo
     scores = [float(score.score) for _, _, score in evaluated.results]
     assert sum(scores) / len(scores) == pytest.approx(accuracy, abs=1e-12)
     assert evaluated.score == round(100 * accuracy, 2)  # dspy.Evaluate's own (rounded) percentage
+
+
+@pytest.mark.slow
+def test_one_gepa_run_spans_the_loop_iterations(tmp_path):
+    w = World()
+    lm, engine = reflection_lm(w.stage_rewrite())
+    optimizer = GepaOptimizer(lm, SMALL)
+    first = optimizer.propose(w.context(iteration=1, work_dir=tmp_path))
+    reflections = len(engine.prompts)
+    second = optimizer.propose(w.context(iteration=2, work_dir=tmp_path))
+    one = json.loads((tmp_path / "gepa" / "iteration-1-gepa_candidates.json").read_text())
+    two = json.loads((tmp_path / "gepa" / "iteration-2-gepa_candidates.json").read_text())
+    assert first and two["dev_score"][: len(one["dev_score"])] == one["dev_score"]  # the same pool, extended
+    assert len(engine.prompts) > reflections  # it searched on, from where it stopped
+    assert not {c.prompts.digest() for c in first} & {c.prompts.digest() for c in second}  # none sent twice
