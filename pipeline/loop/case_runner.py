@@ -26,11 +26,17 @@ from memtrace_loop.pipeline.analysis.evaluation import judge_answer
 from memtrace_loop.pipeline.core.records import Conversation, Dataset, Question
 from memtrace_loop.pipeline.core.tracing import Tracer
 from memtrace_loop.pipeline.loop.memory_cache import CachedMemory, MemoryCache
-from memtrace_loop.pipeline.loop.runner import count_lm_calls, declare_prompts, ingest_recorded, new_conversation_graph
+from memtrace_loop.pipeline.loop.runner import (
+    LMCallCounts,
+    count_lm_calls,
+    declare_prompts,
+    ingest_recorded,
+    new_conversation_graph,
+)
 
 
-def _made(graph_counts: object) -> int:
-    return graph_counts.calls - graph_counts.cached_calls  # type: ignore[attr-defined]
+def _made(counts: LMCallCounts) -> int:
+    return counts.calls - counts.cached_calls
 
 
 class LoopCaseRunner:
