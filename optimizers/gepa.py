@@ -15,11 +15,13 @@ parents, when found, changed stages) rides along as a table each candidate carri
 logged with it, and is written next to GEPA's state after every iteration (the app logs those files).
 
 Budget: with the loop's `CallBudget`, GEPA stops (a gepa stop callback, checked between its steps) as
-soon as the budget has nothing left; `max_metric_calls` caps each run as well, and is the only limit
-when there is no budget. A started step finishes, so a run may overshoot by one minibatch and its
-reflection. Reproducible: GEPA's `seed`. Resumable: GEPA's state lives in `<run dir>/optimizer/<name>`
-(`OptimizationContext.work_dir`; a temporary directory of the optimizer outside a run), so a resumed
-loop continues the GEPA run from its last saved step.
+soon as the budget has nothing left; `max_metric_calls` (per iteration, cumulative over the run) caps
+it as well, and is the only limit when there is no budget. Reflection LM calls are made by the
+rewriter LM and are not in the loop's task-call totals (LM-level counting is the budget's). A started
+step finishes, so a run may overshoot by one minibatch and its reflection. Reproducible: GEPA's
+`seed`. Resumable: GEPA's state lives in `<run dir>/optimizer/<name>` (`OptimizationContext.work_dir`;
+a temporary directory of the optimizer outside a run), so a resumed loop continues the GEPA run from
+its last saved step.
 
 The blame-guided variant (component selector and per-stage feedback) is `optimizers.gepa_blame`; this
 module gives it the hooks (`metric_and_selector`). It does not accept candidates or tune knobs.
