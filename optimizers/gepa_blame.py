@@ -25,7 +25,7 @@ from typing import Any
 import dspy
 from gepa.strategies.component_selector import RoundRobinReflectionComponentSelector
 from memtrace_loop.optimizers.base import OptimizationContext, TracedCase
-from memtrace_loop.optimizers.feedback import FailureFeedback, feedback_for_attribution
+from memtrace_loop.optimizers.feedback import FailureFeedback, feedback_for_attribution, feedback_for_other_stage
 from memtrace_loop.optimizers.gepa import GepaOptimizer, Settings
 from memtrace_loop.optimizers.gepa_program import JudgeMetric, judge_feedback, traced_of
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
@@ -43,20 +43,10 @@ def blamed_prompt_stages(attribution: Attribution) -> tuple[str, ...]:
     return tuple(c.stage for c in attribution.causes() if c.tunable == Tunable.PROMPT)
 
 
-def not_this_stage_feedback(attribution: Attribution, stage: str) -> FailureFeedback:
-    """The block a stage gets for a failure attributed elsewhere."""
-    culprit = attribution.primary()
-    where = ", ".join(f"{c.stage} ({c.op_name or c.op})" for c in attribution.causes()) or culprit.stage
-    block = feedback_for_attribution(attribution)
-    return FailureFeedback(
-        question_id=block.question_id, question=block.question, gold=block.gold, answer=block.answer,
-        error_type=block.error_type, op_name=block.op_name,
-        diagnosis=(
-            f"this failure was traced to another stage, {where}, not to this stage ({stage}); this stage did "
-            "its part, so do not change it to chase this failure."
-        ),
-        confidence=block.confidence, verified=block.verified, category=block.category,
-    )
+def not_this_stage_feedback(attribution: Attribution) -> FailureFeedback:
+    """The block a stage gets for a failure attributed elsewhere (`feedback_for_other_stage`: the same
+    facts and error, a diagnosis that names the blamed stage and says it was not this one)."""
+    return feedback_for_other_stage(attribution)
 
 
 class BlameSource:
@@ -113,7 +103,7 @@ class BlameMetric(JudgeMetric):
             return judge_feedback(traced.case).render()
         if pred_name in blamed_prompt_stages(attribution):
             return feedback_for_attribution(attribution).render()
-        return not_this_stage_feedback(attribution, str(pred_name)).render()
+        return not_this_stage_feedback(attribution).render()
 
 
 class GepaBlameOptimizer(GepaOptimizer):
