@@ -2,8 +2,9 @@
 
 For an optimization run it takes the exported prompt set the run logged (`export/best_prompts.json`);
 for a plain `memtrace run` it takes the prompt set that run used (`prompts.json` + its system tag).
-The file loads back with `prompts=<file>`. An entry point; reading and writing files is
-`pipeline.tracking.export`.
+The file loads back with `prompts=<file>`; beside it, `<name>.program.json` is the same prompt set as a
+DSPy program state (`MemoryProgram(system).load(path)`, `optimizers.gepa_program`). An entry point;
+reading and writing files is `pipeline.tracking.export`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ import hydra
 from memtrace_loop.experiments.config import validated_export
 from memtrace_loop.experiments.console import setup_logging
 from memtrace_loop.experiments.factory import launch_dir, resolve, to_plain
+from memtrace_loop.memory_systems.registry import build_memory_system
+from memtrace_loop.optimizers.gepa_program import save_program_state
+from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.records import PromptSet
 from memtrace_loop.pipeline.tracking.export import ExportedPrompts, read_prompts, write_prompts
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
@@ -54,6 +58,11 @@ def export(cfg: DictConfig, console: Console | None = None) -> Path:
     exported = exported_from_run(MlflowTracker(config.tracking.uri), config.run_id)
     path = write_prompts(exported, resolve(config.out, base_dir))
     console.print(f"wrote {len(exported.prompts)} stage prompts of {exported.system!r} to {path}")
+    program = save_program_state(
+        build_memory_system({"name": exported.system}, HashingEmbedder()), exported.prompts,
+        path.with_name(f"{path.stem}.program.json"),
+    )
+    console.print(f"and as a DSPy program state to {program} (MemoryProgram(system).load(path))")
     console.print(f"load them with: memtrace run prompts={path}")
     return path
 

@@ -32,6 +32,8 @@ from memtrace_loop.experiments.factory import (
     splits_of,
     to_plain,
 )
+from memtrace_loop.memory_systems.base import MemorySystem
+from memtrace_loop.optimizers.gepa_program import save_program_state
 from memtrace_loop.optimizers.registry import build_optimizer
 from memtrace_loop.pipeline.backends.call_count import CallLedger
 from memtrace_loop.pipeline.backends.lm import configure_cache
@@ -98,6 +100,11 @@ def export_best(
     return [write_prompts(exported, run_dir / name) for name in ("best_prompts.json", "best_prompts.yaml")]
 
 
+def export_program(result: LoopResult, system: MemorySystem, run_dir: Path) -> Path:
+    """The final prompt set as a DSPy program state (best_program.json; `MemoryProgram(system).load`)."""
+    return save_program_state(system, result.final_prompts, run_dir / "best_program.json")
+
+
 def optimize(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
     """Run the loop end to end; returns run id, paths and the headline numbers."""
     console = console or Console()
@@ -150,6 +157,9 @@ def optimize(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
         paths = export_best(result, system.name, run_id, run_dir, final_knobs)
         for path in paths:
             tracker.log_artifact(path, "export")
+        tracker.log_artifact(export_program(result, system, run_dir), "program")
+        for table in sorted((run_dir / "optimizer").glob("*/*.json")):  # e.g. GEPA's candidate pools
+            tracker.log_artifact(table, f"optimizer/{table.parent.name}")
         plots = TrackingLoopObserver.plots(result, run_dir)
         elapsed = time.perf_counter() - started
         tracker.log_metrics({"elapsed_s": elapsed})

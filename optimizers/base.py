@@ -13,13 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Protocol
 
+from memtrace_loop.memory_systems.base import MemorySystem
+from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
 from memtrace_loop.pipeline.analysis.blame import Attribution, BlameTable
 from memtrace_loop.pipeline.analysis.evaluation import EvaluationReport
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
-from memtrace_loop.pipeline.core.records import CaseResult, PromptSet
+from memtrace_loop.pipeline.core.records import CaseResult, Conversation, PromptSet, Question
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,38 @@ class Evaluator(Protocol):
     def evaluate(
         self, prompts: PromptSet, split: str = "train", question_ids: Sequence[str] | None = None
     ) -> CandidateEvaluation: ...
+
+
+@dataclass(frozen=True)
+class ConstructionCall:
+    """One LM call a construction stage made while building a memory, as DSPy traced it."""
+
+    stage: str  # the predictor's path in the system (a stage name)
+    inputs: Mapping[str, Any]
+    outputs: Any  # the dspy.Prediction it returned
+
+
+@dataclass(frozen=True)
+class TracedCase:
+    """One question answered and judged on its own: the case, its graph (the conversation's ingestion
+    graph with this question's answering appended), the conversation, and the construction stages'
+    LM calls that built the memory it read (recorded when it was built, returned on a reuse too)."""
+
+    case: CaseResult
+    graph: ExecutionGraph
+    conversation: Conversation
+    construction_calls: tuple[ConstructionCall, ...]
+    lm_calls_made: int  # LLM calls this case made (a reused memory and DSPy's cache excluded)
+    memory_reused: bool
+
+
+class CaseRunner(Protocol):
+    """Answers single questions of train or dev with a given system (its prompts and knobs as they are),
+    building each conversation's memory once (through the loop's memory cache, also across threads)."""
+
+    def questions(self, split: str) -> tuple[Question, ...]: ...  # the scored questions (excluded categories left out)
+
+    def run_case(self, system: MemorySystem, split: str, question_id: str) -> TracedCase: ...
 
 
 class CallBudget(Protocol):
@@ -82,6 +117,10 @@ class OptimizationContext:
     knob_fields_by_stage: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
     # the train traces the attributions were made on: one execution graph per conversation
     graph_by_conversation: Mapping[str, ExecutionGraph] = field(default_factory=lambda: MappingProxyType({}))
+    system: MemorySystem | None = None  # the system being optimized (its prompts are not `prompts`)
+    cases: CaseRunner | None = None  # per-question runs (GEPA's program); None outside a loop
+    attributor: Attributor | None = None  # the loop's attributor (blame-guided optimizers may re-attribute)
+    work_dir: Path | None = None  # where an optimizer may keep resumable state (under the run directory)
 
 
 @dataclass(frozen=True)
@@ -93,6 +132,8 @@ class Candidate:
     rationale: str
     feedback_by_stage: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     knobs: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))  # knob changes: field -> value
+    # artifact file -> table columns the loop observer logs with the candidate (e.g. GEPA's candidate pool)
+    tables: Mapping[str, Mapping[str, list[str]]] = field(default_factory=lambda: MappingProxyType({}))
 
 
 class Optimizer(Protocol):

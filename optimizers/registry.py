@@ -31,6 +31,8 @@ MODULE_BY_OPTIMIZER: Mapping[str, str] = MappingProxyType(
         "attribution": "memtrace_loop.optimizers.attribution_guided",
         "uniform": "memtrace_loop.optimizers.uniform",
         "uniform_reasons": "memtrace_loop.optimizers.uniform_reasons",
+        "gepa": "memtrace_loop.optimizers.gepa",
+        "gepa_blame": "memtrace_loop.optimizers.gepa_blame",
         "none": "memtrace_loop.optimizers.noop",
     }
 )

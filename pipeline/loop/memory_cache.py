@@ -3,13 +3,15 @@
 A memory system's `memory_key(conversation)` names everything construction depends on (conversation,
 construction prompts, construction knobs, embedder, model). The cache maps that key to the ingestion
 graph (a snapshot that is copied, never mutated) and the memory state (read-only once built), and
-counts hits and the LLM calls they saved. Thread-safe. It does not decide what the key contains.
+counts hits and the LLM calls they saved. Thread-safe; `get_or_build` builds a missing memory once even
+when several threads ask for it at the same time. It does not decide what the key contains.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +23,9 @@ class CachedMemory:
     graph: ExecutionGraph  # the ingestion graph; copy it before appending
     state: Any
     lm_calls: int  # LLM calls it took to build
+    # the construction stages' LM calls as DSPy traced them (optimizers.base.ConstructionCall), so a
+    # reuse can still show them to an optimizer that reflects on construction (GEPA)
+    construction_calls: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -38,8 +43,9 @@ class MemoryCache:
         self._hits = 0
         self._misses = 0
         self._saved = 0
+        self._lock_by_key: dict[str, threading.Lock] = {}
 
-    def get(self, key: str) -> CachedMemory | None:
+    def get(self, key: str, count_saved: bool = True) -> CachedMemory | None:
         with self._lock:
             found = self._entries.get(key)
             if found is None:
@@ -47,7 +53,7 @@ class MemoryCache:
                 return None
             self._entries.move_to_end(key)
             self._hits += 1
-            self._saved += found.lm_calls
+            self._saved += found.lm_calls if count_saved else 0
             return found
 
     def put(self, key: str, memory: CachedMemory) -> None:
@@ -56,6 +62,22 @@ class MemoryCache:
             self._entries.move_to_end(key)
             while len(self._entries) > self._max_entries:
                 self._entries.popitem(last=False)
+
+    def get_or_build(
+        self, key: str, build: Callable[[], CachedMemory], count_saved: bool = True
+    ) -> tuple[CachedMemory, bool]:
+        """(the memory under `key`, reused?) — `build()` runs at most once per key at a time: a thread
+        asking while another builds the same key waits and then reuses its memory. `count_saved=False`:
+        a hit is counted, but not as saved calls (the caller counts what a reuse saved itself)."""
+        with self._lock:
+            key_lock = self._lock_by_key.setdefault(key, threading.Lock())
+        with key_lock:
+            found = self.get(key, count_saved)
+            if found is not None:
+                return found, True
+            built = build()
+            self.put(key, built)
+            return built, False
 
     def stats(self) -> CacheStats:
         with self._lock:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -50,6 +51,7 @@ from memtrace_loop.pipeline.analysis.blame import Attribution, BlameTable, aggre
 from memtrace_loop.pipeline.analysis.evaluation import PairedDifference, paired_difference
 from memtrace_loop.pipeline.backends.call_count import BUDGET_ROLES, CallLedger, CallTally
 from memtrace_loop.pipeline.core.records import Dataset, PromptSet
+from memtrace_loop.pipeline.loop.case_runner import LoopCaseRunner
 from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
 from memtrace_loop.pipeline.loop.runner import ProgressSink, RunResult, run_dataset
 from memtrace_loop.pipeline.loop.summaries import CandidateSummary, IterationSummary, blame_from_rows
@@ -270,6 +272,18 @@ class OptimizationLoop:
         self._spent_base = 0
         self._spent_offset = 0
         self._budget_cut = False
+        self._calls_lock = threading.Lock()
+
+    def _count_calls(self, n: int) -> None:
+        """Add LLM calls made (optimizers' per-question runs report from several threads)."""
+        with self._calls_lock:
+            self._calls_made += n
+
+    def _case_runner(self) -> LoopCaseRunner:
+        return LoopCaseRunner(
+            self.judge, {"train": self.splits.train, "dev": self.splits.dev}, self.cache,
+            self.settings.exclude_categories, self._count_calls,
+        )
 
     # ------------------------------------------------------------------ evaluation
 
@@ -287,7 +301,7 @@ class OptimizationLoop:
             progress=self.progress, exclude_categories=self.settings.exclude_categories, seed=self.settings.seed,
             memory_cache=self.cache,
         )
-        self._calls_made += calls_made(result)
+        self._count_calls(calls_made(result))
         self._tokens_made += tokens_made(result)
         return result
 
@@ -419,6 +433,8 @@ class OptimizationLoop:
             knobs=MappingProxyType(self.system.with_knobs(knobs).knob_values()),
             knob_fields_by_stage=self.system.knob_fields_by_stage,
             graph_by_conversation=train.graph_by_conversation,
+            system=self.system.with_knobs(knobs), cases=self._case_runner(), attributor=self.attributor,
+            work_dir=self.checkpoint.parent / "optimizer" if self.checkpoint is not None else None,
         )
         outcomes = []
         for candidate in list(self.optimizer.propose(context))[: self.settings.max_candidates]:

@@ -16,6 +16,7 @@ from typing import Any, Protocol, TypeVar
 
 import dspy
 from memtrace_loop.memory_systems.base import MemorySystem
+from memtrace_loop.optimizers.base import ConstructionCall
 from memtrace_loop.pipeline.analysis.evaluation import (
     JUDGE_STAGE,
     EvaluationReport,
@@ -127,6 +128,22 @@ def count_lm_calls(graphs: Iterable[ExecutionGraph]) -> LMCallCounts:
     return LMCallCounts(calls, cached, prompt, completion, failed)
 
 
+def ingest_recorded(
+    system: MemorySystem, conversation: Conversation, tracer: Tracer, on_turn: Callable[[Any], None] | None = None
+) -> tuple[Any, tuple[ConstructionCall, ...]]:
+    """`system.ingest` with its construction stages' LM calls recorded as DSPy traces them (kept with a
+    cached memory so a reuse can still show them to GEPA's reflection)."""
+    name_by_predictor = {id(p): name for name, p in system.named_predictors()}
+    with dspy.context(trace=[]):
+        state = system.ingest(conversation, tracer, on_turn=on_turn)
+        trace = list(dspy.settings.trace)
+    calls = tuple(
+        ConstructionCall(name_by_predictor[id(predictor)], dict(inputs), outputs)
+        for predictor, inputs, outputs in trace if id(predictor) in name_by_predictor
+    )
+    return state, calls
+
+
 def run_dataset(
     system: MemorySystem,
     judge: dspy.Predict,
@@ -156,9 +173,9 @@ def run_dataset(
             reused.append((cached.lm_calls, saved.cached_calls, saved.prompt_tokens + saved.completion_tokens))
             return graph, cached.state
         graph, tracer = new_conversation_graph(system, judge, conversation, {"dataset": dataset.name})
-        state = system.ingest(conversation, tracer, on_turn=lambda _turn: progress.advance("ingest"))
+        state, calls = ingest_recorded(system, conversation, tracer, lambda _turn: progress.advance("ingest"))
         if memory_cache is not None:
-            memory_cache.put(key, CachedMemory(graph.copy(), state, count_lm_calls([graph]).calls))
+            memory_cache.put(key, CachedMemory(graph.copy(), state, count_lm_calls([graph]).calls, calls))
         return graph, state
 
     built = _map(ingest, conversations, workers)

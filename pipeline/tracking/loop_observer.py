@@ -156,6 +156,8 @@ class TrackingLoopObserver:
                            f"candidates/{index}-{verdict}.diff")
                 for stage, feedback in outcome.candidate.feedback_by_stage.items():
                     self._text(feedback, f"candidates/{index}-feedback-{stage}.txt")
+                for name, columns in outcome.candidate.tables.items():  # e.g. GEPA's candidate pool
+                    tracker.log_table(dict(columns), f"candidates/{index}-{name}")
             accepted = record.accepted
         # the parent run gets the headline curves too, one point per iteration
         tracker.log_metrics(

@@ -369,8 +369,12 @@ def test_registry_builds_each_optimizer(sim_lm: dspy.LM) -> None:
 
 
 def test_registry_errors(sim_lm: dspy.LM) -> None:
-    with pytest.raises(ValueError, match=r"unknown optimizer 'gepa'.*attribution.*uniform.*none"):
-        build_optimizer("gepa", sim_lm, {})
+    with pytest.raises(ValueError, match=r"unknown optimizer 'mipro'.*attribution.*uniform.*gepa.*none"):
+        build_optimizer("mipro", sim_lm, {})
+    with pytest.raises(ValueError, match="needs a rewriter LM"):
+        build_optimizer("gepa_blame", None, {})
+    with pytest.raises(ValueError, match="max_metric_calls"):
+        build_optimizer("gepa", sim_lm, {"max_metric_calls": 0})
     with pytest.raises(ValueError, match="unknown keys"):
         build_optimizer("attribution", sim_lm, {"topstages": 2})
     with pytest.raises(ValueError, match="positive integer"):

@@ -1,0 +1,128 @@
+"""`optimizer=gepa_blame`: GEPA whose component choice and per-stage feedback follow attribution.
+
+The same run as `optimizers.gepa`, with two changes, both fed by the loop's attributor (lineage by
+default) over each failed question's traced graph (its conversation's ingestion graph plus its own
+answering):
+
+- `BlameComponentSelector` (a gepa `ReflectionComponentSelector`): for GEPA's reflection minibatch it
+  attributes the failures, aggregates them with `aggregate_blame`, and mutates the most-blamed prompt
+  stage of the candidate instead of the next one round robin (round robin only when nothing in the
+  minibatch could be attributed to a prompt stage). Its choices are kept (`choices`) for the logs.
+- `BlameMetric`: same score (the judge's), but the feedback GEPA asks for one predictor (`pred_name`)
+  depends on the attribution: the blamed stage (or a member of a joint cause) gets
+  `feedback_for_attribution(a).render()`; every other stage gets a block whose diagnosis says the
+  failure was traced to another stage, not this one, so a rewrite of it should not chase this failure.
+
+An attribution is made once per prediction (the selector and the metric share `BlameSource`). It
+does not run GEPA itself or change the score.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import dspy
+from gepa.strategies.component_selector import RoundRobinReflectionComponentSelector
+from memtrace_loop.optimizers.base import OptimizationContext, TracedCase
+from memtrace_loop.optimizers.feedback import FailureFeedback, feedback_for_attribution, feedback_for_other_stage
+from memtrace_loop.optimizers.gepa import GepaOptimizer, Settings
+from memtrace_loop.optimizers.gepa_program import JudgeMetric, judge_feedback, traced_of
+from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
+from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
+from memtrace_loop.pipeline.analysis.blame import Attribution, Tunable, aggregate_blame
+from memtrace_loop.pipeline.core.config import ConfigError
+
+__all__ = ["BlameComponentSelector", "BlameMetric", "BlameSource", "GepaBlameOptimizer", "Settings", "build",
+           "not_this_stage_feedback"]
+
+_ATTRIBUTION_KEY = "memtrace_attribution"
+
+
+def blamed_prompt_stages(attribution: Attribution) -> tuple[str, ...]:
+    return tuple(c.stage for c in attribution.causes() if c.tunable == Tunable.PROMPT)
+
+
+def not_this_stage_feedback(attribution: Attribution) -> FailureFeedback:
+    """The block a stage gets for a failure attributed elsewhere (`feedback_for_other_stage`: the same
+    facts and error, a diagnosis that names the blamed stage and says it was not this one)."""
+    return feedback_for_other_stage(attribution)
+
+
+class BlameSource:
+    """Attributions of the program's failed predictions, made once per prediction (thread-safe)."""
+
+    def __init__(self, attributor: Attributor) -> None:
+        self.attributor = attributor
+        self._lock = threading.Lock()
+
+    def attribution(self, prediction: Any) -> Attribution | None:
+        traced = traced_of(prediction)
+        if traced is None or traced.case.correct:
+            return None
+        with self._lock:
+            if _ATTRIBUTION_KEY not in prediction:
+                prediction[_ATTRIBUTION_KEY] = self._attribute(traced)
+            return prediction[_ATTRIBUTION_KEY]
+
+    def _attribute(self, traced: TracedCase) -> Attribution | None:
+        return self.attributor.attribute(traced.graph, traced.case, traced.conversation)
+
+
+class BlameComponentSelector:
+    """Mutates the most-blamed prompt stage of the minibatch's failures (round robin when none)."""
+
+    def __init__(self, source: BlameSource) -> None:
+        self.source = source
+        self.fallback = RoundRobinReflectionComponentSelector()
+        self.choices: list[tuple[str, str]] = []  # (stage, "blame" | "round_robin"), in order
+
+    def __call__(
+        self, state: Any, trajectories: list[Any], subsample_scores: list[float], candidate_idx: int,
+        candidate: dict[str, str],
+    ) -> list[str]:
+        attributions = [a for t in trajectories if (a := self.source.attribution(t.get("prediction"))) is not None]
+        stages = [s for s in aggregate_blame(attributions).prompt_stages() if s in candidate]
+        if stages:
+            self.choices.append((stages[0], "blame"))
+            return [stages[0]]
+        chosen = self.fallback(state, trajectories, subsample_scores, candidate_idx, candidate)
+        self.choices.extend((stage, "round_robin") for stage in chosen)
+        return chosen
+
+
+class BlameMetric(JudgeMetric):
+    """The judge's score; per-stage feedback routed by the attribution."""
+
+    def __init__(self, source: BlameSource) -> None:
+        self.source = source
+
+    def stage_feedback(self, prediction: Any, traced: TracedCase, pred_name: str | None) -> str:
+        attribution = self.source.attribution(prediction) if pred_name is not None else None
+        if attribution is None:
+            return judge_feedback(traced.case).render()
+        if pred_name in blamed_prompt_stages(attribution):
+            return feedback_for_attribution(attribution).render()
+        return not_this_stage_feedback(attribution).render()
+
+
+class GepaBlameOptimizer(GepaOptimizer):
+    """GEPA with blame-guided component selection and attribution-routed feedback."""
+
+    name: str = "gepa_blame"
+
+    def metric_and_selector(self, context: OptimizationContext) -> tuple[JudgeMetric, Any]:
+        source = BlameSource(context.attributor or LineageAttributor())
+        return BlameMetric(source), BlameComponentSelector(source)
+
+    def describe_run(self, selector: Any) -> str:
+        choices = getattr(selector, "choices", [])
+        by_blame = sum(1 for _, how in choices if how == "blame")
+        return f"{by_blame} of {len(choices)} components chosen by blame"
+
+
+def build(lm: dspy.BaseLM | None, settings: Settings) -> GepaBlameOptimizer:
+    """The optimizer from its validated settings; the rewriter LM is GEPA's reflection LM (registry contract)."""
+    if lm is None:
+        raise ConfigError("optimizer 'gepa_blame' needs a rewriter LM (GEPA's reflection LM)")
+    return GepaBlameOptimizer(lm, settings)
