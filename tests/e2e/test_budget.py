@@ -123,6 +123,21 @@ def test_every_optimizer_stops_at_the_budget_by_the_exact_overshoot_rule(name, c
         assert len([row for row in probe if row[0] == "dev@1"]) >= 2  # without the budget it was evaluated
 
 
+def test_gepa_stops_inside_its_own_search_at_the_loop_budget():
+    """GEPA searches inside one proposal; the loop's budget (its `CallBudget`) stops that search between
+    GEPA's steps, so a budget smaller than what one unbudgeted proposal spends cuts the search short."""
+    probe, _, _, _ = run("gepa", budget=0, max_iterations=1)
+    start, full = probe.history[0].budget_spent, probe.history[1].budget_spent
+    assert full - start > 100, "an unbudgeted GEPA proposal should spend real calls"
+    budget = start + (full - start) // 3
+    result, _, ledger, optimizer = run("gepa", budget, max_iterations=3)
+    assert result.stop_reason == "budget"
+    assert budget <= result.history[1].budget_spent < full  # iteration 1's search was cut short
+    assert len(result.history) == 2  # and no later iteration started
+    assert all(b is not None and b.remaining() is not None for b in optimizer.budgets)
+    assert result.calls.made() == ledger.tally().made() == result.lm_calls_made
+
+
 def test_without_a_budget_the_loop_stops_by_patience_or_iterations_and_counts_saved_calls_apart():
     result, _, _, optimizer = run("attribution", budget=0, max_iterations=2)
     assert result.stop_reason in ("patience", "max_iterations")
