@@ -88,5 +88,9 @@ def test_the_loop_improves_each_system_and_blames_only_its_stages(name):
     stages = set(system.stage_names()) | set(system.non_llm_stages())
     blamed = {row.stage for record in result.iterations for row in record.blame.rows}
     assert blamed and blamed <= stages, (blamed, stages)
-    accepted = {s for record in result.iterations if record.accepted for s in record.accepted.candidate.changed_stages}
-    assert accepted and accepted <= set(system.stage_names())
+    accepted = [record.accepted.candidate for record in result.iterations if record.accepted]
+    assert accepted
+    for candidate in accepted:  # a prompt candidate changes prompt stages; a knob candidate a non-LLM stage
+        allowed = set(system.non_llm_stages()) if candidate.knobs else set(system.stage_names())
+        assert set(candidate.changed_stages) <= allowed, (candidate.changed_stages, dict(candidate.knobs))
+        assert set(candidate.knobs) <= set(system.knob_values()), dict(candidate.knobs)
