@@ -1,0 +1,86 @@
+"""Stopping a run on purpose: the exceptions that end a run and the token that asks it to stop.
+
+A single failing LM call is recorded as a failed operation and scored; these are different. They say
+the whole run must end now and why, so they derive from `BaseException` (like `KeyboardInterrupt`):
+the `except Exception` that keeps one failing stage from crashing a run (`pipeline.core.tracing`),
+DSPy's adapters and thread pools let them through to the entry point, which reports the cause in one
+line, exits non-zero and never marks the run FINISHED.
+
+- `Interrupted`: the user pressed Ctrl-C or the process got SIGTERM (`StopToken.request`).
+- `EndpointUnusable`: an endpoint answered 401/403/404, is unreachable, or asked to wait longer than
+  allowed; names the role, the (scrubbed) endpoint and the cause.
+- `TooManyFailures`: the share of failed LM calls passed the configured bound.
+
+`StopToken` is the thread-safe flag an entry point creates, hands to the LMs and the runner, and sets
+from its signal handler; `check()` raises `Interrupted` once it is set, so no new LM call starts after
+a signal. This module holds no global state and installs no signal handler.
+"""
+
+from __future__ import annotations
+
+import threading
+
+__all__ = ["EndpointUnusable", "Interrupted", "RunStopped", "StopToken", "TooManyFailures"]
+
+
+class RunStopped(BaseException):
+    """The run must end now; `str()` is the one-line cause shown to the user."""
+
+
+class Interrupted(RunStopped):
+    """A stop was requested (Ctrl-C, SIGTERM)."""
+
+
+class EndpointUnusable(RunStopped):
+    """An endpoint cannot serve this run (wrong key, unknown model or path, unreachable, rate-limited
+    for longer than allowed). `endpoint` is already scrubbed of credentials."""
+
+    def __init__(self, role: str, endpoint: str, cause: str) -> None:
+        self.role = role
+        self.endpoint = endpoint
+        self.cause = cause
+        super().__init__(f"lm.{role} endpoint {endpoint}: {cause}")
+
+
+class TooManyFailures(RunStopped):
+    """More than the allowed share of LM calls failed (after retries)."""
+
+    def __init__(self, failed: int, total: int, bound: float, last_error: str = "") -> None:
+        self.failed = failed
+        self.total = total
+        self.bound = bound
+        detail = f"; last error: {last_error}" if last_error else ""
+        super().__init__(
+            f"{failed} of {total} LM calls failed ({100 * failed / max(total, 1):.0f}%), more than the allowed "
+            f"{100 * bound:.0f}% (max_failed_share){detail}"
+        )
+
+
+class StopToken:
+    """A one-way, thread-safe stop flag with the reason it was set."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._reason = ""
+
+    def request(self, reason: str = "interrupted") -> None:
+        if not self._event.is_set():
+            self._reason = reason
+            self._event.set()
+
+    @property
+    def requested(self) -> bool:
+        return self._event.is_set()
+
+    @property
+    def reason(self) -> str:
+        return self._reason
+
+    def check(self) -> None:
+        """Raise `Interrupted` if a stop was requested (call before starting any new piece of work)."""
+        if self._event.is_set():
+            raise Interrupted(self._reason or "interrupted")
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to `seconds`, waking early when a stop is requested; True if it was."""
+        return self._event.wait(max(0.0, seconds))
