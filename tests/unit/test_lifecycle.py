@@ -57,9 +57,11 @@ def test_the_tracker_ends_a_run_finished_killed_or_failed(tmp_path):
     tracker.open_experiment("statuses")
     with tracker.start_run("ok") as ok:
         pass
-    with pytest.raises(Interrupted), tracker.start_run("stopped") as stopped:
-        with tracker.start_run("child", nested=True) as child:
-            raise Interrupted("interrupted by SIGINT")
+    with (
+        pytest.raises(Interrupted), tracker.start_run("stopped") as stopped,
+        tracker.start_run("child", nested=True) as child,
+    ):
+        raise Interrupted("interrupted by SIGINT")
     with pytest.raises(EndpointUnusable), tracker.start_run("broken") as broken:
         raise EndpointUnusable("task", "http://127.0.0.1:1/v1", "connection refused")
     with pytest.raises(KeyboardInterrupt), tracker.start_run("ctrl-c") as ctrl_c:
