@@ -210,3 +210,17 @@ def test_compare_optimizers_multirun_lands_in_one_experiment(tmp_path):
     assert set(by_optimizer) == {"attribution", "uniform", "none"}
     gains = {k: m["test_final_judge_accuracy"] - m["test_start_judge_accuracy"] for k, m in by_optimizer.items()}
     assert gains["attribution"] > gains["uniform"] > gains["none"] == 0  # the fair rewriter: uniform learns too
+
+
+def test_an_optimization_that_accepts_nothing_says_so(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    from rich.console import Console
+
+    console = Console(record=True, width=200)
+    outcome = optimize(
+        optimize_cfg(tmp_path, "optimizer=none", "loop.max_iterations=1", "dataset.n_conversations=4"), console
+    )
+    assert outcome["improved"] is False
+    assert "No rewrite was accepted: the exported prompt set is the starting one" in console.export_text()
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    assert client.get_run(outcome["run_id"]).data.tags["memtrace.improved"] == "false"
