@@ -22,6 +22,7 @@ def free_port() -> int:
 @contextmanager
 def mlflow_server(directory: Path, ready_within_s: float = 90) -> Iterator[str]:
     """Start `mlflow server` with its store in `directory`; yields its URL once /health answers."""
+    directory.mkdir(parents=True, exist_ok=True)
     port = free_port()
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "MLFLOW_DISABLE_TELEMETRY": "true"}
     mlflow_bin = Path(sys.executable).parent / "mlflow"

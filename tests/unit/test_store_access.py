@@ -113,7 +113,7 @@ def test_a_run_record_reads_back_equal(tmp_path):
     assert read_run_record(tmp_path) == record
     assert read_run_record(tmp_path / "artifacts") == record  # given the artifacts folder of the output dir
     (tmp_path / "run_record.json").write_text('{"experiment": "x"}')
-    with pytest.raises(ValueError, match="run_record.json: not a run record"):
+    with pytest.raises(ValueError, match=r"run_record\.json: not a run record"):
         read_run_record(tmp_path)
 
 
@@ -157,3 +157,16 @@ def test_setup_logging_keeps_hydras_job_log_file_and_writes_to_it(tmp_path):
                 handler.close()
         root.handlers = saved_handlers
         root.setLevel(saved_level)
+
+
+@pytest.mark.parametrize("override,key", [("tracking.max_retries=-1", "tracking.max_retries"),
+                                          ("tracking.timeout_s=0", "tracking.timeout_s")])
+def test_tracking_bounds_are_validated_with_the_key_named(override, key):
+    from memtrace_loop.experiments.config import validated_run
+    from memtrace_loop.experiments.factory import to_plain
+    from memtrace_loop.pipeline.core.config import ConfigError
+
+    with initialize_config_module(config_module="memtrace_loop.conf", version_base="1.3"):
+        cfg = compose("run", overrides=[override])
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        validated_run(to_plain(cfg))
