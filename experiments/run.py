@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 import time
 
 import hydra
@@ -40,7 +41,13 @@ from memtrace_loop.pipeline.tracking.run_logging import (
     scrub,
     token_metrics,
 )
-from memtrace_loop.pipeline.tracking.run_record import RunRecord, log_record, write_run_record
+from memtrace_loop.pipeline.tracking.run_record import (
+    NotLoggedError,
+    RunRecord,
+    log_record,
+    unreachable_message,
+    write_run_record,
+)
 from memtrace_loop.pipeline.tracking.store_access import configure_tracking_client
 from omegaconf import DictConfig
 from rich.console import Console
@@ -96,10 +103,14 @@ def run(cfg: DictConfig, console: Console | None = None) -> dict[str, object]:
         tables={RESULTS_TABLE: columns} if columns else {},
     )
     write_run_record(out_dir, record)
-    tracker = MlflowTracker(plain["tracking"]["uri"])
-    tracker.open_experiment(plain["tracking"]["experiment"])
-    with tracker.start_run(run_name) as run_id:
-        log_record(tracker, record, saved)
+    try:
+        tracker = MlflowTracker(plain["tracking"]["uri"])
+        tracker.open_experiment(plain["tracking"]["experiment"])
+        with tracker.start_run(run_name) as run_id:
+            log_record(tracker, record, saved)
+    except Exception as exc:  # the results are on disk: say how to log them later
+        console.print(report_table(result.report, f"{system.name} on {dataset.name} ({plain['split']})"))
+        raise NotLoggedError(scrub(unreachable_message(out_dir, exc), secrets)) from exc
 
     console.print(report_table(result.report, f"{system.name} on {dataset.name} ({plain['split']})"))
     console.print(calls_table(tally, title="LM calls by role (counted at the LM layer)"))
@@ -116,5 +127,9 @@ def run(cfg: DictConfig, console: Console | None = None) -> dict[str, object]:
 @hydra.main(config_path="pkg://memtrace_loop.conf", config_name="run", version_base="1.3")
 def main(cfg: DictConfig) -> float:
     setup_logging()
-    accuracy = run(cfg)["judge_accuracy"]
+    try:
+        accuracy = run(cfg)["judge_accuracy"]
+    except NotLoggedError as error:  # one line, no traceback: the results are safe on disk
+        sys.stderr.write(f"{error}\n")
+        raise SystemExit(1) from None
     return float(accuracy) if isinstance(accuracy, int | float) else math.nan

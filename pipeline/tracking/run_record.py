@@ -9,7 +9,7 @@ out_dir)` logs a saved run later, as it would have been logged live, plus the ta
 `memtrace.uploaded_from=<out_dir>`; it is idempotent through the record id: a run of the store
 already tagged with it and complete is returned as is (nothing logged), one tagged but incomplete
 (the live logging broke off) is continued, else a new run is created. `unreachable_message(out_dir,
-exc)` is the one line to print when the live logging failed.
+exc)` is the one line to print when the live logging failed (`NotLoggedError` carries it).
 
 It does not decide what a run logs (the entry points build the record) and reads no MLflow state
 besides the runs' tags.
@@ -171,6 +171,11 @@ def upload_saved_run(tracker: SearchableTracker, directory: str | Path, experime
     with tracker.start_run(None if continued else record.run_name, run_id=continued) as run_id:
         log_record(tracker, record, artifacts if artifacts.is_dir() else None, {UPLOADED_FROM_TAG: str(out_dir)})
     return Upload(run_id, target, created=continued is None, continued=continued is not None)
+
+
+class NotLoggedError(RuntimeError):
+    """A run's results are saved on disk but logging them to the tracker failed; the message (see
+    `unreachable_message`) names the cause, the folder and the upload command."""
 
 
 def upload_command(out_dir: str | Path) -> str:

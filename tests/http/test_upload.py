@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -112,3 +114,28 @@ def test_upload_to_a_dead_server_fails_at_once_naming_the_cause(tmp_path, knobs)
     # past the probe (a server that dies meanwhile), MLflow's client gives up at once with those knobs
     with pytest.raises(MlflowException, match=r"127\.0\.0\.1"):
         upload_saved_run(MlflowTracker(dead), tmp_path / "out")
+
+
+@pytest.mark.slow
+def test_a_run_whose_mlflow_is_down_keeps_its_results_and_says_how_to_upload_them(tmp_path):
+    dead = f"http://127.0.0.1:{free_port()}"
+    env = {**os.environ, "COLUMNS": "400", "MEMTRACE_CACHE_DIR": str(tmp_path / "cache")}
+    memtrace = Path(sys.executable).parent / "memtrace"
+    done = subprocess.run(
+        [str(memtrace), "run", "dataset.n_conversations=1", f"tracking.uri={dead}", "tracking.max_retries=0",
+         "run_name=offline"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert done.returncode == 1, done.stderr[-3000:]
+    (out_dir,) = (tmp_path / "outputs" / "run").iterdir()
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith("MLflow unreachable (") and "127.0.0.1" in line
+    assert line.endswith(f"results saved in {out_dir}; upload them with: memtrace upload run_dir={out_dir}")
+    assert "judge acc" in done.stdout  # the summary is still shown
+
+    store = f"sqlite:///{tmp_path}/later.db"
+    done = upload(composed("upload", f"tracking.uri={store}", f"run_dir={out_dir}"))
+    logged = MlflowClient(tracking_uri=store).get_run(done.run_id)
+    record = json.loads((out_dir / "run_record.json").read_text())
+    assert logged.info.run_name == "offline" and logged.data.metrics == record["metrics"]
+    assert logged.data.params == record["params"] and logged.data.params["tracking.uri"] == dead
