@@ -47,6 +47,7 @@ from memtrace_loop.pipeline.tracking.run_logging import (
     scrub,
 )
 from memtrace_loop.pipeline.tracking.saved_run import SavedRun, download_saved_run, read_saved_run
+from memtrace_loop.pipeline.tracking.store_access import configure_tracking_client
 from omegaconf import DictConfig
 from rich.console import Console
 
@@ -108,6 +109,7 @@ def attribute(cfg: DictConfig | Mapping[str, Any], console: Console | None = Non
     base_dir = launch_dir()
     given = to_plain(cfg)
     config = validated_attribute(given)  # every key checked first (ConfigError naming the key)
+    configure_tracking_client(config.tracking.timeout_s, config.tracking.max_retries)
     secrets = secret_values(given)
     out_dir = _out_dir(base_dir)
     tracker = MlflowTracker(config.tracking.uri)

@@ -42,6 +42,7 @@ from memtrace_loop.pipeline.tracking.comparison_report import markdown_report, r
 from memtrace_loop.pipeline.tracking.loop_observer import TEST_QUESTIONS
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.plots import plot_comparison
+from memtrace_loop.pipeline.tracking.store_access import configure_tracking_client
 from memtrace_loop.pipeline.tracking.tracker import TrackedRun
 from omegaconf import DictConfig
 from rich.console import Console
@@ -293,6 +294,7 @@ def run_compare(cfg: DictConfig, console: Console | None = None) -> ComparisonRe
     """`memtrace compare` from its composed config."""
     base_dir = launch_dir()
     config = validated_compare(to_plain(cfg))
+    configure_tracking_client(config.tracking.timeout_s, config.tracking.max_retries)
     sweep_dir = resolve(config.sweep_dir, base_dir) if config.sweep_dir else None
     if config.out:
         out_dir = resolve(config.out, base_dir)

@@ -23,6 +23,7 @@ from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.records import PromptSet
 from memtrace_loop.pipeline.tracking.export import ExportedPrompts, read_prompts, write_prompts
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
+from memtrace_loop.pipeline.tracking.store_access import configure_tracking_client
 from memtrace_loop.pipeline.tracking.tracker import RunNotFoundError, Tracker
 from omegaconf import DictConfig
 from rich.console import Console
@@ -55,6 +56,7 @@ def export(cfg: DictConfig, console: Console | None = None) -> Path:
     console = console or Console()
     base_dir = launch_dir()
     config = validated_export(to_plain(cfg))
+    configure_tracking_client(config.tracking.timeout_s, config.tracking.max_retries)
     exported = exported_from_run(MlflowTracker(config.tracking.uri), config.run_id)
     path = write_prompts(exported, resolve(config.out, base_dir))
     console.print(f"wrote {len(exported.prompts)} stage prompts of {exported.system!r} to {path}")

@@ -50,6 +50,7 @@ from memtrace_loop.pipeline.tracking.export import ExportedPrompts, write_prompt
 from memtrace_loop.pipeline.tracking.loop_observer import TrackingLoopObserver
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.run_logging import flatten, git_commit, log_params, scrub
+from memtrace_loop.pipeline.tracking.store_access import configure_tracking_client
 from omegaconf import DictConfig
 from rich.console import Console
 
@@ -155,6 +156,7 @@ def optimize(cfg: DictConfig, console: Console | None = None, stop: StopToken | 
     base_dir = launch_dir()
     run_dir, plain, resuming = _run_dir(to_plain(cfg), base_dir)
     config = validated_optimize(plain)  # every key checked before anything is built (ConfigError naming the key)
+    configure_tracking_client(config.tracking.timeout_s, config.tracking.max_retries)  # fail fast when MLflow is down
     secrets = secret_values(plain)
     checkpoint = check_resumable(run_dir, plain) if resuming else {}
     if checkpoint.get("finished"):

@@ -63,9 +63,14 @@ def git_commit(cwd: str | Path | None = None) -> str:
     return out.stdout.strip() or "unknown"
 
 
-def log_params(tracker: Tracker, params: Mapping[str, str], secrets: Iterable[str]) -> None:
+def params_for_logging(params: Mapping[str, str], secrets: Iterable[str]) -> dict[str, str]:
+    """The params as a tracker stores them: secrets scrubbed, each value cut to `MAX_PARAM_CHARS`."""
     secrets = tuple(secrets)
-    tracker.log_params({k: scrub(v, secrets)[:MAX_PARAM_CHARS] for k, v in params.items()})
+    return {k: scrub(v, secrets)[:MAX_PARAM_CHARS] for k, v in params.items()}
+
+
+def log_params(tracker: Tracker, params: Mapping[str, str], secrets: Iterable[str]) -> None:
+    tracker.log_params(params_for_logging(params, secrets))
 
 
 def _write(directory: Path, relative: str, text: str, secrets: tuple[str, ...]) -> None:
@@ -233,12 +238,21 @@ def log_run_result(
     active run; `saved` is a directory `save_run` already wrote them to (else a temporary one is used)."""
     secrets = tuple(secrets)
     tracker.log_metrics(run_metrics(result))
-    rows = result_rows(result)
     if saved is not None:
         tracker.log_artifacts(saved)
     else:
         with tempfile.TemporaryDirectory(prefix="memtrace-artifacts-") as tmp:
             tracker.log_artifacts(save_run(Path(tmp), result, prompts, secrets, config))
-    columns = {key: [scrub(str(row[key]), secrets) for row in rows] for key in (rows[0] if rows else {})}
+    columns = result_columns(result, secrets)
     if columns:
-        tracker.log_table(columns, "results_table.json")
+        tracker.log_table(columns, RESULTS_TABLE)
+
+
+RESULTS_TABLE = "results_table.json"
+
+
+def result_columns(result: RunResult, secrets: Iterable[str] = ()) -> dict[str, list[str]]:
+    """The per-question table (`result_rows`) as string columns for a tracker's `log_table` ({} when empty)."""
+    secrets = tuple(secrets)
+    rows = result_rows(result)
+    return {key: [scrub(str(row[key]), secrets) for row in rows] for key in (rows[0] if rows else {})}
