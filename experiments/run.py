@@ -131,7 +131,7 @@ def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None 
         write_run_record(out_dir, record)
         console.print(report_table(result.report, f"{system.name} on {dataset.name} ({plain['split']})"))
         if tracker is None:
-            raise NotLoggedError(scrub(unreachable_message(out_dir, RuntimeError(unreachable)), secrets))
+            raise NotLoggedError(scrub(unreachable_message(out_dir, f"{plain['tracking']['uri']}: {unreachable}"), secrets))
         try:
             log_record(tracker, record, saved)
         except Exception as exc:  # the results are on disk: say how to log them later

@@ -182,7 +182,9 @@ def upload_command(out_dir: str | Path) -> str:
     return f"memtrace upload run_dir={out_dir}"
 
 
-def unreachable_message(out_dir: str | Path, exc: BaseException) -> str:
-    """The one line an entry point prints when logging to MLflow failed after the results were saved."""
-    return (f"MLflow unreachable ({failure_cause(exc)}): results saved in {out_dir}; "
+def unreachable_message(out_dir: str | Path, exc: BaseException | str) -> str:
+    """The one line an entry point prints when logging to MLflow failed after the results were saved
+    (`exc`: the error, or the cause a probe found)."""
+    cause = exc if isinstance(exc, str) else failure_cause(exc)
+    return (f"MLflow unreachable ({cause}): results saved in {out_dir}; "
             f"upload them with: {upload_command(out_dir)}")

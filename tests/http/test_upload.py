@@ -129,7 +129,7 @@ def test_a_run_whose_mlflow_is_down_keeps_its_results_and_says_how_to_upload_the
     assert done.returncode == 1, done.stderr[-3000:]
     (out_dir,) = (tmp_path / "outputs" / "run").iterdir()
     line = done.stderr.strip().splitlines()[-1]
-    assert line.startswith("MLflow unreachable (") and "127.0.0.1" in line
+    assert line.startswith("memtrace run: MLflow unreachable (") and "127.0.0.1" in line
     assert line.endswith(f"results saved in {out_dir}; upload them with: memtrace upload run_dir={out_dir}")
     assert "judge acc" in done.stdout  # the summary is still shown
 
