@@ -32,11 +32,13 @@ from memtrace_loop.experiments.factory import (
     splits_of,
     to_plain,
 )
+from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.optimizers.gepa_program import save_program_state
 from memtrace_loop.optimizers.registry import build_optimizer
 from memtrace_loop.pipeline.backends.call_count import CallLedger
 from memtrace_loop.pipeline.backends.lm import configure_cache
+from memtrace_loop.pipeline.core.redaction import redact_tree, restore_tree
 from memtrace_loop.pipeline.loop.optimization import (
     CheckpointError,
     LoopResult,
@@ -47,6 +49,7 @@ from memtrace_loop.pipeline.loop.optimization import (
 from memtrace_loop.pipeline.tracking.export import ExportedPrompts, write_prompts
 from memtrace_loop.pipeline.tracking.loop_observer import TrackingLoopObserver
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
+from memtrace_loop.pipeline.tracking.redacting_tracker import RedactingTracker
 from memtrace_loop.pipeline.tracking.run_logging import flatten, git_commit, log_params, scrub
 from memtrace_loop.pipeline.tracking.tracker import Tracker
 from omegaconf import DictConfig
@@ -71,7 +74,8 @@ def _run_dir(plain: dict[str, Any], base_dir: Path) -> tuple[Path, dict[str, Any
         saved = run_dir / SAVED_CONFIG
         if not (run_dir / CHECKPOINT).exists() or not saved.exists():
             raise CheckpointError(f"resume={plain['resume']}: no {CHECKPOINT} and {SAVED_CONFIG} in {run_dir}")
-        config = json.loads(saved.read_text(encoding="utf-8"))
+        # saved redacted: the real values (a key in api_base) come back from the config given now
+        config = restore_tree(json.loads(saved.read_text(encoding="utf-8")), plain, secret_values(plain))
         config["workers"] = plain["workers"]
         return run_dir, config, True
     if HydraConfig.initialized():
@@ -79,7 +83,8 @@ def _run_dir(plain: dict[str, Any], base_dir: Path) -> tuple[Path, dict[str, Any
     else:  # called as a library (e.g. with Hydra's compose API): a fresh directory of its own
         run_dir = base_dir / "outputs" / "optimize" / f"{time.strftime('%Y-%m-%d_%H-%M-%S')}-{uuid.uuid4().hex[:6]}"
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / SAVED_CONFIG).write_text(json.dumps(plain, indent=2), encoding="utf-8")
+    saved = redact_tree(plain, secret_values(plain))  # no key in api_base reaches the disk
+    (run_dir / SAVED_CONFIG).write_text(json.dumps(saved, indent=2), encoding="utf-8")
     return run_dir, plain, False
 
 
@@ -109,9 +114,11 @@ def optimize(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
     """Run the loop end to end; returns run id, paths and the headline numbers."""
     console = console or Console()
     base_dir = launch_dir()
-    run_dir, plain, resuming = _run_dir(to_plain(cfg), base_dir)
+    given = to_plain(cfg)
+    secrets = protect(given)  # first: Hydra's saved files scrubbed, logs and console masked
+    run_dir, plain, resuming = _run_dir(given, base_dir)
     config = validated_optimize(plain)  # every key checked before anything is built (ConfigError naming the key)
-    secrets = secret_values(plain)
+    secrets = (*secrets, *protect(plain))  # a resumed run's saved config may name other key variables
     configure_cache(base_dir / plain["cache_dir"])
     calls = CallLedger()  # every LM below counts its role's calls into it (GEPA's own calls included)
     lms, system, judge = build_components(plain, base_dir, calls)
@@ -123,7 +130,7 @@ def optimize(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
     settings = config.loop_settings()
     attributor = attributor_of(plain, lms, system, judge)
 
-    tracker: Tracker = MlflowTracker(plain["tracking"]["uri"])
+    tracker: Tracker = RedactingTracker(MlflowTracker(plain["tracking"]["uri"]), secrets)
     tracker.open_experiment(plain["tracking"]["experiment"])
     parent_id = read_checkpoint(run_dir / CHECKPOINT).get("mlflow_run_id") if resuming else None
     run_name = config.run_name or f"optimize-{system.name}-{plain['optimizer']['name']}"
@@ -188,6 +195,7 @@ def optimize(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
     }
 
 
+@guarded  # refuses secret overrides before Hydra parses (and saves) them
 @hydra.main(config_path="pkg://memtrace_loop.conf", config_name="optimize", version_base="1.3")
 def main(cfg: DictConfig) -> float:
     setup_logging()

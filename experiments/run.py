@@ -20,14 +20,15 @@ from memtrace_loop.experiments.factory import (
     build_components,
     launch_dir,
     load_dataset,
-    secret_values,
     select_split,
     to_plain,
 )
+from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.pipeline.backends.call_count import CallLedger
 from memtrace_loop.pipeline.backends.lm import configure_cache
 from memtrace_loop.pipeline.loop.runner import run_dataset
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
+from memtrace_loop.pipeline.tracking.redacting_tracker import RedactingTracker
 from memtrace_loop.pipeline.tracking.run_logging import (
     ARTIFACTS_DIR,
     call_metrics,
@@ -49,8 +50,8 @@ def run(cfg: DictConfig, console: Console | None = None) -> dict[str, object]:
     """Run, evaluate and log; returns the MLflow run id and the overall judge accuracy."""
     console = console or Console()
     plain = to_plain(cfg)
+    secrets = protect(plain)  # first: Hydra's saved files scrubbed, logs and console masked
     config = validated_run(plain)  # every key checked before anything is built (ConfigError naming the key)
-    secrets = secret_values(plain)
     base_dir = launch_dir()
     configure_cache(base_dir / plain["cache_dir"])
 
@@ -75,7 +76,7 @@ def run(cfg: DictConfig, console: Console | None = None) -> dict[str, object]:
         )
     elapsed = time.perf_counter() - started
 
-    tracker = MlflowTracker(plain["tracking"]["uri"])
+    tracker = RedactingTracker(MlflowTracker(plain["tracking"]["uri"]), secrets)
     tracker.open_experiment(plain["tracking"]["experiment"])
     run_name = config.run_name or f"run-{system.name}-{plain['dataset']['kind']}-{plain['split']}"
     with tracker.start_run(run_name) as run_id:
@@ -108,6 +109,7 @@ def run(cfg: DictConfig, console: Console | None = None) -> dict[str, object]:
             "run_dir": str(saved.parent) if saved else None}
 
 
+@guarded  # refuses secret overrides before Hydra parses (and saves) them
 @hydra.main(config_path="pkg://memtrace_loop.conf", config_name="run", version_base="1.3")
 def main(cfg: DictConfig) -> float:
     setup_logging()

@@ -19,9 +19,10 @@
   LAST key segment, singular `token` only, so `max_tokens`, `window_tokens`, `tokenizer` stay allowed,
   and `api_key_env`, a variable NAME, too).
 - `SecretFilter` (a `logging.Filter` masking secrets and URL credentials in a record's message, args,
-  exception and stack text) and `install_secret_filter(secrets)` (on every handler of every logger:
-  entry points call it once the secrets are known), `RedactingStream` (a text stream wrapper for the
-  console, so a traceback or a third party's print cannot show a key either).
+  exception and stack text) and `install_secret_filter(secrets)` (on every handler of every logger,
+  adding to what a handler's filter already masks; entry points call it once the secrets are known),
+  `RedactingStream` (a text stream wrapper for the console, so a traceback or a third party's print
+  cannot show a key either).
 
 It does not read config files or decide where anything is written; it never logs a secret itself.
 """
@@ -256,6 +257,9 @@ class SecretFilter(logging.Filter):
         super().__init__()
         self.secrets = tuple(secrets)
 
+    def add(self, secrets: Iterable[str]) -> None:
+        self.secrets = tuple(dict.fromkeys((*self.secrets, *secrets)))
+
     def filter(self, record: logging.LogRecord) -> bool:
         try:
             message = record.getMessage()
@@ -272,19 +276,21 @@ class SecretFilter(logging.Filter):
         return True
 
 
-def install_secret_filter(secrets: Iterable[str], loggers: Iterable[logging.Logger] | None = None) -> SecretFilter:
-    """A `SecretFilter` with `secrets` on every handler of the root logger and of every other existing
-    logger (replacing one installed before). Entry points call it once their handlers are set up."""
-    secret_filter = SecretFilter(secrets)
+def install_secret_filter(secrets: Iterable[str], loggers: Iterable[logging.Logger] | None = None) -> None:
+    """Mask `secrets` on every handler of the root logger and of every other existing logger: added to
+    the `SecretFilter` a handler already has (secrets are never forgotten), else a new one. Entry points
+    call it once their handlers are set up and the secrets are known (again when they learn more)."""
+    secrets = tuple(secrets)
     if loggers is None:
         named = [lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger)]
         loggers = [logging.getLogger(), *named]
     for logger in loggers:
         for handler in logger.handlers:
-            for old in [f for f in handler.filters if isinstance(f, SecretFilter)]:
-                handler.removeFilter(old)
-            handler.addFilter(secret_filter)
-    return secret_filter
+            found = next((f for f in handler.filters if isinstance(f, SecretFilter)), None)
+            if found is None:
+                handler.addFilter(SecretFilter(secrets))
+            else:
+                found.add(secrets)
 
 
 class RedactingStream:

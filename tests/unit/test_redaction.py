@@ -156,7 +156,7 @@ def test_secret_filter_masks_message_args_exception_and_stack():
     assert "RuntimeError: Incorrect API key provided: ***" in formatted
 
 
-def test_installed_filter_covers_every_handler_and_replaces_an_old_one():
+def test_installed_filter_covers_every_handler_and_accumulates_secrets():
     stream = io.StringIO()
     logger = logging.getLogger("memtrace.test_redaction")
     handler = logging.StreamHandler(stream)
@@ -165,11 +165,11 @@ def test_installed_filter_covers_every_handler_and_replaces_an_old_one():
     try:
         install_secret_filter(["old-secret"], [logger])
         install_secret_filter([KEY], [logger])
-        logger.warning("key %s, old-secret", KEY)
+        logger.warning("key %s, old-secret, http://u:pw12@h", KEY)
     finally:
         logger.removeHandler(handler)
     assert len(handler.filters) == 1
-    assert stream.getvalue() == "key ***, old-secret\n"
+    assert stream.getvalue() == "key ***, ***, http://u:***@h\n"
 
 
 def test_redacting_stream_masks_what_is_written_and_learns_new_secrets():
