@@ -13,6 +13,7 @@
   config (`config_secrets`), Hydra's `.hydra/*.yaml` (and a sweep's `multirun.yaml`) rewritten
   redacted (`scrub_hydra_output`), a `SecretFilter` on every logging handler, the console streams told;
   returns the secrets for everything the app stores (`log_params`, `save_run`, `RedactingTracker`).
+- `known_secrets()`: what the console masks so far, for a top-level error line printed outside the app.
 
 A credential inside a URL (`api_base=http://user:KEY@proxy/v1`) is legitimate for some proxies: it is not
 refused, the run uses it, and every stored or printed copy is scrubbed. This module runs nothing else.
@@ -39,7 +40,9 @@ from memtrace_loop.pipeline.core.redaction import (
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["guarded", "protect", "protect_console", "redact", "refuse_secret_overrides", "scrub_hydra_output"]
+__all__ = [
+    "guarded", "known_secrets", "protect", "protect_console", "redact", "refuse_secret_overrides", "scrub_hydra_output",
+]
 
 USE_KEY_VARIABLE = (
     "put the key in an environment variable and name it with api_key_env "
@@ -79,6 +82,13 @@ def _add_console_secrets(secrets: Iterable[str]) -> None:
 def protect_console(argv: Iterable[str] = ()) -> None:
     """Put `sys.stdout`/`sys.stderr` behind a `RedactingStream` (once) with the secrets visible in argv."""
     _add_console_secrets(_argv_secrets(argv, os.environ))
+
+
+def known_secrets() -> tuple[str, ...]:
+    """The secrets the console's `RedactingStream` masks (none when it is not installed): for a top-level
+    error handler outside the app, `redact(str(exc), known_secrets())`."""
+    stream = sys.stderr
+    return stream.secrets if isinstance(stream, RedactingStream) else ()
 
 
 def guarded(app_main: F) -> F:

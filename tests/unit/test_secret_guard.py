@@ -10,7 +10,7 @@ import sys
 
 import pytest
 from memtrace_loop.experiments import optimize
-from memtrace_loop.experiments.secret_guard import guarded, protect, scrub_hydra_output
+from memtrace_loop.experiments.secret_guard import guarded, known_secrets, protect, scrub_hydra_output
 from memtrace_loop.pipeline.core.records import PromptSet
 from memtrace_loop.pipeline.core.redaction import RedactingStream, SecretFilter
 from memtrace_loop.pipeline.tracking.redacting_tracker import RedactingTracker
@@ -89,10 +89,11 @@ def test_guarded_main_protects_the_console_and_protect_adds_the_config_secrets(m
         assert isinstance(sys.stdout, RedactingStream) and isinstance(sys.stderr, RedactingStream)
         secrets = protect({"lm": {"api_key_env": "MEMTRACE_GUARD_KEY", "api_base": URL}})
         print("key env-key-value-1234")
+        found = known_secrets()
         logging.getLogger("memtrace.test").warning("sent %s", "env-key-value-1234")
     finally:
         logging.getLogger().removeHandler(handler)
-    assert set(secrets) == {KEY, "env-key-value-1234"}
+    assert set(secrets) == {KEY, "env-key-value-1234"} and set(found) >= set(secrets)
     assert out.getvalue() == "config: http://user:***@proxy:8080/v1\nkey ***\n"
     assert any(isinstance(f, SecretFilter) for f in handler.filters)
     assert handler.stream.getvalue() == "sent ***\n"
