@@ -180,3 +180,25 @@ def test_redacting_stream_masks_what_is_written_and_learns_new_secrets():
     stream.writelines([f"Incorrect API key provided: {KEY}\n", "http://u:pw12@h\n"])
     assert target.getvalue() == "a *** b\nIncorrect API key provided: ***\nhttp://u:***@h\n"
     assert stream.getvalue() == target.getvalue()  # other attributes pass through
+
+
+def test_the_filter_covers_richs_handler_with_an_exception():
+    from rich.console import Console
+    from rich.logging import RichHandler
+
+    output = io.StringIO()
+    handler = RichHandler(console=Console(file=output, width=200), show_path=False, rich_tracebacks=True)
+    logger = logging.getLogger("memtrace.test_redaction.rich")
+    logger.addHandler(handler)
+    logger.propagate = False
+    install_secret_filter([KEY], [logger])
+    try:
+        try:
+            raise PermissionError(f"Incorrect API key provided: {KEY}")
+        except PermissionError:
+            logger.exception("call to %s failed", f"http://u:{KEY}@h/v1")
+    finally:
+        logger.removeHandler(handler)
+    shown = output.getvalue()
+    assert KEY not in shown and "LEAKCANARY" not in shown
+    assert "call to http://u:***@h/v1 failed" in shown and "Incorrect API key provided: ***" in shown
