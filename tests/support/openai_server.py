@@ -10,9 +10,10 @@ thread and answers, without streaming:
 
 Paths are also accepted without the `/v1` prefix. Every request is recorded (method, path, headers,
 raw body, parsed JSON) so tests can count attempts and check headers. Faults are injected per request:
-`inject(status, times, retry_after)` makes the next N requests fail with an OpenAI-style error JSON and a
-`Retry-After` header; `inject_malformed(times)` makes the next N chat completions return HTTP 200 with
-unparseable content; `inject_delay(seconds, times)` stalls the next N requests (for timeout tests).
+`inject(status, times, retry_after, endpoint, message)` makes the next N requests fail with an OpenAI-style
+error JSON (its message can be given, e.g. a provider echoing the key) and a `Retry-After` header;
+`inject_malformed(times)` makes the next N chat completions return HTTP 200 with unparseable content;
+`inject_delay(seconds, times)` stalls the next N requests (for timeout tests).
 
 It is a test double only: no auth check beyond recording, no streaming, no tools.
 """
