@@ -61,6 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     if command not in commands:
         sys.stderr.write(f"memtrace: unknown command {command!r}\n\n{USAGE}")
         return 2
+    from memtrace_loop.experiments.secret_guard import protect_console, refuse_secret_overrides
+
+    refuse_secret_overrides(args, f"memtrace {command}")  # before Hydra echoes or saves an override
+    protect_console(args)  # every line printed from here on is redacted
     sys.argv = [f"memtrace {command}", *args]
     commands[command]()
     return 0

@@ -31,6 +31,7 @@ from hydra.experimental.callback import Callback
 from memtrace_loop.experiments.config import validated_compare
 from memtrace_loop.experiments.console import setup_logging
 from memtrace_loop.experiments.factory import launch_dir, resolve, to_plain
+from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.pipeline.analysis.comparison import (
     ComparisonRow,
     OptimizerRun,
@@ -310,7 +311,9 @@ def run_compare(cfg: DictConfig, console: Console | None = None) -> ComparisonRe
     return report
 
 
+@guarded  # refuses secret overrides before Hydra parses (and saves) them
 @hydra.main(config_path="pkg://memtrace_loop.conf", config_name="compare", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     setup_logging()
+    protect(to_plain(cfg))  # Hydra's saved files scrubbed, logs and console masked
     run_compare(cfg)

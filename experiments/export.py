@@ -17,6 +17,7 @@ import hydra
 from memtrace_loop.experiments.config import validated_export
 from memtrace_loop.experiments.console import setup_logging
 from memtrace_loop.experiments.factory import launch_dir, resolve, to_plain
+from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.optimizers.gepa_program import save_program_state
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
@@ -69,7 +70,9 @@ def export(cfg: DictConfig, console: Console | None = None) -> Path:
     return path
 
 
+@guarded  # refuses secret overrides before Hydra parses (and saves) them
 @hydra.main(config_path="pkg://memtrace_loop.conf", config_name="export", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     setup_logging()
+    protect(to_plain(cfg))  # Hydra's saved files scrubbed, logs and console masked
     export(cfg)

@@ -122,8 +122,10 @@ def run_app(
 
 
 def _safe(secrets: Callable[[], tuple[str, ...]]) -> tuple[str, ...]:
+    from memtrace_loop.experiments.secret_guard import known_secrets
+
     try:
-        return tuple(secrets())
+        return (*known_secrets(), *secrets())
     except Exception:  # the error being reported may be the very one that broke reading the config
         return ()
 

@@ -25,11 +25,13 @@ from memtrace_loop.experiments.factory import (
 )
 from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.experiments.output_dirs import app_output_dir
+from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.pipeline.backends.call_count import CallLedger
 from memtrace_loop.pipeline.backends.lm import configure_cache
 from memtrace_loop.pipeline.core.stop import StopToken
 from memtrace_loop.pipeline.loop.runner import run_dataset
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
+from memtrace_loop.pipeline.tracking.redacting_tracker import RedactingTracker
 from memtrace_loop.pipeline.tracking.run_logging import (
     ARTIFACTS_DIR,
     RESULTS_TABLE,
@@ -65,8 +67,8 @@ def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None 
     are saved on disk before they are logged."""
     console = console or Console()
     plain = to_plain(cfg)
+    secrets = protect(plain)  # first: Hydra's saved files scrubbed, logs and console masked
     config = validated_run(plain)  # every key checked before anything is built (ConfigError naming the key)
-    secrets = secret_values(plain)
     configure_tracking_client(config.tracking.timeout_s, config.tracking.max_retries)  # fail fast when MLflow is down
     base_dir = launch_dir()
     configure_cache(base_dir / plain["cache_dir"])
@@ -93,7 +95,7 @@ def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None 
     # the MLflow run is opened before the work (FAILED / KILLED if the work fails or is interrupted); when the
     # store is unreachable the work goes on and its results wait on disk for `memtrace upload`
     store = MlflowTracker(plain["tracking"]["uri"])
-    tracker: MlflowTracker | None = store
+    tracker: RedactingTracker | None = RedactingTracker(store, secrets)
     unreachable = tracking_available(plain["tracking"]["uri"], config.tracking.timeout_s)
     if unreachable is None:
         try:
@@ -131,7 +133,8 @@ def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None 
         write_run_record(out_dir, record)
         console.print(report_table(result.report, f"{system.name} on {dataset.name} ({plain['split']})"))
         if tracker is None:
-            raise NotLoggedError(scrub(unreachable_message(out_dir, f"{plain['tracking']['uri']}: {unreachable}"), secrets))
+            cause = f"{plain['tracking']['uri']}: {unreachable}"
+            raise NotLoggedError(scrub(unreachable_message(out_dir, cause), secrets))
         try:
             log_record(tracker, record, saved)
         except Exception as exc:  # the results are on disk: say how to log them later
@@ -148,6 +151,7 @@ def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None 
     return {"run_id": run_id, "judge_accuracy": result.report.overall.judge_accuracy, "run_dir": str(out_dir)}
 
 
+@guarded  # refuses secret overrides before Hydra parses (and saves) them
 @hydra.main(config_path="pkg://memtrace_loop.conf", config_name="run", version_base="1.3")
 def main(cfg: DictConfig) -> float:
     setup_logging()

@@ -28,6 +28,7 @@ import numpy as np
 import pydantic
 from memtrace_loop.pipeline.backends.text import alnum_apostrophe_words
 from memtrace_loop.pipeline.core.config import ConfigError
+from memtrace_loop.pipeline.core.redaction import scrub_url
 
 logger = logging.getLogger(__name__)
 
@@ -180,7 +181,7 @@ class OpenAIEmbedder:
 
     def __repr__(self) -> str:
         return (
-            f"OpenAIEmbedder(model={self.model!r}, api_base={self.api_base!r}, "
+            f"OpenAIEmbedder(model={self.model!r}, api_base={scrub_url(self.api_base or '')!r}, "
             f"api_key_env={self.api_key_env!r})"
         )
 
@@ -268,7 +269,7 @@ def build_embedder(mapping: Mapping[str, Any] | EmbedderConfig | None = None) ->
     logger.info(
         "embedder: openai-compatible model=%s api_base=%s key_env=%s",
         config.model,
-        config.api_base,
+        scrub_url(config.api_base or ""),
         config.api_key_env,
     )
     return OpenAIEmbedder(

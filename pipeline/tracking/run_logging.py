@@ -3,9 +3,10 @@ secrets scrubbed.
 
 `log_params` logs flattened config params, `log_run_result` one evaluated run, both into the
 tracker's active run; `save_run` writes a run's artifacts (with `cases.json`, so it can be attributed
-later) into a directory. Every text that leaves through here passes `scrub`, which replaces the values
-of the configured secret environment variables. This module does not run anything, does not decide
-what a run is and does not know which tracker it talks to (`pipeline.tracking.mlflow_tracker`).
+later) into a directory. Every text that leaves through here passes `scrub`
+(`pipeline.core.redaction.redact`: the configured secret values masked, every URL scrubbed of its
+credentials). This module does not run anything, does not decide what a run is and does not know
+which tracker it talks to (`pipeline.tracking.mlflow_tracker`).
 """
 
 from __future__ import annotations
@@ -24,21 +25,13 @@ from memtrace_loop.pipeline.backends.call_count import CallTally
 from memtrace_loop.pipeline.core.case_io import cases_to_json
 from memtrace_loop.pipeline.core.graph_io import graph_to_json
 from memtrace_loop.pipeline.core.records import PromptSet
+from memtrace_loop.pipeline.core.redaction import redact as scrub  # the one implementation
 from memtrace_loop.pipeline.loop.runner import RunResult
 from memtrace_loop.pipeline.tracking.tracker import Tracker
 
 logger = logging.getLogger(__name__)
 
 MAX_PARAM_CHARS = 6000
-REDACTED = "***"
-
-
-def scrub(text: str, secrets: Iterable[str]) -> str:
-    """`text` with every secret value replaced by `***` (secrets shorter than 4 chars are ignored)."""
-    for secret in secrets:
-        if secret and len(secret) >= 4 and secret in text:
-            text = text.replace(secret, REDACTED)
-    return text
 
 
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
