@@ -127,8 +127,8 @@ class RunConfig(_AppConfig):
         super().__post_init__()
         if self.split != "all" and self.splits.fractions[SPLIT_NAMES.index(self.split)] <= 0:
             raise ValueError(
-                f"split={self.split} selects an empty split: splits.fractions={list(self.splits.fractions)} gives "
-                f"it no conversations (train / dev / test)"
+                f"split={self.split} selects an empty split: splits.fractions={list(self.splits.fractions)} "
+                f"(train, dev, test) gives {self.split} no share"
             )
 
 
