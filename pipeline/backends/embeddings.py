@@ -229,7 +229,7 @@ class EmbedderConfig(pydantic.BaseModel):
     backend: Literal["hashing", "openai"] = "hashing"
     dim: int | None = pydantic.Field(default=None, gt=0)  # None: HASHING_DIM for hashing, learned for openai
     model: str | None = None
-    api_base: str | None = None
+    api_base: str | None = pydantic.Field(default=None, min_length=1)
     api_key_env: str | None = "OPENAI_API_KEY"
     timeout_s: float = pydantic.Field(default=60.0, gt=0)
     max_retries: int = pydantic.Field(default=5, ge=0)

@@ -86,7 +86,7 @@ class LMConfig(pydantic.BaseModel):
 
     backend: str = pydantic.Field(min_length=1)  # a name in pipeline.backends.registry (checked there)
     model: str = pydantic.Field(min_length=1, description="wire model id, e.g. gpt-4o-mini, Qwen/Qwen2.5-7B")
-    api_base: str | None = None
+    api_base: str | None = pydantic.Field(default=None, min_length=1)
     api_key_env: str | None = None
     temperature: float = pydantic.Field(default=0.0, ge=0.0, le=2.0)
     max_tokens: int | None = pydantic.Field(default=None, gt=0)

@@ -212,8 +212,11 @@ def require_text(record: object, *names: str) -> None:
             raise ValueError(f"{name} must be a non-empty string, got {value!r}")
 
 
-def require_categories(record: object, name: str = "exclude_categories") -> None:
-    """Raise ValueError unless every item of the field `name` is a category number >= 1."""
-    bad = [value for value in getattr(record, name) if value < 1]
-    if bad:
-        raise ValueError(f"{name} must list category numbers >= 1, got {list(getattr(record, name))}")
+def require_categories(record: object, name: str = "exclude_categories", known: Iterable[int] = ()) -> None:
+    """Raise ValueError unless every item of the field `name` is a category number >= 1 (and one of
+    `known` when given: excluding a category the data cannot have would silently exclude nothing)."""
+    values = list(getattr(record, name))
+    allowed = sorted(set(known))
+    if any(value < 1 for value in values) or (allowed and any(value not in allowed for value in values)):
+        expected = f"one of {allowed}" if allowed else "category numbers >= 1"
+        raise ValueError(f"{name} must list {expected}, got {values}")

@@ -17,9 +17,15 @@ from types import MappingProxyType
 from typing import Any
 
 from memtrace_loop.pipeline.core.config import ConfigError, parse_config, require, require_categories, require_text
-from memtrace_loop.pipeline.core.records import Dataset
+from memtrace_loop.pipeline.core.records import CATEGORY_NAMES, Dataset
 from memtrace_loop.pipeline.data.locomo import DataError, load_locomo, parse_locomo
-from memtrace_loop.pipeline.data.longmemeval import HUB_VARIANT, load_longmemeval, load_longmemeval_hub
+from memtrace_loop.pipeline.data.longmemeval import (
+    CATEGORY_BY_TYPE,
+    HUB_VARIANT,
+    abstention_categories,
+    load_longmemeval,
+    load_longmemeval_hub,
+)
 
 __all__ = [
     "ENTRY_BY_KIND",
@@ -45,7 +51,7 @@ class SimDatasetConfig:
     def __post_init__(self) -> None:
         require(self, seed=(0, None), n_conversations=(1, None), sessions_per_conversation=(1, None),
                 turns_per_session=(2, None))
-        require_categories(self)
+        require_categories(self, known=CATEGORY_NAMES)
 
 
 @dataclass(frozen=True)
@@ -57,7 +63,7 @@ class LoCoMoConfig:
 
     def __post_init__(self) -> None:
         require_text(self, "path")
-        require_categories(self)
+        require_categories(self, known=CATEGORY_NAMES)
 
 
 @dataclass(frozen=True)
@@ -73,7 +79,7 @@ class LongMemEvalConfig:
 
     def __post_init__(self) -> None:
         require_text(self, "path", "hub", "variant", "hub_split")
-        require_categories(self)
+        require_categories(self, known=(*CATEGORY_BY_TYPE.values(), *abstention_categories()))
         if self.path is None and self.hub is None:
             raise ValueError("path must name a LongMemEval file (or set dataset.hub=<hugging face dataset>)")
 

@@ -77,6 +77,8 @@ BOTH = [
     (["dataset.exclude_categories=five"], "dataset.exclude_categories"),
     (["dataset.exclude_categories=5"], "dataset.exclude_categories"),
     (["dataset.exclude_categories=[0]"], "dataset.exclude_categories"),
+    (["dataset.exclude_categories=[6]"], "dataset.exclude_categories"),  # LoCoMo has categories 1-5 only
+    (["dataset=longmemeval", "dataset.exclude_categories=[7]"], "dataset.exclude_categories"),
     (["dataset.n_conversations=0"], "dataset.n_conversations"),
     (["dataset.sessions_per_conversation=0"], "dataset.sessions_per_conversation"),
     (["dataset.turns_per_session=1"], "dataset.turns_per_session"),
@@ -91,6 +93,8 @@ BOTH = [
     (["lm=openai", "lm.task.max_tokens=0"], "lm.task.max_tokens"),
     (["lm.task.num_retries=-1"], "lm.task.num_retries"),
     (["lm.task.cache=1"], "lm.task.cache"),
+    (["lm=openai", "lm.task.api_base=''"], "lm.task.api_base"),
+    (["embedder=openai", "embedder.api_base=''"], "embedder.api_base"),
     (["lm=openai", "lm.task.timeout_s=inf"], "lm.task.timeout_s"),
     (["tracking.experiment=''"], "tracking.experiment"),
     (["prompts=[a.json]"], "prompts"),
@@ -154,6 +158,7 @@ def test_a_bad_knob_is_a_config_error_naming_its_key(config, overrides, key, mon
         ["memory_system=evermemos", "memory_system.max_expanded_queries=0", "memory_system.multi_query=false"],
         ["lm.task.temperature=2"],  # an integer is a fine number
         ["dataset.exclude_categories=[]", "seed=0", "workers=1"],
+        ["dataset=longmemeval", "dataset.exclude_categories=[11,12,13,14,15,16]"],
         ["memory_system=rag", "memory_system.overlap_tokens=0", "memory_system.top_k=1"],
     ],
 )
