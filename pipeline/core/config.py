@@ -70,7 +70,11 @@ def defaults_of(schema: Any) -> dict[str, Any]:
 
 
 def _key(where: str, loc: Iterable[Any]) -> str:
-    return ".".join([where, *(str(part) for part in loc)]) if where else ".".join(str(p) for p in loc)
+    """`where` and `loc` as one key: `memory_system.top_k`, `splits.fractions[0]`."""
+    key = where
+    for part in loc:
+        key = f"{key}[{part}]" if isinstance(part, int) else f"{key}.{part}" if key else str(part)
+    return key
 
 
 def _jsonable(value: Any) -> Any:
@@ -90,7 +94,7 @@ def non_finite_keys(node: Any, where: str) -> list[tuple[str, float]]:
     if isinstance(node, Mapping):
         return [k for key, value in node.items() for k in non_finite_keys(value, _key(where, [key]))]
     if isinstance(node, list | tuple):
-        return [k for i, value in enumerate(node) for k in non_finite_keys(value, f"{where}[{i}]")]
+        return [k for i, value in enumerate(node) for k in non_finite_keys(value, _key(where, [i]))]
     return []
 
 
