@@ -74,11 +74,11 @@ def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None 
     configure_cache(base_dir / plain["cache_dir"])
 
     calls = CallLedger()  # counts, per role, the calls the LMs really made and those DSPy's cache served
-    _, system, judge = build_components(plain, base_dir, calls)
-    dataset = select_split(
+    dataset = select_split(  # data first: an empty file or split fails before anything is built
         load_dataset(plain["dataset"], base_dir), plain["split"], plain["splits"]["fractions"],
         int(plain["splits"]["seed"]),
     )
+    _, system, judge = build_components(plain, base_dir, calls)
     logger.info(
         "running %s on %s (%s split): %d conversations, %d questions",
         system.name, dataset.name, plain["split"], len(dataset.conversations), len(dataset.questions),
