@@ -27,10 +27,12 @@ run). `dump_state` saves the inner engine and the policy, never the per-run obje
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from dspy import lm15
 from dspy.lm15 import Request, Response, response_to_events
 from memtrace_loop.pipeline.backends.failure_guard import FailureGuard
 from memtrace_loop.pipeline.backends.resilience import (
@@ -43,6 +45,8 @@ from memtrace_loop.pipeline.backends.resilience import (
 )
 from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
 from memtrace_loop.pipeline.core.stop import EndpointUnusable, RunStopped, StopToken
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["AsyncGuardedEngine", "GuardSettings", "GuardedEngine"]
 
@@ -166,12 +170,21 @@ class GuardedEngine(_Guarded):
         self._counted(None)
         return response
 
-    def probe(self, request: Request) -> Response:
-        """One checked call for the preflight: succeeds, or raises `EndpointUnusable` with the cause."""
+    def probe(self, request: Request) -> Response | None:
+        """One checked call for the preflight: the response, None when the endpoint refused the check
+        request itself (HTTP 400-class: reachable, key accepted; logged), else `EndpointUnusable`."""
         if self.settings.stop is not None:
             self.settings.stop.check()
         try:
             return self._loop().run(lambda: self.inner.complete(request))
+        except lm15.InvalidRequestError as exc:
+            if classify(exc) is not None:
+                raise self._probe_failure(exc) from None
+            logger.warning(
+                "lm.%s %s refused the check request (%s); going on",
+                self.settings.role, self.settings.endpoint, self.scrub(str(exc).splitlines()[0])[:200],
+            )
+            return None
         except Exception as exc:
             raise self._probe_failure(exc) from None
 

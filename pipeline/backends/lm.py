@@ -94,12 +94,10 @@ class LMConfig(pydantic.BaseModel):
     api_key_env: str | None = None
     temperature: float = pydantic.Field(default=0.0, ge=0.0)
     max_tokens: int | None = pydantic.Field(default=None, gt=0)
-    timeout_s: float = pydantic.Field(default=60.0, gt=0, description="bound on each read/write/pool wait of one attempt")
-    num_retries: int = pydantic.Field(default=5, ge=0, description="retries of a transient failure after the first attempt")
-    retry_after_cap_s: float = pydantic.Field(
-        default=60.0, gt=0, description="longest wait before a retry; a longer Retry-After fails the call"
-    )
-    deadline_s: float = pydantic.Field(default=300.0, gt=0, description="bound on one logical call: attempts and waits")
+    timeout_s: float = pydantic.Field(default=60.0, gt=0)  # each read/write/pool wait of one attempt
+    num_retries: int = pydantic.Field(default=5, ge=0)  # retries of a transient failure after the first attempt
+    retry_after_cap_s: float = pydantic.Field(default=60.0, gt=0)  # longest wait; a longer Retry-After fails
+    deadline_s: float = pydantic.Field(default=300.0, gt=0)  # one logical call: all attempts and waits
     cache: bool = True
     dialect: Literal["openai", "vllm", "ollama"] = "openai"
     engine: Literal["auto", "lm15"] = "lm15"  # both: DSPy's native lm15 engine (LiteLLM would bypass our retries)

@@ -23,6 +23,7 @@ import asyncio
 import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 from dspy.clients.engines.lm15_engine import AsyncLM15Engine, LM15Engine, timeouts_for
 from dspy.lm15 import Request, Response, RouterConfig, response_to_events
@@ -75,12 +76,16 @@ class _Endpoint:
         return self
 
     def scrub(self, text: str) -> str:
-        """`text` with the key (and the raw api_base, which may hold credentials) masked."""
-        if self._key and len(self._key) >= 4:
-            text = text.replace(self._key, _MASK)
+        """`text` with the key and any credential of the api_base (user info, query) masked."""
         raw_base = self.config.api_base
         if raw_base and raw_base != self.endpoint:
             text = text.replace(raw_base, self.endpoint)
+            parts = urlsplit(raw_base)
+            for secret in (parts.password, parts.username, parts.query):
+                if secret and len(secret) >= 3:
+                    text = text.replace(secret, _MASK)
+        if self._key and len(self._key) >= 4:
+            text = text.replace(self._key, _MASK)
         return text
 
     def explain_fatal(self, fatal: Fatal, role: str) -> str:

@@ -165,6 +165,22 @@ def classify(exc: BaseException) -> Transient | Fatal | None:
     return None
 
 
+def scrubbed(exc: BaseException, scrub: Callable[[str], str]) -> BaseException:
+    """`exc` (an error of one attempt, about to leave the loop) with `scrub` applied to its message
+    and arguments; an error chain that would show a secret when printed is cut."""
+    if isinstance(getattr(exc, "message", None), str):
+        exc.message = scrub(exc.message)  # type: ignore[attr-defined]
+    exc.args = tuple(scrub(arg) if isinstance(arg, str) else arg for arg in exc.args)
+    link: BaseException | None = exc.__cause__ or exc.__context__
+    while link is not None:
+        if scrub(str(link)) != str(link):
+            exc.__cause__ = None
+            exc.__suppress_context__ = True
+            break
+        link = link.__cause__ or link.__context__
+    return exc
+
+
 class RetryLoop:
     """Runs the attempts of one logical call under a `RetryPolicy` for one role and endpoint.
 
@@ -205,7 +221,7 @@ class RetryLoop:
             self.on_fatal(Fatal(verdict.kind, verdict.status, self.scrub(verdict.detail)))
             raise AssertionError("on_fatal must raise")  # pragma: no cover
         if verdict is None:
-            raise exc
+            raise scrubbed(exc, self.scrub)
         detail = self.scrub(verdict.detail)
         policy = self.policy
         if verdict.retry_after is not None and verdict.retry_after > policy.retry_after_cap_s:
@@ -224,7 +240,7 @@ class RetryLoop:
                 "lm.%s %s: attempt %d/%d failed (%s: %s); no retries left",
                 self.role, self.endpoint, attempt, policy.attempts, verdict.cause, detail,
             )
-            raise exc
+            raise scrubbed(exc, self.scrub)
         wait = verdict.retry_after if verdict.retry_after is not None else policy.backoff(attempt)
         if self.clock() + wait >= deadline:
             logger.warning(

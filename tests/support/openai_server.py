@@ -12,7 +12,9 @@ Paths are also accepted without the `/v1` prefix. Every request is recorded (met
 raw body, parsed JSON) so tests can count attempts and check headers. Faults are injected per request:
 `inject(status, times, retry_after)` makes the next N requests fail with an OpenAI-style error JSON and a
 `Retry-After` header; `inject_malformed(times)` makes the next N chat completions return HTTP 200 with
-unparseable content; `inject_delay(seconds, times)` stalls the next N requests (for timeout tests).
+unparseable content; `inject_body(body, times)` makes the next N requests answer HTTP 200 with
+exactly `body` (not JSON, truncated, empty); `inject_delay(seconds, times)` stalls the next N
+requests (for timeout tests).
 
 It is a test double only: no auth check beyond recording, no streaming, no tools.
 """
@@ -55,22 +57,34 @@ class RecordedRequest:
         return next((value for key, value in self.headers.items() if key.lower() == lowered), None)
 
 
+class _RawBody(bytes):
+    """A response body sent as is (not JSON-encoded)."""
+
+
 @dataclass
 class _Fault:
-    kind: str  # "status" | "malformed" | "delay"
+    kind: str  # "status" | "malformed" | "delay" | "raw"
     remaining: int
     status: int = 0
     retry_after: float | None = None
     seconds: float = 0.0
     endpoint: str | None = None  # only requests whose path ends with this; None: any endpoint
+    body: bytes = b""
+    message: str | None = None
 
     def applies_to(self, path: str) -> bool:
         return self.endpoint is None or path.rstrip("/").endswith(self.endpoint.rstrip("/"))
 
 
 def _default_responder(messages: list[dict[str, Any]]) -> str:
+    """The simulated world's answer; a plain chat request that is no DSPy stage at all (no output
+    fields, e.g. a connectivity check) gets a short plain answer, as a real model would give."""
+    from memtrace_loop.pipeline.sim.protocol import parse_request
+    from memtrace_loop.pipeline.sim.reflection import parse_reflection
     from memtrace_loop.pipeline.sim.stand_in import respond
 
+    if parse_reflection(messages) is None and not parse_request(messages).output_names:
+        return "pong"
     return respond(messages)
 
 
@@ -165,24 +179,35 @@ class OpenAIStubServer:
 
     # ------------------------------------------------------------ fault control
     def inject(
-        self, status: int = 429, times: int = 1, retry_after: float | None = 0, endpoint: str | None = None
+        self,
+        status: int = 429,
+        times: int = 1,
+        retry_after: float | None = 0,
+        endpoint: str | None = None,
+        message: str | None = None,
     ) -> None:
         """The next `times` requests fail with `status` and an OpenAI-style error body.
 
         `retry_after` is sent as the `Retry-After` header (seconds); None omits the header. `endpoint`
         (e.g. "/chat/completions" or "/embeddings") restricts the fault to that endpoint; by default
-        it hits whatever request comes next. Faults are queued: each request takes the first
+        it hits whatever request comes next. `message` replaces the error message (e.g. one that
+        echoes the key, as some providers do). Faults are queued: each request takes the first
         pending fault that applies to it.
         """
         with self._lock:
             self._faults.append(
-                _Fault("status", times, status=status, retry_after=retry_after, endpoint=endpoint)
+                _Fault("status", times, status=status, retry_after=retry_after, endpoint=endpoint, message=message)
             )
 
     def inject_malformed(self, times: int = 1) -> None:
         """The next `times` chat completions answer 200 with content no DSPy adapter can parse."""
         with self._lock:
             self._faults.append(_Fault("malformed", times, endpoint="/chat/completions"))
+
+    def inject_body(self, body: bytes, times: int = 1, endpoint: str | None = "/chat/completions") -> None:
+        """The next `times` requests (chat completions by default) answer HTTP 200 with exactly `body`."""
+        with self._lock:
+            self._faults.append(_Fault("raw", times, body=bytes(body), endpoint=endpoint))
 
     def inject_delay(self, seconds: float, times: int = 1, endpoint: str | None = None) -> None:
         """The next `times` requests wait `seconds` before answering (interrupted by `stop()`)."""
@@ -315,7 +340,7 @@ def _make_handler(owner: OpenAIStubServer) -> type[BaseHTTPRequestHandler]:
             return
 
         def _send_json(self, status: int, payload: Any, extra_headers: dict[str, str] | None = None) -> None:
-            data = json.dumps(payload).encode("utf-8")
+            data = bytes(payload) if isinstance(payload, _RawBody) else json.dumps(payload).encode("utf-8")
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
@@ -357,10 +382,13 @@ def _make_handler(owner: OpenAIStubServer) -> type[BaseHTTPRequestHandler]:
                 if fault.kind == "malformed":
                     malformed = True
                     break
+                if fault.kind == "raw":
+                    return 200, _RawBody(fault.body), {}
                 headers = (
                     {} if fault.retry_after is None else {"Retry-After": _seconds_text(fault.retry_after)}
                 )
-                return fault.status, _error_body(fault.status, f"injected failure {fault.status}"), headers
+                text = fault.message if fault.message is not None else f"injected failure {fault.status}"
+                return fault.status, _error_body(fault.status, text), headers
             try:
                 parsed = json.loads(body) if body else {}
             except json.JSONDecodeError as exc:
