@@ -28,8 +28,8 @@ import dspy
 from dspy.lm15 import Config, Message, Request
 from memtrace_loop.pipeline.backends.embeddings import OpenAIEmbedder
 from memtrace_loop.pipeline.backends.guarded_engine import GuardedEngine
-from memtrace_loop.pipeline.backends.lm import LMSet, _safe_url
-from memtrace_loop.pipeline.backends.openai_engine import DEFAULT_OPENAI_BASE, OpenAIEngine
+from memtrace_loop.pipeline.backends.lm import LMSet
+from memtrace_loop.pipeline.backends.openai_engine import OpenAIEngine
 from memtrace_loop.pipeline.core.stop import EndpointUnusable, StopToken
 
 logger = logging.getLogger(__name__)
@@ -63,32 +63,25 @@ def _check_lm(engine: GuardedEngine, model: str) -> None:
 def _check_embedder(embedder: OpenAIEmbedder, stop: StopToken | None) -> CheckedEndpoint:
     import openai
 
-    endpoint = _safe_url(embedder.api_base) or DEFAULT_OPENAI_BASE
+    endpoint = embedder.endpoint
     if stop is not None:
         stop.check()
+    attempts = embedder.max_retries + 1
 
     def unusable(cause: str) -> EndpointUnusable:
         return EndpointUnusable("embedder", endpoint, cause)
 
-    try:
+    try:  # 401/403/404 raise EndpointUnusable inside embed
         embedder.embed([PING])
-    except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
-        where = f"check the key in ${embedder.api_key_env}" if embedder.api_key_env else "the endpoint wants a key"
-        raise unusable(f"authentication failed (HTTP {exc.status_code}): {where}") from None
-    except openai.NotFoundError:
-        raise unusable(
-            f"model {embedder.model!r} or path not found (HTTP 404) at POST {endpoint}/embeddings: "
-            "check embedder.model and embedder.api_base"
-        ) from None
     except openai.APITimeoutError:
-        raise unusable(f"unreachable: timed out after {embedder.max_retries + 1} attempt(s)") from None
+        raise unusable(f"unreachable: timed out after {attempts} attempt(s)") from None
     except openai.APIConnectionError:
-        raise unusable(f"unreachable: connection failed after {embedder.max_retries + 1} attempt(s)") from None
+        raise unusable(f"unreachable: connection failed after {attempts} attempt(s)") from None
     except openai.RateLimitError:
-        raise unusable(f"rate limited (HTTP 429) after {embedder.max_retries + 1} attempt(s)") from None
+        raise unusable(f"rate limited (HTTP 429) after {attempts} attempt(s)") from None
     except openai.APIStatusError as exc:
         if exc.status_code >= 500:
-            raise unusable(f"unreachable: HTTP {exc.status_code} after {embedder.max_retries + 1} attempt(s)") from None
+            raise unusable(f"unreachable: HTTP {exc.status_code} after {attempts} attempt(s)") from None
         logger.warning("embedder %s refused the check request (HTTP %d); going on", endpoint, exc.status_code)
     return CheckedEndpoint(("embedder",), endpoint, embedder.model)
 

@@ -406,3 +406,12 @@ def test_the_sim_needs_no_check_but_obeys_the_stop_token() -> None:
     stop.request()
     with pytest.raises(Interrupted):
         ask(lms.task)
+
+
+def test_the_openai_embedder_fails_fast_on_a_wrong_model(server: OpenAIStubServer) -> None:
+    embedder = OpenAIEmbedder("no-such-embedder", api_base=server.base_url, api_key_env=KEY_ENV, max_retries=3)
+    server.inject(status=404, times=5, endpoint="/embeddings", message=f"no model (key {KEY})")
+    with pytest.raises(EndpointUnusable, match=r"model 'no-such-embedder' or path not found \(HTTP 404\)") as caught:
+        embedder.embed(["a text"])
+    assert caught.value.role == "embedder" and KEY not in str(caught.value)
+    assert len(server.requests_to("/embeddings")) == 1  # not retried
