@@ -36,7 +36,11 @@ from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.optimizers.gepa_program import save_program_state
 from memtrace_loop.optimizers.registry import build_optimizer
 from memtrace_loop.pipeline.backends.call_count import CallLedger
+from memtrace_loop.pipeline.backends.embeddings import build_embedder
+from memtrace_loop.pipeline.backends.failure_guard import FailureGuard
 from memtrace_loop.pipeline.backends.lm import configure_cache
+from memtrace_loop.pipeline.backends.preflight import check_endpoints
+from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
 from memtrace_loop.pipeline.loop.optimization import (
     CheckpointError,
     LoopResult,
@@ -114,7 +118,9 @@ def optimize(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
     secrets = secret_values(plain)
     configure_cache(base_dir / plain["cache_dir"])
     calls = CallLedger()  # every LM below counts its role's calls into it (GEPA's own calls included)
-    lms, system, judge = build_components(plain, base_dir, calls)
+    retries, guard = RetryLedger(), FailureGuard(config.max_failed_share)
+    lms, system, judge = build_components(plain, base_dir, calls, guard=guard, retries=retries)
+    check_endpoints(lms, embedder=build_embedder(plain["embedder"]))  # EndpointUnusable before any work
     parts = splits_of(plain, base_dir)
     for name in ("train", "dev", "test"):
         if not getattr(parts, name).questions:
@@ -162,7 +168,7 @@ def optimize(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
             tracker.log_artifact(table, f"optimizer/{table.parent.name}")
         plots = TrackingLoopObserver.plots(result, run_dir)
         elapsed = time.perf_counter() - started
-        tracker.log_metrics({"elapsed_s": elapsed})
+        tracker.log_metrics({"elapsed_s": elapsed, **retries.tally().metrics()})
 
     for table in loop_tables(result, system.name):
         console.print(table)

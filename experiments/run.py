@@ -25,7 +25,11 @@ from memtrace_loop.experiments.factory import (
     to_plain,
 )
 from memtrace_loop.pipeline.backends.call_count import CallLedger
+from memtrace_loop.pipeline.backends.embeddings import build_embedder
+from memtrace_loop.pipeline.backends.failure_guard import FailureGuard
 from memtrace_loop.pipeline.backends.lm import configure_cache
+from memtrace_loop.pipeline.backends.preflight import check_endpoints
+from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
 from memtrace_loop.pipeline.loop.runner import run_dataset
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.run_logging import (
@@ -55,7 +59,9 @@ def run(cfg: DictConfig, console: Console | None = None) -> dict[str, object]:
     configure_cache(base_dir / plain["cache_dir"])
 
     calls = CallLedger()  # counts, per role, the calls the LMs really made and those DSPy's cache served
-    _, system, judge = build_components(plain, base_dir, calls)
+    retries, guard = RetryLedger(), FailureGuard(config.max_failed_share)
+    lms, system, judge = build_components(plain, base_dir, calls, guard=guard, retries=retries)
+    check_endpoints(lms, embedder=build_embedder(plain["embedder"]))  # EndpointUnusable before any work
     dataset = select_split(
         load_dataset(plain["dataset"], base_dir), plain["split"], plain["splits"]["fractions"],
         int(plain["splits"]["seed"]),
@@ -92,7 +98,8 @@ def run(cfg: DictConfig, console: Console | None = None) -> dict[str, object]:
         saved = save_run(run_dir, result, system.prompt_set(), secrets, plain) if run_dir else None
         log_run_result(tracker, result, system.prompt_set(), secrets, plain, saved=saved)
         tally = calls.tally()
-        tracker.log_metrics({"elapsed_s": elapsed, **call_metrics(tally, failed=True), **token_metrics(tally)})
+        tracker.log_metrics({"elapsed_s": elapsed, **call_metrics(tally, failed=True), **token_metrics(tally),
+                             **retries.tally().metrics()})
 
     console.print(report_table(result.report, f"{system.name} on {dataset.name} ({plain['split']})"))
     console.print(calls_table(tally, title="LM calls by role (counted at the LM layer)"))
