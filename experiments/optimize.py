@@ -32,6 +32,7 @@ from memtrace_loop.experiments.factory import (
     splits_of,
     to_plain,
 )
+from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.optimizers.gepa_program import save_program_state
 from memtrace_loop.optimizers.registry import build_optimizer
@@ -41,6 +42,7 @@ from memtrace_loop.pipeline.backends.failure_guard import FailureGuard
 from memtrace_loop.pipeline.backends.lm import configure_cache
 from memtrace_loop.pipeline.backends.preflight import check_endpoints
 from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
+from memtrace_loop.pipeline.core.stop import Interrupted, StopToken
 from memtrace_loop.pipeline.loop.optimization import (
     CheckpointError,
     LoopResult,
@@ -52,7 +54,6 @@ from memtrace_loop.pipeline.tracking.export import ExportedPrompts, write_prompt
 from memtrace_loop.pipeline.tracking.loop_observer import TrackingLoopObserver
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.run_logging import flatten, git_commit, log_params, scrub
-from memtrace_loop.pipeline.tracking.tracker import Tracker
 from omegaconf import DictConfig
 from rich.console import Console
 
@@ -69,13 +70,20 @@ def config_digest(plain: dict[str, Any]) -> str:
 
 
 def _run_dir(plain: dict[str, Any], base_dir: Path) -> tuple[Path, dict[str, Any], bool]:
-    """(run directory, the config to use, resuming?) — a resumed run uses the config it was started with."""
+    """(run directory, the config to use, resuming?) — a resumed run uses the config it was started with
+    (overrides given with `resume=` other than `workers` are ignored, with a warning naming them)."""
     if plain.get("resume"):
         run_dir = resolve(str(plain["resume"]), base_dir)
         saved = run_dir / SAVED_CONFIG
         if not (run_dir / CHECKPOINT).exists() or not saved.exists():
             raise CheckpointError(f"resume={plain['resume']}: no {CHECKPOINT} and {SAVED_CONFIG} in {run_dir}")
         config = json.loads(saved.read_text(encoding="utf-8"))
+        ignored = ignored_overrides(plain, config)
+        if ignored:
+            logger.warning(
+                "resume: ignoring %s (a resumed run keeps the config it was started with; only workers may change)",
+                ", ".join(ignored),
+            )
         config["workers"] = plain["workers"]
         return run_dir, config, True
     if HydraConfig.initialized():
@@ -85,6 +93,41 @@ def _run_dir(plain: dict[str, Any], base_dir: Path) -> tuple[Path, dict[str, Any
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / SAVED_CONFIG).write_text(json.dumps(plain, indent=2), encoding="utf-8")
     return run_dir, plain, False
+
+
+def ignored_overrides(given: Mapping[str, Any], saved: Mapping[str, Any]) -> list[str]:
+    """The keys (never the values) whose value in `given` differs from the run's saved config."""
+    now, then = flatten(dict(given)), flatten(dict(saved))
+    return sorted(
+        key for key in set(now) | set(then)
+        if key.split(".")[0] not in NOT_PART_OF_A_RUN and now.get(key) != then.get(key)
+    )
+
+
+def check_resumable(run_dir: Path, plain: dict[str, Any]) -> dict[str, Any]:
+    """The checkpoint of `run_dir`, after checking it may be resumed with `plain` (the saved config):
+    `CheckpointError` when it was written by another configuration. Nothing in MLflow is touched."""
+    checkpoint = read_checkpoint(run_dir / CHECKPOINT)
+    if checkpoint.get("config_digest") != config_digest(plain):
+        raise CheckpointError(
+            f"{run_dir / CHECKPOINT}: was written by a run with another configuration than {run_dir / SAVED_CONFIG}; "
+            "start a new run instead"
+        )
+    return checkpoint
+
+
+def _already_finished(run_dir: Path, checkpoint: Mapping[str, Any], console: Console) -> dict[str, Any]:
+    finished = checkpoint["finished"]
+    console.print(
+        f"Run {run_dir} already finished (MLflow run {checkpoint.get('mlflow_run_id')}); nothing to resume. "
+        f"Test judge accuracy {finished['test_start']:.3f} -> {finished['test_final']:.3f}; "
+        f"exported prompts: {finished['exported'][0]}"
+    )
+    return {
+        "run_id": checkpoint.get("mlflow_run_id"), "run_dir": str(run_dir), "exported": finished["exported"],
+        "test_start": finished["test_start"], "test_final": finished["test_final"], "result": None,
+        "calls": None, "already_finished": True,
+    }
 
 
 def export_best(
@@ -109,18 +152,22 @@ def export_program(result: LoopResult, system: MemorySystem, run_dir: Path) -> P
     return save_program_state(system, result.final_prompts, run_dir / "best_program.json")
 
 
-def optimize(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
-    """Run the loop end to end; returns run id, paths and the headline numbers."""
+def optimize(cfg: DictConfig, console: Console | None = None, stop: StopToken | None = None) -> dict[str, Any]:
+    """Run the loop end to end; returns run id, paths and the headline numbers. `resume=` of a finished
+    run is a no-op that says so; an interruption (`stop`) leaves the last checkpoint and a KILLED run."""
     console = console or Console()
     base_dir = launch_dir()
     run_dir, plain, resuming = _run_dir(to_plain(cfg), base_dir)
     config = validated_optimize(plain)  # every key checked before anything is built (ConfigError naming the key)
     secrets = secret_values(plain)
+    checkpoint = check_resumable(run_dir, plain) if resuming else {}
+    if checkpoint.get("finished"):
+        return _already_finished(run_dir, checkpoint, console)
     configure_cache(base_dir / plain["cache_dir"])
     calls = CallLedger()  # every LM below counts its role's calls into it (GEPA's own calls included)
     retries, guard = RetryLedger(), FailureGuard(config.max_failed_share)
-    lms, system, judge = build_components(plain, base_dir, calls, guard=guard, retries=retries)
-    check_endpoints(lms, embedder=build_embedder(plain["embedder"]))  # EndpointUnusable before any work
+    lms, system, judge = build_components(plain, base_dir, calls, stop=stop, guard=guard, retries=retries)
+    check_endpoints(lms, embedder=build_embedder(plain["embedder"]), stop=stop)  # before any work
     parts = splits_of(plain, base_dir)
     for name in ("train", "dev", "test"):
         if not getattr(parts, name).questions:
@@ -129,46 +176,59 @@ def optimize(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
     settings = config.loop_settings()
     attributor = attributor_of(plain, lms, system, judge)
 
-    tracker: Tracker = MlflowTracker(plain["tracking"]["uri"])
+    tracker = MlflowTracker(plain["tracking"]["uri"])
     tracker.open_experiment(plain["tracking"]["experiment"])
-    parent_id = read_checkpoint(run_dir / CHECKPOINT).get("mlflow_run_id") if resuming else None
+    parent_id = checkpoint.get("mlflow_run_id") if resuming else None
+    if parent_id:  # iterations started after the checkpoint (a kill mid-iteration) are redone: drop their runs
+        dropped = tracker.delete_children(parent_id, "memtrace.iteration", int(checkpoint["iteration"]))
+        if dropped:
+            logger.info("resume: deleted %d nested run(s) of iterations the checkpoint did not record", len(dropped))
     run_name = config.run_name or f"optimize-{system.name}-{plain['optimizer']['name']}"
     started = time.perf_counter()
-    with tracker.start_run(None if parent_id else run_name, run_id=parent_id) as run_id:
-        if not resuming:
-            tracker.set_tags(
-                {
-                    "memtrace.command": "optimize",
-                    "memtrace.system": system.name,
-                    "memtrace.dataset": parts.train.name,
-                    "memtrace.optimizer": plain["optimizer"]["name"],
-                    "memtrace.attributor": attributor.name,
-                    "git_commit": git_commit(base_dir),
-                }
-            )
-            log_params(tracker, flatten(plain), secrets)
-            tracker.log_params({"split.train_conversations": len(parts.train.conversations),
-                               "split.dev_conversations": len(parts.dev.conversations),
-                               "split.test_conversations": len(parts.test.conversations)})
-        observer = TrackingLoopObserver(tracker, system.name, secrets, config.register_prompts)
-        with RichProgress(console) as progress:
-            loop = OptimizationLoop(
-                system, judge, optimizer, Splits(parts.train, parts.dev, parts.test), settings,
-                checkpoint=run_dir / CHECKPOINT, config_digest=config_digest(plain), observers=[observer],
-                progress=progress, checkpoint_extra=lambda: {"mlflow_run_id": run_id},
-                attributor=attributor, calls=calls,
-            )
-            result = loop.run(resume=resuming)
-        final_knobs = system.with_knobs(result.final_knobs).non_default_knobs()
-        paths = export_best(result, system.name, run_id, run_dir, final_knobs)
-        for path in paths:
-            tracker.log_artifact(path, "export")
-        tracker.log_artifact(export_program(result, system, run_dir), "program")
-        for table in sorted((run_dir / "optimizer").glob("*/*.json")):  # e.g. GEPA's candidate pools
-            tracker.log_artifact(table, f"optimizer/{table.parent.name}")
-        plots = TrackingLoopObserver.plots(result, run_dir)
-        elapsed = time.perf_counter() - started
-        tracker.log_metrics({"elapsed_s": elapsed, **retries.tally().metrics()})
+    try:
+        with tracker.start_run(None if parent_id else run_name, run_id=parent_id) as run_id:
+            if not resuming:
+                tracker.set_tags(
+                    {
+                        "memtrace.command": "optimize",
+                        "memtrace.system": system.name,
+                        "memtrace.dataset": parts.train.name,
+                        "memtrace.optimizer": plain["optimizer"]["name"],
+                        "memtrace.attributor": attributor.name,
+                        "git_commit": git_commit(base_dir),
+                    }
+                )
+                log_params(tracker, flatten(plain), secrets)
+                tracker.log_params({"split.train_conversations": len(parts.train.conversations),
+                                   "split.dev_conversations": len(parts.dev.conversations),
+                                   "split.test_conversations": len(parts.test.conversations)})
+            observer = TrackingLoopObserver(tracker, system.name, secrets, config.register_prompts)
+            with RichProgress(console) as progress:
+                loop = OptimizationLoop(
+                    system, judge, optimizer, Splits(parts.train, parts.dev, parts.test), settings,
+                    checkpoint=run_dir / CHECKPOINT, config_digest=config_digest(plain), observers=[observer],
+                    progress=progress, checkpoint_extra=lambda: {"mlflow_run_id": run_id},
+                    attributor=attributor, calls=calls, stop=stop,
+                )
+                result = loop.run(resume=resuming)
+            if stop is not None:
+                stop.check()  # interrupted during the final test evaluation: no export
+            improved = result.final_prompts != result.start_prompts or bool(result.final_knobs)
+            tracker.set_tags({"memtrace.improved": str(improved).lower()})
+            final_knobs = system.with_knobs(result.final_knobs).non_default_knobs()
+            paths = export_best(result, system.name, run_id, run_dir, final_knobs)
+            for path in paths:
+                tracker.log_artifact(path, "export")
+            tracker.log_artifact(export_program(result, system, run_dir), "program")
+            for table in sorted((run_dir / "optimizer").glob("*/*.json")):  # e.g. GEPA's candidate pools
+                tracker.log_artifact(table, f"optimizer/{table.parent.name}")
+            plots = TrackingLoopObserver.plots(result, run_dir)
+            elapsed = time.perf_counter() - started
+            tracker.log_metrics({"elapsed_s": elapsed, **retries.tally().metrics()})
+            mark_finished(run_dir / CHECKPOINT, result, paths)
+    except (Interrupted, KeyboardInterrupt) as error:
+        error.add_note(f"the last checkpoint is kept; resume with: memtrace optimize resume={run_dir}")
+        raise
 
     for table in loop_tables(result, system.name):
         console.print(table)
@@ -179,6 +239,9 @@ def optimize(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
     if result.final_knobs:
         changed = ", ".join(f"{k} {system.knob_values()[k]} -> {v}" for k, v in sorted(result.final_knobs.items()))
         console.print(f"Knobs changed by accepted candidates: {changed}")
+    if not improved:
+        console.print("[bold yellow]No rewrite was accepted: the exported prompt set is the starting one "
+                      "(nothing beat it on dev).[/]")
     console.print(f"Exported prompts: {paths[0]} and {paths[1].name}; plots: {', '.join(str(p) for p in plots)}")
     console.print(f"Load them with: memtrace run prompts={paths[0]}")
     if uri.startswith("sqlite:///"):
@@ -191,11 +254,26 @@ def optimize(cfg: DictConfig, console: Console | None = None) -> dict[str, Any]:
         "test_final": result.test_final.report.overall.judge_accuracy,
         "result": result,
         "calls": calls,
+        "improved": improved,
     }
+
+
+def mark_finished(path: Path, result: LoopResult, exported: list[Path]) -> None:
+    """Record in the checkpoint that the run finished (a later `resume=` is then a no-op)."""
+    data = read_checkpoint(path)
+    data["finished"] = {
+        "test_start": result.test_start.report.overall.judge_accuracy,
+        "test_final": result.test_final.report.overall.judge_accuracy,
+        "exported": [str(p) for p in exported],
+    }
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
+    tmp.replace(path)
 
 
 @hydra.main(config_path="pkg://memtrace_loop.conf", config_name="optimize", version_base="1.3")
 def main(cfg: DictConfig) -> float:
     setup_logging()
-    return float(optimize(cfg)["test_final"])
+    outcome = run_app("optimize", lambda stop: optimize(cfg, stop=stop), lambda: secret_values(to_plain(cfg)))
+    return float(outcome["test_final"])
 

@@ -24,12 +24,14 @@ from memtrace_loop.experiments.factory import (
     select_split,
     to_plain,
 )
+from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.pipeline.backends.call_count import CallLedger
 from memtrace_loop.pipeline.backends.embeddings import build_embedder
 from memtrace_loop.pipeline.backends.failure_guard import FailureGuard
 from memtrace_loop.pipeline.backends.lm import configure_cache
 from memtrace_loop.pipeline.backends.preflight import check_endpoints
 from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
+from memtrace_loop.pipeline.core.stop import StopToken
 from memtrace_loop.pipeline.loop.runner import run_dataset
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.run_logging import (
@@ -49,8 +51,10 @@ from rich.console import Console
 logger = logging.getLogger("memtrace.run")
 
 
-def run(cfg: DictConfig, console: Console | None = None) -> dict[str, object]:
-    """Run, evaluate and log; returns the MLflow run id and the overall judge accuracy."""
+def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None = None) -> dict[str, object]:
+    """Run, evaluate and log; returns the MLflow run id and the overall judge accuracy. The MLflow run is
+    opened before the work (FAILED if the work fails, KILLED when `stop` interrupts it) and the results
+    are saved on disk before they are logged."""
     console = console or Console()
     plain = to_plain(cfg)
     config = validated_run(plain)  # every key checked before anything is built (ConfigError naming the key)
@@ -60,8 +64,8 @@ def run(cfg: DictConfig, console: Console | None = None) -> dict[str, object]:
 
     calls = CallLedger()  # counts, per role, the calls the LMs really made and those DSPy's cache served
     retries, guard = RetryLedger(), FailureGuard(config.max_failed_share)
-    lms, system, judge = build_components(plain, base_dir, calls, guard=guard, retries=retries)
-    check_endpoints(lms, embedder=build_embedder(plain["embedder"]))  # EndpointUnusable before any work
+    lms, system, judge = build_components(plain, base_dir, calls, stop=stop, guard=guard, retries=retries)
+    check_endpoints(lms, embedder=build_embedder(plain["embedder"]), stop=stop)  # before any work
     dataset = select_split(
         load_dataset(plain["dataset"], base_dir), plain["split"], plain["splits"]["fractions"],
         int(plain["splits"]["seed"]),
@@ -73,14 +77,6 @@ def run(cfg: DictConfig, console: Console | None = None) -> dict[str, object]:
 
     # saved beside Hydra's own files, so `memtrace attribute run_dir=<output dir>` can read them back
     run_dir = Path(HydraConfig.get().runtime.output_dir) / ARTIFACTS_DIR if HydraConfig.initialized() else None
-    started = time.perf_counter()
-    with RichProgress(console) as progress:
-        result = run_dataset(
-            system, judge, dataset, workers=int(plain["workers"]), progress=progress,
-            exclude_categories=tuple(plain["evaluation"]["exclude_categories"]), seed=int(plain["seed"]),
-        )
-    elapsed = time.perf_counter() - started
-
     tracker = MlflowTracker(plain["tracking"]["uri"])
     tracker.open_experiment(plain["tracking"]["experiment"])
     run_name = config.run_name or f"run-{system.name}-{plain['dataset']['kind']}-{plain['split']}"
@@ -95,6 +91,14 @@ def run(cfg: DictConfig, console: Console | None = None) -> dict[str, object]:
             }
         )
         log_params(tracker, flatten(plain), secrets)
+        started = time.perf_counter()
+        with RichProgress(console) as progress:
+            result = run_dataset(
+                system, judge, dataset, workers=int(plain["workers"]), progress=progress,
+                exclude_categories=tuple(plain["evaluation"]["exclude_categories"]), seed=int(plain["seed"]),
+                stop=stop,
+            )
+        elapsed = time.perf_counter() - started
         saved = save_run(run_dir, result, system.prompt_set(), secrets, plain) if run_dir else None
         log_run_result(tracker, result, system.prompt_set(), secrets, plain, saved=saved)
         tally = calls.tally()
@@ -118,5 +122,6 @@ def run(cfg: DictConfig, console: Console | None = None) -> dict[str, object]:
 @hydra.main(config_path="pkg://memtrace_loop.conf", config_name="run", version_base="1.3")
 def main(cfg: DictConfig) -> float:
     setup_logging()
-    accuracy = run(cfg)["judge_accuracy"]
+    outcome = run_app("run", lambda stop: run(cfg, stop=stop), lambda: secret_values(to_plain(cfg)))
+    accuracy = outcome["judge_accuracy"]
     return float(accuracy) if isinstance(accuracy, int | float) else math.nan

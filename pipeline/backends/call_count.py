@@ -97,6 +97,15 @@ class CallTally:
         roles = dict.fromkeys([*self.by_role, *other.by_role])
         return CallTally({role: self.role(role) - other.role(role) for role in roles})
 
+    def __add__(self, other: CallTally) -> CallTally:
+        roles = dict.fromkeys([*self.by_role, *other.by_role])
+        return CallTally({role: self.role(role) + other.role(role) for role in roles})
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Mapping[str, int]]) -> CallTally:
+        """The inverse of `to_dict` (a checkpoint keeps the calls of the iterations before a resume)."""
+        return cls({role: RoleCalls(**{k: int(v) for k, v in counts.items()}) for role, counts in data.items()})
+
     def to_dict(self) -> dict[str, dict[str, int]]:
         return {
             role: {"made": c.made, "cached": c.cached, "failed": c.failed, "prompt_tokens": c.prompt_tokens,

@@ -51,6 +51,7 @@ from memtrace_loop.pipeline.analysis.blame import Attribution, BlameTable, aggre
 from memtrace_loop.pipeline.analysis.evaluation import PairedDifference, paired_difference
 from memtrace_loop.pipeline.backends.call_count import BUDGET_ROLES, CallLedger, CallTally
 from memtrace_loop.pipeline.core.records import Dataset, PromptSet
+from memtrace_loop.pipeline.core.stop import StopToken
 from memtrace_loop.pipeline.loop.case_runner import LoopCaseRunner
 from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
 from memtrace_loop.pipeline.loop.runner import ProgressSink, RunResult, run_dataset
@@ -122,7 +123,7 @@ class IterationRecord:
     blame: BlameTable = field(default_factory=BlameTable)
     outcomes: tuple[CandidateOutcome, ...] = ()
     knobs: Mapping[str, Any] = field(default_factory=dict)  # the knob changes the iteration started from
-    calls: CallTally = field(default_factory=CallTally)  # cumulative LM calls of this process at its end
+    calls: CallTally = field(default_factory=CallTally)  # cumulative LM calls (across resumes) at its end
     budget_spent: int = 0  # cumulative budget spent at its end (across resumes)
 
     @property
@@ -170,7 +171,7 @@ class LoopResult:
     lm_calls_made: int  # LM calls made, every role, the test evaluation included
     lm_calls_saved: int  # LM calls reusing built memories saved (they were never asked of an LM)
     stop_reason: str = ""  # a StopReason
-    calls: CallTally = field(default_factory=CallTally)  # per role, this process, test evaluation included
+    calls: CallTally = field(default_factory=CallTally)  # per role, across resumes, test evaluation included
     budget_spent: int = 0  # budget calls spent before the test evaluation (across resumes)
     # knob changes accepted over the system's configured knobs (field -> value; {} when none)
     final_knobs: Mapping[str, Any] = field(default_factory=dict)
@@ -196,6 +197,7 @@ class _Progress:
     history: tuple[IterationSummary, ...] = ()
     budget_spent: int = 0
     knobs: Mapping[str, Any] = field(default_factory=dict)  # accepted knob changes
+    calls: CallTally = field(default_factory=CallTally)  # LM calls per role by the end of `iteration`
 
 
 def _write_checkpoint(path: Path, progress: _Progress, config_digest: str, extra: Mapping[str, Any]) -> None:
@@ -209,6 +211,7 @@ def _write_checkpoint(path: Path, progress: _Progress, config_digest: str, extra
         "start_prompts": progress.start.to_dict(),
         "current_prompts": progress.current.to_dict(),
         "current_knobs": dict(progress.knobs),
+        "calls": progress.calls.to_dict(),
         "history": [summary.to_dict() for summary in progress.history],
         **dict(extra),
     }
@@ -246,8 +249,10 @@ class OptimizationLoop:
         checkpoint_extra: Callable[[], Mapping[str, Any]] | None = None,
         attributor: Attributor | None = None,
         calls: CallLedger | None = None,
+        stop: StopToken | None = None,
     ) -> None:
         self.system = system
+        self.stop = stop
         self.judge = judge
         self.optimizer = optimizer
         self.splits = splits
@@ -269,6 +274,7 @@ class OptimizationLoop:
         self.calls = calls
         self.budget = LoopBudget(self)
         self._tally_base = CallTally()
+        self._calls_before = CallTally()  # the calls of the iterations before a resume (from the checkpoint)
         self._spent_base = 0
         self._spent_offset = 0
         self._budget_cut = False
@@ -299,7 +305,7 @@ class OptimizationLoop:
         result = run_dataset(
             system, self.judge, dataset, workers=self.settings.workers,
             progress=self.progress, exclude_categories=self.settings.exclude_categories, seed=self.settings.seed,
-            memory_cache=self.cache,
+            memory_cache=self.cache, stop=self.stop,
         )
         self._count_calls(calls_made(result))
         self._tokens_made += tokens_made(result)
@@ -308,8 +314,10 @@ class OptimizationLoop:
     # ------------------------------------------------------------------ counting and the budget
 
     def tally(self) -> CallTally:
-        """LM calls per role since this run started (empty without a ledger)."""
-        return self.calls.tally() - self._tally_base if self.calls is not None else CallTally()
+        """LM calls per role since the run started, across resumes (empty without a ledger)."""
+        if self.calls is None:
+            return CallTally()
+        return self._calls_before + (self.calls.tally() - self._tally_base)
 
     def _budget_count(self) -> int:
         if self.calls is None:
@@ -342,8 +350,10 @@ class OptimizationLoop:
         """Run (or, with `resume`, continue from the checkpoint) until budget or patience runs out."""
         self._tally_base = self.calls.tally() if self.calls is not None else CallTally()
         self._spent_base, self._spent_offset, self._budget_cut = self._budget_count(), 0, False
+        self._calls_before = CallTally()
         if resume:
             progress = self._resume()
+            self._calls_before = progress.calls
         else:
             start = start_prompts or self.system.prompt_set()
             progress = _Progress(0, start, 0, start)
@@ -457,7 +467,7 @@ class OptimizationLoop:
     def _finish_iteration(self, record: IterationRecord, progress: _Progress) -> _Progress:
         progress = _Progress(
             progress.iteration, progress.current, progress.stale, progress.start,
-            (*progress.history, summarize_iteration(record)), record.budget_spent, progress.knobs,
+            (*progress.history, summarize_iteration(record)), record.budget_spent, progress.knobs, self.tally(),
         )
         for observer in self.observers:
             observer.on_iteration(record)
@@ -477,7 +487,7 @@ class OptimizationLoop:
         history = tuple(IterationSummary.from_dict(item) for item in data.get("history", ()))
         return _Progress(
             int(data["iteration"]), current, int(data["stale"]), PromptSet(data["start_prompts"]), history,
-            int(data.get("budget_spent", 0)), knobs,
+            int(data.get("budget_spent", 0)), knobs, CallTally.from_dict(data.get("calls", {})),
         )
 
 

@@ -26,6 +26,7 @@ from memtrace_loop.pipeline.analysis.evaluation import (
 )
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import CaseResult, Conversation, Dataset, Question
+from memtrace_loop.pipeline.core.stop import StopToken
 from memtrace_loop.pipeline.core.tracing import Tracer
 from memtrace_loop.pipeline.loop.memory_cache import CachedMemory, MemoryCache
 
@@ -80,23 +81,37 @@ def make_judge(lm: dspy.BaseLM | None = None) -> dspy.Predict:
 
 
 def _map(
-    fn: Callable[[T], R], items: Sequence[T], workers: int, on_done: Callable[[T], None] | None = None
+    fn: Callable[[T], R], items: Sequence[T], workers: int, on_done: Callable[[T], None] | None = None,
+    stop: StopToken | None = None,
 ) -> list[R]:
-    """`fn` over `items` with up to `workers` threads; results in input order."""
+    """`fn` over `items` with up to `workers` threads; results in input order. No item starts after
+    `stop` is requested (`Interrupted`), and when one item raises, the items not yet started are
+    cancelled and the error is raised without waiting for the ones still running."""
     on_done = on_done or (lambda _item: None)
+
+    def guarded(item: T) -> R:
+        if stop is not None:
+            stop.check()
+        return fn(item)
+
     if workers <= 1 or len(items) <= 1:
         out = []
         for item in items:
-            out.append(fn(item))
+            out.append(guarded(item))
             on_done(item)
         return out
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="memtrace") as pool:
-        futures = [pool.submit(fn, item) for item in items]
-        results = []
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="memtrace")
+    futures = [pool.submit(guarded, item) for item in items]
+    results = []
+    try:
         for item, future in zip(items, futures, strict=True):
             results.append(future.result())
             on_done(item)
-        return results
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    return results
 
 
 def declare_prompts(tracer: Tracer, system: MemorySystem, judge: dspy.Predict) -> None:
@@ -154,8 +169,10 @@ def run_dataset(
     exclude_categories: Sequence[int] = (5,),
     seed: int = 0,
     memory_cache: MemoryCache | None = None,
+    stop: StopToken | None = None,
 ) -> RunResult:
-    """Ingest every conversation (or reuse its cached memory), answer and judge every question; trace it all."""
+    """Ingest every conversation (or reuse its cached memory), answer and judge every question; trace it
+    all. With `stop`, no conversation or question starts after a stop is requested (`Interrupted`)."""
     progress = progress or _NoProgress()
     conversations = list(dataset.conversations)
 
@@ -178,7 +195,7 @@ def run_dataset(
             memory_cache.put(key, CachedMemory(graph.copy(), state, count_lm_calls([graph]).calls, calls))
         return graph, state
 
-    built = _map(ingest, conversations, workers)
+    built = _map(ingest, conversations, workers, stop=stop)
     graph_by_conversation = {c.id: g for c, (g, _) in zip(conversations, built, strict=True)}
     state_by_conversation = {c.id: s for c, (_, s) in zip(conversations, built, strict=True)}
 
@@ -190,7 +207,7 @@ def run_dataset(
         outcome = system.answer(question, state_by_conversation[question.conversation_id], tracer)
         return tracer, judge_answer(judge, question, outcome, tracer)
 
-    answered = _map(answer, questions, workers, lambda _q: progress.advance("answer"))
+    answered = _map(answer, questions, workers, lambda _q: progress.advance("answer"), stop=stop)
     for tracer, _ in answered:  # dataset order: graphs do not depend on thread timing
         tracer.commit()
     results = tuple(result for _, result in answered)

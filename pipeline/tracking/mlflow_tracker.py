@@ -17,6 +17,7 @@ from pathlib import Path
 
 import mlflow
 from memtrace_loop.pipeline.core.records import PromptSet
+from memtrace_loop.pipeline.core.stop import Interrupted
 from memtrace_loop.pipeline.tracking.prompt_registry import register_prompt_set
 from memtrace_loop.pipeline.tracking.tracker import RunNotFoundError, TrackedRun
 from mlflow.exceptions import MlflowException
@@ -29,6 +30,10 @@ def _artifact_root(tracking_uri: str) -> str | None:
         return None
     db_path = Path(tracking_uri.removeprefix("sqlite:///")).resolve()
     return (db_path.parent / "mlartifacts").as_uri()
+
+
+def _status_of(exc: BaseException) -> str:
+    return "KILLED" if isinstance(exc, Interrupted | KeyboardInterrupt) else "FAILED"
 
 
 class MlflowTracker:
@@ -51,8 +56,41 @@ class MlflowTracker:
     def start_run(
         self, run_name: str | None = None, *, run_id: str | None = None, nested: bool = False
     ) -> Iterator[str]:
-        with mlflow.start_run(run_id=run_id, run_name=run_name, nested=nested) as active:
+        """The run ends FINISHED when the block completes, KILLED when it is left by an interruption
+        (`Interrupted`, `KeyboardInterrupt`) and FAILED on any other exception (never left RUNNING)."""
+        active = mlflow.start_run(run_id=run_id, run_name=run_name, nested=nested)
+        try:
             yield active.info.run_id
+        except BaseException as exc:
+            mlflow.end_run(_status_of(exc))
+            raise
+        mlflow.end_run("FINISHED")
+
+    def run_status(self, run_id: str) -> str:
+        """FINISHED, FAILED, KILLED, RUNNING or SCHEDULED (RunNotFoundError for an unknown id)."""
+        try:
+            return str(self._client().get_run(run_id).info.status)
+        except MlflowException as exc:
+            raise RunNotFoundError(exc.message) from exc
+
+    def delete_children(self, parent_id: str, tag: str, above: int) -> list[str]:
+        """Soft-delete the nested runs of `parent_id` whose integer tag `tag` is greater than `above`
+        (e.g. iterations an interrupted run had started but not checkpointed: a resume redoes them);
+        returns their ids."""
+        client = self._client()
+        parent = client.get_run(parent_id)
+        children = client.search_runs(
+            [parent.info.experiment_id], f"tags.mlflow.parentRunId = '{parent_id}'", max_results=50_000
+        )
+        deleted = []
+        for child in children:
+            value = child.data.tags.get(tag, "")
+            if value.lstrip("-").isdigit() and int(value) > above:
+                if child.info.status == "RUNNING":
+                    client.set_terminated(child.info.run_id, "KILLED")
+                client.delete_run(child.info.run_id)
+                deleted.append(child.info.run_id)
+        return deleted
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
         mlflow.set_tags(dict(tags))

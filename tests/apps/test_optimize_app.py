@@ -14,6 +14,7 @@ from hydra import compose, initialize_config_module
 from memtrace_loop.experiments.export import ExportError, exported_from_run
 from memtrace_loop.experiments.optimize import optimize
 from memtrace_loop.experiments.run import run
+from memtrace_loop.pipeline.loop.optimization import CheckpointError
 from memtrace_loop.pipeline.tracking import loop_observer as loop_tracking
 from memtrace_loop.pipeline.tracking.export import read_prompts
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
@@ -119,25 +120,76 @@ def test_an_interrupted_optimization_resumes_into_the_same_mlflow_run(optimized,
 
     def interrupt_after_first(self, record):
         original(self, record)
+        if record.iteration == 1:  # iteration 1's nested run is logged, its checkpoint is not written
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(loop_tracking.TrackingLoopObserver, "on_iteration", interrupt_after_first)
+    with pytest.raises(KeyboardInterrupt) as interrupted:
+        optimize(optimize_cfg(tmp_path))
+    monkeypatch.setattr(loop_tracking.TrackingLoopObserver, "on_iteration", original)
+    run_dirs = sorted((tmp_path / "outputs" / "optimize").iterdir())
+    assert len(run_dirs) == 1
+    assert f"resume with: memtrace optimize resume={run_dirs[0]}" in interrupted.value.__notes__[0]
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    parent_id = json.loads((run_dirs[0] / "checkpoint.json").read_text())["mlflow_run_id"]
+    assert client.get_run(parent_id).info.status == "KILLED"
+    made_before = json.loads((run_dirs[0] / "checkpoint.json").read_text())["calls"]["task"]["made"]
+
+    resumed = optimize(optimize_cfg(tmp_path, f"resume={run_dirs[0]}"))
+    assert resumed["result"].final_prompts == uninterrupted["result"].final_prompts
+    assert resumed["test_final"] == uninterrupted["test_final"]
+    assert client.get_run(resumed["run_id"]).info.status == "FINISHED"
+    children = client.search_runs(
+        [client.get_run(resumed["run_id"]).info.experiment_id], f"tags.mlflow.parentRunId = '{resumed['run_id']}'"
+    )
+    iterations = sorted(int(c.data.tags["memtrace.iteration"]) for c in children)
+    # iteration 1 was logged before the interruption and redone: its first nested run is gone (no zombie)
+    assert iterations == list(range(len(resumed["result"].history)))
+    # counts are cumulative across the resume: the calls made before it are included
+    calls = resumed["result"].calls.role("task")
+    assert calls.made > made_before > 0
+
+    # resuming a finished run is a no-op that says so: MLflow untouched
+    points = len(client.get_metric_history(resumed["run_id"], "dev_judge_accuracy"))
+    again = optimize(optimize_cfg(tmp_path, f"resume={run_dirs[0]}", "loop.max_iterations=9"))
+    assert again["already_finished"] and again["test_final"] == resumed["test_final"]
+    assert len(client.get_metric_history(resumed["run_id"], "dev_judge_accuracy")) == points
+    assert client.get_run(resumed["run_id"]).info.status == "FINISHED"
+
+
+@pytest.mark.slow
+def test_resume_refuses_another_config_without_touching_the_run_and_names_ignored_overrides(
+    optimized, tmp_path, monkeypatch, caplog
+):
+    monkeypatch.chdir(tmp_path)
+    original = loop_tracking.TrackingLoopObserver.on_iteration
+
+    def interrupt_after_first(self, record):
+        original(self, record)
         if record.iteration == 1:
             raise KeyboardInterrupt
 
     monkeypatch.setattr(loop_tracking.TrackingLoopObserver, "on_iteration", interrupt_after_first)
     with pytest.raises(KeyboardInterrupt):
-        optimize(optimize_cfg(tmp_path))
+        optimize(optimize_cfg(tmp_path, "loop.max_iterations=2"))
     monkeypatch.setattr(loop_tracking.TrackingLoopObserver, "on_iteration", original)
-    run_dirs = sorted((tmp_path / "outputs" / "optimize").iterdir())
-    assert len(run_dirs) == 1
-    resumed = optimize(optimize_cfg(tmp_path, f"resume={run_dirs[0]}"))
-    assert resumed["result"].final_prompts == uninterrupted["result"].final_prompts
-    assert resumed["test_final"] == uninterrupted["test_final"]
+    run_dir = next((tmp_path / "outputs" / "optimize").iterdir())
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
-    children = client.search_runs(
-        [client.get_run(resumed["run_id"]).info.experiment_id], f"tags.mlflow.parentRunId = '{resumed['run_id']}'"
-    )
-    iterations = sorted(int(c.data.tags["memtrace.iteration"]) for c in children)
-    assert iterations[:3] == [0, 1, 1]  # iteration 1 logged before the interruption, then redone
-    assert iterations[-1] == len(resumed["result"].history) - 1
+    parent_id = json.loads((run_dir / "checkpoint.json").read_text())["mlflow_run_id"]
+
+    saved = json.loads((run_dir / "config.json").read_text())
+    edited = {**saved, "seed": saved["seed"] + 1}
+    (run_dir / "config.json").write_text(json.dumps(edited))
+    with pytest.raises(CheckpointError, match="another configuration"):
+        optimize(optimize_cfg(tmp_path, f"resume={run_dir}"))
+    assert client.get_run(parent_id).info.status == "KILLED"  # the refused resume did not flip it
+
+    (run_dir / "config.json").write_text(json.dumps(saved))
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="memtrace.optimize"):
+        optimize(optimize_cfg(tmp_path, f"resume={run_dir}", "loop.min_gain=0.5", "workers=1"))
+    ignored = [r.getMessage() for r in caplog.records if "ignoring" in r.getMessage()]
+    assert ignored and "loop.min_gain" in ignored[0] and "workers," not in ignored[0]
 
 
 @pytest.mark.slow
@@ -158,3 +210,17 @@ def test_compare_optimizers_multirun_lands_in_one_experiment(tmp_path):
     assert set(by_optimizer) == {"attribution", "uniform", "none"}
     gains = {k: m["test_final_judge_accuracy"] - m["test_start_judge_accuracy"] for k, m in by_optimizer.items()}
     assert gains["attribution"] > gains["uniform"] > gains["none"] == 0  # the fair rewriter: uniform learns too
+
+
+def test_an_optimization_that_accepts_nothing_says_so(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    from rich.console import Console
+
+    console = Console(record=True, width=200)
+    outcome = optimize(
+        optimize_cfg(tmp_path, "optimizer=none", "loop.max_iterations=1", "dataset.n_conversations=4"), console
+    )
+    assert outcome["improved"] is False
+    assert "No rewrite was accepted: the exported prompt set is the starting one" in console.export_text()
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    assert client.get_run(outcome["run_id"]).data.tags["memtrace.improved"] == "false"

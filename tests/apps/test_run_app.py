@@ -139,3 +139,20 @@ def test_a_missing_locomo_file_is_a_clear_error(tmp_path):
 
     with pytest.raises(DataError, match=r"nope\.json: LoCoMo file not found"):
         load_dataset({"kind": "locomo", "path": "nope.json"}, tmp_path)
+
+
+def test_the_mlflow_run_is_opened_before_the_work_and_killed_by_a_stop(tmp_path, monkeypatch):
+    from memtrace_loop.pipeline.core.stop import Interrupted, StopToken
+
+    monkeypatch.chdir(tmp_path)
+    stop = StopToken()
+    stop.request("interrupted by SIGINT (Ctrl-C)")  # before the first conversation starts
+    cfg = composed(f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"cache_dir={tmp_path}/cache",
+                   "dataset.n_conversations=2")
+    with pytest.raises(Interrupted):
+        run(cfg, stop=stop)
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    (logged,) = client.search_runs([client.get_experiment_by_name("memtrace").experiment_id])
+    assert logged.info.status == "KILLED"
+    assert logged.data.params["memory_system.name"] == "mem0"  # params were logged before the work
+    assert "judge_accuracy" not in logged.data.metrics

@@ -1,0 +1,131 @@
+"""How an app stops: signals ask the work to stop, and every way out is one line and an exit code.
+
+`stop_on_signals(token)` turns the first Ctrl-C (SIGINT) or SIGTERM into `token.request(...)`: the LMs
+and the runner start no new call or item after it, the work ends with `Interrupted`, and the MLflow
+run is ended KILLED by the tracker. A second signal gives up waiting (`KeyboardInterrupt`).
+
+`run_app(body, secrets_of)` runs an app body and turns what ends it into an exit: a `RunStopped`
+(interrupted, endpoint unusable, too many failed calls), a configuration or data error, or any other
+exception, becomes one line on stderr (secrets masked, notes such as "resume with ..." appended) and a
+non-zero exit code; the traceback goes to the log at DEBUG level only. After an interruption the
+process exits at once (`os._exit`), without waiting for LM calls still in flight: everything worth
+keeping (checkpoint, MLflow status) is written before. Only entry points use this module.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from types import FrameType
+from typing import TypeVar
+
+from memtrace_loop.pipeline.core.stop import Interrupted, RunStopped, StopToken
+from memtrace_loop.pipeline.tracking.run_logging import scrub
+
+logger = logging.getLogger("memtrace")
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2  # a bad config, data file or checkpoint: the user must change something
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell's convention
+EXIT_TERMINATED = 143  # 128 + SIGTERM
+
+T = TypeVar("T")
+
+_SIGNAL_NAMES = {signal.SIGINT: "SIGINT (Ctrl-C)", signal.SIGTERM: "SIGTERM"}
+
+
+@contextmanager
+def stop_on_signals(token: StopToken) -> Iterator[None]:
+    """While inside, SIGINT and SIGTERM request a stop through `token` (the second one raises
+    `KeyboardInterrupt` at once). A no-op outside the main thread, where handlers cannot be set."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handle(signum: int, _frame: FrameType | None) -> None:
+        name = _SIGNAL_NAMES.get(signal.Signals(signum), str(signum))
+        if token.requested:
+            raise KeyboardInterrupt(f"{name} again: stopping without waiting")
+        token.request(f"interrupted by {name}")
+        logger.warning("%s: stopping; no new LM call starts (send it again to stop at once)", name)
+
+    previous = {sig: signal.signal(sig, handle) for sig in _SIGNAL_NAMES}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def exit_code(error: BaseException, token: StopToken | None = None) -> int:
+    if isinstance(error, Interrupted | KeyboardInterrupt):
+        return EXIT_TERMINATED if token is not None and "SIGTERM" in token.reason else EXIT_INTERRUPTED
+    if isinstance(error, RunStopped):
+        return EXIT_FAILED
+    if _is_usage_error(error):
+        return EXIT_USAGE
+    return EXIT_FAILED
+
+
+def _is_usage_error(error: BaseException) -> bool:
+    from memtrace_loop.pipeline.core.config import ConfigError
+    from memtrace_loop.pipeline.loop.optimization import CheckpointError
+
+    return isinstance(error, ConfigError | CheckpointError | FileNotFoundError)
+
+
+def one_line(error: BaseException, secrets: tuple[str, ...] = ()) -> str:
+    """The error as one line: its message (type name for bare errors) and its notes, secrets masked."""
+    if isinstance(error, KeyboardInterrupt):
+        message = str(error) or "interrupted"
+    elif isinstance(error, RunStopped) or _is_usage_error(error):
+        message = str(error)
+    else:
+        message = f"{type(error).__name__}: {error}"
+    notes = [str(note) for note in getattr(error, "__notes__", ())]
+    text = "; ".join(part.strip() for part in [message, *notes] if part.strip())
+    return " ".join(scrub(text, secrets).split())
+
+
+def run_app(
+    command: str, body: Callable[[StopToken], T], secrets: Callable[[], tuple[str, ...]] = tuple
+) -> T:
+    """`body(token)` under `stop_on_signals`; on any error, one line on stderr and `sys.exit` (or,
+    after an interruption, `os._exit`) with the matching code. `secrets()` gives the values to mask."""
+    token = StopToken()
+    try:
+        with stop_on_signals(token):
+            result = body(token)
+            token.check()  # a signal that arrived while the last (cached) work finished still stops
+            return result
+    except (RunStopped, KeyboardInterrupt, Exception) as error:
+        code = exit_code(error, token)
+        logger.debug("memtrace %s failed", command, exc_info=True)
+        line = one_line(error, _safe(secrets))
+        sys.stderr.write(f"memtrace {command}: {line}\n")
+        if code in (EXIT_INTERRUPTED, EXIT_TERMINATED):
+            _exit_now(code)
+        sys.exit(code)
+
+
+def _safe(secrets: Callable[[], tuple[str, ...]]) -> tuple[str, ...]:
+    try:
+        return tuple(secrets())
+    except Exception:  # the error being reported may be the very one that broke reading the config
+        return ()
+
+
+def _exit_now(code: int) -> None:
+    """Exit without joining worker threads still waiting on an LM (their calls are abandoned)."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
