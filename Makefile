@@ -56,4 +56,4 @@ ui: install  ## open the local MLflow store
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db
 
 clean:
-	rm -rf $(VENV) outputs multirun mlflow.db mlartifacts .cache .pytest_cache
+	rm -rf $(VENV) outputs multirun mlflow.db mlflow.db.lock mlartifacts .cache .pytest_cache

@@ -5,6 +5,8 @@ record's defaults into Hydra's ConfigStore under `schema/<group>/<option>` (and 
 top-level keys), and every YAML file starts from its schema node through its defaults list, then only
 selects groups, wires interpolations and sets what differs for that option. So `--cfg job` shows every
 key with its value while each value is written once. Validation is `experiments.config` (at start).
+Importing it also registers the `memtrace.run_id` resolver the output folder names use
+(`experiments.output_dirs`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from memtrace_loop.experiments.config import (
     RunConfig,
     StagesConfig,
     TrackingConfig,
+    UploadConfig,
 )
+from memtrace_loop.experiments.output_dirs import register_resolvers
 from memtrace_loop.memory_systems.registry import ENTRY_BY_SYSTEM, knobs_schema
 from memtrace_loop.optimizers.registry import ENTRY_BY_OPTIMIZER
 from memtrace_loop.pipeline.analysis.attribution.registry import ENTRY_BY_ATTRIBUTOR
@@ -51,8 +55,10 @@ def store_schemas() -> None:
         cs.store(group="schema/attributor", name=name, node=defaults_of(entry.schema))
     cs.store(group="schema/tracking", name="base", node=defaults_of(TrackingConfig))
     for app, schema in (("run", RunConfig), ("optimize", OptimizeConfig), ("stages", StagesConfig),
-                        ("export", ExportConfig), ("attribute", AttributeConfig), ("compare", CompareConfig)):
+                        ("export", ExportConfig), ("attribute", AttributeConfig), ("compare", CompareConfig),
+                        ("upload", UploadConfig)):
         cs.store(group="schema", name=app, node=_top_level(schema))
 
 
 store_schemas()
+register_resolvers()

@@ -26,7 +26,8 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from memtrace_loop.experiments.config import validated_attribute
 from memtrace_loop.experiments.console import RichProgress, blame_table, setup_logging
-from memtrace_loop.experiments.factory import attributor_of, launch_dir, resolve, secret_values, to_plain
+from memtrace_loop.experiments.factory import attributor_of, launch_dir, resolve, to_plain
+from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.pipeline.analysis.attribution.protocol import TracedRun, attribute_run
 from memtrace_loop.pipeline.analysis.attribution.registry import attributor_settings
@@ -37,6 +38,7 @@ from memtrace_loop.pipeline.backends.registry import build_lm_set
 from memtrace_loop.pipeline.data.registry import load_dataset
 from memtrace_loop.pipeline.loop.runner import make_judge
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
+from memtrace_loop.pipeline.tracking.redacting_tracker import RedactingTracker
 from memtrace_loop.pipeline.tracking.run_logging import (
     attribution_columns,
     attribution_metrics,
@@ -47,6 +49,7 @@ from memtrace_loop.pipeline.tracking.run_logging import (
     scrub,
 )
 from memtrace_loop.pipeline.tracking.saved_run import SavedRun, download_saved_run, read_saved_run
+from memtrace_loop.pipeline.tracking.store_access import configure_tracking_client
 from omegaconf import DictConfig
 from rich.console import Console
 
@@ -107,10 +110,11 @@ def attribute(cfg: DictConfig | Mapping[str, Any], console: Console | None = Non
     console = console or Console()
     base_dir = launch_dir()
     given = to_plain(cfg)
+    secrets = protect(given)  # first: Hydra's saved files scrubbed, logs and console masked
     config = validated_attribute(given)  # every key checked first (ConfigError naming the key)
-    secrets = secret_values(given)
+    configure_tracking_client(config.tracking.timeout_s, config.tracking.max_retries)
     out_dir = _out_dir(base_dir)
-    tracker = MlflowTracker(config.tracking.uri)
+    tracker = RedactingTracker(MlflowTracker(config.tracking.uri), secrets)
     if config.run_id is not None:
         saved = download_saved_run(tracker, config.run_id, out_dir / "source")
     else:
@@ -170,6 +174,7 @@ def attribute(cfg: DictConfig | Mapping[str, Any], console: Console | None = Non
     }
 
 
+@guarded  # refuses secret overrides before Hydra parses (and saves) them
 @hydra.main(config_path="pkg://memtrace_loop.conf", config_name="attribute", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     setup_logging()

@@ -18,6 +18,7 @@ commands:
   attribute attribute the failures of a logged or saved run without rerunning it (run_id=... | run_dir=...)
   compare   one table and plot comparing the optimizers of a sweep (sweep_dir=... | the whole experiment)
   export    write the best prompt set of an MLflow run as JSON/YAML (run_id=... out=...)
+  upload    log a run saved on disk to MLflow, e.g. after MLflow was unreachable (run_dir=...)
   stages    list every stage of a memory system with its current instruction (memory_system=...)
 
 examples:
@@ -35,16 +36,17 @@ examples:
   memtrace attribute run_id=<mlflow run id>     # blame table of a `memtrace run`, without rerunning it
   memtrace attribute run_dir=outputs/run/<run> attributor.verify=true
   memtrace export run_id=<mlflow run id> out=prompts.yaml
+  memtrace upload run_dir=outputs/run/<run>    # log a saved run later (twice: still one MLflow run)
   memtrace run prompts=prompts.yaml              # load an exported prompt set
   memtrace stages memory_system=evermemos        # every stage and its current instruction
 """
 
 
 def _commands() -> dict[str, Callable[[], object]]:
-    from memtrace_loop.experiments import attribute, compare, export, optimize, run, stages
+    from memtrace_loop.experiments import attribute, compare, export, optimize, run, stages, upload
 
     return {"run": run.main, "optimize": optimize.main, "attribute": attribute.main, "export": export.main,
-            "stages": stages.main, "compare": compare.main}
+            "stages": stages.main, "compare": compare.main, "upload": upload.main}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,6 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     if command not in commands:
         sys.stderr.write(f"memtrace: unknown command {command!r}\n\n{USAGE}")
         return 2
+    from memtrace_loop.experiments.secret_guard import protect_console, refuse_secret_overrides
+
+    refuse_secret_overrides(args, f"memtrace {command}")  # before Hydra echoes or saves an override
+    protect_console(args)  # every line printed from here on is redacted
     sys.argv = [f"memtrace {command}", *args]
     commands[command]()
     return 0

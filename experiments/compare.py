@@ -31,6 +31,7 @@ from hydra.experimental.callback import Callback
 from memtrace_loop.experiments.config import validated_compare
 from memtrace_loop.experiments.console import setup_logging
 from memtrace_loop.experiments.factory import launch_dir, resolve, to_plain
+from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.pipeline.analysis.comparison import (
     ComparisonRow,
     OptimizerRun,
@@ -42,6 +43,7 @@ from memtrace_loop.pipeline.tracking.comparison_report import markdown_report, r
 from memtrace_loop.pipeline.tracking.loop_observer import TEST_QUESTIONS
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.plots import plot_comparison
+from memtrace_loop.pipeline.tracking.store_access import configure_tracking_client
 from memtrace_loop.pipeline.tracking.tracker import TrackedRun
 from omegaconf import DictConfig
 from rich.console import Console
@@ -293,6 +295,7 @@ def run_compare(cfg: DictConfig, console: Console | None = None) -> ComparisonRe
     """`memtrace compare` from its composed config."""
     base_dir = launch_dir()
     config = validated_compare(to_plain(cfg))
+    configure_tracking_client(config.tracking.timeout_s, config.tracking.max_retries)
     sweep_dir = resolve(config.sweep_dir, base_dir) if config.sweep_dir else None
     if config.out:
         out_dir = resolve(config.out, base_dir)
@@ -308,7 +311,9 @@ def run_compare(cfg: DictConfig, console: Console | None = None) -> ComparisonRe
     return report
 
 
+@guarded  # refuses secret overrides before Hydra parses (and saves) them
 @hydra.main(config_path="pkg://memtrace_loop.conf", config_name="compare", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     setup_logging()
+    protect(to_plain(cfg))  # Hydra's saved files scrubbed, logs and console masked
     run_compare(cfg)

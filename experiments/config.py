@@ -1,10 +1,11 @@
 """The schemas of the apps' top-level configs and the one place a composed config is validated.
 
-`RunConfig`, `OptimizeConfig`, `AttributeConfig`, `StagesConfig`, `ExportConfig` and `CompareConfig` are
-frozen records of the keys of `conf/{run,optimize,attribute,stages,export,compare}.yaml` outside the
-groups (`seed`, `workers`, `split`, `splits`, `evaluation`, `loop`, `tracking`, ...); their field
-defaults are THE defaults (the YAML files only select groups and wire interpolations; `conf/__init__.py`
-composes the tree from these defaults). Each group node is checked by its own registry's schema: `lm`
+`RunConfig`, `OptimizeConfig`, `AttributeConfig`, `StagesConfig`, `ExportConfig`, `UploadConfig` and
+`CompareConfig` are frozen records of the keys of
+`conf/{run,optimize,attribute,stages,export,upload,compare}.yaml` outside the groups (`seed`, `workers`,
+`split`, `splits`, `evaluation`, `loop`, `tracking`, ...); their field defaults are THE defaults (the
+YAML files only select groups and wire interpolations; `conf/__init__.py` composes the tree from these
+defaults). Each group node is checked by its own registry's schema: `lm`
 (`LMConfig` per role), `embedder` (`EmbedderConfig`), `memory_system` (the system's knobs record),
 `dataset` (`pipeline.data.registry`), `optimizer` (`optimizers.registry`), `attributor`
 (`pipeline.analysis.attribution.registry`). `validated_run(plain)` etc. raise a `ConfigError` naming the
@@ -37,11 +38,20 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class TrackingConfig:
-    """MLflow tracking: the store URI and the experiment name."""
+    """MLflow tracking: the store URI, the experiment name, and how long a tracking server may keep a
+    request waiting (`timeout_s`, per request) and how often a failed request is retried (`max_retries`)
+    before the command gives up (`pipeline.tracking.store_access.configure_tracking_client`)."""
 
     __pydantic_config__ = _STRICT
     uri: str
     experiment: str = "memtrace"
+    timeout_s: float = 10.0
+    max_retries: int = 2
+
+    def __post_init__(self) -> None:
+        require(self, max_retries=(0, 10))
+        if not self.timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
 
 
 @dataclass(frozen=True)
@@ -189,6 +199,16 @@ class CompareConfig:
 
 
 @dataclass(frozen=True)
+class UploadConfig:
+    """`memtrace upload run_dir=<output dir of memtrace run>`: log a saved run to the tracking store."""
+
+    __pydantic_config__ = _STRICT
+    tracking: TrackingConfig
+    run_dir: str
+    experiment: str | None = None  # None: the experiment the run was made for (saved in its record)
+
+
+@dataclass(frozen=True)
 class ExportConfig:
     """`memtrace export`."""
 
@@ -257,3 +277,7 @@ def validated_compare(plain: Mapping[str, Any]) -> CompareConfig:
 
 def validated_export(plain: Mapping[str, Any]) -> ExportConfig:
     return parse_config(ExportConfig, plain, "")
+
+
+def validated_upload(plain: Mapping[str, Any]) -> UploadConfig:
+    return parse_config(UploadConfig, plain, "")

@@ -18,11 +18,26 @@ from rich.logging import RichHandler
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+FILE_LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
+
 
 def setup_logging(level: int = logging.INFO) -> None:
-    logging.basicConfig(
-        level=level, format="%(message)s", datefmt="[%X]", handlers=[RichHandler(show_path=False)], force=True
-    )
+    """The root logger at `level` writing to a rich console handler and to every file handler already
+    installed (Hydra's job log, `<output dir>/<app>.log`, which gets a plain formatter); any other
+    handler (Hydra's plain console handler) is replaced by the rich one."""
+    root = logging.getLogger()
+    files = [h for h in root.handlers if isinstance(h, logging.FileHandler)]
+    for file_handler in files:
+        file_handler.setFormatter(logging.Formatter(FILE_LOG_FORMAT))
+        file_handler.setLevel(logging.NOTSET)
+    console = RichHandler(show_path=False)
+    console.setFormatter(logging.Formatter("%(message)s", datefmt="[%X]"))
+    for handler in list(root.handlers):
+        if handler not in files:
+            root.removeHandler(handler)
+            handler.close()
+    root.addHandler(console)
+    root.setLevel(level)
     for noisy in ("LiteLLM", "litellm", "httpx", "alembic", "mlflow", "dspy", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 

@@ -17,12 +17,14 @@ import hydra
 from memtrace_loop.experiments.config import validated_export
 from memtrace_loop.experiments.console import setup_logging
 from memtrace_loop.experiments.factory import launch_dir, resolve, to_plain
+from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.optimizers.gepa_program import save_program_state
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.records import PromptSet
 from memtrace_loop.pipeline.tracking.export import ExportedPrompts, read_prompts, write_prompts
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
+from memtrace_loop.pipeline.tracking.store_access import configure_tracking_client
 from memtrace_loop.pipeline.tracking.tracker import RunNotFoundError, Tracker
 from omegaconf import DictConfig
 from rich.console import Console
@@ -55,6 +57,7 @@ def export(cfg: DictConfig, console: Console | None = None) -> Path:
     console = console or Console()
     base_dir = launch_dir()
     config = validated_export(to_plain(cfg))
+    configure_tracking_client(config.tracking.timeout_s, config.tracking.max_retries)
     exported = exported_from_run(MlflowTracker(config.tracking.uri), config.run_id)
     path = write_prompts(exported, resolve(config.out, base_dir))
     console.print(f"wrote {len(exported.prompts)} stage prompts of {exported.system!r} to {path}")
@@ -67,7 +70,9 @@ def export(cfg: DictConfig, console: Console | None = None) -> Path:
     return path
 
 
+@guarded  # refuses secret overrides before Hydra parses (and saves) them
 @hydra.main(config_path="pkg://memtrace_loop.conf", config_name="export", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     setup_logging()
+    protect(to_plain(cfg))  # Hydra's saved files scrubbed, logs and console masked
     export(cfg)

@@ -26,6 +26,7 @@ from memtrace_loop.pipeline.backends.registry import build_lm_set
 from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.records import Dataset
+from memtrace_loop.pipeline.core.redaction import config_secrets
 from memtrace_loop.pipeline.core.stop import StopToken
 from memtrace_loop.pipeline.data.locomo import Split, split_by_conversation
 from memtrace_loop.pipeline.data.registry import load_dataset
@@ -63,22 +64,9 @@ def select_split(dataset: Dataset, split: str, fractions: list[float], seed: int
 
 
 def secret_values(cfg: Mapping[str, Any]) -> tuple[str, ...]:
-    """The values of every environment variable named by an `api_key_env` anywhere in the config."""
-    names: set[str] = set()
-
-    def walk(node: Any) -> None:
-        if isinstance(node, Mapping):
-            for key, value in node.items():
-                if key == "api_key_env" and isinstance(value, str):
-                    names.add(value)
-                else:
-                    walk(value)
-        elif isinstance(node, list):
-            for item in node:
-                walk(item)
-
-    walk(cfg)
-    return tuple(v for v in (os.environ.get(n) for n in sorted(names)) if v)
+    """The values of every environment variable named by an `api_key_env` anywhere in the config, and
+    the credentials inside its URLs (`pipeline.core.redaction.config_secrets`)."""
+    return config_secrets(cfg, os.environ)
 
 
 def build_components(

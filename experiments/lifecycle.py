@@ -80,11 +80,18 @@ def _is_usage_error(error: BaseException) -> bool:
     return isinstance(error, ConfigError | CheckpointError | FileNotFoundError)
 
 
+def _speaks_for_itself(error: BaseException) -> bool:
+    """Errors whose message is written for the user (no type name needed in front of it)."""
+    from memtrace_loop.pipeline.tracking.run_record import NotLoggedError
+
+    return isinstance(error, RunStopped | NotLoggedError) or _is_usage_error(error)
+
+
 def one_line(error: BaseException, secrets: tuple[str, ...] = ()) -> str:
     """The error as one line: its message (type name for bare errors) and its notes, secrets masked."""
     if isinstance(error, KeyboardInterrupt):
         message = str(error) or "interrupted"
-    elif isinstance(error, RunStopped) or _is_usage_error(error):
+    elif _speaks_for_itself(error):
         message = str(error)
     else:
         message = f"{type(error).__name__}: {error}"
@@ -115,8 +122,10 @@ def run_app(
 
 
 def _safe(secrets: Callable[[], tuple[str, ...]]) -> tuple[str, ...]:
+    from memtrace_loop.experiments.secret_guard import known_secrets
+
     try:
-        return tuple(secrets())
+        return (*known_secrets(), *secrets())
     except Exception:  # the error being reported may be the very one that broke reading the config
         return ()
 

@@ -33,6 +33,7 @@ from memtrace_loop.experiments.factory import (
     to_plain,
 )
 from memtrace_loop.experiments.lifecycle import run_app
+from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.optimizers.gepa_program import save_program_state
 from memtrace_loop.optimizers.registry import build_optimizer
@@ -42,6 +43,7 @@ from memtrace_loop.pipeline.backends.failure_guard import FailureGuard
 from memtrace_loop.pipeline.backends.lm import configure_cache
 from memtrace_loop.pipeline.backends.preflight import check_endpoints
 from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
+from memtrace_loop.pipeline.core.redaction import redact_tree, restore_tree
 from memtrace_loop.pipeline.core.stop import Interrupted, StopToken
 from memtrace_loop.pipeline.loop.optimization import (
     CheckpointError,
@@ -53,7 +55,9 @@ from memtrace_loop.pipeline.loop.optimization import (
 from memtrace_loop.pipeline.tracking.export import ExportedPrompts, write_prompts
 from memtrace_loop.pipeline.tracking.loop_observer import TrackingLoopObserver
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
+from memtrace_loop.pipeline.tracking.redacting_tracker import RedactingTracker
 from memtrace_loop.pipeline.tracking.run_logging import flatten, git_commit, log_params, scrub
+from memtrace_loop.pipeline.tracking.store_access import configure_tracking_client
 from omegaconf import DictConfig
 from rich.console import Console
 
@@ -77,7 +81,8 @@ def _run_dir(plain: dict[str, Any], base_dir: Path) -> tuple[Path, dict[str, Any
         saved = run_dir / SAVED_CONFIG
         if not (run_dir / CHECKPOINT).exists() or not saved.exists():
             raise CheckpointError(f"resume={plain['resume']}: no {CHECKPOINT} and {SAVED_CONFIG} in {run_dir}")
-        config = json.loads(saved.read_text(encoding="utf-8"))
+        # saved redacted: the real values (a key in api_base) come back from the config given now
+        config = restore_tree(json.loads(saved.read_text(encoding="utf-8")), plain, secret_values(plain))
         ignored = ignored_overrides(plain, config)
         if ignored:
             logger.warning(
@@ -91,7 +96,8 @@ def _run_dir(plain: dict[str, Any], base_dir: Path) -> tuple[Path, dict[str, Any
     else:  # called as a library (e.g. with Hydra's compose API): a fresh directory of its own
         run_dir = base_dir / "outputs" / "optimize" / f"{time.strftime('%Y-%m-%d_%H-%M-%S')}-{uuid.uuid4().hex[:6]}"
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / SAVED_CONFIG).write_text(json.dumps(plain, indent=2), encoding="utf-8")
+    saved = redact_tree(plain, secret_values(plain))  # no key in api_base reaches the disk
+    (run_dir / SAVED_CONFIG).write_text(json.dumps(saved, indent=2), encoding="utf-8")
     return run_dir, plain, False
 
 
@@ -157,9 +163,12 @@ def optimize(cfg: DictConfig, console: Console | None = None, stop: StopToken | 
     run is a no-op that says so; an interruption (`stop`) leaves the last checkpoint and a KILLED run."""
     console = console or Console()
     base_dir = launch_dir()
-    run_dir, plain, resuming = _run_dir(to_plain(cfg), base_dir)
+    given = to_plain(cfg)
+    secrets = protect(given)  # first: Hydra's saved files scrubbed, logs and console masked
+    run_dir, plain, resuming = _run_dir(given, base_dir)
     config = validated_optimize(plain)  # every key checked before anything is built (ConfigError naming the key)
-    secrets = secret_values(plain)
+    configure_tracking_client(config.tracking.timeout_s, config.tracking.max_retries)  # fail fast when MLflow is down
+    secrets = (*secrets, *protect(plain))  # a resumed run's saved config may name other key variables
     checkpoint = check_resumable(run_dir, plain) if resuming else {}
     if checkpoint.get("finished"):
         return _already_finished(run_dir, checkpoint, console)
@@ -176,7 +185,7 @@ def optimize(cfg: DictConfig, console: Console | None = None, stop: StopToken | 
     settings = config.loop_settings()
     attributor = attributor_of(plain, lms, system, judge)
 
-    tracker = MlflowTracker(plain["tracking"]["uri"])
+    tracker = RedactingTracker(MlflowTracker(plain["tracking"]["uri"]), secrets)
     tracker.open_experiment(plain["tracking"]["experiment"])
     parent_id = checkpoint.get("mlflow_run_id") if resuming else None
     if parent_id:  # iterations started after the checkpoint (a kill mid-iteration) are redone: drop their runs
@@ -271,6 +280,7 @@ def mark_finished(path: Path, result: LoopResult, exported: list[Path]) -> None:
     tmp.replace(path)
 
 
+@guarded  # refuses secret overrides before Hydra parses (and saves) them
 @hydra.main(config_path="pkg://memtrace_loop.conf", config_name="optimize", version_base="1.3")
 def main(cfg: DictConfig) -> float:
     setup_logging()

@@ -10,10 +10,9 @@ from __future__ import annotations
 import logging
 import math
 import time
-from pathlib import Path
+from contextlib import nullcontext
 
 import hydra
-from hydra.core.hydra_config import HydraConfig
 from memtrace_loop.experiments.config import validated_run
 from memtrace_loop.experiments.console import RichProgress, calls_table, counts_line, report_table, setup_logging
 from memtrace_loop.experiments.factory import (
@@ -25,6 +24,8 @@ from memtrace_loop.experiments.factory import (
     to_plain,
 )
 from memtrace_loop.experiments.lifecycle import run_app
+from memtrace_loop.experiments.output_dirs import app_output_dir
+from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.pipeline.backends.call_count import CallLedger
 from memtrace_loop.pipeline.backends.embeddings import build_embedder
 from memtrace_loop.pipeline.backends.failure_guard import FailureGuard
@@ -34,17 +35,30 @@ from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
 from memtrace_loop.pipeline.core.stop import StopToken
 from memtrace_loop.pipeline.loop.runner import run_dataset
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
+from memtrace_loop.pipeline.tracking.redacting_tracker import RedactingTracker
 from memtrace_loop.pipeline.tracking.run_logging import (
     ARTIFACTS_DIR,
+    RESULTS_TABLE,
     call_metrics,
     flatten,
     git_commit,
-    log_params,
-    log_run_result,
+    params_for_logging,
+    result_columns,
+    run_metrics,
     save_run,
     scrub,
     token_metrics,
 )
+from memtrace_loop.pipeline.tracking.run_record import (
+    RECORD_TAG,
+    NotLoggedError,
+    RunRecord,
+    log_record,
+    new_record_id,
+    unreachable_message,
+    write_run_record,
+)
+from memtrace_loop.pipeline.tracking.store_access import configure_tracking_client, failure_cause, tracking_available
 from omegaconf import DictConfig
 from rich.console import Console
 
@@ -57,8 +71,9 @@ def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None 
     are saved on disk before they are logged."""
     console = console or Console()
     plain = to_plain(cfg)
+    secrets = protect(plain)  # first: Hydra's saved files scrubbed, logs and console masked
     config = validated_run(plain)  # every key checked before anything is built (ConfigError naming the key)
-    secrets = secret_values(plain)
+    configure_tracking_client(config.tracking.timeout_s, config.tracking.max_retries)  # fail fast when MLflow is down
     base_dir = launch_dir()
     configure_cache(base_dir / plain["cache_dir"])
 
@@ -76,21 +91,31 @@ def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None 
     )
 
     # saved beside Hydra's own files, so `memtrace attribute run_dir=<output dir>` can read them back
-    run_dir = Path(HydraConfig.get().runtime.output_dir) / ARTIFACTS_DIR if HydraConfig.initialized() else None
-    tracker = MlflowTracker(plain["tracking"]["uri"])
-    tracker.open_experiment(plain["tracking"]["experiment"])
+    out_dir = app_output_dir("run", base_dir)
+    run_dir = out_dir / ARTIFACTS_DIR
     run_name = config.run_name or f"run-{system.name}-{plain['dataset']['kind']}-{plain['split']}"
-    with tracker.start_run(run_name) as run_id:
-        tracker.set_tags(
-            {
-                "memtrace.command": "run",
-                "memtrace.system": system.name,
-                "memtrace.dataset": dataset.name,
-                "memtrace.split": plain["split"],
-                "git_commit": git_commit(base_dir),
-            }
-        )
-        log_params(tracker, flatten(plain), secrets)
+    record_id = new_record_id()
+    tags = {"memtrace.command": "run", "memtrace.system": system.name, "memtrace.dataset": dataset.name,
+            "memtrace.split": plain["split"], "git_commit": git_commit(base_dir), RECORD_TAG: record_id}
+    params = params_for_logging(flatten(plain), secrets)
+    # the MLflow run is opened before the work (FAILED / KILLED if the work fails or is interrupted); when the
+    # store is unreachable the work goes on and its results wait on disk for `memtrace upload`
+    store = MlflowTracker(plain["tracking"]["uri"])
+    tracker: RedactingTracker | None = RedactingTracker(store, secrets)
+    unreachable = tracking_available(plain["tracking"]["uri"], config.tracking.timeout_s)
+    if unreachable is None:
+        try:
+            store.open_experiment(plain["tracking"]["experiment"])
+        except Exception as exc:
+            unreachable = failure_cause(exc)
+    if unreachable is not None:
+        logger.warning("MLflow unreachable (%s): running without it; the results will be saved in %s",
+                       scrub(unreachable, secrets), out_dir)
+        tracker = None
+    with tracker.start_run(run_name) if tracker else nullcontext(None) as run_id:
+        if tracker is not None:
+            tracker.set_tags(tags)
+            tracker.log_params(params)
         started = time.perf_counter()
         with RichProgress(console) as progress:
             result = run_dataset(
@@ -99,26 +124,40 @@ def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None 
                 stop=stop,
             )
         elapsed = time.perf_counter() - started
-        saved = save_run(run_dir, result, system.prompt_set(), secrets, plain) if run_dir else None
-        log_run_result(tracker, result, system.prompt_set(), secrets, plain, saved=saved)
-        tally = calls.tally()
-        tracker.log_metrics({"elapsed_s": elapsed, **call_metrics(tally, failed=True), **token_metrics(tally),
-                             **retries.tally().metrics()})
 
-    console.print(report_table(result.report, f"{system.name} on {dataset.name} ({plain['split']})"))
+        # written locally first (artifacts/ and run_record.json: everything MLflow gets), so an MLflow outage
+        # costs only the upload (`memtrace upload run_dir=<output dir>`)
+        tally = calls.tally()
+        saved = save_run(run_dir, result, system.prompt_set(), secrets, plain)
+        columns = result_columns(result, secrets)
+        record = RunRecord(
+            plain["tracking"]["experiment"], run_name, tags=tags, params=params,
+            metrics={**run_metrics(result), "elapsed_s": elapsed, **call_metrics(tally, failed=True),
+                     **token_metrics(tally), **retries.tally().metrics()},
+            tables={RESULTS_TABLE: columns} if columns else {}, record_id=record_id,
+        )
+        write_run_record(out_dir, record)
+        console.print(report_table(result.report, f"{system.name} on {dataset.name} ({plain['split']})"))
+        if tracker is None:
+            cause = f"{plain['tracking']['uri']}: {unreachable}"
+            raise NotLoggedError(scrub(unreachable_message(out_dir, cause), secrets))
+        try:
+            log_record(tracker, record, saved)
+        except Exception as exc:  # the results are on disk: say how to log them later
+            raise NotLoggedError(scrub(unreachable_message(out_dir, exc), secrets)) from exc
+
     console.print(calls_table(tally, title="LM calls by role (counted at the LM layer)"))
     console.print(counts_line(result.counts) + f", {elapsed:.1f} s")
     uri = scrub(plain["tracking"]["uri"], secrets)
     console.print(f"MLflow run [bold]{run_id}[/] in {uri} (experiment {plain['tracking']['experiment']!r})")
     if uri.startswith("sqlite:///"):
         console.print(f"Open it with: mlflow ui --backend-store-uri {uri}")
-    if saved is not None:
-        console.print(f"Saved cases and graphs in {saved}; attribute them with: "
-                      f"memtrace attribute run_dir={saved.parent}")
-    return {"run_id": run_id, "judge_accuracy": result.report.overall.judge_accuracy,
-            "run_dir": str(saved.parent) if saved else None}
+    console.print(f"Saved cases and graphs in {saved}; attribute them with: "
+                  f"memtrace attribute run_dir={out_dir}")
+    return {"run_id": run_id, "judge_accuracy": result.report.overall.judge_accuracy, "run_dir": str(out_dir)}
 
 
+@guarded  # refuses secret overrides before Hydra parses (and saves) them
 @hydra.main(config_path="pkg://memtrace_loop.conf", config_name="run", version_base="1.3")
 def main(cfg: DictConfig) -> float:
     setup_logging()

@@ -14,6 +14,7 @@ from typing import Any
 import hydra
 from memtrace_loop.experiments.config import validated_stages
 from memtrace_loop.experiments.factory import launch_dir, to_plain, with_prompt_file
+from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.pipeline.backends.embeddings import build_embedder
@@ -60,6 +61,8 @@ def stages(cfg: DictConfig, console: Console | None = None) -> list[dict[str, An
     return rows
 
 
+@guarded  # refuses secret overrides before Hydra parses (and saves) them
 @hydra.main(config_path="pkg://memtrace_loop.conf", config_name="stages", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    protect(to_plain(cfg))  # Hydra's saved files scrubbed, logs and console masked
     stages(cfg)

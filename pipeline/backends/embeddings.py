@@ -29,6 +29,7 @@ import numpy as np
 import pydantic
 from memtrace_loop.pipeline.backends.text import alnum_apostrophe_words
 from memtrace_loop.pipeline.core.config import ConfigError
+from memtrace_loop.pipeline.core.redaction import scrub_url
 
 logger = logging.getLogger(__name__)
 
@@ -181,7 +182,7 @@ class OpenAIEmbedder:
 
     def __repr__(self) -> str:
         return (
-            f"OpenAIEmbedder(model={self.model!r}, api_base={self.api_base!r}, "
+            f"OpenAIEmbedder(model={self.model!r}, api_base={scrub_url(self.api_base or '')!r}, "
             f"api_key_env={self.api_key_env!r})"
         )
 
@@ -215,9 +216,9 @@ class OpenAIEmbedder:
     @property
     def endpoint(self) -> str:
         """The endpoint, safe to log (no user info, no query)."""
-        from memtrace_loop.pipeline.backends.lm import _safe_url  # imported here: it pulls in dspy
+        from memtrace_loop.pipeline.backends.openai_engine import DEFAULT_OPENAI_BASE, endpoint_url  # pulls in dspy
 
-        return _safe_url(self.api_base) or "https://api.openai.com/v1"
+        return endpoint_url(self.api_base) or DEFAULT_OPENAI_BASE
 
     def _create(self, batch: list[str]) -> Any:
         """One embeddings request (the client retries 429/5xx/timeouts; `Retry-After` above 60 s is not
@@ -295,7 +296,7 @@ def build_embedder(mapping: Mapping[str, Any] | EmbedderConfig | None = None) ->
     logger.info(
         "embedder: openai-compatible model=%s api_base=%s key_env=%s",
         config.model,
-        config.api_base,
+        scrub_url(config.api_base or ""),
         config.api_key_env,
     )
     return OpenAIEmbedder(

@@ -39,11 +39,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit, urlunsplit
 
 import dspy
 import pydantic
 from memtrace_loop.pipeline.core.config import ConfigError
+from memtrace_loop.pipeline.core.redaction import scrub_url
 
 logger = logging.getLogger(__name__)
 
@@ -188,17 +188,6 @@ def lm_configs(mapping: Mapping[str, Any]) -> dict[str, LMConfig]:
     return {role: LMConfig.from_mapping(mapping[role], role=role) for role in ROLES}
 
 
-def _safe_url(url: str | None) -> str:
-    """The URL without user info, query or fragment (where credentials sometimes hide)."""
-    if not url:
-        return ""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
-
-
 def describe(config: LMConfig) -> dict[str, str]:
     """What is safe to log about an LM: never the key, only whether its variable is set."""
     info = {
@@ -216,7 +205,7 @@ def describe(config: LMConfig) -> dict[str, str]:
             {
                 "dialect": config.dialect,
                 "engine": config.engine,
-                "api_base": _safe_url(config.api_base) or "(provider default)",
+                "api_base": scrub_url(config.api_base or "") or "(provider default)",
                 "api_key_env": config.api_key_env or "(none)",
                 "api_key_set": str(bool(config.api_key_env and os.environ.get(config.api_key_env))).lower(),
                 "timeout_s": str(config.timeout_s),

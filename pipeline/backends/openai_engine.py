@@ -23,22 +23,35 @@ import asyncio
 import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from dspy.clients.engines.lm15_engine import AsyncLM15Engine, LM15Engine, timeouts_for
 from dspy.lm15 import Request, Response, RouterConfig, response_to_events
-from memtrace_loop.pipeline.backends.lm import LMConfig, _read_api_key, _safe_url, lm_model_name
+from memtrace_loop.pipeline.backends.lm import NO_KEY_PLACEHOLDER, LMConfig, _read_api_key, lm_model_name
 from memtrace_loop.pipeline.backends.resilience import Fatal, FatalKind, MalformedReply
+from memtrace_loop.pipeline.core.redaction import redact, url_credentials
 
-__all__ = ["DEFAULT_OPENAI_BASE", "AsyncOpenAIEngine", "OpenAIEngine", "openai_endpoint"]
+__all__ = ["DEFAULT_OPENAI_BASE", "AsyncOpenAIEngine", "OpenAIEngine", "endpoint_url", "openai_endpoint"]
 
 DEFAULT_OPENAI_BASE = "https://api.openai.com/v1"
 _MASK = "***"
 
 
+def endpoint_url(url: str | None) -> str:
+    """An endpoint as named in logs and errors: scheme, host, port and path only (no user info, query
+    or fragment, where credentials sometimes hide); "" for none."""
+    if not url:
+        return ""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
 def openai_endpoint(config: LMConfig) -> str:
     """The endpoint an openai-backend config talks to, safe to log (no user info, no query)."""
-    return _safe_url(config.api_base) or DEFAULT_OPENAI_BASE
+    return endpoint_url(config.api_base) or DEFAULT_OPENAI_BASE
 
 
 def _router_config(config: LMConfig, key: str) -> RouterConfig:
@@ -84,9 +97,8 @@ class _Endpoint:
             for secret in (parts.password, parts.username, parts.query):
                 if secret and len(secret) >= 3:
                     text = text.replace(secret, _MASK)
-        if self._key and len(self._key) >= 4:
-            text = text.replace(self._key, _MASK)
-        return text
+        key = () if self._key == NO_KEY_PLACEHOLDER else (self._key,)
+        return redact(text, (*key, *url_credentials(raw_base or "")))
 
     def explain_fatal(self, fatal: Fatal, role: str) -> str:
         """The `EndpointUnusable` cause of a fatal reply: what failed and what to check."""
@@ -107,7 +119,7 @@ class _Endpoint:
 
     def dump_state(self) -> dict[str, Any]:
         state = self.config.model_dump()
-        state["api_base"] = _safe_url(self.config.api_base) or None  # credentials in a URL are not saved
+        state["api_base"] = endpoint_url(self.config.api_base) or None  # credentials in a URL are not saved
         return state
 
 

@@ -2,26 +2,36 @@
 server works the same).
 
 `open_experiment` points MLflow at the tracking URI and, for a SQLite store, keeps artifacts in
-`mlartifacts/` beside the database so `mlflow ui` finds them. Runs are MLflow's fluent runs (nested
-runs are children of the active one); reading finished runs goes through an `MlflowClient` on the
-same URI. Prompt registration is `pipeline.tracking.prompt_registry`. This module is, with
+`mlartifacts/` beside the database so `mlflow ui` finds them. The first connection to a SQLite store
+(where MLflow creates or migrates its tables) and the experiment's creation happen under the store's
+file lock (`pipeline.tracking.store_access.store_lock`), so runs started together on a fresh store
+do not collide; every write is retried while SQLite answers `database is locked`. Runs are MLflow's
+fluent runs (nested runs are children of the active one); reading finished runs goes through an
+`MlflowClient` on the same URI. Prompt registration is `pipeline.tracking.prompt_registry`. This module is, with
 `prompt_registry`, the only place that imports MLflow; it does not scrub secrets or decide what is
 logged.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import logging
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 import mlflow
 from memtrace_loop.pipeline.core.records import PromptSet
 from memtrace_loop.pipeline.core.stop import Interrupted
 from memtrace_loop.pipeline.tracking.prompt_registry import register_prompt_set
+from memtrace_loop.pipeline.tracking.store_access import retry_when_locked, sqlite_path, store_lock
 from memtrace_loop.pipeline.tracking.tracker import RunNotFoundError, TrackedRun
 from mlflow.exceptions import MlflowException
+from mlflow.protos.databricks_pb2 import RESOURCE_ALREADY_EXISTS, ErrorCode
 from mlflow.tracking import MlflowClient
+
+T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 
 def _artifact_root(tracking_uri: str) -> str | None:
@@ -37,19 +47,37 @@ def _status_of(exc: BaseException) -> str:
 
 
 class MlflowTracker:
-    """A `Tracker` writing to and reading from the MLflow tracking store at `tracking_uri`."""
+    """A `Tracker` writing to and reading from the MLflow tracking store at `tracking_uri`. A write
+    that finds a SQLite store locked is tried `lock_attempts` times, pausing `lock_backoff_s`, then
+    twice that, ... in between (`store_access.retry_when_locked`)."""
 
-    def __init__(self, tracking_uri: str) -> None:
+    def __init__(self, tracking_uri: str, *, lock_attempts: int = 4, lock_backoff_s: float = 1.0) -> None:
         self.tracking_uri = tracking_uri
+        self.lock_attempts = lock_attempts
+        self.lock_backoff_s = lock_backoff_s
+
+    def _write(self, call: Callable[[], T], what: str) -> T:
+        return retry_when_locked(call, attempts=self.lock_attempts, backoff_s=self.lock_backoff_s, what=what)
+
+    def _get_or_create_experiment(self, name: str) -> str:
+        found = mlflow.get_experiment_by_name(name)
+        if found is not None:
+            return str(found.experiment_id)
+        try:
+            return str(mlflow.create_experiment(name, artifact_location=_artifact_root(self.tracking_uri)))
+        except MlflowException as exc:  # another process created it since we looked
+            if exc.error_code != ErrorCode.Name(RESOURCE_ALREADY_EXISTS):
+                raise
+            found = mlflow.get_experiment_by_name(name)
+            if found is None:
+                raise
+            return str(found.experiment_id)
 
     def open_experiment(self, name: str) -> str:
         mlflow.set_tracking_uri(self.tracking_uri)
-        found = mlflow.get_experiment_by_name(name)
-        if found is not None:
-            experiment_id = found.experiment_id
-        else:
-            experiment_id = mlflow.create_experiment(name, artifact_location=_artifact_root(self.tracking_uri))
-        mlflow.set_experiment(experiment_id=experiment_id)
+        with store_lock(self.tracking_uri):  # MLflow creates / migrates a fresh store on first contact
+            experiment_id = self._write(lambda: self._get_or_create_experiment(name), f"experiment {name!r}")
+        self._write(lambda: mlflow.set_experiment(experiment_id=experiment_id), f"experiment {name!r}")
         return experiment_id
 
     @contextmanager
@@ -58,13 +86,17 @@ class MlflowTracker:
     ) -> Iterator[str]:
         """The run ends FINISHED when the block completes, KILLED when it is left by an interruption
         (`Interrupted`, `KeyboardInterrupt`) and FAILED on any other exception (never left RUNNING)."""
-        active = mlflow.start_run(run_id=run_id, run_name=run_name, nested=nested)
+        active = self._write(lambda: mlflow.start_run(run_id=run_id, run_name=run_name, nested=nested), "start run")
         try:
             yield active.info.run_id
         except BaseException as exc:
-            mlflow.end_run(_status_of(exc))
+            status = _status_of(exc)
+            try:
+                self._write(lambda: mlflow.end_run(status), "end run")
+            except Exception as end_error:  # the store is gone too: report the work's own error, not this one
+                logger.warning("could not mark MLflow run %s %s: %s", active.info.run_id, status, end_error)
             raise
-        mlflow.end_run("FINISHED")
+        self._write(lambda: mlflow.end_run("FINISHED"), "end run")
 
     def run_status(self, run_id: str) -> str:
         """FINISHED, FAILED, KILLED, RUNNING or SCHEDULED (RunNotFoundError for an unknown id)."""
@@ -93,25 +125,25 @@ class MlflowTracker:
         return deleted
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
-        mlflow.set_tags(dict(tags))
+        self._write(lambda: mlflow.set_tags(dict(tags)), "set tags")
 
     def log_params(self, params: Mapping[str, str | int | float]) -> None:
-        mlflow.log_params(dict(params))
+        self._write(lambda: mlflow.log_params(dict(params)), "log params")
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
-        mlflow.log_metrics(dict(metrics), step=step)
+        self._write(lambda: mlflow.log_metrics(dict(metrics), step=step), "log metrics")
 
     def log_text(self, text: str, artifact_file: str) -> None:
-        mlflow.log_text(text, artifact_file)
+        self._write(lambda: mlflow.log_text(text, artifact_file), f"log {artifact_file}")
 
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
-        mlflow.log_artifact(str(path), artifact_path)
+        self._write(lambda: mlflow.log_artifact(str(path), artifact_path), f"log {Path(path).name}")
 
     def log_artifacts(self, directory: Path, artifact_path: str | None = None) -> None:
-        mlflow.log_artifacts(str(directory), artifact_path)
+        self._write(lambda: mlflow.log_artifacts(str(directory), artifact_path), f"log {directory}")
 
     def log_table(self, columns: Mapping[str, list[str]], artifact_file: str) -> None:
-        mlflow.log_table(data=dict(columns), artifact_file=artifact_file)
+        self._write(lambda: mlflow.log_table(data=dict(columns), artifact_file=artifact_file), f"log {artifact_file}")
 
     def register_prompts(
         self, system_name: str, prompts: PromptSet, commit_message: str, tags: Mapping[str, str]
@@ -119,7 +151,11 @@ class MlflowTracker:
         return register_prompt_set(system_name, prompts, commit_message=commit_message, tags=tags)
 
     def _client(self) -> MlflowClient:
-        return MlflowClient(tracking_uri=self.tracking_uri)
+        client = MlflowClient(tracking_uri=self.tracking_uri)
+        if sqlite_path(self.tracking_uri) is not None:  # the first contact may create / migrate a fresh store
+            with store_lock(self.tracking_uri):
+                self._write(lambda: client.search_experiments(max_results=1), "open the store")
+        return client
 
     def get_run(self, run_id: str) -> TrackedRun:
         client = self._client()

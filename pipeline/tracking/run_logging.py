@@ -3,9 +3,10 @@ secrets scrubbed.
 
 `log_params` logs flattened config params, `log_run_result` one evaluated run, both into the
 tracker's active run; `save_run` writes a run's artifacts (with `cases.json`, so it can be attributed
-later) into a directory. Every text that leaves through here passes `scrub`, which replaces the values
-of the configured secret environment variables. This module does not run anything, does not decide
-what a run is and does not know which tracker it talks to (`pipeline.tracking.mlflow_tracker`).
+later) into a directory. Every text that leaves through here passes `scrub`
+(`pipeline.core.redaction.redact`: the configured secret values masked, every URL scrubbed of its
+credentials). This module does not run anything, does not decide what a run is and does not know
+which tracker it talks to (`pipeline.tracking.mlflow_tracker`).
 """
 
 from __future__ import annotations
@@ -24,21 +25,13 @@ from memtrace_loop.pipeline.backends.call_count import CallTally
 from memtrace_loop.pipeline.core.case_io import cases_to_json
 from memtrace_loop.pipeline.core.graph_io import graph_to_json
 from memtrace_loop.pipeline.core.records import PromptSet
+from memtrace_loop.pipeline.core.redaction import redact as scrub  # the one implementation
 from memtrace_loop.pipeline.loop.runner import RunResult
 from memtrace_loop.pipeline.tracking.tracker import Tracker
 
 logger = logging.getLogger(__name__)
 
 MAX_PARAM_CHARS = 6000
-REDACTED = "***"
-
-
-def scrub(text: str, secrets: Iterable[str]) -> str:
-    """`text` with every secret value replaced by `***` (secrets shorter than 4 chars are ignored)."""
-    for secret in secrets:
-        if secret and len(secret) >= 4 and secret in text:
-            text = text.replace(secret, REDACTED)
-    return text
 
 
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -63,9 +56,14 @@ def git_commit(cwd: str | Path | None = None) -> str:
     return out.stdout.strip() or "unknown"
 
 
-def log_params(tracker: Tracker, params: Mapping[str, str], secrets: Iterable[str]) -> None:
+def params_for_logging(params: Mapping[str, str], secrets: Iterable[str]) -> dict[str, str]:
+    """The params as a tracker stores them: secrets scrubbed, each value cut to `MAX_PARAM_CHARS`."""
     secrets = tuple(secrets)
-    tracker.log_params({k: scrub(v, secrets)[:MAX_PARAM_CHARS] for k, v in params.items()})
+    return {k: scrub(v, secrets)[:MAX_PARAM_CHARS] for k, v in params.items()}
+
+
+def log_params(tracker: Tracker, params: Mapping[str, str], secrets: Iterable[str]) -> None:
+    tracker.log_params(params_for_logging(params, secrets))
 
 
 def _write(directory: Path, relative: str, text: str, secrets: tuple[str, ...]) -> None:
@@ -233,12 +231,21 @@ def log_run_result(
     active run; `saved` is a directory `save_run` already wrote them to (else a temporary one is used)."""
     secrets = tuple(secrets)
     tracker.log_metrics(run_metrics(result))
-    rows = result_rows(result)
     if saved is not None:
         tracker.log_artifacts(saved)
     else:
         with tempfile.TemporaryDirectory(prefix="memtrace-artifacts-") as tmp:
             tracker.log_artifacts(save_run(Path(tmp), result, prompts, secrets, config))
-    columns = {key: [scrub(str(row[key]), secrets) for row in rows] for key in (rows[0] if rows else {})}
+    columns = result_columns(result, secrets)
     if columns:
-        tracker.log_table(columns, "results_table.json")
+        tracker.log_table(columns, RESULTS_TABLE)
+
+
+RESULTS_TABLE = "results_table.json"
+
+
+def result_columns(result: RunResult, secrets: Iterable[str] = ()) -> dict[str, list[str]]:
+    """The per-question table (`result_rows`) as string columns for a tracker's `log_table` ({} when empty)."""
+    secrets = tuple(secrets)
+    rows = result_rows(result)
+    return {key: [scrub(str(row[key]), secrets) for row in rows] for key in (rows[0] if rows else {})}

@@ -73,7 +73,8 @@ def test_parallel_run_equals_sequential_run():
 
 
 @pytest.mark.slow
-def test_run_logs_metrics_results_graphs_and_prompts_to_mlflow(tmp_path):
+def test_run_logs_metrics_results_graphs_and_prompts_to_mlflow(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the run saves its results below the working directory
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     cfg = composed(
         f"tracking.uri={uri}", "tracking.experiment=e2e", "dataset.n_conversations=2", "workers=2",

@@ -10,11 +10,11 @@ thread and answers, without streaming:
 
 Paths are also accepted without the `/v1` prefix. Every request is recorded (method, path, headers,
 raw body, parsed JSON) so tests can count attempts and check headers. Faults are injected per request:
-`inject(status, times, retry_after)` makes the next N requests fail with an OpenAI-style error JSON and a
-`Retry-After` header; `inject_malformed(times)` makes the next N chat completions return HTTP 200 with
-unparseable content; `inject_body(body, times)` makes the next N requests answer HTTP 200 with
-exactly `body` (not JSON, truncated, empty); `inject_delay(seconds, times)` stalls the next N
-requests (for timeout tests).
+`inject(status, times, retry_after, endpoint, message)` makes the next N requests fail with an OpenAI-style
+error JSON (its message can be given, e.g. a provider echoing the key) and a `Retry-After` header;
+`inject_malformed(times)` makes the next N chat completions return HTTP 200 with unparseable content;
+`inject_body(body, times)` makes the next N requests answer HTTP 200 with exactly `body` (not JSON,
+truncated, empty); `inject_delay(seconds, times)` stalls the next N requests (for timeout tests).
 
 It is a test double only: no auth check beyond recording, no streaming, no tools.
 """
@@ -69,8 +69,8 @@ class _Fault:
     retry_after: float | None = None
     seconds: float = 0.0
     endpoint: str | None = None  # only requests whose path ends with this; None: any endpoint
-    body: bytes = b""
-    message: str | None = None
+    body: bytes = b""  # the body of a "raw" fault
+    message: str | None = None  # the error body's message (default: "injected failure <status>")
 
     def applies_to(self, path: str) -> bool:
         return self.endpoint is None or path.rstrip("/").endswith(self.endpoint.rstrip("/"))
@@ -179,20 +179,16 @@ class OpenAIStubServer:
 
     # ------------------------------------------------------------ fault control
     def inject(
-        self,
-        status: int = 429,
-        times: int = 1,
-        retry_after: float | None = 0,
-        endpoint: str | None = None,
+        self, status: int = 429, times: int = 1, retry_after: float | None = 0, endpoint: str | None = None,
         message: str | None = None,
     ) -> None:
         """The next `times` requests fail with `status` and an OpenAI-style error body.
 
         `retry_after` is sent as the `Retry-After` header (seconds); None omits the header. `endpoint`
         (e.g. "/chat/completions" or "/embeddings") restricts the fault to that endpoint; by default
-        it hits whatever request comes next. `message` replaces the error message (e.g. one that
-        echoes the key, as some providers do). Faults are queued: each request takes the first
-        pending fault that applies to it.
+        it hits whatever request comes next. Faults are queued: each request takes the first
+        pending fault that applies to it. `message` replaces the error body's message (e.g. a provider
+        echoing the key: "Incorrect API key provided: sk-...").
         """
         with self._lock:
             self._faults.append(
@@ -387,8 +383,8 @@ def _make_handler(owner: OpenAIStubServer) -> type[BaseHTTPRequestHandler]:
                 headers = (
                     {} if fault.retry_after is None else {"Retry-After": _seconds_text(fault.retry_after)}
                 )
-                text = fault.message if fault.message is not None else f"injected failure {fault.status}"
-                return fault.status, _error_body(fault.status, text), headers
+                message = fault.message or f"injected failure {fault.status}"
+                return fault.status, _error_body(fault.status, message), headers
             try:
                 parsed = json.loads(body) if body else {}
             except json.JSONDecodeError as exc:

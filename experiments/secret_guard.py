@@ -1,0 +1,155 @@
+"""The entry points' side of keeping secrets (the functions are `pipeline.core.redaction`'s):
+
+- `refuse_secret_overrides(argv, program)`: before Hydra parses the command line (and so before it
+  echoes an override or writes it into its output folder), an override that would put a secret into
+  the config (`+lm.task.api_key=...`, `...headers.Authorization=...`, a key pasted into `api_key_env`)
+  ends the program with exit code 2 and one line naming the key, never the value.
+- `guarded`: the decorator every Hydra app's `main` wears on top of `@hydra.main`, so an app started
+  without the `memtrace` dispatcher is checked too; it also puts the console behind `protect_console`.
+- `protect_console(argv)`: `sys.stdout`/`sys.stderr` wrapped in a `RedactingStream` (URL credentials
+  always; the values of variables named by `*_env=NAME` overrides; more once `protect` knows them),
+  so a traceback, Hydra's own error echo or a third party's print cannot show a key.
+- `protect(plain)`: what each app calls first thing, with its composed config: the secrets of the
+  config (`config_secrets`), Hydra's `.hydra/*.yaml` (and a sweep's `multirun.yaml`) rewritten
+  redacted (`scrub_hydra_output`), a `SecretFilter` on every logging handler, the console streams told;
+  returns the secrets for everything the app stores (`log_params`, `save_run`, `RedactingTracker`).
+- `known_secrets()`: what the console masks so far, for a top-level error line printed outside the app.
+
+A credential inside a URL (`api_base=http://user:KEY@proxy/v1`) is legitimate for some proxies: it is not
+refused, the run uses it, and every stored or printed copy is scrubbed. This module runs nothing else.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from hydra.core.hydra_config import HydraConfig
+from memtrace_loop.pipeline.core.redaction import (
+    RedactingStream,
+    config_secrets,
+    install_secret_filter,
+    redact,
+    secret_override,
+    url_credentials,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+__all__ = [
+    "guarded", "known_secrets", "protect", "protect_console", "redact", "refuse_secret_overrides", "scrub_hydra_output",
+]
+
+USE_KEY_VARIABLE = (
+    "put the key in an environment variable and name it with api_key_env "
+    "(e.g. lm.task.api_key_env=OPENAI_API_KEY)"
+)
+
+
+def refuse_secret_overrides(argv: Iterable[str], program: str = "memtrace") -> None:
+    """Exit with code 2 and one line on stderr when an override would put a secret into the config."""
+    reason = secret_override(argv)
+    if reason is not None:
+        sys.stderr.write(f"{program}: refused: {reason}; {USE_KEY_VARIABLE}\n")
+        sys.stderr.flush()
+        raise SystemExit(2)
+
+
+def _argv_secrets(argv: Iterable[str], environ: Mapping[str, str]) -> list[str]:
+    found: list[str] = []
+    for arg in argv:
+        found.extend(url_credentials(arg))
+        key, sep, value = arg.partition("=")
+        if sep and key.split(".")[-1].endswith("_env") and environ.get(value.strip()):
+            found.append(environ[value.strip()])
+    return found
+
+
+def _add_console_secrets(secrets: Iterable[str]) -> None:
+    secrets = tuple(secrets)
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if isinstance(stream, RedactingStream):
+            stream.add(secrets)
+        else:
+            setattr(sys, name, RedactingStream(stream, secrets))
+
+
+def protect_console(argv: Iterable[str] = ()) -> None:
+    """Put `sys.stdout`/`sys.stderr` behind a `RedactingStream` (once) with the secrets visible in argv."""
+    _add_console_secrets(_argv_secrets(argv, os.environ))
+
+
+def known_secrets() -> tuple[str, ...]:
+    """The secrets the console's `RedactingStream` masks (none when it is not installed): for a top-level
+    error handler outside the app, `redact(str(exc), known_secrets())`."""
+    stream = sys.stderr
+    return stream.secrets if isinstance(stream, RedactingStream) else ()
+
+
+def guarded(app_main: F) -> F:
+    """For a Hydra app's `main` (on top of `@hydra.main`): started from the command line (no config
+    passed), refuse secret overrides and protect the console before Hydra parses `sys.argv`."""
+
+    @functools.wraps(app_main)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if not args and not kwargs:
+            argv = sys.argv[1:]
+            refuse_secret_overrides(argv, Path(sys.argv[0]).name if sys.argv else "memtrace")
+            protect_console(argv)
+        return app_main(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _rewrite(path: Path, secrets: tuple[str, ...]) -> bool:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    clean = redact(text, secrets)
+    if clean == text:
+        return False
+    path.write_text(clean, encoding="utf-8")
+    return True
+
+
+def scrub_hydra_output(output_dir: str | Path, secrets: Iterable[str], subdir: str | None = ".hydra") -> list[Path]:
+    """Rewrite Hydra's saved files (`<output_dir>/<subdir>/*.yaml`: config, hydra, overrides) with the
+    secrets masked and URLs scrubbed; returns the files changed."""
+    secrets = tuple(secrets)
+    folder = Path(output_dir) / subdir if subdir else None
+    if folder is None or not folder.is_dir():
+        return []
+    return [path for path in sorted(folder.glob("*.yaml")) if _rewrite(path, secrets)]
+
+
+def _scrub_this_hydra_job(secrets: tuple[str, ...]) -> None:
+    if not HydraConfig.initialized():
+        return
+    hydra_cfg = HydraConfig.get()
+    scrub_hydra_output(hydra_cfg.runtime.output_dir, secrets, hydra_cfg.output_subdir)
+    sweep_dir = hydra_cfg.sweep.dir if hydra_cfg.mode is not None and hydra_cfg.mode.name == "MULTIRUN" else None
+    if sweep_dir:
+        multirun = Path(sweep_dir) / "multirun.yaml"
+        if not multirun.is_absolute():
+            multirun = Path(hydra_cfg.runtime.cwd) / multirun
+        if multirun.is_file():
+            _rewrite(multirun, secrets)
+
+
+def protect(plain: Mapping[str, Any]) -> tuple[str, ...]:
+    """An app's first step with its composed (resolved, plain) config: its secrets found, Hydra's output
+    files scrubbed, every logging handler filtered, the console told. Returns the secrets."""
+    secrets = config_secrets(plain, os.environ)
+    _scrub_this_hydra_job(secrets)
+    install_secret_filter(secrets)
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if isinstance(stream, RedactingStream):
+            stream.add(secrets)
+    return secrets

@@ -1,0 +1,69 @@
+"""`memtrace upload run_dir=<dir>`: log a run that `memtrace run` saved on disk to the tracking store.
+
+For when MLflow was unreachable (or its store locked) at the end of a run: the results were written to
+`<output dir>/artifacts/` and `<output dir>/run_record.json` first, and this logs them as the run would
+have logged them live (same run name, params, metrics, tags, artifacts and tables, plus the tag
+`memtrace.uploaded_from=<dir>`). Idempotent: the run carries `memtrace.record_id`; when the store
+already holds that record complete nothing is logged, when a live run of it broke off midway that run
+is completed. The tracking server is probed first, so a store that is down fails in seconds with the
+cause named (`tracking.timeout_s`, `tracking.max_retries` bound MLflow's own retries). An entry point;
+the work is `pipeline.tracking.run_record`.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import hydra
+from memtrace_loop.experiments.config import validated_upload
+from memtrace_loop.experiments.console import setup_logging
+from memtrace_loop.experiments.factory import launch_dir, resolve, to_plain
+from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
+from memtrace_loop.pipeline.tracking.run_record import Upload, record_dir, upload_saved_run
+from memtrace_loop.pipeline.tracking.store_access import (
+    configure_tracking_client,
+    failure_cause,
+    mask_credentials,
+    tracking_available,
+)
+from omegaconf import DictConfig
+from rich.console import Console
+
+logger = logging.getLogger("memtrace.upload")
+
+
+class UploadError(RuntimeError):
+    """The tracking store cannot take the upload (unreachable, locked); nothing or only part was logged."""
+
+
+def upload(cfg: DictConfig, console: Console | None = None) -> Upload:
+    console = console or Console()
+    config = validated_upload(to_plain(cfg))
+    configure_tracking_client(config.tracking.timeout_s, config.tracking.max_retries)
+    run_dir = record_dir(resolve(config.run_dir, launch_dir()))
+    uri = mask_credentials(config.tracking.uri)
+    cause = tracking_available(config.tracking.uri, config.tracking.timeout_s)
+    if cause is not None:
+        raise UploadError(f"MLflow unreachable at {uri} ({cause}): nothing uploaded from {run_dir}")
+    try:
+        done = upload_saved_run(MlflowTracker(config.tracking.uri), run_dir, config.experiment)
+    except (FileNotFoundError, ValueError):
+        raise
+    except Exception as exc:
+        raise UploadError(f"upload of {run_dir} to {uri} failed ({failure_cause(exc)}); it is safe to run "
+                          f"again") from exc
+    if done.created:
+        console.print(f"Uploaded {run_dir} as MLflow run [bold]{done.run_id}[/] in {uri} "
+                      f"(experiment {done.experiment!r})")
+    elif done.continued:
+        console.print(f"Completed MLflow run [bold]{done.run_id}[/] in {uri} with {run_dir}")
+    else:
+        console.print(f"Already uploaded: {run_dir} is MLflow run [bold]{done.run_id}[/] in {uri}; nothing logged")
+    return done
+
+
+@hydra.main(config_path="pkg://memtrace_loop.conf", config_name="upload", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    setup_logging()
+    upload(cfg)
+

@@ -1,0 +1,190 @@
+"""What a run logs to the tracker, written to disk first so an MLflow outage costs only the upload.
+
+A `RunRecord` holds everything a finished run logs besides its artifact folder: run name, experiment,
+tags, params (already scrubbed), metrics and tables. `write_run_record(out_dir, record)` saves it as
+`<out_dir>/run_record.json` beside `<out_dir>/artifacts/` (what `run_logging.save_run` wrote);
+`log_record(tracker, record, artifacts)` logs all of it into the tracker's active run, tagging the run
+`memtrace.record_id=<id>` first and `memtrace.logged=complete` last. `upload_saved_run(tracker,
+out_dir)` logs a saved run later, as it would have been logged live, plus the tag
+`memtrace.uploaded_from=<out_dir>`; it is idempotent through the record id: a run of the store
+already tagged with it and complete is returned as is (nothing logged), one tagged but incomplete
+(the live logging broke off) is continued, else a new run is created. `unreachable_message(out_dir,
+exc)` is the one line to print when the live logging failed (`NotLoggedError` carries it).
+
+It does not decide what a run logs (the entry points build the record) and reads no MLflow state
+besides the runs' tags.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Protocol
+
+import pydantic
+from memtrace_loop.pipeline.tracking.run_logging import ARTIFACTS_DIR
+from memtrace_loop.pipeline.tracking.store_access import failure_cause
+from memtrace_loop.pipeline.tracking.tracker import Tracker
+
+RECORD_FILE = "run_record.json"
+RECORD_TAG = "memtrace.record_id"
+LOGGED_TAG = "memtrace.logged"
+LOGGED_COMPLETE = "complete"
+UPLOADED_FROM_TAG = "memtrace.uploaded_from"
+
+
+def new_record_id() -> str:
+    return uuid.uuid4().hex
+
+
+def _frozen(mapping: Mapping) -> MappingProxyType:
+    return MappingProxyType(dict(mapping))
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """Everything a run logs except its artifact folder. `params` are as stored (scrubbed, cut);
+    `tables` maps an artifact file (e.g. results_table.json) to its string columns."""
+
+    experiment: str
+    run_name: str | None = None
+    tags: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    params: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    metrics: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    tables: Mapping[str, Mapping[str, list[str]]] = field(default_factory=lambda: MappingProxyType({}))
+    record_id: str = field(default_factory=new_record_id)
+
+    def __post_init__(self) -> None:
+        for name in ("tags", "params", "metrics", "tables"):
+            object.__setattr__(self, name, _frozen(getattr(self, name)))
+
+    def with_metrics(self, metrics: Mapping[str, float]) -> RunRecord:
+        """This record with `metrics` added (a key given again takes the new value)."""
+        return replace(self, metrics={**self.metrics, **metrics})
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"record_id": self.record_id, "experiment": self.experiment, "run_name": self.run_name,
+             "tags": dict(self.tags), "params": dict(self.params), "metrics": dict(self.metrics),
+             "tables": {name: dict(columns) for name, columns in self.tables.items()}},
+            indent=1, ensure_ascii=False,
+        )
+
+
+class _RecordFile(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+    record_id: str
+    experiment: str
+    run_name: str | None = None
+    tags: dict[str, str] = {}
+    params: dict[str, str] = {}
+    metrics: dict[str, float] = {}
+    tables: dict[str, dict[str, list[str]]] = {}
+
+
+def record_dir(directory: str | Path) -> Path:
+    """The output directory holding `run_record.json`: `directory` itself or, when given its
+    `artifacts/` folder, the folder above."""
+    folder = Path(directory)
+    in_parent = folder.name == ARTIFACTS_DIR and (folder.parent / RECORD_FILE).is_file()
+    if in_parent and not (folder / RECORD_FILE).is_file():
+        return folder.parent
+    return folder
+
+
+def write_run_record(out_dir: Path, record: RunRecord) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / RECORD_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(record.to_json(), encoding="utf-8")
+    tmp.replace(path)  # never a half-written record
+    return path
+
+
+def read_run_record(directory: str | Path) -> RunRecord:
+    """The record saved in `directory` (or in the output directory above its `artifacts/` folder);
+    `FileNotFoundError` / `ValueError` naming the file when it is missing or malformed."""
+    path = record_dir(directory) / RECORD_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no run record (written by `memtrace run` since results are saved first)")
+    try:
+        parsed = _RecordFile.model_validate_json(path.read_text(encoding="utf-8"))
+    except pydantic.ValidationError as exc:
+        raise ValueError(f"{path}: not a run record: {exc}") from exc
+    return RunRecord(parsed.experiment, parsed.run_name, parsed.tags, parsed.params, parsed.metrics, parsed.tables,
+                     parsed.record_id)
+
+
+def log_record(
+    tracker: Tracker, record: RunRecord, artifacts: Path | None, extra_tags: Mapping[str, str] | None = None
+) -> None:
+    """Log `record` (and the `artifacts` folder's files at the run's root) into the active run; the
+    run is tagged with the record id first and `memtrace.logged=complete` last."""
+    tracker.set_tags({**record.tags, **(extra_tags or {}), RECORD_TAG: record.record_id})
+    if record.params:
+        tracker.log_params(dict(record.params))
+    if record.metrics:
+        tracker.log_metrics(dict(record.metrics))
+    if artifacts is not None and artifacts.is_dir():
+        tracker.log_artifacts(artifacts)
+    for artifact_file, columns in record.tables.items():
+        tracker.log_table({k: list(v) for k, v in columns.items()}, artifact_file)
+    tracker.set_tags({LOGGED_TAG: LOGGED_COMPLETE})
+
+
+class SearchableTracker(Tracker, Protocol):
+    def search_run_ids(self, experiment: str, filter_string: str = "") -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class Upload:
+    """What `upload_saved_run` did: the run holding the saved run, and whether it was `created`,
+    `continued` (an incomplete run of the same record) or neither (already complete: nothing logged)."""
+
+    run_id: str
+    experiment: str
+    created: bool
+    continued: bool
+
+    @property
+    def logged(self) -> bool:
+        return self.created or self.continued
+
+
+def upload_saved_run(tracker: SearchableTracker, directory: str | Path, experiment: str | None = None) -> Upload:
+    """Log the run saved in `directory` (its record and `artifacts/`) into `experiment` (default: the
+    one it was made for), unless the store already holds it complete."""
+    out_dir = record_dir(directory).resolve()
+    record = read_run_record(out_dir)
+    target = experiment or record.experiment
+    tracker.open_experiment(target)
+    existing = tracker.search_run_ids(target, f"tags.`{RECORD_TAG}` = '{record.record_id}'")
+    complete = [run_id for run_id in existing if tracker.get_run(run_id).tags.get(LOGGED_TAG) == LOGGED_COMPLETE]
+    if complete:
+        return Upload(complete[0], target, created=False, continued=False)
+    artifacts = out_dir / ARTIFACTS_DIR
+    continued = existing[-1] if existing else None
+    with tracker.start_run(None if continued else record.run_name, run_id=continued) as run_id:
+        log_record(tracker, record, artifacts if artifacts.is_dir() else None, {UPLOADED_FROM_TAG: str(out_dir)})
+    return Upload(run_id, target, created=continued is None, continued=continued is not None)
+
+
+class NotLoggedError(RuntimeError):
+    """A run's results are saved on disk but logging them to the tracker failed; the message (see
+    `unreachable_message`) names the cause, the folder and the upload command."""
+
+
+def upload_command(out_dir: str | Path) -> str:
+    return f"memtrace upload run_dir={out_dir}"
+
+
+def unreachable_message(out_dir: str | Path, exc: BaseException | str) -> str:
+    """The one line an entry point prints when logging to MLflow failed after the results were saved
+    (`exc`: the error, or the cause a probe found)."""
+    cause = exc if isinstance(exc, str) else failure_cause(exc)
+    return (f"MLflow unreachable ({cause}): results saved in {out_dir}; "
+            f"upload them with: {upload_command(out_dir)}")
