@@ -27,6 +27,7 @@ from hydra.core.hydra_config import HydraConfig
 from memtrace_loop.experiments.config import validated_attribute
 from memtrace_loop.experiments.console import RichProgress, blame_table, setup_logging
 from memtrace_loop.experiments.factory import attributor_of, launch_dir, resolve, to_plain
+from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.pipeline.analysis.attribution.protocol import TracedRun, attribute_run
@@ -178,4 +179,4 @@ def attribute(cfg: DictConfig | Mapping[str, Any], console: Console | None = Non
 @hydra.main(config_path="pkg://memtrace_loop.conf", config_name="attribute", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     setup_logging()
-    attribute(cfg)
+    run_app("attribute", lambda _stop: attribute(cfg))

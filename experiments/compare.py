@@ -31,6 +31,7 @@ from hydra.experimental.callback import Callback
 from memtrace_loop.experiments.config import validated_compare
 from memtrace_loop.experiments.console import setup_logging
 from memtrace_loop.experiments.factory import launch_dir, resolve, to_plain
+from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.pipeline.analysis.comparison import (
     ComparisonRow,
@@ -316,4 +317,4 @@ def run_compare(cfg: DictConfig, console: Console | None = None) -> ComparisonRe
 def main(cfg: DictConfig) -> None:
     setup_logging()
     protect(to_plain(cfg))  # Hydra's saved files scrubbed, logs and console masked
-    run_compare(cfg)
+    run_app("compare", lambda _stop: run_compare(cfg))

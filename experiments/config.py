@@ -27,7 +27,8 @@ from memtrace_loop.optimizers.registry import optimizer_settings
 from memtrace_loop.pipeline.analysis.attribution.registry import attributor_settings
 from memtrace_loop.pipeline.backends.embeddings import EmbedderConfig
 from memtrace_loop.pipeline.backends.registry import lm_set_configs
-from memtrace_loop.pipeline.core.config import ConfigError, parse_config, require
+from memtrace_loop.pipeline.core.config import ConfigError, parse_config, require, require_categories, require_text
+from memtrace_loop.pipeline.data.locomo import SPLIT_NAMES
 from memtrace_loop.pipeline.data.registry import dataset_config
 from memtrace_loop.pipeline.loop.optimization import LoopSettings
 
@@ -53,6 +54,9 @@ class TrackingConfig:
         if not self.timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
 
+    def __post_init__(self) -> None:
+        require_text(self, "uri", "experiment")
+
 
 @dataclass(frozen=True)
 class SplitsConfig:
@@ -63,16 +67,22 @@ class SplitsConfig:
     fractions: tuple[float, float, float] = (0.5, 0.25, 0.25)
 
     def __post_init__(self) -> None:
+        require(self, seed=(0, None))
         if any(not math.isfinite(f) or f < 0 for f in self.fractions) or not math.isclose(
             sum(self.fractions), 1.0, abs_tol=1e-9
         ):
             raise ValueError(f"fractions must be three non-negative numbers summing to 1, got {list(self.fractions)}")
+        if self.fractions[0] <= 0:
+            raise ValueError(f"fractions must give the train split a positive share, got {list(self.fractions)}")
 
 
 @dataclass(frozen=True)
 class EvaluationConfig:
     __pydantic_config__ = _STRICT
     exclude_categories: tuple[int, ...]  # reported per category, left out of the overall score
+
+    def __post_init__(self) -> None:
+        require_categories(self)
 
 
 @dataclass(frozen=True)
@@ -92,6 +102,8 @@ class LoopConfig:
     def __post_init__(self) -> None:
         require(self, max_iterations=(1, None), max_candidates=(1, None), patience=(1, None), min_gain=(0, None),
                 budget_calls=(0, None))
+        if self.min_gain >= 1:  # a paired accuracy gain: 1 or more can never be reached
+            raise ValueError(f"min_gain must be < 1 (a gain in accuracy), got {self.min_gain!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,7 +125,7 @@ class _AppConfig:
     max_failed_share: float = 0.5  # the run stops (TooManyFailures) when more LM calls than this finally fail
 
     def __post_init__(self) -> None:
-        require(self, workers=(1, None), max_failed_share=(0.0, 1.0))
+        require(self, workers=(1, None), seed=(0, None), max_failed_share=(0.0, 1.0))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,6 +133,14 @@ class RunConfig(_AppConfig):
     """`memtrace run`."""
 
     split: Literal["all", "train", "dev", "test"] = "all"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.split != "all" and self.splits.fractions[SPLIT_NAMES.index(self.split)] <= 0:
+            raise ValueError(
+                f"split={self.split} selects an empty split: splits.fractions={list(self.splits.fractions)} "
+                f"(train, dev, test) gives {self.split} no share"
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,6 +152,14 @@ class OptimizeConfig(_AppConfig):
     loop: LoopConfig = field(default_factory=LoopConfig)
     resume: str | None = None  # a previous run directory (with checkpoint.json) to continue
     register_prompts: bool = True  # register accepted prompt sets in MLflow's prompt registry
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if min(self.splits.fractions) <= 0:
+            raise ValueError(
+                f"splits.fractions must give train, dev and test each a positive share (optimize needs all three), "
+                f"got {list(self.splits.fractions)}"
+            )
 
     def loop_settings(self) -> LoopSettings:
         return LoopSettings(
@@ -165,6 +193,7 @@ class AttributeConfig:
     run_name: str | None = None
 
     def __post_init__(self) -> None:
+        require(self, seed=(0, None))
         if (self.run_id is None) == (self.run_dir is None):
             raise ValueError("give exactly one of run_id=<mlflow run id> or run_dir=<saved run directory>")
 
@@ -251,7 +280,8 @@ def _validated(schema: type[T], plain: Mapping[str, Any]) -> T:
         except ConfigError as error:
             errors.append(str(error))
     if errors or config is None:
-        raise ConfigError("; ".join(errors))
+        parts = (part for error in errors for part in error.split("; "))
+        raise ConfigError("; ".join(dict.fromkeys(parts)))  # a bad value inside a group may be seen twice
     return config
 
 

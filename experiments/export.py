@@ -17,6 +17,7 @@ import hydra
 from memtrace_loop.experiments.config import validated_export
 from memtrace_loop.experiments.console import setup_logging
 from memtrace_loop.experiments.factory import launch_dir, resolve, to_plain
+from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.optimizers.gepa_program import save_program_state
@@ -75,4 +76,4 @@ def export(cfg: DictConfig, console: Console | None = None) -> Path:
 def main(cfg: DictConfig) -> None:
     setup_logging()
     protect(to_plain(cfg))  # Hydra's saved files scrubbed, logs and console masked
-    export(cfg)
+    run_app("export", lambda _stop: export(cfg))

@@ -28,7 +28,7 @@ from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.records import Dataset
 from memtrace_loop.pipeline.core.redaction import config_secrets
 from memtrace_loop.pipeline.core.stop import StopToken
-from memtrace_loop.pipeline.data.locomo import Split, split_by_conversation
+from memtrace_loop.pipeline.data.locomo import SPLIT_NAMES, Split, split_by_conversation
 from memtrace_loop.pipeline.data.registry import load_dataset
 from memtrace_loop.pipeline.loop.runner import make_judge
 from memtrace_loop.pipeline.tracking.export import apply_prompts, read_prompts
@@ -57,7 +57,8 @@ def with_prompt_file(system: MemorySystem, prompts: str | Path | None, base_dir:
 
 
 def select_split(dataset: Dataset, split: str, fractions: list[float], seed: int) -> Dataset:
-    """`all`, or one split of a seeded split by conversation (ValueError naming the split otherwise)."""
+    """`all`, or one split of a seeded split by conversation (ValueError naming an unknown split; an
+    `EmptySplitError`, a ConfigError, naming the split and `splits.fractions` for an empty one)."""
     if split == "all":
         return dataset
     return split_by_conversation(dataset, fractions=tuple(fractions), seed=seed).select(split)
@@ -117,5 +118,8 @@ def attributor_of(
 
 
 def splits_of(plain: Mapping[str, Any], base_dir: Path) -> Split:
+    """Train / dev / test of the configured dataset, each with conversations and questions (else an
+    `EmptySplitError` naming the split and `splits.fractions`)."""
     dataset = load_dataset(plain["dataset"], base_dir)
-    return split_by_conversation(dataset, tuple(plain["splits"]["fractions"]), int(plain["splits"]["seed"]))
+    split = split_by_conversation(dataset, tuple(plain["splits"]["fractions"]), int(plain["splits"]["seed"]))
+    return split.require(*SPLIT_NAMES)

@@ -174,13 +174,10 @@ def optimize(cfg: DictConfig, console: Console | None = None, stop: StopToken | 
         return _already_finished(run_dir, checkpoint, console)
     configure_cache(base_dir / plain["cache_dir"])
     calls = CallLedger()  # every LM below counts its role's calls into it (GEPA's own calls included)
+    parts = splits_of(plain, base_dir)  # data first; an empty split is an EmptySplitError naming splits.fractions
     retries, guard = RetryLedger(), FailureGuard(config.max_failed_share)
     lms, system, judge = build_components(plain, base_dir, calls, stop=stop, guard=guard, retries=retries)
     check_endpoints(lms, embedder=build_embedder(plain["embedder"]), stop=stop)  # before any work
-    parts = splits_of(plain, base_dir)
-    for name in ("train", "dev", "test"):
-        if not getattr(parts, name).questions:
-            raise ValueError(f"the {name} split is empty: use a dataset with at least 3 conversations")
     optimizer = build_optimizer(plain["optimizer"]["name"], lms.rewriter, plain["optimizer"])
     settings = config.loop_settings()
     attributor = attributor_of(plain, lms, system, judge)

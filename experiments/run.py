@@ -78,13 +78,13 @@ def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None 
     configure_cache(base_dir / plain["cache_dir"])
 
     calls = CallLedger()  # counts, per role, the calls the LMs really made and those DSPy's cache served
-    retries, guard = RetryLedger(), FailureGuard(config.max_failed_share)
-    lms, system, judge = build_components(plain, base_dir, calls, stop=stop, guard=guard, retries=retries)
-    check_endpoints(lms, embedder=build_embedder(plain["embedder"]), stop=stop)  # before any work
-    dataset = select_split(
+    dataset = select_split(  # data first: an empty file or split fails before anything is built
         load_dataset(plain["dataset"], base_dir), plain["split"], plain["splits"]["fractions"],
         int(plain["splits"]["seed"]),
     )
+    retries, guard = RetryLedger(), FailureGuard(config.max_failed_share)
+    lms, system, judge = build_components(plain, base_dir, calls, stop=stop, guard=guard, retries=retries)
+    check_endpoints(lms, embedder=build_embedder(plain["embedder"]), stop=stop)  # before any work
     logger.info(
         "running %s on %s (%s split): %d conversations, %d questions",
         system.name, dataset.name, plain["split"], len(dataset.conversations), len(dataset.questions),

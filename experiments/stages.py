@@ -14,6 +14,7 @@ from typing import Any
 import hydra
 from memtrace_loop.experiments.config import validated_stages
 from memtrace_loop.experiments.factory import launch_dir, to_plain, with_prompt_file
+from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.memory_systems.registry import build_memory_system
@@ -65,4 +66,4 @@ def stages(cfg: DictConfig, console: Console | None = None) -> list[dict[str, An
 @hydra.main(config_path="pkg://memtrace_loop.conf", config_name="stages", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     protect(to_plain(cfg))  # Hydra's saved files scrubbed, logs and console masked
-    stages(cfg)
+    run_app("stages", lambda _stop: stages(cfg))

@@ -18,6 +18,7 @@ import hydra
 from memtrace_loop.experiments.config import validated_upload
 from memtrace_loop.experiments.console import setup_logging
 from memtrace_loop.experiments.factory import launch_dir, resolve, to_plain
+from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.run_record import Upload, record_dir, upload_saved_run
 from memtrace_loop.pipeline.tracking.store_access import (
@@ -65,5 +66,5 @@ def upload(cfg: DictConfig, console: Console | None = None) -> Upload:
 @hydra.main(config_path="pkg://memtrace_loop.conf", config_name="upload", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     setup_logging()
-    upload(cfg)
+    run_app("upload", lambda _stop: upload(cfg))
 

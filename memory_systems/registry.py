@@ -41,7 +41,7 @@ class UnknownSystemError(ConfigError):
 
 
 def _entry(name: object) -> SystemEntry:
-    if name not in ENTRY_BY_SYSTEM:
+    if not isinstance(name, str) or name not in ENTRY_BY_SYSTEM:
         raise UnknownSystemError(
             f"memory_system.name: unknown memory system {name!r} (available: {', '.join(ENTRY_BY_SYSTEM)})"
         )

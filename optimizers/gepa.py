@@ -60,7 +60,8 @@ class Settings:
     seed: int = 0  # GEPA's seed
 
     def __post_init__(self) -> None:
-        require(self, max_metric_calls=(1, None), reflection_minibatch_size=(1, None), num_threads=(1, None))
+        require(self, max_metric_calls=(1, None), reflection_minibatch_size=(1, None), num_threads=(1, None),
+                seed=(0, None))
 
 
 class BudgetStopper:

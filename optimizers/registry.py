@@ -56,7 +56,7 @@ OPTIMIZER_NAMES: tuple[str, ...] = tuple(ENTRY_BY_OPTIMIZER)
 
 
 def optimizer_entry(name: object) -> OptimizerEntry:
-    if name not in ENTRY_BY_OPTIMIZER:
+    if not isinstance(name, str) or name not in ENTRY_BY_OPTIMIZER:
         raise ConfigError(f"optimizer.name: unknown optimizer {name!r}; choose one of {list(OPTIMIZER_NAMES)}")
     return ENTRY_BY_OPTIMIZER[str(name)]
 

@@ -99,6 +99,8 @@ class EverMemOSKnobs:
         positive = ("top_k", "bm25_top", "emb_top", "max_episode_turns", "max_episode_tokens")
         require(self, **{name: (1, None) for name in positive})
         require(self, rrf_k=(0, None), max_expanded_queries=(0, None))
+        if self.multi_query and self.max_expanded_queries < 1:  # the second round would search nothing new
+            raise ValueError("max_expanded_queries must be >= 1 while multi_query is true (or set multi_query=false)")
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import numpy as np
 import pydantic
 from memtrace_loop.pipeline.backends.text import alnum_apostrophe_words
-from memtrace_loop.pipeline.core.config import ConfigError
+from memtrace_loop.pipeline.core.config import ConfigError, describe_error
 from memtrace_loop.pipeline.core.redaction import scrub_url
 
 logger = logging.getLogger(__name__)
@@ -63,6 +63,7 @@ def _normalize_rows(matrix: np.ndarray) -> np.ndarray:
 
 _WORD_CACHE_LIMIT = 200_000
 HASHING_DIM = 256  # the hashing embedder's dimension unless `embedder.dim` says otherwise
+MIN_HASHING_DIM = 8
 
 
 def _feature_slot(feature: str, dim: int) -> tuple[int, float]:
@@ -81,8 +82,8 @@ class HashingEmbedder:
     """
 
     def __init__(self, dim: int = HASHING_DIM, *, bigram_weight: float = 1.0, trigram_weight: float = 0.35) -> None:
-        if dim < 8:
-            raise ValueError(f"HashingEmbedder dim must be at least 8, got {dim}")
+        if dim < MIN_HASHING_DIM:
+            raise ValueError(f"HashingEmbedder dim must be at least {MIN_HASHING_DIM}, got {dim}")
         self._dim = int(dim)
         self.bigram_weight = float(bigram_weight)
         self.trigram_weight = float(trigram_weight)
@@ -251,12 +252,12 @@ def _read_key(api_key_env: str) -> str:
 class EmbedderConfig(pydantic.BaseModel):
     """How to build an embedder; `api_key_env` is the NAME of the variable holding the key."""
 
-    model_config = pydantic.ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True, allow_inf_nan=False)
 
     backend: Literal["hashing", "openai"] = "hashing"
     dim: int | None = pydantic.Field(default=None, gt=0)  # None: HASHING_DIM for hashing, learned for openai
     model: str | None = None
-    api_base: str | None = None
+    api_base: str | None = pydantic.Field(default=None, min_length=1)
     api_key_env: str | None = "OPENAI_API_KEY"
     timeout_s: float = pydantic.Field(default=60.0, gt=0)
     max_retries: int = pydantic.Field(default=5, ge=0)
@@ -266,6 +267,8 @@ class EmbedderConfig(pydantic.BaseModel):
     def _check_backend_fields(self) -> EmbedderConfig:
         if self.backend == "openai" and not self.model:
             raise ValueError("embedder backend 'openai' needs a model name")
+        if self.backend == "hashing" and self.dim is not None and self.dim < MIN_HASHING_DIM:
+            raise ValueError(f"dim must be >= {MIN_HASHING_DIM} for the hashing embedder, got {self.dim}")
         return self
 
     @classmethod
@@ -278,14 +281,11 @@ class EmbedderConfig(pydantic.BaseModel):
                 f"allowed: {sorted(cls.model_fields)}"
             )
         try:
-            return cls.model_validate(dict(mapping))
+            return cls.model_validate(dict(mapping), strict=True)  # no str/float -> int, no int -> bool
         except pydantic.ValidationError as exc:
-            raise ConfigError(
-                "; ".join(
-                    f"{'.'.join(['embedder', *map(str, e['loc'])])}: {e['msg'].removeprefix('Value error, ')}"
-                    for e in exc.errors()
-                )
-            ) from None
+            fields = tuple(cls.model_fields)
+            messages = (describe_error("embedder", e, fields, show_input=False) for e in exc.errors())
+            raise ConfigError("; ".join(messages)) from None
 
 
 def build_embedder(mapping: Mapping[str, Any] | EmbedderConfig | None = None) -> Embedder:

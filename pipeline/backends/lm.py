@@ -42,7 +42,7 @@ from typing import Any, Literal
 
 import dspy
 import pydantic
-from memtrace_loop.pipeline.core.config import ConfigError
+from memtrace_loop.pipeline.core.config import ConfigError, describe_error
 from memtrace_loop.pipeline.core.redaction import scrub_url
 
 logger = logging.getLogger(__name__)
@@ -86,13 +86,13 @@ class MissingAPIKeyError(RuntimeError):
 class LMConfig(pydantic.BaseModel):
     """How to build one language model. Immutable; `api_key_env` is a variable NAME, never a key."""
 
-    model_config = pydantic.ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True, allow_inf_nan=False)
 
     backend: str = pydantic.Field(min_length=1)  # a name in pipeline.backends.registry (checked there)
     model: str = pydantic.Field(min_length=1, description="wire model id, e.g. gpt-4o-mini, Qwen/Qwen2.5-7B")
-    api_base: str | None = None
+    api_base: str | None = pydantic.Field(default=None, min_length=1)
     api_key_env: str | None = None
-    temperature: float = pydantic.Field(default=0.0, ge=0.0)
+    temperature: float = pydantic.Field(default=0.0, ge=0.0, le=2.0)
     max_tokens: int | None = pydantic.Field(default=None, gt=0)
     timeout_s: float = pydantic.Field(default=60.0, gt=0)  # each read/write/pool wait of one attempt
     num_retries: int = pydantic.Field(default=5, ge=0)  # retries of a transient failure after the first attempt
@@ -133,16 +133,14 @@ class LMConfig(pydantic.BaseModel):
                 f"allowed keys: {sorted(cls.model_fields)}"
             )
         try:
-            return cls.model_validate(dict(mapping))
+            return cls.model_validate(dict(mapping), strict=True)  # no str/float -> int, no int -> bool
         except pydantic.ValidationError as exc:
             raise ConfigError(f"{where}: {_validation_summary(exc, prefix)}") from None
 
 
 def _validation_summary(exc: pydantic.ValidationError, prefix: str = "lm") -> str:
     # Without the offending input values: a misplaced key must not end up in a log via an error message.
-    return "; ".join(
-        f"{'.'.join([prefix, *map(str, e['loc'])])}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors()
-    )
+    return "; ".join(describe_error(prefix, e, show_input=False) for e in exc.errors())
 
 
 def _read_api_key(config: LMConfig) -> str:

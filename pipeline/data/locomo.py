@@ -7,7 +7,10 @@ What it does:
   models (unknown keys are ignored); anything wrong raises `DataError`, whose message names the file,
   the record and the field. Messy evidence ids are cleaned (see `clean_evidence`); evidence that
   names a turn the conversation does not have is dropped with one logged warning per conversation.
-- `split_by_conversation` makes a seeded, deterministic train/dev/test `Split` by conversation.
+  A dataset with no conversations or no questions, or a conversation without turns, is a `DataError`
+  too (`require_content`): an empty file never becomes a run that scores nothing.
+- `split_by_conversation` makes a seeded, deterministic train/dev/test `Split` by conversation;
+  `Split.select` refuses an empty split with an `EmptySplitError` naming the split and the fractions.
 
 What it does not do: no network, no caching, no LongMemEval (see `pipeline.data.longmemeval`), and no answering or
 scoring (see `pipeline.analysis.evaluation`). It never prints; diagnostics go to the module logger.
@@ -26,6 +29,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.records import CATEGORY_NAMES, Conversation, Dataset, Question, Turn
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
@@ -77,6 +81,15 @@ class DataError(ValueError):
             parts.append(f"field '{field}'")
         parts.append(problem)
         super().__init__(": ".join(parts))
+
+
+def require_content(dataset: Dataset, source: str) -> Dataset:
+    """`dataset` itself; a `DataError` naming `source` when it has no conversations or no questions."""
+    if not dataset.conversations:
+        raise DataError(source, "the dataset has no conversations (an empty list of records)")
+    if not dataset.questions:
+        raise DataError(source, f"the dataset has no questions ({len(dataset.conversations)} conversation(s))")
+    return dataset
 
 
 # --------------------------------------------------------------------------- raw LoCoMo records
@@ -234,6 +247,8 @@ def _parse_conversation(sample_id: str, record: str, raw: dict[str, Any], source
             turns.append(
                 Turn(id=dia_id, speaker=turn.speaker, text=_turn_text(turn), session=number, time=time)
             )
+    if not turns:
+        raise DataError(source, "no turns in any session", record, "conversation")
     return Conversation(id=sample_id, speakers=tuple(speakers), turns=tuple(turns))
 
 
@@ -300,9 +315,13 @@ def parse_locomo(samples: object, source: str) -> Dataset:
             )
         if malformed_total:
             logger.info("%s: %s: dropped %d malformed evidence entries", source, record, malformed_total)
+        if not sample.qa:
+            logger.warning("%s: %s: no questions (field 'qa' is empty): the conversation is never asked about",
+                           source, record)
         conversations.append(conversation)
-    return Dataset(
-        name=Path(source).stem or source, conversations=tuple(conversations), questions=tuple(questions)
+    return require_content(
+        Dataset(name=Path(source).stem or source, conversations=tuple(conversations), questions=tuple(questions)),
+        source,
     )
 
 
@@ -332,19 +351,48 @@ SplitName = Literal["train", "dev", "test"]
 SPLIT_NAMES: tuple[SplitName, ...] = ("train", "dev", "test")
 
 
+class EmptySplitError(ConfigError):
+    """A split that was asked for has no conversations (the message names it, the fractions and the seed)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Split:
-    """Disjoint train / dev / test datasets; every conversation is in exactly one of them."""
+    """Disjoint train / dev / test datasets; every conversation is in exactly one of them (`fractions`
+    and `seed`: how they were cut, for messages)."""
 
     train: Dataset
     dev: Dataset
     test: Dataset
+    fractions: tuple[float, float, float] | None = None
+    seed: int | None = None
 
     def select(self, name: str) -> Dataset:
-        """The dataset of split `name` ("train", "dev" or "test"); ValueError for any other name."""
+        """The dataset of split `name` ("train", "dev" or "test"); ValueError for any other name and an
+        `EmptySplitError` when it has no conversations."""
         if name not in SPLIT_NAMES:
             raise ValueError(f"unknown split {name!r}; expected one of {', '.join(SPLIT_NAMES)}")
+        self.require(name)
         return getattr(self, name)
+
+    def require(self, *names: str) -> Split:
+        """This split; an `EmptySplitError` naming the first of `names` without conversations or questions."""
+        for name in names:
+            part: Dataset = getattr(self, name)
+            if not part.conversations or not part.questions:
+                raise EmptySplitError(self.empty_message(name))
+        return self
+
+    def empty_message(self, name: str) -> str:
+        """Why split `name` is empty, naming the config keys that made it so."""
+        total = sum(len(part.conversations) for part in (self.train, self.dev, self.test))
+        how = f"splits.fractions={list(self.fractions)}" if self.fractions is not None else "the fractions"
+        seed = f", splits.seed={self.seed}" if self.seed is not None else ""
+        n_conversations = len(getattr(self, name).conversations)
+        if n_conversations:
+            return (f"split={name}: the {name} split has {n_conversations} conversation(s) but no questions "
+                    f"({how}{seed})")
+        return (f"split={name}: the {name} split is empty: {how}{seed} over {total} conversation(s) gives it "
+                f"none (use more conversations or give {name} a larger share)")
 
 
 def _split_sizes(n: int, fractions: tuple[float, float, float]) -> tuple[int, int, int]:
@@ -378,7 +426,7 @@ def split_by_conversation(
     positive fraction gets at least one conversation. With fewer, conversations are never shared
     between splits: train is served first, then dev, then test, and the splits left over are
     **empty** (a dataset of 2 conversations gives train 1, dev 1, test 0) — a warning is logged,
-    and callers that need a non-empty split must check. A zero fraction always gives an empty split.
+    and `Split.select` / `Split.require` refuse them. A zero fraction always gives an empty split.
     """
     if len(fractions) != 3 or any(not math.isfinite(f) or f < 0 for f in fractions):
         raise ValueError(f"fractions must be three non-negative numbers, got {fractions!r}")
@@ -401,4 +449,4 @@ def split_by_conversation(
         dataset.subset(tuple(part), name=f"{dataset.name}:{name}")
         for name, part in zip(SPLIT_NAMES, parts, strict=True)
     )
-    return Split(train=train, dev=dev, test=test)
+    return Split(train=train, dev=dev, test=test, fractions=fractions, seed=seed)

@@ -39,7 +39,7 @@ from types import MappingProxyType
 from typing import Any
 
 from memtrace_loop.pipeline.core.records import Conversation, Dataset, Question, Turn
-from memtrace_loop.pipeline.data.locomo import DataError, read_json_file, validate_record
+from memtrace_loop.pipeline.data.locomo import DataError, read_json_file, require_content, validate_record
 from pydantic import BaseModel, ConfigDict
 
 logger = logging.getLogger(__name__)
@@ -170,6 +170,8 @@ def _parse_record(
             if turn.has_answer:
                 evidence.append(turn_id)
 
+    if not turns:
+        raise DataError(source, "no turns in any haystack session", record, "haystack_sessions")
     category, label = category_of(question_type, abstention)
     text = raw.question.strip()
     if date_in_text:
@@ -201,7 +203,10 @@ def parse_longmemeval(records: Iterable[object], source: str, question_date_in_t
             logger.warning("%s: %s: answer session id(s) not in the haystack: %s", source, record, ", ".join(missing))
         conversations.append(conversation)
         questions.append(question)
-    return Dataset(name=Path(source).stem or source, conversations=tuple(conversations), questions=tuple(questions))
+    return require_content(
+        Dataset(name=Path(source).stem or source, conversations=tuple(conversations), questions=tuple(questions)),
+        source,
+    )
 
 
 def load_longmemeval(path: str | Path, question_date_in_text: bool = True) -> Dataset:

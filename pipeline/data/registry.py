@@ -16,10 +16,16 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from memtrace_loop.pipeline.core.config import ConfigError, parse_config, require
-from memtrace_loop.pipeline.core.records import Dataset
+from memtrace_loop.pipeline.core.config import ConfigError, parse_config, require, require_categories, require_text
+from memtrace_loop.pipeline.core.records import CATEGORY_NAMES, Dataset
 from memtrace_loop.pipeline.data.locomo import DataError, load_locomo, parse_locomo
-from memtrace_loop.pipeline.data.longmemeval import HUB_VARIANT, load_longmemeval, load_longmemeval_hub
+from memtrace_loop.pipeline.data.longmemeval import (
+    CATEGORY_BY_TYPE,
+    HUB_VARIANT,
+    abstention_categories,
+    load_longmemeval,
+    load_longmemeval_hub,
+)
 
 __all__ = [
     "ENTRY_BY_KIND",
@@ -43,7 +49,9 @@ class SimDatasetConfig:
     exclude_categories: tuple[int, ...] = (5,)  # LoCoMo protocol: adversarial questions are not in the overall score
 
     def __post_init__(self) -> None:
-        require(self, n_conversations=(1, None), sessions_per_conversation=(1, None), turns_per_session=(2, None))
+        require(self, seed=(0, None), n_conversations=(1, None), sessions_per_conversation=(1, None),
+                turns_per_session=(2, None))
+        require_categories(self, known=CATEGORY_NAMES)
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,10 @@ class LoCoMoConfig:
 
     path: str
     exclude_categories: tuple[int, ...] = (5,)  # LoCoMo protocol: adversarial questions are not in the overall score
+
+    def __post_init__(self) -> None:
+        require_text(self, "path")
+        require_categories(self, known=CATEGORY_NAMES)
 
 
 @dataclass(frozen=True)
@@ -64,6 +76,12 @@ class LongMemEvalConfig:
     hub_split: str = "train"
     question_date_in_text: bool = True  # append "(question date: ...)": records have no date field
     exclude_categories: tuple[int, ...] = ()  # 1-6 the question types, 11-16 their abstention questions
+
+    def __post_init__(self) -> None:
+        require_text(self, "path", "hub", "variant", "hub_split")
+        require_categories(self, known=(*CATEGORY_BY_TYPE.values(), *abstention_categories()))
+        if self.path is None and self.hub is None:
+            raise ValueError("path must name a LongMemEval file (or set dataset.hub=<hugging face dataset>)")
 
 
 def _resolve(path: str, base_dir: Path) -> Path:
@@ -118,7 +136,7 @@ ENTRY_BY_KIND: Mapping[str, DatasetEntry] = MappingProxyType(
 
 
 def _entry(kind: object) -> DatasetEntry:
-    if kind not in ENTRY_BY_KIND:
+    if not isinstance(kind, str) or kind not in ENTRY_BY_KIND:
         raise ConfigError(f"dataset.kind: unknown kind {kind!r} (expected one of {list(ENTRY_BY_KIND)})")
     return ENTRY_BY_KIND[str(kind)]
 

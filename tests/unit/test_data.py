@@ -12,6 +12,7 @@ from memtrace_loop.pipeline.core.records import Conversation, Dataset, Question,
 from memtrace_loop.pipeline.data.locomo import (
     ADVERSARIAL_GOLD,
     DataError,
+    EmptySplitError,
     Split,
     clean_evidence,
     load_locomo,
@@ -384,7 +385,13 @@ def test_split_is_deterministic_and_disjoint() -> None:
 @pytest.mark.parametrize(("n", "sizes"), [(3, [1, 1, 1]), (4, [2, 1, 1]), (2, [1, 1, 0]), (1, [1, 0, 0])])
 def test_split_sizes(n: int, sizes: list[int]) -> None:
     split = split_by_conversation(_synthetic(n))
-    assert [len(split.select(name).conversations) for name in ("train", "dev", "test")] == sizes
+    assert [len(getattr(split, name).conversations) for name in ("train", "dev", "test")] == sizes
+    for name, size in zip(("train", "dev", "test"), sizes, strict=True):
+        if size:
+            assert split.select(name) is getattr(split, name)
+        else:  # an empty split is refused, naming it and the fractions
+            with pytest.raises(EmptySplitError, match=rf"split={name}: .*splits\.fractions=\[0\.5, 0\.25, 0\.25\]"):
+                split.select(name)
 
 
 def test_split_zero_fraction_gives_empty_split() -> None:

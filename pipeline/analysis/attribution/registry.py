@@ -108,7 +108,7 @@ ATTRIBUTOR_NAMES: tuple[str, ...] = tuple(ENTRY_BY_ATTRIBUTOR)
 
 
 def _entry(name: object) -> AttributorEntry:
-    if name not in ENTRY_BY_ATTRIBUTOR:
+    if not isinstance(name, str) or name not in ENTRY_BY_ATTRIBUTOR:
         raise ConfigError(f"attributor.name: unknown attributor {name!r}; choose one of {list(ATTRIBUTOR_NAMES)}")
     return ENTRY_BY_ATTRIBUTOR[str(name)]
 
