@@ -53,8 +53,6 @@ class TrackingConfig:
         require(self, max_retries=(0, 10))
         if not self.timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
-
-    def __post_init__(self) -> None:
         require_text(self, "uri", "experiment")
 
 

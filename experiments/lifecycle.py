@@ -75,9 +75,11 @@ def exit_code(error: BaseException, token: StopToken | None = None) -> int:
 
 def _is_usage_error(error: BaseException) -> bool:
     from memtrace_loop.pipeline.core.config import ConfigError
+    from memtrace_loop.pipeline.data.locomo import DataError
     from memtrace_loop.pipeline.loop.optimization import CheckpointError
+    from memtrace_loop.pipeline.tracking.export import PromptFileError
 
-    return isinstance(error, ConfigError | CheckpointError | FileNotFoundError)
+    return isinstance(error, ConfigError | DataError | CheckpointError | PromptFileError | FileNotFoundError)
 
 
 def _speaks_for_itself(error: BaseException) -> bool:
