@@ -120,9 +120,10 @@ class _AppConfig:
     workers: int = LoopSettings.workers  # threads for ingestion and answering (results do not depend on it)
     prompts: str | None = None  # an exported prompt set (JSON/YAML) to start from
     run_name: str | None = None
+    max_failed_share: float = 0.5  # the run stops (TooManyFailures) when more LM calls than this finally fail
 
     def __post_init__(self) -> None:
-        require(self, workers=(1, None), seed=(0, None))
+        require(self, workers=(1, None), seed=(0, None), max_failed_share=(0.0, 1.0))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,11 +20,14 @@ from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
 from memtrace_loop.pipeline.analysis.attribution.registry import build_attributor
 from memtrace_loop.pipeline.backends.call_count import CallLedger
 from memtrace_loop.pipeline.backends.embeddings import build_embedder
+from memtrace_loop.pipeline.backends.failure_guard import FailureGuard
 from memtrace_loop.pipeline.backends.lm import LMSet
 from memtrace_loop.pipeline.backends.registry import build_lm_set
+from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.records import Dataset
 from memtrace_loop.pipeline.core.redaction import config_secrets
+from memtrace_loop.pipeline.core.stop import StopToken
 from memtrace_loop.pipeline.data.locomo import SPLIT_NAMES, Split, split_by_conversation
 from memtrace_loop.pipeline.data.registry import load_dataset
 from memtrace_loop.pipeline.loop.runner import make_judge
@@ -68,11 +71,18 @@ def secret_values(cfg: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def build_components(
-    plain: Mapping[str, Any], base_dir: Path, calls: CallLedger | None = None
+    plain: Mapping[str, Any],
+    base_dir: Path,
+    calls: CallLedger | None = None,
+    *,
+    stop: StopToken | None = None,
+    guard: FailureGuard | None = None,
+    retries: RetryLedger | None = None,
 ) -> tuple[LMSet, MemorySystem, dspy.Predict]:
     """The LMs, the memory system (task LM set, `prompts` file applied if given) and the judge. With
-    `calls`, every LM is a copy counting its role's calls into that ledger."""
-    lms = build_lm_set(plain["lm"])
+    `calls`, every LM is a copy counting its role's calls into that ledger; `stop`, `guard` and
+    `retries` are the run's stop token, failure guard and retry ledger, shared by every LM."""
+    lms = build_lm_set(plain["lm"], stop=stop, guard=guard, retries=retries)
     if calls is not None:
         lms = calls.counted(lms)
     system = build_memory_system(plain["memory_system"], build_embedder(plain["embedder"]))

@@ -38,7 +38,11 @@ from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.optimizers.gepa_program import save_program_state
 from memtrace_loop.optimizers.registry import build_optimizer
 from memtrace_loop.pipeline.backends.call_count import CallLedger
+from memtrace_loop.pipeline.backends.embeddings import build_embedder
+from memtrace_loop.pipeline.backends.failure_guard import FailureGuard
 from memtrace_loop.pipeline.backends.lm import configure_cache
+from memtrace_loop.pipeline.backends.preflight import check_endpoints
+from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
 from memtrace_loop.pipeline.core.redaction import redact_tree, restore_tree
 from memtrace_loop.pipeline.core.stop import Interrupted, StopToken
 from memtrace_loop.pipeline.loop.optimization import (
@@ -171,7 +175,9 @@ def optimize(cfg: DictConfig, console: Console | None = None, stop: StopToken | 
     configure_cache(base_dir / plain["cache_dir"])
     calls = CallLedger()  # every LM below counts its role's calls into it (GEPA's own calls included)
     parts = splits_of(plain, base_dir)  # data first; an empty split is an EmptySplitError naming splits.fractions
-    lms, system, judge = build_components(plain, base_dir, calls)
+    retries, guard = RetryLedger(), FailureGuard(config.max_failed_share)
+    lms, system, judge = build_components(plain, base_dir, calls, stop=stop, guard=guard, retries=retries)
+    check_endpoints(lms, embedder=build_embedder(plain["embedder"]), stop=stop)  # before any work
     optimizer = build_optimizer(plain["optimizer"]["name"], lms.rewriter, plain["optimizer"])
     settings = config.loop_settings()
     attributor = attributor_of(plain, lms, system, judge)
@@ -224,7 +230,7 @@ def optimize(cfg: DictConfig, console: Console | None = None, stop: StopToken | 
                 tracker.log_artifact(table, f"optimizer/{table.parent.name}")
             plots = TrackingLoopObserver.plots(result, run_dir)
             elapsed = time.perf_counter() - started
-            tracker.log_metrics({"elapsed_s": elapsed})
+            tracker.log_metrics({"elapsed_s": elapsed, **retries.tally().metrics()})
             mark_finished(run_dir / CHECKPOINT, result, paths)
     except (Interrupted, KeyboardInterrupt) as error:
         error.add_note(f"the last checkpoint is kept; resume with: memtrace optimize resume={run_dir}")

@@ -27,7 +27,11 @@ from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.experiments.output_dirs import app_output_dir
 from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.pipeline.backends.call_count import CallLedger
+from memtrace_loop.pipeline.backends.embeddings import build_embedder
+from memtrace_loop.pipeline.backends.failure_guard import FailureGuard
 from memtrace_loop.pipeline.backends.lm import configure_cache
+from memtrace_loop.pipeline.backends.preflight import check_endpoints
+from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
 from memtrace_loop.pipeline.core.stop import StopToken
 from memtrace_loop.pipeline.loop.runner import run_dataset
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
@@ -78,7 +82,9 @@ def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None 
         load_dataset(plain["dataset"], base_dir), plain["split"], plain["splits"]["fractions"],
         int(plain["splits"]["seed"]),
     )
-    _, system, judge = build_components(plain, base_dir, calls)
+    retries, guard = RetryLedger(), FailureGuard(config.max_failed_share)
+    lms, system, judge = build_components(plain, base_dir, calls, stop=stop, guard=guard, retries=retries)
+    check_endpoints(lms, embedder=build_embedder(plain["embedder"]), stop=stop)  # before any work
     logger.info(
         "running %s on %s (%s split): %d conversations, %d questions",
         system.name, dataset.name, plain["split"], len(dataset.conversations), len(dataset.questions),
@@ -127,7 +133,7 @@ def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None 
         record = RunRecord(
             plain["tracking"]["experiment"], run_name, tags=tags, params=params,
             metrics={**run_metrics(result), "elapsed_s": elapsed, **call_metrics(tally, failed=True),
-                     **token_metrics(tally)},
+                     **token_metrics(tally), **retries.tally().metrics()},
             tables={RESULTS_TABLE: columns} if columns else {}, record_id=record_id,
         )
         write_run_record(out_dir, record)

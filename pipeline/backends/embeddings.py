@@ -9,7 +9,8 @@ implementations:
   signed buckets. It is the default and what the simulated world and the tests use; it captures lexical
   overlap, not meaning.
 - `OpenAIEmbedder` — any OpenAI-compatible `/v1/embeddings` endpoint through the official `openai` client
-  (which retries 429/5xx/timeouts with exponential backoff and honours `Retry-After`).
+  (which retries 429/5xx/timeouts with exponential backoff and honours a `Retry-After` of at most 60 s);
+  401/403/404 raise `EndpointUnusable` (`pipeline.core.stop`), which ends the run.
 
 `build_embedder` builds one from a plain (Hydra-resolved) mapping. This module does not cache embeddings
 and does not know about memories or retrieval; callers own both.
@@ -195,7 +196,7 @@ class OpenAIEmbedder:
         chunks: list[np.ndarray] = []
         for start in range(0, len(texts), self.batch_size):
             batch = [text if text else " " for text in texts[start : start + self.batch_size]]
-            response = self._client.embeddings.create(model=self.model, input=batch)
+            response = self._create(batch)
             ordered = sorted(response.data, key=lambda item: item.index)
             if len(ordered) != len(batch):
                 raise RuntimeError(
@@ -211,6 +212,32 @@ class OpenAIEmbedder:
                 f"embedding endpoint returned dimension {matrix.shape[1]}, expected {self._dim}"
             )
         return matrix
+
+
+    @property
+    def endpoint(self) -> str:
+        """The endpoint, safe to log (no user info, no query)."""
+        from memtrace_loop.pipeline.backends.openai_engine import DEFAULT_OPENAI_BASE, endpoint_url  # pulls in dspy
+
+        return endpoint_url(self.api_base) or DEFAULT_OPENAI_BASE
+
+    def _create(self, batch: list[str]) -> Any:
+        """One embeddings request (the client retries 429/5xx/timeouts; `Retry-After` above 60 s is not
+        waited). 401/403/404 raise `EndpointUnusable` (the run cannot go on), naming the key VARIABLE."""
+        import openai
+        from memtrace_loop.pipeline.core.stop import EndpointUnusable
+
+        try:
+            return self._client.embeddings.create(model=self.model, input=batch)
+        except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
+            where = f"check the key in ${self.api_key_env}" if self.api_key_env else "the endpoint wants a key"
+            cause = f"authentication failed (HTTP {exc.status_code}): {where}"
+        except openai.NotFoundError:
+            cause = (
+                f"model {self.model!r} or path not found (HTTP 404) at POST {self.endpoint}/embeddings: "
+                "check embedder.model and embedder.api_base"
+            )
+        raise EndpointUnusable("embedder", self.endpoint, cause) from None
 
 
 def _read_key(api_key_env: str) -> str:

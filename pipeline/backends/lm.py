@@ -10,15 +10,19 @@ judge, attributor, rewriter) as an `LMSet`. Backends:
   DSPy's cache key does not include the engine: after changing the stand-in's rules, use a fresh cache
   directory (or `cache: false`) or old answers are replayed.
 - `openai` — any OpenAI-compatible Chat Completions endpoint (OpenAI, vLLM, Ollama, llama.cpp server,
-  LM Studio) through `dspy.LM("openai/<model>", api_base=..., api_key=...)`, pinned to DSPy 3.4's native
-  lm15 engine (`engine: lm15`; "auto" picks the same one unless an OPENAI_API_BASE/OPENAI_BASE_URL
-  variable is set, which silently switches to LiteLLM, where Retry-After is not honoured). It POSTs to
-  `{api_base}/chat/completions`. DSPy owns the retry loop: rate limits (429), 5xx, timeouts and
-  connection errors are retried `num_retries` times, sleeping the server's `Retry-After` when given,
-  else 1, 2, 4, ... s (capped at 60 s); `timeout_s` bounds every read, write and pool wait of one
-  attempt. `dialect` picks the server's wire quirks (`vllm`/`ollama` send `max_tokens`, `openai` sends
-  `max_completion_tokens`). With no `api_key_env` the key sent is the placeholder "EMPTY", never an
-  ambient OPENAI_API_KEY.
+  LM Studio): `dspy.LM("<dialect prefix>/<model>")` on our `OpenAIEngine` (DSPy 3.4's native lm15
+  engine, built from this config; `pipeline.backends.openai_engine`). It POSTs to
+  `{api_base}/chat/completions`. `dialect` picks the server's wire quirks (`vllm`/`ollama` send
+  `max_tokens`, `openai` sends `max_completion_tokens`). With no `api_key_env` the key sent is the
+  placeholder "EMPTY", never an ambient OPENAI_API_KEY.
+
+Every LM runs behind the project's own retry loop (`pipeline.backends.guarded_engine`; DSPy's is
+off): 429, 5xx, timeouts, connection errors and malformed 200 replies are retried up to `num_retries`
+times, waiting the server's `Retry-After` when given, else 1, 2, 4, ... s, both capped at
+`retry_after_cap_s` (a longer `Retry-After` is not waited: the call fails as rate-limited for longer
+than allowed); `deadline_s` bounds one logical call (attempts and waits), `timeout_s` every read,
+write and pool wait of one attempt. Each retry is logged at WARNING and counted. 401/403/404 end the
+run (`EndpointUnusable`). The LMs themselves are built in `pipeline.backends.registry`.
 
 The API key is never part of a config: `api_key_env` names the environment variable that holds it and
 the key is read once, when the LM is built. `describe` gives what is safe to log. `configure_cache`
@@ -48,9 +52,9 @@ __all__ = [
     "LMConfig",
     "LMSet",
     "MissingAPIKeyError",
-    "build_openai_lm",
     "configure_cache",
     "describe",
+    "lm_model_name",
 ]
 
 ROLES: tuple[str, ...] = ("task", "judge", "attributor", "rewriter")
@@ -90,11 +94,13 @@ class LMConfig(pydantic.BaseModel):
     api_key_env: str | None = None
     temperature: float = pydantic.Field(default=0.0, ge=0.0, le=2.0)
     max_tokens: int | None = pydantic.Field(default=None, gt=0)
-    timeout_s: float = pydantic.Field(default=60.0, gt=0)
-    num_retries: int = pydantic.Field(default=5, ge=0)
+    timeout_s: float = pydantic.Field(default=60.0, gt=0)  # each read/write/pool wait of one attempt
+    num_retries: int = pydantic.Field(default=5, ge=0)  # retries of a transient failure after the first attempt
+    retry_after_cap_s: float = pydantic.Field(default=60.0, gt=0)  # longest wait; a longer Retry-After fails
+    deadline_s: float = pydantic.Field(default=300.0, gt=0)  # one logical call: all attempts and waits
     cache: bool = True
     dialect: Literal["openai", "vllm", "ollama"] = "openai"
-    engine: Literal["auto", "lm15", "litellm"] = "lm15"
+    engine: Literal["auto", "lm15"] = "lm15"  # both: DSPy's native lm15 engine (LiteLLM would bypass our retries)
     paraphrase: bool = False  # sim backend only: construction stages write paraphrased memories
 
     @pydantic.field_validator("api_key_env")
@@ -146,19 +152,12 @@ def _read_api_key(config: LMConfig) -> str:
     return value
 
 
-def build_openai_lm(config: LMConfig) -> dspy.LM:
-    """`dspy.LM("<dialect prefix>/<model>")` for an OpenAI-compatible endpoint (key read from the environment)."""
-    return dspy.LM(
-        f"{_DIALECT_PREFIX[config.dialect]}/{config.model}",
-        engine=config.engine,
-        api_base=config.api_base,
-        api_key=_read_api_key(config),
-        timeout=config.timeout_s,
-        num_retries=config.num_retries,
-        temperature=config.temperature,
-        max_tokens=config.max_tokens,
-        cache=config.cache,
-    )
+def lm_model_name(config: LMConfig) -> str:
+    """The `dspy.LM` model string of a config: `<dialect prefix>/<model>` for openai, `sim/<model>`
+    (plus `-paraphrasing`, its own cache entries) for the simulated world."""
+    if config.backend == "openai":
+        return f"{_DIALECT_PREFIX[config.dialect]}/{config.model}"
+    return f"{config.backend}/{config.model}" + ("-paraphrasing" if config.paraphrase else "")
 
 
 @dataclass(frozen=True)
@@ -196,6 +195,8 @@ def describe(config: LMConfig) -> dict[str, str]:
         "max_tokens": "" if config.max_tokens is None else str(config.max_tokens),
         "cache": str(config.cache).lower(),
         "num_retries": str(config.num_retries),
+        "retry_after_cap_s": str(config.retry_after_cap_s),
+        "deadline_s": str(config.deadline_s),
     }
     if config.backend == "openai":
         info.update(

@@ -1,10 +1,15 @@
 """LM backends by config name: `lm.<role>.backend` -> (schema, builder).
 
 `sim` is the simulated world's deterministic stand-in (this registry and the dataset registry are the
-only modules that import `pipeline.sim`); `openai` is any OpenAI-compatible endpoint (built in
-`pipeline.backends.lm`). Both read an `LMConfig`. Adding a backend is one builder and one line here.
-`build_lm` builds one role's LM by its backend, `build_lm_set` the four roles. It does not parse
-configs (see `LMConfig.from_mapping`) and runs nothing.
+only modules that import `pipeline.sim`); `openai` is any OpenAI-compatible endpoint
+(`pipeline.backends.openai_engine`). Both read an `LMConfig`. Adding a backend is one engine builder
+and one line here. `build_lm` builds one role's LM by its backend, `build_lm_set` the four roles.
+
+Every LM is `dspy.LM(..., engine=GuardedEngine(inner), async_engine=AsyncGuardedEngine(inner),
+num_retries=0)`: the project's retry loop, stop token and failure guard
+(`pipeline.backends.guarded_engine`) sit around every backend, the run's `StopToken`, `FailureGuard`
+and `RetryLedger` passed in explicitly (`stop=`, `guard=`, `retries=`; None: not used). It does not
+parse configs (see `LMConfig.from_mapping`) and runs nothing.
 """
 
 from __future__ import annotations
@@ -16,43 +21,55 @@ from types import MappingProxyType
 from typing import Any
 
 import dspy
-from memtrace_loop.pipeline.backends.lm import LMConfig, LMSet, build_openai_lm, describe, lm_configs
+from memtrace_loop.pipeline.backends.failure_guard import FailureGuard
+from memtrace_loop.pipeline.backends.guarded_engine import AsyncGuardedEngine, GuardedEngine, GuardSettings
+from memtrace_loop.pipeline.backends.lm import LMConfig, LMSet, describe, lm_configs, lm_model_name
+from memtrace_loop.pipeline.backends.openai_engine import AsyncOpenAIEngine, OpenAIEngine, openai_endpoint
+from memtrace_loop.pipeline.backends.resilience import RetryPolicy
+from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
 from memtrace_loop.pipeline.core.config import ConfigError
+from memtrace_loop.pipeline.core.stop import StopToken
 
 logger = logging.getLogger(__name__)
 
+# (sync engine, async engine, scrubbed endpoint) doing one attempt per call
+Engines = tuple[Any, Any, str]
 
-def build_sim_lm(config: LMConfig) -> dspy.LM:
-    """`dspy.LM("sim/<model>")` on the deterministic stand-in engine (plus its async twin). Offline."""
+
+def sim_engines(config: LMConfig) -> Engines:
+    """The deterministic stand-in engine (and its async twin). Offline."""
     from memtrace_loop.pipeline.sim.engine import AsyncSimEngine, SimEngine
 
     engine = SimEngine(paraphrase=config.paraphrase)
-    return dspy.LM(
-        f"sim/{config.model}" + ("-paraphrasing" if config.paraphrase else ""),  # its own cache entries
-        engine=engine,
-        async_engine=AsyncSimEngine(engine),
-        cache=config.cache,
-        temperature=config.temperature,
-        max_tokens=config.max_tokens,
-        num_retries=config.num_retries,
-    )
+    return engine, AsyncSimEngine(engine), lm_model_name(config)
+
+
+def openai_engines(config: LMConfig) -> Engines:
+    """The native engines of an OpenAI-compatible endpoint (the key is read from the environment now)."""
+    return OpenAIEngine(config), AsyncOpenAIEngine(config), openai_endpoint(config)
 
 
 @dataclass(frozen=True)
 class BackendEntry:
     schema: type[LMConfig]
-    build: Callable[[LMConfig], dspy.LM]
+    engines: Callable[[LMConfig], Engines]
     keys: tuple[str, ...]  # the schema's keys this backend reads (what a config of it shows)
 
+
+_RETRY_KEYS = ("num_retries", "retry_after_cap_s", "deadline_s")
 
 ENTRY_BY_BACKEND: Mapping[str, BackendEntry] = MappingProxyType(
     {
         "sim": BackendEntry(
-            LMConfig, build_sim_lm, ("temperature", "max_tokens", "num_retries", "cache", "paraphrase")
+            LMConfig, sim_engines, ("temperature", "max_tokens", *_RETRY_KEYS, "cache", "paraphrase")
         ),
-        "openai": BackendEntry(LMConfig, build_openai_lm, tuple(k for k in LMConfig.model_fields if k != "paraphrase")),
+        "openai": BackendEntry(LMConfig, openai_engines, tuple(k for k in LMConfig.model_fields if k != "paraphrase")),
     }
 )
+
+
+def retry_policy(config: LMConfig) -> RetryPolicy:
+    return RetryPolicy(config.num_retries, config.retry_after_cap_s, config.deadline_s)
 
 
 def backend_entry(name: str, key: str = "lm backend") -> BackendEntry:
@@ -70,19 +87,53 @@ def lm_set_configs(mapping: Mapping[str, Any]) -> dict[str, LMConfig]:
     return configs
 
 
-def build_lm(config: LMConfig | Mapping[str, Any]) -> dspy.LM:
-    """A `dspy.LM` for one config, built by its backend's entry. For `openai` the key is read from
+def build_lm(
+    config: LMConfig | Mapping[str, Any],
+    *,
+    role: str = "default",
+    stop: StopToken | None = None,
+    guard: FailureGuard | None = None,
+    retries: RetryLedger | None = None,
+) -> dspy.LM:
+    """A `dspy.LM` for one config, its backend's engines behind a `GuardedEngine` for `role` (with the
+    run's stop token, failure guard and retry ledger when given). For `openai` the key is read from
     `os.environ[api_key_env]` now."""
     if not isinstance(config, LMConfig):
-        config = LMConfig.from_mapping(config)
-    lm = backend_entry(config.backend).build(config)
-    logger.debug("built LM %s", describe(config))
+        config = LMConfig.from_mapping(config, role=None if role == "default" else role)
+    engine, async_engine, endpoint = backend_entry(config.backend).engines(config)
+    settings = GuardSettings(role, endpoint, retry_policy(config), stop=stop, guard=guard, retries=retries)
+    lm = dspy.LM(
+        lm_model_name(config),
+        engine=GuardedEngine(engine, settings),
+        async_engine=AsyncGuardedEngine(async_engine, settings),
+        cache=config.cache,
+        temperature=config.temperature,
+        max_tokens=config.max_tokens,
+        num_retries=0,  # the guarded engine retries (bounded, logged, counted); DSPy's loop would not be
+    )
+    logger.debug("built LM for role %s: %s", role, describe(config))
     return lm
 
 
-def build_lm_set(mapping: Mapping[str, Any]) -> LMSet:
-    """Build the task, judge, attributor and rewriter LMs from one mapping of four LMConfig mappings."""
-    return LMSet(**{role: build_lm(config) for role, config in lm_set_configs(mapping).items()})
+def build_lm_set(
+    mapping: Mapping[str, Any],
+    *,
+    stop: StopToken | None = None,
+    guard: FailureGuard | None = None,
+    retries: RetryLedger | None = None,
+) -> LMSet:
+    """Build the task, judge, attributor and rewriter LMs from one mapping of four LMConfig mappings,
+    each on a guarded engine for its role sharing `stop`, `guard` and `retries` (the run's)."""
+    return LMSet(**{
+        role: build_lm(config, role=role, stop=stop, guard=guard, retries=retries)
+        for role, config in lm_set_configs(mapping).items()
+    })
+
+
+def guarded_engine(lm: dspy.BaseLM) -> GuardedEngine | None:
+    """The guarded engine an LM built here runs on (also through counting copies), else None."""
+    engine = getattr(lm, "engine", None)
+    return engine if isinstance(engine, GuardedEngine) else None
 
 
 def sim_rule_instruction(instruction: str, output_fields: Iterable[str]) -> str:

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import dspy
 import pytest
-from dspy.clients import execution as dspy_execution
 from dspy.utils.exceptions import (
     AdapterParseError,
     LMError,
@@ -158,7 +158,9 @@ def test_sim_lm_supports_async_calls_and_saves_its_state() -> None:
 
     assert isinstance(asyncio.run(ask_async()), dspy.Prediction)
     state = lm.dump_state()
-    assert state["engine"]["class"] == "memtrace_loop.pipeline.sim.engine:SimEngine"
+    assert state["engine"]["class"] == "memtrace_loop.pipeline.backends.guarded_engine:GuardedEngine"
+    assert state["engine"]["state"]["inner"]["class"] == "memtrace_loop.pipeline.sim.engine:SimEngine"
+    assert state["num_retries"] == 0  # the guarded engine retries, not DSPy
     reloaded = dspy.LM.load_state(state, allow_custom_lm_class=True)
     assert ask(reloaded).answer == ask(lm).answer
 
@@ -218,34 +220,27 @@ def test_missing_key_variable_is_named(server: OpenAIStubServer, monkeypatch: py
     assert server.requests == []
 
 
-@pytest.fixture
-def retry_delays(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """The seconds DSPy's retry loop sleeps before each retry (Retry-After, else its backoff), recorded
-    as it chooses them instead of timed: no wall-clock assertion. DSPy 3.4's `execution._delay`."""
-    chosen: list[float] = []
-    choose = dspy_execution._delay
-
-    def record(exc: BaseException, attempt: int) -> float:
-        chosen.append(choose(exc, attempt))
-        return chosen[-1]
-
-    monkeypatch.setattr(dspy_execution, "_delay", record)
-    return chosen
+def retry_waits(caplog: pytest.LogCaptureFixture) -> list[float]:
+    """The seconds the retry loop chose to wait before each retry (Retry-After, else its backoff), read
+    from its WARNING lines instead of timed: no wall-clock assertion."""
+    return [float(m) for m in re.findall(r"retrying in ([0-9.]+) s", caplog.text)]
 
 
-def test_one_429_is_retried_at_once(server: OpenAIStubServer, retry_delays: list[float]) -> None:
+def test_one_429_is_retried_at_once(server: OpenAIStubServer, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING)
     lm = build_lm(openai_config(server))
     server.inject(status=429, times=1, retry_after=0)
     assert ask(lm).answer == ANSWER
-    assert retry_delays == [0]
+    assert retry_waits(caplog) == [0]
     assert [call.status for call in chat_calls(server)] == [429, 200]
 
 
-def test_retry_after_is_honoured(server: OpenAIStubServer, retry_delays: list[float]) -> None:
+def test_retry_after_is_honoured(server: OpenAIStubServer, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING)
     lm = build_lm(openai_config(server))
-    server.inject(status=503, times=1, retry_after=1.5)  # without the header DSPy would wait 1 s
+    server.inject(status=503, times=1, retry_after=1.5)  # without the header the backoff would wait 1 s
     assert ask(lm).answer == ANSWER
-    assert retry_delays == [1.5]
+    assert retry_waits(caplog) == [1.5]
     assert [call.status for call in chat_calls(server)] == [503, 200]
 
 

@@ -31,6 +31,13 @@ def cfg(server: OpenAIStubServer, tmp_path: Path, *extra: str):
         )
 
 
+def lm_requests(server: OpenAIStubServer) -> tuple[list, list]:
+    """(the chat requests of the work, the preflight's "ping" checks)."""
+    requests = server.requests_to("/chat/completions")
+    pings = [r for r in requests if r.json["messages"][-1]["content"] == "ping"]
+    return [r for r in requests if r not in pings], pings
+
+
 def run_app(server: OpenAIStubServer, tmp_path: Path, name: str, *extra: str) -> dict:
     before = Path.cwd()
     os.chdir(tmp_path)
@@ -44,11 +51,11 @@ def run_app(server: OpenAIStubServer, tmp_path: Path, name: str, *extra: str) ->
 def test_counted_and_logged_calls_equal_the_requests_the_server_received(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("MEMTRACE_TEST_KEY", "sk-test-calls")
     with OpenAIStubServer() as server:
-        server.inject(status=429, times=1, retry_after=0, endpoint="/chat/completions")  # a retried call counts once
+        server.inject(status=429, times=1, retry_after=0, endpoint="/chat/completions")  # the preflight's
         cold = run_app(server, tmp_path, "cold")
-        chats = server.requests_to("/chat/completions")
+        chats, pings = lm_requests(server)
         answered = sum(r.status == 200 for r in chats)
-        assert chats[0].status == 429 and answered > 50
+        assert [r.status for r in pings] == [429, 200] and answered > 50  # a retried check counts nowhere
 
         tally = cold["calls"].tally()
         assert tally.made() == answered == cold["result"].lm_calls_made
@@ -66,7 +73,8 @@ def test_counted_and_logged_calls_equal_the_requests_the_server_received(tmp_pat
         server.reset()
         capsys.readouterr()
         warm = run_app(server, tmp_path, "warm")  # the same run again: DSPy's cache serves every call
-        assert server.requests_to("/chat/completions") == []
+        chats, pings = lm_requests(server)
+        assert chats == [] and len(pings) == 1  # the preflight check never comes from the cache
         warm_tally = warm["calls"].tally()
         assert warm_tally.made() == 0 and warm_tally.cached() == tally.made() + tally.cached()
         assert warm["result"].budget_spent == cold["result"].budget_spent  # the budget ignores the cache state

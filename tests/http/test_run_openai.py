@@ -45,12 +45,17 @@ def test_run_against_an_openai_compatible_endpoint(server, tmp_path, monkeypatch
                 f"tracking.uri={uri}", f"cache_dir={tmp_path}/cache",
             ],
         )
-    server.inject(status=429, times=1, retry_after=0, endpoint="/chat/completions")  # first chat call: 429
-    server.inject_malformed(times=2)  # then garbage twice: the chat adapter and its JSON fallback
+    # The preflight check (one "ping" per endpoint before any work) takes the first chat requests: the
+    # 429 and, retried, the first garbage (any 200 proves the endpoint works). Then garbage twice more:
+    # the first real call's chat adapter and its JSON fallback.
+    server.inject(status=429, times=1, retry_after=0, endpoint="/chat/completions")
+    server.inject_malformed(times=3)
     outcome = run(cfg)
 
-    chats = server.requests_to("/chat/completions")
-    assert [r.status for r in chats[:1]] == [429]
+    requests = server.requests_to("/chat/completions")
+    pings = [r for r in requests if r.json["messages"][-1]["content"] == "ping"]
+    chats = [r for r in requests if r not in pings]
+    assert [r.status for r in pings] == [429, 200]
     assert sum(r.status == 200 for r in chats) > 20
     assert all(r.header("Authorization") == f"Bearer {SECRET}" for r in server.requests)
     assert server.requests_to("/embeddings"), "the openai embedder was used"

@@ -13,7 +13,8 @@ raw body, parsed JSON) so tests can count attempts and check headers. Faults are
 `inject(status, times, retry_after, endpoint, message)` makes the next N requests fail with an OpenAI-style
 error JSON (its message can be given, e.g. a provider echoing the key) and a `Retry-After` header;
 `inject_malformed(times)` makes the next N chat completions return HTTP 200 with unparseable content;
-`inject_delay(seconds, times)` stalls the next N requests (for timeout tests).
+`inject_body(body, times)` makes the next N requests answer HTTP 200 with exactly `body` (not JSON,
+truncated, empty); `inject_delay(seconds, times)` stalls the next N requests (for timeout tests).
 
 It is a test double only: no auth check beyond recording, no streaming, no tools.
 """
@@ -56,14 +57,19 @@ class RecordedRequest:
         return next((value for key, value in self.headers.items() if key.lower() == lowered), None)
 
 
+class _RawBody(bytes):
+    """A response body sent as is (not JSON-encoded)."""
+
+
 @dataclass
 class _Fault:
-    kind: str  # "status" | "malformed" | "delay"
+    kind: str  # "status" | "malformed" | "delay" | "raw"
     remaining: int
     status: int = 0
     retry_after: float | None = None
     seconds: float = 0.0
     endpoint: str | None = None  # only requests whose path ends with this; None: any endpoint
+    body: bytes = b""  # the body of a "raw" fault
     message: str | None = None  # the error body's message (default: "injected failure <status>")
 
     def applies_to(self, path: str) -> bool:
@@ -71,8 +77,14 @@ class _Fault:
 
 
 def _default_responder(messages: list[dict[str, Any]]) -> str:
+    """The simulated world's answer; a plain chat request that is no DSPy stage at all (no output
+    fields, e.g. a connectivity check) gets a short plain answer, as a real model would give."""
+    from memtrace_loop.pipeline.sim.protocol import parse_request
+    from memtrace_loop.pipeline.sim.reflection import parse_reflection
     from memtrace_loop.pipeline.sim.stand_in import respond
 
+    if parse_reflection(messages) is None and not parse_request(messages).output_names:
+        return "pong"
     return respond(messages)
 
 
@@ -187,6 +199,11 @@ class OpenAIStubServer:
         """The next `times` chat completions answer 200 with content no DSPy adapter can parse."""
         with self._lock:
             self._faults.append(_Fault("malformed", times, endpoint="/chat/completions"))
+
+    def inject_body(self, body: bytes, times: int = 1, endpoint: str | None = "/chat/completions") -> None:
+        """The next `times` requests (chat completions by default) answer HTTP 200 with exactly `body`."""
+        with self._lock:
+            self._faults.append(_Fault("raw", times, body=bytes(body), endpoint=endpoint))
 
     def inject_delay(self, seconds: float, times: int = 1, endpoint: str | None = None) -> None:
         """The next `times` requests wait `seconds` before answering (interrupted by `stop()`)."""
@@ -319,7 +336,7 @@ def _make_handler(owner: OpenAIStubServer) -> type[BaseHTTPRequestHandler]:
             return
 
         def _send_json(self, status: int, payload: Any, extra_headers: dict[str, str] | None = None) -> None:
-            data = json.dumps(payload).encode("utf-8")
+            data = bytes(payload) if isinstance(payload, _RawBody) else json.dumps(payload).encode("utf-8")
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
@@ -361,6 +378,8 @@ def _make_handler(owner: OpenAIStubServer) -> type[BaseHTTPRequestHandler]:
                 if fault.kind == "malformed":
                     malformed = True
                     break
+                if fault.kind == "raw":
+                    return 200, _RawBody(fault.body), {}
                 headers = (
                     {} if fault.retry_after is None else {"Retry-After": _seconds_text(fault.retry_after)}
                 )

@@ -1,0 +1,235 @@
+"""The engine every project LM runs on: another DSPy engine behind the run's retries, stop and guard.
+
+`GuardedEngine` (sync) and `AsyncGuardedEngine` (async) are DSPy custom engines (`dspy.LM(...,
+engine=GuardedEngine(...), async_engine=AsyncGuardedEngine(...), num_retries=0)`) around an inner
+engine doing one attempt per call (`OpenAIEngine`, or the simulated world's `SimEngine`). One
+`complete` is one logical LM call, so DSPy's callbacks, its response cache and
+`pipeline.backends.call_count` see a retried call once. Per call it:
+
+1. refuses to start when a stop was requested (`StopToken`) or the `FailureGuard` has tripped;
+2. runs the attempts under the `RetryPolicy` (`pipeline.backends.resilience.RetryLoop`): retries
+   logged at WARNING and counted in the `RetryLedger`, waits capped, the deadline kept;
+3. turns a fatal reply (401/403/404, billing) into `EndpointUnusable(role, endpoint, cause)`, with
+   the cause from the inner engine's `explain_fatal` (naming the key VARIABLE, never the key);
+4. counts the call in the `FailureGuard` as succeeded or finally failed (which may raise
+   `TooManyFailures`).
+
+`probe(request)` is the preflight's door: the same attempts, but every final failure that says the
+endpoint cannot serve (fatal, unreachable, rate-limited longer than allowed, deadline) raises
+`EndpointUnusable`, and the guard is not involved. `RunStopped` errors are BaseExceptions: DSPy's
+error boundary and the tracer's `except Exception` let them through to the entry point.
+
+Both faces share one `GuardSettings` (role, endpoint, policy, stop, guard, ledger). Copies and deep
+copies of an engine are the engine itself (the counters, the token and the connection pools are per
+run). `dump_state` saves the inner engine and the policy, never the per-run objects.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from dspy import lm15
+from dspy.lm15 import Request, Response, response_to_events
+from memtrace_loop.pipeline.backends.failure_guard import FailureGuard
+from memtrace_loop.pipeline.backends.resilience import (
+    DeadlinePassed,
+    Fatal,
+    RetryAfterTooLong,
+    RetryLoop,
+    RetryPolicy,
+    classify,
+)
+from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
+from memtrace_loop.pipeline.core.stop import EndpointUnusable, RunStopped, StopToken
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["AsyncGuardedEngine", "GuardSettings", "GuardedEngine"]
+
+
+@dataclass(frozen=True)
+class GuardSettings:
+    """Who is calling (role, scrubbed endpoint), how long it may try, and the run's shared objects."""
+
+    role: str
+    endpoint: str
+    policy: RetryPolicy
+    stop: StopToken | None = None
+    guard: FailureGuard | None = None
+    retries: RetryLedger | None = None
+
+
+def _class_path(obj: Any) -> str:
+    cls = type(obj)
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _dump_inner(inner: Any) -> dict[str, Any]:
+    dump = getattr(inner, "dump_state", None)
+    return {"class": _class_path(inner), "state": dump() if callable(dump) else {}}
+
+
+def _load_inner(record: dict[str, Any]) -> Any:
+    module, _, qualname = str(record["class"]).partition(":")
+    target: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        target = getattr(target, part)
+    return target.load_state(record.get("state", {}))
+
+
+class _Guarded:
+    """What both faces share: the settings, the loop, fatal and final-failure handling."""
+
+    def __init__(self, inner: Any, settings: GuardSettings) -> None:
+        self.inner = inner
+        self.settings = settings
+
+    def __copy__(self) -> Any:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        return self
+
+    @property
+    def model_name(self) -> str:
+        return str(getattr(self.inner, "model_name", "guarded"))
+
+    def scrub(self, text: str) -> str:
+        scrub = getattr(self.inner, "scrub", None)
+        return scrub(text) if callable(scrub) else text
+
+    def _unusable(self, cause: str) -> EndpointUnusable:
+        return EndpointUnusable(self.settings.role, self.settings.endpoint, cause)
+
+    def _raise_fatal(self, fatal: Fatal) -> None:
+        explain = getattr(self.inner, "explain_fatal", None)
+        status = f"HTTP {fatal.status}" if fatal.status is not None else "no status"
+        cause = explain(fatal, self.settings.role) if callable(explain) else f"{fatal.kind} ({status}): {fatal.detail}"
+        raise self._unusable(cause) from None
+
+    def _loop(self) -> RetryLoop:
+        s = self.settings
+        return RetryLoop(
+            s.policy, role=s.role, endpoint=s.endpoint, on_fatal=self._raise_fatal, stop=s.stop,
+            ledger=s.retries, scrub=self.scrub,
+        )
+
+    def _before(self) -> None:
+        if self.settings.stop is not None:
+            self.settings.stop.check()
+        if self.settings.guard is not None:
+            self.settings.guard.check()
+
+    def _counted(self, failed: BaseException | None) -> None:
+        guard = self.settings.guard
+        if guard is None or isinstance(failed, RunStopped):
+            return
+        error = "" if failed is None else self.scrub(f"{type(failed).__name__}: {failed}".splitlines()[0])[:200]
+        guard.record(failed=failed is not None, error=error)
+
+    def _probe_failure(self, exc: Exception) -> EndpointUnusable:
+        """The preflight's verdict on a final failure: why the endpoint cannot serve this run."""
+        if isinstance(exc, RetryAfterTooLong | DeadlinePassed):
+            return self._unusable(self.scrub(exc.message))
+        verdict = classify(exc)
+        attempts = self.settings.policy.attempts
+        if verdict is not None:  # transient, retries exhausted
+            return self._unusable(
+                f"unreachable after {attempts} attempt(s) ({verdict.cause}: {self.scrub(verdict.detail)})"
+            )
+        return self._unusable(self.scrub(f"the check request failed: {type(exc).__name__}: {exc}".splitlines()[0]))
+
+    def dump_state(self) -> dict[str, Any]:
+        return {
+            "inner": _dump_inner(self.inner),
+            "role": self.settings.role,
+            "endpoint": self.settings.endpoint,
+            "policy": asdict(self.settings.policy),
+        }
+
+    @classmethod
+    def _settings_from(cls, state: dict[str, Any]) -> GuardSettings:
+        return GuardSettings(str(state.get("role", "lm")), str(state.get("endpoint", "")),
+                             RetryPolicy(**state.get("policy", {})))
+
+
+class GuardedEngine(_Guarded):
+    """Synchronous face (a DSPy custom engine)."""
+
+    def complete(self, request: Request) -> Response:
+        self._before()
+        try:
+            response = self._loop().run(lambda: self.inner.complete(request))
+        except Exception as exc:
+            self._counted(exc)
+            raise
+        self._counted(None)
+        return response
+
+    def probe(self, request: Request) -> Response | None:
+        """One checked call for the preflight: the response, None when the endpoint refused the check
+        request itself (HTTP 400-class: reachable, key accepted; logged), else `EndpointUnusable`."""
+        if self.settings.stop is not None:
+            self.settings.stop.check()
+        try:
+            return self._loop().run(lambda: self.inner.complete(request))
+        except lm15.InvalidRequestError as exc:
+            if classify(exc) is not None:
+                raise self._probe_failure(exc) from None
+            logger.warning(
+                "lm.%s %s refused the check request (%s); going on",
+                self.settings.role, self.settings.endpoint, self.scrub(str(exc).splitlines()[0])[:200],
+            )
+            return None
+        except Exception as exc:
+            raise self._probe_failure(exc) from None
+
+    def stream(self, request: Request) -> Iterator[Any]:
+        return iter(response_to_events(self.complete(request)))
+
+    def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if callable(close):
+            close()
+
+    @classmethod
+    def load_state(cls, state: dict[str, Any]) -> GuardedEngine:
+        return cls(_load_inner(state["inner"]), cls._settings_from(state))
+
+    def __repr__(self) -> str:
+        return f"GuardedEngine({self.inner!r}, role={self.settings.role!r})"
+
+
+class AsyncGuardedEngine(_Guarded):
+    """Asynchronous face (`async_engine=`); shares the sync face's settings."""
+
+    async def complete(self, request: Request) -> Response:
+        self._before()
+        attempt: Callable[[], Awaitable[Response]] = lambda: self.inner.complete(request)  # noqa: E731
+        try:
+            response = await self._loop().arun(attempt)
+        except Exception as exc:
+            self._counted(exc)
+            raise
+        self._counted(None)
+        return response
+
+    async def stream(self, request: Request) -> AsyncIterator[Any]:
+        for event in response_to_events(await self.complete(request)):
+            yield event
+
+    async def aclose(self) -> None:
+        aclose = getattr(self.inner, "aclose", None)
+        if callable(aclose):
+            await aclose()
+
+    @classmethod
+    def load_state(cls, state: dict[str, Any]) -> AsyncGuardedEngine:
+        return cls(_load_inner(state["inner"]), cls._settings_from(state))
+
+    def __repr__(self) -> str:
+        return f"AsyncGuardedEngine({self.inner!r}, role={self.settings.role!r})"

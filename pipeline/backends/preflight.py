@@ -1,0 +1,118 @@
+"""Checking every configured endpoint once before any work: `check_endpoints`.
+
+A wrong key, an unknown model, a dead host or a rate limit that will not lift otherwise shows up as
+a run of failed operations and a 0% score. Before the first real call, an entry point calls
+`check_endpoints(lms, embedder=...)`: one tiny chat request (`ping`, at most one output token) per
+distinct endpoint of the LMs that use the `openai` backend (distinct: endpoint, model, key variable,
+dialect; a role sharing another role's endpoint is not asked twice), and one embedding of `ping` when
+the embedder is an `OpenAIEmbedder`. Each request goes straight to the LM's guarded engine
+(`GuardedEngine.probe`), never through `dspy.LM`: DSPy's response cache is neither read (a cached
+answer proves nothing) nor written, and no DSPy callback counts it. It runs under the LM's own
+bounds (retries, `retry_after_cap_s`, `deadline_s`, `timeout_s`) and the run's stop token.
+
+Any endpoint that cannot serve raises `EndpointUnusable(role, scrubbed endpoint, cause)`: 401/403
+(naming the key variable, never the key), 404 (model or path), unreachable (connection refused,
+timeouts, 5xx after the retries), rate-limited longer than allowed, deadline passed. A 400-class
+refusal of the check request itself (the endpoint answered and accepted the key) only logs a warning.
+The simulated world needs no check. It returns what it checked, for the log.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import dspy
+from dspy.lm15 import Config, Message, Request
+from memtrace_loop.pipeline.backends.embeddings import OpenAIEmbedder
+from memtrace_loop.pipeline.backends.guarded_engine import GuardedEngine
+from memtrace_loop.pipeline.backends.lm import LMSet
+from memtrace_loop.pipeline.backends.openai_engine import OpenAIEngine
+from memtrace_loop.pipeline.core.stop import EndpointUnusable, StopToken
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["CheckedEndpoint", "check_endpoints"]
+
+PING = "ping"
+
+
+@dataclass(frozen=True)
+class CheckedEndpoint:
+    """One endpoint that answered the check: the roles using it, its scrubbed URL and model."""
+
+    roles: tuple[str, ...]
+    endpoint: str
+    model: str
+
+
+def _engine_of(lm: dspy.BaseLM) -> GuardedEngine | None:
+    engine = getattr(lm, "engine", None)
+    if isinstance(engine, GuardedEngine) and isinstance(engine.inner, OpenAIEngine):
+        return engine
+    return None
+
+
+def _check_lm(engine: GuardedEngine, model: str) -> None:
+    request = Request(model=model, messages=(Message.user(PING),), config=Config(max_tokens=1))
+    engine.probe(request)
+
+
+def _check_embedder(embedder: OpenAIEmbedder, stop: StopToken | None) -> CheckedEndpoint:
+    import openai
+
+    endpoint = embedder.endpoint
+    if stop is not None:
+        stop.check()
+    attempts = embedder.max_retries + 1
+
+    def unusable(cause: str) -> EndpointUnusable:
+        return EndpointUnusable("embedder", endpoint, cause)
+
+    try:  # 401/403/404 raise EndpointUnusable inside embed
+        embedder.embed([PING])
+    except openai.APITimeoutError:
+        raise unusable(f"unreachable: timed out after {attempts} attempt(s)") from None
+    except openai.APIConnectionError:
+        raise unusable(f"unreachable: connection failed after {attempts} attempt(s)") from None
+    except openai.RateLimitError:
+        raise unusable(f"rate limited (HTTP 429) after {attempts} attempt(s)") from None
+    except openai.APIStatusError as exc:
+        if exc.status_code >= 500:
+            raise unusable(f"unreachable: HTTP {exc.status_code} after {attempts} attempt(s)") from None
+        logger.warning("embedder %s refused the check request (HTTP %d); going on", endpoint, exc.status_code)
+    return CheckedEndpoint(("embedder",), endpoint, embedder.model)
+
+
+def check_endpoints(
+    lms: LMSet | Mapping[str, dspy.BaseLM],
+    *,
+    embedder: Any | None = None,
+    stop: StopToken | None = None,
+) -> tuple[CheckedEndpoint, ...]:
+    """Ask each distinct configured endpoint one tiny request; raise `EndpointUnusable` for the first
+    that cannot serve (role, scrubbed endpoint, cause). `stop` is checked before each embedder check
+    (the LMs' guarded engines check their own token)."""
+    lm_by_role = lms.by_role() if isinstance(lms, LMSet) else dict(lms)
+    roles_by_target: dict[tuple[str, str, str, str], list[str]] = {}
+    first: dict[tuple[str, str, str, str], tuple[GuardedEngine, str]] = {}
+    for role, lm in lm_by_role.items():
+        engine = _engine_of(lm)
+        if engine is None:
+            continue
+        config = engine.inner.config
+        target = (engine.settings.endpoint, config.model, config.api_key_env or "", config.dialect)
+        roles_by_target.setdefault(target, []).append(role)
+        first.setdefault(target, (engine, lm.model))
+    checked: list[CheckedEndpoint] = []
+    for target, roles in roles_by_target.items():
+        engine, model = first[target]
+        _check_lm(engine, model)
+        logger.info("lm endpoint %s (model %s) answered the check for %s", target[0], target[1], ", ".join(roles))
+        checked.append(CheckedEndpoint(tuple(roles), target[0], target[1]))
+    if isinstance(embedder, OpenAIEmbedder):
+        checked.append(_check_embedder(embedder, stop))
+        logger.info("embedder endpoint %s (model %s) answered the check", checked[-1].endpoint, embedder.model)
+    return tuple(checked)
