@@ -1,0 +1,84 @@
+"""Acceptance: `memtrace run` behind the fault-injecting proxy gives the verdicts of a fault-free run.
+
+With 20% of the chat requests failing transiently (429, 500/502/503, timeouts) and 5% answered with a
+malformed 200 body (not JSON, truncated, empty), every logical call eventually succeeds through the
+project's retry loop, so every question gets the prediction and verdict of a clean run; every injected
+fault costs exactly one retry, counted per role in the run's MLflow metrics (`lm_retries.*`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_module
+from memtrace_loop.experiments.run import run
+from mlflow.tracking import MlflowClient
+
+from tests.support.fault_proxy import FaultKind, FaultPlan, FaultProxy
+from tests.support.openai_server import OpenAIStubServer
+
+pytestmark = pytest.mark.slow
+
+KEY_ENV = "MEMTRACE_TEST_FAULTS_KEY"
+TRANSIENT = (FaultKind.RATE_LIMIT, FaultKind.SERVER_ERROR, FaultKind.TIMEOUT)
+MALFORMED = (FaultKind.NON_JSON, FaultKind.TRUNCATED, FaultKind.EMPTY_BODY)
+PLAN = FaultPlan(
+    seed=10, rate_limit=0.07, server_error=0.07, timeout=0.06, non_json=0.02, truncated=0.015, empty_body=0.015,
+    retry_after="0", stall_s=4.0, only_paths=("/chat/completions",),
+)
+
+
+def run_through(api_base: str, tmp_path: Path, name: str) -> tuple[dict[str, tuple[str, str]], dict[str, float]]:
+    """One `memtrace run` against `api_base`: {question id: (prediction, verdict)} and its metrics."""
+    work = tmp_path / name
+    work.mkdir()
+    with initialize_config_module(config_module="memtrace_loop.conf", version_base="1.3"):
+        cfg = compose(
+            "run",
+            overrides=[
+                "lm=openai", f"lm.task.api_base={api_base}", f"lm.task.api_key_env={KEY_ENV}",
+                "lm.task.model=stub-model", "lm.task.timeout_s=2", "lm.task.num_retries=10",
+                "lm.task.retry_after_cap_s=0.2",  # backoff 1, 2, 4 s capped: a quick test
+                "dataset.n_conversations=2", "dataset.sessions_per_conversation=3", "workers=4",
+                f"tracking.uri=sqlite:///{work}/mlflow.db", f"cache_dir={work}/cache",  # no shared cache
+            ],
+        )
+    before = Path.cwd()
+    os.chdir(work)
+    try:
+        outcome = run(cfg)
+    finally:
+        os.chdir(before)
+    rows = json.loads((Path(str(outcome["run_dir"])) / "artifacts" / "results.json").read_text())
+    metrics = MlflowClient(tracking_uri=f"sqlite:///{work}/mlflow.db").get_run(str(outcome["run_id"])).data.metrics
+    return {row["question_id"]: (row["prediction"], row["verdict"]) for row in rows}, metrics
+
+
+def test_transient_faults_and_malformed_bodies_leave_every_verdict_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(KEY_ENV, "sk-test-faults")
+    with OpenAIStubServer() as stub:
+        clean, clean_metrics = run_through(stub.base_url, tmp_path, "clean")
+        with FaultProxy(stub.base_url, PLAN) as proxy:
+            faulty, metrics = run_through(proxy.base_url, tmp_path, "faulty")
+            injected = {kind: proxy.count(kind) for kind in (*TRANSIENT, *MALFORMED)}
+
+    assert len(clean) > 10
+    assert faulty == clean  # same prediction and verdict for every question
+    assert metrics["failed_operations"] == clean_metrics["failed_operations"] == 0
+    assert all(injected[kind] > 0 for kind in TRANSIENT) and sum(injected[kind] for kind in MALFORMED) > 0
+    # every injected fault cost exactly one retry of the role that met it, and the clean run none
+    assert metrics["lm_retries.total"] == sum(injected.values()) > 0
+    assert clean_metrics["lm_retries.total"] == 0
+
+    def retries(cause: str) -> float:
+        return sum(value for name, value in metrics.items() if name.startswith("lm_retries.") and name.endswith(cause))
+
+    assert retries(".rate_limited") == injected[FaultKind.RATE_LIMIT]
+    assert retries(".server_error") == injected[FaultKind.SERVER_ERROR]
+    assert retries(".timeout") == injected[FaultKind.TIMEOUT]
+    assert retries(".malformed") == sum(injected[kind] for kind in MALFORMED)
