@@ -65,7 +65,7 @@ def test_ctrl_c_stops_every_request_and_kills_the_run(proxy, tmp_path):
         assert process.poll() is None, "the run ended before it could be interrupted"
         process.send_signal(signal.SIGINT)
         signalled = time.monotonic()
-        out, err = process.communicate(timeout=120)
+        _, err = process.communicate(timeout=120)
     finally:
         if process.poll() is None:
             process.kill()

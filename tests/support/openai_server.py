@@ -214,10 +214,12 @@ class OpenAIStubServer:
         with self._lock:
             self._faults.clear()
 
-    def _take_fault(self, path: str) -> _Fault | None:
+    def _take_fault(self, path: str, delay_ok: bool = True) -> _Fault | None:
+        """The first pending fault for `path` (a request is delayed at most once: after its delay it
+        takes only the other kinds of fault, so `inject_delay(s, times=N)` delays N requests)."""
         with self._lock:
             for fault in self._faults:
-                if not fault.applies_to(path):
+                if not fault.applies_to(path) or (fault.kind == "delay" and not delay_ok):
                     continue
                 fault.remaining -= 1
                 if fault.remaining <= 0:
@@ -370,10 +372,12 @@ def _make_handler(owner: OpenAIStubServer) -> type[BaseHTTPRequestHandler]:
             if (self.command, endpoint) not in known:
                 return 404, _error_body(404, f"unknown endpoint {self.command} {self.path}"), {}
             malformed = False
-            while (fault := owner._take_fault(path)) is not None:
+            delayed = False
+            while (fault := owner._take_fault(path, delay_ok=not delayed)) is not None:
                 if fault.kind == "delay":
                     if owner._stopping.wait(fault.seconds):
                         return 0, None, {}
+                    delayed = True
                     continue
                 if fault.kind == "malformed":
                     malformed = True
