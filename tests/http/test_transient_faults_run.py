@@ -1,4 +1,5 @@
-"""Acceptance: `memtrace run` behind the fault-injecting proxy gives the verdicts of a fault-free run.
+"""Acceptance: `memtrace run` and `optimize` behind the fault-injecting proxy give the verdicts of a
+fault-free run.
 
 With 20% of the chat requests failing transiently (429, 500/502/503, timeouts) and 5% answered with a
 malformed 200 body (not JSON, truncated, empty), every logical call eventually succeeds through the
@@ -11,9 +12,11 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hydra import compose, initialize_config_module
+from memtrace_loop.experiments.optimize import optimize
 from memtrace_loop.experiments.run import run
 from mlflow.tracking import MlflowClient
 
@@ -82,3 +85,48 @@ def test_transient_faults_and_malformed_bodies_leave_every_verdict_unchanged(
     assert retries(".server_error") == injected[FaultKind.SERVER_ERROR]
     assert retries(".timeout") == injected[FaultKind.TIMEOUT]
     assert retries(".malformed") == sum(injected[kind] for kind in MALFORMED)
+
+
+def optimize_through(api_base: str, tmp_path: Path, name: str) -> tuple[dict[str, Any], dict[str, float]]:
+    """One `memtrace optimize` (one iteration) against `api_base`: its result and its metrics."""
+    work = tmp_path / name
+    work.mkdir()
+    with initialize_config_module(config_module="memtrace_loop.conf", version_base="1.3"):
+        cfg = compose(
+            "optimize",
+            overrides=[
+                "lm=openai", f"lm.task.api_base={api_base}", f"lm.task.api_key_env={KEY_ENV}",
+                "lm.task.model=stub-model", "lm.task.timeout_s=2", "lm.task.num_retries=10",
+                "lm.task.retry_after_cap_s=0.2", "dataset.n_conversations=4", "dataset.sessions_per_conversation=3",
+                "workers=4", "loop.max_iterations=1", "register_prompts=false",
+                f"tracking.uri=sqlite:///{work}/mlflow.db", f"cache_dir={work}/cache", f"hydra.run.dir={work}/out",
+            ],
+        )
+    before = Path.cwd()
+    os.chdir(work)
+    try:
+        outcome = optimize(cfg)
+    finally:
+        os.chdir(before)
+    metrics = MlflowClient(tracking_uri=f"sqlite:///{work}/mlflow.db").get_run(str(outcome["run_id"])).data.metrics
+    return outcome, metrics
+
+
+def verdicts(evaluation: Any) -> dict[str, tuple[str, str]]:
+    return {r.question.id: (r.prediction, r.verdict) for r in evaluation.results}
+
+
+def test_optimize_behind_transient_faults_ends_where_a_clean_optimize_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(KEY_ENV, "sk-test-faults")
+    with OpenAIStubServer() as stub:
+        clean, clean_metrics = optimize_through(stub.base_url, tmp_path, "clean")
+        with FaultProxy(stub.base_url, PLAN) as proxy:
+            faulty, metrics = optimize_through(proxy.base_url, tmp_path, "faulty")
+            injected = sum(proxy.count(kind) for kind in (*TRANSIENT, *MALFORMED))
+
+    for split in ("test_start", "dev_final", "test_final"):
+        assert verdicts(getattr(faulty["result"], split)) == verdicts(getattr(clean["result"], split)), split
+    assert faulty["result"].final_prompts == clean["result"].final_prompts
+    assert metrics["lm_retries.total"] == injected > 0 and clean_metrics["lm_retries.total"] == 0
