@@ -18,6 +18,7 @@ import pytest
 from hydra import compose, initialize_config_module
 from memtrace_loop.experiments.optimize import optimize
 from memtrace_loop.experiments.run import run
+from memtrace_loop.pipeline.core.stop import TooManyFailures
 from mlflow.tracking import MlflowClient
 
 from tests.support.fault_proxy import FaultKind, FaultPlan, FaultProxy
@@ -130,3 +131,33 @@ def test_optimize_behind_transient_faults_ends_where_a_clean_optimize_ends(
         assert verdicts(getattr(faulty["result"], split)) == verdicts(getattr(clean["result"], split)), split
     assert faulty["result"].final_prompts == clean["result"].final_prompts
     assert metrics["lm_retries.total"] == injected > 0 and clean_metrics["lm_retries.total"] == 0
+
+
+def test_a_run_whose_calls_mostly_fail_stops_with_too_many_failures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(KEY_ENV, "sk-test-faults")
+    seed = next(s for s in range(100) if FaultPlan(seed=s, server_error=0.7).fault_at(0).kind is FaultKind.FORWARDED)
+    plan = FaultPlan(seed=seed, server_error=0.7, only_paths=("/chat/completions",))  # the preflight passes
+    work = tmp_path / "failing"
+    work.mkdir()
+    with OpenAIStubServer() as stub, FaultProxy(stub.base_url, plan) as proxy:
+        with initialize_config_module(config_module="memtrace_loop.conf", version_base="1.3"):
+            cfg = compose("run", overrides=[
+                "lm=openai", f"lm.task.api_base={proxy.base_url}", f"lm.task.api_key_env={KEY_ENV}",
+                "lm.task.model=stub-model", "lm.task.num_retries=0", "dataset.n_conversations=2", "workers=2",
+                "max_failed_share=0.5", f"tracking.uri=sqlite:///{work}/mlflow.db", f"cache_dir={work}/cache",
+            ])
+        before = Path.cwd()
+        os.chdir(work)
+        try:
+            with pytest.raises(TooManyFailures, match=r"LM calls failed .*more than the allowed 50%") as caught:
+                run(cfg)
+        finally:
+            os.chdir(before)
+        sent = len(proxy.requests)
+    assert caught.value.total >= 20 and caught.value.failed > caught.value.total / 2
+    assert sent < 20 + 2 * 4  # stopped soon after the bound was passed (calls in flight on 2 workers)
+    client = MlflowClient(tracking_uri=f"sqlite:///{work}/mlflow.db")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert [r.info.status for r in runs] == ["FAILED"]
