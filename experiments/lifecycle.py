@@ -84,9 +84,10 @@ def _is_usage_error(error: BaseException) -> bool:
 
 def _speaks_for_itself(error: BaseException) -> bool:
     """Errors whose message is written for the user (no type name needed in front of it)."""
+    from memtrace_loop.experiments.optimize import TrackingUnavailable
     from memtrace_loop.pipeline.tracking.run_record import NotLoggedError
 
-    return isinstance(error, RunStopped | NotLoggedError) or _is_usage_error(error)
+    return isinstance(error, RunStopped | NotLoggedError | TrackingUnavailable) or _is_usage_error(error)
 
 
 def one_line(error: BaseException, secrets: tuple[str, ...] = ()) -> str:

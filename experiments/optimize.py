@@ -57,7 +57,7 @@ from memtrace_loop.pipeline.tracking.loop_observer import TrackingLoopObserver
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.redacting_tracker import RedactingTracker
 from memtrace_loop.pipeline.tracking.run_logging import flatten, git_commit, log_params, scrub
-from memtrace_loop.pipeline.tracking.store_access import configure_tracking_client
+from memtrace_loop.pipeline.tracking.store_access import configure_tracking_client, tracking_available
 from omegaconf import DictConfig
 from rich.console import Console
 
@@ -71,6 +71,10 @@ NOT_PART_OF_A_RUN = ("resume", "run_name", "workers")  # may differ when resumin
 def config_digest(plain: dict[str, Any]) -> str:
     kept = {k: v for k, v in plain.items() if k not in NOT_PART_OF_A_RUN}
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class TrackingUnavailable(RuntimeError):
+    """The MLflow store cannot be reached before the loop starts (the message says where and why)."""
 
 
 def _run_dir(plain: dict[str, Any], base_dir: Path) -> tuple[Path, dict[str, Any], bool]:
@@ -172,6 +176,12 @@ def optimize(cfg: DictConfig, console: Console | None = None, stop: StopToken | 
     checkpoint = check_resumable(run_dir, plain) if resuming else {}
     if checkpoint.get("finished"):
         return _already_finished(run_dir, checkpoint, console)
+    unreachable = tracking_available(plain["tracking"]["uri"], config.tracking.timeout_s)
+    if unreachable is not None:  # every iteration is logged: fail before any LM work rather than lose it
+        raise TrackingUnavailable(
+            f"MLflow unreachable at {plain['tracking']['uri']} ({unreachable}); the loop logs every iteration "
+            "there: start it again when the store is back (nothing was run)"
+        )
     configure_cache(base_dir / plain["cache_dir"])
     calls = CallLedger()  # every LM below counts its role's calls into it (GEPA's own calls included)
     parts = splits_of(plain, base_dir)  # data first; an empty split is an EmptySplitError naming splits.fractions
@@ -234,6 +244,10 @@ def optimize(cfg: DictConfig, console: Console | None = None, stop: StopToken | 
             mark_finished(run_dir / CHECKPOINT, result, paths)
     except (Interrupted, KeyboardInterrupt) as error:
         error.add_note(f"the last checkpoint is kept; resume with: memtrace optimize resume={run_dir}")
+        raise
+    except Exception as error:  # e.g. MLflow went down mid-run: the finished iterations are checkpointed
+        if (run_dir / CHECKPOINT).exists():
+            error.add_note(f"the last checkpoint is kept; resume with: memtrace optimize resume={run_dir}")
         raise
 
     for table in loop_tables(result, system.name):

@@ -224,3 +224,17 @@ def test_an_optimization_that_accepts_nothing_says_so(tmp_path, monkeypatch):
     assert "No rewrite was accepted: the exported prompt set is the starting one" in console.export_text()
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
     assert client.get_run(outcome["run_id"]).data.tags["memtrace.improved"] == "false"
+
+
+def test_optimize_refuses_to_start_when_mlflow_is_unreachable(tmp_path, monkeypatch):
+    import socket
+
+    from memtrace_loop.experiments.optimize import TrackingUnavailable
+
+    monkeypatch.chdir(tmp_path)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    with pytest.raises(TrackingUnavailable, match=f"MLflow unreachable at {dead}"):
+        optimize(optimize_cfg(tmp_path, f"tracking.uri={dead}", "tracking.max_retries=0", "tracking.timeout_s=2"))
+    assert not list(tmp_path.glob("outputs/**/checkpoint.json"))  # nothing was run

@@ -53,7 +53,7 @@ def statuses(tmp_path: Path) -> list[str]:
 
 
 def test_ctrl_c_stops_every_request_and_kills_the_run(proxy, tmp_path):
-    proxy.stub.inject_delay(0.3, times=100_000, endpoint="/chat/completions")  # a slow endpoint
+    proxy.stub.latency_s = 0.3  # a slow endpoint
     process = subprocess.Popen(
         memtrace(tmp_path, "run", proxy.base_url, "workers=4", "dataset.n_conversations=2"),
         cwd=tmp_path, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -65,7 +65,7 @@ def test_ctrl_c_stops_every_request_and_kills_the_run(proxy, tmp_path):
         assert process.poll() is None, "the run ended before it could be interrupted"
         process.send_signal(signal.SIGINT)
         signalled = time.monotonic()
-        _, err = process.communicate(timeout=120)
+        _out, err = process.communicate(timeout=120)
     finally:
         if process.poll() is None:
             process.kill()

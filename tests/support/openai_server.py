@@ -122,6 +122,7 @@ class OpenAIStubServer:
         self.responder: Responder = responder or _default_responder
         self._embedder = embedder
         self.model = model
+        self.latency_s = 0.0  # every request waits this long before it is answered (a slow endpoint)
         self._lock = threading.Lock()
         self._faults: list[_Fault] = []
         self._requests: list[RecordedRequest] = []
@@ -371,6 +372,8 @@ def _make_handler(owner: OpenAIStubServer) -> type[BaseHTTPRequestHandler]:
             known = {("POST", "/chat/completions"), ("POST", "/embeddings"), ("GET", "/models")}
             if (self.command, endpoint) not in known:
                 return 404, _error_body(404, f"unknown endpoint {self.command} {self.path}"), {}
+            if owner.latency_s and owner._stopping.wait(owner.latency_s):
+                return 0, None, {}
             malformed = False
             delayed = False
             while (fault := owner._take_fault(path, delay_ok=not delayed)) is not None:
