@@ -39,6 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import dspy
 import pydantic
@@ -115,6 +116,12 @@ class LMConfig(pydantic.BaseModel):
     def _check_backend(self) -> LMConfig:
         if self.backend == "openai" and self.api_base is None and self.api_key_env is None:
             raise ValueError("backend 'openai' without api_base targets api.openai.com and needs api_key_env")
+        if self.backend == "openai" and self.api_base and urlsplit(self.api_base).username is not None:
+            # DSPy's native client reads `user:key@host` as a host name and never connects; say so up front
+            raise ValueError(
+                "api_base: credentials in the URL (user:key@host) are not supported by the LM client; "
+                "put the key in an environment variable named by api_key_env (it is sent as a Bearer token)"
+            )
         return self
 
     @classmethod

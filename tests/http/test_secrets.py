@@ -92,9 +92,9 @@ def test_a_working_run_stores_and_prints_no_key(server, tmp_path):
 @pytest.mark.slow
 def test_keys_in_urls_and_in_a_provider_error_are_never_stored_or_printed(server, tmp_path):
     host = server.base_url.removeprefix("http://")
-    # the judge cannot connect (user info in its URL): every judge call fails naming `user:<key>@host`
+    # the judge's URL carries a key in its query string (user info would be refused by LMConfig)
     judge = (f"lm.judge={{backend:openai,model:stub-model,api_key_env:MEMTRACE_TEST_KEY,num_retries:0,"
-             f"api_base:'http://user:{KEY_USER}@{host}?api_key={KEY_QUERY}'}}")
+             f"api_base:'http://{host}?api_key={KEY_QUERY}'}}")
     # the provider answers 401 echoing the key (once the transport aborts on 401 the run ends early: fine)
     server.inject(status=401, times=3, retry_after=None, endpoint="/chat/completions",
                   message=f"Incorrect API key provided: {KEY_ENV}. Find your key at https://example.com/keys.")
