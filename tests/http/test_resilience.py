@@ -219,7 +219,7 @@ def test_credentials_as_user_info_in_the_api_base_are_refused_without_echoing_th
     from memtrace_loop.pipeline.backends.lm import LMConfig
     from memtrace_loop.pipeline.core.config import ConfigError
 
-    with pytest.raises(ConfigError, match="lm.judge: api_base: credentials in the URL") as refused:
+    with pytest.raises(ConfigError, match=r"lm\.judge: api_base: credentials in the URL") as refused:
         LMConfig.from_mapping(
             {"backend": "openai", "model": "m", "api_base": "http://user:pw-in-url@127.0.0.1:9/v1"}, role="judge"
         )
