@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -12,8 +13,10 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_module
 from memtrace_loop.experiments.export import ExportError, exported_from_run
+from memtrace_loop.experiments.lifecycle import stop_on_signals
 from memtrace_loop.experiments.optimize import optimize
 from memtrace_loop.experiments.run import run
+from memtrace_loop.pipeline.core.stop import Interrupted, StopToken
 from memtrace_loop.pipeline.loop.optimization import CheckpointError
 from memtrace_loop.pipeline.tracking import loop_observer as loop_tracking
 from memtrace_loop.pipeline.tracking.export import read_prompts
@@ -120,16 +123,18 @@ def test_an_interrupted_optimization_resumes_into_the_same_mlflow_run(optimized,
 
     def interrupt_after_first(self, record):
         original(self, record)
-        if record.iteration == 1:  # iteration 1's nested run is logged, its checkpoint is not written
-            raise KeyboardInterrupt
+        if record.iteration == 1:  # a real Ctrl-C once iteration 1's nested run is logged
+            os.kill(os.getpid(), signal.SIGINT)
 
     monkeypatch.setattr(loop_tracking.TrackingLoopObserver, "on_iteration", interrupt_after_first)
-    with pytest.raises(KeyboardInterrupt) as interrupted:
-        optimize(optimize_cfg(tmp_path))
+    stop = StopToken()
+    with pytest.raises(Interrupted) as interrupted, stop_on_signals(stop):
+        optimize(optimize_cfg(tmp_path), stop=stop)  # the next LM call after the signal raises
     monkeypatch.setattr(loop_tracking.TrackingLoopObserver, "on_iteration", original)
     run_dirs = sorted((tmp_path / "outputs" / "optimize").iterdir())
     assert len(run_dirs) == 1
     assert f"resume with: memtrace optimize resume={run_dirs[0]}" in interrupted.value.__notes__[0]
+    assert "SIGINT" in str(interrupted.value)
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
     parent_id = json.loads((run_dirs[0] / "checkpoint.json").read_text())["mlflow_run_id"]
     assert client.get_run(parent_id).info.status == "KILLED"
