@@ -41,16 +41,20 @@ T = TypeVar("T")
 class TrackingConfig:
     """MLflow tracking: the store URI, the experiment name, and how long a tracking server may keep a
     request waiting (`timeout_s`, per request) and how often a failed request is retried (`max_retries`)
-    before the command gives up (`pipeline.tracking.store_access.configure_tracking_client`)."""
+    before the command gives up (`pipeline.tracking.store_access.configure_tracking_client`). `traces`:
+    whether `memtrace run` logs each answered question as an MLflow trace with its blame assessment, at
+    most `max_traces` per run (`pipeline.tracking.traces`)."""
 
     __pydantic_config__ = _STRICT
     uri: str
     experiment: str = "memtrace"
     timeout_s: float = 10.0
     max_retries: int = 2
+    traces: bool = True  # `run`: each answered question as an MLflow trace with its blame (pipeline.tracking.traces)
+    max_traces: int = 200  # ... at most this many per run (dataset order)
 
     def __post_init__(self) -> None:
-        require(self, max_retries=(0, 10))
+        require(self, max_retries=(0, 10), max_traces=(0, None))
         if not self.timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
         require_text(self, "uri", "experiment")
