@@ -21,7 +21,8 @@ is opened) lets MLflow write 100 spans at a time instead of 5, which halves the 
 
 Logging traces never fails the run: any error (store down, a locked database after MLflow's retries, a
 bad value) is logged as a warning and the function returns how many traces it did store. An
-interruption (`RunStopped`, KeyboardInterrupt) still propagates.
+interruption (`RunStopped`, KeyboardInterrupt; with a `StopToken`, checked before each trace) still
+propagates.
 
 This module imports MLflow (with `mlflow_tracker`, `prompt_registry` and `store_access`); it does not
 decide whether traces are logged (`tracking.traces`, `tracking.max_traces` in the config) nor attribute.
@@ -36,6 +37,7 @@ from collections.abc import Iterable, MutableMapping, Sequence
 
 import mlflow
 from memtrace_loop.pipeline.analysis.blame import Attribution
+from memtrace_loop.pipeline.core.stop import StopToken
 from memtrace_loop.pipeline.loop.runner import RunResult
 from memtrace_loop.pipeline.tracking.question_trace import (
     BLAME_FEEDBACK,
@@ -118,7 +120,7 @@ def _stored(run_id: str, experiment_id: str, trace_ids: Sequence[str]) -> int:
     return sum(trace.info.trace_id in wanted for trace in found)
 
 
-def write_traces(plans: Sequence[QuestionTrace], *, run_id: str) -> int:
+def write_traces(plans: Sequence[QuestionTrace], *, run_id: str, stop: StopToken | None = None) -> int:
     """Log planned traces linked to run `run_id` (in its experiment) with their blame assessments; returns
     how many of them the store holds. A failure while writing the traces stops the writing (warned) but
     keeps what was written; other MLflow errors are raised (`log_question_traces` does not raise)."""
@@ -130,6 +132,8 @@ def write_traces(plans: Sequence[QuestionTrace], *, run_id: str) -> int:
     pending = 0  # spans sent since the last flush
     try:
         for plan in plans:
+            if stop is not None:
+                stop.check()  # `Interrupted` (a BaseException) propagates: the run ends KILLED
             if pending + len(plan.spans) + 1 > FLUSH_SPANS:
                 mlflow.flush_trace_async_logging()
                 pending = 0
@@ -157,15 +161,17 @@ def log_question_traces(
     cap: int = 200,
     secrets: Iterable[str] = (),
     limits: TraceLimits = TraceLimits(),
+    stop: StopToken | None = None,
 ) -> int:
     """One MLflow trace per answered question of `result` (dataset order, at most `cap`), linked to run
     `run_id`, each explained failure with its `blame` assessment; secrets masked everywhere. Returns the
-    number of traces stored; never raises for a logging failure (it warns and returns what got stored)."""
+    number of traces stored; never raises for a logging failure (it warns and returns what got stored).
+    With `stop`, no trace starts after a stop is requested (`Interrupted` propagates)."""
     if cap <= 0:
         return 0
     try:
         plans = plan_run_traces(result, attributions, cap=cap, secrets=secrets, limits=limits)
-        return write_traces(plans, run_id=run_id)
+        return write_traces(plans, run_id=run_id, stop=stop)
     except Exception as exc:
         logger.warning("could not log the question traces of MLflow run %s: %s: %s", run_id,
                        type(exc).__name__, exc)

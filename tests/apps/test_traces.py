@@ -19,6 +19,7 @@ from memtrace_loop.pipeline.analysis.attribution.protocol import TracedRun, attr
 from memtrace_loop.pipeline.backends.embeddings import build_embedder
 from memtrace_loop.pipeline.core.conventions import answer_name, verdict_name
 from memtrace_loop.pipeline.core.redaction import REDACTED, redact
+from memtrace_loop.pipeline.core.stop import Interrupted, StopToken
 from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.question_trace import TraceLimits, plan_run_traces
@@ -217,3 +218,15 @@ def test_trace_settings_default_on_with_a_cap_and_refuse_a_negative_cap():
     assert configure_trace_export({ENV_SPAN_BATCH_SIZE: "7"}) == {}  # the user's value wins
     environ: dict[str, str] = {}
     assert configure_trace_export(environ) == environ == {ENV_SPAN_BATCH_SIZE: "100"}
+
+
+def test_a_requested_stop_interrupts_trace_logging(store, tmp_path):
+    result, attributions, *_ = store
+    tracker = MlflowTracker(f"sqlite:///{tmp_path}/mlflow.db")
+    experiment_id = tracker.open_experiment("stopped")
+    token = StopToken()
+    token.request()
+    with pytest.raises(Interrupted), tracker.start_run("stopped") as run_id:
+        log_question_traces(result, attributions, run_id=run_id, cap=5, stop=token)
+    assert mlflow.search_traces(locations=[experiment_id], run_id=run_id, return_type="list") == []
+    assert MlflowClient(f"sqlite:///{tmp_path}/mlflow.db").get_run(run_id).info.status == "KILLED"
