@@ -51,7 +51,7 @@ class TrackingConfig:
     timeout_s: float = 10.0
     max_retries: int = 2
     traces: bool = True  # `run`: each answered question as an MLflow trace with its blame (pipeline.tracking.traces)
-    max_traces: int = 200  # ... at most this many per run (dataset order)
+    max_traces: int = 100  # ... at most this many per run (dataset order; conf: MEMTRACE_MAX_TRACES)
 
     def __post_init__(self) -> None:
         require(self, max_retries=(0, 10), max_traces=(0, None))

@@ -12,3 +12,4 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("DSPY_CACHEDIR", os.path.join(_TMP, "dspy-cache"))
 os.environ.setdefault("MLFLOW_TRACKING_URI", "sqlite:///" + os.path.join(_TMP, "mlflow.db"))
+os.environ.setdefault("MEMTRACE_MAX_TRACES", "0")  # question traces cost ~0.3 s each: only where tested

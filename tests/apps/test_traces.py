@@ -212,7 +212,7 @@ def test_every_system_plans_bounded_traces_that_hold_the_answer_path(system_name
 
 def test_trace_settings_default_on_with_a_cap_and_refuse_a_negative_cap():
     config = TrackingConfig(uri="sqlite:///x.db")
-    assert config.traces is True and config.max_traces == 200
+    assert config.traces is True and config.max_traces == 100
     with pytest.raises(ValueError, match="max_traces"):
         TrackingConfig(uri="sqlite:///x.db", max_traces=-1)
     assert configure_trace_export({ENV_SPAN_BATCH_SIZE: "7"}) == {}  # the user's value wins
