@@ -10,6 +10,14 @@ metrics (`metrics`: `attribution.*`, `blame.<stage>.share|count`, `diagnosis.ok`
 (`tables`: attributions_table.json), so the caller puts them into its artifacts folder and `RunRecord`.
 `write_diagnosis` writes the two diagnosis files alone (what `memtrace optimize` logs).
 
+`memtrace optimize` diagnoses with `loop_diagnosis`: the attributed TRAIN failures of the latest iteration
+that attributed any (`LoopResult.iterations`; the attribution the optimizer itself last acted on). This is
+a decision, not an accident: those attributions already exist (no extra attribution calls, no replay on
+the test split, only the one analysis call on `lm`), and the test split stays evaluated once and never
+analysed for the loop. Its limit: when that iteration accepted a candidate, the final prompts differ from
+the ones diagnosed (the title says which iteration it is). A resumed run that ran no new attributing
+iteration gets an empty diagnosis. The analysis call comes after the loop's call tally (`LoopResult.calls`).
+
 An entry-point helper: it neither prints (the console renderables are in `experiments.console`) nor
 talks to MLflow itself.
 """
@@ -29,6 +37,7 @@ from memtrace_loop.pipeline.analysis.blame import Attribution, BlameTable, aggre
 from memtrace_loop.pipeline.analysis.diagnosis import Diagnosis, diagnose
 from memtrace_loop.pipeline.core.records import CaseResult, Dataset
 from memtrace_loop.pipeline.core.stop import StopToken
+from memtrace_loop.pipeline.loop.optimization import LoopResult
 from memtrace_loop.pipeline.loop.runner import RunResult
 from memtrace_loop.pipeline.tracking.run_logging import (
     attribution_columns,
@@ -138,3 +147,12 @@ def analyse_failures(
     failures = sum(1 for r in result.results if not r.correct and r.question.category not in excluded)
     return FailureAnalysis(attributions, blame, diagnosis, attributor.name, failures, time.perf_counter() - started)
 
+
+
+def loop_diagnosis(result: LoopResult, lm: dspy.BaseLM | None) -> tuple[int | None, Diagnosis]:
+    """(iteration, diagnosis) of the train failures of the latest iteration of `result` that attributed
+    any (see the module doc); (None, empty diagnosis) when no iteration did."""
+    latest = next((record for record in reversed(result.iterations) if record.attributions), None)
+    if latest is None:
+        return None, diagnose((), lm)
+    return latest.iteration, diagnose(latest.attributions, lm)

@@ -90,3 +90,26 @@ def test_no_failures_gives_an_empty_diagnosis_without_an_lm_call():
     analysis = analyse_failures(result, dataset, LineageAttributor(), NoLM())  # type: ignore[arg-type]
     assert analysis.attributions == () and analysis.diagnosis.groups == () and analysis.diagnosis.ok
     assert analysis.metrics()["attribution.count"] == 0 and analysis.tables() == {}
+
+
+def test_optimize_logs_the_diagnosis_of_the_last_attributed_train_failures(tmp_path, monkeypatch):
+    from memtrace_loop.experiments.optimize import optimize
+
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    with initialize_config_module(config_module="memtrace_loop.conf", version_base="1.3"):
+        cfg = compose("optimize", overrides=[
+            f"tracking.uri={uri}", f"cache_dir={tmp_path}/cache", "optimizer=none", "loop.max_iterations=1",
+            "dataset.n_conversations=4",
+        ])
+    console = Console(record=True, width=200)
+    outcome = optimize(cfg, console)
+    (last,) = [r for r in outcome["result"].iterations if r.attributions]
+    client = MlflowClient(tracking_uri=uri)
+    names = {f.path for f in client.list_artifacts(outcome["run_id"])}
+    assert {"diagnosis.json", "diagnosis.md"} <= names
+    logged = diagnosis_from_dict(json.loads(Path(client.download_artifacts(
+        outcome["run_id"], "diagnosis.json", str(tmp_path / "dl"))).read_text()))
+    assert logged.ok and logged.failures == len(last.attributions)
+    shown = console.export_text()
+    assert f"train failures of iteration {last.iteration}" in shown and "Most failures are blamed on" in shown
