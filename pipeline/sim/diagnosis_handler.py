@@ -56,8 +56,12 @@ def _example(cases: str, top: _Row) -> str:
         match = _CASE.match(line.strip())
         if match is None or (match.group("stage"), match.group("error")) != (top.stage, top.error):
             continue
-        values = {m.group("name"): m.group("value") for m in _FIELD.finditer(match.group("rest"))}
-        reason = _REASON.search(match.group("rest"))
+        rest = match.group("rest")
+        reason = _REASON.search(rest)
+        shown = rest[: reason.start()] if reason else rest  # a reason may quote an "answer" of its own
+        values: dict[str, str] = {}
+        for field in _FIELD.finditer(shown):
+            values.setdefault(field.group("name"), field.group("value"))
         said = reason.group("reason").strip().rstrip(".") if reason else ""
         because = f" The trace says: {said}." if said else ""
         return (f" For example, {match.group('qid').strip()} asked \"{values.get('question', '?')}\" (gold "

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import dspy
 import pytest
@@ -95,6 +96,11 @@ def test_the_sim_answer_follows_the_request_text_only():
     text = diagnose_failures(request)["analysis"]
     assert "respond stage with ResponseError: 2 of 3" in text and "(67%)" in text
     assert "c:q01" in text and "Next is decide with DeletionError (1)" in text
+    quoting = group_failures([blamed(4, "extract", ErrorType.EXTRACTION, answer="Paris")])
+    quoting = (replace(quoting[0], cases=(replace(quoting[0].cases[0], reason='it lost the answer "Rome"'),)),)
+    cited = diagnose_failures(StageRequest("", inputs={"failure_table": failure_table(quoting),
+                                                       "representative_cases": case_lines(quoting)}))["analysis"]
+    assert 'got "Paris"' in cited and 'lost the answer "Rome"' in cited  # the case's answer, not the reason's quote
     unreadable = diagnose_failures(StageRequest("", inputs={"failure_table": "nothing here"}))["analysis"]
     assert "no rows" in unreadable
 
