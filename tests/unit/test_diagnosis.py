@@ -112,13 +112,14 @@ def test_a_scripted_answer_is_used_as_is():
 
 
 @pytest.mark.parametrize(
-    "lm",
-    [DummyLM([{"verdict": "no analysis field"}] * 4), DummyLM([])],
-    ids=["unparsable", "failing"],
+    "lm,why",
+    [(DummyLM([{"verdict": "no analysis field"}] * 4), "AdapterParseError"), (DummyLM([]), "Error"),
+     (DummyLM([{"analysis": "   "}] * 2), "no analysis")],
+    ids=["unparsable", "failing", "empty"],
 )
-def test_an_unusable_reply_is_recorded_not_raised_and_the_groups_remain(lm: dspy.BaseLM):
+def test_an_unusable_reply_is_recorded_not_raised_and_the_groups_remain(lm: dspy.BaseLM, why: str):
     diagnosis = diagnose(ATTRIBUTIONS, lm)
-    assert not diagnosis.ok and diagnosis.analysis == "" and diagnosis.error
+    assert not diagnosis.ok and diagnosis.analysis == "" and why in diagnosis.error
     assert [g.count for g in diagnosis.groups] == [4, 2, 1, 1]
     assert diagnosis.headline().startswith("The written analysis is missing")
     assert "| extract | ExtractionError | 4 | 50% |" in diagnosis.markdown()
