@@ -135,6 +135,7 @@ class RunConfig(_AppConfig):
     """`memtrace run`."""
 
     split: Literal["all", "train", "dev", "test"] = "all"
+    attributor: Group = field(default_factory=lambda: {"name": "lineage"})  # attributes the failures
 
     def __post_init__(self) -> None:
         super().__post_init__()

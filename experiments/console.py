@@ -9,14 +9,17 @@ import logging
 import math
 
 from memtrace_loop.pipeline.analysis.blame import BlameTable
+from memtrace_loop.pipeline.analysis.diagnosis import Diagnosis
 from memtrace_loop.pipeline.analysis.evaluation import EvaluationReport, MetricSummary
 from memtrace_loop.pipeline.backends.call_count import BUDGET_ROLES, CallTally
 from memtrace_loop.pipeline.loop.optimization import LoopResult
 from memtrace_loop.pipeline.loop.runner import LMCallCounts
 from rich.console import Console
 from rich.logging import RichHandler
+from rich.panel import Panel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 FILE_LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
 
@@ -208,3 +211,11 @@ def blame_table(blame: BlameTable, title: str) -> Table:
             ", ".join(f"{kind.removesuffix('Error')} {n}" for kind, n in row.count_by_error_type.items()),
         )
     return table
+
+
+def diagnosis_panel(diagnosis: Diagnosis, title: str = "diagnosis") -> Panel:
+    """The written analysis of the failures (or why it is missing), as plain text: an LM's words are
+    never read as console markup."""
+    groups = ", ".join(f"{g.stage}/{g.error_type.removesuffix('Error')} {g.count}" for g in diagnosis.groups[:4])
+    subtitle = f"{diagnosis.failures} attributed failures: {groups}" if diagnosis.groups else None
+    return Panel(Text(diagnosis.headline()), title=title, subtitle=subtitle, expand=False)

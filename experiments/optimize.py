@@ -22,7 +22,14 @@ from typing import Any
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from memtrace_loop.experiments.config import validated_optimize
-from memtrace_loop.experiments.console import RichProgress, budget_line, calls_table, loop_tables, setup_logging
+from memtrace_loop.experiments.console import (
+    RichProgress,
+    budget_line,
+    calls_table,
+    diagnosis_panel,
+    loop_tables,
+    setup_logging,
+)
 from memtrace_loop.experiments.factory import (
     attributor_of,
     build_components,
@@ -32,6 +39,7 @@ from memtrace_loop.experiments.factory import (
     splits_of,
     to_plain,
 )
+from memtrace_loop.experiments.failure_analysis import loop_diagnosis, write_diagnosis
 from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.memory_systems.base import MemorySystem
@@ -239,6 +247,9 @@ def optimize(cfg: DictConfig, console: Console | None = None, stop: StopToken | 
             for table in sorted((run_dir / "optimizer").glob("*/*.json")):  # e.g. GEPA's candidate pools
                 tracker.log_artifact(table, f"optimizer/{table.parent.name}")
             plots = TrackingLoopObserver.plots(result, run_dir)
+            diagnosed, diagnosis = loop_diagnosis(result, lms.attributor)  # latest attributed train failures
+            for path in write_diagnosis(run_dir, diagnosis, secrets):
+                tracker.log_artifact(path)
             elapsed = time.perf_counter() - started
             tracker.log_metrics({"elapsed_s": elapsed, **retries.tally().metrics()})
             mark_finished(run_dir / CHECKPOINT, result, paths)
@@ -252,6 +263,7 @@ def optimize(cfg: DictConfig, console: Console | None = None, stop: StopToken | 
 
     for table in loop_tables(result, system.name):
         console.print(table)
+    console.print(diagnosis_panel(diagnosis, f"diagnosis: train failures of iteration {diagnosed}"))
     uri = scrub(plain["tracking"]["uri"], secrets)
     console.print(calls_table(result.calls, result.lm_calls_saved))
     console.print(budget_line(result, settings.budget_calls, settings.budget_counts_cached) + f"; {elapsed:.1f} s")

@@ -14,8 +14,17 @@ from contextlib import nullcontext
 
 import hydra
 from memtrace_loop.experiments.config import validated_run
-from memtrace_loop.experiments.console import RichProgress, calls_table, counts_line, report_table, setup_logging
+from memtrace_loop.experiments.console import (
+    RichProgress,
+    blame_table,
+    calls_table,
+    counts_line,
+    diagnosis_panel,
+    report_table,
+    setup_logging,
+)
 from memtrace_loop.experiments.factory import (
+    attributor_of,
     build_components,
     launch_dir,
     load_dataset,
@@ -23,6 +32,7 @@ from memtrace_loop.experiments.factory import (
     select_split,
     to_plain,
 )
+from memtrace_loop.experiments.failure_analysis import analyse_failures
 from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.experiments.output_dirs import app_output_dir
 from memtrace_loop.experiments.secret_guard import guarded, protect
@@ -85,6 +95,7 @@ def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None 
     retries, guard = RetryLedger(), FailureGuard(config.max_failed_share)
     lms, system, judge = build_components(plain, base_dir, calls, stop=stop, guard=guard, retries=retries)
     check_endpoints(lms, embedder=build_embedder(plain["embedder"]), stop=stop)  # before any work
+    attributor = attributor_of(plain, lms, system, judge)  # its LM calls count under the attributor role
     logger.info(
         "running %s on %s (%s split): %d conversations, %d questions",
         system.name, dataset.name, plain["split"], len(dataset.conversations), len(dataset.questions),
@@ -96,7 +107,8 @@ def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None 
     run_name = config.run_name or f"run-{system.name}-{plain['dataset']['kind']}-{plain['split']}"
     record_id = new_record_id()
     tags = {"memtrace.command": "run", "memtrace.system": system.name, "memtrace.dataset": dataset.name,
-            "memtrace.split": plain["split"], "git_commit": git_commit(base_dir), RECORD_TAG: record_id}
+            "memtrace.split": plain["split"], "git_commit": git_commit(base_dir), RECORD_TAG: record_id,
+            "memtrace.attributor": attributor.name}
     params = params_for_logging(flatten(plain), secrets)
     # the MLflow run is opened before the work (FAILED / KILLED if the work fails or is interrupted); when the
     # store is unreachable the work goes on and its results wait on disk for `memtrace upload`
@@ -123,21 +135,28 @@ def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None 
                 exclude_categories=tuple(plain["evaluation"]["exclude_categories"]), seed=int(plain["seed"]),
                 stop=stop,
             )
+            failures = analyse_failures(result, dataset, attributor, lms.attributor,  # why the failures failed
+                                        plain["evaluation"]["exclude_categories"], progress, stop)
         elapsed = time.perf_counter() - started
 
         # written locally first (artifacts/ and run_record.json: everything MLflow gets), so an MLflow outage
         # costs only the upload (`memtrace upload run_dir=<output dir>`)
         tally = calls.tally()
         saved = save_run(run_dir, result, system.prompt_set(), secrets, plain)
+        failures.write(saved, secrets)  # attributions.json, blame.json, diagnosis.json, diagnosis.md
         columns = result_columns(result, secrets)
         record = RunRecord(
             plain["tracking"]["experiment"], run_name, tags=tags, params=params,
             metrics={**run_metrics(result), "elapsed_s": elapsed, **call_metrics(tally, failed=True),
-                     **token_metrics(tally), **retries.tally().metrics()},
-            tables={RESULTS_TABLE: columns} if columns else {}, record_id=record_id,
+                     **token_metrics(tally), **retries.tally().metrics(), **failures.metrics()},
+            tables={**({RESULTS_TABLE: columns} if columns else {}), **failures.tables(secrets)}, record_id=record_id,
         )
         write_run_record(out_dir, record)
         console.print(report_table(result.report, f"{system.name} on {dataset.name} ({plain['split']})"))
+        if failures.attributions:
+            console.print(blame_table(failures.blame, f"blame per stage ({attributor.name}): "
+                                      f"{len(failures.attributions)} of {failures.failures} failures"))
+        console.print(diagnosis_panel(failures.diagnosis))
         if tracker is None:
             cause = f"{plain['tracking']['uri']}: {unreachable}"
             raise NotLoggedError(scrub(unreachable_message(out_dir, cause), secrets))

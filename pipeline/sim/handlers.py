@@ -19,6 +19,7 @@ the rules its instruction states (`pipeline.sim.rules.rules_in`):
 - rewrite requests (`new_instruction`, `shortened_instruction`): `pipeline.sim.reflection` and
   `pipeline.sim.rewriter` (GEPA's plain reflection prompt is caught earlier, in `stand_in.respond`).
 - the LLM attributor's step (`kept_information`, `error_type`, `reason`): `pipeline.sim.attributor_handler`.
+- the diagnostic summary (`analysis`): `pipeline.sim.diagnosis_handler`.
 
 Handlers never raise on odd input: unknown text falls back to word overlap. They do no I/O.
 """
@@ -34,6 +35,7 @@ from typing import Any
 from memtrace_loop.pipeline.sim import vocab
 from memtrace_loop.pipeline.sim.attributor_handler import HANDLERS as ATTRIBUTOR_HANDLERS
 from memtrace_loop.pipeline.sim.dates import human, parse_date
+from memtrace_loop.pipeline.sim.diagnosis_handler import HANDLERS as DIAGNOSIS_HANDLERS
 from memtrace_loop.pipeline.sim.evermemos_handlers import HANDLERS as EVERMEMOS_HANDLERS
 from memtrace_loop.pipeline.sim.grammar import (
     SINGLE_VALUED,
@@ -297,5 +299,6 @@ DEFAULT_HANDLERS: dict[frozenset[str], Callable[[StageRequest], dict[str, Any]]]
     frozenset({"new_instruction"}): new_instruction_handler,  # our rewriter and dspy GEPA's proposer
     frozenset({"shortened_instruction"}): shorten_instruction,  # dspy GEPA's CompressInstruction
     **ATTRIBUTOR_HANDLERS,  # the LLM attributor's step verdict (JudgeOperation)
+    **DIAGNOSIS_HANDLERS,  # the diagnostic summary's analysis (DiagnoseFailures)
     **EVERMEMOS_HANDLERS,  # detect_boundary, write_events, write_episode, check_sufficiency, expand_queries
 }

@@ -64,7 +64,9 @@ def test_run_against_an_openai_compatible_endpoint(server, tmp_path, monkeypatch
     metrics = client.get_run(outcome["run_id"]).data.metrics
     assert metrics["failed_operations"] >= 1  # the malformed response became a failed operation
     assert metrics["n"] > 0
-    assert metrics["lm_calls"] - metrics["lm_cached_calls"] == sum(r.status == 200 for r in chats)
+    # the traced calls, plus the diagnosis's one analysis call (attributor role; lineage itself calls no LM)
+    assert metrics["lm_calls.attributor.made"] == 1
+    assert metrics["lm_calls"] - metrics["lm_cached_calls"] + 1 == sum(r.status == 200 for r in chats)
     params = client.get_run(outcome["run_id"]).data.params
     assert params["lm.task.api_key_env"] == "MEMTRACE_TEST_KEY"
 

@@ -1,5 +1,6 @@
 """The simulated world answers every LLM stage of every registered memory system, the judge and the
-rewriter. (That a stage it does not know fails loudly is tested in test_sim_stand_in.py.)"""
+rewriter, the LLM attributor's step and the diagnostic summary. (That
+a stage it does not know fails loudly is tested in test_sim_stand_in.py.)"""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import dspy
 import pytest
 from memtrace_loop.memory_systems.registry import ENTRY_BY_SYSTEM, build_memory_system
 from memtrace_loop.optimizers.rewrite import RewriteInstruction
+from memtrace_loop.pipeline.analysis.attribution.walk_signatures import JudgeOperation
+from memtrace_loop.pipeline.analysis.diagnosis import DiagnoseFailures
 from memtrace_loop.pipeline.analysis.evaluation import JudgeAnswer
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.sim import stand_in
@@ -27,6 +30,6 @@ def test_every_stage_of_every_system_has_a_handler(system: str) -> None:
     assert missing == []
 
 
-@pytest.mark.parametrize("signature", [JudgeAnswer, RewriteInstruction])
-def test_the_judge_and_the_rewriter_have_handlers(signature: type[dspy.Signature]) -> None:
+@pytest.mark.parametrize("signature", [JudgeAnswer, RewriteInstruction, JudgeOperation, DiagnoseFailures])
+def test_the_judge_the_rewriter_and_the_analysis_stages_have_handlers(signature: type[dspy.Signature]) -> None:
     assert handler_key(signature) in stand_in.HANDLER_BY_OUTPUTS
