@@ -34,14 +34,16 @@ MAX_VALUE_CHARS = 2000
 DATA_ELEMENT_ID = "report-data"
 CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:"
 
-_JSON_ESCAPES = {ord("<"): "\\u003c", ord(">"): "\\u003e", ord("&"): "\\u0026"}
+_JSON_ESCAPES = (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029"))
 
 
 def json_for_script(payload: Any) -> str:
     """`payload` as JSON that is safe inside a `<script>` element: no `<`, `>` or `&` appears raw (so
     neither `</script>` nor `<!--` can), and JSON.parse reads it back unchanged."""
     text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
-    return text.translate(_JSON_ESCAPES).replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    for raw, escaped in _JSON_ESCAPES:
+        text = text.replace(raw, escaped)
+    return text
 
 
 def _e(value: object) -> str:
