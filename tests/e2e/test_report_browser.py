@@ -120,3 +120,40 @@ def test_report_in_a_real_browser(report_path, tmp_path):
     assert not dialogs, dialogs
     assert requests == [path.as_uri()]  # only the document itself: nothing leaves the page
     assert is_png(tmp_path / "overview.png") and is_png(tmp_path / "failure.png")
+
+
+def test_report_works_in_a_sandboxed_iframe_like_mlflows_artifact_view(report_path, tmp_path):
+    """MLflow 3's artifact view shows an .html artifact as a blob: URL in `<iframe sandbox="allow-scripts">`
+    (an opaque origin: no storage, no same-origin access); the page must work there too."""
+    path, _ = report_path
+    errors: list[str] = []
+    with sync_api.sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=FLAGS,
+            viewport={"width": 1400, "height": 1000},
+        )
+        try:
+            page = context.new_page()
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto("about:blank")
+            page.evaluate(
+                """html => {
+                    const frame = document.createElement('iframe');
+                    frame.setAttribute('sandbox', 'allow-scripts');
+                    frame.style.width = '1300px'; frame.style.height = '900px';
+                    frame.src = URL.createObjectURL(new Blob([html], {type: 'text/html'}));
+                    document.body.appendChild(frame);
+                }""",
+                path.read_text(encoding="utf-8"),
+            )
+            frame = page.frame_locator("iframe")
+            rows = frame.locator("#failure-list tbody tr")
+            rows.first.wait_for()
+            assert rows.count() > 0
+            rows.first.click()
+            frame.locator("#detail svg.graph g.node").first.wait_for()
+            assert frame.locator("#detail svg.graph g.node").count() > 2
+        finally:
+            context.close()
+    assert not errors, errors
