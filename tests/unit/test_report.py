@@ -245,3 +245,21 @@ def test_write_report_creates_the_folder(tmp_path):
     path = write_report(data_of(graph, case), tmp_path / "a" / "b" / "report.html")
     assert path.is_file() and path.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
     assert failures_payload(data_of(graph, case))["failures"][0]["attr"] is None
+
+
+def test_a_logged_report_is_redacted_like_every_text_artifact(tmp_path):
+    from memtrace_loop.pipeline.tracking.redacting_tracker import RedactingTracker
+
+    from tests.support.tracking import InMemoryTracker
+
+    key = "sk-memtrace-LEAKCANARY-report-4242abcd"
+    graph, case, middle = chain_graph(n_updates=1, turn_text=f"Alice: my key is {key}")
+    path = write_report(data_of(graph, case, [blame_on(case, middle, graph)]), tmp_path / "report.html")
+    inner = InMemoryTracker()
+    tracker = RedactingTracker(inner, [key])
+    with tracker.start_run("r") as run_id:
+        tracker.log_artifact(path)
+    logged = inner.runs[run_id].artifacts["report.html"]
+    assert key in path.read_text(encoding="utf-8")
+    assert key.encode() not in (logged if isinstance(logged, bytes) else logged.encode())
+    assert b"LEAKCANARY" not in (logged if isinstance(logged, bytes) else logged.encode())
