@@ -186,6 +186,8 @@ PAGE_JS = r"""
     detail.appendChild(box);
     panel.appendChild(el('p', 'muted', 'Click a node to read its value.'));
     detail.appendChild(panel);
+    var blamed = f.graph.nodes.filter(function (n) { return n[3] === 'blamed'; })[0];
+    if (blamed) { box.scrollLeft = Math.max(0, blamed[1] - NODE_W); }  // bring the blamed operation into view
   }
 
   function drawing(f, panel) {
