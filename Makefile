@@ -45,12 +45,13 @@ lint: install  ## ruff and the type checker (mypy), as CI runs them
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-bench: install  ## benchmarks, each printing a table: graph at LoCoMo scale, speed targets, BM25, bootstrap, attribution
+bench: install  ## benchmarks, each printing a table: graph at LoCoMo scale, speed targets, BM25, bootstrap, attribution, report.html
 	$(BIN)/python -m memtrace_loop.experiments.bench.graph_bench
 	$(BIN)/python -m memtrace_loop.experiments.bench.speed_bench
 	$(BIN)/python -m memtrace_loop.experiments.bench.bm25_bench
 	$(BIN)/python -m memtrace_loop.experiments.bench.bootstrap_bench
 	$(BIN)/python -m memtrace_loop.experiments.bench.attribution_bench
+	$(BIN)/python -m memtrace_loop.experiments.bench.report_bench
 
 ui: install  ## open the local MLflow store
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db

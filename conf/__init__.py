@@ -17,6 +17,7 @@ from memtrace_loop.experiments.config import (
     CompareConfig,
     ExportConfig,
     OptimizeConfig,
+    ReportConfig,
     RunConfig,
     StagesConfig,
     TrackingConfig,
@@ -56,7 +57,7 @@ def store_schemas() -> None:
     cs.store(group="schema/tracking", name="base", node=defaults_of(TrackingConfig))
     for app, schema in (("run", RunConfig), ("optimize", OptimizeConfig), ("stages", StagesConfig),
                         ("export", ExportConfig), ("attribute", AttributeConfig), ("compare", CompareConfig),
-                        ("upload", UploadConfig)):
+                        ("upload", UploadConfig), ("report", ReportConfig)):
         cs.store(group="schema", name=app, node=_top_level(schema))
 
 

@@ -16,6 +16,7 @@ commands:
   run       run a memory system over a dataset split: trace, evaluate, log to MLflow
   optimize  the closed loop: attribute failures, rewrite the most-blamed prompts, gate on dev, export
   attribute attribute the failures of a logged or saved run without rerunning it (run_id=... | run_dir=...)
+  report    write report.html (why each question failed, drawn) for a logged or saved run (run_id=... | run_dir=...)
   compare   one table and plot comparing the optimizers of a sweep (sweep_dir=... | the whole experiment)
   export    write the best prompt set of an MLflow run as JSON/YAML (run_id=... out=...)
   upload    log a run saved on disk to MLflow, e.g. after MLflow was unreachable (run_dir=...)
@@ -35,6 +36,7 @@ examples:
   memtrace optimize attributor=llm              # an LM walks the graph (lm.attributor)
   memtrace attribute run_id=<mlflow run id>     # blame table of a `memtrace run`, without rerunning it
   memtrace attribute run_dir=outputs/run/<run> attributor.verify=true
+  memtrace report run_id=<mlflow run id>        # report.html of a `memtrace run`, logged to that run
   memtrace export run_id=<mlflow run id> out=prompts.yaml
   memtrace upload run_dir=outputs/run/<run>    # log a saved run later (twice: still one MLflow run)
   memtrace run prompts=prompts.yaml              # load an exported prompt set
@@ -43,10 +45,10 @@ examples:
 
 
 def _commands() -> dict[str, Callable[[], object]]:
-    from memtrace_loop.experiments import attribute, compare, export, optimize, run, stages, upload
+    from memtrace_loop.experiments import attribute, compare, export, optimize, report, run, stages, upload
 
     return {"run": run.main, "optimize": optimize.main, "attribute": attribute.main, "export": export.main,
-            "stages": stages.main, "compare": compare.main, "upload": upload.main}
+            "stages": stages.main, "compare": compare.main, "upload": upload.main, "report": report.main}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -201,6 +201,21 @@ class AttributeConfig:
             raise ValueError("give exactly one of run_id=<mlflow run id> or run_dir=<saved run directory>")
 
 
+
+@dataclass(frozen=True, kw_only=True)
+class ReportConfig(AttributeConfig):
+    """`memtrace report`: write report.html for a saved (`run_dir`) or logged (`run_id`) run. Its failures
+    are attributed (the configured attributor) unless the run saved attributions.json; with `log` and a
+    `run_id` the page is logged as an artifact of that run."""
+
+    log: bool = True  # log report.html as an artifact of the source run (run_id only)
+    title: str | None = None
+    max_nodes: int = 60  # nodes drawn per failure
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self, max_nodes=(1, None))
+
 @dataclass(frozen=True)
 class StagesConfig:
     """`memtrace stages`."""
@@ -298,6 +313,10 @@ def validated_optimize(plain: Mapping[str, Any]) -> OptimizeConfig:
 
 def validated_attribute(plain: Mapping[str, Any]) -> AttributeConfig:
     return _validated(AttributeConfig, plain)
+
+
+def validated_report(plain: Mapping[str, Any]) -> ReportConfig:
+    return _validated(ReportConfig, plain)
 
 
 def validated_stages(plain: Mapping[str, Any]) -> StagesConfig:

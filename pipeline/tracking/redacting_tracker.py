@@ -24,7 +24,7 @@ from memtrace_loop.pipeline.core.records import PromptSet
 from memtrace_loop.pipeline.core.redaction import redact
 from memtrace_loop.pipeline.tracking.tracker import TrackedRun, Tracker
 
-TEXT_SUFFIXES = frozenset({".json", ".yaml", ".yml", ".txt", ".diff", ".csv", ".md", ".log", ".jsonl", ".py"})
+TEXT_SUFFIXES = frozenset({".json", ".yaml", ".yml", ".txt", ".diff", ".csv", ".md", ".log", ".jsonl", ".py", ".html"})
 
 
 class RedactingTracker:

@@ -1,0 +1,102 @@
+"""Benchmark of report.html at LoCoMo scale: `python -m memtrace_loop.experiments.bench.report_bench`.
+
+Runs each memory system on the simulated world at LoCoMo size (10 conversations of ~600 turns by
+default, the sim LM answering and judging), attributes the failures with the lineage attributor,
+then times writing the report (`report_for_run` given the attributions: subgraphs, layout, HTML)
+and measures the file. Prints one table row per system: turns, failures, attribution seconds,
+report seconds, megabytes, the largest drawing's node count, and checks the targets (under 5 s,
+under 10 MB, at most `max_nodes` nodes per failure). Timing is measured here, never in a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from memtrace_loop.memory_systems.registry import build_memory_system
+from memtrace_loop.pipeline.analysis.attribution.lineage import attribute_failures
+from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
+from memtrace_loop.pipeline.backends.lm import LMConfig
+from memtrace_loop.pipeline.backends.registry import build_lm
+from memtrace_loop.pipeline.data.registry import load_dataset
+from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
+from memtrace_loop.pipeline.tracking.report import DEFAULT_MAX_NODES, ReportData, report_for_run
+from memtrace_loop.pipeline.tracking.report.render import failures_payload
+from rich.console import Console
+from rich.table import Table
+
+TARGET_SECONDS = 5.0
+TARGET_MB = 10.0
+SYSTEMS = ("mem0", "rag", "long_context", "evermemos")
+
+
+@dataclass(frozen=True)
+class ReportRow:
+    system: str
+    turns: int
+    failures: int
+    attribution_s: float
+    report_s: float
+    megabytes: float
+    max_drawn: int
+
+
+def bench_system(name: str, conversations: int, sessions: int, turns_per_session: int, workers: int) -> ReportRow:
+    dataset = load_dataset(
+        {"kind": "sim", "seed": 0, "n_conversations": conversations, "sessions_per_conversation": sessions,
+         "turns_per_session": turns_per_session}
+    )
+    lm = build_lm(LMConfig(backend="sim", model="stand-in", cache=False))
+    system = build_memory_system({"name": name}, HashingEmbedder())
+    system.set_lm(lm)
+    result = run_dataset(system, make_judge(lm), dataset, workers=workers)
+    conversation_by_id = {c.id: c for c in dataset.conversations}
+    started = time.perf_counter()
+    attributions = attribute_failures(
+        result.results, result.graph_by_conversation, conversation_by_id, result.report.excluded_categories
+    )
+    attribution_s = time.perf_counter() - started
+    with tempfile.TemporaryDirectory() as tmp:
+        started = time.perf_counter()
+        path = report_for_run(result, Path(tmp), attributions=attributions, conversation_by_id=conversation_by_id)
+        report_s = time.perf_counter() - started
+        size = path.stat().st_size
+    data = ReportData("bench", result.report, result.results, result.graph_by_conversation, attributions)
+    drawn = [len(f["graph"]["nodes"]) for f in failures_payload(data)["failures"] if f["graph"]]
+    return ReportRow(
+        name, sum(len(c.turns) for c in dataset.conversations), len(data.failures()), attribution_s, report_s,
+        size / 1e6, max(drawn, default=0),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--conversations", type=int, default=10)
+    parser.add_argument("--sessions", type=int, default=30)
+    parser.add_argument("--turns-per-session", type=int, default=20)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--systems", nargs="*", default=list(SYSTEMS))
+    args = parser.parse_args(argv)
+    table = Table(title=f"report.html at LoCoMo scale (targets: < {TARGET_SECONDS:g} s, < {TARGET_MB:g} MB, "
+                        f"<= {DEFAULT_MAX_NODES} nodes per failure)")
+    for column in ("system", "turns", "failures", "attribute s", "report s", "MB", "max nodes", "ok"):
+        table.add_column(column, justify="left" if column == "system" else "right")
+    all_ok = True
+    for name in args.systems:
+        row = bench_system(name, args.conversations, args.sessions, args.turns_per_session, args.workers)
+        ok = row.report_s < TARGET_SECONDS and row.megabytes < TARGET_MB and row.max_drawn <= DEFAULT_MAX_NODES
+        all_ok &= ok
+        table.add_row(row.system, str(row.turns), str(row.failures), f"{row.attribution_s:.2f}",
+                      f"{row.report_s:.2f}", f"{row.megabytes:.2f}", str(row.max_drawn), "yes" if ok else "NO")
+    Console().print(table)
+    return 0 if all_ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

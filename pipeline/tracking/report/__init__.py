@@ -1,0 +1,40 @@
+"""report.html: the page a person opens to see why a run's questions failed.
+
+`ReportData` (data) holds what the page shows; `failure_subgraph` (subgraph) picks the part of a
+conversation graph one failure's drawing shows; `layout` (layout) places it in sequence order;
+`render_report` / `write_report` (render) make the one self-contained HTML file; `report_for_run`
+(run_report) is the one call an app makes after a run or an optimization.
+"""
+
+from memtrace_loop.pipeline.tracking.report.data import (
+    DEFAULT_MAX_NODES,
+    DiagnosisGroup,
+    ReportData,
+    Rewrite,
+    rewrites_of,
+)
+from memtrace_loop.pipeline.tracking.report.layout import Layout, Placed, layout
+from memtrace_loop.pipeline.tracking.report.render import json_for_script, render_report, write_report
+from memtrace_loop.pipeline.tracking.report.run_report import REPORT_FILE, report_for_loop, report_for_run
+from memtrace_loop.pipeline.tracking.report.subgraph import Role, Subgraph, SubNode, failure_subgraph
+
+__all__ = [
+    "DEFAULT_MAX_NODES",
+    "REPORT_FILE",
+    "DiagnosisGroup",
+    "Layout",
+    "Placed",
+    "ReportData",
+    "Rewrite",
+    "Role",
+    "SubNode",
+    "Subgraph",
+    "failure_subgraph",
+    "json_for_script",
+    "layout",
+    "render_report",
+    "report_for_loop",
+    "report_for_run",
+    "rewrites_of",
+    "write_report",
+]

@@ -1,0 +1,102 @@
+"""The one call an app makes to write report.html for a run (`report_for_run`) or an optimization
+(`report_for_loop`).
+
+Each gathers a `ReportData` from what the app already holds — a `RunResult` (or the saved run's
+cases and graphs), the failures' attributions when it has them (else the lineage attributor, which
+needs no LM, attributes them here), an optional diagnosis — writes `<out_dir>/report.html` and
+returns its path. Logging it to MLflow is the caller's (`tracker.log_artifact(path)`); this module
+neither logs nor prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from memtrace_loop.pipeline.analysis.attribution.lineage import attribute_failures
+from memtrace_loop.pipeline.analysis.blame import Attribution, BlameTable
+from memtrace_loop.pipeline.analysis.evaluation import EvaluationReport, summarize
+from memtrace_loop.pipeline.core.graph import ExecutionGraph
+from memtrace_loop.pipeline.core.records import CaseResult, Conversation
+from memtrace_loop.pipeline.loop.optimization import LoopResult
+from memtrace_loop.pipeline.loop.runner import RunResult
+from memtrace_loop.pipeline.tracking.report.data import DEFAULT_MAX_NODES, DiagnosisGroup, ReportData, rewrites_of
+from memtrace_loop.pipeline.tracking.report.render import write_report
+
+REPORT_FILE = "report.html"
+
+
+def report_data(
+    title: str,
+    results: Sequence[CaseResult],
+    graph_by_conversation: Mapping[str, ExecutionGraph],
+    *,
+    report: EvaluationReport | None = None,
+    attributions: Sequence[Attribution] | None = None,
+    conversation_by_id: Mapping[str, Conversation] | None = None,
+    exclude_categories: Sequence[int] = (5,),
+    blame: BlameTable | None = None,
+    diagnosis: str | None = None,
+    diagnosis_groups: Sequence[DiagnosisGroup] = (),
+    meta: Mapping[str, str] | None = None,
+    max_nodes: int = DEFAULT_MAX_NODES,
+) -> ReportData:
+    """A `ReportData` for judged cases and their graphs; `attributions=None` attributes the failures
+    with the lineage attributor (no LM); `report=None` summarizes the cases (without `exclude_categories`)."""
+    report = report if report is not None else summarize(results, exclude_categories)
+    if attributions is None:
+        attributions = attribute_failures(
+            results, graph_by_conversation, conversation_by_id, report.excluded_categories
+        )
+    return ReportData(
+        title, report, tuple(results), graph_by_conversation, tuple(attributions), blame, diagnosis,
+        tuple(diagnosis_groups), meta=dict(meta or {}), max_nodes=max_nodes,
+    )
+
+
+def report_for_run(
+    result: RunResult,
+    out_dir: str | Path,
+    *,
+    title: str = "MemTrace run",
+    attributions: Sequence[Attribution] | None = None,
+    conversation_by_id: Mapping[str, Conversation] | None = None,
+    diagnosis: str | None = None,
+    diagnosis_groups: Sequence[DiagnosisGroup] = (),
+    meta: Mapping[str, str] | None = None,
+    max_nodes: int = DEFAULT_MAX_NODES,
+) -> Path:
+    """Write `<out_dir>/report.html` for a finished run and return its path (see the module doc)."""
+    data = report_data(
+        title, result.results, result.graph_by_conversation, report=result.report, attributions=attributions,
+        conversation_by_id=conversation_by_id, diagnosis=diagnosis, diagnosis_groups=diagnosis_groups,
+        meta=meta, max_nodes=max_nodes,
+    )
+    return write_report(data, Path(out_dir) / REPORT_FILE)
+
+
+def report_for_loop(
+    result: LoopResult,
+    out_dir: str | Path,
+    *,
+    title: str = "MemTrace optimization",
+    attributions: Sequence[Attribution] | None = None,
+    conversation_by_id: Mapping[str, Conversation] | None = None,
+    diagnosis: str | None = None,
+    diagnosis_groups: Sequence[DiagnosisGroup] = (),
+    meta: Mapping[str, str] | None = None,
+    max_nodes: int = DEFAULT_MAX_NODES,
+) -> Path:
+    """Write `<out_dir>/report.html` for an optimization: the final test evaluation's failures (with
+    `attributions` of them, or lineage ones), the scores per iteration and the accepted rewrites."""
+    final = result.test_final
+    data = report_data(
+        title, final.results, final.graph_by_conversation, report=final.report, attributions=attributions,
+        conversation_by_id=conversation_by_id, diagnosis=diagnosis, diagnosis_groups=diagnosis_groups,
+        meta=meta, max_nodes=max_nodes,
+    )
+    data = ReportData(
+        data.title, data.report, data.results, data.graph_by_conversation, data.attributions, data.blame,
+        data.diagnosis, data.diagnosis_groups, tuple(result.history), rewrites_of(result), data.meta, data.max_nodes,
+    )
+    return write_report(data, Path(out_dir) / REPORT_FILE)

@@ -1,0 +1,292 @@
+"""The part of a conversation graph one failure's drawing shows: from the evidence turns to the answer.
+
+`failure_subgraph(graph, case, attribution)` keeps (1) the nodes on a path from an evidence turn to
+the case's answer (the answer's ancestors restricted to the evidence turns' lineage), (2) the blamed
+operation and the other suspects with their inputs and outputs (a drop usually leads nowhere near the
+answer), (3) the answering chain of the question (query, retrieval, context, answer, judge, gold,
+verdict) and (4) the evidence turns themselves. When that is more than `max_nodes`, it keeps the nodes
+nearest the must-keep ones (evidence, blamed operation, answer) and counts the rest by kind in
+`elided_by_kind`, so a LoCoMo-sized conversation still draws a small, readable graph.
+
+The forward walk from the evidence never enters another question's answering side, never passes
+the answer's own sequence number and does not follow the similar memories shown to a decision
+(context, not the information's path: the unit's own versions carry it), so its cost is that of the
+evidence's lineage, not of the whole graph. Pure: reads the graph, returns a record; drawing it is `report.layout`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from memtrace_loop.pipeline.analysis.blame import Attribution
+from memtrace_loop.pipeline.core.conventions import (
+    QUESTION_SIDE_KINDS,
+    OpKind,
+    VarKind,
+    answer_name,
+    first_version,
+    turn_name,
+)
+from memtrace_loop.pipeline.core.graph import ExecutionGraph, GraphError, Operation
+from memtrace_loop.pipeline.core.records import CaseResult
+
+OP_KIND = "op"  # the `kind` of an operation node (variables carry their VarKind)
+MAX_EVIDENCE = 8  # evidence turns always drawn (more are elided like any other node)
+
+
+class Role:
+    """Why a node is in the drawing (one per node, the strongest)."""
+
+    BLAMED = "blamed"
+    SUSPECT = "suspect"
+    EVIDENCE = "evidence"
+    ANSWER = "answer"
+    PATH = "path"
+
+
+@dataclass(frozen=True)
+class SubNode:
+    id: str
+    kind: str  # OP_KIND or the variable's kind
+    label: str  # op: its name; variable: its name (with the version when it has several)
+    value: str  # variable: its value; op: stage, kind, status and error
+    seq: float  # op: its sequence number; variable: just after its producer (turns: just before first use)
+    role: str = Role.PATH
+    failed: bool = False
+
+
+@dataclass(frozen=True)
+class Subgraph:
+    """A failure's drawing: nodes, data-flow edges (source, target) and version edges (previous, next)."""
+
+    nodes: tuple[SubNode, ...]
+    edges: tuple[tuple[str, str], ...]
+    version_edges: tuple[tuple[str, str], ...] = ()
+    elided_by_kind: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    note: str = ""
+
+    @property
+    def elided(self) -> int:
+        return sum(self.elided_by_kind.values())
+
+
+def _question_side(graph: ExecutionGraph, op: Operation) -> bool:
+    if op.kind in (OpKind.RESPONSE, OpKind.JUDGE):
+        return True
+    return any(graph.variable(v).kind in QUESTION_SIDE_KINDS for v in op.outputs)
+
+
+def _answering_chain(graph: ExecutionGraph, answer: str) -> set[str]:
+    """The answer, the operations that produced it through question-side variables (retrieval,
+    sufficiency, expansion), those variables, and the judge with its gold and verdict."""
+    chain: set[str] = {answer}
+    queue = deque([answer])
+    while queue:
+        node = queue.popleft()
+        producer = graph.producer(node)
+        if producer is None or producer.id in chain:
+            continue
+        chain.add(producer.id)
+        for var_id in producer.inputs:
+            if graph.variable(var_id).kind in QUESTION_SIDE_KINDS and var_id not in chain:
+                chain.add(var_id)
+                queue.append(var_id)
+    for judge in graph.consumers(answer):
+        if judge.kind == OpKind.JUDGE:
+            chain.add(judge.id)
+            chain.update(judge.inputs)
+            chain.update(judge.outputs)
+    return chain
+
+
+def _forward(graph: ExecutionGraph, starts: Iterable[str], allowed_ops: set[str], max_seq: int) -> set[str]:
+    """Descendants of `starts` through construction operations (and the `allowed_ops` of this
+    question's answering side) up to sequence number `max_seq`."""
+    starts_set = set(starts)
+    seen: set[str] = set(starts_set)
+    queue = deque(sorted(starts_set))
+    while queue:
+        var_id = queue.popleft()
+        if graph.variable(var_id).kind == VarKind.RETRIEVED and var_id not in starts_set:
+            continue  # memories shown to a decision as context: not where the information flows
+        for op in graph.consumers(var_id):
+            if op.id in seen or op.seq > max_seq:
+                continue
+            if op.id not in allowed_ops and _question_side(graph, op):
+                continue
+            seen.add(op.id)
+            for out in op.outputs:
+                if out not in seen:
+                    seen.add(out)
+                    queue.append(out)
+    return seen
+
+
+def _backward_within(graph: ExecutionGraph, target: str, allowed: set[str]) -> set[str]:
+    """The ancestors of `target` (itself included) reachable through nodes of `allowed` only."""
+    if target not in allowed:
+        return set()
+    found = {target}
+    queue = deque([target])
+    while queue:
+        node = queue.popleft()
+        if node.startswith("op:"):
+            parents: Iterable[str] = graph.operation(node).inputs
+        else:
+            producer = graph.producer(node)
+            parents = () if producer is None else (producer.id,)
+        for parent in parents:
+            if parent in allowed and parent not in found:
+                found.add(parent)
+                queue.append(parent)
+    return found
+
+
+def _evidence_ids(graph: ExecutionGraph, case: CaseResult, attribution: Attribution | None) -> list[str]:
+    turn_ids = (attribution.evidence if attribution is not None and attribution.evidence else ()) or (
+        case.question.evidence
+    )
+    found = []
+    for turn_id in turn_ids:
+        var_id = first_version(turn_name(turn_id))
+        if var_id in graph and var_id not in found:
+            found.append(var_id)
+    return found
+
+
+def _io(graph: ExecutionGraph, op_id: str) -> set[str]:
+    op = graph.operation(op_id)
+    return {op_id, *op.inputs, *op.outputs}
+
+
+def _pick(graph: ExecutionGraph, candidates: set[str], must: list[str], max_nodes: int) -> set[str]:
+    """`must` (in order, up to the cap) then the candidates nearest them (BFS over data-flow edges)."""
+    kept: set[str] = set()
+    queue: deque[str] = deque()
+    for node in must:
+        if len(kept) >= max_nodes:
+            return kept
+        if node in candidates and node not in kept:
+            kept.add(node)
+            queue.append(node)
+    while queue and len(kept) < max_nodes:
+        node = queue.popleft()
+        if node.startswith("op:"):
+            op = graph.operation(node)
+            neighbours: list[str] = [*op.inputs, *op.outputs]
+        else:
+            producer = graph.producer(node)
+            neighbours = [*(() if producer is None else (producer.id,)), *(o.id for o in graph.consumers(node))]
+        for neighbour in neighbours:
+            if neighbour in candidates and neighbour not in kept:
+                kept.add(neighbour)
+                queue.append(neighbour)
+                if len(kept) >= max_nodes:
+                    break
+    return kept
+
+
+def _describe(graph: ExecutionGraph, node_id: str, role: str, seq_by_var: Mapping[str, float]) -> SubNode:
+    if node_id.startswith("op:"):
+        op = graph.operation(node_id)
+        value = f"{op.name} — stage {op.stage}, {op.kind.value}, seq {op.seq}, {op.status.value}"
+        if op.error:
+            value += f"\nerror: {op.error}"
+        return SubNode(op.id, OP_KIND, op.name, value, float(op.seq), role, op.failed)
+    var = graph.variable(node_id)
+    several = var.version > 1 or len(graph.versions(var.name)) > 1
+    label = var.id if several else var.name
+    return SubNode(var.id, str(var.kind), label, var.value, seq_by_var[var.id], role)
+
+
+def failure_subgraph(
+    graph: ExecutionGraph, case: CaseResult, attribution: Attribution | None = None, max_nodes: int = 60
+) -> Subgraph:
+    """The drawing of one failure (see the module doc); at most `max_nodes` nodes."""
+    if max_nodes < 1:
+        raise ValueError(f"max_nodes must be at least 1, got {max_nodes}")
+    answer_var = graph.latest(answer_name(case.question.id))
+    evidence = _evidence_ids(graph, case, attribution)
+    blamed: list[str] = []
+    if attribution is not None:
+        for op_id in (attribution.op, *(f.op for f in attribution.joint), *(f.op for f in attribution.suspects)):
+            if op_id in graph and op_id.startswith("op:") and op_id not in blamed:
+                blamed.append(op_id)
+    if answer_var is None:
+        chain: set[str] = set()
+        max_seq = graph.n_operations
+        answer = None
+    else:
+        answer = answer_var.id
+        chain = _answering_chain(graph, answer)
+        producer = graph.producer(answer)
+        max_seq = producer.seq if producer is not None else graph.n_operations
+    lineage = _forward(graph, evidence, chain, max_seq)
+    on_path = _backward_within(graph, answer, lineage) if answer is not None else set()
+    candidates = on_path | chain | set(evidence)
+    for op_id in blamed:
+        candidates |= _io(graph, op_id)
+    prompts = {op.prompt for op in (graph.operation(n) for n in candidates if n.startswith("op:")) if op.prompt}
+    candidates -= prompts - set(evidence)
+
+    must = [*blamed[:1], *evidence[:MAX_EVIDENCE], *([answer] if answer else []), *blamed[1:]]
+    if answer is not None and (producer := graph.producer(answer)) is not None:
+        must.append(producer.id)
+    kept = candidates if len(candidates) <= max_nodes else _pick(graph, candidates, must, max_nodes)
+
+    role_by_node: dict[str, str] = {}
+    for op_id in blamed:
+        role_by_node[op_id] = Role.SUSPECT
+    if blamed and attribution is not None and attribution.op == blamed[0]:
+        role_by_node[blamed[0]] = Role.BLAMED
+    for var_id in evidence:
+        role_by_node.setdefault(var_id, Role.EVIDENCE)
+    if answer is not None:
+        role_by_node.setdefault(answer, Role.ANSWER)
+
+    seq_by_var = _variable_seqs(graph, kept)
+    ordered = sorted(kept, key=lambda n: (seq_by_var.get(n, 0.0) if not n.startswith("op:")
+                                          else float(graph.operation(n).seq), n))
+    nodes = tuple(_describe(graph, n, role_by_node.get(n, Role.PATH), seq_by_var) for n in ordered)
+    edges: list[tuple[str, str]] = []
+    for node in ordered:
+        if node.startswith("op:"):
+            op = graph.operation(node)
+            edges.extend((i, op.id) for i in op.inputs if i in kept)
+            edges.extend((op.id, o) for o in op.outputs if o in kept)
+    version_edges = tuple(
+        (v.previous, v.id) for v in (graph.variable(n) for n in ordered if not n.startswith("op:"))
+        if v.previous is not None and v.previous in kept
+    )
+    elided = Counter(
+        OP_KIND if n.startswith("op:") else str(graph.variable(n).kind) for n in candidates - kept
+    )
+    note = ""
+    if answer is None:
+        note = "the graph holds no answer for this question"
+    elif not evidence:
+        note = "no evidence turn of this question is in the graph"
+    elif not on_path:
+        note = "no path from the evidence turns reaches the answer: the information was lost on the way"
+    return Subgraph(nodes, tuple(edges), version_edges, MappingProxyType(dict(sorted(elided.items()))), note)
+
+
+def _variable_seqs(graph: ExecutionGraph, nodes: Iterable[str]) -> dict[str, float]:
+    """A variable sits just after its producer; an unproduced one (a turn) just before its first use."""
+    seq_by_var: dict[str, float] = {}
+    for node in nodes:
+        if node.startswith("op:"):
+            continue
+        try:
+            producer = graph.producer(node)
+        except GraphError:
+            continue
+        if producer is not None:
+            seq_by_var[node] = producer.seq + 0.5
+        else:
+            users = graph.consumers(node)
+            seq_by_var[node] = (min(op.seq for op in users) - 0.5) if users else -1.0
+    return seq_by_var
