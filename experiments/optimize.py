@@ -64,6 +64,7 @@ from memtrace_loop.pipeline.tracking.export import ExportedPrompts, write_prompt
 from memtrace_loop.pipeline.tracking.loop_observer import TrackingLoopObserver
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.redacting_tracker import RedactingTracker
+from memtrace_loop.pipeline.tracking.report.run_report import diagnosis_text, groups_from_diagnosis, report_for_loop
 from memtrace_loop.pipeline.tracking.run_logging import flatten, git_commit, log_params, scrub
 from memtrace_loop.pipeline.tracking.store_access import configure_tracking_client, tracking_available
 from omegaconf import DictConfig
@@ -250,6 +251,14 @@ def optimize(cfg: DictConfig, console: Console | None = None, stop: StopToken | 
             diagnosed, diagnosis = loop_diagnosis(result, lms.attributor)  # latest attributed train failures
             for path in write_diagnosis(run_dir, diagnosis, secrets):
                 tracker.log_artifact(path)
+            report = report_for_loop(  # the final test failures (lineage), scores per iteration, accepted rewrites
+                result, run_dir, title=f"{run_name}: {system.name}",
+                conversation_by_id={c.id: c for c in parts.test.conversations},
+                diagnosis=diagnosis_text(diagnosis, f"Train failures of iteration {diagnosed}: "),
+                diagnosis_groups=groups_from_diagnosis(diagnosis),
+                meta={"system": system.name, "optimizer": plain["optimizer"]["name"], "attributor": attributor.name},
+            )
+            tracker.log_artifact(report)
             elapsed = time.perf_counter() - started
             tracker.log_metrics({"elapsed_s": elapsed, **retries.tally().metrics()})
             mark_finished(run_dir / CHECKPOINT, result, paths)
@@ -274,6 +283,7 @@ def optimize(cfg: DictConfig, console: Console | None = None, stop: StopToken | 
     if not improved:
         console.print("[bold yellow]No rewrite was accepted: the exported prompt set is the starting one "
                       "(nothing beat it on dev).[/]")
+    console.print(f"Report: {report}")
     console.print(f"Exported prompts: {paths[0]} and {paths[1].name}; plots: {', '.join(str(p) for p in plots)}")
     console.print(f"Load them with: memtrace run prompts={paths[0]}")
     if uri.startswith("sqlite:///"):

@@ -46,6 +46,7 @@ from memtrace_loop.pipeline.core.stop import StopToken
 from memtrace_loop.pipeline.loop.runner import run_dataset
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.redacting_tracker import RedactingTracker
+from memtrace_loop.pipeline.tracking.report.run_report import diagnosis_text, groups_from_diagnosis, report_for_run
 from memtrace_loop.pipeline.tracking.run_logging import (
     ARTIFACTS_DIR,
     RESULTS_TABLE,
@@ -69,6 +70,7 @@ from memtrace_loop.pipeline.tracking.run_record import (
     write_run_record,
 )
 from memtrace_loop.pipeline.tracking.store_access import configure_tracking_client, failure_cause, tracking_available
+from memtrace_loop.pipeline.tracking.traces import configure_trace_export, log_question_traces
 from omegaconf import DictConfig
 from rich.console import Console
 
@@ -84,6 +86,7 @@ def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None 
     secrets = protect(plain)  # first: Hydra's saved files scrubbed, logs and console masked
     config = validated_run(plain)  # every key checked before anything is built (ConfigError naming the key)
     configure_tracking_client(config.tracking.timeout_s, config.tracking.max_retries)  # fail fast when MLflow is down
+    configure_trace_export()  # before the store is opened: MLflow reads it at its first span
     base_dir = launch_dir()
     configure_cache(base_dir / plain["cache_dir"])
 
@@ -144,6 +147,13 @@ def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None 
         tally = calls.tally()
         saved = save_run(run_dir, result, system.prompt_set(), secrets, plain)
         failures.write(saved, secrets)  # attributions.json, blame.json, diagnosis.json, diagnosis.md
+        report = report_for_run(  # report.html beside them: logged with the artifacts
+            result, saved, title=f"{run_name}: {system.name} on {dataset.name} ({plain['split']})",
+            attributions=failures.attributions, conversation_by_id={c.id: c for c in dataset.conversations},
+            diagnosis=diagnosis_text(failures.diagnosis), diagnosis_groups=groups_from_diagnosis(failures.diagnosis),
+            meta={"system": system.name, "dataset": dataset.name, "split": plain["split"],
+                  "attributor": attributor.name},
+        )
         columns = result_columns(result, secrets)
         record = RunRecord(
             plain["tracking"]["experiment"], run_name, tags=tags, params=params,
@@ -164,6 +174,10 @@ def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None 
             log_record(tracker, record, saved)
         except Exception as exc:  # the results are on disk: say how to log them later
             raise NotLoggedError(scrub(unreachable_message(out_dir, exc), secrets)) from exc
+        if config.tracking.traces and config.tracking.max_traces:  # never raises: a failure only warns
+            traced = log_question_traces(result, failures.attributions, run_id=run_id,
+                                         cap=config.tracking.max_traces, secrets=secrets, stop=stop)
+            logger.info("logged %d question traces (with their blame) to MLflow run %s", traced, run_id)
 
     console.print(calls_table(tally, title="LM calls by role (counted at the LM layer)"))
     console.print(counts_line(result.counts) + f", {elapsed:.1f} s")
@@ -171,6 +185,7 @@ def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None 
     console.print(f"MLflow run [bold]{run_id}[/] in {uri} (experiment {plain['tracking']['experiment']!r})")
     if uri.startswith("sqlite:///"):
         console.print(f"Open it with: mlflow ui --backend-store-uri {uri}")
+    console.print(f"Report: {report} (open it in a browser; also in the MLflow run's artifacts)")
     console.print(f"Saved cases and graphs in {saved}; attribute them with: "
                   f"memtrace attribute run_dir={out_dir}")
     return {"run_id": run_id, "judge_accuracy": result.report.overall.judge_accuracy, "run_dir": str(out_dir)}

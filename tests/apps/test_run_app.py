@@ -157,3 +157,21 @@ def test_the_mlflow_run_is_opened_before_the_work_and_killed_by_a_stop(tmp_path,
     assert logged.info.status == "KILLED"
     assert logged.data.params["memory_system.name"] == "mem0"  # params were logged before the work
     assert "judge_accuracy" not in logged.data.metrics
+
+
+def test_a_run_writes_its_report_and_logs_its_questions_as_traces(tmp_path, monkeypatch):
+    import mlflow
+
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    cfg = composed(f"tracking.uri={uri}", f"cache_dir={tmp_path}/cache", "dataset.n_conversations=1",
+                   "tracking.max_traces=4")
+    outcome = run(cfg)
+    report = Path(outcome["run_dir"]) / "artifacts" / "report.html"
+    assert report.exists() and "Content-Security-Policy" in report.read_text(encoding="utf-8")
+    client = MlflowClient(tracking_uri=uri)
+    assert "report.html" in {a.path for a in client.list_artifacts(outcome["run_id"])}
+    experiment = client.get_run(outcome["run_id"]).info.experiment_id
+    mlflow.set_tracking_uri(uri)
+    traces = mlflow.search_traces(locations=[experiment], return_type="list")
+    assert len(traces) == 4

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from memtrace_loop.pipeline.analysis.attribution.lineage import attribute_failures
 from memtrace_loop.pipeline.analysis.blame import Attribution, BlameTable
+from memtrace_loop.pipeline.analysis.diagnosis import Diagnosis
 from memtrace_loop.pipeline.analysis.evaluation import EvaluationReport, summarize
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import CaseResult, Conversation
@@ -100,3 +101,19 @@ def report_for_loop(
         data.diagnosis, data.diagnosis_groups, tuple(result.history), rewrites_of(result), data.meta, data.max_nodes,
     )
     return write_report(data, Path(out_dir) / REPORT_FILE)
+
+
+def groups_from_diagnosis(diagnosis: Diagnosis) -> tuple[DiagnosisGroup, ...]:
+    """The diagnostic summary's groups as the report shows them (stage, error type, count, example ids)."""
+    return tuple(
+        DiagnosisGroup(g.stage, g.error_type, g.count, tuple(c.question_id for c in g.cases),
+                       f"{100 * g.share:.0f}% of the attributed failures")
+        for g in diagnosis.groups
+    )
+
+
+def diagnosis_text(diagnosis: Diagnosis, scope: str = "") -> str | None:
+    """The analysis for the top of the report (None when nothing failed), prefixed with what it covers."""
+    if not diagnosis.groups:
+        return None
+    return f"{scope}{diagnosis.headline()}"
