@@ -54,9 +54,10 @@ from memtrace_loop.pipeline.loop.optimization import (
 )
 from memtrace_loop.pipeline.tracking.export import ExportedPrompts, write_prompts
 from memtrace_loop.pipeline.tracking.loop_observer import TrackingLoopObserver
+from memtrace_loop.pipeline.tracking.metric_names import ELAPSED_S
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.redacting_tracker import RedactingTracker
-from memtrace_loop.pipeline.tracking.run_logging import flatten, git_commit, log_params, scrub
+from memtrace_loop.pipeline.tracking.run_logging import flatten, git_commit, log_params, retry_metrics, scrub
 from memtrace_loop.pipeline.tracking.store_access import configure_tracking_client, tracking_available
 from omegaconf import DictConfig
 from rich.console import Console
@@ -240,7 +241,7 @@ def optimize(cfg: DictConfig, console: Console | None = None, stop: StopToken | 
                 tracker.log_artifact(table, f"optimizer/{table.parent.name}")
             plots = TrackingLoopObserver.plots(result, run_dir)
             elapsed = time.perf_counter() - started
-            tracker.log_metrics({"elapsed_s": elapsed, **retries.tally().metrics()})
+            tracker.log_metrics({ELAPSED_S: elapsed, **retry_metrics(retries.tally())})
             mark_finished(run_dir / CHECKPOINT, result, paths)
     except (Interrupted, KeyboardInterrupt) as error:
         error.add_note(f"the last checkpoint is kept; resume with: memtrace optimize resume={run_dir}")

@@ -34,6 +34,7 @@ from memtrace_loop.pipeline.backends.preflight import check_endpoints
 from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
 from memtrace_loop.pipeline.core.stop import StopToken
 from memtrace_loop.pipeline.loop.runner import run_dataset
+from memtrace_loop.pipeline.tracking.metric_names import ELAPSED_S
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.redacting_tracker import RedactingTracker
 from memtrace_loop.pipeline.tracking.run_logging import (
@@ -44,6 +45,7 @@ from memtrace_loop.pipeline.tracking.run_logging import (
     git_commit,
     params_for_logging,
     result_columns,
+    retry_metrics,
     run_metrics,
     save_run,
     scrub,
@@ -132,8 +134,8 @@ def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None 
         columns = result_columns(result, secrets)
         record = RunRecord(
             plain["tracking"]["experiment"], run_name, tags=tags, params=params,
-            metrics={**run_metrics(result), "elapsed_s": elapsed, **call_metrics(tally, failed=True),
-                     **token_metrics(tally), **retries.tally().metrics()},
+            metrics={**run_metrics(result), ELAPSED_S: elapsed, **call_metrics(tally, failed=True),
+                     **token_metrics(tally), **retry_metrics(retries.tally())},
             tables={RESULTS_TABLE: columns} if columns else {}, record_id=record_id,
         )
         write_run_record(out_dir, record)

@@ -55,6 +55,7 @@ class MlflowTracker:
         self.tracking_uri = tracking_uri
         self.lock_attempts = lock_attempts
         self.lock_backoff_s = lock_backoff_s
+        self.experiment_name: str | None = None  # the experiment last opened (names its registry prompts)
 
     def _write(self, call: Callable[[], T], what: str) -> T:
         return retry_when_locked(call, attempts=self.lock_attempts, backoff_s=self.lock_backoff_s, what=what)
@@ -78,6 +79,7 @@ class MlflowTracker:
         with store_lock(self.tracking_uri):  # MLflow creates / migrates a fresh store on first contact
             experiment_id = self._write(lambda: self._get_or_create_experiment(name), f"experiment {name!r}")
         self._write(lambda: mlflow.set_experiment(experiment_id=experiment_id), f"experiment {name!r}")
+        self.experiment_name = name
         return experiment_id
 
     @contextmanager
@@ -146,9 +148,20 @@ class MlflowTracker:
         self._write(lambda: mlflow.log_table(data=dict(columns), artifact_file=artifact_file), f"log {artifact_file}")
 
     def register_prompts(
-        self, system_name: str, prompts: PromptSet, commit_message: str, tags: Mapping[str, str]
+        self, system_name: str, prompts: PromptSet, commit_message: str, tags: Mapping[str, str],
+        alias: str | None = None,
     ) -> Mapping[str, str]:
-        return register_prompt_set(system_name, prompts, commit_message=commit_message, tags=tags)
+        """Register `prompts` as `memtrace-<experiment>-<system>-<stage>` (the experiment last opened; see
+        `prompt_registry`): new versions only for changed stages, linked to the active run."""
+        active = mlflow.active_run()
+        return self._write(
+            lambda: register_prompt_set(
+                system_name, prompts, commit_message=commit_message, tags=tags,
+                run_id=active.info.run_id if active is not None else None, experiment=self.experiment_name,
+                alias=alias,
+            ),
+            "register prompts",
+        )
 
     def _client(self) -> MlflowClient:
         client = MlflowClient(tracking_uri=self.tracking_uri)

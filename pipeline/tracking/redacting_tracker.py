@@ -74,10 +74,11 @@ class RedactingTracker:
         self.inner.log_table(clean, artifact_file)
 
     def register_prompts(
-        self, system_name: str, prompts: PromptSet, commit_message: str, tags: Mapping[str, str]
+        self, system_name: str, prompts: PromptSet, commit_message: str, tags: Mapping[str, str],
+        alias: str | None = None,
     ) -> Mapping[str, str]:
         clean = PromptSet({stage: self._r(text) for stage, text in prompts.instruction_by_stage.items()})
-        return self.inner.register_prompts(system_name, clean, self._r(commit_message), self._strings(tags))
+        return self.inner.register_prompts(system_name, clean, self._r(commit_message), self._strings(tags), alias)
 
     # -------------------------------------------------------------- reading
     def get_run(self, run_id: str) -> TrackedRun:

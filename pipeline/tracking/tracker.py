@@ -20,6 +20,8 @@ from typing import Protocol
 
 from memtrace_loop.pipeline.core.records import PromptSet
 
+CHAMPION = "champion"  # the prompt-registry alias of the accepted prompt set's versions
+
 
 class RunNotFoundError(LookupError):
     """The tracker has no run with that id."""
@@ -63,9 +65,12 @@ class Tracker(Protocol):
     def log_table(self, columns: Mapping[str, list[str]], artifact_file: str) -> None: ...
 
     def register_prompts(
-        self, system_name: str, prompts: PromptSet, commit_message: str, tags: Mapping[str, str]
+        self, system_name: str, prompts: PromptSet, commit_message: str, tags: Mapping[str, str],
+        alias: str | None = None,
     ) -> Mapping[str, str]:
-        """Register every stage of `prompts` as a new prompt version; returns stage -> prompt URI."""
+        """Register `prompts` in the prompt registry of the current experiment (a new version for each
+        stage whose text changed, linked to the active run; `alias` moved onto the set's versions);
+        returns stage -> prompt URI."""
         ...
 
     def get_run(self, run_id: str) -> TrackedRun:

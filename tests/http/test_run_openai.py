@@ -62,9 +62,10 @@ def test_run_against_an_openai_compatible_endpoint(server, tmp_path, monkeypatch
 
     client = MlflowClient(tracking_uri=uri)
     metrics = client.get_run(outcome["run_id"]).data.metrics
-    assert metrics["failed_operations"] >= 1  # the malformed response became a failed operation
-    assert metrics["n"] > 0
-    assert metrics["lm_calls"] - metrics["lm_cached_calls"] == sum(r.status == 200 for r in chats)
+    assert metrics["eval/traced/failed_operations"] >= 1  # the malformed response became a failed operation
+    assert metrics["eval/n"] > 0
+    made = metrics["eval/traced/lm_calls"] - metrics["eval/traced/lm_cached_calls"]
+    assert made == sum(r.status == 200 for r in chats)
     params = client.get_run(outcome["run_id"]).data.params
     assert params["lm.task.api_key_env"] == "MEMTRACE_TEST_KEY"
 

@@ -103,7 +103,8 @@ class InMemoryTracker:
         self.active.artifacts[artifact_file] = json.dumps({k: list(v) for k, v in columns.items()})
 
     def register_prompts(
-        self, system_name: str, prompts: PromptSet, commit_message: str, tags: Mapping[str, str]
+        self, system_name: str, prompts: PromptSet, commit_message: str, tags: Mapping[str, str],
+        alias: str | None = None,
     ) -> Mapping[str, str]:
         self.active.registered.append((system_name, prompts, commit_message, dict(tags)))
         version = sum(len(run.registered) for run in self.runs.values())
