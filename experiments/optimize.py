@@ -33,6 +33,7 @@ from memtrace_loop.experiments.factory import (
     to_plain,
 )
 from memtrace_loop.experiments.lifecycle import run_app
+from memtrace_loop.experiments.run_names import run_name as sweep_run_name
 from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.optimizers.gepa_program import save_program_state
@@ -200,7 +201,7 @@ def optimize(cfg: DictConfig, console: Console | None = None, stop: StopToken | 
         dropped = tracker.delete_children(parent_id, "memtrace.iteration", int(checkpoint["iteration"]))
         if dropped:
             logger.info("resume: deleted %d nested run(s) of iterations the checkpoint did not record", len(dropped))
-    run_name = config.run_name or f"optimize-{system.name}-{plain['optimizer']['name']}"
+    run_name = sweep_run_name("optimize", config.run_name, f"optimize-{system.name}-{plain['optimizer']['name']}")
     started = time.perf_counter()
     try:
         with tracker.start_run(None if parent_id else run_name, run_id=parent_id) as run_id:

@@ -25,6 +25,7 @@ from memtrace_loop.experiments.factory import (
 )
 from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.experiments.output_dirs import app_output_dir
+from memtrace_loop.experiments.run_names import run_name as sweep_run_name
 from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.pipeline.backends.call_count import CallLedger
 from memtrace_loop.pipeline.backends.embeddings import build_embedder
@@ -95,7 +96,7 @@ def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None 
     # saved beside Hydra's own files, so `memtrace attribute run_dir=<output dir>` can read them back
     out_dir = app_output_dir("run", base_dir)
     run_dir = out_dir / ARTIFACTS_DIR
-    run_name = config.run_name or f"run-{system.name}-{plain['dataset']['kind']}-{plain['split']}"
+    run_name = sweep_run_name("run", config.run_name, f"run-{system.name}-{plain['dataset']['kind']}-{plain['split']}")
     record_id = new_record_id()
     tags = {"memtrace.command": "run", "memtrace.system": system.name, "memtrace.dataset": dataset.name,
             "memtrace.split": plain["split"], "git_commit": git_commit(base_dir), RECORD_TAG: record_id}

@@ -113,6 +113,28 @@ def final_call_metrics(result: LoopResult) -> dict[str, float]:
     }
 
 
+def iteration_params(record: IterationRecord) -> dict[str, str]:
+    """The params of an iteration's nested run, what tells iterations apart in the MLflow UI's run
+    table: `iteration`, `candidates` (how many), `candidate.<i>.stages` (the stages candidate i
+    rewrote) and `.verdict`, `accepted` (the accepted candidate's index, or `none`), `accepted.stages`
+    and `stage` (the stages the accepted candidate changed; `none`), `blamed_stage` (the stage with
+    the most blame)."""
+    params = {"iteration": str(record.iteration), "candidates": str(len(record.outcomes))}
+    accepted_index = "none"
+    for index, outcome in enumerate(record.outcomes):
+        params[f"candidate.{index}.stages"] = ",".join(outcome.candidate.changed_stages) or "none"
+        params[f"candidate.{index}.verdict"] = "accepted" if outcome.accepted else "rejected"
+        if outcome.accepted:
+            accepted_index = str(index)
+    accepted = record.accepted
+    params["accepted"] = accepted_index
+    params["stage"] = ",".join(accepted.candidate.changed_stages) if accepted is not None else "none"
+    if accepted is not None and accepted.candidate.knobs:
+        params["accepted.knobs"] = ",".join(f"{k}={v}" for k, v in sorted(accepted.candidate.knobs.items()))
+    params["blamed_stage"] = record.blame.rows[0].stage if record.blame.rows else "none"  # most blamed first
+    return params
+
+
 def blame_by_iteration(history: Iterable[IterationSummary]) -> list[tuple[int, BlameTable]]:
     """The blame table of every iteration that has one (for the plot)."""
     return [(summary.iteration, summary.blame) for summary in history if summary.blame.rows]
@@ -136,15 +158,16 @@ class TrackingLoopObserver:
         tracker = self.tracker
         with tracker.start_run(f"iteration-{record.iteration}", nested=True):
             tracker.set_tags({"memtrace.iteration": str(record.iteration)})
+            tracker.log_params({k: scrub(v, self.secrets) for k, v in iteration_params(record).items()})
             metrics = {
-                **run_metrics(record.train, "train_"),
-                **run_metrics(record.dev, "dev_"),
-                "candidates": len(record.outcomes),
-                "accepted": int(record.accepted is not None),
-                "attributed_failures": len(record.attributions),
+                **run_metrics(record.train, names.TRAIN),
+                **run_metrics(record.dev, names.DEV),
+                names.CANDIDATES: len(record.outcomes),
+                names.ACCEPTED: int(record.accepted is not None),
+                names.ATTRIBUTED_FAILURES: len(record.attributions),
                 **attribution_metrics(record.attributions),
                 **call_metrics(record.calls),
-                "lm_calls.budget_spent": record.budget_spent,
+                names.BUDGET_SPENT: record.budget_spent,
             }
             tracker.log_metrics(metrics, step=record.iteration)
             self._text(json.dumps(record.prompts.to_dict(), indent=2, ensure_ascii=False), "prompts.json")

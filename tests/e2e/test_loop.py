@@ -308,11 +308,17 @@ def test_the_loop_observer_logs_every_iteration_through_the_tracker_protocol(res
     assert sum(q["final"] for q in counted) / len(counted) == result.test_final.report.overall.judge_accuracy
     assert sum(q["start"] for q in counted) / len(counted) == result.test_start.report.overall.judge_accuracy
     final_chars = sum(len(text) for text in result.final_prompts.instruction_by_stage.values())
-    assert parent.metric("final_prompt_chars") == [(float(final_chars), None)]
-    assert parent.metric("lm_tokens_made") == [(float(result.lm_tokens_made), None)]
+    assert parent.metric("prompt_chars/final") == [(float(final_chars), None)]
+    assert parent.metric("lm_tokens/made") == [(float(result.lm_tokens_made), None)]
     first = children[1]
-    assert {"prompts.json", "blame.json", "attributions.json", "candidates/0-accepted.diff"} <= set(first.artifacts)
-    assert first.metric("accepted") == [(1.0, 1)]
+    assert {"prompts.json", "blame.json", "attributions.json", "candidates/0-accepted.diff.txt"} <= set(first.artifacts)
+    assert first.metric("loop/accepted") == [(1.0, 1)]
+    accepted_first = result.iterations[1].accepted
+    assert first.params["iteration"] == "1" and first.params["accepted"] != "none"  # what tells iterations apart
+    assert first.params["stage"] == ",".join(accepted_first.candidate.changed_stages)
+    assert first.params[f"candidate.{first.params['accepted']}.verdict"] == "accepted"
+    assert first.params["blamed_stage"] == result.iterations[1].blame.rows[0].stage
+    assert children[0].params["candidates"] == "0" and children[0].params["stage"] == "none"  # the baseline
     table = json.loads(first.text("attributions.json"))
     assert {"verified", "joint", "cost_lm_calls", "replay_calls"} <= set(table)
     assert len(table["verified"]) == len(result.iterations[1].attributions) > 0
