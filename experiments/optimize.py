@@ -58,7 +58,15 @@ from memtrace_loop.pipeline.tracking.loop_observer import TrackingLoopObserver
 from memtrace_loop.pipeline.tracking.metric_names import ELAPSED_S
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.redacting_tracker import RedactingTracker
-from memtrace_loop.pipeline.tracking.run_logging import flatten, git_commit, log_params, retry_metrics, scrub
+from memtrace_loop.pipeline.tracking.run_logging import (
+    dataset_input,
+    dataset_source,
+    flatten,
+    git_commit,
+    log_params,
+    retry_metrics,
+    scrub,
+)
 from memtrace_loop.pipeline.tracking.store_access import configure_tracking_client, tracking_available
 from omegaconf import DictConfig
 from rich.console import Console
@@ -220,6 +228,9 @@ def optimize(cfg: DictConfig, console: Console | None = None, stop: StopToken | 
                 tracker.log_params({"split.train_conversations": len(parts.train.conversations),
                                    "split.dev_conversations": len(parts.dev.conversations),
                                    "split.test_conversations": len(parts.test.conversations)})
+                source = dataset_source(plain["dataset"], base_dir)
+                for context, part in (("train", parts.train), ("dev", parts.dev), ("test", parts.test)):
+                    tracker.log_dataset(dataset_input(part, context, context, source))
             observer = TrackingLoopObserver(tracker, system.name, secrets, config.register_prompts)
             with RichProgress(console) as progress:
                 loop = OptimizationLoop(

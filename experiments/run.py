@@ -42,6 +42,8 @@ from memtrace_loop.pipeline.tracking.run_logging import (
     ARTIFACTS_DIR,
     RESULTS_TABLE,
     call_metrics,
+    dataset_input,
+    dataset_source,
     flatten,
     git_commit,
     params_for_logging,
@@ -119,6 +121,8 @@ def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None 
         if tracker is not None:
             tracker.set_tags(tags)
             tracker.log_params(params)
+            source = dataset_source(plain["dataset"], base_dir)
+            tracker.log_dataset(dataset_input(dataset, "eval", plain["split"], source))
         started = time.perf_counter()
         with RichProgress(console) as progress:
             result = run_dataset(

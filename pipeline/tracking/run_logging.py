@@ -11,12 +11,14 @@ which tracker it talks to (`pipeline.tracking.mlflow_tracker`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
 import subprocess
 import tempfile
 from collections.abc import Iterable, Mapping
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +28,11 @@ from memtrace_loop.pipeline.backends.call_count import CallTally
 from memtrace_loop.pipeline.backends.retry_ledger import RetryTally
 from memtrace_loop.pipeline.core.case_io import cases_to_json
 from memtrace_loop.pipeline.core.graph_io import graph_to_json
-from memtrace_loop.pipeline.core.records import PromptSet
+from memtrace_loop.pipeline.core.records import Dataset, PromptSet
 from memtrace_loop.pipeline.core.redaction import redact as scrub  # the one implementation
 from memtrace_loop.pipeline.loop.runner import RunResult
 from memtrace_loop.pipeline.tracking import metric_names as names
-from memtrace_loop.pipeline.tracking.tracker import Tracker
+from memtrace_loop.pipeline.tracking.tracker import DatasetInput, Tracker
 
 logger = logging.getLogger(__name__)
 
@@ -222,6 +224,37 @@ def retry_metrics(tally: RetryTally) -> dict[str, float]:
         for cause, count in sorted(causes.items()):
             metrics[names.role_retries(role, cause)] = float(count)
     return metrics
+
+
+def dataset_digest(dataset: Dataset) -> str:
+    """A hash of the dataset's content (every conversation, turn and question, in order): two runs
+    share it exactly when they used the same data."""
+    content = json.dumps(
+        [asdict(c) for c in dataset.conversations] + [asdict(q) for q in dataset.questions],
+        sort_keys=True, ensure_ascii=False, default=str,
+    )
+    return hashlib.sha256(content.encode("utf-8")).hexdigest()[:16]
+
+
+def dataset_source(dataset_config: Mapping[str, Any], base_dir: Path | None = None) -> str:
+    """Where the data came from: the file of a `dataset.path` (resolved against `base_dir`), else the
+    generator and its settings (`sim n_conversations=8 seed=0`)."""
+    path = dataset_config.get("path")
+    if path:
+        resolved = Path(str(path)).expanduser()
+        return str(resolved if resolved.is_absolute() or base_dir is None else (base_dir / resolved).resolve())
+    kept = sorted((k, v) for k, v in dataset_config.items() if k not in ("kind", "path") and not isinstance(v, Mapping))
+    settings = " ".join(f"{k}={v}" for k, v in kept)
+    return f"{dataset_config.get('kind', 'dataset')} {settings}".strip()
+
+
+def dataset_input(dataset: Dataset, context: str, split: str, source: str) -> DatasetInput:
+    """What the tracker records of the data a run used (`Tracker.log_dataset`); `context` is train, dev,
+    test or eval."""
+    return DatasetInput(
+        name=f"{dataset.name}-{split}", digest=dataset_digest(dataset), source=source, context=context,
+        split=split, n_conversations=len(dataset.conversations), n_questions=len(dataset.questions),
+    )
 
 
 CASES_FILE = "cases.json"  # every judged case, readable back (`pipeline.core.case_io`)

@@ -70,6 +70,9 @@ def test_parent_run_has_one_nested_run_per_iteration_with_the_artifacts(optimize
         order_by=["attributes.start_time ASC"],
     )
     assert [c.data.tags["memtrace.iteration"] for c in children] == [str(i) for i in range(len(history))]
+    contexts = {t.value: i.dataset for i in parent.inputs.dataset_inputs for t in i.tags}
+    assert set(contexts) == {"train", "dev", "test"}  # the splits, as MLflow dataset inputs
+    assert len({d.digest for d in contexts.values()}) == 3
     first = children[1]  # iteration 1: attributed failures and an accepted candidate
     files = {f.path for f in client.list_artifacts(first.info.run_id)}
     assert {"blame.json", "attributions.json", "prompts.json", "candidates"} <= files

@@ -94,6 +94,9 @@ def test_run_logs_metrics_results_graphs_and_prompts_to_mlflow(tmp_path, monkeyp
     params = run_info.data.params
     assert params["lm.task.backend"] == "sim" and params["memory_system.name"] == "mem0"
     assert run_info.data.tags["memtrace.system"] == "mem0"
+    (used,) = run_info.inputs.dataset_inputs  # the data, as an MLflow dataset input
+    assert [(t.key, t.value) for t in used.tags] == [("mlflow.data.context", "eval")]
+    assert json.loads(used.dataset.profile)["conversations"] == 2 and len(used.dataset.digest) == 16
 
     artifacts = {f.path for f in client.list_artifacts(outcome["run_id"])}
     assert {"results.json", "prompts.json", "report.json", "graphs", "results_table.json"} <= artifacts
