@@ -82,10 +82,10 @@ def test_transient_faults_and_malformed_bodies_leave_every_verdict_unchanged(
     def retries(cause: str) -> float:
         return sum(value for name, value in metrics.items() if name.startswith("lm_retries/") and name.endswith(cause))
 
-    assert retries(".rate_limited") == injected[FaultKind.RATE_LIMIT]
-    assert retries(".server_error") == injected[FaultKind.SERVER_ERROR]
-    assert retries(".timeout") == injected[FaultKind.TIMEOUT]
-    assert retries(".malformed") == sum(injected[kind] for kind in MALFORMED)
+    assert retries("/rate_limited") == injected[FaultKind.RATE_LIMIT]
+    assert retries("/server_error") == injected[FaultKind.SERVER_ERROR]
+    assert retries("/timeout") == injected[FaultKind.TIMEOUT]
+    assert retries("/malformed") == sum(injected[kind] for kind in MALFORMED)
 
 
 def optimize_through(api_base: str, tmp_path: Path, name: str) -> tuple[dict[str, Any], dict[str, float]]:
