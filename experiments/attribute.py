@@ -38,6 +38,7 @@ from memtrace_loop.pipeline.backends.lm import configure_cache
 from memtrace_loop.pipeline.backends.registry import build_lm_set
 from memtrace_loop.pipeline.data.registry import load_dataset
 from memtrace_loop.pipeline.loop.runner import make_judge
+from memtrace_loop.pipeline.tracking import metric_names as names
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.redacting_tracker import RedactingTracker
 from memtrace_loop.pipeline.tracking.run_logging import (
@@ -133,7 +134,7 @@ def attribute(cfg: DictConfig | Mapping[str, Any], console: Console | None = Non
         scrub(json.dumps(attribution_rows(attributions), indent=1, ensure_ascii=False), secrets), encoding="utf-8"
     )
     blame_path.write_text(json.dumps(blame.as_rows(), indent=2), encoding="utf-8")
-    metrics = {**attribution_metrics(attributions), "elapsed_s": elapsed}
+    metrics = {**attribution_metrics(attributions), names.ELAPSED_S: elapsed}
 
     run_id = None
     if config.log:
@@ -165,7 +166,7 @@ def attribute(cfg: DictConfig | Mapping[str, Any], console: Console | None = Non
     joint = sum(1 for a in attributions if len(a.joint) > 1)
     if any(a.verified is not None for a in attributions):
         console.print(f"replay: {verified} verified, {refuted} refuted, {joint} joint causes; "
-                      f"{int(metrics['attribution.replay_calls'])} replayed calls")
+                      f"{int(metrics[names.attribution('replay_calls')])} replayed calls")
     console.print(f"Wrote {attributions_path} and {blame_path.name} ({elapsed:.1f} s)")
     if run_id is not None:
         console.print(f"MLflow run [bold]{run_id}[/] in {scrub(config.tracking.uri, secrets)}")

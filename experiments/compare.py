@@ -40,6 +40,7 @@ from memtrace_loop.pipeline.analysis.comparison import (
     QuestionOutcome,
     compare_runs,
 )
+from memtrace_loop.pipeline.tracking import metric_names as names
 from memtrace_loop.pipeline.tracking.comparison_report import markdown_report, rows_to_json
 from memtrace_loop.pipeline.tracking.loop_observer import TEST_QUESTIONS
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
@@ -52,7 +53,8 @@ from rich.markdown import Markdown
 
 logger = logging.getLogger("memtrace.compare")
 
-CALLS_METRIC = "lm_calls.budget_spent"  # cumulative LM calls spent, step = iteration (the loop's budget)
+CALLS_METRIC = names.BUDGET_SPENT  # cumulative LM calls spent, step = iteration (the loop's budget)
+DEV_METRIC = names.quality(names.DEV, names.JUDGE_ACCURACY)  # the incumbent's dev accuracy, step = iteration
 BUDGET_PARAM = "loop.budget_calls"
 CHECKPOINT = "checkpoint.json"  # experiments.optimize.CHECKPOINT (not imported: it loads the whole app)
 REPORT_NAMES = ("comparison.md", "comparison.png", "comparison.json")
@@ -76,16 +78,29 @@ class RunSource(Protocol):
 # --------------------------------------------------------------------------- reading runs back
 
 
-def _metric(run: TrackedRun, key: str, older_key: str) -> float:
-    """A final metric of a run, under its name or the name runs logged before the LM-layer counting."""
-    return float(run.metrics.get(key, run.metrics.get(older_key, math.nan)))
+def _metric(run: TrackedRun, key: str, older_key: str | None = None) -> float:
+    """A final metric of a run, under its name (`metric_names`), else under the flat name runs logged
+    before the `/` scheme (`metric_names.legacy_name`), else `older_key` (before the LM-layer counting)."""
+    for name in (key, names.legacy_name(key), older_key):
+        if name is not None and name in run.metrics:
+            return float(run.metrics[name])
+    return math.nan
+
+
+def _history(source: RunSource, run_id: str, key: str) -> list[tuple[int, float]]:
+    """A metric's (step, value) history, under its name or (older runs) its flat legacy name."""
+    history = source.metric_history(run_id, key)
+    legacy = names.legacy_name(key)
+    return history if history or legacy is None else source.metric_history(run_id, legacy)
 
 
 def _tokens(run: TrackedRun) -> float:
     """Prompt + completion tokens of the calls the LMs received (older runs: `lm_tokens_made`)."""
-    if "lm_tokens.prompt" in run.metrics:
-        return float(run.metrics["lm_tokens.prompt"] + run.metrics.get("lm_tokens.completion", 0.0))
-    return float(run.metrics.get("lm_tokens_made", math.nan))
+    prompt = _metric(run, names.TOKENS_PROMPT)
+    if not math.isnan(prompt):
+        completion = _metric(run, names.TOKENS_COMPLETION)
+        return prompt + (0.0 if math.isnan(completion) else completion)
+    return _metric(run, names.TOKENS_MADE)
 
 
 def calls_by_iteration(source: RunSource, run: TrackedRun, iterations: Sequence[int]) -> tuple[dict[int, float], bool]:
@@ -94,10 +109,10 @@ def calls_by_iteration(source: RunSource, run: TrackedRun, iterations: Sequence[
     THE one place that reads it: the loop's budget logs `CALLS_METRIC` on the parent run with step =
     iteration. A run without it (logged before the budget existed) gets an estimate: its total
     `lm_calls_made` spread evenly over its iterations (flagged, shown as `~` in the table)."""
-    spent = dict(source.metric_history(run.run_id, CALLS_METRIC))
+    spent = dict(_history(source, run.run_id, CALLS_METRIC))
     if spent:
         return {int(k): float(v) for k, v in spent.items()}, False
-    total = _metric(run, "lm_calls.made", "lm_calls_made")
+    total = _metric(run, names.CALLS_MADE, "lm_calls_made")
     ordered = sorted(iterations)
     return {it: total * (index + 1) / len(ordered) for index, it in enumerate(ordered)}, True
 
@@ -143,8 +158,8 @@ def optimizer_run(source: RunSource, run_id: str) -> OptimizerRun:
     missing = [tag for tag in ("memtrace.optimizer", "memtrace.system") if tag not in run.tags]
     if missing:
         raise ComparisonError(f"run {run_id} is not a `memtrace optimize` run (no tag {', '.join(missing)})")
-    dev = dict(source.metric_history(run_id, "dev_judge_accuracy"))
-    dev_final = float(run.metrics.get("dev_final_judge_accuracy", math.nan))
+    dev = dict(_history(source, run_id, DEV_METRIC))
+    dev_final = _metric(run, names.quality(names.DEV_FINAL, names.JUDGE_ACCURACY))
     calls, estimated = calls_by_iteration(source, run, sorted(dev))
     return OptimizerRun(
         run_id=run_id,
@@ -152,10 +167,10 @@ def optimizer_run(source: RunSource, run_id: str) -> OptimizerRun:
         system=run.tags["memtrace.system"],
         seed=int(run.params.get("seed", "0")),
         questions=_test_questions(source, run_id),
-        lm_calls=_metric(run, "lm_calls.made", "lm_calls_made"),
+        lm_calls=_metric(run, names.CALLS_MADE, "lm_calls_made"),
         tokens=_tokens(run),
-        prompt_chars=float(run.metrics.get("final_prompt_chars", math.nan)),
-        seconds=float(run.metrics.get("elapsed_s", math.nan)),
+        prompt_chars=_metric(run, names.PROMPT_CHARS_FINAL),
+        seconds=_metric(run, names.ELAPSED_S),
         progress=progress_points({int(k): v for k, v in dev.items()}, dev_final, calls),
         calls_estimated=estimated,
         budget=_budget(run.params.get(BUDGET_PARAM)),
@@ -219,7 +234,7 @@ def log_report(
     paths: Sequence[Path], reference: str,
 ) -> str:
     """A `comparison` run in `experiment` with the report files, every row's gain and CI as metrics
-    (`gain.<optimizer>.<system>`, system `all` when pooled) and the compared run ids as tags."""
+    (`gain/<optimizer>/<system>/mean|ci_low|ci_high`, system `all` when pooled) and the compared run ids as tags."""
     tracker.open_experiment(experiment)
     with tracker.start_run("comparison") as run_id:
         tracker.set_tags({
@@ -230,11 +245,11 @@ def log_report(
             "memtrace.systems": ",".join(sorted({r.system for r in runs})),
         })
         metrics = {}
-        for row in rows:  # e.g. gain.attribution.mem0, gain.attribution.all (pooled)
+        for row in rows:  # e.g. gain/attribution/mem0/mean, gain/attribution/all/mean (pooled)
             if row.gain.n:
-                metrics[f"gain.{row.optimizer}.{row.system}"] = row.gain.mean
-                metrics[f"gain_ci_low.{row.optimizer}.{row.system}"] = row.gain.ci_low
-                metrics[f"gain_ci_high.{row.optimizer}.{row.system}"] = row.gain.ci_high
+                metrics[names.gain(row.optimizer, row.system)] = row.gain.mean
+                metrics[names.gain(row.optimizer, row.system, "ci_low")] = row.gain.ci_low
+                metrics[names.gain(row.optimizer, row.system, "ci_high")] = row.gain.ci_high
         tracker.log_metrics({k: v for k, v in metrics.items() if math.isfinite(v)})
         for path in paths:
             tracker.log_artifact(path)

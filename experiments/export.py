@@ -23,16 +23,29 @@ from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.optimizers.gepa_program import save_program_state
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.records import PromptSet
+from memtrace_loop.pipeline.tracking import metric_names as names
 from memtrace_loop.pipeline.tracking.export import ExportedPrompts, read_prompts, write_prompts
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.store_access import configure_tracking_client
-from memtrace_loop.pipeline.tracking.tracker import RunNotFoundError, Tracker
+from memtrace_loop.pipeline.tracking.tracker import RunNotFoundError, TrackedRun, Tracker
 from omegaconf import DictConfig
 from rich.console import Console
 
 
 class ExportError(ValueError):
     """The run cannot be exported (unknown run, no prompt set logged)."""
+
+
+def run_quality(run: TrackedRun) -> dict[str, float]:
+    """The judge accuracy, F1 and BLEU-1 a `memtrace run` logged (`eval/...`, or the flat names of runs
+    logged before the `/` scheme), keyed by their short names as an exported file keeps them."""
+    found: dict[str, float] = {}
+    for metric in ("judge_accuracy", "f1", "bleu1"):
+        for name in (names.quality(names.EVAL, metric), names.legacy_name(names.quality(names.EVAL, metric))):
+            if name is not None and name in run.metrics:
+                found[metric] = float(run.metrics[name])
+                break
+    return found
 
 
 def exported_from_run(tracker: Tracker, run_id: str) -> ExportedPrompts:
@@ -49,7 +62,7 @@ def exported_from_run(tracker: Tracker, run_id: str) -> ExportedPrompts:
             system = run.tags.get("memtrace.system")
             if not system:
                 raise ExportError(f"run {run_id!r} has no memtrace.system tag")
-            metrics = {k: v for k, v in run.metrics.items() if k in ("judge_accuracy", "f1", "bleu1")}
+            metrics = run_quality(run)
             return ExportedPrompts.create(system, PromptSet(prompts), source_run=run_id, metrics=metrics)
     raise ExportError(f"run {run_id!r} logged no prompt set (neither export/best_prompts.json nor prompts.json)")
 

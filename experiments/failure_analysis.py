@@ -39,6 +39,7 @@ from memtrace_loop.pipeline.core.records import CaseResult, Dataset
 from memtrace_loop.pipeline.core.stop import StopToken
 from memtrace_loop.pipeline.loop.optimization import LoopResult
 from memtrace_loop.pipeline.loop.runner import RunResult
+from memtrace_loop.pipeline.tracking import metric_names as names
 from memtrace_loop.pipeline.tracking.run_logging import (
     attribution_columns,
     attribution_metrics,
@@ -71,13 +72,13 @@ class FailureAnalysis:
     seconds: float = 0.0
 
     def metrics(self) -> dict[str, float]:
-        """`attribution.*` (count, verified/refuted/joint shares, LM and replay calls, seconds), the blame
-        share and count per stage (`blame.<stage>.share`, `blame.<stage>.count`) and `diagnosis.ok`."""
-        metrics = {**attribution_metrics(self.attributions), "attribution.failures": float(self.failures),
-                   "attribution.seconds": self.seconds, "diagnosis.ok": float(self.diagnosis.ok)}
+        """`attribution/*` (count, verified/refuted/joint shares, LM and replay calls, seconds), the blame
+        share and count per stage (`blame/<stage>/share`, `blame/<stage>/count`) and `diagnosis/ok`."""
+        metrics = {**attribution_metrics(self.attributions), names.attribution("failures"): float(self.failures),
+                   names.attribution("seconds"): self.seconds, names.DIAGNOSIS_OK: float(self.diagnosis.ok)}
         for row in self.blame.rows:
-            metrics[f"blame.{row.stage}.share"] = row.share
-            metrics[f"blame.{row.stage}.count"] = float(row.count)
+            metrics[names.blame(row.stage, "share")] = row.share
+            metrics[names.blame(row.stage, "count")] = float(row.count)
         return metrics
 
     def tables(self, secrets: Iterable[str] = ()) -> dict[str, dict[str, list[str]]]:

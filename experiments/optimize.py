@@ -41,6 +41,7 @@ from memtrace_loop.experiments.factory import (
 )
 from memtrace_loop.experiments.failure_analysis import loop_diagnosis, write_diagnosis
 from memtrace_loop.experiments.lifecycle import run_app
+from memtrace_loop.experiments.run_names import run_name as sweep_run_name
 from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.optimizers.gepa_program import save_program_state
@@ -62,10 +63,19 @@ from memtrace_loop.pipeline.loop.optimization import (
 )
 from memtrace_loop.pipeline.tracking.export import ExportedPrompts, write_prompts
 from memtrace_loop.pipeline.tracking.loop_observer import TrackingLoopObserver
+from memtrace_loop.pipeline.tracking.metric_names import ELAPSED_S
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.redacting_tracker import RedactingTracker
 from memtrace_loop.pipeline.tracking.report.run_report import diagnosis_text, groups_from_diagnosis, report_for_loop
-from memtrace_loop.pipeline.tracking.run_logging import flatten, git_commit, log_params, scrub
+from memtrace_loop.pipeline.tracking.run_logging import (
+    dataset_input,
+    dataset_source,
+    flatten,
+    git_commit,
+    log_params,
+    retry_metrics,
+    scrub,
+)
 from memtrace_loop.pipeline.tracking.store_access import configure_tracking_client, tracking_available
 from omegaconf import DictConfig
 from rich.console import Console
@@ -208,7 +218,7 @@ def optimize(cfg: DictConfig, console: Console | None = None, stop: StopToken | 
         dropped = tracker.delete_children(parent_id, "memtrace.iteration", int(checkpoint["iteration"]))
         if dropped:
             logger.info("resume: deleted %d nested run(s) of iterations the checkpoint did not record", len(dropped))
-    run_name = config.run_name or f"optimize-{system.name}-{plain['optimizer']['name']}"
+    run_name = sweep_run_name("optimize", config.run_name, f"optimize-{system.name}-{plain['optimizer']['name']}")
     started = time.perf_counter()
     try:
         with tracker.start_run(None if parent_id else run_name, run_id=parent_id) as run_id:
@@ -227,6 +237,9 @@ def optimize(cfg: DictConfig, console: Console | None = None, stop: StopToken | 
                 tracker.log_params({"split.train_conversations": len(parts.train.conversations),
                                    "split.dev_conversations": len(parts.dev.conversations),
                                    "split.test_conversations": len(parts.test.conversations)})
+                source = dataset_source(plain["dataset"], base_dir)
+                for context, part in (("train", parts.train), ("dev", parts.dev), ("test", parts.test)):
+                    tracker.log_dataset(dataset_input(part, context, context, source))
             observer = TrackingLoopObserver(tracker, system.name, secrets, config.register_prompts)
             with RichProgress(console) as progress:
                 loop = OptimizationLoop(
@@ -260,7 +273,7 @@ def optimize(cfg: DictConfig, console: Console | None = None, stop: StopToken | 
             )
             tracker.log_artifact(report)
             elapsed = time.perf_counter() - started
-            tracker.log_metrics({"elapsed_s": elapsed, **retries.tally().metrics()})
+            tracker.log_metrics({ELAPSED_S: elapsed, **retry_metrics(retries.tally())})
             mark_finished(run_dir / CHECKPOINT, result, paths)
     except (Interrupted, KeyboardInterrupt) as error:
         error.add_note(f"the last checkpoint is kept; resume with: memtrace optimize resume={run_dir}")

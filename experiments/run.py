@@ -35,6 +35,7 @@ from memtrace_loop.experiments.factory import (
 from memtrace_loop.experiments.failure_analysis import analyse_failures
 from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.experiments.output_dirs import app_output_dir
+from memtrace_loop.experiments.run_names import run_name as sweep_run_name
 from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.pipeline.backends.call_count import CallLedger
 from memtrace_loop.pipeline.backends.embeddings import build_embedder
@@ -44,6 +45,7 @@ from memtrace_loop.pipeline.backends.preflight import check_endpoints
 from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
 from memtrace_loop.pipeline.core.stop import StopToken
 from memtrace_loop.pipeline.loop.runner import run_dataset
+from memtrace_loop.pipeline.tracking.metric_names import ELAPSED_S
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.redacting_tracker import RedactingTracker
 from memtrace_loop.pipeline.tracking.report.run_report import diagnosis_text, groups_from_diagnosis, report_for_run
@@ -51,10 +53,13 @@ from memtrace_loop.pipeline.tracking.run_logging import (
     ARTIFACTS_DIR,
     RESULTS_TABLE,
     call_metrics,
+    dataset_input,
+    dataset_source,
     flatten,
     git_commit,
     params_for_logging,
     result_columns,
+    retry_metrics,
     run_metrics,
     save_run,
     scrub,
@@ -107,7 +112,7 @@ def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None 
     # saved beside Hydra's own files, so `memtrace attribute run_dir=<output dir>` can read them back
     out_dir = app_output_dir("run", base_dir)
     run_dir = out_dir / ARTIFACTS_DIR
-    run_name = config.run_name or f"run-{system.name}-{plain['dataset']['kind']}-{plain['split']}"
+    run_name = sweep_run_name("run", config.run_name, f"run-{system.name}-{plain['dataset']['kind']}-{plain['split']}")
     record_id = new_record_id()
     tags = {"memtrace.command": "run", "memtrace.system": system.name, "memtrace.dataset": dataset.name,
             "memtrace.split": plain["split"], "git_commit": git_commit(base_dir), RECORD_TAG: record_id,
@@ -131,6 +136,8 @@ def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None 
         if tracker is not None:
             tracker.set_tags(tags)
             tracker.log_params(params)
+            source = dataset_source(plain["dataset"], base_dir)
+            tracker.log_dataset(dataset_input(dataset, "eval", plain["split"], source))
         started = time.perf_counter()
         with RichProgress(console) as progress:
             result = run_dataset(
@@ -157,8 +164,8 @@ def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None 
         columns = result_columns(result, secrets)
         record = RunRecord(
             plain["tracking"]["experiment"], run_name, tags=tags, params=params,
-            metrics={**run_metrics(result), "elapsed_s": elapsed, **call_metrics(tally, failed=True),
-                     **token_metrics(tally), **retries.tally().metrics(), **failures.metrics()},
+            metrics={**run_metrics(result), ELAPSED_S: elapsed, **call_metrics(tally, failed=True),
+                     **token_metrics(tally), **retry_metrics(retries.tally()), **failures.metrics()},
             tables={**({RESULTS_TABLE: columns} if columns else {}), **failures.tables(secrets)}, record_id=record_id,
         )
         write_run_record(out_dir, record)

@@ -3,8 +3,9 @@
 The retry loop (`pipeline.backends.resilience.RetryLoop`) records one entry per retry it decides to
 make (a wait that follows a failed attempt), by role and cause (`rate_limited`, `server_error`,
 `timeout`, `connection`, `malformed`). An entry point creates one ledger per run, passes it to
-`build_lm_set(..., retries=ledger)` and logs `ledger.tally().metrics()` (`lm_retries.<role>` and
-`lm_retries.<role>.<cause>`) to MLflow. It does not retry, log or decide anything.
+`build_lm_set(..., retries=ledger)` and logs the tally to MLflow as `lm_retries/<role>` and
+`lm_retries/<role>/<cause>` (`pipeline.tracking.run_logging.retry_metrics`; `RetryTally.metrics` is the
+flat dotted form). It does not retry, log or decide anything.
 """
 
 from __future__ import annotations

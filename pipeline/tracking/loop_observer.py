@@ -2,25 +2,27 @@
 
 Each iteration's nested run gets train/dev metrics (step = iteration), the blame table (with weights and
 replay-verified / refuted counts), the attribution table (verified, joint decisive set, cost) and the
-`attribution.*` shares, every candidate with its prompt diff and gate verdict, and LLM-call counts;
-accepted prompt sets are registered in the tracker's prompt registry. At the end the parent run gets the
+`attribution/*` shares, every candidate with its prompt diff (`candidates/<i>-accepted|rejected.diff.txt`,
+previewable in the MLflow UI) and gate verdict, and LLM-call counts; accepted prompt sets are registered
+in the tracker's prompt registry. At the end the parent run gets the
 test metrics of the starting and final prompt sets, the per-question test scores of both
 (`test_questions.json`, what `memtrace compare` pairs), the LM calls and tokens made, the length of the
 final prompt set, the score and blame plots (PNG), the history and the exported prompt files. Every text
 passes `scrub`. Everything goes through the `Tracker` protocol (MLflow in production). This module does
 not run the loop and does not decide anything.
 
-LM-call metrics (counted at the LM layer, `pipeline.backends.call_count`; made / cached are separate,
-never negative):
+Metric names are `pipeline.tracking.metric_names` (`train/...`, `dev/...`, `test/start/...`,
+`test/final/...`, `dev/final/...`). LM-call metrics (counted at the LM layer,
+`pipeline.backends.call_count`; made / cached are separate, never negative):
 
-- parent run, step = iteration: `lm_calls.budget_spent` — cumulative task + rewriter + attributor
+- parent run, step = iteration: `lm_calls/budget_spent` — cumulative task + rewriter + attributor
   calls counted against `loop.budget_calls` by the end of that iteration (made, plus cache-served when
   `loop.budget_counts_cached`; the final test evaluation is outside it);
-- each iteration's nested run, step = iteration: `lm_calls.<role>.made`, `lm_calls.<role>.cached`
-  (cumulative up to that iteration; roles task, judge, attributor, rewriter) and `lm_calls.budget_spent`;
-- parent run at the end (test evaluation included): `lm_calls.<role>.made|cached|failed`,
-  `lm_calls.made`, `lm_calls.cached` (all roles), `lm_calls.saved` (calls reusing built memories saved:
-  never asked of an LM, so neither made nor cached), `lm_tokens.prompt`, `lm_tokens.completion` (of
+- each iteration's nested run, step = iteration: `lm_calls/<role>/made`, `lm_calls/<role>/cached`
+  (cumulative up to that iteration; roles task, judge, attributor, rewriter) and `lm_calls/budget_spent`;
+- parent run at the end (test evaluation included): `lm_calls/<role>/made|cached|failed`,
+  `lm_calls/made`, `lm_calls/cached` (all roles), `lm_calls/saved` (calls reusing built memories saved:
+  never asked of an LM, so neither made nor cached), `lm_tokens/prompt`, `lm_tokens/completion` (of
   made calls), and the tag `memtrace.stop_reason` (budget / patience / max_iterations).
 """
 
@@ -37,6 +39,7 @@ from memtrace_loop.pipeline.analysis.blame import BlameTable
 from memtrace_loop.pipeline.core.records import PromptSet
 from memtrace_loop.pipeline.loop.optimization import IterationRecord, LoopResult
 from memtrace_loop.pipeline.loop.summaries import IterationSummary
+from memtrace_loop.pipeline.tracking import metric_names as names
 from memtrace_loop.pipeline.tracking.plots import IterationScore, plot_blame, plot_scores
 from memtrace_loop.pipeline.tracking.run_logging import (
     attribution_columns,
@@ -45,7 +48,7 @@ from memtrace_loop.pipeline.tracking.run_logging import (
     run_metrics,
     scrub,
 )
-from memtrace_loop.pipeline.tracking.tracker import Tracker
+from memtrace_loop.pipeline.tracking.tracker import CHAMPION, Tracker
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +74,9 @@ def attribution_table(record: IterationRecord, secrets: Iterable[str] = ()) -> d
 
 
 TEST_QUESTIONS = "test_questions.json"
+# MLflow's artifact viewer previews a file by its last extension only (`txt`, `json`, `yaml`, `md`, ...;
+# `diff` and `patch` show "Select a file to preview"): diffs end in `.diff.txt` to be readable in the UI
+DIFF_SUFFIX = ".diff.txt"
 
 
 def test_question_rows(result: LoopResult) -> list[dict[str, object]]:
@@ -99,12 +105,34 @@ def final_call_metrics(result: LoopResult) -> dict[str, float]:
     total = result.calls.total()
     return {
         **call_metrics(result.calls, failed=True),
-        "lm_calls.made": float(result.lm_calls_made),
-        "lm_calls.cached": float(total.cached),
-        "lm_calls.saved": float(result.lm_calls_saved),
-        "lm_tokens.prompt": float(total.prompt_tokens),
-        "lm_tokens.completion": float(total.completion_tokens),
+        names.CALLS_MADE: float(result.lm_calls_made),
+        names.CALLS_CACHED: float(total.cached),
+        names.CALLS_SAVED: float(result.lm_calls_saved),
+        names.TOKENS_PROMPT: float(total.prompt_tokens),
+        names.TOKENS_COMPLETION: float(total.completion_tokens),
     }
+
+
+def iteration_params(record: IterationRecord) -> dict[str, str]:
+    """The params of an iteration's nested run, what tells iterations apart in the MLflow UI's run
+    table: `iteration`, `candidates` (how many), `candidate.<i>.stages` (the stages candidate i
+    rewrote) and `.verdict`, `accepted` (the accepted candidate's index, or `none`), `accepted.stages`
+    and `stage` (the stages the accepted candidate changed; `none`), `blamed_stage` (the stage with
+    the most blame)."""
+    params = {"iteration": str(record.iteration), "candidates": str(len(record.outcomes))}
+    accepted_index = "none"
+    for index, outcome in enumerate(record.outcomes):
+        params[f"candidate.{index}.stages"] = ",".join(outcome.candidate.changed_stages) or "none"
+        params[f"candidate.{index}.verdict"] = "accepted" if outcome.accepted else "rejected"
+        if outcome.accepted:
+            accepted_index = str(index)
+    accepted = record.accepted
+    params["accepted"] = accepted_index
+    params["stage"] = ",".join(accepted.candidate.changed_stages) if accepted is not None else "none"
+    if accepted is not None and accepted.candidate.knobs:
+        params["accepted.knobs"] = ",".join(f"{k}={v}" for k, v in sorted(accepted.candidate.knobs.items()))
+    params["blamed_stage"] = record.blame.rows[0].stage if record.blame.rows else "none"  # most blamed first
+    return params
 
 
 def blame_by_iteration(history: Iterable[IterationSummary]) -> list[tuple[int, BlameTable]]:
@@ -130,15 +158,16 @@ class TrackingLoopObserver:
         tracker = self.tracker
         with tracker.start_run(f"iteration-{record.iteration}", nested=True):
             tracker.set_tags({"memtrace.iteration": str(record.iteration)})
+            tracker.log_params({k: scrub(v, self.secrets) for k, v in iteration_params(record).items()})
             metrics = {
-                **run_metrics(record.train, "train_"),
-                **run_metrics(record.dev, "dev_"),
-                "candidates": len(record.outcomes),
-                "accepted": int(record.accepted is not None),
-                "attributed_failures": len(record.attributions),
+                **run_metrics(record.train, names.TRAIN),
+                **run_metrics(record.dev, names.DEV),
+                names.CANDIDATES: len(record.outcomes),
+                names.ACCEPTED: int(record.accepted is not None),
+                names.ATTRIBUTED_FAILURES: len(record.attributions),
                 **attribution_metrics(record.attributions),
                 **call_metrics(record.calls),
-                "lm_calls.budget_spent": record.budget_spent,
+                names.BUDGET_SPENT: record.budget_spent,
             }
             tracker.log_metrics(metrics, step=record.iteration)
             self._text(json.dumps(record.prompts.to_dict(), indent=2, ensure_ascii=False), "prompts.json")
@@ -153,7 +182,7 @@ class TrackingLoopObserver:
                     f"[{outcome.gain.ci_low:+.4f}, {outcome.gain.ci_high:+.4f}]\n# {outcome.candidate.rationale}\n"
                 )
                 self._text(header + prompt_diff(record.prompts, outcome.candidate.prompts),
-                           f"candidates/{index}-{verdict}.diff")
+                           f"candidates/{index}-{verdict}{DIFF_SUFFIX}")
                 for stage, feedback in outcome.candidate.feedback_by_stage.items():
                     self._text(feedback, f"candidates/{index}-feedback-{stage}.txt")
                 for name, columns in outcome.candidate.tables.items():  # e.g. GEPA's candidate pool
@@ -161,9 +190,9 @@ class TrackingLoopObserver:
             accepted = record.accepted
         # the parent run gets the headline curves too, one point per iteration
         tracker.log_metrics(
-            {"dev_judge_accuracy": record.dev.report.overall.judge_accuracy,
-             "train_judge_accuracy": record.train.report.overall.judge_accuracy,
-             "lm_calls.budget_spent": record.budget_spent},
+            {names.quality(names.DEV, names.JUDGE_ACCURACY): record.dev.report.overall.judge_accuracy,
+             names.quality(names.TRAIN, names.JUDGE_ACCURACY): record.train.report.overall.judge_accuracy,
+             names.BUDGET_SPENT: record.budget_spent},
             step=record.iteration,
         )
         if accepted is not None and self.register_prompts:
@@ -172,6 +201,7 @@ class TrackingLoopObserver:
                     self.system_name, accepted.candidate.prompts,
                     f"iteration {record.iteration}: {accepted.candidate.rationale}"[:500],
                     {"iteration": str(record.iteration), "dev_accuracy": f"{accepted.dev_accuracy:.4f}"},
+                    alias=CHAMPION,
                 )
             except Exception as exc:  # the registry is a convenience; never lose a run over it
                 logger.warning("could not register the accepted prompt set: %s", exc)
@@ -179,21 +209,21 @@ class TrackingLoopObserver:
     def on_finish(self, result: LoopResult) -> None:
         self.tracker.log_metrics(
             {
-                **run_metrics(result.test_start, "test_start_"),
-                **run_metrics(result.test_final, "test_final_"),
-                **run_metrics(result.dev_final, "dev_final_"),
+                **run_metrics(result.test_start, names.TEST_START),
+                **run_metrics(result.test_final, names.TEST_FINAL),
+                **run_metrics(result.dev_final, names.DEV_FINAL),
                 **final_call_metrics(result),
-                "lm_tokens_made": result.lm_tokens_made,
-                "start_prompt_chars": prompt_chars(result.start_prompts),
-                "final_prompt_chars": prompt_chars(result.final_prompts),
-                "iterations": len(result.history) - 1,
+                names.TOKENS_MADE: result.lm_tokens_made,
+                names.PROMPT_CHARS_START: prompt_chars(result.start_prompts),
+                names.PROMPT_CHARS_FINAL: prompt_chars(result.final_prompts),
+                names.ITERATIONS: len(result.history) - 1,
             }
         )
         if result.stop_reason:
             self.tracker.set_tags({"memtrace.stop_reason": result.stop_reason})
         self._text(json.dumps([s.to_dict() for s in result.history], indent=2, ensure_ascii=False), "history.json")
         self._text(json.dumps(result.final_prompts.to_dict(), indent=2, ensure_ascii=False), "final_prompts.json")
-        self._text(prompt_diff(result.start_prompts, result.final_prompts), "final_prompts.diff")
+        self._text(prompt_diff(result.start_prompts, result.final_prompts), f"final_prompts{DIFF_SUFFIX}")
         self._text(json.dumps(test_question_rows(result), indent=1), TEST_QUESTIONS)
         with tempfile.TemporaryDirectory(prefix="memtrace-plots-") as tmp:
             for path in self.plots(result, Path(tmp)):

@@ -14,18 +14,24 @@ logged.
 
 from __future__ import annotations
 
+import json
 import logging
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import mlflow
 from memtrace_loop.pipeline.core.records import PromptSet
 from memtrace_loop.pipeline.core.stop import Interrupted
 from memtrace_loop.pipeline.tracking.prompt_registry import register_prompt_set
 from memtrace_loop.pipeline.tracking.store_access import retry_when_locked, sqlite_path, store_lock
-from memtrace_loop.pipeline.tracking.tracker import RunNotFoundError, TrackedRun
+from memtrace_loop.pipeline.tracking.tracker import DatasetInput, RunNotFoundError, TrackedRun
+from mlflow.data.code_dataset_source import CodeDatasetSource
+from mlflow.data.dataset_source import DatasetSource
+from mlflow.data.dataset_source_registry import resolve_dataset_source
+from mlflow.data.meta_dataset import MetaDataset
 from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import RESOURCE_ALREADY_EXISTS, ErrorCode
 from mlflow.tracking import MlflowClient
@@ -42,6 +48,21 @@ def _artifact_root(tracking_uri: str) -> str | None:
     return (db_path.parent / "mlartifacts").as_uri()
 
 
+class _ProfiledDataset(MetaDataset):
+    """A metadata-only MLflow dataset with a profile (MLflow shows it beside the digest)."""
+
+    def __init__(self, source: DatasetSource, profile: Mapping[str, object], *, name: str, digest: str) -> None:
+        self._profile = dict(profile)
+        super().__init__(source, name=name, digest=digest)
+
+    @property
+    def profile(self) -> Any | None:
+        return self._profile
+
+    def to_dict(self) -> dict[str, str]:
+        return {**super().to_dict(), "profile": json.dumps(self._profile)}
+
+
 def _status_of(exc: BaseException) -> str:
     return "KILLED" if isinstance(exc, Interrupted | KeyboardInterrupt) else "FAILED"
 
@@ -55,6 +76,7 @@ class MlflowTracker:
         self.tracking_uri = tracking_uri
         self.lock_attempts = lock_attempts
         self.lock_backoff_s = lock_backoff_s
+        self.experiment_name: str | None = None  # the experiment last opened (names its registry prompts)
 
     def _write(self, call: Callable[[], T], what: str) -> T:
         return retry_when_locked(call, attempts=self.lock_attempts, backoff_s=self.lock_backoff_s, what=what)
@@ -78,6 +100,7 @@ class MlflowTracker:
         with store_lock(self.tracking_uri):  # MLflow creates / migrates a fresh store on first contact
             experiment_id = self._write(lambda: self._get_or_create_experiment(name), f"experiment {name!r}")
         self._write(lambda: mlflow.set_experiment(experiment_id=experiment_id), f"experiment {name!r}")
+        self.experiment_name = name
         return experiment_id
 
     @contextmanager
@@ -145,10 +168,35 @@ class MlflowTracker:
     def log_table(self, columns: Mapping[str, list[str]], artifact_file: str) -> None:
         self._write(lambda: mlflow.log_table(data=dict(columns), artifact_file=artifact_file), f"log {artifact_file}")
 
+    def log_dataset(self, dataset: DatasetInput) -> None:
+        """An MLflow dataset input of the active run (the run page's "Datasets used"): source a local file
+        when `dataset.source` is one, else a code source naming how the data was made; profile its
+        split and size."""
+        if Path(dataset.source).is_file():
+            with warnings.catch_warnings():  # MLflow registers its local-file source twice and says so
+                warnings.simplefilter("ignore", UserWarning)
+                source: DatasetSource = resolve_dataset_source(dataset.source)
+        else:
+            source = CodeDatasetSource({"source": dataset.source})
+        profile = {"split": dataset.split, "conversations": dataset.n_conversations, "questions": dataset.n_questions}
+        logged = _ProfiledDataset(source, profile, name=dataset.name, digest=dataset.digest)
+        self._write(lambda: mlflow.log_input(logged, context=dataset.context), f"log dataset {dataset.name}")
+
     def register_prompts(
-        self, system_name: str, prompts: PromptSet, commit_message: str, tags: Mapping[str, str]
+        self, system_name: str, prompts: PromptSet, commit_message: str, tags: Mapping[str, str],
+        alias: str | None = None,
     ) -> Mapping[str, str]:
-        return register_prompt_set(system_name, prompts, commit_message=commit_message, tags=tags)
+        """Register `prompts` as `memtrace-<experiment>-<system>-<stage>` (the experiment last opened; see
+        `prompt_registry`): new versions only for changed stages, linked to the active run."""
+        active = mlflow.active_run()
+        return self._write(
+            lambda: register_prompt_set(
+                system_name, prompts, commit_message=commit_message, tags=tags,
+                run_id=active.info.run_id if active is not None else None, experiment=self.experiment_name,
+                alias=alias,
+            ),
+            "register prompts",
+        )
 
     def _client(self) -> MlflowClient:
         client = MlflowClient(tracking_uri=self.tracking_uri)

@@ -17,12 +17,13 @@ import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from memtrace_loop.pipeline.core.records import PromptSet
 from memtrace_loop.pipeline.core.redaction import redact
-from memtrace_loop.pipeline.tracking.tracker import TrackedRun, Tracker
+from memtrace_loop.pipeline.tracking.tracker import DatasetInput, TrackedRun, Tracker
 
 TEXT_SUFFIXES = frozenset({".json", ".yaml", ".yml", ".txt", ".diff", ".csv", ".md", ".log", ".jsonl", ".py", ".html"})
 
@@ -73,11 +74,15 @@ class RedactingTracker:
         clean = {self._r(k): [self._r(v) if isinstance(v, str) else v for v in values] for k, values in columns.items()}
         self.inner.log_table(clean, artifact_file)
 
+    def log_dataset(self, dataset: DatasetInput) -> None:
+        self.inner.log_dataset(replace(dataset, name=self._r(dataset.name), source=self._r(dataset.source)))
+
     def register_prompts(
-        self, system_name: str, prompts: PromptSet, commit_message: str, tags: Mapping[str, str]
+        self, system_name: str, prompts: PromptSet, commit_message: str, tags: Mapping[str, str],
+        alias: str | None = None,
     ) -> Mapping[str, str]:
         clean = PromptSet({stage: self._r(text) for stage, text in prompts.instruction_by_stage.items()})
-        return self.inner.register_prompts(system_name, clean, self._r(commit_message), self._strings(tags))
+        return self.inner.register_prompts(system_name, clean, self._r(commit_message), self._strings(tags), alias)
 
     # -------------------------------------------------------------- reading
     def get_run(self, run_id: str) -> TrackedRun:

@@ -11,23 +11,28 @@ which tracker it talks to (`pipeline.tracking.mlflow_tracker`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import math
 import subprocess
 import tempfile
 from collections.abc import Iterable, Mapping
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from memtrace_loop.pipeline.analysis.blame import Attribution
-from memtrace_loop.pipeline.analysis.evaluation import flat_metrics
+from memtrace_loop.pipeline.analysis.evaluation import EvaluationReport, MetricSummary, flat_metrics
 from memtrace_loop.pipeline.backends.call_count import CallTally
+from memtrace_loop.pipeline.backends.retry_ledger import RetryTally
 from memtrace_loop.pipeline.core.case_io import cases_to_json
 from memtrace_loop.pipeline.core.graph_io import graph_to_json
-from memtrace_loop.pipeline.core.records import PromptSet
+from memtrace_loop.pipeline.core.records import Dataset, PromptSet
 from memtrace_loop.pipeline.core.redaction import redact as scrub  # the one implementation
 from memtrace_loop.pipeline.loop.runner import RunResult
-from memtrace_loop.pipeline.tracking.tracker import Tracker
+from memtrace_loop.pipeline.tracking import metric_names as names
+from memtrace_loop.pipeline.tracking.tracker import DatasetInput, Tracker
 
 logger = logging.getLogger(__name__)
 
@@ -145,9 +150,9 @@ def attribution_columns(attributions: Iterable[Attribution], secrets: Iterable[s
     return {column: [scrub(_cell(row[column]), secrets) for row in rows] for column in ATTRIBUTION_COLUMNS}
 
 
-def attribution_metrics(attributions: Iterable[Attribution], prefix: str = "attribution.") -> dict[str, float]:
-    """Shares of the attributions a replay confirmed, refuted, and that name a joint decisive set
-    (all 0 when there are none), with their count and replayed calls."""
+def attribution_metrics(attributions: Iterable[Attribution]) -> dict[str, float]:
+    """`attribution/<...>`: shares of the attributions a replay confirmed, refuted, and that name a joint
+    decisive set (all 0 when there are none), with their count and replayed calls."""
     items = list(attributions)
     n = len(items)
 
@@ -155,46 +160,101 @@ def attribution_metrics(attributions: Iterable[Attribution], prefix: str = "attr
         return count / n if n else 0.0
 
     return {
-        f"{prefix}count": float(n),
-        f"{prefix}verified_share": share(sum(1 for a in items if a.verified is True)),
-        f"{prefix}refuted_share": share(sum(1 for a in items if a.verified is False)),
-        f"{prefix}joint_share": share(sum(1 for a in items if len(a.joint) > 1)),
-        f"{prefix}lm_calls": float(sum(a.cost.lm_calls for a in items)),
-        f"{prefix}replay_calls": float(sum(a.cost.replay_calls for a in items)),
+        names.attribution("count"): float(n),
+        names.attribution("verified_share"): share(sum(1 for a in items if a.verified is True)),
+        names.attribution("refuted_share"): share(sum(1 for a in items if a.verified is False)),
+        names.attribution("joint_share"): share(sum(1 for a in items if len(a.joint) > 1)),
+        names.attribution("lm_calls"): float(sum(a.cost.lm_calls for a in items)),
+        names.attribution("replay_calls"): float(sum(a.cost.replay_calls for a in items)),
     }
 
 
-def run_metrics(result: RunResult, prefix: str = "") -> dict[str, float]:
-    metrics = {f"{prefix}{k}": float(v) for k, v in flat_metrics(result.report).items()}
+def quality_metrics(report: EvaluationReport, scope: str = names.EVAL) -> dict[str, float]:
+    """`<scope>/<metric>` and `<scope>/cat/<category>/<metric>` of one evaluation (NaN values left out)."""
+
+    def block(summary: MetricSummary, category: str | None) -> dict[str, float]:
+        values = (summary.judge_accuracy, summary.ci_low, summary.ci_high, summary.f1, summary.bleu1,
+                  float(summary.n), float(summary.n_failed))
+        pairs = zip(names.QUALITY_METRICS, values, strict=True)
+        return {names.quality(scope, metric, category): float(v) for metric, v in pairs}
+
+    metrics = block(report.overall, None)
+    metrics[names.quality(scope, names.FAILED_JUDGE_CALLS)] = float(report.failed_judge_calls)
+    for category, summary in report.by_category.items():
+        metrics.update(block(summary, category))
+    return {key: value for key, value in metrics.items() if math.isfinite(value)}
+
+
+def run_metrics(result: RunResult, scope: str = names.EVAL) -> dict[str, float]:
+    """The quality of one evaluated run (`quality_metrics`) and what its traced graph counted
+    (`<scope>/traced/<count>`), under `scope` (`metric_names`: eval, train, dev, test/final, ...)."""
     counts = result.counts
-    metrics.update(
-        {
-            f"{prefix}lm_calls": counts.calls,
-            f"{prefix}lm_cached_calls": counts.cached_calls,
-            f"{prefix}prompt_tokens": counts.prompt_tokens,
-            f"{prefix}completion_tokens": counts.completion_tokens,
-            f"{prefix}failed_operations": counts.failed_operations,
-        }
-    )
-    return metrics
+    values = (counts.calls, counts.cached_calls, counts.prompt_tokens, counts.completion_tokens,
+              counts.failed_operations)
+    return {
+        **quality_metrics(result.report, scope),
+        **{names.traced(scope, count): float(v) for count, v in zip(names.TRACED_COUNTS, values, strict=True)},
+    }
 
 
 def call_metrics(tally: CallTally, *, failed: bool = False) -> dict[str, float]:
-    """`lm_calls.<role>.made|cached` (and `.failed`) per role of a tally counted at the LM layer
+    """`lm_calls/<role>/made|cached` (and `/failed`) per role of a tally counted at the LM layer
     (`pipeline.backends.call_count`): made reached the backend, cached came from DSPy's response cache."""
     metrics: dict[str, float] = {}
     for role, calls in tally.by_role.items():
-        metrics[f"lm_calls.{role}.made"] = float(calls.made)
-        metrics[f"lm_calls.{role}.cached"] = float(calls.cached)
+        metrics[names.role_calls(role, names.MADE)] = float(calls.made)
+        metrics[names.role_calls(role, names.CACHED)] = float(calls.cached)
         if failed:
-            metrics[f"lm_calls.{role}.failed"] = float(calls.failed)
+            metrics[names.role_calls(role, names.FAILED)] = float(calls.failed)
     return metrics
 
 
 def token_metrics(tally: CallTally) -> dict[str, float]:
-    """`lm_tokens.prompt|completion`: the tokens of made calls (as the backend reported them)."""
+    """`lm_tokens/prompt|completion`: the tokens of made calls (as the backend reported them)."""
     total = tally.total()
-    return {"lm_tokens.prompt": float(total.prompt_tokens), "lm_tokens.completion": float(total.completion_tokens)}
+    return {names.TOKENS_PROMPT: float(total.prompt_tokens), names.TOKENS_COMPLETION: float(total.completion_tokens)}
+
+
+def retry_metrics(tally: RetryTally) -> dict[str, float]:
+    """`lm_retries/<role>` and `lm_retries/<role>/<cause>` for every role with a retry, plus
+    `lm_retries/total` (always present, so a fault-free run logs 0)."""
+    metrics = {names.RETRIES_TOTAL: float(tally.total)}
+    for role, causes in sorted(tally.count_by_cause_by_role.items()):
+        metrics[names.role_retries(role)] = float(sum(causes.values()))
+        for cause, count in sorted(causes.items()):
+            metrics[names.role_retries(role, cause)] = float(count)
+    return metrics
+
+
+def dataset_digest(dataset: Dataset) -> str:
+    """A hash of the dataset's content (every conversation, turn and question, in order): two runs
+    share it exactly when they used the same data."""
+    content = json.dumps(
+        [asdict(c) for c in dataset.conversations] + [asdict(q) for q in dataset.questions],
+        sort_keys=True, ensure_ascii=False, default=str,
+    )
+    return hashlib.sha256(content.encode("utf-8")).hexdigest()[:16]
+
+
+def dataset_source(dataset_config: Mapping[str, Any], base_dir: Path | None = None) -> str:
+    """Where the data came from: the file of a `dataset.path` (resolved against `base_dir`), else the
+    generator and its settings (`sim n_conversations=8 seed=0`)."""
+    path = dataset_config.get("path")
+    if path:
+        resolved = Path(str(path)).expanduser()
+        return str(resolved if resolved.is_absolute() or base_dir is None else (base_dir / resolved).resolve())
+    kept = sorted((k, v) for k, v in dataset_config.items() if k not in ("kind", "path") and not isinstance(v, Mapping))
+    settings = " ".join(f"{k}={v}" for k, v in kept)
+    return f"{dataset_config.get('kind', 'dataset')} {settings}".strip()
+
+
+def dataset_input(dataset: Dataset, context: str, split: str, source: str) -> DatasetInput:
+    """What the tracker records of the data a run used (`Tracker.log_dataset`); `context` is train, dev,
+    test or eval."""
+    return DatasetInput(
+        name=f"{dataset.name}-{split}", digest=dataset_digest(dataset), source=source, context=context,
+        split=split, n_conversations=len(dataset.conversations), n_questions=len(dataset.questions),
+    )
 
 
 CASES_FILE = "cases.json"  # every judged case, readable back (`pipeline.core.case_io`)

@@ -2,7 +2,8 @@
 
 Writing: open an experiment, start a run (a new one, a nested one under the active run, or an existing
 one to continue it) as a context manager that ends it, set tags, log params, metrics (with a step),
-texts, files, folders and tables, and register a prompt set in the tracker's prompt registry.
+texts, files, folders and tables, record the data a run used (`DatasetInput`), and register a prompt set
+in the tracker's prompt registry (`CHAMPION`: the alias of the accepted set).
 Reading (the export command): a finished run's tags, metrics and top-level artifact names, and one
 of its artifacts downloaded. `MlflowTracker` (`pipeline.tracking.mlflow_tracker`) is the implementation; it
 is the only module besides `prompt_registry` that imports MLflow. Scrubbing secrets is the caller's
@@ -20,9 +21,26 @@ from typing import Protocol
 
 from memtrace_loop.pipeline.core.records import PromptSet
 
+CHAMPION = "champion"  # the prompt-registry alias of the accepted prompt set's versions
+
 
 class RunNotFoundError(LookupError):
     """The tracker has no run with that id."""
+
+
+@dataclass(frozen=True)
+class DatasetInput:
+    """The data a run used, as the tracker records it (an MLflow dataset input): `name`, `digest` (a
+    hash of the content), `source` (a file path, or how the data was generated), `context` (train,
+    dev, test or eval: what the run did with it), the split and its size."""
+
+    name: str
+    digest: str
+    source: str
+    context: str
+    split: str
+    n_conversations: int
+    n_questions: int
 
 
 @dataclass(frozen=True)
@@ -62,10 +80,17 @@ class Tracker(Protocol):
 
     def log_table(self, columns: Mapping[str, list[str]], artifact_file: str) -> None: ...
 
+    def log_dataset(self, dataset: DatasetInput) -> None:
+        """Record `dataset` as an input of the active run."""
+        ...
+
     def register_prompts(
-        self, system_name: str, prompts: PromptSet, commit_message: str, tags: Mapping[str, str]
+        self, system_name: str, prompts: PromptSet, commit_message: str, tags: Mapping[str, str],
+        alias: str | None = None,
     ) -> Mapping[str, str]:
-        """Register every stage of `prompts` as a new prompt version; returns stage -> prompt URI."""
+        """Register `prompts` in the prompt registry of the current experiment (a new version for each
+        stage whose text changed, linked to the active run; `alias` moved onto the set's versions);
+        returns stage -> prompt URI."""
         ...
 
     def get_run(self, run_id: str) -> TrackedRun:

@@ -71,8 +71,8 @@ def test_attributing_a_logged_run_reproduces_in_process_attribution(source, monk
     logged = client.get_run(done["run_id"])
     assert logged.data.tags["memtrace.command"] == "attribute"
     assert logged.data.tags["memtrace.source_run_id"] == run_id
-    assert logged.data.metrics["attribution.count"] == len(expected)
-    assert logged.data.metrics["attribution.verified_share"] == 0.0  # nothing verified by default
+    assert logged.data.metrics["attribution/count"] == len(expected)
+    assert logged.data.metrics["attribution/verified_share"] == 0.0  # nothing verified by default
     files = {f.path for f in client.list_artifacts(done["run_id"])}
     assert {"attributions.json", "blame.json", "attributions_table.json"} <= files
     table = json.loads(Path(client.download_artifacts(done["run_id"], "attributions_table.json",

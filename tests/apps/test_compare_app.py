@@ -115,10 +115,10 @@ def test_a_multirun_ends_with_the_table_the_plot_and_the_comparison_run(tiny_swe
     assert set(comparison.data.tags["memtrace.compared_runs"].split(",")) == {p.info.run_id for p in parents}
     assert len(parents) == 4
     assert {a.path for a in client.list_artifacts(comparison.info.run_id)} == set(REPORT_NAMES)
-    assert comparison.data.metrics["gain.attribution.rag"] == pytest.approx(rows["attribution"]["gain"]["mean"])
+    assert comparison.data.metrics["gain/attribution/rag/mean"] == pytest.approx(rows["attribution"]["gain"]["mean"])
     for parent in parents:  # what the comparison paired
         assert "test_questions.json" in {a.path for a in client.list_artifacts(parent.info.run_id)}
-        assert parent.data.metrics["final_prompt_chars"] > 0 and parent.data.metrics["lm_tokens_made"] > 0
+        assert parent.data.metrics["prompt_chars/final"] > 0 and parent.data.metrics["lm_tokens/made"] > 0
 
 
 @pytest.mark.slow  # reuses the multirun above

@@ -45,7 +45,7 @@ def test_memtrace_optimize_runs_gepa_inside_the_loop(tmp_path, name):
     assert sorted(c.data.tags["memtrace.iteration"] for c in children) == ["0", "1"]
     iteration = next(c for c in children if c.data.tags["memtrace.iteration"] == "1")
     logged = {f.path for f in client.list_artifacts(iteration.info.run_id, "candidates")}
-    if int(iteration.data.metrics["candidates"]) > 0:  # each proposed candidate carries GEPA's pool
+    if int(iteration.data.metrics["loop/candidates"]) > 0:  # each proposed candidate carries GEPA's pool
         assert any(path.endswith("gepa_candidates.json") for path in logged)
     assert (run_dir / "best_prompts.json").exists()
-    assert outcome["test_final"] >= outcome["test_start"] or int(iteration.data.metrics["accepted"]) == 0
+    assert outcome["test_final"] >= outcome["test_start"] or int(iteration.data.metrics["loop/accepted"]) == 0

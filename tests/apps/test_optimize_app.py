@@ -21,7 +21,8 @@ from memtrace_loop.pipeline.loop.optimization import CheckpointError
 from memtrace_loop.pipeline.tracking import loop_observer as loop_tracking
 from memtrace_loop.pipeline.tracking.export import read_prompts
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
-from memtrace_loop.pipeline.tracking.prompt_registry import load_registered_prompt_set
+from memtrace_loop.pipeline.tracking.prompt_registry import load_registered_prompt_set, registry_name
+from memtrace_loop.pipeline.tracking.tracker import CHAMPION
 from mlflow.tracking import MlflowClient
 
 SMALL = ["dataset.n_conversations=8", "loop.max_iterations=4", "workers=2"]
@@ -55,8 +56,8 @@ def test_parent_run_has_one_nested_run_per_iteration_with_the_artifacts(optimize
     parent = client.get_run(outcome["run_id"])
     assert parent.data.tags["memtrace.optimizer"] == "attribution"
     assert parent.data.params["optimizer.name"] == "attribution"
-    assert parent.data.metrics["test_final_judge_accuracy"] > parent.data.metrics["test_start_judge_accuracy"]
-    history = client.get_metric_history(outcome["run_id"], "dev_judge_accuracy")
+    assert parent.data.metrics["test/final/judge_accuracy"] > parent.data.metrics["test/start/judge_accuracy"]
+    history = client.get_metric_history(outcome["run_id"], "dev/judge_accuracy")
     assert [m.step for m in history] == list(range(len(history))) and len(history) >= 3
     parent_files = {f.path for f in client.list_artifacts(outcome["run_id"], "plots")}
     assert parent_files == {"plots/scores.png", "plots/blame.png"}
@@ -69,14 +70,17 @@ def test_parent_run_has_one_nested_run_per_iteration_with_the_artifacts(optimize
         order_by=["attributes.start_time ASC"],
     )
     assert [c.data.tags["memtrace.iteration"] for c in children] == [str(i) for i in range(len(history))]
+    contexts = {t.value: i.dataset for i in parent.inputs.dataset_inputs for t in i.tags}
+    assert set(contexts) == {"train", "dev", "test"}  # the splits, as MLflow dataset inputs
+    assert len({d.digest for d in contexts.values()}) == 3
     first = children[1]  # iteration 1: attributed failures and an accepted candidate
     files = {f.path for f in client.list_artifacts(first.info.run_id)}
     assert {"blame.json", "attributions.json", "prompts.json", "candidates"} <= files
-    diffs = [f.path for f in client.list_artifacts(first.info.run_id, "candidates") if f.path.endswith(".diff")]
-    assert any(d.endswith("accepted.diff") for d in diffs)
+    diffs = [f.path for f in client.list_artifacts(first.info.run_id, "candidates") if f.path.endswith(".diff.txt")]
+    assert any(d.endswith("accepted.diff.txt") for d in diffs)
     blame = json.loads(Path(client.download_artifacts(first.info.run_id, "blame.json", str(tmp_path))).read_text())
     assert blame[0]["stage"] == "extract" and blame[0]["count"] > 0
-    assert first.data.metrics["train_lm_calls"] > 0 and first.data.metrics["accepted"] == 1
+    assert first.data.metrics["train/traced/lm_calls"] > 0 and first.data.metrics["loop/accepted"] == 1
 
 
 @pytest.mark.slow  # the `optimized` fixture runs a whole optimization
@@ -85,8 +89,18 @@ def test_accepted_prompt_sets_are_in_the_prompt_registry(optimized):
     import mlflow
 
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
-    registered = load_registered_prompt_set("mem0", ("extract", "decide", "respond"))
-    assert registered == outcome["result"].final_prompts
+    stages = ("extract", "decide", "respond")
+    # named for the experiment; the accepted set is the champion (the latest versions here, too)
+    champion = load_registered_prompt_set("mem0", stages, CHAMPION, experiment="memtrace")
+    assert champion == outcome["result"].final_prompts
+    assert load_registered_prompt_set("mem0", stages, experiment="memtrace") == champion
+    client = mlflow.MlflowClient()
+    for stage in stages:  # a version only for a stage that changed, made by the optimize run
+        versions = list(client.search_prompt_versions(registry_name("mem0", stage, "memtrace")))
+        texts = [v.template for v in sorted(versions, key=lambda v: v.version)]
+        assert len(set(texts)) == len(texts)
+    linked = client.get_run(outcome["run_id"]).data.tags.get("mlflow.linkedPrompts", "")
+    assert "memtrace-memtrace-mem0-" in linked
 
 
 @pytest.mark.slow  # the `optimized` fixture runs a whole optimization
@@ -155,10 +169,10 @@ def test_an_interrupted_optimization_resumes_into_the_same_mlflow_run(optimized,
     assert calls.made > made_before > 0
 
     # resuming a finished run is a no-op that says so: MLflow untouched
-    points = len(client.get_metric_history(resumed["run_id"], "dev_judge_accuracy"))
+    points = len(client.get_metric_history(resumed["run_id"], "dev/judge_accuracy"))
     again = optimize(optimize_cfg(tmp_path, f"resume={run_dirs[0]}", "loop.max_iterations=9"))
     assert again["already_finished"] and again["test_final"] == resumed["test_final"]
-    assert len(client.get_metric_history(resumed["run_id"], "dev_judge_accuracy")) == points
+    assert len(client.get_metric_history(resumed["run_id"], "dev/judge_accuracy")) == points
     assert client.get_run(resumed["run_id"]).info.status == "FINISHED"
 
 
@@ -213,7 +227,7 @@ def test_compare_optimizers_multirun_lands_in_one_experiment(tmp_path):
     parents = client.search_runs([experiment.experiment_id], "tags.`memtrace.command` = 'optimize'")
     by_optimizer = {r.data.tags["memtrace.optimizer"]: r.data.metrics for r in parents}
     assert set(by_optimizer) == {"attribution", "uniform", "none"}
-    gains = {k: m["test_final_judge_accuracy"] - m["test_start_judge_accuracy"] for k, m in by_optimizer.items()}
+    gains = {k: m["test/final/judge_accuracy"] - m["test/start/judge_accuracy"] for k, m in by_optimizer.items()}
     assert gains["attribution"] > gains["uniform"] > gains["none"] == 0  # the fair rewriter: uniform learns too
 
 

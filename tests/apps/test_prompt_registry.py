@@ -16,6 +16,7 @@ from memtrace_loop.pipeline.tracking.prompt_registry import (
     register_prompt_set,
     registry_name,
 )
+from memtrace_loop.pipeline.tracking.tracker import CHAMPION
 from mlflow import MlflowClient
 
 BRACES = "Use {x} and {{y}} and {{ z }}, {% if a %}b{% endif %}, {0} and }{.\n  Keep  spacing\ttabs  \n"
@@ -32,6 +33,8 @@ def test_registry_names_are_what_mlflow_accepts() -> None:
     assert prompt_uri("mem0", "extract") == "prompts:/memtrace-mem0-extract@latest"
     assert prompt_uri("mem0", "extract", 3) == "prompts:/memtrace-mem0-extract/3"
     assert prompt_uri("mem0", "extract", "3") == "prompts:/memtrace-mem0-extract/3"
+    assert registry_name("mem0", "extract", "locomo run") == "memtrace-locomo_run-mem0-extract"
+    assert prompt_uri("mem0", "extract", "champion", "exp") == "prompts:/memtrace-exp-mem0-extract@champion"
     with pytest.raises(PromptRegistryError):
         prompt_uri("mem0", "extract", 0)
     with pytest.raises(PromptRegistryError):
@@ -119,3 +122,39 @@ def test_invalid_input_registers_nothing(store: str) -> None:
     with pytest.raises(PromptRegistryError, match="strings"):
         register_prompt_set("mem0", PromptSet({"extract": "E."}), tags={"n": 1}, registry_uri=store)  # type: ignore[dict-item]
     assert client.get_prompt("memtrace-mem0-extract") is None
+
+
+def test_a_version_only_for_a_changed_stage_and_the_champion_alias_moves(current_store: str) -> None:
+    client = MlflowClient()
+    experiment = client.create_experiment("e")
+    first_run = client.create_run(experiment).info.run_id
+    second_run = client.create_run(experiment).info.run_id
+    first = PromptSet({"extract": "E1.", "decide": "D1."})
+    second = first.with_instruction("decide", "D2.")
+    uris_1 = register_prompt_set("mem0", first, "it 1", run_id=first_run, experiment="exp", alias=CHAMPION)
+    uris_2 = register_prompt_set("mem0", second, "it 2", run_id=second_run, experiment="exp", alias=CHAMPION)
+    again = register_prompt_set("mem0", second, "it 3", experiment="exp")  # nothing changed: nothing new
+
+    assert uris_2 == again == {"extract": "prompts:/memtrace-exp-mem0-extract/1",  # unchanged: reused
+                               "decide": "prompts:/memtrace-exp-mem0-decide/2"}
+    assert uris_1["decide"] == "prompts:/memtrace-exp-mem0-decide/1"
+    versions = list(client.search_prompt_versions("memtrace-exp-mem0-extract"))
+    assert [v.version for v in versions] == [1]
+    champion = load_registered_prompt_set("mem0", ["extract", "decide"], CHAMPION, experiment="exp")
+    assert champion == second
+    assert client.get_prompt_version_by_alias("memtrace-exp-mem0-decide", CHAMPION).version == 2
+    assert client.get_prompt_version("memtrace-exp-mem0-decide", 2).tags["memtrace.experiment"] == "exp"
+    # each version is linked to the run that made it, only to that one
+    first_links = client.get_run(first_run).data.tags["mlflow.linkedPrompts"]
+    second_links = client.get_run(second_run).data.tags["mlflow.linkedPrompts"]
+    assert "memtrace-exp-mem0-extract" in first_links and "memtrace-exp-mem0-decide" in first_links
+    assert "memtrace-exp-mem0-decide" in second_links and "memtrace-exp-mem0-extract" not in second_links
+    # another experiment's prompts are apart
+    register_prompt_set("mem0", PromptSet({"extract": "other."}), experiment="other")
+    assert load_registered_prompt_set("mem0", ["extract"], experiment="exp")["extract"] == "E1."
+
+
+def test_an_alias_must_be_a_name_other_than_latest(store: str) -> None:
+    for alias in ("latest", "3", "a/b"):
+        with pytest.raises(PromptRegistryError, match="alias"):
+            register_prompt_set("mem0", PromptSet({"extract": "E."}), alias=alias, registry_uri=store)

@@ -85,13 +85,18 @@ def test_run_logs_metrics_results_graphs_and_prompts_to_mlflow(tmp_path, monkeyp
     run_info = client.get_run(outcome["run_id"])
     assert run_info.info.run_name == "e2e-sim"
     metrics = run_info.data.metrics
-    assert metrics["judge_accuracy"] == pytest.approx(outcome["judge_accuracy"])
-    assert 0.0 < metrics["judge_accuracy"] < 1.0  # the default sim prompts fail a known share
-    assert {"f1", "bleu1", "lm_calls", "cat_temporal_judge_accuracy"} <= set(metrics)
-    assert metrics["lm_calls"] > 0
+    assert metrics["eval/judge_accuracy"] == pytest.approx(outcome["judge_accuracy"])
+    assert 0.0 < metrics["eval/judge_accuracy"] < 1.0  # the default sim prompts fail a known share
+    assert {"eval/f1", "eval/bleu1", "eval/traced/lm_calls", "eval/cat/temporal/judge_accuracy"} <= set(metrics)
+    assert metrics["eval/traced/lm_calls"] > 0
+    assert metrics["lm_calls/task/made"] > 0 and "time/elapsed_s" in metrics  # the LM layer's count, grouped
+    assert all("/" in key for key in metrics)  # every name grouped (metric_names)
     params = run_info.data.params
     assert params["lm.task.backend"] == "sim" and params["memory_system.name"] == "mem0"
     assert run_info.data.tags["memtrace.system"] == "mem0"
+    (used,) = run_info.inputs.dataset_inputs  # the data, as an MLflow dataset input
+    assert [(t.key, t.value) for t in used.tags] == [("mlflow.data.context", "eval")]
+    assert json.loads(used.dataset.profile)["conversations"] == 2 and len(used.dataset.digest) == 16
 
     artifacts = {f.path for f in client.list_artifacts(outcome["run_id"])}
     assert {"results.json", "prompts.json", "report.json", "graphs", "results_table.json"} <= artifacts
@@ -104,7 +109,7 @@ def test_run_logs_metrics_results_graphs_and_prompts_to_mlflow(tmp_path, monkeyp
     prompts = json.loads(Path(client.download_artifacts(outcome["run_id"], "prompts.json", str(tmp_path))).read_text())
     assert set(prompts) == {"extract", "decide", "respond"}
     rows = json.loads(Path(client.download_artifacts(outcome["run_id"], "results.json", str(tmp_path))).read_text())
-    assert len(rows) == int(metrics["n"]) + sum(1 for r in rows if r["category"] == "adversarial")
+    assert len(rows) == int(metrics["eval/n"]) + sum(1 for r in rows if r["category"] == "adversarial")
 
 
 def test_split_selection_is_disjoint_and_named():
@@ -156,7 +161,7 @@ def test_the_mlflow_run_is_opened_before_the_work_and_killed_by_a_stop(tmp_path,
     (logged,) = client.search_runs([client.get_experiment_by_name("memtrace").experiment_id])
     assert logged.info.status == "KILLED"
     assert logged.data.params["memory_system.name"] == "mem0"  # params were logged before the work
-    assert "judge_accuracy" not in logged.data.metrics
+    assert "eval/judge_accuracy" not in logged.data.metrics
 
 
 def test_a_run_writes_its_report_and_logs_its_questions_as_traces(tmp_path, monkeypatch):

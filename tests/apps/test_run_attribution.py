@@ -50,11 +50,11 @@ def test_run_attributes_diagnoses_and_logs_its_failures(tmp_path, monkeypatch):
 
     logged = client.get_run(run_id)
     metrics = logged.data.metrics
-    assert metrics["attribution.count"] == len(attributions)
-    assert metrics[f"blame.{top.stage}.count"] >= top.count
-    shares = [v for k, v in metrics.items() if k.startswith("blame.") and k.endswith(".share")]
+    assert metrics["attribution/count"] == len(attributions)
+    assert metrics[f"blame/{top.stage}/count"] >= top.count
+    shares = [v for k, v in metrics.items() if k.startswith("blame/") and k.endswith("/share")]
     assert sum(shares) == pytest.approx(1.0)
-    assert metrics["diagnosis.ok"] == 1.0
+    assert metrics["diagnosis/ok"] == 1.0
     assert logged.data.tags["memtrace.attributor"] == "lineage"
     names = {f.path for f in client.list_artifacts(run_id)}
     assert {"attributions.json", "blame.json", "diagnosis.json", "diagnosis.md", "attributions_table.json"} <= names
@@ -75,7 +75,7 @@ def test_the_llm_attributor_counts_under_its_role(tmp_path, monkeypatch):
     assert rows and all(row["method"] == "llm" for row in rows)
     walked = sum(row["cost_lm_calls"] for row in rows)
     assert walked > 0
-    attributor_calls = metrics["lm_calls.attributor.made"] + metrics["lm_calls.attributor.cached"]
+    attributor_calls = metrics["lm_calls/attributor/made"] + metrics["lm_calls/attributor/cached"]
     assert attributor_calls == walked + 1  # the walk's steps and the one analysis call
 
 
@@ -89,7 +89,7 @@ def test_no_failures_gives_an_empty_diagnosis_without_an_lm_call():
 
     analysis = analyse_failures(result, dataset, LineageAttributor(), NoLM())  # type: ignore[arg-type]
     assert analysis.attributions == () and analysis.diagnosis.groups == () and analysis.diagnosis.ok
-    assert analysis.metrics()["attribution.count"] == 0 and analysis.tables() == {}
+    assert analysis.metrics()["attribution/count"] == 0 and analysis.tables() == {}
 
 
 def test_optimize_logs_the_diagnosis_of_the_last_attributed_train_failures(tmp_path, monkeypatch):

@@ -297,28 +297,33 @@ def test_the_loop_observer_logs_every_iteration_through_the_tracker_protocol(res
     parent = tracker.runs[parent_id]
     children = tracker.children(parent_id)
     assert [c.tags["memtrace.iteration"] for c in children] == [str(r.iteration) for r in result.iterations]
-    assert [step for _, step in parent.metric("dev_judge_accuracy")] == [r.iteration for r in result.iterations]
-    assert {"history.json", "final_prompts.json", "final_prompts.diff", "plots/scores.png", "plots/blame.png"} <= set(
-        parent.artifacts
-    )
+    assert [step for _, step in parent.metric("dev/judge_accuracy")] == [r.iteration for r in result.iterations]
+    expected = {"history.json", "final_prompts.json", "final_prompts.diff.txt", "plots/scores.png", "plots/blame.png"}
+    assert expected <= set(parent.artifacts)
     assert json.loads(parent.text("history.json")) == [s.to_dict() for s in result.history]
-    assert parent.metric("test_final_judge_accuracy") == [(result.test_final.report.overall.judge_accuracy, None)]
+    assert parent.metric("test/final/judge_accuracy") == [(result.test_final.report.overall.judge_accuracy, None)]
     questions = json.loads(parent.text("test_questions.json"))  # what `memtrace compare` pairs
     counted = [q for q in questions if q["counted"]]
     assert len(questions) == len(result.test_start.results) and len(counted) == result.test_final.report.overall.n
     assert sum(q["final"] for q in counted) / len(counted) == result.test_final.report.overall.judge_accuracy
     assert sum(q["start"] for q in counted) / len(counted) == result.test_start.report.overall.judge_accuracy
     final_chars = sum(len(text) for text in result.final_prompts.instruction_by_stage.values())
-    assert parent.metric("final_prompt_chars") == [(float(final_chars), None)]
-    assert parent.metric("lm_tokens_made") == [(float(result.lm_tokens_made), None)]
+    assert parent.metric("prompt_chars/final") == [(float(final_chars), None)]
+    assert parent.metric("lm_tokens/made") == [(float(result.lm_tokens_made), None)]
     first = children[1]
-    assert {"prompts.json", "blame.json", "attributions.json", "candidates/0-accepted.diff"} <= set(first.artifacts)
-    assert first.metric("accepted") == [(1.0, 1)]
+    assert {"prompts.json", "blame.json", "attributions.json", "candidates/0-accepted.diff.txt"} <= set(first.artifacts)
+    assert first.metric("loop/accepted") == [(1.0, 1)]
+    accepted_first = result.iterations[1].accepted
+    assert first.params["iteration"] == "1" and first.params["accepted"] != "none"  # what tells iterations apart
+    assert first.params["stage"] == ",".join(accepted_first.candidate.changed_stages)
+    assert first.params[f"candidate.{first.params['accepted']}.verdict"] == "accepted"
+    assert first.params["blamed_stage"] == result.iterations[1].blame.rows[0].stage
+    assert children[0].params["candidates"] == "0" and children[0].params["stage"] == "none"  # the baseline
     table = json.loads(first.text("attributions.json"))
     assert {"verified", "joint", "cost_lm_calls", "replay_calls"} <= set(table)
     assert len(table["verified"]) == len(result.iterations[1].attributions) > 0
-    assert first.metric("attribution.verified_share") == [(0.0, 1)]  # the default attributor verifies nothing
-    assert first.metric("attribution.count") == [(float(len(result.iterations[1].attributions)), 1)]
+    assert first.metric("attribution/verified_share") == [(0.0, 1)]  # the default attributor verifies nothing
+    assert first.metric("attribution/count") == [(float(len(result.iterations[1].attributions)), 1)]
     accepted = [r for r in result.iterations if r.accepted is not None]
     assert [prompts for _, prompts, _, _ in parent.registered] == [r.accepted.candidate.prompts for r in accepted]
     logged = [run.text(path) for run in tracker.runs.values() for path, v in run.artifacts.items()

@@ -62,11 +62,12 @@ def test_run_against_an_openai_compatible_endpoint(server, tmp_path, monkeypatch
 
     client = MlflowClient(tracking_uri=uri)
     metrics = client.get_run(outcome["run_id"]).data.metrics
-    assert metrics["failed_operations"] >= 1  # the malformed response became a failed operation
-    assert metrics["n"] > 0
+    assert metrics["eval/traced/failed_operations"] >= 1  # the malformed response became a failed operation
+    assert metrics["eval/n"] > 0
     # the traced calls, plus the diagnosis's one analysis call (attributor role; lineage itself calls no LM)
-    assert metrics["lm_calls.attributor.made"] == 1
-    assert metrics["lm_calls"] - metrics["lm_cached_calls"] + 1 == sum(r.status == 200 for r in chats)
+    assert metrics["lm_calls/attributor/made"] == 1
+    made = metrics["eval/traced/lm_calls"] - metrics["eval/traced/lm_cached_calls"]
+    assert made + 1 == sum(r.status == 200 for r in chats)
     params = client.get_run(outcome["run_id"]).data.params
     assert params["lm.task.api_key_env"] == "MEMTRACE_TEST_KEY"
 

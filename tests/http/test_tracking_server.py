@@ -36,6 +36,6 @@ def test_run_logs_to_a_tracking_server(mlflow_server, tmp_path, monkeypatch):
     outcome = run(cfg)
     client = MlflowClient(tracking_uri=mlflow_server)
     logged = client.get_run(outcome["run_id"])
-    assert logged.data.metrics["judge_accuracy"] == pytest.approx(outcome["judge_accuracy"])
+    assert logged.data.metrics["eval/judge_accuracy"] == pytest.approx(outcome["judge_accuracy"])
     paths = {f.path for f in client.list_artifacts(outcome["run_id"])}
     assert {"results.json", "prompts.json", "graphs"} <= paths

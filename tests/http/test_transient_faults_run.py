@@ -4,7 +4,7 @@ fault-free run.
 With 20% of the chat requests failing transiently (429, 500/502/503, timeouts) and 5% answered with a
 malformed 200 body (not JSON, truncated, empty), every logical call eventually succeeds through the
 project's retry loop, so every question gets the prediction and verdict of a clean run; every injected
-fault costs exactly one retry, counted per role in the run's MLflow metrics (`lm_retries.*`).
+fault costs exactly one retry, counted per role in the run's MLflow metrics (`lm_retries/*`).
 """
 
 from __future__ import annotations
@@ -73,19 +73,19 @@ def test_transient_faults_and_malformed_bodies_leave_every_verdict_unchanged(
 
     assert len(clean) > 10
     assert faulty == clean  # same prediction and verdict for every question
-    assert metrics["failed_operations"] == clean_metrics["failed_operations"] == 0
+    assert metrics["eval/traced/failed_operations"] == clean_metrics["eval/traced/failed_operations"] == 0
     assert all(injected[kind] > 0 for kind in TRANSIENT) and sum(injected[kind] for kind in MALFORMED) > 0
     # every injected fault cost exactly one retry of the role that met it, and the clean run none
-    assert metrics["lm_retries.total"] == sum(injected.values()) > 0
-    assert clean_metrics["lm_retries.total"] == 0
+    assert metrics["lm_retries/total"] == sum(injected.values()) > 0
+    assert clean_metrics["lm_retries/total"] == 0
 
     def retries(cause: str) -> float:
-        return sum(value for name, value in metrics.items() if name.startswith("lm_retries.") and name.endswith(cause))
+        return sum(value for name, value in metrics.items() if name.startswith("lm_retries/") and name.endswith(cause))
 
-    assert retries(".rate_limited") == injected[FaultKind.RATE_LIMIT]
-    assert retries(".server_error") == injected[FaultKind.SERVER_ERROR]
-    assert retries(".timeout") == injected[FaultKind.TIMEOUT]
-    assert retries(".malformed") == sum(injected[kind] for kind in MALFORMED)
+    assert retries("/rate_limited") == injected[FaultKind.RATE_LIMIT]
+    assert retries("/server_error") == injected[FaultKind.SERVER_ERROR]
+    assert retries("/timeout") == injected[FaultKind.TIMEOUT]
+    assert retries("/malformed") == sum(injected[kind] for kind in MALFORMED)
 
 
 def optimize_through(api_base: str, tmp_path: Path, name: str) -> tuple[dict[str, Any], dict[str, float]]:
@@ -130,7 +130,7 @@ def test_optimize_behind_transient_faults_ends_where_a_clean_optimize_ends(
     for split in ("test_start", "dev_final", "test_final"):
         assert verdicts(getattr(faulty["result"], split)) == verdicts(getattr(clean["result"], split)), split
     assert faulty["result"].final_prompts == clean["result"].final_prompts
-    assert metrics["lm_retries.total"] == injected > 0 and clean_metrics["lm_retries.total"] == 0
+    assert metrics["lm_retries/total"] == injected > 0 and clean_metrics["lm_retries/total"] == 0
 
 
 def test_a_run_whose_calls_mostly_fail_stops_with_too_many_failures(

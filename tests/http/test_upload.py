@@ -73,7 +73,7 @@ def test_a_saved_run_uploaded_to_a_server_equals_the_live_run_and_twice_is_once(
     assert uploaded.info.run_name == "saved-run" and uploaded.info.status == "FINISHED"
     assert uploaded.data.params == live.data.params and len(live.data.params) > 20
     assert uploaded.data.metrics == live.data.metrics
-    assert uploaded.data.metrics["judge_accuracy"] == pytest.approx(outcome["judge_accuracy"])
+    assert uploaded.data.metrics["eval/judge_accuracy"] == pytest.approx(outcome["judge_accuracy"])
     assert uploaded.data.tags[UPLOADED_FROM_TAG] == str(out_dir)
     memtrace_tags = {k: v for k, v in live.data.tags.items() if k.startswith("memtrace.") or k == "git_commit"}
     assert memtrace_tags.items() <= uploaded.data.tags.items()

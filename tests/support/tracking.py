@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from memtrace_loop.pipeline.core.records import PromptSet
-from memtrace_loop.pipeline.tracking.tracker import RunNotFoundError, TrackedRun
+from memtrace_loop.pipeline.tracking.tracker import DatasetInput, RunNotFoundError, TrackedRun
 
 
 @dataclass
@@ -29,6 +29,7 @@ class MemoryRun:
     metrics: list[tuple[str, float, int | None]] = field(default_factory=list)
     artifacts: dict[str, str | bytes] = field(default_factory=dict)
     registered: list[tuple[str, PromptSet, str, dict[str, str]]] = field(default_factory=list)
+    datasets: list[DatasetInput] = field(default_factory=list)
 
     def metric(self, key: str) -> list[tuple[float, int | None]]:
         return [(value, step) for name, value, step in self.metrics if name == key]
@@ -102,8 +103,12 @@ class InMemoryTracker:
     def log_table(self, columns: Mapping[str, list[str]], artifact_file: str) -> None:
         self.active.artifacts[artifact_file] = json.dumps({k: list(v) for k, v in columns.items()})
 
+    def log_dataset(self, dataset: DatasetInput) -> None:
+        self.active.datasets.append(dataset)
+
     def register_prompts(
-        self, system_name: str, prompts: PromptSet, commit_message: str, tags: Mapping[str, str]
+        self, system_name: str, prompts: PromptSet, commit_message: str, tags: Mapping[str, str],
+        alias: str | None = None,
     ) -> Mapping[str, str]:
         self.active.registered.append((system_name, prompts, commit_message, dict(tags)))
         version = sum(len(run.registered) for run in self.runs.values())

@@ -48,11 +48,11 @@ def test_the_attribution_table_shows_verification_joint_sets_and_cost():
     assert all("***" in reason and "sk-secret" not in reason for reason in columns["reason"])
     assert attribution_rows(items)[2]["joint_names"] == ["extract_facts", "decide_updates"]
     metrics = attribution_metrics(items)
-    assert metrics["attribution.verified_share"] == 0.5
-    assert metrics["attribution.refuted_share"] == 0.25
-    assert metrics["attribution.joint_share"] == 0.25
-    assert metrics["attribution.replay_calls"] == 11
-    assert attribution_metrics([])["attribution.verified_share"] == 0.0
+    assert metrics["attribution/verified_share"] == 0.5
+    assert metrics["attribution/refuted_share"] == 0.25
+    assert metrics["attribution/joint_share"] == 0.25
+    assert metrics["attribution/replay_calls"] == 11
+    assert attribution_metrics([])["attribution/verified_share"] == 0.0
 
 
 def test_the_config_node_selects_the_attributor_and_its_verification():

@@ -216,6 +216,24 @@ def logged_run(with_budget_metric: bool):
     return tracker, run_id
 
 
+def test_a_run_logged_with_the_grouped_names_reads_back_the_same():
+    """The `/` names (`metric_names`) a run logs now read back as the flat names of older runs do."""
+    tracker = InMemoryTracker()
+    with tracker.start_run("optimize") as run_id:
+        tracker.set_tags({"memtrace.optimizer": "attribution", "memtrace.system": "rag"})
+        tracker.log_params({"seed": "7", "loop.budget_calls": "None"})
+        for step, dev in enumerate([0.5, 0.5, 0.7]):
+            tracker.log_metrics({"dev/judge_accuracy": dev, "lm_calls/budget_spent": 100.0 * (step + 1) ** 2},
+                                step=step)
+        tracker.log_metrics({"dev/final/judge_accuracy": 0.7, "lm_calls/made": 900.0, "lm_tokens/prompt": 4e4,
+                             "lm_tokens/completion": 1e4, "prompt_chars/final": 321.0, "time/elapsed_s": 2.5})
+        tracker.log_text('[{"question_id": "q1", "start": 0, "final": 1, "counted": true}]', "test_questions.json")
+    read = optimizer_run(tracker, run_id)
+    assert (read.lm_calls, read.tokens, read.prompt_chars, read.seconds) == (900, 5e4, 321, 2.5)
+    assert [(p.calls, p.dev_accuracy) for p in read.progress] == [(100, 0.5), (400, 0.7), (900, 0.7)]
+    assert not read.calls_estimated
+
+
 def test_a_logged_run_is_read_back_with_the_budget_metric_when_there_is_one():
     tracker, run_id = logged_run(with_budget_metric=True)
     read = optimizer_run(tracker, run_id)

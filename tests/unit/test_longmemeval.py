@@ -259,10 +259,10 @@ def test_memtrace_run_on_the_longmemeval_fixture(fixture_file: Path, tmp_path: P
     client = MlflowClient(tracking_uri=uri)
     found = client.get_run(outcome["run_id"])
     metrics = found.data.metrics
-    assert metrics["n"] == 14  # nothing excluded by default
-    assert 0.0 <= metrics["judge_accuracy"] <= 1.0
-    assert "cat_temporal_reasoning_judge_accuracy" in metrics
-    assert any(key.startswith("cat_") and "abstention" in key for key in metrics)
+    assert metrics["eval/n"] == 14  # nothing excluded by default
+    assert 0.0 <= metrics["eval/judge_accuracy"] <= 1.0
+    assert "eval/cat/temporal_reasoning/judge_accuracy" in metrics
+    assert any(key.startswith("eval/cat/") and "abstention" in key for key in metrics)
     assert found.data.tags["memtrace.dataset"] == "longmemeval_fixture"
     graphs = client.list_artifacts(outcome["run_id"], "graphs")
     assert len(graphs) == 14

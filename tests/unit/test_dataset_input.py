@@ -1,0 +1,50 @@
+"""The data a run used, logged as an MLflow dataset input (`Tracker.log_dataset`): name, content
+digest, source, context and the split's size, read back through MLflow's own API."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from memtrace_loop.pipeline.core.records import Dataset
+from memtrace_loop.pipeline.data.locomo import parse_locomo
+from memtrace_loop.pipeline.sim.world import generate_locomo
+from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
+from memtrace_loop.pipeline.tracking.redacting_tracker import RedactingTracker
+from memtrace_loop.pipeline.tracking.run_logging import dataset_digest, dataset_input, dataset_source
+from mlflow.tracking import MlflowClient
+
+
+def generate_dataset(n_conversations: int, seed: int) -> Dataset:
+    return parse_locomo(generate_locomo(seed=seed, n_conversations=n_conversations, sessions_per_conversation=2), "sim")
+
+
+def test_the_digest_follows_the_content_and_the_source_names_file_or_generator(tmp_path: Path):
+    data = generate_dataset(n_conversations=2, seed=0)
+    assert dataset_digest(data) == dataset_digest(generate_dataset(n_conversations=2, seed=0))
+    assert dataset_digest(data) != dataset_digest(generate_dataset(n_conversations=2, seed=1))
+    first = data.conversations[0].id
+    assert dataset_digest(data.subset((first,))) != dataset_digest(data)
+    assert dataset_source({"kind": "sim", "seed": 0, "n_conversations": 2}) == "sim n_conversations=2 seed=0"
+    assert dataset_source({"kind": "locomo", "path": "data/l.json"}, tmp_path) == str(tmp_path / "data/l.json")
+
+
+def test_a_logged_dataset_input_reads_back_with_its_context_digest_and_profile(tmp_path: Path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    data: Dataset = generate_dataset(n_conversations=3, seed=0)
+    file = tmp_path / "data.json"
+    file.write_text("{}", encoding="utf-8")
+    tracker = RedactingTracker(MlflowTracker(uri), ["s3cret"])
+    tracker.open_experiment("datasets")
+    with tracker.start_run("r") as run_id:
+        tracker.log_dataset(dataset_input(data, "train", "train", "sim seed=0 key=s3cret"))
+        tracker.log_dataset(dataset_input(data.subset((data.conversations[0].id,)), "test", "test", str(file)))
+    inputs = MlflowClient(tracking_uri=uri).get_run(run_id).inputs.dataset_inputs
+    by_context = {next(t.value for t in i.tags if t.key == "mlflow.data.context"): i.dataset for i in inputs}
+    assert set(by_context) == {"train", "test"}
+    train, test = by_context["train"], by_context["test"]
+    assert train.name == f"{data.name}-train" and train.digest == dataset_digest(data)
+    assert json.loads(train.profile) == {"split": "train", "conversations": 3, "questions": len(data.questions)}
+    assert train.source_type == "code" and "s3cret" not in train.source  # secrets masked on the way out
+    assert test.source_type == "local" and json.loads(test.source)["uri"] == str(file)
+    assert json.loads(test.profile)["conversations"] == 1
