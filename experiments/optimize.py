@@ -66,7 +66,7 @@ from memtrace_loop.pipeline.tracking.loop_observer import TrackingLoopObserver
 from memtrace_loop.pipeline.tracking.metric_names import ELAPSED_S
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.redacting_tracker import RedactingTracker
-from memtrace_loop.pipeline.tracking.report.run_report import diagnosis_text, groups_from_diagnosis, report_for_loop
+from memtrace_loop.pipeline.tracking.report.run_report import report_for_loop
 from memtrace_loop.pipeline.tracking.run_logging import (
     dataset_input,
     dataset_source,
@@ -267,8 +267,7 @@ def optimize(cfg: DictConfig, console: Console | None = None, stop: StopToken | 
             report = report_for_loop(  # the final test failures (lineage), scores per iteration, accepted rewrites
                 result, run_dir, title=f"{run_name}: {system.name}",
                 conversation_by_id={c.id: c for c in parts.test.conversations},
-                diagnosis=diagnosis_text(diagnosis, f"Train failures of iteration {diagnosed}: "),
-                diagnosis_groups=groups_from_diagnosis(diagnosis),
+                diagnosis=diagnosis, diagnosis_scope=f"Train failures of iteration {diagnosed}: ",
                 meta={"system": system.name, "optimizer": plain["optimizer"]["name"], "attributor": attributor.name},
             )
             tracker.log_artifact(report)

@@ -48,7 +48,7 @@ from memtrace_loop.pipeline.loop.runner import run_dataset
 from memtrace_loop.pipeline.tracking.metric_names import ELAPSED_S
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.redacting_tracker import RedactingTracker
-from memtrace_loop.pipeline.tracking.report.run_report import diagnosis_text, groups_from_diagnosis, report_for_run
+from memtrace_loop.pipeline.tracking.report.run_report import report_for_run
 from memtrace_loop.pipeline.tracking.run_logging import (
     ARTIFACTS_DIR,
     RESULTS_TABLE,
@@ -157,7 +157,7 @@ def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None 
         report = report_for_run(  # report.html beside them: logged with the artifacts
             result, saved, title=f"{run_name}: {system.name} on {dataset.name} ({plain['split']})",
             attributions=failures.attributions, conversation_by_id={c.id: c for c in dataset.conversations},
-            diagnosis=diagnosis_text(failures.diagnosis), diagnosis_groups=groups_from_diagnosis(failures.diagnosis),
+            diagnosis=failures.diagnosis,
             meta={"system": system.name, "dataset": dataset.name, "split": plain["split"],
                   "attributor": attributor.name},
         )

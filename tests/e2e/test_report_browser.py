@@ -9,7 +9,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -60,11 +63,10 @@ def is_png(path: Path) -> bool:
     return data.startswith(PNG_MAGIC) and len(data) > 5_000
 
 
-def test_report_in_a_real_browser(report_path, tmp_path):
-    path, injected_qid = report_path
+@contextmanager
+def browser_page(tmp_path: Path) -> Iterator[tuple[Any, list[str]]]:
+    """A page of Debian's Chromium (fresh profile) and the console and page errors it reports."""
     errors: list[str] = []
-    requests: list[str] = []
-    dialogs: list[str] = []
     with sync_api.sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
             str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=FLAGS,
@@ -74,48 +76,56 @@ def test_report_in_a_real_browser(report_path, tmp_path):
             page = context.new_page()
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             page.on("pageerror", lambda e: errors.append(str(e)))
-            page.on("request", lambda r: requests.append(r.url))
-            page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-            page.goto(path.as_uri())
-            page.wait_for_load_state("load")
-
-            assert "Accuracy per category" in page.locator("#overview").inner_text()
-            rows = page.locator("#failure-list tbody tr")
-            assert rows.count() > 0
-            assert "shown" in page.locator("#f-count").inner_text()
-            page.screenshot(path=str(tmp_path / "overview.png"))
-
-            # the failure with a blamed operation: its drawing highlights it
-            blamed_row = page.locator("#failure-list tbody tr", has=page.locator("td:nth-child(4):not(:empty)")).first
-            blamed_row.click()
-            drawing = page.locator("#detail svg.graph")
-            drawing.wait_for()
-            highlighted = drawing.locator("g.node.blamed")
-            assert highlighted.count() == 1
-            assert drawing.locator("g.node").count() > 2 and drawing.locator("path.edge").count() > 1
-            blamed_op = page.locator("#detail dl.kv").nth(1).inner_text()
-            assert highlighted.get_attribute("data-id") in blamed_op
-            assert highlighted.locator("title").text_content()  # the value on hover
-            highlighted.click()
-            assert highlighted.get_attribute("data-id") in page.locator("#node-panel").inner_text()
-            page.locator("#detail").screenshot(path=str(tmp_path / "failure.png"))
-
-            # filtering by a stage keeps only that stage's failures
-            stages = page.locator("#f-stage option").all_inner_texts()[1:]
-            assert stages
-            page.select_option("#f-stage", stages[0])
-            shown = page.locator("#failure-list tbody tr td:nth-child(4)").all_inner_texts()
-            assert shown and set(shown) == {stages[0]}
-            page.select_option("#f-stage", "")
-
-            # injected markup in an answer and in the title is text, and nothing ran
-            page.locator(f'#failure-list tbody tr[data-qid="{injected_qid}"]').click()
-            assert INJECTED in page.locator("#detail").inner_text()
-            assert "<script>window.__pwned = 3</script>" in page.title()
-            assert page.locator("img").count() == 0
-            assert page.evaluate("window.__pwned === undefined")
+            yield page, errors
         finally:
             context.close()
+
+
+def test_report_in_a_real_browser(report_path, tmp_path):
+    path, injected_qid = report_path
+    requests: list[str] = []
+    dialogs: list[str] = []
+    with browser_page(tmp_path) as (page, errors):
+        page.on("request", lambda r: requests.append(r.url))
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        page.goto(path.as_uri())
+        page.wait_for_load_state("load")
+
+        assert "Accuracy per category" in page.locator("#overview").inner_text()
+        rows = page.locator("#failure-list tbody tr")
+        assert rows.count() > 0
+        assert "shown" in page.locator("#f-count").inner_text()
+        page.screenshot(path=str(tmp_path / "overview.png"))
+
+        # the failure with a blamed operation: its drawing highlights it
+        blamed_row = page.locator("#failure-list tbody tr", has=page.locator("td:nth-child(4):not(:empty)")).first
+        blamed_row.click()
+        drawing = page.locator("#detail svg.graph")
+        drawing.wait_for()
+        highlighted = drawing.locator("g.node.blamed")
+        assert highlighted.count() == 1
+        assert drawing.locator("g.node").count() > 2 and drawing.locator("path.edge").count() > 1
+        blamed_op = page.locator("#detail dl.kv").nth(1).inner_text()
+        assert highlighted.get_attribute("data-id") in blamed_op
+        assert highlighted.locator("title").text_content()  # the value on hover
+        highlighted.click()
+        assert highlighted.get_attribute("data-id") in page.locator("#node-panel").inner_text()
+        page.locator("#detail").screenshot(path=str(tmp_path / "failure.png"))
+
+        # filtering by a stage keeps only that stage's failures
+        stages = page.locator("#f-stage option").all_inner_texts()[1:]
+        assert stages
+        page.select_option("#f-stage", stages[0])
+        shown = page.locator("#failure-list tbody tr td:nth-child(4)").all_inner_texts()
+        assert shown and set(shown) == {stages[0]}
+        page.select_option("#f-stage", "")
+
+        # injected markup in an answer and in the title is text, and nothing ran
+        page.locator(f'#failure-list tbody tr[data-qid="{injected_qid}"]').click()
+        assert INJECTED in page.locator("#detail").inner_text()
+        assert "<script>window.__pwned = 3</script>" in page.title()
+        assert page.locator("img").count() == 0
+        assert page.evaluate("window.__pwned === undefined")
     assert not errors, errors
     assert not dialogs, dialogs
     assert requests == [path.as_uri()]  # only the document itself: nothing leaves the page
@@ -126,34 +136,23 @@ def test_report_works_in_a_sandboxed_iframe_like_mlflows_artifact_view(report_pa
     """MLflow 3's artifact view shows an .html artifact as a blob: URL in `<iframe sandbox="allow-scripts">`
     (an opaque origin: no storage, no same-origin access); the page must work there too."""
     path, _ = report_path
-    errors: list[str] = []
-    with sync_api.sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=FLAGS,
-            viewport={"width": 1400, "height": 1000},
+    with browser_page(tmp_path) as (page, errors):
+        page.goto("about:blank")
+        page.evaluate(
+            """html => {
+                const frame = document.createElement('iframe');
+                frame.setAttribute('sandbox', 'allow-scripts');
+                frame.style.width = '1300px'; frame.style.height = '900px';
+                frame.src = URL.createObjectURL(new Blob([html], {type: 'text/html'}));
+                document.body.appendChild(frame);
+            }""",
+            path.read_text(encoding="utf-8"),
         )
-        try:
-            page = context.new_page()
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto("about:blank")
-            page.evaluate(
-                """html => {
-                    const frame = document.createElement('iframe');
-                    frame.setAttribute('sandbox', 'allow-scripts');
-                    frame.style.width = '1300px'; frame.style.height = '900px';
-                    frame.src = URL.createObjectURL(new Blob([html], {type: 'text/html'}));
-                    document.body.appendChild(frame);
-                }""",
-                path.read_text(encoding="utf-8"),
-            )
-            frame = page.frame_locator("iframe")
-            rows = frame.locator("#failure-list tbody tr")
-            rows.first.wait_for()
-            assert rows.count() > 0
-            rows.first.click()
-            frame.locator("#detail svg.graph g.node").first.wait_for()
-            assert frame.locator("#detail svg.graph g.node").count() > 2
-        finally:
-            context.close()
+        frame = page.frame_locator("iframe")
+        rows = frame.locator("#failure-list tbody tr")
+        rows.first.wait_for()
+        assert rows.count() > 0
+        rows.first.click()
+        frame.locator("#detail svg.graph g.node").first.wait_for()
+        assert frame.locator("#detail svg.graph g.node").count() > 2
     assert not errors, errors

@@ -29,25 +29,18 @@ from dspy.utils.exceptions import (
     LMTransportError,
     is_retryable_lm_error,
 )
-from memtrace_loop.memory_systems.signatures import AnswerQuestion
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder, OpenAIEmbedder
 
 from tests.support import forbid_network, isolate_llm_env
+from tests.support.answering import ANSWER, answering_responder, ask
 from tests.support.fault_proxy import NON_JSON_BODIES, FaultKind, FaultPlan, FaultProxy, ProxiedRequest
 from tests.support.openai_server import MALFORMED_CONTENT, OpenAIStubServer, running_server
 from tests.support.paths import REPO
 
 KEY_ENV = "MEMTRACE_TEST_PROXY_KEY"
 KEY = "sk-proxy-test-4c1d7e"
-ANSWER = "7 May 2023"
 CHAT = {"model": "stub-model", "messages": [{"role": "user", "content": "hello"}]}
 EMBED = {"model": "embed-stub", "input": ["Alice adopted a dog", "Bob ran a marathon"]}
-
-
-def answering_responder(messages: list[dict]) -> str:
-    if "Respond with a JSON object" in messages[-1]["content"]:
-        return json.dumps({"answer": ANSWER})
-    return f"[[ ## answer ## ]]\n{ANSWER}\n\n[[ ## completed ## ]]"
 
 
 @pytest.fixture(autouse=True)
@@ -408,11 +401,6 @@ def test_count_and_received_after(proxy: FaultProxy) -> None:
 
 
 # --------------------------------------------------------------------------------------- clients
-def ask(lm: dspy.LM) -> dspy.Prediction:
-    with dspy.context(lm=lm):
-        return dspy.Predict(AnswerQuestion)(context="Memory: a group. Time: 7 May 2023", question="When?")
-
-
 def native_lm(proxy: FaultProxy, num_retries: int) -> dspy.LM:
     return dspy.LM(
         "openai/stub-model",

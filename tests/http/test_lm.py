@@ -11,6 +11,7 @@ import logging
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import dspy
 import pytest
@@ -32,19 +33,12 @@ from memtrace_loop.pipeline.backends.lm import (
 )
 from memtrace_loop.pipeline.backends.registry import build_lm, build_lm_set
 
-from tests.support import forbid_network, isolate_llm_env
+from tests.support import answering, forbid_network, isolate_llm_env
+from tests.support.answering import ANSWER, answering_responder, ask
 from tests.support.openai_server import OpenAIStubServer, running_server
 
 KEY_ENV = "MEMTRACE_TEST_LM_KEY"
 KEY = "sk-memtrace-test-5f2b9c0e7d"
-ANSWER = "7 May 2023"
-
-
-def answering_responder(messages: list[dict]) -> str:
-    """Answers any single-`answer` signature in the format the adapter asked for."""
-    if "Respond with a JSON object" in messages[-1]["content"]:
-        return json.dumps({"answer": ANSWER})
-    return f"[[ ## answer ## ]]\n{ANSWER}\n\n[[ ## completed ## ]]"
 
 
 @pytest.fixture(autouse=True)
@@ -60,24 +54,8 @@ def server() -> Iterator[OpenAIStubServer]:
     yield from running_server(responder=answering_responder)
 
 
-def openai_config(server: OpenAIStubServer, **overrides: object) -> dict:
-    return {
-        "backend": "openai",
-        "model": "stub-model",
-        "api_base": server.base_url,
-        "api_key_env": KEY_ENV,
-        "timeout_s": 5,
-        "num_retries": 3,
-        "cache": False,
-        **overrides,
-    }
-
-
-def ask(lm: dspy.LM, question: str = "When did Caroline go to the support group?") -> dspy.Prediction:
-    with dspy.context(lm=lm):
-        return dspy.Predict(AnswerQuestion)(
-            context="Memory: Caroline went to a group. Time: 7 May 2023", question=question
-        )
+def openai_config(server: OpenAIStubServer, **overrides: Any) -> dict[str, Any]:
+    return answering.openai_config(server, KEY_ENV, **overrides)
 
 
 def chat_calls(server: OpenAIStubServer) -> list:

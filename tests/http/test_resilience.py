@@ -32,18 +32,12 @@ from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.stop import EndpointUnusable, Interrupted, StopToken, TooManyFailures
 
-from tests.support import forbid_network, isolate_llm_env
+from tests.support import answering, forbid_network, isolate_llm_env
+from tests.support.answering import ANSWER, answering_responder, ask
 from tests.support.openai_server import OpenAIStubServer, running_server
 
 KEY_ENV = "MEMTRACE_TEST_RESILIENCE_KEY"
 KEY = "sk-memtrace-resilience-8d41c2a9f3"
-ANSWER = "7 May 2023"
-
-
-def answering_responder(messages: list[dict]) -> str:
-    if "Respond with a JSON object" in messages[-1]["content"]:
-        return json.dumps({"answer": ANSWER})
-    return f"[[ ## answer ## ]]\n{ANSWER}\n\n[[ ## completed ## ]]"
 
 
 @pytest.fixture(autouse=True)
@@ -60,24 +54,7 @@ def server() -> Iterator[OpenAIStubServer]:
 
 
 def openai_config(server: OpenAIStubServer, **overrides: Any) -> dict[str, Any]:
-    return {
-        "backend": "openai",
-        "model": "stub-model",
-        "api_base": server.base_url,
-        "api_key_env": KEY_ENV,
-        "timeout_s": 5,
-        "num_retries": 3,
-        "cache": False,
-        **overrides,
-    }
-
-
-def ask(lm: dspy.LM) -> dspy.Prediction:
-    with dspy.context(lm=lm):
-        return dspy.Predict(AnswerQuestion)(
-            context="Memory: Caroline went to a group. Time: 7 May 2023",
-            question="When did Caroline go to the support group?",
-        )
+    return answering.openai_config(server, KEY_ENV, **overrides)
 
 
 def chat_calls(server: OpenAIStubServer) -> list:

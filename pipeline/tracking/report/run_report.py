@@ -11,6 +11,7 @@ neither logs nor prints.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from memtrace_loop.pipeline.analysis.attribution.lineage import attribute_failures
@@ -55,6 +56,24 @@ def report_data(
     )
 
 
+def _result_data(
+    result: RunResult,
+    title: str,
+    attributions: Sequence[Attribution] | None,
+    conversation_by_id: Mapping[str, Conversation] | None,
+    diagnosis: Diagnosis | None,
+    diagnosis_scope: str,
+    meta: Mapping[str, str] | None,
+    max_nodes: int,
+) -> ReportData:
+    return report_data(
+        title, result.results, result.graph_by_conversation, report=result.report, attributions=attributions,
+        conversation_by_id=conversation_by_id, meta=meta, max_nodes=max_nodes,
+        diagnosis=diagnosis_text(diagnosis, diagnosis_scope) if diagnosis is not None else None,
+        diagnosis_groups=groups_from_diagnosis(diagnosis) if diagnosis is not None else (),
+    )
+
+
 def report_for_run(
     result: RunResult,
     out_dir: str | Path,
@@ -62,17 +81,14 @@ def report_for_run(
     title: str = "MemTrace run",
     attributions: Sequence[Attribution] | None = None,
     conversation_by_id: Mapping[str, Conversation] | None = None,
-    diagnosis: str | None = None,
-    diagnosis_groups: Sequence[DiagnosisGroup] = (),
+    diagnosis: Diagnosis | None = None,
+    diagnosis_scope: str = "",
     meta: Mapping[str, str] | None = None,
     max_nodes: int = DEFAULT_MAX_NODES,
 ) -> Path:
-    """Write `<out_dir>/report.html` for a finished run and return its path (see the module doc)."""
-    data = report_data(
-        title, result.results, result.graph_by_conversation, report=result.report, attributions=attributions,
-        conversation_by_id=conversation_by_id, diagnosis=diagnosis, diagnosis_groups=diagnosis_groups,
-        meta=meta, max_nodes=max_nodes,
-    )
+    """Write `<out_dir>/report.html` for a finished run and return its path (see the module doc);
+    `diagnosis` is shown at the top, its analysis prefixed with `diagnosis_scope`."""
+    data = _result_data(result, title, attributions, conversation_by_id, diagnosis, diagnosis_scope, meta, max_nodes)
     return write_report(data, Path(out_dir) / REPORT_FILE)
 
 
@@ -83,23 +99,17 @@ def report_for_loop(
     title: str = "MemTrace optimization",
     attributions: Sequence[Attribution] | None = None,
     conversation_by_id: Mapping[str, Conversation] | None = None,
-    diagnosis: str | None = None,
-    diagnosis_groups: Sequence[DiagnosisGroup] = (),
+    diagnosis: Diagnosis | None = None,
+    diagnosis_scope: str = "",
     meta: Mapping[str, str] | None = None,
     max_nodes: int = DEFAULT_MAX_NODES,
 ) -> Path:
     """Write `<out_dir>/report.html` for an optimization: the final test evaluation's failures (with
     `attributions` of them, or lineage ones), the scores per iteration and the accepted rewrites."""
-    final = result.test_final
-    data = report_data(
-        title, final.results, final.graph_by_conversation, report=final.report, attributions=attributions,
-        conversation_by_id=conversation_by_id, diagnosis=diagnosis, diagnosis_groups=diagnosis_groups,
-        meta=meta, max_nodes=max_nodes,
+    data = _result_data(
+        result.test_final, title, attributions, conversation_by_id, diagnosis, diagnosis_scope, meta, max_nodes
     )
-    data = ReportData(
-        data.title, data.report, data.results, data.graph_by_conversation, data.attributions, data.blame,
-        data.diagnosis, data.diagnosis_groups, tuple(result.history), rewrites_of(result), data.meta, data.max_nodes,
-    )
+    data = replace(data, history=tuple(result.history), rewrites=rewrites_of(result))
     return write_report(data, Path(out_dir) / REPORT_FILE)
 
 
