@@ -17,17 +17,16 @@ from __future__ import annotations
 import json
 import logging
 import time
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import hydra
-from hydra.core.hydra_config import HydraConfig
 from memtrace_loop.experiments.config import validated_attribute
 from memtrace_loop.experiments.console import RichProgress, blame_table, setup_logging
 from memtrace_loop.experiments.factory import attributor_of, launch_dir, resolve, to_plain
 from memtrace_loop.experiments.lifecycle import run_app
+from memtrace_loop.experiments.output_dirs import app_output_dir
 from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.pipeline.analysis.attribution.protocol import TracedRun, attribute_run
@@ -61,14 +60,6 @@ ATTRIBUTIONS_FILE = "attributions.json"
 BLAME_FILE = "blame.json"
 FROM_SOURCE = ("dataset", "memory_system", "embedder", "evaluation")  # taken from the source run's config
 
-
-def _out_dir(base_dir: Path) -> Path:
-    if HydraConfig.initialized():
-        out = Path(HydraConfig.get().runtime.output_dir)
-    else:  # called as a library (e.g. with Hydra's compose API)
-        out = base_dir / "outputs" / "attribute" / f"{time.strftime('%Y-%m-%d_%H-%M-%S')}-{uuid.uuid4().hex[:6]}"
-    out.mkdir(parents=True, exist_ok=True)
-    return out
 
 
 def effective_config(plain: Mapping[str, Any], saved: SavedRun, use_run_config: bool) -> dict[str, Any]:
@@ -115,7 +106,7 @@ def attribute(cfg: DictConfig | Mapping[str, Any], console: Console | None = Non
     secrets = protect(given)  # first: Hydra's saved files scrubbed, logs and console masked
     config = validated_attribute(given)  # every key checked first (ConfigError naming the key)
     configure_tracking_client(config.tracking.timeout_s, config.tracking.max_retries)
-    out_dir = _out_dir(base_dir)
+    out_dir = app_output_dir("attribute", base_dir)
     tracker = RedactingTracker(MlflowTracker(config.tracking.uri), secrets)
     if config.run_id is not None:
         saved = download_saved_run(tracker, config.run_id, out_dir / "source")

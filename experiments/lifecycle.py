@@ -18,13 +18,21 @@ import logging
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from types import FrameType
 from typing import TypeVar
 
+from memtrace_loop.experiments.secret_guard import known_secrets
+from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.stop import Interrupted, RunStopped, StopToken
+from memtrace_loop.pipeline.data.locomo import DataError
+from memtrace_loop.pipeline.loop.optimization import CheckpointError
+from memtrace_loop.pipeline.tracking.export import PromptFileError
 from memtrace_loop.pipeline.tracking.run_logging import scrub
+from memtrace_loop.pipeline.tracking.run_record import NotLoggedError
+from memtrace_loop.pipeline.tracking.store_access import TrackingUnavailable
 
 logger = logging.getLogger("memtrace")
 
@@ -42,8 +50,6 @@ _SIGNAL_NAMES = {signal.SIGINT: "SIGINT (Ctrl-C)", signal.SIGTERM: "SIGTERM"}
 def stop_on_signals(token: StopToken) -> Iterator[None]:
     """While inside, SIGINT and SIGTERM request a stop through `token` (the second one raises
     `KeyboardInterrupt` at once). A no-op outside the main thread, where handlers cannot be set."""
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -74,19 +80,11 @@ def exit_code(error: BaseException, token: StopToken | None = None) -> int:
 
 
 def _is_usage_error(error: BaseException) -> bool:
-    from memtrace_loop.pipeline.core.config import ConfigError
-    from memtrace_loop.pipeline.data.locomo import DataError
-    from memtrace_loop.pipeline.loop.optimization import CheckpointError
-    from memtrace_loop.pipeline.tracking.export import PromptFileError
-
     return isinstance(error, ConfigError | DataError | CheckpointError | PromptFileError | FileNotFoundError)
 
 
 def _speaks_for_itself(error: BaseException) -> bool:
     """Errors whose message is written for the user (no type name needed in front of it)."""
-    from memtrace_loop.experiments.optimize import TrackingUnavailable
-    from memtrace_loop.pipeline.tracking.run_record import NotLoggedError
-
     return isinstance(error, RunStopped | NotLoggedError | TrackingUnavailable) or _is_usage_error(error)
 
 
@@ -125,8 +123,6 @@ def run_app(
 
 
 def _safe(secrets: Callable[[], tuple[str, ...]]) -> tuple[str, ...]:
-    from memtrace_loop.experiments.secret_guard import known_secrets
-
     try:
         return (*known_secrets(), *secrets())
     except Exception:  # the error being reported may be the very one that broke reading the config

@@ -14,13 +14,11 @@ import json
 import logging
 import math
 import time
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import hydra
-from hydra.core.hydra_config import HydraConfig
 from memtrace_loop.experiments.config import validated_optimize
 from memtrace_loop.experiments.console import (
     RichProgress,
@@ -41,6 +39,7 @@ from memtrace_loop.experiments.factory import (
 )
 from memtrace_loop.experiments.failure_analysis import loop_diagnosis, write_diagnosis
 from memtrace_loop.experiments.lifecycle import run_app
+from memtrace_loop.experiments.output_dirs import app_output_dir
 from memtrace_loop.experiments.run_names import run_name as sweep_run_name
 from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.memory_systems.base import MemorySystem
@@ -59,6 +58,7 @@ from memtrace_loop.pipeline.loop.optimization import (
     LoopResult,
     OptimizationLoop,
     Splits,
+    mark_checkpoint_finished,
     read_checkpoint,
 )
 from memtrace_loop.pipeline.tracking.export import ExportedPrompts, write_prompts
@@ -76,7 +76,11 @@ from memtrace_loop.pipeline.tracking.run_logging import (
     retry_metrics,
     scrub,
 )
-from memtrace_loop.pipeline.tracking.store_access import configure_tracking_client, tracking_available
+from memtrace_loop.pipeline.tracking.store_access import (
+    TrackingUnavailable,
+    configure_tracking_client,
+    tracking_available,
+)
 from omegaconf import DictConfig
 from rich.console import Console
 
@@ -90,10 +94,6 @@ NOT_PART_OF_A_RUN = ("resume", "run_name", "workers")  # may differ when resumin
 def config_digest(plain: dict[str, Any]) -> str:
     kept = {k: v for k, v in plain.items() if k not in NOT_PART_OF_A_RUN}
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
-
-
-class TrackingUnavailable(RuntimeError):
-    """The MLflow store cannot be reached before the loop starts (the message says where and why)."""
 
 
 def _run_dir(plain: dict[str, Any], base_dir: Path) -> tuple[Path, dict[str, Any], bool]:
@@ -114,11 +114,7 @@ def _run_dir(plain: dict[str, Any], base_dir: Path) -> tuple[Path, dict[str, Any
             )
         config["workers"] = plain["workers"]
         return run_dir, config, True
-    if HydraConfig.initialized():
-        run_dir = Path(HydraConfig.get().runtime.output_dir)
-    else:  # called as a library (e.g. with Hydra's compose API): a fresh directory of its own
-        run_dir = base_dir / "outputs" / "optimize" / f"{time.strftime('%Y-%m-%d_%H-%M-%S')}-{uuid.uuid4().hex[:6]}"
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = app_output_dir("optimize", base_dir)
     saved = redact_tree(plain, secret_values(plain))  # no key in api_base reaches the disk
     (run_dir / SAVED_CONFIG).write_text(json.dumps(saved, indent=2), encoding="utf-8")
     return run_dir, plain, False
@@ -314,15 +310,11 @@ def optimize(cfg: DictConfig, console: Console | None = None, stop: StopToken | 
 
 def mark_finished(path: Path, result: LoopResult, exported: list[Path]) -> None:
     """Record in the checkpoint that the run finished (a later `resume=` is then a no-op)."""
-    data = read_checkpoint(path)
-    data["finished"] = {
+    mark_checkpoint_finished(path, {
         "test_start": result.test_start.report.overall.judge_accuracy,
         "test_final": result.test_final.report.overall.judge_accuracy,
         "exported": [str(p) for p in exported],
-    }
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
-    tmp.replace(path)
+    })
 
 
 @guarded  # refuses secret overrides before Hydra parses (and saves) them

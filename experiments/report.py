@@ -14,18 +14,17 @@ from __future__ import annotations
 import json
 import logging
 import time
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import hydra
-from hydra.core.hydra_config import HydraConfig
 from memtrace_loop.experiments.attribute import ATTRIBUTIONS_FILE, attribute_saved_run, effective_config
 from memtrace_loop.experiments.config import validated_report
 from memtrace_loop.experiments.console import setup_logging
 from memtrace_loop.experiments.factory import launch_dir, resolve, to_plain
 from memtrace_loop.experiments.lifecycle import run_app
+from memtrace_loop.experiments.output_dirs import app_output_dir
 from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.pipeline.analysis.blame import Attribution
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
@@ -42,14 +41,6 @@ from rich.console import Console
 
 logger = logging.getLogger("memtrace.report")
 
-
-def _out_dir(base_dir: Path) -> Path:
-    if HydraConfig.initialized():
-        out = Path(HydraConfig.get().runtime.output_dir)
-    else:  # called as a library (e.g. with Hydra's compose API)
-        out = base_dir / "outputs" / "report" / f"{time.strftime('%Y-%m-%d_%H-%M-%S')}-{uuid.uuid4().hex[:6]}"
-    out.mkdir(parents=True, exist_ok=True)
-    return out
 
 
 def saved_attributions(folder: Path, saved: SavedRun) -> tuple[Attribution, ...] | None:
@@ -68,7 +59,7 @@ def report(cfg: DictConfig | Mapping[str, Any], console: Console | None = None) 
     secrets = protect(given)
     config = validated_report(given)
     configure_tracking_client(config.tracking.timeout_s, config.tracking.max_retries)
-    out_dir = _out_dir(base_dir)
+    out_dir = app_output_dir("report", base_dir)
     tracker = RedactingTracker(MlflowTracker(config.tracking.uri), secrets)
     if config.run_id is not None:
         folder = out_dir / "source"

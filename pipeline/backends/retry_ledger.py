@@ -4,8 +4,8 @@ The retry loop (`pipeline.backends.resilience.RetryLoop`) records one entry per 
 make (a wait that follows a failed attempt), by role and cause (`rate_limited`, `server_error`,
 `timeout`, `connection`, `malformed`). An entry point creates one ledger per run, passes it to
 `build_lm_set(..., retries=ledger)` and logs the tally to MLflow as `lm_retries/<role>` and
-`lm_retries/<role>/<cause>` (`pipeline.tracking.run_logging.retry_metrics`; `RetryTally.metrics` is the
-flat dotted form). It does not retry, log or decide anything.
+`lm_retries/<role>/<cause>` (`pipeline.tracking.run_logging.retry_metrics`). It does not retry, log or
+decide anything.
 """
 
 from __future__ import annotations
@@ -38,16 +38,6 @@ class RetryTally:
     @property
     def total(self) -> int:
         return sum(self.role(role) for role in self.count_by_cause_by_role)
-
-    def metrics(self, prefix: str = "lm_retries") -> dict[str, float]:
-        """`{prefix}.<role>` and `{prefix}.<role>.<cause>` for every role with a retry, plus
-        `{prefix}.total` (always present, so a fault-free run logs 0)."""
-        out: dict[str, float] = {f"{prefix}.total": float(self.total)}
-        for role, causes in sorted(self.count_by_cause_by_role.items()):
-            out[f"{prefix}.{role}"] = float(sum(causes.values()))
-            for cause, count in sorted(causes.items()):
-                out[f"{prefix}.{role}.{cause}"] = float(count)
-        return out
 
 
 class RetryLedger:

@@ -215,9 +215,21 @@ def _write_checkpoint(path: Path, progress: _Progress, config_digest: str, extra
         "history": [summary.to_dict() for summary in progress.history],
         **dict(extra),
     }
+    _write_json(path, data)
+
+
+def _write_json(path: Path, data: Mapping[str, Any]) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
     tmp.replace(path)  # atomic: a crash never leaves half a checkpoint
+
+
+def mark_checkpoint_finished(path: Path, finished: Mapping[str, Any]) -> None:
+    """Record in the checkpoint at `path` that its run finished, with `finished` (what the entry point
+    reports when asked to resume it: a later `resume=` is then a no-op)."""
+    data = read_checkpoint(path)
+    data["finished"] = dict(finished)
+    _write_json(path, data)
 
 
 def read_checkpoint(path: Path) -> dict[str, Any]:

@@ -173,6 +173,10 @@ def _probe_sqlite(path: Path, timeout_s: float) -> str | None:
     return None
 
 
+class TrackingUnavailable(RuntimeError):
+    """The store cannot be reached before work that must be logged starts (the message says where and why)."""
+
+
 def tracking_available(uri: str, timeout_s: float = 5.0) -> str | None:
     """None when the tracking store at `uri` answers (an HTTP server's `/health`, a SQLite file that
     can be read or created), else the cause. Other stores (databricks, SQL servers) are not probed."""

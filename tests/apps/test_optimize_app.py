@@ -248,7 +248,7 @@ def test_an_optimization_that_accepts_nothing_says_so(tmp_path, monkeypatch):
 def test_optimize_refuses_to_start_when_mlflow_is_unreachable(tmp_path, monkeypatch):
     import socket
 
-    from memtrace_loop.experiments.optimize import TrackingUnavailable
+    from memtrace_loop.pipeline.tracking.store_access import TrackingUnavailable
 
     monkeypatch.chdir(tmp_path)
     with socket.socket() as probe:

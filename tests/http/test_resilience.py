@@ -31,6 +31,7 @@ from memtrace_loop.pipeline.backends.registry import build_lm, build_lm_set
 from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.stop import EndpointUnusable, Interrupted, StopToken, TooManyFailures
+from memtrace_loop.pipeline.tracking.run_logging import retry_metrics
 
 from tests.support import answering, forbid_network, isolate_llm_env
 from tests.support.answering import ANSWER, answering_responder, ask
@@ -172,10 +173,10 @@ def test_retries_are_logged_with_a_scrubbed_endpoint_and_counted_per_role(
     assert KEY not in caplog.text
     tally = retries.tally()
     assert (tally.role("judge"), tally.role("attributor"), tally.role("task"), tally.total) == (2, 1, 0, 3)
-    assert tally.metrics() == {
-        "lm_retries.total": 3.0,
-        "lm_retries.attributor": 1.0, "lm_retries.attributor.rate_limited": 1.0,
-        "lm_retries.judge": 2.0, "lm_retries.judge.server_error": 2.0,
+    assert retry_metrics(tally) == {
+        "lm_retries/total": 3.0,
+        "lm_retries/attributor": 1.0, "lm_retries/attributor/rate_limited": 1.0,
+        "lm_retries/judge": 2.0, "lm_retries/judge/server_error": 2.0,
     }
 
 

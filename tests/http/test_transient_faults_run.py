@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,29 +36,36 @@ PLAN = FaultPlan(
 )
 
 
-def run_through(api_base: str, tmp_path: Path, name: str) -> tuple[dict[str, tuple[str, str]], dict[str, float]]:
-    """One `memtrace run` against `api_base`: {question id: (prediction, verdict)} and its metrics."""
-    work = tmp_path / name
+def app_through(
+    app: Callable[[Any], dict[str, Any]], config: str, api_base: str, work: Path, *overrides: str
+) -> tuple[dict[str, Any], dict[str, float]]:
+    """One `memtrace <config>` against `api_base`, run in `work` with its own store and cache: its
+    outcome and its MLflow metrics."""
     work.mkdir()
     with initialize_config_module(config_module="memtrace_loop.conf", version_base="1.3"):
-        cfg = compose(
-            "run",
-            overrides=[
-                "lm=openai", f"lm.task.api_base={api_base}", f"lm.task.api_key_env={KEY_ENV}",
-                "lm.task.model=stub-model", "lm.task.timeout_s=2", "lm.task.num_retries=10",
-                "lm.task.retry_after_cap_s=0.2",  # backoff 1, 2, 4 s capped: a quick test
-                "dataset.n_conversations=2", "dataset.sessions_per_conversation=3", "workers=4",
-                f"tracking.uri=sqlite:///{work}/mlflow.db", f"cache_dir={work}/cache",  # no shared cache
-            ],
-        )
+        cfg = compose(config, overrides=[
+            "lm=openai", f"lm.task.api_base={api_base}", f"lm.task.api_key_env={KEY_ENV}", "lm.task.model=stub-model",
+            f"tracking.uri=sqlite:///{work}/mlflow.db", f"cache_dir={work}/cache", *overrides,  # no shared cache
+        ])
     before = Path.cwd()
     os.chdir(work)
     try:
-        outcome = run(cfg)
+        outcome = app(cfg)
     finally:
         os.chdir(before)
-    rows = json.loads((Path(str(outcome["run_dir"])) / "artifacts" / "results.json").read_text())
     metrics = MlflowClient(tracking_uri=f"sqlite:///{work}/mlflow.db").get_run(str(outcome["run_id"])).data.metrics
+    return outcome, metrics
+
+
+# backoff 1, 2, 4 s capped: a quick test
+QUICK_RETRIES = ("lm.task.timeout_s=2", "lm.task.num_retries=10", "lm.task.retry_after_cap_s=0.2")
+
+
+def run_through(api_base: str, tmp_path: Path, name: str) -> tuple[dict[str, tuple[str, str]], dict[str, float]]:
+    """One `memtrace run` against `api_base`: {question id: (prediction, verdict)} and its metrics."""
+    outcome, metrics = app_through(run, "run", api_base, tmp_path / name, *QUICK_RETRIES,
+                                   "dataset.n_conversations=2", "dataset.sessions_per_conversation=3", "workers=4")
+    rows = json.loads((Path(str(outcome["run_dir"])) / "artifacts" / "results.json").read_text())
     return {row["question_id"]: (row["prediction"], row["verdict"]) for row in rows}, metrics
 
 
@@ -91,26 +99,9 @@ def test_transient_faults_and_malformed_bodies_leave_every_verdict_unchanged(
 def optimize_through(api_base: str, tmp_path: Path, name: str) -> tuple[dict[str, Any], dict[str, float]]:
     """One `memtrace optimize` (one iteration) against `api_base`: its result and its metrics."""
     work = tmp_path / name
-    work.mkdir()
-    with initialize_config_module(config_module="memtrace_loop.conf", version_base="1.3"):
-        cfg = compose(
-            "optimize",
-            overrides=[
-                "lm=openai", f"lm.task.api_base={api_base}", f"lm.task.api_key_env={KEY_ENV}",
-                "lm.task.model=stub-model", "lm.task.timeout_s=2", "lm.task.num_retries=10",
-                "lm.task.retry_after_cap_s=0.2", "dataset.n_conversations=4", "dataset.sessions_per_conversation=3",
-                "workers=4", "loop.max_iterations=1", "register_prompts=false",
-                f"tracking.uri=sqlite:///{work}/mlflow.db", f"cache_dir={work}/cache", f"hydra.run.dir={work}/out",
-            ],
-        )
-    before = Path.cwd()
-    os.chdir(work)
-    try:
-        outcome = optimize(cfg)
-    finally:
-        os.chdir(before)
-    metrics = MlflowClient(tracking_uri=f"sqlite:///{work}/mlflow.db").get_run(str(outcome["run_id"])).data.metrics
-    return outcome, metrics
+    return app_through(optimize, "optimize", api_base, work, *QUICK_RETRIES, "dataset.n_conversations=4",
+                       "dataset.sessions_per_conversation=3", "workers=4", "loop.max_iterations=1",
+                       "register_prompts=false", f"hydra.run.dir={work}/out")
 
 
 def verdicts(evaluation: Any) -> dict[str, tuple[str, str]]:
@@ -140,21 +131,10 @@ def test_a_run_whose_calls_mostly_fail_stops_with_too_many_failures(
     seed = next(s for s in range(100) if FaultPlan(seed=s, server_error=0.7).fault_at(0).kind is FaultKind.FORWARDED)
     plan = FaultPlan(seed=seed, server_error=0.7, only_paths=("/chat/completions",))  # the preflight passes
     work = tmp_path / "failing"
-    work.mkdir()
     with OpenAIStubServer() as stub, FaultProxy(stub.base_url, plan) as proxy:
-        with initialize_config_module(config_module="memtrace_loop.conf", version_base="1.3"):
-            cfg = compose("run", overrides=[
-                "lm=openai", f"lm.task.api_base={proxy.base_url}", f"lm.task.api_key_env={KEY_ENV}",
-                "lm.task.model=stub-model", "lm.task.num_retries=0", "dataset.n_conversations=2", "workers=2",
-                "max_failed_share=0.5", f"tracking.uri=sqlite:///{work}/mlflow.db", f"cache_dir={work}/cache",
-            ])
-        before = Path.cwd()
-        os.chdir(work)
-        try:
-            with pytest.raises(TooManyFailures, match=r"LM calls failed .*more than the allowed 50%") as caught:
-                run(cfg)
-        finally:
-            os.chdir(before)
+        with pytest.raises(TooManyFailures, match=r"LM calls failed .*more than the allowed 50%") as caught:
+            app_through(run, "run", proxy.base_url, work, "lm.task.num_retries=0", "dataset.n_conversations=2",
+                        "workers=2", "max_failed_share=0.5")
         sent = len(proxy.requests)
     assert caught.value.total >= 20 and caught.value.failed > caught.value.total / 2
     assert sent < 20 + 2 * 4  # stopped soon after the bound was passed (calls in flight on 2 workers)
