@@ -34,8 +34,8 @@ from memtrace_loop.pipeline.backends.lm import (
 from memtrace_loop.pipeline.backends.registry import build_lm, build_lm_set
 
 from tests.support import answering, forbid_network, isolate_llm_env
-from tests.support.answering import ANSWER, answering_responder, ask
-from tests.support.openai_server import OpenAIStubServer, running_server
+from tests.support.answering import ANSWER, ask, chat_calls
+from tests.support.openai_server import OpenAIStubServer
 
 KEY_ENV = "MEMTRACE_TEST_LM_KEY"
 KEY = "sk-memtrace-test-5f2b9c0e7d"
@@ -51,15 +51,11 @@ def _offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 
 @pytest.fixture
 def server() -> Iterator[OpenAIStubServer]:
-    yield from running_server(responder=answering_responder)
+    yield from answering.answering_server()
 
 
 def openai_config(server: OpenAIStubServer, **overrides: Any) -> dict[str, Any]:
     return answering.openai_config(server, KEY_ENV, **overrides)
-
-
-def chat_calls(server: OpenAIStubServer) -> list:
-    return server.requests_to("/chat/completions")
 
 
 # --------------------------------------------------------------------------------------- config

@@ -3,18 +3,20 @@
 `answering_responder` is a local server's responder that answers any single-`answer` signature with
 `ANSWER` in the format the adapter asked for (chat markers, or JSON for DSPy's JSON fallback);
 `ask` runs `AnswerQuestion` on an LM; `openai_config` is the `LMConfig` mapping of an `openai` LM
-pointed at a local server (no cache, 5 s timeout, 3 retries unless overridden).
+pointed at a local server (no cache, 5 s timeout, 3 retries unless overridden); `answering_server`
+runs a local server with that responder and `chat_calls` lists the chat requests it received.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import dspy
 from memtrace_loop.memory_systems.signatures import AnswerQuestion
 
-from tests.support.openai_server import OpenAIStubServer
+from tests.support.openai_server import OpenAIStubServer, running_server
 
 ANSWER = "7 May 2023"
 QUESTION = "When did Caroline go to the support group?"
@@ -25,6 +27,16 @@ def answering_responder(messages: list[dict]) -> str:
     if "Respond with a JSON object" in messages[-1]["content"]:
         return json.dumps({"answer": ANSWER})
     return f"[[ ## answer ## ]]\n{ANSWER}\n\n[[ ## completed ## ]]"
+
+
+def answering_server() -> Iterator[OpenAIStubServer]:
+    """A running local server that answers with `answering_responder` (use as `yield from`)."""
+    yield from running_server(responder=answering_responder)
+
+
+def chat_calls(server: OpenAIStubServer) -> list:
+    """The chat-completions requests the server received, in order."""
+    return server.requests_to("/chat/completions")
 
 
 def ask(lm: dspy.LM, question: str = QUESTION) -> dspy.Prediction:
