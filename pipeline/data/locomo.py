@@ -15,7 +15,8 @@ What it does:
   `Split.select` refuses an empty split with an `EmptySplitError` naming the split and the fractions.
 
 What it does not do: no network or caching of its own (`datasets` does both), no LongMemEval (see
-`pipeline.data.longmemeval`), and no answering or scoring (see `pipeline.analysis.evaluation`). It never prints; diagnostics go to the module logger.
+`pipeline.data.longmemeval`), and no answering or scoring (see `pipeline.analysis.evaluation`). It never
+prints; diagnostics go to the module logger.
 """
 
 from __future__ import annotations
