@@ -18,6 +18,7 @@ import mlflow
 import pytest
 from hydra import compose, initialize_config_module
 from memtrace_loop.experiments.optimize import optimize
+from memtrace_loop.experiments.report import report as report_app
 from memtrace_loop.experiments.run import run
 from memtrace_loop.experiments.sim_notice import TEST_WORLD_NOTE_TAG, TEST_WORLD_TAG, stand_in_notice
 from memtrace_loop.pipeline.data.locomo import load_locomo, split_by_conversation
@@ -94,6 +95,9 @@ def test_run_logs_its_data_and_says_it_ran_in_the_test_world(tmp_path, monkeypat
     assert tags[TEST_WORLD_TAG] == "true" and tags[TEST_WORLD_NOTE_TAG] == notice
     report = (Path(file_run["run_dir"]) / "artifacts" / "report.html").read_text(encoding="utf-8")
     assert '<div class="banner" id="banner" role="alert">TEST WORLD: the stand-in LM' in report
+    # `memtrace report` of the saved run (with the run's own config) shows it too
+    remade = report_app(composed("report", f"tracking.uri={uri}", f"run_dir={file_run['run_dir']}"))
+    assert 'id="banner"' in Path(remade["path"]).read_text(encoding="utf-8")
 
 
 def test_a_sim_run_on_sim_data_is_tagged_without_a_banner(tmp_path, monkeypatch, caplog):
