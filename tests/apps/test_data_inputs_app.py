@@ -14,7 +14,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import mlflow
 import pytest
 from hydra import compose, initialize_config_module
 from memtrace_loop.experiments.optimize import optimize
@@ -25,6 +24,7 @@ from memtrace_loop.pipeline.data.locomo import load_locomo, split_by_conversatio
 from memtrace_loop.pipeline.data.longmemeval import load_longmemeval
 from memtrace_loop.pipeline.tracking.run_logging import dataset_digest
 from memtrace_loop.pipeline.tracking.run_record import read_run_record
+from mlflow.tracking import MlflowClient
 
 from tests.support.paths import FIXTURES, REPO
 
@@ -39,9 +39,8 @@ def composed(config: str, *overrides: str):
 
 def inputs_of(uri: str, run_id: str) -> dict[str, dict]:
     """The run's dataset inputs by context: name, digest, source, profile (as MLflow returns them)."""
-    mlflow.set_tracking_uri(uri)
     found = {}
-    for item in mlflow.get_run(run_id).inputs.dataset_inputs:
+    for item in MlflowClient(tracking_uri=uri).get_run(run_id).inputs.dataset_inputs:
         context = next(t.value for t in item.tags if t.key == "mlflow.data.context")
         found[context] = {"name": item.dataset.name, "digest": item.dataset.digest, "source": item.dataset.source,
                           "source_type": item.dataset.source_type, "profile": json.loads(item.dataset.profile)}
@@ -55,6 +54,7 @@ def hub_folder(tmp_path: Path, file: Path, name: str) -> Path:
     return folder
 
 
+@pytest.mark.slow  # three runs and a report
 def test_run_logs_its_data_and_says_it_ran_in_the_test_world(tmp_path, monkeypatch, caplog):
     monkeypatch.chdir(tmp_path)
     uri = f"sqlite:///{tmp_path}/mlflow.db"
@@ -91,7 +91,7 @@ def test_run_logs_its_data_and_says_it_ran_in_the_test_world(tmp_path, monkeypat
                               "dataset": {"kind": "locomo"}})
     assert notice and "test world" in notice and "'locomo'" in notice
     assert warned == [notice, notice]  # at the start and at the end
-    tags = mlflow.get_run(file_run["run_id"]).data.tags
+    tags = MlflowClient(tracking_uri=uri).get_run(file_run["run_id"]).data.tags
     assert tags[TEST_WORLD_TAG] == "true" and tags[TEST_WORLD_NOTE_TAG] == notice
     report = (Path(file_run["run_dir"]) / "artifacts" / "report.html").read_text(encoding="utf-8")
     assert '<div class="banner" id="banner" role="alert">TEST WORLD: the stand-in LM' in report
@@ -106,7 +106,7 @@ def test_a_sim_run_on_sim_data_is_tagged_without_a_banner(tmp_path, monkeypatch,
     with caplog.at_level(logging.WARNING):
         outcome = run(composed("run", f"tracking.uri={uri}", f"cache_dir={tmp_path}/cache",
                                "dataset.n_conversations=2", "dataset.sessions_per_conversation=2"))
-    tags = mlflow.get_run(outcome["run_id"]).data.tags
+    tags = MlflowClient(tracking_uri=uri).get_run(outcome["run_id"]).data.tags
     assert tags[TEST_WORLD_TAG] == "true" and TEST_WORLD_NOTE_TAG not in tags
     assert not [r for r in caplog.records if "TEST WORLD" in r.getMessage()]
     assert 'id="banner"' not in (Path(outcome["run_dir"]) / "artifacts" / "report.html").read_text(encoding="utf-8")
@@ -143,7 +143,7 @@ def test_optimize_logs_its_splits_and_says_it_ran_in_the_test_world(tmp_path, mo
     notice = stand_in_notice({"lm": {"task": {"backend": "sim"}, "judge": {"backend": "sim"}},
                               "dataset": {"kind": "longmemeval"}})
     assert warned == [notice, notice]  # at the start and at the end
-    tags = mlflow.get_run(first["run_id"]).data.tags
+    tags = MlflowClient(tracking_uri=uri).get_run(first["run_id"]).data.tags
     assert tags[TEST_WORLD_TAG] == "true" and tags[TEST_WORLD_NOTE_TAG] == notice
     report = (Path(first["run_dir"]) / "report.html").read_text(encoding="utf-8")
     assert 'id="banner"' in report and "TEST WORLD" in report
@@ -167,8 +167,8 @@ def test_memtrace_run_dataset_longmemeval_works_as_written(tmp_path):
     assert flat.count("TEST WORLD: the stand-in LM") == 2 and "WARNING" in output
     report = (tmp_path / "out" / "artifacts" / "report.html").read_text(encoding="utf-8")
     assert 'id="banner"' in report
-    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
-    (found,) = mlflow.search_runs(experiment_names=["memtrace"], output_format="list")
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    (found,) = client.search_runs([client.get_experiment_by_name("memtrace").experiment_id])
     assert found.data.tags[TEST_WORLD_TAG] == "true"
     (eval_input,) = found.inputs.dataset_inputs
     assert eval_input.dataset.digest == dataset_digest(load_longmemeval(SHIPPED_LONGMEMEVAL))
