@@ -30,12 +30,9 @@ What it does not do: no parsing into our records, no network of its own (the hub
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-logger = logging.getLogger(__name__)
 
 
 class DataError(ValueError):
@@ -57,6 +54,7 @@ class DataError(ValueError):
             parts.append(f"field '{field}'")
         parts.append(problem)
         super().__init__(": ".join(parts))
+
 
 JSON_LINES_SUFFIXES = (".jsonl", ".ndjson")
 _JSON_TYPES = {dict: "an object", list: "a list", str: "a string", int: "a number", float: "a number",
