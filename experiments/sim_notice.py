@@ -2,7 +2,7 @@
 
 The stand-in LM (`lm` backend `sim`) answers and judges from the simulated world's rules; on the
 simulated dataset that is the offline default, on a real dataset (LoCoMo, LongMemEval) it still runs
-end to end but its scores (e.g. 9.9% on LoCoMo) measure the test world, not a model.
+end to end but its scores (mem0 on the LoCoMo subset: 6.0% judge accuracy) measure the test world, not a model.
 `stand_in_notice(plain)` is the one sentence that says so (None when the numbers are not test-world
 numbers on real data); `stand_in_tags(plain)` are the MLflow tags of every run: `memtrace.test_world`
 (`true` whenever the stand-in answers or judges) and, with the notice, `memtrace.test_world.note`.
