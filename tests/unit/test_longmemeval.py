@@ -239,7 +239,8 @@ def test_config_dispatch(fixture_file: Path, tmp_path: Path, monkeypatch) -> Non
 
 
 @pytest.mark.slow
-def test_memtrace_run_on_the_longmemeval_fixture(fixture_file: Path, tmp_path: Path) -> None:
+def test_memtrace_run_on_the_longmemeval_fixture(fixture_file: Path, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)  # the run saves its results below the working directory
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     cfg = composed(
         "dataset=longmemeval", f"dataset.path={fixture_file}", f"tracking.uri={uri}", "tracking.experiment=lme",
