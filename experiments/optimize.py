@@ -42,6 +42,7 @@ from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.experiments.output_dirs import app_output_dir
 from memtrace_loop.experiments.run_names import run_name as sweep_run_name
 from memtrace_loop.experiments.secret_guard import guarded, protect
+from memtrace_loop.experiments.sim_notice import stand_in_notice, stand_in_tags
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.optimizers.gepa_program import save_program_state
 from memtrace_loop.optimizers.registry import build_optimizer
@@ -206,6 +207,9 @@ def optimize(cfg: DictConfig, console: Console | None = None, stop: StopToken | 
     optimizer = build_optimizer(plain["optimizer"]["name"], lms.rewriter, plain["optimizer"])
     settings = config.loop_settings()
     attributor = attributor_of(plain, lms, system, judge)
+    notice = stand_in_notice(plain)  # the stand-in LM on a real dataset: said at the start, the end, tag, report
+    if notice:
+        logger.warning(notice)
 
     tracker = RedactingTracker(MlflowTracker(plain["tracking"]["uri"]), secrets)
     tracker.open_experiment(plain["tracking"]["experiment"])
@@ -227,6 +231,7 @@ def optimize(cfg: DictConfig, console: Console | None = None, stop: StopToken | 
                         "memtrace.optimizer": plain["optimizer"]["name"],
                         "memtrace.attributor": attributor.name,
                         "git_commit": git_commit(base_dir),
+                        **stand_in_tags(plain),
                     }
                 )
                 log_params(tracker, flatten(plain), secrets)
@@ -265,6 +270,7 @@ def optimize(cfg: DictConfig, console: Console | None = None, stop: StopToken | 
                 conversation_by_id={c.id: c for c in parts.test.conversations},
                 diagnosis=diagnosis, diagnosis_scope=f"Train failures of iteration {diagnosed}: ",
                 meta={"system": system.name, "optimizer": plain["optimizer"]["name"], "attributor": attributor.name},
+                banner=notice,
             )
             tracker.log_artifact(report)
             elapsed = time.perf_counter() - started
@@ -296,6 +302,8 @@ def optimize(cfg: DictConfig, console: Console | None = None, stop: StopToken | 
     console.print(f"Load them with: memtrace run prompts={paths[0]}")
     if uri.startswith("sqlite:///"):
         console.print(f"Open MLflow with: mlflow ui --backend-store-uri {uri}")
+    if notice:
+        logger.warning(notice)
     return {
         "run_id": run_id,
         "run_dir": str(run_dir),

@@ -26,6 +26,7 @@ from memtrace_loop.experiments.factory import launch_dir, resolve, to_plain
 from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.experiments.output_dirs import app_output_dir
 from memtrace_loop.experiments.secret_guard import guarded, protect
+from memtrace_loop.experiments.sim_notice import stand_in_notice
 from memtrace_loop.pipeline.analysis.blame import Attribution
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.redacting_tracker import RedactingTracker
@@ -82,7 +83,7 @@ def report(cfg: DictConfig | Mapping[str, Any], console: Console | None = None) 
     data = report_data(
         config.title or f"MemTrace report: {source}", saved.results, saved.graph_by_conversation,
         attributions=attributions, exclude_categories=tuple(plain["evaluation"]["exclude_categories"]),
-        meta=meta, max_nodes=config.max_nodes,
+        meta=meta, max_nodes=config.max_nodes, banner=stand_in_notice(plain),
     )
     path = out_dir / REPORT_FILE
     path.write_text(scrub(render_report(data), secrets), encoding="utf-8")

@@ -37,6 +37,7 @@ from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.experiments.output_dirs import app_output_dir
 from memtrace_loop.experiments.run_names import run_name as sweep_run_name
 from memtrace_loop.experiments.secret_guard import guarded, protect
+from memtrace_loop.experiments.sim_notice import stand_in_notice, stand_in_tags
 from memtrace_loop.pipeline.backends.call_count import CallLedger
 from memtrace_loop.pipeline.backends.embeddings import build_embedder
 from memtrace_loop.pipeline.backends.failure_guard import FailureGuard
@@ -108,6 +109,9 @@ def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None 
         "running %s on %s (%s split): %d conversations, %d questions",
         system.name, dataset.name, plain["split"], len(dataset.conversations), len(dataset.questions),
     )
+    notice = stand_in_notice(plain)  # the stand-in LM on a real dataset: said at the start, the end, tag, report
+    if notice:
+        logger.warning(notice)
 
     # saved beside Hydra's own files, so `memtrace attribute run_dir=<output dir>` can read them back
     out_dir = app_output_dir("run", base_dir)
@@ -116,8 +120,10 @@ def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None 
     record_id = new_record_id()
     tags = {"memtrace.command": "run", "memtrace.system": system.name, "memtrace.dataset": dataset.name,
             "memtrace.split": plain["split"], "git_commit": git_commit(base_dir), RECORD_TAG: record_id,
-            "memtrace.attributor": attributor.name}
+            "memtrace.attributor": attributor.name, **stand_in_tags(plain)}
     params = params_for_logging(flatten(plain), secrets)
+    source = scrub(dataset_source(plain["dataset"], base_dir), secrets)
+    data_input = dataset_input(dataset, "eval", plain["split"], source)  # logged live and kept in the record
     # the MLflow run is opened before the work (FAILED / KILLED if the work fails or is interrupted); when the
     # store is unreachable the work goes on and its results wait on disk for `memtrace upload`
     store = MlflowTracker(plain["tracking"]["uri"])
@@ -136,8 +142,7 @@ def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None 
         if tracker is not None:
             tracker.set_tags(tags)
             tracker.log_params(params)
-            source = dataset_source(plain["dataset"], base_dir)
-            tracker.log_dataset(dataset_input(dataset, "eval", plain["split"], source))
+            tracker.log_dataset(data_input)  # again with the record (MLflow keeps one input per dataset)
         started = time.perf_counter()
         with RichProgress(console) as progress:
             result = run_dataset(
@@ -160,6 +165,7 @@ def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None 
             diagnosis=failures.diagnosis,
             meta={"system": system.name, "dataset": dataset.name, "split": plain["split"],
                   "attributor": attributor.name},
+            banner=notice,
         )
         columns = result_columns(result, secrets)
         record = RunRecord(
@@ -167,6 +173,7 @@ def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None 
             metrics={**run_metrics(result), ELAPSED_S: elapsed, **call_metrics(tally, failed=True),
                      **token_metrics(tally), **retry_metrics(retries.tally()), **failures.metrics()},
             tables={**({RESULTS_TABLE: columns} if columns else {}), **failures.tables(secrets)}, record_id=record_id,
+            datasets=(data_input,),
         )
         write_run_record(out_dir, record)
         console.print(report_table(result.report, f"{system.name} on {dataset.name} ({plain['split']})"))
@@ -195,6 +202,8 @@ def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None 
     console.print(f"Report: {report} (open it in a browser; also in the MLflow run's artifacts)")
     console.print(f"Saved cases and graphs in {saved}; attribute them with: "
                   f"memtrace attribute run_dir={out_dir}")
+    if notice:
+        logger.warning(notice)
     return {"run_id": run_id, "judge_accuracy": result.report.overall.judge_accuracy, "run_dir": str(out_dir)}
 
 

@@ -2,8 +2,10 @@
 
 What it does:
 
-- `load_locomo` / `parse_locomo` read the LoCoMo JSON layout (a list of samples with
-  `sample_id`, `conversation` and `qa`) into a `Dataset`. Raw records are validated with pydantic
+- `parse_locomo` is the one parser of the LoCoMo JSON layout (a list of samples with `sample_id`,
+  `conversation` and `qa`) into a `Dataset`; `load_locomo(path)` (a local file) and
+  `load_locomo_hub(name, ...)` (a Hugging Face dataset) read the records through `datasets`
+  (`pipeline.data.reader`) and hand them to it. Raw records are validated with pydantic
   models (unknown keys are ignored); anything wrong raises `DataError`, whose message names the file,
   the record and the field. Messy evidence ids are cleaned (see `clean_evidence`); evidence that
   names a turn the conversation does not have is dropped with one logged warning per conversation.
@@ -12,13 +14,13 @@ What it does:
 - `split_by_conversation` makes a seeded, deterministic train/dev/test `Split` by conversation;
   `Split.select` refuses an empty split with an `EmptySplitError` naming the split and the fractions.
 
-What it does not do: no network, no caching, no LongMemEval (see `pipeline.data.longmemeval`), and no answering or
-scoring (see `pipeline.analysis.evaluation`). It never prints; diagnostics go to the module logger.
+What it does not do: no network or caching of its own (`datasets` does both), no LongMemEval (see
+`pipeline.data.longmemeval`), and no answering or scoring (see `pipeline.analysis.evaluation`). It never
+prints; diagnostics go to the module logger.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import random
@@ -31,6 +33,7 @@ from typing import Any, Literal, TypeVar
 
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.records import CATEGORY_NAMES, Conversation, Dataset, Question, Turn
+from memtrace_loop.pipeline.data.reader import DataError, hub_source, read_file_rows, read_hub_rows
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 logger = logging.getLogger(__name__)
@@ -60,27 +63,6 @@ _MONTH_NAMES = (
 _MONTHS = {name: number for number, month in enumerate(_MONTH_NAMES, 1) for name in (month, month[:3])}
 _MONTHS["sept"] = 9
 _CAPTION_PREFIX = re.compile(r"^\s*an?\s+(photo|photograph|photography|picture|image)\s+of\s+", re.IGNORECASE)
-
-
-class DataError(ValueError):
-    """A data file (or in-memory source) is missing, unreadable or has a wrong record.
-
-    The message reads `<source>: <record>: field '<field>': <problem>`; the parts are also kept
-    as attributes so callers can act on them.
-    """
-
-    def __init__(self, source: str, problem: str, record: str | None = None, field: str | None = None):
-        self.source = source
-        self.record = record
-        self.field = field
-        self.problem = problem
-        parts = [source]
-        if record:
-            parts.append(record)
-        if field:
-            parts.append(f"field '{field}'")
-        parts.append(problem)
-        super().__init__(": ".join(parts))
 
 
 def require_content(dataset: Dataset, source: str) -> Dataset:
@@ -325,24 +307,27 @@ def parse_locomo(samples: object, source: str) -> Dataset:
     )
 
 
-def read_json_file(path: Path) -> Any:
-    """The parsed JSON of a dataset file; an unreadable file or invalid JSON raises `DataError` naming it."""
-    source = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise DataError(source, f"cannot read file ({error.__class__.__name__}: {error})") from error
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        raise DataError(source, f"invalid JSON at line {error.lineno} column {error.colno}: {error.msg}") from error
+LOCOMO_COLUMNS = ("sample_id", "conversation", "qa", "event_summary", "observation", "session_summary")
 
 
 def load_locomo(path: str | Path) -> Dataset:
-    """Read a LoCoMo JSON file; `Dataset.name` is the file stem. Any problem raises `DataError`."""
+    """Read a LoCoMo JSON file (through `datasets`: `pipeline.data.reader`); `Dataset.name` is the file
+    stem. Any problem raises `DataError`."""
     path = Path(path)
-    dataset = parse_locomo(read_json_file(path), str(path))
+    dataset = parse_locomo(read_file_rows(path, LOCOMO_COLUMNS, "samples"), str(path))
     return Dataset(name=path.stem, conversations=dataset.conversations, questions=dataset.questions)
+
+
+def load_locomo_hub(
+    name: str, data_files: str | list[str] | None = None, split: str = "train", revision: str | None = None
+) -> Dataset:
+    """LoCoMo from a Hugging Face dataset id (or a local folder laid out like one) through
+    `datasets.load_dataset`, parsed by the same parser as `load_locomo`; `Dataset.name` is the stem of
+    `data_files` (else the dataset's last name part)."""
+    source = hub_source(name, data_files)
+    dataset = parse_locomo(read_hub_rows(name, LOCOMO_COLUMNS, data_files, split, revision), source)
+    stem = Path(data_files).stem if isinstance(data_files, str) else Path(name.rstrip("/")).name
+    return Dataset(name=stem, conversations=dataset.conversations, questions=dataset.questions)
 
 
 # --------------------------------------------------------------------------- splits

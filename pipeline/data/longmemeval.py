@@ -4,8 +4,8 @@ What it does:
 
 - `parse_longmemeval(records, source)` turns already-decoded records into a `Dataset`; it is the one
   parser behind both `load_longmemeval(path)` (a local JSON list, e.g. `longmemeval_s_cleaned.json`)
-  and `load_longmemeval_hub(...)` (the Hugging Face hub through `datasets.load_dataset`; `datasets`
-  is optional and imported only there). Raw records are validated with pydantic (unknown keys are
+  and `load_longmemeval_hub(...)` (the Hugging Face hub); both read the records through `datasets`
+  (`pipeline.data.reader`). Raw records are validated with pydantic (unknown keys are
   ignored); anything wrong raises `pipeline.data.DataError` naming the source, the record and the field.
 - Every record becomes its own `Conversation` (id = `question_id`, speakers `("user", "assistant")`)
   and one `Question` about it:
@@ -24,8 +24,8 @@ What it does:
 Synthetic records in this layout come from the simulated world (`pipeline.sim.longmemeval`), which
 imports this module, never the other way round: data loaders do not depend on the test world.
 
-What it does not do: no network in tests or by default, no caching, no scoring, no printing
-(diagnostics go to the module logger).
+What it does not do: no network in tests or by default, no caching of its own (`datasets` caches), no
+scoring, no printing (diagnostics go to the module logger).
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ from types import MappingProxyType
 from typing import Any
 
 from memtrace_loop.pipeline.core.records import Conversation, Dataset, Question, Turn
-from memtrace_loop.pipeline.data.locomo import DataError, read_json_file, require_content, validate_record
+from memtrace_loop.pipeline.data.locomo import DataError, require_content, validate_record
+from memtrace_loop.pipeline.data.reader import hub_source, read_file_rows, read_hub_rows
 from pydantic import BaseModel, ConfigDict
 
 logger = logging.getLogger(__name__)
@@ -209,14 +210,18 @@ def parse_longmemeval(records: Iterable[object], source: str, question_date_in_t
     )
 
 
+LONGMEMEVAL_COLUMNS = (
+    "question_id", "question_type", "question", "answer", "question_date", "haystack_dates",
+    "haystack_session_ids", "haystack_sessions", "answer_session_ids",
+)
+
+
 def load_longmemeval(path: str | Path, question_date_in_text: bool = True) -> Dataset:
-    """Read a LongMemEval JSON file (a list of records); `Dataset.name` is the file stem."""
+    """Read a LongMemEval JSON file (a list of records) through `datasets` (`pipeline.data.reader`);
+    `Dataset.name` is the file stem."""
     path = Path(path)
-    source = str(path)
-    records = read_json_file(path)
-    if not isinstance(records, list):
-        raise DataError(source, f"expected a JSON list of question records, got {type(records).__name__}")
-    dataset = parse_longmemeval(records, source, question_date_in_text)
+    records = read_file_rows(path, LONGMEMEVAL_COLUMNS, "question records")
+    dataset = parse_longmemeval(records, str(path), question_date_in_text)
     return Dataset(name=path.stem, conversations=dataset.conversations, questions=dataset.questions)
 
 
@@ -228,23 +233,12 @@ def load_longmemeval_hub(
     revision: str | None = None,
     question_date_in_text: bool = True,
 ) -> Dataset:
-    """LongMemEval through `datasets.load_dataset` (needs the optional `datasets` package and network,
-    unless the files are cached or local). `variant` is the file stem on the hub (`longmemeval_s_cleaned`,
-    `longmemeval_m_cleaned`, `longmemeval_oracle`); `data_files` overrides it (e.g. `name="json"` with a
-    local file). Records go through the same parser as `load_longmemeval`."""
-    try:
-        import datasets
-    except ImportError as error:
-        raise ImportError(
-            "loading LongMemEval from the Hugging Face hub needs the optional 'datasets' package: "
-            "pip install 'memtrace-loop[hub]' (or load a local file with dataset.path=...)"
-        ) from error
+    """LongMemEval through `datasets.load_dataset` (network, unless the files are cached or `name` is a
+    local folder laid out like the hub repository). `variant` is the file stem on the hub
+    (`longmemeval_s_cleaned`, `longmemeval_m_cleaned`, `longmemeval_oracle`); `data_files` overrides it
+    (e.g. `name="json"` with a local file). Records go through the same parser as `load_longmemeval`."""
     files = data_files if data_files is not None else (f"{variant}.json" if variant else None)
-    source = f"hf:{name}" + (f"/{variant}" if variant and data_files is None else "")
-    try:
-        rows = datasets.load_dataset(name, data_files=files, split=split, revision=revision)
-    except Exception as error:  # the hub raises many types (connection, missing file, schema)
-        raise DataError(source, f"cannot load from the hub ({error.__class__.__name__}: {error})") from error
-    dataset = parse_longmemeval((dict(row) for row in rows), source, question_date_in_text)
+    rows = read_hub_rows(name, LONGMEMEVAL_COLUMNS, files, split, revision)
+    dataset = parse_longmemeval(rows, hub_source(name, files), question_date_in_text)
     stem = variant if variant and data_files is None else Path(str(files if isinstance(files, str) else name)).stem
     return Dataset(name=stem, conversations=dataset.conversations, questions=dataset.questions)

@@ -3,7 +3,9 @@
 Each schema is a frozen record holding the defaults of its `dataset` config node (`conf/dataset/<kind>.yaml`
 only selects it and wires paths to environment variables). `load_dataset(cfg, base_dir)` validates the
 node (a `ConfigError` naming `dataset.<key>` for an unknown key, a wrong type or an out-of-range value)
-and loads the whole dataset; relative paths are taken from `base_dir`. The simulated world
+and loads the whole dataset; relative paths are taken from `base_dir`. Files and hub datasets
+(`dataset.hub=<id>`, which replaces `dataset.path`) are read through Hugging Face `datasets`
+(`pipeline.data.reader`) and parsed by their layout's one parser. The simulated world
 (`pipeline.sim`) is reached from here only (and from the LM-backend registry). Splitting is
 `pipeline.data.locomo.split_by_conversation`; nothing here evaluates or caches.
 """
@@ -18,7 +20,7 @@ from typing import Any
 
 from memtrace_loop.pipeline.core.config import ConfigError, parse_config, require, require_categories, require_text
 from memtrace_loop.pipeline.core.records import CATEGORY_NAMES, Dataset
-from memtrace_loop.pipeline.data.locomo import DataError, load_locomo, parse_locomo
+from memtrace_loop.pipeline.data.locomo import DataError, load_locomo, load_locomo_hub, parse_locomo
 from memtrace_loop.pipeline.data.longmemeval import (
     CATEGORY_BY_TYPE,
     HUB_VARIANT,
@@ -56,14 +58,19 @@ class SimDatasetConfig:
 
 @dataclass(frozen=True)
 class LoCoMoConfig:
-    """A LoCoMo file in the benchmark's own layout (e.g. locomo10.json)."""
+    """LoCoMo in the benchmark's own layout, from a file (e.g. locomo10.json) or a Hugging Face dataset (`hub`)."""
 
-    path: str
+    path: str | None = None
+    hub: str | None = None  # a hub dataset id (or a local folder laid out like one); replaces `path`
+    hub_file: str | None = None  # the data file in the hub dataset (e.g. locomo10.json); None: its default files
+    hub_split: str = "train"
     exclude_categories: tuple[int, ...] = (5,)  # LoCoMo protocol: adversarial questions are not in the overall score
 
     def __post_init__(self) -> None:
-        require_text(self, "path")
+        require_text(self, "path", "hub", "hub_file", "hub_split")
         require_categories(self, known=CATEGORY_NAMES)
+        if self.path is None and self.hub is None:
+            raise ValueError("path must name a LoCoMo file (or set dataset.hub=<hugging face dataset>)")
 
 
 @dataclass(frozen=True)
@@ -71,7 +78,7 @@ class LongMemEvalConfig:
     """LongMemEval in the benchmark's own layout, from a file or from the Hugging Face hub (`hub`)."""
 
     path: str | None = None
-    hub: str | None = None  # e.g. xiaowu0162/longmemeval-cleaned; needs the optional `datasets` package
+    hub: str | None = None  # e.g. xiaowu0162/longmemeval-cleaned (or a local folder laid out like it); replaces `path`
     variant: str | None = HUB_VARIANT  # hub file stem: longmemeval_s_cleaned | longmemeval_m_cleaned | ...
     hub_split: str = "train"
     question_date_in_text: bool = True  # append "(question date: ...)": records have no date field
@@ -100,7 +107,9 @@ def _load_sim(config: SimDatasetConfig, base_dir: Path) -> Dataset:
 
 
 def _load_locomo(config: LoCoMoConfig, base_dir: Path) -> Dataset:
-    path = _resolve(config.path, base_dir)
+    if config.hub:
+        return load_locomo_hub(config.hub, data_files=config.hub_file, split=config.hub_split)
+    path = _resolve(str(config.path), base_dir)
     if not path.exists():
         raise DataError(str(path), "LoCoMo file not found (set dataset.path=... or MEMTRACE_LOCOMO)")
     return load_locomo(path)

@@ -30,6 +30,7 @@ from memtrace_loop.pipeline.core.case_io import cases_to_json
 from memtrace_loop.pipeline.core.graph_io import graph_to_json
 from memtrace_loop.pipeline.core.records import Dataset, PromptSet
 from memtrace_loop.pipeline.core.redaction import redact as scrub  # the one implementation
+from memtrace_loop.pipeline.data.reader import hub_source
 from memtrace_loop.pipeline.loop.runner import RunResult
 from memtrace_loop.pipeline.tracking import metric_names as names
 from memtrace_loop.pipeline.tracking.tracker import DatasetInput, Tracker
@@ -237,8 +238,14 @@ def dataset_digest(dataset: Dataset) -> str:
 
 
 def dataset_source(dataset_config: Mapping[str, Any], base_dir: Path | None = None) -> str:
-    """Where the data came from: the file of a `dataset.path` (resolved against `base_dir`), else the
-    generator and its settings (`sim n_conversations=8 seed=0`)."""
+    """Where the data came from: the hub dataset of a `dataset.hub` (`hf:<id>/<file> (split <split>)`),
+    the file of a `dataset.path` (resolved against `base_dir`), else the generator and its settings
+    (`sim n_conversations=8 seed=0`)."""
+    hub = dataset_config.get("hub")
+    if hub:
+        variant = dataset_config.get("variant")
+        files = dataset_config.get("hub_file") or (f"{variant}.json" if variant else None)
+        return f"{hub_source(str(hub), files)} (split {dataset_config.get('hub_split', 'train')})"
     path = dataset_config.get("path")
     if path:
         resolved = Path(str(path)).expanduser()

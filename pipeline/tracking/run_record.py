@@ -1,7 +1,8 @@
 """What a run logs to the tracker, written to disk first so an MLflow outage costs only the upload.
 
 A `RunRecord` holds everything a finished run logs besides its artifact folder: run name, experiment,
-tags, params (already scrubbed), metrics and tables. `write_run_record(out_dir, record)` saves it as
+tags, params (already scrubbed), metrics, tables and the data it used (`DatasetInput`s, logged as MLflow
+dataset inputs, so an uploaded run records its data too). `write_run_record(out_dir, record)` saves it as
 `<out_dir>/run_record.json` beside `<out_dir>/artifacts/` (what `run_logging.save_run` wrote);
 `log_record(tracker, record, artifacts)` logs all of it into the tracker's active run, tagging the run
 `memtrace.record_id=<id>` first and `memtrace.logged=complete` last. `upload_saved_run(tracker,
@@ -20,15 +21,15 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Protocol
+from typing import Any, Protocol
 
 import pydantic
 from memtrace_loop.pipeline.tracking.run_logging import ARTIFACTS_DIR
 from memtrace_loop.pipeline.tracking.store_access import failure_cause
-from memtrace_loop.pipeline.tracking.tracker import Tracker
+from memtrace_loop.pipeline.tracking.tracker import DatasetInput, Tracker
 
 RECORD_FILE = "run_record.json"
 RECORD_TAG = "memtrace.record_id"
@@ -57,6 +58,7 @@ class RunRecord:
     metrics: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     tables: Mapping[str, Mapping[str, list[str]]] = field(default_factory=lambda: MappingProxyType({}))
     record_id: str = field(default_factory=new_record_id)
+    datasets: tuple[DatasetInput, ...] = ()  # the data the run used
 
     def __post_init__(self) -> None:
         for name in ("tags", "params", "metrics", "tables"):
@@ -70,7 +72,8 @@ class RunRecord:
         return json.dumps(
             {"record_id": self.record_id, "experiment": self.experiment, "run_name": self.run_name,
              "tags": dict(self.tags), "params": dict(self.params), "metrics": dict(self.metrics),
-             "tables": {name: dict(columns) for name, columns in self.tables.items()}},
+             "tables": {name: dict(columns) for name, columns in self.tables.items()},
+             "datasets": [asdict(dataset) for dataset in self.datasets]},
             indent=1, ensure_ascii=False,
         )
 
@@ -84,6 +87,7 @@ class _RecordFile(pydantic.BaseModel):
     params: dict[str, str] = {}
     metrics: dict[str, float] = {}
     tables: dict[str, dict[str, list[str]]] = {}
+    datasets: list[dict[str, Any]] = []
 
 
 def record_dir(directory: str | Path) -> Path:
@@ -115,8 +119,12 @@ def read_run_record(directory: str | Path) -> RunRecord:
         parsed = _RecordFile.model_validate_json(path.read_text(encoding="utf-8"))
     except pydantic.ValidationError as exc:
         raise ValueError(f"{path}: not a run record: {exc}") from exc
+    try:
+        datasets = tuple(DatasetInput(**dataset) for dataset in parsed.datasets)
+    except TypeError as exc:
+        raise ValueError(f"{path}: not a run record: datasets: {exc}") from exc
     return RunRecord(parsed.experiment, parsed.run_name, parsed.tags, parsed.params, parsed.metrics, parsed.tables,
-                     parsed.record_id)
+                     parsed.record_id, datasets)
 
 
 def log_record(
@@ -127,6 +135,8 @@ def log_record(
     tracker.set_tags({**record.tags, **(extra_tags or {}), RECORD_TAG: record.record_id})
     if record.params:
         tracker.log_params(dict(record.params))
+    for dataset in record.datasets:
+        tracker.log_dataset(dataset)
     if record.metrics:
         tracker.log_metrics(dict(record.metrics))
     if artifacts is not None and artifacts.is_dir():

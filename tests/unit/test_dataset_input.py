@@ -12,6 +12,7 @@ from memtrace_loop.pipeline.sim.world import generate_locomo
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.redacting_tracker import RedactingTracker
 from memtrace_loop.pipeline.tracking.run_logging import dataset_digest, dataset_input, dataset_source
+from memtrace_loop.pipeline.tracking.run_record import RunRecord, read_run_record, upload_saved_run, write_run_record
 from mlflow.tracking import MlflowClient
 
 
@@ -48,3 +49,14 @@ def test_a_logged_dataset_input_reads_back_with_its_context_digest_and_profile(t
     assert train.source_type == "code" and "s3cret" not in train.source  # secrets masked on the way out
     assert test.source_type == "local" and json.loads(test.source)["uri"] == str(file)
     assert json.loads(test.profile)["conversations"] == 1
+
+
+def test_a_saved_run_record_keeps_its_dataset_inputs_and_the_upload_logs_them(tmp_path: Path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    data = generate_dataset(n_conversations=2, seed=0)
+    logged = dataset_input(data, "eval", "all", "sim seed=0")
+    write_run_record(tmp_path / "out", RunRecord("uploads", "run-x", metrics={"m": 1.0}, datasets=(logged,)))
+    assert read_run_record(tmp_path / "out").datasets == (logged,)
+    upload = upload_saved_run(MlflowTracker(uri), tmp_path / "out")
+    (found,) = MlflowClient(tracking_uri=uri).get_run(upload.run_id).inputs.dataset_inputs
+    assert (found.dataset.name, found.dataset.digest) == (logged.name, dataset_digest(data))

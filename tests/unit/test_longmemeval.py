@@ -1,10 +1,9 @@
 """Tests for pipeline.data.longmemeval: the generated fixture loads (turns, evidence, categories, dates),
-abstention questions, malformed records, the hub path through `datasets` (only when installed),
+abstention questions, malformed records, the hub path through `datasets`,
 the config dispatch and `memtrace run dataset=longmemeval` end to end."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from pathlib import Path
@@ -27,8 +26,6 @@ from memtrace_loop.pipeline.data.longmemeval import (
 )
 from memtrace_loop.pipeline.sim.longmemeval import generate_longmemeval
 from mlflow.tracking import MlflowClient
-
-HAS_DATASETS = importlib.util.find_spec("datasets") is not None
 
 
 @pytest.fixture(scope="module")
@@ -212,13 +209,6 @@ def test_file_level_problems(tmp_path, records) -> None:
 # --------------------------------------------------------------------------- hub path
 
 
-@pytest.mark.skipif(HAS_DATASETS, reason="the optional 'datasets' package is installed")
-def test_hub_loader_explains_the_missing_optional_dependency() -> None:
-    with pytest.raises(ImportError, match=r"memtrace-loop\[hub\]"):
-        load_longmemeval_hub()
-
-
-@pytest.mark.skipif(not HAS_DATASETS, reason="the optional 'datasets' package is not installed")
 def test_hub_loader_uses_the_same_parser_through_datasets(fixture_file: Path) -> None:
     through_hub = load_longmemeval_hub("json", data_files=str(fixture_file), split="train")
     direct = load_longmemeval(fixture_file)
@@ -249,7 +239,8 @@ def test_config_dispatch(fixture_file: Path, tmp_path: Path, monkeypatch) -> Non
 
 
 @pytest.mark.slow
-def test_memtrace_run_on_the_longmemeval_fixture(fixture_file: Path, tmp_path: Path) -> None:
+def test_memtrace_run_on_the_longmemeval_fixture(fixture_file: Path, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)  # the run saves its results below the working directory
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     cfg = composed(
         "dataset=longmemeval", f"dataset.path={fixture_file}", f"tracking.uri={uri}", "tracking.experiment=lme",

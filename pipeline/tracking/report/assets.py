@@ -15,6 +15,8 @@ PAGE_CSS = """
 *{box-sizing:border-box}body{margin:0;font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;
 color:var(--fg);background:var(--bg)}
 header{padding:14px 20px;border-bottom:1px solid var(--line);background:var(--soft)}
+.banner{margin:12px 20px 0;padding:10px 14px;border:2px solid var(--warn);border-radius:6px;background:#fffaeb;
+font-weight:600}
 h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:22px 0 8px}h3{font-size:14px;margin:14px 0 6px}
 .meta span{margin-right:16px;color:var(--muted)}main{padding:4px 20px 40px}.muted{color:var(--muted)}
 table.grid{border-collapse:collapse;margin:4px 0}table.grid th,table.grid td{border:1px solid var(--line);

@@ -64,6 +64,7 @@ class ReportData:
     history: tuple[IterationSummary, ...] = ()
     rewrites: tuple[Rewrite, ...] = ()
     meta: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # run id, system, dataset...
+    banner: str | None = None  # a warning shown above everything (e.g. the stand-in LM on a real dataset)
     max_nodes: int = DEFAULT_MAX_NODES
 
     def failures(self) -> tuple[CaseResult, ...]:

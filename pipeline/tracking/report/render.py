@@ -266,6 +266,10 @@ def _failure_section(data: ReportData, n_failures: int) -> str:
     )
 
 
+def _banner(text: str | None) -> str:
+    return f'<div class="banner" id="banner" role="alert">{_e(text)}</div>' if text else ""
+
+
 def render_report(data: ReportData) -> str:
     """The whole page as one string (see the module doc)."""
     blame = data.blame if data.blame is not None else aggregate_blame(data.attributions)
@@ -276,7 +280,7 @@ def render_report(data: ReportData) -> str:
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{_e(data.title)}</title><style>{PAGE_CSS}</style></head><body>"
-        f'<header><h1>{_e(data.title)}</h1><div class="meta">{meta}</div></header>'
+        f'<header><h1>{_e(data.title)}</h1><div class="meta">{meta}</div></header>{_banner(data.banner)}'
         f'<main><section id="overview">{_diagnosis(data.diagnosis, data.diagnosis_groups)}'
         f"{_accuracy_table(data)}{_blame_table(blame)}</section>"
         f"{_optimization(data.history, data.rewrites)}{_failure_section(data, len(payload['failures']))}</main>"

@@ -42,9 +42,11 @@ def report_data(
     diagnosis_groups: Sequence[DiagnosisGroup] = (),
     meta: Mapping[str, str] | None = None,
     max_nodes: int = DEFAULT_MAX_NODES,
+    banner: str | None = None,
 ) -> ReportData:
-    """A `ReportData` for judged cases and their graphs; `attributions=None` attributes the failures
-    with the lineage attributor (no LM); `report=None` summarizes the cases (without `exclude_categories`)."""
+    """A `ReportData` for judged cases and their graphs (`banner`: a warning shown above everything);
+    `attributions=None` attributes the failures with the lineage attributor (no LM); `report=None`
+    summarizes the cases (without `exclude_categories`)."""
     report = report if report is not None else summarize(results, exclude_categories)
     if attributions is None:
         attributions = attribute_failures(
@@ -52,7 +54,7 @@ def report_data(
         )
     return ReportData(
         title, report, tuple(results), graph_by_conversation, tuple(attributions), blame, diagnosis,
-        tuple(diagnosis_groups), meta=dict(meta or {}), max_nodes=max_nodes,
+        tuple(diagnosis_groups), meta=dict(meta or {}), max_nodes=max_nodes, banner=banner,
     )
 
 
@@ -85,11 +87,12 @@ def report_for_run(
     diagnosis_scope: str = "",
     meta: Mapping[str, str] | None = None,
     max_nodes: int = DEFAULT_MAX_NODES,
+    banner: str | None = None,
 ) -> Path:
     """Write `<out_dir>/report.html` for a finished run and return its path (see the module doc);
-    `diagnosis` is shown at the top, its analysis prefixed with `diagnosis_scope`."""
+    `diagnosis` is shown at the top, its analysis prefixed with `diagnosis_scope`; `banner` above all."""
     data = _result_data(result, title, attributions, conversation_by_id, diagnosis, diagnosis_scope, meta, max_nodes)
-    return write_report(data, Path(out_dir) / REPORT_FILE)
+    return write_report(replace(data, banner=banner), Path(out_dir) / REPORT_FILE)
 
 
 def report_for_loop(
@@ -103,13 +106,15 @@ def report_for_loop(
     diagnosis_scope: str = "",
     meta: Mapping[str, str] | None = None,
     max_nodes: int = DEFAULT_MAX_NODES,
+    banner: str | None = None,
 ) -> Path:
     """Write `<out_dir>/report.html` for an optimization: the final test evaluation's failures (with
-    `attributions` of them, or lineage ones), the scores per iteration and the accepted rewrites."""
+    `attributions` of them, or lineage ones), the scores per iteration and the accepted rewrites
+    (`banner`: a warning above everything)."""
     data = _result_data(
         result.test_final, title, attributions, conversation_by_id, diagnosis, diagnosis_scope, meta, max_nodes
     )
-    data = replace(data, history=tuple(result.history), rewrites=rewrites_of(result))
+    data = replace(data, history=tuple(result.history), rewrites=rewrites_of(result), banner=banner)
     return write_report(data, Path(out_dir) / REPORT_FILE)
 
 
