@@ -13,6 +13,7 @@ from typing import Any
 
 import hydra
 from memtrace_loop.experiments.config import validated_stages
+from memtrace_loop.experiments.console import setup_logging
 from memtrace_loop.experiments.console_layout import app_console
 from memtrace_loop.experiments.factory import launch_dir, to_plain, with_prompt_file
 from memtrace_loop.experiments.lifecycle import run_app
@@ -66,5 +67,6 @@ def stages(cfg: DictConfig, console: Console | None = None) -> list[dict[str, An
 @guarded  # refuses secret overrides before Hydra parses (and saves) them
 @hydra.main(config_path="pkg://memtrace_loop.conf", config_name="stages", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    setup_logging()
     protect(to_plain(cfg))  # Hydra's saved files scrubbed, logs and console masked
     run_app("stages", lambda _stop: stages(cfg))
