@@ -38,7 +38,7 @@ VALIDATOR_BY_APP = {"run": config.validated_run, "optimize": config.validated_op
 @dataclass(frozen=True)
 class Command:
     where: str  # file:line
-    text: str  # as written (placeholders substituted)
+    text: str  # as written
     app: str
     args: tuple[str, ...]
 
@@ -106,15 +106,15 @@ def readme_commands() -> list[Command]:
             continue
         first = markdown.count("\n", 0, block.start("body")) + 1
         for offset, line in shell_lines(block.group("body")):
-            text = placeholders_filled(line)
-            found += commands_of(shlex.split(text, comments=True), f"README.md:{first + offset}", text)
+            text = placeholders_filled(line).replace('"$(', "").replace(')"', "")  # eval "$(memtrace ...)"
+            found += commands_of(shlex.split(text, comments=True), f"README.md:{first + offset}", line.strip())
     outside = FENCE.sub(lambda m: "\n" * m.group(0).count("\n"), markdown)
     outside = re.sub(r"(?m)^#.*$", "", outside)  # a heading names a command, it does not run one
     for match in INLINE.finditer(outside):
         text = placeholders_filled(match.group(1))
         words = shlex.split(text)
         if len(words) > 1 and words[1] in cli.COMMAND_NAMES and all("=" in w or w.startswith("-") for w in words[2:]):
-            found += commands_of(words, f"README.md:{outside.count(chr(10), 0, match.start()) + 1}", text)
+            found += commands_of(words, f"README.md:{outside.count(chr(10), 0, match.start()) + 1}", match.group(1))
     return found
 
 
@@ -123,7 +123,7 @@ def help_commands() -> list[Command]:
     for number, line in enumerate(cli.USAGE.splitlines(), 1):
         if line.strip().startswith("memtrace "):
             text = placeholders_filled(line.strip())
-            found += commands_of(shlex.split(text, comments=True), f"memtrace --help:{number}", text)
+            found += commands_of(shlex.split(text, comments=True), f"memtrace --help:{number}", line.strip())
     return found
 
 
