@@ -305,7 +305,7 @@ class ComparisonCallback(Callback):
             # Hydra turns a callback's exception into a warning; `make compare` must fail instead
             logger.exception("the comparison failed; once fixed: memtrace compare sweep_dir=%s", sweep_dir)
             raise SystemExit(1) from None
-        _show(report, app_console())
+        _show(report, app_console(echo=False))  # the log file still open is the last job's
 
 
 def run_compare(cfg: DictConfig, console: Console | None = None) -> ComparisonReport:

@@ -41,12 +41,13 @@ NO_CROP = 1000  # the apps' console width: wide enough that nothing laid out by 
 echo_logger = logging.getLogger("memtrace.console")
 
 
-def app_console() -> Console:
+def app_console(echo: bool = True) -> Console:
     """The console an app prints with: as wide as the terminal (80 columns, or `COLUMNS`, when the output
-    is a file or a pipe); wide tables as records, long words whole, everything echoed to the log files."""
+    is a file or a pipe); wide tables as records, long words whole, everything echoed to the log files
+    (unless `echo` is false: after a sweep, the open log file is the last job's)."""
     width = Console().width  # the terminal's width, else COLUMNS, else 80
     console = Console(width=NO_CROP)  # the hook lays everything out at `width`; nothing is cropped after it
-    console.push_render_hook(FitToWidth(width))
+    console.push_render_hook(FitToWidth(width, echo))
     return console
 
 
@@ -57,13 +58,14 @@ def is_echo(record: logging.LogRecord) -> bool:
 class FitToWidth(RenderHook):
     """A rich render hook: lays out what is printed at `width` columns and echoes it to the log files."""
 
-    def __init__(self, width: int) -> None:
+    def __init__(self, width: int, echo: bool = True) -> None:
         self.width = width
+        self.echo = echo
 
     def process_renderables(self, renderables: list[ConsoleRenderable]) -> list[ConsoleRenderable]:
         fitted = [r if _is_control(r) else fit(r, self.width) for r in renderables]
         printable = [r for r in fitted if not _is_control(r)]
-        if printable:
+        if printable and self.echo:
             text = plain_text(printable)
             if text.strip():
                 echo_logger.info("%s", text.rstrip("\n"), extra={ECHO_ATTR: True})
