@@ -24,6 +24,7 @@ from typing import Any
 import hydra
 from memtrace_loop.experiments.config import validated_attribute
 from memtrace_loop.experiments.console import RichProgress, blame_table, setup_logging
+from memtrace_loop.experiments.console_layout import app_console
 from memtrace_loop.experiments.factory import attributor_of, launch_dir, resolve, to_plain
 from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.experiments.output_dirs import app_output_dir
@@ -100,7 +101,7 @@ def attribute_saved_run(
 
 def attribute(cfg: DictConfig | Mapping[str, Any], console: Console | None = None) -> dict[str, Any]:
     """Attribute, write and log; returns the paths, the attributions and the MLflow run id."""
-    console = console or Console()
+    console = console or app_console()
     base_dir = launch_dir()
     given = to_plain(cfg)
     secrets = protect(given)  # first: Hydra's saved files scrubbed, logs and console masked

@@ -2,6 +2,8 @@
 
 Each command is its own Hydra app; this dispatcher removes the command word from argv and hands the
 rest (overrides such as `lm=openai dataset=locomo workers=4`, or `--help`, `--cfg job`, `-m`) to it.
+`memtrace completion bash` prints the bash completion script (`experiments/completion.py`); Hydra's
+own `-sc install=bash` of a command prints the same script (Hydra's would complete nothing here).
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+
+from memtrace_loop.experiments.completion import SHELLS, bash_script, completion_request, uninstall_script
 
 USAGE = """usage: memtrace <command> [hydra overrides...]
 
@@ -21,6 +25,7 @@ commands:
   export    write the best prompt set of an MLflow run as JSON/YAML (run_id=... out=...)
   upload    log a run saved on disk to MLflow, e.g. after MLflow was unreachable (run_dir=...)
   stages    list every stage of a memory system with its current instruction (memory_system=...)
+  completion  print the bash completion script: eval "$(memtrace completion bash)" (commands, groups, keys)
 
 examples:
   memtrace run                                  # Mem0-style system on the simulated world
@@ -44,6 +49,9 @@ examples:
 """
 
 
+COMMAND_NAMES = ("run", "optimize", "attribute", "report", "compare", "export", "upload", "stages")
+
+
 def _commands() -> dict[str, Callable[[], object]]:
     from memtrace_loop.experiments import attribute, compare, export, optimize, report, run, stages, upload
 
@@ -58,17 +66,35 @@ def main(argv: list[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help", "help"):
         sys.stdout.write(USAGE)
         return 0
-    commands = _commands()
     command = args.pop(0)
-    if command not in commands:
+    if command == "completion":
+        return _completion(("install", args[0] if args else "bash"), "memtrace completion")
+    if command not in COMMAND_NAMES:
         sys.stderr.write(f"memtrace: unknown command {command!r}\n\n{USAGE}")
         return 2
+    request = completion_request(args)
+    if request is not None and request[0] != "query":  # Hydra's query mode (used by the script) goes on
+        return _completion(request, f"memtrace {command}")
+    commands = _commands()
     from memtrace_loop.experiments.secret_guard import protect_console, refuse_secret_overrides
 
     refuse_secret_overrides(args, f"memtrace {command}")  # before Hydra echoes or saves an override
     protect_console(args)  # every line printed from here on is redacted
     sys.argv = [f"memtrace {command}", *args]
     commands[command]()
+    return 0
+
+
+def _completion(request: tuple[str, str], name: str) -> int:
+    """Print the completion script (install) or its removal (uninstall) for bash; refuse the rest."""
+    action, shell = request
+    if not action:
+        sys.stderr.write(f"{name}: shell completion takes install=bash, uninstall=bash or query=bash, got {shell!r}\n")
+        return 2
+    if shell not in SHELLS:
+        sys.stderr.write(f"{name}: shell completion is supported for bash only, not {shell!r}\n")
+        return 2
+    sys.stdout.write(bash_script(COMMAND_NAMES) if action == "install" else uninstall_script())
     return 0
 
 

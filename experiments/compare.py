@@ -30,6 +30,7 @@ import hydra
 from hydra.experimental.callback import Callback
 from memtrace_loop.experiments.config import validated_compare
 from memtrace_loop.experiments.console import setup_logging
+from memtrace_loop.experiments.console_layout import app_console, markdown_blocks
 from memtrace_loop.experiments.factory import launch_dir, resolve, to_plain
 from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.experiments.secret_guard import guarded, protect
@@ -49,7 +50,6 @@ from memtrace_loop.pipeline.tracking.store_access import configure_tracking_clie
 from memtrace_loop.pipeline.tracking.tracker import TrackedRun
 from omegaconf import DictConfig
 from rich.console import Console
-from rich.markdown import Markdown
 
 logger = logging.getLogger("memtrace.compare")
 
@@ -277,7 +277,8 @@ def compare(
 
 
 def _show(report: ComparisonReport, console: Console) -> None:
-    console.print(Markdown(report.paths[0].read_text(encoding="utf-8")))
+    for block in markdown_blocks(report.paths[0].read_text(encoding="utf-8")):  # its tables fitted to the width
+        console.print(block)
     console.print(f"Comparison of {len(report.runs)} runs: {', '.join(str(p) for p in report.paths)}")
     if report.run_id:
         console.print(f"MLflow run [bold]{report.run_id}[/] (`comparison`)")
@@ -304,7 +305,7 @@ class ComparisonCallback(Callback):
             # Hydra turns a callback's exception into a warning; `make compare` must fail instead
             logger.exception("the comparison failed; once fixed: memtrace compare sweep_dir=%s", sweep_dir)
             raise SystemExit(1) from None
-        _show(report, Console())
+        _show(report, app_console(echo=False))  # the log file still open is the last job's
 
 
 def run_compare(cfg: DictConfig, console: Console | None = None) -> ComparisonReport:
@@ -323,7 +324,7 @@ def run_compare(cfg: DictConfig, console: Console | None = None) -> ComparisonRe
         config.tracking.uri, config.tracking.experiment, out_dir, sweep_dir=sweep_dir, reference=config.reference,
         confidence=config.confidence, n_resamples=config.n_resamples, log=config.log,
     )
-    _show(report, console or Console())
+    _show(report, console or app_console())
     return report
 
 

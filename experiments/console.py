@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import math
 
+from memtrace_loop.experiments.console_layout import is_echo
 from memtrace_loop.pipeline.analysis.blame import BlameTable
 from memtrace_loop.pipeline.analysis.diagnosis import Diagnosis
 from memtrace_loop.pipeline.analysis.evaluation import EvaluationReport, MetricSummary
@@ -27,20 +28,24 @@ FILE_LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
 def setup_logging(level: int = logging.INFO) -> None:
     """The root logger at `level` writing to a rich console handler and to every file handler already
     installed (Hydra's job log, `<output dir>/<app>.log`, which gets a plain formatter); any other
-    handler (Hydra's plain console handler) is replaced by the rich one."""
+    handler (Hydra's plain console handler) is replaced by the rich one. The log files also get what
+    the app's console printed (`console_layout.ECHO_ATTR` records, kept off the console) and, at DEBUG,
+    our own `memtrace.*` details (the traceback of a failed command)."""
     root = logging.getLogger()
     files = [h for h in root.handlers if isinstance(h, logging.FileHandler)]
     for file_handler in files:
         file_handler.setFormatter(logging.Formatter(FILE_LOG_FORMAT))
         file_handler.setLevel(logging.NOTSET)
-    console = RichHandler(show_path=False)
+    console = RichHandler(show_path=False, level=level)
     console.setFormatter(logging.Formatter("%(message)s", datefmt="[%X]"))
+    console.addFilter(lambda record: not is_echo(record))  # printed already
     for handler in list(root.handlers):
         if handler not in files:
             root.removeHandler(handler)
             handler.close()
     root.addHandler(console)
     root.setLevel(level)
+    logging.getLogger("memtrace").setLevel(min(level, logging.DEBUG))  # DEBUG reaches the log files only
     for noisy in ("LiteLLM", "litellm", "httpx", "alembic", "mlflow", "dspy", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
@@ -108,7 +113,7 @@ def calls_table(tally: CallTally, saved: int | None = None, title: str = "LM cal
     response cache, and tokens of made calls; then the total and, for the loop, the calls reusing
     built memories saved (never asked of an LM: neither made nor cached)."""
     table = Table(title=title)
-    for column in ("role", "made", "cached", "failed", "prompt tokens", "completion tokens"):
+    for column in ("role", "made", "cached", "failed", "tokens in", "tokens out"):  # fits 80 columns
         table.add_column(column, justify="left" if column == "role" else "right")
     for role, calls in tally.by_role.items():
         budget = " (budget)" if role in BUDGET_ROLES else ""
@@ -118,7 +123,7 @@ def calls_table(tally: CallTally, saved: int | None = None, title: str = "LM cal
     table.add_row("all", str(total.made), str(total.cached), str(total.failed), str(total.prompt_tokens),
                   str(total.completion_tokens), style="bold")
     if saved is not None:
-        table.add_row("saved by reused memories", str(saved), "", "", "", "")
+        table.add_row("saved (reused memory)", str(saved), "", "", "", "")
     return table
 
 
@@ -217,5 +222,6 @@ def diagnosis_panel(diagnosis: Diagnosis, title: str = "diagnosis") -> Panel:
     """The written analysis of the failures (or why it is missing), as plain text: an LM's words are
     never read as console markup."""
     groups = ", ".join(f"{g.stage}/{g.error_type.removesuffix('Error')} {g.count}" for g in diagnosis.groups[:4])
-    subtitle = f"{diagnosis.failures} attributed failures: {groups}" if diagnosis.groups else None
-    return Panel(Text(diagnosis.headline()), title=title, subtitle=subtitle, expand=False)
+    counts = f"\n\n{diagnosis.failures} attributed failures: {groups}" if diagnosis.groups else ""
+    # the counts in the body, not the subtitle: a subtitle is cut at the panel's width
+    return Panel(Text(diagnosis.headline() + counts), title=title, expand=False)

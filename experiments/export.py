@@ -16,6 +16,7 @@ from pathlib import Path
 import hydra
 from memtrace_loop.experiments.config import validated_export
 from memtrace_loop.experiments.console import setup_logging
+from memtrace_loop.experiments.console_layout import app_console
 from memtrace_loop.experiments.factory import launch_dir, resolve, to_plain
 from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.experiments.secret_guard import guarded, protect
@@ -68,7 +69,7 @@ def exported_from_run(tracker: Tracker, run_id: str) -> ExportedPrompts:
 
 
 def export(cfg: DictConfig, console: Console | None = None) -> Path:
-    console = console or Console()
+    console = console or app_console()
     base_dir = launch_dir()
     config = validated_export(to_plain(cfg))
     configure_tracking_client(config.tracking.timeout_s, config.tracking.max_retries)

@@ -24,6 +24,7 @@ from contextlib import contextmanager, suppress
 from types import FrameType
 from typing import TypeVar
 
+from memtrace_loop.experiments.console_layout import ECHO_ATTR
 from memtrace_loop.experiments.secret_guard import known_secrets
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.stop import Interrupted, RunStopped, StopToken
@@ -114,9 +115,11 @@ def run_app(
             return result
     except (RunStopped, KeyboardInterrupt, Exception) as error:
         code = exit_code(error, token)
-        logger.debug("memtrace %s failed", command, exc_info=True)
         line = one_line(error, _safe(secrets))
         sys.stderr.write(f"memtrace {command}: {line}\n")
+        # the same line in the job log (not again on the console), the traceback below it at DEBUG
+        logger.error("memtrace %s: %s", command, line, extra={ECHO_ATTR: True})
+        logger.debug("memtrace %s failed", command, exc_info=True)
         if code in (EXIT_INTERRUPTED, EXIT_TERMINATED):
             _exit_now(code)
         sys.exit(code)

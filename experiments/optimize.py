@@ -28,6 +28,7 @@ from memtrace_loop.experiments.console import (
     loop_tables,
     setup_logging,
 )
+from memtrace_loop.experiments.console_layout import app_console
 from memtrace_loop.experiments.factory import (
     attributor_of,
     build_components,
@@ -181,7 +182,7 @@ def export_program(result: LoopResult, system: MemorySystem, run_dir: Path) -> P
 def optimize(cfg: DictConfig, console: Console | None = None, stop: StopToken | None = None) -> dict[str, Any]:
     """Run the loop end to end; returns run id, paths and the headline numbers. `resume=` of a finished
     run is a no-op that says so; an interruption (`stop`) leaves the last checkpoint and a KILLED run."""
-    console = console or Console()
+    console = console or app_console()
     base_dir = launch_dir()
     given = to_plain(cfg)
     secrets = protect(given)  # first: Hydra's saved files scrubbed, logs and console masked

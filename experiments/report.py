@@ -22,6 +22,7 @@ import hydra
 from memtrace_loop.experiments.attribute import ATTRIBUTIONS_FILE, attribute_saved_run, effective_config
 from memtrace_loop.experiments.config import validated_report
 from memtrace_loop.experiments.console import setup_logging
+from memtrace_loop.experiments.console_layout import app_console
 from memtrace_loop.experiments.factory import launch_dir, resolve, to_plain
 from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.experiments.output_dirs import app_output_dir
@@ -54,7 +55,7 @@ def saved_attributions(folder: Path, saved: SavedRun) -> tuple[Attribution, ...]
 
 def report(cfg: DictConfig | Mapping[str, Any], console: Console | None = None) -> dict[str, Any]:
     """Read the run, attribute when needed, write (and log) report.html; returns its path and counts."""
-    console = console or Console()
+    console = console or app_console()
     base_dir = launch_dir()
     given = to_plain(cfg)
     secrets = protect(given)

@@ -23,6 +23,7 @@ from memtrace_loop.experiments.console import (
     report_table,
     setup_logging,
 )
+from memtrace_loop.experiments.console_layout import app_console
 from memtrace_loop.experiments.factory import (
     attributor_of,
     build_components,
@@ -87,7 +88,7 @@ def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None 
     """Run, evaluate and log; returns the MLflow run id and the overall judge accuracy. The MLflow run is
     opened before the work (FAILED if the work fails, KILLED when `stop` interrupts it) and the results
     are saved on disk before they are logged."""
-    console = console or Console()
+    console = console or app_console()
     plain = to_plain(cfg)
     secrets = protect(plain)  # first: Hydra's saved files scrubbed, logs and console masked
     config = validated_run(plain)  # every key checked before anything is built (ConfigError naming the key)

@@ -13,6 +13,8 @@ from typing import Any
 
 import hydra
 from memtrace_loop.experiments.config import validated_stages
+from memtrace_loop.experiments.console import setup_logging
+from memtrace_loop.experiments.console_layout import app_console
 from memtrace_loop.experiments.factory import launch_dir, to_plain, with_prompt_file
 from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.experiments.secret_guard import guarded, protect
@@ -51,7 +53,7 @@ def stages(cfg: DictConfig, console: Console | None = None) -> list[dict[str, An
     if plain.get("format") == "json":
         sys.stdout.write(json.dumps({"system": system.name, "stages": rows}, indent=2) + "\n")
         return rows
-    console = console or Console()
+    console = console or app_console()
     table = Table(title=f"stages of {system.name}", show_lines=True)
     for column in ("stage", "kind", "signature", "instruction / settings"):
         table.add_column(column, overflow="fold")
@@ -65,5 +67,6 @@ def stages(cfg: DictConfig, console: Console | None = None) -> list[dict[str, An
 @guarded  # refuses secret overrides before Hydra parses (and saves) them
 @hydra.main(config_path="pkg://memtrace_loop.conf", config_name="stages", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    setup_logging()
     protect(to_plain(cfg))  # Hydra's saved files scrubbed, logs and console masked
     run_app("stages", lambda _stop: stages(cfg))

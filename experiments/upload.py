@@ -17,6 +17,7 @@ import logging
 import hydra
 from memtrace_loop.experiments.config import validated_upload
 from memtrace_loop.experiments.console import setup_logging
+from memtrace_loop.experiments.console_layout import app_console
 from memtrace_loop.experiments.factory import launch_dir, resolve, to_plain
 from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
@@ -38,7 +39,7 @@ class UploadError(RuntimeError):
 
 
 def upload(cfg: DictConfig, console: Console | None = None) -> Upload:
-    console = console or Console()
+    console = console or app_console()
     config = validated_upload(to_plain(cfg))
     configure_tracking_client(config.tracking.timeout_s, config.tracking.max_retries)
     run_dir = record_dir(resolve(config.run_dir, launch_dir()))
