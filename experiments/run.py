@@ -43,6 +43,7 @@ from memtrace_loop.pipeline.backends.failure_guard import FailureGuard
 from memtrace_loop.pipeline.backends.lm import configure_cache
 from memtrace_loop.pipeline.backends.preflight import check_endpoints
 from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
+from memtrace_loop.pipeline.core.command_line import command_line
 from memtrace_loop.pipeline.core.stop import StopToken
 from memtrace_loop.pipeline.loop.runner import run_dataset
 from memtrace_loop.pipeline.tracking.metric_names import ELAPSED_S
@@ -58,6 +59,7 @@ from memtrace_loop.pipeline.tracking.run_logging import (
     flatten,
     git_commit,
     params_for_logging,
+    process_tags,
     result_columns,
     retry_metrics,
     run_metrics,
@@ -116,7 +118,7 @@ def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None 
     record_id = new_record_id()
     tags = {"memtrace.command": "run", "memtrace.system": system.name, "memtrace.dataset": dataset.name,
             "memtrace.split": plain["split"], "git_commit": git_commit(base_dir), RECORD_TAG: record_id,
-            "memtrace.attributor": attributor.name}
+            "memtrace.attributor": attributor.name, **process_tags()}
     params = params_for_logging(flatten(plain), secrets)
     # the MLflow run is opened before the work (FAILED / KILLED if the work fails or is interrupted); when the
     # store is unreachable the work goes on and its results wait on disk for `memtrace upload`
@@ -194,7 +196,7 @@ def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None 
         console.print(f"Open it with: mlflow ui --backend-store-uri {uri}")
     console.print(f"Report: {report} (open it in a browser; also in the MLflow run's artifacts)")
     console.print(f"Saved cases and graphs in {saved}; attribute them with: "
-                  f"memtrace attribute run_dir={out_dir}")
+                  f"{command_line('memtrace', 'attribute', run_dir=out_dir)}", soft_wrap=True, markup=False)
     return {"run_id": run_id, "judge_accuracy": result.report.overall.judge_accuracy, "run_dir": str(out_dir)}
 
 
