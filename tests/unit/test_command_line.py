@@ -40,7 +40,7 @@ def test_a_plain_value_stays_bare_and_a_sweep_folder_is_quoted():
     quoted = override("resume", "multirun/x/optimizer=none,seed=0")
     assert quoted == "'resume=\"multirun/x/optimizer=none,seed=0\"'"
     with pytest.raises(OverrideParseException):  # what was printed before: `,` and `=` break Hydra's grammar
-        OverridesParser.create().parse_override("resume=multirun/x/optimizer=none,seed=0").value()
+        OverridesParser.create().parse_overrides(["resume=multirun/x/optimizer=none,seed=0"])
 
 
 def test_an_interpolation_like_path_is_not_resolved_by_omegaconf():
