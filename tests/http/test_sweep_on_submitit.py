@@ -44,5 +44,5 @@ def test_a_sweep_on_submitit_local_lands_in_one_experiment_of_a_tracking_server(
         (comparison,) = client.search_runs([experiment.experiment_id], "tags.`memtrace.command` = 'compare'")
         assert set(comparison.data.tags["memtrace.compared_runs"].split(",")) == {r.info.run_id for r in jobs}
     assert (tmp_path / "multirun" / "comparison" / "comparison.md").is_file()
-X
+    assert len(list((tmp_path / "multirun" / ".submitit").glob("*/*_result.pkl"))) == 2  # submitit's job folders
     assert "comparison.md" in stdout
