@@ -29,10 +29,11 @@ demo: install  ## the closed loop on the offline default (the simulated world)
 run: install  ## one traced, evaluated run of the memory system (no optimization)
 	$(BIN)/memtrace run
 
-# Extra overrides for `make compare`, e.g. COMPARE_ARGS="seed=0 memory_system=mem0" for a smaller sweep.
+# Extra overrides for `make compare`, e.g. COMPARE_ARGS="seed=0 memory_system=mem0" for a smaller sweep,
+# COMPARE_ARGS="hydra.launcher.n_jobs=8" for more jobs at a time, "hydra/launcher=submitit_slurm ..." on SLURM.
 COMPARE_ARGS ?=
 
-compare: install  ## every optimizer x memory system x 3 seeds (a multirun), then one table + plot: multirun/optimize/<time>/comparison/
+compare: install  ## every optimizer x memory system x 3 seeds (a multirun, 2 jobs at a time in parallel processes), then one table + plot: multirun/optimize/<time>/comparison/
 	$(BIN)/memtrace optimize -m experiment=compare_optimizers $(COMPARE_ARGS)
 
 test: install  ## the whole test suite, as CI runs it
@@ -45,13 +46,14 @@ lint: install  ## ruff and the type checker (mypy), as CI runs them
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-bench: install  ## benchmarks, each printing a table: graph at LoCoMo scale, speed targets, BM25, bootstrap, attribution, report.html
+bench: install  ## benchmarks, each printing a table: graph at LoCoMo scale, speed targets, BM25, bootstrap, attribution, report.html, answering vs workers
 	$(BIN)/python -m memtrace_loop.experiments.bench.graph_bench
 	$(BIN)/python -m memtrace_loop.experiments.bench.speed_bench
 	$(BIN)/python -m memtrace_loop.experiments.bench.bm25_bench
 	$(BIN)/python -m memtrace_loop.experiments.bench.bootstrap_bench
 	$(BIN)/python -m memtrace_loop.experiments.bench.attribution_bench
 	$(BIN)/python -m memtrace_loop.experiments.bench.report_bench
+	$(BIN)/python -m memtrace_loop.experiments.bench.workers_bench
 
 ui: install  ## open the local MLflow store
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db

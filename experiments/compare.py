@@ -41,6 +41,7 @@ from memtrace_loop.pipeline.analysis.comparison import (
     QuestionOutcome,
     compare_runs,
 )
+from memtrace_loop.pipeline.core.command_line import command_line
 from memtrace_loop.pipeline.tracking import metric_names as names
 from memtrace_loop.pipeline.tracking.comparison_report import markdown_report, rows_to_json
 from memtrace_loop.pipeline.tracking.loop_observer import TEST_QUESTIONS
@@ -303,7 +304,8 @@ class ComparisonCallback(Callback):
             )
         except Exception:
             # Hydra turns a callback's exception into a warning; `make compare` must fail instead
-            logger.exception("the comparison failed; once fixed: memtrace compare sweep_dir=%s", sweep_dir)
+            logger.exception("the comparison failed; once fixed: %s",
+                             command_line("memtrace", "compare", sweep_dir=sweep_dir))
             raise SystemExit(1) from None
         _show(report, app_console(echo=False))  # the log file still open is the last job's
 

@@ -23,6 +23,7 @@ from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.optimizers.gepa_program import save_program_state
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
+from memtrace_loop.pipeline.core.command_line import command_line
 from memtrace_loop.pipeline.core.records import PromptSet
 from memtrace_loop.pipeline.tracking import metric_names as names
 from memtrace_loop.pipeline.tracking.export import ExportedPrompts, read_prompts, write_prompts
@@ -81,7 +82,8 @@ def export(cfg: DictConfig, console: Console | None = None) -> Path:
         path.with_name(f"{path.stem}.program.json"),
     )
     console.print(f"and as a DSPy program state to {program} (MemoryProgram(system).load(path))")
-    console.print(f"load them with: memtrace run prompts={path}")
+    load = command_line("memtrace", "run", memory_system=exported.system, prompts=path)  # runs as printed
+    console.print(f"load them with: {load}", soft_wrap=True, markup=False)
     return path
 
 

@@ -9,21 +9,35 @@ run is ended KILLED by the tracker. A second signal gives up waiting (`KeyboardI
 exception, becomes one line on stderr (secrets masked, notes such as "resume with ..." appended) and a
 non-zero exit code; the traceback goes to the log at DEBUG level only. After an interruption the
 process exits at once (`os._exit`), without waiting for LM calls still in flight: everything worth
-keeping (checkpoint, MLflow status) is written before. Only entry points use this module.
+keeping (checkpoint, MLflow status) is written before. In a worker process of a pool (a sweep's job
+under Hydra's joblib launcher) it raises `JobExit(code)` instead: the job fails, the other jobs go on
+to their end, and the launching process exits with that code when the batch has ended.
+
+`SweepStop` is the Hydra callback of every app's `-m` sweep (conf/optimize.yaml, conf/run.yaml): when
+the jobs run in worker processes (the joblib launcher), Ctrl-C reaches every job of the process group,
+and each job stops as above; the launching process, told by the same signal, waits for them instead of
+aborting the pool (which would kill a job before its MLflow run is ended), then exits 130; a second
+signal stops at once.
+Only entry points use this module.
 """
 
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from pathlib import Path
 from types import FrameType
-from typing import TypeVar
+from typing import Any, TypeVar
 
+from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
+from hydra.types import RunMode
 from memtrace_loop.experiments.console_layout import ECHO_ATTR
 from memtrace_loop.experiments.secret_guard import known_secrets
 from memtrace_loop.pipeline.core.config import ConfigError
@@ -34,6 +48,7 @@ from memtrace_loop.pipeline.tracking.export import PromptFileError
 from memtrace_loop.pipeline.tracking.run_logging import scrub
 from memtrace_loop.pipeline.tracking.run_record import NotLoggedError
 from memtrace_loop.pipeline.tracking.store_access import TrackingUnavailable
+from omegaconf import DictConfig
 
 logger = logging.getLogger("memtrace")
 
@@ -41,6 +56,7 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2  # a bad config, data file or checkpoint: the user must change something
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell's convention
 EXIT_TERMINATED = 143  # 128 + SIGTERM
+STOP_MARKER = ".stopped"  # in a sweep's folder once Ctrl-C stopped it (SweepStop): jobs not yet started skip
 
 T = TypeVar("T")
 
@@ -109,6 +125,8 @@ def run_app(
     after an interruption, `os._exit`) with the matching code. `secrets()` gives the values to mask."""
     token = StopToken()
     try:
+        if in_pool_worker() and sweep_stopped():  # a job the pool started after Ctrl-C: it does not run
+            raise Interrupted("not started: the sweep was interrupted")
         with stop_on_signals(token):
             result = body(token)
             token.check()  # a signal that arrived while the last (cached) work finished still stops
@@ -120,9 +138,82 @@ def run_app(
         # the same line in the job log (not again on the console), the traceback below it at DEBUG
         logger.error("memtrace %s: %s", command, line, extra={ECHO_ATTR: True})
         logger.debug("memtrace %s failed", command, exc_info=True)
+        if in_pool_worker():
+            raise JobExit(code) from None
         if code in (EXIT_INTERRUPTED, EXIT_TERMINATED):
             _exit_now(code)
         sys.exit(code)
+
+
+class JobExit(Exception):
+    """A sweep job's exit code on its way back from a pool worker. Hydra's `run_job` records it as the
+    job's failure, so the pool is not aborted and the other jobs run to their end (an abort would kill
+    a job before its MLflow run is ended); it is unpickled in the launching process as
+    `SystemExit(code)`, which Hydra's sweeper raises once the batch has ended: the sweep exits with the
+    job's code, before the comparison callback."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+    def __reduce__(self) -> tuple[type[SystemExit], tuple[int]]:
+        return SystemExit, (self.code,)
+
+
+def in_pool_worker() -> bool:
+    """Whether this process is a worker of a multiprocessing/loky pool (a sweep's job under the joblib
+    launcher): its exit must travel back to the pool as an exception, not as a dead process."""
+    return multiprocessing.current_process().name != "MainProcess"
+
+
+def _stop_marker(sweep_dir: str, cwd: str) -> Path:
+    folder = Path(sweep_dir)
+    return (folder if folder.is_absolute() else Path(cwd) / folder) / STOP_MARKER
+
+
+def sweep_stopped() -> bool:
+    """Whether this Hydra job belongs to a sweep that `SweepStop` marked as interrupted."""
+    if not HydraConfig.initialized():
+        return False
+    hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode != RunMode.MULTIRUN:
+        return False
+    return _stop_marker(str(hydra_cfg.sweep.dir), str(hydra_cfg.runtime.cwd)).exists()
+
+
+class SweepStop(Callback):
+    """A Hydra callback: while a sweep's jobs run in other processes (`hydra/launcher=parallel|joblib`),
+    the first SIGINT/SIGTERM in the launching process is logged and waited out (each job, signalled
+    too, ends its run and keeps its checkpoint) and `<sweep dir>/.stopped` is written, so the jobs the
+    pool starts afterwards stop at once (`sweep_stopped`); the second raises `KeyboardInterrupt`."""
+
+    def __init__(self) -> None:
+        self._previous: dict[int, Any] = {}
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        launcher = str(config.hydra.launcher.get("_target_", ""))
+        if "joblib" not in launcher or threading.current_thread() is not threading.main_thread():
+            return
+        signalled: list[str] = []
+        marker = _stop_marker(str(config.hydra.sweep.dir), os.getcwd())
+
+        def handle(signum: int, _frame: FrameType | None) -> None:
+            name = _SIGNAL_NAMES.get(signal.Signals(signum), str(signum))
+            if signalled:
+                raise KeyboardInterrupt(f"{name} again: stopping the sweep without waiting")
+            signalled.append(name)
+            with suppress(OSError):
+                marker.parent.mkdir(parents=True, exist_ok=True)
+                marker.write_text(f"{name}\n", encoding="utf-8")
+            logger.warning("%s: stopping the sweep; each running job ends its MLflow run and keeps its checkpoint "
+                           "(send it again to stop at once)", name)
+
+        self._previous = {sig: signal.signal(sig, handle) for sig in _SIGNAL_NAMES}
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous = {}
 
 
 def _safe(secrets: Callable[[], tuple[str, ...]]) -> tuple[str, ...]:

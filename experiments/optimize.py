@@ -53,6 +53,7 @@ from memtrace_loop.pipeline.backends.failure_guard import FailureGuard
 from memtrace_loop.pipeline.backends.lm import configure_cache
 from memtrace_loop.pipeline.backends.preflight import check_endpoints
 from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
+from memtrace_loop.pipeline.core.command_line import command_line
 from memtrace_loop.pipeline.core.redaction import redact_tree, restore_tree
 from memtrace_loop.pipeline.core.stop import Interrupted, StopToken
 from memtrace_loop.pipeline.loop.optimization import (
@@ -75,6 +76,7 @@ from memtrace_loop.pipeline.tracking.run_logging import (
     flatten,
     git_commit,
     log_params,
+    process_tags,
     retry_metrics,
     scrub,
 )
@@ -233,6 +235,7 @@ def optimize(cfg: DictConfig, console: Console | None = None, stop: StopToken | 
                         "memtrace.attributor": attributor.name,
                         "git_commit": git_commit(base_dir),
                         **stand_in_tags(plain),
+                        **process_tags(),
                     }
                 )
                 log_params(tracker, flatten(plain), secrets)
@@ -278,11 +281,11 @@ def optimize(cfg: DictConfig, console: Console | None = None, stop: StopToken | 
             tracker.log_metrics({ELAPSED_S: elapsed, **retry_metrics(retries.tally())})
             mark_finished(run_dir / CHECKPOINT, result, paths)
     except (Interrupted, KeyboardInterrupt) as error:
-        error.add_note(f"the last checkpoint is kept; resume with: memtrace optimize resume={run_dir}")
+        error.add_note(f"the last checkpoint is kept; resume with: {resume_command(run_dir)}")
         raise
     except Exception as error:  # e.g. MLflow went down mid-run: the finished iterations are checkpointed
         if (run_dir / CHECKPOINT).exists():
-            error.add_note(f"the last checkpoint is kept; resume with: memtrace optimize resume={run_dir}")
+            error.add_note(f"the last checkpoint is kept; resume with: {resume_command(run_dir)}")
         raise
 
     for table in loop_tables(result, system.name):
@@ -300,7 +303,8 @@ def optimize(cfg: DictConfig, console: Console | None = None, stop: StopToken | 
                       "(nothing beat it on dev).[/]")
     console.print(f"Report: {report}")
     console.print(f"Exported prompts: {paths[0]} and {paths[1].name}; plots: {', '.join(str(p) for p in plots)}")
-    console.print(f"Load them with: memtrace run prompts={paths[0]}")
+    load = command_line("memtrace", "run", memory_system=system.name, prompts=paths[0])  # runs as printed
+    console.print(f"Load them with: {load}", soft_wrap=True, markup=False)
     if uri.startswith("sqlite:///"):
         console.print(f"Open MLflow with: mlflow ui --backend-store-uri {uri}")
     if notice:
@@ -315,6 +319,11 @@ def optimize(cfg: DictConfig, console: Console | None = None, stop: StopToken | 
         "calls": calls,
         "improved": improved,
     }
+
+
+def resume_command(run_dir: Path) -> str:
+    """The command that continues the run of `run_dir`, runnable as printed (a sweep job's folder holds `=`, `,`)."""
+    return command_line("memtrace", "optimize", resume=run_dir)
 
 
 def mark_finished(path: Path, result: LoopResult, exported: list[Path]) -> None:

@@ -4,9 +4,11 @@ Hydra names an app's output folder from the config (`hydra.run.dir`, `hydra.swee
 files put `${now:%Y-%m-%d_%H-%M-%S}-${memtrace.run_id:}` there, so two launches in the same second get
 different folders and the names still sort by time. `register_resolvers()` (called when `memtrace_loop.conf`
 is imported, which Hydra does before resolving anything) registers the `memtrace.run_id` resolver: six
-hex characters drawn once per process. `app_output_dir(app, base_dir)` is the folder of the running Hydra
-job, or, when an app is called as a library (Hydra's compose API, tests), a fresh
-`outputs/<app>/<time>-<id>` of its own. It creates folders and nothing else.
+hex characters drawn once per process and cached in the config (so a sweep's jobs running in other
+processes, under the joblib or submitit launcher, agree with the launcher on the sweep folder).
+`app_output_dir(app, base_dir)` is the folder of the running Hydra job, or, when an app is called as a
+library (Hydra's compose API, tests), a fresh `outputs/<app>/<time>-<id>` of its own.
+It creates folders and nothing else.
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ def process_run_id() -> str:
 
 def register_resolvers() -> None:
     if not OmegaConf.has_resolver(RUN_ID_RESOLVER):
-        OmegaConf.register_new_resolver(RUN_ID_RESOLVER, process_run_id)
+        # cached per config (Hydra copies the cache into every job's config): a sweep's jobs run in other
+        # processes (joblib, submitit) resolve `hydra.sweep.dir` to the folder the launcher created
+        OmegaConf.register_new_resolver(RUN_ID_RESOLVER, process_run_id, use_cache=True)
 
 
 def app_output_dir(app: str, base_dir: Path) -> Path:

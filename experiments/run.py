@@ -45,6 +45,7 @@ from memtrace_loop.pipeline.backends.failure_guard import FailureGuard
 from memtrace_loop.pipeline.backends.lm import configure_cache
 from memtrace_loop.pipeline.backends.preflight import check_endpoints
 from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
+from memtrace_loop.pipeline.core.command_line import command_line
 from memtrace_loop.pipeline.core.stop import StopToken
 from memtrace_loop.pipeline.loop.runner import run_dataset
 from memtrace_loop.pipeline.tracking.metric_names import ELAPSED_S
@@ -60,6 +61,7 @@ from memtrace_loop.pipeline.tracking.run_logging import (
     flatten,
     git_commit,
     params_for_logging,
+    process_tags,
     result_columns,
     retry_metrics,
     run_metrics,
@@ -121,7 +123,8 @@ def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None 
     record_id = new_record_id()
     tags = {"memtrace.command": "run", "memtrace.system": system.name, "memtrace.dataset": dataset.name,
             "memtrace.split": plain["split"], "git_commit": git_commit(base_dir), RECORD_TAG: record_id,
-            "memtrace.attributor": attributor.name, **stand_in_tags(plain)}
+            "memtrace.attributor": attributor.name, **stand_in_tags(plain),
+            **process_tags()}
     params = params_for_logging(flatten(plain), secrets)
     source = scrub(dataset_source(plain["dataset"], base_dir), secrets)
     data_input = dataset_input(dataset, "eval", plain["split"], source)  # logged live and kept in the record
@@ -202,7 +205,7 @@ def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None 
         console.print(f"Open it with: mlflow ui --backend-store-uri {uri}")
     console.print(f"Report: {report} (open it in a browser; also in the MLflow run's artifacts)")
     console.print(f"Saved cases and graphs in {saved}; attribute them with: "
-                  f"memtrace attribute run_dir={out_dir}")
+                  f"{command_line('memtrace', 'attribute', run_dir=out_dir)}", soft_wrap=True, markup=False)
     if notice:
         logger.warning(notice)
     return {"run_id": run_id, "judge_accuracy": result.report.overall.judge_accuracy, "run_dir": str(out_dir)}

@@ -11,7 +11,9 @@
   so a traceback, Hydra's own error echo or a third party's print cannot show a key.
 - `protect(plain)`: what each app calls first thing, with its composed config: the secrets of the
   config (`config_secrets`), Hydra's `.hydra/*.yaml` (and a sweep's `multirun.yaml`) rewritten
-  redacted (`scrub_hydra_output`), a `SecretFilter` on every logging handler, the console streams told;
+  redacted (`scrub_hydra_output`), a `SecretFilter` on every logging handler, the console streams told
+  (in a Hydra job they are wrapped when they are not yet: a sweep's job in a joblib/submitit worker
+  process never passed through `guarded`);
   returns the secrets for everything the app stores (`log_params`, `save_run`, `RedactingTracker`).
 - `known_secrets()`: what the console masks so far, for a top-level error line printed outside the app.
 
@@ -148,8 +150,11 @@ def protect(plain: Mapping[str, Any]) -> tuple[str, ...]:
     secrets = config_secrets(plain, os.environ)
     _scrub_this_hydra_job(secrets)
     install_secret_filter(secrets)
-    for name in ("stdout", "stderr"):
-        stream = getattr(sys, name)
-        if isinstance(stream, RedactingStream):
-            stream.add(secrets)
+    if HydraConfig.initialized():  # a job in a launcher's worker process (joblib, submitit) was never guarded
+        _add_console_secrets(secrets)
+    else:  # a library call: only a console the entry point protected is told
+        for name in ("stdout", "stderr"):
+            stream = getattr(sys, name)
+            if isinstance(stream, RedactingStream):
+                stream.add(secrets)
     return secrets

@@ -15,6 +15,8 @@ import hashlib
 import json
 import logging
 import math
+import os
+import socket
 import subprocess
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -60,6 +62,12 @@ def git_commit(cwd: str | Path | None = None) -> str:
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return out.stdout.strip() or "unknown"
+
+
+def process_tags() -> dict[str, str]:
+    """Which machine and process did the work (`memtrace.host`, `memtrace.pid`): the jobs of a sweep run
+    in parallel processes (Hydra's joblib launcher) or on cluster nodes (submitit), told apart by these."""
+    return {"memtrace.host": socket.gethostname(), "memtrace.pid": str(os.getpid())}
 
 
 def params_for_logging(params: Mapping[str, str], secrets: Iterable[str]) -> dict[str, str]:

@@ -27,6 +27,7 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 import pydantic
+from memtrace_loop.pipeline.core.command_line import command_line
 from memtrace_loop.pipeline.tracking.run_logging import ARTIFACTS_DIR
 from memtrace_loop.pipeline.tracking.store_access import failure_cause
 from memtrace_loop.pipeline.tracking.tracker import DatasetInput, Tracker
@@ -189,7 +190,7 @@ class NotLoggedError(RuntimeError):
 
 
 def upload_command(out_dir: str | Path) -> str:
-    return f"memtrace upload run_dir={out_dir}"
+    return command_line("memtrace", "upload", run_dir=out_dir)
 
 
 def unreachable_message(out_dir: str | Path, exc: BaseException | str) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -83,19 +84,20 @@ def tiny_sweep(tmp_path_factory):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "COLUMNS": "200", "DSPY_CACHEDIR": str(tmp_path / "dspy")}
     memtrace = Path(sys.executable).parent / "memtrace"
-    done = subprocess.run(
+    launcher = subprocess.Popen(  # the experiment's default launcher: joblib, 2 processes
         [str(memtrace), "optimize", "-m", EXPERIMENT, "optimizer=attribution,none", "memory_system=rag", "seed=0,1",
          "dataset.n_conversations=4", "loop.max_iterations=1", f"cache_dir={tmp_path}/cache",
          f"hydra.sweep.dir={tmp_path}/multirun"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900, check=False,
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return tmp_path, uri, done.stdout
+    stdout, stderr = launcher.communicate(timeout=900)
+    assert launcher.returncode == 0, stderr[-3000:]
+    return tmp_path, uri, stdout, launcher.pid
 
 
-@pytest.mark.slow  # four optimization runs and the comparison (~20 s)
+@pytest.mark.slow  # four optimization runs in two processes and the comparison (~20 s)
 def test_a_multirun_ends_with_the_table_the_plot_and_the_comparison_run(tiny_sweep):
-    tmp_path, uri, stdout = tiny_sweep
+    tmp_path, uri, stdout, _ = tiny_sweep
     report_dir = tmp_path / "multirun" / "comparison"
     markdown, plot, data = (report_dir / name for name in REPORT_NAMES)
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -122,8 +124,47 @@ def test_a_multirun_ends_with_the_table_the_plot_and_the_comparison_run(tiny_swe
 
 
 @pytest.mark.slow  # reuses the multirun above
+def test_the_jobs_ran_in_parallel_processes_into_one_experiment(tiny_sweep):
+    tmp_path, uri, _, launcher_pid = tiny_sweep
+    client = MlflowClient(tracking_uri=uri)
+    experiments = client.search_experiments()
+    runs = client.search_runs([e.experiment_id for e in experiments], "tags.`memtrace.command` = 'optimize'")
+    assert len(runs) == 4 and {r.info.experiment_id for r in runs} == {
+        client.get_experiment_by_name("compare-optimizers").experiment_id}
+    pids = {r.data.tags["memtrace.pid"] for r in runs}
+    assert len(pids) == 2 and str(launcher_pid) not in pids  # hydra.launcher.n_jobs=2 worker processes
+    job_logs = sorted((tmp_path / "multirun").glob("*/optimize.log"))
+    assert len(job_logs) == 4 and all("loop stopped" in log.read_text() for log in job_logs)
+
+
+@pytest.mark.slow  # reuses the multirun above; one small `memtrace run`
+def test_the_printed_load_command_runs_as_printed(tiny_sweep):
+    tmp_path, uri, stdout, _ = tiny_sweep
+    prefix = "Load them with: "
+    lines = [line.removeprefix(prefix) for line in stdout.splitlines() if line.startswith(prefix)]
+    assert len(lines) == 4
+    words = shlex.split(lines[0])
+    assert words[:2] == ["memtrace", "run"]
+    values = {o.key_or_group: o.value() for o in OverridesParser.create().parse_overrides(words[2:])}
+    prompts = Path(values["prompts"])
+    assert values["memory_system"] == "rag" and prompts.name == "best_prompts.json" and prompts.is_file()
+    assert {"=", ","} <= set(prompts.parent.name)  # the job folder: memory_system=rag,optimizer=...,seed=...
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+           "MEMTRACE_CACHE_DIR": str(tmp_path / "cache")}
+    done = subprocess.run(  # as printed, through a shell; one conversation to stay small
+        ["bash", "-c", f"{lines[0]} dataset.n_conversations=1 run_name=loaded"], cwd=tmp_path, env=env,
+        capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    client = MlflowClient(tracking_uri=uri)
+    (loaded,) = client.search_runs([client.get_experiment_by_name("memtrace").experiment_id],
+                                   "attributes.run_name = 'loaded'")
+    assert loaded.data.tags["memtrace.system"] == "rag"
+
+
+@pytest.mark.slow  # reuses the multirun above
 def test_memtrace_compare_rebuilds_the_same_table_from_the_directory_or_the_experiment(tiny_sweep, monkeypatch):
-    tmp_path, uri, _ = tiny_sweep
+    tmp_path, uri, _, _ = tiny_sweep
     monkeypatch.chdir(tmp_path)
     expected = (tmp_path / "multirun" / "comparison" / "comparison.md").read_text()
     for source in ([f"sweep_dir={tmp_path}/multirun"], []):  # the directory, then the whole experiment

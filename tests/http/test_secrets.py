@@ -108,3 +108,22 @@ def test_keys_in_urls_and_in_a_provider_error_are_never_stored_or_printed(server
     assert leaks(tmp_path) == [], f"exit {done.returncode}"
     overrides = (tmp_path / "out" / ".hydra" / "overrides.yaml").read_text()
     assert f"embedder.api_base=http://user:***@{host}" in overrides, "the override is kept, scrubbed"
+
+
+@pytest.mark.slow
+def test_a_sweep_in_parallel_worker_processes_stores_and_prints_no_key(server, tmp_path):
+    """The jobs of a `-m` sweep on the joblib launcher run in worker processes that never passed the
+    entry point's guard: each job protects its own console, logs and Hydra files."""
+    host = server.base_url.removeprefix("http://")
+    server.inject(status=401, times=2, retry_after=None, endpoint="/chat/completions",  # each job's first call
+                  message=f"Incorrect API key provided: {KEY_ENV}.")
+    done = memtrace(
+        tmp_path, "run", "-m", "hydra/launcher=parallel", "seed=0,1", "lm=openai",
+        f"lm.task.api_base={server.base_url}", "lm.task.api_key_env=MEMTRACE_TEST_KEY", "lm.task.model=stub-model",
+        "lm.task.num_retries=0", "embedder=openai", f"embedder.api_base=http://user:{KEY_USER}@{host}",
+        "embedder.api_key_env=MEMTRACE_TEST_KEY", *SMALL, f"hydra.sweep.dir={tmp_path}/sweep",
+    )
+    err = done.stderr.decode()
+    assert done.returncode == 1 and err.count("authentication failed") == 2, err[-3000:]  # both jobs ran
+    assert len(list((tmp_path / "sweep").glob("*/.hydra/overrides.yaml"))) == 2
+    assert leaks(tmp_path) == []

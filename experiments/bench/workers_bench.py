@@ -1,0 +1,165 @@
+"""How answering scales with `workers` against a slow endpoint:
+`python -m memtrace_loop.experiments.bench.workers_bench` (from the repository root; `make bench`).
+
+One process, the real client path: the openai backend (DSPy's lm15 engine behind our retry loop,
+`pipeline.backends`) talks HTTP to the local OpenAI-compatible test server (`tests/support/openai_server.py`,
+the stand-in LM behind it), which waits `--latency` seconds (default 0.2) before every answer. The
+Long-Context system (no LM call while ingesting) runs `pipeline.loop.runner.run_dataset` over the same
+`--questions` questions (each one answer and one judge call) with 1 (the baseline), 4, 8 and 16
+workers, DSPy's response cache off, so every call reaches the server. The server runs in a child
+process and remembers each distinct request's answer (filled by a first, unreported pass), so it
+answers in well under a millisecond plus the latency: what is measured is our side, not the stand-in's
+CPU. The table gives, per worker count: LM calls, seconds, calls per second, the speed-up over the
+baseline and the efficiency (speed-up / workers; the goal is at least 0.8). `--server in-process` puts
+the server in this interpreter (sharing its GIL). Never timed in tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from hydra import compose, initialize_config_module
+from memtrace_loop.experiments.factory import build_components, to_plain
+from memtrace_loop.pipeline.backends.call_count import CallLedger
+from memtrace_loop.pipeline.data.registry import load_dataset
+from memtrace_loop.pipeline.loop.runner import run_dataset
+from rich.console import Console
+from rich.table import Table
+
+WORKERS = (1, 4, 8, 16)
+GOAL = 0.8  # speed-up >= 0.8 x workers
+KEY_VARIABLE = "MEMTRACE_BENCH_KEY"
+
+
+@dataclass(frozen=True)
+class Timing:
+    workers: int
+    calls: int
+    seconds: float
+
+
+def _server_class() -> Any:
+    """The test server (a test double, so it lives under tests/: run the bench from the repository root)."""
+    root = str(Path.cwd())
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    try:
+        from tests.support.openai_server import OpenAIStubServer
+    except ImportError as exc:  # installed without the repository's tests
+        raise SystemExit(f"workers_bench: run it from the repository root (needs tests/support): {exc}") from exc
+    return OpenAIStubServer
+
+
+class _Remembered:
+    """A responder that answers each distinct conversation once and then from memory: the stand-in
+    costs the server ~20 ms of CPU per request, which would cap a single-process server near 50
+    requests/s and measure the test server instead of our side."""
+
+    def __init__(self, responder: Any) -> None:
+        self._responder = responder
+        self._answer_by_request: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, messages: list[dict[str, Any]]) -> str:
+        key = json.dumps(messages, sort_keys=True)
+        with self._lock:
+            known = self._answer_by_request.get(key)
+        if known is None:
+            known = self._responder(messages)
+            with self._lock:
+                self._answer_by_request[key] = known
+        return known
+
+
+def _serve(latency_s: float, url_queue: Any, stop_event: Any) -> None:
+    """The child process: the server until `stop_event`, its URL sent back first."""
+    with _server_class()() as server:
+        server.responder = _Remembered(server.responder)
+        server.latency_s = latency_s
+        url_queue.put(server.base_url)
+        stop_event.wait()
+
+
+def _config(base_url: str, conversations: int) -> dict[str, Any]:
+    """The `memtrace run` config (composed as the app composes it) for the openai backend at `base_url`."""
+    overrides = ["lm=openai", f"lm.task.api_base={base_url}", f"lm.task.api_key_env={KEY_VARIABLE}",
+                 "lm.task.model=stub-model", "lm.task.cache=false", "memory_system=long_context",
+                 f"dataset.n_conversations={conversations}"]
+    with initialize_config_module(config_module="memtrace_loop.conf", version_base="1.3"):
+        return to_plain(compose("run", overrides=overrides))
+
+
+def measure(base_url: str, questions: int, workers: Sequence[int]) -> list[Timing]:
+    """`run_dataset` over the same questions once per worker count; LM calls counted by the ledger."""
+    os.environ.setdefault(KEY_VARIABLE, "bench-key")  # the test server checks no key
+    plain = _config(base_url, conversations=max(1, questions // 20 + 1))
+    dataset = load_dataset(plain["dataset"], Path.cwd())
+    dataset = replace(dataset, questions=tuple(dataset.questions[:questions]))
+    timings = []
+    for count in (max(workers), *workers):  # the first pass warms the server's memory; not reported
+
+        calls = CallLedger()
+        _lms, system, judge = build_components(plain, Path.cwd(), calls)
+        started = time.perf_counter()
+        run_dataset(system, judge, dataset, workers=count)
+        seconds = time.perf_counter() - started
+        timings.append(Timing(count, calls.tally().made(), seconds))
+    return timings[1:]
+
+
+def table(timings: Sequence[Timing], latency_s: float, where: str) -> Table:
+    baseline = timings[0].seconds / max(1, timings[0].calls)  # seconds per call at the first worker count
+    out = Table(title=f"Answering vs workers ({latency_s * 1000:.0f} ms per LM call, server {where})")
+    for column in ("workers", "LM calls", "seconds", "calls/s", "speed-up", "efficiency", "goal"):
+        out.add_column(column, justify="right")
+    for timing in timings:
+        per_call = timing.seconds / max(1, timing.calls)
+        speedup = baseline / per_call if per_call else 0.0
+        efficiency = speedup / (timing.workers / timings[0].workers)
+        out.add_row(
+            str(timing.workers), str(timing.calls), f"{timing.seconds:.2f}", f"{timing.calls / timing.seconds:.1f}",
+            f"{speedup:.2f}x", f"{efficiency:.2f}", "met" if efficiency >= GOAL else "MISSED",
+        )
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--latency", type=float, default=0.2, help="seconds the server waits per request")
+    parser.add_argument("--questions", type=int, default=64, help="questions answered (and judged) per worker count")
+    parser.add_argument("--workers", type=int, nargs="+", default=list(WORKERS),
+                        help="worker counts; the first is the baseline")
+    parser.add_argument("--server", choices=("process", "in-process"), default="process")
+    # in-process: the server shares this interpreter (and its GIL) with the client
+    args = parser.parse_args(argv)
+    if args.server == "in-process":
+        with _server_class()() as server:
+            server.responder = _Remembered(server.responder)
+            server.latency_s = args.latency
+            timings = measure(server.base_url, args.questions, args.workers)
+    else:
+        context = multiprocessing.get_context("spawn")
+        urls, stop = context.Queue(), context.Event()
+        child = context.Process(target=_serve, args=(args.latency, urls, stop), daemon=True)
+        child.start()
+        try:
+            timings = measure(urls.get(timeout=120), args.questions, args.workers)
+        finally:
+            stop.set()
+            child.join(timeout=10)
+    Console(width=100).print(table(timings, args.latency, args.server))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
