@@ -137,11 +137,22 @@ def test_the_jobs_ran_in_parallel_processes_into_one_experiment(tiny_sweep):
     assert len(job_logs) == 4 and all("loop stopped" in log.read_text() for log in job_logs)
 
 
+def printed_after(label: str, stdout: str) -> list[str]:
+    """What follows `label` on its line, or on the next line when the console put the command there
+    (a command to copy is never broken, so a long one starts a line of its own in an 80-column log)."""
+    lines = stdout.splitlines()
+    found = []
+    for index, line in enumerate(lines):
+        if line.startswith(label):
+            rest = line.removeprefix(label).strip()
+            found.append(rest or lines[index + 1].strip())
+    return found
+
+
 @pytest.mark.slow  # reuses the multirun above; one small `memtrace run`
 def test_the_printed_load_command_runs_as_printed(tiny_sweep):
     tmp_path, uri, stdout, _ = tiny_sweep
-    prefix = "Load them with: "
-    lines = [line.removeprefix(prefix) for line in stdout.splitlines() if line.startswith(prefix)]
+    lines = printed_after("Load them with:", stdout)
     assert len(lines) == 4
     words = shlex.split(lines[0])
     assert words[:2] == ["memtrace", "run"]
