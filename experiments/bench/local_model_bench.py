@@ -87,7 +87,7 @@ def run_setting(setting: str, extra: list[str], root: Path) -> tuple[OperationFa
 
 
 def main(argv: list[str]) -> int:
-    settings = SETTINGS
+    settings: tuple[str, ...] = SETTINGS
     for arg in [a for a in argv if a.startswith("--settings=")]:
         settings = tuple(arg.removeprefix("--settings=").split(","))
         argv.remove(arg)
