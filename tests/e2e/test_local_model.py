@@ -18,8 +18,11 @@ import json
 import logging
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 from memtrace_loop.experiments.bench.local_model_bench import operation_failures
@@ -38,15 +41,17 @@ SERVER = re.compile(r"local llama\.cpp server for \S+ at http://127\.0\.0\.1:(\d
 STOPPED = "local llama.cpp server at http://127.0.0.1:{port} stopped"
 
 
+def command(tmp_path: Path, out: Path) -> tuple[list[str], dict[str, str]]:
+    env = {**os.environ, "DSPY_CACHEDIR": str(tmp_path / "dspy"), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/m.db"}
+    return [sys.executable, "-m", "memtrace_loop.experiments.cli", "run", "lm=local", "memory_system=long_context",
+            "dataset=locomo", f"dataset.path={FIXTURES / 'locomo_tiny.json'}", "workers=1", "lm.task.max_tokens=64",
+            f"hydra.run.dir={out}", f"cache_dir={tmp_path / 'cache'}", f"tracking.uri=sqlite:///{tmp_path}/m.db"], env
+
+
 def test_a_real_model_completes_a_run(tmp_path):
     out = tmp_path / "out"
-    env = {**os.environ, "DSPY_CACHEDIR": str(tmp_path / "dspy"), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/m.db"}
-    done = subprocess.run(
-        [sys.executable, "-m", "memtrace_loop.experiments.cli", "run", "lm=local", "memory_system=long_context",
-         "dataset=locomo", f"dataset.path={FIXTURES / 'locomo_tiny.json'}", "workers=1", "lm.task.max_tokens=64",
-         f"hydra.run.dir={out}", f"cache_dir={tmp_path / 'cache'}", f"tracking.uri=sqlite:///{tmp_path}/m.db"],
-        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=900, check=False,
-    )
+    argv, env = command(tmp_path, out)
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=900, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
 
     log = (out / "run.log").read_text()
@@ -66,3 +71,24 @@ def test_a_real_model_completes_a_run(tmp_path):
                    counts.operations, counts.failed, counts.parse_failed, 100 * counts.rate)
     assert counts.operations >= 2 * len(questions)  # answered and judged at least
     assert counts.rate <= MAX_FAILED_SHARE
+
+
+def test_ctrl_c_stops_the_server(tmp_path):
+    out = tmp_path / "out"
+    argv, env = command(tmp_path, out)
+    process = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True)
+    try:
+        log = out / "run.log"
+        while "answered the check" not in (log.read_text() if log.exists() else ""):
+            assert process.poll() is None, process.stderr.read() if process.stderr else ""
+            time.sleep(0.2)
+        port = int(SERVER.findall(log.read_text())[0])
+        assert port_open(port)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=300) == 130
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert STOPPED.format(port=port) in log.read_text()
+    assert not port_open(port)

@@ -16,6 +16,8 @@ from memtrace_loop.pipeline.backends.registry import build_lm, lm_set_configs
 from memtrace_loop.pipeline.core.config import ConfigError
 from omegaconf import OmegaConf
 
+from tests.support.local_model import missing_local_model
+
 
 def plain(*overrides: str) -> dict:
     with initialize_config_module(config_module="memtrace_loop.conf", version_base="1.3"):
@@ -57,6 +59,7 @@ def test_openai_config_shows_its_knobs_and_keeps_structured_output_off():
     assert task_of().structured_output == "off"  # lm=sim: unchanged unless asked
 
 
+@pytest.mark.skipif(missing_local_model() is not None, reason=str(missing_local_model()))
 def test_local_recipe_composes_with_the_default_model():
     task = task_of("lm=local", "lm.task.context_size=2048", "lm.task.threads=1", "lm.task.max_tokens=64")
     assert (task.backend, task.model, task.model_path, task.structured_output) == ("local", AUTO_MODEL, None,
