@@ -75,7 +75,8 @@ _LOCAL_ONLY = ("model_path", "context_size", "threads")
 ENTRY_BY_BACKEND: Mapping[str, BackendEntry] = MappingProxyType(
     {
         "sim": BackendEntry(
-            LMConfig, sim_engines, ("temperature", "max_tokens", *_RETRY_KEYS, "cache", "paraphrase")
+            LMConfig, sim_engines,
+            ("temperature", "max_tokens", *_RETRY_KEYS, "cache", "paraphrase", "structured_output"),
         ),
         "openai": BackendEntry(
             LMConfig, openai_engines, tuple(k for k in LMConfig.model_fields if k not in ("paraphrase", *_LOCAL_ONLY))

@@ -57,6 +57,18 @@ def test_off_sends_what_it_always_sent(server):
     assert prediction.facts
 
 
+def test_the_simulated_world_answers_the_json_schema_path_as_the_chat_one():
+    by_setting = {}
+    for setting in ("off", "json_schema"):
+        lm = build_lm(LMConfig(backend="sim", model="stand-in", cache=False, structured_output=setting))
+        predict = dspy.Predict(ExtractFacts)
+        predict.set_lm(lm)
+        with dspy.context(adapter=StructuredOutputAdapter()):
+            by_setting[setting] = predict(turn=TURN).facts
+        assert ("Respond with a JSON object" in lm.history[-1]["messages"][-1]["content"]) == (setting != "off")
+    assert by_setting["json_schema"] == by_setting["off"] != []
+
+
 def run_with(server: OpenAIStubServer, tmp_path, structured_output: str) -> tuple[dict, list]:
     store = tmp_path / structured_output
     store.mkdir()
