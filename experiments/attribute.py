@@ -25,7 +25,7 @@ import hydra
 from memtrace_loop.experiments.config import validated_attribute
 from memtrace_loop.experiments.console import RichProgress, blame_table, setup_logging
 from memtrace_loop.experiments.console_layout import app_console
-from memtrace_loop.experiments.factory import attributor_of, launch_dir, resolve, to_plain
+from memtrace_loop.experiments.factory import attributor_of, launch_dir, local_models, resolve, to_plain
 from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.experiments.output_dirs import app_output_dir
 from memtrace_loop.experiments.secret_guard import guarded, protect
@@ -35,6 +35,7 @@ from memtrace_loop.pipeline.analysis.attribution.registry import attributor_sett
 from memtrace_loop.pipeline.analysis.blame import Attribution, aggregate_blame
 from memtrace_loop.pipeline.backends.embeddings import build_embedder
 from memtrace_loop.pipeline.backends.lm import configure_cache
+from memtrace_loop.pipeline.backends.local_server import LocalServers
 from memtrace_loop.pipeline.backends.registry import build_lm_set
 from memtrace_loop.pipeline.data.registry import load_dataset
 from memtrace_loop.pipeline.loop.runner import make_judge
@@ -72,16 +73,18 @@ def effective_config(plain: Mapping[str, Any], saved: SavedRun, use_run_config: 
 
 
 def attribute_saved_run(
-    saved: SavedRun, plain: Mapping[str, Any], base_dir: Path, progress: RichProgress | None = None
+    saved: SavedRun, plain: Mapping[str, Any], base_dir: Path, progress: RichProgress | None = None,
+    servers: LocalServers | None = None,
 ) -> tuple[Attribution, ...]:
     """Attribute every failure of `saved` with the attributor `plain` selects (the system and judge
-    are built, from `plain`, only when an LM is needed: verification or the LLM attributor)."""
+    are built, from `plain`, only when an LM is needed: verification or the LLM attributor; a `local`
+    LM is served by `servers`)."""
     settings = attributor_settings(plain.get("attributor"))
     needs_lm = settings.verify or plain["attributor"].get("name") == "llm"
     lms = system = judge = None
     if needs_lm:
         configure_cache(base_dir / plain["cache_dir"])
-        lms = build_lm_set(plain["lm"])
+        lms = build_lm_set(plain["lm"], servers=servers)
         system = build_memory_system(plain["memory_system"], build_embedder(plain["embedder"]))
         if saved.prompts is not None:
             system = system.with_prompts(saved.prompts)
@@ -116,8 +119,8 @@ def attribute(cfg: DictConfig | Mapping[str, Any], console: Console | None = Non
     plain = effective_config(given, saved, config.use_run_config)
 
     started = time.perf_counter()
-    with RichProgress(console) as progress:
-        attributions = attribute_saved_run(saved, plain, base_dir, progress)
+    with local_models() as servers, RichProgress(console) as progress:  # a `local` LM's server: stopped on the way out
+        attributions = attribute_saved_run(saved, plain, base_dir, progress, servers)
     elapsed = time.perf_counter() - started
     blame = aggregate_blame(attributions)
     attributions_path = out_dir / ATTRIBUTIONS_FILE

@@ -7,7 +7,8 @@ needs: dataset split, LMs, system, judge, attributor. Config names meet construc
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +23,10 @@ from memtrace_loop.pipeline.backends.call_count import CallLedger
 from memtrace_loop.pipeline.backends.embeddings import build_embedder
 from memtrace_loop.pipeline.backends.failure_guard import FailureGuard
 from memtrace_loop.pipeline.backends.lm import LMSet
+from memtrace_loop.pipeline.backends.local_server import LocalServers
 from memtrace_loop.pipeline.backends.registry import build_lm_set
 from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
+from memtrace_loop.pipeline.backends.structured_output import StructuredOutputAdapter
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.records import Dataset
 from memtrace_loop.pipeline.core.redaction import config_secrets
@@ -78,17 +81,35 @@ def build_components(
     stop: StopToken | None = None,
     guard: FailureGuard | None = None,
     retries: RetryLedger | None = None,
+    servers: LocalServers | None = None,
 ) -> tuple[LMSet, MemorySystem, dspy.Predict]:
     """The LMs, the memory system (task LM set, `prompts` file applied if given) and the judge. With
     `calls`, every LM is a copy counting its role's calls into that ledger; `stop`, `guard` and
-    `retries` are the run's stop token, failure guard and retry ledger, shared by every LM."""
-    lms = build_lm_set(plain["lm"], stop=stop, guard=guard, retries=retries)
+    `retries` are the run's stop token, failure guard and retry ledger, shared by every LM; `servers`
+    the run's local llama.cpp servers (`lm=local`; see `local_models`)."""
+    lms = build_lm_set(plain["lm"], stop=stop, guard=guard, retries=retries, servers=servers)
     if calls is not None:
         lms = calls.counted(lms)
     system = build_memory_system(plain["memory_system"], build_embedder(plain["embedder"]))
     system = with_prompt_file(system, plain.get("prompts"), base_dir)
     system.set_lm(lms.task)
     return lms, system, make_judge(lms.judge)
+
+
+@contextmanager
+def local_models() -> Iterator[LocalServers]:
+    """What an app that builds LMs runs inside: the run's `LocalServers` (a `local` role's llama.cpp
+    server starts when its LM is built and stops on the way out, also on an error or interruption)
+    and DSPy's adapter set to `StructuredOutputAdapter` (JSON-schema output for the LMs configured
+    with `structured_output: json_schema`; every other LM as with DSPy's default ChatAdapter),
+    the previous adapter restored afterwards."""
+    previous = dspy.settings.adapter
+    dspy.configure(adapter=StructuredOutputAdapter())
+    try:
+        with LocalServers() as servers:
+            yield servers
+    finally:
+        dspy.configure(adapter=previous)
 
 
 __all__ = [
@@ -98,6 +119,7 @@ __all__ = [
     "build_memory_system",
     "launch_dir",
     "load_dataset",
+    "local_models",
     "resolve",
     "secret_values",
     "select_split",

@@ -33,6 +33,7 @@ from memtrace_loop.experiments.factory import (
     attributor_of,
     build_components,
     launch_dir,
+    local_models,
     resolve,
     secret_values,
     splits_of,
@@ -51,6 +52,7 @@ from memtrace_loop.pipeline.backends.call_count import CallLedger
 from memtrace_loop.pipeline.backends.embeddings import build_embedder
 from memtrace_loop.pipeline.backends.failure_guard import FailureGuard
 from memtrace_loop.pipeline.backends.lm import configure_cache
+from memtrace_loop.pipeline.backends.local_server import LocalServers
 from memtrace_loop.pipeline.backends.preflight import check_endpoints
 from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
 from memtrace_loop.pipeline.core.command_line import command_line
@@ -182,6 +184,14 @@ def export_program(result: LoopResult, system: MemorySystem, run_dir: Path) -> P
 
 
 def optimize(cfg: DictConfig, console: Console | None = None, stop: StopToken | None = None) -> dict[str, Any]:
+    """`_optimize` inside the run's local model servers (`lm=local`: started on demand, stopped on the way out)."""
+    with local_models() as servers:
+        return _optimize(cfg, console, stop, servers)
+
+
+def _optimize(
+    cfg: DictConfig, console: Console | None, stop: StopToken | None, servers: LocalServers
+) -> dict[str, Any]:
     """Run the loop end to end; returns run id, paths and the headline numbers. `resume=` of a finished
     run is a no-op that says so; an interruption (`stop`) leaves the last checkpoint and a KILLED run."""
     console = console or app_console()
@@ -205,7 +215,8 @@ def optimize(cfg: DictConfig, console: Console | None = None, stop: StopToken | 
     calls = CallLedger()  # every LM below counts its role's calls into it (GEPA's own calls included)
     parts = splits_of(plain, base_dir)  # data first; an empty split is an EmptySplitError naming splits.fractions
     retries, guard = RetryLedger(), FailureGuard(config.max_failed_share)
-    lms, system, judge = build_components(plain, base_dir, calls, stop=stop, guard=guard, retries=retries)
+    lms, system, judge = build_components(plain, base_dir, calls, stop=stop, guard=guard, retries=retries,
+                                           servers=servers)
     check_endpoints(lms, embedder=build_embedder(plain["embedder"]), stop=stop)  # before any work
     optimizer = build_optimizer(plain["optimizer"]["name"], lms.rewriter, plain["optimizer"])
     settings = config.loop_settings()

