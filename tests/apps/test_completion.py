@@ -49,7 +49,7 @@ def test_the_printed_script_completes_commands_groups_and_keys_in_bash(tmp_path)
     got = completions(tmp_path / "completion.sh", "memtrace op", "memtrace run lm=",
                       f"{BIN}/memtrace optimize optimizer=uni", "memtrace run workers=2 memory_system.to")
     assert got[0] == "optimize"
-    assert got[1].split() == ["lm=openai", "lm=sim"]
+    assert got[1].split() == ["lm=local", "lm=openai", "lm=sim"]
     assert got[2].split() == ["optimizer=uniform", "optimizer=uniform_reasons"]
     assert got[3].split() == ["memory_system.top_k="]
     assert got[4].endswith(" memtrace")  # registered for the command name (also found through a path)
