@@ -8,7 +8,10 @@ This module holds two small isolation helpers for tests that touch DSPy or the n
 
 from __future__ import annotations
 
+import logging
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -53,3 +56,20 @@ def forbid_network(monkeypatch: pytest.MonkeyPatch) -> None:
         return original(self, address)
 
     monkeypatch.setattr(socket.socket, "connect", guarded)
+
+
+@contextmanager
+def root_handlers(*handlers: logging.Handler) -> Iterator[logging.Logger]:
+    """The root logger with only `handlers` for the block (what `setup_logging` finds under Hydra); its
+    handlers and level restored afterwards, every handler added in the block closed."""
+    root = logging.getLogger()
+    saved_handlers, saved_level = list(root.handlers), root.level
+    root.handlers = list(handlers)
+    try:
+        yield root
+    finally:
+        for handler in root.handlers:
+            if handler not in saved_handlers:
+                handler.close()
+        root.handlers = saved_handlers
+        root.setLevel(saved_level)

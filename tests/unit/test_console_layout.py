@@ -21,6 +21,8 @@ from rich.markdown import Markdown
 from rich.table import Table
 from rich.text import Text
 
+from tests.support import root_handlers
+
 PATH = "/tmp/pytest-of-someone/pytest-123/test_a_long_name0/outputs/run/2026-11-23_11-00-07-207bbb/artifacts"
 
 
@@ -107,12 +109,9 @@ def test_markdown_tables_are_fitted_like_any_table():
 
 
 def test_what_is_printed_reaches_the_log_file_and_not_the_console_twice(tmp_path):
-    root = logging.getLogger()
-    saved_handlers, saved_level = list(root.handlers), root.level
     log_file = tmp_path / "run.log"
     file_handler = logging.FileHandler(log_file)
-    root.handlers = [file_handler]
-    try:
+    with root_handlers(file_handler) as root:
         setup_logging()
         rich_handler = next(h for h in root.handlers if type(h).__name__ == "RichHandler")
         shown = io.StringIO()
@@ -125,9 +124,3 @@ def test_what_is_printed_reaches_the_log_file_and_not_the_console_twice(tmp_path
         logging.getLogger("memtrace.lifecycle_test").debug("only in the file")
         file_handler.flush()
         assert "only in the file" in log_file.read_text() and "only in the file" not in shown.getvalue()
-    finally:
-        for handler in root.handlers:
-            if handler not in saved_handlers:
-                handler.close()
-        root.handlers = saved_handlers
-        root.setLevel(saved_level)

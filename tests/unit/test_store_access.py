@@ -27,6 +27,7 @@ from memtrace_loop.pipeline.tracking.store_access import (
 from omegaconf import OmegaConf
 from sqlalchemy.exc import OperationalError
 
+from tests.support import root_handlers
 from tests.support.mlflow_server import free_port
 
 
@@ -139,24 +140,15 @@ def test_output_folders_carry_a_per_process_id_beside_the_time():
 
 
 def test_setup_logging_keeps_hydras_job_log_file_and_writes_to_it(tmp_path):
-    root = logging.getLogger()
-    saved_handlers, saved_level = list(root.handlers), root.level
     log_file = tmp_path / "run.log"
     file_handler = logging.FileHandler(log_file)
-    root.handlers = [logging.StreamHandler(), file_handler]
-    try:
+    with root_handlers(logging.StreamHandler(), file_handler) as root:
         setup_logging()
         assert file_handler in root.handlers and len(root.handlers) == 2
         assert any(type(h).__name__ == "RichHandler" for h in root.handlers)
         logging.getLogger("memtrace.run").info("running the test")
         file_handler.flush()
         assert "[memtrace.run][INFO] - running the test" in log_file.read_text()
-    finally:
-        for handler in root.handlers:
-            if handler not in saved_handlers:
-                handler.close()
-        root.handlers = saved_handlers
-        root.setLevel(saved_level)
 
 
 @pytest.mark.parametrize("override,key", [("tracking.max_retries=-1", "tracking.max_retries"),
