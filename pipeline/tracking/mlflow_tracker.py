@@ -48,6 +48,12 @@ def _artifact_root(tracking_uri: str) -> str | None:
     return (db_path.parent / "mlartifacts").as_uri()
 
 
+def _is_duplicate_dataset(exc: BaseException) -> bool:
+    """Whether `exc` is the store refusing a second row for one (experiment, dataset name, digest)."""
+    text = str(exc)
+    return "datasets" in text and ("UNIQUE constraint failed" in text or "duplicate key" in text)
+
+
 class _ProfiledDataset(MetaDataset):
     """A metadata-only MLflow dataset with a profile (MLflow shows it beside the digest)."""
 
@@ -180,7 +186,16 @@ class MlflowTracker:
             source = CodeDatasetSource({"source": dataset.source})
         profile = {"split": dataset.split, "conversations": dataset.n_conversations, "questions": dataset.n_questions}
         logged = _ProfiledDataset(source, profile, name=dataset.name, digest=dataset.digest)
-        self._write(lambda: mlflow.log_input(logged, context=dataset.context), f"log dataset {dataset.name}")
+        what = f"log dataset {dataset.name}"
+        try:
+            self._write(lambda: mlflow.log_input(logged, context=dataset.context), what)
+        except MlflowException as exc:
+            # MLflow looks the dataset up, then inserts it: a sweep job in another process that logged the
+            # same data in between wins the insert; the dataset exists now, so a second try only links it
+            if not _is_duplicate_dataset(exc):
+                raise
+            logger.info("%s: logged by another process at the same time; linking it", what)
+            self._write(lambda: mlflow.log_input(logged, context=dataset.context), what)
 
     def register_prompts(
         self, system_name: str, prompts: PromptSet, commit_message: str, tags: Mapping[str, str],

@@ -60,3 +60,45 @@ def test_a_saved_run_record_keeps_its_dataset_inputs_and_the_upload_logs_them(tm
     upload = upload_saved_run(MlflowTracker(uri), tmp_path / "out")
     (found,) = MlflowClient(tracking_uri=uri).get_run(upload.run_id).inputs.dataset_inputs
     assert (found.dataset.name, found.dataset.digest) == (logged.name, dataset_digest(data))
+
+
+# what a tracking server answered in CI when two sweep jobs logged the same data at the same moment
+RACE_REPLY = ("BAD_REQUEST: (sqlite3.IntegrityError) UNIQUE constraint failed: datasets.experiment_id, "
+              "datasets.name, datasets.digest [SQL: INSERT INTO datasets ...]")
+
+
+def test_a_dataset_another_process_inserted_at_the_same_moment_is_linked_not_fatal(tmp_path: Path, monkeypatch):
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    real_log_input = mlflow.log_input
+    calls = []
+
+    def losing_the_race_once(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 1:  # the other process's insert landed between MLflow's lookup and ours
+            real_log_input(*args, **kwargs)  # ... it is in the store now
+            raise MlflowException(RACE_REPLY)
+        return real_log_input(*args, **kwargs)
+
+    monkeypatch.setattr(mlflow, "log_input", losing_the_race_once)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = MlflowTracker(uri)
+    tracker.open_experiment("datasets")
+    data = generate_dataset(2, seed=0)
+    with tracker.start_run("r") as run_id:
+        tracker.log_dataset(dataset_input(data, "test", "test", "sim seed=0"))
+    inputs = MlflowClient(uri).get_run(run_id).inputs.dataset_inputs
+    assert len(calls) == 2 and [i.dataset.digest for i in inputs] == [dataset_digest(data)]
+
+    def failing(*args, **kwargs):
+        raise MlflowException("BAD_REQUEST: something else")
+
+    monkeypatch.setattr(mlflow, "log_input", failing)
+    with tracker.start_run("other"):  # any other refusal still surfaces
+        try:
+            tracker.log_dataset(dataset_input(data, "test", "test", "sim seed=0"))
+        except MlflowException as exc:
+            assert "something else" in str(exc)
+        else:
+            raise AssertionError("a refusal that is not the race must be raised")
