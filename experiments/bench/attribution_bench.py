@@ -37,7 +37,7 @@ from memtrace_loop.pipeline.core.conventions import turn_id_of
 from memtrace_loop.pipeline.core.records import CaseResult, Question, Scores
 from memtrace_loop.pipeline.data.registry import load_dataset
 from memtrace_loop.pipeline.interop.bench_annotations import BenchAnnotation, score_attributions
-from memtrace_loop.pipeline.interop.exec_network import ImportedNetwork, load_exec_network
+from memtrace_loop.pipeline.interop.exec_network import ImportedNetwork, load_exec_network, op_id_for
 from memtrace_loop.pipeline.loop.fault_injection import (
     PERFECT_KNOBS_BY_SYSTEM,
     InjectionReport,
@@ -231,7 +231,8 @@ def score_memtracebench(
         n = unattributed = lm_calls = 0
         for index, network in enumerate(networks):
             # query ids are unique within a graph only: key them by file
-            their_op_by_ours = {ours: theirs for theirs, ours in network.op_id_map.items()}
+            # every step of an operation of theirs (operation reuse) maps back to its one op id
+            their_op_by_ours = {op.id: op_id_for(network.graph, op.id) for op in network.graph.operations()}
             annotations.extend(replace(a, query_id=f"{index}/{a.query_id}") for a in network.annotations)
             for case, query_id in annotated_cases(network):
                 query_id = f"{index}/{query_id}"

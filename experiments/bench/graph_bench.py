@@ -6,15 +6,19 @@ then measures what the graph layer costs, separately from any LLM time:
   through a fresh `Tracer` (what tracing adds to a run);
 - size: variables, operations, edges and bytes of JSON;
 - save + load time of the JSON;
-- ancestors query: from each answer back to the turns (mean and max milliseconds).
-It prints one table row per memory system and checks the targets (20 us/op, 5 ms, 2 s), plus the
-linear-growth check: the JSON bytes per turn of a run on a quarter of the turns vs the full run.
+- ancestors query: from each answer back to the turns (mean and max milliseconds);
+- ExecNetwork: seconds to write every graph as smartcomment's ExecNetwork JSON (`to_exec_network` +
+  `json.dumps`) and to read it back (`from_exec_network`).
+It prints one table row per memory system and checks the targets (20 us/op, 5 ms, 2 s save+load,
+2 s ExecNetwork export), plus the linear-growth check: the JSON bytes per turn of a run on a quarter of
+the turns vs the full run.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import statistics
 import tempfile
@@ -35,6 +39,7 @@ from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.graph_io import graph_to_json, load_graph, save_graph
 from memtrace_loop.pipeline.core.tracing import Tracer
 from memtrace_loop.pipeline.data.registry import load_dataset
+from memtrace_loop.pipeline.interop.exec_network import from_exec_network, to_exec_network
 from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
 from rich.console import Console
 from rich.table import Table
@@ -42,6 +47,7 @@ from rich.table import Table
 TARGET_US_PER_OP = 20.0
 TARGET_ANCESTORS_MS = 5.0
 TARGET_SAVE_LOAD_S = 2.0
+TARGET_EXPORT_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,8 @@ class BenchRow:
     ancestors_mean_ms: float
     ancestors_max_ms: float
     run_s: float
+    export_s: float
+    import_s: float
     growth: float  # JSON bytes per turn at full length / at a quarter of the length (1 = linear, 4 = quadratic)
 
 
@@ -137,6 +145,16 @@ def bench_system(
             load_s += t2 - t1
             json_bytes += path.stat().st_size
 
+    export_s = import_s = 0.0
+    for graph in graphs:
+        gc.collect()
+        t0 = time.perf_counter()
+        text = json.dumps(to_exec_network(graph), ensure_ascii=False)
+        t1 = time.perf_counter()
+        from_exec_network(json.loads(text))
+        export_s += t1 - t0
+        import_s += time.perf_counter() - t1
+
     timings = []
     for graph in graphs:
         for name in graph.names(prefix(Namespace.ANSWER)):
@@ -150,18 +168,18 @@ def bench_system(
         system_name, turns,
         sum(g.n_operations for g in graphs), sum(g.n_variables for g in graphs), sum(g.n_edges for g in graphs),
         json_bytes, us_per_op, save_s, load_s, statistics.fmean(timings) if timings else 0.0,
-        max(timings, default=0.0), run_s, growth,
+        max(timings, default=0.0), run_s, export_s, import_s, growth,
     )
 
 
 def render(rows: Sequence[BenchRow]) -> Table:
     table = Table(
         title="Execution graph at LoCoMo scale (targets: <=20 us/op, ancestors <5 ms, save+load <2 s, "
-        "growth = bytes/turn at full vs 1/4 length < 2, i.e. linear)"
+        "ExecNetwork export <2 s, growth = bytes/turn at full vs 1/4 length < 2, i.e. linear)"
     )
     for column in (
         "system", "turns", "ops", "vars", "edges", "JSON MB", "us/op", "save s", "load s",
-        "anc. mean ms", "anc. max ms", "run s", "growth", "targets",
+        "anc. mean ms", "anc. max ms", "run s", "ExecNet out s", "ExecNet in s", "growth", "targets",
     ):
         table.add_column(column, justify="left" if column in ("system", "targets") else "right")
     for row in rows:
@@ -169,12 +187,14 @@ def render(rows: Sequence[BenchRow]) -> Table:
             row.us_per_op <= TARGET_US_PER_OP
             and row.ancestors_max_ms < TARGET_ANCESTORS_MS
             and row.save_s + row.load_s < TARGET_SAVE_LOAD_S
+            and row.export_s < TARGET_EXPORT_S
             and row.growth < 2.0
         )
         table.add_row(
             row.system, str(row.turns), str(row.operations), str(row.variables), str(row.edges),
             f"{row.json_bytes / 1e6:.1f}", f"{row.us_per_op:.1f}", f"{row.save_s:.2f}", f"{row.load_s:.2f}",
-            f"{row.ancestors_mean_ms:.2f}", f"{row.ancestors_max_ms:.2f}", f"{row.run_s:.1f}", f"{row.growth:.2f}",
+            f"{row.ancestors_mean_ms:.2f}", f"{row.ancestors_max_ms:.2f}", f"{row.run_s:.1f}", f"{row.export_s:.2f}",
+            f"{row.import_s:.2f}", f"{row.growth:.2f}",
             "[green]met[/]" if ok else "[red]missed[/]",
         )
     return table

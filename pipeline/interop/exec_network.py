@@ -7,11 +7,13 @@ variable carrying the `op_id` that induced them. MemTraceBench adds its labels a
 
 What it does: `from_exec_network(data)` / `load_exec_network(path)` read a document and hand it to
 the right importer - ours (every record carries our mark, `exec_network_native`: rebuilt exactly) or
-theirs (`exec_network_foreign`: translated, kinds guessed); a document of ours edited by someone else
-is imported as theirs, with a warning. It re-exports the public API of the pieces:
-`to_exec_network` / `save_exec_network` / `annotation_from_attribution` (`exec_network_export`), the
-name table and id helpers (`exec_network_names`), `ImportedNetwork` and `MARK`
-(`exec_network_document`).
+theirs (`exec_network_foreign`: translated, kinds guessed, every original record kept so that
+`to_exec_network` writes the same document back); a document of ours edited by someone else is
+imported as theirs, with a warning. Both directions are checked against the real smartcomment 0.1.2
+(tests/interop). It re-exports the public API of the pieces: `to_exec_network` /
+`save_exec_network` / `annotation_from_attribution` (`exec_network_export`, `exec_network_timeline`),
+the name table and id helpers (`exec_network_names`), `ImportedNetwork`, `MARK`, the placeholder ids
+and `labels_in` (`exec_network_document`), `is_foreign` (`exec_network_originals`).
 
 What it does not do: no attribution, no network, no rendering; the labels themselves
 (`BenchAnnotation`) and their scoring are `bench_annotations`; our own compact JSON is `graph_io`.
@@ -26,9 +28,13 @@ from typing import Any
 
 from memtrace_loop.pipeline.interop.bench_annotations import ExecNetworkError
 from memtrace_loop.pipeline.interop.exec_network_document import (
+    LABELS_META,
     MARK,
     NATIVE_FORMAT,
+    NONE_NODE_ID,
+    NONE_OP_ID,
     ImportedNetwork,
+    labels_in,
     read_document,
 )
 from memtrace_loop.pipeline.interop.exec_network_export import (
@@ -39,20 +45,34 @@ from memtrace_loop.pipeline.interop.exec_network_export import (
     to_exec_network,
 )
 from memtrace_loop.pipeline.interop.exec_network_foreign import import_foreign
-from memtrace_loop.pipeline.interop.exec_network_names import NAME_TABLE, NameRule, op_id_for, our_name, their_name
+from memtrace_loop.pipeline.interop.exec_network_names import (
+    NAME_TABLE,
+    NameRule,
+    full_node_ids,
+    op_id_for,
+    our_name,
+    their_name,
+)
 from memtrace_loop.pipeline.interop.exec_network_native import import_native
+from memtrace_loop.pipeline.interop.exec_network_originals import is_foreign
 
 __all__ = [
     "DEFAULT_CREATED_AT",
     "INPUTS_SESSION",
+    "LABELS_META",
     "MARK",
     "NAME_TABLE",
     "NATIVE_FORMAT",
+    "NONE_NODE_ID",
+    "NONE_OP_ID",
     "ExecNetworkError",
     "ImportedNetwork",
     "NameRule",
     "annotation_from_attribution",
     "from_exec_network",
+    "full_node_ids",
+    "is_foreign",
+    "labels_in",
     "load_exec_network",
     "op_id_for",
     "our_name",

@@ -27,6 +27,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 MARK = "memtrace"  # our key inside their `metadata` fields
 NATIVE_FORMAT = "memtrace-exec-network"
+DRIVER_TYPE = "in_memory"  # the only driver smartcomment 0.1.2 has
+ANNOTATIONS_KEY = "annotations"  # MemTraceBench labels: `data.annotations`, and top-level `metadata.annotations`
+LABELS_META = "bench_annotations"  # the labels an imported graph carries in our `graph.meta` (as dicts)
+# smartcomment's placeholders: the node of "no input" / "no output", the operation of a link made outside
+# any operation, and the session of records made outside any session
+NONE_NODE_ID = "COMMENT:NONE@1"
+NONE_OP_ID = "__none_op__"
+NONE_SESSION_ID = "__none__"
 
 
 @dataclass(frozen=True)
@@ -60,10 +68,11 @@ class RawNode(_Raw):
 
 class RawOperation(_Raw):
     op_id: str
-    op_name: str = ""
+    op_name: str | None = ""
     comment: Any = None
     category: Any = None
     session_id: Any = None
+    created_at: Any = None
     metadata: dict[str, Any] | None = None
 
 
@@ -74,6 +83,7 @@ class RawEdge(_Raw):
     op_id: str
     category: Any = None
     comment: Any = None
+    created_at: Any = None
 
 
 def parse_records(value: Any, key: str, where: str, source: str) -> list[tuple[str, Any]]:
@@ -100,16 +110,38 @@ def parse_record(model: type[BaseModel], item: Any, where: str, source: str) -> 
 @dataclass(frozen=True)
 class RawDocument:
     """A checked ExecNetwork document: the decoded JSON, its parsed nodes and operations (each with
-    where it was found), its annotations, and whether it is ours (`native`) or merely claims to be
-    (`marked`: our document-level mark without it on every record, i.e. edited by someone else)."""
+    where it was found and the record as found), its annotations, and whether it is ours (`native`)
+    or merely claims to be (`marked`: our document-level mark without it on every record, i.e. edited
+    by someone else). smartcomment's placeholder node needs no mark."""
 
     data: Mapping[str, Any]
-    nodes: list[tuple[str, RawNode]]
-    operations: list[tuple[str, RawOperation]]
+    nodes: list[tuple[str, RawNode, Mapping[str, Any]]]
+    operations: list[tuple[str, RawOperation, Mapping[str, Any]]]
     annotations: tuple[BenchAnnotation, ...]
     source: str
     native: bool
     marked: bool
+
+
+def labels_in(meta: Mapping[str, Any]) -> tuple[BenchAnnotation, ...]:
+    """The labels an imported graph carries in its `meta` (written by the importers)."""
+    return tuple(parse_annotation(a, "graph meta", f"{LABELS_META}[{i}]")
+                 for i, a in enumerate(meta.get(LABELS_META) or ()))
+
+
+def sentinel_session(owner: Mapping[str, Any], created_at: str) -> dict[str, Any]:
+    """smartcomment's session of records made outside any session (as it writes it)."""
+    return {"created_at": created_at, "filename": "<sentinel>", "lineno": 0, "session_id": NONE_SESSION_ID,
+            "session_name": "NONE sentinel", **owner, "comment": None, "category": "sentinel", "metadata": {},
+            "trigger_point": "<sentinel>:0"}
+
+
+def sentinel_node(owner: Mapping[str, Any], created_at: str) -> dict[str, Any]:
+    """smartcomment's `COMMENT:NONE@1`, the placeholder end of an edge with no real input or output."""
+    return {"created_at": created_at, "filename": "<sentinel>", "lineno": 0, "name": "COMMENT:NONE", "version": 1,
+            "value": "NONE", "comment": None, "category": "sentinel", **owner, "class_name": None,
+            "session_id": NONE_SESSION_ID, "metadata": {}, "trigger_point": "<sentinel>:0", "full_name": "COMMENT:NONE",
+            "node_id": NONE_NODE_ID, "full_node_id": NONE_NODE_ID}
 
 
 def read_document(data: Any, source: str) -> RawDocument:
@@ -117,15 +149,27 @@ def read_document(data: Any, source: str) -> RawDocument:
     if not isinstance(data, Mapping) or not isinstance(data.get("data"), Mapping):
         raise ExecNetworkError(source, "not an ExecNetwork document (missing object 'data')")
     body = data["data"]
-    nodes = [(w, parse_record(RawNode, item, w, source))
+    nodes = [(w, parse_record(RawNode, item, w, source), item)
              for w, item in parse_records(body.get("nodes"), "full_node_id", "data.nodes", source)]
-    ops = [(w, parse_record(RawOperation, item, w, source))
+    ops = [(w, parse_record(RawOperation, item, w, source), item)
            for w, item in parse_records(body.get("operations"), "op_id", "data.operations", source)]
-    raw_annotations = body.get("annotations") or []
+    metadata: Mapping[str, Any] = data["metadata"] if isinstance(data.get("metadata"), Mapping) else {}
+    where = f"data.{ANNOTATIONS_KEY}" if body.get(ANNOTATIONS_KEY) else f"metadata.{ANNOTATIONS_KEY}"
+    raw_annotations = body.get(ANNOTATIONS_KEY) or metadata.get(ANNOTATIONS_KEY) or []
     if not isinstance(raw_annotations, list):
-        raise ExecNetworkError(source, "expected a list", None, "data.annotations")
-    annotations = tuple(parse_annotation(a, source, f"data.annotations[{i}]") for i, a in enumerate(raw_annotations))
-    top = (data.get("metadata") or {}).get(MARK) if isinstance(data.get("metadata"), Mapping) else None
+        raise ExecNetworkError(source, "expected a list", None, where)
+    annotations = tuple(parse_annotation(a, source, f"{where}[{i}]") for i, a in enumerate(raw_annotations))
+    top = metadata.get(MARK)
     native = (isinstance(top, Mapping) and top.get("format") == NATIVE_FORMAT
-              and all(MARK in (n.metadata or {}) for _, n in nodes) and all(MARK in (o.metadata or {}) for _, o in ops))
+              and all(MARK in (n.metadata or {}) for _, n, _ in nodes if full_id_of(n) != NONE_NODE_ID)
+              and all(MARK in (o.metadata or {}) for _, o, _ in ops))
     return RawDocument(data, nodes, ops, annotations, source, native, isinstance(top, Mapping) and not native)
+
+
+def full_id_of(node: RawNode) -> str:
+    """A node's full node id: as written, else computed as smartcomment does (`[class_name:]name@version`;
+    an empty class name counts as none here, where smartcomment would write a bare colon)."""
+    if node.full_node_id:
+        return node.full_node_id
+    qualified = f"{node.class_name}:{node.name}" if node.class_name else node.name
+    return f"{qualified}@{node.version}"

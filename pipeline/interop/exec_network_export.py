@@ -1,14 +1,29 @@
 """ExecNetwork export: one of our `ExecutionGraph`s as the reference tooling's (smartcomment)
 `ExecNetwork` JSON, our attributions as MemTraceBench labels on it.
 
-What it does: `to_exec_network(graph, annotations=())` writes the document (plain JSON data;
-`save_exec_network` writes it to a file). Names with a counterpart in their conventions are renamed
-through `NAME_TABLE`; everything of ours (names, kinds, meta, the operation's full input/output lists
-in order, prompt, status, error, usage, seq) rides in `metadata["memtrace"]`, so an operation without
-inputs or outputs - which no edge can express - survives and `exec_network_native` rebuilds the graph
-exactly. Every (input or prompt) x output pair of an operation becomes an edge. `created_at` stamps
-are synthetic (a base time plus one millisecond per variable, in insertion order), so a reader that
-orders by time sees our order. `annotation_from_attribution` turns one of our attributions into a label.
+What it does: `to_exec_network(graph, annotations=())` writes a document that smartcomment's own
+`ExecNetwork.import_graph` accepts as is (driver `in_memory`; `graph_id`, `filename`, `lineno` and
+`created_at` on every session, node, operation and edge; `session_id` on edges) - plain JSON data;
+`save_exec_network` writes it to a file.
+- Names with a counterpart in their conventions are renamed through `NAME_TABLE`, and split into
+  smartcomment's `class_name` and `name` (`query:<qid>`, `prediction:<qid>`, `golden_answers:<qid>`,
+  `judge_verdict:<qid>`: MemTrace's tools find them by class).
+- One session per stage (plus `session-inputs` for what no operation produced); every (prompt or
+  input) x output pair of an operation is an edge whose category mirrors the operation's, as
+  smartcomment's own edges do. An operation without inputs or outputs gets smartcomment's own
+  placeholder edges from / to `COMMENT:NONE@1`.
+- `created_at` comes from one clock (`exec_network_timeline`): an operation is stamped after its
+  inputs and before its outputs, operations in sequence order.
+- Everything of ours (names, kinds, meta, the operation's full input/output lists in order, prompt,
+  status, error, usage, seq) rides in `metadata["memtrace"]`, which smartcomment keeps, so
+  `exec_network_native` rebuilds the graph exactly, also after a trip through smartcomment.
+- Labels (MemTraceBench annotations, or our attributions turned into labels by
+  `annotation_from_attribution`) go to `data.annotations`, where MemTraceBench keeps them, and to
+  the top-level `metadata["annotations"]`, which survives smartcomment's import/export (it drops
+  unknown keys under `data`). Labels carried in `graph.meta` (an imported graph's) are written when
+  none are passed.
+- A graph imported from a foreign ExecNetwork document is written back from its original records
+  (`exec_network_originals`), with its original ids, edges and attributes.
 
 What it does not do: no reading (`exec_network_native`, `exec_network_foreign`), no attribution, no
 scoring of labels (`bench_annotations`); our own compact JSON is `graph_io`.
@@ -18,25 +33,38 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from memtrace_loop.pipeline.analysis.blame import Attribution
 from memtrace_loop.pipeline.core.conventions import first_version, query_name, turn_name
-from memtrace_loop.pipeline.core.graph import ExecutionGraph
+from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation, Variable
 from memtrace_loop.pipeline.interop.bench_annotations import BenchAnnotation
-from memtrace_loop.pipeline.interop.exec_network_document import MARK, NATIVE_FORMAT
-from memtrace_loop.pipeline.interop.exec_network_names import full_node_ids, op_id_for, stable_hex, their_name
+from memtrace_loop.pipeline.interop.exec_network_document import (
+    ANNOTATIONS_KEY,
+    DRIVER_TYPE,
+    LABELS_META,
+    MARK,
+    NATIVE_FORMAT,
+    NONE_NODE_ID,
+    labels_in,
+    sentinel_node,
+    sentinel_session,
+)
+from memtrace_loop.pipeline.interop.exec_network_names import (
+    full_node_ids,
+    op_id_for,
+    split_full_name,
+    stable_hex,
+    their_name,
+)
+from memtrace_loop.pipeline.interop.exec_network_originals import is_foreign, reexport
+from memtrace_loop.pipeline.interop.exec_network_timeline import stamp, timeline
 
 DEFAULT_CREATED_AT = datetime(2000, 1, 1)
 INPUTS_SESSION = "session-inputs"
-
-
-def _stamp(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d}"
-
 
 
 def annotation_from_attribution(
@@ -62,64 +90,18 @@ def to_exec_network(
     graph: ExecutionGraph,
     annotations: Iterable[BenchAnnotation | Attribution] = (),
     *,
-    user_id: str = "memtrace",
-    project_id: str = "memtrace-loop",
-    driver_type: str = "memtrace",
+    user_id: str | None = None,
+    project_id: str | None = "memtrace-loop",
     created_at: datetime = DEFAULT_CREATED_AT,
 ) -> dict[str, Any]:
-    """`graph` as an ExecNetwork document (plain JSON data); attributions become annotations."""
+    """`graph` as an ExecNetwork document (plain JSON data); attributions become annotations. Without
+    `annotations`, the labels carried in `graph.meta` (an imported graph's) are written."""
     full_ids = full_node_ids(graph)
-    session_by_stage: dict[str, str] = {}
-    producer_stage: dict[str, str] = {}
-    operations: list[dict[str, Any]] = []
-    edges: list[dict[str, Any]] = []
-    for op in graph.operations():
-        session = session_by_stage.setdefault(op.stage, f"session-{op.stage}")
-        their_op = op_id_for(graph, op.id)
-        producer_stage.update(dict.fromkeys(op.outputs, session))
-        operations.append({
-            "op_id": their_op, "op_name": their_name(op.name, graph.graph_id, "operation"), "comment": op.error or "",
-            "category": op.kind.value, "session_id": session,
-            "metadata": {MARK: {
-                "seq": op.seq, "name": op.name, "stage": op.stage, "kind": op.kind.value, "inputs": list(op.inputs),
-                "outputs": list(op.outputs), "prompt": op.prompt, "status": op.status, "error": op.error,
-                "usage": [op.usage.prompt_tokens, op.usage.completion_tokens, op.usage.calls, op.usage.cached_calls],
-                "meta": dict(op.meta),
-            }},
-        })
-        sources = [*((op.prompt,) if op.prompt else ()), *op.inputs]
-        for source in sources:
-            for target in op.outputs:
-                edges.append({
-                    "edge_id": f"edge-{stable_hex(graph.graph_id, op.seq, len(edges))}",
-                    "source_full_node_id": full_ids[source], "target_full_node_id": full_ids[target],
-                    "op_id": their_op, "category": "prompt" if source == op.prompt else "data", "comment": "",
-                })
-    nodes = []
-    for order, var in enumerate(graph.variables()):
-        full_id = full_ids[var.id]
-        nodes.append({
-            "full_node_id": full_id, "name": full_id.rsplit("@", 1)[0], "version": var.version, "value": var.value,
-            "comment": "", "category": var.kind, "class_name": "",
-            "session_id": producer_stage.get(var.id, INPUTS_SESSION),
-            "created_at": _stamp(created_at + timedelta(milliseconds=order)),
-            "metadata": {MARK: {"name": var.name, "kind": var.kind, "meta": dict(var.meta), "order": order}},
-        })
-    sessions = [{"session_id": INPUTS_SESSION, "session_name": "inputs", "category": "inputs", "metadata": {}}]
-    sessions += [{"session_id": sid, "session_name": stage, "category": "stage", "metadata": {MARK: {"stage": stage}}}
-                 for stage, sid in session_by_stage.items()]
     labels = [a if isinstance(a, BenchAnnotation) else annotation_from_attribution(a, graph, full_ids)
-              for a in annotations]
-    data: dict[str, Any] = {"sessions": sessions, "nodes": nodes, "operations": operations, "edges": edges}
-    if labels:
-        data["annotations"] = [label.to_dict() for label in labels]
-    return {
-        "graph_id": graph.graph_id, "user_id": user_id, "project_id": project_id, "strict": True,
-        "driver_type": driver_type, "created_at": _stamp(created_at),
-        "metadata": {MARK: {"format": NATIVE_FORMAT, "format_version": 1, "graph_meta": graph.meta}},
-        "data": data,
-    }
-
+              for a in annotations] or list(labels_in(graph.meta))
+    if is_foreign(graph):
+        return reexport(graph, [label.to_dict() for label in labels])
+    return _NativeExport(graph, full_ids, user_id, project_id, created_at).document(labels)
 
 
 def save_exec_network(graph: ExecutionGraph, path: str | Path, annotations: Iterable[BenchAnnotation | Attribution]
@@ -131,3 +113,108 @@ def save_exec_network(graph: ExecutionGraph, path: str | Path, annotations: Iter
     return path
 
 
+class _NativeExport:
+    """The records of one export of our own graph (one use: `document`)."""
+
+    def __init__(self, graph: ExecutionGraph, full_ids: Mapping[str, str], user_id: str | None,
+                 project_id: str | None, created_at: datetime) -> None:
+        self.graph, self.full_ids, self.created_at = graph, full_ids, created_at
+        self.owner = {"graph_id": graph.graph_id, "user_id": user_id, "project_id": project_id}
+        self.clock = timeline(graph)
+        self.stamp_by_tick: dict[int, str] = {}
+
+    def when(self, tick: int) -> str:
+        text = self.stamp_by_tick.get(tick)
+        if text is None:
+            text = self.stamp_by_tick[tick] = stamp(self.created_at, tick)
+        return text
+
+    def record(self, created_at: str, filename: str, **fields: Any) -> dict[str, Any]:
+        """A record with the fields smartcomment requires and the computed `trigger_point` it writes."""
+        return {"created_at": created_at, "filename": filename, "lineno": 0, **self.owner, **fields,
+                "trigger_point": f"{filename}:0"}
+
+    def document(self, labels: list[BenchAnnotation]) -> dict[str, Any]:
+        graph = self.graph
+        session_by_stage: dict[str, str] = {}
+        session_by_variable: dict[str, str] = {}
+        first_tick_by_session: dict[str, int] = {}
+        operations: list[dict[str, Any]] = []
+        edges: list[dict[str, Any]] = []
+        uses_sentinel = False
+        for op in graph.operations():
+            session = session_by_stage.setdefault(op.stage, f"session-{op.stage}")
+            tick = self.clock.tick_by_operation[op.id]
+            first_tick_by_session.setdefault(session, tick)
+            session_by_variable.update(dict.fromkeys(op.outputs, session))
+            operations.append(self.operation(op, session, tick))
+            uses_sentinel |= self.edges_of(op, session, edges)
+        nodes = [self.node(order, var, session_by_variable.get(var.id, INPUTS_SESSION))
+                 for order, var in enumerate(graph.variables())]
+        input_ticks = [self.clock.tick_by_variable[v.id] for v in graph.variables() if v.id not in session_by_variable]
+        sessions = []
+        if input_ticks:
+            sessions.append(self.record(self.when(min(input_ticks)), "<memtrace inputs>", session_id=INPUTS_SESSION,
+                                        session_name="inputs", comment="What no operation produced: turns, "
+                                        "queries, gold answers, prompts.", category="inputs", metadata={}))
+        sessions += [self.record(self.when(first_tick_by_session[sid]), f"<memtrace {stage}>", session_id=sid,
+                                 session_name=stage, comment=None, category="stage", metadata={MARK: {"stage": stage}})
+                     for stage, sid in session_by_stage.items()]
+        if uses_sentinel:
+            sessions.append(sentinel_session(self.owner, self.when(0)))
+            nodes.append(sentinel_node(self.owner, self.when(0)))
+        data: dict[str, Any] = {"nodes": nodes, "edges": edges, "operations": operations, "sessions": sessions}
+        graph_meta = {k: v for k, v in graph.meta.items() if k != LABELS_META}  # the labels are written apart
+        metadata: dict[str, Any] = {MARK: {"format": NATIVE_FORMAT, "format_version": 2, "graph_meta": graph_meta}}
+        if labels:
+            data[ANNOTATIONS_KEY] = [label.to_dict() for label in labels]
+            metadata[ANNOTATIONS_KEY] = [label.to_dict() for label in labels]
+        return {**self.owner, "storage_path": None, "strict": False, "driver_type": DRIVER_TYPE,
+                "created_at": self.when(0), "metadata": metadata, "data": data}
+
+    def operation(self, op: Operation, session: str, tick: int) -> dict[str, Any]:
+        return self.record(
+            self.when(tick), f"<memtrace {op.stage}>", op_id=op_id_for(self.graph, op.id),
+            op_name=their_name(op.name, self.graph.graph_id, "operation"), comment=op.error, category=op.kind.value,
+            session_id=session, metadata={MARK: {
+                "seq": op.seq, "name": op.name, "stage": op.stage, "kind": op.kind.value, "inputs": list(op.inputs),
+                "outputs": list(op.outputs), "prompt": op.prompt, "status": op.status.value, "error": op.error,
+                "usage": [op.usage.prompt_tokens, op.usage.completion_tokens, op.usage.calls, op.usage.cached_calls],
+                "meta": dict(op.meta),
+            }},
+        )
+
+    def edges_of(self, op: Operation, session: str, edges: list[dict[str, Any]]) -> bool:
+        """Append the edges of `op` (placeholder ones for a side it lacks); whether it used the placeholder."""
+        full_ids = self.full_ids
+        sources = [full_ids[s] for s in (*((op.prompt,) if op.prompt else ()), *op.inputs)]
+        targets = [full_ids[t] for t in op.outputs]
+        if not sources and not targets:
+            return False
+        roles = ["prompt"] * bool(op.prompt) + ["input"] * len(op.inputs)
+        if not sources:
+            sources, roles = [NONE_NODE_ID], ["none"]
+        tick = self.clock.tick_by_operation[op.id]
+        their_op, category, filename = op_id_for(self.graph, op.id), op.kind.value, f"<memtrace {op.stage}>"
+        target_ticks = [self.clock.tick_by_variable[t] for t in op.outputs] or [tick]
+        for source, role in zip(sources, roles, strict=True):
+            for target, target_tick in zip(targets or [NONE_NODE_ID], target_ticks, strict=True):
+                edge_id = f"edge-{stable_hex(self.graph.graph_id, op.seq, len(edges))}"
+                edges.append(self.record(
+                    self.when(target_tick), filename, edge_id=edge_id,
+                    session_id=session, op_id=their_op, category=category, source_full_node_id=source,
+                    target_full_node_id=target, comment=None, metadata={MARK: {"role": role}},
+                ))
+        return not op.outputs or roles == ["none"]
+
+    def node(self, order: int, var: Variable, session: str) -> dict[str, Any]:
+        full_id = self.full_ids[var.id]
+        full_name = full_id.rsplit("@", 1)[0]
+        class_name, name = split_full_name(full_name)
+        return self.record(
+            self.when(self.clock.tick_by_variable[var.id]), f"<memtrace {session.removeprefix('session-')}>",
+            name=name, version=var.version, value=var.value, comment=None, category=str(var.kind),
+            class_name=class_name, session_id=session,
+            metadata={MARK: {"name": var.name, "kind": str(var.kind), "meta": dict(var.meta), "order": order}},
+            full_name=full_name, node_id=f"{name}@{var.version}", full_node_id=full_id,
+        )

@@ -1,44 +1,67 @@
-"""Foreign ExecNetwork import: a document from the reference tooling or MemTraceBench (no mark of
-ours) translated into one of our graphs, guessing what their records do not say.
+"""Foreign ExecNetwork import: a document from smartcomment or MemTraceBench (no mark of ours)
+translated into one of our graphs, guessing what their records do not say and keeping every
+original record so the document can be written back unchanged.
 
-What it does (`import_foreign`): nodes -> variables (kind from category, class name and name
-keywords; names mapped back through `NAME_TABLE`, kept raw where two would collide; versions
-renumbered 1..n per name in their version order, theirs kept in meta, ordered by `created_at`);
-edges grouped by `op_id` -> operations (inputs = distinct sources, outputs = distinct targets, a
-prompt-kind source becomes the operation's prompt and names its stage, kind from name/category
-keywords), ordered by `created_at` and then topologically. A variable two operations claim to
-produce stays with the first; the conflict is recorded in graph and operation meta. Everything of
-theirs we have no field for rides in `meta["exec_network"]`; unknown keys are ignored.
+What it does (`import_foreign`):
+- Nodes -> variables: kind from category, class name and name keywords; names mapped back through
+  `NAME_TABLE` (kept raw where two would collide); versions renumbered 1..n per name in their
+  version order; ordered by `created_at`. smartcomment's `repr()` values (`"'Rome'"`) become the
+  string they stand for.
+- Edges grouped by `op_id` -> operations. Inside one operation of theirs the edges are layered by
+  depth, so smartcomment's operation reuse (one `op_id` on a chain `prompt -> raw -> parsed`)
+  becomes one operation of ours per step (`part` 0, 1, ... in meta), never a cycle. Each link made
+  outside any operation (`__none_op__`) becomes an operation `link` of its own. The placeholder
+  `COMMENT:NONE@1` ("no input" / "no output") is no variable: its edges only say that an operation
+  has no inputs or no outputs. A prompt-kind input becomes the operation's prompt and names its
+  stage; the kind comes from name / category keywords.
+- A variable several operations produce stays with the first (by time); the others list it as a
+  dropped output, and the conflict is recorded in graph and operation meta.
+- Operations are ordered by the `created_at` of their edges, then topologically.
+- Records that carry our own mark (an export of ours that someone extended in smartcomment) keep our
+  names, kinds, stages, statuses and meta; their structure is what the edges say.
+- Every original record (nodes, operations with their edges, sessions, the header, placeholder
+  records, unknown keys under `data`) is kept in meta (`exec_network_originals`), and the labels in
+  `graph.meta["bench_annotations"]`: `to_exec_network` writes the same document back, with the same
+  ids, edges and attributes, however many round trips it makes.
 
 What it does not do: no exact rebuild of our own exports (`exec_network_native`), no writing
-(`exec_network_export`). A cycle, an edge to an unknown node or a duplicate id raises
-`ExecNetworkError`; it never guesses around broken structure.
+(`exec_network_export`, `exec_network_originals`). A real cycle, an edge to an unknown node or a
+duplicate id raises `ExecNetworkError`; it never guesses around broken structure.
 """
 
 from __future__ import annotations
 
+import ast
 import heapq
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
 from memtrace_loop.pipeline.backends.text import alnum_words
-from memtrace_loop.pipeline.core.conventions import Namespace, VarKind, name_of, prefix
-from memtrace_loop.pipeline.core.graph import OpKind
+from memtrace_loop.pipeline.core.conventions import Namespace, VarKind, is_in, name_of, prefix
+from memtrace_loop.pipeline.core.graph import OpKind, OpStatus
 from memtrace_loop.pipeline.core.graph_io import FORMAT, FORMAT_VERSION, graph_from_dict
 from memtrace_loop.pipeline.interop.bench_annotations import ExecNetworkError
 from memtrace_loop.pipeline.interop.exec_network_document import (
+    ANNOTATIONS_KEY,
+    LABELS_META,
+    MARK,
+    NONE_NODE_ID,
+    NONE_OP_ID,
     ImportedNetwork,
     RawDocument,
     RawEdge,
     RawNode,
     RawOperation,
+    full_id_of,
     parse_record,
     parse_records,
 )
-from memtrace_loop.pipeline.interop.exec_network_names import NAME_TABLE, our_name
+from memtrace_loop.pipeline.interop.exec_network_names import NAME_TABLE, ORIGINAL, our_name
+from memtrace_loop.pipeline.interop.exec_network_originals import graph_original, node_original, operation_original
 
 # the kinds a foreign node's category or name prefix is taken as directly (the rest are guessed by keywords)
 _OUR_KINDS: tuple[VarKind, ...] = (
@@ -65,7 +88,21 @@ _OP_KEYWORDS: tuple[tuple[OpKind, tuple[str, ...]], ...] = (
     (OpKind.EXTRACTION, ("extract", "add", "chunk", "insert", "segment", "episode", "narrat", "summar")),
     (OpKind.RETRIEVAL, ("retriev", "search", "recall", "rerank", "fusion", "query", "fetch")),
 )
+_DATA_KEYS = frozenset({"nodes", "edges", "operations", "sessions", ANNOTATIONS_KEY})
+LINK = "link"  # our name (and stage) of an edge smartcomment recorded outside any operation
 
+
+@dataclass
+class _Part:
+    """One operation of ours: step `part` of their operation `op_id` (edges as (position, edge, record))."""
+
+    op_id: str
+    part: int
+    edges: list[tuple[int, RawEdge, Mapping[str, Any]]] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    rank: tuple[Any, ...] = ()
 
 
 def _time(text: Any) -> datetime | None:
@@ -99,146 +136,238 @@ def _variable_kind(node: RawNode, name: str) -> str:
     return category or "value"
 
 
-def _op_kind(name: str, category: Any) -> OpKind:
-    if str(category or "").lower() in {k.value for k in OpKind}:
-        return OpKind(str(category).lower())
-    for tokens in (_tokens(name), _tokens(category)):
+def _op_kind(*texts: Any) -> OpKind:
+    for text in texts:
+        if str(text or "").lower() in {k.value for k in OpKind}:
+            return OpKind(str(text).lower())
+    for text in texts:
+        tokens = _tokens(text)
         for kind, stems in _OP_KEYWORDS:
             if any(t.startswith(s) for t in tokens for s in stems):
                 return kind
     return OpKind.OTHER
 
 
+def decode_value(value: Any) -> str:
+    """Our string for their stored value: smartcomment's `repr()` of a string (`"'Rome'"`) becomes the
+    string itself; any other string stays; non-strings become JSON."""
+    if isinstance(value, str):
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            try:
+                decoded = ast.literal_eval(value)
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                return value
+            if isinstance(decoded, str) and repr(decoded) == value:
+                return decoded
+        return value
+    return "" if value is None else json.dumps(value, ensure_ascii=False)
+
+
 def import_foreign(document: RawDocument) -> ImportedNetwork:
     """Their graph translated into ours (see the module doc); ids of theirs -> ours in the result."""
     data, source = document.data, document.source
     body = data["data"]
-    by_id = _index_nodes(document.nodes, source)
-    records, sources, targets = _flows(document.operations, body.get("edges"), by_id, source)
-    order, targets, conflicts = _order_operations(records, sources, targets, by_id, source)
+    by_id, unattached_nodes = _index_nodes(document.nodes, source)
+    records, unattached_ops = _index_operations(document.operations, source)
+    parts = _parts(records, body.get("edges"), by_id, source)
+    order, conflicts = _order(parts, records, by_id, source)
     variables, kinds, node_map = _variables(by_id)
-    operations, op_map = _operations(order, records, sources, targets, kinds, node_map, conflicts)
-    header = {k: data.get(k) for k in ("graph_id", "user_id", "project_id", "strict", "driver_type", "created_at",
-                                       "metadata") if data.get(k) not in (None, "", {})}
-    header["sessions"] = [item for _, item in parse_records(body.get("sessions"), "session_id", "data.sessions",
-                                                            source)]
+    operations, op_map = _operations(order, records, kinds, node_map)
+    sessions = [item for _, item in parse_records(body.get("sessions"), "session_id", "data.sessions", source)]
+    original = graph_original(data, sessions, {"nodes": unattached_nodes, "operations": unattached_ops}, _DATA_KEYS)
     if conflicts:
-        header["conflicts"] = conflicts
+        original["conflicts"] = conflicts
+    meta: dict[str, Any] = {ORIGINAL: original}
+    if document.annotations:
+        meta[LABELS_META] = [label.to_dict() for label in document.annotations]
     doc = {"format": FORMAT, "format_version": FORMAT_VERSION, "graph_id": str(data.get("graph_id") or "graph"),
-           "meta": {"exec_network": header}, "variables": variables, "operations": operations}
+           "meta": meta, "variables": variables, "operations": operations}
     graph = graph_from_dict(doc, source)
     return ImportedNetwork(graph, document.annotations, MappingProxyType(op_map), MappingProxyType(node_map),
                            tuple(MappingProxyType(c) for c in conflicts))
 
 
-def _index_nodes(nodes: list[tuple[str, RawNode]], source: str) -> dict[str, tuple[int, RawNode]]:
-    """Their full node id -> (position in the document, node); a duplicate id raises."""
-    by_id: dict[str, tuple[int, RawNode]] = {}
-    for position, (where, node) in enumerate(nodes):
-        qualified = f"{node.class_name}:{node.name}" if node.class_name else node.name
-        full_id = node.full_node_id or f"{qualified}@{node.version}"
+def _index_nodes(
+    nodes: list[tuple[str, RawNode, Mapping[str, Any]]], source: str
+) -> tuple[dict[str, tuple[int, RawNode, Mapping[str, Any]]], list[list[Any]]]:
+    """Their full node id -> (position, node, record); smartcomment's placeholder apart. A duplicate raises."""
+    by_id: dict[str, tuple[int, RawNode, Mapping[str, Any]]] = {}
+    unattached: list[list[Any]] = []
+    for position, (where, node, record) in enumerate(nodes):
+        full_id = full_id_of(node)
+        if full_id == NONE_NODE_ID:
+            unattached.append([position, dict(record)])
+            continue
         if full_id in by_id:
             raise ExecNetworkError(source, f"duplicate node {full_id!r}", where, "full_node_id")
-        by_id[full_id] = (position, node)
-    return by_id
+        by_id[full_id] = (position, node, record)
+    return by_id, unattached
 
 
-def _flows(
-    ops: list[tuple[str, RawOperation]], edges: Any, by_id: Mapping[str, tuple[int, RawNode]], source: str
-) -> tuple[dict[str, RawOperation], dict[str, list[str]], dict[str, list[str]]]:
-    """Operation records (one made up for an `op_id` only edges name) and, per operation, its distinct
-    edge sources and targets in edge order. Unknown nodes, duplicate operations and self-loops raise."""
-    records: dict[str, RawOperation] = {}
-    for where, op in ops:
+def _index_operations(
+    ops: list[tuple[str, RawOperation, Mapping[str, Any]]], source: str
+) -> tuple[dict[str, tuple[int, RawOperation | None, Mapping[str, Any] | None]], list[list[Any]]]:
+    """Their op id -> (position, operation, record); the `__none_op__` record apart. A duplicate raises."""
+    records: dict[str, tuple[int, RawOperation | None, Mapping[str, Any] | None]] = {}
+    unattached: list[list[Any]] = []
+    for position, (where, op, record) in enumerate(ops):
+        if op.op_id == NONE_OP_ID:
+            unattached.append([position, dict(record)])
+            continue
         if op.op_id in records:
             raise ExecNetworkError(source, f"duplicate operation {op.op_id!r}", where, "op_id")
-        records[op.op_id] = op
-    sources: dict[str, list[str]] = {op_id: [] for op_id in records}
-    targets: dict[str, list[str]] = {op_id: [] for op_id in records}
-    for where, item in parse_records(edges, "edge_id", "data.edges", source):
+        records[op.op_id] = (position, op, record)
+    return records, unattached
+
+
+def _parts(
+    records: dict[str, tuple[int, RawOperation | None, Mapping[str, Any] | None]],
+    edges: Any,
+    by_id: Mapping[str, tuple[int, RawNode, Mapping[str, Any]]],
+    source: str,
+) -> list[_Part]:
+    """Every operation of ours: the steps of each operation of theirs (by edge depth) and one per link."""
+    edges_by_op: dict[str, list[tuple[int, RawEdge, Mapping[str, Any]]]] = {op_id: [] for op_id in records}
+    links: list[_Part] = []
+    for position, (where, item) in enumerate(parse_records(edges, "edge_id", "data.edges", source)):
         edge = parse_record(RawEdge, item, where, source)
         for key in ("source_full_node_id", "target_full_node_id"):
-            if getattr(edge, key) not in by_id:
+            if getattr(edge, key) not in by_id and getattr(edge, key) != NONE_NODE_ID:
                 raise ExecNetworkError(source, f"unknown node {getattr(edge, key)!r}", where, key)
+        if edge.source_full_node_id == edge.target_full_node_id != NONE_NODE_ID:
+            raise ExecNetworkError(source, f"cycle: edge of operation {edge.op_id!r} from {edge.source_full_node_id!r} "
+                                   "to itself", where, "target_full_node_id")
+        if edge.op_id == NONE_OP_ID:
+            links.append(_Part(NONE_OP_ID, len(links), [(position, edge, item)]))
+            continue
         if edge.op_id not in records:
-            records[edge.op_id] = RawOperation(op_id=edge.op_id)
-            sources[edge.op_id], targets[edge.op_id] = [], []
-        src, dst = edge.source_full_node_id, edge.target_full_node_id
-        if src == dst or src in targets[edge.op_id] or dst in sources[edge.op_id]:
-            looped = dst if src == dst or dst in sources[edge.op_id] else src
-            raise ExecNetworkError(source, f"cycle: operation {edge.op_id!r} consumes its own output {looped!r}",
-                                   where, "op_id")
-        for bucket, node_id in ((sources, edge.source_full_node_id), (targets, edge.target_full_node_id)):
-            if node_id not in bucket[edge.op_id]:
-                bucket[edge.op_id].append(node_id)
-    return records, sources, targets
+            records[edge.op_id] = (-1, None, None)  # an op id only edges name: no record to keep
+            edges_by_op[edge.op_id] = []
+        edges_by_op[edge.op_id].append((position, edge, item))
+    parts = [part for op_id, op_edges in edges_by_op.items() for part in _layers(op_id, op_edges, source)]
+    for part in (*parts, *links):
+        for _, edge, _ in part.edges:
+            if edge.source_full_node_id != NONE_NODE_ID and edge.source_full_node_id not in part.inputs:
+                part.inputs.append(edge.source_full_node_id)
+            if edge.target_full_node_id != NONE_NODE_ID and edge.target_full_node_id not in part.outputs:
+                part.outputs.append(edge.target_full_node_id)
+    return parts + links
 
 
-def _order_operations(
-    records: Mapping[str, RawOperation],
-    sources: Mapping[str, list[str]],
-    targets: Mapping[str, list[str]],
-    by_id: Mapping[str, tuple[int, RawNode]],
+def _layers(op_id: str, edges: list[tuple[int, RawEdge, Mapping[str, Any]]], source: str) -> list[_Part]:
+    """The steps of one operation: edges grouped by the depth of their target inside the operation (a
+    plain operation is one step; operation reuse `a -> b -> c` is two). A cycle inside it raises."""
+    if not edges:
+        return [_Part(op_id, 0)]
+    incoming: dict[str, list[str]] = {}
+    for _, edge, _ in edges:
+        if edge.target_full_node_id != NONE_NODE_ID:
+            incoming.setdefault(edge.target_full_node_id, []).append(edge.source_full_node_id)
+    depth: dict[str, int] = {NONE_NODE_ID: 0}
+
+    def depth_of(node_id: str) -> int:
+        stack, on_path = [node_id], set()
+        while stack:
+            current = stack[-1]
+            if current in depth:
+                stack.pop()
+                continue
+            pending = [s for s in incoming.get(current, ()) if s not in depth]
+            if not pending:
+                depth[current] = 1 + max((depth[s] for s in incoming.get(current, ())), default=-1)
+                on_path.discard(current)
+                stack.pop()
+                continue
+            on_path.add(current)
+            for s in pending:
+                if s in on_path:
+                    raise ExecNetworkError(source, f"cycle: operation {op_id!r} consumes its own output {s!r}",
+                                           None, "data.edges")
+                stack.append(s)
+        return depth[node_id]
+
+    by_layer: dict[int, _Part] = {}
+    for position, edge, record in edges:
+        target = edge.target_full_node_id
+        layer = depth_of(target) if target != NONE_NODE_ID else depth_of(edge.source_full_node_id) + 1
+        by_layer.setdefault(layer, _Part(op_id, 0)).edges.append((position, edge, record))
+    parts = [by_layer[layer] for layer in sorted(by_layer)]
+    for index, part in enumerate(parts):
+        part.part = index
+    return parts
+
+
+def _order(
+    parts: list[_Part],
+    records: Mapping[str, tuple[int, RawOperation | None, Mapping[str, Any] | None]],
+    by_id: Mapping[str, tuple[int, RawNode, Mapping[str, Any]]],
     source: str,
-) -> tuple[list[str], dict[str, list[str]], list[dict[str, str]]]:
-    """Operations ranked by the earliest `created_at` of what they produce (else consume, else last, in
-    document order), then ordered topologically (ties by rank). Returns the order, the targets each
-    operation keeps (a variable stays with its first producer by rank) and the conflicts; a cycle raises."""
+) -> tuple[list[_Part], list[dict[str, str]]]:
+    """Operations ranked by the earliest `created_at` of their edges (else of the operation, else of what
+    they produce or consume, else last), then ordered topologically (ties by rank); a variable stays
+    with its first producer by rank. Returns the order and the conflicts; a cycle raises."""
 
-    def when(ids: list[str]) -> datetime | None:
-        times = [t for t in (_time(by_id[i][1].created_at) for i in ids) if t is not None]
+    def earliest(texts: list[Any]) -> datetime | None:
+        times = [t for t in map(_time, texts) if t is not None]
         return min(times) if times else None
 
-    rank_key = {}
-    for ordinal, op_id in enumerate(records):
-        moment = when(targets[op_id]) or when(sources[op_id])
-        rank_key[op_id] = (moment is None, moment or datetime.min, ordinal)
-    ranked = sorted(records, key=rank_key.__getitem__)
-    rank = {op_id: i for i, op_id in enumerate(ranked)}
-
-    producer: dict[str, str] = {}
+    for ordinal, part in enumerate(parts):
+        _, op, _ = records.get(part.op_id, (-1, None, None))
+        moment = (earliest([e.created_at for _, e, _ in part.edges]) or earliest([op.created_at if op else None])
+                  or earliest([by_id[n][1].created_at for n in part.outputs])
+                  or earliest([by_id[n][1].created_at for n in part.inputs]))
+        part.rank = (moment is None, moment or datetime.min, ordinal)
+    ranked = sorted(parts, key=lambda p: p.rank)
+    producer: dict[str, int] = {}
     conflicts: list[dict[str, str]] = []
-    kept_targets: dict[str, list[str]] = dict(targets)
-    for op_id in ranked:
+    for index, part in enumerate(ranked):
         kept = []
-        for node_id in targets[op_id]:
+        for node_id in part.outputs:
             if node_id in producer:
-                conflicts.append({"variable": node_id, "kept": producer[node_id], "dropped": op_id})
+                conflicts.append({"variable": node_id, "kept": ranked[producer[node_id]].op_id, "dropped": part.op_id})
+                part.dropped.append(node_id)
             else:
-                producer[node_id] = op_id
+                producer[node_id] = index
                 kept.append(node_id)
-        kept_targets[op_id] = kept
+        part.outputs = kept
 
-    dependents: dict[str, list[str]] = {op_id: [] for op_id in ranked}
-    waiting = dict.fromkeys(ranked, 0)
-    for op_id in ranked:
-        for upstream in dict.fromkeys(producer[s] for s in sources[op_id] if s in producer):
-            dependents[upstream].append(op_id)
-            waiting[op_id] += 1
-    ready = [rank[op_id] for op_id in ranked if not waiting[op_id]]
+    dependents: list[list[int]] = [[] for _ in ranked]
+    waiting = [0] * len(ranked)
+    for index, part in enumerate(ranked):
+        for upstream in dict.fromkeys(producer[s] for s in part.inputs if s in producer):
+            if upstream == index:
+                raise ExecNetworkError(source, f"cycle: operation {part.op_id!r} consumes its own output",
+                                       None, "data.edges")
+            dependents[upstream].append(index)
+            waiting[index] += 1
+    ready = [i for i in range(len(ranked)) if not waiting[i]]
     heapq.heapify(ready)
-    order: list[str] = []
+    order: list[_Part] = []
     while ready:
-        op_id = ranked[heapq.heappop(ready)]
-        order.append(op_id)
-        for child in dependents[op_id]:
+        index = heapq.heappop(ready)
+        order.append(ranked[index])
+        for child in dependents[index]:
             waiting[child] -= 1
             if not waiting[child]:
-                heapq.heappush(ready, rank[child])
+                heapq.heappush(ready, child)
     if len(order) < len(ranked):
-        stuck = [op_id for op_id in ranked if waiting[op_id]]
+        stuck = list(dict.fromkeys(ranked[i].op_id for i in range(len(ranked)) if waiting[i]))
         raise ExecNetworkError(source, f"cycle among operations {', '.join(map(repr, stuck[:8]))}"
                                + (" ..." if len(stuck) > 8 else ""), None, "data.edges")
-    return order, kept_targets, conflicts
+    return order, conflicts
 
 
 def _variables(
-    by_id: Mapping[str, tuple[int, RawNode]],
+    by_id: Mapping[str, tuple[int, RawNode, Mapping[str, Any]]],
 ) -> tuple[list[list[Any]], dict[str, str], dict[str, str]]:
     """Our variable rows (graph_io layout, global order by `created_at`, version numbers per name in their
     version order), the kind of each of their nodes and their full node id -> our variable id."""
     qualified = {full_id: full_id.rsplit("@", 1)[0] for full_id in by_id}
     mapped = {q: our_name(q) for q in set(qualified.values())}
+    for full_id, (_, node, _) in by_id.items():  # a record of ours (an export of ours edited elsewhere)
+        ours = (node.metadata or {}).get(MARK)
+        if isinstance(ours, Mapping) and isinstance(ours.get("name"), str):
+            mapped[qualified[full_id]] = ours["name"]
     sharing: dict[str, set[str]] = {}
     for q, ours in mapped.items():
         sharing.setdefault(ours, set()).add(q)
@@ -246,8 +375,8 @@ def _variables(
     unique = {q: ours if len(sharing[ours]) == 1 and (ours == q or ours not in mapped) else q
               for q, ours in mapped.items()}
     names = {full_id: unique[q] for full_id, q in qualified.items()}
-    by_time = sorted(by_id, key=lambda i: (_time(by_id[i][1].created_at) is None,
-                                           _time(by_id[i][1].created_at) or datetime.min, by_id[i][0]))
+    times = {full_id: _time(entry[1].created_at) for full_id, entry in by_id.items()}
+    by_time = sorted(by_id, key=lambda i: (times[i] is None, times[i] or datetime.min, by_id[i][0]))
     versions: dict[str, list[str]] = {}
     for full_id in sorted(by_id, key=lambda i: (by_id[i][1].version, by_id[i][0])):
         versions.setdefault(names[full_id], []).append(full_id)
@@ -259,48 +388,62 @@ def _variables(
         name = names[slot]
         taken[name] = taken.get(name, 0) + 1
         full_id = versions[name][taken[name] - 1]
-        node = by_id[full_id][1]
-        kinds[full_id] = _variable_kind(node, name)
-        value = node.value if isinstance(node.value, str) else ("" if node.value is None else json.dumps(node.value))
-        fields = {"full_node_id": full_id, "version": node.version, "comment": node.comment, "category": node.category,
-                  "class_name": node.class_name, "session_id": node.session_id, "created_at": node.created_at,
-                  "metadata": node.metadata}
+        position, node, record = by_id[full_id]
+        ours = (node.metadata or {}).get(MARK)
+        kinds[full_id] = (ours["kind"] if isinstance(ours, Mapping) and isinstance(ours.get("kind"), str)
+                          else _variable_kind(node, name))
+        value = decode_value(node.value)
         variables.append([name, taken[name], kinds[full_id], value,
-                          {"exec_network": {k: v for k, v in fields.items() if v not in (None, "", {})}}])
+                          {ORIGINAL: node_original(full_id, position, record, value)}])
         node_map[full_id] = f"{name}@{taken[name]}"
     return variables, kinds, node_map
 
 
+def _ours(row: list[Any], ours: Mapping[str, Any]) -> list[Any]:
+    """`row` with the name, stage, kind, status, error, usage and meta our own mark records (our
+    inputs and outputs stay those the edges say: the document may have been edited)."""
+    try:
+        kind, status = OpKind(ours["kind"]).value, OpStatus(ours["status"]).value
+        usage = [int(n) for n in ours["usage"]]
+        return [row[0], str(ours["name"]), str(ours["stage"]), kind, *row[4:7], status, ours.get("error"), usage,
+                {**dict(ours.get("meta") or {}), **row[10]}]
+    except (KeyError, TypeError, ValueError):
+        return row
+
+
 def _operations(
-    order: list[str],
-    records: Mapping[str, RawOperation],
-    sources: Mapping[str, list[str]],
-    targets: Mapping[str, list[str]],
+    order: list[_Part],
+    records: Mapping[str, tuple[int, RawOperation | None, Mapping[str, Any] | None]],
     kinds: Mapping[str, str],
     node_map: Mapping[str, str],
-    conflicts: list[dict[str, str]],
 ) -> tuple[list[list[Any]], dict[str, str]]:
-    """Our operation rows (graph_io layout) in `order` and their op id -> ours. A prompt-kind input becomes
-    the prompt and names the stage (else the name table's stage, else the operation's name)."""
-    dropped_by_op: dict[str, list[str]] = {}
-    for conflict in conflicts:
-        dropped_by_op.setdefault(conflict["dropped"], []).append(conflict["variable"])
+    """Our operation rows (graph_io layout) in `order` and their op id -> ours (its first step). A
+    prompt-kind input becomes the prompt and names the stage when it is one of our prompts (else the
+    name table's stage, else the operation's name)."""
     operations: list[list[Any]] = []
     op_map: dict[str, str] = {}
-    for seq, op_id in enumerate(order):
-        record = records[op_id]
-        inputs = [node_map[s] for s in sources[op_id]]
-        prompt = next((node_map[s] for s in sources[op_id] if kinds[s] == "prompt"), None)
+    for seq, part in enumerate(order):
+        position, record, raw = records.get(part.op_id, (-1, None, None))
+        inputs = [node_map[s] for s in part.inputs]
+        prompt = next((node_map[s] for s in part.inputs if kinds[s] == "prompt"), None)
         if prompt is not None:
             inputs.remove(prompt)
-        name = our_name(record.op_name or op_id, "operation")
+        their = record.op_name if record and record.op_name else part.op_id
+        name = LINK if part.op_id == NONE_OP_ID else our_name(their, "operation")
         rule_stage = next((r.stage for r in NAME_TABLE if r.what == "operation" and r.ours == name and r.stage), "")
-        stage = name_of(prompt).removeprefix(prefix(Namespace.PROMPT)) if prompt else rule_stage or name
-        fields = {"op_id": op_id, "op_name": record.op_name, "comment": record.comment, "category": record.category,
-                  "session_id": record.session_id, "metadata": record.metadata,
-                  "dropped_outputs": dropped_by_op.get(op_id)}
-        meta = {"exec_network": {k: v for k, v in fields.items() if v not in (None, "", {}, [])}}
-        operations.append([seq, name, stage, _op_kind(record.op_name, record.category).value, inputs,
-                           [node_map[t] for t in targets[op_id]], prompt, "ok", None, [0, 0, 0, 0], meta])
-        op_map[op_id] = f"op:{seq}"
+        stage = (name_of(prompt).removeprefix(prefix(Namespace.PROMPT)) if prompt and is_in(prompt, Namespace.PROMPT)
+                 else rule_stage or name)
+        edge_categories = [e.category for _, e, _ in part.edges]
+        kind = _op_kind(their, record.category if record else None, *edge_categories)
+        original = operation_original(part.op_id, part.part, [(p, r) for p, _, r in part.edges], position,
+                                      raw if raw is not None else None)
+        if part.dropped:
+            original["dropped_outputs"] = part.dropped
+        row = [seq, name, stage, kind.value, inputs, [node_map[t] for t in part.outputs], prompt, "ok", None,
+               [0, 0, 0, 0], {ORIGINAL: original}]
+        ours = (record.metadata or {}).get(MARK) if record else None
+        if isinstance(ours, Mapping):  # an operation of ours (an export of ours edited elsewhere)
+            row = _ours(row, ours)
+        operations.append(row)
+        op_map.setdefault(part.op_id, f"op:{seq}")
     return operations, op_map

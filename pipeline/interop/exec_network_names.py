@@ -1,9 +1,13 @@
 """ExecNetwork ids: how our variable and operation names map to the reference tooling's names and ids.
 
 What it does: the one correspondence table `NAME_TABLE` (turns `U<sample>:<dia_id>`, memory units
-`memory-unit-<id>`, the Mem0 prompts, the answer and judge operations) with `their_name` / `our_name`
-applying it either way, the deterministic ExecNetwork `op_id` of one of our operations (`op_id_for`)
-and the full node id of each of our variables in an export (`full_node_ids`).
+`memory-unit-<id>`, the Mem0 prompts, queries, predictions, gold answers, judge verdicts and prompt,
+the answer and judge operations) with `their_name` / `our_name` applying it either way; how a full
+name splits into smartcomment's `class_name` and `name` (`split_full_name`: `query:<qid>` is class
+`query`, name `<qid>`, so MemTrace's tools find queries, predictions, golden answers and `judge_*`
+nodes by class); the ExecNetwork `op_id` of one of our operations (`op_id_for`: deterministic, or
+the original id of an imported operation) and the full node id of each of our variables in an
+export (`full_node_ids`, original ids of imported variables kept).
 
 What it does not do: no document reading or writing (`exec_network_export`, `exec_network_native`,
 `exec_network_foreign`), no kind guessing for foreign names (`exec_network_foreign`).
@@ -17,6 +21,8 @@ from dataclasses import dataclass
 
 from memtrace_loop.pipeline.core.conventions import Namespace, prefix, prompt_name
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
+
+ORIGINAL = "exec_network"  # meta key of an imported variable's / operation's original ExecNetwork record
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +47,16 @@ NAME_TABLE: tuple[NameRule, ...] = (
     NameRule("prefix", prefix(Namespace.TURN), "U{sample}:", rest=r"D\d+:\d+"),
     NameRule("prefix", prefix(Namespace.MEMORY), "memory-unit-"),
     NameRule("prefix", prefix(Namespace.QUERY), "query:"),
+    NameRule("prefix", prefix(Namespace.ANSWER), "prediction:"),
+    NameRule("prefix", prefix(Namespace.GOLD), "golden_answers:"),
+    NameRule("prefix", prefix(Namespace.VERDICT), "judge_verdict:"),
+    NameRule("variable", prompt_name("judge"), "judge_prompt:llm-judge"),
+)
+
+# the class names of an export: every namespace of ours, and the class of each name the table maps to
+CLASS_NAMES: frozenset[str] = frozenset(
+    {str(namespace) for namespace in Namespace}
+    | {rule.theirs.split(":", 1)[0] for rule in NAME_TABLE if ":" in rule.theirs and "{" not in rule.theirs}
 )
 
 def _rule_rest(rule: NameRule) -> re.Pattern[str]:
@@ -68,18 +84,38 @@ def our_name(theirs: str, what: str = "variable") -> str:
     return theirs
 
 
+def split_full_name(full_name: str) -> tuple[str | None, str]:
+    """smartcomment's (`class_name`, `name`) of an exported full name: the part before the first colon
+    is the class when it is one of `CLASS_NAMES` (`query:q1` -> ("query", "q1")); otherwise there is no
+    class (None, never "": smartcomment would prefix the id with a bare colon)."""
+    head, sep, rest = full_name.partition(":")
+    if sep and head in CLASS_NAMES and any(c.isalnum() for c in rest):
+        return head, rest
+    return None, full_name
+
+
 def stable_hex(*parts: object) -> str:
     """16 hex digits of the SHA-256 of `parts` joined by ":" (deterministic ids)."""
     return hashlib.sha256(":".join(map(str, parts)).encode()).hexdigest()[:16]
 
 
 def op_id_for(graph: ExecutionGraph, op_id: str) -> str:
-    """The ExecNetwork `op_id` that `to_exec_network` gives our operation `op_id` (e.g. "op:12")."""
-    return f"op-{stable_hex(graph.graph_id, graph.operation(op_id).seq)}"
+    """The ExecNetwork `op_id` that `to_exec_network` gives our operation `op_id` (e.g. "op:12"): the
+    original id of an operation imported from ExecNetwork, else a deterministic one."""
+    op = graph.operation(op_id)
+    original = op.meta.get(ORIGINAL)
+    if isinstance(original, dict) and isinstance(original.get("op_id"), str):
+        return original["op_id"]
+    return f"op-{stable_hex(graph.graph_id, op.seq)}"
 
 
 def full_node_ids(graph: ExecutionGraph) -> dict[str, str]:
-    """Our variable id -> their full node id (our name kept where the mapped name would collide)."""
+    """Our variable id -> their full node id: the original id of a variable imported from ExecNetwork,
+    else our name mapped through the table (our name kept where the mapped name would collide)."""
+    originals = {v.id: v.meta[ORIGINAL]["full_node_id"] for v in graph.variables()
+                 if isinstance(v.meta.get(ORIGINAL), dict) and "full_node_id" in v.meta[ORIGINAL]}
+    if originals:
+        return {v.id: originals.get(v.id, v.id) for v in graph.variables()}
     mapped = {name: their_name(name, graph.graph_id) for name in graph.names()}
     counts: dict[str, int] = {}
     for theirs in mapped.values():

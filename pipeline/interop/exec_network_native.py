@@ -6,7 +6,11 @@ operation — names, kinds, meta, versions, the operations' full input/output li
 status, error, usage, seq — and rebuilds the graph through our own lossless format (`graph_io`), so
 ours -> ExecNetwork -> ours is exact (`graph_to_json` equal). Their ids map back to ours one to one.
 
-What it does not do: it ignores the edges and their names (the mark says everything); it does not
+The document's labels ride along in `graph.meta["bench_annotations"]`, so a conversion to our own
+JSON keeps them and `to_exec_network` writes them again.
+
+What it does not do: it ignores the edges, the sessions and smartcomment's placeholder node (the mark
+says everything); it does not
 decide whether a document is native (`exec_network_document.read_document` does) and does not read
 documents of other tools (`exec_network_foreign`). Malformed metadata raises `ExecNetworkError`.
 """
@@ -17,27 +21,36 @@ from types import MappingProxyType
 
 from memtrace_loop.pipeline.core.graph_io import FORMAT, FORMAT_VERSION, graph_from_dict
 from memtrace_loop.pipeline.interop.bench_annotations import ExecNetworkError
-from memtrace_loop.pipeline.interop.exec_network_document import MARK, ImportedNetwork, RawDocument
+from memtrace_loop.pipeline.interop.exec_network_document import (
+    LABELS_META,
+    MARK,
+    NONE_NODE_ID,
+    ImportedNetwork,
+    RawDocument,
+    full_id_of,
+)
 
 
 def import_native(document: RawDocument) -> ImportedNetwork:
     """Our graph exactly as exported, from a native `document` (see the module doc)."""
     data, source = document.data, document.source
     try:
-        ours = [((n.metadata or {})[MARK], n) for _, n in document.nodes]
+        ours = [((n.metadata or {})[MARK], n) for _, n, _ in document.nodes if full_id_of(n) != NONE_NODE_ID]
         ours.sort(key=lambda pair: pair[0]["order"])
         variables = [[m["name"], n.version, m["kind"], str(n.value), m["meta"]] for m, n in ours]
-        op_rows = sorted((((o.metadata or {})[MARK], o) for _, o in document.operations),
+        op_rows = sorted((((o.metadata or {})[MARK], o) for _, o, _ in document.operations),
                          key=lambda pair: pair[0]["seq"])
         operations = [[m["seq"], m["name"], m["stage"], m["kind"], m["inputs"], m["outputs"], m["prompt"],
                        m["status"], m["error"], m["usage"], m["meta"]] for m, _ in op_rows]
-        meta = data["metadata"][MARK].get("graph_meta") or {}
+        meta = dict(data["metadata"][MARK].get("graph_meta") or {})
     except (KeyError, TypeError) as error:
         raise ExecNetworkError(source, f"malformed memtrace metadata ({type(error).__name__}: {error})") from error
+    if document.annotations:
+        meta[LABELS_META] = [label.to_dict() for label in document.annotations]
     doc = {"format": FORMAT, "format_version": FORMAT_VERSION, "graph_id": str(data.get("graph_id", "graph")),
            "meta": meta, "variables": variables, "operations": operations}
     graph = graph_from_dict(doc, source)
-    node_map = {n.full_node_id or f"{n.name}@{n.version}": f"{m['name']}@{n.version}" for m, n in ours}
+    node_map = {full_id_of(n): f"{m['name']}@{n.version}" for m, n in ours}
     op_map = {o.op_id: f"op:{m['seq']}" for m, o in op_rows}
     return ImportedNetwork(graph, document.annotations, MappingProxyType(op_map), MappingProxyType(node_map),
                            native=True)

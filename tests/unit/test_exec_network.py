@@ -24,6 +24,7 @@ from memtrace_loop.pipeline.interop.bench_annotations import (
     score_attributions,
 )
 from memtrace_loop.pipeline.interop.exec_network import (
+    LABELS_META,
     MARK,
     NAME_TABLE,
     annotation_from_attribution,
@@ -99,7 +100,9 @@ def test_round_trip_keeps_operations_without_inputs_or_outputs(graph: ExecutionG
 
 def test_export_uses_their_layout_and_names(graph: ExecutionGraph) -> None:
     doc = json.loads(json.dumps(to_exec_network(graph)))
-    assert set(doc) == {"graph_id", "user_id", "project_id", "strict", "driver_type", "created_at", "metadata", "data"}
+    assert set(doc) == {"graph_id", "user_id", "project_id", "storage_path", "strict", "driver_type", "created_at",
+                        "metadata", "data"}
+    assert doc["driver_type"] == "in_memory"
     data = doc["data"]
     assert {"sessions", "nodes", "operations", "edges"} <= set(data)
     nodes = {node["full_node_id"]: node for node in data["nodes"]}
@@ -110,18 +113,28 @@ def test_export_uses_their_layout_and_names(graph: ExecutionGraph) -> None:
     )
     assert "memory-unit-m1@1" in nodes
     question = next(v.name for v in graph.variables() if v.kind == "query")
-    assert f"{question}@1" in nodes  # queries keep `query:<question id>`
+    qid = question.split(":", 1)[1]
+    assert f"{question}@1" in nodes  # queries keep `query:<question id>`, as class `query` and name `<qid>`
+    assert (nodes[f"{question}@1"]["class_name"], nodes[f"{question}@1"]["name"]) == ("query", qid)
+    assert nodes[f"prediction:{qid}@1"]["category"] == "answer"
+    assert nodes[f"golden_answers:{qid}@1"]["category"] == "gold"
+    assert nodes[f"judge_verdict:{qid}@1"]["category"] == "verdict"
+    assert nodes["judge_prompt:llm-judge@1"]["category"] == "prompt"
     for full_id, node in nodes.items():
-        assert full_id == f"{node['name']}@{node['version']}" and node["version"] >= 1
+        qualified = f"{node['class_name']}:{node['name']}" if node["class_name"] is not None else node["name"]
+        assert full_id == f"{qualified}@{node['version']}" and node["version"] >= 1 and node["class_name"] != ""
         assert STAMP.fullmatch(node["created_at"]) and isinstance(node["value"], str)
+        assert node["graph_id"] == graph.graph_id and node["filename"] and node["lineno"] == 0
     op_names = {op["op_name"] for op in data["operations"]}
     assert {"question-answering", "llm-judge", "extract_facts"} <= op_names
     assert all(re.fullmatch(r"op-[0-9a-f]+", op["op_id"]) for op in data["operations"])
     assert len({op["op_id"] for op in data["operations"]}) == graph.n_operations
     ops = {op["op_id"] for op in data["operations"]}
     sessions = {s["session_id"] for s in data["sessions"]}
+    category_by_op = {op["op_id"]: op["category"] for op in data["operations"]}
     for edge in data["edges"]:
         assert edge["op_id"] in ops and edge["source_full_node_id"] in nodes and edge["target_full_node_id"] in nodes
+        assert edge["category"] == category_by_op[edge["op_id"]] and edge["session_id"] in sessions
     assert all(n["session_id"] in sessions for n in data["nodes"])
     expected = sum((len(op.inputs) + (op.prompt is not None)) * len(op.outputs) for op in graph.operations())
     assert len(data["edges"]) == expected
@@ -247,7 +260,7 @@ def test_import_of_their_graph() -> None:
     assert kinds["golden-answer@1"] == "gold" and kinds["judgement@1"] == "verdict"
     assert [v.id for v in g.versions("memory:7")] == ["memory:7@1", "memory:7@2"]
     second = g.variable("memory:7@2")
-    assert second.previous == "memory:7@1" and second.meta["exec_network"]["version"] == 3
+    assert second.previous == "memory:7@1" and second.meta["exec_network"]["record"]["version"] == 3
     assert second.meta["exec_network"]["full_node_id"] == "memory-unit-7@3"
     assert imported.node_id_map["memory-unit-7@3"] == "memory:7@2"
 
@@ -262,11 +275,11 @@ def test_import_of_their_graph() -> None:
     assert update.kind == OpKind.UPDATE and update.inputs == ("memory:7@1", "turn:D1:2@1")
     assert search.kind == OpKind.RETRIEVAL and search.outputs == ("retrieved-context@1",)
     assert respond.kind == OpKind.RESPONSE and respond.stage == "respond" and respond.prompt == "prompt:respond@1"
-    assert respond.meta["exec_network"]["metadata"] == {"model": "gpt-4o-mini"}
+    assert respond.meta["exec_network"]["record"]["metadata"] == {"model": "gpt-4o-mini"}
     assert judge.inputs == ("query:q-41@1", "golden-answer@1", "answer@1") and judge.kind == OpKind.OTHER
     assert imported.op_id_map["op-aa03"] == search.id and imported.op_id_map["op-aa05"] == judge.id
-    assert g.meta["exec_network"]["driver_type"] == "networkx"
-    assert "viewer_layout" not in json.dumps(g.meta)
+    assert g.meta["exec_network"]["header"]["driver_type"] == "networkx"
+    assert "viewer_layout" in g.meta["exec_network"]["data_extra"]  # kept for the way back, unused
 
     retrieval, judged = imported.annotations
     assert retrieval.error_type == ErrorType.RETRIEVAL and retrieval.final_op_id == "op-aa03"
@@ -344,8 +357,13 @@ def test_attributions_export_as_annotations_that_score_perfectly(run_result: Run
     attributions = [a for a in (attributor.attribute(case) for case in failed) if a is not None]
     assert attributions
     doc = to_exec_network(graph, attributions)
+    # where MemTraceBench and smartcomment keep them
+    assert doc["data"]["annotations"] == doc["metadata"]["annotations"]
     imported = from_exec_network(json.loads(json.dumps(doc)))
-    assert graph_to_json(imported.graph) == graph_to_json(graph)
+    rebuilt = json.loads(graph_to_json(imported.graph))
+    assert rebuilt["meta"].pop(LABELS_META) == doc["data"]["annotations"]  # the labels ride in the graph meta
+    assert rebuilt == json.loads(graph_to_json(graph))
+    assert to_exec_network(imported.graph) == doc  # and are written again without being passed
     assert len(imported.annotations) == len(attributions)
     nodes = {n["full_node_id"] for n in doc["data"]["nodes"]}
     for attribution, label in zip(attributions, imported.annotations, strict=True):

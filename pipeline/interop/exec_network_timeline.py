@@ -1,0 +1,70 @@
+"""Timestamps for an ExecNetwork export: one consistent clock over our variables and operations.
+
+Our graphs keep no wall-clock time (operations have a sequence number); smartcomment stamps every
+session, node, operation and edge with `created_at` ("YYYY-MM-DD HH:MM:SS.mmm") and filters and
+orders by it. `timeline(graph)` gives every variable and operation a distinct tick (0, 1, 2, ...)
+such that operations follow their sequence order, each operation comes after all of its inputs and
+its prompt and before its outputs, and a variable no operation produces (a turn, a query, a prompt)
+is stamped in insertion order unless an operation needs it earlier. `stamp(base, tick)` renders a tick as one
+millisecond after `base`. One pass, linear in the graph.
+
+What it does not do: no document writing (`exec_network_export`); edges and sessions take the
+stamps of the records they belong to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from memtrace_loop.pipeline.core.graph import ExecutionGraph
+
+STAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """The tick of each variable id and each operation id (distinct, consistent; see the module doc)."""
+
+    tick_by_variable: dict[str, int]
+    tick_by_operation: dict[str, int]
+
+
+def timeline(graph: ExecutionGraph) -> Timeline:
+    """Ticks for every variable and operation of `graph` (see the module doc)."""
+    tick_by_variable: dict[str, int] = {}
+    tick_by_operation: dict[str, int] = {}
+    operations = list(graph.operations())
+    next_op = 0
+
+    def mark(var_id: str) -> None:
+        if var_id not in tick_by_variable:
+            tick_by_variable[var_id] = len(tick_by_variable) + len(tick_by_operation)
+
+    def run_operations_through(seq_position: int) -> None:
+        nonlocal next_op
+        while next_op <= seq_position:
+            op = operations[next_op]
+            for var_id in (*((op.prompt,) if op.prompt else ()), *op.inputs):
+                mark(var_id)
+            tick_by_operation[op.id] = len(tick_by_variable) + len(tick_by_operation)
+            for var_id in op.outputs:
+                mark(var_id)
+            next_op += 1
+
+    position_by_op = {op.id: i for i, op in enumerate(operations)}
+    for var in graph.variables():
+        if var.id in tick_by_variable:
+            continue
+        producer = graph.producer(var.id)
+        if producer is None:
+            mark(var.id)
+        else:
+            run_operations_through(position_by_op[producer.id])
+    run_operations_through(len(operations) - 1)
+    return Timeline(tick_by_variable, tick_by_operation)
+
+
+def stamp(base: datetime, tick: int) -> str:
+    """`base` plus `tick` milliseconds, as smartcomment writes `created_at`."""
+    return (base + timedelta(milliseconds=tick)).strftime(STAMP_FORMAT)[:-3]
