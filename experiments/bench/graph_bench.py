@@ -8,7 +8,7 @@ then measures what the graph layer costs, separately from any LLM time:
 - save + load time of the JSON;
 - ancestors query: from each answer back to the turns (mean and max milliseconds);
 - ExecNetwork: seconds to write every graph as smartcomment's ExecNetwork JSON (`to_exec_network` +
-  `json.dumps`) and to read it back (`from_exec_network`).
+  `document_bytes`, what `save_exec_network` writes) and to read it back (`from_exec_network`).
 It prints one table row per memory system and checks the targets (20 us/op, 5 ms, 2 s save+load,
 2 s ExecNetwork export), plus the linear-growth check: the JSON bytes per turn of a run on a quarter of
 the turns vs the full run.
@@ -39,7 +39,7 @@ from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.graph_io import graph_to_json, load_graph, save_graph
 from memtrace_loop.pipeline.core.tracing import Tracer
 from memtrace_loop.pipeline.data.registry import load_dataset
-from memtrace_loop.pipeline.interop.exec_network import from_exec_network, to_exec_network
+from memtrace_loop.pipeline.interop.exec_network import document_bytes, from_exec_network, to_exec_network
 from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
 from rich.console import Console
 from rich.table import Table
@@ -149,7 +149,7 @@ def bench_system(
     for graph in graphs:
         gc.collect()
         t0 = time.perf_counter()
-        text = json.dumps(to_exec_network(graph), ensure_ascii=False)
+        text = document_bytes(to_exec_network(graph))  # what `save_exec_network` writes
         t1 = time.perf_counter()
         from_exec_network(json.loads(text))
         export_s += t1 - t0

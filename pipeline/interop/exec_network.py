@@ -41,6 +41,7 @@ from memtrace_loop.pipeline.interop.exec_network_export import (
     DEFAULT_CREATED_AT,
     INPUTS_SESSION,
     annotation_from_attribution,
+    document_bytes,
     save_exec_network,
     to_exec_network,
 )
@@ -69,6 +70,7 @@ __all__ = [
     "ImportedNetwork",
     "NameRule",
     "annotation_from_attribution",
+    "document_bytes",
     "from_exec_network",
     "full_node_ids",
     "is_foreign",
