@@ -2,6 +2,7 @@
 
 Each command is its own Hydra app; this dispatcher removes the command word from argv and hands the
 rest (overrides such as `lm=openai dataset=locomo workers=4`, or `--help`, `--cfg job`, `-m`) to it.
+`memtrace graph ...` (convert/show graph files, `experiments/graph_command.py`) is plain argparse.
 `memtrace completion bash` prints the bash completion script (`experiments/completion.py`); Hydra's
 own `-sc install=bash` of a command prints the same script (Hydra's would complete nothing here).
 """
@@ -25,6 +26,7 @@ commands:
   export    write the best prompt set of an MLflow run as JSON/YAML (run_id=... out=...)
   upload    log a run saved on disk to MLflow, e.g. after MLflow was unreachable (run_dir=...)
   stages    list every stage of a memory system with its current instruction (memory_system=...)
+  graph     graph files: convert ours <-> ExecNetwork JSON (smartcomment, MemTraceBench), show what one holds
   completion  print the bash completion script: eval "$(memtrace completion bash)" (commands, groups, keys)
 
 examples:
@@ -46,6 +48,8 @@ examples:
   memtrace upload run_dir=outputs/run/<run>    # log a saved run later (twice: still one MLflow run)
   memtrace run prompts=prompts.yaml              # load an exported prompt set
   memtrace stages memory_system=evermemos        # every stage and its current instruction
+  memtrace graph show outputs/run/<run>/artifacts/graphs/<conv>.json   # sizes, kinds, failed questions
+  memtrace graph convert outputs/run/<run>/artifacts/graphs exec-network/ --to exec-network
 """
 
 
@@ -69,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     command = args.pop(0)
     if command == "completion":
         return _completion(("install", args[0] if args else "bash"), "memtrace completion")
+    if command == "graph":  # file utilities (argparse), not a Hydra app
+        from memtrace_loop.experiments.graph_command import main as graph_main
+
+        return graph_main(args)
     if command not in COMMAND_NAMES:
         sys.stderr.write(f"memtrace: unknown command {command!r}\n\n{USAGE}")
         return 2
@@ -94,7 +102,12 @@ def _completion(request: tuple[str, str], name: str) -> int:
     if shell not in SHELLS:
         sys.stderr.write(f"{name}: shell completion is supported for bash only, not {shell!r}\n")
         return 2
-    sys.stdout.write(bash_script(COMMAND_NAMES) if action == "install" else uninstall_script())
+    if action != "install":
+        sys.stdout.write(uninstall_script())
+        return 0
+    from memtrace_loop.experiments.graph_command import completion_command
+
+    sys.stdout.write(bash_script(COMMAND_NAMES, (completion_command(),)))
     return 0
 
 

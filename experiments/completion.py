@@ -5,7 +5,9 @@ through our dispatcher that name is `memtrace run`, so its script registers a co
 called "memtrace run" and asks `memtrace -sc query=bash` (no command) for choices: it never completes.
 `bash_script` is the replacement: it completes the command word itself, and for the words after it
 asks that command's Hydra app (`memtrace <command> -sc query=bash`, Hydra's query mode, with the
-command word taken out of `COMP_LINE`) for config groups, options and keys. `completion_request`
+command word taken out of `COMP_LINE`) for config groups, options and keys. A plain command
+(`PlainCommand`: `memtrace graph`, argparse) is completed by the script alone: its subcommands, their
+options, an option's choices (`--to exec-network|memtrace`), else file names. `completion_request`
 tells what a `-sc`/`--shell-completion` argument asks for; the dispatcher answers install/uninstall
 with this script (so the command Hydra's `--hydra-help` shows works too) and refuses other shells.
 It does not install anything itself: the user evaluates the script (`eval "$(memtrace completion bash)"`).
@@ -13,7 +15,8 @@ It does not install anything itself: the user evaluates the script (`eval "$(mem
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 SHELLS = ("bash",)
 COMPLETION_FLAGS = ("-sc", "--shell-completion", "--shell_completion")
@@ -23,11 +26,11 @@ _memtrace_complete()
 {
     local word="${COMP_WORDS[COMP_CWORD]}"
     if (( COMP_CWORD == 1 )); then
-        COMPREPLY=($(compgen -W "__COMMANDS__ --help" -- "$word"))
+        COMPREPLY=($(compgen -W "__COMMANDS__ __PLAIN_COMMANDS__ --help" -- "$word"))
         return
     fi
     local command="${COMP_WORDS[1]}"
-    case " __COMMANDS__ " in
+__PLAIN__    case " __COMMANDS__ " in
         *" $command "*) ;;
         *) return ;;
     esac
@@ -45,9 +48,44 @@ complete -o nospace -o default -F _memtrace_complete memtrace
 """
 
 
-def bash_script(commands: Sequence[str]) -> str:
-    """The bash completion script for `memtrace` and `commands` (evaluate it in bash)."""
-    return _SCRIPT.replace("__COMMANDS__", " ".join(commands))
+_PLAIN = r"""    if [[ "$command" == __NAME__ ]]; then  # a plain (argparse) command: subcommand, options, choices
+        local previous="${COMP_WORDS[COMP_CWORD-1]}"
+        if (( COMP_CWORD == 2 )); then
+            COMPREPLY=($(compgen -W "__SUBCOMMANDS__ --help" -- "$word"))
+__CHOICES__        elif [[ "$word" == -* ]]; then
+            case "${COMP_WORDS[2]}" in
+__OPTIONS__            esac
+        fi
+        return  # nothing offered: bash completes file names (-o default)
+    fi
+"""
+
+
+@dataclass(frozen=True)
+class PlainCommand:
+    """A command that is not a Hydra app (`memtrace graph`): its subcommands with their options, and the
+    choices of the options that take one."""
+
+    name: str
+    options_by_subcommand: Mapping[str, tuple[str, ...]]
+    choices_by_option: Mapping[str, tuple[str, ...]]
+
+
+def _plain_branch(command: PlainCommand) -> str:
+    choices = "".join(f'        elif [[ "$previous" == {option} ]]; then\n'
+                      f'            COMPREPLY=($(compgen -W "{" ".join(words)}" -- "$word"))\n'
+                      for option, words in command.choices_by_option.items())
+    options = "".join(f'                {sub}) COMPREPLY=($(compgen -W "{" ".join(words)}" -- "$word")) ;;\n'
+                      for sub, words in command.options_by_subcommand.items())
+    return (_PLAIN.replace("__NAME__", command.name).replace("__SUBCOMMANDS__", " ".join(command.options_by_subcommand))
+            .replace("__CHOICES__", choices).replace("__OPTIONS__", options))
+
+
+def bash_script(commands: Sequence[str], plain: Sequence[PlainCommand] = ()) -> str:
+    """The bash completion script for `memtrace`, the Hydra apps `commands` and the `plain` commands
+    (evaluate it in bash)."""
+    return (_SCRIPT.replace("__PLAIN__", "".join(_plain_branch(c) for c in plain))
+            .replace("__PLAIN_COMMANDS__", " ".join(c.name for c in plain)).replace("__COMMANDS__", " ".join(commands)))
 
 
 def uninstall_script() -> str:

@@ -78,3 +78,19 @@ def test_the_help_names_every_command_and_how_to_complete():
     for name in cli.COMMAND_NAMES:
         assert f"\n  {name} " in cli.USAGE
     assert 'eval "$(memtrace completion bash)"' in cli.USAGE
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash on this machine")
+def test_graph_completes_its_subcommands_options_and_formats_without_asking_hydra(tmp_path):
+    from memtrace_loop.experiments.completion import bash_script
+    from memtrace_loop.experiments.graph_command import completion_command
+
+    done = subprocess.run([str(BIN / "memtrace"), "completion", "bash"], capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == bash_script(cli.COMMAND_NAMES, (completion_command(),))
+    (tmp_path / "completion.sh").write_text(done.stdout)
+    got = completions(tmp_path / "completion.sh", "memtrace gr", "memtrace graph ", "memtrace graph convert a b --to ",
+                      "memtrace graph convert a b --to exec", "memtrace graph show --", "memtrace graph show f")
+    assert got[:6] == ["graph", "convert show --help", "memtrace exec-network", "exec-network",
+                       "--help --json --limit", ""]  # nothing offered for a file name: bash completes files

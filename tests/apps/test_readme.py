@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_module
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from memtrace_loop.experiments import cli, config
+from memtrace_loop.experiments import cli, config, graph_command
 from memtrace_loop.experiments.factory import to_plain
 
 from tests.support.paths import REPO
@@ -133,7 +133,7 @@ ALL = readme_commands() + help_commands()
 def test_the_readme_shows_commands_of_every_kind():
     """The collection itself can fail: it must find the README's set-up, run, optimize and sweep lines."""
     apps = {c.app for c in ALL}
-    assert {"run", "optimize", "attribute", "report", "export", "compare", "upload", "stages"} <= apps
+    assert {"run", "optimize", "attribute", "report", "export", "compare", "upload", "stages", "graph"} <= apps
     assert any("-m" in c.args for c in ALL)  # `make compare` expanded from the Makefile
     assert len([c for c in ALL if c.where.startswith("README")]) >= 25
 
@@ -178,6 +178,9 @@ def test_every_memtrace_command_shown_composes_and_validates(command, monkeypatc
     monkeypatch.chdir(tmp_path)
     if command.app == "completion":
         assert command.args in ((), ("bash",))
+        return
+    if command.app == "graph":  # a file utility (argparse), not a Hydra app: the line must parse
+        graph_command.parser().parse_args(list(command.args))
         return
     assert command.app in cli.COMMAND_NAMES, f"{command.where}: no command {command.app!r}"
     overrides, multirun = overrides_to_compose(command.args)

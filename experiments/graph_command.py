@@ -1,0 +1,259 @@
+"""`memtrace graph`: graph files for and from the reference tooling (smartcomment, MemTraceBench).
+
+    memtrace graph convert IN OUT --to exec-network|memtrace
+    memtrace graph show FILE [FILE ...] [--json] [--limit N]
+
+`convert` reads IN in whichever format its content is (our graph JSON or ExecNetwork JSON,
+`pipeline.interop.graph_files`) and writes it to OUT in the `--to` format; an ExecNetwork input's
+MemTraceBench labels go with it into an ExecNetwork output. IN may be a folder: every `*.json` in it
+(not recursive) is converted into the folder OUT (created) under the same name, with a progress bar
+when there is more than one. A file already in the target format is rewritten (normalised) and the
+summary line says so. OUT never replaces IN itself, and every file is written atomically, so a failed
+conversion leaves no partial file. `show` prints a summary of each file (`pipeline.interop.graph_summary`):
+format, graph id, sizes, kinds, failed operations, the questions judged wrong and the MemTraceBench
+labels; `--json` prints the same as a JSON list, one object per file, for scripts.
+
+These are file utilities, not Hydra apps: plain argparse, no config, no LM, no MLflow. A missing or
+unreadable file, invalid JSON or a document in neither format ends the command with exit code 2 and one
+line on stderr naming the file and the problem (no traceback), like the apps (`lifecycle.run_app`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import zip_longest
+from pathlib import Path
+
+from memtrace_loop.experiments.completion import PlainCommand
+from memtrace_loop.experiments.console_layout import app_console
+from memtrace_loop.pipeline.core.graph import GraphError
+from memtrace_loop.pipeline.data.reader import DataError
+from memtrace_loop.pipeline.interop.graph_files import GraphFormat, read_graph_file, write_graph_file
+from memtrace_loop.pipeline.interop.graph_summary import GraphSummary, summarize
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+PROG = "memtrace graph"
+TARGETS = tuple(str(f) for f in GraphFormat)
+EXIT_USAGE = 2
+DEFAULT_LIMIT = 20  # failed questions and labels listed per file by `show` (0: all)
+
+
+class GraphCommandError(DataError):
+    """A request the command refuses (OUT would replace IN, an empty folder...): `<path>: <problem>`."""
+
+
+def parser() -> argparse.ArgumentParser:
+    main = argparse.ArgumentParser(
+        prog=PROG, description="Graph files in our JSON (memtrace) and the ExecNetwork JSON of smartcomment and "
+                               "MemTraceBench (exec-network); the format of a file is read from its content.")
+    commands = main.add_subparsers(dest="command", required=True, metavar="{convert,show}")
+    convert = commands.add_parser("convert", help="convert a graph file, or every *.json of a folder, to a format",
+                                  description="Convert IN (a graph file, or a folder: every *.json in it) to OUT "
+                                              "(a file, or a folder for a folder) in the --to format.")
+    convert.add_argument("input", metavar="IN", help="a graph file or a folder of them (*.json, not recursive)")
+    convert.add_argument("output", metavar="OUT", help="the file (or, for a folder IN, the folder) to write")
+    convert.add_argument("--to", required=True, choices=TARGETS, help="the format to write")
+    show = commands.add_parser("show", help="sizes, kinds, failed questions and labels of graph files",
+                               description="Print what each graph file holds: format, graph id, sizes, variable "
+                                           "and operation kinds, failed operations, the questions judged wrong "
+                                           "and MemTraceBench labels.")
+    show.add_argument("files", metavar="FILE", nargs="+", help="graph files (either format)")
+    show.add_argument("--json", action="store_true", help="print the summaries as JSON (a list, one per file)")
+    show.add_argument("--limit", type=int, default=DEFAULT_LIMIT, metavar="N",
+                      help=f"failed questions and labels listed per file (default {DEFAULT_LIMIT}; 0: all)")
+    return main
+
+
+def completion_command() -> PlainCommand:
+    """The words bash completes for `memtrace graph`, read from the parser itself."""
+    options_by_subcommand: dict[str, tuple[str, ...]] = {}
+    choices_by_option: dict[str, tuple[str, ...]] = {}
+    (subcommands,) = [a for a in parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    for name, sub in subcommands.choices.items():
+        options_by_subcommand[name] = tuple(o for a in sub._actions for o in a.option_strings if o.startswith("--"))
+        for action in sub._actions:
+            if action.option_strings and action.choices:
+                for option in action.option_strings:
+                    choices_by_option[option] = tuple(str(c) for c in action.choices)
+    return PlainCommand("graph", options_by_subcommand, choices_by_option)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        if args.command == "convert":
+            return convert(Path(args.input), Path(args.output), GraphFormat(args.to))
+        return show(args.files, as_json=args.json, limit=args.limit)
+    except (DataError, GraphError) as error:  # the messages name the file, the record and the field
+        sys.stderr.write(f"{PROG}: {' '.join(str(error).split())}\n")
+        return EXIT_USAGE
+
+
+# --------------------------------------------------------------------------- convert
+
+
+@dataclass(frozen=True)
+class Converted:
+    source: Path
+    target: Path
+    found: GraphFormat
+    variables: int
+    operations: int
+    labels: int
+
+
+def conversion_pairs(source: Path, output: Path) -> list[tuple[Path, Path]]:
+    """(input file, output file) pairs for IN and OUT; refuses what would replace an input."""
+    if source.is_dir():
+        files = sorted(p for p in source.glob("*.json") if p.is_file())
+        if not files:
+            raise GraphCommandError(str(source), "no *.json file in this folder")
+        if output.exists() and not output.is_dir():
+            raise GraphCommandError(str(output), "is a file; converting a folder needs a folder as OUT")
+        if output.resolve() == source.resolve():
+            raise GraphCommandError(str(output), "is the input folder itself; refusing to overwrite its files")
+        return [(f, output / f.name) for f in files]
+    target = output / source.name if output.is_dir() else output
+    if target.resolve() == source.resolve():
+        raise GraphCommandError(str(target), "is the input file itself; refusing to overwrite it")
+    return [(source, target)]
+
+
+def convert_one(source: Path, target: Path, to: GraphFormat) -> Converted:
+    """Read `source`, write it to `target` in `to` (an ExecNetwork input's labels kept for an
+    ExecNetwork output; ours carry none)."""
+    read = read_graph_file(source)
+    labels = read.annotations if to is GraphFormat.EXEC_NETWORK else ()
+    write_graph_file(read.graph, target, to, labels)
+    return Converted(source, target, read.format, read.graph.n_variables, read.graph.n_operations, len(labels))
+
+
+def convert(source: Path, output: Path, to: GraphFormat) -> int:
+    pairs = conversion_pairs(source, output)
+    started = time.perf_counter()
+    done: list[Converted] = []
+    if len(pairs) == 1:
+        done.append(convert_one(*pairs[0], to))
+    else:
+        columns = (TextColumn("converting"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   TextColumn("{task.description}"))
+        bar = Console(stderr=True)
+        with Progress(*columns, console=bar, transient=True, disable=not bar.is_terminal) as progress:
+            task = progress.add_task("", total=len(pairs))
+            for source_file, target_file in pairs:
+                progress.update(task, description=source_file.name)
+                done.append(convert_one(source_file, target_file, to))
+                progress.advance(task)
+    seconds = time.perf_counter() - started
+    app_console(echo=False).print(Text(conversion_line(source, output, to, done, seconds)))
+    return 0
+
+
+def conversion_line(source: Path, output: Path, to: GraphFormat, done: Sequence[Converted], seconds: float) -> str:
+    """The one-line summary of a conversion (files rewritten in their own format said so)."""
+    same = [c for c in done if c.found is to]
+    if len(done) == 1 and not source.is_dir():
+        (one,) = done
+        how = f"already {to}: rewritten, normalised" if same else f"{one.found} -> {to}"
+        labels = f", {counted(one.labels, 'label')}" if to is GraphFormat.EXEC_NETWORK and one.labels else ""
+        return (f"{one.source} -> {one.target} ({how}): {counted(one.variables, 'variable')}, "
+                f"{counted(one.operations, 'operation')}{labels}, {seconds:.2f} s")
+    parts = []
+    for found in GraphFormat:
+        count = sum(c.found is found for c in done)
+        if count and found is not to:
+            parts.append(f"{count} from {found}")
+    if same:
+        parts.append(f"{len(same)} already {to} (rewritten, normalised)")
+    return f"{len(done)} files {source} -> {output} as {to}: {', '.join(parts)}; {seconds:.2f} s"
+
+
+# --------------------------------------------------------------------------- show
+
+
+def show(paths: Sequence[str], as_json: bool = False, limit: int = DEFAULT_LIMIT) -> int:
+    summaries = [summarize(read_graph_file(Path(p))) for p in paths]  # all read before anything is printed
+    if as_json:
+        sys.stdout.write(json.dumps([s.to_dict() for s in summaries], ensure_ascii=False, indent=1) + "\n")
+        return 0
+    console = app_console(echo=False)
+    width = Console().width  # what `app_console` lays out at: the terminal, else COLUMNS, else 80
+    for index, summary in enumerate(summaries):
+        if index:
+            console.print()
+        for block in summary_blocks(summary, width, limit):
+            console.print(block, soft_wrap=False)
+    return 0
+
+
+def clip(text: str, width: int) -> str:
+    """`text` on one line (runs of white space as one space), cut to `width` characters (an ellipsis
+    marks the cut)."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= width else flat[: max(width - 1, 0)] + "…"
+
+
+def summary_blocks(summary: GraphSummary, width: int, limit: int = DEFAULT_LIMIT) -> list[Text | Table]:
+    """What `show` prints for one file, laid out for `width` columns."""
+    blocks: list[Text | Table] = []
+    title = Text(summary.path, style="bold")
+    title.append(f"  {summary.format}, graph {summary.graph_id}", style="")
+    blocks.append(title)
+    sizes = (f"{counted(summary.variables, 'variable')}, {counted(summary.operations, 'operation')}, "
+             f"{counted(summary.edges, 'edge')}, {counted(summary.failed_operations, 'failed operation')}")
+    if summary.document is not None:
+        d = summary.document
+        sizes += (f"; the document: {counted(d.sessions, 'session')}, {counted(d.nodes, 'node')}, "
+                  f"{counted(d.operations, 'operation')}, {counted(d.edges, 'edge')}")
+    blocks.append(Text(sizes))
+    kinds = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 2, 0, 0))
+    for header in ("variable kind", "count", "operation kind", "count"):
+        kinds.add_column(header, justify="right" if header == "count" else "left", header_style="bold")
+    for variable, operation in zip_longest(summary.variable_kinds, summary.operation_kinds, fillvalue=("", "")):
+        kinds.add_row(clip(variable[0], 24), str(variable[1]), clip(operation[0], 24), str(operation[1]))
+    blocks.append(kinds)
+    text_width = max(width - 6, 20)
+    if summary.questions:
+        blocks.append(Text(f"Failed questions: {len(summary.failed_questions)} of {summary.questions}", style="bold"))
+        shown = summary.failed_questions if limit <= 0 else summary.failed_questions[:limit]
+        for question in shown:
+            blocks.append(Text("\n".join([
+                "  " + clip(f"{question.question_id}: {question.verdict}", width - 2),
+                "    " + clip(f"Q: {question.question}", text_width),
+                "    " + clip(f"predicted: {question.prediction}", text_width),
+                "    " + clip(f"gold: {question.gold}", text_width),
+            ]), no_wrap=True))
+        blocks += more_line(len(summary.failed_questions) - len(shown))
+    if summary.annotations:
+        blocks.append(Text(f"MemTraceBench labels: {len(summary.annotations)}", style="bold"))
+        shown_labels = summary.annotations if limit <= 0 else summary.annotations[:limit]
+        for label in shown_labels:
+            blamed = f" at {label.final_op_id}" if label.final_op_id else ""
+            blocks.append(Text("\n".join([
+                "  " + clip(f"{label.query_id}: {label.final_error_type}{blamed}", width - 2),
+                "    " + clip(f"Q: {label.query}", text_width),
+                "    " + clip(f"predicted: {label.prediction}", text_width),
+                "    " + clip(f"golden: {' | '.join(label.golden_answers)}", text_width),
+            ]), no_wrap=True))
+        blocks += more_line(len(summary.annotations) - len(shown_labels))
+    return blocks
+
+
+def counted(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def more_line(hidden: int) -> list[Text | Table]:
+    return [Text(f"  ... and {hidden} more (--limit 0 lists all; --json prints everything)")] if hidden > 0 else []
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,155 @@
+"""Graph files in either format, told apart by their content: read one, write one atomically.
+
+Two formats hold an execution graph on disk: our own compact JSON (`graph_io`, `"format":
+"memtrace-graph"`) and the reference tooling's ExecNetwork JSON (`exec_network`: an object with a
+`data` object; MemTraceBench adds labels as `data.annotations`). `detect_format` tells them apart from
+the decoded document (never from the file name); `read_graph_file(path)` reads a file of either kind
+into a `GraphFile` (the graph, the MemTraceBench annotations it carries, its format and, for an
+ExecNetwork document, the counts of the document itself); `write_graph_file` writes a graph in either
+format through a temporary file in the same folder and `os.replace`, so a failed write leaves the
+target as it was (no half-written file). Every problem is a `GraphFileError` (a `DataError`) whose one
+line names the file and what is wrong.
+
+What it does not do: no conversion rules beyond choosing the writer (an ExecNetwork input's
+annotations are written back with it, ours carry none), no summaries (`graph_summary`), no printing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from memtrace_loop.pipeline.core.graph import ExecutionGraph, GraphError
+from memtrace_loop.pipeline.core.graph_io import FORMAT as MEMTRACE_FORMAT_KEY
+from memtrace_loop.pipeline.core.graph_io import graph_from_dict, graph_to_json
+from memtrace_loop.pipeline.data.reader import DataError
+from memtrace_loop.pipeline.interop.bench_annotations import BenchAnnotation
+from memtrace_loop.pipeline.interop.exec_network import from_exec_network, to_exec_network
+
+
+class GraphFormat(StrEnum):
+    MEMTRACE = "memtrace"  # ours: pipeline.core.graph_io
+    EXEC_NETWORK = "exec-network"  # smartcomment / MemTraceBench: pipeline.interop.exec_network
+
+
+class GraphFileError(DataError):
+    """A graph file that cannot be read or written: `<path>: <problem>` (record and field when known)."""
+
+
+@dataclass(frozen=True)
+class DocumentCounts:
+    """What an ExecNetwork document itself holds (before import): records as written."""
+
+    sessions: int
+    nodes: int
+    operations: int
+    edges: int
+
+
+@dataclass(frozen=True)
+class GraphFile:
+    """A graph read from `path`: the graph, the MemTraceBench annotations of an ExecNetwork document (in
+    their ids; none for ours), the format found and, for an ExecNetwork document, its own counts."""
+
+    path: Path
+    format: GraphFormat
+    graph: ExecutionGraph
+    annotations: tuple[BenchAnnotation, ...] = ()
+    document: DocumentCounts | None = None
+
+
+def detect_format(data: Any) -> GraphFormat | None:
+    """The format of a decoded JSON document: ours has `"format": "memtrace-graph"`, an ExecNetwork
+    document an object `data`; None for anything else."""
+    if not isinstance(data, Mapping):
+        return None
+    if data.get("format") == MEMTRACE_FORMAT_KEY:
+        return GraphFormat.MEMTRACE
+    if isinstance(data.get("data"), Mapping):
+        return GraphFormat.EXEC_NETWORK
+    return None
+
+
+def read_json(path: Path) -> Any:
+    """The decoded JSON of `path`; a missing, unreadable or invalid file is a `GraphFileError`."""
+    if path.is_dir():
+        raise GraphFileError(str(path), "is a directory, not a graph file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise GraphFileError(str(path), "no such file") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise GraphFileError(str(path), f"cannot read file ({type(error).__name__}: {error})") from error
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise GraphFileError(str(path), f"invalid JSON at line {error.lineno} column {error.colno}: {error.msg}"
+                             ) from error
+
+
+def graph_file_from_data(data: Any, path: Path) -> GraphFile:
+    """A decoded document read as a `GraphFile` (its format detected from the content)."""
+    found = detect_format(data)
+    if found is GraphFormat.MEMTRACE:
+        try:
+            graph = graph_from_dict(data, str(path))
+        except GraphError as error:
+            message = str(error).removeprefix(f"{path}: ")
+            raise GraphFileError(str(path), f"not a valid memtrace graph: {message}") from error
+        return GraphFile(path, found, graph)
+    if found is GraphFormat.EXEC_NETWORK:
+        try:
+            imported = from_exec_network(data, str(path))  # ExecNetworkError names file, record and field
+        except GraphError as error:  # a document whose records break a graph invariant
+            message = str(error).removeprefix(f"{path}: ")
+            raise GraphFileError(str(path), f"not a valid ExecNetwork graph: {message}") from error
+        return GraphFile(path, found, imported.graph, imported.annotations, document_counts(data["data"]))
+    raise GraphFileError(str(path), f"neither a memtrace graph (\"format\": \"{MEMTRACE_FORMAT_KEY}\") nor an "
+                                    "ExecNetwork document (an object 'data' with nodes, operations and edges)")
+
+
+def read_graph_file(path: str | Path) -> GraphFile:
+    """Read the graph file at `path` in whichever format its content is (see the module doc)."""
+    path = Path(path)
+    return graph_file_from_data(read_json(path), path)
+
+
+def document_counts(body: Mapping[str, Any]) -> DocumentCounts:
+    def count(key: str) -> int:
+        value = body.get(key)
+        return len(value) if isinstance(value, list | Mapping) else 0
+
+    return DocumentCounts(count("sessions"), count("nodes"), count("operations"), count("edges"))
+
+
+def graph_text(graph: ExecutionGraph, target: GraphFormat, annotations: Iterable[BenchAnnotation] = ()) -> str:
+    """The file content of `graph` in `target` format (`annotations` go into an ExecNetwork document)."""
+    if target is GraphFormat.MEMTRACE:
+        return graph_to_json(graph)
+    return json.dumps(to_exec_network(graph, tuple(annotations)), ensure_ascii=False)
+
+
+def write_graph_file(graph: ExecutionGraph, path: str | Path, target: GraphFormat,
+                     annotations: Iterable[BenchAnnotation] = ()) -> Path:
+    """Write `graph` to `path` in `target` format, atomically: a temporary file beside it replaces it
+    only once complete (the folder is created). Returns the path."""
+    path = Path(path)
+    text = graph_text(graph, target, annotations)  # a failure here leaves nothing behind
+    temporary = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")  # mode from the umask
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with temporary.open("x", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(temporary, path)
+    except BaseException as error:
+        temporary.unlink(missing_ok=True)
+        if isinstance(error, OSError):
+            raise GraphFileError(str(path), f"cannot write file ({type(error).__name__}: {error})") from error
+        raise
+    return path
