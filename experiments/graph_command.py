@@ -128,12 +128,11 @@ def conversion_pairs(source: Path, output: Path) -> list[tuple[Path, Path]]:
 
 
 def convert_one(source: Path, target: Path, to: GraphFormat) -> Converted:
-    """Read `source`, write it to `target` in `to` (an ExecNetwork input's labels kept for an
-    ExecNetwork output; ours carry none)."""
+    """Read `source`, write it to `target` in `to` (its labels travel in the graph's meta, both ways)."""
     read = read_graph_file(source)
-    labels = read.annotations if to is GraphFormat.EXEC_NETWORK else ()
-    write_graph_file(read.graph, target, to, labels)
-    return Converted(source, target, read.format, read.graph.n_variables, read.graph.n_operations, len(labels))
+    write_graph_file(read.graph, target, to)
+    return Converted(source, target, read.format, read.graph.n_variables, read.graph.n_operations,
+                     len(read.annotations))
 
 
 def convert(source: Path, output: Path, to: GraphFormat) -> int:
@@ -163,7 +162,7 @@ def conversion_line(source: Path, output: Path, to: GraphFormat, done: Sequence[
     if len(done) == 1 and not source.is_dir():
         (one,) = done
         how = f"already {to}: rewritten, normalised" if same else f"{one.found} -> {to}"
-        labels = f", {counted(one.labels, 'label')}" if to is GraphFormat.EXEC_NETWORK and one.labels else ""
+        labels = f", {counted(one.labels, 'label')}" if one.labels else ""
         return (f"{one.source} -> {one.target} ({how}): {counted(one.variables, 'variable')}, "
                 f"{counted(one.operations, 'operation')}{labels}, {seconds:.2f} s")
     parts = []

@@ -10,8 +10,9 @@ What it does: `to_exec_network(graph, annotations=())` writes a document that sm
   `judge_verdict:<qid>`: MemTrace's tools find them by class).
 - One session per stage (plus `session-inputs` for what no operation produced); every (prompt or
   input) x output pair of an operation is an edge whose category mirrors the operation's, as
-  smartcomment's own edges do (which edge carries the prompt is in the operation's mark). An operation without inputs or outputs gets smartcomment's own
-  placeholder edges from / to `COMMENT:NONE@1`.
+  smartcomment's own edges do (which edge carries the prompt is in the operation's mark). An
+  operation without inputs or outputs gets smartcomment's own placeholder edges from / to
+  `COMMENT:NONE@1`.
 - `created_at` comes from one clock (`exec_network_timeline`): an operation is stamped after its
   inputs and before its outputs, operations in sequence order.
 - Everything of ours (names, kinds, meta, the operation's full input/output lists in order, prompt,

@@ -4,14 +4,15 @@ Two formats hold an execution graph on disk: our own compact JSON (`graph_io`, `
 "memtrace-graph"`) and the reference tooling's ExecNetwork JSON (`exec_network`: an object with a
 `data` object; MemTraceBench adds labels as `data.annotations`). `detect_format` tells them apart from
 the decoded document (never from the file name); `read_graph_file(path)` reads a file of either kind
-into a `GraphFile` (the graph, the MemTraceBench annotations it carries, its format and, for an
+into a `GraphFile` (the graph, the MemTraceBench annotations it carries (an ExecNetwork document's,
+or those an imported graph keeps in its meta), its format and, for an
 ExecNetwork document, the counts of the document itself); `write_graph_file` writes a graph in either
 format through a temporary file in the same folder and `os.replace`, so a failed write leaves the
 target as it was (no half-written file). Every problem is a `GraphFileError` (a `DataError`) whose one
 line names the file and what is wrong.
 
-What it does not do: no conversion rules beyond choosing the writer (an ExecNetwork input's
-annotations are written back with it, ours carry none), no summaries (`graph_summary`), no printing.
+What it does not do: no conversion rules beyond choosing the writer (labels travel in the graph's
+meta, both ways), no summaries (`graph_summary`), no printing.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from memtrace_loop.pipeline.core.graph_io import FORMAT as MEMTRACE_FORMAT_KEY
 from memtrace_loop.pipeline.core.graph_io import graph_from_dict, graph_to_json
 from memtrace_loop.pipeline.data.reader import DataError
 from memtrace_loop.pipeline.interop.bench_annotations import BenchAnnotation
-from memtrace_loop.pipeline.interop.exec_network import from_exec_network, to_exec_network
+from memtrace_loop.pipeline.interop.exec_network import document_bytes, from_exec_network, labels_in, to_exec_network
 
 
 class GraphFormat(StrEnum):
@@ -102,7 +103,7 @@ def graph_file_from_data(data: Any, path: Path) -> GraphFile:
         except GraphError as error:
             message = str(error).removeprefix(f"{path}: ")
             raise GraphFileError(str(path), f"not a valid memtrace graph: {message}") from error
-        return GraphFile(path, found, graph)
+        return GraphFile(path, found, graph, labels_in(graph.meta))
     if found is GraphFormat.EXEC_NETWORK:
         try:
             imported = from_exec_network(data, str(path))  # ExecNetworkError names file, record and field
@@ -128,11 +129,12 @@ def document_counts(body: Mapping[str, Any]) -> DocumentCounts:
     return DocumentCounts(count("sessions"), count("nodes"), count("operations"), count("edges"))
 
 
-def graph_text(graph: ExecutionGraph, target: GraphFormat, annotations: Iterable[BenchAnnotation] = ()) -> str:
-    """The file content of `graph` in `target` format (`annotations` go into an ExecNetwork document)."""
+def graph_bytes(graph: ExecutionGraph, target: GraphFormat, annotations: Iterable[BenchAnnotation] = ()) -> bytes:
+    """The file content of `graph` in `target` format (`annotations`, else the labels `graph.meta`
+    carries, go into an ExecNetwork document; our own JSON keeps the meta and so the labels)."""
     if target is GraphFormat.MEMTRACE:
-        return graph_to_json(graph)
-    return json.dumps(to_exec_network(graph, tuple(annotations)), ensure_ascii=False)
+        return graph_to_json(graph).encode("utf-8")
+    return document_bytes(to_exec_network(graph, tuple(annotations)))
 
 
 def write_graph_file(graph: ExecutionGraph, path: str | Path, target: GraphFormat,
@@ -140,11 +142,11 @@ def write_graph_file(graph: ExecutionGraph, path: str | Path, target: GraphForma
     """Write `graph` to `path` in `target` format, atomically: a temporary file beside it replaces it
     only once complete (the folder is created). Returns the path."""
     path = Path(path)
-    text = graph_text(graph, target, annotations)  # a failure here leaves nothing behind
+    text = graph_bytes(graph, target, annotations)  # a failure here leaves nothing behind
     temporary = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")  # mode from the umask
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with temporary.open("x", encoding="utf-8") as out:
+        with temporary.open("xb") as out:
             out.write(text)
         os.replace(temporary, path)
     except BaseException as error:

@@ -19,6 +19,7 @@ from hydra import compose, initialize_config_module
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from memtrace_loop.experiments import cli, config, graph_command
 from memtrace_loop.experiments.factory import to_plain
+from memtrace_loop.pipeline.core.graph_io import load_graph
 
 from tests.support.paths import REPO
 
@@ -244,3 +245,39 @@ def test_the_graph_snippet_runs_as_written_after_memtrace_run(user_run):
     for shown, comment in zip(printed, promised, strict=True):  # a comment that is a literal is the output
         if comment.startswith("["):
             assert ast.literal_eval(shown) == ast.literal_eval(comment)
+
+
+# --------------------------------------------------------------------------- the smartcomment snippet
+
+
+def smartcomment_snippet() -> str:
+    blocks = [m.group("body") for m in FENCE.finditer(section(README.read_text(), "## Graph interop with the "
+                                                                                   "reference tooling"))
+              if m.group("lang") == "python" and "smartcomment" in m.group("body")]
+    assert len(blocks) == 1, "the section shows one smartcomment block"
+    return blocks[0]
+
+
+@pytest.mark.slow  # after the real `memtrace run` of the module
+def test_the_smartcomment_snippet_runs_on_a_converted_run_graph(user_run):
+    pytest.importorskip("smartcomment", reason="smartcomment 0.1.2 is installed by `make`")
+    cwd, _ = user_run
+    (graph_file,) = cwd.glob("outputs/run/*/artifacts/graphs/sim-0-0.json")
+    memtrace = str(Path(sys.executable).parent / "memtrace")
+    converted = subprocess.run([memtrace, "graph", "convert", str(graph_file.relative_to(cwd)), "conv.exec.json",
+                                "--to", "exec-network"], cwd=cwd, capture_output=True, text=True, timeout=120,
+                               check=False)
+    assert converted.returncode == 0, converted.stderr
+    done = subprocess.run([sys.executable, "-c", smartcomment_snippet()], cwd=cwd, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    turns, queries = done.stdout.splitlines()
+    reached = ast.literal_eval(turns)
+    assert reached and all(t.startswith("Usim-0-0:D") for t in reached)
+    ours = load_graph(graph_file)
+    answer = ours.latest("answer:sim-0-0:q3")
+    assert answer is not None
+    expected = sorted(f"Usim-0-0:{n.removeprefix('turn:').rsplit('@', 1)[0]}@1"
+                      for n in ours.ancestors(answer.id) if n.startswith("turn:"))
+    assert reached == expected  # smartcomment's bfs reaches the same turns as our ancestors
+    assert int(queries) == len(ours.names("query:"))
