@@ -242,3 +242,34 @@ def test_our_export_continued_in_smartcomment_keeps_our_names_and_comes_back_unc
     stages = {op.stage for op in graph.operations()}
     assert stages <= {op.stage for op in imported.graph.operations()}
     assert to_exec_network(imported.graph) == extended
+
+
+def test_failed_and_edgeless_operations_go_through_smartcomment_and_back(run) -> None:
+    from memtrace_loop.pipeline.core.graph import OpKind, Usage
+
+    _, graph = run
+    twin = graph.copy()
+    note = twin.add_variable("note:x", "note", "free-standing", {"why": ["a", 1]})
+    twin.add_operation("emit_note", "notes", OpKind.OTHER, inputs=(), outputs=(note.id,))
+    twin.add_operation("log_only", "notes", OpKind.OTHER, inputs=(note.id,), outputs=())
+    turn = next(v for v in twin.variables() if v.kind == "turn")
+    failed = twin.add_variable("facts:bad", "facts", "")
+    twin.add_operation("extract_facts", "extract", OpKind.EXTRACTION, inputs=(turn.id,), outputs=(failed.id,),
+                       status="failed", error="unparsable output", usage=Usage(10, 2, 1, 0))
+    twin.add_operation("nothing", "notes", OpKind.OTHER, inputs=(), outputs=())
+    doc = json.loads(json.dumps(to_exec_network(twin)))
+    assert through_smartcomment(doc) == doc
+    full_ids = full_node_ids(twin)
+    placeholder_edges = {(e["source_full_node_id"], e["target_full_node_id"]) for e in doc["data"]["edges"]
+                         if NONE_NODE_ID in (e["source_full_node_id"], e["target_full_node_id"])}
+    expected = {(NONE_NODE_ID, full_ids[note.id]), (full_ids[note.id], NONE_NODE_ID)}
+    expected |= {(full_ids[i], NONE_NODE_ID) for op in graph.operations() if not op.outputs
+                 for i in (*((op.prompt,) if op.prompt else ()), *op.inputs)}
+    expected |= {(NONE_NODE_ID, full_ids[o]) for op in graph.operations() if not op.inputs and not op.prompt
+                 for o in op.outputs}
+    assert placeholder_edges == expected
+    network = ExecNetwork.import_graph(doc)
+    (bad,) = network.search_operations(name_pattern="^extract_facts$", category="extraction")[-1:]
+    assert bad.comment == "unparsable output"  # the error is the operation's comment there
+    back = from_exec_network(through_smartcomment(doc))
+    assert back.native and graph_to_json(back.graph) == graph_to_json(twin)
