@@ -3,7 +3,7 @@ translated into one of our graphs, guessing what their records do not say and ke
 original record so the document can be written back unchanged.
 
 What it does (`import_foreign`):
-- Nodes -> variables: kind from category, class name and name keywords; names mapped back through
+- Nodes -> variables: kind from category, class name and name keywords (`exec_network_guess`); names mapped back through
   `NAME_TABLE` (kept raw where two would collide); versions renumbered 1..n per name in their
   version order; ordered by `created_at`. smartcomment's `repr()` values (`"'Rome'"`) become the
   string they stand for.
@@ -31,17 +31,14 @@ duplicate id raises `ExecNetworkError`; it never guesses around broken structure
 
 from __future__ import annotations
 
-import ast
 import heapq
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
-from memtrace_loop.pipeline.backends.text import alnum_words
-from memtrace_loop.pipeline.core.conventions import Namespace, VarKind, is_in, name_of, prefix
+from memtrace_loop.pipeline.core.conventions import Namespace, is_in, name_of, prefix
 from memtrace_loop.pipeline.core.graph import OpKind, OpStatus
 from memtrace_loop.pipeline.core.graph_io import FORMAT, FORMAT_VERSION, graph_from_dict
 from memtrace_loop.pipeline.interop.bench_annotations import ExecNetworkError
@@ -60,34 +57,10 @@ from memtrace_loop.pipeline.interop.exec_network_document import (
     parse_record,
     parse_records,
 )
+from memtrace_loop.pipeline.interop.exec_network_guess import decode_value, op_kind, parse_time, variable_kind
 from memtrace_loop.pipeline.interop.exec_network_names import NAME_TABLE, ORIGINAL, our_name
 from memtrace_loop.pipeline.interop.exec_network_originals import graph_original, node_original, operation_original
 
-# the kinds a foreign node's category or name prefix is taken as directly (the rest are guessed by keywords)
-_OUR_KINDS: tuple[VarKind, ...] = (
-    VarKind.TURN, VarKind.FACTS, VarKind.RETRIEVED, VarKind.DECISION, VarKind.MEMORY, VarKind.QUERY,
-    VarKind.CONTEXT, VarKind.ANSWER, VarKind.GOLD, VarKind.VERDICT, VarKind.PROMPT,
-)
-_VARIABLE_KEYWORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("prompt", ("prompt", "instruction")),
-    ("turn", ("turn", "message", "utterance", "dialog")),
-    ("memory", ("memory", "mem")),
-    ("query", ("query", "question")),
-    ("gold", ("gold", "golden", "reference")),
-    ("verdict", ("verdict", "judge", "judgement", "label")),
-    ("answer", ("answer", "prediction", "response")),
-    ("context", ("context", "retrieved", "retrieval", "chunk")),
-    ("facts", ("fact", "facts")),
-    ("decision", ("decision", "action")),
-)
-_OP_KEYWORDS: tuple[tuple[OpKind, tuple[str, ...]], ...] = (
-    (OpKind.JUDGE, ("judge", "grade")),
-    (OpKind.RESPONSE, ("answer", "respond", "response")),
-    (OpKind.DELETION, ("delet", "remov", "forget")),
-    (OpKind.UPDATE, ("updat", "decision", "decide", "merg", "trim", "overwrit")),
-    (OpKind.EXTRACTION, ("extract", "add", "chunk", "insert", "segment", "episode", "narrat", "summar")),
-    (OpKind.RETRIEVAL, ("retriev", "search", "recall", "rerank", "fusion", "query", "fetch")),
-)
 _DATA_KEYS = frozenset({"nodes", "edges", "operations", "sessions", ANNOTATIONS_KEY})
 LINK = "link"  # our name (and stage) of an edge smartcomment recorded outside any operation
 
@@ -103,64 +76,6 @@ class _Part:
     outputs: list[str] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)
     rank: tuple[Any, ...] = ()
-
-
-def _time(text: Any) -> datetime | None:
-    if not isinstance(text, str) or not text.strip():
-        return None
-    for fmt in ("%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S"):
-        try:
-            return datetime.strptime(text.strip(), fmt)
-        except ValueError:
-            pass
-    try:
-        return datetime.fromisoformat(text.strip()).replace(tzinfo=None)
-    except ValueError:
-        return None
-
-
-def _tokens(*texts: Any) -> list[str]:
-    return [t for text in texts if text for t in alnum_words(str(text))]
-
-
-def _variable_kind(node: RawNode, name: str) -> str:
-    category = str(node.category or "").strip().lower()
-    if category in _OUR_KINDS:
-        return category
-    if ":" in name and name.split(":", 1)[0] in _OUR_KINDS:
-        return name.split(":", 1)[0]
-    tokens = _tokens(node.category, node.class_name, node.name)
-    for kind, words in _VARIABLE_KEYWORDS:
-        if any(t == w for t in tokens for w in words):
-            return kind
-    return category or "value"
-
-
-def _op_kind(*texts: Any) -> OpKind:
-    for text in texts:
-        if str(text or "").lower() in {k.value for k in OpKind}:
-            return OpKind(str(text).lower())
-    for text in texts:
-        tokens = _tokens(text)
-        for kind, stems in _OP_KEYWORDS:
-            if any(t.startswith(s) for t in tokens for s in stems):
-                return kind
-    return OpKind.OTHER
-
-
-def decode_value(value: Any) -> str:
-    """Our string for their stored value: smartcomment's `repr()` of a string (`"'Rome'"`) becomes the
-    string itself; any other string stays; non-strings become JSON."""
-    if isinstance(value, str):
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            try:
-                decoded = ast.literal_eval(value)
-            except (ValueError, SyntaxError, MemoryError, RecursionError):
-                return value
-            if isinstance(decoded, str) and repr(decoded) == value:
-                return decoded
-        return value
-    return "" if value is None else json.dumps(value, ensure_ascii=False)
 
 
 def import_foreign(document: RawDocument) -> ImportedNetwork:
@@ -308,7 +223,7 @@ def _order(
     with its first producer by rank. Returns the order and the conflicts; a cycle raises."""
 
     def earliest(texts: list[Any]) -> datetime | None:
-        times = [t for t in map(_time, texts) if t is not None]
+        times = [t for t in map(parse_time, texts) if t is not None]
         return min(times) if times else None
 
     for ordinal, part in enumerate(parts):
@@ -375,7 +290,7 @@ def _variables(
     unique = {q: ours if len(sharing[ours]) == 1 and (ours == q or ours not in mapped) else q
               for q, ours in mapped.items()}
     names = {full_id: unique[q] for full_id, q in qualified.items()}
-    times = {full_id: _time(entry[1].created_at) for full_id, entry in by_id.items()}
+    times = {full_id: parse_time(entry[1].created_at) for full_id, entry in by_id.items()}
     by_time = sorted(by_id, key=lambda i: (times[i] is None, times[i] or datetime.min, by_id[i][0]))
     versions: dict[str, list[str]] = {}
     for full_id in sorted(by_id, key=lambda i: (by_id[i][1].version, by_id[i][0])):
@@ -391,7 +306,7 @@ def _variables(
         position, node, record = by_id[full_id]
         ours = (node.metadata or {}).get(MARK)
         kinds[full_id] = (ours["kind"] if isinstance(ours, Mapping) and isinstance(ours.get("kind"), str)
-                          else _variable_kind(node, name))
+                          else variable_kind(node, name))
         value = decode_value(node.value)
         variables.append([name, taken[name], kinds[full_id], value,
                           {ORIGINAL: node_original(full_id, position, record, value)}])
@@ -434,7 +349,7 @@ def _operations(
         stage = (name_of(prompt).removeprefix(prefix(Namespace.PROMPT)) if prompt and is_in(prompt, Namespace.PROMPT)
                  else rule_stage or name)
         edge_categories = [e.category for _, e, _ in part.edges]
-        kind = _op_kind(their, record.category if record else None, *edge_categories)
+        kind = op_kind(their, record.category if record else None, *edge_categories)
         original = operation_original(part.op_id, part.part, [(p, r) for p, _, r in part.edges], position,
                                       raw if raw is not None else None)
         if part.dropped:
