@@ -132,13 +132,17 @@ class _NativeExport:
         self.graph, self.full_ids, self.created_at = graph, full_ids, created_at
         self.owner = {"graph_id": graph.graph_id, "user_id": user_id, "project_id": project_id}
         self.clock = timeline(graph)
-        self.stamp_by_tick: dict[int, str] = {}
+        self.stamp_by_second: dict[int, str] = {}
+        self.base_second = created_at.replace(microsecond=0)
+        self.base_milliseconds = created_at.microsecond // 1000
 
     def when(self, tick: int) -> str:
-        text = self.stamp_by_tick.get(tick)
+        """The `created_at` of `tick` (rendered once per second of the clock, the milliseconds appended)."""
+        second, milliseconds = divmod(self.base_milliseconds + tick, 1000)
+        text = self.stamp_by_second.get(second)
         if text is None:
-            text = self.stamp_by_tick[tick] = stamp(self.created_at, tick)
-        return text
+            text = self.stamp_by_second[second] = stamp(self.base_second, second * 1000)[:-4]
+        return f"{text}.{milliseconds:03d}"
 
     def record(self, created_at: str, filename: str, **fields: Any) -> dict[str, Any]:
         """A record with the fields smartcomment requires and the computed `trigger_point` it writes."""
@@ -205,15 +209,21 @@ class _NativeExport:
         placeholder = not sources or not targets
         tick = self.clock.tick_by_operation[op.id]
         stamps = [self.when(self.clock.tick_by_variable[t]) for t in op.outputs] or [self.when(tick)]
+        # the records of a large run are mostly edges: one dict literal each, constants bound once
         filename = f"<memtrace {op.stage}>"
-        shared = {"filename": filename, "lineno": 0, **self.owner, "session_id": session,
-                  "op_id": op_id_for(self.graph, op.id), "category": op.kind.value, "comment": None,
-                  "trigger_point": f"{filename}:0"}
+        trigger, owner = f"{filename}:0", self.owner
+        graph_id, user_id, project_id = owner["graph_id"], owner["user_id"], owner["project_id"]
+        their_op, category = op_id_for(self.graph, op.id), op.kind.value
         edge_prefix = f"edge-{stable_hex(self.graph.graph_id, op.seq)}-"
+        append, count = edges.append, len(edges)
         for source in sources or [NONE_NODE_ID]:
             for target, created_at in zip(targets or [NONE_NODE_ID], stamps, strict=True):
-                edges.append({"created_at": created_at, **shared, "edge_id": f"{edge_prefix}{len(edges)}",
-                              "source_full_node_id": source, "target_full_node_id": target, "metadata": {}})
+                append({"created_at": created_at, "filename": filename, "lineno": 0, "graph_id": graph_id,
+                        "user_id": user_id, "project_id": project_id, "session_id": session, "op_id": their_op,
+                        "category": category, "comment": None, "trigger_point": trigger,
+                        "edge_id": f"{edge_prefix}{count}", "source_full_node_id": source,
+                        "target_full_node_id": target, "metadata": {}})
+                count += 1
         return placeholder
 
     def node(self, order: int, var: Variable, session: str) -> dict[str, Any]:

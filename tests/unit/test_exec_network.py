@@ -423,3 +423,17 @@ def test_native_marker_is_only_trusted_when_every_record_carries_it(graph: Execu
     del doc["data"]["nodes"][0]["metadata"][MARK]
     imported = from_exec_network(doc)
     assert not imported.native and imported.graph.n_operations == graph.n_operations
+
+
+def test_stamps_count_milliseconds_across_seconds_from_any_start(graph: ExecutionGraph) -> None:
+    from datetime import datetime, timedelta
+
+    from memtrace_loop.pipeline.interop.exec_network_timeline import timeline
+
+    start = datetime(2026, 12, 31, 23, 59, 59, 990000)  # ticks cross a second, a minute, a day and a year
+    doc = to_exec_network(graph, created_at=start)
+    ticks = timeline(graph).tick_by_variable
+    for var, node in zip(graph.variables(), doc["data"]["nodes"], strict=True):  # nodes in variable order
+        expected = (start + timedelta(milliseconds=ticks[var.id])).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+        assert node["created_at"] == expected
+    assert any(n["created_at"].startswith("2027-01-01") for n in doc["data"]["nodes"])
