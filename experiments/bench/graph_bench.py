@@ -8,7 +8,8 @@ then measures what the graph layer costs, separately from any LLM time:
 - save + load time of the JSON;
 - ancestors query: from each answer back to the turns (mean and max milliseconds);
 - ExecNetwork: seconds to write every graph as smartcomment's ExecNetwork JSON (`to_exec_network` +
-  `document_bytes`, what `save_exec_network` writes) and to read it back (`from_exec_network`).
+  `document_bytes`, what `save_exec_network` writes) and to read it back (`from_exec_network`), the
+  best of 3 per graph.
 It prints one table row per memory system and checks the targets (20 us/op, 5 ms, 2 s save+load,
 2 s ExecNetwork export), plus the linear-growth check: the JSON bytes per turn of a run on a quarter of
 the turns vs the full run.
@@ -48,6 +49,7 @@ TARGET_US_PER_OP = 20.0
 TARGET_ANCESTORS_MS = 5.0
 TARGET_SAVE_LOAD_S = 2.0
 TARGET_EXPORT_S = 2.0
+REPEATS = 3  # the ExecNetwork timings take the best of this many
 
 
 @dataclass(frozen=True)
@@ -146,14 +148,18 @@ def bench_system(
             json_bytes += path.stat().st_size
 
     export_s = import_s = 0.0
-    for graph in graphs:
-        gc.collect()
-        t0 = time.perf_counter()
-        text = document_bytes(to_exec_network(graph))  # what `save_exec_network` writes
-        t1 = time.perf_counter()
-        from_exec_network(json.loads(text))
-        export_s += t1 - t0
-        import_s += time.perf_counter() - t1
+    for graph in graphs:  # best of REPEATS per graph, as timeit does: the machine's noise is not the code's cost
+        exports, imports = [], []
+        for _ in range(REPEATS):
+            gc.collect()
+            t0 = time.perf_counter()
+            text = document_bytes(to_exec_network(graph))  # what `save_exec_network` writes
+            t1 = time.perf_counter()
+            from_exec_network(json.loads(text))
+            exports.append(t1 - t0)
+            imports.append(time.perf_counter() - t1)
+        export_s += min(exports)
+        import_s += min(imports)
 
     timings = []
     for graph in graphs:
@@ -183,19 +189,17 @@ def render(rows: Sequence[BenchRow]) -> Table:
     ):
         table.add_column(column, justify="left" if column in ("system", "targets") else "right")
     for row in rows:
-        ok = (
-            row.us_per_op <= TARGET_US_PER_OP
-            and row.ancestors_max_ms < TARGET_ANCESTORS_MS
-            and row.save_s + row.load_s < TARGET_SAVE_LOAD_S
-            and row.export_s < TARGET_EXPORT_S
-            and row.growth < 2.0
-        )
+        missed = [name for name, met in (
+            ("us/op", row.us_per_op <= TARGET_US_PER_OP), ("ancestors", row.ancestors_max_ms < TARGET_ANCESTORS_MS),
+            ("save+load", row.save_s + row.load_s < TARGET_SAVE_LOAD_S), ("ExecNet", row.export_s < TARGET_EXPORT_S),
+            ("growth", row.growth < 2.0),
+        ) if not met]
         table.add_row(
             row.system, str(row.turns), str(row.operations), str(row.variables), str(row.edges),
             f"{row.json_bytes / 1e6:.1f}", f"{row.us_per_op:.1f}", f"{row.save_s:.2f}", f"{row.load_s:.2f}",
             f"{row.ancestors_mean_ms:.2f}", f"{row.ancestors_max_ms:.2f}", f"{row.run_s:.1f}", f"{row.export_s:.2f}",
             f"{row.import_s:.2f}", f"{row.growth:.2f}",
-            "[green]met[/]" if ok else "[red]missed[/]",
+            "[green]met[/]" if not missed else f"[red]missed: {', '.join(missed)}[/]",
         )
     return table
 
