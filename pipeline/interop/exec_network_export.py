@@ -63,7 +63,7 @@ from memtrace_loop.pipeline.interop.exec_network_names import (
     their_name,
 )
 from memtrace_loop.pipeline.interop.exec_network_originals import is_foreign, reexport
-from memtrace_loop.pipeline.interop.exec_network_timeline import stamp, timeline
+from memtrace_loop.pipeline.interop.exec_network_timeline import Clock, timeline
 
 DEFAULT_CREATED_AT = datetime(2000, 1, 1)
 INPUTS_SESSION = "session-inputs"
@@ -129,20 +129,10 @@ class _NativeExport:
 
     def __init__(self, graph: ExecutionGraph, full_ids: Mapping[str, str], user_id: str | None,
                  project_id: str | None, created_at: datetime) -> None:
-        self.graph, self.full_ids, self.created_at = graph, full_ids, created_at
+        self.graph, self.full_ids = graph, full_ids
         self.owner = {"graph_id": graph.graph_id, "user_id": user_id, "project_id": project_id}
         self.clock = timeline(graph)
-        self.stamp_by_second: dict[int, str] = {}
-        self.base_second = created_at.replace(microsecond=0)
-        self.base_milliseconds = created_at.microsecond // 1000
-
-    def when(self, tick: int) -> str:
-        """The `created_at` of `tick` (rendered once per second of the clock, the milliseconds appended)."""
-        second, milliseconds = divmod(self.base_milliseconds + tick, 1000)
-        text = self.stamp_by_second.get(second)
-        if text is None:
-            text = self.stamp_by_second[second] = stamp(self.base_second, second * 1000)[:-4]
-        return f"{text}.{milliseconds:03d}"
+        self.when = Clock(created_at).stamp
 
     def record(self, created_at: str, filename: str, **fields: Any) -> dict[str, Any]:
         """A record with the fields smartcomment requires and the computed `trigger_point` it writes."""

@@ -62,6 +62,7 @@ from memtrace_loop.pipeline.interop.exec_network_names import NAME_TABLE, ORIGIN
 from memtrace_loop.pipeline.interop.exec_network_originals import graph_original, node_original, operation_original
 
 _DATA_KEYS = frozenset({"nodes", "edges", "operations", "sessions", ANNOTATIONS_KEY})
+_NO_RECORD: tuple[int, None, None] = (-1, None, None)  # an op id only edges name: no record of it to keep
 LINK = "link"  # our name (and stage) of an edge smartcomment recorded outside any operation
 
 
@@ -121,9 +122,9 @@ def _index_nodes(
 
 def _index_operations(
     ops: list[tuple[str, RawOperation, Mapping[str, Any]]], source: str
-) -> tuple[dict[str, tuple[int, RawOperation | None, Mapping[str, Any] | None]], list[list[Any]]]:
+) -> tuple[dict[str, tuple[int, RawOperation, Mapping[str, Any]]], list[list[Any]]]:
     """Their op id -> (position, operation, record); the `__none_op__` record apart. A duplicate raises."""
-    records: dict[str, tuple[int, RawOperation | None, Mapping[str, Any] | None]] = {}
+    records: dict[str, tuple[int, RawOperation, Mapping[str, Any]]] = {}
     unattached: list[list[Any]] = []
     for position, (where, op, record) in enumerate(ops):
         if op.op_id == NONE_OP_ID:
@@ -136,7 +137,7 @@ def _index_operations(
 
 
 def _parts(
-    records: dict[str, tuple[int, RawOperation | None, Mapping[str, Any] | None]],
+    records: Mapping[str, tuple[int, RawOperation, Mapping[str, Any]]],
     edges: Any,
     by_id: Mapping[str, tuple[int, RawNode, Mapping[str, Any]]],
     source: str,
@@ -155,10 +156,7 @@ def _parts(
         if edge.op_id == NONE_OP_ID:
             links.append(_Part(NONE_OP_ID, len(links), [(position, edge, item)]))
             continue
-        if edge.op_id not in records:
-            records[edge.op_id] = (-1, None, None)  # an op id only edges name: no record to keep
-            edges_by_op[edge.op_id] = []
-        edges_by_op[edge.op_id].append((position, edge, item))
+        edges_by_op.setdefault(edge.op_id, []).append((position, edge, item))  # an op id only edges name: no record
     parts = [part for op_id, op_edges in edges_by_op.items() for part in _layers(op_id, op_edges, source)]
     for part in (*parts, *links):
         for _, edge, _ in part.edges:
@@ -214,7 +212,7 @@ def _layers(op_id: str, edges: list[tuple[int, RawEdge, Mapping[str, Any]]], sou
 
 def _order(
     parts: list[_Part],
-    records: Mapping[str, tuple[int, RawOperation | None, Mapping[str, Any] | None]],
+    records: Mapping[str, tuple[int, RawOperation, Mapping[str, Any]]],
     by_id: Mapping[str, tuple[int, RawNode, Mapping[str, Any]]],
     source: str,
 ) -> tuple[list[_Part], list[dict[str, str]]]:
@@ -227,7 +225,7 @@ def _order(
         return min(times) if times else None
 
     for ordinal, part in enumerate(parts):
-        _, op, _ = records.get(part.op_id, (-1, None, None))
+        _, op, _ = records.get(part.op_id, _NO_RECORD)
         moment = (earliest([e.created_at for _, e, _ in part.edges]) or earliest([op.created_at if op else None])
                   or earliest([by_id[n][1].created_at for n in part.outputs])
                   or earliest([by_id[n][1].created_at for n in part.inputs]))
@@ -314,21 +312,21 @@ def _variables(
     return variables, kinds, node_map
 
 
-def _ours(row: list[Any], ours: Mapping[str, Any]) -> list[Any]:
-    """`row` with the name, stage, kind, status, error, usage and meta our own mark records (our
-    inputs and outputs stay those the edges say: the document may have been edited)."""
+def _marked(ours: Any) -> tuple[str, str, str, str, Any, list[int], dict[str, Any]] | None:
+    """The name, stage, kind, status, error, usage and meta our own mark records on an operation (an
+    export of ours edited elsewhere); None when there is no (readable) mark."""
+    if not isinstance(ours, Mapping):
+        return None
     try:
-        kind, status = OpKind(ours["kind"]).value, OpStatus(ours["status"]).value
-        usage = [int(n) for n in ours["usage"]]
-        return [row[0], str(ours["name"]), str(ours["stage"]), kind, *row[4:7], status, ours.get("error"), usage,
-                {**dict(ours.get("meta") or {}), **row[10]}]
+        return (str(ours["name"]), str(ours["stage"]), OpKind(ours["kind"]).value, OpStatus(ours["status"]).value,
+                ours.get("error"), [int(n) for n in ours["usage"]], dict(ours.get("meta") or {}))
     except (KeyError, TypeError, ValueError):
-        return row
+        return None
 
 
 def _operations(
     order: list[_Part],
-    records: Mapping[str, tuple[int, RawOperation | None, Mapping[str, Any] | None]],
+    records: Mapping[str, tuple[int, RawOperation, Mapping[str, Any]]],
     kinds: Mapping[str, str],
     node_map: Mapping[str, str],
 ) -> tuple[list[list[Any]], dict[str, str]]:
@@ -338,7 +336,7 @@ def _operations(
     operations: list[list[Any]] = []
     op_map: dict[str, str] = {}
     for seq, part in enumerate(order):
-        position, record, raw = records.get(part.op_id, (-1, None, None))
+        position, record, raw = records.get(part.op_id, _NO_RECORD)
         inputs = [node_map[s] for s in part.inputs]
         prompt = next((node_map[s] for s in part.inputs if kinds[s] == "prompt"), None)
         if prompt is not None:
@@ -350,15 +348,14 @@ def _operations(
                  else rule_stage or name)
         edge_categories = [e.category for _, e, _ in part.edges]
         kind = op_kind(their, record.category if record else None, *edge_categories)
-        original = operation_original(part.op_id, part.part, [(p, r) for p, _, r in part.edges], position,
-                                      raw if raw is not None else None)
+        original = operation_original(part.op_id, part.part, [(p, r) for p, _, r in part.edges], position, raw)
         if part.dropped:
             original["dropped_outputs"] = part.dropped
-        row = [seq, name, stage, kind.value, inputs, [node_map[t] for t in part.outputs], prompt, "ok", None,
-               [0, 0, 0, 0], {ORIGINAL: original}]
-        ours = (record.metadata or {}).get(MARK) if record else None
-        if isinstance(ours, Mapping):  # an operation of ours (an export of ours edited elsewhere)
-            row = _ours(row, ours)
-        operations.append(row)
+        # our own mark wins over the guesses; inputs and outputs stay what the (maybe edited) edges say
+        marked = _marked((record.metadata or {}).get(MARK)) if record else None
+        name, stage, kind_value, status, error, usage, meta = marked or (
+            name, stage, kind.value, "ok", None, [0, 0, 0, 0], {})
+        operations.append([seq, name, stage, kind_value, inputs, [node_map[t] for t in part.outputs], prompt,
+                           status, error, usage, {**meta, ORIGINAL: original}])
         op_map.setdefault(part.op_id, f"op:{seq}")
     return operations, op_map
