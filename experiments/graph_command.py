@@ -219,31 +219,28 @@ def summary_blocks(summary: GraphSummary, width: int, limit: int = DEFAULT_LIMIT
     for variable, operation in zip_longest(summary.variable_kinds, summary.operation_kinds, fillvalue=("", "")):
         kinds.add_row(clip(variable[0], 24), str(variable[1]), clip(operation[0], 24), str(operation[1]))
     blocks.append(kinds)
-    text_width = max(width - 6, 20)
     if summary.questions:
-        blocks.append(Text(f"Failed questions: {len(summary.failed_questions)} of {summary.questions}", style="bold"))
-        shown = summary.failed_questions if limit <= 0 else summary.failed_questions[:limit]
-        for question in shown:
-            blocks.append(Text("\n".join([
-                "  " + clip(f"{question.question_id}: {question.verdict}", width - 2),
-                "    " + clip(f"Q: {question.question}", text_width),
-                "    " + clip(f"predicted: {question.prediction}", text_width),
-                "    " + clip(f"gold: {question.gold}", text_width),
-            ]), no_wrap=True))
-        blocks += more_line(len(summary.failed_questions) - len(shown))
+        blocks += listing(f"Failed questions: {len(summary.failed_questions)} of {summary.questions}", [
+            (f"{q.question_id}: {q.verdict}", [f"Q: {q.question}", f"predicted: {q.prediction}", f"gold: {q.gold}"])
+            for q in summary.failed_questions], width, limit)
     if summary.annotations:
-        blocks.append(Text(f"MemTraceBench labels: {len(summary.annotations)}", style="bold"))
-        shown_labels = summary.annotations if limit <= 0 else summary.annotations[:limit]
-        for label in shown_labels:
-            blamed = f" at {label.final_op_id}" if label.final_op_id else ""
-            blocks.append(Text("\n".join([
-                "  " + clip(f"{label.query_id}: {label.final_error_type}{blamed}", width - 2),
-                "    " + clip(f"Q: {label.query}", text_width),
-                "    " + clip(f"predicted: {label.prediction}", text_width),
-                "    " + clip(f"golden: {' | '.join(label.golden_answers)}", text_width),
-            ]), no_wrap=True))
-        blocks += more_line(len(summary.annotations) - len(shown_labels))
+        blocks += listing(f"MemTraceBench labels: {len(summary.annotations)}", [
+            (f"{a.query_id}: {a.final_error_type}" + (f" at {a.final_op_id}" if a.final_op_id else ""),
+             [f"Q: {a.query}", f"predicted: {a.prediction}", f"golden: {' | '.join(a.golden_answers)}"])
+            for a in summary.annotations], width, limit)
     return blocks
+
+
+def listing(title: str, entries: list[tuple[str, list[str]]], width: int, limit: int) -> list[Text | Table]:
+    """A bold title, then up to `limit` entries (0: all), each a head line and indented lines clipped to
+    `width`, then how many were left out."""
+    shown = entries if limit <= 0 else entries[:limit]
+    text_width = max(width - 6, 20)
+    blocks: list[Text | Table] = [Text(title, style="bold")]
+    for head, lines in shown:
+        indented = ["  " + clip(head, width - 2), *("    " + clip(line, text_width) for line in lines)]
+        blocks.append(Text("\n".join(indented), no_wrap=True))
+    return blocks + more_line(len(entries) - len(shown))
 
 
 def counted(n: int, noun: str) -> str:
