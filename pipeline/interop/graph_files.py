@@ -7,7 +7,7 @@ the decoded document (never from the file name); `read_graph_file(path)` reads a
 into a `GraphFile` (the graph, the MemTraceBench annotations it carries (an ExecNetwork document's,
 or those an imported graph keeps in its meta), its format and, for an
 ExecNetwork document, the counts of the document itself); `write_graph_file` writes a graph in either
-format through a temporary file in the same folder and `os.replace`, so a failed write leaves the
+format whole or not at all (`pipeline.core.files.write_atomically`), so a failed write leaves the
 target as it was (no half-written file). Every problem is a `GraphFileError` (a `DataError`) whose one
 line names the file and what is wrong.
 
@@ -18,14 +18,13 @@ meta, both ways), no summaries (`graph_summary`), no printing.
 from __future__ import annotations
 
 import json
-import os
-import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from memtrace_loop.pipeline.core.files import write_atomically
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, GraphError
 from memtrace_loop.pipeline.core.graph_io import FORMAT as MEMTRACE_FORMAT_KEY
 from memtrace_loop.pipeline.core.graph_io import graph_from_dict, graph_to_json
@@ -142,16 +141,8 @@ def write_graph_file(graph: ExecutionGraph, path: str | Path, target: GraphForma
     """Write `graph` to `path` in `target` format, atomically: a temporary file beside it replaces it
     only once complete (the folder is created). Returns the path."""
     path = Path(path)
-    text = graph_bytes(graph, target, annotations)  # a failure here leaves nothing behind
-    temporary = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")  # mode from the umask
+    content = graph_bytes(graph, target, annotations)  # a failure here leaves nothing behind
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with temporary.open("xb") as out:
-            out.write(text)
-        os.replace(temporary, path)
-    except BaseException as error:
-        temporary.unlink(missing_ok=True)
-        if isinstance(error, OSError):
-            raise GraphFileError(str(path), f"cannot write file ({type(error).__name__}: {error})") from error
-        raise
-    return path
+        return write_atomically(path, content)
+    except OSError as error:
+        raise GraphFileError(str(path), f"cannot write file ({type(error).__name__}: {error})") from error

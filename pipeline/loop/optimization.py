@@ -50,6 +50,7 @@ from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor, Tra
 from memtrace_loop.pipeline.analysis.blame import Attribution, BlameTable, aggregate_blame
 from memtrace_loop.pipeline.analysis.evaluation import PairedDifference, paired_difference
 from memtrace_loop.pipeline.backends.call_count import BUDGET_ROLES, CallLedger, CallTally
+from memtrace_loop.pipeline.core.files import write_atomically
 from memtrace_loop.pipeline.core.records import Dataset, PromptSet
 from memtrace_loop.pipeline.core.stop import StopToken
 from memtrace_loop.pipeline.loop.case_runner import LoopCaseRunner
@@ -219,9 +220,7 @@ def _write_checkpoint(path: Path, progress: _Progress, config_digest: str, extra
 
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
-    tmp.replace(path)  # atomic: a crash never leaves half a checkpoint
+    write_atomically(path, json.dumps(data, indent=2, ensure_ascii=False))  # a crash never leaves half a checkpoint
 
 
 def mark_checkpoint_finished(path: Path, finished: Mapping[str, Any]) -> None:

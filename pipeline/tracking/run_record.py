@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 import pydantic
 from memtrace_loop.pipeline.core.command_line import command_line
+from memtrace_loop.pipeline.core.files import write_atomically
 from memtrace_loop.pipeline.tracking.run_logging import ARTIFACTS_DIR
 from memtrace_loop.pipeline.tracking.store_access import failure_cause
 from memtrace_loop.pipeline.tracking.tracker import DatasetInput, Tracker
@@ -102,12 +103,7 @@ def record_dir(directory: str | Path) -> Path:
 
 
 def write_run_record(out_dir: Path, record: RunRecord) -> Path:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / RECORD_FILE
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(record.to_json(), encoding="utf-8")
-    tmp.replace(path)  # never a half-written record
-    return path
+    return write_atomically(out_dir / RECORD_FILE, record.to_json())  # never a half-written record
 
 
 def read_run_record(directory: str | Path) -> RunRecord:
