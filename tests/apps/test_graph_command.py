@@ -13,15 +13,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from memtrace_loop.memory_systems.mem0.system import Mem0Memory
-from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.graph_io import graph_to_json, load_graph, save_graph
-from memtrace_loop.pipeline.data.locomo import parse_locomo
 from memtrace_loop.pipeline.interop.graph_files import GraphFormat, detect_format
-from memtrace_loop.pipeline.loop.runner import RunResult, make_judge, run_dataset
-from memtrace_loop.pipeline.sim.world import generate_locomo
+from memtrace_loop.pipeline.loop.runner import RunResult
 
-from tests.support.sim import sim_lm
+from tests.support.sim import sim_run
 
 MEMTRACE = Path(sys.executable).parent / "memtrace"
 
@@ -40,11 +36,7 @@ def shown(*files: str | Path, cwd: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def run_result() -> RunResult:
-    dataset = parse_locomo(generate_locomo(seed=2, n_conversations=2, sessions_per_conversation=4), "sim")
-    lm = sim_lm()
-    system = Mem0Memory(HashingEmbedder())
-    system.set_lm(lm)
-    return run_dataset(system, make_judge(lm), dataset, workers=1)
+    return sim_run("mem0", seed=2, n_conversations=2, sessions_per_conversation=4)
 
 
 @pytest.fixture(scope="module")

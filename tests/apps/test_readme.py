@@ -20,6 +20,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from memtrace_loop.experiments import cli, config, graph_command
 from memtrace_loop.experiments.factory import to_plain
 from memtrace_loop.pipeline.core.graph_io import load_graph
+from memtrace_loop.pipeline.interop.exec_network import full_node_ids
 
 from tests.support.paths import REPO
 
@@ -277,7 +278,7 @@ def test_the_smartcomment_snippet_runs_on_a_converted_run_graph(user_run):
     ours = load_graph(graph_file)
     answer = ours.latest("answer:sim-0-0:q3")
     assert answer is not None
-    expected = sorted(f"Usim-0-0:{n.removeprefix('turn:').rsplit('@', 1)[0]}@1"
-                      for n in ours.ancestors(answer.id) if n.startswith("turn:"))
+    full_ids = full_node_ids(ours)  # our ids as the export names them
+    expected = sorted(full_ids[n] for n in ours.ancestors(answer.id) if n.startswith("turn:"))
     assert reached == expected  # smartcomment's bfs reaches the same turns as our ancestors
     assert int(queries) == len(ours.names("query:"))

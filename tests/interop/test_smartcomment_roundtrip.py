@@ -19,13 +19,11 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from memtrace_loop.memory_systems.registry import MODULE_BY_SYSTEM, build_memory_system
+from memtrace_loop.memory_systems.registry import MODULE_BY_SYSTEM
 from memtrace_loop.pipeline.analysis.attribution.lineage import ConversationLineage
-from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.conventions import Namespace, is_in, prefix, turn_name
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.graph_io import graph_from_json, graph_to_json
-from memtrace_loop.pipeline.data.locomo import parse_locomo
 from memtrace_loop.pipeline.interop.exec_network import (
     NONE_NODE_ID,
     NONE_OP_ID,
@@ -34,10 +32,9 @@ from memtrace_loop.pipeline.interop.exec_network import (
     op_id_for,
     to_exec_network,
 )
-from memtrace_loop.pipeline.loop.runner import RunResult, make_judge, run_dataset
-from memtrace_loop.pipeline.sim.world import generate_locomo
+from memtrace_loop.pipeline.loop.runner import RunResult
 
-from tests.support.sim import sim_lm
+from tests.support.sim import sim_run
 
 smartcomment = pytest.importorskip("smartcomment", reason="smartcomment 0.1.2 is installed by `make` (test extra)")
 from smartcomment.runtime import ExecNetwork  # noqa: E402
@@ -64,11 +61,7 @@ def structure(doc: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture(scope="module", params=sorted(MODULE_BY_SYSTEM))
 def run(request: pytest.FixtureRequest) -> tuple[RunResult, ExecutionGraph]:
-    dataset = parse_locomo(generate_locomo(seed=4, n_conversations=1, sessions_per_conversation=3), "sim")
-    lm = sim_lm()
-    system = build_memory_system({"name": request.param}, HashingEmbedder())
-    system.set_lm(lm)
-    result = run_dataset(system, make_judge(lm), dataset, workers=1)
+    result = sim_run(request.param, seed=4, n_conversations=1, sessions_per_conversation=3)
     (graph,) = result.graph_by_conversation.values()
     return result, graph
 
@@ -103,8 +96,9 @@ def test_their_queries_work_on_our_export(run) -> None:
     assert len(network.search_operations(name_pattern="^llm-judge$", category="judge")) == n_questions
     assert len(network.search_operations(start_time=network.time_range()[1])) == 0  # nothing after the last node
     multi = [name for name in graph.names() if len(graph.versions(name)) > 1]
+    full_ids = full_node_ids(graph)
     for name in multi[:3]:
-        full_name = full_node_ids(graph)[graph.versions(name)[0].id].rsplit("@", 1)[0]
+        full_name = full_ids[graph.versions(name)[0].id].rsplit("@", 1)[0]
         assert [v.version for v in network.get_versions(full_name)] == [v.version for v in graph.versions(name)]
     assert network.node_count == graph.n_variables + (NONE_NODE_ID in network)
     assert network.op_count == graph.n_operations

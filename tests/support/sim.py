@@ -1,12 +1,15 @@
-"""Test helpers: the stand-in LM without a response cache, sim datasets, a tiny hand-made conversation."""
+"""Test helpers: the stand-in LM without a response cache, sim datasets and runs, a tiny hand-made conversation."""
 
 from __future__ import annotations
 
 import dspy
+from memtrace_loop.memory_systems.registry import build_memory_system
+from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMConfig
 from memtrace_loop.pipeline.backends.registry import build_lm
 from memtrace_loop.pipeline.core.records import Conversation, Dataset, Question, Turn
 from memtrace_loop.pipeline.data.locomo import parse_locomo
+from memtrace_loop.pipeline.loop.runner import RunResult, make_judge, run_dataset
 from memtrace_loop.pipeline.sim.world import generate_locomo
 
 # A three-turn conversation whose answer changes (Paris, then Rome), for scripted-LM tests of a system.
@@ -29,3 +32,14 @@ def sim_lm() -> dspy.LM:
 
 def sim_dataset(seed: int = 0, n_conversations: int = 4) -> Dataset:
     return parse_locomo(generate_locomo(seed=seed, n_conversations=n_conversations), "sim")
+
+
+def sim_run(system: str = "mem0", *, seed: int = 2, n_conversations: int = 1,
+            sessions_per_conversation: int = 4) -> RunResult:
+    """A traced, judged run of `system` on a small sim world (the graphs `memtrace run` would save)."""
+    dataset = parse_locomo(generate_locomo(seed=seed, n_conversations=n_conversations,
+                                           sessions_per_conversation=sessions_per_conversation), "sim")
+    lm = sim_lm()
+    memory = build_memory_system({"name": system}, HashingEmbedder())
+    memory.set_lm(lm)
+    return run_dataset(memory, make_judge(lm), dataset, workers=1)

@@ -9,13 +9,11 @@ import json
 import re
 
 import pytest
-from memtrace_loop.memory_systems.mem0.system import Mem0Memory
 from memtrace_loop.pipeline.analysis.attribution.lineage import ConversationLineage
 from memtrace_loop.pipeline.analysis.blame import ErrorType
-from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, OpKind, Usage
 from memtrace_loop.pipeline.core.graph_io import graph_to_json
-from memtrace_loop.pipeline.data.locomo import DataError, parse_locomo
+from memtrace_loop.pipeline.data.locomo import DataError
 from memtrace_loop.pipeline.interop.bench_annotations import (
     AttributionScore,
     BenchAnnotation,
@@ -36,21 +34,16 @@ from memtrace_loop.pipeline.interop.exec_network import (
     their_name,
     to_exec_network,
 )
-from memtrace_loop.pipeline.loop.runner import RunResult, make_judge, run_dataset
-from memtrace_loop.pipeline.sim.world import generate_locomo
+from memtrace_loop.pipeline.loop.runner import RunResult
 
-from tests.support.sim import sim_lm
+from tests.support.sim import sim_run
 
 STAMP = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{3}")
 
 
 @pytest.fixture(scope="module")
 def run_result() -> RunResult:
-    dataset = parse_locomo(generate_locomo(seed=2, n_conversations=1, sessions_per_conversation=4), "sim")
-    lm = sim_lm()
-    system = Mem0Memory(HashingEmbedder())
-    system.set_lm(lm)
-    return run_dataset(system, make_judge(lm), dataset, workers=1)
+    return sim_run("mem0", seed=2, n_conversations=1, sessions_per_conversation=4)
 
 
 @pytest.fixture(scope="module")
