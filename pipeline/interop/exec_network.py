@@ -7,7 +7,7 @@ variable carrying the `op_id` that induced them. MemTraceBench adds its labels a
 
 What it does: `from_exec_network(data)` / `load_exec_network(path)` read a document and hand it to
 the right importer - ours (every record carries our mark, `exec_network_native`: rebuilt exactly) or
-theirs (`exec_network_foreign`: translated, kinds guessed, every original record kept so that
+theirs (`exec_network_foreign`: translated, kinds guessed by `exec_network_guess`, every original record kept so that
 `to_exec_network` writes the same document back); a document of ours edited by someone else is
 imported as theirs, with a warning. Both directions are checked against the real smartcomment 0.1.2
 (tests/interop). It re-exports the public API of the pieces: `to_exec_network` /
