@@ -66,12 +66,12 @@ from memtrace_loop.pipeline.loop.optimization import (
     mark_checkpoint_finished,
     read_checkpoint,
 )
+from memtrace_loop.pipeline.report.run_report import report_for_loop
 from memtrace_loop.pipeline.tracking.export import ExportedPrompts, write_prompts
 from memtrace_loop.pipeline.tracking.loop_observer import TrackingLoopObserver
 from memtrace_loop.pipeline.tracking.metric_names import ELAPSED_S
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.redacting_tracker import RedactingTracker
-from memtrace_loop.pipeline.tracking.report.run_report import report_for_loop
 from memtrace_loop.pipeline.tracking.run_logging import (
     dataset_input,
     dataset_source,

@@ -6,7 +6,7 @@ when present, attributions.json artifacts are downloaded through the tracker) or
 when it saved one; otherwise the configured attributor (lineage by default: no LM) attributes them,
 as `memtrace attribute` does. Writes report.html into this command's output directory and, with
 `log=true` and a `run_id`, logs it as an artifact of the source run (its status is left as it was).
-An entry point: the page is `pipeline.tracking.report`.
+An entry point: the page is `pipeline.report`.
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ from memtrace_loop.experiments.output_dirs import app_output_dir
 from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.experiments.sim_notice import stand_in_notice
 from memtrace_loop.pipeline.analysis.blame import Attribution
+from memtrace_loop.pipeline.report.render import render_report
+from memtrace_loop.pipeline.report.run_report import REPORT_FILE, report_data
+from memtrace_loop.pipeline.report.saved_attributions import attributions_from_rows
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.redacting_tracker import RedactingTracker
-from memtrace_loop.pipeline.tracking.report.render import render_report
-from memtrace_loop.pipeline.tracking.report.run_report import REPORT_FILE, report_data
-from memtrace_loop.pipeline.tracking.report.saved_attributions import attributions_from_rows
 from memtrace_loop.pipeline.tracking.run_logging import scrub
 from memtrace_loop.pipeline.tracking.saved_run import SavedRun, download_saved_run, read_saved_run
 from memtrace_loop.pipeline.tracking.store_access import configure_tracking_client

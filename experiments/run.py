@@ -50,10 +50,10 @@ from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
 from memtrace_loop.pipeline.core.command_line import command_line
 from memtrace_loop.pipeline.core.stop import StopToken
 from memtrace_loop.pipeline.loop.runner import run_dataset
+from memtrace_loop.pipeline.report.run_report import report_for_run
 from memtrace_loop.pipeline.tracking.metric_names import ELAPSED_S
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.redacting_tracker import RedactingTracker
-from memtrace_loop.pipeline.tracking.report.run_report import report_for_run
 from memtrace_loop.pipeline.tracking.run_logging import (
     ARTIFACTS_DIR,
     RESULTS_TABLE,

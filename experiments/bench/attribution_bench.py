@@ -1,14 +1,14 @@
 """The attribution benchmark: `python -m memtrace_loop.experiments.bench.attribution_bench`.
 
 On the simulated world, for each memory system, runs where everything is perfect except ONE injected
-fault at a known operation (`pipeline.loop.fault_injection`) are scored with every available
-attributor on the same cases (`pipeline.analysis.attribution.benchmark`); one table, optionally logged
+fault at a known operation (`pipeline.benchmark.injection`) are scored with every available
+attributor on the same cases (`pipeline.benchmark.scoring`); one table, optionally logged
 to MLflow (`--mlflow-uri`). Attributors are a mapping name -> builder (`BUILDER_BY_ATTRIBUTOR`); one
 whose module is missing or not implemented yet is reported and skipped.
 
 With `--memtracebench PATH` (an ExecNetwork JSON file, or a directory of them) it instead scores the
 attributors on imported MemTraceBench-style graphs against their annotations with the existing scorer
-(`pipeline.interop.bench_annotations.score_attributions`): error-type and exact-operation accuracy,
+(`pipeline.interop.exec_network.labels.score_attributions`): error-type and exact-operation accuracy,
 comparable with the paper's numbers.
 """
 
@@ -27,23 +27,23 @@ from typing import Any
 import dspy
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.memory_systems.registry import ENTRY_BY_SYSTEM, build_memory_system
-from memtrace_loop.pipeline.analysis.attribution.benchmark import AttributorScore, BenchCase, score_attributor
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMConfig
 from memtrace_loop.pipeline.backends.registry import build_lm, sim_rule_instruction
-from memtrace_loop.pipeline.core.conventions import turn_id_of
-from memtrace_loop.pipeline.core.records import CaseResult, Question, Scores
-from memtrace_loop.pipeline.data.registry import load_dataset
-from memtrace_loop.pipeline.interop.bench_annotations import BenchAnnotation, score_attributions
-from memtrace_loop.pipeline.interop.exec_network import ImportedNetwork, load_exec_network, op_id_for
-from memtrace_loop.pipeline.loop.fault_injection import (
+from memtrace_loop.pipeline.benchmark.injection import (
     PERFECT_KNOBS_BY_SYSTEM,
     InjectionReport,
     build_system_cases,
     perfect_prompts,
 )
+from memtrace_loop.pipeline.benchmark.scoring import AttributorScore, BenchCase, score_attributor
+from memtrace_loop.pipeline.core.conventions import turn_id_of
+from memtrace_loop.pipeline.core.records import CaseResult, Question, Scores
+from memtrace_loop.pipeline.data.registry import load_dataset
+from memtrace_loop.pipeline.interop.exec_network import ImportedNetwork, load_exec_network, op_id_for
+from memtrace_loop.pipeline.interop.exec_network.labels import BenchAnnotation, score_attributions
 from memtrace_loop.pipeline.loop.runner import make_judge
 from memtrace_loop.pipeline.tracking.tracker import Tracker
 from rich.console import Console

@@ -29,8 +29,8 @@ from memtrace_loop.pipeline.core.graph import ExecutionGraph, GraphError
 from memtrace_loop.pipeline.core.graph_io import FORMAT as MEMTRACE_FORMAT_KEY
 from memtrace_loop.pipeline.core.graph_io import graph_from_dict, graph_to_json
 from memtrace_loop.pipeline.data.reader import DataError
-from memtrace_loop.pipeline.interop.bench_annotations import BenchAnnotation
 from memtrace_loop.pipeline.interop.exec_network import document_bytes, from_exec_network, labels_in, to_exec_network
+from memtrace_loop.pipeline.interop.exec_network.labels import BenchAnnotation
 
 
 class GraphFormat(StrEnum):

@@ -27,7 +27,7 @@ from memtrace_loop.pipeline.core.conventions import (
     verdict_name,
 )
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
-from memtrace_loop.pipeline.interop.bench_annotations import BenchAnnotation
+from memtrace_loop.pipeline.interop.exec_network.labels import BenchAnnotation
 from memtrace_loop.pipeline.interop.graph_files import DocumentCounts, GraphFile
 
 CORRECT = "CORRECT"  # the judge's label of a right answer (`verdict:<qid>`)

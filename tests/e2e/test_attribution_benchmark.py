@@ -14,20 +14,20 @@ import dspy
 import pytest
 from memtrace_loop.experiments.bench import attribution_bench
 from memtrace_loop.memory_systems.registry import build_memory_system
-from memtrace_loop.pipeline.analysis.attribution.benchmark import FaultKind, score_attributor
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
 from memtrace_loop.pipeline.analysis.blame import Attribution, Tunable
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.registry import sim_rule_instruction
-from memtrace_loop.pipeline.interop.exec_network import to_exec_network
-from memtrace_loop.pipeline.loop.fault_edits import injected_lm, wrong_answer
-from memtrace_loop.pipeline.loop.fault_injection import (
+from memtrace_loop.pipeline.benchmark.edits import injected_lm, wrong_answer
+from memtrace_loop.pipeline.benchmark.injection import (
     KINDS_BY_SYSTEM,
     PERFECT_KNOBS_BY_SYSTEM,
     FaultInjector,
     build_system_cases,
     perfect_prompts,
 )
+from memtrace_loop.pipeline.benchmark.scoring import FaultKind, score_attributor
+from memtrace_loop.pipeline.interop.exec_network import to_exec_network
 from memtrace_loop.pipeline.loop.runner import make_judge
 
 from tests.support.sim import sim_dataset, sim_lm

@@ -6,12 +6,12 @@ from functools import cache
 
 import pytest
 from memtrace_loop.memory_systems.registry import build_memory_system
-from memtrace_loop.pipeline.analysis.attribution.benchmark import score_attributor
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor, content_tokens
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMConfig
 from memtrace_loop.pipeline.backends.registry import build_lm, sim_rule_instruction
-from memtrace_loop.pipeline.loop.fault_injection import build_system_cases
+from memtrace_loop.pipeline.benchmark.injection import build_system_cases
+from memtrace_loop.pipeline.benchmark.scoring import score_attributor
 from memtrace_loop.pipeline.sim.grammar import parse_fact
 from memtrace_loop.pipeline.sim.handlers import extract_facts
 from memtrace_loop.pipeline.sim.paraphrase import canonical, paraphrase_sentence

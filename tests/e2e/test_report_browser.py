@@ -39,7 +39,7 @@ def report_path(tmp_path_factory) -> tuple[Path, str]:
     from memtrace_loop.experiments.factory import build_memory_system, load_dataset
     from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
     from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
-    from memtrace_loop.pipeline.tracking.report import report_for_run
+    from memtrace_loop.pipeline.report import report_for_run
 
     from tests.support.sim import sim_lm
 

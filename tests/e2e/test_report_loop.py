@@ -13,7 +13,7 @@ from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.data.locomo import split_by_conversation
 from memtrace_loop.pipeline.loop.optimization import LoopSettings, OptimizationLoop, Splits
 from memtrace_loop.pipeline.loop.runner import make_judge
-from memtrace_loop.pipeline.tracking.report import report_for_loop, rewrites_of
+from memtrace_loop.pipeline.report import report_for_loop, rewrites_of
 
 from tests.support.sim import sim_dataset, sim_lm
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import itertools
 import math
 
-from memtrace_loop.pipeline.analysis.attribution.benchmark import (
+from memtrace_loop.pipeline.analysis.blame import Attribution, AttributionCost, ErrorType
+from memtrace_loop.pipeline.benchmark.scoring import (
     BenchCase,
     FaultKind,
     InjectedFault,
@@ -15,7 +16,6 @@ from memtrace_loop.pipeline.analysis.attribution.benchmark import (
     score_attributor,
     summarize,
 )
-from memtrace_loop.pipeline.analysis.blame import Attribution, AttributionCost, ErrorType
 from memtrace_loop.pipeline.core.conventions import OpKind
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import CaseResult, Question, Scores

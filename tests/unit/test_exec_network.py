@@ -14,13 +14,6 @@ from memtrace_loop.pipeline.analysis.blame import ErrorType
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, OpKind, Usage
 from memtrace_loop.pipeline.core.graph_io import graph_to_json
 from memtrace_loop.pipeline.data.locomo import DataError
-from memtrace_loop.pipeline.interop.bench_annotations import (
-    AttributionScore,
-    BenchAnnotation,
-    ExecNetworkError,
-    parse_error_label,
-    score_attributions,
-)
 from memtrace_loop.pipeline.interop.exec_network import (
     LABELS_META,
     MARK,
@@ -33,6 +26,13 @@ from memtrace_loop.pipeline.interop.exec_network import (
     save_exec_network,
     their_name,
     to_exec_network,
+)
+from memtrace_loop.pipeline.interop.exec_network.labels import (
+    AttributionScore,
+    BenchAnnotation,
+    ExecNetworkError,
+    parse_error_label,
+    score_attributions,
 )
 from memtrace_loop.pipeline.loop.runner import RunResult
 
@@ -421,7 +421,7 @@ def test_native_marker_is_only_trusted_when_every_record_carries_it(graph: Execu
 def test_stamps_count_milliseconds_across_seconds_from_any_start(graph: ExecutionGraph) -> None:
     from datetime import datetime, timedelta
 
-    from memtrace_loop.pipeline.interop.exec_network_timeline import timeline
+    from memtrace_loop.pipeline.interop.exec_network.timeline import timeline
 
     start = datetime(2026, 12, 31, 23, 59, 59, 990000)  # ticks cross a second, a minute, a day and a year
     doc = to_exec_network(graph, created_at=start)

@@ -2,7 +2,7 @@
 and nothing imports the bare (un-prefixed) top-level names.
 
 Layers, lowest first (docs/ARCHITECTURE.md draws them): core < data, backends < memory_systems <
-analysis < optimizers, interop < loop < tracking < experiments. `pipeline.sim` sits beside them: it
+analysis < optimizers, interop < loop < benchmark, tracking < report < experiments. `pipeline.sim` sits beside them: it
 may import core, backends and data (it generates data in the datasets' layouts), and only the
 LM-backend and dataset registries may import it.
 """
@@ -28,8 +28,10 @@ RANK_BY_PACKAGE = {
     "optimizers": 4,
     "pipeline.interop": 4,
     "pipeline.loop": 5,
+    "pipeline.benchmark": 6,
     "pipeline.tracking": 6,
-    "experiments": 7,
+    "pipeline.report": 7,
+    "experiments": 8,
 }
 SIM = "pipeline.sim"
 SIM_MAY_IMPORT = ("pipeline.core", "pipeline.backends", "pipeline.data")  # it writes the datasets' layouts

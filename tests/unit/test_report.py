@@ -26,7 +26,7 @@ from memtrace_loop.pipeline.core.conventions import (
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import Question
 from memtrace_loop.pipeline.loop.summaries import CandidateSummary, IterationSummary
-from memtrace_loop.pipeline.tracking.report import (
+from memtrace_loop.pipeline.report import (
     DiagnosisGroup,
     ReportData,
     Rewrite,
@@ -38,7 +38,7 @@ from memtrace_loop.pipeline.tracking.report import (
     report_for_run,
     write_report,
 )
-from memtrace_loop.pipeline.tracking.report.render import DATA_ELEMENT_ID, failures_payload
+from memtrace_loop.pipeline.report.render import DATA_ELEMENT_ID, failures_payload
 
 SCRIPT = "<script>alert('turn')</script>"
 IMG = '<img src=x onerror="alert(1)">'

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memtrace_loop.pipeline.core.conventions import MEMORY_KINDS, QUESTION_SIDE_KINDS, VarKind
-from memtrace_loop.pipeline.tracking.report.subgraph import OP_KIND, Subgraph
+from memtrace_loop.pipeline.report.subgraph import OP_KIND, Subgraph
 
 NODE_W = 132
 NODE_H = 34

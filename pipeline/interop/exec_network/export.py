@@ -13,21 +13,21 @@ What it does: `to_exec_network(graph, annotations=())` writes a document that sm
   smartcomment's own edges do (which edge carries the prompt is in the operation's mark). An
   operation without inputs or outputs gets smartcomment's own placeholder edges from / to
   `COMMENT:NONE@1`.
-- `created_at` comes from one clock (`exec_network_timeline`): an operation is stamped after its
+- `created_at` comes from one clock (`exec_network.timeline`): an operation is stamped after its
   inputs and before its outputs, operations in sequence order.
 - Everything of ours (names, kinds, meta, the operation's full input/output lists in order, prompt,
   status, error, usage, seq) rides in `metadata["memtrace"]`, which smartcomment keeps, so
-  `exec_network_native` rebuilds the graph exactly, also after a trip through smartcomment.
+  `exec_network.native` rebuilds the graph exactly, also after a trip through smartcomment.
 - Labels (MemTraceBench annotations, or our attributions turned into labels by
   `annotation_from_attribution`) go to `data.annotations`, where MemTraceBench keeps them, and to
   the top-level `metadata["annotations"]`, which survives smartcomment's import/export (it drops
   unknown keys under `data`). Labels carried in `graph.meta` (an imported graph's) are written when
   none are passed.
 - A graph imported from a foreign ExecNetwork document is written back from its original records
-  (`exec_network_originals`), with its original ids, edges and attributes.
+  (`exec_network.originals`), with its original ids, edges and attributes.
 
-What it does not do: no reading (`exec_network_native`, `exec_network_foreign`), no attribution, no
-scoring of labels (`bench_annotations`); our own compact JSON is `graph_io`.
+What it does not do: no reading (`exec_network.native`, `exec_network.foreign`), no attribution, no
+scoring of labels (`exec_network.labels`); our own compact JSON is `graph_io`.
 """
 
 from __future__ import annotations
@@ -43,8 +43,7 @@ import orjson
 from memtrace_loop.pipeline.analysis.blame import Attribution
 from memtrace_loop.pipeline.core.conventions import first_version, query_name, turn_name
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation, Variable
-from memtrace_loop.pipeline.interop.bench_annotations import BenchAnnotation
-from memtrace_loop.pipeline.interop.exec_network_document import (
+from memtrace_loop.pipeline.interop.exec_network.document import (
     ANNOTATIONS_KEY,
     DRIVER_TYPE,
     LABELS_META,
@@ -55,15 +54,16 @@ from memtrace_loop.pipeline.interop.exec_network_document import (
     sentinel_node,
     sentinel_session,
 )
-from memtrace_loop.pipeline.interop.exec_network_names import (
+from memtrace_loop.pipeline.interop.exec_network.labels import BenchAnnotation
+from memtrace_loop.pipeline.interop.exec_network.names import (
     full_node_ids,
     op_id_for,
     split_full_name,
     stable_hex,
     their_name,
 )
-from memtrace_loop.pipeline.interop.exec_network_originals import is_foreign, reexport
-from memtrace_loop.pipeline.interop.exec_network_timeline import Clock, timeline
+from memtrace_loop.pipeline.interop.exec_network.originals import is_foreign, reexport
+from memtrace_loop.pipeline.interop.exec_network.timeline import Clock, timeline
 
 DEFAULT_CREATED_AT = datetime(2000, 1, 1)
 INPUTS_SESSION = "session-inputs"

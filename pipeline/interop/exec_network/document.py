@@ -7,8 +7,8 @@ MemTraceBench annotations, and tells whether the document carries our lossless m
 `metadata["memtrace"]` on the document, on every node and on every operation). `ImportedNetwork` is
 what an import returns. Every problem is an `ExecNetworkError` naming source, record and field.
 
-What it does not do: no graph building (`exec_network_native`, `exec_network_foreign`), no writing
-(`exec_network_export`), no file access (`exec_network`).
+What it does not do: no graph building (`exec_network.native`, `exec_network.foreign`), no writing
+(`exec_network.export`), no file access (`exec_network`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
-from memtrace_loop.pipeline.interop.bench_annotations import (
+from memtrace_loop.pipeline.interop.exec_network.labels import (
     BenchAnnotation,
     ExecNetworkError,
     parse_annotation,

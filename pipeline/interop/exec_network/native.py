@@ -11,8 +11,8 @@ JSON keeps them and `to_exec_network` writes them again.
 
 What it does not do: it ignores the edges, the sessions and smartcomment's placeholder node (the mark
 says everything); it does not
-decide whether a document is native (`exec_network_document.read_document` does) and does not read
-documents of other tools (`exec_network_foreign`). Malformed metadata raises `ExecNetworkError`.
+decide whether a document is native (`exec_network.document.read_document` does) and does not read
+documents of other tools (`exec_network.foreign`). Malformed metadata raises `ExecNetworkError`.
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from memtrace_loop.pipeline.core.graph_io import FORMAT, FORMAT_VERSION, graph_from_dict
-from memtrace_loop.pipeline.interop.bench_annotations import ExecNetworkError
-from memtrace_loop.pipeline.interop.exec_network_document import (
+from memtrace_loop.pipeline.interop.exec_network.document import (
     LABELS_META,
     MARK,
     NONE_NODE_ID,
@@ -29,6 +28,7 @@ from memtrace_loop.pipeline.interop.exec_network_document import (
     RawDocument,
     full_id_of,
 )
+from memtrace_loop.pipeline.interop.exec_network.labels import ExecNetworkError
 
 
 def import_native(document: RawDocument) -> ImportedNetwork:

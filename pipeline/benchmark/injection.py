@@ -10,7 +10,7 @@ operation that executed the injected call or change, never guessed.
 
 How a fault is injected:
 - LLM faults (`extraction_drop`, `update_overwrite`, `deletion`, `response_wrong`) go through a
-  wrapping engine (`pipeline.loop.fault_edits.FaultInjectingEngine`) around the task LM's engine: it
+  wrapping engine (`pipeline.benchmark.edits.FaultInjectingEngine`) around the task LM's engine: it
   forwards every request and alters the reply of the ONE call that matches the target (the stage's
   output fields and the evidence turn or the question in the request); every other call is untouched.
 - `retrieval_miss`: a copy of the system whose answer-time search never returns the units holding the
@@ -18,7 +18,7 @@ How a fault is injected:
 - `trimmed_buffer` (Long-Context): the window knob set so that the evidence entry is trimmed.
 - `chunk_split` (RAG): the chunk-size knob set so that a chunk boundary splits the evidence turn.
 
-This module does not score attributions (`pipeline.analysis.attribution.benchmark`) or print.
+This module does not score attributions (`pipeline.benchmark.scoring`) or print.
 """
 
 from __future__ import annotations
@@ -33,12 +33,8 @@ from typing import Any
 
 import dspy
 from memtrace_loop.memory_systems.base import MemorySystem
-from memtrace_loop.pipeline.analysis.attribution.benchmark import BenchCase, FaultKind, InjectedFault
 from memtrace_loop.pipeline.analysis.blame import ErrorType, Tunable
-from memtrace_loop.pipeline.core.conventions import answer_name, entry_name, memory_name, retrieved_name, turn_name
-from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation, variable_id
-from memtrace_loop.pipeline.core.records import Conversation, Dataset, PromptSet, Question
-from memtrace_loop.pipeline.loop.fault_edits import (
+from memtrace_loop.pipeline.benchmark.edits import (
     FaultInjectingEngine,
     ReplyEdit,
     change_units_after,
@@ -48,6 +44,10 @@ from memtrace_loop.pipeline.loop.fault_edits import (
     injected_lm,
     wrong_answer,
 )
+from memtrace_loop.pipeline.benchmark.scoring import BenchCase, FaultKind, InjectedFault
+from memtrace_loop.pipeline.core.conventions import answer_name, entry_name, memory_name, retrieved_name, turn_name
+from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation, variable_id
+from memtrace_loop.pipeline.core.records import Conversation, Dataset, PromptSet, Question
 from memtrace_loop.pipeline.loop.runner import ProgressSink, make_judge, run_dataset
 
 logger = logging.getLogger(__name__)

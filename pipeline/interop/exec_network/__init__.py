@@ -6,17 +6,17 @@ data: {sessions, nodes, operations, edges}}`: nodes are versioned variables keye
 variable carrying the `op_id` that induced them. MemTraceBench adds its labels as `data.annotations`.
 
 What it does: `from_exec_network(data)` / `load_exec_network(path)` read a document and hand it to
-the right importer - ours (every record carries our mark, `exec_network_native`: rebuilt exactly) or
-theirs (`exec_network_foreign`: translated, kinds guessed by `exec_network_guess`, every original record kept so that
+the right importer - ours (every record carries our mark, `exec_network.native`: rebuilt exactly) or
+theirs (`exec_network.foreign`: translated, kinds guessed by `exec_network.guess`, every original record kept so that
 `to_exec_network` writes the same document back); a document of ours edited by someone else is
 imported as theirs, with a warning. Both directions are checked against the real smartcomment 0.1.2
 (tests/interop). It re-exports the public API of the pieces: `to_exec_network` /
-`save_exec_network` / `annotation_from_attribution` (`exec_network_export`, `exec_network_timeline`),
-the name table and id helpers (`exec_network_names`), `ImportedNetwork`, `MARK`, the placeholder ids
-and `labels_in` (`exec_network_document`), `is_foreign` (`exec_network_originals`).
+`save_exec_network` / `annotation_from_attribution` (`exec_network.export`, `exec_network.timeline`),
+the name table and id helpers (`exec_network.names`), `ImportedNetwork`, `MARK`, the placeholder ids
+and `labels_in` (`exec_network.document`), `is_foreign` (`exec_network.originals`).
 
 What it does not do: no attribution, no network, no rendering; the labels themselves
-(`BenchAnnotation`) and their scoring are `bench_annotations`; our own compact JSON is `graph_io`.
+(`BenchAnnotation`) and their scoring are `exec_network.labels`; our own compact JSON is `graph_io`.
 """
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from memtrace_loop.pipeline.interop.bench_annotations import ExecNetworkError
-from memtrace_loop.pipeline.interop.exec_network_document import (
+from memtrace_loop.pipeline.interop.exec_network.document import (
     LABELS_META,
     MARK,
     NATIVE_FORMAT,
@@ -37,7 +36,7 @@ from memtrace_loop.pipeline.interop.exec_network_document import (
     labels_in,
     read_document,
 )
-from memtrace_loop.pipeline.interop.exec_network_export import (
+from memtrace_loop.pipeline.interop.exec_network.export import (
     DEFAULT_CREATED_AT,
     INPUTS_SESSION,
     annotation_from_attribution,
@@ -45,8 +44,9 @@ from memtrace_loop.pipeline.interop.exec_network_export import (
     save_exec_network,
     to_exec_network,
 )
-from memtrace_loop.pipeline.interop.exec_network_foreign import import_foreign
-from memtrace_loop.pipeline.interop.exec_network_names import (
+from memtrace_loop.pipeline.interop.exec_network.foreign import import_foreign
+from memtrace_loop.pipeline.interop.exec_network.labels import ExecNetworkError
+from memtrace_loop.pipeline.interop.exec_network.names import (
     NAME_TABLE,
     NameRule,
     full_node_ids,
@@ -54,8 +54,8 @@ from memtrace_loop.pipeline.interop.exec_network_names import (
     our_name,
     their_name,
 )
-from memtrace_loop.pipeline.interop.exec_network_native import import_native
-from memtrace_loop.pipeline.interop.exec_network_originals import is_foreign
+from memtrace_loop.pipeline.interop.exec_network.native import import_native
+from memtrace_loop.pipeline.interop.exec_network.originals import is_foreign
 
 __all__ = [
     "DEFAULT_CREATED_AT",

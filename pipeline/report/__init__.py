@@ -6,17 +6,17 @@ conversation graph one failure's drawing shows; `layout` (layout) places it in s
 (run_report) is the one call an app makes after a run or an optimization.
 """
 
-from memtrace_loop.pipeline.tracking.report.data import (
+from memtrace_loop.pipeline.report.data import (
     DEFAULT_MAX_NODES,
     DiagnosisGroup,
     ReportData,
     Rewrite,
     rewrites_of,
 )
-from memtrace_loop.pipeline.tracking.report.layout import Layout, Placed, layout
-from memtrace_loop.pipeline.tracking.report.render import json_for_script, render_report, write_report
-from memtrace_loop.pipeline.tracking.report.run_report import REPORT_FILE, report_for_loop, report_for_run
-from memtrace_loop.pipeline.tracking.report.subgraph import Role, Subgraph, SubNode, failure_subgraph
+from memtrace_loop.pipeline.report.layout import Layout, Placed, layout
+from memtrace_loop.pipeline.report.render import json_for_script, render_report, write_report
+from memtrace_loop.pipeline.report.run_report import REPORT_FILE, report_for_loop, report_for_run
+from memtrace_loop.pipeline.report.subgraph import Role, Subgraph, SubNode, failure_subgraph
 
 __all__ = [
     "DEFAULT_MAX_NODES",

@@ -3,7 +3,7 @@ translated into one of our graphs, guessing what their records do not say and ke
 original record so the document can be written back unchanged.
 
 What it does (`import_foreign`):
-- Nodes -> variables: kind from category, class name and name keywords (`exec_network_guess`); names mapped back through
+- Nodes -> variables: kind from category, class name and name keywords (`exec_network.guess`); names mapped back through
   `NAME_TABLE` (kept raw where two would collide); versions renumbered 1..n per name in their
   version order; ordered by `created_at`. smartcomment's `repr()` values (`"'Rome'"`) become the
   string they stand for.
@@ -20,12 +20,12 @@ What it does (`import_foreign`):
 - Records that carry our own mark (an export of ours that someone extended in smartcomment) keep our
   names, kinds, stages, statuses and meta; their structure is what the edges say.
 - Every original record (nodes, operations with their edges, sessions, the header, placeholder
-  records, unknown keys under `data`) is kept in meta (`exec_network_originals`), and the labels in
+  records, unknown keys under `data`) is kept in meta (`exec_network.originals`), and the labels in
   `graph.meta["bench_annotations"]`: `to_exec_network` writes the same document back, with the same
   ids, edges and attributes, however many round trips it makes.
 
-What it does not do: no exact rebuild of our own exports (`exec_network_native`), no writing
-(`exec_network_export`, `exec_network_originals`). A real cycle, an edge to an unknown node or a
+What it does not do: no exact rebuild of our own exports (`exec_network.native`), no writing
+(`exec_network.export`, `exec_network.originals`). A real cycle, an edge to an unknown node or a
 duplicate id raises `ExecNetworkError`; it never guesses around broken structure.
 """
 
@@ -41,8 +41,7 @@ from typing import Any
 from memtrace_loop.pipeline.core.conventions import Namespace, is_in, name_of, prefix
 from memtrace_loop.pipeline.core.graph import OpKind, OpStatus
 from memtrace_loop.pipeline.core.graph_io import FORMAT, FORMAT_VERSION, graph_from_dict
-from memtrace_loop.pipeline.interop.bench_annotations import ExecNetworkError
-from memtrace_loop.pipeline.interop.exec_network_document import (
+from memtrace_loop.pipeline.interop.exec_network.document import (
     ANNOTATIONS_KEY,
     LABELS_META,
     MARK,
@@ -57,9 +56,10 @@ from memtrace_loop.pipeline.interop.exec_network_document import (
     parse_record,
     parse_records,
 )
-from memtrace_loop.pipeline.interop.exec_network_guess import decode_value, op_kind, parse_time, variable_kind
-from memtrace_loop.pipeline.interop.exec_network_names import NAME_TABLE, ORIGINAL, our_name
-from memtrace_loop.pipeline.interop.exec_network_originals import graph_original, node_original, operation_original
+from memtrace_loop.pipeline.interop.exec_network.guess import decode_value, op_kind, parse_time, variable_kind
+from memtrace_loop.pipeline.interop.exec_network.labels import ExecNetworkError
+from memtrace_loop.pipeline.interop.exec_network.names import NAME_TABLE, ORIGINAL, our_name
+from memtrace_loop.pipeline.interop.exec_network.originals import graph_original, node_original, operation_original
 
 _DATA_KEYS = frozenset({"nodes", "edges", "operations", "sessions", ANNOTATIONS_KEY})
 _NO_RECORD: tuple[int, None, None] = (-1, None, None)  # an op id only edges name: no record of it to keep

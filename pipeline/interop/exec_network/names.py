@@ -9,8 +9,8 @@ nodes by class); the ExecNetwork `op_id` of one of our operations (`op_id_for`: 
 the original id of an imported operation) and the full node id of each of our variables in an
 export (`full_node_ids`, original ids of imported variables kept).
 
-What it does not do: no document reading or writing (`exec_network_export`, `exec_network_native`,
-`exec_network_foreign`), no kind guessing for foreign names (`exec_network_foreign`).
+What it does not do: no document reading or writing (`exec_network.export`, `exec_network.native`,
+`exec_network.foreign`), no kind guessing for foreign names (`exec_network.foreign`).
 """
 
 from __future__ import annotations

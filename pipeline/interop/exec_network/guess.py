@@ -6,7 +6,7 @@ name and name), `op_kind(*texts)` (an exact kind among the texts - name, categor
 then keyword stems), `parse_time` (smartcomment's "YYYY-MM-DD HH:MM:SS.mmm", ISO 8601, else None),
 `decode_value` (smartcomment's `repr()` of a string back to the string).
 
-What it does not do: no reading of documents or building of graphs (`exec_network_foreign`); a guess
+What it does not do: no reading of documents or building of graphs (`exec_network.foreign`); a guess
 never raises.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 from memtrace_loop.pipeline.backends.text import alnum_words
 from memtrace_loop.pipeline.core.conventions import VarKind
 from memtrace_loop.pipeline.core.graph import OpKind
-from memtrace_loop.pipeline.interop.exec_network_document import RawNode
+from memtrace_loop.pipeline.interop.exec_network.document import RawNode
 
 # the kinds a foreign node's category or name prefix is taken as directly (the rest are guessed by keywords)
 _OUR_KINDS: tuple[VarKind, ...] = (

@@ -25,10 +25,10 @@ from typing import Any
 from memtrace_loop.pipeline.analysis.blame import Attribution, BlameTable, aggregate_blame
 from memtrace_loop.pipeline.analysis.evaluation import MetricSummary
 from memtrace_loop.pipeline.loop.summaries import IterationSummary
-from memtrace_loop.pipeline.tracking.report.assets import PAGE_CSS, PAGE_JS
-from memtrace_loop.pipeline.tracking.report.data import DiagnosisGroup, ReportData, Rewrite
-from memtrace_loop.pipeline.tracking.report.layout import layout
-from memtrace_loop.pipeline.tracking.report.subgraph import failure_subgraph
+from memtrace_loop.pipeline.report.assets import PAGE_CSS, PAGE_JS
+from memtrace_loop.pipeline.report.data import DiagnosisGroup, ReportData, Rewrite
+from memtrace_loop.pipeline.report.layout import layout
+from memtrace_loop.pipeline.report.subgraph import failure_subgraph
 
 MAX_VALUE_CHARS = 2000
 DATA_ELEMENT_ID = "report-data"

@@ -9,7 +9,7 @@ is stamped in insertion order unless an operation needs it earlier. `Clock(base)
 a tick as `tick` milliseconds after `base` (each second of the clock formatted once: a large export
 stamps hundreds of thousands of records). One pass, linear in the graph.
 
-What it does not do: no document writing (`exec_network_export`); edges and sessions take the
+What it does not do: no document writing (`exec_network.export`); edges and sessions take the
 stamps of the records they belong to.
 """
 

@@ -22,8 +22,8 @@ from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import CaseResult, Conversation
 from memtrace_loop.pipeline.loop.optimization import LoopResult
 from memtrace_loop.pipeline.loop.runner import RunResult
-from memtrace_loop.pipeline.tracking.report.data import DEFAULT_MAX_NODES, DiagnosisGroup, ReportData, rewrites_of
-from memtrace_loop.pipeline.tracking.report.render import write_report
+from memtrace_loop.pipeline.report.data import DEFAULT_MAX_NODES, DiagnosisGroup, ReportData, rewrites_of
+from memtrace_loop.pipeline.report.render import write_report
 
 REPORT_FILE = "report.html"
 

@@ -1,7 +1,7 @@
 """The original records of a foreign ExecNetwork document, kept on the graph we import it as, and
 the document written back from them.
 
-A graph imported from another tool's ExecNetwork document (`exec_network_foreign`) carries, under the
+A graph imported from another tool's ExecNetwork document (`exec_network.foreign`) carries, under the
 meta key `exec_network` (`ORIGINAL`):
 - on each variable: `{"full_node_id", "position", "record", "value"}` - the node record as found
   (without its `value` when `value` says how ours reproduces it: "same", or "repr" when theirs was
@@ -21,8 +21,8 @@ go where the original had them and always to the top-level `metadata["annotation
 smartcomment keeps. `is_foreign(graph)` tells whether a graph can be written back that way (every
 variable and operation carries its original record).
 
-What it does not do: no translation of their records into ours (`exec_network_foreign`), no export
-of our own graphs (`exec_network_export`).
+What it does not do: no translation of their records into ours (`exec_network.foreign`), no export
+of our own graphs (`exec_network.export`).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
-from memtrace_loop.pipeline.interop.exec_network_document import ANNOTATIONS_KEY
-from memtrace_loop.pipeline.interop.exec_network_names import ORIGINAL
+from memtrace_loop.pipeline.interop.exec_network.document import ANNOTATIONS_KEY
+from memtrace_loop.pipeline.interop.exec_network.names import ORIGINAL
 
 SAME, REPR = "same", "repr"  # how an imported variable's value reproduces the original one
 
