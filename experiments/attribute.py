@@ -31,8 +31,9 @@ from memtrace_loop.experiments.output_dirs import app_output_dir
 from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.pipeline.analysis.attribution.protocol import TracedRun, attribute_run
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution
 from memtrace_loop.pipeline.analysis.attribution.registry import attributor_settings
-from memtrace_loop.pipeline.analysis.blame import Attribution, aggregate_blame
+from memtrace_loop.pipeline.analysis.blame import aggregate_blame
 from memtrace_loop.pipeline.backends.embeddings import build_embedder
 from memtrace_loop.pipeline.backends.lm import configure_cache
 from memtrace_loop.pipeline.backends.local_server import LocalServers

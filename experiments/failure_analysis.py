@@ -33,7 +33,8 @@ from typing import Protocol
 
 import dspy
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor, TracedRun, attribute_run
-from memtrace_loop.pipeline.analysis.blame import Attribution, BlameTable, aggregate_blame
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution
+from memtrace_loop.pipeline.analysis.blame import BlameTable, aggregate_blame
 from memtrace_loop.pipeline.analysis.diagnosis import Diagnosis, diagnose
 from memtrace_loop.pipeline.core.records import CaseResult, Dataset
 from memtrace_loop.pipeline.core.stop import StopToken

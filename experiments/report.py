@@ -28,7 +28,7 @@ from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.experiments.output_dirs import app_output_dir
 from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.experiments.sim_notice import stand_in_notice
-from memtrace_loop.pipeline.analysis.blame import Attribution
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution
 from memtrace_loop.pipeline.report.render import render_report
 from memtrace_loop.pipeline.report.run_report import REPORT_FILE, report_data
 from memtrace_loop.pipeline.report.saved_attributions import attributions_from_rows

@@ -28,7 +28,8 @@ from memtrace_loop.optimizers.rewrite import (
     settings_rewriter,
     stage_candidate,
 )
-from memtrace_loop.pipeline.analysis.blame import StageBlame, Tunable
+from memtrace_loop.pipeline.analysis.attribution.records import Tunable
+from memtrace_loop.pipeline.analysis.blame import StageBlame
 
 logger = logging.getLogger(__name__)
 

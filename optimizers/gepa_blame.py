@@ -30,7 +30,8 @@ from memtrace_loop.optimizers.gepa import GepaOptimizer, Settings
 from memtrace_loop.optimizers.gepa_program import JudgeMetric, judge_feedback, traced_of
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
-from memtrace_loop.pipeline.analysis.blame import Attribution, Tunable, aggregate_blame
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Tunable
+from memtrace_loop.pipeline.analysis.blame import aggregate_blame
 from memtrace_loop.pipeline.core.config import ConfigError
 
 __all__ = ["BlameComponentSelector", "BlameMetric", "BlameSource", "GepaBlameOptimizer", "Settings", "build",

@@ -27,8 +27,8 @@ from types import MappingProxyType
 from typing import Any
 
 from memtrace_loop.optimizers.base import Candidate, OptimizationContext
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution, ErrorType, Fault, Tunable
 from memtrace_loop.pipeline.analysis.attribution.replay import needed_top_k
-from memtrace_loop.pipeline.analysis.blame import Attribution, ErrorType, Fault, Tunable
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 
 COVER = 1.0  # share of the ranked misses the proposed top_k must reach

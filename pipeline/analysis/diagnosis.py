@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import dspy
-from memtrace_loop.pipeline.analysis.blame import Attribution
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution
 
 logger = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ from typing import Any
 
 import dspy
 from memtrace_loop.memory_systems.base import MemorySystem
-from memtrace_loop.pipeline.analysis.blame import ErrorType, Tunable
+from memtrace_loop.pipeline.analysis.attribution.records import ErrorType, Tunable
 from memtrace_loop.pipeline.benchmark.edits import (
     FaultInjectingEngine,
     ReplyEdit,

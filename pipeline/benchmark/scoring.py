@@ -30,7 +30,7 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
-from memtrace_loop.pipeline.analysis.blame import Attribution, ErrorType, Tunable
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution, ErrorType, Tunable
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import CaseResult, Conversation
 

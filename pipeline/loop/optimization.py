@@ -47,7 +47,8 @@ from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.optimizers.base import Candidate, CandidateEvaluation, OptimizationContext, Optimizer
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor, TracedRun, attribute_run
-from memtrace_loop.pipeline.analysis.blame import Attribution, BlameTable, aggregate_blame
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution
+from memtrace_loop.pipeline.analysis.blame import BlameTable, aggregate_blame
 from memtrace_loop.pipeline.analysis.evaluation import PairedDifference, paired_difference
 from memtrace_loop.pipeline.backends.call_count import BUDGET_ROLES, CallLedger, CallTally
 from memtrace_loop.pipeline.core.files import write_atomically

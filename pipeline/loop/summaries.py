@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from memtrace_loop.pipeline.analysis.blame import BlameTable, StageBlame, Tunable
+from memtrace_loop.pipeline.analysis.attribution.records import Tunable
+from memtrace_loop.pipeline.analysis.blame import BlameTable, StageBlame
 
 
 def blame_from_rows(rows: tuple[Mapping[str, Any], ...] | list[Mapping[str, Any]]) -> BlameTable:

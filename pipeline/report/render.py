@@ -22,7 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from memtrace_loop.pipeline.analysis.blame import Attribution, BlameTable, aggregate_blame
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution
+from memtrace_loop.pipeline.analysis.blame import BlameTable, aggregate_blame
 from memtrace_loop.pipeline.analysis.evaluation import MetricSummary
 from memtrace_loop.pipeline.loop.summaries import IterationSummary
 from memtrace_loop.pipeline.report.assets import PAGE_CSS, PAGE_JS

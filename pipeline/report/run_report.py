@@ -15,7 +15,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from memtrace_loop.pipeline.analysis.attribution.lineage import attribute_failures
-from memtrace_loop.pipeline.analysis.blame import Attribution, BlameTable
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution
+from memtrace_loop.pipeline.analysis.blame import BlameTable
 from memtrace_loop.pipeline.analysis.diagnosis import Diagnosis
 from memtrace_loop.pipeline.analysis.evaluation import EvaluationReport, summarize
 from memtrace_loop.pipeline.core.graph import ExecutionGraph

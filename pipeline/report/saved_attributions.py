@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from memtrace_loop.pipeline.analysis.blame import Attribution, AttributionCost, ErrorType, Fault, Tunable
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution, AttributionCost, ErrorType, Fault, Tunable
 from memtrace_loop.pipeline.core.records import CaseResult
 
 

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from memtrace_loop.pipeline.analysis.blame import Attribution
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution
 from memtrace_loop.pipeline.core.conventions import (
     QUESTION_SIDE_KINDS,
     OpKind,

@@ -24,7 +24,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator, PercentFormatter
-from memtrace_loop.pipeline.analysis.blame import BlameTable, Tunable
+from memtrace_loop.pipeline.analysis.attribution.records import Tunable
+from memtrace_loop.pipeline.analysis.blame import BlameTable
 from memtrace_loop.pipeline.analysis.comparison import POOLED, ComparisonRow
 
 DPI = 120

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from memtrace_loop.pipeline.analysis.blame import Attribution
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution
 from memtrace_loop.pipeline.core.conventions import (
     CONSTRUCTION_OP_KINDS,
     MEMORY_KINDS,

@@ -24,7 +24,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from memtrace_loop.pipeline.analysis.blame import Attribution
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution
 from memtrace_loop.pipeline.analysis.evaluation import EvaluationReport, MetricSummary, flat_metrics
 from memtrace_loop.pipeline.backends.call_count import CallTally
 from memtrace_loop.pipeline.backends.retry_ledger import RetryTally

@@ -36,7 +36,7 @@ import time
 from collections.abc import Iterable, MutableMapping, Sequence
 
 import mlflow
-from memtrace_loop.pipeline.analysis.blame import Attribution
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution
 from memtrace_loop.pipeline.core.stop import StopToken
 from memtrace_loop.pipeline.loop.runner import RunResult
 from memtrace_loop.pipeline.tracking.question_trace import (

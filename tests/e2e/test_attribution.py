@@ -14,7 +14,8 @@ from collections import Counter
 import pytest
 from memtrace_loop.memory_systems.mem0.system import Mem0Knobs, Mem0Memory
 from memtrace_loop.pipeline.analysis.attribution.lineage import ConversationLineage, attribute_failures, content_tokens
-from memtrace_loop.pipeline.analysis.blame import ErrorType, aggregate_blame
+from memtrace_loop.pipeline.analysis.attribution.records import ErrorType
+from memtrace_loop.pipeline.analysis.blame import aggregate_blame
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.records import PromptSet
 from memtrace_loop.pipeline.data.locomo import parse_locomo

@@ -15,7 +15,7 @@ import pytest
 from memtrace_loop.experiments.bench import attribution_bench
 from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
-from memtrace_loop.pipeline.analysis.blame import Attribution, Tunable
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Tunable
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.registry import sim_rule_instruction
 from memtrace_loop.pipeline.benchmark.edits import injected_lm, wrong_answer

@@ -25,8 +25,8 @@ from memtrace_loop.pipeline.analysis.attribution.llm import (
     fit_step,
     focus_clip,
 )
+from memtrace_loop.pipeline.analysis.attribution.records import ErrorType, Tunable
 from memtrace_loop.pipeline.analysis.attribution.walk_signatures import JudgeOperation
-from memtrace_loop.pipeline.analysis.blame import ErrorType, Tunable
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.data.locomo import parse_locomo
 from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset

@@ -10,7 +10,7 @@ from dspy.utils import DummyLM
 from memtrace_loop.memory_systems.long_context import LongContextKnobs, LongContextMemory, from_config, render_entry
 from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.pipeline.analysis.attribution.lineage import attribute_failures
-from memtrace_loop.pipeline.analysis.blame import ErrorType
+from memtrace_loop.pipeline.analysis.attribution.records import ErrorType
 from memtrace_loop.pipeline.analysis.evaluation import score_case
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, OpKind

@@ -25,7 +25,8 @@ from memtrace_loop.optimizers.registry import build_optimizer
 from memtrace_loop.optimizers.rewrite import InstructionRewriter, RewriteOutcome
 from memtrace_loop.optimizers.uniform import UniformBlameOptimizer, rotated
 from memtrace_loop.optimizers.uniform_reasons import UniformReasonsOptimizer
-from memtrace_loop.pipeline.analysis.blame import Attribution, ErrorType, Fault, Tunable, aggregate_blame
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution, ErrorType, Fault, Tunable
+from memtrace_loop.pipeline.analysis.blame import aggregate_blame
 from memtrace_loop.pipeline.core.records import CaseResult, PromptSet, Question, Scores
 from memtrace_loop.pipeline.sim.rules import rules_in
 

@@ -12,7 +12,8 @@ from memtrace_loop.memory_systems.rag import RagKnobs, RagMemory, from_config, m
 from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.memory_systems.signatures import render_turn
 from memtrace_loop.pipeline.analysis.attribution.lineage import attribute_failures
-from memtrace_loop.pipeline.analysis.blame import ErrorType, aggregate_blame
+from memtrace_loop.pipeline.analysis.attribution.records import ErrorType
+from memtrace_loop.pipeline.analysis.blame import aggregate_blame
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.tokens import ApproximateCounter, build_token_counter
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, OpKind

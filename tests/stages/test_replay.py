@@ -10,8 +10,9 @@ import pytest
 from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
 from memtrace_loop.pipeline.analysis.attribution.protocol import TracedRun, attribute_run
+from memtrace_loop.pipeline.analysis.attribution.records import ErrorType, Tunable
 from memtrace_loop.pipeline.analysis.attribution.replay import Replayer, VerifyingAttributor
-from memtrace_loop.pipeline.analysis.blame import ErrorType, Tunable, aggregate_blame
+from memtrace_loop.pipeline.analysis.blame import aggregate_blame
 from memtrace_loop.pipeline.backends.embeddings import build_embedder
 from memtrace_loop.pipeline.core.tracing import Tracer
 from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset

@@ -9,9 +9,9 @@ import pytest
 from memtrace_loop.experiments.factory import attributor_of
 from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution, AttributionCost, ErrorType, Fault, Tunable
 from memtrace_loop.pipeline.analysis.attribution.registry import build_attributor
 from memtrace_loop.pipeline.analysis.attribution.replay import VerifyingAttributor
-from memtrace_loop.pipeline.analysis.blame import Attribution, AttributionCost, ErrorType, Fault, Tunable
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.records import CaseResult, Question, Scores

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 
-from memtrace_loop.pipeline.analysis.blame import Attribution, AttributionCost, ErrorType
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution, AttributionCost, ErrorType
 from memtrace_loop.pipeline.benchmark.scoring import (
     BenchCase,
     FaultKind,

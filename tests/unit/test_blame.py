@@ -3,14 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from memtrace_loop.pipeline.analysis.blame import (
-    WEIGHT_BY_VERIFIED,
-    Attribution,
-    ErrorType,
-    Fault,
-    Tunable,
-    aggregate_blame,
-)
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution, ErrorType, Fault, Tunable
+from memtrace_loop.pipeline.analysis.blame import WEIGHT_BY_VERIFIED, aggregate_blame
 from memtrace_loop.pipeline.core.records import CaseResult, Question, Scores
 
 

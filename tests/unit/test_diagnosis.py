@@ -9,7 +9,7 @@ from dataclasses import replace
 import dspy
 import pytest
 from dspy.utils import DummyLM
-from memtrace_loop.pipeline.analysis.blame import Attribution, ErrorType, Tunable
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution, ErrorType, Tunable
 from memtrace_loop.pipeline.analysis.diagnosis import (
     Diagnosis,
     case_lines,

@@ -10,7 +10,7 @@ import re
 
 import pytest
 from memtrace_loop.pipeline.analysis.attribution.lineage import ConversationLineage
-from memtrace_loop.pipeline.analysis.blame import ErrorType
+from memtrace_loop.pipeline.analysis.attribution.records import ErrorType
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, OpKind, Usage
 from memtrace_loop.pipeline.core.graph_io import graph_to_json
 from memtrace_loop.pipeline.data.locomo import DataError

@@ -11,7 +11,7 @@ from memtrace_loop.memory_systems.base import KnobError
 from memtrace_loop.memory_systems.long_context import LongContextMemory
 from memtrace_loop.memory_systems.mem0.system import Mem0Memory
 from memtrace_loop.optimizers.knobs import covering_value, propose_knobs
-from memtrace_loop.pipeline.analysis.blame import Attribution, ErrorType, Fault, Tunable
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution, ErrorType, Fault, Tunable
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.conventions import NEAR_MISSES, OpKind, VarKind
 from memtrace_loop.pipeline.core.graph import ExecutionGraph

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from memtrace_loop.pipeline.analysis.attribution.lineage import ConversationLineage
-from memtrace_loop.pipeline.analysis.blame import Attribution, ErrorType
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution, ErrorType
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation, OpKind, Usage
 from memtrace_loop.pipeline.core.records import CaseResult, Conversation, Question, Scores, Turn
 

@@ -8,7 +8,8 @@ from pathlib import Path
 from types import MappingProxyType
 
 import pytest
-from memtrace_loop.pipeline.analysis.blame import BlameTable, StageBlame, Tunable
+from memtrace_loop.pipeline.analysis.attribution.records import Tunable
+from memtrace_loop.pipeline.analysis.blame import BlameTable, StageBlame
 from memtrace_loop.pipeline.tracking.plots import IterationScore, plot_blame, plot_scores
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -36,7 +36,7 @@ from functools import cached_property
 
 import numpy as np
 from memtrace_loop.pipeline.analysis.attribution.evidence import EvidenceFinder
-from memtrace_loop.pipeline.analysis.blame import Attribution, ErrorType, Fault, Tunable
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution, ErrorType, Fault, Tunable
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.backends.text import alnum_words, normalize_answer
 from memtrace_loop.pipeline.core.conventions import (

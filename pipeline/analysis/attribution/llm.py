@@ -40,8 +40,8 @@ import dspy
 from dspy.utils.callback import BaseCallback
 from memtrace_loop.pipeline.analysis.attribution.evidence import EvidenceFinder
 from memtrace_loop.pipeline.analysis.attribution.lineage import content_tokens, turn_text
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution, AttributionCost, ErrorType, Fault, Tunable
 from memtrace_loop.pipeline.analysis.attribution.walk_signatures import JudgeOperation
-from memtrace_loop.pipeline.analysis.blame import Attribution, AttributionCost, ErrorType, Fault, Tunable
 from memtrace_loop.pipeline.core.conventions import (
     CONSTRUCTION_OP_KINDS,
     MEMORY_KINDS,

@@ -40,7 +40,7 @@ from types import MappingProxyType
 from typing import Any
 
 import orjson
-from memtrace_loop.pipeline.analysis.blame import Attribution
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution
 from memtrace_loop.pipeline.core.conventions import first_version, query_name, turn_name
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation, Variable
 from memtrace_loop.pipeline.interop.exec_network.document import (

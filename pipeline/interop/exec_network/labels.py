@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from memtrace_loop.pipeline.analysis.blame import ErrorType
+from memtrace_loop.pipeline.analysis.attribution.records import ErrorType
 from memtrace_loop.pipeline.core.graph import EMPTY
 from memtrace_loop.pipeline.data.locomo import DataError, validate_record
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
