@@ -189,7 +189,7 @@ def optimize(cfg: DictConfig, console: Console | None = None, stop: StopToken | 
         return _optimize(cfg, console, stop, servers)
 
 
-def _optimize(
+def _optimize(  # noqa: C901 - made thin by the app-session change (issue 21 item 4)
     cfg: DictConfig, console: Console | None, stop: StopToken | None, servers: LocalServers
 ) -> dict[str, Any]:
     """Run the loop end to end; returns run id, paths and the headline numbers. `resume=` of a finished

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from memtrace_loop.pipeline.core.graph_io import load_graph
 from memtrace_loop.pipeline.tracking.run_logging import ARTIFACTS_DIR, GRAPHS_DIR
+from rich.console import Console
 
 FIXTURE = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "locomo_tiny.json"
 SETTINGS = ("off", "json_schema")
@@ -47,6 +48,10 @@ class OperationFailures:
     @property
     def rate(self) -> float:
         return self.failed / self.operations if self.operations else 0.0
+
+# Plain text (no markup, highlighting or wrapping): the table and the JSON line are read by people and scripts.
+STDOUT = Console(markup=False, highlight=False, soft_wrap=True)
+STDERR = Console(stderr=True, markup=False, highlight=False, soft_wrap=True)
 
 
 def operation_failures(run_dir: Path) -> OperationFailures:
@@ -82,7 +87,7 @@ def run_setting(setting: str, extra: list[str], root: Path) -> tuple[OperationFa
                           capture_output=True, text=True, check=False)
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
-        print(f"[{setting}] exit {done.returncode}: {done.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+        STDERR.print(f"[{setting}] exit {done.returncode}: {done.stderr.strip().splitlines()[-1:]}")
     return operation_failures(out), elapsed, done.returncode
 
 
@@ -92,17 +97,18 @@ def main(argv: list[str]) -> int:
         settings = tuple(arg.removeprefix("--settings=").split(","))
         argv.remove(arg)
     root = Path(tempfile.mkdtemp(prefix="memtrace-local-bench-"))
-    print(f"runs in {root}", file=sys.stderr)
+    STDERR.print(f"runs in {root}")
     rows = []
     for setting in settings:
         counts, elapsed, code = run_setting(setting, argv, root)
-        print(f"[{setting}] {counts} in {elapsed:.0f} s, exit {code}", file=sys.stderr)
+        STDERR.print(f"[{setting}] {counts} in {elapsed:.0f} s, exit {code}")
         rows.append((setting, counts, elapsed, code))
-    print(f"{'structured_output':<18} {'ops':>5} {'failed':>7} {'parse':>6} {'rate':>7} {'time s':>7} {'exit':>5}")
+    STDOUT.print(f"{'structured_output':<18} {'ops':>5} {'failed':>7} {'parse':>6} {'rate':>7} "
+                 f"{'time s':>7} {'exit':>5}")
     for setting, c, elapsed, code in rows:
-        print(f"{setting:<18} {c.operations:>5} {c.failed:>7} {c.parse_failed:>6} {c.rate:>7.1%} "
+        STDOUT.print(f"{setting:<18} {c.operations:>5} {c.failed:>7} {c.parse_failed:>6} {c.rate:>7.1%} "
               f"{elapsed:>7.0f} {code:>5}")
-    print(json.dumps({s: {"operations": c.operations, "failed": c.failed, "parse_failed": c.parse_failed}
+    STDOUT.print(json.dumps({s: {"operations": c.operations, "failed": c.failed, "parse_failed": c.parse_failed}
                       for s, c, _, _ in rows}))
     return 0
 

@@ -268,7 +268,7 @@ class FaultInjector:
         truth = InjectedFault(question.id, self.name, plan.kind, op.id, op.stage, error_type, tunable)
         return BenchCase(graph, result, conversation, truth)
 
-    def _plans(
+    def _plans(  # noqa: C901 - reworked by the system-spec change
         self, kind: FaultKind, question: Question, conversation: Conversation, graph: ExecutionGraph
     ) -> list[_Plan]:
         turn_id = question.evidence[0]

@@ -17,7 +17,7 @@ evidence's lineage, not of the whole graph. Pure: reads the graph, returns a rec
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -210,11 +210,7 @@ def failure_subgraph(
         raise ValueError(f"max_nodes must be at least 1, got {max_nodes}")
     answer_var = graph.latest(answer_name(case.question.id))
     evidence = _evidence_ids(graph, case, attribution)
-    blamed: list[str] = []
-    if attribution is not None:
-        for op_id in (attribution.op, *(f.op for f in attribution.joint), *(f.op for f in attribution.suspects)):
-            if op_id in graph and op_id.startswith("op:") and op_id not in blamed:
-                blamed.append(op_id)
+    blamed = _blamed_ops(graph, attribution)
     if answer_var is None:
         chain: set[str] = set()
         max_seq = graph.n_operations
@@ -237,6 +233,36 @@ def failure_subgraph(
         must.append(producer.id)
     kept = candidates if len(candidates) <= max_nodes else _pick(graph, candidates, must, max_nodes)
 
+    role_by_node = _roles(blamed, attribution, evidence, answer)
+    seq_by_var = _variable_seqs(graph, kept)
+    ordered = sorted(kept, key=lambda n: (seq_by_var.get(n, 0.0) if not n.startswith("op:")
+                                          else float(graph.operation(n).seq), n))
+    nodes = tuple(_describe(graph, n, role_by_node.get(n, Role.PATH), seq_by_var) for n in ordered)
+    edges = _edges(graph, ordered, kept)
+    version_edges = tuple(
+        (v.previous, v.id) for v in (graph.variable(n) for n in ordered if not n.startswith("op:"))
+        if v.previous is not None and v.previous in kept
+    )
+    elided = Counter(
+        OP_KIND if n.startswith("op:") else str(graph.variable(n).kind) for n in candidates - kept
+    )
+    note = _note(answer, evidence, on_path)
+    return Subgraph(nodes, tuple(edges), version_edges, MappingProxyType(dict(sorted(elided.items()))), note)
+
+
+def _blamed_ops(graph: ExecutionGraph, attribution: Attribution | None) -> list[str]:
+    """The blamed operation, then the joint set and the suspects, each once and only if in the graph."""
+    blamed: list[str] = []
+    if attribution is not None:
+        for op_id in (attribution.op, *(f.op for f in attribution.joint), *(f.op for f in attribution.suspects)):
+            if op_id in graph and op_id.startswith("op:") and op_id not in blamed:
+                blamed.append(op_id)
+    return blamed
+
+
+def _roles(
+    blamed: Sequence[str], attribution: Attribution | None, evidence: Sequence[str], answer: str | None
+) -> dict[str, str]:
     role_by_node: dict[str, str] = {}
     for op_id in blamed:
         role_by_node[op_id] = Role.SUSPECT
@@ -246,32 +272,28 @@ def failure_subgraph(
         role_by_node.setdefault(var_id, Role.EVIDENCE)
     if answer is not None:
         role_by_node.setdefault(answer, Role.ANSWER)
+    return role_by_node
 
-    seq_by_var = _variable_seqs(graph, kept)
-    ordered = sorted(kept, key=lambda n: (seq_by_var.get(n, 0.0) if not n.startswith("op:")
-                                          else float(graph.operation(n).seq), n))
-    nodes = tuple(_describe(graph, n, role_by_node.get(n, Role.PATH), seq_by_var) for n in ordered)
+
+def _edges(graph: ExecutionGraph, ordered: Sequence[str], kept: Collection[str]) -> list[tuple[str, str]]:
+    """The input and output edges of the kept operations, between kept nodes."""
     edges: list[tuple[str, str]] = []
     for node in ordered:
         if node.startswith("op:"):
             op = graph.operation(node)
             edges.extend((i, op.id) for i in op.inputs if i in kept)
             edges.extend((op.id, o) for o in op.outputs if o in kept)
-    version_edges = tuple(
-        (v.previous, v.id) for v in (graph.variable(n) for n in ordered if not n.startswith("op:"))
-        if v.previous is not None and v.previous in kept
-    )
-    elided = Counter(
-        OP_KIND if n.startswith("op:") else str(graph.variable(n).kind) for n in candidates - kept
-    )
-    note = ""
+    return edges
+
+
+def _note(answer: str | None, evidence: Sequence[str], on_path: Collection[str]) -> str:
     if answer is None:
-        note = "the graph holds no answer for this question"
-    elif not evidence:
-        note = "no evidence turn of this question is in the graph"
-    elif not on_path:
-        note = "no path from the evidence turns reaches the answer: the information was lost on the way"
-    return Subgraph(nodes, tuple(edges), version_edges, MappingProxyType(dict(sorted(elided.items()))), note)
+        return "the graph holds no answer for this question"
+    if not evidence:
+        return "no evidence turn of this question is in the graph"
+    if not on_path:
+        return "no path from the evidence turns reaches the answer: the information was lost on the way"
+    return ""
 
 
 def _variable_seqs(graph: ExecutionGraph, nodes: Iterable[str]) -> dict[str, float]:

@@ -330,6 +330,46 @@ def _error_body(status: int, message: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "param": None, "code": code}}
 
 
+Response = tuple[int, Any, dict[str, str]]
+
+
+def _injected_response(owner: OpenAIStubServer, path: str) -> Response | bool:
+    """The queued faults for `path` applied in order: a response that replaces the stub's (status 0
+    when stop() interrupted a delay), else whether the stub's answer is to be malformed."""
+    delayed = False
+    while (fault := owner._take_fault(path, delay_ok=not delayed)) is not None:
+        if fault.kind == "delay":
+            if owner._stopping.wait(fault.seconds):
+                return 0, None, {}
+            delayed = True
+            continue
+        if fault.kind == "malformed":
+            return True
+        if fault.kind == "raw":
+            return 200, _RawBody(fault.body), {}
+        headers = {} if fault.retry_after is None else {"Retry-After": _seconds_text(fault.retry_after)}
+        message = fault.message or f"injected failure {fault.status}"
+        return fault.status, _error_body(fault.status, message), headers
+    return False
+
+
+def _stub_response(owner: OpenAIStubServer, endpoint: str, body: bytes, malformed: bool) -> Response:
+    try:
+        parsed = json.loads(body) if body else {}
+    except json.JSONDecodeError as exc:
+        return 400, _error_body(400, f"body is not JSON: {exc}"), {}
+    try:
+        if endpoint == "/chat/completions":
+            if parsed.get("stream"):
+                return 400, _error_body(400, "streaming is not supported by the stub"), {}
+            return 200, owner.chat_payload(parsed, malformed=malformed), {}
+        if endpoint == "/embeddings":
+            return 200, owner.embeddings_payload(parsed), {}
+        return 200, owner.models_payload(), {}
+    except Exception as exc:  # a broken responder is a 500 the client sees, not a hang
+        return 500, _error_body(500, f"stub responder failed: {type(exc).__name__}: {exc}"), {}
+
+
 def _make_handler(owner: OpenAIStubServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -374,38 +414,10 @@ def _make_handler(owner: OpenAIStubServer) -> type[BaseHTTPRequestHandler]:
                 return 404, _error_body(404, f"unknown endpoint {self.command} {self.path}"), {}
             if owner.latency_s and owner._stopping.wait(owner.latency_s):
                 return 0, None, {}
-            malformed = False
-            delayed = False
-            while (fault := owner._take_fault(path, delay_ok=not delayed)) is not None:
-                if fault.kind == "delay":
-                    if owner._stopping.wait(fault.seconds):
-                        return 0, None, {}
-                    delayed = True
-                    continue
-                if fault.kind == "malformed":
-                    malformed = True
-                    break
-                if fault.kind == "raw":
-                    return 200, _RawBody(fault.body), {}
-                headers = (
-                    {} if fault.retry_after is None else {"Retry-After": _seconds_text(fault.retry_after)}
-                )
-                message = fault.message or f"injected failure {fault.status}"
-                return fault.status, _error_body(fault.status, message), headers
-            try:
-                parsed = json.loads(body) if body else {}
-            except json.JSONDecodeError as exc:
-                return 400, _error_body(400, f"body is not JSON: {exc}"), {}
-            try:
-                if endpoint == "/chat/completions":
-                    if parsed.get("stream"):
-                        return 400, _error_body(400, "streaming is not supported by the stub"), {}
-                    return 200, owner.chat_payload(parsed, malformed=malformed), {}
-                if endpoint == "/embeddings":
-                    return 200, owner.embeddings_payload(parsed), {}
-                return 200, owner.models_payload(), {}
-            except Exception as exc:  # a broken responder is a 500 the client sees, not a hang
-                return 500, _error_body(500, f"stub responder failed: {type(exc).__name__}: {exc}"), {}
+            injected = _injected_response(owner, path)
+            if isinstance(injected, tuple):
+                return injected
+            return _stub_response(owner, endpoint, body, malformed=injected)
 
         def do_POST(self) -> None:
             self._handle()

@@ -387,6 +387,33 @@ class ConversationLineage:
                 0.3,
             )
 
+        broken, survivors_by_track = self._broken_tracks(tracks, answer_op, case, verdict)
+        missed = self._missed_retrievals(case, tracks, survivors_by_track, retrieval_op, context_vars, verdict)
+        if retrieval_op is not None and broken:  # once repaired, the lost information must also be retrieved
+            missed.append(self._follow_up_retrieval(case, retrieval_op, broken, verdict))
+        faults_by_op: dict[str, Fault] = {}
+        for _, fault in sorted([*broken, *missed], key=lambda item: item[1].seq):
+            faults_by_op.setdefault(fault.op, fault)
+        suspects = tuple(faults_by_op.values())
+        if broken:
+            blamed = min(broken, key=lambda item: item[1].seq)[0]
+        elif missed:
+            blamed = missed[0][0]
+        else:
+            context = context_vars[0] if context_vars else None
+            blamed = verdict(
+                answer_op, ErrorType.RESPONSE, self._response_reason(case, answer_op, answer_var, context, tracks),
+                0.8,
+            )
+            suspects = (_fault(blamed, (), answer_op.seq),)
+        return dataclasses.replace(blamed, suspects=suspects)
+
+    def _broken_tracks(
+        self, tracks: Sequence[_Track], answer_op: Operation, case: CaseResult, verdict,
+    ) -> tuple[list[tuple[Attribution, Fault]], dict[str, list[Variable]]]:
+        """Each track that no live memory unit carries, with the verdict on where it was lost (a drop
+        during construction, or never extracted at all); and every track's surviving units."""
+        graph = self.graph
         live_memories = self._live_memories
         broken: list[tuple[Attribution, Fault]] = []
         survivors_by_track: dict[str, list[Variable]] = {}
@@ -414,49 +441,47 @@ class ConversationLineage:
                     0.5,
                 )
                 broken.append((found, _fault(found, track.sources, op.seq)))
+        return broken, survivors_by_track
 
+    def _missed_retrievals(
+        self, case: CaseResult, tracks: Sequence[_Track], survivors_by_track: dict[str, list[Variable]],
+        retrieval_op: Operation | None, context_vars: Sequence[Variable], verdict,
+    ) -> list[tuple[Attribution, Fault]]:
+        """Each track whose surviving units the search did not retrieve: the verdict on why, and the
+        search itself as a second suspect when an LLM step that steered it is blamed."""
         missed: list[tuple[Attribution, Fault]] = []
-        if retrieval_op is not None:
-            retrieved = set(retrieval_op.inputs)
-            for track in tracks:
-                survivors = survivors_by_track[track.label]
-                if survivors and not any(m.id in retrieved for m in survivors):
-                    found = self._retrieval_verdict(case, track, survivors, retrieval_op, context_vars, verdict)
-                    blamed_op = graph.operation(found.op)
-                    missed.append((found, _fault(found, (survivors[0].id,), blamed_op.seq)))
-                    if found.op != retrieval_op.id and found.tunable == Tunable.PROMPT:
-                        search = verdict(  # the search itself, for a replay to try when the steering repair fails
-                            retrieval_op, ErrorType.RETRIEVAL,
-                            f"{retrieval_op.name} ({retrieval_op.id}) did not retrieve {survivors[0].id} for "
-                            f"{case.question.id}.",
-                            0.5,
-                        )
-                        missed.append((search, _fault(search, (survivors[0].id,), retrieval_op.seq)))
-        if retrieval_op is not None and broken:  # once repaired, the lost information must also be retrieved
-            sources = tuple(dict.fromkeys(v for found, f in broken for v in f.restore))
-            follow_up = verdict(
-                retrieval_op, ErrorType.RETRIEVAL,
-                f"{retrieval_op.name} ({retrieval_op.id}, k={retrieval_op.meta.get('k', '?')}) must also return "
-                f"the lost information ({', '.join(sources)}) for {case.question.id} once it is in memory.",
-                0.5,
-            )
-            missed.append((follow_up, _fault(follow_up, sources, retrieval_op.seq)))
-        faults_by_op: dict[str, Fault] = {}
-        for _, fault in sorted([*broken, *missed], key=lambda item: item[1].seq):
-            faults_by_op.setdefault(fault.op, fault)
-        suspects = tuple(faults_by_op.values())
-        if broken:
-            blamed = min(broken, key=lambda item: item[1].seq)[0]
-        elif missed:
-            blamed = missed[0][0]
-        else:
-            context = context_vars[0] if context_vars else None
-            blamed = verdict(
-                answer_op, ErrorType.RESPONSE, self._response_reason(case, answer_op, answer_var, context, tracks),
-                0.8,
-            )
-            suspects = (_fault(blamed, (), answer_op.seq),)
-        return dataclasses.replace(blamed, suspects=suspects)
+        if retrieval_op is None:
+            return missed
+        retrieved = set(retrieval_op.inputs)
+        for track in tracks:
+            survivors = survivors_by_track[track.label]
+            if survivors and not any(m.id in retrieved for m in survivors):
+                found = self._retrieval_verdict(case, track, survivors, retrieval_op, context_vars, verdict)
+                blamed_op = self.graph.operation(found.op)
+                missed.append((found, _fault(found, (survivors[0].id,), blamed_op.seq)))
+                if found.op != retrieval_op.id and found.tunable == Tunable.PROMPT:
+                    search = verdict(  # the search itself, for a replay to try when the steering repair fails
+                        retrieval_op, ErrorType.RETRIEVAL,
+                        f"{retrieval_op.name} ({retrieval_op.id}) did not retrieve {survivors[0].id} for "
+                        f"{case.question.id}.",
+                        0.5,
+                    )
+                    missed.append((search, _fault(search, (survivors[0].id,), retrieval_op.seq)))
+        return missed
+
+    @staticmethod
+    def _follow_up_retrieval(
+        case: CaseResult, retrieval_op: Operation, broken: Sequence[tuple[Attribution, Fault]], verdict,
+    ) -> tuple[Attribution, Fault]:
+        """The search as a suspect too: once the lost information is back in memory it must be retrieved."""
+        sources = tuple(dict.fromkeys(v for found, f in broken for v in f.restore))
+        follow_up = verdict(
+            retrieval_op, ErrorType.RETRIEVAL,
+            f"{retrieval_op.name} ({retrieval_op.id}, k={retrieval_op.meta.get('k', '?')}) must also return "
+            f"the lost information ({', '.join(sources)}) for {case.question.id} once it is in memory.",
+            0.5,
+        )
+        return follow_up, _fault(follow_up, sources, retrieval_op.seq)
 
     def _retrieval_verdict(
         self, case: CaseResult, track: _Track, survivors: Sequence[Variable], retrieval_op: Operation,

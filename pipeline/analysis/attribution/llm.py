@@ -340,7 +340,7 @@ class LLMAttributor:
         found = self._finder.find(case.question)
         return found.turn_vars, found.pseudo
 
-    def attribute(
+    def attribute(  # noqa: C901 - reworked by the system-spec change
         self, graph: ExecutionGraph, case: CaseResult, conversation: Conversation | None = None
     ) -> Attribution | None:
         started = time.perf_counter()
