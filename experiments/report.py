@@ -37,7 +37,6 @@ from memtrace_loop.pipeline.tracking.redacting_tracker import RedactingTracker
 from memtrace_loop.pipeline.tracking.run_logging import scrub
 from memtrace_loop.pipeline.tracking.saved_run import SavedRun, download_saved_run, read_saved_run
 from memtrace_loop.pipeline.tracking.store_access import configure_tracking_client
-from mlflow.tracking import MlflowClient
 from omegaconf import DictConfig
 from rich.console import Console
 
@@ -92,8 +91,7 @@ def report(cfg: DictConfig | Mapping[str, Any], console: Console | None = None) 
 
     logged = False
     if config.log and config.run_id is not None:
-        # into the source run without reopening it (its FINISHED/FAILED status stays as it was)
-        MlflowClient(config.tracking.uri).log_artifact(config.run_id, str(path))
+        tracker.log_artifact_to(config.run_id, path)  # its FINISHED/FAILED status stays as it was
         logged = True
     failures = len(data.failures())
     how = "attributed here" if attributed_here else "attributions saved by the run"

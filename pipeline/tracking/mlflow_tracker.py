@@ -249,5 +249,8 @@ class MlflowTracker:
         )
         return [run.info.run_id for run in runs]
 
+    def log_artifact_to(self, run_id: str, path: Path, artifact_path: str | None = None) -> None:
+        self._client().log_artifact(run_id, str(path), artifact_path)
+
     def download_artifact(self, run_id: str, path: str, directory: Path) -> Path:
         return Path(self._client().download_artifacts(run_id, path, str(directory)))

@@ -4,8 +4,9 @@ Every string handed to the wrapped tracker passes `pipeline.core.redaction.redac
 values masked, URL credentials scrubbed): run names, tags, params, table cells, texts, the prompt
 registry's prompts, commit message and tags. Files and folders are checked too: a text file (JSON,
 YAML, text, diff, CSV, Markdown, log) holding something to redact is logged as a redacted copy (same
-name, in a temporary folder); anything else is logged as it is. Reading (`get_run`,
-`download_artifact`, and whatever else the wrapped tracker offers) passes straight through.
+name, in a temporary folder); anything else is logged as it is. Reading (`get_run`, `run_status`,
+`metric_history`, `search_run_ids`, `download_artifact`) passes straight through. Every method is the
+`Tracker` protocol's: nothing else of the wrapped tracker is reachable through it.
 
 Entry points wrap their tracker once they know the secrets: `RedactingTracker(MlflowTracker(uri), secrets)`.
 It does not decide what is logged and does not know MLflow.
@@ -91,8 +92,22 @@ class RedactingTracker:
     def download_artifact(self, run_id: str, path: str, directory: Path) -> Path:
         return self.inner.download_artifact(run_id, path, directory)
 
-    def __getattr__(self, name: str) -> Any:  # e.g. MlflowTracker.metric_history, search_run_ids
-        return getattr(self.inner, name)
+    def run_status(self, run_id: str) -> str:
+        return self.inner.run_status(run_id)
+
+    def metric_history(self, run_id: str, key: str) -> list[tuple[int, float]]:
+        return self.inner.metric_history(run_id, key)
+
+    def search_run_ids(self, experiment: str, filter_string: str = "") -> list[str]:
+        return self.inner.search_run_ids(experiment, filter_string)
+
+    # -------------------------------------------------------------- into an existing run
+    def log_artifact_to(self, run_id: str, path: Path, artifact_path: str | None = None) -> None:
+        with self._redacted(Path(path)) as clean:
+            self.inner.log_artifact_to(run_id, clean, artifact_path)
+
+    def delete_children(self, parent_id: str, tag: str, above: int) -> list[str]:
+        return self.inner.delete_children(parent_id, tag, above)
 
     # -------------------------------------------------------------- files
     def _needs_redaction(self, path: Path) -> bool:

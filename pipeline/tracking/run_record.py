@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any
 
 import pydantic
 from memtrace_loop.pipeline.core.command_line import command_line
@@ -143,10 +143,6 @@ def log_record(
     tracker.set_tags({LOGGED_TAG: LOGGED_COMPLETE})
 
 
-class SearchableTracker(Tracker, Protocol):
-    def search_run_ids(self, experiment: str, filter_string: str = "") -> list[str]: ...
-
-
 @dataclass(frozen=True)
 class Upload:
     """What `upload_saved_run` did: the run holding the saved run, and whether it was `created`,
@@ -162,7 +158,7 @@ class Upload:
         return self.created or self.continued
 
 
-def upload_saved_run(tracker: SearchableTracker, directory: str | Path, experiment: str | None = None) -> Upload:
+def upload_saved_run(tracker: Tracker, directory: str | Path, experiment: str | None = None) -> Upload:
     """Log the run saved in `directory` (its record and `artifacts/`) into `experiment` (default: the
     one it was made for), unless the store already holds it complete."""
     out_dir = record_dir(directory).resolve()

@@ -4,8 +4,12 @@ Writing: open an experiment, start a run (a new one, a nested one under the acti
 one to continue it) as a context manager that ends it, set tags, log params, metrics (with a step),
 texts, files, folders and tables, record the data a run used (`DatasetInput`), and register a prompt set
 in the tracker's prompt registry (`CHAMPION`: the alias of the accepted set).
-Reading (the export command): a finished run's tags, metrics and top-level artifact names, and one
-of its artifacts downloaded. `MlflowTracker` (`pipeline.tracking.mlflow_tracker`) is the implementation; it
+Into an existing run without reopening it (its status stays): a file (`log_artifact_to`, the report
+command) and the soft-deletion of the children a resume redoes (`delete_children`). Reading: a
+finished run's tags, metrics, status, a metric's history and top-level artifact names, one of its
+artifacts downloaded, and the ids of an experiment's runs matching a filter (`search_run_ids`).
+Every call the apps make on a tracker is a method here, typed: no wrapper forwards unknown names.
+`MlflowTracker` (`pipeline.tracking.mlflow_tracker`) is the implementation; it
 is the only module besides `prompt_registry` that imports MLflow. Scrubbing secrets is the caller's
 job (`pipeline.tracking.run_logging.scrub`): a tracker stores what it is given.
 """
@@ -95,6 +99,28 @@ class Tracker(Protocol):
 
     def get_run(self, run_id: str) -> TrackedRun:
         """Raises `RunNotFoundError` for an unknown id."""
+        ...
+
+    def run_status(self, run_id: str) -> str:
+        """FINISHED, FAILED, KILLED, RUNNING or SCHEDULED (`RunNotFoundError` for an unknown id)."""
+        ...
+
+    def metric_history(self, run_id: str, key: str) -> list[tuple[int, float]]:
+        """Every logged (step, value) of a metric, in (step, time) order; empty when never logged."""
+        ...
+
+    def search_run_ids(self, experiment: str, filter_string: str = "") -> list[str]:
+        """Ids of the runs of an experiment (by name) matching a filter, oldest first; [] when the
+        experiment does not exist."""
+        ...
+
+    def log_artifact_to(self, run_id: str, path: Path, artifact_path: str | None = None) -> None:
+        """Log one file into an existing run without reopening it (its status stays as it was)."""
+        ...
+
+    def delete_children(self, parent_id: str, tag: str, above: int) -> list[str]:
+        """Soft-delete the nested runs of `parent_id` whose integer tag `tag` is greater than `above`;
+        returns their ids."""
         ...
 
     def download_artifact(self, run_id: str, path: str, directory: Path) -> Path:
