@@ -2,14 +2,13 @@
 
 Units are added, updated (a new version with new text) and deleted (a tombstone version); search is
 cosine similarity over the current, non-deleted units with a deterministic tie-break (older unit
-first). The store embeds with whatever `Embedder` it is given. `MemoryStore` is the small interface a
-real vector database would implement. This module knows nothing about graphs or LLMs.
+first). The store embeds with whatever `Embedder` it is given. This module knows nothing about graphs
+or LLMs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 from memtrace_loop.pipeline.backends.embeddings import Embedder
@@ -32,24 +31,8 @@ class Hit:
     score: float
 
 
-class MemoryStore(Protocol):
-    def add(self, text: str, time: str, vector: np.ndarray | None = None) -> MemoryUnit: ...
-
-    def update(self, unit_id: str, text: str, time: str, vector: np.ndarray | None = None) -> MemoryUnit: ...
-
-    def delete(self, unit_id: str, time: str) -> MemoryUnit: ...
-
-    def get(self, unit_id: str) -> MemoryUnit | None: ...
-
-    def search(self, query: str, k: int, vector: np.ndarray | None = None) -> list[Hit]: ...
-
-    def current(self) -> list[MemoryUnit]: ...
-
-    def history(self, unit_id: str) -> tuple[MemoryUnit, ...]: ...
-
-
 class InMemoryVectorStore:
-    """numpy-backed `MemoryStore`. Writes are single-threaded; concurrent searches are safe."""
+    """A numpy-backed store of memory units. Writes are single-threaded; concurrent searches are safe."""
 
     def __init__(self, embedder: Embedder, id_prefix: str = "m") -> None:
         self._embedder = embedder

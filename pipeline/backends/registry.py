@@ -163,12 +163,6 @@ def build_lm_set(
     })
 
 
-def guarded_engine(lm: dspy.BaseLM) -> GuardedEngine | None:
-    """The guarded engine an LM built here runs on (also through counting copies), else None."""
-    engine = getattr(lm, "engine", None)
-    return engine if isinstance(engine, GuardedEngine) else None
-
-
 def sim_rule_instruction(instruction: str, output_fields: Iterable[str]) -> str:
     """`instruction` with the sentence of every simulated-world rule of the stand-in stage that a
     signature with `output_fields` is dispatched to appended: the prompt under which that stage of the

@@ -1,9 +1,9 @@
 """Logging runs through a `Tracker`: params, metrics, the results table, graphs, prompts — with
 secrets scrubbed.
 
-`log_params` logs flattened config params, `log_run_result` one evaluated run, both into the
-tracker's active run; `save_run` writes a run's artifacts (with `cases.json`, so it can be attributed
-later) into a directory. Every text that leaves through here passes `scrub`
+`log_params` logs flattened config params into the tracker's active run, `result_columns` is a
+run's per-question table for a tracker's `log_table`; `save_run` writes a run's artifacts (with
+`cases.json`, so it can be attributed later) into a directory. Every text that leaves through here passes `scrub`
 (`pipeline.core.redaction.redact`: the configured secret values masked, every URL scrubbed of its
 credentials). This module does not run anything, does not decide what a run is and does not know
 which tracker it talks to (`pipeline.tracking.mlflow_tracker`).
@@ -18,7 +18,6 @@ import math
 import os
 import socket
 import subprocess
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict
 from pathlib import Path
@@ -296,24 +295,6 @@ def save_run(
     for conversation_id, graph in result.graph_by_conversation.items():
         _write(directory, f"{GRAPHS_DIR}/{conversation_id}.json", graph_to_json(graph), secrets)
     return directory
-
-
-def log_run_result(
-    tracker: Tracker, result: RunResult, prompts: PromptSet, secrets: Iterable[str],
-    config: Mapping[str, Any] | None = None, saved: Path | None = None,
-) -> None:
-    """Log metrics, the per-question table, cases, graphs, prompt set, report (and config) into the
-    active run; `saved` is a directory `save_run` already wrote them to (else a temporary one is used)."""
-    secrets = tuple(secrets)
-    tracker.log_metrics(run_metrics(result))
-    if saved is not None:
-        tracker.log_artifacts(saved)
-    else:
-        with tempfile.TemporaryDirectory(prefix="memtrace-artifacts-") as tmp:
-            tracker.log_artifacts(save_run(Path(tmp), result, prompts, secrets, config))
-    columns = result_columns(result, secrets)
-    if columns:
-        tracker.log_table(columns, RESULTS_TABLE)
 
 
 RESULTS_TABLE = "results_table.json"

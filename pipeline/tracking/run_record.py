@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -65,10 +65,6 @@ class RunRecord:
     def __post_init__(self) -> None:
         for name in ("tags", "params", "metrics", "tables"):
             object.__setattr__(self, name, _frozen(getattr(self, name)))
-
-    def with_metrics(self, metrics: Mapping[str, float]) -> RunRecord:
-        """This record with `metrics` added (a key given again takes the new value)."""
-        return replace(self, metrics={**self.metrics, **metrics})
 
     def to_json(self) -> str:
         return json.dumps(
