@@ -14,7 +14,7 @@ from setuptools import find_packages, setup
 PREFIX = "memtrace_loop"
 TOP_LEVEL = ("pipeline", "memory_systems", "optimizers", "experiments", "conf")
 
-packages = find_packages(include=[f"{top}*" for top in TOP_LEVEL])
+packages = find_packages(include=[f"{top}*" for top in TOP_LEVEL], exclude=[f"{PREFIX}*"])  # not the mapping folder
 setup(
     packages=[f"{PREFIX}.{package}" for package in packages],
     package_dir={f"{PREFIX}.{top}": top for top in TOP_LEVEL},

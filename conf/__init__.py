@@ -48,12 +48,12 @@ def store_schemas() -> None:
     cs.store(group="schema/embedder", name="openai", node=defaults_of(EmbedderConfig))
     for name in ENTRY_BY_SYSTEM:
         cs.store(group="schema/memory_system", name=name, node=defaults_of(knobs_schema(name)))
-    for kind, entry in ENTRY_BY_KIND.items():
-        cs.store(group="schema/dataset", name=kind, node=defaults_of(entry.schema))
-    for name, entry in ENTRY_BY_OPTIMIZER.items():
-        cs.store(group="schema/optimizer", name=name, node=defaults_of(entry.schema))
-    for name, entry in ENTRY_BY_ATTRIBUTOR.items():
-        cs.store(group="schema/attributor", name=name, node=defaults_of(entry.schema))
+    for kind, dataset in ENTRY_BY_KIND.items():
+        cs.store(group="schema/dataset", name=kind, node=defaults_of(dataset.schema))
+    for name, optimizer in ENTRY_BY_OPTIMIZER.items():
+        cs.store(group="schema/optimizer", name=name, node=defaults_of(optimizer.schema))
+    for name, attributor in ENTRY_BY_ATTRIBUTOR.items():
+        cs.store(group="schema/attributor", name=name, node=defaults_of(attributor.schema))
     cs.store(group="schema/tracking", name="base", node=defaults_of(TrackingConfig))
     for app, schema in (("run", RunConfig), ("optimize", OptimizeConfig), ("stages", StagesConfig),
                         ("export", ExportConfig), ("attribute", AttributeConfig), ("compare", CompareConfig),

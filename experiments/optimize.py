@@ -299,8 +299,8 @@ def _optimize(  # noqa: C901 - made thin by the app-session change (issue 21 ite
             error.add_note(f"the last checkpoint is kept; resume with: {resume_command(run_dir)}")
         raise
 
-    for table in loop_tables(result, system.name):
-        console.print(table)
+    for shown in loop_tables(result, system.name):
+        console.print(shown)
     console.print(diagnosis_panel(diagnosis, f"diagnosis: train failures of iteration {diagnosed}"))
     uri = scrub(plain["tracking"]["uri"], secrets)
     console.print(calls_table(result.calls, result.lm_calls_saved))

@@ -204,6 +204,7 @@ def _run(
         except Exception as exc:  # the results are on disk: say how to log them later
             raise NotLoggedError(scrub(unreachable_message(out_dir, exc), secrets)) from exc
         if config.tracking.traces and config.tracking.max_traces:  # never raises: a failure only warns
+            assert run_id is not None  # the tracker is up (refused above when it is not): its run is open
             traced = log_question_traces(result, failures.attributions, run_id=run_id,
                                          cap=config.tracking.max_traces, secrets=secrets, stop=stop)
             logger.info("logged %d question traces (with their blame) to MLflow run %s", traced, run_id)

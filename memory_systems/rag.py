@@ -17,7 +17,7 @@ into different pieces. This module does not rerank, deduplicate overlapping chun
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
@@ -247,7 +247,7 @@ class RagMemory(MemorySystem):
         chunks = make_chunks(conversation.turns, self.knobs.max_chunk_tokens, self.knobs.overlap_tokens, self.counter)
         time_by_turn = {t.id: t.time for t in conversation.turns}
         store = InMemoryVectorStore(self.embedder, id_prefix="c")
-        vectors = self.embedder.embed([c.text for c in chunks]) if chunks else []
+        vectors: Iterable[Any] = self.embedder.embed([c.text for c in chunks]) if chunks else []
         chunk_by_unit: dict[str, int] = {}
         for chunk, vector in zip(chunks, vectors, strict=True):
             time = time_by_turn[chunk.pieces[-1].turn_id]

@@ -48,8 +48,9 @@ def _entry(name: object) -> SystemEntry:
     return ENTRY_BY_SYSTEM[str(name)]
 
 
-def knobs_schema(name: str) -> type:
-    """The knobs record of the system called `name` (its config schema)."""
+def knobs_schema(name: object) -> type:
+    """The knobs record of the system called `name` (its config schema); `UnknownSystemError` for
+    anything that names no system (a config node's value, not yet known to be a string)."""
     entry = _entry(name)
     return getattr(importlib.import_module(entry.module), entry.knobs)
 

@@ -61,7 +61,7 @@ def optimizer_entry(name: object) -> OptimizerEntry:
     return ENTRY_BY_OPTIMIZER[str(name)]
 
 
-def optimizer_settings(name: str, settings: Mapping[str, Any] | None) -> Any:
+def optimizer_settings(name: object, settings: Mapping[str, Any] | None) -> Any:
     """The validated settings record of optimizer `name` from its config node (`name` key ignored)."""
     given = {k: v for k, v in (settings or {}).items() if k != "name"}
     return parse_config(optimizer_entry(name).schema, given, "optimizer")

@@ -20,6 +20,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -47,7 +48,7 @@ from memtrace_loop.pipeline.interop.exec_network.labels import BenchAnnotation, 
 from memtrace_loop.pipeline.loop.runner import make_judge
 from memtrace_loop.pipeline.tracking.tracker import Tracker
 from rich.console import Console
-from rich.progress import Progress
+from rich.progress import Progress, TaskID
 from rich.table import Table
 
 logger = logging.getLogger(__name__)
@@ -262,6 +263,12 @@ def bench_paths(path: Path) -> list[Path]:
 # --------------------------------------------------------------------------- entry point
 
 
+
+def _advance(progress: Progress, task: TaskID, _kind: str) -> None:
+    """`on_case`: one more case of this system injected."""
+    progress.advance(task)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--systems", default=",".join(ENTRY_BY_SYSTEM), help="comma-separated memory systems")
@@ -307,7 +314,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             cases, report = build_system_cases(
                 name, lm, dataset, lambda cfg: build_memory_system(cfg, HashingEmbedder()), sim_rule_instruction,
                 limit_per_kind=args.limit_per_kind, workers=args.workers,
-                on_case=lambda _kind, task=task: progress.advance(task),
+                on_case=partial(_advance, progress, task),
             )
             progress.remove_task(task)
             reports.append(report)

@@ -83,11 +83,11 @@ def evermemos_workload(dataset: Dataset) -> tuple[Workload, dict[str, ExecutionG
     system = build_memory_system({"name": "evermemos"}, HashingEmbedder())
     system.set_lm(lm)
     original = evermemos_system.BM25Index
-    evermemos_system.BM25Index = Recording  # the benchmark's own probe; restored below
+    evermemos_system.BM25Index = Recording  # type: ignore[misc]  # the benchmark's own probe; restored below
     try:
         result = run_dataset(system, make_judge(lm), dataset, workers=1)
     finally:
-        evermemos_system.BM25Index = original
+        evermemos_system.BM25Index = original  # type: ignore[misc]  # the probe removed
     indexes = tuple((tuple(docs), tuple(queries)) for docs, queries in recorded)
     return Workload("evermemos episodes (sim)", indexes), dict(result.graph_by_conversation)
 

@@ -165,6 +165,7 @@ def bench_system(
     for graph in graphs:
         for name in graph.names(prefix(Namespace.ANSWER)):
             answer = graph.latest(name)
+            assert answer is not None  # the name is one of the graph's own
             t0 = time.perf_counter()
             up = graph.ancestors(answer.id)
             timings.append(1e3 * (time.perf_counter() - t0))

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -300,7 +300,7 @@ class EverMemOSMemory(MemorySystem):
     def _index(self, conversation_id: str, episodes: list[StoredEpisode]) -> EverMemOSState:
         documents = [e.document() for e in episodes]
         dense = InMemoryVectorStore(self.embedder, id_prefix=_DENSE_PREFIX)
-        vectors = self.embedder.embed(documents) if documents else []
+        vectors: Iterable[Any] = self.embedder.embed(documents) if documents else []
         for episode, document, vector in zip(episodes, documents, vectors, strict=True):
             dense.add(document, episode.date, vector)
         return EverMemOSState(

@@ -114,7 +114,7 @@ def score_case(question: Question, prediction: str, label: str | None, error: st
 
 
 def bootstrap_ci(
-    values: Sequence[float], n_resamples: int = 1000, confidence: float = 0.95, seed: int = 0
+    values: Sequence[float] | np.ndarray, n_resamples: int = 1000, confidence: float = 0.95, seed: int = 0
 ) -> tuple[float, float]:
     """Percentile bootstrap confidence interval of the mean of `values`.
 

@@ -41,6 +41,7 @@ from memtrace_loop.pipeline.backends.resilience import (
     RetryAfterTooLong,
     RetryLoop,
     RetryPolicy,
+    Transient,
     classify,
 )
 from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
@@ -137,7 +138,7 @@ class _Guarded:
             return self._unusable(self.scrub(exc.message))
         verdict = classify(exc)
         attempts = self.settings.policy.attempts
-        if verdict is not None:  # transient, retries exhausted
+        if isinstance(verdict, Transient):  # retries exhausted
             return self._unusable(
                 f"unreachable after {attempts} attempt(s) ({verdict.cause}: {self.scrub(verdict.detail)})"
             )

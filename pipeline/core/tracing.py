@@ -156,7 +156,7 @@ class Tracer:
         meta: Mapping[str, Any] | None = None,
     ) -> None:
         """Record one operation (a non-LLM stage's declared data flow, or a finished LLM stage)."""
-        kwargs = dict(
+        kwargs: dict[str, Any] = dict(
             name=name, stage=stage, kind=kind, inputs=tuple(inputs), outputs=tuple(outputs), prompt=prompt,
             status=status, error=error, usage=usage, meta=meta,
         )
@@ -280,7 +280,9 @@ class StageCall:
         return self.result.ok
 
     @property
-    def prediction(self) -> dspy.Prediction | None:
+    def prediction(self) -> Any:
+        """The DSPy prediction (untyped: dspy ships no types), None when the call failed: read it
+        under `ok`, as `call.prediction.answer if call.ok else ""`."""
         return self.result.prediction
 
     @property

@@ -402,7 +402,7 @@ def _split_sizes(n: int, fractions: tuple[float, float, float]) -> tuple[int, in
 
 
 def split_by_conversation(
-    dataset: Dataset, fractions: tuple[float, float, float] = (0.5, 0.25, 0.25), seed: int = 0
+    dataset: Dataset, fractions: tuple[float, ...] = (0.5, 0.25, 0.25), seed: int = 0
 ) -> Split:
     """Shuffle the conversations with `seed` and cut them into train / dev / test.
 

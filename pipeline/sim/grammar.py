@@ -166,7 +166,7 @@ def _fact_from_match(form: str, g: dict[str, str | None]) -> Fact:
     subject, owner, rel = g["subject"] or "", g.get("owner"), g.get("orel")
     if family == "event":
         activity = ACTIVITY_BY_PAST[g["past"] or ""]
-        when = parse_date(g["date"]) if g.get("date") else None
+        when = parse_date(day) if (day := g.get("date")) else None
         return Fact(subject, "event", g["place"] or "", key=activity.base, date=when, owner=owner, rel=rel)
     if family == "relation":
         return Fact(subject, "relation", g["name"] or "", key=g["rel"] or "", owner=owner, rel=rel)

@@ -358,6 +358,8 @@ class ConversationLineage:
         if answer_var is None:
             return None
         answer_op = graph.producer(answer_var.id)
+        if answer_op is None:  # an answer no operation produced: not a case this graph recorded
+            return None
         context_vars = [graph.variable(v) for v in answer_op.inputs if graph.variable(v).kind == VarKind.CONTEXT]
         retrieval_op = next((graph.producer(v.id) for v in context_vars if graph.producer(v.id)), None)
         evidence, pseudo = self._evidence(case)

@@ -346,7 +346,7 @@ class LLMAttributor:
         started = time.perf_counter()
         answer_var = graph.latest(answer_name(case.question.id))
         answer_op = graph.producer(answer_var.id) if answer_var is not None else None
-        if answer_op is None:
+        if answer_var is None or answer_op is None:
             return None
         prior = PRIOR_BY_SYSTEM.get(str(graph.meta.get("system", "")), NO_PRIOR)
         upstream = graph.ancestors(answer_var.id)
