@@ -5,8 +5,9 @@ The repository keeps the design's top level (`pipeline/`, `memory_systems/`, `op
 `pipeline` or `conf` would overwrite ours in site-packages, or ours theirs. So the wheel (and the
 editable install) maps each folder under `memtrace_loop.` — `pipeline/core/graph.py` is imported as
 `memtrace_loop.pipeline.core.graph` — and no module of ours owns a bare top-level name.
-Everything else lives in pyproject.toml; this file only computes the package list, so a new
-sub-package needs no packaging edit.
+The `memtrace_loop/` folder at the root (one symlink per top-level folder) is the same mapping for
+static tools (mypy, editors); it is not packaged. Everything else lives in pyproject.toml; this file
+only computes the package list, so a new sub-package needs no packaging edit.
 """
 
 from setuptools import find_packages, setup

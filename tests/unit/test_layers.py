@@ -364,3 +364,16 @@ def test_the_checker_catches_a_cycle_through_a_function_level_import(tmp_path, m
         "pipeline.loop.b": "def g():\n    from memtrace_loop.pipeline.loop import a\n",
     })
     assert cycles() == ["pipeline.loop.a -> pipeline.loop.b -> pipeline.loop.a"]
+
+
+def test_the_mapping_folder_maps_each_top_level_folder() -> None:
+    """`memtrace_loop/` (what static tools follow for the prefix): one symlink per top-level folder,
+    pointing at it, and no code of its own."""
+    mapping = REPO / "memtrace_loop"
+    entries = {p.name for p in mapping.iterdir() if p.name != "__pycache__"}
+    assert entries == {*TOP_LEVEL, "__init__.py"}
+    for top in TOP_LEVEL:
+        link = mapping / top
+        assert link.is_symlink() and link.resolve() == (REPO / top).resolve(), top
+    init = tree_of(mapping / "__init__.py")
+    assert all(isinstance(node, ast.Expr) for node in init.body), "the mapping's __init__ holds only its docstring"
