@@ -56,7 +56,8 @@ MARKER = re.compile(r"<!-- figure (?P<id>\w+) measured_at=(?P<commit>\w+) stampe
 
 def sources(figure: str) -> list[Path]:
     """The files a figure depends on, sorted (caches left out)."""
-    found = {p for pattern in FIGURES[figure] for p in REPO.glob(pattern) if p.is_file() and "__pycache__" not in p.parts}
+    found = {p for pattern in FIGURES[figure] for p in REPO.glob(pattern)
+             if p.is_file() and "__pycache__" not in p.parts}
     return sorted(found)
 
 

@@ -286,6 +286,15 @@ def test_a_changed_source_makes_its_figure_stale(monkeypatch):
     assert "workers_bench" in docs_results.stale()
 
 
+def test_the_readme_states_no_figure_outside_its_generated_block():
+    """The README's only measured numbers are the demo sentence `docs_results` writes (and a test checks)."""
+    readme = README.read_text(encoding="utf-8")
+    start, end = docs_results.between(readme, "demo")
+    prose = FENCE.sub("", readme[:start] + readme[end:])
+    assert re.findall(r"\b\d+(?:\.\d+)?%", prose) == ["95%"]  # the confidence level, not a measurement
+    assert not re.findall(r"\b\d{1,3}(?:,\d{3})+\b", prose)
+
+
 def normalized(text: str) -> str:
     return " ".join(text.split())
 
