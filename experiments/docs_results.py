@@ -20,6 +20,7 @@ Two kinds of figure:
 from __future__ import annotations
 
 import argparse
+import ast
 import datetime as dt
 import hashlib
 import json
@@ -61,11 +62,26 @@ def sources(figure: str) -> list[Path]:
     return sorted(found)
 
 
+def code_of(path: Path) -> bytes:
+    """What of a file can change a figure: a Python module's syntax tree without docstrings (comments,
+    docstrings and layout do not count), any other file's bytes."""
+    if path.suffix != ".py":
+        return path.read_bytes()
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree).encode()
+
+
 def digest(figure: str) -> str:
-    """sha256 over the relative path and content of every source file of the figure (first 16 hex digits)."""
+    """sha256 over the relative path and code of every source file of the figure (first 16 hex digits)."""
     h = hashlib.sha256()
     for path in sources(figure):
-        h.update(path.relative_to(REPO).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+        h.update(path.relative_to(REPO).as_posix().encode() + b"\0" + code_of(path) + b"\0")
     return h.hexdigest()[:16]
 
 
