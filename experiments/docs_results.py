@@ -1,6 +1,7 @@
 """The measured figures of the docs, each backed by the command that makes it (writes docs/results.md).
 
     python -m memtrace_loop.experiments.docs_results demo          # re-run the demo, rewrite its figures
+    python -m memtrace_loop.experiments.docs_results optimizer-table   # re-run the one-seed table (16 runs)
     python -m memtrace_loop.experiments.docs_results check         # which recorded figures are stale
     python -m memtrace_loop.experiments.docs_results stamp <id>    # after re-running <id>'s command
 
@@ -141,25 +142,40 @@ class DemoFigures:
     stop_reason: str
 
 
-def run_demo(workdir: Path) -> DemoFigures:
-    """`memtrace optimize` as `make demo` runs it, in `workdir` with a fresh cache and MLflow store."""
+@dataclass(frozen=True)
+class OptimizeRun:
+    stdout: str
+    run_dir: Path
+    metrics: dict[str, float]
+    tags: dict[str, str]
+
+
+def run_optimize(workdir: Path, *overrides: str) -> OptimizeRun:
+    """`memtrace optimize <overrides>` in `workdir` with a fresh cache and MLflow store; its parent run read back."""
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     env |= {"MLFLOW_TRACKING_URI": f"sqlite:///{workdir}/mlflow.db", "MEMTRACE_CACHE_DIR": str(workdir / "cache"),
             "DSPY_CACHEDIR": str(workdir / "dspy"), "LITELLM_LOCAL_MODEL_COST_MAP": "True",
             "MLFLOW_DISABLE_TELEMETRY": "true", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     memtrace = Path(sys.executable).parent / "memtrace"
-    done = subprocess.run([str(memtrace), "optimize"], cwd=workdir, env=env, capture_output=True, text=True,
-                          timeout=1200, check=False)
+    done = subprocess.run([str(memtrace), "optimize", *overrides], cwd=workdir, env=env, capture_output=True,
+                          text=True, timeout=3600, check=False)
     if done.returncode != 0:
-        raise RuntimeError(f"memtrace optimize failed ({done.returncode}): {done.stderr[-3000:]}")
+        raise RuntimeError(f"memtrace optimize {' '.join(overrides)} failed ({done.returncode}): {done.stderr[-3000:]}")
     (run_dir,) = (workdir / "outputs" / "optimize").iterdir()
-    checkpoint = json.loads((run_dir / "checkpoint.json").read_text())
     exported = json.loads((run_dir / "best_prompts.json").read_text())
     with sqlite3.connect(workdir / "mlflow.db") as db:
         metrics = dict(db.execute("select key, value from latest_metrics where run_uuid = ?",
                                   (exported["source_run"],)).fetchall())
         tags = dict(db.execute("select key, value from tags where run_uuid = ?", (exported["source_run"],)).fetchall())
-    changes = re.search(r"Knobs changed by accepted candidates: (.+)", done.stdout)
+    return OptimizeRun(done.stdout, run_dir, metrics, tags)
+
+
+def run_demo(workdir: Path) -> DemoFigures:
+    """`memtrace optimize` as `make demo` runs it, in `workdir` with a fresh cache and MLflow store."""
+    run = run_optimize(workdir)
+    metrics, tags = run.metrics, run.tags
+    checkpoint = json.loads((run.run_dir / "checkpoint.json").read_text())
+    changes = re.search(r"Knobs changed by accepted candidates: (.+)", run.stdout)
     knob_text = {c.split()[0]: c.strip().replace("->", "→")
                  for c in (changes.group(1).split(",") if changes else []) if c.strip()}
     accepted: list[str] = []
@@ -235,11 +251,34 @@ def write_demo(f: DemoFigures) -> None:
     README.write_text(replaced(README.read_text(encoding="utf-8"), "demo", demo_sentence(f)), encoding="utf-8")
 
 
+# --------------------------------------------------------------------------- the one-seed optimizer table
+
+TABLE_SYSTEMS = ("mem0", "long_context", "rag", "evermemos")
+TABLE_OPTIMIZERS = ("attribution", "uniform", "uniform_reasons", "none")
+
+
+def optimizer_table() -> str:
+    """Test judge accuracy start → final of every (system, optimizer) on the demo's settings: 16 runs."""
+    rows = ["| system | " + " | ".join(TABLE_OPTIMIZERS) + " |", "|---|" + "---|" * len(TABLE_OPTIMIZERS)]
+    for system in TABLE_SYSTEMS:
+        cells = []
+        for optimizer in TABLE_OPTIMIZERS:
+            with tempfile.TemporaryDirectory() as tmp:
+                m = run_optimize(Path(tmp), f"memory_system={system}", f"optimizer={optimizer}").metrics
+            start, final = 100 * m["test/start/judge_accuracy"], 100 * m["test/final/judge_accuracy"]
+            gain = f"{final - start:+.1f}" if round(final - start, 1) else "0"
+            cells.append(f"{start:.1f} → {final:.1f} ({'**' + gain + '**' if optimizer == 'attribution' else gain})")
+        name = f"{system} (the demo)" if system == "mem0" else system
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m memtrace_loop.experiments.docs_results", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="what", required=True)
     sub.add_parser("demo", help="re-run the demo with fresh stores; rewrite its figures in results.md and README.md")
+    sub.add_parser("optimizer-table", help="re-run the one-seed optimizer table (16 optimize runs) and stamp it")
     sub.add_parser("check", help="list the recorded figures whose sources changed since they were stamped")
     stamp_parser = sub.add_parser("stamp", help="record a figure's source digest now (after re-running it)")
     stamp_parser.add_argument("figure", choices=sorted(FIGURES))
@@ -250,6 +289,12 @@ def main(argv: list[str] | None = None) -> int:
             figures = run_demo(Path(tmp))
         write_demo(figures)
         print(demo_block(figures))
+        return 0
+    if args.what == "optimizer-table":
+        table = optimizer_table()
+        RESULTS.write_text(replaced(RESULTS.read_text(encoding="utf-8"), "optimizer_table", table), encoding="utf-8")
+        stamp("optimizer_table")
+        print(table)
         return 0
     if args.what == "stamp":
         stamp(args.figure, args.measured_at)

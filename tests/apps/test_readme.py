@@ -295,6 +295,27 @@ def test_the_readme_states_no_figure_outside_its_generated_block():
     assert not re.findall(r"\b\d{1,3}(?:,\d{3})+\b", prose)
 
 
+def test_the_optimizer_table_is_what_its_generator_writes(monkeypatch):
+    """`docs_results optimizer-table` (16 optimize runs, too slow here) writes exactly the committed table's
+    shape: fed the committed start/final numbers, it gives the committed table back."""
+    committed = docs_results.generated(docs_results.RESULTS.read_text(encoding="utf-8"), "optimizer_table").strip()
+    numbers = {}
+    for line in committed.splitlines()[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        system = cells[0].split()[0]
+        for optimizer, cell in zip(docs_results.TABLE_OPTIMIZERS, cells[1:], strict=True):
+            start, final = re.findall(r"\d+\.\d", cell)[:2]
+            numbers[(system, optimizer)] = (float(start) / 100, float(final) / 100)
+
+    def fake_run(_workdir, system_override, optimizer_override):
+        start, final = numbers[(system_override.split("=")[1], optimizer_override.split("=")[1])]
+        metrics = {"test/start/judge_accuracy": start, "test/final/judge_accuracy": final}
+        return docs_results.OptimizeRun("", Path(), metrics, {})
+
+    monkeypatch.setattr(docs_results, "run_optimize", fake_run)
+    assert docs_results.optimizer_table() == committed
+
+
 def normalized(text: str) -> str:
     return " ".join(text.split())
 
