@@ -293,6 +293,7 @@ def test_the_readme_states_no_figure_outside_its_generated_block():
     prose = FENCE.sub("", readme[:start] + readme[end:])
     assert re.findall(r"\b\d+(?:\.\d+)?%", prose) == ["95%"]  # the confidence level, not a measurement
     assert not re.findall(r"\b\d{1,3}(?:,\d{3})+\b", prose)
+    assert re.findall(r"\b\d+\.\d+\b", re.sub(r"`[^`\n]*`", "", prose)) == ["3.11"]  # Python 3.11, no accuracy
 
 
 def test_the_optimizer_table_is_what_its_generator_writes(monkeypatch):
