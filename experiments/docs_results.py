@@ -288,20 +288,20 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             figures = run_demo(Path(tmp))
         write_demo(figures)
-        print(demo_block(figures))
+        sys.stdout.write(demo_block(figures) + "\n")
         return 0
     if args.what == "optimizer-table":
         table = optimizer_table()
         RESULTS.write_text(replaced(RESULTS.read_text(encoding="utf-8"), "optimizer_table", table), encoding="utf-8")
         stamp("optimizer_table")
-        print(table)
+        sys.stdout.write(table + "\n")
         return 0
     if args.what == "stamp":
         stamp(args.figure, args.measured_at)
         return 0
     why = stale()
     for figure, reason in why.items():
-        print(f"{figure}: {reason}")
+        sys.stdout.write(f"{figure}: {reason}\n")
     return 1 if why else 0
 
 
