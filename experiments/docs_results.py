@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import ast
 import datetime as dt
+import functools
 import hashlib
 import json
 import os
@@ -68,7 +69,12 @@ def code_of(path: Path) -> bytes:
     docstrings and layout do not count), any other file's bytes."""
     if path.suffix != ".py":
         return path.read_bytes()
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return _tree_of(path.read_text(encoding="utf-8"))
+
+
+@functools.lru_cache(maxsize=1024)
+def _tree_of(source: str) -> bytes:
+    tree = ast.parse(source)
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
