@@ -63,6 +63,10 @@ bench: install  ## benchmarks, each printing a table: graph at LoCoMo scale, spe
 bench-local: install  ## parse failures of the real local model (lm=local) with and without JSON-schema output
 	$(BIN)/python -m memtrace_loop.experiments.bench.local_model_bench
 
+docs-results: install  ## re-run the demo and rewrite its figures in README.md and docs/results.md; list stale recorded figures
+	$(BIN)/python -m memtrace_loop.experiments.docs_results demo
+	$(BIN)/python -m memtrace_loop.experiments.docs_results check
+
 ui: install  ## open the local MLflow store
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db
 
