@@ -15,17 +15,16 @@ dropped. It does not evaluate or accept candidates (the loop's gate does).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 
-import dspy
-from memtrace_loop.optimizers.base import Candidate, OptimizationContext
+from memtrace_loop.optimizers.base import Candidate, OptimizationContext, OptimizerSetup, OptimizerSpec
 from memtrace_loop.optimizers.feedback import feedback_for_attribution, fold_feedback
 from memtrace_loop.optimizers.knobs import knob_candidates
 from memtrace_loop.optimizers.rewrite import (
     RewriteSettings,
     RewritingOptimizer,
     length_change,
-    settings_rewriter,
     stage_candidate,
 )
 from memtrace_loop.pipeline.analysis.blame import StageBlame, Tunable
@@ -54,6 +53,8 @@ class AttributionGuidedOptimizer(RewritingOptimizer):
     """Rewrites the most-blamed prompt stages from the feedback of their own attributed failures."""
 
     name: str = "attribution"
+    # the system's non-LLM construction stages -> their knob fields (fixed at build; `optimizers.knobs`)
+    knob_fields_by_stage: Mapping[str, tuple[str, ...]] = MappingProxyType({})
 
     def target_stages(self, context: OptimizationContext) -> tuple[str, ...]:
         """The most-blamed stages that have a prompt in the current prompt set, at most `top_stages`."""
@@ -62,7 +63,7 @@ class AttributionGuidedOptimizer(RewritingOptimizer):
 
     def propose(self, context: OptimizationContext) -> Sequence[Candidate]:
         order = [row.stage for row in context.blame.rows]
-        candidates = [*self.prompt_candidates(context), *knob_candidates(context)]
+        candidates = [*self.prompt_candidates(context), *knob_candidates(context, self.knob_fields_by_stage)]
         return sorted(candidates, key=lambda c: order.index(c.changed_stages[0]) if c.changed_stages[0] in order
                       else len(order))  # stable: within a stage, prompt first
 
@@ -78,7 +79,7 @@ class AttributionGuidedOptimizer(RewritingOptimizer):
                 continue
             feedback = fold_feedback([feedback_for_attribution(a) for a in attributed], self.max_feedback_chars)
             current = context.prompts[stage]
-            outcome = self.rewriter.rewrite(stage, context.signature_by_stage.get(stage, ""), current, feedback)
+            outcome = self.rewriter.rewrite(stage, self.signature_by_stage.get(stage, ""), current, feedback)
             if not outcome.ok:
                 logger.info("no candidate for stage %s: %s", stage, outcome.error)
                 continue
@@ -96,10 +97,11 @@ class AttributionGuidedOptimizer(RewritingOptimizer):
         return candidates
 
 
-Settings = RewriteSettings  # the schema of this optimizer's `optimizer` config node (registry contract)
+def build(setup: OptimizerSetup) -> AttributionGuidedOptimizer:
+    """The optimizer from its validated settings, the rewriter LM and the system's stage signatures."""
+    optimizer = AttributionGuidedOptimizer.from_setup("attribution", setup)
+    optimizer.knob_fields_by_stage = setup.knob_fields_by_stage
+    return optimizer
 
 
-def build(lm: dspy.BaseLM | None, settings: RewriteSettings) -> AttributionGuidedOptimizer:
-    """The optimizer from its validated settings and the rewriter LM (registry contract)."""
-    rewriter = settings_rewriter("attribution", lm, settings)
-    return AttributionGuidedOptimizer(rewriter, settings.top_stages, settings.max_feedback_chars)
+SPEC = OptimizerSpec(RewriteSettings, build)

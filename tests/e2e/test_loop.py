@@ -46,6 +46,11 @@ def splits() -> Splits:
     return Splits(parts.train, parts.dev, parts.test)
 
 
+def attribution_optimizer(lm):
+    """`optimizer=attribution` built for the loop's system (make_loop's mem0)."""
+    return build_optimizer("attribution", lm, system=Mem0Memory(HashingEmbedder()))
+
+
 def make_loop(optimizer_name: str = "attribution", optimizer=None, counted: bool = False, **kwargs) -> OptimizationLoop:
     """The loop on the stand-in LM; with `counted`, every role's LM counts into `kwargs["calls"]`."""
     lms = LMSet(*(sim_lm(),) * 4)
@@ -53,7 +58,7 @@ def make_loop(optimizer_name: str = "attribution", optimizer=None, counted: bool
         lms = kwargs["calls"].counted(lms)
     system = Mem0Memory(HashingEmbedder())
     system.set_lm(lms.task)
-    optimizer = optimizer or build_optimizer(optimizer_name, lms.rewriter)
+    optimizer = optimizer or build_optimizer(optimizer_name, lms.rewriter, system=system)
     return OptimizationLoop(
         system, make_judge(lms.judge), optimizer, splits(), kwargs.pop("settings", SETTINGS), **kwargs
     )
@@ -140,7 +145,7 @@ class _UselessThenGood:
 
 def test_a_candidate_without_gain_is_rejected_and_the_next_one_tried():
     lm = sim_lm()
-    loop = make_loop(optimizer=_UselessThenGood(build_optimizer("attribution", lm)),
+    loop = make_loop(optimizer=_UselessThenGood(attribution_optimizer(lm)),
                      settings=replace(SETTINGS, max_iterations=1))
     result = loop.run()
     outcomes = result.iterations[1].outcomes
@@ -251,10 +256,11 @@ class _PicksByEvaluating:
 
 def test_an_optimizer_can_evaluate_its_own_candidates_and_those_calls_are_counted():
     settings = replace(SETTINGS, max_iterations=1)
-    picking = _PicksByEvaluating(build_optimizer("attribution", sim_lm()))
+    picking = _PicksByEvaluating(attribution_optimizer(sim_lm()))
     picked = make_loop(optimizer=picking, settings=settings).run()
     # the same accepted candidate, proposed without evaluating it first
-    direct = make_loop(optimizer=_PicksByEvaluating(build_optimizer("attribution", sim_lm()), evaluate=False),
+    direct = make_loop(optimizer=_PicksByEvaluating(
+        attribution_optimizer(sim_lm()), evaluate=False),
                        settings=settings).run()
 
     useless, good = picking.evaluations

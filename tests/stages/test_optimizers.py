@@ -62,6 +62,10 @@ def attribution(
     )
 
 
+def rewriter_of(lm: dspy.LM) -> InstructionRewriter:
+    return InstructionRewriter(lm, 2000)
+
+
 @pytest.fixture(scope="module")
 def sim_lm() -> dspy.LM:
     return stand_in_lm()
@@ -74,7 +78,6 @@ def context(attributions: list[Attribution], iteration: int = 0, prompts: Prompt
         blame=aggregate_blame(attributions),
         attributions=tuple(attributions),
         failures=tuple(a.case for a in attributions),
-        signature_by_stage=SIGNATURES,
     )
 
 
@@ -244,7 +247,7 @@ def blamed() -> list[Attribution]:
 
 
 def test_attribution_optimizer_rewrites_prompt_stages_in_blame_order(sim_lm: dspy.LM) -> None:
-    optimizer = AttributionGuidedOptimizer(InstructionRewriter(sim_lm, 2000), top_stages=2)
+    optimizer = AttributionGuidedOptimizer(rewriter_of(sim_lm), top_stages=2, signature_by_stage=SIGNATURES)
     ctx = context(blamed())
     assert optimizer.target_stages(ctx) == ("extract", "decide")
     candidates = optimizer.propose(ctx)
@@ -264,7 +267,7 @@ def test_attribution_optimizer_rewrites_prompt_stages_in_blame_order(sim_lm: dsp
 def test_attribution_optimizer_ignores_stages_without_a_prompt(sim_lm: dspy.LM) -> None:
     items = [attribution(f"s{i}", "summarize", ErrorType.EXTRACTION, "dropped the date", "summarize") for i in range(5)]
     items += blamed()
-    optimizer = AttributionGuidedOptimizer(InstructionRewriter(sim_lm, 2000), top_stages=1)
+    optimizer = AttributionGuidedOptimizer(rewriter_of(sim_lm), top_stages=1, signature_by_stage=SIGNATURES)
     ctx = context(items)
     assert ctx.blame.prompt_stages()[0] == "summarize"
     assert optimizer.target_stages(ctx) == ("extract",)
@@ -276,7 +279,7 @@ def test_attribution_optimizer_skips_unchanged_rewrites(sim_lm: dspy.LM) -> None
                              Scores(0.0, 0.5, 0.5))  # no symptom any rule explains
     items = [replace(attribution("a0", "respond", ErrorType.RESPONSE, "the answer was unrelated", "question_answering"),
                      case=unexplained)]
-    optimizer = AttributionGuidedOptimizer(InstructionRewriter(sim_lm, 2000), top_stages=3)
+    optimizer = AttributionGuidedOptimizer(rewriter_of(sim_lm), top_stages=3, signature_by_stage=SIGNATURES)
     assert optimizer.propose(context(items)) == []
 
 
@@ -294,7 +297,7 @@ class RecordingRewriter(InstructionRewriter):
 
 def test_uniform_rotates_through_stages_and_sends_the_same_feedback() -> None:
     rewriter = RecordingRewriter()
-    optimizer = UniformBlameOptimizer(rewriter, top_stages=2)
+    optimizer = UniformBlameOptimizer(rewriter, top_stages=2, signature_by_stage=SIGNATURES)
     seen = []
     for iteration in range(3):
         candidates = optimizer.propose(context(blamed(), iteration=iteration))
@@ -312,7 +315,7 @@ def test_uniform_on_the_sim_world_guesses_from_symptoms_misfire_included(sim_lm:
     """Every failure is a "when" question answered without a date: from the symptoms alone the rewriter
     adds the date rule of each stage that has one, and on the answer stage also the misfire
     `one_answer` (the answers were longer than the gold); the update stage has no date rule."""
-    optimizer = UniformBlameOptimizer(InstructionRewriter(sim_lm, 2000), top_stages=3)
+    optimizer = UniformBlameOptimizer(rewriter_of(sim_lm), top_stages=3, signature_by_stage=SIGNATURES)
     candidates = optimizer.propose(context(blamed()))
     added = {c.changed_stages[0]: rules_in(c.prompts[c.changed_stages[0]]) for c in candidates}
     assert added == {"extract": {"resolve_dates"}, "respond": {"use_dates", "one_answer"}}
@@ -320,8 +323,8 @@ def test_uniform_on_the_sim_world_guesses_from_symptoms_misfire_included(sim_lm:
 
 def test_uniform_reasons_rotates_like_uniform_with_the_attributed_feedback() -> None:
     uniform_rewriter, reasons_rewriter = RecordingRewriter(), RecordingRewriter()
-    uniform = UniformBlameOptimizer(uniform_rewriter, top_stages=2)
-    reasons = UniformReasonsOptimizer(reasons_rewriter, top_stages=2)
+    uniform = UniformBlameOptimizer(uniform_rewriter, top_stages=2, signature_by_stage=SIGNATURES)
+    reasons = UniformReasonsOptimizer(reasons_rewriter, top_stages=2, signature_by_stage=SIGNATURES)
     for iteration in range(3):
         ctx = context(blamed(), iteration=iteration)
         assert [c.changed_stages for c in reasons.propose(ctx)] == [c.changed_stages for c in uniform.propose(ctx)]
@@ -335,7 +338,7 @@ def test_uniform_reasons_rotates_like_uniform_with_the_attributed_feedback() -> 
 def test_uniform_reasons_on_the_sim_world_narrows_by_the_attribution(sim_lm: dspy.LM) -> None:
     """The same reasons as attribution, sent to every stage: each stage takes only the guesses its own
     error types support, so the update stage gets the newest-value rule and the answer stage no misfire."""
-    optimizer = UniformReasonsOptimizer(InstructionRewriter(sim_lm, 2000), top_stages=3)
+    optimizer = UniformReasonsOptimizer(rewriter_of(sim_lm), top_stages=3, signature_by_stage=SIGNATURES)
     candidates = optimizer.propose(context(blamed()))
     added = {c.changed_stages[0]: rules_in(c.prompts[c.changed_stages[0]]) for c in candidates}
     assert added == {"extract": {"resolve_dates"}, "decide": {"newest_wins"}, "respond": {"use_dates"}}
