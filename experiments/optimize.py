@@ -56,12 +56,12 @@ from memtrace_loop.pipeline.backends.local_server import LocalServers
 from memtrace_loop.pipeline.backends.preflight import check_endpoints
 from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
 from memtrace_loop.pipeline.core.command_line import command_line
+from memtrace_loop.pipeline.core.prompt_files import ExportedPrompts, write_prompts
 from memtrace_loop.pipeline.core.redaction import redact_tree, restore_tree
 from memtrace_loop.pipeline.core.stop import Interrupted, StopToken
 from memtrace_loop.pipeline.loop.checkpoint import CheckpointError, mark_checkpoint_finished, read_checkpoint
 from memtrace_loop.pipeline.loop.optimization import LoopResult, OptimizationLoop, Splits
 from memtrace_loop.pipeline.report.run_report import report_for_loop
-from memtrace_loop.pipeline.tracking.export import ExportedPrompts, write_prompts
 from memtrace_loop.pipeline.tracking.loop_observer import TrackingLoopObserver
 from memtrace_loop.pipeline.tracking.metric_names import ELAPSED_S
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker

@@ -17,10 +17,11 @@ from memtrace_loop.pipeline.analysis.evaluation import paired_difference
 from memtrace_loop.pipeline.backends.call_count import CallLedger
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMSet
+from memtrace_loop.pipeline.core.prompt_files import ExportedPrompts, read_prompts, write_prompts
 from memtrace_loop.pipeline.data.locomo import split_by_conversation
+from memtrace_loop.pipeline.loop.checkpoint import CheckpointError
 from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
 from memtrace_loop.pipeline.loop.optimization import (
-    CheckpointError,
     IterationRecord,
     LoopEvaluator,
     LoopSettings,
@@ -28,7 +29,7 @@ from memtrace_loop.pipeline.loop.optimization import (
     Splits,
 )
 from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
-from memtrace_loop.pipeline.tracking.export import ExportedPrompts, apply_prompts, read_prompts, write_prompts
+from memtrace_loop.pipeline.tracking.export import apply_prompts
 from memtrace_loop.pipeline.tracking.loop_observer import TrackingLoopObserver
 
 from tests.support.sim import sim_dataset, sim_lm
