@@ -3,15 +3,19 @@ uniform optimizers on the sim LM, the no-op baseline and the registry. Fixtures 
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import replace
+from pathlib import Path
 
 import dspy
 import pytest
 from dspy.utils import DummyLM
+from memtrace_loop.conf import compared
+from memtrace_loop.memory_systems.mem0.system import Mem0Memory
 from memtrace_loop.memory_systems.signatures import AnswerQuestion, DecideUpdates, ExtractFacts
 from memtrace_loop.optimizers.attribution_guided import AttributionGuidedOptimizer
-from memtrace_loop.optimizers.base import OptimizationContext
+from memtrace_loop.optimizers.base import OptimizationContext, OptimizerSpec, stage_signatures
 from memtrace_loop.optimizers.feedback import (
     NO_ATTRIBUTION_DIAGNOSIS,
     OTHER_STAGE_DIAGNOSIS,
@@ -20,12 +24,15 @@ from memtrace_loop.optimizers.feedback import (
     feedback_without_attribution,
     fold_feedback,
 )
+from memtrace_loop.optimizers.gepa_blame import GepaBlameOptimizer
 from memtrace_loop.optimizers.noop import NoOptimizer
-from memtrace_loop.optimizers.registry import build_optimizer
+from memtrace_loop.optimizers.registry import OPTIMIZERS, build_optimizer
 from memtrace_loop.optimizers.rewrite import InstructionRewriter, RewriteOutcome
 from memtrace_loop.optimizers.uniform import UniformBlameOptimizer, rotated
 from memtrace_loop.optimizers.uniform_reasons import UniformReasonsOptimizer
+from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
 from memtrace_loop.pipeline.analysis.blame import Attribution, ErrorType, Fault, Tunable, aggregate_blame
+from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.records import CaseResult, PromptSet, Question, Scores
 from memtrace_loop.pipeline.sim.rules import rules_in
 
@@ -384,3 +391,26 @@ def test_registry_errors(sim_lm: dspy.LM) -> None:
         build_optimizer("uniform", sim_lm, {"top_stages": 0})
     with pytest.raises(ValueError, match="needs a rewriter LM"):
         build_optimizer("attribution", None, {})
+
+
+def test_every_optimizer_module_exports_its_spec_and_the_sweep_is_generated_from_them() -> None:
+    for name, spec in OPTIMIZERS.items():
+        assert isinstance(spec, OptimizerSpec), name
+        assert dataclasses.is_dataclass(spec.schema), name
+    assert OPTIMIZERS.compared() == OPTIMIZERS.names  # every optimizer of today is compared
+    assert compared("optimizer") == ",".join(OPTIMIZERS.compared())  # ${memtrace.compared:optimizer}
+    with pytest.raises(ValueError, match="no registry for group"):
+        compared("nothing")
+
+
+def test_what_is_fixed_is_given_once_at_build(sim_lm: dspy.LM, tmp_path: Path) -> None:
+    system = Mem0Memory(HashingEmbedder())
+    optimizer = build_optimizer("attribution", sim_lm, {}, system=system)
+    assert isinstance(optimizer, AttributionGuidedOptimizer)
+    assert dict(optimizer.signature_by_stage) == dict(stage_signatures(system))
+    assert "extract" in optimizer.signature_by_stage and "->" in optimizer.signature_by_stage["extract"]
+    assert optimizer.knob_fields_by_stage == system.knob_fields_by_stage
+    attributor = LineageAttributor()
+    gepa = build_optimizer("gepa_blame", sim_lm, {}, attributor=attributor, work_dir=tmp_path)
+    assert isinstance(gepa, GepaBlameOptimizer) and gepa.attributor is attributor
+    assert gepa.log_dir() == tmp_path / "gepa_blame"
