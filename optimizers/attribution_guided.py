@@ -22,9 +22,11 @@ from memtrace_loop.optimizers.base import Candidate, OptimizationContext, Optimi
 from memtrace_loop.optimizers.feedback import feedback_for_attribution, fold_feedback
 from memtrace_loop.optimizers.knobs import knob_candidates
 from memtrace_loop.optimizers.rewrite import (
+    InstructionRewriter,
     RewriteSettings,
     RewritingOptimizer,
     length_change,
+    settings_rewriter,
     stage_candidate,
 )
 from memtrace_loop.pipeline.analysis.blame import StageBlame, Tunable
@@ -53,8 +55,15 @@ class AttributionGuidedOptimizer(RewritingOptimizer):
     """Rewrites the most-blamed prompt stages from the feedback of their own attributed failures."""
 
     name: str = "attribution"
-    # the system's non-LLM construction stages -> their knob fields (fixed at build; `optimizers.knobs`)
-    knob_fields_by_stage: Mapping[str, tuple[str, ...]] = MappingProxyType({})
+
+    def __init__(
+        self, rewriter: InstructionRewriter, top_stages: int = 2, max_feedback_chars: int = 4000,
+        signature_by_stage: Mapping[str, str] | None = None,
+        knob_fields_by_stage: Mapping[str, tuple[str, ...]] | None = None,
+    ) -> None:
+        super().__init__(rewriter, top_stages, max_feedback_chars, signature_by_stage)
+        # the system's non-LLM construction stages -> their knob fields (fixed at build; `optimizers.knobs`)
+        self.knob_fields_by_stage: Mapping[str, tuple[str, ...]] = MappingProxyType(dict(knob_fields_by_stage or {}))
 
     def target_stages(self, context: OptimizationContext) -> tuple[str, ...]:
         """The most-blamed stages that have a prompt in the current prompt set, at most `top_stages`."""
@@ -98,10 +107,13 @@ class AttributionGuidedOptimizer(RewritingOptimizer):
 
 
 def build(setup: OptimizerSetup) -> AttributionGuidedOptimizer:
-    """The optimizer from its validated settings, the rewriter LM and the system's stage signatures."""
-    optimizer = AttributionGuidedOptimizer.from_setup("attribution", setup)
-    optimizer.knob_fields_by_stage = setup.knob_fields_by_stage
-    return optimizer
+    """The optimizer from its validated settings, the rewriter LM and the system's stage signatures and
+    knob fields (for knob candidates)."""
+    settings: RewriteSettings = setup.settings
+    return AttributionGuidedOptimizer(
+        settings_rewriter("attribution", setup.rewriter_lm, settings), settings.top_stages,
+        settings.max_feedback_chars, setup.signature_by_stage, setup.knob_fields_by_stage,
+    )
 
 
 SPEC = OptimizerSpec(RewriteSettings, build)
