@@ -11,7 +11,7 @@ iteration equals the one read back from its JSON. This module does not run, log 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -19,7 +19,7 @@ from typing import Any
 from memtrace_loop.pipeline.analysis.blame import BlameTable, StageBlame, Tunable
 
 
-def blame_from_rows(rows: tuple[Mapping[str, Any], ...] | list[Mapping[str, Any]]) -> BlameTable:
+def blame_from_rows(rows: Sequence[Mapping[str, Any]]) -> BlameTable:
     """The `BlameTable` behind `BlameTable.as_rows` (shares as rounded there, examples as listed)."""
     stages = tuple(
         StageBlame(
