@@ -6,7 +6,8 @@ top-level keys), and every YAML file starts from its schema node through its def
 selects groups, wires interpolations and sets what differs for that option. So `--cfg job` shows every
 key with its value while each value is written once. Validation is `experiments.config` (at start).
 Importing it also registers the `memtrace.run_id` resolver the output folder names use
-(`experiments.output_dirs`).
+(`experiments.output_dirs`) and `memtrace.compared`, which generates a sweep's list of a group's
+entries from its registry (`${memtrace.compared:optimizer}` in `experiment/compare_optimizers.yaml`).
 """
 
 from __future__ import annotations
@@ -25,13 +26,15 @@ from memtrace_loop.experiments.config import (
 )
 from memtrace_loop.experiments.output_dirs import register_resolvers
 from memtrace_loop.memory_systems.registry import ENTRY_BY_SYSTEM, knobs_schema
-from memtrace_loop.optimizers.registry import ENTRY_BY_OPTIMIZER
-from memtrace_loop.pipeline.analysis.attribution.registry import ENTRY_BY_ATTRIBUTOR
+from memtrace_loop.optimizers.registry import OPTIMIZERS
+from memtrace_loop.pipeline.analysis.attribution.registry import ATTRIBUTORS
 from memtrace_loop.pipeline.backends.embeddings import HASHING_DIM, EmbedderConfig
 from memtrace_loop.pipeline.backends.registry import ENTRY_BY_BACKEND
 from memtrace_loop.pipeline.core.config import defaults_of
-from memtrace_loop.pipeline.data.registry import ENTRY_BY_KIND
+from memtrace_loop.pipeline.data.registry import DATASETS
+from omegaconf import OmegaConf
 
+COMPARED_RESOLVER = "memtrace.compared"  # ${memtrace.compared:optimizer} in a sweep: the registry's compared entries
 _GROUPS = ("lm", "embedder", "memory_system", "dataset", "tracking", "optimizer", "attributor")
 
 
@@ -48,11 +51,11 @@ def store_schemas() -> None:
     cs.store(group="schema/embedder", name="openai", node=defaults_of(EmbedderConfig))
     for name in ENTRY_BY_SYSTEM:
         cs.store(group="schema/memory_system", name=name, node=defaults_of(knobs_schema(name)))
-    for kind, dataset in ENTRY_BY_KIND.items():
+    for kind, dataset in DATASETS.items():
         cs.store(group="schema/dataset", name=kind, node=defaults_of(dataset.schema))
-    for name, optimizer in ENTRY_BY_OPTIMIZER.items():
+    for name, optimizer in OPTIMIZERS.items():
         cs.store(group="schema/optimizer", name=name, node=defaults_of(optimizer.schema))
-    for name, attributor in ENTRY_BY_ATTRIBUTOR.items():
+    for name, attributor in ATTRIBUTORS.items():
         cs.store(group="schema/attributor", name=name, node=defaults_of(attributor.schema))
     cs.store(group="schema/tracking", name="base", node=defaults_of(TrackingConfig))
     for app, schema in (("run", RunConfig), ("optimize", OptimizeConfig), ("stages", StagesConfig),
@@ -61,5 +64,16 @@ def store_schemas() -> None:
         cs.store(group="schema", name=app, node=_top_level(schema))
 
 
+def compared(group: str) -> str:
+    """The `memtrace.compared` resolver: a sweep's list of a config group's entries, generated from its
+    registry's `compared()` (the entries whose spec sets `compare`), as Hydra's sweep syntax `a,b,c`."""
+    registry_by_group = {"optimizer": OPTIMIZERS}
+    if group not in registry_by_group:
+        raise ValueError(f"memtrace.compared: no registry for group {group!r} (known: {sorted(registry_by_group)})")
+    return ",".join(registry_by_group[group].compared())
+
+
 store_schemas()
 register_resolvers()
+if not OmegaConf.has_resolver(COMPARED_RESOLVER):
+    OmegaConf.register_new_resolver(COMPARED_RESOLVER, compared)

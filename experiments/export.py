@@ -24,9 +24,9 @@ from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.optimizers.gepa_program import save_program_state
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.command_line import command_line
+from memtrace_loop.pipeline.core.prompt_files import ExportedPrompts, read_prompts, write_prompts
 from memtrace_loop.pipeline.core.records import PromptSet
 from memtrace_loop.pipeline.tracking import metric_names as names
-from memtrace_loop.pipeline.tracking.export import ExportedPrompts, read_prompts, write_prompts
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.store_access import configure_tracking_client
 from memtrace_loop.pipeline.tracking.tracker import RunNotFoundError, TrackedRun, Tracker

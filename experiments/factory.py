@@ -28,13 +28,14 @@ from memtrace_loop.pipeline.backends.registry import build_lm_set
 from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
 from memtrace_loop.pipeline.backends.structured_output import StructuredOutputAdapter
 from memtrace_loop.pipeline.core.config import ConfigError
+from memtrace_loop.pipeline.core.prompt_files import read_prompts
 from memtrace_loop.pipeline.core.records import Dataset
 from memtrace_loop.pipeline.core.redaction import config_secrets
 from memtrace_loop.pipeline.core.stop import StopToken
 from memtrace_loop.pipeline.data.locomo import SPLIT_NAMES, Split, split_by_conversation
 from memtrace_loop.pipeline.data.registry import load_dataset
 from memtrace_loop.pipeline.loop.runner import make_judge
-from memtrace_loop.pipeline.tracking.export import apply_prompts, read_prompts
+from memtrace_loop.pipeline.tracking.export import apply_prompts
 from omegaconf import DictConfig, OmegaConf
 
 

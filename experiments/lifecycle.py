@@ -41,10 +41,10 @@ from hydra.types import RunMode
 from memtrace_loop.experiments.console_layout import ECHO_ATTR
 from memtrace_loop.experiments.secret_guard import known_secrets
 from memtrace_loop.pipeline.core.config import ConfigError
+from memtrace_loop.pipeline.core.prompt_files import PromptFileError
 from memtrace_loop.pipeline.core.stop import Interrupted, RunStopped, StopToken
 from memtrace_loop.pipeline.data.locomo import DataError
-from memtrace_loop.pipeline.loop.optimization import CheckpointError
-from memtrace_loop.pipeline.tracking.export import PromptFileError
+from memtrace_loop.pipeline.loop.checkpoint import CheckpointError
 from memtrace_loop.pipeline.tracking.run_logging import scrub
 from memtrace_loop.pipeline.tracking.run_record import NotLoggedError
 from memtrace_loop.pipeline.tracking.store_access import TrackingUnavailable

@@ -56,18 +56,12 @@ from memtrace_loop.pipeline.backends.local_server import LocalServers
 from memtrace_loop.pipeline.backends.preflight import check_endpoints
 from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
 from memtrace_loop.pipeline.core.command_line import command_line
+from memtrace_loop.pipeline.core.prompt_files import ExportedPrompts, write_prompts
 from memtrace_loop.pipeline.core.redaction import redact_tree, restore_tree
 from memtrace_loop.pipeline.core.stop import Interrupted, StopToken
-from memtrace_loop.pipeline.loop.optimization import (
-    CheckpointError,
-    LoopResult,
-    OptimizationLoop,
-    Splits,
-    mark_checkpoint_finished,
-    read_checkpoint,
-)
+from memtrace_loop.pipeline.loop.checkpoint import CheckpointError, mark_checkpoint_finished, read_checkpoint
+from memtrace_loop.pipeline.loop.optimization import LoopResult, OptimizationLoop, Splits
 from memtrace_loop.pipeline.report.run_report import report_for_loop
-from memtrace_loop.pipeline.tracking.export import ExportedPrompts, write_prompts
 from memtrace_loop.pipeline.tracking.loop_observer import TrackingLoopObserver
 from memtrace_loop.pipeline.tracking.metric_names import ELAPSED_S
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
@@ -218,9 +212,10 @@ def _optimize(  # noqa: C901 - made thin by the app-session change (issue 21 ite
     lms, system, judge = build_components(plain, base_dir, calls, stop=stop, guard=guard, retries=retries,
                                            servers=servers)
     check_endpoints(lms, embedder=build_embedder(plain["embedder"]), stop=stop)  # before any work
-    optimizer = build_optimizer(plain["optimizer"]["name"], lms.rewriter, plain["optimizer"])
     settings = config.loop_settings()
     attributor = attributor_of(plain, lms, system, judge)
+    optimizer = build_optimizer(plain["optimizer"]["name"], lms.rewriter, plain["optimizer"], system=system,
+                                attributor=attributor, work_dir=run_dir / "optimizer")
     notice = stand_in_notice(plain)  # the stand-in LM on a real dataset: said at the start, the end, tag, report
     if notice:
         logger.warning(notice)

@@ -15,13 +15,14 @@ dropped. It does not evaluate or accept candidates (the loop's gate does).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 
-import dspy
-from memtrace_loop.optimizers.base import Candidate, OptimizationContext
+from memtrace_loop.optimizers.base import Candidate, OptimizationContext, OptimizerSetup, OptimizerSpec
 from memtrace_loop.optimizers.feedback import feedback_for_attribution, fold_feedback
 from memtrace_loop.optimizers.knobs import knob_candidates
 from memtrace_loop.optimizers.rewrite import (
+    InstructionRewriter,
     RewriteSettings,
     RewritingOptimizer,
     length_change,
@@ -56,6 +57,15 @@ class AttributionGuidedOptimizer(RewritingOptimizer):
 
     name: str = "attribution"
 
+    def __init__(
+        self, rewriter: InstructionRewriter, top_stages: int = 2, max_feedback_chars: int = 4000,
+        signature_by_stage: Mapping[str, str] | None = None,
+        knob_fields_by_stage: Mapping[str, tuple[str, ...]] | None = None,
+    ) -> None:
+        super().__init__(rewriter, top_stages, max_feedback_chars, signature_by_stage)
+        # the system's non-LLM construction stages -> their knob fields (fixed at build; `optimizers.knobs`)
+        self.knob_fields_by_stage: Mapping[str, tuple[str, ...]] = MappingProxyType(dict(knob_fields_by_stage or {}))
+
     def target_stages(self, context: OptimizationContext) -> tuple[str, ...]:
         """The most-blamed stages that have a prompt in the current prompt set, at most `top_stages`."""
         stages = [s for s in context.blame.prompt_stages() if s in context.prompts]
@@ -63,7 +73,7 @@ class AttributionGuidedOptimizer(RewritingOptimizer):
 
     def propose(self, context: OptimizationContext) -> Sequence[Candidate]:
         order = [row.stage for row in context.blame.rows]
-        candidates = [*self.prompt_candidates(context), *knob_candidates(context)]
+        candidates = [*self.prompt_candidates(context), *knob_candidates(context, self.knob_fields_by_stage)]
         return sorted(candidates, key=lambda c: order.index(c.changed_stages[0]) if c.changed_stages[0] in order
                       else len(order))  # stable: within a stage, prompt first
 
@@ -79,7 +89,7 @@ class AttributionGuidedOptimizer(RewritingOptimizer):
                 continue
             feedback = fold_feedback([feedback_for_attribution(a) for a in attributed], self.max_feedback_chars)
             current = context.prompts[stage]
-            outcome = self.rewriter.rewrite(stage, context.signature_by_stage.get(stage, ""), current, feedback)
+            outcome = self.rewriter.rewrite(stage, self.signature_by_stage.get(stage, ""), current, feedback)
             if not outcome.ok:
                 logger.info("no candidate for stage %s: %s", stage, outcome.error)
                 continue
@@ -97,10 +107,14 @@ class AttributionGuidedOptimizer(RewritingOptimizer):
         return candidates
 
 
-Settings = RewriteSettings  # the schema of this optimizer's `optimizer` config node (registry contract)
+def build(setup: OptimizerSetup) -> AttributionGuidedOptimizer:
+    """The optimizer from its validated settings, the rewriter LM and the system's stage signatures and
+    knob fields (for knob candidates)."""
+    settings: RewriteSettings = setup.settings
+    return AttributionGuidedOptimizer(
+        settings_rewriter("attribution", setup.rewriter_lm, settings), settings.top_stages,
+        settings.max_feedback_chars, setup.signature_by_stage, setup.knob_fields_by_stage,
+    )
 
 
-def build(lm: dspy.BaseLM | None, settings: RewriteSettings) -> AttributionGuidedOptimizer:
-    """The optimizer from its validated settings and the rewriter LM (registry contract)."""
-    rewriter = settings_rewriter("attribution", lm, settings)
-    return AttributionGuidedOptimizer(rewriter, settings.top_stages, settings.max_feedback_chars)
+SPEC = OptimizerSpec(RewriteSettings, build)

@@ -1,22 +1,26 @@
-"""The one small interface every prompt optimizer implements.
+"""The optimizer contract: what an optimizer is given per call, what once at build, what it returns.
 
-An optimizer sees the current prompt set, the blame table and the attributed failures of the train
-split (an `OptimizationContext`) and proposes candidate prompt sets, best first. It never accepts them:
-the loop's gate does (`pipeline.loop`). An optimizer that wants to score its own candidates before
-proposing them (as GEPA's adapter does) uses the context's `evaluator`, which the loop implements on
-top of its runner and memory cache: built memories are reused and every LLM call it makes is counted
-in the loop's totals. The evaluator offers the train and dev splits only (the test split is kept for
-the end). LMs an optimizer needs are given to its constructor.
+An optimizer module exports `SPEC` (an `OptimizerSpec`: its settings record, its `build`, whether
+sweeps compare it) and is one line in `optimizers.registry`. `build(OptimizerSetup)` gets what is
+fixed for the run (settings, rewriter LM, system, attributor, work dir); `Optimizer.propose` gets what
+changes per iteration (an `OptimizationContext`: prompts, knobs, blame, attributions, failures and
+their traces, the ONE `Evaluator` with batch and per-question scoring, the `CallBudget`) and proposes
+candidate prompt sets, best first. It never accepts them: the loop's gate does (`pipeline.loop`). The
+evaluator is the loop's own (runner and memory cache: built memories reused, every LLM call counted)
+and offers the train and dev splits only (the test split is kept for the end).
+
+It does not implement an optimizer or the loop.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Protocol
 
+import dspy
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution
@@ -47,14 +51,6 @@ class CandidateEvaluation:
         return {r.question.id: r.scores.judge for r in self.results}
 
 
-class Evaluator(Protocol):
-    """Scores a prompt set on the train or dev split, or on some of its questions (`question_ids`)."""
-
-    def evaluate(
-        self, prompts: PromptSet, split: str = "train", question_ids: Sequence[str] | None = None
-    ) -> CandidateEvaluation: ...
-
-
 @dataclass(frozen=True)
 class ConstructionCall:
     """One LM call a construction stage made while building a memory, as DSPy traced it."""
@@ -78,15 +74,6 @@ class TracedCase:
     memory_reused: bool
 
 
-class CaseRunner(Protocol):
-    """Answers single questions of train or dev with a given system (its prompts and knobs as they are),
-    building each conversation's memory once (through the loop's memory cache, also across threads)."""
-
-    def questions(self, split: str) -> tuple[Question, ...]: ...  # the scored questions (excluded categories left out)
-
-    def run_case(self, system: MemorySystem, split: str, question_id: str) -> TracedCase: ...
-
-
 class CallBudget(Protocol):
     """The loop's budget in LM calls as an optimizer sees it: task, rewriter and attributor calls,
     counted the same way for every optimizer at the LM layer (judge calls never count). Calls served
@@ -99,29 +86,75 @@ class CallBudget(Protocol):
     def remaining(self) -> int | None: ...  # None: no budget set
 
 
+class Evaluator(Protocol):
+    """The ONE evaluator an optimizer gets per call: the loop's own scoring of prompt sets on the train
+    or dev split (never test), under the loop's accepted knobs, built memories reused and every LM call
+    counted in the loop's totals.
+
+    - batch: `evaluate(prompts, split, question_ids)` scores a prompt set on a split (or some of its
+      questions) and returns every judged case with its traces;
+    - per question: `questions(split)` lists the scored questions (excluded categories left out),
+      `system(prompts)` is the memory system as the loop evaluates it with `prompts`, and
+      `run_case(system, split, question_id)` answers and judges one question with such a system (its
+      conversation's memory built at most once, also across threads) — what GEPA's program runs.
+    """
+
+    def evaluate(
+        self, prompts: PromptSet, split: str = "train", question_ids: Sequence[str] | None = None
+    ) -> CandidateEvaluation: ...
+
+    def questions(self, split: str) -> tuple[Question, ...]: ...
+
+    def system(self, prompts: PromptSet) -> MemorySystem: ...
+
+    def run_case(self, system: MemorySystem, split: str, question_id: str) -> TracedCase: ...
+
+
 @dataclass(frozen=True)
 class OptimizationContext:
-    """What an optimizer may look at in one iteration."""
+    """What changes per call: one iteration's state, given to `Optimizer.propose`."""
 
     iteration: int
-    prompts: PromptSet
+    prompts: PromptSet  # the current prompt set (the one the loop's gate compares candidates against)
     blame: BlameTable
     attributions: tuple[Attribution, ...]
     failures: tuple[CaseResult, ...]
-    # stage -> its signature as "input, input -> output" (what the stage reads and writes)
-    signature_by_stage: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
-    evaluator: Evaluator | None = None  # None outside a loop (e.g. an optimizer called on its own)
-    budget: CallBudget | None = None  # None: no budget in LM calls
-    # the memory system's knobs now (field -> value; {} when it has none), and the knob fields of its non-LLM
-    # construction stages (stage -> fields)
+    # the memory system's knobs now (field -> value: its configured knobs with the accepted changes; {} when none)
     knobs: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
-    knob_fields_by_stage: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
     # the train traces the attributions were made on: one execution graph per conversation
     graph_by_conversation: Mapping[str, ExecutionGraph] = field(default_factory=lambda: MappingProxyType({}))
-    system: MemorySystem | None = None  # the system being optimized (its prompts are not `prompts`)
-    cases: CaseRunner | None = None  # per-question runs (GEPA's program); None outside a loop
+    evaluator: Evaluator | None = None  # None outside a loop (e.g. an optimizer called on its own)
+    budget: CallBudget | None = None  # None: no budget in LM calls
+
+
+@dataclass(frozen=True)
+class OptimizerSetup:
+    """What is fixed for an optimizer's whole run, given once to its spec's `build`."""
+
+    settings: Any  # the validated settings record (the spec's `schema`)
+    rewriter_lm: dspy.BaseLM | None = None  # the LM that rewrites prompts (GEPA's reflection LM)
+    system: MemorySystem | None = None  # the system being optimized, as configured (prompts and knobs: per call)
     attributor: Attributor | None = None  # the loop's attributor (blame-guided optimizers may re-attribute)
     work_dir: Path | None = None  # where an optimizer may keep resumable state (under the run directory)
+
+    @property
+    def signature_by_stage(self) -> Mapping[str, str]:
+        """stage -> its signature as "input, input -> output" ({} without a system)."""
+        return stage_signatures(self.system) if self.system is not None else MappingProxyType({})
+
+    @property
+    def knob_fields_by_stage(self) -> Mapping[str, tuple[str, ...]]:
+        """The knob fields of the system's non-LLM construction stages (stage -> fields; {} without a system)."""
+        return self.system.knob_fields_by_stage if self.system is not None else MappingProxyType({})
+
+
+def stage_signatures(system: MemorySystem) -> Mapping[str, str]:
+    """stage -> what the stage reads and writes, as "input, input -> output"."""
+    signatures = {}
+    for name, predictor in system.named_predictors():
+        sig = predictor.signature
+        signatures[name] = f"{', '.join(sig.input_fields)} -> {', '.join(sig.output_fields)}"
+    return MappingProxyType(signatures)
 
 
 @dataclass(frozen=True)
@@ -138,6 +171,27 @@ class Candidate:
 
 
 class Optimizer(Protocol):
+    """The optimizer contract. `name` is its registry name. The loop calls `propose(context)` once per
+    iteration with what changed (`OptimizationContext`); what is fixed (system, attributor, work dir,
+    rewriter LM, settings) was given once at build (`OptimizerSetup`).
+
+    `propose` returns candidate prompt sets (and knob changes), best first; it may return none. It
+    never accepts a candidate (the loop's gate scores each on dev and accepts at most one), never
+    touches the test split, and stops its own search when `context.budget.remaining()` is 0. Any
+    scoring it does goes through `context.evaluator`, so every LM call is counted. State kept across
+    calls (e.g. a running search) lives in the optimizer object and, to survive a resume, under
+    `setup.work_dir`.
+    """
+
     name: str
 
     def propose(self, context: OptimizationContext) -> Sequence[Candidate]: ...
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    """What an optimizer module exports as `SPEC` (the optimizer registry's contract)."""
+
+    schema: type  # its settings record: the schema and single home of the defaults of its config node
+    build: Callable[[OptimizerSetup], Optimizer]
+    compare: bool = True  # swept by `make compare` (the registry's `compared()`)

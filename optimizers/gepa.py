@@ -4,7 +4,7 @@ One GEPA run spans the loop: each `propose()` continues it (from its saved state
 `max_metric_calls`, so the loop's iterations are checkpoints of one GEPA search, not restarts that
 re-score the starting prompts on dev every time. The program is
 `gepa_program.MemoryProgram` (components = the system's stage prompts; examples = questions, answered
-through the loop's `CaseRunner` so built memories are reused and every LM call is counted in the
+through the loop's `Evaluator`, per question, so built memories are reused and every LM call is counted in the
 loop's totals), the trainset is the train questions, the valset the dev questions (GEPA's Pareto
 tracking; excluded categories left out, as in the loop's scores), the reflection LM is the rewriter
 LM; the run starts from the loop's starting prompts. GEPA's candidates that score above the loop's
@@ -19,7 +19,7 @@ soon as the budget has nothing left; `max_metric_calls` (per iteration, cumulati
 it as well, and is the only limit when there is no budget. Reflection LM calls are made by the
 rewriter LM and are not in the loop's task-call totals (LM-level counting is the budget's). A started
 step finishes, so a run may overshoot by one minibatch and its reflection. Reproducible: GEPA's
-`seed`. Resumable: GEPA's state lives in `<run dir>/optimizer/<name>` (`OptimizationContext.work_dir`;
+`seed`. Resumable: GEPA's state lives in `<run dir>/optimizer/<name>` (`OptimizerSetup.work_dir`;
 a temporary directory of the optimizer outside a run), so a resumed loop continues the GEPA run from
 its last saved step.
 
@@ -35,11 +35,12 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 import dspy
-from memtrace_loop.optimizers.base import CallBudget, Candidate, OptimizationContext
+from memtrace_loop.optimizers.base import CallBudget, Candidate, OptimizationContext, OptimizerSetup, OptimizerSpec
 from memtrace_loop.optimizers.gepa_program import JudgeMetric, MemoryProgram, question_examples
+from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
 from memtrace_loop.pipeline.core.config import ConfigError, require
 from memtrace_loop.pipeline.core.records import PromptSet
 
@@ -50,7 +51,7 @@ TABLE_FILE = "gepa_candidates.json"
 
 @dataclass(frozen=True)
 class Settings:
-    """The `optimizer` config node of `gepa` and `gepa_blame` (registry contract)."""
+    """The `optimizer` config node of `gepa` and `gepa_blame` (their spec's schema)."""
 
     max_metric_calls: int = 100  # added per loop iteration: questions GEPA may answer (minibatches + dev)
     reflection_minibatch_size: int = 3
@@ -97,11 +98,23 @@ class GepaOptimizer:
 
     name: str = "gepa"
 
-    def __init__(self, reflection_lm: dspy.BaseLM, settings: Settings) -> None:
+    def __init__(
+        self, reflection_lm: dspy.BaseLM, settings: Settings, attributor: Attributor | None = None,
+        work_dir: Path | None = None,
+    ) -> None:
         self.reflection_lm = reflection_lm
         self.settings = settings
+        self.attributor = attributor  # the loop's attributor (gepa_blame's)
+        self.work_dir = work_dir  # GEPA's state lives in <work_dir>/<name>
         self._proposed: set[str] = set()  # digests of prompt sets already sent to the gate
         self._scratch: Path | None = None  # GEPA's state when the loop gives no work_dir
+
+    @classmethod
+    def from_setup(cls, setup: OptimizerSetup) -> Self:
+        """The optimizer from what is fixed for the run; a missing rewriter LM is a ConfigError."""
+        if setup.rewriter_lm is None:
+            raise ConfigError(f"optimizer {cls.name!r} needs a rewriter LM (GEPA's reflection LM)")
+        return cls(setup.rewriter_lm, setup.settings, setup.attributor, setup.work_dir)
 
     def metric_and_selector(self, context: OptimizationContext) -> tuple[JudgeMetric, Any]:
         """The metric and component selector of one run (plain GEPA: the judge's verdict, round robin)."""
@@ -110,27 +123,28 @@ class GepaOptimizer:
     def describe_run(self, selector: Any) -> str:
         return "components chosen round robin"
 
-    def log_dir(self, context: OptimizationContext) -> Path:
-        if context.work_dir is not None:
-            return context.work_dir / self.name
+    def log_dir(self) -> Path:
+        if self.work_dir is not None:
+            return self.work_dir / self.name
         if self._scratch is None:
             self._scratch = Path(tempfile.mkdtemp(prefix=f"memtrace-{self.name}-"))
         return self._scratch
 
     def propose(self, context: OptimizationContext) -> Sequence[Candidate]:
-        if context.cases is None or context.system is None:
-            raise ValueError(f"optimizer {self.name!r} runs inside the loop: it needs the context's cases and system")
+        evaluator = context.evaluator
+        if evaluator is None:
+            raise ValueError(f"optimizer {self.name!r} runs inside the loop: it needs the context's evaluator")
         budget = context.budget
         if budget is not None and BudgetStopper(budget)(None):
             logger.info("%s: no call budget left, no GEPA run", self.name)
             return ()
-        train, dev = context.cases.questions("train"), context.cases.questions("dev")
+        train, dev = evaluator.questions("train"), evaluator.questions("dev")
         if not train or not dev:
             return ()
         split_by_question = {q.id: "train" for q in train} | {q.id: "dev" for q in dev}
-        program = MemoryProgram(context.system.with_prompts(context.prompts), context.cases, split_by_question)
+        program = MemoryProgram(evaluator.system(context.prompts), evaluator, split_by_question)
         metric, selector = self.metric_and_selector(context)
-        log_dir = self.log_dir(context)
+        log_dir = self.log_dir()
         stoppers = [BudgetStopper(budget)] if budget is not None else []
         optimizer = dspy.GEPA(
             metric,
@@ -177,8 +191,9 @@ class GepaOptimizer:
         return proposed
 
 
-def build(lm: dspy.BaseLM | None, settings: Settings) -> GepaOptimizer:
-    """The optimizer from its validated settings; the rewriter LM is GEPA's reflection LM (registry contract)."""
-    if lm is None:
-        raise ConfigError("optimizer 'gepa' needs a rewriter LM (GEPA's reflection LM)")
-    return GepaOptimizer(lm, settings)
+def build(setup: OptimizerSetup) -> GepaOptimizer:
+    """The optimizer from its validated settings; the rewriter LM is GEPA's reflection LM."""
+    return GepaOptimizer.from_setup(setup)
+
+
+SPEC = OptimizerSpec(Settings, build)

@@ -22,9 +22,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-import dspy
 from gepa.strategies.component_selector import RoundRobinReflectionComponentSelector
-from memtrace_loop.optimizers.base import OptimizationContext, TracedCase
+from memtrace_loop.optimizers.base import OptimizationContext, OptimizerSetup, OptimizerSpec, TracedCase
 from memtrace_loop.optimizers.feedback import FailureFeedback, feedback_for_attribution, feedback_for_other_stage
 from memtrace_loop.optimizers.gepa import GepaOptimizer, Settings
 from memtrace_loop.optimizers.gepa_program import JudgeMetric, judge_feedback, traced_of
@@ -32,10 +31,17 @@ from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributo
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Tunable
 from memtrace_loop.pipeline.analysis.blame import aggregate_blame
-from memtrace_loop.pipeline.core.config import ConfigError
 
-__all__ = ["BlameComponentSelector", "BlameMetric", "BlameSource", "GepaBlameOptimizer", "Settings", "build",
-           "not_this_stage_feedback"]
+__all__ = [
+    "SPEC",
+    "BlameComponentSelector",
+    "BlameMetric",
+    "BlameSource",
+    "GepaBlameOptimizer",
+    "Settings",
+    "build",
+    "not_this_stage_feedback",
+]
 
 _ATTRIBUTION_KEY = "memtrace_attribution"
 
@@ -113,7 +119,7 @@ class GepaBlameOptimizer(GepaOptimizer):
     name: str = "gepa_blame"
 
     def metric_and_selector(self, context: OptimizationContext) -> tuple[JudgeMetric, Any]:
-        source = BlameSource(context.attributor or LineageAttributor())
+        source = BlameSource(self.attributor or LineageAttributor())
         return BlameMetric(source), BlameComponentSelector(source)
 
     def describe_run(self, selector: Any) -> str:
@@ -122,8 +128,9 @@ class GepaBlameOptimizer(GepaOptimizer):
         return f"{by_blame} of {len(choices)} components chosen by blame"
 
 
-def build(lm: dspy.BaseLM | None, settings: Settings) -> GepaBlameOptimizer:
-    """The optimizer from its validated settings; the rewriter LM is GEPA's reflection LM (registry contract)."""
-    if lm is None:
-        raise ConfigError("optimizer 'gepa_blame' needs a rewriter LM (GEPA's reflection LM)")
-    return GepaBlameOptimizer(lm, settings)
+def build(setup: OptimizerSetup) -> GepaBlameOptimizer:
+    """The optimizer from its validated settings; the rewriter LM is GEPA's reflection LM."""
+    return GepaBlameOptimizer.from_setup(setup)
+
+
+SPEC = OptimizerSpec(Settings, build)

@@ -3,7 +3,7 @@
 `MemoryProgram` wraps a `MemorySystem`. Its predictors are the system's stage predictors under the
 same names (`named_parameters` is the system's), so GEPA's components are exactly the system's prompt
 set and `program.save`/`load` read and write the stage prompts. `forward(question_id, question)` asks the
-loop's `CaseRunner` to answer and judge that one question with the program's current system: memories
+loop's `Evaluator` to answer and judge that one question with the program's current system: memories
 come from the loop's memory cache by memory key (construction prompts and knobs), so a candidate that
 changes only the answer prompt re-answers and never re-ingests, and one conversation is ingested once
 even when GEPA answers several of its questions in parallel threads.
@@ -32,7 +32,7 @@ from typing import Any
 
 import dspy
 from memtrace_loop.memory_systems.base import MemorySystem
-from memtrace_loop.optimizers.base import CaseRunner, TracedCase
+from memtrace_loop.optimizers.base import Evaluator, TracedCase
 from memtrace_loop.optimizers.feedback import UNATTRIBUTED, FailureFeedback, category_text
 from memtrace_loop.pipeline.core.records import CaseResult, PromptSet, Question
 
@@ -43,7 +43,7 @@ class MemoryProgram(dspy.Module):
     """The memory system as a DSPy program over questions (see the module docstring)."""
 
     def __init__(
-        self, system: MemorySystem, cases: CaseRunner | None = None, split_by_question: Mapping[str, str] | None = None
+        self, system: MemorySystem, cases: Evaluator | None = None, split_by_question: Mapping[str, str] | None = None
     ) -> None:
         super().__init__()
         self.system = system

@@ -109,11 +109,14 @@ def propose_knobs(
     return tuple(proposals)
 
 
-def knob_candidates(context: OptimizationContext) -> tuple[Candidate, ...]:
-    """The proposals as candidates: the current prompts with only the blamed stage's knobs changed."""
+def knob_candidates(
+    context: OptimizationContext, knob_fields_by_stage: Mapping[str, tuple[str, ...]]
+) -> tuple[Candidate, ...]:
+    """The proposals as candidates: the current prompts with only the blamed stage's knobs changed
+    (`knob_fields_by_stage`: the system's, fixed at build)."""
     candidates = []
     for proposal in propose_knobs(
-        context.attributions, context.knobs, context.knob_fields_by_stage, context.graph_by_conversation
+        context.attributions, context.knobs, knob_fields_by_stage, context.graph_by_conversation
     ):
         rationale = (
             f"Stage {proposal.stage} was blamed through its knobs for {proposal.failures} failures; "

@@ -9,8 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import dspy
-from memtrace_loop.optimizers.base import Candidate, OptimizationContext
+from memtrace_loop.optimizers.base import Candidate, OptimizationContext, OptimizerSetup, OptimizerSpec
 
 
 class NoOptimizer:
@@ -24,9 +23,12 @@ class NoOptimizer:
 
 @dataclass(frozen=True)
 class Settings:
-    """The `none` baseline has no settings (registry contract: the schema of its config node)."""
+    """The `none` baseline has no settings (the schema of its config node)."""
 
 
-def build(lm: dspy.BaseLM | None, settings: Settings) -> NoOptimizer:
-    """The baseline; it needs no LM (registry contract)."""
+def build(setup: OptimizerSetup) -> NoOptimizer:
+    """The baseline; it needs no LM."""
     return NoOptimizer()
+
+
+SPEC = OptimizerSpec(Settings, build)

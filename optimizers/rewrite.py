@@ -17,9 +17,10 @@ import logging
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from types import MappingProxyType
+from typing import Self
 
 import dspy
-from memtrace_loop.optimizers.base import Candidate
+from memtrace_loop.optimizers.base import Candidate, OptimizerSetup
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.records import PromptSet
 
@@ -154,12 +155,24 @@ def length_change(before: str, outcome: RewriteOutcome) -> str:
 class RewritingOptimizer:
     """What the rewriting optimizers share: one rewriter, how many stages per iteration, a feedback budget."""
 
-    def __init__(self, rewriter: InstructionRewriter, top_stages: int = 2, max_feedback_chars: int = 4000) -> None:
+    def __init__(
+        self, rewriter: InstructionRewriter, top_stages: int = 2, max_feedback_chars: int = 4000,
+        signature_by_stage: Mapping[str, str] | None = None,
+    ) -> None:
         if top_stages <= 0 or max_feedback_chars <= 0:
             raise ValueError("top_stages and max_feedback_chars must be positive")
         self.rewriter = rewriter
         self.top_stages = top_stages
         self.max_feedback_chars = max_feedback_chars
+        # stage -> "inputs -> outputs" (what the rewriter is told each stage reads and writes; fixed at build)
+        self.signature_by_stage: Mapping[str, str] = MappingProxyType(dict(signature_by_stage or {}))
+
+    @classmethod
+    def from_setup(cls, name: str, setup: OptimizerSetup) -> Self:
+        """The optimizer from its `RewriteSettings`, rewriter LM and system (a missing LM is a ConfigError)."""
+        settings: RewriteSettings = setup.settings
+        rewriter = settings_rewriter(name, setup.rewriter_lm, settings)
+        return cls(rewriter, settings.top_stages, settings.max_feedback_chars, setup.signature_by_stage)
 
 
 @dataclass(frozen=True)

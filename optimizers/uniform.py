@@ -16,14 +16,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-import dspy
-from memtrace_loop.optimizers.base import Candidate, OptimizationContext
+from memtrace_loop.optimizers.base import Candidate, OptimizationContext, OptimizerSetup, OptimizerSpec
 from memtrace_loop.optimizers.feedback import feedback_without_attribution, fold_feedback
 from memtrace_loop.optimizers.rewrite import (
     RewriteSettings,
     RewritingOptimizer,
     length_change,
-    settings_rewriter,
     stage_candidate,
 )
 from memtrace_loop.pipeline.analysis.blame import uniform_blame
@@ -78,7 +76,7 @@ class UniformBlameOptimizer(RewritingOptimizer):
         candidates: list[Candidate] = []
         for stage in stages:
             current = context.prompts[stage]
-            outcome = self.rewriter.rewrite(stage, context.signature_by_stage.get(stage, ""), current, feedback)
+            outcome = self.rewriter.rewrite(stage, self.signature_by_stage.get(stage, ""), current, feedback)
             rationale = f"{self.describe(context, stage)} ({length_change(current, outcome)})."
             candidate = stage_candidate(context.prompts, stage, outcome, rationale, feedback)
             if candidate is None:
@@ -88,10 +86,9 @@ class UniformBlameOptimizer(RewritingOptimizer):
         return candidates
 
 
-Settings = RewriteSettings  # the schema of this optimizer's `optimizer` config node (registry contract)
+def build(setup: OptimizerSetup) -> UniformBlameOptimizer:
+    """The optimizer from its validated settings, the rewriter LM and the system's stage signatures."""
+    return UniformBlameOptimizer.from_setup("uniform", setup)
 
 
-def build(lm: dspy.BaseLM | None, settings: RewriteSettings) -> UniformBlameOptimizer:
-    """The optimizer from its validated settings and the rewriter LM (registry contract)."""
-    rewriter = settings_rewriter("uniform", lm, settings)
-    return UniformBlameOptimizer(rewriter, settings.top_stages, settings.max_feedback_chars)
+SPEC = OptimizerSpec(RewriteSettings, build)

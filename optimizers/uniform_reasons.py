@@ -11,10 +11,9 @@ It does not pick stages from the blame table, evaluate candidates, or tune knobs
 
 from __future__ import annotations
 
-import dspy
-from memtrace_loop.optimizers.base import OptimizationContext
+from memtrace_loop.optimizers.base import OptimizationContext, OptimizerSetup, OptimizerSpec
 from memtrace_loop.optimizers.feedback import feedback_for_attribution, fold_feedback
-from memtrace_loop.optimizers.rewrite import RewriteSettings, settings_rewriter
+from memtrace_loop.optimizers.rewrite import RewriteSettings
 from memtrace_loop.optimizers.uniform import UniformBlameOptimizer
 
 
@@ -35,10 +34,9 @@ class UniformReasonsOptimizer(UniformBlameOptimizer):
         )
 
 
-Settings = RewriteSettings  # the schema of this optimizer's `optimizer` config node (registry contract)
+def build(setup: OptimizerSetup) -> UniformReasonsOptimizer:
+    """The optimizer from its validated settings, the rewriter LM and the system's stage signatures."""
+    return UniformReasonsOptimizer.from_setup("uniform_reasons", setup)
 
 
-def build(lm: dspy.BaseLM | None, settings: RewriteSettings) -> UniformReasonsOptimizer:
-    """The optimizer from its validated settings and the rewriter LM (registry contract)."""
-    rewriter = settings_rewriter("uniform_reasons", lm, settings)
-    return UniformReasonsOptimizer(rewriter, settings.top_stages, settings.max_feedback_chars)
+SPEC = OptimizerSpec(RewriteSettings, build)

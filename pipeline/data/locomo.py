@@ -31,9 +31,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from memtrace_loop.pipeline.core.config import ConfigError
+from memtrace_loop.pipeline.core.config import ConfigError, require_categories, require_text
 from memtrace_loop.pipeline.core.records import CATEGORY_NAMES, Conversation, Dataset, Question, Turn
 from memtrace_loop.pipeline.data.reader import DataError, hub_source, read_file_rows, read_hub_rows
+from memtrace_loop.pipeline.data.spec import DatasetSpec, resolve_path
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 logger = logging.getLogger(__name__)
@@ -435,3 +436,32 @@ def split_by_conversation(
         for name, part in zip(SPLIT_NAMES, parts, strict=True)
     )
     return Split(train=train, dev=dev, test=test, fractions=fractions, seed=seed)
+
+
+@dataclass(frozen=True)
+class LoCoMoConfig:
+    """LoCoMo in the benchmark's own layout, from a file (e.g. locomo10.json) or a Hugging Face dataset (`hub`)."""
+
+    path: str | None = None
+    hub: str | None = None  # a hub dataset id (or a local folder laid out like one); replaces `path`
+    hub_file: str | None = None  # the data file in the hub dataset (e.g. locomo10.json); None: its default files
+    hub_split: str = "train"
+    exclude_categories: tuple[int, ...] = (5,)  # LoCoMo protocol: adversarial questions are not in the overall score
+
+    def __post_init__(self) -> None:
+        require_text(self, "path", "hub", "hub_file", "hub_split")
+        require_categories(self, known=CATEGORY_NAMES)
+        if self.path is None and self.hub is None:
+            raise ValueError("path must name a LoCoMo file (or set dataset.hub=<hugging face dataset>)")
+
+
+def load_configured(config: LoCoMoConfig, base_dir: Path) -> Dataset:
+    if config.hub:
+        return load_locomo_hub(config.hub, data_files=config.hub_file, split=config.hub_split)
+    path = resolve_path(str(config.path), base_dir)
+    if not path.exists():
+        raise DataError(str(path), "LoCoMo file not found (set dataset.path=... or MEMTRACE_LOCOMO)")
+    return load_locomo(path)
+
+
+SPEC = DatasetSpec(LoCoMoConfig, load_configured)

@@ -33,14 +33,17 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from memtrace_loop.pipeline.core.config import require_categories, require_text
 from memtrace_loop.pipeline.core.records import Conversation, Dataset, Question, Turn
 from memtrace_loop.pipeline.data.locomo import DataError, require_content, validate_record
 from memtrace_loop.pipeline.data.reader import hub_source, read_file_rows, read_hub_rows
+from memtrace_loop.pipeline.data.spec import DatasetSpec, resolve_path
 from pydantic import BaseModel, ConfigDict
 
 logger = logging.getLogger(__name__)
@@ -242,3 +245,38 @@ def load_longmemeval_hub(
     dataset = parse_longmemeval(rows, hub_source(name, files), question_date_in_text)
     stem = variant if variant and data_files is None else Path(str(files if isinstance(files, str) else name)).stem
     return Dataset(name=stem, conversations=dataset.conversations, questions=dataset.questions)
+
+
+@dataclass(frozen=True)
+class LongMemEvalConfig:
+    """LongMemEval in the benchmark's own layout, from a file or from the Hugging Face hub (`hub`)."""
+
+    path: str | None = None
+    hub: str | None = None  # e.g. xiaowu0162/longmemeval-cleaned (or a local folder laid out like it); replaces `path`
+    variant: str | None = HUB_VARIANT  # hub file stem: longmemeval_s_cleaned | longmemeval_m_cleaned | ...
+    hub_split: str = "train"
+    question_date_in_text: bool = True  # append "(question date: ...)": records have no date field
+    exclude_categories: tuple[int, ...] = ()  # 1-6 the question types, 11-16 their abstention questions
+
+    def __post_init__(self) -> None:
+        require_text(self, "path", "hub", "variant", "hub_split")
+        require_categories(self, known=(*CATEGORY_BY_TYPE.values(), *abstention_categories()))
+        if self.path is None and self.hub is None:
+            raise ValueError("path must name a LongMemEval file (or set dataset.hub=<hugging face dataset>)")
+
+
+def load_configured(config: LongMemEvalConfig, base_dir: Path) -> Dataset:
+    if config.hub:
+        return load_longmemeval_hub(
+            config.hub, variant=config.variant, split=config.hub_split,
+            question_date_in_text=config.question_date_in_text,
+        )
+    path = resolve_path(str(config.path), base_dir)
+    if not path.exists():
+        raise DataError(
+            str(path), "LongMemEval file not found (set dataset.path=..., MEMTRACE_LONGMEMEVAL or dataset.hub=...)"
+        )
+    return load_longmemeval(path, question_date_in_text=config.question_date_in_text)
+
+
+SPEC = DatasetSpec(LongMemEvalConfig, load_configured)

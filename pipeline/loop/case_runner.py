@@ -40,7 +40,8 @@ def _made(counts: LMCallCounts) -> int:
 
 
 class LoopCaseRunner:
-    """A `CaseRunner` (optimizers.base) over the loop's judge, splits and memory cache."""
+    """Per-question runs (the per-question half of the loop's `Evaluator`, optimizers.base) over the loop's
+    judge, splits and memory cache."""
 
     def __init__(
         self,

@@ -27,12 +27,11 @@ Built memories are reused through a `MemoryCache`, so a candidate that only chan
 costs only answering. After every iteration the loop saves a checkpoint (JSON) from which an
 interrupted run resumes and reaches the same result. Logging is done by an observer (`LoopObserver`),
 so this module neither talks to MLflow nor prints. The digests of iterations (what checkpoints keep)
-are `pipeline.loop.summaries`.
+are `pipeline.loop.summaries`; the checkpoint file is `pipeline.loop.checkpoint`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -44,26 +43,28 @@ from typing import Any, Protocol
 
 import dspy
 from memtrace_loop.memory_systems.base import MemorySystem
-from memtrace_loop.optimizers.base import Candidate, CandidateEvaluation, OptimizationContext, Optimizer
+from memtrace_loop.optimizers.base import Candidate, CandidateEvaluation, OptimizationContext, Optimizer, TracedCase
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor, TracedRun, attribute_run
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution
 from memtrace_loop.pipeline.analysis.blame import BlameTable, aggregate_blame
 from memtrace_loop.pipeline.analysis.evaluation import PairedDifference, paired_difference
 from memtrace_loop.pipeline.backends.call_count import BUDGET_ROLES, CallLedger, CallTally
-from memtrace_loop.pipeline.core.files import write_atomically
-from memtrace_loop.pipeline.core.records import Dataset, PromptSet
+from memtrace_loop.pipeline.core.records import Dataset, PromptSet, Question
 from memtrace_loop.pipeline.core.stop import StopToken
 from memtrace_loop.pipeline.loop.case_runner import LoopCaseRunner
+from memtrace_loop.pipeline.loop.checkpoint import (
+    CheckpointError,
+    LoopProgress,
+    progress_of,
+    read_checkpoint,
+    write_checkpoint,
+)
 from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
 from memtrace_loop.pipeline.loop.runner import ProgressSink, RunResult, run_dataset
 from memtrace_loop.pipeline.loop.summaries import CandidateSummary, IterationSummary, blame_from_rows
 
 logger = logging.getLogger(__name__)
-
-CHECKPOINT_FORMAT = "memtrace-loop-checkpoint"
-CHECKPOINT_VERSION = 1
-
 
 def calls_made(result: RunResult) -> int:
     """LLM calls a run made, as its graphs tell (neither served by DSPy's cache nor in a reused memory's
@@ -86,10 +87,6 @@ def tokens_made(result: RunResult) -> int:
     """Prompt + completion tokens of the calls a run really made (a call served by DSPy's cache reports
     none; tokens of reused memories are left out)."""
     return result.counts.prompt_tokens + result.counts.completion_tokens - result.tokens_saved
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be resumed (wrong format, another config)."""
 
 
 @dataclass(frozen=True)
@@ -186,60 +183,6 @@ class LoopObserver(Protocol):
     def on_iteration(self, record: IterationRecord) -> None: ...
 
     def on_finish(self, result: LoopResult) -> None: ...
-
-
-@dataclass(frozen=True)
-class _Progress:
-    """What a checkpoint remembers: enough to continue exactly where the loop stopped."""
-
-    iteration: int
-    current: PromptSet
-    stale: int
-    start: PromptSet
-    history: tuple[IterationSummary, ...] = ()
-    budget_spent: int = 0
-    knobs: Mapping[str, Any] = field(default_factory=dict)  # accepted knob changes
-    calls: CallTally = field(default_factory=CallTally)  # LM calls per role by the end of `iteration`
-
-
-def _write_checkpoint(path: Path, progress: _Progress, config_digest: str, extra: Mapping[str, Any]) -> None:
-    data = {
-        "format": CHECKPOINT_FORMAT,
-        "format_version": CHECKPOINT_VERSION,
-        "config_digest": config_digest,
-        "iteration": progress.iteration,
-        "stale": progress.stale,
-        "budget_spent": progress.budget_spent,
-        "start_prompts": progress.start.to_dict(),
-        "current_prompts": progress.current.to_dict(),
-        "current_knobs": dict(progress.knobs),
-        "calls": progress.calls.to_dict(),
-        "history": [summary.to_dict() for summary in progress.history],
-        **dict(extra),
-    }
-    _write_json(path, data)
-
-
-def _write_json(path: Path, data: Mapping[str, Any]) -> None:
-    write_atomically(path, json.dumps(data, indent=2, ensure_ascii=False))  # a crash never leaves half a checkpoint
-
-
-def mark_checkpoint_finished(path: Path, finished: Mapping[str, Any]) -> None:
-    """Record in the checkpoint at `path` that its run finished, with `finished` (what the entry point
-    reports when asked to resume it: a later `resume=` is then a no-op)."""
-    data = read_checkpoint(path)
-    data["finished"] = dict(finished)
-    _write_json(path, data)
-
-
-def read_checkpoint(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{path}: cannot read checkpoint: {exc}") from exc
-    if data.get("format") != CHECKPOINT_FORMAT or data.get("format_version") != CHECKPOINT_VERSION:
-        raise CheckpointError(f"{path}: not a {CHECKPOINT_FORMAT} v{CHECKPOINT_VERSION} file")
-    return data
 
 
 class OptimizationLoop:
@@ -349,13 +292,6 @@ class OptimizationLoop:
     def _with_calls(self, record: IterationRecord) -> IterationRecord:
         return replace(record, calls=self.tally(), budget_spent=self.budget_spent())
 
-    def _signatures(self) -> dict[str, str]:
-        signatures = {}
-        for name, predictor in self.system.named_predictors():
-            sig = predictor.signature
-            signatures[name] = f"{', '.join(sig.input_fields)} -> {', '.join(sig.output_fields)}"
-        return signatures
-
     # ------------------------------------------------------------------ the loop
 
     def run(self, start_prompts: PromptSet | None = None, resume: bool = False) -> LoopResult:
@@ -368,7 +304,7 @@ class OptimizationLoop:
             self._calls_before = progress.calls
         else:
             start = start_prompts or self.system.prompt_set()
-            progress = _Progress(0, start, 0, start)
+            progress = LoopProgress(0, start, 0, start)
         records: list[IterationRecord] = []
 
         current, knobs = progress.current, dict(progress.knobs)
@@ -393,7 +329,7 @@ class OptimizationLoop:
             else:
                 stale += 1
             progress = self._finish_iteration(
-                record, _Progress(
+                record, LoopProgress(
                     iteration, current, stale, progress.start, progress.history, record.budget_spent, knobs
                 )
             )
@@ -450,13 +386,10 @@ class OptimizationLoop:
         if self._out_of_budget():
             return IterationRecord(iteration, current, train, current_dev, attributions, blame), None
         context = OptimizationContext(
-            iteration, current, blame, attributions, traced.failures(), self._signatures(),
-            LoopEvaluator(self, iteration, knobs), budget=self.budget if self.calls is not None else None,
+            iteration, current, blame, attributions, traced.failures(),
             knobs=MappingProxyType(self.system.with_knobs(knobs).knob_values()),
-            knob_fields_by_stage=self.system.knob_fields_by_stage,
-            graph_by_conversation=train.graph_by_conversation,
-            system=self.system.with_knobs(knobs), cases=self._case_runner(), attributor=self.attributor,
-            work_dir=self.checkpoint.parent / "optimizer" if self.checkpoint is not None else None,
+            graph_by_conversation=train.graph_by_conversation, evaluator=LoopEvaluator(self, iteration, knobs),
+            budget=self.budget if self.calls is not None else None,
         )
         outcomes = []
         for candidate in list(self.optimizer.propose(context))[: self.settings.max_candidates]:
@@ -476,38 +409,34 @@ class OptimizationLoop:
             iteration, current, train, current_dev, attributions, blame, tuple(outcomes), dict(knobs)
         ), None
 
-    def _finish_iteration(self, record: IterationRecord, progress: _Progress) -> _Progress:
-        progress = _Progress(
+    def _finish_iteration(self, record: IterationRecord, progress: LoopProgress) -> LoopProgress:
+        progress = LoopProgress(
             progress.iteration, progress.current, progress.stale, progress.start,
             (*progress.history, summarize_iteration(record)), record.budget_spent, progress.knobs, self.tally(),
         )
         for observer in self.observers:
             observer.on_iteration(record)
         if self.checkpoint is not None:
-            _write_checkpoint(self.checkpoint, progress, self.config_digest, self.checkpoint_extra())
+            write_checkpoint(self.checkpoint, progress, self.config_digest, self.checkpoint_extra())
         return progress
 
-    def _resume(self) -> _Progress:
+    def _resume(self) -> LoopProgress:
         if self.checkpoint is None or not self.checkpoint.exists():
             raise CheckpointError(f"nothing to resume: no checkpoint at {self.checkpoint}")
         data = read_checkpoint(self.checkpoint)
         if self.config_digest and data.get("config_digest") != self.config_digest:
             raise CheckpointError(f"{self.checkpoint}: was written by a run with another configuration")
-        current = PromptSet(data["current_prompts"])
-        knobs = dict(data.get("current_knobs", {}))  # checkpoints before knob candidates: none
-        self.system.with_knobs(knobs).with_prompts(current)  # fails clearly if they do not fit this system
-        history = tuple(IterationSummary.from_dict(item) for item in data.get("history", ()))
-        return _Progress(
-            int(data["iteration"]), current, int(data["stale"]), PromptSet(data["start_prompts"]), history,
-            int(data.get("budget_spent", 0)), knobs, CallTally.from_dict(data.get("calls", {})),
-        )
+        progress = progress_of(data)
+        self.system.with_knobs(progress.knobs).with_prompts(progress.current)  # fails clearly if they do not fit
+        return progress
 
 
 class LoopEvaluator:
     """The `Evaluator` an optimizer gets in one iteration: the loop's own evaluation (runner, memory
-    cache, call counting, split log) on train or dev, or on some of their questions. An evaluation's
-    `lm_calls_made` is the ledger's made calls (every role) while it ran: evaluations run concurrently
-    by one optimizer would each see the others' calls too (the loop's totals stay exact)."""
+    cache, call counting, split log) on train or dev, or on some of their questions (batch), and single
+    questions through a `LoopCaseRunner` (per question). An evaluation's `lm_calls_made` is the
+    ledger's made calls (every role) while it ran: evaluations run concurrently by one optimizer would
+    each see the others' calls too (the loop's totals stay exact)."""
 
     SPLITS = ("train", "dev")
 
@@ -515,6 +444,19 @@ class LoopEvaluator:
         self._loop = loop
         self._iteration = iteration
         self._knobs = dict(knobs or {})  # the loop's accepted knob changes: candidates are scored with them
+        self._cases = loop._case_runner()
+
+    def questions(self, split: str) -> tuple[Question, ...]:
+        """The scored questions of train or dev (excluded categories left out)."""
+        return self._cases.questions(split)
+
+    def system(self, prompts: PromptSet) -> MemorySystem:
+        """The loop's system with its accepted knob changes and `prompts`."""
+        return self._loop.system.with_knobs(self._knobs).with_prompts(prompts)
+
+    def run_case(self, system: MemorySystem, split: str, question_id: str) -> TracedCase:
+        """One train or dev question answered and judged with `system` (memory from the loop's cache)."""
+        return self._cases.run_case(system, split, question_id)
 
     def evaluate(
         self, prompts: PromptSet, split: str = "train", question_ids: Sequence[str] | None = None

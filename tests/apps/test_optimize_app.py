@@ -16,10 +16,10 @@ from memtrace_loop.experiments.export import ExportError, exported_from_run
 from memtrace_loop.experiments.lifecycle import stop_on_signals
 from memtrace_loop.experiments.optimize import optimize
 from memtrace_loop.experiments.run import run
+from memtrace_loop.pipeline.core.prompt_files import read_prompts
 from memtrace_loop.pipeline.core.stop import Interrupted, StopToken
-from memtrace_loop.pipeline.loop.optimization import CheckpointError
+from memtrace_loop.pipeline.loop.checkpoint import CheckpointError
 from memtrace_loop.pipeline.tracking import loop_observer as loop_tracking
-from memtrace_loop.pipeline.tracking.export import read_prompts
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.prompt_registry import load_registered_prompt_set, registry_name
 from memtrace_loop.pipeline.tracking.tracker import CHAMPION

@@ -9,7 +9,7 @@ from hydra import compose, initialize_config_module
 from memtrace_loop.experiments.stages import stages
 from memtrace_loop.memory_systems.registry import MODULE_BY_SYSTEM, build_memory_system
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
-from memtrace_loop.pipeline.tracking.export import ExportedPrompts, write_prompts
+from memtrace_loop.pipeline.core.prompt_files import ExportedPrompts, write_prompts
 
 
 def listed(*overrides: str):

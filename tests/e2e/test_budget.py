@@ -73,7 +73,7 @@ def run(name: str, budget: int, max_iterations: int = 10, useless_first: bool = 
     dataset = sim_dataset(seed=0, n_conversations=8)
     parts = split_by_conversation(dataset, (0.5, 0.25, 0.25), seed=0)
     steps = Steps()
-    optimizer = _StepLoggingOptimizer(build_optimizer(name, lms.rewriter), steps, useless_first)
+    optimizer = _StepLoggingOptimizer(build_optimizer(name, lms.rewriter, system=system), steps, useless_first)
     loop = _StepLoggingLoop(
         system, make_judge(lms.judge), optimizer, Splits(parts.train, parts.dev, parts.test),
         replace(SETTINGS, budget_calls=budget, max_iterations=max_iterations), calls=ledger, **kwargs,

@@ -17,10 +17,11 @@ from memtrace_loop.pipeline.analysis.evaluation import paired_difference
 from memtrace_loop.pipeline.backends.call_count import CallLedger
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMSet
+from memtrace_loop.pipeline.core.prompt_files import ExportedPrompts, read_prompts, write_prompts
 from memtrace_loop.pipeline.data.locomo import split_by_conversation
+from memtrace_loop.pipeline.loop.checkpoint import CheckpointError
 from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
 from memtrace_loop.pipeline.loop.optimization import (
-    CheckpointError,
     IterationRecord,
     LoopEvaluator,
     LoopSettings,
@@ -28,7 +29,7 @@ from memtrace_loop.pipeline.loop.optimization import (
     Splits,
 )
 from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
-from memtrace_loop.pipeline.tracking.export import ExportedPrompts, apply_prompts, read_prompts, write_prompts
+from memtrace_loop.pipeline.tracking.export import apply_prompts
 from memtrace_loop.pipeline.tracking.loop_observer import TrackingLoopObserver
 
 from tests.support.sim import sim_dataset, sim_lm
@@ -46,6 +47,11 @@ def splits() -> Splits:
     return Splits(parts.train, parts.dev, parts.test)
 
 
+def attribution_optimizer(lm):
+    """`optimizer=attribution` built for the loop's system (make_loop's mem0)."""
+    return build_optimizer("attribution", lm, system=Mem0Memory(HashingEmbedder()))
+
+
 def make_loop(optimizer_name: str = "attribution", optimizer=None, counted: bool = False, **kwargs) -> OptimizationLoop:
     """The loop on the stand-in LM; with `counted`, every role's LM counts into `kwargs["calls"]`."""
     lms = LMSet(*(sim_lm(),) * 4)
@@ -53,7 +59,7 @@ def make_loop(optimizer_name: str = "attribution", optimizer=None, counted: bool
         lms = kwargs["calls"].counted(lms)
     system = Mem0Memory(HashingEmbedder())
     system.set_lm(lms.task)
-    optimizer = optimizer or build_optimizer(optimizer_name, lms.rewriter)
+    optimizer = optimizer or build_optimizer(optimizer_name, lms.rewriter, system=system)
     return OptimizationLoop(
         system, make_judge(lms.judge), optimizer, splits(), kwargs.pop("settings", SETTINGS), **kwargs
     )
@@ -140,7 +146,7 @@ class _UselessThenGood:
 
 def test_a_candidate_without_gain_is_rejected_and_the_next_one_tried():
     lm = sim_lm()
-    loop = make_loop(optimizer=_UselessThenGood(build_optimizer("attribution", lm)),
+    loop = make_loop(optimizer=_UselessThenGood(attribution_optimizer(lm)),
                      settings=replace(SETTINGS, max_iterations=1))
     result = loop.run()
     outcomes = result.iterations[1].outcomes
@@ -251,10 +257,11 @@ class _PicksByEvaluating:
 
 def test_an_optimizer_can_evaluate_its_own_candidates_and_those_calls_are_counted():
     settings = replace(SETTINGS, max_iterations=1)
-    picking = _PicksByEvaluating(build_optimizer("attribution", sim_lm()))
+    picking = _PicksByEvaluating(attribution_optimizer(sim_lm()))
     picked = make_loop(optimizer=picking, settings=settings).run()
     # the same accepted candidate, proposed without evaluating it first
-    direct = make_loop(optimizer=_PicksByEvaluating(build_optimizer("attribution", sim_lm()), evaluate=False),
+    direct = make_loop(optimizer=_PicksByEvaluating(
+        attribution_optimizer(sim_lm()), evaluate=False),
                        settings=settings).run()
 
     useless, good = picking.evaluations

@@ -26,7 +26,7 @@ def test_report_of_an_optimization_shows_scores_and_accepted_rewrites(tmp_path):
     system.set_lm(lm)
     parts = split_by_conversation(sim_dataset(seed=0, n_conversations=8), (0.5, 0.25, 0.25), seed=0)
     settings = LoopSettings(max_iterations=3, patience=2, min_gain=0.02, max_candidates=2, workers=2)
-    loop = OptimizationLoop(system, make_judge(lm), build_optimizer("attribution", lm),
+    loop = OptimizationLoop(system, make_judge(lm), build_optimizer("attribution", lm, system=system),
                             Splits(parts.train, parts.dev, parts.test), settings)
     result = loop.run()
     rewrites = rewrites_of(result)

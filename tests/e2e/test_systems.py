@@ -78,7 +78,8 @@ def test_the_loop_improves_each_system_and_blames_only_its_stages(name):
     system = build_memory_system({"name": name}, HashingEmbedder())
     system.set_lm(lm)
     loop = OptimizationLoop(
-        system, make_judge(lm), build_optimizer("attribution", lm), Splits(parts.train, parts.dev, parts.test),
+        system, make_judge(lm), build_optimizer("attribution", lm, system=system),
+        Splits(parts.train, parts.dev, parts.test),
         LoopSettings(max_iterations=4, patience=2, min_gain=0.02, max_candidates=2, workers=2),
     )
     result = loop.run()

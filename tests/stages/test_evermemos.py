@@ -349,7 +349,8 @@ def test_the_loop_improves_test_accuracy_and_blames_only_stages_the_system_has()
     system.set_lm(lm)
     settings = LoopSettings(max_iterations=4, patience=2, min_gain=0.02, max_candidates=2, workers=2)
     result = OptimizationLoop(
-        system, make_judge(lm), build_optimizer("attribution", lm), Splits(parts.train, parts.dev, parts.test),
+        system, make_judge(lm), build_optimizer("attribution", lm, system=system),
+        Splits(parts.train, parts.dev, parts.test),
         settings,
     ).run()
     start, final = result.test_start.report.overall, result.test_final.report.overall

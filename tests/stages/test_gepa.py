@@ -41,6 +41,25 @@ from tests.support.sim import sim_dataset, sim_lm
 SMALL = Settings(max_metric_calls=100, num_threads=2, reflection_minibatch_size=3)
 
 
+class CaseEvaluator:
+    """The per-question half of the loop's `Evaluator` over a world (GEPA scores only per question)."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+
+    def evaluate(self, prompts, split="train", question_ids=None):
+        raise NotImplementedError("GEPA scores per question")
+
+    def questions(self, split):
+        return self.world.cases.questions(split)
+
+    def system(self, prompts):
+        return self.world.system.with_prompts(prompts)
+
+    def run_case(self, system, split, question_id):
+        return self.world.cases.run_case(system, split, question_id)
+
+
 class World:
     """A mem0 system on the stand-in, its train/dev split, and a case runner with a call counter."""
 
@@ -68,10 +87,9 @@ class World:
         predictor = dict(self.system.named_predictors())[stage]
         return sim_rule_instruction(predictor.signature.instructions, predictor.signature.output_fields)
 
-    def context(self, iteration: int = 1, work_dir=None, budget=None, attributor=None) -> OptimizationContext:
+    def context(self, iteration: int = 1, budget=None) -> OptimizationContext:
         return OptimizationContext(
-            iteration, self.system.prompt_set(), BlameTable(), (), (), system=self.system, cases=self.cases,
-            attributor=attributor, work_dir=work_dir, budget=budget,
+            iteration, self.system.prompt_set(), BlameTable(), (), (), evaluator=CaseEvaluator(self), budget=budget
         )
 
     def stage_rewrite(self):
@@ -206,8 +224,8 @@ def test_a_seed_gives_the_same_candidates(tmp_path):
     def once(name: str):
         w = World()
         lm, _ = reflection_lm(w.stage_rewrite())
-        optimizer = GepaBlameOptimizer(lm, SMALL)
-        candidates = optimizer.propose(w.context(work_dir=tmp_path / name, attributor=LineageAttributor()))
+        optimizer = GepaBlameOptimizer(lm, SMALL, LineageAttributor(), tmp_path / name)
+        candidates = optimizer.propose(w.context())
         return [c.prompts for c in candidates], _table(candidates)
 
     first, second = once("a"), once("b")
@@ -246,21 +264,21 @@ def test_gepa_stops_at_the_call_budget(tmp_path):
 
 @pytest.mark.slow
 def test_an_interrupted_gepa_run_resumes_from_its_log_dir(tmp_path):
-    def optimizer_and_world():
+    def optimizer_and_world(work_dir):
         w = World()
         lm, engine = reflection_lm(w.stage_rewrite())
-        return GepaOptimizer(lm, SMALL), w, engine
+        return GepaOptimizer(lm, SMALL, work_dir=work_dir), w, engine
 
-    optimizer, w, full_engine = optimizer_and_world()
-    full = optimizer.propose(w.context(work_dir=tmp_path / "full"))
+    optimizer, w, full_engine = optimizer_and_world(tmp_path / "full")
+    full = optimizer.propose(w.context())
 
-    optimizer, w, cut_engine = optimizer_and_world()
+    optimizer, w, cut_engine = optimizer_and_world(tmp_path / "cut")
     budget = CountdownBudget(w, 250)  # "interrupted": stopped part way
-    optimizer.propose(w.context(work_dir=tmp_path / "cut", budget=budget))
+    optimizer.propose(w.context(budget=budget))
     assert (tmp_path / "cut" / "gepa" / "gepa_state.bin").exists()
     assert 0 < len(cut_engine.prompts) < len(full_engine.prompts)
-    optimizer, w, engine = optimizer_and_world()
-    resumed = optimizer.propose(w.context(work_dir=tmp_path / "cut"))
+    optimizer, w, engine = optimizer_and_world(tmp_path / "cut")
+    resumed = optimizer.propose(w.context())
     assert [c.prompts for c in resumed] == [c.prompts for c in full] and full
     assert _table(resumed) == _table(full)
     # it continued where the cut run stopped: the reflections done before were not done again
@@ -300,10 +318,10 @@ def test_the_final_prompts_load_as_a_dspy_program_and_dspy_evaluate_gives_the_lo
 def test_one_gepa_run_spans_the_loop_iterations(tmp_path):
     w = World()
     lm, engine = reflection_lm(w.stage_rewrite())
-    optimizer = GepaOptimizer(lm, SMALL)
-    first = optimizer.propose(w.context(iteration=1, work_dir=tmp_path))
+    optimizer = GepaOptimizer(lm, SMALL, work_dir=tmp_path)
+    first = optimizer.propose(w.context(iteration=1))
     reflections = len(engine.prompts)
-    second = optimizer.propose(w.context(iteration=2, work_dir=tmp_path))
+    second = optimizer.propose(w.context(iteration=2))
     one = json.loads((tmp_path / "gepa" / "iteration-1-gepa_candidates.json").read_text())
     two = json.loads((tmp_path / "gepa" / "iteration-2-gepa_candidates.json").read_text())
     assert first and two["dev_score"][: len(one["dev_score"])] == one["dev_score"]  # the same pool, extended

@@ -3,15 +3,19 @@ uniform optimizers on the sim LM, the no-op baseline and the registry. Fixtures 
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import replace
+from pathlib import Path
 
 import dspy
 import pytest
 from dspy.utils import DummyLM
+from memtrace_loop.conf import compared
+from memtrace_loop.memory_systems.mem0.system import Mem0Memory
 from memtrace_loop.memory_systems.signatures import AnswerQuestion, DecideUpdates, ExtractFacts
 from memtrace_loop.optimizers.attribution_guided import AttributionGuidedOptimizer
-from memtrace_loop.optimizers.base import OptimizationContext
+from memtrace_loop.optimizers.base import OptimizationContext, OptimizerSpec, stage_signatures
 from memtrace_loop.optimizers.feedback import (
     NO_ATTRIBUTION_DIAGNOSIS,
     OTHER_STAGE_DIAGNOSIS,
@@ -20,13 +24,16 @@ from memtrace_loop.optimizers.feedback import (
     feedback_without_attribution,
     fold_feedback,
 )
+from memtrace_loop.optimizers.gepa_blame import GepaBlameOptimizer
 from memtrace_loop.optimizers.noop import NoOptimizer
-from memtrace_loop.optimizers.registry import build_optimizer
+from memtrace_loop.optimizers.registry import OPTIMIZERS, build_optimizer
 from memtrace_loop.optimizers.rewrite import InstructionRewriter, RewriteOutcome
 from memtrace_loop.optimizers.uniform import UniformBlameOptimizer, rotated
 from memtrace_loop.optimizers.uniform_reasons import UniformReasonsOptimizer
+from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, ErrorType, Fault, Tunable
 from memtrace_loop.pipeline.analysis.blame import aggregate_blame
+from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.records import CaseResult, PromptSet, Question, Scores
 from memtrace_loop.pipeline.sim.rules import rules_in
 
@@ -63,6 +70,10 @@ def attribution(
     )
 
 
+def rewriter_of(lm: dspy.LM) -> InstructionRewriter:
+    return InstructionRewriter(lm, 2000)
+
+
 @pytest.fixture(scope="module")
 def sim_lm() -> dspy.LM:
     return stand_in_lm()
@@ -75,7 +86,6 @@ def context(attributions: list[Attribution], iteration: int = 0, prompts: Prompt
         blame=aggregate_blame(attributions),
         attributions=tuple(attributions),
         failures=tuple(a.case for a in attributions),
-        signature_by_stage=SIGNATURES,
     )
 
 
@@ -245,7 +255,7 @@ def blamed() -> list[Attribution]:
 
 
 def test_attribution_optimizer_rewrites_prompt_stages_in_blame_order(sim_lm: dspy.LM) -> None:
-    optimizer = AttributionGuidedOptimizer(InstructionRewriter(sim_lm, 2000), top_stages=2)
+    optimizer = AttributionGuidedOptimizer(rewriter_of(sim_lm), top_stages=2, signature_by_stage=SIGNATURES)
     ctx = context(blamed())
     assert optimizer.target_stages(ctx) == ("extract", "decide")
     candidates = optimizer.propose(ctx)
@@ -265,7 +275,7 @@ def test_attribution_optimizer_rewrites_prompt_stages_in_blame_order(sim_lm: dsp
 def test_attribution_optimizer_ignores_stages_without_a_prompt(sim_lm: dspy.LM) -> None:
     items = [attribution(f"s{i}", "summarize", ErrorType.EXTRACTION, "dropped the date", "summarize") for i in range(5)]
     items += blamed()
-    optimizer = AttributionGuidedOptimizer(InstructionRewriter(sim_lm, 2000), top_stages=1)
+    optimizer = AttributionGuidedOptimizer(rewriter_of(sim_lm), top_stages=1, signature_by_stage=SIGNATURES)
     ctx = context(items)
     assert ctx.blame.prompt_stages()[0] == "summarize"
     assert optimizer.target_stages(ctx) == ("extract",)
@@ -277,7 +287,7 @@ def test_attribution_optimizer_skips_unchanged_rewrites(sim_lm: dspy.LM) -> None
                              Scores(0.0, 0.5, 0.5))  # no symptom any rule explains
     items = [replace(attribution("a0", "respond", ErrorType.RESPONSE, "the answer was unrelated", "question_answering"),
                      case=unexplained)]
-    optimizer = AttributionGuidedOptimizer(InstructionRewriter(sim_lm, 2000), top_stages=3)
+    optimizer = AttributionGuidedOptimizer(rewriter_of(sim_lm), top_stages=3, signature_by_stage=SIGNATURES)
     assert optimizer.propose(context(items)) == []
 
 
@@ -295,7 +305,7 @@ class RecordingRewriter(InstructionRewriter):
 
 def test_uniform_rotates_through_stages_and_sends_the_same_feedback() -> None:
     rewriter = RecordingRewriter()
-    optimizer = UniformBlameOptimizer(rewriter, top_stages=2)
+    optimizer = UniformBlameOptimizer(rewriter, top_stages=2, signature_by_stage=SIGNATURES)
     seen = []
     for iteration in range(3):
         candidates = optimizer.propose(context(blamed(), iteration=iteration))
@@ -313,7 +323,7 @@ def test_uniform_on_the_sim_world_guesses_from_symptoms_misfire_included(sim_lm:
     """Every failure is a "when" question answered without a date: from the symptoms alone the rewriter
     adds the date rule of each stage that has one, and on the answer stage also the misfire
     `one_answer` (the answers were longer than the gold); the update stage has no date rule."""
-    optimizer = UniformBlameOptimizer(InstructionRewriter(sim_lm, 2000), top_stages=3)
+    optimizer = UniformBlameOptimizer(rewriter_of(sim_lm), top_stages=3, signature_by_stage=SIGNATURES)
     candidates = optimizer.propose(context(blamed()))
     added = {c.changed_stages[0]: rules_in(c.prompts[c.changed_stages[0]]) for c in candidates}
     assert added == {"extract": {"resolve_dates"}, "respond": {"use_dates", "one_answer"}}
@@ -321,8 +331,8 @@ def test_uniform_on_the_sim_world_guesses_from_symptoms_misfire_included(sim_lm:
 
 def test_uniform_reasons_rotates_like_uniform_with_the_attributed_feedback() -> None:
     uniform_rewriter, reasons_rewriter = RecordingRewriter(), RecordingRewriter()
-    uniform = UniformBlameOptimizer(uniform_rewriter, top_stages=2)
-    reasons = UniformReasonsOptimizer(reasons_rewriter, top_stages=2)
+    uniform = UniformBlameOptimizer(uniform_rewriter, top_stages=2, signature_by_stage=SIGNATURES)
+    reasons = UniformReasonsOptimizer(reasons_rewriter, top_stages=2, signature_by_stage=SIGNATURES)
     for iteration in range(3):
         ctx = context(blamed(), iteration=iteration)
         assert [c.changed_stages for c in reasons.propose(ctx)] == [c.changed_stages for c in uniform.propose(ctx)]
@@ -336,7 +346,7 @@ def test_uniform_reasons_rotates_like_uniform_with_the_attributed_feedback() -> 
 def test_uniform_reasons_on_the_sim_world_narrows_by_the_attribution(sim_lm: dspy.LM) -> None:
     """The same reasons as attribution, sent to every stage: each stage takes only the guesses its own
     error types support, so the update stage gets the newest-value rule and the answer stage no misfire."""
-    optimizer = UniformReasonsOptimizer(InstructionRewriter(sim_lm, 2000), top_stages=3)
+    optimizer = UniformReasonsOptimizer(rewriter_of(sim_lm), top_stages=3, signature_by_stage=SIGNATURES)
     candidates = optimizer.propose(context(blamed()))
     added = {c.changed_stages[0]: rules_in(c.prompts[c.changed_stages[0]]) for c in candidates}
     assert added == {"extract": {"resolve_dates"}, "decide": {"newest_wins"}, "respond": {"use_dates"}}
@@ -382,3 +392,26 @@ def test_registry_errors(sim_lm: dspy.LM) -> None:
         build_optimizer("uniform", sim_lm, {"top_stages": 0})
     with pytest.raises(ValueError, match="needs a rewriter LM"):
         build_optimizer("attribution", None, {})
+
+
+def test_every_optimizer_module_exports_its_spec_and_the_sweep_is_generated_from_them() -> None:
+    for name, spec in OPTIMIZERS.items():
+        assert isinstance(spec, OptimizerSpec), name
+        assert dataclasses.is_dataclass(spec.schema), name
+    assert OPTIMIZERS.compared() == OPTIMIZERS.names  # every optimizer of today is compared
+    assert compared("optimizer") == ",".join(OPTIMIZERS.compared())  # ${memtrace.compared:optimizer}
+    with pytest.raises(ValueError, match="no registry for group"):
+        compared("nothing")
+
+
+def test_what_is_fixed_is_given_once_at_build(sim_lm: dspy.LM, tmp_path: Path) -> None:
+    system = Mem0Memory(HashingEmbedder())
+    optimizer = build_optimizer("attribution", sim_lm, {}, system=system)
+    assert isinstance(optimizer, AttributionGuidedOptimizer)
+    assert dict(optimizer.signature_by_stage) == dict(stage_signatures(system))
+    assert "extract" in optimizer.signature_by_stage and "->" in optimizer.signature_by_stage["extract"]
+    assert optimizer.knob_fields_by_stage == system.knob_fields_by_stage
+    attributor = LineageAttributor()
+    gepa = build_optimizer("gepa_blame", sim_lm, {}, attributor=attributor, work_dir=tmp_path)
+    assert isinstance(gepa, GepaBlameOptimizer) and gepa.attributor is attributor
+    assert gepa.log_dir() == tmp_path / "gepa_blame"

@@ -21,14 +21,14 @@ from memtrace_loop.experiments.config import (
     validated_stages,
 )
 from memtrace_loop.memory_systems.registry import ENTRY_BY_SYSTEM, build_memory_system, knobs_schema
-from memtrace_loop.optimizers.registry import ENTRY_BY_OPTIMIZER, RewriteSettings
-from memtrace_loop.pipeline.analysis.attribution.registry import ENTRY_BY_ATTRIBUTOR, LineageSettings, LLMSettings
+from memtrace_loop.optimizers.registry import OPTIMIZERS, RewriteSettings
+from memtrace_loop.pipeline.analysis.attribution.registry import ATTRIBUTORS, LineageSettings, LLMSettings
 from memtrace_loop.pipeline.backends.embeddings import HASHING_DIM, HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMConfig
 from memtrace_loop.pipeline.backends.registry import ENTRY_BY_BACKEND
 from memtrace_loop.pipeline.core.config import ConfigError, defaults_of
 from memtrace_loop.pipeline.core.records import Conversation, Turn
-from memtrace_loop.pipeline.data.registry import ENTRY_BY_KIND, load_dataset
+from memtrace_loop.pipeline.data.registry import DATASETS, load_dataset
 from memtrace_loop.pipeline.loop.optimization import LoopSettings
 from omegaconf import OmegaConf
 
@@ -48,10 +48,10 @@ def options(group: str) -> list[str]:
 
 def test_every_group_option_has_a_registry_entry_and_the_reverse():
     assert options("memory_system") == sorted(ENTRY_BY_SYSTEM)
-    assert options("dataset") == sorted(ENTRY_BY_KIND)
-    assert options("optimizer") == sorted(ENTRY_BY_OPTIMIZER)
+    assert options("dataset") == sorted(DATASETS)
+    assert options("optimizer") == sorted(OPTIMIZERS)
     assert options("lm") == sorted(ENTRY_BY_BACKEND)
-    assert options("attributor") == sorted(ENTRY_BY_ATTRIBUTOR)
+    assert options("attributor") == sorted(ATTRIBUTORS)
 
 
 @pytest.mark.parametrize(
@@ -191,9 +191,9 @@ def test_hydra_composes_exactly_the_schema_defaults():
     for name in ENTRY_BY_SYSTEM:
         node = plain(f"memory_system={name}")["memory_system"]
         assert node == {"name": name, **defaults_of(knobs_schema(name))}
-    for kind, entry in ENTRY_BY_KIND.items():
+    for kind, spec in DATASETS.items():
         node = plain(f"dataset={kind}")["dataset"]
-        for key, value in defaults_of(entry.schema).items():
+        for key, value in defaults_of(spec.schema).items():
             if key != "path":  # wired to an environment variable by the YAML (no default in the schema)
                 assert node[key] == (composed["seed"] if key == "seed" else value), key
 

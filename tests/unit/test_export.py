@@ -10,14 +10,9 @@ import pytest
 import yaml
 from memtrace_loop.memory_systems.mem0.system import Mem0Memory
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
+from memtrace_loop.pipeline.core.prompt_files import ExportedPrompts, PromptFileError, read_prompts, write_prompts
 from memtrace_loop.pipeline.core.records import PromptSet
-from memtrace_loop.pipeline.tracking.export import (
-    ExportedPrompts,
-    PromptFileError,
-    apply_prompts,
-    read_prompts,
-    write_prompts,
-)
+from memtrace_loop.pipeline.tracking.export import apply_prompts
 
 TRICKY = (
     "Use {x} and {{y}} and {% if z %}z{% endif %}.\n"

@@ -40,8 +40,13 @@ import dspy
 from dspy.utils.callback import BaseCallback
 from memtrace_loop.pipeline.analysis.attribution.evidence import EvidenceFinder
 from memtrace_loop.pipeline.analysis.attribution.lineage import content_tokens, turn_text
+from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor, AttributorSpec
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, AttributionCost, ErrorType, Fault, Tunable
+from memtrace_loop.pipeline.analysis.attribution.replay import ReplayConfig
 from memtrace_loop.pipeline.analysis.attribution.walk_signatures import JudgeOperation
+from memtrace_loop.pipeline.backends.embeddings import Embedder
+from memtrace_loop.pipeline.backends.lm import LMSet
+from memtrace_loop.pipeline.core.config import ConfigError, require
 from memtrace_loop.pipeline.core.conventions import (
     CONSTRUCTION_OP_KINDS,
     MEMORY_KINDS,
@@ -495,3 +500,28 @@ class LLMAttributor:
             case, blamed.id, blamed.name, blamed.stage, error, reason, confidence, METHOD, tunable,
             tuple(turn_id_of(e) for e in evidence), pseudo, suspects=(fault,), cost=cost,
         )
+
+
+@dataclass(frozen=True)
+class LLMSettings:
+    """`attributor=llm`: an LM (the `attributor` role) walks the graph from the evidence."""
+
+    verify: bool = False
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
+    max_steps: int = 12  # operations shown to the LM before it gives up
+    max_chars_per_step: int = 2400  # the bound on one step's context (inputs, outputs, prompt)
+
+    def __post_init__(self) -> None:
+        require(self, max_steps=(1, None), max_chars_per_step=(400, None))
+
+
+def build(settings: LLMSettings, lms: LMSet | None, embedder: Embedder | None) -> Attributor:
+    """The LLM walk on the run's `attributor` LM (a ConfigError without one)."""
+    lm = getattr(lms, "attributor", None) if lms is not None else None
+    if lm is None:
+        raise ConfigError("attributor.name: the llm attributor needs an `attributor` LM (lm.attributor)")
+    llm_settings = LLMAttributorSettings(max_steps=settings.max_steps, max_chars_per_step=settings.max_chars_per_step)
+    return LLMAttributor(lm=lm, settings=llm_settings)
+
+
+SPEC = AttributorSpec(LLMSettings, build)

@@ -7,6 +7,8 @@ check) it gets through its constructor; nothing is fetched from globals. `attrib
 attributor to every failure of a `TracedRun` (one evaluation with its graphs) in result order.
 This module neither aggregates blame (`pipeline.analysis.blame`) nor finds anything itself: the
 methods are `lineage` (no LLM), `llm` (an LM walks the graph) and `replay` (verifies another's blame).
+`AttributorSpec` is what each method's module exports as `SPEC` for the attributor registry
+(`pipeline.analysis.attribution.registry`).
 """
 
 from __future__ import annotations
@@ -14,11 +16,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import CaseResult, Conversation
+
+if TYPE_CHECKING:
+    from memtrace_loop.pipeline.backends.embeddings import Embedder
+    from memtrace_loop.pipeline.backends.lm import LMSet
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,17 @@ class Attributor(Protocol):
     def attribute(
         self, graph: ExecutionGraph, case: CaseResult, conversation: Conversation | None = None
     ) -> Attribution | None: ...
+
+
+@dataclass(frozen=True)
+class AttributorSpec:
+    """What an attributor module exports as `SPEC`: its settings record (the schema and single home of
+    the defaults of its `attributor` config node; it has `verify` and `replay`) and `build(settings,
+    lms, embedder)`, which returns the bare attributor (the registry adds the replay check)."""
+
+    schema: type
+    build: Callable[[Any, LMSet | None, Embedder | None], Attributor]
+    compare: bool = False  # attributors are not swept by default
 
 
 def attribute_run(

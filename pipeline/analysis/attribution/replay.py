@@ -44,6 +44,7 @@ from memtrace_loop.memory_systems.base import MemorySystem, ReplayUnsupportedErr
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, ErrorType, Fault, Tunable
 from memtrace_loop.pipeline.analysis.evaluation import judge_answer
+from memtrace_loop.pipeline.core.config import require
 from memtrace_loop.pipeline.core.conventions import (
     MEMORY_KINDS,
     NEAR_MISSES,
@@ -81,6 +82,16 @@ class ReplaySettings:
     def __post_init__(self) -> None:
         if self.max_joint < 1:
             raise ValueError(f"replay.max_joint must be at least 1, got {self.max_joint}")
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    """`attributor.replay`: the replay check's bounds (defaults: `ReplaySettings`)."""
+
+    max_joint: int = ReplaySettings.max_joint  # the largest decisive error set tried
+
+    def __post_init__(self) -> None:
+        require(self, max_joint=(1, None))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,302 @@
+"""Prompt files: the plain JSON/YAML file of an exported prompt set (and knobs), written and read back.
+
+What it does:
+
+- `ExportedPrompts`: the frozen record of one exported prompt set — the memory system it belongs to,
+  the stage -> instruction mapping (`PromptSet`), the MLflow run it came from, a few metrics and the
+  creation time. Constructing one validates it with the same rules `read_prompts` applies, so
+  whatever can be written can be read back.
+- `write_prompts`: writes JSON (`.json`) or YAML (`.yaml`/`.yml`), UTF-8, with a fixed key order
+  (`format_version`, `system`, `created`, `source_run`, `metrics`, `prompts`; metrics and stages
+  sorted by name). Writing the same record twice gives identical bytes.
+- `read_prompts`: parses a file with pydantic; every problem (missing file, bad JSON/YAML, duplicate,
+  missing or extra keys, wrong types, empty or non-string instructions, unsupported format version)
+  raises `PromptFileError` naming the file and the field.
+- `knobs` (optional key, written only when non-empty): the knob changes the loop accepted (e.g.
+  `top_k: 16`).
+
+What it does not do: it does not apply a file to a memory system (`pipeline.tracking.export.apply_prompts`),
+talk to MLflow (see `pipeline.tracking` and `pipeline.tracking.prompt_registry`), choose which prompt set
+to export or run anything. It sits in `pipeline.core` so every layer may read and write prompt files.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from pathlib import Path
+from types import MappingProxyType
+from typing import Annotated, Any
+
+import yaml
+from memtrace_loop.pipeline.core.records import PromptSet
+from pydantic import AfterValidator, AllowInfNan, BaseModel, BeforeValidator, ConfigDict, ValidationError
+
+FORMAT_VERSION = 1
+JSON_SUFFIXES = (".json",)
+YAML_SUFFIXES = (".yaml", ".yml")
+FIELD_ORDER = ("format_version", "system", "created", "source_run", "metrics", "prompts", "knobs")
+KnobValue = bool | int | float | str
+
+
+class PromptFileError(ValueError):
+    """A prompt file that cannot be read, or that does not fit the memory system it is applied to."""
+
+
+# --------------------------------------------------------------------------- the file schema
+
+
+def _non_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must be a non-empty string")
+    return value
+
+
+def _iso_time(value: Any) -> Any:
+    """YAML turns unquoted timestamps into datetimes; accept them as their ISO text."""
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    return value
+
+
+def _valid_iso_time(value: str) -> str:
+    try:
+        datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"must be an ISO-8601 date-time, got {value!r}") from None
+    return value
+
+
+def _supported_version(value: int) -> int:
+    if value != FORMAT_VERSION:
+        raise ValueError(f"unsupported format version {value} (this version of memtrace reads {FORMAT_VERSION})")
+    return value
+
+
+def _some_stages(value: dict[str, str]) -> dict[str, str]:
+    if not value:
+        raise ValueError("must name at least one stage")
+    return value
+
+
+NonBlank = Annotated[str, AfterValidator(_non_blank)]
+
+
+class _PromptFile(BaseModel):
+    """The on-disk layout. Strict: no coercion, no extra keys, every key present."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    format_version: Annotated[int, AfterValidator(_supported_version)]
+    system: NonBlank
+    created: Annotated[str, BeforeValidator(_iso_time), AfterValidator(_valid_iso_time)]
+    source_run: NonBlank | None
+    metrics: dict[NonBlank, Annotated[float, AllowInfNan(False)]]
+    prompts: Annotated[dict[NonBlank, NonBlank], AfterValidator(_some_stages)]
+    knobs: dict[NonBlank, KnobValue] = {}  # optional: accepted knob changes (files without it load as before)
+
+
+def _field_name(loc: tuple[int | str, ...]) -> str:
+    """`('prompts', 'answer.predict')` -> `prompts['answer.predict']` (stage names contain dots)."""
+    if not loc:
+        return "<top level>"
+    head, *rest = loc
+    return str(head) + "".join(f"[{part!r}]" for part in rest if part != "[key]")
+
+
+def _describe(error: ValidationError) -> str:
+    parts = []
+    for item in error.errors(include_url=False):
+        message = str(item["msg"]).removeprefix("Value error, ")
+        if item["type"] == "missing":
+            message = "required key is missing"
+        elif item["type"] == "extra_forbidden":
+            message = "unknown key (allowed: " + ", ".join(FIELD_ORDER) + ")"
+        elif item["loc"] and item["loc"][-1] == "[key]":
+            message = f"key {message}"
+        parts.append(f"field {_field_name(tuple(item['loc']))}: {message}")
+    return "; ".join(parts)
+
+
+# --------------------------------------------------------------------------- the record
+
+
+@dataclass(frozen=True)
+class ExportedPrompts:
+    """One exported prompt set. `origin` (the file it was read from, if any) is not part of the
+    content: it only names the file in error messages and is ignored by `==`."""
+
+    system: str
+    prompts: PromptSet
+    source_run: str | None
+    metrics: Mapping[str, float]
+    created: str
+    format_version: int = FORMAT_VERSION
+    origin: str | None = field(default=None, compare=False)
+    knobs: Mapping[str, KnobValue] = field(default_factory=lambda: MappingProxyType({}))  # knob -> value
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.prompts, PromptSet):
+            raise TypeError(f"prompts must be a PromptSet, got {type(self.prompts).__name__}")
+        metrics = {
+            k: float(v) if isinstance(v, int | float) and not isinstance(v, bool) else v
+            for k, v in dict(self.metrics).items()
+        }
+        object.__setattr__(self, "metrics", MappingProxyType(dict(sorted(metrics.items()))))
+        object.__setattr__(self, "knobs", MappingProxyType(dict(sorted(dict(self.knobs).items()))))
+        try:
+            _PromptFile.model_validate(self.to_dict())
+        except ValidationError as error:
+            raise ValueError(f"invalid exported prompt set: {_describe(error)}") from None
+
+    @classmethod
+    def create(
+        cls,
+        system: str,
+        prompts: PromptSet,
+        source_run: str | None = None,
+        metrics: Mapping[str, float] | None = None,
+        now: datetime | None = None,
+        knobs: Mapping[str, KnobValue] | None = None,
+    ) -> ExportedPrompts:
+        """A record stamped with the current UTC time (or `now`), to the second."""
+        created = (now or datetime.now(UTC)).isoformat(timespec="seconds")
+        return cls(
+            system=system, prompts=prompts, source_run=source_run, metrics=metrics or {}, created=created,
+            knobs=MappingProxyType(dict(knobs or {})),
+        )
+
+    @property
+    def description(self) -> str:
+        """How error messages name this record: its file, else its run."""
+        if self.origin is not None:
+            return f"prompt file {self.origin}"
+        if self.source_run is not None:
+            return f"exported prompt set of run {self.source_run}"
+        return "exported prompt set"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The file content, keys in `FIELD_ORDER`, metrics, stages and knobs sorted (no `knobs` key when
+        there are none, so a prompt-only export reads exactly as before)."""
+        data = {
+            "format_version": self.format_version,
+            "system": self.system,
+            "created": self.created,
+            "source_run": self.source_run,
+            "metrics": dict(sorted(self.metrics.items())),
+            "prompts": dict(sorted(self.prompts.to_dict().items())),
+        }
+        return {**data, "knobs": dict(sorted(self.knobs.items()))} if self.knobs else data
+
+
+# --------------------------------------------------------------------------- YAML dialect
+
+
+class _Dumper(yaml.SafeDumper):
+    """Safe YAML; multi-line strings as literal blocks (PyYAML falls back to quoting when a block
+    cannot represent the text exactly, e.g. trailing spaces)."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _represent_str)
+
+
+class _Loader(yaml.SafeLoader):
+    """Safe YAML that rejects duplicate keys instead of keeping the last one."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise ValueError(f"duplicate key {key!r}")
+        result[key] = value
+    return result
+
+
+def _format_of(path: Path) -> str:
+    suffix = path.suffix.lower()
+    if suffix in JSON_SUFFIXES:
+        return "json"
+    if suffix in YAML_SUFFIXES:
+        return "yaml"
+    raise PromptFileError(
+        f"prompt file {path}: unsupported suffix {path.suffix or '(none)'!r}; use .json, .yaml or .yml"
+    )
+
+
+# --------------------------------------------------------------------------- write / read / apply
+
+
+def dumps_prompts(exported: ExportedPrompts, fmt: str) -> str:
+    """The text `write_prompts` writes, for `fmt` "json" or "yaml"."""
+    data = exported.to_dict()
+    if fmt == "json":
+        return json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    if fmt == "yaml":
+        return yaml.dump(
+            data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, default_flow_style=False, width=10**6
+        )
+    raise ValueError(f"unknown prompt file format {fmt!r}; use 'json' or 'yaml'")
+
+
+def write_prompts(exported: ExportedPrompts, path: str | Path) -> Path:
+    """Write `exported` as JSON or YAML (chosen by the suffix); creates parent folders. Returns the path."""
+    path = Path(path)
+    text = dumps_prompts(exported, _format_of(path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(text.encode("utf-8"))
+    return path
+
+
+def read_prompts(path: str | Path) -> ExportedPrompts:
+    """Parse a prompt file written by `write_prompts` (or by hand in the same layout)."""
+    path = Path(path)
+    fmt = _format_of(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise PromptFileError(f"prompt file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise PromptFileError(f"prompt file {path} cannot be read: {error}") from None
+    try:
+        if fmt == "json":
+            raw = json.loads(text, object_pairs_hook=_reject_duplicates)
+        else:
+            raw = yaml.load(text, Loader=_Loader)  # a SafeLoader subclass
+    except (ValueError, yaml.YAMLError) as error:
+        raise PromptFileError(f"prompt file {path} is not valid {fmt.upper()}: {error}") from None
+    if not isinstance(raw, dict):
+        raise PromptFileError(
+            f"prompt file {path}: field <top level>: must be a mapping with the keys {', '.join(FIELD_ORDER)}, "
+            f"got {type(raw).__name__}"
+        )
+    try:
+        parsed = _PromptFile.model_validate(raw)
+    except ValidationError as error:
+        raise PromptFileError(f"prompt file {path}: {_describe(error)}") from None
+    return ExportedPrompts(
+        system=parsed.system,
+        prompts=PromptSet(parsed.prompts),
+        source_run=parsed.source_run,
+        metrics=parsed.metrics,
+        created=parsed.created,
+        format_version=parsed.format_version,
+        origin=str(path),
+        knobs=MappingProxyType(dict(parsed.knobs)),
+    )
