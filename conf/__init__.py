@@ -24,7 +24,7 @@ from memtrace_loop.experiments.config import (
     UploadConfig,
 )
 from memtrace_loop.experiments.output_dirs import register_resolvers
-from memtrace_loop.memory_systems.registry import ENTRY_BY_SYSTEM, knobs_schema
+from memtrace_loop.memory_systems.registry import SYSTEMS, knobs_schema
 from memtrace_loop.optimizers.registry import ENTRY_BY_OPTIMIZER
 from memtrace_loop.pipeline.analysis.attribution.registry import ENTRY_BY_ATTRIBUTOR
 from memtrace_loop.pipeline.backends.embeddings import HASHING_DIM, EmbedderConfig
@@ -46,7 +46,7 @@ def store_schemas() -> None:
         cs.store(group="schema/lm", name=backend, node={"task": {k: defaults[k] for k in entry.keys if k in defaults}})
     cs.store(group="schema/embedder", name="hashing", node={"dim": HASHING_DIM})
     cs.store(group="schema/embedder", name="openai", node=defaults_of(EmbedderConfig))
-    for name in ENTRY_BY_SYSTEM:
+    for name in SYSTEMS:
         cs.store(group="schema/memory_system", name=name, node=defaults_of(knobs_schema(name)))
     for kind, entry in ENTRY_BY_KIND.items():
         cs.store(group="schema/dataset", name=kind, node=defaults_of(entry.schema))

@@ -26,7 +26,7 @@ from typing import Any
 
 import dspy
 from memtrace_loop.memory_systems.base import MemorySystem
-from memtrace_loop.memory_systems.registry import ENTRY_BY_SYSTEM, build_memory_system
+from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
@@ -264,7 +264,7 @@ def bench_paths(path: Path) -> list[Path]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--systems", default=",".join(ENTRY_BY_SYSTEM), help="comma-separated memory systems")
+    parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated memory systems")
     parser.add_argument("--attributors", default=",".join(BUILDER_BY_ATTRIBUTOR), help="comma-separated")
     parser.add_argument("--seed", type=int, default=0, help="the simulated world's seed")
     parser.add_argument("--conversations", type=int, default=2, help="simulated conversations")
@@ -295,9 +295,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
-    unknown = sorted(set(systems) - set(ENTRY_BY_SYSTEM))
+    unknown = sorted(set(systems) - set(SYSTEMS))
     if unknown:
-        parser.error(f"unknown systems {unknown} (available: {list(ENTRY_BY_SYSTEM)})")
+        parser.error(f"unknown systems {unknown} (available: {list(SYSTEMS)})")
     dataset = load_dataset({"kind": "sim", "seed": args.seed, "n_conversations": args.conversations})
     scores: list[AttributorScore] = []
     reports: list[InjectionReport] = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import cache
 
 import pytest
-from memtrace_loop.memory_systems.registry import build_memory_system
+from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor, content_tokens
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMConfig
@@ -18,7 +18,6 @@ from memtrace_loop.pipeline.sim.paraphrase import canonical, paraphrase_sentence
 
 from tests.support.sim import sim_dataset
 
-SYSTEMS = ("long_context", "rag", "mem0", "evermemos")
 
 
 def canonical_facts() -> list[str]:
@@ -57,7 +56,7 @@ def injected(system: str, paraphrase: bool):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("system", SYSTEMS)
+@pytest.mark.parametrize("system", SYSTEMS.names)
 def test_paraphrasing_construction_costs_lineage_at_most_five_points(system):
     plain_cases, _ = injected(system, False)
     para_cases, report = injected(system, True)

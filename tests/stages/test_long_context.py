@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 from dspy.utils import DummyLM
-from memtrace_loop.memory_systems.long_context import LongContextKnobs, LongContextMemory, from_config, render_entry
+from memtrace_loop.memory_systems.long_context.system import LongContextKnobs, LongContextMemory, from_config, render_entry
 from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.pipeline.analysis.attribution.lineage import attribute_failures
 from memtrace_loop.pipeline.analysis.blame import ErrorType

@@ -8,7 +8,7 @@ from itertools import pairwise
 
 import pytest
 from dspy.utils import DummyLM
-from memtrace_loop.memory_systems.rag import RagKnobs, RagMemory, from_config, make_chunks, turn_pieces
+from memtrace_loop.memory_systems.rag.system import RagKnobs, RagMemory, from_config, make_chunks, turn_pieces
 from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.memory_systems.signatures import render_turn
 from memtrace_loop.pipeline.analysis.attribution.lineage import attribute_failures

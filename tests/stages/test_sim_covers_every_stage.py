@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dspy
 import pytest
-from memtrace_loop.memory_systems.registry import ENTRY_BY_SYSTEM, build_memory_system
+from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system
 from memtrace_loop.optimizers.rewrite import RewriteInstruction
 from memtrace_loop.pipeline.analysis.attribution.walk_signatures import JudgeOperation
 from memtrace_loop.pipeline.analysis.diagnosis import DiagnoseFailures
@@ -19,7 +19,7 @@ def handler_key(signature: type[dspy.Signature]) -> frozenset[str]:
     return frozenset(signature.output_fields) - {stand_in.REASONING_FIELD}
 
 
-@pytest.mark.parametrize("system", sorted(ENTRY_BY_SYSTEM))
+@pytest.mark.parametrize("system", sorted(SYSTEMS))
 def test_every_stage_of_every_system_has_a_handler(system: str) -> None:
     program = build_memory_system({"name": system}, HashingEmbedder())
     missing = [
