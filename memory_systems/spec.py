@@ -27,6 +27,10 @@ The contract, in the manner of GEPA's adapter protocol:
   windows lose nothing (the benchmark's perfect world).
 - `prior`: where the LLM attributor's walk looks first (`WalkPrior`).
 - `compare`: whether default sweeps (`make compare`) include it.
+- `sim`: the module of its folder (usually `<folder>.sim`) exporting `STAGES`, the rows its LLM stages
+  add to the simulated world's stage table (`pipeline.sim.stages.SimStage`: output fields, handler,
+  rules); "" when the world's own table covers its stages. That module belongs to the simulated
+  world: only the world reaches it, through this registry.
 
 This module defines the records only; it builds nothing and imports no system.
 """
@@ -188,6 +192,7 @@ class MemorySystemSpec(Generic[KnobsT]):
     generous_knobs: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     prior: WalkPrior = WalkPrior()
     compare: bool = True
+    sim: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "generous_knobs", MappingProxyType(dict(self.generous_knobs)))

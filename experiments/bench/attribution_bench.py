@@ -31,7 +31,7 @@ from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributo
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMConfig
-from memtrace_loop.pipeline.backends.registry import build_lm, sim_rule_instruction
+from memtrace_loop.pipeline.backends.registry import backend_test_world, build_lm
 from memtrace_loop.pipeline.benchmark.injection import (
     PERFECT_KNOBS_BY_SYSTEM,
     InjectionReport,
@@ -108,7 +108,7 @@ def sim_lm(paraphrase: bool, console: Console) -> dspy.LM:
 
 def perfect_system(name: str, lm: dspy.LM) -> MemorySystem:
     system = build_memory_system({"name": name, **PERFECT_KNOBS_BY_SYSTEM.get(name, {})}, HashingEmbedder())
-    system = system.with_prompts(perfect_prompts(system, sim_rule_instruction))
+    system = system.with_prompts(perfect_prompts(system, backend_test_world().perfect_instruction))
     system.set_lm(lm)
     return system
 
@@ -305,7 +305,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name in systems:
             task = progress.add_task(f"{name}: injecting faults", total=None)
             cases, report = build_system_cases(
-                name, lm, dataset, lambda cfg: build_memory_system(cfg, HashingEmbedder()), sim_rule_instruction,
+                name, lm, dataset, lambda cfg: build_memory_system(cfg, HashingEmbedder()),
+                backend_test_world().perfect_instruction,
                 limit_per_kind=args.limit_per_kind, workers=args.workers,
                 on_case=lambda _kind, task=task: progress.advance(task),
             )

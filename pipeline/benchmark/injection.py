@@ -71,7 +71,7 @@ class InjectionReport:
 
 def perfect_prompts(system: MemorySystem, complete: Callable[[str, Iterable[str]], str]) -> PromptSet:
     """Every stage's instruction completed by `complete(instruction, output_fields)` (for the simulated
-    world: `pipeline.backends.registry.sim_rule_instruction`)."""
+    world: `pipeline.backends.registry.backend_test_world().perfect_instruction`)."""
     return PromptSet(
         {name: complete(p.signature.instructions, p.signature.output_fields) for name, p in system.named_predictors()}
     )

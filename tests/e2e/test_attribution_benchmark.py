@@ -17,7 +17,7 @@ from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
 from memtrace_loop.pipeline.analysis.blame import Attribution, Tunable
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
-from memtrace_loop.pipeline.backends.registry import sim_rule_instruction
+from memtrace_loop.pipeline.backends.registry import backend_test_world
 from memtrace_loop.pipeline.benchmark.edits import injected_lm, wrong_answer
 from memtrace_loop.pipeline.benchmark.injection import (
     KINDS_BY_SYSTEM,
@@ -40,7 +40,7 @@ KNOB_FAULTS = {FaultKind.RETRIEVAL_MISS, FaultKind.TRIMMED_BUFFER, FaultKind.CHU
 def injected(system: str, n_conversations: int = 2, limit_per_kind: int = 10):
     return build_system_cases(
         system, sim_lm(), sim_dataset(seed=0, n_conversations=n_conversations),
-        lambda cfg: build_memory_system(cfg, HashingEmbedder()), sim_rule_instruction,
+        lambda cfg: build_memory_system(cfg, HashingEmbedder()), backend_test_world().perfect_instruction,
         limit_per_kind=limit_per_kind, workers=2,
     )
 
@@ -65,7 +65,7 @@ def test_a_mem0_fault_changes_nothing_before_its_operation():
 
     def build(extra):
         system = build_memory_system({"name": "mem0", **PERFECT_KNOBS_BY_SYSTEM["mem0"], **extra}, HashingEmbedder())
-        return system.with_prompts(perfect_prompts(system, sim_rule_instruction))
+        return system.with_prompts(perfect_prompts(system, backend_test_world().perfect_instruction))
 
     injector = FaultInjector("mem0", build({}), lm, dataset, build, workers=1)
     perfect = injector.perfect_run().graph_by_conversation[dataset.conversations[0].id]

@@ -28,15 +28,8 @@ from memtrace_loop.pipeline.data.locomo import parse_locomo, split_by_conversati
 from memtrace_loop.pipeline.loop.optimization import LoopSettings, OptimizationLoop, Splits
 from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
 from memtrace_loop.pipeline.sim.rewriter import rewrite, target_stage
-from memtrace_loop.pipeline.sim.rules import (
-    RULES_BY_ID,
-    STAGE_ORDER,
-    rules_for_stage,
-    rules_in,
-    rules_pointed_by,
-    stage_for_outputs,
-    with_rules,
-)
+from memtrace_loop.pipeline.sim.rules import RULES_BY_ID, rules_for_stage, rules_in, rules_pointed_by, with_rules
+from memtrace_loop.pipeline.sim.stages import STAGE_ORDER, stage_for_outputs
 from memtrace_loop.pipeline.sim.world import generate_locomo, planted_questions
 
 from tests.support.paths import LOCOMO

@@ -21,7 +21,8 @@ from memtrace_loop.pipeline.core.tracing import Tracer
 from memtrace_loop.pipeline.data.locomo import load_locomo, parse_locomo
 from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
 from memtrace_loop.pipeline.sim.handlers import NOT_MENTIONED, answer_question
-from memtrace_loop.pipeline.sim.rules import RULES, expected_cause, rules_in, with_rules
+from memtrace_loop.pipeline.sim.rules import RULES, rules_in, with_rules
+from memtrace_loop.pipeline.sim.stages import expected_cause
 from memtrace_loop.pipeline.sim.world import generate_locomo, planted_questions
 
 from tests.support.paths import LOCOMO
