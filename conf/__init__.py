@@ -24,6 +24,7 @@ from memtrace_loop.experiments.config import (
     UploadConfig,
 )
 from memtrace_loop.experiments.output_dirs import register_resolvers
+from memtrace_loop.experiments.sweep_lists import register_sweep_resolvers
 from memtrace_loop.memory_systems.registry import SYSTEMS, knobs_schema
 from memtrace_loop.optimizers.registry import ENTRY_BY_OPTIMIZER
 from memtrace_loop.pipeline.analysis.attribution.registry import ENTRY_BY_ATTRIBUTOR
@@ -63,3 +64,4 @@ def store_schemas() -> None:
 
 store_schemas()
 register_resolvers()
+register_sweep_resolvers()
