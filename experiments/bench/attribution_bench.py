@@ -26,14 +26,13 @@ from typing import Any
 
 import dspy
 from memtrace_loop.memory_systems.base import MemorySystem
-from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system
+from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system, spec_of
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMConfig
 from memtrace_loop.pipeline.backends.registry import backend_test_world, build_lm
 from memtrace_loop.pipeline.benchmark.injection import (
-    PERFECT_KNOBS_BY_SYSTEM,
     InjectionReport,
     build_system_cases,
     perfect_prompts,
@@ -107,7 +106,7 @@ def sim_lm(paraphrase: bool, console: Console) -> dspy.LM:
 
 
 def perfect_system(name: str, lm: dspy.LM) -> MemorySystem:
-    system = build_memory_system({"name": name, **PERFECT_KNOBS_BY_SYSTEM.get(name, {})}, HashingEmbedder())
+    system = build_memory_system({"name": name, **spec_of(name).generous_knobs}, HashingEmbedder())
     system = system.with_prompts(perfect_prompts(system, backend_test_world().perfect_instruction))
     system.set_lm(lm)
     return system
