@@ -28,7 +28,7 @@ __all__ = ["FAULTS", "without_episodes"]
 def without_episodes(system: MemorySystem, turn_id: str) -> MemorySystem:
     """A copy of the system whose answer-time search skips the episodes holding `turn_id`."""
     patched = system.deepcopy()
-    inner = type(system).search  # type: ignore[attr-defined]
+    inner = type(system).search
 
     def search(query: str, state: Any) -> list[list[int]]:
         dropped = {i for i, e in enumerate(state.episodes) if turn_id in e.turn_ids}

@@ -10,13 +10,13 @@ interface only.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 __all__ = ["TestWorld"]
 
 
 class TestWorld(Protocol):
-    __test__ = False  # not a pytest test class
+    __test__: ClassVar[bool] = False  # not a pytest test class
 
     def perfect_instruction(self, instruction: str, output_fields: Iterable[str]) -> str:
         """`instruction` completed so the stage with `output_fields` makes no planted mistake
