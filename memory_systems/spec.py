@@ -21,7 +21,7 @@ The contract, in the manner of GEPA's adapter protocol:
   record their results after they return).
 - `stages`: every stage, LLM or not, in pipeline order (`StageSpec`): whether it builds memory (a
   construction stage, part of the memory key), the knobs replay may reset on it, and how replay repairs
-  its output (`Repair`).
+  its output (`StageRepair`).
 - `faults`: the fault plans the attribution benchmark injects into it (`ReplyFault`, `UnitChangeFault`,
   `HideEvidenceFault`, `KnobFault`), and `generous_knobs`: the knob values under which its retrieval and
   windows lose nothing (the benchmark's perfect world).
@@ -59,8 +59,8 @@ __all__ = [
     "HideEvidenceFault",
     "KnobFault",
     "MemorySystemSpec",
-    "Repair",
     "ReplyFault",
+    "StageRepair",
     "StageSpec",
     "UnitChangeFault",
     "WalkPrior",
@@ -69,7 +69,7 @@ __all__ = [
 KnobsT = TypeVar("KnobsT")
 
 
-class Repair(StrEnum):
+class StageRepair(StrEnum):
     """How replay repairs a stage's output when the stage is blamed (`pipeline.analysis.attribution.replay`)."""
 
     RESTORE_UNITS = "restore_units"  # the lost information is put back into memory
@@ -87,7 +87,7 @@ class StageSpec:
 
     name: str
     llm: bool
-    repair: Repair
+    repair: StageRepair
     construction: bool = False
     knobs: tuple[str, ...] = ()
 
@@ -207,7 +207,7 @@ class MemorySystemSpec(Generic[KnobsT]):
     @property
     def replay_knobs(self) -> Mapping[str, tuple[str, ...]]:
         """Non-LLM stage -> the knob fields replay may reset to their defaults on it."""
-        return MappingProxyType({s.name: s.knobs for s in self.stages if s.repair == Repair.RESET_KNOBS})
+        return MappingProxyType({s.name: s.knobs for s in self.stages if s.repair == StageRepair.RESET_KNOBS})
 
     @property
     def fault_kinds(self) -> tuple[FaultKind, ...]:

@@ -48,7 +48,7 @@ from memtrace_loop.memory_systems.evermemos.signatures import (
 )
 from memtrace_loop.memory_systems.fusion import reciprocal_rank_fusion
 from memtrace_loop.memory_systems.signatures import AnswerQuestion, human_date, render_turn
-from memtrace_loop.memory_systems.spec import Repair, StageSpec
+from memtrace_loop.memory_systems.spec import StageRepair, StageSpec
 from memtrace_loop.memory_systems.store import InMemoryVectorStore
 from memtrace_loop.pipeline.backends.bm25 import BM25Index
 from memtrace_loop.pipeline.backends.embeddings import Embedder
@@ -187,14 +187,14 @@ def rerank(
 class EverMemOSMemory(MemorySystem):
     name = "evermemos"
     stages = (
-        StageSpec("detect_boundary", llm=True, repair=Repair.RESTORE_UNITS, construction=True),
-        StageSpec(LIMIT_STAGE, llm=False, repair=Repair.NONE, construction=True),
-        StageSpec("write_events", llm=True, repair=Repair.RESTORE_UNITS, construction=True),
-        StageSpec("write_episode", llm=True, repair=Repair.RESTORE_UNITS, construction=True),
-        StageSpec("check_sufficiency", llm=True, repair=Repair.STEER),
-        StageSpec("expand_queries", llm=True, repair=Repair.STEER),
-        StageSpec(RETRIEVE_STAGE, llm=False, repair=Repair.WIDEN, knobs=("top_k",)),
-        StageSpec(RESPOND_STAGE, llm=True, repair=Repair.GOLD_ANSWER),
+        StageSpec("detect_boundary", llm=True, repair=StageRepair.RESTORE_UNITS, construction=True),
+        StageSpec(LIMIT_STAGE, llm=False, repair=StageRepair.NONE, construction=True),
+        StageSpec("write_events", llm=True, repair=StageRepair.RESTORE_UNITS, construction=True),
+        StageSpec("write_episode", llm=True, repair=StageRepair.RESTORE_UNITS, construction=True),
+        StageSpec("check_sufficiency", llm=True, repair=StageRepair.STEER),
+        StageSpec("expand_queries", llm=True, repair=StageRepair.STEER),
+        StageSpec(RETRIEVE_STAGE, llm=False, repair=StageRepair.WIDEN, knobs=("top_k",)),
+        StageSpec(RESPOND_STAGE, llm=True, repair=StageRepair.GOLD_ANSWER),
     )
 
     def __init__(

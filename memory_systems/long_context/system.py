@@ -40,7 +40,7 @@ from memtrace_loop.memory_systems.base import (
     knobs_from_config,
 )
 from memtrace_loop.memory_systems.signatures import AnswerQuestion, human_date
-from memtrace_loop.memory_systems.spec import Repair, StageSpec
+from memtrace_loop.memory_systems.spec import StageRepair, StageSpec
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.backends.tokens import TokenCounter, build_token_counter
 from memtrace_loop.pipeline.core.conventions import BUFFER_CONTEXT_NAME, OpKind, VarKind, entry_name
@@ -101,10 +101,10 @@ class LongContextState:
 class LongContextMemory(MemorySystem):
     name = "long_context"
     stages = (
-        StageSpec(APPEND_STAGE, llm=False, repair=Repair.RESTORE_UNITS, construction=True),
-        StageSpec(TRIM_STAGE, llm=False, repair=Repair.RESET_KNOBS, construction=True, knobs=("window_tokens",)),
-        StageSpec(CONTEXT_STAGE, llm=False, repair=Repair.NONE),
-        StageSpec(RESPOND_STAGE, llm=True, repair=Repair.GOLD_ANSWER),
+        StageSpec(APPEND_STAGE, llm=False, repair=StageRepair.RESTORE_UNITS, construction=True),
+        StageSpec(TRIM_STAGE, llm=False, repair=StageRepair.RESET_KNOBS, construction=True, knobs=("window_tokens",)),
+        StageSpec(CONTEXT_STAGE, llm=False, repair=StageRepair.NONE),
+        StageSpec(RESPOND_STAGE, llm=True, repair=StageRepair.GOLD_ANSWER),
     )
 
     def __init__(self, knobs: LongContextKnobs | None = None, counter: TokenCounter | None = None) -> None:

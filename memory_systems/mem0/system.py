@@ -30,7 +30,7 @@ from memtrace_loop.memory_systems.signatures import (
     render_memory_line,
     render_turn,
 )
-from memtrace_loop.memory_systems.spec import Repair, StageSpec
+from memtrace_loop.memory_systems.spec import StageRepair, StageSpec
 from memtrace_loop.memory_systems.store import InMemoryVectorStore, MemoryUnit
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.core.config import require
@@ -80,12 +80,12 @@ class Mem0State:
 class Mem0Memory(MemorySystem):
     name = "mem0"
     stages = (
-        StageSpec("extract", llm=True, repair=Repair.RESTORE_UNITS, construction=True),
-        StageSpec("search_similar", llm=False, repair=Repair.NONE, construction=True),
-        StageSpec("decide", llm=True, repair=Repair.RESTORE_UNITS, construction=True),
-        StageSpec(STORE_STAGE, llm=False, repair=Repair.RESTORE_UNITS, construction=True),
-        StageSpec("retrieve", llm=False, repair=Repair.WIDEN, knobs=("top_k",)),
-        StageSpec(RESPOND_STAGE, llm=True, repair=Repair.GOLD_ANSWER),
+        StageSpec("extract", llm=True, repair=StageRepair.RESTORE_UNITS, construction=True),
+        StageSpec("search_similar", llm=False, repair=StageRepair.NONE, construction=True),
+        StageSpec("decide", llm=True, repair=StageRepair.RESTORE_UNITS, construction=True),
+        StageSpec(STORE_STAGE, llm=False, repair=StageRepair.RESTORE_UNITS, construction=True),
+        StageSpec("retrieve", llm=False, repair=StageRepair.WIDEN, knobs=("top_k",)),
+        StageSpec(RESPOND_STAGE, llm=True, repair=StageRepair.GOLD_ANSWER),
     )
 
     def __init__(self, embedder: Embedder, knobs: Mem0Knobs | None = None) -> None:

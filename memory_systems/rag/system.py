@@ -25,7 +25,7 @@ import dspy
 from memtrace_loop.memory_systems.answering import RESPOND_STAGE, record_query, record_retrieval, record_turn
 from memtrace_loop.memory_systems.base import MemorySystem, RestoredUnit, Retrieved, knobs_from_config, ranked_depth
 from memtrace_loop.memory_systems.signatures import AnswerQuestion, render_turn
-from memtrace_loop.memory_systems.spec import Repair, StageSpec
+from memtrace_loop.memory_systems.spec import StageRepair, StageSpec
 from memtrace_loop.memory_systems.store import InMemoryVectorStore
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.backends.tokens import TokenCounter, build_token_counter
@@ -211,11 +211,11 @@ class RagMemory(MemorySystem):
     name = "rag"
     stages = (
         StageSpec(
-            CHUNK_STAGE, llm=False, repair=Repair.RESET_KNOBS, construction=True,
+            CHUNK_STAGE, llm=False, repair=StageRepair.RESET_KNOBS, construction=True,
             knobs=("max_chunk_tokens", "overlap_tokens"),
         ),
-        StageSpec(RETRIEVE_STAGE, llm=False, repair=Repair.WIDEN, knobs=("top_k",)),
-        StageSpec(RESPOND_STAGE, llm=True, repair=Repair.GOLD_ANSWER),
+        StageSpec(RETRIEVE_STAGE, llm=False, repair=StageRepair.WIDEN, knobs=("top_k",)),
+        StageSpec(RESPOND_STAGE, llm=True, repair=StageRepair.GOLD_ANSWER),
     )
 
     def __init__(self, embedder: Embedder, knobs: RagKnobs | None = None, counter: TokenCounter | None = None) -> None:

@@ -40,7 +40,7 @@ import dspy
 from memtrace_loop.memory_systems.answering import RESPOND_STAGE, record_query, record_turn
 from memtrace_loop.memory_systems.base import MemorySystem, RestoredUnit, Retrieved, ReplayUnsupportedError
 from memtrace_loop.memory_systems.signatures import AnswerQuestion, render_turn
-from memtrace_loop.memory_systems.spec import Repair, StageSpec
+from memtrace_loop.memory_systems.spec import StageRepair, StageSpec
 from memtrace_loop.pipeline.core.conventions import OpKind, VarKind, entry_name
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import Conversation, Question, Turn
@@ -70,9 +70,9 @@ class ScratchState:
 class ScratchMemory(MemorySystem):
     name = "scratch"
     stages = (
-        StageSpec("note", llm=True, repair=Repair.RESTORE_UNITS, construction=True),
-        StageSpec("context", llm=False, repair=Repair.NONE),
-        StageSpec(RESPOND_STAGE, llm=True, repair=Repair.GOLD_ANSWER),
+        StageSpec("note", llm=True, repair=StageRepair.RESTORE_UNITS, construction=True),
+        StageSpec("context", llm=False, repair=StageRepair.NONE),
+        StageSpec(RESPOND_STAGE, llm=True, repair=StageRepair.GOLD_ANSWER),
     )
 
     def __init__(self, knobs: ScratchKnobs | None = None) -> None:

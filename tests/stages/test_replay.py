@@ -10,7 +10,7 @@ import pytest
 from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
 from memtrace_loop.pipeline.analysis.attribution.protocol import TracedRun, attribute_run
-from memtrace_loop.pipeline.analysis.attribution.replay import Replayer, VerifyingAttributor
+from memtrace_loop.pipeline.analysis.attribution.replay import Replayer, VerifyingAttributor, with_stage_defaults
 from memtrace_loop.pipeline.analysis.blame import ErrorType, Tunable, aggregate_blame
 from memtrace_loop.pipeline.backends.embeddings import build_embedder
 from memtrace_loop.pipeline.core.tracing import Tracer
@@ -114,5 +114,5 @@ def test_a_knob_rebuild_resets_only_the_blamed_stage_and_calls_no_llm_before_ans
     before = len(lm.history)
     outcome = replayer.replay(graph, trimmed.case, trimmed.suspects[:1])
     assert outcome.rescued and outcome.calls == len(lm.history) - before == 2  # respond + judge
-    assert system.with_stage_defaults("trim").knobs.window_tokens == 32768
-    assert system.with_stage_defaults("context") is None
+    assert with_stage_defaults(system, "trim").knobs.window_tokens == 32768
+    assert with_stage_defaults(system, "context") is None
