@@ -73,7 +73,7 @@ def test_stage_names_and_defaults():
     assert system.stage_names() == (
         "detect_boundary", "write_episode", "write_events", "check_sufficiency", "expand_queries", "respond"
     )
-    assert system.construction_stages == ("detect_boundary", "write_episode", "write_events")
+    assert system.construction_stages == ("detect_boundary", "write_events", "write_episode")  # pipeline order
     assert set(system.non_llm_stages()) == {"episode_limits", "retrieve"}
     assert EverMemOSKnobs().top_k == 10 and EverMemOSKnobs().rrf_k == 60 and EverMemOSKnobs().bm25_top == 50
     built = build_memory_system({"name": "evermemos", "top_k": 7, "multi_query": False, "tokenizer": "approx"},
