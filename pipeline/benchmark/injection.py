@@ -8,15 +8,18 @@ alone) with one fault injected, and the case is kept only when that run fails (t
 decisive). The truth — operation id, stage, error type — is read from the faulty run's graph: the
 operation that executed the injected call or change, never guessed.
 
-How a fault is injected:
-- LLM faults (`extraction_drop`, `update_overwrite`, `deletion`, `response_wrong`) go through a
-  wrapping engine (`pipeline.benchmark.edits.FaultInjectingEngine`) around the task LM's engine: it
-  forwards every request and alters the reply of the ONE call that matches the target (the stage's
-  output fields and the evidence turn or the question in the request); every other call is untouched.
-- `retrieval_miss`: a copy of the system whose answer-time search never returns the units holding the
-  evidence turn (a thin wrapper over its store or its episode search).
-- `trimmed_buffer` (Long-Context): the window knob set so that the evidence entry is trimmed.
-- `chunk_split` (RAG): the chunk-size knob set so that a chunk boundary splits the evidence turn.
+How a fault is injected is the system's to say: its spec's `faults` (`memory_systems.spec`) list
+plans of four shapes, and this module carries them out without naming any system:
+- `ReplyFault` (LLM faults such as `extraction_drop`, `response_wrong`): a wrapping engine
+  (`pipeline.benchmark.edits.FaultInjectingEngine`) around the task LM's engine forwards every request
+  and alters the reply of the ONE call that matches the target (the edited output fields and the
+  evidence turn or the question in the request); every other call is untouched.
+- `UnitChangeFault` (`update_overwrite`, `deletion`): the decision after the evidence turn changes
+  the units that turn added.
+- `HideEvidenceFault` (`retrieval_miss`): the spec's copy of the system whose answer-time search never
+  returns the units holding the evidence turn.
+- `KnobFault` (`trimmed_buffer`, `chunk_split`, ...): the system rebuilt with the knob settings the
+  spec computes, so that a non-LLM stage loses the evidence.
 
 This module does not score attributions (`pipeline.benchmark.scoring`) or print.
 """
