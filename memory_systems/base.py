@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 
 import dspy
 from memtrace_loop.memory_systems.answering import AnswerOutcome, respond
-from memtrace_loop.memory_systems.spec import StageRepair, StageSpec
+from memtrace_loop.memory_systems.stages import StageRepair, StageSpec
 from memtrace_loop.pipeline.core.config import parse_config
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import Conversation, PromptSet, Question, Turn

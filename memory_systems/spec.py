@@ -41,15 +41,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
+from memtrace_loop.memory_systems.base import MemorySystem
+from memtrace_loop.memory_systems.stages import StageRepair, StageSpec
+from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.core.conventions import OpKind
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation
 from memtrace_loop.pipeline.core.records import Conversation, Turn
-
-if TYPE_CHECKING:
-    from memtrace_loop.memory_systems.base import MemorySystem
-    from memtrace_loop.pipeline.backends.embeddings import Embedder
 
 __all__ = [
     "WRONG_ANSWER",
@@ -67,29 +66,6 @@ __all__ = [
 ]
 
 KnobsT = TypeVar("KnobsT")
-
-
-class StageRepair(StrEnum):
-    """How replay repairs a stage's output when the stage is blamed (`pipeline.analysis.attribution.replay`)."""
-
-    RESTORE_UNITS = "restore_units"  # the lost information is put back into memory
-    RESET_KNOBS = "reset_knobs"  # memory rebuilt from the graph's turns with the stage's knobs at defaults
-    WIDEN = "widen"  # the retrieval's `top_k` raised to reach the missed unit
-    STEER = "steer"  # the steering output replaced by the missed unit's text as a query
-    GOLD_ANSWER = "gold_answer"  # the answer replaced by the gold answer (only the judge runs again)
-    NONE = "none"  # no repair of its own (its output carries no information)
-
-
-@dataclass(frozen=True)
-class StageSpec:
-    """One stage: `llm` (a DSPy predictor at that attribute path) or not; `construction` (it builds
-    memory, so it is part of the memory key); `knobs` replay may reset to their defaults; `repair`."""
-
-    name: str
-    llm: bool
-    repair: StageRepair
-    construction: bool = False
-    knobs: tuple[str, ...] = ()
 
 
 class FaultKind(StrEnum):

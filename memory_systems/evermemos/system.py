@@ -48,7 +48,7 @@ from memtrace_loop.memory_systems.evermemos.signatures import (
 )
 from memtrace_loop.memory_systems.fusion import reciprocal_rank_fusion
 from memtrace_loop.memory_systems.signatures import AnswerQuestion, human_date, render_turn
-from memtrace_loop.memory_systems.spec import StageRepair, StageSpec
+from memtrace_loop.memory_systems.stages import StageRepair, StageSpec
 from memtrace_loop.memory_systems.store import InMemoryVectorStore
 from memtrace_loop.pipeline.backends.bm25 import BM25Index
 from memtrace_loop.pipeline.backends.embeddings import Embedder

@@ -40,7 +40,7 @@ from memtrace_loop.memory_systems.base import (
     knobs_from_config,
 )
 from memtrace_loop.memory_systems.signatures import AnswerQuestion, human_date
-from memtrace_loop.memory_systems.spec import StageRepair, StageSpec
+from memtrace_loop.memory_systems.stages import StageRepair, StageSpec
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.backends.tokens import TokenCounter, build_token_counter
 from memtrace_loop.pipeline.core.conventions import BUFFER_CONTEXT_NAME, OpKind, VarKind, entry_name

@@ -30,7 +30,7 @@ from memtrace_loop.memory_systems.signatures import (
     render_memory_line,
     render_turn,
 )
-from memtrace_loop.memory_systems.spec import StageRepair, StageSpec
+from memtrace_loop.memory_systems.stages import StageRepair, StageSpec
 from memtrace_loop.memory_systems.store import InMemoryVectorStore, MemoryUnit
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.core.config import require

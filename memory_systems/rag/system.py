@@ -25,7 +25,7 @@ import dspy
 from memtrace_loop.memory_systems.answering import RESPOND_STAGE, record_query, record_retrieval, record_turn
 from memtrace_loop.memory_systems.base import MemorySystem, RestoredUnit, Retrieved, knobs_from_config, ranked_depth
 from memtrace_loop.memory_systems.signatures import AnswerQuestion, render_turn
-from memtrace_loop.memory_systems.spec import StageRepair, StageSpec
+from memtrace_loop.memory_systems.stages import StageRepair, StageSpec
 from memtrace_loop.memory_systems.store import InMemoryVectorStore
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.backends.tokens import TokenCounter, build_token_counter

@@ -40,7 +40,7 @@ import dspy
 from memtrace_loop.memory_systems.answering import RESPOND_STAGE, record_query, record_turn
 from memtrace_loop.memory_systems.base import MemorySystem, RestoredUnit, Retrieved, ReplayUnsupportedError
 from memtrace_loop.memory_systems.signatures import AnswerQuestion, render_turn
-from memtrace_loop.memory_systems.spec import StageRepair, StageSpec
+from memtrace_loop.memory_systems.stages import StageRepair, StageSpec
 from memtrace_loop.pipeline.core.conventions import OpKind, VarKind, entry_name
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import Conversation, Question, Turn

@@ -41,7 +41,7 @@ from typing import Any
 import dspy
 from memtrace_loop.memory_systems.answering import AnswerOutcome, conversation_from_graph, respond
 from memtrace_loop.memory_systems.base import MemorySystem, ReplayUnsupportedError, RestoredUnit
-from memtrace_loop.memory_systems.spec import StageRepair
+from memtrace_loop.memory_systems.stages import StageRepair
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
 from memtrace_loop.pipeline.analysis.blame import Attribution, ErrorType, Fault, Tunable
 from memtrace_loop.pipeline.analysis.evaluation import judge_answer
