@@ -158,7 +158,7 @@ class MemorySystem(dspy.Module):
         raise ReplayUnsupportedError(f"memory system {self.name!r} cannot add units to its memory")
 
     def knob_values(self) -> dict[str, Any]:
-        """The system's knobs as field -> value ({} for a system without a knobs record)."""
+        """The system's knobs as field -> value."""
         return dataclasses.asdict(self.knobs)
 
     def non_default_knobs(self) -> dict[str, Any]:
