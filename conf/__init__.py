@@ -7,7 +7,8 @@ selects groups, wires interpolations and sets what differs for that option. So `
 key with its value while each value is written once. Validation is `experiments.config` (at start).
 Importing it also registers the `memtrace.run_id` resolver the output folder names use
 (`experiments.output_dirs`) and `memtrace.compared`, which generates a sweep's list of a group's
-entries from its registry (`${memtrace.compared:optimizer}` in `experiment/compare_optimizers.yaml`).
+entries from its registry (`experiments.sweep_lists`; `${memtrace.compared:optimizer}` in
+`experiment/compare_optimizers.yaml`).
 """
 
 from __future__ import annotations
@@ -25,16 +26,15 @@ from memtrace_loop.experiments.config import (
     UploadConfig,
 )
 from memtrace_loop.experiments.output_dirs import register_resolvers
-from memtrace_loop.memory_systems.registry import ENTRY_BY_SYSTEM, knobs_schema
+from memtrace_loop.experiments.sweep_lists import register_sweep_resolvers
+from memtrace_loop.memory_systems.registry import SYSTEMS, knobs_schema
 from memtrace_loop.optimizers.registry import OPTIMIZERS
 from memtrace_loop.pipeline.analysis.attribution.registry import ATTRIBUTORS
 from memtrace_loop.pipeline.backends.embeddings import HASHING_DIM, EmbedderConfig
 from memtrace_loop.pipeline.backends.registry import ENTRY_BY_BACKEND
 from memtrace_loop.pipeline.core.config import defaults_of
 from memtrace_loop.pipeline.data.registry import DATASETS
-from omegaconf import OmegaConf
 
-COMPARED_RESOLVER = "memtrace.compared"  # ${memtrace.compared:optimizer} in a sweep: the registry's compared entries
 _GROUPS = ("lm", "embedder", "memory_system", "dataset", "tracking", "optimizer", "attributor")
 
 
@@ -49,7 +49,7 @@ def store_schemas() -> None:
         cs.store(group="schema/lm", name=backend, node={"task": {k: defaults[k] for k in entry.keys if k in defaults}})
     cs.store(group="schema/embedder", name="hashing", node={"dim": HASHING_DIM})
     cs.store(group="schema/embedder", name="openai", node=defaults_of(EmbedderConfig))
-    for name in ENTRY_BY_SYSTEM:
+    for name in SYSTEMS:
         cs.store(group="schema/memory_system", name=name, node=defaults_of(knobs_schema(name)))
     for kind, dataset in DATASETS.items():
         cs.store(group="schema/dataset", name=kind, node=defaults_of(dataset.schema))
@@ -64,16 +64,6 @@ def store_schemas() -> None:
         cs.store(group="schema", name=app, node=_top_level(schema))
 
 
-def compared(group: str) -> str:
-    """The `memtrace.compared` resolver: a sweep's list of a config group's entries, generated from its
-    registry's `compared()` (the entries whose spec sets `compare`), as Hydra's sweep syntax `a,b,c`."""
-    registry_by_group = {"optimizer": OPTIMIZERS}
-    if group not in registry_by_group:
-        raise ValueError(f"memtrace.compared: no registry for group {group!r} (known: {sorted(registry_by_group)})")
-    return ",".join(registry_by_group[group].compared())
-
-
 store_schemas()
 register_resolvers()
-if not OmegaConf.has_resolver(COMPARED_RESOLVER):
-    OmegaConf.register_new_resolver(COMPARED_RESOLVER, compared)
+register_sweep_resolvers()

@@ -15,10 +15,11 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import dspy
 from memtrace_loop.memory_systems.answering import AnswerOutcome, respond
+from memtrace_loop.memory_systems.stages import StageRepair, StageSpec
 from memtrace_loop.pipeline.core.config import parse_config
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import Conversation, PromptSet, Question, Turn
@@ -31,6 +32,12 @@ __all__ = [
 ]
 
 KnobsT = TypeVar("KnobsT")
+
+
+class KnobsRecord(Protocol):
+    """A system's knobs: a frozen dataclass whose every field has a default (its config schema)."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
 
 
 class KnobError(ValueError):
@@ -72,18 +79,36 @@ class ReplayUnsupportedError(NotImplementedError):
 
 
 class MemorySystem(dspy.Module):
-    """Base class. Subclasses set `name`, create their predictors in `__init__` (the answer stage as
-    `self.respond`) and implement `ingest(conversation, tracer, on_turn=None) -> state` (calling
-    `on_turn(turn)` after each turn, for progress) and `retrieve(question, state, tracer) -> Retrieved`;
-    `answer` is retrieval followed by the shared answer stage. For replay verification they also
-    implement `restore(graph) -> state` (the memory at question time, rebuilt from a conversation graph
-    without any LLM call) and `with_units(state, units, tracer) -> state` (a copy holding extra units)."""
+    """Base class (the code half of the contract in `memory_systems.spec`). Subclasses set `name`,
+    `stages` (their `StageSpec` table) and a typed `knobs` record, create their predictors in
+    `__init__` (the answer stage as `self.respond`) and implement:
+
+    - `ingest(conversation, tracer, on_turn=None) -> state`: build the memory of ONE conversation
+      (calling `on_turn(turn)` after each turn, for progress). The state is an opaque handle, read-only
+      once returned: the memory cache shares it among threads and iterations. A system whose memory
+      lives in an outside store (a Qdrant folder, an SQLite file) returns a handle naming that store
+      (one per memory key), and records every graph variable and operation itself, on the calling
+      thread, from what the library returned: work the library runs in its own threads never sees our
+      tracer.
+    - `retrieve(question, state, tracer) -> Retrieved`; `answer` is retrieval then the shared answer stage.
+    - for replay: `restore(graph) -> state` (the memory at question time, rebuilt from the conversation
+      graph without any LLM call), `with_units(state, units, tracer) -> state` (a snapshot holding extra
+      units; the original is untouched) and, with `STEER` stages, `retrieve_steered`. A system that
+      cannot raises `ReplayUnsupportedError`."""
 
     name: str = "base"
-    construction_stages: tuple[str, ...] = ()  # the stages `ingest` uses; the rest only answer
-    # non-LLM construction stages -> their knob fields; a replay may rebuild memory with them at their
-    # defaults (only for systems whose `ingest` makes no LLM call)
-    knob_fields_by_stage: Mapping[str, tuple[str, ...]] = MappingProxyType({})
+    stages: tuple[StageSpec, ...] = ()  # every stage in pipeline order (the spec's stage table)
+    knobs: KnobsRecord  # the typed knobs record (every system has one, set in `__init__`)
+
+    @property
+    def construction_stages(self) -> tuple[str, ...]:
+        """The LLM stages `ingest` uses (the rest only answer)."""
+        return tuple(s.name for s in self.stages if s.construction and s.llm)
+
+    @property
+    def knob_fields_by_stage(self) -> Mapping[str, tuple[str, ...]]:
+        """Non-LLM stage -> its knob fields a replay may reset to their defaults when rebuilding memory."""
+        return MappingProxyType({s.name: s.knobs for s in self.stages if s.repair == StageRepair.RESET_KNOBS})
 
     def non_llm_stages(self) -> dict[str, str]:
         """Stage name -> its settings, for every stage that is not an LLM call (search, store, ...)."""
@@ -132,52 +157,24 @@ class MemorySystem(dspy.Module):
         """A copy of `state` that also holds `units` (recorded through `tracer` as memory variables)."""
         raise ReplayUnsupportedError(f"memory system {self.name!r} cannot add units to its memory")
 
-    def with_stage_defaults(self, stage: str) -> MemorySystem | None:
-        """A copy whose `stage` knobs are at their defaults (None when they already are, or `stage` has
-        no knobs a rebuild can reset)."""
-        fields = self.knob_fields_by_stage.get(stage)
-        knobs = getattr(self, "knobs", None)
-        if not fields or knobs is None:
-            return None
-        defaults = type(knobs)()
-        reset = {f: getattr(defaults, f) for f in fields if getattr(knobs, f) != getattr(defaults, f)}
-        if not reset:
-            return None
-        system = copy.copy(self)
-        system.knobs = dataclasses.replace(knobs, **reset)
-        return system
-
-    def widened(self, top_k: int) -> MemorySystem | None:
-        """A copy retrieving `top_k` units (None when the system has no `top_k` knob)."""
-        knobs = getattr(self, "knobs", None)
-        if knobs is None or not hasattr(knobs, "top_k"):
-            return None
-        system = copy.copy(self)
-        system.knobs = dataclasses.replace(knobs, top_k=top_k)
-        return system
-
     def knob_values(self) -> dict[str, Any]:
-        """The system's knobs as field -> value ({} for a system without a knobs record)."""
-        knobs = getattr(self, "knobs", None)
-        return dataclasses.asdict(knobs) if knobs is not None else {}
+        """The system's knobs as field -> value."""
+        return dataclasses.asdict(self.knobs)
 
     def non_default_knobs(self) -> dict[str, Any]:
         """The knobs whose values differ from the knobs record's defaults (what an export must carry)."""
-        knobs = getattr(self, "knobs", None)
-        if knobs is None:
-            return {}
-        defaults = dataclasses.asdict(type(knobs)())
-        return {k: v for k, v in dataclasses.asdict(knobs).items() if v != defaults[k]}
+        defaults = dataclasses.asdict(type(self.knobs)())
+        return {k: v for k, v in dataclasses.asdict(self.knobs).items() if v != defaults[k]}
 
     def with_knobs(self, changes: Mapping[str, Any]) -> MemorySystem:
         """A copy with some knobs changed (`changes`: field -> value; empty: this system itself). An unknown
         field or a value the knobs record rejects is a `KnobError` naming the field."""
         if not changes:
             return self
-        knobs = getattr(self, "knobs", None)
-        known = set(dataclasses.asdict(knobs)) if knobs is not None else set()
+        knobs = self.knobs
+        known = set(dataclasses.asdict(knobs))
         unknown = sorted(set(changes) - known)
-        if unknown or knobs is None:
+        if unknown:
             raise KnobError(
                 f"knobs {unknown} are not knobs of memory system {self.name!r} (its knobs: {sorted(known)})"
             )

@@ -1,63 +1,49 @@
-"""Memory systems by config name: `memory_system.name` -> (knobs schema, builder).
+"""Memory systems by config name: `memory_system.name` -> the `MemorySystemSpec` its folder exports.
 
-Each system module exports its knobs record (a frozen dataclass: the schema and the defaults of its
-`memory_system` config node, and the construction part of its memory key) and
-`from_config(cfg: Mapping, embedder: Embedder) -> MemorySystem`. Adding a system is one line here plus
-its own module and `conf/memory_system/<name>.yaml`. Modules are imported on demand.
+`SYSTEMS` is a `Registry[MemorySystemSpec]` (the one registry shape, `pipeline.core.registry`): each
+line maps a name to a system's folder, whose `__init__.py` exports `SPEC` (the contract:
+`memory_systems.spec`). Adding a system is its folder, one line here and
+`conf/memory_system/<name>.yaml`. Folders are imported on demand. It builds systems from their
+config node and nothing else.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from types import MappingProxyType
+from collections.abc import Mapping
 from typing import Any
 
-from memtrace_loop.memory_systems.base import MemorySystem
+from memtrace_loop.memory_systems.base import MemorySystem, knobs_from_config
+from memtrace_loop.memory_systems.spec import MemorySystemSpec
 from memtrace_loop.pipeline.backends.embeddings import Embedder
-from memtrace_loop.pipeline.core.config import ConfigError
+from memtrace_loop.pipeline.core.registry import Registry, UnknownEntryError
 
+__all__ = ["SYSTEMS", "UnknownSystemError", "build_memory_system", "knobs_schema", "spec_of"]
 
-@dataclass(frozen=True)
-class SystemEntry:
-    module: str  # exports `from_config` and the knobs record named `knobs`
-    knobs: str
-
-
-ENTRY_BY_SYSTEM: Mapping[str, SystemEntry] = MappingProxyType(
+SYSTEMS: Registry[MemorySystemSpec[Any]] = Registry(
+    "memory system",
+    "memory_system.name",
     {
-        "long_context": SystemEntry("memtrace_loop.memory_systems.long_context", "LongContextKnobs"),
-        "rag": SystemEntry("memtrace_loop.memory_systems.rag", "RagKnobs"),
-        "mem0": SystemEntry("memtrace_loop.memory_systems.mem0.system", "Mem0Knobs"),
-        "evermemos": SystemEntry("memtrace_loop.memory_systems.evermemos.system", "EverMemOSKnobs"),
-    }
+        "long_context": "memtrace_loop.memory_systems.long_context",
+        "rag": "memtrace_loop.memory_systems.rag",
+        "mem0": "memtrace_loop.memory_systems.mem0",
+        "evermemos": "memtrace_loop.memory_systems.evermemos",
+    },
 )
-MODULE_BY_SYSTEM: Mapping[str, str] = MappingProxyType({n: e.module for n, e in ENTRY_BY_SYSTEM.items()})
+
+UnknownSystemError = UnknownEntryError  # a config names a system no registry line provides
 
 
-class UnknownSystemError(ConfigError):
-    pass
-
-
-def _entry(name: object) -> SystemEntry:
-    if not isinstance(name, str) or name not in ENTRY_BY_SYSTEM:
-        raise UnknownSystemError(
-            f"memory_system.name: unknown memory system {name!r} (available: {', '.join(ENTRY_BY_SYSTEM)})"
-        )
-    return ENTRY_BY_SYSTEM[str(name)]
+def spec_of(name: object) -> MemorySystemSpec[Any]:
+    """The spec of the system called `name`; `UnknownSystemError` naming the choices."""
+    return SYSTEMS.get(name)
 
 
 def knobs_schema(name: object) -> type:
-    """The knobs record of the system called `name` (its config schema); `UnknownSystemError` for
-    anything that names no system (a config node's value, not yet known to be a string)."""
-    entry = _entry(name)
-    return getattr(importlib.import_module(entry.module), entry.knobs)
-
-
-def system_builder(name: str) -> Callable[[Mapping[str, Any], Embedder], MemorySystem]:
-    return importlib.import_module(_entry(name).module).from_config
+    """The knobs record of the system called `name` (its config schema)."""
+    return spec_of(name).knobs
 
 
 def build_memory_system(cfg: Mapping[str, Any], embedder: Embedder) -> MemorySystem:
-    return system_builder(cfg.get("name"))(cfg, embedder)  # type: ignore[arg-type]
+    """The system its `memory_system` config node describes (`name` plus its knobs)."""
+    spec = spec_of(cfg.get("name"))
+    return spec.build(knobs_from_config(spec.knobs, cfg), embedder)

@@ -27,14 +27,13 @@ from typing import Any
 
 import dspy
 from memtrace_loop.memory_systems.base import MemorySystem
-from memtrace_loop.memory_systems.registry import ENTRY_BY_SYSTEM, build_memory_system
+from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system, spec_of
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMConfig
-from memtrace_loop.pipeline.backends.registry import build_lm, sim_rule_instruction
+from memtrace_loop.pipeline.backends.registry import backend_test_world, build_lm
 from memtrace_loop.pipeline.benchmark.injection import (
-    PERFECT_KNOBS_BY_SYSTEM,
     InjectionReport,
     build_system_cases,
     perfect_prompts,
@@ -108,8 +107,8 @@ def sim_lm(paraphrase: bool, console: Console) -> dspy.LM:
 
 
 def perfect_system(name: str, lm: dspy.LM) -> MemorySystem:
-    system = build_memory_system({"name": name, **PERFECT_KNOBS_BY_SYSTEM.get(name, {})}, HashingEmbedder())
-    system = system.with_prompts(perfect_prompts(system, sim_rule_instruction))
+    system = build_memory_system({"name": name, **spec_of(name).generous_knobs}, HashingEmbedder())
+    system = system.with_prompts(perfect_prompts(system, backend_test_world().perfect_instruction))
     system.set_lm(lm)
     return system
 
@@ -271,7 +270,7 @@ def _advance(progress: Progress, task: TaskID, _kind: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--systems", default=",".join(ENTRY_BY_SYSTEM), help="comma-separated memory systems")
+    parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated memory systems")
     parser.add_argument("--attributors", default=",".join(BUILDER_BY_ATTRIBUTOR), help="comma-separated")
     parser.add_argument("--seed", type=int, default=0, help="the simulated world's seed")
     parser.add_argument("--conversations", type=int, default=2, help="simulated conversations")
@@ -302,9 +301,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
-    unknown = sorted(set(systems) - set(ENTRY_BY_SYSTEM))
+    unknown = sorted(set(systems) - set(SYSTEMS))
     if unknown:
-        parser.error(f"unknown systems {unknown} (available: {list(ENTRY_BY_SYSTEM)})")
+        parser.error(f"unknown systems {unknown} (available: {list(SYSTEMS)})")
     dataset = load_dataset({"kind": "sim", "seed": args.seed, "n_conversations": args.conversations})
     scores: list[AttributorScore] = []
     reports: list[InjectionReport] = []
@@ -312,7 +311,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name in systems:
             task = progress.add_task(f"{name}: injecting faults", total=None)
             cases, report = build_system_cases(
-                name, lm, dataset, lambda cfg: build_memory_system(cfg, HashingEmbedder()), sim_rule_instruction,
+                name, lm, dataset, lambda cfg: build_memory_system(cfg, HashingEmbedder()),
+                backend_test_world().perfect_instruction,
                 limit_per_kind=args.limit_per_kind, workers=args.workers,
                 on_case=partial(_advance, progress, task),
             )

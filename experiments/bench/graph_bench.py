@@ -31,7 +31,7 @@ from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from memtrace_loop.memory_systems.registry import MODULE_BY_SYSTEM, build_memory_system
+from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMConfig
 from memtrace_loop.pipeline.backends.registry import build_lm
@@ -207,7 +207,7 @@ def render(rows: Sequence[BenchRow]) -> Table:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--systems", nargs="+", default=list(MODULE_BY_SYSTEM), choices=list(MODULE_BY_SYSTEM))
+    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
     parser.add_argument("--conversations", type=int, default=10)
     parser.add_argument("--sessions", type=int, default=30)
     parser.add_argument("--turns-per-session", type=int, default=20)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from memtrace_loop.memory_systems.registry import build_memory_system
+from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system
 from memtrace_loop.pipeline.analysis.attribution.lineage import attribute_failures
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMConfig
@@ -33,7 +33,6 @@ from rich.table import Table
 
 TARGET_SECONDS = 5.0
 TARGET_MB = 10.0
-SYSTEMS = ("mem0", "rag", "long_context", "evermemos")
 
 
 @dataclass(frozen=True)
@@ -81,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sessions", type=int, default=30)
     parser.add_argument("--turns-per-session", type=int, default=20)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--systems", nargs="*", default=list(SYSTEMS))
+    parser.add_argument("--systems", nargs="*", default=list(SYSTEMS.compared()))
     args = parser.parse_args(argv)
     table = Table(title=f"report.html at LoCoMo scale (targets: < {TARGET_SECONDS:g} s, < {TARGET_MB:g} MB, "
                         f"<= {DEFAULT_MAX_NODES} nodes per failure)")

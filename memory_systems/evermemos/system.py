@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import dspy
-from memtrace_loop.memory_systems.answering import record_query, record_retrieval, record_turn
+from memtrace_loop.memory_systems.answering import RESPOND_STAGE, record_query, record_retrieval, record_turn
 from memtrace_loop.memory_systems.base import MemorySystem, RestoredUnit, Retrieved, knobs_from_config, ranked_depth
 from memtrace_loop.memory_systems.evermemos.signatures import (
     CheckSufficiency,
@@ -48,6 +48,7 @@ from memtrace_loop.memory_systems.evermemos.signatures import (
 )
 from memtrace_loop.memory_systems.fusion import reciprocal_rank_fusion
 from memtrace_loop.memory_systems.signatures import AnswerQuestion, human_date, render_turn
+from memtrace_loop.memory_systems.stages import StageRepair, StageSpec
 from memtrace_loop.memory_systems.store import InMemoryVectorStore
 from memtrace_loop.pipeline.backends.bm25 import BM25Index
 from memtrace_loop.pipeline.backends.embeddings import Embedder
@@ -185,7 +186,16 @@ def rerank(
 
 class EverMemOSMemory(MemorySystem):
     name = "evermemos"
-    construction_stages = ("detect_boundary", "write_episode", "write_events")
+    stages = (
+        StageSpec("detect_boundary", llm=True, repair=StageRepair.RESTORE_UNITS, construction=True),
+        StageSpec(LIMIT_STAGE, llm=False, repair=StageRepair.NONE, construction=True),
+        StageSpec("write_events", llm=True, repair=StageRepair.RESTORE_UNITS, construction=True),
+        StageSpec("write_episode", llm=True, repair=StageRepair.RESTORE_UNITS, construction=True),
+        StageSpec("check_sufficiency", llm=True, repair=StageRepair.STEER),
+        StageSpec("expand_queries", llm=True, repair=StageRepair.STEER),
+        StageSpec(RETRIEVE_STAGE, llm=False, repair=StageRepair.WIDEN, knobs=("top_k",)),
+        StageSpec(RESPOND_STAGE, llm=True, repair=StageRepair.GOLD_ANSWER),
+    )
 
     def __init__(
         self, embedder: Embedder, knobs: EverMemOSKnobs | None = None, counter: TokenCounter | None = None

@@ -19,7 +19,7 @@ from typing import Any
 
 import dspy
 import numpy as np
-from memtrace_loop.memory_systems.answering import record_query, record_retrieval, record_turn
+from memtrace_loop.memory_systems.answering import RESPOND_STAGE, record_query, record_retrieval, record_turn
 from memtrace_loop.memory_systems.base import MemorySystem, RestoredUnit, Retrieved, knobs_from_config, ranked_depth
 from memtrace_loop.memory_systems.signatures import (
     AnswerQuestion,
@@ -30,6 +30,7 @@ from memtrace_loop.memory_systems.signatures import (
     render_memory_line,
     render_turn,
 )
+from memtrace_loop.memory_systems.stages import StageRepair, StageSpec
 from memtrace_loop.memory_systems.store import InMemoryVectorStore, MemoryUnit
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.core.config import require
@@ -78,7 +79,14 @@ class Mem0State:
 
 class Mem0Memory(MemorySystem):
     name = "mem0"
-    construction_stages = ("extract", "decide")
+    stages = (
+        StageSpec("extract", llm=True, repair=StageRepair.RESTORE_UNITS, construction=True),
+        StageSpec("search_similar", llm=False, repair=StageRepair.NONE, construction=True),
+        StageSpec("decide", llm=True, repair=StageRepair.RESTORE_UNITS, construction=True),
+        StageSpec(STORE_STAGE, llm=False, repair=StageRepair.RESTORE_UNITS, construction=True),
+        StageSpec("retrieve", llm=False, repair=StageRepair.WIDEN, knobs=("top_k",)),
+        StageSpec(RESPOND_STAGE, llm=True, repair=StageRepair.GOLD_ANSWER),
+    )
 
     def __init__(self, embedder: Embedder, knobs: Mem0Knobs | None = None) -> None:
         super().__init__()

@@ -19,7 +19,7 @@ parse configs (see `LMConfig.from_mapping`) and runs nothing.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -33,6 +33,7 @@ from memtrace_loop.pipeline.backends.openai_engine import AsyncOpenAIEngine, Ope
 from memtrace_loop.pipeline.backends.resilience import RetryPolicy
 from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
 from memtrace_loop.pipeline.backends.structured_output import declare_structured_output
+from memtrace_loop.pipeline.backends.test_world import TestWorld
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.stop import StopToken
 
@@ -163,11 +164,10 @@ def build_lm_set(
     })
 
 
-def sim_rule_instruction(instruction: str, output_fields: Iterable[str]) -> str:
-    """`instruction` with the sentence of every simulated-world rule of the stand-in stage that a
-    signature with `output_fields` is dispatched to appended: the prompt under which that stage of the
-    simulated world makes no planted mistake. Unchanged for a stage the simulated world does not know."""
-    from memtrace_loop.pipeline.sim.rules import rules_for_stage, stage_for_outputs, with_rules
+def backend_test_world(backend: str = "sim") -> TestWorld:
+    """The test world of `backend` (per stage: its perfect instruction and rules); only `sim` is one."""
+    if backend != "sim":
+        raise ConfigError(f"lm backend {backend!r} is not a test world (only 'sim' is)")
+    from memtrace_loop.pipeline.sim.test_world import sim_test_world
 
-    stage = stage_for_outputs(output_fields)
-    return with_rules(instruction, [rule.id for rule in rules_for_stage(stage or "")])
+    return sim_test_world()

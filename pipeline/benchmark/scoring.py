@@ -26,23 +26,13 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from types import MappingProxyType
 
+from memtrace_loop.memory_systems.spec import FaultKind
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, ErrorType, Tunable
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import CaseResult, Conversation
-
-
-class FaultKind(StrEnum):
-    EXTRACTION_DROP = "extraction_drop"  # a fact dropped at extraction
-    UPDATE_OVERWRITE = "update_overwrite"  # a memory overwritten at update with unrelated text
-    DELETION = "deletion"  # the unit holding the evidence deleted
-    RETRIEVAL_MISS = "retrieval_miss"  # the evidence removed from a retrieval result
-    RESPONSE_WRONG = "response_wrong"  # a wrong answer given a perfect context
-    TRIMMED_BUFFER = "trimmed_buffer"  # Long-Context: the evidence entry trimmed out of the window
-    CHUNK_SPLIT = "chunk_split"  # RAG: a chunk boundary splitting the evidence turn
 
 
 @dataclass(frozen=True)

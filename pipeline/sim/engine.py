@@ -15,7 +15,8 @@ from typing import Any
 
 from dspy.clients.engines.base import validate_request
 from dspy.lm15 import Message, Request, Response, TextPart, Usage, response_to_events
-from memtrace_loop.pipeline.sim.stand_in import HANDLER_BY_OUTPUTS, paraphrasing_handlers, respond
+from memtrace_loop.pipeline.sim.stand_in import paraphrasing_handlers, respond, world_handlers
+from memtrace_loop.pipeline.sim.system_stages import system_stages
 
 
 def _text(value: Any) -> str:
@@ -48,7 +49,9 @@ class SimEngine:
 
     def __init__(self, paraphrase: bool = False) -> None:
         self.paraphrase = paraphrase
-        self._handlers = paraphrasing_handlers() if paraphrase else HANDLER_BY_OUTPUTS
+        extra = system_stages()  # the stages memory systems add to the world's table
+        handlers = world_handlers(extra)
+        self._handlers = paraphrasing_handlers(handlers, extra) if paraphrase else handlers
 
     def complete(self, request: Request) -> Response:
         validate_request(request)

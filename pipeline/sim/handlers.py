@@ -16,10 +16,8 @@ the rules its instruction states (`pipeline.sim.rules.rules_in`):
   from the best-overlapping memory. With the misfire `one_answer` a list question (hobbies, pets) gets
   only the newest item.
 - judge (`label`): `pipeline.sim.judge.is_correct`, no rules.
-- rewrite requests (`new_instruction`, `shortened_instruction`): `pipeline.sim.reflection` and
-  `pipeline.sim.rewriter` (GEPA's plain reflection prompt is caught earlier, in `stand_in.respond`).
-- the LLM attributor's step (`kept_information`, `error_type`, `reason`): `pipeline.sim.attributor_handler`.
-- the diagnostic summary (`analysis`): `pipeline.sim.diagnosis_handler`.
+
+Which output fields dispatch to which handler is declared once, in the stage table (`pipeline.sim.stages`).
 
 Handlers never raise on odd input: unknown text falls back to word overlap. They do no I/O.
 """
@@ -27,16 +25,12 @@ Handlers never raise on odd input: unknown text falls back to word overlap. They
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
 from memtrace_loop.pipeline.sim import vocab
-from memtrace_loop.pipeline.sim.attributor_handler import HANDLERS as ATTRIBUTOR_HANDLERS
 from memtrace_loop.pipeline.sim.dates import human, parse_date
-from memtrace_loop.pipeline.sim.diagnosis_handler import HANDLERS as DIAGNOSIS_HANDLERS
-from memtrace_loop.pipeline.sim.evermemos_handlers import HANDLERS as EVERMEMOS_HANDLERS
 from memtrace_loop.pipeline.sim.grammar import (
     SINGLE_VALUED,
     Fact,
@@ -49,7 +43,6 @@ from memtrace_loop.pipeline.sim.grammar import (
 )
 from memtrace_loop.pipeline.sim.judge import content_tokens, is_correct
 from memtrace_loop.pipeline.sim.protocol import StageRequest, decode_list, trim
-from memtrace_loop.pipeline.sim.reflection import new_instruction_handler, shorten_instruction
 from memtrace_loop.pipeline.sim.rules import rules_in
 
 NOT_MENTIONED = "Not mentioned in the conversation."
@@ -96,7 +89,7 @@ def extract_facts(turn: str, rules: frozenset[str]) -> list[str]:
     return list(dict.fromkeys(facts))
 
 
-def _extract(request: StageRequest) -> dict[str, Any]:
+def extract_handler(request: StageRequest) -> dict[str, Any]:
     return {"facts": extract_facts(request.inputs.get("turn", ""), rules_in(request.instruction))}
 
 
@@ -144,7 +137,7 @@ def decide_actions(existing: str, new_facts: list[str], rules: frozenset[str]) -
     return actions
 
 
-def _decide(request: StageRequest) -> dict[str, Any]:
+def decide_handler(request: StageRequest) -> dict[str, Any]:
     rules = rules_in(request.instruction)
     new_facts = decode_list(request.inputs.get("new_facts", ""))
     return {"actions": decide_actions(request.inputs.get("existing_memories", ""), new_facts, rules)}
@@ -277,7 +270,7 @@ def answer_question(context: str, question: str, rules: frozenset[str]) -> str:
     return _compose(query, relaxed, rules) if relaxed else _overlap_answer(items, question, rules)
 
 
-def _answer(request: StageRequest) -> dict[str, Any]:
+def answer_handler(request: StageRequest) -> dict[str, Any]:
     rules = rules_in(request.instruction)
     return {"answer": answer_question(request.inputs.get("context", ""), request.inputs.get("question", ""), rules)}
 
@@ -285,20 +278,7 @@ def _answer(request: StageRequest) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------- judge
 
 
-def _judge(request: StageRequest) -> dict[str, Any]:
+def judge_handler(request: StageRequest) -> dict[str, Any]:
     inputs = request.inputs
     correct = is_correct(inputs.get("question", ""), inputs.get("gold_answer", ""), inputs.get("generated_answer", ""))
     return {"label": "CORRECT" if correct else "WRONG"}
-
-
-DEFAULT_HANDLERS: dict[frozenset[str], Callable[[StageRequest], dict[str, Any]]] = {
-    frozenset({"facts"}): _extract,
-    frozenset({"actions"}): _decide,
-    frozenset({"answer"}): _answer,
-    frozenset({"label"}): _judge,
-    frozenset({"new_instruction"}): new_instruction_handler,  # our rewriter and dspy GEPA's proposer
-    frozenset({"shortened_instruction"}): shorten_instruction,  # dspy GEPA's CompressInstruction
-    **ATTRIBUTOR_HANDLERS,  # the LLM attributor's step verdict (JudgeOperation)
-    **DIAGNOSIS_HANDLERS,  # the diagnostic summary's analysis (DiagnoseFailures)
-    **EVERMEMOS_HANDLERS,  # detect_boundary, write_events, write_episode, check_sufficiency, expand_queries
-}

@@ -29,7 +29,8 @@ from typing import Any
 
 from memtrace_loop.pipeline.sim.protocol import StageRequest, decode_list
 from memtrace_loop.pipeline.sim.rewriter import rewrite, rewrite_instruction
-from memtrace_loop.pipeline.sim.rules import RULES_BY_ID, rules_in, stage_for_outputs
+from memtrace_loop.pipeline.sim.rules import RULES_BY_ID, rules_in
+from memtrace_loop.pipeline.sim.stages import stage_for_outputs
 
 FENCE = "```"
 MAX_CHARS = 4000  # GEPA sets no length limit; a real model's rewrite stays about this short

@@ -19,7 +19,8 @@ from __future__ import annotations
 from typing import Any
 
 from memtrace_loop.pipeline.sim.protocol import StageRequest
-from memtrace_loop.pipeline.sim.rules import STAGE_ORDER, rules_in, stage_for_outputs, with_rules
+from memtrace_loop.pipeline.sim.rules import rules_in, with_rules
+from memtrace_loop.pipeline.sim.stages import STAGE_ORDER, stage_for_outputs
 from memtrace_loop.pipeline.sim.symptoms import guesses_for_stage, parse_blocks
 
 NO_LIMIT = 1_000_000

@@ -11,9 +11,10 @@ a MISFIRE (a rule a generic rewriter plausibly adds from a symptom and that the 
 cost: `one_answer` drops all but one item of a list answer, `best_guess` never abstains) or NOISE (a
 sentence with no behaviour, costing only instruction length).
 
-Stages are named by their role in the stand-in (`extract`, `decide`, `answer`), which is how the
-stand-in dispatches requests (by output field: `facts`, `actions`, `answer`); a memory system may give
-its predictor another attribute name (Mem0's answer predictor is `respond`). Pure data and functions.
+Stages are named by their role in the stand-in (`extract`, `decide`, `answer`); which output fields
+dispatch to a stage, and the stages' pipeline order, are the stage table's (`pipeline.sim.stages`). A
+memory system may give its predictor another attribute name (the answer predictor is `respond`).
+Pure data and functions.
 """
 
 from __future__ import annotations
@@ -24,31 +25,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 from functools import cache
 from types import MappingProxyType
-
-STAGE_ORDER: tuple[str, ...] = (
-    "extract",
-    "decide",
-    "answer",
-    # EverMemOS-style stages (pipeline.sim.evermemos_handlers), in their own pipeline order
-    "detect_boundary",
-    "write_events",
-    "write_episode",
-    "check_sufficiency",
-    "expand_queries",
-)
-STAGE_OUTPUTS: MappingProxyType[str, frozenset[str]] = MappingProxyType(
-    {
-        "extract": frozenset({"facts"}),
-        "decide": frozenset({"actions"}),
-        "answer": frozenset({"answer"}),
-        "judge": frozenset({"label"}),
-        "detect_boundary": frozenset({"starts_new_episode"}),
-        "write_events": frozenset({"events"}),
-        "write_episode": frozenset({"title", "narrative"}),
-        "check_sufficiency": frozenset({"sufficient"}),
-        "expand_queries": frozenset({"queries"}),
-    }
-)
 
 
 class RuleEffect(StrEnum):
@@ -251,30 +227,14 @@ def rules_for_stage(stage: str, effects: Iterable[RuleEffect] = (RuleEffect.FIX,
     return tuple(rule for rule in RULES if rule.stage == stage and rule.effect in wanted)
 
 
-def stage_for_outputs(output_fields: Iterable[str]) -> str | None:
-    """The stand-in stage a signature with these output fields is dispatched to (None if unknown)."""
-    key = frozenset(output_fields) - {"reasoning"}
-    return next((stage for stage, fields in STAGE_OUTPUTS.items() if fields == key), None)
-
-
 def rules_pointed_by(feedback: str, stage: str | None = None) -> tuple[SimRule, ...]:
     """The rules (of `stage`, if given) whose feedback keywords occur in `feedback`."""
     return tuple(r for r in RULES if (stage is None or r.stage == stage) and r.pointed_by(feedback))
 
 
-def with_rules(instruction: str, rule_ids: Iterable[str]) -> str:
-    """`instruction` with the sentence of every listed rule it does not state yet appended."""
-    present = rules_in(instruction)
-    added = [RULES_BY_ID[r].sentence for r in rule_ids if r not in present]
+def with_rules(instruction: str, rule_ids: Iterable[str], catalog: Iterable[SimRule] = RULES) -> str:
+    """`instruction` with the sentence of every listed rule (of `catalog`) it does not state yet appended."""
+    by_id = {rule.id: rule for rule in catalog}
+    present = {rule_id for rule_id, rule in by_id.items() if rule.stated_in(instruction)}
+    added = [by_id[r].sentence for r in rule_ids if r not in present]
     return " ".join([instruction.strip(), *added]).strip()
-
-
-def expected_cause(needs: Iterable[str], present: Iterable[str] = ()) -> tuple[str | None, str | None]:
-    """(error type, stage) a question needing `needs` is expected to fail with when only the rules in
-    `present` are stated: the earliest stage, in pipeline order, with a needed rule missing; within
-    that stage the first missing rule in catalog order. (None, None) if nothing is missing."""
-    missing = [RULES_BY_ID[r] for r in needs if r not in set(present)]
-    if not missing:
-        return None, None
-    first = min(missing, key=lambda r: (STAGE_ORDER.index(r.stage), RULES.index(r)))
-    return first.fixes_error_type, first.stage

@@ -3,31 +3,39 @@
 It parses a DSPy adapter request (`pipeline.sim.protocol`), identifies the stage by the names of
 its output fields (a `reasoning` field added by ChainOfThought is ignored for dispatch and answered
 with a fixed sentence), runs the registered handler and formats the handler's values back in the
-adapter's format. The handlers come from an immutable mapping (`HANDLER_BY_OUTPUTS`, built from
-`pipeline.sim.handlers.DEFAULT_HANDLERS`); `with_handlers` makes an extended one, and `respond` takes
-the mapping to use. A request for a stage it has no handler for raises `UnknownStageError` naming the
-stage's output fields and the stages it knows: a new memory system fails loudly on the simulated world
-instead of "running" on blank outputs (give the world a handler with `with_handlers`).
+adapter's format. The handlers come from an immutable mapping (`HANDLER_BY_OUTPUTS`, built from the
+stage table `pipeline.sim.stages.STAGES` and the service handlers `SERVICES`); `world_handlers(rows)`
+adds the rows memory systems bring (`pipeline.sim.system_stages`), `with_handlers` makes an extended
+one, and `respond` takes the mapping to use. A request for a stage it has no handler for raises
+`UnknownStageError` naming the stage's output fields and the stages it knows: a new memory system
+fails loudly on the simulated world instead of "running" on blank outputs (give it rows of its own:
+`SPEC.sim`).
 
 A GEPA reflection prompt (one plain user message, gepa's instruction-proposal template) is not an
 adapter request: `respond` hands it to `pipeline.sim.reflection`, which answers with the same rewriter.
 
-It does not hold any stage behaviour itself: the handlers live in `pipeline.sim.handlers`.
+It does not hold any stage behaviour itself: the handlers live in `pipeline.sim.handlers` and beside it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
+from memtrace_loop.pipeline.sim.attributor_handler import HANDLERS as ATTRIBUTOR_HANDLERS
+from memtrace_loop.pipeline.sim.diagnosis_handler import HANDLERS as DIAGNOSIS_HANDLERS
 from memtrace_loop.pipeline.sim.grammar import parse_fact
-from memtrace_loop.pipeline.sim.handlers import DEFAULT_HANDLERS
+from memtrace_loop.pipeline.sim.handlers import judge_handler
 from memtrace_loop.pipeline.sim.paraphrase import paraphrasing
 from memtrace_loop.pipeline.sim.protocol import StageRequest, format_reply, parse_request
-from memtrace_loop.pipeline.sim.reflection import parse_reflection, reflection_reply
-
-Handler = Callable[[StageRequest], dict[str, Any]]
+from memtrace_loop.pipeline.sim.reflection import (
+    new_instruction_handler,
+    parse_reflection,
+    reflection_reply,
+    shorten_instruction,
+)
+from memtrace_loop.pipeline.sim.stages import STAGES, Handler, SimStage
 
 REASONING_FIELD = "reasoning"
 _REASONING_TEXT = "I followed the rules stated in my instructions."
@@ -40,9 +48,21 @@ def _key(output_fields: Iterable[str]) -> frozenset[str]:
     return key
 
 
-HANDLER_BY_OUTPUTS: Mapping[frozenset[str], Handler] = MappingProxyType(
-    {_key(fields): handler for fields, handler in DEFAULT_HANDLERS.items()}
-)
+# requests that are not memory-system stages
+SERVICES: Mapping[frozenset[str], Handler] = MappingProxyType({
+    frozenset({"label"}): judge_handler,
+    frozenset({"new_instruction"}): new_instruction_handler,  # our rewriter and dspy GEPA's proposer
+    frozenset({"shortened_instruction"}): shorten_instruction,  # dspy GEPA's CompressInstruction
+    **ATTRIBUTOR_HANDLERS,  # the LLM attributor's step verdict (JudgeOperation)
+    **DIAGNOSIS_HANDLERS,  # the diagnostic summary's analysis (DiagnoseFailures)
+})
+
+
+def _by_outputs(stages: Iterable[SimStage]) -> dict[frozenset[str], Handler]:
+    return {_key(stage.outputs): stage.handler for stage in stages}
+
+
+HANDLER_BY_OUTPUTS: Mapping[frozenset[str], Handler] = MappingProxyType({**_by_outputs(STAGES), **SERVICES})
 
 
 def with_handlers(
@@ -52,18 +72,20 @@ def with_handlers(
     return MappingProxyType({**base, **{_key(fields): handler for fields, handler in extra.items()}})
 
 
-CONSTRUCTION_OUTPUTS: tuple[frozenset[str], ...] = (
-    frozenset({"facts"}), frozenset({"actions"}), frozenset({"events"}), frozenset({"title", "narrative"}),
-)
+def world_handlers(extra: Iterable[SimStage] = ()) -> Mapping[frozenset[str], Handler]:
+    """`HANDLER_BY_OUTPUTS` plus the rows of `extra` (the stages memory systems add)."""
+    return MappingProxyType({**HANDLER_BY_OUTPUTS, **_by_outputs(extra)})
 
 
 def paraphrasing_handlers(
-    base: Mapping[frozenset[str], Handler] = HANDLER_BY_OUTPUTS,
+    base: Mapping[frozenset[str], Handler] = HANDLER_BY_OUTPUTS, extra: Iterable[SimStage] = (),
 ) -> Mapping[frozenset[str], Handler]:
-    """`base` with the construction stages writing paraphrased memories (`pipeline.sim.paraphrase`)."""
+    """`base` with the construction stages (of the table and `extra`) writing paraphrased memories
+    (`pipeline.sim.paraphrase`)."""
+    construction = {_key(s.outputs) for s in (*STAGES, *extra) if s.construction}
     is_fact = lambda sentence: parse_fact(sentence) is not None  # noqa: E731
     return MappingProxyType({
-        key: paraphrasing(handler, is_fact) if key in CONSTRUCTION_OUTPUTS else handler
+        key: paraphrasing(handler, is_fact) if key in construction else handler
         for key, handler in base.items()
     })
 

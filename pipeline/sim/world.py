@@ -26,7 +26,7 @@ from memtrace_loop.pipeline.sim import vocab
 from memtrace_loop.pipeline.sim.dates import locomo_stamp
 from memtrace_loop.pipeline.sim.episodes import Episode, PlannedQA, Planner
 from memtrace_loop.pipeline.sim.grammar import fill
-from memtrace_loop.pipeline.sim.rules import expected_cause
+from memtrace_loop.pipeline.sim.stages import expected_cause
 
 NOT_MENTIONED = "Not mentioned in the conversation"
 KIND_WEIGHTS: tuple[tuple[str, float], ...] = (

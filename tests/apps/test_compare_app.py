@@ -19,7 +19,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.utils import instantiate
 from memtrace_loop.experiments.compare import REPORT_NAMES, ComparisonCallback, ComparisonError, compare, run_compare
 from memtrace_loop.experiments.config import validated_optimize
-from memtrace_loop.memory_systems.registry import ENTRY_BY_SYSTEM
+from memtrace_loop.memory_systems.registry import SYSTEMS
 from memtrace_loop.optimizers.registry import OPTIMIZERS
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
@@ -44,7 +44,7 @@ def test_the_sweep_is_every_optimizer_on_every_system_over_three_seeds():
     # generated from the registry: every optimizer whose SPEC sets compare (all of today's)
     assert values["optimizer"] == list(OPTIMIZERS.compared()) == list(OPTIMIZERS.names)
     assert {"attribution", "uniform", "none"} <= set(values["optimizer"])
-    assert set(values["memory_system"]) == set(ENTRY_BY_SYSTEM) == {"long_context", "rag", "mem0", "evermemos"}
+    assert set(values["memory_system"]) == set(SYSTEMS.compared()) == set(SYSTEMS)
     assert len(set(values["seed"])) >= 3
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 from hydra import compose, initialize_config_module
 from memtrace_loop.experiments.stages import stages
-from memtrace_loop.memory_systems.registry import MODULE_BY_SYSTEM, build_memory_system
+from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.prompt_files import ExportedPrompts, write_prompts
 
@@ -18,7 +18,7 @@ def listed(*overrides: str):
     return stages(cfg)
 
 
-@pytest.mark.parametrize("name", list(MODULE_BY_SYSTEM))
+@pytest.mark.parametrize("name", list(SYSTEMS))
 def test_every_stage_of_every_system_is_listed_with_its_instruction(name, capsys):
     system = build_memory_system({"name": name}, HashingEmbedder())
     rows = listed(f"memory_system={name}", "format=json")

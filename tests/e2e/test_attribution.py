@@ -20,7 +20,8 @@ from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.records import PromptSet
 from memtrace_loop.pipeline.data.locomo import parse_locomo
 from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
-from memtrace_loop.pipeline.sim.rules import expected_cause, rules_in, with_rules
+from memtrace_loop.pipeline.sim.rules import rules_in, with_rules
+from memtrace_loop.pipeline.sim.stages import expected_cause
 from memtrace_loop.pipeline.sim.world import generate_locomo, planted_questions
 
 from tests.support.sim import sim_lm

@@ -13,15 +13,13 @@ from functools import cache
 import dspy
 import pytest
 from memtrace_loop.experiments.bench import attribution_bench
-from memtrace_loop.memory_systems.registry import build_memory_system
+from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system, spec_of
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Tunable
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
-from memtrace_loop.pipeline.backends.registry import sim_rule_instruction
+from memtrace_loop.pipeline.backends.registry import backend_test_world
 from memtrace_loop.pipeline.benchmark.edits import injected_lm, wrong_answer
 from memtrace_loop.pipeline.benchmark.injection import (
-    KINDS_BY_SYSTEM,
-    PERFECT_KNOBS_BY_SYSTEM,
     FaultInjector,
     build_system_cases,
     perfect_prompts,
@@ -40,7 +38,7 @@ KNOB_FAULTS = {FaultKind.RETRIEVAL_MISS, FaultKind.TRIMMED_BUFFER, FaultKind.CHU
 def injected(system: str, n_conversations: int = 2, limit_per_kind: int = 10):
     return build_system_cases(
         system, sim_lm(), sim_dataset(seed=0, n_conversations=n_conversations),
-        lambda cfg: build_memory_system(cfg, HashingEmbedder()), sim_rule_instruction,
+        lambda cfg: build_memory_system(cfg, HashingEmbedder()), backend_test_world().perfect_instruction,
         limit_per_kind=limit_per_kind, workers=2,
     )
 
@@ -64,8 +62,8 @@ def test_a_mem0_fault_changes_nothing_before_its_operation():
     dataset = sim_dataset(seed=0, n_conversations=1)
 
     def build(extra):
-        system = build_memory_system({"name": "mem0", **PERFECT_KNOBS_BY_SYSTEM["mem0"], **extra}, HashingEmbedder())
-        return system.with_prompts(perfect_prompts(system, sim_rule_instruction))
+        system = build_memory_system({"name": "mem0", **spec_of("mem0").generous_knobs, **extra}, HashingEmbedder())
+        return system.with_prompts(perfect_prompts(system, backend_test_world().perfect_instruction))
 
     injector = FaultInjector("mem0", build({}), lm, dataset, build, workers=1)
     perfect = injector.perfect_run().graph_by_conversation[dataset.conversations[0].id]
@@ -88,7 +86,7 @@ def test_a_mem0_fault_changes_nothing_before_its_operation():
 def test_injected_cases_on_long_context_are_decisive_and_their_truth_is_in_the_graph():
     cases, report = injected("long_context", 1, 3)
     assert report.perfect_correct >= 0.95 * report.questions
-    assert {c.truth.kind for c in cases} == set(KINDS_BY_SYSTEM["long_context"])
+    assert {c.truth.kind for c in cases} == set(spec_of("long_context").fault_kinds)
     for case in cases:
         assert not case.case.correct
         op = case.graph.operation(case.truth.op)
@@ -99,11 +97,11 @@ def test_injected_cases_on_long_context_are_decisive_and_their_truth_is_in_the_g
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("system", list(KINDS_BY_SYSTEM))
+@pytest.mark.parametrize("system", list(SYSTEMS.compared()))
 def test_every_fault_kind_is_injected_decisively_with_truth_read_from_the_graph(system):
     cases, report = injected(system)
     assert report.perfect_correct >= 0.95 * report.questions, "the perfect run should answer nearly everything"
-    for kind in KINDS_BY_SYSTEM[system]:
+    for kind in spec_of(system).fault_kinds:
         assert report.kept_by_kind[kind.value] >= 5, f"{system}: too few decisive {kind} injections: {report}"
     for case in cases:
         assert not case.case.correct
@@ -120,7 +118,7 @@ def test_every_fault_kind_is_injected_decisively_with_truth_read_from_the_graph(
 # injection dropped the fact from the events only while the narrative still stated it (no extraction
 # error by the taxonomy; it now drops it from both writers).
 @pytest.mark.slow
-@pytest.mark.parametrize("system", list(KINDS_BY_SYSTEM))
+@pytest.mark.parametrize("system", list(SYSTEMS.compared()))
 def test_lineage_reaches_the_bar_on_injected_faults(system):
     cases, _ = injected(system)
     score = score_attributor(LineageAttributor(), cases, system)
@@ -130,7 +128,7 @@ def test_lineage_reaches_the_bar_on_injected_faults(system):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("system", list(KINDS_BY_SYSTEM))
+@pytest.mark.parametrize("system", list(SYSTEMS.compared()))
 def test_with_replay_verified_attributions_are_right(system):
     cases, _ = injected(system)
     lm = sim_lm()
@@ -191,7 +189,7 @@ def test_memtracebench_mode_scores_exported_graphs_against_their_annotations(tmp
 # 1.00, rag 0.97 (one retrieval_miss blamed on respond). EverMemOS was 0.87 until the walk kept the needed
 # information whole in every step and stopped spending its steps on one boundary decision per turn.
 @pytest.mark.slow
-@pytest.mark.parametrize("system", list(KINDS_BY_SYSTEM))
+@pytest.mark.parametrize("system", list(SYSTEMS.compared()))
 def test_the_llm_walk_reaches_the_bar_on_injected_faults(system):
     cases, _ = injected(system)
     lm = sim_lm()

@@ -5,11 +5,11 @@ from __future__ import annotations
 from functools import cache
 
 import pytest
-from memtrace_loop.memory_systems.registry import build_memory_system
+from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor, content_tokens
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMConfig
-from memtrace_loop.pipeline.backends.registry import build_lm, sim_rule_instruction
+from memtrace_loop.pipeline.backends.registry import backend_test_world, build_lm
 from memtrace_loop.pipeline.benchmark.injection import build_system_cases
 from memtrace_loop.pipeline.benchmark.scoring import score_attributor
 from memtrace_loop.pipeline.sim.grammar import parse_fact
@@ -17,8 +17,6 @@ from memtrace_loop.pipeline.sim.handlers import extract_facts
 from memtrace_loop.pipeline.sim.paraphrase import canonical, paraphrase_sentence
 
 from tests.support.sim import sim_dataset
-
-SYSTEMS = ("long_context", "rag", "mem0", "evermemos")
 
 
 def canonical_facts() -> list[str]:
@@ -51,13 +49,13 @@ def injected(system: str, paraphrase: bool):
     lm = build_lm(LMConfig(backend="sim", model="stand-in", cache=False, paraphrase=paraphrase))
     return build_system_cases(
         system, lm, sim_dataset(seed=0, n_conversations=2),
-        lambda cfg: build_memory_system(cfg, HashingEmbedder()), sim_rule_instruction,
+        lambda cfg: build_memory_system(cfg, HashingEmbedder()), backend_test_world().perfect_instruction,
         limit_per_kind=6, workers=2,
     )
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("system", SYSTEMS)
+@pytest.mark.parametrize("system", SYSTEMS.names)
 def test_paraphrasing_construction_costs_lineage_at_most_five_points(system):
     plain_cases, _ = injected(system, False)
     para_cases, report = injected(system, True)

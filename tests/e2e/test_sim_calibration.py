@@ -11,7 +11,8 @@ from collections import Counter
 import dspy
 import pytest
 from memtrace_loop.pipeline.sim.engine import SimEngine
-from memtrace_loop.pipeline.sim.rules import rules_for_stage, stage_for_outputs, with_rules
+from memtrace_loop.pipeline.sim.rules import rules_for_stage, with_rules
+from memtrace_loop.pipeline.sim.stages import stage_for_outputs
 from memtrace_loop.pipeline.sim.world import generate_locomo
 
 # every test here runs the loop or a whole run (seconds each): out of `make test-fast`

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_module
 from memtrace_loop.experiments.run import run
-from memtrace_loop.memory_systems.registry import MODULE_BY_SYSTEM, build_memory_system
+from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system
 from memtrace_loop.optimizers.registry import build_optimizer
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.graph import OpKind
@@ -25,7 +25,6 @@ from tests.support.sim import sim_dataset, sim_lm
 # every test here runs the loop or a whole run (seconds each): out of `make test-fast`
 pytestmark = pytest.mark.slow
 
-SYSTEMS = list(MODULE_BY_SYSTEM)
 KINDS_BY_SYSTEM = {
     "long_context": {OpKind.EXTRACTION, OpKind.RETRIEVAL, OpKind.RESPONSE, OpKind.JUDGE},
     "rag": {OpKind.EXTRACTION, OpKind.RETRIEVAL, OpKind.RESPONSE, OpKind.JUDGE},
@@ -48,7 +47,7 @@ def run_system(tmp_path: Path, name: str, *overrides: str) -> tuple[dict, list]:
     return outcome, graphs
 
 
-@pytest.mark.parametrize("name", SYSTEMS)
+@pytest.mark.parametrize("name", SYSTEMS.names)
 def test_run_on_sim_records_the_operations_the_system_has(name, tmp_path):
     outcome, graphs = run_system(tmp_path, name, "dataset.n_conversations=2")
     assert 0.0 < outcome["judge_accuracy"] < 1.0
@@ -59,7 +58,7 @@ def test_run_on_sim_records_the_operations_the_system_has(name, tmp_path):
     assert {op.stage for g in graphs for op in g.operations()} <= known
 
 
-@pytest.mark.parametrize("name", SYSTEMS)
+@pytest.mark.parametrize("name", SYSTEMS.names)
 def test_run_on_the_locomo_subset_completes(name, tmp_path):
     if not LOCOMO.exists():
         pytest.skip(f"{LOCOMO} not present (licensed data lives only in ../shared)")
@@ -70,7 +69,7 @@ def test_run_on_the_locomo_subset_completes(name, tmp_path):
         assert any(op.kind == OpKind.RESPONSE for op in graph.operations())
 
 
-@pytest.mark.parametrize("name", SYSTEMS)
+@pytest.mark.parametrize("name", SYSTEMS.names)
 def test_the_loop_improves_each_system_and_blames_only_its_stages(name):
     dataset = sim_dataset(seed=0, n_conversations=8)
     parts = split_by_conversation(dataset, (0.5, 0.25, 0.25), seed=0)

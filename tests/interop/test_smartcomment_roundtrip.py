@@ -19,7 +19,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from memtrace_loop.memory_systems.registry import MODULE_BY_SYSTEM
+from memtrace_loop.memory_systems.registry import SYSTEMS
 from memtrace_loop.pipeline.analysis.attribution.lineage import ConversationLineage
 from memtrace_loop.pipeline.core.conventions import Namespace, is_in, prefix, turn_name
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
@@ -59,7 +59,7 @@ def structure(doc: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@pytest.fixture(scope="module", params=sorted(MODULE_BY_SYSTEM))
+@pytest.fixture(scope="module", params=sorted(SYSTEMS))
 def run(request: pytest.FixtureRequest) -> tuple[RunResult, ExecutionGraph]:
     result = sim_run(request.param, seed=4, n_conversations=1, sessions_per_conversation=3)
     (graph,) = result.graph_by_conversation.values()

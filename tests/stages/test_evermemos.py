@@ -28,15 +28,8 @@ from memtrace_loop.pipeline.data.locomo import parse_locomo, split_by_conversati
 from memtrace_loop.pipeline.loop.optimization import LoopSettings, OptimizationLoop, Splits
 from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
 from memtrace_loop.pipeline.sim.rewriter import rewrite, target_stage
-from memtrace_loop.pipeline.sim.rules import (
-    RULES_BY_ID,
-    STAGE_ORDER,
-    rules_for_stage,
-    rules_in,
-    rules_pointed_by,
-    stage_for_outputs,
-    with_rules,
-)
+from memtrace_loop.pipeline.sim.rules import RULES_BY_ID, rules_for_stage, rules_in, rules_pointed_by, with_rules
+from memtrace_loop.pipeline.sim.stages import STAGE_ORDER, stage_for_outputs
 from memtrace_loop.pipeline.sim.world import generate_locomo, planted_questions
 
 from tests.support.paths import LOCOMO
@@ -80,7 +73,7 @@ def test_stage_names_and_defaults():
     assert system.stage_names() == (
         "detect_boundary", "write_episode", "write_events", "check_sufficiency", "expand_queries", "respond"
     )
-    assert system.construction_stages == ("detect_boundary", "write_episode", "write_events")
+    assert system.construction_stages == ("detect_boundary", "write_events", "write_episode")  # pipeline order
     assert set(system.non_llm_stages()) == {"episode_limits", "retrieve"}
     assert EverMemOSKnobs().top_k == 10 and EverMemOSKnobs().rrf_k == 60 and EverMemOSKnobs().bm25_top == 50
     built = build_memory_system({"name": "evermemos", "top_k": 7, "multi_query": False, "tokenizer": "approx"},

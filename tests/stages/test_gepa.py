@@ -28,7 +28,7 @@ from memtrace_loop.optimizers.gepa_program import JudgeMetric, MemoryProgram, qu
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
 from memtrace_loop.pipeline.analysis.blame import BlameTable
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
-from memtrace_loop.pipeline.backends.registry import sim_rule_instruction
+from memtrace_loop.pipeline.backends.registry import backend_test_world
 from memtrace_loop.pipeline.data.locomo import split_by_conversation
 from memtrace_loop.pipeline.loop.case_runner import LoopCaseRunner
 from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
@@ -85,7 +85,8 @@ class World:
 
     def perfect(self, stage: str) -> str:
         predictor = dict(self.system.named_predictors())[stage]
-        return sim_rule_instruction(predictor.signature.instructions, predictor.signature.output_fields)
+        signature = predictor.signature
+        return backend_test_world().perfect_instruction(signature.instructions, signature.output_fields)
 
     def context(self, iteration: int = 1, budget=None) -> OptimizationContext:
         return OptimizationContext(

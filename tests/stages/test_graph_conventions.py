@@ -5,7 +5,7 @@ are of the memory kinds, and every LLM operation reads its stage's `prompt:<stag
 from __future__ import annotations
 
 import pytest
-from memtrace_loop.memory_systems.registry import MODULE_BY_SYSTEM, build_memory_system
+from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.conventions import (
     MEMORY_KINDS,
@@ -28,7 +28,7 @@ UNIT_NAMESPACE_BY_SYSTEM = {
 }
 
 
-@pytest.mark.parametrize("system_name", sorted(MODULE_BY_SYSTEM))
+@pytest.mark.parametrize("system_name", sorted(SYSTEMS))
 def test_every_variable_and_operation_follows_the_conventions(system_name):
     dataset = sim_dataset(n_conversations=1)
     lm = sim_lm()

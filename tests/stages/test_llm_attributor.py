@@ -17,7 +17,7 @@ import dspy
 import pytest
 from dspy.utils import DummyLM
 from dspy.utils.callback import BaseCallback
-from memtrace_loop.memory_systems.registry import build_memory_system
+from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
 from memtrace_loop.pipeline.analysis.attribution.llm import (
     LLMAttributor,
@@ -35,7 +35,6 @@ from memtrace_loop.pipeline.sim import stand_in
 from tests.support.paths import LOCOMO
 from tests.support.sim import sim_dataset, sim_lm
 
-SYSTEMS = ("long_context", "rag", "mem0", "evermemos")
 # measured on sim_dataset(seed=0, 2 conversations), default prompts: long_context 7/7, rag 5/7, mem0 25/25,
 # evermemos 13/15 failures blamed on the same stage as the lineage attributor
 AGREEMENT_FLOOR = 0.7
@@ -52,7 +51,7 @@ def failures_of(system_name: str, dataset=None):
     return lm, result.graph_by_conversation, cases
 
 
-@pytest.fixture(scope="module", params=SYSTEMS)
+@pytest.fixture(scope="module", params=SYSTEMS.names)
 def sim_run(request: pytest.FixtureRequest):
     return request.param, *failures_of(request.param)
 

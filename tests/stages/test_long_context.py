@@ -7,7 +7,12 @@ from collections import Counter
 
 import pytest
 from dspy.utils import DummyLM
-from memtrace_loop.memory_systems.long_context import LongContextKnobs, LongContextMemory, from_config, render_entry
+from memtrace_loop.memory_systems.long_context.system import (
+    LongContextKnobs,
+    LongContextMemory,
+    from_config,
+    render_entry,
+)
 from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.pipeline.analysis.attribution.lineage import attribute_failures
 from memtrace_loop.pipeline.analysis.attribution.records import ErrorType
@@ -20,7 +25,8 @@ from memtrace_loop.pipeline.core.tracing import Tracer
 from memtrace_loop.pipeline.data.locomo import load_locomo, parse_locomo
 from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
 from memtrace_loop.pipeline.sim.handlers import NOT_MENTIONED, answer_question
-from memtrace_loop.pipeline.sim.rules import RULES, expected_cause, rules_in, with_rules
+from memtrace_loop.pipeline.sim.rules import RULES, rules_in, with_rules
+from memtrace_loop.pipeline.sim.stages import expected_cause
 from memtrace_loop.pipeline.sim.world import generate_locomo, planted_questions
 
 from tests.support.paths import LOCOMO

@@ -8,7 +8,7 @@ from itertools import pairwise
 
 import pytest
 from dspy.utils import DummyLM
-from memtrace_loop.memory_systems.rag import RagKnobs, RagMemory, from_config, make_chunks, turn_pieces
+from memtrace_loop.memory_systems.rag.system import RagKnobs, RagMemory, from_config, make_chunks, turn_pieces
 from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.memory_systems.signatures import render_turn
 from memtrace_loop.pipeline.analysis.attribution.lineage import attribute_failures
@@ -22,7 +22,8 @@ from memtrace_loop.pipeline.core.tracing import Tracer
 from memtrace_loop.pipeline.data.locomo import load_locomo, parse_locomo
 from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
 from memtrace_loop.pipeline.sim.handlers import NOT_MENTIONED, answer_question
-from memtrace_loop.pipeline.sim.rules import RULES, expected_cause, rules_in, with_rules
+from memtrace_loop.pipeline.sim.rules import RULES, rules_in, with_rules
+from memtrace_loop.pipeline.sim.stages import expected_cause
 from memtrace_loop.pipeline.sim.world import generate_locomo, planted_questions
 
 from tests.support.paths import LOCOMO

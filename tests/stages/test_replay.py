@@ -7,11 +7,11 @@ import collections
 from functools import cache
 
 import pytest
-from memtrace_loop.memory_systems.registry import build_memory_system
+from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
 from memtrace_loop.pipeline.analysis.attribution.protocol import TracedRun, attribute_run
 from memtrace_loop.pipeline.analysis.attribution.records import ErrorType, Tunable
-from memtrace_loop.pipeline.analysis.attribution.replay import Replayer, VerifyingAttributor
+from memtrace_loop.pipeline.analysis.attribution.replay import Replayer, VerifyingAttributor, with_stage_defaults
 from memtrace_loop.pipeline.analysis.blame import aggregate_blame
 from memtrace_loop.pipeline.backends.embeddings import build_embedder
 from memtrace_loop.pipeline.core.tracing import Tracer
@@ -36,18 +36,18 @@ def traced(system_name: str, **knobs: int):
     return lm, system, judge, data, result, run
 
 
-@pytest.mark.parametrize("system_name", ["long_context", "rag", "mem0", "evermemos"])
+@pytest.mark.parametrize("system_name", SYSTEMS.names)
 def test_memory_rebuilt_from_the_graph_retrieves_what_the_run_retrieved(system_name):
     _, system, _, data, result, _ = traced(system_name)
     state_by_graph = {cid: system.restore(graph) for cid, graph in result.graph_by_conversation.items()}
     for question in data.questions[:25]:
         graph = result.graph_by_conversation[question.conversation_id]
         found = system.retrieve(question, state_by_graph[question.conversation_id], Tracer(graph, buffered=True))
-        recorded = graph.latest("context:buffer" if system_name == "long_context" else f"retrieved:{question.id}")
+        recorded = graph.latest(f"retrieved:{question.id}") or graph.latest("context:buffer")  # per question or shared
         assert found.context == recorded.value, question.id
 
 
-@pytest.mark.parametrize("system_name", ["mem0", "evermemos"])
+@pytest.mark.parametrize("system_name", [n for n, spec in SYSTEMS.items() if spec.construction_stages])
 def test_replay_spends_only_downstream_calls_and_marks_every_attribution(system_name):
     lm, system, judge, _, _, run = traced(system_name)
     before = len(lm.history)
@@ -115,5 +115,5 @@ def test_a_knob_rebuild_resets_only_the_blamed_stage_and_calls_no_llm_before_ans
     before = len(lm.history)
     outcome = replayer.replay(graph, trimmed.case, trimmed.suspects[:1])
     assert outcome.rescued and outcome.calls == len(lm.history) - before == 2  # respond + judge
-    assert system.with_stage_defaults("trim").knobs.window_tokens == 32768
-    assert system.with_stage_defaults("context") is None
+    assert with_stage_defaults(system, "trim").knobs.window_tokens == 32768
+    assert with_stage_defaults(system, "context") is None

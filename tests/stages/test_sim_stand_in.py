@@ -11,17 +11,8 @@ from memtrace_loop.pipeline.sim import stand_in
 from memtrace_loop.pipeline.sim.engine import SimEngine, request_messages
 from memtrace_loop.pipeline.sim.judge import is_correct
 from memtrace_loop.pipeline.sim.protocol import parse_request
-from memtrace_loop.pipeline.sim.rules import (
-    RULES,
-    RULES_BY_ID,
-    STAGE_ORDER,
-    expected_cause,
-    rules_for_stage,
-    rules_in,
-    rules_pointed_by,
-    stage_for_outputs,
-    with_rules,
-)
+from memtrace_loop.pipeline.sim.rules import RULES, RULES_BY_ID, rules_for_stage, rules_in, rules_pointed_by, with_rules
+from memtrace_loop.pipeline.sim.stages import STAGE_ORDER, expected_cause, stage_for_outputs
 
 SIGNATURES = {"extract": ExtractFacts, "decide": DecideUpdates, "answer": AnswerQuestion}
 

@@ -20,7 +20,7 @@ from memtrace_loop.experiments.config import (
     validated_run,
     validated_stages,
 )
-from memtrace_loop.memory_systems.registry import ENTRY_BY_SYSTEM, build_memory_system, knobs_schema
+from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system, knobs_schema
 from memtrace_loop.optimizers.registry import OPTIMIZERS, RewriteSettings
 from memtrace_loop.pipeline.analysis.attribution.registry import ATTRIBUTORS, LineageSettings, LLMSettings
 from memtrace_loop.pipeline.backends.embeddings import HASHING_DIM, HashingEmbedder
@@ -47,7 +47,7 @@ def options(group: str) -> list[str]:
 
 
 def test_every_group_option_has_a_registry_entry_and_the_reverse():
-    assert options("memory_system") == sorted(ENTRY_BY_SYSTEM)
+    assert options("memory_system") == sorted(SYSTEMS)
     assert options("dataset") == sorted(DATASETS)
     assert options("optimizer") == sorted(OPTIMIZERS)
     assert options("lm") == sorted(ENTRY_BY_BACKEND)
@@ -188,7 +188,7 @@ def test_hydra_composes_exactly_the_schema_defaults():
         assert {k: composed["lm"][role][k] for k in ENTRY_BY_BACKEND["sim"].keys} == {
             k: lm_defaults[k] for k in ENTRY_BY_BACKEND["sim"].keys
         }
-    for name in ENTRY_BY_SYSTEM:
+    for name in SYSTEMS:
         node = plain(f"memory_system={name}")["memory_system"]
         assert node == {"name": name, **defaults_of(knobs_schema(name))}
     for kind, spec in DATASETS.items():
@@ -239,7 +239,7 @@ CONVERSATION = Conversation(
 )
 
 
-@pytest.mark.parametrize("name", list(ENTRY_BY_SYSTEM))
+@pytest.mark.parametrize("name", list(SYSTEMS))
 def test_every_registered_system_has_a_frozen_knobs_record(name):
     schema = knobs_schema(name)
     assert dataclasses.is_dataclass(schema) and schema.__dataclass_params__.frozen

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from memtrace_loop.memory_systems.base import KnobError
-from memtrace_loop.memory_systems.long_context import LongContextMemory
+from memtrace_loop.memory_systems.long_context.system import LongContextMemory
 from memtrace_loop.memory_systems.mem0.system import Mem0Memory
 from memtrace_loop.optimizers.knobs import covering_value, propose_knobs
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, ErrorType, Fault, Tunable

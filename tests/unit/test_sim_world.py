@@ -12,7 +12,8 @@ from memtrace_loop.pipeline.sim.dates import human, parse_date, parse_stamp, res
 from memtrace_loop.pipeline.sim.grammar import parse_question, read_sentence, split_sentences
 from memtrace_loop.pipeline.sim.handlers import answer_question, decide_actions, extract_facts
 from memtrace_loop.pipeline.sim.judge import is_correct
-from memtrace_loop.pipeline.sim.rules import RULES, RuleEffect, expected_cause
+from memtrace_loop.pipeline.sim.rules import RULES, RuleEffect
+from memtrace_loop.pipeline.sim.stages import expected_cause
 from memtrace_loop.pipeline.sim.world import NOT_MENTIONED, generate_locomo
 
 FIXES = tuple(rule for rule in RULES if rule.effect == RuleEffect.FIX)  # misfires and noise are planted nowhere

@@ -15,9 +15,9 @@ and of the decisions that write only a label (`LABEL_KINDS`: EverMemOS's per-tur
 each re-reading the buffer that holds the evidence) the first per stage stands for the rest, so they
 cannot use up the steps before the walk reaches the events and episodes.
 
-Per-system priors (`PRIOR_BY_SYSTEM`, read from `graph.meta["system"]`): RAG looks at the question's
-retrieval first; Mem0 at extraction, then the same unit's updates and deletions (the similar-memory
-search, a view of the store, is skipped); EverMemOS at boundaries and episodes; Long-Context at trimming.
+Per-system priors come from the system's spec (`MemorySystemSpec.prior`, the system named by
+`graph.meta["system"]`): which stages and operation kinds the walk looks at first, which it skips, and
+whether the question's retrieval is seeded into the first frontier.
 
 A failing LM call or an unparsable reply never crashes the walk: the step counts as "kept", and the
 reason says how many steps could not be judged. The attributor counts its own LM calls and tokens
@@ -38,6 +38,8 @@ from typing import Any
 
 import dspy
 from dspy.utils.callback import BaseCallback
+from memtrace_loop.memory_systems.registry import SYSTEMS
+from memtrace_loop.memory_systems.spec import WalkPrior
 from memtrace_loop.pipeline.analysis.attribution.evidence import EvidenceFinder
 from memtrace_loop.pipeline.analysis.attribution.lineage import content_tokens, turn_text
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor, AttributorSpec
@@ -98,37 +100,13 @@ class LLMAttributorSettings:
             raise ValueError(f"max_chars_per_step must be at least 400, got {self.max_chars_per_step}")
 
 
-@dataclass(frozen=True)
-class WalkPrior:
-    """Where a system's walk looks first (`first_stages`/`first_kinds` rank ahead of the rest; `then_kinds`
-    next), what it skips, and whether the question's retrieval is seeded into the first frontier."""
-
-    first_stages: frozenset[str] = frozenset()
-    first_kinds: frozenset[OpKind] = frozenset()
-    then_kinds: frozenset[OpKind] = frozenset()
-    skip_stages: frozenset[str] = frozenset()
-    seed_retrieval: bool = False
-
-    def rank(self, op: Operation) -> int:
-        if op.stage in self.first_stages or op.kind in self.first_kinds:
-            return 0
-        return 1 if op.kind in self.then_kinds else 2
-
-
-PRIOR_BY_SYSTEM: Mapping[str, WalkPrior] = MappingProxyType({
-    "rag": WalkPrior(first_kinds=frozenset({OpKind.RETRIEVAL}), seed_retrieval=True),
-    "mem0": WalkPrior(
-        first_kinds=frozenset({OpKind.EXTRACTION}),
-        then_kinds=frozenset({OpKind.UPDATE, OpKind.DELETION}),
-        skip_stages=frozenset({"search_similar"}),
-    ),
-    "evermemos": WalkPrior(
-        first_stages=frozenset({"detect_boundary", "write_episode", "write_events"}),
-        skip_stages=frozenset({"check_sufficiency", "expand_queries"}),  # they steer the search, carry nothing
-    ),
-    "long_context": WalkPrior(first_kinds=frozenset({OpKind.UPDATE, OpKind.DELETION})),
-})
 NO_PRIOR = WalkPrior()
+
+
+def prior_of(graph: ExecutionGraph) -> WalkPrior:
+    """The walk prior of the system that made `graph` (`graph.meta["system"]`; none for an unknown one)."""
+    name = graph.meta.get("system")
+    return SYSTEMS.get(name).prior if name in SYSTEMS else NO_PRIOR
 # Output kinds that hold a decision label, not content taken from the inputs.
 LABEL_KINDS = frozenset({VarKind.BOUNDARY, VarKind.SUFFICIENCY})
 
@@ -260,6 +238,64 @@ def _error_type(raw: object) -> ErrorType | None:
     return None
 
 
+@dataclass
+class _Walk:
+    """The state of one walk (one case): the frontier (a heap ranked by the prior), the operations seen
+    and judged, the variables on the information's path, and the steps and calls spent."""
+
+    graph: ExecutionGraph
+    case: CaseResult
+    prior: WalkPrior
+    upstream: frozenset[str]
+    evidence: tuple[str, ...]
+    needed: str
+    on_path: set[str]
+    spend: _Spend = field(default_factory=lambda: _Spend())
+    heap: list[tuple[int, int, str]] = field(default_factory=list)
+    seen: set[str] = field(default_factory=set)
+    labelled_stages: set[str] = field(default_factory=set)  # stages queued with an op that only writes labels
+    kept_by_op: dict[str, bool] = field(default_factory=dict)
+    steps: int = 0
+
+    def relevant(self, op: Operation) -> bool:
+        if op.kind == OpKind.JUDGE or op.stage in self.prior.skip_stages:
+            return False
+        question_side = any(
+            self.graph.variable(v).kind in QUESTION_SIDE_KINDS for v in (*op.inputs, *op.outputs)
+        )
+        return not question_side or op.id in self.upstream
+
+    def push(self, op: Operation) -> None:
+        if op.id in self.seen or not self.relevant(op):
+            return
+        if op.outputs and all(self.graph.variable(v).kind in LABEL_KINDS for v in op.outputs):
+            # a decision that writes only a label (a boundary) carries no content: the first one per stage
+            # stands for the rest (a buffer re-read by a decision per turn would use up every step)
+            if op.stage in self.labelled_stages:
+                return
+            self.labelled_stages.add(op.stage)
+        self.seen.add(op.id)
+        heapq.heappush(self.heap, (self.prior.rank(op), op.seq, op.id))
+
+    def seed(self, context_ops: Sequence[Operation]) -> None:
+        """The first frontier: the readers of the evidence (and the question's retrieval, if the prior says so)."""
+        for var_id in self.evidence:
+            for op in self.graph.consumers(var_id):
+                if op.prompt != var_id:
+                    self.push(op)
+        if self.prior.seed_retrieval:
+            for op in context_ops:
+                self.push(op)
+
+    def advance(self, op: Operation) -> None:
+        """`op` kept the information: its outputs join the path and their readers the frontier."""
+        for out in op.outputs:
+            self.on_path.add(out)
+            for consumer in self.graph.consumers(out):
+                if consumer.prompt != out:
+                    self.push(consumer)
+
+
 class LLMAttributor:
     """Walks each failed case's graph with an LM judging one operation per step (see the module doc)."""
 
@@ -345,7 +381,7 @@ class LLMAttributor:
         found = self._finder.find(case.question)
         return found.turn_vars, found.pseudo
 
-    def attribute(  # noqa: C901 - reworked by the system-spec change
+    def attribute(
         self, graph: ExecutionGraph, case: CaseResult, conversation: Conversation | None = None
     ) -> Attribution | None:
         started = time.perf_counter()
@@ -353,112 +389,92 @@ class LLMAttributor:
         answer_op = graph.producer(answer_var.id) if answer_var is not None else None
         if answer_var is None or answer_op is None:
             return None
-        prior = PRIOR_BY_SYSTEM.get(str(graph.meta.get("system", "")), NO_PRIOR)
-        upstream = graph.ancestors(answer_var.id)
         evidence, pseudo = self._evidence(graph, case)
         needed = "\n".join(f"[{e}] {turn_text(graph.variable(e).value)}" for e in evidence) or "unknown"
+        walk = _Walk(graph, case, prior_of(graph), graph.ancestors(answer_var.id), evidence, needed, set(evidence))
         context_ops = [
             p for v in answer_op.inputs
             if graph.variable(v).kind == VarKind.CONTEXT and (p := graph.producer(v)) is not None
         ]
-        tail = [*context_ops, answer_op]  # shown last, when the walk did not reach them
-
-        def relevant(op: Operation) -> bool:
-            if op.kind == OpKind.JUDGE or op.stage in prior.skip_stages:
-                return False
-            question_side = any(
-                graph.variable(v).kind in QUESTION_SIDE_KINDS for v in (*op.inputs, *op.outputs)
-            )
-            return not question_side or op.id in upstream
-
-        heap: list[tuple[int, int, str]] = []
-        seen: set[str] = set()
-        labelled_stages: set[str] = set()  # stages already queued with an op that only writes labels
-
-        def push(op: Operation) -> None:
-            if op.id in seen or not relevant(op):
-                return
-            if op.outputs and all(graph.variable(v).kind in LABEL_KINDS for v in op.outputs):
-                # a decision that writes only a label (a boundary) carries no content: the first one per stage
-                # stands for the rest (a buffer re-read by a decision per turn would use up every step)
-                if op.stage in labelled_stages:
-                    return
-                labelled_stages.add(op.stage)
-            seen.add(op.id)
-            heapq.heappush(heap, (prior.rank(op), op.seq, op.id))
-
-        on_path = set(evidence)
-        for var_id in evidence:
-            for op in graph.consumers(var_id):
-                if op.prompt != var_id:
-                    push(op)
-        if prior.seed_retrieval:
-            for op in context_ops:
-                push(op)
-        spend = _Spend()
-        steps = 0
-        kept_by_op: dict[str, bool] = {}
-        while steps < self.settings.max_steps:
-            if not heap:
-                pending = [op for op in tail if op.id not in seen]
-                if not pending:
-                    break
-                seen.add(pending[0].id)
-                heapq.heappush(heap, (3, pending[0].seq, pending[0].id))
-            op = graph.operation(heapq.heappop(heap)[2])
-            if op.id in kept_by_op:
-                continue  # already judged as the sibling of a faulty operation
-            verdict = self._ask(self.step_fields(graph, op, case, needed, on_path), op, spend)
-            steps += 1
-            kept_by_op[op.id] = not (verdict.judged and not verdict.kept)
-            if not kept_by_op[op.id] and op.kind == OpKind.RETRIEVAL:
-                # a search can only miss what memory held whole: judge the evidence's construction first
-                for early in sorted(
-                    {c.id: c for e in evidence for c in graph.consumers(e)
-                     if c.kind in CONSTRUCTION_OP_KINDS and c.id not in kept_by_op and relevant(c)}.values(),
-                    key=lambda c: c.seq,
-                ):
-                    if steps >= self.settings.max_steps:
-                        break
-                    seen.add(early.id)
-                    found = self._ask(self.step_fields(graph, early, case, needed, on_path), early, spend)
-                    steps += 1
-                    kept_by_op[early.id] = not (found.judged and not found.kept)
-                    if not kept_by_op[early.id]:
-                        return self._blame(graph, case, early, found, evidence, pseudo, on_path, spend, started, steps)
-            if not kept_by_op[op.id]:
-                # decisive only if no sibling that read the same information kept it (e.g. the event log
-                # keeps a date the narrative lost): judge the siblings before blaming
-                siblings = sorted(
-                    {c.id: c for v in op.inputs if v in on_path for c in graph.consumers(v)
-                     if c.id != op.id and c.prompt != v and c.kind in CONSTRUCTION_OP_KINDS and relevant(c)}.values(),
-                    key=lambda c: c.seq,
-                )
-                keeper = None
-                for sibling in siblings:
-                    if sibling.id not in kept_by_op and steps < self.settings.max_steps:
-                        seen.add(sibling.id)
-                        found = self._ask(self.step_fields(graph, sibling, case, needed, on_path), sibling, spend)
-                        steps += 1
-                        kept_by_op[sibling.id] = not (found.judged and not found.kept)
-                    if kept_by_op.get(sibling.id):
-                        keeper = sibling
-                        break
-                if keeper is None:
-                    return self._blame(graph, case, op, verdict, evidence, pseudo, on_path, spend, started, steps)
-                op = keeper
-            for out in op.outputs:
-                on_path.add(out)
-                for consumer in graph.consumers(out):
-                    if consumer.prompt != out:
-                        push(consumer)
+        walk.seed(context_ops)
+        found = self._walk(walk, [*context_ops, answer_op])  # the tail is shown last, when not reached
+        if found is not None:
+            return self._blame(graph, case, *found, evidence, pseudo, walk.on_path, walk.spend, started, walk.steps)
         reason = (
-            f"No operation among the {steps} shown was judged to lose the information; by default the answer "
+            f"No operation among the {walk.steps} shown was judged to lose the information; by default the answer "
             f"step {answer_op.name} ({answer_op.id}) is blamed for \"{case.prediction}\" (gold "
             f"\"{case.question.gold}\")."
         )
         fallback = StepVerdict(False, ErrorType.RESPONSE, reason, True)
-        return self._blame(graph, case, answer_op, fallback, evidence, pseudo, on_path, spend, started, steps, 0.2)
+        return self._blame(
+            graph, case, answer_op, fallback, evidence, pseudo, walk.on_path, walk.spend, started, walk.steps, 0.2
+        )
+
+    def _walk(self, walk: _Walk, tail: Sequence[Operation]) -> tuple[Operation, StepVerdict] | None:
+        """Judge operations from the frontier until one is decisively faulty (returned) or the steps run out."""
+        graph = walk.graph
+        while walk.steps < self.settings.max_steps:
+            if not walk.heap:
+                pending = [op for op in tail if op.id not in walk.seen]
+                if not pending:
+                    break
+                walk.seen.add(pending[0].id)
+                heapq.heappush(walk.heap, (3, pending[0].seq, pending[0].id))
+            op = graph.operation(heapq.heappop(walk.heap)[2])
+            if op.id in walk.kept_by_op:
+                continue  # already judged as the sibling of a faulty operation
+            verdict = self._judge(walk, op)
+            if not walk.kept_by_op[op.id] and op.kind == OpKind.RETRIEVAL:
+                early = self._faulty_construction(walk)
+                if early is not None:
+                    return early
+            if not walk.kept_by_op[op.id]:
+                keeper = self._keeper(walk, op)
+                if keeper is None:
+                    return op, verdict
+                op = keeper
+            walk.advance(op)
+        return None
+
+    def _judge(self, walk: _Walk, op: Operation) -> StepVerdict:
+        verdict = self._ask(self.step_fields(walk.graph, op, walk.case, walk.needed, walk.on_path), op, walk.spend)
+        walk.steps += 1
+        walk.kept_by_op[op.id] = not (verdict.judged and not verdict.kept)
+        return verdict
+
+    def _faulty_construction(self, walk: _Walk) -> tuple[Operation, StepVerdict] | None:
+        """After a faulty search: a search can only miss what memory held whole, so the evidence's
+        construction is judged first (the first faulty one, else None)."""
+        graph = walk.graph
+        for early in sorted(
+            {c.id: c for e in walk.evidence for c in graph.consumers(e)
+             if c.kind in CONSTRUCTION_OP_KINDS and c.id not in walk.kept_by_op and walk.relevant(c)}.values(),
+            key=lambda c: c.seq,
+        ):
+            if walk.steps >= self.settings.max_steps:
+                break
+            walk.seen.add(early.id)
+            found = self._judge(walk, early)
+            if not walk.kept_by_op[early.id]:
+                return early, found
+        return None
+
+    def _keeper(self, walk: _Walk, op: Operation) -> Operation | None:
+        """A sibling of faulty `op` that read the same information and kept it (e.g. the event log keeps a
+        date the narrative lost): `op` is decisive only when there is none."""
+        graph = walk.graph
+        siblings = sorted(
+            {c.id: c for v in op.inputs if v in walk.on_path for c in graph.consumers(v)
+             if c.id != op.id and c.prompt != v and c.kind in CONSTRUCTION_OP_KINDS and walk.relevant(c)}.values(),
+            key=lambda c: c.seq,
+        )
+        for sibling in siblings:
+            if sibling.id not in walk.kept_by_op and walk.steps < self.settings.max_steps:
+                walk.seen.add(sibling.id)
+                self._judge(walk, sibling)
+            if walk.kept_by_op.get(sibling.id):
+                return sibling
+        return None
 
     def _blame(
         self,

@@ -41,6 +41,7 @@ from typing import Any
 import dspy
 from memtrace_loop.memory_systems.answering import AnswerOutcome, conversation_from_graph, respond
 from memtrace_loop.memory_systems.base import MemorySystem, ReplayUnsupportedError, RestoredUnit
+from memtrace_loop.memory_systems.stages import StageRepair
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, ErrorType, Fault, Tunable
 from memtrace_loop.pipeline.analysis.evaluation import judge_answer
@@ -151,13 +152,13 @@ class Replayer:
         if fault.error_type in CONSTRUCTION_ERRORS:
             rebuildable = (
                 fault.tunable == Tunable.KNOBS and not self.system.construction_stages
-                and self.system.with_stage_defaults(fault.stage) is not None
+                and with_stage_defaults(self.system, fault.stage) is not None
             )
             return Repair.REBUILD if rebuildable else Repair.MEMORY
         if fault.error_type == ErrorType.RETRIEVAL:
             if fault.tunable == Tunable.KNOBS and self._widened_top_k(graph, fault) is not None:
                 return Repair.WIDEN
-            steerable = type(self.system).retrieve_steered is not MemorySystem.retrieve_steered
+            steerable = any(s.repair == StageRepair.STEER for s in self.system.stages)
             if fault.tunable == Tunable.PROMPT and fault.restore and steerable:
                 return Repair.STEER
             return Repair.CONTEXT
@@ -185,7 +186,7 @@ class Replayer:
 
         for fault, kind in repairs.items():
             if kind == Repair.REBUILD:  # the system makes no LLM call while building memory
-                system = system.with_stage_defaults(fault.stage) or system
+                system = with_stage_defaults(system, fault.stage) or system
         if Repair.REBUILD in repairs.values():
             state = system.ingest(conversation_from_graph(graph), Tracer(ExecutionGraph(graph.graph_id)))
         units = [
@@ -196,7 +197,7 @@ class Replayer:
             state = system.with_units(state, units, tracer)
         widest = max((self._widened_top_k(graph, f) or 0 for f, k in repairs.items() if k == Repair.WIDEN), default=0)
         if widest:
-            system = system.widened(widest) or system
+            system = widened(system, widest) or system
         steering = [
             graph.variable(v).value for f, k in repairs.items() if k == Repair.STEER for v in f.restore if v in graph
         ]
@@ -240,9 +241,25 @@ class Replayer:
     def _widened_top_k(self, graph: ExecutionGraph, fault: Fault) -> int | None:
         """The `top_k` that reaches what the fault's retrieval cut off (None when this system cannot widen)."""
         needed = needed_top_k(graph, fault)
-        if needed is None or self.system.widened(needed) is None:
+        if needed is None or widened(self.system, needed) is None:
             return None
         return needed
+
+
+def with_stage_defaults(system: MemorySystem, stage: str) -> MemorySystem | None:
+    """A copy of `system` whose `stage` knobs (a `RESET_KNOBS` stage of its stage table) are at their
+    defaults (None when they already are, or the stage has no knobs a rebuild can reset)."""
+    fields = system.knob_fields_by_stage.get(stage, ())
+    defaults = dataclasses.asdict(type(system.knobs)())
+    current = system.knob_values()
+    reset = {f: defaults[f] for f in fields if current[f] != defaults[f]}
+    return system.with_knobs(reset) if reset else None
+
+
+def widened(system: MemorySystem, top_k: int) -> MemorySystem | None:
+    """A copy of `system` retrieving `top_k` units: the knob of its `WIDEN` stage (None without one)."""
+    knob = next((s.knobs[0] for s in system.stages if s.repair == StageRepair.WIDEN and s.knobs), None)
+    return None if knob is None else system.with_knobs({knob: top_k})
 
 
 def needed_top_k(graph: ExecutionGraph, fault: Fault) -> int | None:

@@ -28,11 +28,10 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any, Literal
 
 import dspy
-from memtrace_loop.memory_systems.answering import record_query, record_turn
+from memtrace_loop.memory_systems.answering import RESPOND_STAGE, record_query, record_turn
 from memtrace_loop.memory_systems.base import (
     MemorySystem,
     ReplayUnsupportedError,
@@ -41,6 +40,7 @@ from memtrace_loop.memory_systems.base import (
     knobs_from_config,
 )
 from memtrace_loop.memory_systems.signatures import AnswerQuestion, human_date
+from memtrace_loop.memory_systems.stages import StageRepair, StageSpec
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.backends.tokens import TokenCounter, build_token_counter
 from memtrace_loop.pipeline.core.conventions import BUFFER_CONTEXT_NAME, OpKind, VarKind, entry_name
@@ -100,8 +100,12 @@ class LongContextState:
 
 class LongContextMemory(MemorySystem):
     name = "long_context"
-    construction_stages = ()
-    knob_fields_by_stage = MappingProxyType({TRIM_STAGE: ("window_tokens",)})
+    stages = (
+        StageSpec(APPEND_STAGE, llm=False, repair=StageRepair.RESTORE_UNITS, construction=True),
+        StageSpec(TRIM_STAGE, llm=False, repair=StageRepair.RESET_KNOBS, construction=True, knobs=("window_tokens",)),
+        StageSpec(CONTEXT_STAGE, llm=False, repair=StageRepair.NONE),
+        StageSpec(RESPOND_STAGE, llm=True, repair=StageRepair.GOLD_ANSWER),
+    )
 
     def __init__(self, knobs: LongContextKnobs | None = None, counter: TokenCounter | None = None) -> None:
         super().__init__()

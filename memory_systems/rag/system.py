@@ -19,13 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any, Literal
 
 import dspy
-from memtrace_loop.memory_systems.answering import record_query, record_retrieval, record_turn
+from memtrace_loop.memory_systems.answering import RESPOND_STAGE, record_query, record_retrieval, record_turn
 from memtrace_loop.memory_systems.base import MemorySystem, RestoredUnit, Retrieved, knobs_from_config, ranked_depth
 from memtrace_loop.memory_systems.signatures import AnswerQuestion, render_turn
+from memtrace_loop.memory_systems.stages import StageRepair, StageSpec
 from memtrace_loop.memory_systems.store import InMemoryVectorStore
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.backends.tokens import TokenCounter, build_token_counter
@@ -209,8 +209,14 @@ def chunk_var(index: int) -> str:
 
 class RagMemory(MemorySystem):
     name = "rag"
-    construction_stages = ()
-    knob_fields_by_stage = MappingProxyType({CHUNK_STAGE: ("max_chunk_tokens", "overlap_tokens")})
+    stages = (
+        StageSpec(
+            CHUNK_STAGE, llm=False, repair=StageRepair.RESET_KNOBS, construction=True,
+            knobs=("max_chunk_tokens", "overlap_tokens"),
+        ),
+        StageSpec(RETRIEVE_STAGE, llm=False, repair=StageRepair.WIDEN, knobs=("top_k",)),
+        StageSpec(RESPOND_STAGE, llm=True, repair=StageRepair.GOLD_ANSWER),
+    )
 
     def __init__(self, embedder: Embedder, knobs: RagKnobs | None = None, counter: TokenCounter | None = None) -> None:
         super().__init__()

@@ -1,4 +1,4 @@
-"""The stand-in's handlers for the EverMemOS-style stages (dispatched by their output field names).
+"""The stand-in's handlers for the episodic-memory stages (episodes with events; their rows: `stages.STAGES`).
 
 - detect_boundary (`starts_new_episode`): a new episode starts when the session date changes, or when
   the new turn states a fact (anything the shared grammar reads as one) while the open episode already
@@ -22,13 +22,12 @@ Handlers never raise on odd input and do no I/O. Pure functions of the request.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
 from datetime import date
-from types import MappingProxyType
 from typing import Any
 
 from memtrace_loop.pipeline.sim.dates import human, parse_date
 from memtrace_loop.pipeline.sim.grammar import Fact, parse_fact, parse_question, read_sentence, split_sentences
+from memtrace_loop.pipeline.sim.handlers import answer_question
 from memtrace_loop.pipeline.sim.judge import content_tokens, is_abstention
 from memtrace_loop.pipeline.sim.protocol import StageRequest, trim
 from memtrace_loop.pipeline.sim.rules import rules_in
@@ -135,7 +134,6 @@ def write_episode(turns: str) -> tuple[str, str]:
 
 def is_sufficient(question: str, retrieved: str) -> bool:
     """True when the stand-in answerer, allowed to abstain, answers from the retrieved episodes."""
-    from memtrace_loop.pipeline.sim.handlers import answer_question  # deferred: handlers imports this module
 
     return not is_abstention(answer_question(retrieved, question, frozenset({"abstain"})))
 
@@ -165,37 +163,26 @@ def expand(question: str, retrieved: str, rules: frozenset[str]) -> list[str]:
 # ---------------------------------------------------------------------------------------------- handlers
 
 
-def _boundary(request: StageRequest) -> dict[str, Any]:
+def boundary_handler(request: StageRequest) -> dict[str, Any]:
     inputs = request.inputs
     return {"starts_new_episode": starts_new_episode(inputs.get("open_episode", ""), inputs.get("new_turn", ""))}
 
 
-def _events(request: StageRequest) -> dict[str, Any]:
+def events_handler(request: StageRequest) -> dict[str, Any]:
     return {"events": write_events(request.inputs.get("turns", ""), rules_in(request.instruction))}
 
 
-def _episode(request: StageRequest) -> dict[str, Any]:
+def episode_handler(request: StageRequest) -> dict[str, Any]:
     title, narrative = write_episode(request.inputs.get("turns", ""))
     return {"title": title, "narrative": narrative}
 
 
-def _sufficiency(request: StageRequest) -> dict[str, Any]:
+def sufficiency_handler(request: StageRequest) -> dict[str, Any]:
     inputs = request.inputs
     return {"sufficient": is_sufficient(inputs.get("question", ""), inputs.get("retrieved_episodes", ""))}
 
 
-def _expand(request: StageRequest) -> dict[str, Any]:
+def expand_handler(request: StageRequest) -> dict[str, Any]:
     inputs = request.inputs
     rules = rules_in(request.instruction)
     return {"queries": expand(inputs.get("question", ""), inputs.get("retrieved_episodes", ""), rules)}
-
-
-HANDLERS: Mapping[frozenset[str], Callable[[StageRequest], dict[str, Any]]] = MappingProxyType(
-    {
-        frozenset({"starts_new_episode"}): _boundary,
-        frozenset({"events"}): _events,
-        frozenset({"title", "narrative"}): _episode,
-        frozenset({"sufficient"}): _sufficiency,
-        frozenset({"queries"}): _expand,
-    }
-)

@@ -1,0 +1,46 @@
+"""Copies of a store-backed memory system whose answer-time search hides some units.
+
+What the attribution benchmark's retrieval-miss fault needs from a system that keeps its units in an
+`InMemoryVectorStore` (its state a dataclass with a `store` field): `without_units(system, ids)` is a
+deep copy whose `answer` searches a filtered view of the store (asking for more hits to keep `k`). The
+original system and its state are untouched. It does not decide which units to hide (each system's
+`faults.py` does).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from memtrace_loop.memory_systems.base import MemorySystem
+from memtrace_loop.pipeline.core.records import Question
+
+__all__ = ["without_units"]
+
+
+class _FilteredStore:
+    """A vector store whose search never returns the dropped units (it asks for more to keep k)."""
+
+    def __init__(self, store: Any, dropped: frozenset[str]) -> None:
+        self._store = store
+        self._dropped = dropped
+
+    def search(self, query: str, k: int, vector: Any = None) -> list[Any]:
+        hits = self._store.search(query, k + len(self._dropped), vector)
+        return [h for h in hits if h.unit.id not in self._dropped][:k]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+def without_units(system: MemorySystem, unit_ids: frozenset[str]) -> MemorySystem:
+    """A copy of a store-backed system whose answer-time search skips `unit_ids`."""
+    patched = system.deepcopy()
+    inner = type(system).answer
+
+    def answer(question: Question, state: Any, tracer: Any) -> Any:
+        filtered = dataclasses.replace(state, store=_FilteredStore(state.store, unit_ids))
+        return inner(patched, question, filtered, tracer)
+
+    object.__setattr__(patched, "answer", answer)
+    return patched

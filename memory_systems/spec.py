@@ -1,0 +1,193 @@
+"""The contract of a memory system: the one `MemorySystemSpec` its folder exports as `SPEC`.
+
+A memory system is one folder under `memory_systems/` (its code, its `SPEC` in `__init__.py`, and,
+for the simulated world, its stage table in `sim.py`), one line in `memory_systems/registry.py` and one
+config file `conf/memory_system/<name>.yaml`. Everything outside the folder (the loop, the attribution
+benchmark, the attributors, replay, the report, the sweeps) reads the spec and never names a system.
+
+The contract, in the manner of GEPA's adapter protocol:
+
+- `build(knobs, embedder) -> MemorySystem`: the system from its validated knobs record (`knobs` is the
+  record's type: the schema and defaults of its `memory_system` config node). The system it returns
+  implements `MemorySystem` (`memory_systems.base`): `ingest(conversation, tracer) -> state` builds the
+  memory of ONE conversation and returns an opaque state handle; `retrieve(question, state, tracer)`
+  reads it. The state may live outside the process (a Qdrant folder, an SQLite file): the handle is
+  then what names that store, and `restore(graph) -> state` (rebuild the state of a conversation from
+  its traced graph, no LLM call) and `with_units(state, units, tracer) -> state` (a copy holding extra
+  units: a snapshot, never a mutation of the original) are how replay gets a state of its own. A
+  system that cannot do that raises `ReplayUnsupportedError` and replay leaves its cases unverified.
+  Work the system runs in its own threads is not assumed to see our tracer's context: everything the
+  graph records is recorded by the system's own code on the calling thread (wrap the library's calls,
+  record their results after they return).
+- `stages`: every stage, LLM or not, in pipeline order (`StageSpec`): whether it builds memory (a
+  construction stage, part of the memory key), the knobs replay may reset on it, and how replay repairs
+  its output (`StageRepair`).
+- `faults`: the fault plans the attribution benchmark injects into it (`ReplyFault`, `UnitChangeFault`,
+  `HideEvidenceFault`, `KnobFault`), and `generous_knobs`: the knob values under which its retrieval and
+  windows lose nothing (the benchmark's perfect world).
+- `prior`: where the LLM attributor's walk looks first (`WalkPrior`).
+- `compare`: whether default sweeps (`make compare`) include it.
+- `sim`: the module of its folder (usually `<folder>.sim`) exporting `STAGES`, the rows its LLM stages
+  add to the simulated world's stage table (`pipeline.sim.stages.SimStage`: output fields, handler,
+  rules); "" when the world's own table covers its stages. That module belongs to the simulated
+  world: only the world reaches it, through this registry.
+
+This module defines the records only; it builds nothing and imports no system.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any, Generic, TypeVar
+
+from memtrace_loop.memory_systems.base import MemorySystem
+from memtrace_loop.memory_systems.stages import StageRepair, StageSpec
+from memtrace_loop.pipeline.backends.embeddings import Embedder
+from memtrace_loop.pipeline.core.conventions import OpKind
+from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation
+from memtrace_loop.pipeline.core.records import Conversation, Turn
+
+__all__ = [
+    "WRONG_ANSWER",
+    "EditKind",
+    "FaultKind",
+    "FaultPlan",
+    "HideEvidenceFault",
+    "KnobFault",
+    "MemorySystemSpec",
+    "ReplyFault",
+    "StageRepair",
+    "StageSpec",
+    "UnitChangeFault",
+    "WalkPrior",
+]
+
+KnobsT = TypeVar("KnobsT")
+
+
+class FaultKind(StrEnum):
+    EXTRACTION_DROP = "extraction_drop"  # a fact dropped at extraction
+    UPDATE_OVERWRITE = "update_overwrite"  # a memory overwritten at update with unrelated text
+    DELETION = "deletion"  # the unit holding the evidence deleted
+    RETRIEVAL_MISS = "retrieval_miss"  # the evidence removed from a retrieval result
+    RESPONSE_WRONG = "response_wrong"  # a wrong answer given a perfect context
+    TRIMMED_BUFFER = "trimmed_buffer"  # a window knob trimming the evidence entry out of the buffer
+    CHUNK_SPLIT = "chunk_split"  # a chunk-size knob splitting the evidence turn
+
+
+class EditKind(StrEnum):
+    """The reply edits the benchmark knows (`pipeline.benchmark.edits`), by the output they edit."""
+
+    WRONG_ANSWER = "wrong_answer"  # `answer`: a wrong answer to the question
+    DROP_FACTS = "drop_facts"  # `facts`: the evidence turn's facts left out
+    DROP_EVENTS = "drop_events"  # `events`: the evidence turn's events left out
+    DROP_NARRATIVE = "drop_narrative"  # `narrative`: the evidence turn's content left out
+
+
+@dataclass(frozen=True)
+class ReplyFault:
+    """An LLM fault: the reply of ONE call is edited by each of `edits` (chained; the first must fire).
+    The truth is the first operation of `stage` that read the evidence turn (`stage=""`: the operation
+    that wrote the question's answer); `error` is its error type (an `ErrorType` value)."""
+
+    kind: FaultKind
+    edits: tuple[EditKind, ...]
+    stage: str
+    error: str
+
+
+@dataclass(frozen=True)
+class UnitChangeFault:
+    """An LLM decision changes (`event`: UPDATE or DELETE) the memory units the evidence turn added
+    (`units(graph, turn_id)`: their ids); the truth is the decision that ordered the store operation
+    `store_op` on one of them."""
+
+    kind: FaultKind
+    event: str
+    store_op: str
+    error: str
+    units: Callable[[ExecutionGraph, str], tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class HideEvidenceFault:
+    """A retrieval miss: `hide(system, graph, turn_id)` is a copy of the system whose answer-time search
+    never returns the units holding the evidence turn (None: nothing to hide)."""
+
+    hide: Callable[[MemorySystem, ExecutionGraph, str], MemorySystem | None]
+    kind: FaultKind = FaultKind.RETRIEVAL_MISS
+    error: str = "RetrievalError"
+
+
+@dataclass(frozen=True)
+class KnobFault:
+    """A knob fault: `settings(system, graph, conversation, turn)` lists knob changes to try (in order;
+    one the knobs record rejects is skipped); `caused(graph, turn_id)` finds the operation that lost
+    the evidence under them (None: it did not)."""
+
+    kind: FaultKind
+    settings: Callable[[MemorySystem, ExecutionGraph, Conversation, Turn], tuple[Mapping[str, Any], ...]]
+    caused: Callable[[ExecutionGraph, str], Operation | None]
+    error: str
+
+
+FaultPlan = ReplyFault | UnitChangeFault | HideEvidenceFault | KnobFault
+WRONG_ANSWER = ReplyFault(FaultKind.RESPONSE_WRONG, (EditKind.WRONG_ANSWER,), "", "ResponseError")
+
+
+@dataclass(frozen=True)
+class WalkPrior:
+    """Where the LLM attributor's walk looks first (`first_stages`/`first_kinds` rank ahead of the
+    rest; `then_kinds` next), what it skips, and whether the question's retrieval is seeded into the
+    first frontier."""
+
+    first_stages: frozenset[str] = frozenset()
+    first_kinds: frozenset[OpKind] = frozenset()
+    then_kinds: frozenset[OpKind] = frozenset()
+    skip_stages: frozenset[str] = frozenset()
+    seed_retrieval: bool = False
+
+    def rank(self, op: Operation) -> int:
+        if op.stage in self.first_stages or op.kind in self.first_kinds:
+            return 0
+        return 1 if op.kind in self.then_kinds else 2
+
+
+@dataclass(frozen=True)
+class MemorySystemSpec(Generic[KnobsT]):
+    """What a memory system is to the rest of the project (the contract: the module docstring)."""
+
+    name: str
+    knobs: type[KnobsT]
+    build: Callable[[KnobsT, Embedder], MemorySystem]
+    stages: tuple[StageSpec, ...]
+    faults: tuple[FaultPlan, ...] = ()
+    generous_knobs: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    prior: WalkPrior = WalkPrior()
+    compare: bool = True
+    sim: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "generous_knobs", MappingProxyType(dict(self.generous_knobs)))
+        names = [s.name for s in self.stages]
+        if len(set(names)) != len(names):
+            raise ValueError(f"memory system {self.name!r} declares a stage twice: {names}")
+
+    @property
+    def construction_stages(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.stages if s.construction and s.llm)
+
+    @property
+    def replay_knobs(self) -> Mapping[str, tuple[str, ...]]:
+        """Non-LLM stage -> the knob fields replay may reset to their defaults on it."""
+        return MappingProxyType({s.name: s.knobs for s in self.stages if s.repair == StageRepair.RESET_KNOBS})
+
+    @property
+    def fault_kinds(self) -> tuple[FaultKind, ...]:
+        return tuple(dict.fromkeys(f.kind for f in self.faults))
+
+    def stage(self, name: str) -> StageSpec | None:
+        return next((s for s in self.stages if s.name == name), None)

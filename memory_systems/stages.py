@@ -1,0 +1,36 @@
+"""A memory system's stage table: each stage, LLM or not, with how replay repairs its output.
+
+`MemorySystem.stages` and `MemorySystemSpec.stages` hold the same tuple of `StageSpec`s in pipeline
+order. Replay reads it (which stage's knobs a rebuild may reset, which knob widens a retrieval, which
+stages steer the search); the memory key reads which LLM stages build memory. Records only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+__all__ = ["StageRepair", "StageSpec"]
+
+
+class StageRepair(StrEnum):
+    """How replay repairs a stage's output when the stage is blamed (`pipeline.analysis.attribution.replay`)."""
+
+    RESTORE_UNITS = "restore_units"  # the lost information is put back into memory
+    RESET_KNOBS = "reset_knobs"  # memory rebuilt from the graph's turns with the stage's knobs at defaults
+    WIDEN = "widen"  # the retrieval's `top_k` raised to reach the missed unit
+    STEER = "steer"  # the steering output replaced by the missed unit's text as a query
+    GOLD_ANSWER = "gold_answer"  # the answer replaced by the gold answer (only the judge runs again)
+    NONE = "none"  # no repair of its own (its output carries no information)
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """One stage: `llm` (a DSPy predictor at that attribute path) or not; `construction` (it builds
+    memory, so it is part of the memory key); `knobs` replay may reset to their defaults; `repair`."""
+
+    name: str
+    llm: bool
+    repair: StageRepair
+    construction: bool = False
+    knobs: tuple[str, ...] = ()
