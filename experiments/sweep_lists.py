@@ -9,9 +9,12 @@ resolver (once, when `memtrace_loop.conf` is imported); it does not run sweeps.
 
 from __future__ import annotations
 
+from typing import Any
+
 from memtrace_loop.memory_systems.registry import SYSTEMS
 from memtrace_loop.optimizers.registry import OPTIMIZERS
 from memtrace_loop.pipeline.core.config import ConfigError
+from memtrace_loop.pipeline.core.registry import Registry
 from omegaconf import OmegaConf
 
 __all__ = ["COMPARED_RESOLVER", "compared", "register_sweep_resolvers"]
@@ -21,7 +24,7 @@ COMPARED_RESOLVER = "memtrace.compared"
 
 def compared(group: str) -> str:
     """The compared names of the registry behind config group `group`, comma-separated."""
-    registries = {"memory_system": SYSTEMS, "optimizer": OPTIMIZERS}
+    registries: dict[str, Registry[Any]] = {"memory_system": SYSTEMS, "optimizer": OPTIMIZERS}
     if group not in registries:
         raise ConfigError(f"${{{COMPARED_RESOLVER}:{group}}}: no registry for group {group!r} "
                           f"(available: {', '.join(registries)})")

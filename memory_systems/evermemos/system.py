@@ -185,6 +185,7 @@ def rerank(
 
 
 class EverMemOSMemory(MemorySystem):
+    knobs: EverMemOSKnobs
     name = "evermemos"
     stages = (
         StageSpec("detect_boundary", llm=True, repair=StageRepair.RESTORE_UNITS, construction=True),

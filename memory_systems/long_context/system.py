@@ -99,6 +99,7 @@ class LongContextState:
 
 
 class LongContextMemory(MemorySystem):
+    knobs: LongContextKnobs
     name = "long_context"
     stages = (
         StageSpec(APPEND_STAGE, llm=False, repair=StageRepair.RESTORE_UNITS, construction=True),

@@ -78,6 +78,7 @@ class Mem0State:
 
 
 class Mem0Memory(MemorySystem):
+    knobs: Mem0Knobs
     name = "mem0"
     stages = (
         StageSpec("extract", llm=True, repair=StageRepair.RESTORE_UNITS, construction=True),

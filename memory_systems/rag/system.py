@@ -208,6 +208,7 @@ def chunk_var(index: int) -> str:
 
 
 class RagMemory(MemorySystem):
+    knobs: RagKnobs
     name = "rag"
     stages = (
         StageSpec(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import ClassVar
 
 from memtrace_loop.pipeline.sim.stages import STAGES, SimStage, perfect_instruction
 from memtrace_loop.pipeline.sim.system_stages import system_stages
@@ -18,6 +19,7 @@ __all__ = ["SimTestWorld", "sim_test_world"]
 
 @dataclass(frozen=True)
 class SimTestWorld:
+    __test__: ClassVar[bool] = False  # not a pytest test class
     stages: tuple[SimStage, ...]
 
     def perfect_instruction(self, instruction: str, output_fields: Iterable[str]) -> str:
