@@ -26,6 +26,9 @@ from memtrace_loop.pipeline.tracking.run_logging import ATTRIBUTION_COLUMNS, att
 from memtrace_loop.pipeline.tracking.saved_run import read_saved_run
 from mlflow.tracking import MlflowClient
 
+# every test starts with a fresh, migrated MLflow store at tmp_path/mlflow.db (a copy of a template: tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("mlflow_db")
+
 SMALL = ["dataset.n_conversations=2", "workers=2"]
 
 

@@ -24,6 +24,9 @@ from memtrace_loop.optimizers.registry import OPTIMIZER_NAMES
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
+# every test starts with a fresh, migrated MLflow store at tmp_path/mlflow.db (a copy of a template: tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("mlflow_db")
+
 EXPERIMENT = "experiment=compare_optimizers"
 
 

@@ -25,6 +25,9 @@ from memtrace_loop.pipeline.tracking.prompt_registry import load_registered_prom
 from memtrace_loop.pipeline.tracking.tracker import CHAMPION
 from mlflow.tracking import MlflowClient
 
+# every test starts with a fresh, migrated MLflow store at tmp_path/mlflow.db (a copy of a template: tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("mlflow_db")
+
 SMALL = ["dataset.n_conversations=8", "loop.max_iterations=4", "workers=2"]
 
 

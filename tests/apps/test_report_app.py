@@ -18,6 +18,9 @@ from memtrace_loop.pipeline.tracking.run_logging import attribution_rows
 from memtrace_loop.pipeline.tracking.saved_run import read_saved_run
 from mlflow.tracking import MlflowClient
 
+# every test starts with a fresh, migrated MLflow store at tmp_path/mlflow.db (a copy of a template: tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("mlflow_db")
+
 SMALL = ["dataset.n_conversations=2", "workers=2"]
 
 

@@ -21,6 +21,9 @@ from mlflow.tracking import MlflowClient
 from tests.support.paths import REPO
 from tests.support.sim import sim_lm
 
+# every test starts with a fresh, migrated MLflow store at tmp_path/mlflow.db (a copy of a template: tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("mlflow_db")
+
 CONF_DIR = REPO / "conf"
 EXPERIMENT_DIR = REPO / "experiments" / "conf" / "experiment"
 GROUPS = sorted(p.name for p in CONF_DIR.iterdir() if p.is_dir() and not p.name.startswith("_"))

@@ -28,6 +28,9 @@ from mlflow.tracking import MlflowClient
 
 from tests.support.sim import sim_dataset, sim_lm
 
+# every test starts with a fresh, migrated MLflow store at tmp_path/mlflow.db (a copy of a template: tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("mlflow_db")
+
 CAP = 40  # below the run's 61 answered questions
 LIMITS = TraceLimits()
 SPAN_TYPES = {"LLM", "RETRIEVER", "TOOL", "CHAIN"}

@@ -40,6 +40,7 @@ from memtrace_loop.pipeline.sim.rules import (
 from memtrace_loop.pipeline.sim.world import generate_locomo, planted_questions
 
 from tests.support.paths import LOCOMO
+from tests.support.requires import missing_locomo, requires
 from tests.support.sim import CONVERSATION, QUESTION, sim_dataset, sim_lm
 
 NEW_RULES = ("event_dates", "event_third_party", "expand_related")
@@ -365,7 +366,7 @@ def test_the_loop_improves_test_accuracy_and_blames_only_stages_the_system_has()
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not LOCOMO.exists(), reason="the LoCoMo subset is not available")
+@requires(missing_locomo())
 def test_a_real_locomo_conversation_runs_end_to_end():
     samples = json.loads(LOCOMO.read_text(encoding="utf-8"))[:1]
     dataset = parse_locomo(samples, str(LOCOMO))

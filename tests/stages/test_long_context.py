@@ -24,6 +24,7 @@ from memtrace_loop.pipeline.sim.rules import RULES, expected_cause, rules_in, wi
 from memtrace_loop.pipeline.sim.world import generate_locomo, planted_questions
 
 from tests.support.paths import LOCOMO
+from tests.support.requires import missing_locomo, requires
 from tests.support.sim import sim_lm
 
 CONVERSATION = Conversation(
@@ -272,7 +273,7 @@ def test_a_small_window_makes_trimmed_evidence_update_errors_of_trim():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not LOCOMO.exists(), reason="the LoCoMo subset is not on this machine")
+@requires(missing_locomo())
 def test_a_run_on_the_real_locomo_subset_completes_with_a_small_window():
     dataset = load_locomo(LOCOMO)
     one = dataset.subset((dataset.conversations[0].id,))

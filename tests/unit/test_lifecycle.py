@@ -15,6 +15,9 @@ from memtrace_loop.pipeline.core.stop import EndpointUnusable, Interrupted, Stop
 from memtrace_loop.pipeline.loop.runner import _map
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 
+# every test starts with a fresh, migrated MLflow store at tmp_path/mlflow.db (a copy of a template: tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("mlflow_db")
+
 
 @pytest.mark.parametrize("workers", [1, 4])
 def test_no_item_starts_after_a_stop_is_requested(workers):
