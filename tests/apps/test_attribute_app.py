@@ -26,6 +26,8 @@ from memtrace_loop.pipeline.tracking.run_logging import ATTRIBUTION_COLUMNS, att
 from memtrace_loop.pipeline.tracking.saved_run import read_saved_run
 from mlflow.tracking import MlflowClient
 
+from tests.support.store import fresh_store
+
 # every test starts with a fresh, migrated MLflow store at tmp_path/mlflow.db (a copy of a template: tests/conftest.py)
 pytestmark = pytest.mark.usefixtures("mlflow_db")
 
@@ -46,6 +48,7 @@ def comparable(rows: list[dict]) -> list[dict]:
 def source(tmp_path_factory):
     """A `memtrace run` logged to a temp MLflow store, and the same run made in-process."""
     tmp_path = tmp_path_factory.mktemp("attribute")
+    fresh_store(tmp_path / "mlflow.db")  # migrated already (a copy of the tests' template)
     cfg = composed("run", tmp_path, *SMALL)
     outcome = run(cfg)
     plain = to_plain(cfg)

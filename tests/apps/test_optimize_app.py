@@ -25,6 +25,8 @@ from memtrace_loop.pipeline.tracking.prompt_registry import load_registered_prom
 from memtrace_loop.pipeline.tracking.tracker import CHAMPION
 from mlflow.tracking import MlflowClient
 
+from tests.support.store import fresh_store
+
 # every test starts with a fresh, migrated MLflow store at tmp_path/mlflow.db (a copy of a template: tests/conftest.py)
 pytestmark = pytest.mark.usefixtures("mlflow_db")
 
@@ -43,6 +45,7 @@ def optimize_cfg(tmp_path: Path, *overrides: str):
 @pytest.fixture(scope="module")
 def optimized(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("optimize")
+    fresh_store(tmp_path / "mlflow.db")  # migrated already (a copy of the tests' template)
     before = Path.cwd()
     os.chdir(tmp_path)  # the app writes its run directory below the working directory
     try:
