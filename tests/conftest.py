@@ -1,4 +1,12 @@
-"""Test-wide environment: offline, quiet, and every cache and store in a temporary directory."""
+"""Test-wide environment: offline, quiet, and every cache and store in a temporary directory.
+
+Fixtures: `mlflow_db` / `mlflow_uri`, a fresh MLflow store at `tmp_path/mlflow.db` that is a copy of one
+store migrated once per process (tests/support/store.py; a test module that writes its stores there says
+`pytestmark = pytest.mark.usefixtures("mlflow_db")`). The `requires(missing)` mark
+(tests/support/requires.py): a missing prerequisite outside the checkout skips locally and fails under
+CI=true. Layers: unit (pure functions and records), stages (one system's stages, scripted or stand-in LM),
+http (real local servers), apps (the Hydra apps, real stores), e2e (whole loops and runs, mostly slow),
+interop (smartcomment)."""
 
 from __future__ import annotations
 
