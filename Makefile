@@ -3,9 +3,10 @@ PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-# Tests run in this many processes (pytest-xdist; a test file stays in one process). 0 = in-process.
+# Tests run in this many processes (pytest-xdist, work-stealing: an idle process takes half of a busy
+# one's queue, so one long file does not hold the run). 0 = in-process.
 TEST_WORKERS ?= 2
-PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 
 # Offline, quiet defaults for everything run from here (a user's own env values win).
 export LITELLM_LOCAL_MODEL_COST_MAP ?= True

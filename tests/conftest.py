@@ -1,4 +1,12 @@
-"""Test-wide environment: offline, quiet, and every cache and store in a temporary directory."""
+"""Test-wide environment: offline, quiet, and every cache and store in a temporary directory.
+
+Fixtures: `mlflow_db` / `mlflow_uri`, a fresh MLflow store at `tmp_path/mlflow.db` that is a copy of one
+store migrated once per process (tests/support/store.py; a test module that writes its stores there says
+`pytestmark = pytest.mark.usefixtures("mlflow_db")`). The `requires(missing)` mark
+(tests/support/requires.py): a missing prerequisite outside the checkout skips locally and fails under
+CI=true. Layers: unit (pure functions and records), stages (one system's stages, scripted or stand-in LM),
+http (real local servers), apps (the Hydra apps, real stores), e2e (whole loops and runs, mostly slow),
+interop (smartcomment)."""
 
 from __future__ import annotations
 
@@ -16,3 +24,34 @@ os.environ["HF_DATASETS_CACHE"] = os.path.join(_TMP, "hf-datasets")
 os.environ.setdefault("DSPY_CACHEDIR", os.path.join(_TMP, "dspy-cache"))
 os.environ.setdefault("MLFLOW_TRACKING_URI", "sqlite:///" + os.path.join(_TMP, "mlflow.db"))
 os.environ.setdefault("MEMTRACE_MAX_TRACES", "0")  # question traces cost ~0.3 s each: only where tested
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+from tests.support.requires import CI  # noqa: E402
+from tests.support.store import fresh_store  # noqa: E402
+
+
+@pytest.fixture
+def mlflow_db(tmp_path: Path) -> Path:
+    """`tmp_path/mlflow.db`: a fresh, already migrated MLflow store (a copy of the process's template)."""
+    path = tmp_path / "mlflow.db"
+    fresh_store(path)
+    return path
+
+
+@pytest.fixture
+def mlflow_uri(mlflow_db: Path) -> str:
+    """The `sqlite:///` URI of `mlflow_db`."""
+    return f"sqlite:///{mlflow_db}"
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """`@requires(missing)`: skip when `missing` names an absent prerequisite, fail instead under CI=true."""
+    for mark in item.iter_markers("requires"):
+        missing = mark.args[0] if mark.args else None
+        if missing:
+            if CI:
+                pytest.fail(f"CI=true and a prerequisite is missing: {missing}", pytrace=False)
+            pytest.skip(missing)

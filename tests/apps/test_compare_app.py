@@ -24,6 +24,11 @@ from memtrace_loop.optimizers.registry import OPTIMIZERS
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
+from tests.support.store import fresh_store
+
+# every test starts with a fresh, migrated MLflow store at tmp_path/mlflow.db (a copy of a template: tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("mlflow_db")
+
 EXPERIMENT = "experiment=compare_optimizers"
 
 
@@ -81,7 +86,7 @@ def test_comparing_nothing_fails_clearly(tmp_path):
 @pytest.fixture(scope="module")
 def tiny_sweep(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("compare")
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    uri = fresh_store(tmp_path / "mlflow.db")  # migrated already: the sweep's jobs do not race to create it
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "COLUMNS": "200", "DSPY_CACHEDIR": str(tmp_path / "dspy")}
     memtrace = Path(sys.executable).parent / "memtrace"
     launcher = subprocess.Popen(  # the experiment's default launcher: joblib, 2 processes

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.store import fresh_store
+
 MEMTRACE = str(Path(sys.executable).parent / "memtrace")
 WIDTH = 80
 SECRET = "sk-live-abcdef1234567890"
@@ -37,6 +39,8 @@ class Session:
 
     def __init__(self, cwd: Path) -> None:
         self.cwd = cwd
+        if not (cwd / "mlflow.db").exists():
+            fresh_store(cwd / "mlflow.db")  # migrated already (a copy of the tests' template)
         env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
         self.env = env | {"MLFLOW_TRACKING_URI": f"sqlite:///{cwd}/mlflow.db",
                           "MEMTRACE_CACHE_DIR": str(cwd / "cache"), "MEMTRACE_TEST_KEY": SECRET}

@@ -28,6 +28,9 @@ from mlflow.tracking import MlflowClient
 
 from tests.support.paths import FIXTURES, REPO
 
+# every test starts with a fresh, migrated MLflow store at tmp_path/mlflow.db (a copy of a template: tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("mlflow_db")
+
 MINI = FIXTURES / "locomo_mini.json"
 SHIPPED_LONGMEMEVAL = REPO / "data" / "longmemeval_fixture.json"
 

@@ -13,6 +13,9 @@ from hydra import compose, initialize_config_module
 from memtrace_loop.experiments.optimize import optimize
 from mlflow.tracking import MlflowClient
 
+# every test starts with a fresh, migrated MLflow store at tmp_path/mlflow.db (a copy of a template: tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("mlflow_db")
+
 TINY = ["dataset.n_conversations=4", "loop.max_iterations=1", "workers=2", "optimizer.max_metric_calls=60",
         "optimizer.num_threads=2"]
 

@@ -1,4 +1,6 @@
-"""`memtrace graph convert|show` as a user runs it (the installed console script in a subprocess): a real
+"""`memtrace graph convert|show` as a user runs it (the command line's `main`, in-process with its own
+stdout, stderr, cwd and 80 columns; the installed console script in a subprocess where the process itself
+is what is proven: a conversion, an exit 2 with its one line, `--help`): a real
 run graph through ExecNetwork and back unchanged, summaries of both formats that agree and list the
 questions judged wrong, a folder converted with its files rewritten when already in the target format,
 a MemTraceBench-style document with its label, and every error ending with exit 2 and one line naming
@@ -6,6 +8,8 @@ the file, nothing half-written."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -13,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from memtrace_loop.experiments import cli
 from memtrace_loop.pipeline.core.graph_io import graph_to_json, load_graph, save_graph
 from memtrace_loop.pipeline.interop.graph_files import GraphFormat, detect_format
 from memtrace_loop.pipeline.loop.runner import RunResult
@@ -22,10 +27,31 @@ from tests.support.sim import sim_run
 MEMTRACE = Path(sys.executable).parent / "memtrace"
 
 
-def memtrace_graph(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}  # a pipe: 80 columns
-    return subprocess.run([str(MEMTRACE), "graph", *map(str, args)], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300, check=False)
+def memtrace_graph(*args: str | Path, cwd: Path, process: bool = False) -> subprocess.CompletedProcess[str]:
+    """`memtrace graph <args>` in `cwd`: in-process through `cli.main` (what the console script calls), or
+    with `process=True` the installed console script in a subprocess (6-9 s of imports each)."""
+    argv = ["graph", *map(str, args)]
+    if process:
+        env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}  # a pipe: 80 columns
+        return subprocess.run([str(MEMTRACE), *argv], cwd=cwd, env=env, capture_output=True,
+                              text=True, timeout=300, check=False)
+    out, err = io.StringIO(), io.StringIO()
+    before, columns = Path.cwd(), os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "80"  # what a pipe gets
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = cli.main(argv)
+            except SystemExit as exit_:  # argparse
+                code = exit_.code if isinstance(exit_.code, int) else 1
+    finally:
+        os.chdir(before)
+        if columns is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = columns
+    return subprocess.CompletedProcess([str(MEMTRACE), *argv], code, out.getvalue(), err.getvalue())
 
 
 def shown(*files: str | Path, cwd: Path) -> list[dict]:
@@ -58,7 +84,7 @@ def wrong_question_ids(run_result: RunResult, conversation_id: str) -> list[str]
 
 def test_a_run_graph_goes_to_exec_network_and_back_unchanged(run_result, run_dir, tmp_path):
     ours = run_dir / "sim-2-0.json"
-    to_theirs = memtrace_graph("convert", ours, "conv.exec.json", "--to", "exec-network", cwd=tmp_path)
+    to_theirs = memtrace_graph("convert", ours, "conv.exec.json", "--to", "exec-network", cwd=tmp_path, process=True)
     assert to_theirs.returncode == 0, to_theirs.stderr
     assert "(memtrace -> exec-network)" in to_theirs.stdout and to_theirs.stderr == ""
     exported = json.loads((tmp_path / "conv.exec.json").read_text())
@@ -215,9 +241,9 @@ def test_a_bad_file_ends_with_exit_2_and_one_line_naming_it(content, problem, tm
         content = json.dumps(document)
     if content is not None:
         bad.write_text(content)
-    for args in (("show", "bad.json"), ("show", "--json", "bad.json"),
-                 ("convert", "bad.json", "out.json", "--to", "exec-network")):
-        done = memtrace_graph(*args, cwd=tmp_path)
+    for n, args in enumerate((("show", "bad.json"), ("show", "--json", "bad.json"),
+                              ("convert", "bad.json", "out.json", "--to", "exec-network"))):
+        done = memtrace_graph(*args, cwd=tmp_path, process=content is None and n == 0)  # one as a process
         assert done.returncode == 2, (args, done.stdout, done.stderr)
         assert done.stdout == ""
         (line,) = done.stderr.splitlines()

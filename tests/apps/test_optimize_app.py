@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +23,11 @@ from memtrace_loop.pipeline.tracking.prompt_registry import load_registered_prom
 from memtrace_loop.pipeline.tracking.tracker import CHAMPION
 from mlflow.tracking import MlflowClient
 
+from tests.support.store import fresh_store
+
+# every test starts with a fresh, migrated MLflow store at tmp_path/mlflow.db (a copy of a template: tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("mlflow_db")
+
 SMALL = ["dataset.n_conversations=8", "loop.max_iterations=4", "workers=2"]
 
 
@@ -40,6 +43,7 @@ def optimize_cfg(tmp_path: Path, *overrides: str):
 @pytest.fixture(scope="module")
 def optimized(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("optimize")
+    fresh_store(tmp_path / "mlflow.db")  # migrated already (a copy of the tests' template)
     before = Path.cwd()
     os.chdir(tmp_path)  # the app writes its run directory below the working directory
     try:
@@ -211,24 +215,9 @@ def test_resume_refuses_another_config_without_touching_the_run_and_names_ignore
     assert ignored and "loop.min_gain" in ignored[0] and "workers," not in ignored[0]
 
 
-@pytest.mark.slow
-def test_compare_optimizers_multirun_lands_in_one_experiment(tmp_path):
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db", "COLUMNS": "160"}
-    memtrace = Path(sys.executable).parent / "memtrace"
-    done = subprocess.run(
-        [str(memtrace), "optimize", "-m", "experiment=compare_optimizers", "optimizer=attribution,uniform,none",
-         "memory_system=mem0", "seed=0", "dataset.n_conversations=8",
-         "loop.max_iterations=3", f"cache_dir={tmp_path}/cache", f"hydra.sweep.dir={tmp_path}/multirun"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    client = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
-    experiment = client.get_experiment_by_name("compare-optimizers")
-    parents = client.search_runs([experiment.experiment_id], "tags.`memtrace.command` = 'optimize'")
-    by_optimizer = {r.data.tags["memtrace.optimizer"]: r.data.metrics for r in parents}
-    assert set(by_optimizer) == {"attribution", "uniform", "none"}
-    gains = {k: m["test/final/judge_accuracy"] - m["test/start/judge_accuracy"] for k, m in by_optimizer.items()}
-    assert gains["attribution"] > gains["uniform"] > gains["none"] == 0  # the fair rewriter: uniform learns too
+# (`memtrace optimize -m experiment=compare_optimizers` landing in one experiment is
+# tests/apps/test_compare_app.py::test_the_jobs_ran_in_parallel_processes_into_one_experiment; attribution >
+# uniform > none on mem0 is tests/e2e/test_loop.py::test_uniform_blame_gains_something_but_less_at_the_same_budget)
 
 
 def test_an_optimization_that_accepts_nothing_says_so(tmp_path, monkeypatch):

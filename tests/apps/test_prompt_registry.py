@@ -19,6 +19,9 @@ from memtrace_loop.pipeline.tracking.prompt_registry import (
 from memtrace_loop.pipeline.tracking.tracker import CHAMPION
 from mlflow import MlflowClient
 
+# every test starts with a fresh, migrated MLflow store at tmp_path/mlflow.db (a copy of a template: tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("mlflow_db")
+
 BRACES = "Use {x} and {{y}} and {{ z }}, {% if a %}b{% endif %}, {0} and }{.\n  Keep  spacing\ttabs  \n"
 
 

@@ -30,6 +30,7 @@ from memtrace_loop.pipeline.core.graph_io import load_graph
 from memtrace_loop.pipeline.interop.exec_network import full_node_ids
 
 from tests.support.paths import REPO
+from tests.support.requires import import_or_fail
 
 README = REPO / "README.md"
 PAGES = [README, *sorted((REPO / "docs").glob("*.md"))]
@@ -384,7 +385,7 @@ def smartcomment_snippet() -> str:
 
 @pytest.mark.slow  # after the real `memtrace run` of the module
 def test_the_smartcomment_snippet_runs_on_a_converted_run_graph(user_run):
-    pytest.importorskip("smartcomment", reason="smartcomment 0.1.2 is installed by `make`")
+    import_or_fail("smartcomment", "smartcomment 0.1.2 is installed by `make`")
     cwd, _ = user_run
     (graph_file,) = cwd.glob("outputs/run/*/artifacts/graphs/sim-0-0.json")
     memtrace = str(Path(sys.executable).parent / "memtrace")

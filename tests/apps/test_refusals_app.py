@@ -17,6 +17,9 @@ from memtrace_loop.pipeline.data.locomo import DataError, EmptySplitError
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
+# every test starts with a fresh, migrated MLflow store at tmp_path/mlflow.db (a copy of a template: tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("mlflow_db")
+
 
 def composed(config: str, tmp_path: Path, *overrides: str):
     with initialize_config_module(config_module="memtrace_loop.conf", version_base="1.3"):

@@ -18,6 +18,11 @@ from memtrace_loop.pipeline.tracking.run_logging import attribution_rows
 from memtrace_loop.pipeline.tracking.saved_run import read_saved_run
 from mlflow.tracking import MlflowClient
 
+from tests.support.store import fresh_store
+
+# every test starts with a fresh, migrated MLflow store at tmp_path/mlflow.db (a copy of a template: tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("mlflow_db")
+
 SMALL = ["dataset.n_conversations=2", "workers=2"]
 
 
@@ -36,6 +41,7 @@ def payload(page: str) -> dict:
 @pytest.fixture(scope="module")
 def source(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("report")
+    fresh_store(tmp_path / "mlflow.db")  # migrated already (a copy of the tests' template)
     outcome = run(composed("run", tmp_path, *SMALL))
     return tmp_path, outcome["run_id"], Path(outcome["run_dir"])
 

@@ -20,6 +20,9 @@ from rich.console import Console
 
 from tests.support.sim import sim_dataset
 
+# every test starts with a fresh, migrated MLflow store at tmp_path/mlflow.db (a copy of a template: tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("mlflow_db")
+
 
 def composed(*overrides: str):
     with initialize_config_module(config_module="memtrace_loop.conf", version_base="1.3"):

@@ -12,6 +12,9 @@ import pytest
 from memtrace_loop.experiments.run_names import overrides_name, run_name
 from mlflow.tracking import MlflowClient
 
+# every test starts with a fresh, migrated MLflow store at tmp_path/mlflow.db (a copy of a template: tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("mlflow_db")
+
 
 def test_the_name_is_the_command_and_the_overrides_without_paths_or_hydra_keys():
     overrides = ["optimizer=gepa", "seed=1", "memory_system=rag", "cache_dir=/tmp/x/cache",

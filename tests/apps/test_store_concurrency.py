@@ -19,6 +19,9 @@ from mlflow.tracking import MlflowClient
 WRITER = """
 import sys
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
+
+# every test starts with a fresh, migrated MLflow store at tmp_path/mlflow.db (a copy of a template: tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("mlflow_db")
 tracker = MlflowTracker(sys.argv[1])
 tracker.open_experiment("together")
 with tracker.start_run(f"writer-{sys.argv[2]}") as run_id:

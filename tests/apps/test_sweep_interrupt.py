@@ -15,6 +15,9 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+# every test starts with a fresh, migrated MLflow store at tmp_path/mlflow.db (a copy of a template: tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("mlflow_db")
+
 
 @pytest.mark.slow  # two jobs started, then stopped (~40 s)
 def test_ctrl_c_stops_every_job_of_a_parallel_sweep_cleanly(tmp_path):

@@ -27,6 +27,10 @@ from memtrace_loop.pipeline.tracking.traces import ENV_SPAN_BATCH_SIZE, configur
 from mlflow.tracking import MlflowClient
 
 from tests.support.sim import sim_dataset, sim_lm
+from tests.support.store import fresh_store
+
+# every test starts with a fresh, migrated MLflow store at tmp_path/mlflow.db (a copy of a template: tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("mlflow_db")
 
 CAP = 40  # below the run's 61 answered questions
 LIMITS = TraceLimits()
@@ -48,6 +52,7 @@ def logged(tmp_path_factory):
     """A mem0 sim run attributed and logged with a cap below its number of answered questions; one word of a
     logged answer is configured as a secret."""
     tmp_path = tmp_path_factory.mktemp("traces")
+    fresh_store(tmp_path / "mlflow.db")  # migrated already (a copy of the tests' template)
     result, attributions = traced_run("mem0")
     secret = next(w for case in result.results[:CAP] for w in re.findall(r"[A-Za-z]{6,}", case.prediction))
     uri = f"sqlite:///{tmp_path}/mlflow.db"

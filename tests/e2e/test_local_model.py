@@ -30,6 +30,7 @@ from memtrace_loop.pipeline.tracking.run_logging import ARTIFACTS_DIR
 
 from tests.support.local_model import missing_local_model, port_open
 from tests.support.paths import FIXTURES
+from tests.support.store import fresh_store
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(missing_local_model() is not None, reason=str(missing_local_model()))]
@@ -42,6 +43,8 @@ STOPPED = "local llama.cpp server at http://127.0.0.1:{port} stopped"
 
 
 def command(tmp_path: Path, out: Path) -> tuple[list[str], dict[str, str]]:
+    if not (tmp_path / "m.db").exists():
+        fresh_store(tmp_path / "m.db")  # migrated already (a copy of the tests' template)
     env = {**os.environ, "DSPY_CACHEDIR": str(tmp_path / "dspy"), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/m.db"}
     return [sys.executable, "-m", "memtrace_loop.experiments.cli", "run", "lm=local", "memory_system=long_context",
             "dataset=locomo", f"dataset.path={FIXTURES / 'locomo_tiny.json'}", "workers=1", "lm.task.max_tokens=64",

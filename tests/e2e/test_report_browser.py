@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.requires import import_or_fail, requires
+
 CHROMIUM = os.environ.get("MEMTRACE_CHROMIUM", "/usr/bin/chromium")
 FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -26,10 +28,10 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(shutil.which(CHROMIUM) is None and not Path(CHROMIUM).is_file(),
-                       reason=f"no Chromium at {CHROMIUM} (Debian: apt-get install -y chromium chromium-driver)"),
+    requires(f"no Chromium at {CHROMIUM} (Debian: apt-get install -y chromium chromium-driver)"
+             if shutil.which(CHROMIUM) is None and not Path(CHROMIUM).is_file() else None),
 ]
-sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed")
+sync_api = import_or_fail("playwright.sync_api", "Playwright for Python is not installed")
 
 
 @pytest.fixture(scope="module")

@@ -19,11 +19,11 @@ from memtrace_loop.pipeline.sim.world import generate_locomo
 pytestmark = pytest.mark.slow
 
 
-mem0 = pytest.importorskip("memtrace_loop.memory_systems.mem0.system")
-data = pytest.importorskip("memtrace_loop.pipeline.data.locomo")
-runner = pytest.importorskip("memtrace_loop.pipeline.loop.runner")
-embeddings = pytest.importorskip("memtrace_loop.pipeline.backends.embeddings")
-records = pytest.importorskip("memtrace_loop.pipeline.core.records")
+from memtrace_loop.memory_systems.mem0 import system as mem0  # noqa: E402
+from memtrace_loop.pipeline.backends import embeddings  # noqa: E402
+from memtrace_loop.pipeline.core import records  # noqa: E402
+from memtrace_loop.pipeline.data import locomo as data  # noqa: E402
+from memtrace_loop.pipeline.loop import runner  # noqa: E402
 
 
 def _all_rules(system):

@@ -20,10 +20,12 @@ from memtrace_loop.pipeline.loop.runner import make_judge
 from mlflow.tracking import MlflowClient
 
 from tests.support.paths import LOCOMO
+from tests.support.requires import missing_locomo, require
 from tests.support.sim import sim_dataset, sim_lm
 
 # every test here runs the loop or a whole run (seconds each): out of `make test-fast`
-pytestmark = pytest.mark.slow
+# every test starts with a fresh, migrated MLflow store at tmp_path/mlflow.db (a copy of a template: tests/conftest.py)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("mlflow_db")]
 
 KINDS_BY_SYSTEM = {
     "long_context": {OpKind.EXTRACTION, OpKind.RETRIEVAL, OpKind.RESPONSE, OpKind.JUDGE},
@@ -60,8 +62,7 @@ def test_run_on_sim_records_the_operations_the_system_has(name, tmp_path):
 
 @pytest.mark.parametrize("name", SYSTEMS.names)
 def test_run_on_the_locomo_subset_completes(name, tmp_path):
-    if not LOCOMO.exists():
-        pytest.skip(f"{LOCOMO} not present (licensed data lives only in ../shared)")
+    require(missing_locomo())
     outcome, graphs = run_system(tmp_path, name, "dataset=locomo", f"dataset.path={LOCOMO}")
     assert len(graphs) == 2 and outcome["judge_accuracy"] >= 0.0
     for graph in graphs:

@@ -20,7 +20,8 @@ from tests.support.fault_proxy import FaultProxy
 from tests.support.openai_server import OpenAIStubServer
 
 KEY = "sk-memtrace-FAILLOUDLY-0123456789abcdef"
-pytestmark = pytest.mark.slow
+# every test starts with a fresh, migrated MLflow store at tmp_path/mlflow.db (a copy of a template: tests/conftest.py)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("mlflow_db")]
 
 
 @pytest.fixture

@@ -14,6 +14,9 @@ from mlflow.tracking import MlflowClient
 
 from tests.support.openai_server import OpenAIStubServer
 
+# every test starts with a fresh, migrated MLflow store at tmp_path/mlflow.db (a copy of a template: tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("mlflow_db")
+
 ROLES = ("task", "judge", "attributor", "rewriter")
 
 

@@ -13,6 +13,7 @@ from memtrace_loop.experiments.run import run
 from mlflow.tracking import MlflowClient
 
 from tests.support.openai_server import OpenAIStubServer
+from tests.support.store import fresh_store
 
 SECRET = "sk-memtrace-test-7f3a9c1e55d24b6a"
 
@@ -32,8 +33,7 @@ def test_run_against_an_openai_compatible_endpoint(server, tmp_path, monkeypatch
     caplog.set_level(logging.DEBUG)
     monkeypatch.setenv("MEMTRACE_TEST_KEY", SECRET)
     store_dir = tmp_path / "store"
-    store_dir.mkdir()
-    uri = f"sqlite:///{store_dir}/mlflow.db"
+    uri = fresh_store(store_dir / "mlflow.db")  # a migrated store (a copy of the tests' template)
     with initialize_config_module(config_module="memtrace_loop.conf", version_base="1.3"):
         cfg = compose(
             "run",

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.openai_server import OpenAIStubServer
+from tests.support.store import fresh_store
 
 CANARY = "LEAKCANARY"
 KEY_ENV = f"sk-memtrace-{CANARY}-env-7c41d2e9"  # the value of the variable api_key_env names
@@ -33,7 +34,8 @@ def server():
 def memtrace(tmp_path: Path, *args: str, launcher: tuple[str, ...] = ("-m", "memtrace_loop.experiments.cli")
              ) -> subprocess.CompletedProcess[bytes]:
     """`memtrace <args>` as a process, everything it writes kept under `tmp_path` (its cwd)."""
-    (tmp_path / "store").mkdir(exist_ok=True)
+    if not (tmp_path / "store" / "mlflow.db").exists():
+        fresh_store(tmp_path / "store" / "mlflow.db")  # migrated already (a copy of the tests' template)
     env = {**os.environ, **OFFLINE, "MEMTRACE_TEST_KEY": KEY_ENV,
            "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/store/mlflow.db",
            "MEMTRACE_CACHE_DIR": str(tmp_path / "cache"), "DSPY_CACHEDIR": str(tmp_path / "dspy")}

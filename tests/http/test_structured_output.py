@@ -17,6 +17,7 @@ from memtrace_loop.pipeline.backends.registry import build_lm
 from memtrace_loop.pipeline.backends.structured_output import StructuredOutputAdapter
 
 from tests.support.openai_server import OpenAIStubServer
+from tests.support.store import fresh_store
 
 TURN = "[3 March 2022] Ada: I started pottery classes this week."
 
@@ -71,7 +72,7 @@ def test_the_simulated_world_answers_the_json_schema_path_as_the_chat_one():
 
 def run_with(server: OpenAIStubServer, tmp_path, structured_output: str) -> tuple[dict, list]:
     store = tmp_path / structured_output
-    store.mkdir()
+    fresh_store(store / "mlflow.db")  # a migrated store (a copy of the tests' template)
     with initialize_config_module(config_module="memtrace_loop.conf", version_base="1.3"):
         cfg = compose("run", overrides=[
             "lm=openai", f"lm.task.api_base={server.base_url}", "lm.task.api_key_env=null",

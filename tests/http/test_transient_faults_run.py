@@ -24,6 +24,7 @@ from mlflow.tracking import MlflowClient
 
 from tests.support.fault_proxy import FaultKind, FaultPlan, FaultProxy
 from tests.support.openai_server import OpenAIStubServer
+from tests.support.store import fresh_store
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +42,7 @@ def app_through(
 ) -> tuple[dict[str, Any], dict[str, float]]:
     """One `memtrace <config>` against `api_base`, run in `work` with its own store and cache: its
     outcome and its MLflow metrics."""
-    work.mkdir()
+    fresh_store(work / "mlflow.db")  # a migrated store (a copy of the tests' template)
     with initialize_config_module(config_module="memtrace_loop.conf", version_base="1.3"):
         cfg = compose(config, overrides=[
             "lm=openai", f"lm.task.api_base={api_base}", f"lm.task.api_key_env={KEY_ENV}", "lm.task.model=stub-model",

@@ -29,6 +29,10 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from tests.support.mlflow_server import free_port, mlflow_server
+from tests.support.store import fresh_store
+
+# every test starts with a fresh, migrated MLflow store at tmp_path/mlflow.db (a copy of a template: tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("mlflow_db")
 
 
 def composed(config: str, *overrides: str):
@@ -50,7 +54,7 @@ def top_level_artifacts(client: MlflowClient, run_id: str) -> set[str]:
 @pytest.mark.slow
 def test_a_saved_run_uploaded_to_a_server_equals_the_live_run_and_twice_is_once(tmp_path, monkeypatch, knobs):
     monkeypatch.chdir(tmp_path)
-    local_uri = f"sqlite:///{tmp_path}/local.db"
+    local_uri = fresh_store(tmp_path / "local.db")
     outcome = run(composed("run", f"tracking.uri={local_uri}", "tracking.experiment=upload-e2e",
                            "dataset.n_conversations=1", f"cache_dir={tmp_path}/cache", "run_name=saved-run"))
     out_dir = outcome["run_dir"]
@@ -133,7 +137,7 @@ def test_a_run_whose_mlflow_is_down_keeps_its_results_and_says_how_to_upload_the
     assert line.endswith(f"results saved in {out_dir}; upload them with: memtrace upload run_dir={out_dir}")
     assert "judge acc" in done.stdout  # the summary is still shown
 
-    store = f"sqlite:///{tmp_path}/later.db"
+    store = fresh_store(tmp_path / "later.db")
     done = upload(composed("upload", f"tracking.uri={store}", f"run_dir={out_dir}"))
     logged = MlflowClient(tracking_uri=store).get_run(done.run_id)
     record = json.loads((out_dir / "run_record.json").read_text())

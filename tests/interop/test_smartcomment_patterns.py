@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 
-smartcomment = pytest.importorskip(
-    "smartcomment",
-    reason="smartcomment is not installed (make install adds it with --ignore-requires-python; CI has it)",
+from tests.support.requires import import_or_fail
+
+smartcomment = import_or_fail(
+    "smartcomment", "make install adds it with --ignore-requires-python; CI has it (a failure under CI=true)"
 )
 
 from smartcomment import IdentityRegistry  # noqa: E402

@@ -34,9 +34,10 @@ from memtrace_loop.pipeline.interop.exec_network import (
 )
 from memtrace_loop.pipeline.loop.runner import RunResult
 
+from tests.support.requires import import_or_fail
 from tests.support.sim import sim_run
 
-smartcomment = pytest.importorskip("smartcomment", reason="smartcomment 0.1.2 is installed by `make` (test extra)")
+smartcomment = import_or_fail("smartcomment", "smartcomment 0.1.2 is installed by `make` (test extra)")
 from smartcomment.runtime import ExecNetwork  # noqa: E402
 
 from tests.support.smartcomment_patterns import PATTERNS  # noqa: E402

@@ -33,6 +33,7 @@ from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
 from memtrace_loop.pipeline.sim import stand_in
 
 from tests.support.paths import LOCOMO
+from tests.support.requires import require
 from tests.support.sim import sim_dataset, sim_lm
 
 # measured on sim_dataset(seed=0, 2 conversations), default prompts: long_context 7/7, rag 5/7, mem0 25/25,
@@ -177,8 +178,7 @@ def test_fit_step_and_focus_clip_respect_their_bounds() -> None:
 
 @pytest.fixture(scope="module")
 def locomo_walk() -> Iterator[tuple[int, list[dict[str, str]], int]]:
-    if not LOCOMO_FILE.exists():
-        pytest.skip("the LoCoMo subset is not available")
+    require(None if LOCOMO_FILE.exists() else f"the LoCoMo subset is not at {LOCOMO_FILE}")
     samples = json.loads(LOCOMO_FILE.read_text(encoding="utf-8"))[:1]
     lm, graphs, cases = failures_of("mem0", parse_locomo(samples, str(LOCOMO_FILE)))
     settings = LLMAttributorSettings(max_chars_per_step=1600)

@@ -30,6 +30,7 @@ from memtrace_loop.pipeline.sim.stages import expected_cause
 from memtrace_loop.pipeline.sim.world import generate_locomo, planted_questions
 
 from tests.support.paths import LOCOMO
+from tests.support.requires import missing_locomo, requires
 from tests.support.sim import sim_lm
 
 CONVERSATION = Conversation(
@@ -278,7 +279,7 @@ def test_a_small_window_makes_trimmed_evidence_update_errors_of_trim():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not LOCOMO.exists(), reason="the LoCoMo subset is not on this machine")
+@requires(missing_locomo())
 def test_a_run_on_the_real_locomo_subset_completes_with_a_small_window():
     dataset = load_locomo(LOCOMO)
     one = dataset.subset((dataset.conversations[0].id,))

@@ -27,6 +27,7 @@ from memtrace_loop.pipeline.sim.stages import expected_cause
 from memtrace_loop.pipeline.sim.world import generate_locomo, planted_questions
 
 from tests.support.paths import LOCOMO
+from tests.support.requires import missing_locomo, requires
 from tests.support.sim import sim_lm
 
 APPROX = ApproximateCounter()
@@ -234,7 +235,7 @@ def test_small_chunks_and_a_tiny_top_k_make_retrieval_errors_of_the_search_knobs
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not LOCOMO.exists(), reason="the LoCoMo subset is not on this machine")
+@requires(missing_locomo())
 def test_a_run_on_the_real_locomo_subset_completes():
     dataset = load_locomo(LOCOMO)
     one = dataset.subset((dataset.conversations[0].id,))

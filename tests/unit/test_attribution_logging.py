@@ -75,7 +75,7 @@ def test_the_config_node_selects_the_attributor_and_its_verification():
 
 
 def test_the_llm_attributor_is_built_with_its_settings():
-    llm = pytest.importorskip("memtrace_loop.pipeline.analysis.attribution.llm")
+    from memtrace_loop.pipeline.analysis.attribution import llm
     from memtrace_loop.pipeline.backends.registry import build_lm_set
 
     roles = ("task", "judge", "attributor", "rewriter")

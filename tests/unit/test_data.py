@@ -23,12 +23,11 @@ from memtrace_loop.pipeline.data.locomo import (
 )
 
 from tests.support.paths import FIXTURES, LOCOMO
+from tests.support.requires import missing_locomo, requires
 
 FIXTURE = FIXTURES / "locomo_mini.json"
 
-needs_locomo = pytest.mark.skipif(
-    not LOCOMO.exists(), reason=f"LoCoMo subset not found at {LOCOMO} (it is not shipped with the repo)"
-)
+needs_locomo = requires(missing_locomo())
 
 
 # --------------------------------------------------------------------------- small parsers

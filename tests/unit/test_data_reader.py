@@ -19,6 +19,7 @@ from memtrace_loop.pipeline.sim.longmemeval import generate_longmemeval
 from memtrace_loop.pipeline.tracking.run_logging import dataset_digest
 
 from tests.support.paths import FIXTURES, LOCOMO, REPO
+from tests.support.requires import missing_locomo, requires
 
 MINI = FIXTURES / "locomo_mini.json"
 SHIPPED_LONGMEMEVAL = REPO / "data" / "longmemeval_fixture.json"
@@ -52,7 +53,7 @@ def test_local_files_through_datasets_equal_the_decoded_json() -> None:
     assert [q.gold for q in loaded.questions if q.id == "mini-1:q2"] == ["3"]  # an int answer, as written
 
 
-@pytest.mark.skipif(not LOCOMO.exists(), reason=f"LoCoMo subset not found at {LOCOMO} (not shipped)")
+@requires(missing_locomo())
 def test_the_real_locomo_subset_through_datasets_is_unchanged() -> None:
     direct = parse_locomo(json.loads(LOCOMO.read_text(encoding="utf-8")), str(LOCOMO))
     loaded = load_locomo(LOCOMO)

@@ -1,8 +1,13 @@
 """Misconfiguration never looks like success (issue 10): every bad knob is a `ConfigError` naming its
-full key, for `run` and `optimize` composed through Hydra exactly as the apps compose them; types are
+full key, for `run` and `optimize` as the apps compose them; types are
 strict (no string read as a list of characters, no float or boolean silently made an integer); an
 empty dataset file, a dataset without questions and an empty split are refused naming the file, the
-record or the split and `splits.fractions`."""
+record or the split and `splits.fractions`.
+
+The strictness cases run on the parser (`validated_run`/`validated_optimize`: `parse_config` over the
+knob records) fed the composition of their group choices, composed once and copied with the knob set
+(tests/support/compose.py, milliseconds a case); `test_one_case_per_group_through_a_full_hydra_composition`
+composes the key paths (one case per config group) through Hydra and proves the copy is what Hydra gives."""
 
 from __future__ import annotations
 
@@ -10,7 +15,6 @@ import json
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_module
 from memtrace_loop.experiments.config import validated_optimize, validated_run
 from memtrace_loop.experiments.factory import select_split, splits_of
 from memtrace_loop.memory_systems.registry import build_memory_system
@@ -20,18 +24,17 @@ from memtrace_loop.pipeline.core.records import Dataset
 from memtrace_loop.pipeline.data.locomo import DataError, EmptySplitError, split_by_conversation
 from memtrace_loop.pipeline.data.registry import load_dataset
 from memtrace_loop.pipeline.sim.longmemeval import generate_longmemeval
-from omegaconf import OmegaConf
 
+from tests.support.compose import GROUPS, hydra_plain, plain
 from tests.support.paths import FIXTURES
-
-
-def plain(config: str, *overrides: str) -> dict:
-    with initialize_config_module(config_module="memtrace_loop.conf", version_base="1.3"):
-        return OmegaConf.to_container(compose(config, overrides=list(overrides)), resolve=True)
 
 
 def validate(config: str, *overrides: str) -> object:
     return (validated_run if config == "run" else validated_optimize)(plain(config, *overrides))
+
+
+def validate_plain(config: str, composed: dict) -> object:
+    return (validated_run if config == "run" else validated_optimize)(composed)
 
 
 # (overrides, the key the error must name): checked for `run` and for `optimize`
@@ -151,6 +154,37 @@ def test_a_bad_knob_is_a_config_error_naming_its_key(config, overrides, key, mon
     assert "\n" not in message  # one readable line
 
 
+# one bad knob per config group (and top-level, loop, splits) through a whole Hydra composition
+THROUGH_HYDRA = [
+    ("run", ["memory_system=evermemos", "memory_system.top_k=-2"], "memory_system.top_k"),
+    ("optimize", ["embedder=openai", "embedder.batch_size=0"], "embedder.batch_size"),
+    ("run", ["dataset=longmemeval", "dataset.path=null"], "dataset.path"),
+    ("optimize", ["lm=openai", "lm.task.max_tokens=0"], "lm.task.max_tokens"),
+    ("optimize", ["optimizer=gepa", "optimizer.max_metric_calls=2.5"], "optimizer.max_metric_calls"),
+    ("optimize", ["attributor=llm", "attributor.max_steps=0"], "attributor.max_steps"),
+    ("run", ["tracking.experiment=''"], "tracking.experiment"),
+    ("run", ["seed=-1"], "splits.seed"),  # an interpolated value
+    ("optimize", ["loop.min_gain=nan"], "loop.min_gain"),
+    ("run", ["splits.fractions=[0.5,0.5,0]", "split=test"], "split=test"),
+]
+
+
+def test_the_key_paths_cover_every_config_group():
+    chosen = {o.split("=")[0] for _, overrides, _ in THROUGH_HYDRA for o in overrides}
+    assert GROUPS - {"tracking"} <= chosen and "tracking.experiment" in chosen
+
+
+@pytest.mark.parametrize(("config", "overrides", "key"), THROUGH_HYDRA,
+                         ids=lambda value: " ".join(value) if isinstance(value, list) else str(value))
+def test_one_case_per_group_through_a_full_hydra_composition(config, overrides, key, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-real")
+    composed = hydra_plain(config, *overrides)
+    assert repr(composed) == repr(plain(config, *overrides))  # the compose-once copy is what Hydra gives
+    with pytest.raises(ConfigError) as caught:
+        validate_plain(config, composed)
+    assert key in str(caught.value) and "\n" not in str(caught.value)
+
+
 @pytest.mark.parametrize(
     "overrides",
     [
@@ -163,6 +197,9 @@ def test_a_bad_knob_is_a_config_error_naming_its_key(config, overrides, key, mon
     ],
 )
 def test_good_values_still_validate(overrides):
+    if not overrides:  # the defaults, through Hydra as the apps compose them
+        validated_optimize(hydra_plain("optimize"))
+        validated_run(hydra_plain("run"))
     validated_optimize(plain("optimize", *overrides))
     validated_run(plain("run", *overrides))
     validated_optimize(plain("optimize", "loop.min_gain=0", "loop.budget_calls=0", "splits.fractions=[0.6,0.2,0.2]"))

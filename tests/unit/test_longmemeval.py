@@ -27,6 +27,9 @@ from memtrace_loop.pipeline.data.longmemeval import (
 from memtrace_loop.pipeline.sim.longmemeval import generate_longmemeval
 from mlflow.tracking import MlflowClient
 
+# every test starts with a fresh, migrated MLflow store at tmp_path/mlflow.db (a copy of a template: tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("mlflow_db")
+
 
 @pytest.fixture(scope="module")
 def records() -> list[dict]:

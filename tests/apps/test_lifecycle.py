@@ -15,6 +15,9 @@ from memtrace_loop.pipeline.core.stop import EndpointUnusable, Interrupted, Stop
 from memtrace_loop.pipeline.loop.runner import _map
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 
+# every test starts with a fresh, migrated MLflow store at tmp_path/mlflow.db (a copy of a template: tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("mlflow_db")
+
 
 @pytest.mark.parametrize("workers", [1, 4])
 def test_no_item_starts_after_a_stop_is_requested(workers):
@@ -86,13 +89,14 @@ def test_superseded_iterations_of_a_parent_run_are_deleted(tmp_path):
 
 
 def test_the_first_signal_requests_a_stop_and_the_second_raises():
+    before = signal.getsignal(signal.SIGINT)  # default_int_handler, or SIG_IGN in a background job (nohup, `&`)
     token = StopToken()
     with stop_on_signals(token):
         os.kill(os.getpid(), signal.SIGINT)
         assert token.requested and "SIGINT" in token.reason
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGTERM)
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+    assert signal.getsignal(signal.SIGINT) is before  # restored
 
 
 def test_an_app_error_is_one_line_with_the_secret_masked(capsys):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from memtrace_loop.pipeline.core.records import Dataset
 from memtrace_loop.pipeline.data.locomo import parse_locomo
 from memtrace_loop.pipeline.sim.world import generate_locomo
@@ -14,6 +15,9 @@ from memtrace_loop.pipeline.tracking.redacting_tracker import RedactingTracker
 from memtrace_loop.pipeline.tracking.run_logging import dataset_digest, dataset_input, dataset_source
 from memtrace_loop.pipeline.tracking.run_record import RunRecord, read_run_record, upload_saved_run, write_run_record
 from mlflow.tracking import MlflowClient
+
+# every test starts with a fresh, migrated MLflow store at tmp_path/mlflow.db (a copy of a template: tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("mlflow_db")
 
 
 def generate_dataset(n_conversations: int, seed: int) -> Dataset:
