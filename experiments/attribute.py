@@ -37,6 +37,7 @@ from memtrace_loop.pipeline.backends.embeddings import build_embedder
 from memtrace_loop.pipeline.backends.lm import configure_cache
 from memtrace_loop.pipeline.backends.local_server import LocalServers
 from memtrace_loop.pipeline.backends.registry import build_lm_set
+from memtrace_loop.pipeline.core.run_folder import RunFolder
 from memtrace_loop.pipeline.data.registry import load_dataset
 from memtrace_loop.pipeline.loop.runner import make_judge
 from memtrace_loop.pipeline.tracking import metric_names as names
@@ -58,8 +59,8 @@ from rich.console import Console
 
 logger = logging.getLogger("memtrace.attribute")
 
-ATTRIBUTIONS_FILE = "attributions.json"
-BLAME_FILE = "blame.json"
+ATTRIBUTIONS_FILE = RunFolder.ATTRIBUTIONS
+BLAME_FILE = RunFolder.BLAME
 FROM_SOURCE = ("dataset", "memory_system", "embedder", "evaluation")  # taken from the source run's config
 
 

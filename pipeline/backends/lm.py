@@ -55,6 +55,7 @@ __all__ = [
     "ROLES",
     "LMConfig",
     "LMSet",
+    "LMSetConfig",
     "MissingAPIKeyError",
     "configure_cache",
     "describe",
@@ -193,8 +194,21 @@ class LMSet:
         return {role: getattr(self, role) for role in ROLES}
 
 
-def lm_configs(mapping: Mapping[str, Any]) -> dict[str, LMConfig]:
-    """Parse the `{task, judge, attributor, rewriter}` mapping into configs (all four required)."""
+@dataclass(frozen=True)
+class LMSetConfig:
+    """The validated `lm` node: one record per role."""
+
+    task: LMConfig
+    judge: LMConfig
+    attributor: LMConfig
+    rewriter: LMConfig
+
+    def by_role(self) -> dict[str, LMConfig]:
+        return {role: getattr(self, role) for role in ROLES}
+
+
+def lm_configs(mapping: Mapping[str, Any]) -> LMSetConfig:
+    """Parse the `{task, judge, attributor, rewriter}` mapping into records (all four required)."""
     if not isinstance(mapping, Mapping):
         raise TypeError(f"lm set config must be a mapping, got {type(mapping).__name__}")
     unknown = sorted(str(key) for key in mapping if key not in ROLES)
@@ -203,7 +217,7 @@ def lm_configs(mapping: Mapping[str, Any]) -> dict[str, LMConfig]:
         raise ConfigError(
             f"lm set config: unknown roles {unknown}, missing roles {missing}; expected {list(ROLES)}"
         )
-    return {role: LMConfig.from_mapping(mapping[role], role=role) for role in ROLES}
+    return LMSetConfig(**{role: LMConfig.from_mapping(mapping[role], role=role) for role in ROLES})
 
 
 def describe(config: LMConfig) -> dict[str, str]:

@@ -25,16 +25,14 @@ from types import MappingProxyType
 from typing import Any
 
 import dspy
-from memtrace_loop.pipeline.backends.failure_guard import FailureGuard
 from memtrace_loop.pipeline.backends.guarded_engine import AsyncGuardedEngine, GuardedEngine, GuardSettings
-from memtrace_loop.pipeline.backends.lm import LMConfig, LMSet, describe, lm_configs, lm_model_name
-from memtrace_loop.pipeline.backends.local_server import LocalServers, model_path_of
+from memtrace_loop.pipeline.backends.lm import LMConfig, LMSet, LMSetConfig, describe, lm_configs, lm_model_name
+from memtrace_loop.pipeline.backends.local_server import model_path_of
 from memtrace_loop.pipeline.backends.openai_engine import AsyncOpenAIEngine, OpenAIEngine, openai_endpoint
 from memtrace_loop.pipeline.backends.resilience import RetryPolicy
-from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
+from memtrace_loop.pipeline.backends.services import RunServices
 from memtrace_loop.pipeline.backends.structured_output import declare_structured_output
 from memtrace_loop.pipeline.core.config import ConfigError
-from memtrace_loop.pipeline.core.stop import StopToken
 
 logger = logging.getLogger(__name__)
 
@@ -100,11 +98,13 @@ def backend_entry(name: str, key: str = "lm backend") -> BackendEntry:
     return ENTRY_BY_BACKEND[name]
 
 
-def lm_set_configs(mapping: Mapping[str, Any]) -> dict[str, LMConfig]:
-    """The four roles' configs from the `lm` node, each naming a registered backend (else a ConfigError
+def lm_set_configs(mapping: Mapping[str, Any] | LMSetConfig) -> LMSetConfig:
+    """The four roles' records from the `lm` node, each naming a registered backend (else a ConfigError
     naming `lm.<role>.backend`); a `local` role's model file must exist (else naming `lm.<role>.model_path`)."""
+    if isinstance(mapping, LMSetConfig):
+        return mapping
     configs = lm_configs(mapping)
-    for role, config in configs.items():
+    for role, config in configs.by_role().items():
         backend_entry(config.backend, f"lm.{role}.backend")
         if config.backend == "local":
             model_path_of(config, role)
@@ -112,23 +112,19 @@ def lm_set_configs(mapping: Mapping[str, Any]) -> dict[str, LMConfig]:
 
 
 def build_lm(
-    config: LMConfig | Mapping[str, Any],
-    *,
-    role: str = "default",
-    stop: StopToken | None = None,
-    guard: FailureGuard | None = None,
-    retries: RetryLedger | None = None,
-    servers: LocalServers | None = None,
+    config: LMConfig | Mapping[str, Any], *, role: str = "default", services: RunServices | None = None
 ) -> dspy.LM:
     """A `dspy.LM` for one config, its backend's engines behind a `GuardedEngine` for `role` (with the
-    run's stop token, failure guard and retry ledger when given). For `openai` the key is read from
-    `os.environ[api_key_env]` now; a `local` role is first served by `servers` (started on first use)."""
+    run's stop token, failure guard and retry ledger from `services` when given). For `openai` the key is
+    read from `os.environ[api_key_env]` now; a `local` role is first served by the run's servers."""
     if not isinstance(config, LMConfig):
         config = LMConfig.from_mapping(config, role=None if role == "default" else role)
-    if config.backend == "local" and servers is not None:
-        config = servers.serve(config, role)
+    services = services or RunServices()
+    if config.backend == "local" and services.servers is not None:
+        config = services.servers.serve(config, role)
     engine, async_engine, endpoint = backend_entry(config.backend).engines(config)
-    settings = GuardSettings(role, endpoint, retry_policy(config), stop=stop, guard=guard, retries=retries)
+    settings = GuardSettings(role, endpoint, retry_policy(config), stop=services.stop, guard=services.ledger.guard,
+                             retries=services.ledger.retries)
     guarded, async_guarded = GuardedEngine(engine, settings), AsyncGuardedEngine(async_engine, settings)
     if config.structured_output == "json_schema":
         declare_structured_output(guarded)
@@ -146,21 +142,16 @@ def build_lm(
     return lm
 
 
-def build_lm_set(
-    mapping: Mapping[str, Any],
-    *,
-    stop: StopToken | None = None,
-    guard: FailureGuard | None = None,
-    retries: RetryLedger | None = None,
-    servers: LocalServers | None = None,
-) -> LMSet:
-    """Build the task, judge, attributor and rewriter LMs from one mapping of four LMConfig mappings,
-    each on a guarded engine for its role sharing `stop`, `guard` and `retries` (the run's) and, for
-    `local` roles, the run's `servers` (one server per model file, context size and threads)."""
-    return LMSet(**{
-        role: build_lm(config, role=role, stop=stop, guard=guard, retries=retries, servers=servers)
-        for role, config in lm_set_configs(mapping).items()
+def build_lm_set(configs: Mapping[str, Any] | LMSetConfig, services: RunServices | None = None) -> LMSet:
+    """The task, judge, attributor and rewriter LMs of `configs` (the `lm` node's records), each on a
+    guarded engine for its role sharing the run's `services` (stop token, ledger, local servers: one
+    server per model file, context size and threads), each counting its role's calls into the ledger."""
+    services = services or RunServices()
+    lms = LMSet(**{
+        role: build_lm(config, role=role, services=services)
+        for role, config in lm_set_configs(configs).by_role().items()
     })
+    return services.ledger.calls.counted(lms)
 
 
 def guarded_engine(lm: dspy.BaseLM) -> GuardedEngine | None:
