@@ -129,7 +129,7 @@ def test_explicit_lineage_without_verification_is_the_default():
 
 def test_attribute_app_composes_and_needs_exactly_one_source():
     config = validated_attribute(plain("run_id=abc", config="attribute"))
-    assert config.run_id == "abc" and config.run_dir is None and config.attributor["name"] == "lineage"
+    assert config.run_id == "abc" and config.run_dir is None and config.attributor.name == "lineage"
     assert validated_attribute(plain("run_dir=out", "attributor=llm", config="attribute")).run_dir == "out"
     for overrides in ((), ("run_id=abc", "run_dir=out")):
         with pytest.raises(ConfigError, match="run_id"):
