@@ -26,7 +26,17 @@ from typing import Any
 
 import dspy
 from memtrace_loop.pipeline.backends.guarded_engine import AsyncGuardedEngine, GuardedEngine, GuardSettings
-from memtrace_loop.pipeline.backends.lm import LMConfig, LMSet, LMSetConfig, describe, lm_configs, lm_model_name
+from memtrace_loop.pipeline.backends.lm import (
+    LMConfig,
+    LMSet,
+    LMSetConfig,
+    LocalLMConfig,
+    OpenAILMConfig,
+    SimLMConfig,
+    describe,
+    lm_configs,
+    lm_model_name,
+)
 from memtrace_loop.pipeline.backends.local_server import model_path_of
 from memtrace_loop.pipeline.backends.openai_engine import AsyncOpenAIEngine, OpenAIEngine, openai_endpoint
 from memtrace_loop.pipeline.backends.resilience import RetryPolicy
@@ -40,7 +50,7 @@ logger = logging.getLogger(__name__)
 Engines = tuple[Any, Any, str]
 
 
-def sim_engines(config: LMConfig) -> Engines:
+def sim_engines(config: SimLMConfig) -> Engines:
     """The deterministic stand-in engine (and its async twin). Offline."""
     from memtrace_loop.pipeline.sim.engine import AsyncSimEngine, SimEngine
 
@@ -48,12 +58,12 @@ def sim_engines(config: LMConfig) -> Engines:
     return engine, AsyncSimEngine(engine), lm_model_name(config)
 
 
-def openai_engines(config: LMConfig) -> Engines:
+def openai_engines(config: OpenAILMConfig) -> Engines:
     """The native engines of an OpenAI-compatible endpoint (the key is read from the environment now)."""
     return OpenAIEngine(config), AsyncOpenAIEngine(config), openai_endpoint(config)
 
 
-def local_engines(config: LMConfig) -> Engines:
+def local_engines(config: LocalLMConfig) -> Engines:
     """Never used directly: a `local` role is served first (`LocalServers.serve`), then built as `openai`."""
     raise ConfigError(
         "lm backend 'local' needs the run's local servers: build it with build_lm(..., servers=LocalServers())"
@@ -62,28 +72,19 @@ def local_engines(config: LMConfig) -> Engines:
 
 @dataclass(frozen=True)
 class BackendEntry:
-    schema: type[LMConfig]
-    engines: Callable[[LMConfig], Engines]
-    keys: tuple[str, ...]  # the schema's keys this backend reads (what a config of it shows)
+    schema: type[LMConfig]  # the backend's own record: the keys it reads (and shows in its config node)
+    engines: Callable[[Any], Engines]
 
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(self.schema.model_fields)
 
-_RETRY_KEYS = ("num_retries", "retry_after_cap_s", "deadline_s")
-_LOCAL_ONLY = ("model_path", "context_size", "threads")
 
 ENTRY_BY_BACKEND: Mapping[str, BackendEntry] = MappingProxyType(
     {
-        "sim": BackendEntry(
-            LMConfig, sim_engines,
-            ("temperature", "max_tokens", *_RETRY_KEYS, "cache", "paraphrase", "structured_output"),
-        ),
-        "openai": BackendEntry(
-            LMConfig, openai_engines, tuple(k for k in LMConfig.model_fields if k not in ("paraphrase", *_LOCAL_ONLY))
-        ),
-        "local": BackendEntry(
-            LMConfig, local_engines,
-            ("model", "temperature", "max_tokens", "timeout_s", *_RETRY_KEYS, "cache", "structured_output",
-             *_LOCAL_ONLY),
-        ),
+        "sim": BackendEntry(SimLMConfig, sim_engines),
+        "openai": BackendEntry(OpenAILMConfig, openai_engines),
+        "local": BackendEntry(LocalLMConfig, local_engines),
     }
 )
 
@@ -106,7 +107,7 @@ def lm_set_configs(mapping: Mapping[str, Any] | LMSetConfig) -> LMSetConfig:
     configs = lm_configs(mapping)
     for role, config in configs.by_role().items():
         backend_entry(config.backend, f"lm.{role}.backend")
-        if config.backend == "local":
+        if isinstance(config, LocalLMConfig):
             model_path_of(config, role)
     return configs
 
