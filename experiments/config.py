@@ -299,7 +299,7 @@ def _mapping(node: object, group: str) -> Mapping[str, Any]:
 
 def _memory_system(node: object) -> Chosen[Any]:
     name = _mapping(node, "memory_system").get("name")
-    return Chosen(str(name), knobs_from_config(knobs_schema(name), _mapping(node, "memory_system")))  # type: ignore[arg-type]
+    return Chosen(str(name), knobs_from_config(knobs_schema(name), _mapping(node, "memory_system")))
 
 
 def _dataset(node: object) -> Chosen[Any]:
@@ -308,11 +308,11 @@ def _dataset(node: object) -> Chosen[Any]:
 
 def _optimizer(node: object) -> Chosen[Any]:
     name = node.get("name") if isinstance(node, Mapping) else None
-    return Chosen(str(name), optimizer_settings(name, node))  # type: ignore[arg-type]
+    return Chosen(str(name), optimizer_settings(name, node))
 
 
 def _attributor(node: object) -> Chosen[Any]:
-    settings = attributor_settings(node)  # type: ignore[arg-type]
+    settings = attributor_settings(node)
     return Chosen(str(_mapping(node, "attributor").get("name", "lineage")), settings)
 
 

@@ -78,7 +78,7 @@ class AppSession(Generic[C]):
     @property
     def notice(self) -> str | None:
         """The stand-in LM on a real dataset: said at the start, the end, as a tag and in the report."""
-        return stand_in_notice(self.config)  # type: ignore[arg-type]
+        return stand_in_notice(self.config)
 
     @property
     def uri(self) -> str:

@@ -123,7 +123,7 @@ class LMConfig(pydantic.BaseModel):
         return super().__new__(cls)
 
     @classmethod
-    def model_validate(cls, obj: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    def model_validate(cls, obj: Any, **kwargs: Any) -> Any:
         target = record_class(obj.get("backend")) if cls is LMConfig and isinstance(obj, Mapping) else cls
         return pydantic.BaseModel.model_validate.__func__(target, obj, **kwargs)  # type: ignore[attr-defined]
 
