@@ -1,16 +1,17 @@
-"""The schemas of the apps' top-level configs and the one place a composed config is validated.
+"""The schemas of the apps' configs and the one place a composed config is validated.
 
-`RunConfig`, `OptimizeConfig`, `AttributeConfig`, `StagesConfig`, `ExportConfig`, `UploadConfig` and
-`CompareConfig` are frozen records of the keys of
-`conf/{run,optimize,attribute,stages,export,upload,compare}.yaml` outside the groups (`seed`, `workers`,
-`split`, `splits`, `evaluation`, `loop`, `tracking`, ...); their field defaults are THE defaults (the
-YAML files only select groups and wire interpolations; `conf/__init__.py` composes the tree from these
-defaults). Each group node is checked by its own registry's schema: `lm`
-(`LMConfig` per role), `embedder` (`EmbedderConfig`), `memory_system` (the system's knobs record),
-`dataset` (`pipeline.data.registry`), `optimizer` (`optimizers.registry`), `attributor`
-(`pipeline.analysis.attribution.registry`). `validated_run(plain)` etc. raise a `ConfigError` naming the
-full key for an unknown key, a wrong type or an out-of-range value. Nothing here builds or runs
-anything.
+`RunConfig`, `OptimizeConfig`, `AttributeConfig`, `ReportConfig`, `StagesConfig`, `ExportConfig`,
+`UploadConfig` and `CompareConfig` are the frozen app-config records of
+`conf/{run,optimize,attribute,report,stages,export,upload,compare}.yaml`. Their top-level fields (`seed`,
+`workers`, `split`, `splits`, `evaluation`, `loop`, `tracking`, ...) have THE defaults (the YAML files only
+select groups and wire interpolations; `conf/__init__.py` composes the tree from these defaults). Their
+group fields hold each group's validated record, parsed once by its registry's schema: `lm`
+(`LMSetConfig`: a per-backend record per role), `embedder` (`EmbedderConfig`), and, as `Chosen(name,
+settings)`, `memory_system` (the system's knobs record), `dataset` (`pipeline.data.registry`; its `kind`),
+`optimizer` (`optimizers.registry`) and `attributor` (`pipeline.analysis.attribution.registry`).
+`validated_run(plain)` etc. return that one record, or raise a `ConfigError` naming the full key for an
+unknown key, a wrong type or an out-of-range value (every failing key at once). Nothing below
+validation reads the composed mapping for a setting; nothing here builds or runs anything.
 """
 
 from __future__ import annotations

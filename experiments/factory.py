@@ -1,7 +1,9 @@
-"""Turning a composed (and validated, see `experiments.config`) Hydra config into the objects a run
-needs: dataset split, LMs, system, judge, attributor. Config names meet constructors through the registries
-(`pipeline.backends.registry`, `pipeline.data.registry`, `memory_systems.registry`,
-`optimizers.registry`, `pipeline.analysis.attribution.registry`). It does not run anything and does not log.
+"""Turning a validated app config (`experiments.config`) into the objects a run needs: dataset split,
+LMs, system, judge, optimizer, attributor. Every builder takes the typed records validation made (no
+config mapping is read here) and meets constructors through the registries (`pipeline.backends.registry`,
+`pipeline.data.registry`, `memory_systems.registry`, `optimizers.registry`,
+`pipeline.analysis.attribution.registry`); the run's stop token, ledger and local servers come in one
+`RunServices`. It does not run anything and does not log.
 """
 
 from __future__ import annotations

@@ -1,8 +1,11 @@
-"""Building the project's language models from configuration: `LMConfig` (the schema of one role) and the builders.
+"""The records that say how to build the project's language models: one per backend, four per run.
 
-An `LMConfig` (one per role) says which backend to use and how; `pipeline.backends.registry.build_lm`
-turns it into a `dspy.LM` and `build_lm_set` builds the four independently configured roles (task,
-judge, attributor, rewriter) as an `LMSet`. Backends:
+`LMConfig` holds the keys every backend reads; each backend has its own record with only the keys it
+reads (`SimLMConfig`, `OpenAILMConfig`, `LocalLMConfig`), so a key of another backend is refused naming
+the key and whose it is (`lm.task.dialect: a key of backend openai, not of sim`). `LMSetConfig` is the
+validated `lm` node (one record per role). `pipeline.backends.registry.build_lm` turns a record into a
+`dspy.LM` and `build_lm_set` builds the four independently configured roles (task, judge, attributor,
+rewriter) as an `LMSet`. Backends:
 
 - `sim` — the deterministic simulated world: `dspy.LM("sim/<model>", engine=SimEngine())` (plus an
   async twin so `acall` works), built in `pipeline.backends.registry` (the sim world is reached only

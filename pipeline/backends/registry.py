@@ -4,16 +4,18 @@
 only modules that import `pipeline.sim`); `openai` is any OpenAI-compatible endpoint
 (`pipeline.backends.openai_engine`); `local` is a GGUF model served by llama.cpp on loopback: the
 run's `LocalServers` (`servers=`, owned by the entry point) starts it and turns the role's config into
-an `openai` config at that server, so it is spoken to as any endpoint. All read an `LMConfig`.
+an `openai` config at that server, so it is spoken to as any endpoint. Each reads its own record
+(`SimLMConfig`, `OpenAILMConfig`, `LocalLMConfig`; `pipeline.backends.lm`): the entry's `schema`.
 `structured_output: json_schema` marks the engines for JSON-schema output
 (`pipeline.backends.structured_output`). Adding a backend is one engine builder
 and one line here. `build_lm` builds one role's LM by its backend, `build_lm_set` the four roles.
 
 Every LM is `dspy.LM(..., engine=GuardedEngine(inner), async_engine=AsyncGuardedEngine(inner),
 num_retries=0)`: the project's retry loop, stop token and failure guard
-(`pipeline.backends.guarded_engine`) sit around every backend, the run's `StopToken`, `FailureGuard`
-and `RetryLedger` passed in explicitly (`stop=`, `guard=`, `retries=`; None: not used). It does not
-parse configs (see `LMConfig.from_mapping`) and runs nothing.
+(`pipeline.backends.guarded_engine`) sit around every backend, with the run's `RunServices` (stop token,
+ledger of calls, retries and failures, local servers; `pipeline.backends.services`) passed in as one
+record (`services=`; None: none of them). It does not parse configs beyond `lm_set_configs` (see
+`LMConfig.from_mapping`) and runs nothing.
 """
 
 from __future__ import annotations
