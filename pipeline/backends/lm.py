@@ -123,13 +123,14 @@ class LMConfig(pydantic.BaseModel):
     structured_output: Literal["off", "json_schema"] = "off"
 
     def __new__(cls, *args: Any, **data: Any) -> Any:
-        if cls is LMConfig and "backend" in data:
+        if cls is LMConfig and data.get("backend") is not None:
             cls = record_class(data["backend"])
         return super().__new__(cls)
 
     @classmethod
     def model_validate(cls, obj: Any, **kwargs: Any) -> Any:
-        target = record_class(obj.get("backend")) if cls is LMConfig and isinstance(obj, Mapping) else cls
+        named = cls is LMConfig and isinstance(obj, Mapping) and obj.get("backend") is not None
+        target = record_class(obj["backend"]) if named else cls
         return pydantic.BaseModel.model_validate.__func__(target, obj, **kwargs)  # type: ignore[attr-defined]
 
     @classmethod
@@ -142,7 +143,8 @@ class LMConfig(pydantic.BaseModel):
         if not isinstance(mapping, Mapping):
             raise TypeError(f"{where} must be a mapping, got {type(mapping).__name__}")
         prefix = f"lm.{role}" if role else "lm"
-        record = record_class(mapping.get("backend"), f"{prefix}.backend") if cls is LMConfig else cls
+        named = cls is LMConfig and mapping.get("backend") is not None  # no backend: the common keys, it is missing
+        record = record_class(mapping["backend"], f"{prefix}.backend") if named else cls
         unknown = sorted(str(key) for key in mapping if key not in record.model_fields)
         if unknown:
             raise ConfigError(
@@ -227,7 +229,7 @@ def _whose(prefix: str, key: str, record: type[LMConfig]) -> str:
     if record is LocalLMConfig and key in ("api_base", "api_key_env"):
         return (f"{prefix}.{key}: backend 'local' starts its own server on loopback: leave api_base and api_key_env"
                 f" unset")
-    if not owners:
+    if not owners or record is LMConfig:
         return f"{prefix}.{key}"
     mine = record.model_fields["backend"].default
     return f"{prefix}.{key}: a key of backend {' and '.join(owners)}, not of {mine}"
