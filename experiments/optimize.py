@@ -272,6 +272,7 @@ def _build(session: AppSession[OptimizeConfig]) -> _LoopParts:
     counting its role's calls into the run's ledger, GEPA's own included), system, judge, optimizer and
     attributor, checked against their endpoints before any work."""
     config, base_dir = session.config, session.base_dir
+    session.configure_cache()
     splits = splits_of(config, base_dir)
     lms, system, judge = build_components(config, base_dir, session.services)
     check_endpoints(lms, embedder=build_embedder(config.embedder), stop=session.services.stop)  # before any work

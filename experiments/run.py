@@ -147,6 +147,7 @@ def _build(session: AppSession[RunConfig]) -> _RunParts:
     """Data first (an empty file or split fails before anything is built), then LMs, system, judge and
     attributor, checked against their endpoints before any work; the run's name, tags and params."""
     config, base_dir = session.config, session.base_dir
+    session.configure_cache()
     dataset = run_split(config, base_dir)
     lms, system, judge = build_components(config, base_dir, session.services)
     check_endpoints(lms, embedder=build_embedder(config.embedder), stop=session.services.stop)  # before any work

@@ -5,7 +5,8 @@ the secrets of the composed config (`secret_guard.protect`: Hydra's saved files 
 console masked), pick the run folder and the config to use (`folder_of`: a fresh output folder, or a
 resumed run's folder and its saved config), validate that config into the app's typed record (every
 key checked before anything is built; a `ConfigError` naming the full key), point the MLflow client's
-timeouts and DSPy's response cache where the config says, and create the per-run services (stop
+timeouts where the config says (`configure_cache` points DSPy's response cache, before the first LM
+is built), and create the per-run services (stop
 token, one ledger of calls, retries and failures, local model servers) in one `RunServices`.
 
 Below this point the apps read the typed record (`session.config`) only; `session.source` is the
@@ -89,6 +90,10 @@ class AppSession(Generic[C]):
         """The run's tracker: the configured MLflow store, every value logged through it masked."""
         return RedactingTracker(MlflowTracker(self.config.tracking.uri), self.secrets)
 
+    def configure_cache(self) -> None:
+        """Point DSPy's response cache at the configured folder (before the first LM is built)."""
+        configure_cache(self.base_dir / self.config.cache_dir)
+
     def scrub(self, text: str) -> str:
         return scrub(text, self.secrets)
 
@@ -116,7 +121,7 @@ def open_session(
     servers: LocalServers | None = None,
     folder_of: FolderOf | None = None,
 ) -> AppSession[C]:
-    """Secrets masked, folder picked, config validated, tracking client and cache configured, services made."""
+    """Secrets masked, folder picked, config validated, tracking client configured, services made."""
     secrets = protect(given)  # first: Hydra's saved files scrubbed, logs and console masked
     base_dir = launch_dir()
     folder, plain = (folder_of or fresh_folder(command))(given, base_dir)
@@ -124,7 +129,6 @@ def open_session(
     configure_tracking_client(config.tracking.timeout_s, config.tracking.max_retries)  # fail fast when MLflow is down
     if plain is not given:
         secrets = (*secrets, *protect(plain))  # a resumed run's saved config may name other key variables
-    configure_cache(base_dir / config.cache_dir)
     services = RunServices(stop, RunLedger.with_failure_limit(config.max_failed_share), servers)
     return AppSession(command, config, MappingProxyType(dict(plain)), secrets, base_dir, RunFolder(folder),
                       console or app_console(), services)
