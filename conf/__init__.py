@@ -45,8 +45,8 @@ def _top_level(schema: type) -> dict:
 def store_schemas() -> None:
     cs = ConfigStore.instance()
     for backend, entry in ENTRY_BY_BACKEND.items():
-        defaults = defaults_of(entry.schema)
-        cs.store(group="schema/lm", name=backend, node={"task": {k: defaults[k] for k in entry.keys if k in defaults}})
+        defaults = {k: v for k, v in defaults_of(entry.schema).items() if k != "backend"}  # the YAML names it
+        cs.store(group="schema/lm", name=backend, node={"task": defaults})
     cs.store(group="schema/embedder", name="hashing", node={"dim": HASHING_DIM})
     cs.store(group="schema/embedder", name="openai", node=defaults_of(EmbedderConfig))
     for name in SYSTEMS:

@@ -17,28 +17,34 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import hydra
-from memtrace_loop.experiments.config import validated_attribute
+from memtrace_loop.experiments.config import AttributeConfig, validated_attribute
 from memtrace_loop.experiments.console import RichProgress, blame_table, setup_logging
 from memtrace_loop.experiments.console_layout import app_console
-from memtrace_loop.experiments.factory import attributor_of, launch_dir, local_models, resolve, to_plain
+from memtrace_loop.experiments.factory import (
+    attributor_of,
+    build_system,
+    launch_dir,
+    load_chosen_dataset,
+    local_models,
+    resolve,
+    to_plain,
+)
 from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.experiments.output_dirs import app_output_dir
 from memtrace_loop.experiments.secret_guard import guarded, protect
-from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.pipeline.analysis.attribution.protocol import TracedRun, attribute_run
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution
-from memtrace_loop.pipeline.analysis.attribution.registry import attributor_settings
 from memtrace_loop.pipeline.analysis.blame import aggregate_blame
-from memtrace_loop.pipeline.backends.embeddings import build_embedder
 from memtrace_loop.pipeline.backends.lm import configure_cache
 from memtrace_loop.pipeline.backends.local_server import LocalServers
 from memtrace_loop.pipeline.backends.registry import build_lm_set
-from memtrace_loop.pipeline.data.registry import load_dataset
+from memtrace_loop.pipeline.backends.services import RunServices
+from memtrace_loop.pipeline.core.run_folder import RunFolder
 from memtrace_loop.pipeline.loop.runner import make_judge
 from memtrace_loop.pipeline.tracking import metric_names as names
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
@@ -59,43 +65,50 @@ from rich.console import Console
 
 logger = logging.getLogger("memtrace.attribute")
 
-ATTRIBUTIONS_FILE = "attributions.json"
-BLAME_FILE = "blame.json"
+ATTRIBUTIONS_FILE = RunFolder.ATTRIBUTIONS
+BLAME_FILE = RunFolder.BLAME
 FROM_SOURCE = ("dataset", "memory_system", "embedder", "evaluation")  # taken from the source run's config
 
 
 
-def effective_config(plain: Mapping[str, Any], saved: SavedRun, use_run_config: bool) -> dict[str, Any]:
-    """This command's config with the source run's dataset, system, embedder and evaluation keys."""
-    merged = dict(plain)
+def merged_source(given: Mapping[str, Any], saved: SavedRun, use_run_config: bool) -> dict[str, Any]:
+    """This command's composed config with the source run's dataset, system, embedder and evaluation nodes."""
+    merged = dict(given)
     if use_run_config:
         merged.update({key: saved.config[key] for key in FROM_SOURCE if key in saved.config})
     return merged
 
 
+def effective_config(
+    given: Mapping[str, Any], saved: SavedRun, use_run_config: bool,
+    validate: Callable[[Mapping[str, Any]], AttributeConfig] = validated_attribute,
+) -> AttributeConfig:
+    """`merged_source`, validated (`validate`: `validated_report` for `memtrace report`'s config)."""
+    return validate(merged_source(given, saved, use_run_config))
+
+
 def attribute_saved_run(
-    saved: SavedRun, plain: Mapping[str, Any], base_dir: Path, progress: RichProgress | None = None,
+    saved: SavedRun, config: AttributeConfig, base_dir: Path, progress: RichProgress | None = None,
     servers: LocalServers | None = None,
 ) -> tuple[Attribution, ...]:
-    """Attribute every failure of `saved` with the attributor `plain` selects (the system and judge
-    are built, from `plain`, only when an LM is needed: verification or the LLM attributor; a `local`
+    """Attribute every failure of `saved` with the attributor `config` selects (the system and judge
+    are built, from `config`, only when an LM is needed: verification or the LLM attributor; a `local`
     LM is served by `servers`)."""
-    settings = attributor_settings(plain.get("attributor"))
-    needs_lm = settings.verify or plain["attributor"].get("name") == "llm"
+    needs_lm = config.attributor.settings.verify or config.attributor.name == "llm"
     lms = system = judge = None
     if needs_lm:
-        configure_cache(base_dir / plain["cache_dir"])
-        lms = build_lm_set(plain["lm"], servers=servers)
-        system = build_memory_system(plain["memory_system"], build_embedder(plain["embedder"]))
+        configure_cache(base_dir / config.cache_dir)
+        lms = build_lm_set(config.lm, RunServices(servers=servers))
+        system = build_system(config.memory_system, config.embedder)
         if saved.prompts is not None:
             system = system.with_prompts(saved.prompts)
         system.set_lm(lms.task)
         judge = make_judge(lms.judge)
-    attributor = attributor_of(plain, lms, system, judge)
-    dataset = load_dataset(plain["dataset"], base_dir)
+    attributor = attributor_of(config, lms, system, judge)
+    dataset = load_chosen_dataset(config.dataset, base_dir)
     run = TracedRun(
         saved.results, saved.graph_by_conversation, {c.id: c for c in dataset.conversations},
-        tuple(plain["evaluation"]["exclude_categories"]),
+        config.evaluation.exclude_categories,
     )
     if progress is None:
         return attribute_run(attributor, run)
@@ -114,14 +127,14 @@ def attribute(cfg: DictConfig | Mapping[str, Any], console: Console | None = Non
     out_dir = app_output_dir("attribute", base_dir)
     tracker = RedactingTracker(MlflowTracker(config.tracking.uri), secrets)
     if config.run_id is not None:
-        saved = download_saved_run(tracker, config.run_id, out_dir / "source")
+        saved = download_saved_run(tracker, config.run_id, RunFolder(out_dir).source)
     else:
         saved = read_saved_run(resolve(str(config.run_dir), base_dir))
-    plain = effective_config(given, saved, config.use_run_config)
+    config = effective_config(given, saved, config.use_run_config)
 
     started = time.perf_counter()
     with local_models() as servers, RichProgress(console) as progress:  # a `local` LM's server: stopped on the way out
-        attributions = attribute_saved_run(saved, plain, base_dir, progress, servers)
+        attributions = attribute_saved_run(saved, config, base_dir, progress, servers)
     elapsed = time.perf_counter() - started
     blame = aggregate_blame(attributions)
     attributions_path = out_dir / ATTRIBUTIONS_FILE
@@ -135,7 +148,7 @@ def attribute(cfg: DictConfig | Mapping[str, Any], console: Console | None = Non
     run_id = None
     if config.log:
         tracker.open_experiment(config.tracking.experiment)
-        attributor_name = plain["attributor"]["name"] + ("+replay" if plain["attributor"].get("verify") else "")
+        attributor_name = config.attributor.name + ("+replay" if config.attributor.settings.verify else "")
         with tracker.start_run(config.run_name or f"attribute-{attributor_name}") as run_id:
             tracker.set_tags(
                 {
@@ -143,11 +156,11 @@ def attribute(cfg: DictConfig | Mapping[str, Any], console: Console | None = Non
                     "memtrace.attributor": attributor_name,
                     "memtrace.source_run_id": config.run_id or "",
                     "memtrace.source_dir": "" if config.run_id else str(config.run_dir),
-                    "memtrace.system": str(plain["memory_system"].get("name", "")),
+                    "memtrace.system": config.memory_system.name,
                     "git_commit": git_commit(base_dir),
                 }
             )
-            log_params(tracker, flatten(plain), secrets)
+            log_params(tracker, flatten(merged_source(given, saved, config.use_run_config)), secrets)
             tracker.log_metrics(metrics)
             tracker.log_artifact(attributions_path)
             tracker.log_artifact(blame_path)

@@ -42,6 +42,7 @@ from memtrace_loop.pipeline.analysis.comparison import (
     compare_runs,
 )
 from memtrace_loop.pipeline.core.command_line import command_line
+from memtrace_loop.pipeline.core.run_folder import RunFolder
 from memtrace_loop.pipeline.tracking import metric_names as names
 from memtrace_loop.pipeline.tracking.comparison_report import markdown_report, rows_to_json
 from memtrace_loop.pipeline.tracking.loop_observer import TEST_QUESTIONS
@@ -57,7 +58,7 @@ logger = logging.getLogger("memtrace.compare")
 CALLS_METRIC = names.BUDGET_SPENT  # cumulative LM calls spent, step = iteration (the loop's budget)
 DEV_METRIC = names.quality(names.DEV, names.JUDGE_ACCURACY)  # the incumbent's dev accuracy, step = iteration
 BUDGET_PARAM = "loop.budget_calls"
-CHECKPOINT = "checkpoint.json"  # experiments.optimize.CHECKPOINT (not imported: it loads the whole app)
+CHECKPOINT = RunFolder.CHECKPOINT
 REPORT_NAMES = ("comparison.md", "comparison.png", "comparison.json")
 OPTIMIZE_RUNS = "tags.`memtrace.command` = 'optimize'"
 

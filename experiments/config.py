@@ -1,24 +1,26 @@
-"""The schemas of the apps' top-level configs and the one place a composed config is validated.
+"""The schemas of the apps' configs and the one place a composed config is validated.
 
-`RunConfig`, `OptimizeConfig`, `AttributeConfig`, `StagesConfig`, `ExportConfig`, `UploadConfig` and
-`CompareConfig` are frozen records of the keys of
-`conf/{run,optimize,attribute,stages,export,upload,compare}.yaml` outside the groups (`seed`, `workers`,
-`split`, `splits`, `evaluation`, `loop`, `tracking`, ...); their field defaults are THE defaults (the
-YAML files only select groups and wire interpolations; `conf/__init__.py` composes the tree from these
-defaults). Each group node is checked by its own registry's schema: `lm`
-(`LMConfig` per role), `embedder` (`EmbedderConfig`), `memory_system` (the system's knobs record),
-`dataset` (`pipeline.data.registry`), `optimizer` (`optimizers.registry`), `attributor`
-(`pipeline.analysis.attribution.registry`). `validated_run(plain)` etc. raise a `ConfigError` naming the
-full key for an unknown key, a wrong type or an out-of-range value. Nothing here builds or runs
-anything.
+`RunConfig`, `OptimizeConfig`, `AttributeConfig`, `ReportConfig`, `StagesConfig`, `ExportConfig`,
+`UploadConfig` and `CompareConfig` are the frozen app-config records of
+`conf/{run,optimize,attribute,report,stages,export,upload,compare}.yaml`. Their top-level fields (`seed`,
+`workers`, `split`, `splits`, `evaluation`, `loop`, `tracking`, ...) have THE defaults (the YAML files only
+select groups and wire interpolations; `conf/__init__.py` composes the tree from these defaults). Their
+group fields hold each group's validated record, parsed once by its registry's schema: `lm`
+(`LMSetConfig`: a per-backend record per role), `embedder` (`EmbedderConfig`), and, as `Chosen(name,
+settings)`, `memory_system` (the system's knobs record), `dataset` (`pipeline.data.registry`; its `kind`),
+`optimizer` (`optimizers.registry`) and `attributor` (`pipeline.analysis.attribution.registry`).
+`validated_run(plain)` etc. return that one record, or raise a `ConfigError` naming the full key for an
+unknown key, a wrong type or an out-of-range value (every failing key at once). Nothing below
+validation reads the composed mapping for a setting; nothing here builds or runs anything.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
 import pydantic
 from memtrace_loop.memory_systems.base import knobs_from_config
@@ -26,15 +28,47 @@ from memtrace_loop.memory_systems.registry import knobs_schema
 from memtrace_loop.optimizers.registry import optimizer_settings
 from memtrace_loop.pipeline.analysis.attribution.registry import attributor_settings
 from memtrace_loop.pipeline.backends.embeddings import EmbedderConfig
+from memtrace_loop.pipeline.backends.failure_guard import MAX_FAILED_SHARE
+from memtrace_loop.pipeline.backends.lm import LMSetConfig
 from memtrace_loop.pipeline.backends.registry import lm_set_configs
-from memtrace_loop.pipeline.core.config import ConfigError, parse_config, require, require_categories, require_text
+from memtrace_loop.pipeline.core.config import (
+    ConfigError,
+    field_names,
+    parse_config,
+    plain_of,
+    require,
+    require_categories,
+    require_text,
+)
 from memtrace_loop.pipeline.data.locomo import SPLIT_NAMES
 from memtrace_loop.pipeline.data.registry import dataset_config
 from memtrace_loop.pipeline.loop.optimization import LoopSettings
 
 _STRICT = pydantic.ConfigDict(extra="forbid")
-Group = dict[str, Any]  # a group node, checked by its registry
 T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Chosen(Generic[R]):
+    """A group whose option is picked by name (`memory_system`, `dataset`, `optimizer`, `attributor`): the
+    option's name (`name`, or the dataset's `kind`) and its validated settings record (knobs, dataset config,
+    optimizer or attributor settings)."""
+
+    name: str
+    settings: R
+
+    def node(self, key: str = "name") -> dict[str, Any]:
+        """The group as a plain config node (`key`: the option's key, `kind` for a dataset)."""
+        return {key: self.name, **plain_of(self.settings)}
+
+
+# A group field of an app record: its registry parses the node (`_GROUP_PARSERS`), so the top-level parse
+# passes the node through untouched and validation puts the typed record in its place.
+LMGroup = Annotated[LMSetConfig, pydantic.SkipValidation]
+EmbedderGroup = Annotated[EmbedderConfig, pydantic.SkipValidation]
+ChosenGroup = Annotated[Chosen[Any], pydantic.SkipValidation]
+LINEAGE = Chosen("lineage", attributor_settings({"name": "lineage"}))
 
 
 @dataclass(frozen=True)
@@ -112,10 +146,10 @@ class LoopConfig:
 class _AppConfig:
     """What `run` and `optimize` share."""
 
-    lm: Group
-    embedder: Group
-    memory_system: Group
-    dataset: Group
+    lm: LMGroup
+    embedder: EmbedderGroup
+    memory_system: ChosenGroup
+    dataset: ChosenGroup
     tracking: TrackingConfig
     splits: SplitsConfig
     evaluation: EvaluationConfig
@@ -124,7 +158,7 @@ class _AppConfig:
     workers: int = LoopSettings.workers  # threads for ingestion and answering (results do not depend on it)
     prompts: str | None = None  # an exported prompt set (JSON/YAML) to start from
     run_name: str | None = None
-    max_failed_share: float = 0.5  # the run stops (TooManyFailures) when more LM calls than this finally fail
+    max_failed_share: float = MAX_FAILED_SHARE  # the run stops (TooManyFailures) when more LM calls finally fail
 
     def __post_init__(self) -> None:
         require(self, workers=(1, None), seed=(0, None), max_failed_share=(0.0, 1.0))
@@ -135,7 +169,7 @@ class RunConfig(_AppConfig):
     """`memtrace run`."""
 
     split: Literal["all", "train", "dev", "test"] = "all"
-    attributor: Group = field(default_factory=lambda: {"name": "lineage"})  # attributes the failures
+    attributor: ChosenGroup = LINEAGE  # attributes the failures
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -150,8 +184,8 @@ class RunConfig(_AppConfig):
 class OptimizeConfig(_AppConfig):
     """`memtrace optimize`."""
 
-    optimizer: Group
-    attributor: Group = field(default_factory=lambda: {"name": "lineage"})  # checked by its registry
+    optimizer: ChosenGroup
+    attributor: ChosenGroup = LINEAGE
     loop: LoopConfig = field(default_factory=LoopConfig)
     resume: str | None = None  # a previous run directory (with checkpoint.json) to continue
     register_prompts: bool = True  # register accepted prompt sets in MLflow's prompt registry
@@ -180,11 +214,11 @@ class AttributeConfig:
     The dataset, memory system, embedder, excluded categories and prompts come from the source run's
     saved config when it has one (`use_run_config`); these keys are the fallback."""
 
-    lm: Group
-    embedder: Group
-    memory_system: Group
-    dataset: Group
-    attributor: Group
+    lm: LMGroup
+    embedder: EmbedderGroup
+    memory_system: ChosenGroup
+    dataset: ChosenGroup
+    attributor: ChosenGroup
     tracking: TrackingConfig
     evaluation: EvaluationConfig
     cache_dir: str
@@ -220,8 +254,8 @@ class ReportConfig(AttributeConfig):
 class StagesConfig:
     """`memtrace stages`."""
 
-    memory_system: Group
-    embedder: Group
+    memory_system: ChosenGroup
+    embedder: EmbedderGroup
     prompts: str | None = None
     format: Literal["table", "json"] = "table"
 
@@ -264,43 +298,71 @@ class ExportConfig:
     out: str = "best_prompts.json"
 
 
-def check_memory_system(node: Mapping[str, Any]) -> None:
+def _mapping(node: object, group: str) -> Mapping[str, Any]:
     if not isinstance(node, Mapping):
-        raise ConfigError(f"memory_system: must be a mapping, got {type(node).__name__}")
-    knobs_from_config(knobs_schema(node.get("name")), node)
+        raise ConfigError(f"{group}: must be a mapping, got {type(node).__name__}")
+    return node
 
 
-def _group_checks(plain: Mapping[str, Any]) -> list[Callable[[], object]]:
-    node = plain.get("optimizer")
-    checks: dict[str, Callable[[], object]] = {
-        "lm": lambda: lm_set_configs(plain["lm"]),
-        "embedder": lambda: EmbedderConfig.from_mapping(plain["embedder"]),
-        "memory_system": lambda: check_memory_system(plain["memory_system"]),
-        "dataset": lambda: dataset_config(plain["dataset"]),
-        "optimizer": lambda: optimizer_settings(node.get("name") if isinstance(node, Mapping) else None, node),
-        "attributor": lambda: attributor_settings(plain["attributor"]),
-    }
-    return [check for key, check in checks.items() if key in plain]
+def _memory_system(node: object) -> Chosen[Any]:
+    name = _mapping(node, "memory_system").get("name")
+    return Chosen(str(name), knobs_from_config(knobs_schema(name), _mapping(node, "memory_system")))
+
+
+def _dataset(node: object) -> Chosen[Any]:
+    return Chosen(str(_mapping(node, "dataset").get("kind")), dataset_config(_mapping(node, "dataset")))
+
+
+def _optimizer(node: object) -> Chosen[Any]:
+    given = _mapping(node, "optimizer")
+    return Chosen(str(given.get("name")), optimizer_settings(given.get("name"), given))
+
+
+def _attributor(node: object) -> Chosen[Any]:
+    settings = attributor_settings(node)
+    return Chosen(str(_mapping(node, "attributor").get("name", "lineage")), settings)
+
+
+# each group's registry parses its node into its record (every key checked, ConfigError naming it)
+_GROUP_PARSERS: Mapping[str, Callable[[Any], object]] = {
+    "lm": lm_set_configs,
+    "embedder": EmbedderConfig.from_mapping,
+    "memory_system": _memory_system,
+    "dataset": _dataset,
+    "optimizer": _optimizer,
+    "attributor": _attributor,
+}
+
+
+def _groups(plain: Mapping[str, Any], schema: type) -> tuple[dict[str, object], list[str]]:
+    """The typed record of every group node of `schema` in `plain`, and the errors of those that failed."""
+    records: dict[str, object] = {}
+    errors: list[str] = []
+    for key in field_names(schema):
+        if key in _GROUP_PARSERS and key in plain:
+            try:
+                records[key] = _GROUP_PARSERS[key](plain[key])
+            except ConfigError as error:
+                errors.append(str(error))
+    return records, errors
 
 
 def _validated(schema: type[T], plain: Mapping[str, Any]) -> T:
-    """`plain` as `schema` with every group node checked; every failing key is named (a value set once
-    and interpolated elsewhere, like `seed`, is named at each place it lands, the top-level key first)."""
+    """`plain` as `schema`, each group node replaced by its registry's record; every failing key is named
+    (a value set once and interpolated elsewhere, like `seed`, is named at each place it lands, the
+    top-level key first)."""
     errors: list[str] = []
     config: T | None = None
     try:
         config = parse_config(schema, plain, "")
     except ConfigError as error:
         errors.append(str(error))
-    for check in _group_checks(plain):
-        try:
-            check()
-        except ConfigError as error:
-            errors.append(str(error))
+    records, group_errors = _groups(plain, schema)
+    errors += group_errors
     if errors or config is None:
         parts = (part for error in errors for part in error.split("; "))
         raise ConfigError("; ".join(dict.fromkeys(parts)))  # a bad value inside a group may be seen twice
-    return config
+    return dataclasses.replace(config, **records)  # type: ignore[type-var]
 
 
 def validated_run(plain: Mapping[str, Any]) -> RunConfig:

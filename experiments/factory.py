@@ -1,13 +1,15 @@
-"""Turning a composed (and validated, see `experiments.config`) Hydra config into the objects a run
-needs: dataset split, LMs, system, judge, attributor. Config names meet constructors through the registries
-(`pipeline.backends.registry`, `pipeline.data.registry`, `memory_systems.registry`,
-`optimizers.registry`, `pipeline.analysis.attribution.registry`). It does not run anything and does not log.
+"""Turning a validated app config (`experiments.config`) into the objects a run needs: dataset split,
+LMs, system, judge, optimizer, attributor. Every builder takes the typed records validation made (no
+config mapping is read here) and meets constructors through the registries (`pipeline.backends.registry`,
+`pipeline.data.registry`, `memory_systems.registry`, `optimizers.registry`,
+`pipeline.analysis.attribution.registry`); the run's stop token, ledger and local servers come in one
+`RunServices`. It does not run anything and does not log.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -15,25 +17,25 @@ from typing import Any
 import dspy
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from memtrace_loop.experiments.config import AttributeConfig, Chosen, OptimizeConfig, RunConfig
 from memtrace_loop.memory_systems.base import MemorySystem
-from memtrace_loop.memory_systems.registry import build_memory_system
+from memtrace_loop.memory_systems.registry import build_memory_system, spec_of
+from memtrace_loop.optimizers.base import Optimizer, OptimizerSetup
+from memtrace_loop.optimizers.registry import optimizer_spec
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
-from memtrace_loop.pipeline.analysis.attribution.registry import build_attributor
-from memtrace_loop.pipeline.backends.call_count import CallLedger
-from memtrace_loop.pipeline.backends.embeddings import build_embedder
-from memtrace_loop.pipeline.backends.failure_guard import FailureGuard
+from memtrace_loop.pipeline.analysis.attribution.registry import attributor_from_settings
+from memtrace_loop.pipeline.backends.embeddings import EmbedderConfig, build_embedder
 from memtrace_loop.pipeline.backends.lm import LMSet
 from memtrace_loop.pipeline.backends.local_server import LocalServers
 from memtrace_loop.pipeline.backends.registry import build_lm_set
-from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
+from memtrace_loop.pipeline.backends.services import RunServices
 from memtrace_loop.pipeline.backends.structured_output import StructuredOutputAdapter
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.prompt_files import read_prompts
 from memtrace_loop.pipeline.core.records import Dataset
 from memtrace_loop.pipeline.core.redaction import config_secrets
-from memtrace_loop.pipeline.core.stop import StopToken
 from memtrace_loop.pipeline.data.locomo import SPLIT_NAMES, Split, split_by_conversation
-from memtrace_loop.pipeline.data.registry import load_dataset
+from memtrace_loop.pipeline.data.registry import DATASETS, load_dataset
 from memtrace_loop.pipeline.loop.runner import make_judge
 from memtrace_loop.pipeline.tracking.export import apply_prompts
 from omegaconf import DictConfig, OmegaConf
@@ -60,7 +62,7 @@ def with_prompt_file(system: MemorySystem, prompts: str | Path | None, base_dir:
     return apply_prompts(system, read_prompts(resolve(prompts, base_dir))) if prompts else system
 
 
-def select_split(dataset: Dataset, split: str, fractions: list[float], seed: int) -> Dataset:
+def select_split(dataset: Dataset, split: str, fractions: Sequence[float], seed: int) -> Dataset:
     """`all`, or one split of a seeded split by conversation (ValueError naming an unknown split; an
     `EmptySplitError`, a ConfigError, naming the split and `splits.fractions` for an empty one)."""
     if split == "all":
@@ -74,27 +76,34 @@ def secret_values(cfg: Mapping[str, Any]) -> tuple[str, ...]:
     return config_secrets(cfg, os.environ)
 
 
+def load_chosen_dataset(dataset: Chosen[Any], base_dir: Path) -> Dataset:
+    """The whole dataset of the validated `dataset` group."""
+    return DATASETS.get(dataset.name).load(dataset.settings, base_dir)
+
+
+def build_system(memory_system: Chosen[Any], embedder: EmbedderConfig) -> MemorySystem:
+    """The memory system of the validated `memory_system` group (its knobs record) on the configured embedder."""
+    return spec_of(memory_system.name).build(memory_system.settings, build_embedder(embedder))
+
+
 def build_components(
-    plain: Mapping[str, Any],
-    base_dir: Path,
-    calls: CallLedger | None = None,
-    *,
-    stop: StopToken | None = None,
-    guard: FailureGuard | None = None,
-    retries: RetryLedger | None = None,
-    servers: LocalServers | None = None,
+    config: RunConfig | OptimizeConfig, base_dir: Path, services: RunServices | None = None
 ) -> tuple[LMSet, MemorySystem, dspy.Predict]:
-    """The LMs, the memory system (task LM set, `prompts` file applied if given) and the judge. With
-    `calls`, every LM is a copy counting its role's calls into that ledger; `stop`, `guard` and
-    `retries` are the run's stop token, failure guard and retry ledger, shared by every LM; `servers`
-    the run's local llama.cpp servers (`lm=local`; see `local_models`)."""
-    lms = build_lm_set(plain["lm"], stop=stop, guard=guard, retries=retries, servers=servers)
-    if calls is not None:
-        lms = calls.counted(lms)
-    system = build_memory_system(plain["memory_system"], build_embedder(plain["embedder"]))
-    system = with_prompt_file(system, plain.get("prompts"), base_dir)
+    """The LMs, the memory system (task LM set, `prompts` file applied if given) and the judge. Every LM
+    shares the run's `services` (stop token, ledger: each counts its role's calls into it, local servers)."""
+    lms = build_lm_set(config.lm, services)
+    system = with_prompt_file(build_system(config.memory_system, config.embedder), config.prompts, base_dir)
     system.set_lm(lms.task)
     return lms, system, make_judge(lms.judge)
+
+
+def build_optimizer(
+    config: OptimizeConfig, lms: LMSet, system: MemorySystem, attributor: Attributor, work_dir: Path
+) -> Optimizer:
+    """The optimizer of the validated `optimizer` group, built once for its run: rewriting with the
+    rewriter LM, on `system`, with the loop's `attributor`, keeping its own files under `work_dir`."""
+    setup = OptimizerSetup(config.optimizer.settings, lms.rewriter, system, attributor, work_dir)
+    return optimizer_spec(config.optimizer.name).build(setup)
 
 
 @contextmanager
@@ -118,10 +127,14 @@ __all__ = [
     "attributor_of",
     "build_components",
     "build_memory_system",
+    "build_optimizer",
+    "build_system",
     "launch_dir",
+    "load_chosen_dataset",
     "load_dataset",
     "local_models",
     "resolve",
+    "run_split",
     "secret_values",
     "select_split",
     "splits_of",
@@ -131,18 +144,23 @@ __all__ = [
 
 
 def attributor_of(
-    plain: Mapping[str, Any], lms: LMSet | None, system: MemorySystem | None, judge: dspy.Predict | None
+    config: RunConfig | OptimizeConfig | AttributeConfig, lms: LMSet | None, system: MemorySystem | None,
+    judge: dspy.Predict | None,
 ) -> Attributor:
-    """The attributor the `attributor` node selects (lineage when the config has none), with the run's
-    embedder for matching by meaning and `system` + `judge` for replay verification."""
-    node = plain.get("attributor") or {"name": "lineage"}
-    embedder = build_embedder(plain["embedder"]) if "embedder" in plain else None
-    return build_attributor(node, lms, system, judge, embedder)
+    """The attributor the validated `attributor` group selects, with the run's embedder for matching by
+    meaning and `system` + `judge` for replay verification."""
+    chosen = config.attributor
+    return attributor_from_settings(chosen.name, chosen.settings, lms, system, judge, build_embedder(config.embedder))
 
 
-def splits_of(plain: Mapping[str, Any], base_dir: Path) -> Split:
+def splits_of(config: OptimizeConfig, base_dir: Path) -> Split:
     """Train / dev / test of the configured dataset, each with conversations and questions (else an
     `EmptySplitError` naming the split and `splits.fractions`)."""
-    dataset = load_dataset(plain["dataset"], base_dir)
-    split = split_by_conversation(dataset, tuple(plain["splits"]["fractions"]), int(plain["splits"]["seed"]))
-    return split.require(*SPLIT_NAMES)
+    dataset = load_chosen_dataset(config.dataset, base_dir)
+    return split_by_conversation(dataset, config.splits.fractions, config.splits.seed).require(*SPLIT_NAMES)
+
+
+def run_split(config: RunConfig, base_dir: Path) -> Dataset:
+    """The dataset split `memtrace run` runs on (`split=all`: the whole dataset)."""
+    dataset = load_chosen_dataset(config.dataset, base_dir)
+    return select_split(dataset, config.split, config.splits.fractions, config.splits.seed)

@@ -37,6 +37,7 @@ from memtrace_loop.pipeline.analysis.attribution.records import Attribution
 from memtrace_loop.pipeline.analysis.blame import BlameTable, aggregate_blame
 from memtrace_loop.pipeline.analysis.diagnosis import Diagnosis, diagnose
 from memtrace_loop.pipeline.core.records import CaseResult, Dataset
+from memtrace_loop.pipeline.core.run_folder import RunFolder
 from memtrace_loop.pipeline.core.stop import StopToken
 from memtrace_loop.pipeline.loop.optimization import LoopResult
 from memtrace_loop.pipeline.loop.runner import RunResult
@@ -48,11 +49,11 @@ from memtrace_loop.pipeline.tracking.run_logging import (
     scrub,
 )
 
-ATTRIBUTIONS_FILE = "attributions.json"
-BLAME_FILE = "blame.json"
-DIAGNOSIS_JSON = "diagnosis.json"
-DIAGNOSIS_MD = "diagnosis.md"
-ATTRIBUTIONS_TABLE = "attributions_table.json"
+ATTRIBUTIONS_FILE = RunFolder.ATTRIBUTIONS
+BLAME_FILE = RunFolder.BLAME
+DIAGNOSIS_JSON = RunFolder.DIAGNOSIS_JSON
+DIAGNOSIS_MD = RunFolder.DIAGNOSIS_MD
+ATTRIBUTIONS_TABLE = RunFolder.ATTRIBUTIONS_TABLE
 
 
 class PhaseProgress(Protocol):

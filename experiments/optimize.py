@@ -14,12 +14,15 @@ import json
 import logging
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import dspy
 import hydra
-from memtrace_loop.experiments.config import validated_optimize
+from memtrace_loop.experiments.config import OptimizeConfig, validated_optimize
 from memtrace_loop.experiments.console import (
     RichProgress,
     budget_line,
@@ -28,11 +31,10 @@ from memtrace_loop.experiments.console import (
     loop_tables,
     setup_logging,
 )
-from memtrace_loop.experiments.console_layout import app_console
 from memtrace_loop.experiments.factory import (
     attributor_of,
     build_components,
-    launch_dir,
+    build_optimizer,
     local_models,
     resolve,
     secret_values,
@@ -43,28 +45,28 @@ from memtrace_loop.experiments.failure_analysis import loop_diagnosis, write_dia
 from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.experiments.output_dirs import app_output_dir
 from memtrace_loop.experiments.run_names import run_name as sweep_run_name
-from memtrace_loop.experiments.secret_guard import guarded, protect
-from memtrace_loop.experiments.sim_notice import stand_in_notice, stand_in_tags
+from memtrace_loop.experiments.secret_guard import guarded
+from memtrace_loop.experiments.session import AppSession, open_session
+from memtrace_loop.experiments.sim_notice import stand_in_tags
 from memtrace_loop.memory_systems.base import MemorySystem
+from memtrace_loop.optimizers.base import Optimizer
 from memtrace_loop.optimizers.gepa_program import save_program_state
-from memtrace_loop.optimizers.registry import build_optimizer
-from memtrace_loop.pipeline.backends.call_count import CallLedger
+from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
+from memtrace_loop.pipeline.analysis.diagnosis import Diagnosis
 from memtrace_loop.pipeline.backends.embeddings import build_embedder
-from memtrace_loop.pipeline.backends.failure_guard import FailureGuard
-from memtrace_loop.pipeline.backends.lm import configure_cache
-from memtrace_loop.pipeline.backends.local_server import LocalServers
+from memtrace_loop.pipeline.backends.lm import LMSet
 from memtrace_loop.pipeline.backends.preflight import check_endpoints
-from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
 from memtrace_loop.pipeline.core.command_line import command_line
 from memtrace_loop.pipeline.core.prompt_files import ExportedPrompts, write_prompts
 from memtrace_loop.pipeline.core.redaction import redact_tree, restore_tree
+from memtrace_loop.pipeline.core.run_folder import RunFolder
 from memtrace_loop.pipeline.core.stop import Interrupted, StopToken
+from memtrace_loop.pipeline.data.locomo import Split
 from memtrace_loop.pipeline.loop.checkpoint import CheckpointError, mark_checkpoint_finished, read_checkpoint
 from memtrace_loop.pipeline.loop.optimization import LoopResult, OptimizationLoop, Splits
 from memtrace_loop.pipeline.report.run_report import report_for_loop
 from memtrace_loop.pipeline.tracking.loop_observer import TrackingLoopObserver
 from memtrace_loop.pipeline.tracking.metric_names import ELAPSED_S
-from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.redacting_tracker import RedactingTracker
 from memtrace_loop.pipeline.tracking.run_logging import (
     dataset_input,
@@ -74,31 +76,27 @@ from memtrace_loop.pipeline.tracking.run_logging import (
     log_params,
     process_tags,
     retry_metrics,
-    scrub,
 )
-from memtrace_loop.pipeline.tracking.store_access import (
-    TrackingUnavailable,
-    configure_tracking_client,
-    tracking_available,
-)
+from memtrace_loop.pipeline.tracking.store_access import TrackingUnavailable, tracking_available
 from omegaconf import DictConfig
 from rich.console import Console
 
 logger = logging.getLogger("memtrace.optimize")
 
-CHECKPOINT = "checkpoint.json"
-SAVED_CONFIG = "config.json"
+CHECKPOINT = RunFolder.CHECKPOINT
+SAVED_CONFIG = RunFolder.CONFIG
 NOT_PART_OF_A_RUN = ("resume", "run_name", "workers")  # may differ when resuming
 
 
-def config_digest(plain: dict[str, Any]) -> str:
+def config_digest(plain: Mapping[str, Any]) -> str:
     kept = {k: v for k, v in plain.items() if k not in NOT_PART_OF_A_RUN}
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _run_dir(plain: dict[str, Any], base_dir: Path) -> tuple[Path, dict[str, Any], bool]:
-    """(run directory, the config to use, resuming?) — a resumed run uses the config it was started with
-    (overrides given with `resume=` other than `workers` are ignored, with a warning naming them)."""
+def _run_dir(plain: Mapping[str, Any], base_dir: Path) -> tuple[Path, Mapping[str, Any]]:
+    """(run directory, the config to use) — a resumed run uses the config it was started with (overrides
+    given with `resume=` other than `workers` are ignored, with a warning naming them); a new run's
+    config is saved in its folder first (secrets redacted)."""
     if plain.get("resume"):
         run_dir = resolve(str(plain["resume"]), base_dir)
         saved = run_dir / SAVED_CONFIG
@@ -113,11 +111,12 @@ def _run_dir(plain: dict[str, Any], base_dir: Path) -> tuple[Path, dict[str, Any
                 ", ".join(ignored),
             )
         config["workers"] = plain["workers"]
-        return run_dir, config, True
+        config["resume"] = plain["resume"]  # not part of a run (left out of its digest): says it is resumed
+        return run_dir, config
     run_dir = app_output_dir("optimize", base_dir)
-    saved = redact_tree(plain, secret_values(plain))  # no key in api_base reaches the disk
+    saved = redact_tree(dict(plain), secret_values(plain))  # no key in api_base reaches the disk
     (run_dir / SAVED_CONFIG).write_text(json.dumps(saved, indent=2), encoding="utf-8")
-    return run_dir, plain, False
+    return run_dir, plain
 
 
 def ignored_overrides(given: Mapping[str, Any], saved: Mapping[str, Any]) -> list[str]:
@@ -129,7 +128,7 @@ def ignored_overrides(given: Mapping[str, Any], saved: Mapping[str, Any]) -> lis
     )
 
 
-def check_resumable(run_dir: Path, plain: dict[str, Any]) -> dict[str, Any]:
+def check_resumable(run_dir: Path, plain: Mapping[str, Any]) -> dict[str, Any]:
     """The checkpoint of `run_dir`, after checking it may be resumed with `plain` (the saved config):
     `CheckpointError` when it was written by another configuration. Nothing in MLflow is touched."""
     checkpoint = read_checkpoint(run_dir / CHECKPOINT)
@@ -169,162 +168,215 @@ def export_best(
         system_name, result.final_prompts, source_run=run_id,
         metrics={k: v for k, v in metrics.items() if math.isfinite(v)}, knobs=knobs,
     )
-    return [write_prompts(exported, run_dir / name) for name in ("best_prompts.json", "best_prompts.yaml")]
+    return [write_prompts(exported, path) for path in RunFolder(run_dir).best_prompts]
 
 
 def export_program(result: LoopResult, system: MemorySystem, run_dir: Path) -> Path:
     """The final prompt set as a DSPy program state (best_program.json; `MemoryProgram(system).load`)."""
-    return save_program_state(system, result.final_prompts, run_dir / "best_program.json")
+    return save_program_state(system, result.final_prompts, RunFolder(run_dir).best_program)
+
+
+@dataclass(frozen=True)
+class _LoopParts:
+    """What one `memtrace optimize` works with, built from the session before any work."""
+
+    splits: Split
+    lms: LMSet
+    system: MemorySystem
+    judge: dspy.Predict
+    optimizer: Optimizer
+    attributor: Attributor
+
+
+@dataclass(frozen=True)
+class _Finished:
+    """What the finished loop left: exported prompts, plots, report and the train diagnosis."""
+
+    result: LoopResult
+    paths: list[Path]
+    plots: list[Path]
+    report: Path
+    diagnosed: int | None  # the iteration whose train failures were diagnosed (None: none attributed)
+    diagnosis: Diagnosis
+    improved: bool
+    elapsed: float
 
 
 def optimize(cfg: DictConfig, console: Console | None = None, stop: StopToken | None = None) -> dict[str, Any]:
     """`_optimize` inside the run's local model servers (`lm=local`: started on demand, stopped on the way out)."""
     with local_models() as servers:
-        return _optimize(cfg, console, stop, servers)
+        session = open_session("optimize", to_plain(cfg), validated_optimize, console=console, stop=stop,
+                               servers=servers, folder_of=_run_dir)
+        return _optimize(session)
 
 
-def _optimize(  # noqa: C901 - made thin by the app-session change (issue 21 item 4)
-    cfg: DictConfig, console: Console | None, stop: StopToken | None, servers: LocalServers
-) -> dict[str, Any]:
+def _optimize(session: AppSession[OptimizeConfig]) -> dict[str, Any]:
     """Run the loop end to end; returns run id, paths and the headline numbers. `resume=` of a finished
-    run is a no-op that says so; an interruption (`stop`) leaves the last checkpoint and a KILLED run."""
-    console = console or app_console()
-    base_dir = launch_dir()
-    given = to_plain(cfg)
-    secrets = protect(given)  # first: Hydra's saved files scrubbed, logs and console masked
-    run_dir, plain, resuming = _run_dir(given, base_dir)
-    config = validated_optimize(plain)  # every key checked before anything is built (ConfigError naming the key)
-    configure_tracking_client(config.tracking.timeout_s, config.tracking.max_retries)  # fail fast when MLflow is down
-    secrets = (*secrets, *protect(plain))  # a resumed run's saved config may name other key variables
-    checkpoint = check_resumable(run_dir, plain) if resuming else {}
+    run is a no-op that says so; an interruption (the stop token) leaves the last checkpoint and a KILLED run."""
+    config, folder = session.config, session.folder
+    resuming = config.resume is not None
+    checkpoint = check_resumable(folder.root, session.source) if resuming else {}
     if checkpoint.get("finished"):
-        return _already_finished(run_dir, checkpoint, console)
-    unreachable = tracking_available(plain["tracking"]["uri"], config.tracking.timeout_s)
-    if unreachable is not None:  # every iteration is logged: fail before any LM work rather than lose it
+        return _already_finished(folder.root, checkpoint, session.console)
+    _require_store(session)
+    parts = _build(session)
+    tracker = session.tracker()
+    tracker.open_experiment(config.tracking.experiment)
+    parent_id = _resumed_parent(tracker, checkpoint) if resuming else None
+    run_name = sweep_run_name("optimize", config.run_name, f"optimize-{parts.system.name}-{config.optimizer.name}")
+    started = time.perf_counter()
+    with _resume_note(folder), tracker.start_run(None if parent_id else run_name, run_id=parent_id) as run_id:
+        if not resuming:
+            _log_start(session, parts, tracker)
+        observer = TrackingLoopObserver(tracker, parts.system.name, session.secrets, config.register_prompts)
+        with RichProgress(session.console) as progress:
+            loop = OptimizationLoop(
+                parts.system, parts.judge, parts.optimizer, Splits(parts.splits.train, parts.splits.dev,
+                                                                   parts.splits.test),
+                config.loop_settings(), checkpoint=folder.checkpoint, config_digest=config_digest(session.source),
+                observers=[observer], progress=progress, checkpoint_extra=lambda: {"mlflow_run_id": run_id},
+                attributor=parts.attributor, calls=session.ledger.calls, stop=session.services.stop,
+            )
+            result = loop.run(resume=resuming)
+        if session.services.stop is not None:
+            session.services.stop.check()  # interrupted during the final test evaluation: no export
+        finished = _finish(session, parts, tracker, result, run_id, run_name, started)
+    _print_summary(session, parts.system, finished, run_id)
+    return {
+        "run_id": run_id, "run_dir": str(folder.root), "exported": [str(p) for p in finished.paths],
+        "test_start": result.test_start.report.overall.judge_accuracy,
+        "test_final": result.test_final.report.overall.judge_accuracy,
+        "result": result, "calls": session.ledger.calls, "improved": finished.improved,
+    }
+
+
+def _require_store(session: AppSession[OptimizeConfig]) -> None:
+    """Every iteration is logged: fail before any LM work rather than lose it."""
+    tracking = session.config.tracking
+    unreachable = tracking_available(tracking.uri, tracking.timeout_s)
+    if unreachable is not None:
         raise TrackingUnavailable(
-            f"MLflow unreachable at {plain['tracking']['uri']} ({unreachable}); the loop logs every iteration "
+            f"MLflow unreachable at {tracking.uri} ({unreachable}); the loop logs every iteration "
             "there: start it again when the store is back (nothing was run)"
         )
-    configure_cache(base_dir / plain["cache_dir"])
-    calls = CallLedger()  # every LM below counts its role's calls into it (GEPA's own calls included)
-    parts = splits_of(plain, base_dir)  # data first; an empty split is an EmptySplitError naming splits.fractions
-    retries, guard = RetryLedger(), FailureGuard(config.max_failed_share)
-    lms, system, judge = build_components(plain, base_dir, calls, stop=stop, guard=guard, retries=retries,
-                                           servers=servers)
-    check_endpoints(lms, embedder=build_embedder(plain["embedder"]), stop=stop)  # before any work
-    settings = config.loop_settings()
-    attributor = attributor_of(plain, lms, system, judge)
-    optimizer = build_optimizer(plain["optimizer"]["name"], lms.rewriter, plain["optimizer"], system=system,
-                                attributor=attributor, work_dir=run_dir / "optimizer")
-    notice = stand_in_notice(plain)  # the stand-in LM on a real dataset: said at the start, the end, tag, report
-    if notice:
-        logger.warning(notice)
 
-    tracker = RedactingTracker(MlflowTracker(plain["tracking"]["uri"]), secrets)
-    tracker.open_experiment(plain["tracking"]["experiment"])
-    parent_id = checkpoint.get("mlflow_run_id") if resuming else None
-    if parent_id:  # iterations started after the checkpoint (a kill mid-iteration) are redone: drop their runs
+
+def _build(session: AppSession[OptimizeConfig]) -> _LoopParts:
+    """Data first (an empty split is an EmptySplitError naming splits.fractions), then LMs (every one
+    counting its role's calls into the run's ledger, GEPA's own included), system, judge, optimizer and
+    attributor, checked against their endpoints before any work."""
+    config, base_dir = session.config, session.base_dir
+    session.configure_cache()
+    splits = splits_of(config, base_dir)
+    lms, system, judge = build_components(config, base_dir, session.services)
+    check_endpoints(lms, embedder=build_embedder(config.embedder), stop=session.services.stop)  # before any work
+    attributor = attributor_of(config, lms, system, judge)
+    optimizer = build_optimizer(config, lms, system, attributor, session.folder.root / RunFolder.OPTIMIZER)
+    if session.notice:
+        logger.warning(session.notice)
+    return _LoopParts(splits, lms, system, judge, optimizer, attributor)
+
+
+def _resumed_parent(tracker: RedactingTracker, checkpoint: Mapping[str, Any]) -> str | None:
+    """The MLflow run a resumed run continues; iterations started after the checkpoint (a kill
+    mid-iteration) are redone, so their nested runs are dropped."""
+    parent_id = checkpoint.get("mlflow_run_id")
+    if parent_id:
         dropped = tracker.delete_children(parent_id, "memtrace.iteration", int(checkpoint["iteration"]))
         if dropped:
             logger.info("resume: deleted %d nested run(s) of iterations the checkpoint did not record", len(dropped))
-    run_name = sweep_run_name("optimize", config.run_name, f"optimize-{system.name}-{plain['optimizer']['name']}")
-    started = time.perf_counter()
+    return parent_id
+
+
+@contextmanager
+def _resume_note(folder: RunFolder) -> Iterator[None]:
+    """An error leaving a checkpoint behind says how to resume."""
     try:
-        with tracker.start_run(None if parent_id else run_name, run_id=parent_id) as run_id:
-            if not resuming:
-                tracker.set_tags(
-                    {
-                        "memtrace.command": "optimize",
-                        "memtrace.system": system.name,
-                        "memtrace.dataset": parts.train.name,
-                        "memtrace.optimizer": plain["optimizer"]["name"],
-                        "memtrace.attributor": attributor.name,
-                        "git_commit": git_commit(base_dir),
-                        **stand_in_tags(plain),
-                        **process_tags(),
-                    }
-                )
-                log_params(tracker, flatten(plain), secrets)
-                tracker.log_params({"split.train_conversations": len(parts.train.conversations),
-                                   "split.dev_conversations": len(parts.dev.conversations),
-                                   "split.test_conversations": len(parts.test.conversations)})
-                source = dataset_source(plain["dataset"], base_dir)
-                for context, part in (("train", parts.train), ("dev", parts.dev), ("test", parts.test)):
-                    tracker.log_dataset(dataset_input(part, context, context, source))
-            observer = TrackingLoopObserver(tracker, system.name, secrets, config.register_prompts)
-            with RichProgress(console) as progress:
-                loop = OptimizationLoop(
-                    system, judge, optimizer, Splits(parts.train, parts.dev, parts.test), settings,
-                    checkpoint=run_dir / CHECKPOINT, config_digest=config_digest(plain), observers=[observer],
-                    progress=progress, checkpoint_extra=lambda: {"mlflow_run_id": run_id},
-                    attributor=attributor, calls=calls, stop=stop,
-                )
-                result = loop.run(resume=resuming)
-            if stop is not None:
-                stop.check()  # interrupted during the final test evaluation: no export
-            improved = result.final_prompts != result.start_prompts or bool(result.final_knobs)
-            tracker.set_tags({"memtrace.improved": str(improved).lower()})
-            final_knobs = system.with_knobs(result.final_knobs).non_default_knobs()
-            paths = export_best(result, system.name, run_id, run_dir, final_knobs)
-            for path in paths:
-                tracker.log_artifact(path, "export")
-            tracker.log_artifact(export_program(result, system, run_dir), "program")
-            for table in sorted((run_dir / "optimizer").glob("*/*.json")):  # e.g. GEPA's candidate pools
-                tracker.log_artifact(table, f"optimizer/{table.parent.name}")
-            plots = TrackingLoopObserver.plots(result, run_dir)
-            diagnosed, diagnosis = loop_diagnosis(result, lms.attributor)  # latest attributed train failures
-            for path in write_diagnosis(run_dir, diagnosis, secrets):
-                tracker.log_artifact(path)
-            report = report_for_loop(  # the final test failures (lineage), scores per iteration, accepted rewrites
-                result, run_dir, title=f"{run_name}: {system.name}",
-                conversation_by_id={c.id: c for c in parts.test.conversations},
-                diagnosis=diagnosis, diagnosis_scope=f"Train failures of iteration {diagnosed}: ",
-                meta={"system": system.name, "optimizer": plain["optimizer"]["name"], "attributor": attributor.name},
-                banner=notice,
-            )
-            tracker.log_artifact(report)
-            elapsed = time.perf_counter() - started
-            tracker.log_metrics({ELAPSED_S: elapsed, **retry_metrics(retries.tally())})
-            mark_finished(run_dir / CHECKPOINT, result, paths)
+        yield
     except (Interrupted, KeyboardInterrupt) as error:
-        error.add_note(f"the last checkpoint is kept; resume with: {resume_command(run_dir)}")
+        error.add_note(f"the last checkpoint is kept; resume with: {resume_command(folder.root)}")
         raise
     except Exception as error:  # e.g. MLflow went down mid-run: the finished iterations are checkpointed
-        if (run_dir / CHECKPOINT).exists():
-            error.add_note(f"the last checkpoint is kept; resume with: {resume_command(run_dir)}")
+        if folder.checkpoint.exists():
+            error.add_note(f"the last checkpoint is kept; resume with: {resume_command(folder.root)}")
         raise
 
-    for shown in loop_tables(result, system.name):
-        console.print(shown)
-    console.print(diagnosis_panel(diagnosis, f"diagnosis: train failures of iteration {diagnosed}"))
-    uri = scrub(plain["tracking"]["uri"], secrets)
+
+def _log_start(session: AppSession[OptimizeConfig], parts: _LoopParts, tracker: RedactingTracker) -> None:
+    """A new run's tags, params (the whole config, secrets masked), split sizes and datasets."""
+    config, splits = session.config, parts.splits
+    tracker.set_tags({
+        "memtrace.command": "optimize", "memtrace.system": parts.system.name,
+        "memtrace.dataset": splits.train.name, "memtrace.optimizer": config.optimizer.name,
+        "memtrace.attributor": parts.attributor.name, "git_commit": git_commit(session.base_dir),
+        **stand_in_tags(config), **process_tags(),
+    })
+    log_params(tracker, flatten(dict(session.source)), session.secrets)
+    tracker.log_params({f"split.{name}_conversations": len(getattr(splits, name).conversations)
+                        for name in ("train", "dev", "test")})
+    source = dataset_source(session.config.dataset.node("kind"), session.base_dir)
+    for context in ("train", "dev", "test"):
+        tracker.log_dataset(dataset_input(getattr(splits, context), context, context, source))
+
+
+def _finish(
+    session: AppSession[OptimizeConfig], parts: _LoopParts, tracker: RedactingTracker, result: LoopResult,
+    run_id: str, run_name: str, started: float,
+) -> _Finished:
+    """Export the best prompt set and program, the plots, the diagnosis and the report; log them; mark
+    the checkpoint finished."""
+    folder, system = session.folder, parts.system
+    improved = result.final_prompts != result.start_prompts or bool(result.final_knobs)
+    tracker.set_tags({"memtrace.improved": str(improved).lower()})
+    final_knobs = system.with_knobs(result.final_knobs).non_default_knobs()
+    paths = export_best(result, system.name, run_id, folder.root, final_knobs)
+    for path in paths:
+        tracker.log_artifact(path, "export")
+    tracker.log_artifact(export_program(result, system, folder.root), "program")
+    for table in folder.optimizer_tables:  # e.g. GEPA's candidate pools
+        tracker.log_artifact(table, f"optimizer/{table.parent.name}")
+    plots = TrackingLoopObserver.plots(result, folder.root)
+    diagnosed, diagnosis = loop_diagnosis(result, parts.lms.attributor)  # latest attributed train failures
+    for path in write_diagnosis(folder.root, diagnosis, session.secrets):
+        tracker.log_artifact(path)
+    report = report_for_loop(  # the final test failures (lineage), scores per iteration, accepted rewrites
+        result, folder.root, title=f"{run_name}: {system.name}",
+        conversation_by_id={c.id: c for c in parts.splits.test.conversations},
+        diagnosis=diagnosis, diagnosis_scope=f"Train failures of iteration {diagnosed}: ",
+        meta={"system": system.name, "optimizer": session.config.optimizer.name, "attributor": parts.attributor.name},
+        banner=session.notice,
+    )
+    tracker.log_artifact(report)
+    elapsed = time.perf_counter() - started
+    tracker.log_metrics({ELAPSED_S: elapsed, **retry_metrics(session.ledger.retry_tally())})
+    mark_finished(folder.checkpoint, result, paths)
+    return _Finished(result, paths, plots, report, diagnosed, diagnosis, improved, elapsed)
+
+
+def _print_summary(session: AppSession[OptimizeConfig], system: MemorySystem, done: _Finished, run_id: str) -> None:
+    console, result, settings = session.console, done.result, session.config.loop
+    for table in loop_tables(result, system.name):
+        console.print(table)
+    console.print(diagnosis_panel(done.diagnosis, f"diagnosis: train failures of iteration {done.diagnosed}"))
     console.print(calls_table(result.calls, result.lm_calls_saved))
-    console.print(budget_line(result, settings.budget_calls, settings.budget_counts_cached) + f"; {elapsed:.1f} s")
-    console.print(f"MLflow run [bold]{run_id}[/] in {uri} (experiment {plain['tracking']['experiment']!r})")
+    console.print(budget_line(result, settings.budget_calls, settings.budget_counts_cached) + f"; {done.elapsed:.1f} s")
+    console.print(f"MLflow run [bold]{run_id}[/] in {session.uri} "
+                  f"(experiment {session.config.tracking.experiment!r})")
     if result.final_knobs:
         changed = ", ".join(f"{k} {system.knob_values()[k]} -> {v}" for k, v in sorted(result.final_knobs.items()))
         console.print(f"Knobs changed by accepted candidates: {changed}")
-    if not improved:
+    if not done.improved:
         console.print("[bold yellow]No rewrite was accepted: the exported prompt set is the starting one "
                       "(nothing beat it on dev).[/]")
-    console.print(f"Report: {report}")
-    console.print(f"Exported prompts: {paths[0]} and {paths[1].name}; plots: {', '.join(str(p) for p in plots)}")
+    console.print(f"Report: {done.report}")
+    paths = done.paths
+    console.print(f"Exported prompts: {paths[0]} and {paths[1].name}; plots: {', '.join(str(p) for p in done.plots)}")
     load = command_line("memtrace", "run", memory_system=system.name, prompts=paths[0])  # runs as printed
     console.print(f"Load them with: {load}", soft_wrap=True, markup=False)
-    if uri.startswith("sqlite:///"):
-        console.print(f"Open MLflow with: mlflow ui --backend-store-uri {uri}")
-    if notice:
-        logger.warning(notice)
-    return {
-        "run_id": run_id,
-        "run_dir": str(run_dir),
-        "exported": [str(p) for p in paths],
-        "test_start": result.test_start.report.overall.judge_accuracy,
-        "test_final": result.test_final.report.overall.judge_accuracy,
-        "result": result,
-        "calls": calls,
-        "improved": improved,
-    }
+    if session.uri.startswith("sqlite:///"):
+        console.print(f"Open MLflow with: mlflow ui --backend-store-uri {session.uri}")
+    if session.notice:
+        logger.warning(session.notice)
 
 
 def resume_command(run_dir: Path) -> str:

@@ -29,6 +29,7 @@ from memtrace_loop.experiments.output_dirs import app_output_dir
 from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.experiments.sim_notice import stand_in_notice
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution
+from memtrace_loop.pipeline.core.run_folder import RunFolder
 from memtrace_loop.pipeline.report.render import render_report
 from memtrace_loop.pipeline.report.run_report import REPORT_FILE, report_data
 from memtrace_loop.pipeline.report.saved_attributions import attributions_from_rows
@@ -63,27 +64,26 @@ def report(cfg: DictConfig | Mapping[str, Any], console: Console | None = None) 
     out_dir = app_output_dir("report", base_dir)
     tracker = RedactingTracker(MlflowTracker(config.tracking.uri), secrets)
     if config.run_id is not None:
-        folder = out_dir / "source"
+        folder = RunFolder(out_dir).source
         saved = download_saved_run(tracker, config.run_id, folder)
         if ATTRIBUTIONS_FILE in tracker.get_run(config.run_id).artifacts:
             tracker.download_artifact(config.run_id, ATTRIBUTIONS_FILE, folder)
     else:
         folder = resolve(str(config.run_dir), base_dir)
         saved = read_saved_run(folder)
-    plain = effective_config(given, saved, config.use_run_config)
+    source_config = effective_config(given, saved, config.use_run_config, validated_report)
 
     started = time.perf_counter()
     attributions = saved_attributions(Path(saved.source) if config.run_id is None else folder, saved)
     attributed_here = attributions is None
     if attributions is None:
-        attributions = attribute_saved_run(saved, plain, base_dir)
+        attributions = attribute_saved_run(saved, source_config, base_dir)
     source = f"run {config.run_id}" if config.run_id else str(config.run_dir)
-    meta = {"source": source, "system": str(plain["memory_system"].get("name", "")),
-            "dataset": str(plain["dataset"].get("kind", plain["dataset"].get("name", "")))}
+    meta = {"source": source, "system": source_config.memory_system.name, "dataset": source_config.dataset.name}
     data = report_data(
         config.title or f"MemTrace report: {source}", saved.results, saved.graph_by_conversation,
-        attributions=attributions, exclude_categories=tuple(plain["evaluation"]["exclude_categories"]),
-        meta=meta, max_nodes=config.max_nodes, banner=stand_in_notice(plain),
+        attributions=attributions, exclude_categories=source_config.evaluation.exclude_categories,
+        meta=meta, max_nodes=config.max_nodes, banner=stand_in_notice(source_config),
     )
     path = out_dir / REPORT_FILE
     path.write_text(scrub(render_report(data), secrets), encoding="utf-8")

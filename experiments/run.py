@@ -11,9 +11,12 @@ import logging
 import math
 import time
 from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
 
+import dspy
 import hydra
-from memtrace_loop.experiments.config import validated_run
+from memtrace_loop.experiments.config import RunConfig, validated_run
 from memtrace_loop.experiments.console import (
     RichProgress,
     blame_table,
@@ -23,39 +26,33 @@ from memtrace_loop.experiments.console import (
     report_table,
     setup_logging,
 )
-from memtrace_loop.experiments.console_layout import app_console
 from memtrace_loop.experiments.factory import (
     attributor_of,
     build_components,
-    launch_dir,
-    load_dataset,
     local_models,
+    run_split,
     secret_values,
-    select_split,
     to_plain,
 )
-from memtrace_loop.experiments.failure_analysis import analyse_failures
+from memtrace_loop.experiments.failure_analysis import FailureAnalysis, analyse_failures
 from memtrace_loop.experiments.lifecycle import run_app
-from memtrace_loop.experiments.output_dirs import app_output_dir
 from memtrace_loop.experiments.run_names import run_name as sweep_run_name
-from memtrace_loop.experiments.secret_guard import guarded, protect
-from memtrace_loop.experiments.sim_notice import stand_in_notice, stand_in_tags
-from memtrace_loop.pipeline.backends.call_count import CallLedger
+from memtrace_loop.experiments.secret_guard import guarded
+from memtrace_loop.experiments.session import AppSession, open_session
+from memtrace_loop.experiments.sim_notice import stand_in_tags
+from memtrace_loop.memory_systems.base import MemorySystem
+from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
 from memtrace_loop.pipeline.backends.embeddings import build_embedder
-from memtrace_loop.pipeline.backends.failure_guard import FailureGuard
-from memtrace_loop.pipeline.backends.lm import configure_cache
-from memtrace_loop.pipeline.backends.local_server import LocalServers
+from memtrace_loop.pipeline.backends.lm import LMSet
 from memtrace_loop.pipeline.backends.preflight import check_endpoints
-from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
 from memtrace_loop.pipeline.core.command_line import command_line
+from memtrace_loop.pipeline.core.records import Dataset
 from memtrace_loop.pipeline.core.stop import StopToken
-from memtrace_loop.pipeline.loop.runner import run_dataset
+from memtrace_loop.pipeline.loop.runner import RunResult, run_dataset
 from memtrace_loop.pipeline.report.run_report import report_for_run
 from memtrace_loop.pipeline.tracking.metric_names import ELAPSED_S
-from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.redacting_tracker import RedactingTracker
 from memtrace_loop.pipeline.tracking.run_logging import (
-    ARTIFACTS_DIR,
     RESULTS_TABLE,
     call_metrics,
     dataset_input,
@@ -80,147 +77,178 @@ from memtrace_loop.pipeline.tracking.run_record import (
     unreachable_message,
     write_run_record,
 )
-from memtrace_loop.pipeline.tracking.store_access import configure_tracking_client, failure_cause, tracking_available
+from memtrace_loop.pipeline.tracking.store_access import failure_cause, tracking_available
 from memtrace_loop.pipeline.tracking.traces import configure_trace_export, log_question_traces
+from memtrace_loop.pipeline.tracking.tracker import DatasetInput
 from omegaconf import DictConfig
 from rich.console import Console
 
 logger = logging.getLogger("memtrace.run")
 
 
+@dataclass(frozen=True)
+class _RunParts:
+    """What one `memtrace run` works with, built from the session before any work."""
+
+    dataset: Dataset
+    lms: LMSet
+    system: MemorySystem
+    judge: dspy.Predict
+    attributor: Attributor
+    run_name: str
+    title: str  # `<system> on <dataset> (<split>)`
+    tags: dict[str, str]
+    params: dict[str, str]
+    data_input: DatasetInput
+
+
 def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None = None) -> dict[str, object]:
     """`_run` inside the run's local model servers (`lm=local`: started on demand, stopped on the way out)."""
     with local_models() as servers:
-        return _run(cfg, console, stop, servers)
+        session = open_session("run", to_plain(cfg), validated_run, console=console, stop=stop, servers=servers)
+        return _run(session)
 
 
-def _run(
-    cfg: DictConfig, console: Console | None, stop: StopToken | None, servers: LocalServers
-) -> dict[str, object]:
+def _run(session: AppSession[RunConfig]) -> dict[str, object]:
     """Run, evaluate and log; returns the MLflow run id and the overall judge accuracy. The MLflow run is
-    opened before the work (FAILED if the work fails, KILLED when `stop` interrupts it) and the results
-    are saved on disk before they are logged."""
-    console = console or app_console()
-    plain = to_plain(cfg)
-    secrets = protect(plain)  # first: Hydra's saved files scrubbed, logs and console masked
-    config = validated_run(plain)  # every key checked before anything is built (ConfigError naming the key)
-    configure_tracking_client(config.tracking.timeout_s, config.tracking.max_retries)  # fail fast when MLflow is down
+    opened before the work (FAILED if the work fails, KILLED when the stop token interrupts it) and the
+    results are saved on disk before they are logged."""
+    config, services = session.config, session.services
     configure_trace_export()  # before the store is opened: MLflow reads it at its first span
-    base_dir = launch_dir()
-    configure_cache(base_dir / plain["cache_dir"])
+    parts = _build(session)
+    tracker, unreachable = _open_store(session)
+    with tracker.start_run(parts.run_name) if tracker else nullcontext(None) as run_id:
+        if tracker is not None:
+            tracker.set_tags(parts.tags)
+            tracker.log_params(parts.params)
+            tracker.log_dataset(parts.data_input)  # again with the record (MLflow keeps one input per dataset)
+        started = time.perf_counter()
+        with RichProgress(session.console) as progress:
+            result = run_dataset(
+                parts.system, parts.judge, parts.dataset, workers=config.workers, progress=progress,
+                exclude_categories=config.evaluation.exclude_categories, seed=config.seed, stop=services.stop,
+            )
+            failures = analyse_failures(result, parts.dataset, parts.attributor, parts.lms.attributor,  # why
+                                        config.evaluation.exclude_categories, progress, services.stop)
+        elapsed = time.perf_counter() - started
+        saved, report, record = _save(session, parts, result, failures, elapsed)
+        _print_results(session, parts, result, failures)
+        _log(session, tracker, unreachable, record, saved)
+        if run_id is not None and config.tracking.traces and config.tracking.max_traces:  # never raises
+            traced = log_question_traces(result, failures.attributions, run_id=run_id,
+                                         cap=config.tracking.max_traces, secrets=session.secrets, stop=services.stop)
+            logger.info("logged %d question traces (with their blame) to MLflow run %s", traced, run_id)
+    _print_summary(session, result, elapsed, run_id, report, saved)
+    return {"run_id": run_id, "judge_accuracy": result.report.overall.judge_accuracy,
+            "run_dir": str(session.folder.root)}
 
-    calls = CallLedger()  # counts, per role, the calls the LMs really made and those DSPy's cache served
-    dataset = select_split(  # data first: an empty file or split fails before anything is built
-        load_dataset(plain["dataset"], base_dir), plain["split"], plain["splits"]["fractions"],
-        int(plain["splits"]["seed"]),
-    )
-    retries, guard = RetryLedger(), FailureGuard(config.max_failed_share)
-    lms, system, judge = build_components(plain, base_dir, calls, stop=stop, guard=guard, retries=retries,
-                                           servers=servers)
-    check_endpoints(lms, embedder=build_embedder(plain["embedder"]), stop=stop)  # before any work
-    attributor = attributor_of(plain, lms, system, judge)  # its LM calls count under the attributor role
-    logger.info(
-        "running %s on %s (%s split): %d conversations, %d questions",
-        system.name, dataset.name, plain["split"], len(dataset.conversations), len(dataset.questions),
-    )
-    notice = stand_in_notice(plain)  # the stand-in LM on a real dataset: said at the start, the end, tag, report
-    if notice:
-        logger.warning(notice)
 
-    # saved beside Hydra's own files, so `memtrace attribute run_dir=<output dir>` can read them back
-    out_dir = app_output_dir("run", base_dir)
-    run_dir = out_dir / ARTIFACTS_DIR
-    run_name = sweep_run_name("run", config.run_name, f"run-{system.name}-{plain['dataset']['kind']}-{plain['split']}")
-    record_id = new_record_id()
+def _build(session: AppSession[RunConfig]) -> _RunParts:
+    """Data first (an empty file or split fails before anything is built), then LMs, system, judge and
+    attributor, checked against their endpoints before any work; the run's name, tags and params."""
+    config, base_dir = session.config, session.base_dir
+    session.configure_cache()
+    dataset = run_split(config, base_dir)
+    lms, system, judge = build_components(config, base_dir, session.services)
+    check_endpoints(lms, embedder=build_embedder(config.embedder), stop=session.services.stop)  # before any work
+    attributor = attributor_of(config, lms, system, judge)  # its LM calls count under the attributor role
+    logger.info("running %s on %s (%s split): %d conversations, %d questions",
+                system.name, dataset.name, config.split, len(dataset.conversations), len(dataset.questions))
+    if session.notice:
+        logger.warning(session.notice)
+    run_name = sweep_run_name("run", config.run_name, f"run-{system.name}-{config.dataset.name}-{config.split}")
     tags = {"memtrace.command": "run", "memtrace.system": system.name, "memtrace.dataset": dataset.name,
-            "memtrace.split": plain["split"], "git_commit": git_commit(base_dir), RECORD_TAG: record_id,
-            "memtrace.attributor": attributor.name, **stand_in_tags(plain),
-            **process_tags()}
-    params = params_for_logging(flatten(plain), secrets)
-    source = scrub(dataset_source(plain["dataset"], base_dir), secrets)
-    data_input = dataset_input(dataset, "eval", plain["split"], source)  # logged live and kept in the record
-    # the MLflow run is opened before the work (FAILED / KILLED if the work fails or is interrupted); when the
-    # store is unreachable the work goes on and its results wait on disk for `memtrace upload`
-    store = MlflowTracker(plain["tracking"]["uri"])
-    tracker: RedactingTracker | None = RedactingTracker(store, secrets)
-    unreachable = tracking_available(plain["tracking"]["uri"], config.tracking.timeout_s)
+            "memtrace.split": config.split, "git_commit": git_commit(base_dir), RECORD_TAG: new_record_id(),
+            "memtrace.attributor": attributor.name, **stand_in_tags(config), **process_tags()}
+    source = scrub(dataset_source(config.dataset.node("kind"), base_dir), session.secrets)
+    return _RunParts(
+        dataset, lms, system, judge, attributor, run_name, f"{system.name} on {dataset.name} ({config.split})", tags,
+        params_for_logging(flatten(dict(session.source)), session.secrets),
+        dataset_input(dataset, "eval", config.split, source),  # logged live and kept in the record
+    )
+
+
+def _open_store(session: AppSession[RunConfig]) -> tuple[RedactingTracker | None, str | None]:
+    """(the tracker, None), or (None, why) when the store is unreachable: the work goes on and its
+    results wait on disk for `memtrace upload`."""
+    tracking = session.config.tracking
+    tracker = session.tracker()
+    unreachable = tracking_available(tracking.uri, tracking.timeout_s)
     if unreachable is None:
         try:
-            store.open_experiment(plain["tracking"]["experiment"])
+            tracker.open_experiment(tracking.experiment)
         except Exception as exc:
             unreachable = failure_cause(exc)
-    if unreachable is not None:
-        logger.warning("MLflow unreachable (%s): running without it; the results will be saved in %s",
-                       scrub(unreachable, secrets), out_dir)
-        tracker = None
-    with tracker.start_run(run_name) if tracker else nullcontext(None) as run_id:
-        if tracker is not None:
-            tracker.set_tags(tags)
-            tracker.log_params(params)
-            tracker.log_dataset(data_input)  # again with the record (MLflow keeps one input per dataset)
-        started = time.perf_counter()
-        with RichProgress(console) as progress:
-            result = run_dataset(
-                system, judge, dataset, workers=int(plain["workers"]), progress=progress,
-                exclude_categories=tuple(plain["evaluation"]["exclude_categories"]), seed=int(plain["seed"]),
-                stop=stop,
-            )
-            failures = analyse_failures(result, dataset, attributor, lms.attributor,  # why the failures failed
-                                        plain["evaluation"]["exclude_categories"], progress, stop)
-        elapsed = time.perf_counter() - started
+    if unreachable is None:
+        return tracker, None
+    logger.warning("MLflow unreachable (%s): running without it; the results will be saved in %s",
+                   session.scrub(unreachable), session.folder.root)
+    return None, unreachable
 
-        # written locally first (artifacts/ and run_record.json: everything MLflow gets), so an MLflow outage
-        # costs only the upload (`memtrace upload run_dir=<output dir>`)
-        tally = calls.tally()
-        saved = save_run(run_dir, result, system.prompt_set(), secrets, plain)
-        failures.write(saved, secrets)  # attributions.json, blame.json, diagnosis.json, diagnosis.md
-        report = report_for_run(  # report.html beside them: logged with the artifacts
-            result, saved, title=f"{run_name}: {system.name} on {dataset.name} ({plain['split']})",
-            attributions=failures.attributions, conversation_by_id={c.id: c for c in dataset.conversations},
-            diagnosis=failures.diagnosis,
-            meta={"system": system.name, "dataset": dataset.name, "split": plain["split"],
-                  "attributor": attributor.name},
-            banner=notice,
-        )
-        columns = result_columns(result, secrets)
-        record = RunRecord(
-            plain["tracking"]["experiment"], run_name, tags=tags, params=params,
-            metrics={**run_metrics(result), ELAPSED_S: elapsed, **call_metrics(tally, failed=True),
-                     **token_metrics(tally), **retry_metrics(retries.tally()), **failures.metrics()},
-            tables={**({RESULTS_TABLE: columns} if columns else {}), **failures.tables(secrets)}, record_id=record_id,
-            datasets=(data_input,),
-        )
-        write_run_record(out_dir, record)
-        console.print(report_table(result.report, f"{system.name} on {dataset.name} ({plain['split']})"))
-        if failures.attributions:
-            console.print(blame_table(failures.blame, f"blame per stage ({attributor.name}): "
-                                      f"{len(failures.attributions)} of {failures.failures} failures"))
-        console.print(diagnosis_panel(failures.diagnosis))
-        if tracker is None:
-            cause = f"{plain['tracking']['uri']}: {unreachable}"
-            raise NotLoggedError(scrub(unreachable_message(out_dir, cause), secrets))
-        try:
-            log_record(tracker, record, saved)
-        except Exception as exc:  # the results are on disk: say how to log them later
-            raise NotLoggedError(scrub(unreachable_message(out_dir, exc), secrets)) from exc
-        if config.tracking.traces and config.tracking.max_traces:  # never raises: a failure only warns
-            assert run_id is not None  # the tracker is up (refused above when it is not): its run is open
-            traced = log_question_traces(result, failures.attributions, run_id=run_id,
-                                         cap=config.tracking.max_traces, secrets=secrets, stop=stop)
-            logger.info("logged %d question traces (with their blame) to MLflow run %s", traced, run_id)
 
-    console.print(calls_table(tally, title="LM calls by role (counted at the LM layer)"))
+def _save(
+    session: AppSession[RunConfig], parts: _RunParts, result: RunResult, failures: FailureAnalysis, elapsed: float
+) -> tuple[Path, Path, RunRecord]:
+    """Written locally first (artifacts/ and run_record.json: everything MLflow gets), so an MLflow outage
+    costs only the upload (`memtrace upload run_dir=<output dir>`); returns (artifacts, report, record)."""
+    config, secrets, ledger = session.config, session.secrets, session.ledger
+    saved = save_run(session.folder.artifacts, result, parts.system.prompt_set(), secrets, dict(session.source))
+    failures.write(saved, secrets)  # attributions.json, blame.json, diagnosis.json, diagnosis.md
+    report = report_for_run(  # report.html beside them: logged with the artifacts
+        result, saved, title=f"{parts.run_name}: {parts.title}", attributions=failures.attributions,
+        conversation_by_id={c.id: c for c in parts.dataset.conversations}, diagnosis=failures.diagnosis,
+        meta={"system": parts.system.name, "dataset": parts.dataset.name, "split": config.split,
+              "attributor": parts.attributor.name},
+        banner=session.notice,
+    )
+    tally, columns = ledger.call_tally(), result_columns(result, secrets)
+    record = RunRecord(
+        config.tracking.experiment, parts.run_name, tags=parts.tags, params=parts.params,
+        metrics={**run_metrics(result), ELAPSED_S: elapsed, **call_metrics(tally, failed=True),
+                 **token_metrics(tally), **retry_metrics(ledger.retry_tally()), **failures.metrics()},
+        tables={**({RESULTS_TABLE: columns} if columns else {}), **failures.tables(secrets)},
+        record_id=parts.tags[RECORD_TAG], datasets=(parts.data_input,),
+    )
+    write_run_record(session.folder.root, record)
+    return saved, report, record
+
+
+def _log(
+    session: AppSession[RunConfig], tracker: RedactingTracker | None, unreachable: str | None, record: RunRecord,
+    saved: Path,
+) -> None:
+    """The record and its artifacts to MLflow; a `NotLoggedError` saying how to upload them later otherwise."""
+    out_dir = session.folder.root
+    if tracker is None:
+        cause = f"{session.config.tracking.uri}: {unreachable}"
+        raise NotLoggedError(session.scrub(unreachable_message(out_dir, cause)))
+    try:
+        log_record(tracker, record, saved)
+    except Exception as exc:  # the results are on disk: say how to log them later
+        raise NotLoggedError(session.scrub(unreachable_message(out_dir, exc))) from exc
+
+
+def _print_results(session: AppSession[RunConfig], parts: _RunParts, result: RunResult,
+                   failures: FailureAnalysis) -> None:
+    console = session.console
+    console.print(report_table(result.report, parts.title))
+    if failures.attributions:
+        console.print(blame_table(failures.blame, f"blame per stage ({parts.attributor.name}): "
+                                  f"{len(failures.attributions)} of {failures.failures} failures"))
+    console.print(diagnosis_panel(failures.diagnosis))
+
+
+def _print_summary(session: AppSession[RunConfig], result: RunResult, elapsed: float, run_id: str | None,
+                   report: Path, saved: Path) -> None:
+    console = session.console
+    console.print(calls_table(session.ledger.call_tally(), title="LM calls by role (counted at the LM layer)"))
     console.print(counts_line(result.counts) + f", {elapsed:.1f} s")
-    uri = scrub(plain["tracking"]["uri"], secrets)
-    console.print(f"MLflow run [bold]{run_id}[/] in {uri} (experiment {plain['tracking']['experiment']!r})")
-    if uri.startswith("sqlite:///"):
-        console.print(f"Open it with: mlflow ui --backend-store-uri {uri}")
+    session.print_mlflow_run(run_id, "Open it with")
     console.print(f"Report: {report} (open it in a browser; also in the MLflow run's artifacts)")
     console.print(f"Saved cases and graphs in {saved}; attribute them with: "
-                  f"{command_line('memtrace', 'attribute', run_dir=out_dir)}", soft_wrap=True, markup=False)
-    if notice:
-        logger.warning(notice)
-    return {"run_id": run_id, "judge_accuracy": result.report.overall.judge_accuracy, "run_dir": str(out_dir)}
+                  f"{command_line('memtrace', 'attribute', run_dir=session.folder.root)}", soft_wrap=True, markup=False)
+    if session.notice:
+        logger.warning(session.notice)
 
 
 @guarded  # refuses secret overrides before Hydra parses (and saves) them

@@ -15,12 +15,10 @@ import hydra
 from memtrace_loop.experiments.config import validated_stages
 from memtrace_loop.experiments.console import setup_logging
 from memtrace_loop.experiments.console_layout import app_console
-from memtrace_loop.experiments.factory import launch_dir, to_plain, with_prompt_file
+from memtrace_loop.experiments.factory import build_system, launch_dir, to_plain, with_prompt_file
 from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.memory_systems.base import MemorySystem
-from memtrace_loop.memory_systems.registry import build_memory_system
-from memtrace_loop.pipeline.backends.embeddings import build_embedder
 from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
@@ -45,12 +43,10 @@ def stage_rows(system: MemorySystem) -> list[dict[str, Any]]:
 
 
 def stages(cfg: DictConfig, console: Console | None = None) -> list[dict[str, Any]]:
-    plain = to_plain(cfg)
-    validated_stages(plain)
-    system = build_memory_system(plain["memory_system"], build_embedder(plain["embedder"]))
-    system = with_prompt_file(system, plain.get("prompts"), launch_dir())
+    config = validated_stages(to_plain(cfg))
+    system = with_prompt_file(build_system(config.memory_system, config.embedder), config.prompts, launch_dir())
     rows = stage_rows(system)
-    if plain.get("format") == "json":
+    if config.format == "json":
         sys.stdout.write(json.dumps({"system": system.name, "stages": rows}, indent=2) + "\n")
         return rows
     console = console or app_console()

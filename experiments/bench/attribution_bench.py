@@ -31,7 +31,7 @@ from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system, 
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
-from memtrace_loop.pipeline.backends.lm import LMConfig
+from memtrace_loop.pipeline.backends.lm import LMConfig, SimLMConfig
 from memtrace_loop.pipeline.backends.registry import backend_test_world, build_lm
 from memtrace_loop.pipeline.benchmark.injection import (
     InjectionReport,
@@ -102,7 +102,7 @@ BUILDER_BY_ATTRIBUTOR: Mapping[str, Callable[[BenchSetting], Attributor]] = Mapp
 def sim_lm(paraphrase: bool, console: Console) -> dspy.LM:
     """The simulated world's LM; with `paraphrase`, its paraphrasing option when this build has one."""
     if paraphrase:
-        return build_lm(LMConfig(backend="sim", model="stand-in", cache=False, paraphrase=True))
+        return build_lm(SimLMConfig(backend="sim", model="stand-in", cache=False, paraphrase=True))
     return build_lm(LMConfig(backend="sim", model="stand-in", cache=False))
 
 

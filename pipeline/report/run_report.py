@@ -21,12 +21,13 @@ from memtrace_loop.pipeline.analysis.diagnosis import Diagnosis
 from memtrace_loop.pipeline.analysis.evaluation import EvaluationReport, summarize
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import CaseResult, Conversation
+from memtrace_loop.pipeline.core.run_folder import RunFolder
 from memtrace_loop.pipeline.loop.optimization import LoopResult
 from memtrace_loop.pipeline.loop.runner import RunResult
 from memtrace_loop.pipeline.report.data import DEFAULT_MAX_NODES, DiagnosisGroup, ReportData, rewrites_of
 from memtrace_loop.pipeline.report.render import write_report
 
-REPORT_FILE = "report.html"
+REPORT_FILE = RunFolder.REPORT
 
 
 def report_data(

@@ -31,6 +31,7 @@ from memtrace_loop.pipeline.core.case_io import cases_to_json
 from memtrace_loop.pipeline.core.graph_io import graph_to_json
 from memtrace_loop.pipeline.core.records import Dataset, PromptSet
 from memtrace_loop.pipeline.core.redaction import redact as scrub  # the one implementation
+from memtrace_loop.pipeline.core.run_folder import RunFolder
 from memtrace_loop.pipeline.data.reader import hub_source
 from memtrace_loop.pipeline.loop.runner import RunResult
 from memtrace_loop.pipeline.tracking import metric_names as names
@@ -271,10 +272,10 @@ def dataset_input(dataset: Dataset, context: str, split: str, source: str) -> Da
     )
 
 
-CASES_FILE = "cases.json"  # every judged case, readable back (`pipeline.core.case_io`)
-CONFIG_FILE = "config.json"  # the composed config the run was made with
-GRAPHS_DIR = "graphs"
-ARTIFACTS_DIR = "artifacts"  # the folder of a run's output directory that `save_run` writes
+CASES_FILE = RunFolder.CASES  # every judged case, readable back (`pipeline.core.case_io`)
+CONFIG_FILE = RunFolder.CONFIG  # the composed config the run was made with
+GRAPHS_DIR = RunFolder.GRAPHS
+ARTIFACTS_DIR = RunFolder.ARTIFACTS  # the folder of a run's output directory that `save_run` writes
 
 
 def save_run(
@@ -286,10 +287,10 @@ def save_run(
     attributed later without rerunning it (`pipeline.tracking.saved_run`)."""
     secrets = tuple(secrets)
     directory.mkdir(parents=True, exist_ok=True)
-    _write(directory, "results.json", json.dumps(result_rows(result), ensure_ascii=False, indent=1), secrets)
+    _write(directory, RunFolder.RESULTS, json.dumps(result_rows(result), ensure_ascii=False, indent=1), secrets)
     _write(directory, CASES_FILE, cases_to_json(result.results), secrets)
     _write(directory, "prompts.json", json.dumps(prompts.to_dict(), indent=2, ensure_ascii=False), secrets)
-    _write(directory, "report.json", json.dumps(flat_metrics(result.report), indent=2), secrets)
+    _write(directory, RunFolder.REPORT_METRICS, json.dumps(flat_metrics(result.report), indent=2), secrets)
     if config is not None:
         _write(directory, CONFIG_FILE, json.dumps(config, indent=2, ensure_ascii=False), secrets)
     for conversation_id, graph in result.graph_by_conversation.items():
@@ -297,7 +298,7 @@ def save_run(
     return directory
 
 
-RESULTS_TABLE = "results_table.json"
+RESULTS_TABLE = RunFolder.RESULTS_TABLE
 
 
 def result_columns(result: RunResult, secrets: Iterable[str] = ()) -> dict[str, list[str]]:

@@ -29,11 +29,12 @@ from typing import Any
 import pydantic
 from memtrace_loop.pipeline.core.command_line import command_line
 from memtrace_loop.pipeline.core.files import write_atomically
+from memtrace_loop.pipeline.core.run_folder import RunFolder
 from memtrace_loop.pipeline.tracking.run_logging import ARTIFACTS_DIR
 from memtrace_loop.pipeline.tracking.store_access import failure_cause
 from memtrace_loop.pipeline.tracking.tracker import DatasetInput, Tracker
 
-RECORD_FILE = "run_record.json"
+RECORD_FILE = RunFolder.RECORD
 RECORD_TAG = "memtrace.record_id"
 LOGGED_TAG = "memtrace.logged"
 LOGGED_COMPLETE = "complete"

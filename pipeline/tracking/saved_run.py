@@ -21,12 +21,13 @@ from memtrace_loop.pipeline.core.case_io import cases_from_json
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.graph_io import load_graph
 from memtrace_loop.pipeline.core.records import CaseResult, PromptSet
+from memtrace_loop.pipeline.core.run_folder import RunFolder
 from memtrace_loop.pipeline.tracking.run_logging import ARTIFACTS_DIR, CASES_FILE, CONFIG_FILE, GRAPHS_DIR
 from memtrace_loop.pipeline.tracking.tracker import Tracker
 
 logger = logging.getLogger(__name__)
 
-PROMPTS_FILE = "prompts.json"
+PROMPTS_FILE = RunFolder.PROMPTS
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_module
 from memtrace_loop.experiments.attribute import attribute
-from memtrace_loop.experiments.factory import build_components, load_dataset, to_plain
+from memtrace_loop.experiments.config import validated_run
+from memtrace_loop.experiments.factory import build_components, load_chosen_dataset, load_dataset, to_plain
 from memtrace_loop.experiments.run import run
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
 from memtrace_loop.pipeline.analysis.attribution.protocol import TracedRun, attribute_run
@@ -52,13 +53,12 @@ def source(tmp_path_factory):
     fresh_store(tmp_path / "mlflow.db")  # migrated already (a copy of the tests' template)
     cfg = composed("run", tmp_path, *SMALL)
     outcome = run(cfg)
-    plain = to_plain(cfg)
-    _, system, judge = build_components(plain, tmp_path)
-    dataset = load_dataset(plain["dataset"], tmp_path)
-    result = run_dataset(system, judge, dataset, workers=1,
-                         exclude_categories=tuple(plain["evaluation"]["exclude_categories"]))
+    config = validated_run(to_plain(cfg))
+    _, system, judge = build_components(config, tmp_path)
+    dataset = load_chosen_dataset(config.dataset, tmp_path)
+    result = run_dataset(system, judge, dataset, workers=1, exclude_categories=config.evaluation.exclude_categories)
     traced = TracedRun(result.results, result.graph_by_conversation, {c.id: c for c in dataset.conversations},
-                       tuple(plain["evaluation"]["exclude_categories"]))
+                       config.evaluation.exclude_categories)
     return tmp_path, outcome["run_id"], result, traced, system, judge
 
 

@@ -59,9 +59,9 @@ def test_every_job_of_the_sweep_composes_into_a_valid_config_with_the_same_budge
     for optimizer, system, seed in itertools.product(values["optimizer"], values["memory_system"], values["seed"]):
         cfg = compose_optimize(f"optimizer={optimizer}", f"memory_system={system}", f"seed={seed}")
         config = validated_optimize(OmegaConf.to_container(cfg, resolve=True))
-        assert (config.optimizer["name"], config.memory_system["name"], config.seed) == (optimizer, system, int(seed))
+        assert (config.optimizer.name, config.memory_system.name, config.seed) == (optimizer, system, int(seed))
         assert config.tracking.experiment == "compare-optimizers"
-        assert config.lm["task"]["cache"] is False and config.lm["rewriter"]["cache"] is False
+        assert config.lm.task.cache is False and config.lm.rewriter.cache is False
         assert config.workers <= 2
         loops.add(config.loop)
     assert len(loops) == 1  # every optimizer runs under the same loop settings (budget)

@@ -13,9 +13,11 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hydra import compose, initialize_config_module
+from memtrace_loop.experiments.config import Chosen
 from memtrace_loop.experiments.optimize import optimize
 from memtrace_loop.experiments.report import report as report_app
 from memtrace_loop.experiments.run import run
@@ -33,6 +35,13 @@ pytestmark = pytest.mark.usefixtures("mlflow_db")
 
 MINI = FIXTURES / "locomo_mini.json"
 SHIPPED_LONGMEMEVAL = REPO / "data" / "longmemeval_fixture.json"
+
+
+
+def _stand_in_on(kind: str) -> SimpleNamespace:
+    """What `stand_in_notice` reads of a validated config: the stand-in answering and judging on `kind`."""
+    sim = SimpleNamespace(backend="sim")
+    return SimpleNamespace(lm=SimpleNamespace(task=sim, judge=sim), dataset=Chosen(kind, None))
 
 
 def composed(config: str, *overrides: str):
@@ -90,8 +99,7 @@ def test_run_logs_its_data_and_says_it_ran_in_the_test_world(tmp_path, monkeypat
     assert read_run_record(file_run["run_dir"]).datasets[0].digest == by_file["digest"]
 
     # the stand-in LM on a real dataset: a WARNING at the start and at the end, two tags, the report's banner
-    notice = stand_in_notice({"lm": {"task": {"backend": "sim"}, "judge": {"backend": "sim"}},
-                              "dataset": {"kind": "locomo"}})
+    notice = stand_in_notice(_stand_in_on("locomo"))
     assert notice and "test world" in notice and "'locomo'" in notice
     assert warned == [notice, notice]  # at the start and at the end
     tags = MlflowClient(tracking_uri=uri).get_run(file_run["run_id"]).data.tags
@@ -143,8 +151,7 @@ def test_optimize_logs_its_splits_and_says_it_ran_in_the_test_world(tmp_path, mo
     assert len({by_file[c]["digest"] for c in by_file}) == 3
     assert sum(by_file[c]["profile"]["conversations"] for c in by_file) == 18
 
-    notice = stand_in_notice({"lm": {"task": {"backend": "sim"}, "judge": {"backend": "sim"}},
-                              "dataset": {"kind": "longmemeval"}})
+    notice = stand_in_notice(_stand_in_on("longmemeval"))
     assert warned == [notice, notice]  # at the start and at the end
     tags = MlflowClient(tracking_uri=uri).get_run(first["run_id"]).data.tags
     assert tags[TEST_WORLD_TAG] == "true" and tags[TEST_WORLD_NOTE_TAG] == notice

@@ -32,6 +32,7 @@ from memtrace_loop.pipeline.backends.lm import (
     describe,
 )
 from memtrace_loop.pipeline.backends.registry import build_lm, build_lm_set
+from memtrace_loop.pipeline.core.config import ConfigError
 
 from tests.support import answering, forbid_network, isolate_llm_env
 from tests.support.answering import ANSWER, ask, chat_calls
@@ -66,10 +67,20 @@ def test_config_from_mapping_rejects_unknown_keys() -> None:
 
 def test_config_defaults_and_frozen() -> None:
     config = LMConfig.from_mapping({"backend": "sim", "model": "stand-in"})
-    assert (config.temperature, config.timeout_s, config.num_retries, config.cache) == (0.0, 60, 5, True)
-    assert config.max_tokens is None and config.api_key_env is None
+    assert (config.temperature, config.num_retries, config.cache) == (0.0, 5, True)
+    assert config.max_tokens is None and not config.paraphrase
+    endpoint = LMConfig.from_mapping({"backend": "openai", "model": "m", "api_base": "http://x"})
+    assert (endpoint.timeout_s, endpoint.api_key_env, endpoint.dialect) == (60, None, "openai")
     with pytest.raises(pydantic_error()):
         config.model = "other"  # type: ignore[misc]
+
+
+def test_a_key_of_another_backend_is_refused_naming_it_and_its_backend() -> None:
+    with pytest.raises(ConfigError, match=r"lm\.task\.dialect: a key of backend openai, not of sim"):
+        LMConfig.from_mapping({"backend": "sim", "model": "stand-in", "dialect": "vllm"}, role="task")
+    with pytest.raises(ConfigError, match=r"lm\.judge\.paraphrase: a key of backend sim, not of openai"):
+        LMConfig.from_mapping({"backend": "openai", "model": "m", "api_base": "http://x", "paraphrase": True},
+                              role="judge")
 
 
 def pydantic_error() -> type[Exception]:

@@ -13,6 +13,7 @@ from memtrace_loop.pipeline.backends.lm import LMConfig
 from memtrace_loop.pipeline.backends.local_server import LocalServers
 from memtrace_loop.pipeline.backends.preflight import check_endpoints
 from memtrace_loop.pipeline.backends.registry import build_lm_set
+from memtrace_loop.pipeline.backends.services import RunServices
 from memtrace_loop.pipeline.backends.structured_output import StructuredOutputAdapter, asks_for_json_schema
 from memtrace_loop.pipeline.core.config import ConfigError
 
@@ -29,7 +30,7 @@ def test_roles_share_one_server_and_it_stops_on_the_way_out():
         build_lm_set({role: LOCAL for role in ("task", "judge", "attributor", "rewriter")})  # no servers=
     with LocalServers() as servers:
         lms = build_lm_set({"task": LOCAL, "judge": LOCAL, "attributor": LOCAL,
-                            "rewriter": {**LOCAL, "context_size": 256}}, servers=servers)
+                            "rewriter": {**LOCAL, "context_size": 256}}, services=RunServices(servers=servers))
         running = servers.servers
         assert len(running) == 2  # task/judge/attributor share one; the rewriter's context differs
         assert all(port_open(server.port) for server in running)

@@ -29,6 +29,7 @@ from memtrace_loop.pipeline.backends.lm import LMConfig
 from memtrace_loop.pipeline.backends.preflight import check_endpoints
 from memtrace_loop.pipeline.backends.registry import build_lm, build_lm_set
 from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
+from memtrace_loop.pipeline.backends.services import RunLedger, RunServices
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.stop import EndpointUnusable, Interrupted, StopToken, TooManyFailures
 from memtrace_loop.pipeline.tracking.run_logging import retry_metrics
@@ -134,7 +135,7 @@ def test_a_malformed_200_body_is_retried(
 ) -> None:
     caplog.set_level(logging.WARNING)
     retries = RetryLedger()
-    lm = build_lm(openai_config(server), role="judge", retries=retries)
+    lm = build_lm(openai_config(server), role="judge", services=RunServices(ledger=RunLedger(retries=retries)))
     server.inject_body(body, times=2)
     assert ask(lm).answer == ANSWER
     assert [call.status for call in chat_calls(server)] == [200, 200, 200]
@@ -155,7 +156,7 @@ def test_retries_are_logged_with_a_scrubbed_endpoint_and_counted_per_role(
             "attributor": openai_config(server),
             "rewriter": {"backend": "sim", "model": "stand-in"},
         },
-        retries=retries,
+        services=RunServices(ledger=RunLedger(retries=retries)),
     )
     server.inject(status=503, times=2, retry_after=0)
     assert ask(lms.judge).answer == ANSWER
@@ -202,7 +203,8 @@ def test_credentials_as_user_info_in_the_api_base_are_refused_without_echoing_th
 
 def test_a_call_retried_three_times_counts_once_as_made(server: OpenAIStubServer) -> None:
     calls, retries = CallLedger(), RetryLedger()
-    lm = calls.count("task", build_lm(openai_config(server), role="task", retries=retries))
+    services = RunServices(ledger=RunLedger(retries=retries))
+    lm = calls.count("task", build_lm(openai_config(server), role="task", services=services))
     server.inject(status=503, times=3, retry_after=0)
     assert ask(lm).answer == ANSWER
     assert len(chat_calls(server)) == 4
@@ -214,7 +216,7 @@ def test_a_call_retried_three_times_counts_once_as_made(server: OpenAIStubServer
 
 def test_async_calls_are_retried_too(server: OpenAIStubServer) -> None:
     retries = RetryLedger()
-    lm = build_lm(openai_config(server), role="task", retries=retries)
+    lm = build_lm(openai_config(server), role="task", services=RunServices(ledger=RunLedger(retries=retries)))
 
     async def ask_async() -> dspy.Prediction:
         with dspy.context(lm=lm):
@@ -262,7 +264,8 @@ def test_404_names_the_model_and_the_path(server: OpenAIStubServer) -> None:
 
 def test_the_failure_guard_stops_the_run_and_later_calls_never_reach_the_server(server: OpenAIStubServer) -> None:
     guard = FailureGuard(max_failed_share=0.5, min_calls=4)
-    lm = build_lm(openai_config(server, num_retries=0), role="task", guard=guard)
+    services = RunServices(ledger=RunLedger(guard=guard))
+    lm = build_lm(openai_config(server, num_retries=0), role="task", services=services)
     assert ask(lm).answer == ANSWER  # 1 ok
     server.inject(status=500, times=100, retry_after=0)
     for _ in range(2):  # 2 of 3 failed: a failed operation each, the run goes on (min_calls not reached)
@@ -297,7 +300,7 @@ def test_no_request_starts_after_a_stop_was_requested(server: OpenAIStubServer) 
     lms = build_lm_set(
         {role: openai_config(server) for role in ("task", "judge", "attributor")}
         | {"rewriter": {"backend": "sim", "model": "stand-in", "cache": False}},
-        stop=stop,
+        services=RunServices(stop=stop),
     )
     assert ask(lms.task).answer == ANSWER
     sent = len(server.requests)
@@ -310,7 +313,7 @@ def test_no_request_starts_after_a_stop_was_requested(server: OpenAIStubServer) 
 
 def test_a_stop_during_a_backoff_wait_ends_the_call_without_another_request(server: OpenAIStubServer) -> None:
     stop = StopToken()
-    lm = build_lm(openai_config(server), role="task", stop=stop)
+    lm = build_lm(openai_config(server), role="task", services=RunServices(stop=stop))
     server.inject(status=503, times=1, retry_after=30)  # within the cap: the call would wait 30 s
     outcome: list[BaseException] = []
 
@@ -386,7 +389,7 @@ def test_preflight_checks_an_openai_embedder(server: OpenAIStubServer) -> None:
 def test_the_sim_needs_no_check_but_obeys_the_stop_token() -> None:
     stop = StopToken()
     roles = ("task", "judge", "attributor", "rewriter")
-    lms = build_lm_set({role: {"backend": "sim", "model": "stand-in"} for role in roles}, stop=stop)
+    lms = build_lm_set({role: {"backend": "sim", "model": "stand-in"} for role in roles}, RunServices(stop=stop))
     assert check_endpoints(lms) == ()
     stop.request()
     with pytest.raises(Interrupted):

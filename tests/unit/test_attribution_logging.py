@@ -4,15 +4,17 @@ verification columns and `attribution.*` shares, and the attributor a config nod
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
+from memtrace_loop.experiments.config import Chosen
 from memtrace_loop.experiments.factory import attributor_of
 from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, AttributionCost, ErrorType, Fault, Tunable
-from memtrace_loop.pipeline.analysis.attribution.registry import build_attributor
+from memtrace_loop.pipeline.analysis.attribution.registry import attributor_settings, build_attributor
 from memtrace_loop.pipeline.analysis.attribution.replay import VerifyingAttributor
-from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
+from memtrace_loop.pipeline.backends.embeddings import EmbedderConfig, HashingEmbedder
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.records import CaseResult, Question, Scores
 from memtrace_loop.pipeline.loop.runner import make_judge
@@ -61,9 +63,9 @@ def test_the_config_node_selects_the_attributor_and_its_verification():
     lm = sim_lm()
     system = build_memory_system({"name": "mem0"}, HashingEmbedder())
     system.set_lm(lm)
-    plain = {"embedder": {"backend": "hashing"}, "attributor": {"name": "lineage", "verify": True,
-                                                                "replay": {"max_joint": 2}}}
-    verifying = attributor_of(plain, None, system, make_judge(lm))
+    config = SimpleNamespace(embedder=EmbedderConfig(backend="hashing"), attributor=Chosen(
+        "lineage", attributor_settings({"name": "lineage", "verify": True, "replay": {"max_joint": 2}})))
+    verifying = attributor_of(config, None, system, make_judge(lm))
     assert isinstance(verifying, VerifyingAttributor) and verifying.name == "lineage+replay"
     assert verifying.replayer.settings.max_joint == 2
     with pytest.raises(ConfigError, match=r"attributor\.verify"):

@@ -5,6 +5,7 @@ part of its memory key."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 from hydra import compose, initialize_config_module
@@ -24,7 +25,6 @@ from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system, 
 from memtrace_loop.optimizers.registry import OPTIMIZERS, RewriteSettings
 from memtrace_loop.pipeline.analysis.attribution.registry import ATTRIBUTORS, LineageSettings, LLMSettings
 from memtrace_loop.pipeline.backends.embeddings import HASHING_DIM, HashingEmbedder
-from memtrace_loop.pipeline.backends.lm import LMConfig
 from memtrace_loop.pipeline.backends.registry import ENTRY_BY_BACKEND
 from memtrace_loop.pipeline.core.config import ConfigError, defaults_of
 from memtrace_loop.pipeline.core.records import Conversation, Turn
@@ -129,7 +129,7 @@ def test_explicit_lineage_without_verification_is_the_default():
 
 def test_attribute_app_composes_and_needs_exactly_one_source():
     config = validated_attribute(plain("run_id=abc", config="attribute"))
-    assert config.run_id == "abc" and config.run_dir is None and config.attributor["name"] == "lineage"
+    assert config.run_id == "abc" and config.run_dir is None and config.attributor.name == "lineage"
     assert validated_attribute(plain("run_dir=out", "attributor=llm", config="attribute")).run_dir == "out"
     for overrides in ((), ("run_id=abc", "run_dir=out")):
         with pytest.raises(ConfigError, match="run_id"):
@@ -183,11 +183,9 @@ def test_hydra_composes_exactly_the_schema_defaults():
     assert composed["attributor"] == {"name": "lineage", **defaults_of(LineageSettings)}
     assert composed["attributor"]["verify"] is False  # the current behaviour stays the default
     assert plain("attributor=llm")["attributor"] == {"name": "llm", **defaults_of(LLMSettings)}
-    lm_defaults = defaults_of(LMConfig)
+    lm_defaults = defaults_of(ENTRY_BY_BACKEND["sim"].schema)  # the sim backend's own record
     for role in ("task", "judge", "attributor", "rewriter"):
-        assert {k: composed["lm"][role][k] for k in ENTRY_BY_BACKEND["sim"].keys} == {
-            k: lm_defaults[k] for k in ENTRY_BY_BACKEND["sim"].keys
-        }
+        assert composed["lm"][role] == {**lm_defaults, "model": "stand-in"}
     for name in SYSTEMS:
         node = plain(f"memory_system={name}")["memory_system"]
         assert node == {"name": name, **defaults_of(knobs_schema(name))}
@@ -274,3 +272,21 @@ def test_memory_key_values_are_unchanged():
     """The keys hash the same payload as before the knobs became the schema (mem0 defaults)."""
     system = build_memory_system({"name": "mem0"}, HashingEmbedder())
     assert system.construction_knobs() == "similar_k=5;embedder=HashingEmbedder(dim=256)"
+
+
+def test_validation_gives_one_typed_record_with_each_groups_record():
+    config = validated_run(plain("memory_system=rag", "memory_system.top_k=7", config="run"))
+    assert (config.memory_system.name, config.memory_system.settings.top_k) == ("rag", 7)
+    assert config.lm.task.backend == "sim" and config.embedder.backend == "hashing"
+    assert (config.dataset.name, config.attributor.name) == ("sim", "lineage")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.seed = 1  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(("override", "key", "owner"), [
+    ("+lm.task.dialect=vllm", "lm.task.dialect", "openai"),  # lm=sim
+    ("+lm.task.model_path=/x.gguf", "lm.task.model_path", "local"),
+])
+def test_a_key_of_another_lm_backend_is_refused_naming_the_key(override, key, owner):
+    with pytest.raises(ConfigError, match=rf"{re.escape(key)}: a key of backend {owner}, not of sim"):
+        validated_run(plain(override, config="run"))

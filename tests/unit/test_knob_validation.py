@@ -320,6 +320,6 @@ def test_a_split_with_conversations_but_no_questions_is_refused():
 
 def test_optimize_splits_must_all_be_non_empty(tmp_path):
     with pytest.raises(EmptySplitError, match=r"split=test: .*splits\.fractions=\[0\.5, 0\.25, 0\.25\]"):
-        splits_of(plain("optimize", "dataset.n_conversations=2"), tmp_path)
-    parts = splits_of(plain("optimize", "dataset.n_conversations=3"), tmp_path)
+        splits_of(validated_optimize(plain("optimize", "dataset.n_conversations=2")), tmp_path)
+    parts = splits_of(validated_optimize(plain("optimize", "dataset.n_conversations=3")), tmp_path)
     assert all(part.questions for part in (parts.train, parts.dev, parts.test))

@@ -26,8 +26,7 @@ def plain(*overrides: str) -> dict:
 
 def task_of(*overrides: str) -> LMConfig:
     config = plain(*overrides)
-    validated_run(config)
-    return lm_set_configs(config["lm"])["task"]
+    return validated_run(config).lm.task
 
 
 # the README's recipes ("### Against your own endpoint"), override for override
@@ -49,7 +48,7 @@ def test_keyless_server_recipes_compose(overrides, dialect, base):
     assert (task.backend, task.dialect, task.api_base, task.api_key_env) == ("openai", dialect, base, None)
     assert task.structured_output == "json_schema"
     configs = lm_set_configs(plain(*overrides)["lm"])
-    assert {c.api_base for c in configs.values()} == {base}  # every role follows the task's endpoint
+    assert {c.api_base for c in configs.by_role().values()} == {base}  # every role follows the task's endpoint
 
 
 def test_openai_config_shows_its_knobs_and_keeps_structured_output_off():

@@ -101,12 +101,12 @@ def test_guarded_main_protects_the_console_and_protect_adds_the_config_secrets(m
 
 def test_optimize_saves_its_config_redacted_and_resumes_with_the_real_values(tmp_path):
     plain = {"lm": {"task": {"api_base": URL, "model": "m"}}, "workers": 2, "resume": None}
-    run_dir, used, resuming = optimize._run_dir(plain, tmp_path)
-    assert used == plain and not resuming
+    run_dir, used = optimize._run_dir(plain, tmp_path)
+    assert used == plain
     saved = (run_dir / optimize.SAVED_CONFIG).read_text()
     assert KEY not in saved and "http://user:***@proxy:8080/v1" in saved
     (run_dir / optimize.CHECKPOINT).write_text("{}")
     again = {**plain, "resume": str(run_dir), "workers": 4}
-    _, resumed, resuming = optimize._run_dir(again, tmp_path)
-    assert resuming and resumed["lm"]["task"]["api_base"] == URL and resumed["workers"] == 4
+    _, resumed = optimize._run_dir(again, tmp_path)
+    assert resumed["resume"] == str(run_dir) and resumed["lm"]["task"]["api_base"] == URL and resumed["workers"] == 4
     assert optimize.config_digest(resumed) == optimize.config_digest(plain)

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+from memtrace_loop.experiments.config import Chosen
 from memtrace_loop.experiments.sim_notice import TEST_WORLD_NOTE_TAG, TEST_WORLD_TAG, stand_in_notice, stand_in_tags
 
 
-def plain(kind: str, task: str, judge: str, rewriter: str = "sim") -> dict:
-    return {"dataset": {"kind": kind},
-            "lm": {"task": {"backend": task}, "judge": {"backend": judge}, "rewriter": {"backend": rewriter}}}
+def plain(kind: str, task: str, judge: str, rewriter: str = "sim") -> SimpleNamespace:
+    """The two parts of a validated app config the notice reads: its LM set and its dataset."""
+    lm = SimpleNamespace(**{role: SimpleNamespace(backend=backend)
+                            for role, backend in (("task", task), ("judge", judge), ("rewriter", rewriter))})
+    return SimpleNamespace(dataset=Chosen(kind, None), lm=lm)
 
 
 def test_the_stand_in_on_a_benchmark_dataset_is_announced() -> None:

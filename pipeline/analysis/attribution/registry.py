@@ -38,6 +38,7 @@ __all__ = [
     "LLMSettings",
     "LineageSettings",
     "ReplayConfig",
+    "attributor_from_settings",
     "attributor_settings",
     "build_attributor",
 ]
@@ -58,7 +59,7 @@ def _spec(name: object) -> AttributorSpec:
     return ATTRIBUTORS.get(name)
 
 
-def attributor_settings(node: Mapping[str, Any] | None) -> Any:
+def attributor_settings(node: object) -> Any:
     """The validated settings record of the `attributor` config node (its `name` selects the schema)."""
     node = node if node is not None else {"name": "lineage"}
     if not isinstance(node, Mapping):
@@ -76,8 +77,20 @@ def build_attributor(
 ) -> Attributor:
     """The attributor the `attributor` config node selects; with `verify`, each verdict is checked by a
     replay on `system` and `judge` (both needed then)."""
-    settings = attributor_settings(node)
-    inner = _spec((node or {}).get("name", "lineage")).build(settings, lms, embedder)
+    name = (node or {}).get("name", "lineage")
+    return attributor_from_settings(name, attributor_settings(node), lms, system, judge, embedder)
+
+
+def attributor_from_settings(
+    name: str,
+    settings: LineageSettings | LLMSettings,
+    lms: LMSet | None = None,
+    system: MemorySystem | None = None,
+    judge: dspy.Predict | None = None,
+    embedder: Embedder | None = None,
+) -> Attributor:
+    """The attributor `name` from its validated settings record (see `build_attributor`)."""
+    inner = _spec(name).build(settings, lms, embedder)
     if not settings.verify:
         return inner
     if system is None or judge is None:

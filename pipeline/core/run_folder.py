@@ -1,0 +1,80 @@
+"""The layout of a run's output folder: `RunFolder`, the one place every file name of it is written.
+
+`memtrace run` writes `<out>/run_record.json` and `<out>/artifacts/` (cases.json, graphs/, prompts.json,
+results.json, report.json, config.json, attributions.json, blame.json, diagnosis.json/.md,
+report.html); `memtrace optimize` writes `<out>/config.json` (the config the run was started with),
+`checkpoint.json`, `best_prompts.json`/`.yaml`, `best_program.json`, `diagnosis.json`/`.md`,
+`report.html`, the plots, and `optimizer/<name>/*.json` (e.g. GEPA's candidate pools); `memtrace
+attribute`/`report` download a logged run into `<out>/source/`. The names are class constants (what
+modules that only know a folder read) and a `RunFolder(root)` gives the paths. It creates and reads
+nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+__all__ = ["RunFolder"]
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """One run's output folder (`root`) and the names of everything in it."""
+
+    ARTIFACTS: ClassVar[str] = "artifacts"  # `memtrace run`: everything logged to MLflow, saved first
+    RECORD: ClassVar[str] = "run_record.json"  # `memtrace run`: the run as MLflow gets it (`memtrace upload`)
+    CONFIG: ClassVar[str] = "config.json"  # the composed config the run was made with (secrets redacted)
+    CHECKPOINT: ClassVar[str] = "checkpoint.json"  # `memtrace optimize`: the loop after each iteration
+    CASES: ClassVar[str] = "cases.json"  # every judged case, readable back (`pipeline.core.case_io`)
+    GRAPHS: ClassVar[str] = "graphs"  # one execution graph per conversation
+    PROMPTS: ClassVar[str] = "prompts.json"  # the prompt set the run used
+    RESULTS: ClassVar[str] = "results.json"
+    REPORT_METRICS: ClassVar[str] = "report.json"
+    RESULTS_TABLE: ClassVar[str] = "results_table.json"
+    REPORT: ClassVar[str] = "report.html"
+    ATTRIBUTIONS: ClassVar[str] = "attributions.json"
+    ATTRIBUTIONS_TABLE: ClassVar[str] = "attributions_table.json"
+    BLAME: ClassVar[str] = "blame.json"
+    DIAGNOSIS_JSON: ClassVar[str] = "diagnosis.json"
+    DIAGNOSIS_MD: ClassVar[str] = "diagnosis.md"
+    BEST_PROMPTS: ClassVar[tuple[str, str]] = ("best_prompts.json", "best_prompts.yaml")
+    BEST_PROGRAM: ClassVar[str] = "best_program.json"
+    OPTIMIZER: ClassVar[str] = "optimizer"  # an optimizer's own work files, one folder per optimizer
+    SOURCE: ClassVar[str] = "source"  # `attribute` / `report`: the logged run downloaded
+
+    root: Path
+
+    @property
+    def artifacts(self) -> Path:
+        return self.root / self.ARTIFACTS
+
+    @property
+    def record(self) -> Path:
+        return self.root / self.RECORD
+
+    @property
+    def config(self) -> Path:
+        return self.root / self.CONFIG
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.root / self.CHECKPOINT
+
+    @property
+    def best_prompts(self) -> tuple[Path, Path]:
+        return self.root / self.BEST_PROMPTS[0], self.root / self.BEST_PROMPTS[1]
+
+    @property
+    def best_program(self) -> Path:
+        return self.root / self.BEST_PROGRAM
+
+    @property
+    def optimizer_tables(self) -> list[Path]:
+        """The optimizers' work tables (`optimizer/<name>/*.json`), sorted."""
+        return sorted((self.root / self.OPTIMIZER).glob("*/*.json"))
+
+    @property
+    def source(self) -> Path:
+        return self.root / self.SOURCE
