@@ -31,7 +31,7 @@ from memtrace_loop.memory_systems.registry import SYSTEMS, knobs_schema
 from memtrace_loop.optimizers.registry import OPTIMIZERS
 from memtrace_loop.pipeline.analysis.attribution.registry import ATTRIBUTORS
 from memtrace_loop.pipeline.backends.embeddings import HASHING_DIM, EmbedderConfig
-from memtrace_loop.pipeline.backends.registry import ENTRY_BY_BACKEND
+from memtrace_loop.pipeline.backends.registry import LM_BACKENDS
 from memtrace_loop.pipeline.core.config import defaults_of
 from memtrace_loop.pipeline.data.registry import DATASETS
 
@@ -44,8 +44,8 @@ def _top_level(schema: type) -> dict:
 
 def store_schemas() -> None:
     cs = ConfigStore.instance()
-    for backend, entry in ENTRY_BY_BACKEND.items():
-        defaults = {k: v for k, v in defaults_of(entry.schema).items() if k != "backend"}  # the YAML names it
+    for backend, spec in LM_BACKENDS.items():
+        defaults = {k: v for k, v in defaults_of(spec.schema).items() if k != "backend"}  # the YAML names it
         cs.store(group="schema/lm", name=backend, node={"task": defaults})
     cs.store(group="schema/embedder", name="hashing", node={"dim": HASHING_DIM})
     cs.store(group="schema/embedder", name="openai", node=defaults_of(EmbedderConfig))

@@ -8,7 +8,7 @@ validated `lm` node (one record per role). `pipeline.backends.registry.build_lm`
 rewriter) as an `LMSet`. Backends:
 
 - `sim` — the deterministic simulated world: `dspy.LM("sim/<model>", engine=SimEngine())` (plus an
-  async twin so `acall` works), built in `pipeline.backends.registry` (the sim world is reached only
+  async twin so `acall` works), built by `pipeline.sim.lm_backend` (the sim world is reached only
   through the registries). Offline, for tests and the demo; a rule-based stand-in, not a model.
   DSPy's cache key does not include the engine: after changing the stand-in's rules, use a fresh cache
   directory (or `cache: false`) or old answers are replayed.

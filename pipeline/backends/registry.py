@@ -1,14 +1,18 @@
-"""LM backends by config name: `lm.<role>.backend` -> (schema, builder).
+"""LM backends by config name: `lm.<role>.backend` -> the module exporting its `SPEC` (`BackendSpec`).
 
-`sim` is the simulated world's deterministic stand-in (this registry and the dataset registry are the
-only modules that import `pipeline.sim`); `openai` is any OpenAI-compatible endpoint
-(`pipeline.backends.openai_engine`); `local` is a GGUF model served by llama.cpp on loopback: the
-run's `LocalServers` (`servers=`, owned by the entry point) starts it and turns the role's config into
-an `openai` config at that server, so it is spoken to as any endpoint. Each reads its own record
-(`SimLMConfig`, `OpenAILMConfig`, `LocalLMConfig`; `pipeline.backends.lm`): the entry's `schema`.
-`structured_output: json_schema` marks the engines for JSON-schema output
-(`pipeline.backends.structured_output`). Adding a backend is one engine builder
-and one line here. `build_lm` builds one role's LM by its backend, `build_lm_set` the four roles.
+`LM_BACKENDS` is a `pipeline.core.registry.Registry`, one line per backend, each module exporting
+`SPEC` (`pipeline.backends.spec.BackendSpec`: the backend's own record, `SimLMConfig`,
+`OpenAILMConfig` or `LocalLMConfig` from `pipeline.backends.lm`, as its schema; its engines builder;
+`compare=False`). `sim` is the simulated world's deterministic stand-in (`pipeline.sim.lm_backend`:
+this registry and the dataset registry are the only modules that reach `pipeline.sim`); `openai` is
+any OpenAI-compatible endpoint (`pipeline.backends.openai_backend`); `local` is a GGUF model served by
+llama.cpp on loopback (`pipeline.backends.local_backend`): the run's `LocalServers` (`servers=`, owned
+by the entry point) starts it and turns the role's config into an `openai` config at that server, so
+it is spoken to as any endpoint. `structured_output: json_schema` marks the engines for JSON-schema
+output (`pipeline.backends.structured_output`). Adding a backend is its record in
+`pipeline.backends.lm`, its own module exporting `SPEC`, one line here and `conf/lm/<name>.yaml`.
+`backend_spec` looks one up (an unknown name is a ConfigError naming the key and the choices),
+`build_lm` builds one role's LM by its backend, `build_lm_set` the four roles.
 
 Every LM is `dspy.LM(..., engine=GuardedEngine(inner), async_engine=AsyncGuardedEngine(inner),
 num_retries=0)`: the project's retry loop, stop token and failure guard
@@ -17,13 +21,10 @@ ledger of calls, retries and failures, local servers; `pipeline.backends.service
 record (`services=`; None: none of them). It does not parse configs beyond `lm_set_configs` (see
 `LMConfig.from_mapping`) and runs nothing.
 """
-
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from types import MappingProxyType
+from collections.abc import Mapping
 from typing import Any
 
 import dspy
@@ -33,62 +34,40 @@ from memtrace_loop.pipeline.backends.lm import (
     LMSet,
     LMSetConfig,
     LocalLMConfig,
-    OpenAILMConfig,
-    SimLMConfig,
     describe,
     lm_configs,
     lm_model_name,
 )
 from memtrace_loop.pipeline.backends.local_server import model_path_of
-from memtrace_loop.pipeline.backends.openai_engine import AsyncOpenAIEngine, OpenAIEngine, openai_endpoint
 from memtrace_loop.pipeline.backends.resilience import RetryPolicy
 from memtrace_loop.pipeline.backends.services import RunServices
+from memtrace_loop.pipeline.backends.spec import BackendSpec
 from memtrace_loop.pipeline.backends.structured_output import declare_structured_output
 from memtrace_loop.pipeline.backends.test_world import TestWorld
 from memtrace_loop.pipeline.core.config import ConfigError
+from memtrace_loop.pipeline.core.registry import Registry
 
 logger = logging.getLogger(__name__)
 
-# (sync engine, async engine, scrubbed endpoint) doing one attempt per call
-Engines = tuple[Any, Any, str]
+__all__ = [
+    "LM_BACKENDS",
+    "BackendSpec",
+    "backend_spec",
+    "backend_test_world",
+    "build_lm",
+    "build_lm_set",
+    "lm_set_configs",
+    "retry_policy",
+]
 
-
-def sim_engines(config: SimLMConfig) -> Engines:
-    """The deterministic stand-in engine (and its async twin). Offline."""
-    from memtrace_loop.pipeline.sim.engine import AsyncSimEngine, SimEngine
-
-    engine = SimEngine(paraphrase=config.paraphrase)
-    return engine, AsyncSimEngine(engine), lm_model_name(config)
-
-
-def openai_engines(config: OpenAILMConfig) -> Engines:
-    """The native engines of an OpenAI-compatible endpoint (the key is read from the environment now)."""
-    return OpenAIEngine(config), AsyncOpenAIEngine(config), openai_endpoint(config)
-
-
-def local_engines(config: LocalLMConfig) -> Engines:
-    """Never used directly: a `local` role is served first (`LocalServers.serve`), then built as `openai`."""
-    raise ConfigError(
-        "lm backend 'local' needs the run's local servers: build it with build_lm(..., servers=LocalServers())"
-    )
-
-
-@dataclass(frozen=True)
-class BackendEntry:
-    schema: type[LMConfig]  # the backend's own record: the keys it reads (and shows in its config node)
-    engines: Callable[[Any], Engines]
-
-    @property
-    def keys(self) -> tuple[str, ...]:
-        return tuple(self.schema.model_fields)
-
-
-ENTRY_BY_BACKEND: Mapping[str, BackendEntry] = MappingProxyType(
+LM_BACKENDS: Registry[BackendSpec] = Registry(
+    "backend",
+    "lm backend",
     {
-        "sim": BackendEntry(SimLMConfig, sim_engines),
-        "openai": BackendEntry(OpenAILMConfig, openai_engines),
-        "local": BackendEntry(LocalLMConfig, local_engines),
-    }
+        "sim": "memtrace_loop.pipeline.sim.lm_backend",
+        "openai": "memtrace_loop.pipeline.backends.openai_backend",
+        "local": "memtrace_loop.pipeline.backends.local_backend",
+    },
 )
 
 
@@ -96,10 +75,11 @@ def retry_policy(config: LMConfig) -> RetryPolicy:
     return RetryPolicy(config.num_retries, config.retry_after_cap_s, config.deadline_s)
 
 
-def backend_entry(name: str, key: str = "lm backend") -> BackendEntry:
-    if name not in ENTRY_BY_BACKEND:
-        raise ConfigError(f"{key}: unknown backend {name!r} (available: {list(ENTRY_BY_BACKEND)})")
-    return ENTRY_BY_BACKEND[name]
+def backend_spec(name: object, key: str = "lm backend") -> BackendSpec:
+    """The spec of backend `name`; an unknown name is a ConfigError naming `key` and the choices."""
+    if name not in LM_BACKENDS:
+        raise ConfigError(f"{key}: unknown backend {name!r} (available: {list(LM_BACKENDS.names)})")
+    return LM_BACKENDS.get(name)
 
 
 def lm_set_configs(mapping: Mapping[str, Any] | LMSetConfig) -> LMSetConfig:
@@ -109,7 +89,7 @@ def lm_set_configs(mapping: Mapping[str, Any] | LMSetConfig) -> LMSetConfig:
         return mapping
     configs = lm_configs(mapping)
     for role, config in configs.by_role().items():
-        backend_entry(config.backend, f"lm.{role}.backend")
+        backend_spec(config.backend, f"lm.{role}.backend")
         if isinstance(config, LocalLMConfig):
             model_path_of(config, role)
     return configs
@@ -126,7 +106,7 @@ def build_lm(
     services = services or RunServices()
     if config.backend == "local" and services.servers is not None:
         config = services.servers.serve(config, role)
-    engine, async_engine, endpoint = backend_entry(config.backend).engines(config)
+    engine, async_engine, endpoint = backend_spec(config.backend).engines(config)
     settings = GuardSettings(role, endpoint, retry_policy(config), stop=services.stop, guard=services.ledger.guard,
                              retries=services.ledger.retries)
     guarded, async_guarded = GuardedEngine(engine, settings), AsyncGuardedEngine(async_engine, settings)

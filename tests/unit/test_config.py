@@ -25,7 +25,8 @@ from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system, 
 from memtrace_loop.optimizers.registry import OPTIMIZERS, RewriteSettings
 from memtrace_loop.pipeline.analysis.attribution.registry import ATTRIBUTORS, LineageSettings, LLMSettings
 from memtrace_loop.pipeline.backends.embeddings import HASHING_DIM, HashingEmbedder
-from memtrace_loop.pipeline.backends.registry import ENTRY_BY_BACKEND
+from memtrace_loop.pipeline.backends.lm import RECORD_BY_BACKEND
+from memtrace_loop.pipeline.backends.registry import LM_BACKENDS, backend_spec
 from memtrace_loop.pipeline.core.config import ConfigError, defaults_of
 from memtrace_loop.pipeline.core.records import Conversation, Turn
 from memtrace_loop.pipeline.data.registry import DATASETS, load_dataset
@@ -50,8 +51,21 @@ def test_every_group_option_has_a_registry_entry_and_the_reverse():
     assert options("memory_system") == sorted(SYSTEMS)
     assert options("dataset") == sorted(DATASETS)
     assert options("optimizer") == sorted(OPTIMIZERS)
-    assert options("lm") == sorted(ENTRY_BY_BACKEND)
+    assert options("lm") == sorted(LM_BACKENDS)
     assert options("attributor") == sorted(ATTRIBUTORS)
+
+
+def test_each_lm_backend_spec_reads_the_record_its_config_is_parsed_into():
+    """The LM-backend registry and the records `LMConfig` dispatches to list the same backends, in order."""
+    assert {name: spec.schema for name, spec in LM_BACKENDS.items()} == dict(RECORD_BY_BACKEND)
+    assert LM_BACKENDS.names == tuple(RECORD_BY_BACKEND)
+    assert LM_BACKENDS.compared() == ()
+
+
+def test_an_unknown_lm_backend_names_the_key_and_the_choices():
+    expected = "lm.task.backend: unknown backend 'gpt' (available: ['sim', 'openai', 'local'])"
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        backend_spec("gpt", "lm.task.backend")
 
 
 @pytest.mark.parametrize(
@@ -183,7 +197,7 @@ def test_hydra_composes_exactly_the_schema_defaults():
     assert composed["attributor"] == {"name": "lineage", **defaults_of(LineageSettings)}
     assert composed["attributor"]["verify"] is False  # the current behaviour stays the default
     assert plain("attributor=llm")["attributor"] == {"name": "llm", **defaults_of(LLMSettings)}
-    lm_defaults = defaults_of(ENTRY_BY_BACKEND["sim"].schema)  # the sim backend's own record
+    lm_defaults = defaults_of(LM_BACKENDS.get("sim").schema)  # the sim backend's own record
     for role in ("task", "judge", "attributor", "rewriter"):
         assert composed["lm"][role] == {**lm_defaults, "model": "stand-in"}
     for name in SYSTEMS:
