@@ -53,6 +53,7 @@ def test_the_sweep_is_every_optimizer_on_every_system_over_three_seeds():
     assert len(set(values["seed"])) >= 3
 
 
+@pytest.mark.slow  # seconds each (measured): out of `make test-fast`
 def test_every_job_of_the_sweep_composes_into_a_valid_config_with_the_same_budget():
     values = sweep_values()
     loops = set()

@@ -138,6 +138,7 @@ def test_the_job_log_of_optimize_holds_its_iterations(optimize_output):
     assert "iteration 1: dev" in log and "accepted candidates" in log
 
 
+@pytest.mark.slow  # seconds each (measured): out of `make test-fast`
 def test_a_failed_command_leaves_its_error_in_the_job_log_with_secrets_masked(session, tmp_path):
     out = tmp_path / "failed"
     done = session.memtrace("run", "lm=openai", "lm.task.api_key_env=MEMTRACE_TEST_KEY",
@@ -151,6 +152,7 @@ def test_a_failed_command_leaves_its_error_in_the_job_log_with_secrets_masked(se
     assert SECRET not in log and SECRET not in done.stdout + done.stderr
 
 
+@pytest.mark.slow  # seconds each (measured): out of `make test-fast`
 def test_every_job_of_a_multirun_has_its_log(session, tmp_path):
     sweep = tmp_path / "sweep"
     session.memtrace("stages", "-m", "memory_system=rag,mem0", f"hydra.sweep.dir={sweep}")

@@ -16,12 +16,13 @@ import pytest
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from mlflow.tracking import MlflowClient
 
+# every test starts with a fresh, migrated MLflow store at tmp_path/mlflow.db (a copy of a template: tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("mlflow_db")
+
 WRITER = """
 import sys
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 
-# every test starts with a fresh, migrated MLflow store at tmp_path/mlflow.db (a copy of a template: tests/conftest.py)
-pytestmark = pytest.mark.usefixtures("mlflow_db")
 tracker = MlflowTracker(sys.argv[1])
 tracker.open_experiment("together")
 with tracker.start_run(f"writer-{sys.argv[2]}") as run_id:

@@ -24,6 +24,7 @@ def test_graph_bench_prints_a_row_per_system_with_the_exec_network_timings(capsy
         assert cells[-1] == "met" or cells[-1].startswith("missed: ")
 
 
+@pytest.mark.slow  # seconds each (measured): out of `make test-fast`
 def test_a_small_run_exports_what_it_records() -> None:
     row = graph_bench.bench_system("rag", 1, 2, 6, 1)
     assert row.operations > 0 and row.edges > 0 and row.export_s > 0 and row.import_s > 0

@@ -412,6 +412,7 @@ def native_lm(proxy: FaultProxy, num_retries: int) -> dspy.LM:
     )
 
 
+@pytest.mark.slow  # seconds each (measured): out of `make test-fast`
 def test_dspy_native_client_retries_through_transient_faults(proxy: FaultProxy) -> None:
     proxy.set_plan(FaultPlan(seed=1, rate_limit=0.4, server_error=0.1, timeout=0.1, stall_s=0, retry_after="0"))
     lm = native_lm(proxy, num_retries=8)

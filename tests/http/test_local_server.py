@@ -25,6 +25,7 @@ LOCAL = {"backend": "local", "model": "auto", "context_size": 512, "threads": 1,
          "structured_output": "json_schema"}
 
 
+@pytest.mark.slow  # seconds each (measured): out of `make test-fast`
 def test_roles_share_one_server_and_it_stops_on_the_way_out():
     with pytest.raises(ConfigError, match="local servers"):
         build_lm_set({role: LOCAL for role in ("task", "judge", "attributor", "rewriter")})  # no servers=

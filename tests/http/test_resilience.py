@@ -126,6 +126,7 @@ def test_backoff_without_retry_after_is_capped(server: OpenAIStubServer, caplog:
     assert len(chat_calls(server)) == 4
 
 
+@pytest.mark.slow  # seconds each (measured): out of `make test-fast`
 @pytest.mark.parametrize(
     "body", [b"<html><body>502 Bad Gateway</body></html>", b'{"id": "chatcmpl-1", "choi', b"", b"{}"],
     ids=["not-json", "truncated", "empty", "no-choice"],

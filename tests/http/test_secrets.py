@@ -53,6 +53,7 @@ def leaks(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and canary in p.read_bytes())
 
 
+@pytest.mark.slow  # seconds each (measured): out of `make test-fast`
 def test_a_key_override_is_refused_before_hydra_writes_anything(tmp_path):
     for override in (f"+lm.task.api_key={KEY_OVERRIDE}", f"++lm.task.headers.Authorization=Bearer {KEY_OVERRIDE}",
                      f"lm.task.api_key_env={KEY_OVERRIDE}"):
@@ -70,6 +71,7 @@ def test_a_key_override_is_refused_before_hydra_writes_anything(tmp_path):
     assert leaks(tmp_path) == []
 
 
+@pytest.mark.slow  # seconds each (measured): out of `make test-fast`
 def test_a_credential_in_a_url_is_masked_when_hydra_prints_the_config(tmp_path):
     done = memtrace(tmp_path, "run", "lm=openai", f"lm.task.api_base='http://user:{KEY_USER}@proxy/v1?api_key={KEY_QUERY}'",
                     "--cfg", "job")
