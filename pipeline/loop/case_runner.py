@@ -4,12 +4,13 @@
 prompts and knobs as they are), traced into a copy of its conversation's ingestion graph. The memory is
 taken from the loop's `MemoryCache` by the system's memory key and built at most once, even when
 several threads ask for questions of the same conversation at the same time (`get_or_build`); a
-candidate that changes only answer-side prompts therefore re-answers and never re-ingests. The LM
-calls each case really makes (ingestion only when it built the memory; DSPy's cache excluded) are
-reported to `on_calls`, so the loop counts them in its totals. A reuse counts as saving the memory's
-build calls once per (memory, prompt set) — what a whole-dataset evaluation of that prompt set would
-have saved — not once per question. The construction stages' LM calls are recorded with the memory
-when it is built and returned with every case, built or reused.
+candidate that changes only answer-side prompts therefore re-answers and never re-ingests. Each case
+carries the LM calls it really made as its graph tells (`TracedCase.lm_calls_made`: ingestion only when
+it built the memory; DSPy's cache excluded), for the optimizer; the loop counts calls with its
+`CallLedger` only. A reuse counts as saving the memory's build calls once per (memory, prompt set) —
+what a whole-dataset evaluation of that prompt set would have saved — not once per question. The
+construction stages' LM calls are recorded with the memory when it is built and returned with every
+case, built or reused.
 
 It does not run whole datasets (see `runner.run_dataset`), aggregate metrics, or touch the test split.
 """
@@ -17,7 +18,7 @@ It does not run whole datasets (see `runner.run_dataset`), aggregate metrics, or
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import dspy
 from memtrace_loop.memory_systems.base import MemorySystem
@@ -49,13 +50,11 @@ class LoopCaseRunner:
         dataset_by_split: Mapping[str, Dataset],
         cache: MemoryCache,
         exclude_categories: Sequence[int] = (5,),
-        on_calls: Callable[[int], None] | None = None,
     ) -> None:
         self._judge = judge
         self._dataset_by_split = dict(dataset_by_split)
         self._cache = cache
         self._excluded = set(exclude_categories)
-        self._on_calls = on_calls or (lambda _n: None)
         self._reused: set[tuple[str, str]] = set()  # (memory key, prompt digest) whose reuse was counted
         self._lock = threading.Lock()
 
@@ -95,5 +94,4 @@ class LoopCaseRunner:
         outcome = system.answer(question, memory.state, tracer)
         case = judge_answer(self._judge, question, outcome, tracer)
         made = _made(count_lm_calls([graph])) - _made(before) + (0 if reused else _made(before))
-        self._on_calls(made)
         return TracedCase(case, graph, conversation, tuple(memory.construction_calls), made, reused)

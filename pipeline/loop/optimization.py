@@ -9,8 +9,9 @@ gain over the current prompt set on the same dev questions reaches `min_gain`. O
 next candidate is tried; `patience` iterations without an acceptance stop the loop. The test split is
 evaluated once, at the end, for the starting and the final prompt set.
 
-LM calls are counted at the LM layer by a `CallLedger` (`pipeline.backends.call_count`) whose counting
-LMs the caller built the system, judge, attributor and optimizer with: made, cached and failed per role.
+LM calls are counted in one way only: at the LM layer, by the `CallLedger` (`pipeline.backends.call_count`)
+the loop requires and whose counting LMs the caller built the system, judge, attributor and optimizer
+with (an LM built without it is not counted): made, cached and failed per role.
 `LoopSettings.budget_calls` (0: no budget) bounds the task + rewriter + attributor calls (`BUDGET_ROLES`;
 judge calls are the measuring instrument and are not counted) — made ones, plus those DSPy's response
 cache served when `budget_counts_cached` (the default: so the budget, and with it the run, does not
@@ -33,7 +34,6 @@ are `pipeline.loop.summaries`; the checkpoint file is `pipeline.loop.checkpoint`
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -65,15 +65,6 @@ from memtrace_loop.pipeline.loop.runner import ProgressSink, RunResult, run_data
 from memtrace_loop.pipeline.loop.summaries import CandidateSummary, IterationSummary, blame_from_rows
 
 logger = logging.getLogger(__name__)
-
-def calls_made(result: RunResult) -> int:
-    """LLM calls a run made, as its graphs tell (neither served by DSPy's cache nor in a reused memory's
-    copied ingestion graph). Never negative. The loop counts at the LM layer instead when it has a
-    `CallLedger`; this is its fallback (it cannot see rewriter or attributor calls)."""
-    own_calls = result.counts.calls - result.lm_calls_saved
-    own_cached = result.counts.cached_calls - result.reused_cached_calls
-    return own_calls - own_cached
-
 
 class StopReason(StrEnum):
     """Why the loop stopped iterating."""
@@ -203,7 +194,7 @@ class OptimizationLoop:
         memory_cache: MemoryCache | None = None,
         checkpoint_extra: Callable[[], Mapping[str, Any]] | None = None,
         attributor: Attributor | None = None,
-        calls: CallLedger | None = None,
+        calls: CallLedger,
         stop: StopToken | None = None,
     ) -> None:
         self.system = system
@@ -220,30 +211,21 @@ class OptimizationLoop:
         self.checkpoint_extra = checkpoint_extra or (lambda: {})
         self.attributor = attributor if attributor is not None else LineageAttributor()
         self._split_log: list[tuple[str, int]] = []
-        self._calls_made = 0
         self._tokens_made = 0
         if settings.budget_calls < 0:
             raise ValueError(f"budget_calls must be >= 0 (0: no budget), got {settings.budget_calls}")
-        if settings.budget_calls and calls is None:
-            raise ValueError("a budget in LM calls needs the CallLedger the LMs count into (calls=...)")
-        self.calls = calls
+        self.calls = calls  # the one count of LM calls: the caller's LMs count into it
         self.budget = LoopBudget(self)
         self._tally_base = CallTally()
         self._calls_before = CallTally()  # the calls of the iterations before a resume (from the checkpoint)
         self._spent_base = 0
         self._spent_offset = 0
         self._budget_cut = False
-        self._calls_lock = threading.Lock()
-
-    def _count_calls(self, n: int) -> None:
-        """Add LLM calls made (optimizers' per-question runs report from several threads)."""
-        with self._calls_lock:
-            self._calls_made += n
 
     def _case_runner(self) -> LoopCaseRunner:
         return LoopCaseRunner(
             self.judge, {"train": self.splits.train, "dev": self.splits.dev}, self.cache,
-            self.settings.exclude_categories, self._count_calls,
+            self.settings.exclude_categories,
         )
 
     # ------------------------------------------------------------------ evaluation
@@ -252,8 +234,8 @@ class OptimizationLoop:
         self, prompts: PromptSet, split: str, iteration: int, dataset: Dataset | None = None,
         knobs: Mapping[str, Any] | None = None,
     ) -> RunResult:
-        """Run `prompts` (with the knob changes `knobs`) over the split (or the given part of it); the LLM
-        calls made are counted."""
+        """Run `prompts` (with the knob changes `knobs`) over the split (or the given part of it); its LM
+        calls count into the ledger, its tokens made into `LoopResult.lm_tokens_made`."""
         dataset = dataset if dataset is not None else getattr(self.splits, split)
         self._split_log.append((split, iteration))
         system = self.system.with_knobs(knobs or {}).with_prompts(prompts)
@@ -262,21 +244,16 @@ class OptimizationLoop:
             progress=self.progress, exclude_categories=self.settings.exclude_categories, seed=self.settings.seed,
             memory_cache=self.cache, stop=self.stop,
         )
-        self._count_calls(calls_made(result))
         self._tokens_made += tokens_made(result)
         return result
 
     # ------------------------------------------------------------------ counting and the budget
 
     def tally(self) -> CallTally:
-        """LM calls per role since the run started, across resumes (empty without a ledger)."""
-        if self.calls is None:
-            return CallTally()
+        """LM calls per role since the run started, across resumes."""
         return self._calls_before + (self.calls.tally() - self._tally_base)
 
     def _budget_count(self) -> int:
-        if self.calls is None:
-            return 0
         total = self.calls.tally().total(BUDGET_ROLES)
         return total.made + (total.cached if self.settings.budget_counts_cached else 0)
 
@@ -296,7 +273,7 @@ class OptimizationLoop:
 
     def run(self, start_prompts: PromptSet | None = None, resume: bool = False) -> LoopResult:
         """Run (or, with `resume`, continue from the checkpoint) until budget or patience runs out."""
-        self._tally_base = self.calls.tally() if self.calls is not None else CallTally()
+        self._tally_base = self.calls.tally()
         self._spent_base, self._spent_offset, self._budget_cut = self._budget_count(), 0, False
         self._calls_before = CallTally()
         if resume:
@@ -357,7 +334,7 @@ class OptimizationLoop:
             test_final=test_final,
             dev_final=current_dev,
             split_log=tuple(self._split_log),
-            lm_calls_made=tally.made() if self.calls is not None else self._calls_made,
+            lm_calls_made=tally.made(),
             lm_calls_saved=self.cache.stats().lm_calls_saved,
             stop_reason=stop_reason.value,
             calls=tally,
@@ -389,7 +366,7 @@ class OptimizationLoop:
             iteration, current, blame, attributions, traced.failures(),
             knobs=MappingProxyType(self.system.with_knobs(knobs).knob_values()),
             graph_by_conversation=train.graph_by_conversation, evaluator=LoopEvaluator(self, iteration, knobs),
-            budget=self.budget if self.calls is not None else None,
+            budget=self.budget,
         )
         outcomes = []
         for candidate in list(self.optimizer.propose(context))[: self.settings.max_candidates]:
@@ -476,7 +453,7 @@ class LoopEvaluator:
             )
         before = self._loop.tally()
         result = self._loop.evaluate(prompts, split, self._iteration, dataset, knobs=self._knobs)
-        made = (self._loop.tally() - before).made() if self._loop.calls is not None else calls_made(result)
+        made = (self._loop.tally() - before).made()
         return CandidateEvaluation(prompts, split, result.results, result.graph_by_conversation, result.report, made)
 
 

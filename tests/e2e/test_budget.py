@@ -150,15 +150,16 @@ def test_without_a_budget_the_loop_stops_by_patience_or_iterations_and_counts_sa
     assert [r.budget_spent for r in result.iterations] == sorted(r.budget_spent for r in result.iterations)
 
 
-def test_a_budget_needs_a_ledger_and_must_not_be_negative():
+def test_the_loop_needs_a_ledger_and_a_budget_must_not_be_negative():
+    """The ledger is the one count of LM calls (there is no other to fall back on), so it is required."""
     lm = sim_lm()
     system = Mem0Memory(HashingEmbedder())
     system.set_lm(lm)
     dataset = sim_dataset(seed=0, n_conversations=4)
     parts = split_by_conversation(dataset, (0.5, 0.25, 0.25), seed=0)
     splits = Splits(parts.train, parts.dev, parts.test)
-    with pytest.raises(ValueError, match="CallLedger"):
-        OptimizationLoop(system, make_judge(lm), build_optimizer("none", lm), splits, replace(SETTINGS, budget_calls=5))
+    with pytest.raises(TypeError, match="calls"):
+        OptimizationLoop(system, make_judge(lm), build_optimizer("none", lm), splits, SETTINGS)
     with pytest.raises(ValueError, match="budget_calls must be >= 0"):
         OptimizationLoop(system, make_judge(lm), build_optimizer("none", lm), splits,
                          replace(SETTINGS, budget_calls=-1), calls=CallLedger())

@@ -19,6 +19,7 @@ from memtrace_loop.memory_systems.evermemos.system import EverMemOSKnobs, EverMe
 from memtrace_loop.optimizers.feedback import feedback_for_attribution, fold_feedback
 from memtrace_loop.optimizers.registry import build_optimizer
 from memtrace_loop.pipeline.analysis.attribution.lineage import attribute_failures
+from memtrace_loop.pipeline.backends.call_count import CallLedger
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.records import PromptSet
 from memtrace_loop.pipeline.data.locomo import parse_locomo, split_by_conversation
@@ -31,7 +32,7 @@ from memtrace_loop.pipeline.sim.world import generate_locomo, planted_questions
 
 from tests.support.paths import LOCOMO
 from tests.support.requires import missing_locomo, requires
-from tests.support.sim import sim_dataset, sim_lm
+from tests.support.sim import counted_sim_lms, sim_dataset, sim_lm
 
 pytestmark = pytest.mark.slow  # whole loops and runs: out of `make test-fast`
 
@@ -150,14 +151,15 @@ def test_the_diagnoses_point_the_rewriter_at_the_missing_rules_of_the_blamed_sta
 def test_the_loop_improves_test_accuracy_and_blames_only_stages_the_system_has():
     dataset = sim_dataset(seed=0, n_conversations=8)
     parts = split_by_conversation(dataset, (0.5, 0.25, 0.25), seed=0)
-    lm = sim_lm()
+    calls = CallLedger()
+    lms = counted_sim_lms(calls)
     system = EverMemOSMemory(HashingEmbedder(), EverMemOSKnobs(tokenizer="approx"))
-    system.set_lm(lm)
+    system.set_lm(lms.task)
     settings = LoopSettings(max_iterations=4, patience=2, min_gain=0.02, max_candidates=2, workers=2)
     result = OptimizationLoop(
-        system, make_judge(lm), build_optimizer("attribution", lm, system=system),
+        system, make_judge(lms.judge), build_optimizer("attribution", lms.rewriter, system=system),
         Splits(parts.train, parts.dev, parts.test),
-        settings,
+        settings, calls=calls,
     ).run()
     start, final = result.test_start.report.overall, result.test_final.report.overall
     assert final.judge_accuracy > start.ci_high, (start, final)

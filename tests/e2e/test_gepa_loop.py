@@ -107,7 +107,7 @@ def test_the_final_prompts_load_as_a_dspy_program_and_dspy_evaluate_gives_the_lo
     parts = split_by_conversation(sim_dataset(seed=0, n_conversations=4), (0.5, 0.25, 0.25), seed=0)
     loop = OptimizationLoop(
         w.system, w.judge, GepaOptimizer(lm, SMALL), Splits(parts.train, parts.dev, parts.test),
-        LoopSettings(max_iterations=1, workers=2),
+        LoopSettings(max_iterations=1, workers=2), calls=w.ledger,
     )
     result = loop.run()
     assert result.final_prompts != result.start_prompts  # GEPA's candidate was accepted

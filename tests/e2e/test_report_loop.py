@@ -9,25 +9,27 @@ import re
 import pytest
 from memtrace_loop.memory_systems.mem0.system import Mem0Memory
 from memtrace_loop.optimizers.registry import build_optimizer
+from memtrace_loop.pipeline.backends.call_count import CallLedger
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.data.locomo import split_by_conversation
 from memtrace_loop.pipeline.loop.optimization import LoopSettings, OptimizationLoop, Splits
 from memtrace_loop.pipeline.loop.runner import make_judge
 from memtrace_loop.pipeline.report import report_for_loop, rewrites_of
 
-from tests.support.sim import sim_dataset, sim_lm
+from tests.support.sim import counted_sim_lms, sim_dataset
 
 pytestmark = pytest.mark.slow
 
 
 def test_report_of_an_optimization_shows_scores_and_accepted_rewrites(tmp_path):
-    lm = sim_lm()
+    calls = CallLedger()
+    lms = counted_sim_lms(calls)
     system = Mem0Memory(HashingEmbedder())
-    system.set_lm(lm)
+    system.set_lm(lms.task)
     parts = split_by_conversation(sim_dataset(seed=0, n_conversations=8), (0.5, 0.25, 0.25), seed=0)
     settings = LoopSettings(max_iterations=3, patience=2, min_gain=0.02, max_candidates=2, workers=2)
-    loop = OptimizationLoop(system, make_judge(lm), build_optimizer("attribution", lm, system=system),
-                            Splits(parts.train, parts.dev, parts.test), settings)
+    loop = OptimizationLoop(system, make_judge(lms.judge), build_optimizer("attribution", lms.rewriter, system=system),
+                            Splits(parts.train, parts.dev, parts.test), settings, calls=calls)
     result = loop.run()
     rewrites = rewrites_of(result)
     assert len(rewrites) == sum(1 for r in result.iterations if r.accepted)

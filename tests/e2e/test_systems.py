@@ -11,6 +11,7 @@ from hydra import compose, initialize_config_module
 from memtrace_loop.experiments.run import run
 from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system
 from memtrace_loop.optimizers.registry import build_optimizer
+from memtrace_loop.pipeline.backends.call_count import CallLedger
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.graph import OpKind
 from memtrace_loop.pipeline.core.graph_io import graph_from_json
@@ -21,7 +22,7 @@ from mlflow.tracking import MlflowClient
 
 from tests.support.paths import LOCOMO
 from tests.support.requires import missing_locomo, require
-from tests.support.sim import sim_dataset, sim_lm
+from tests.support.sim import counted_sim_lms, sim_dataset
 
 # every test here runs the loop or a whole run (seconds each): out of `make test-fast`
 # every test starts with a fresh, migrated MLflow store at tmp_path/mlflow.db (a copy of a template: tests/conftest.py)
@@ -74,13 +75,14 @@ def test_run_on_the_locomo_subset_completes(name, tmp_path):
 def test_the_loop_improves_each_system_and_blames_only_its_stages(name):
     dataset = sim_dataset(seed=0, n_conversations=8)
     parts = split_by_conversation(dataset, (0.5, 0.25, 0.25), seed=0)
-    lm = sim_lm()
+    calls = CallLedger()
+    lms = counted_sim_lms(calls)
     system = build_memory_system({"name": name}, HashingEmbedder())
-    system.set_lm(lm)
+    system.set_lm(lms.task)
     loop = OptimizationLoop(
-        system, make_judge(lm), build_optimizer("attribution", lm, system=system),
+        system, make_judge(lms.judge), build_optimizer("attribution", lms.rewriter, system=system),
         Splits(parts.train, parts.dev, parts.test),
-        LoopSettings(max_iterations=4, patience=2, min_gain=0.02, max_candidates=2, workers=2),
+        LoopSettings(max_iterations=4, patience=2, min_gain=0.02, max_candidates=2, workers=2), calls=calls,
     )
     result = loop.run()
     start = result.test_start.report.overall.judge_accuracy

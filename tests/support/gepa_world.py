@@ -1,15 +1,15 @@
 """The GEPA tests' world (tests/stages/test_gepa.py, tests/e2e/test_gepa_loop.py): a mem0 system on the sim
-stand-in, its train/dev split and a case runner counting LM calls; `SMALL`, GEPA settings for a quick search."""
+stand-in whose LMs count into a `CallLedger`, its train/dev split and a case runner; `SMALL`, GEPA settings for a
+quick search."""
 
 from __future__ import annotations
-
-import threading
 
 from memtrace_loop.memory_systems.mem0.system import Mem0Memory
 from memtrace_loop.optimizers.base import OptimizationContext
 from memtrace_loop.optimizers.gepa import Settings
 from memtrace_loop.optimizers.gepa_program import MemoryProgram
 from memtrace_loop.pipeline.analysis.blame import BlameTable
+from memtrace_loop.pipeline.backends.call_count import CallLedger
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.registry import backend_test_world
 from memtrace_loop.pipeline.data.locomo import split_by_conversation
@@ -17,7 +17,7 @@ from memtrace_loop.pipeline.loop.case_runner import LoopCaseRunner
 from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
 from memtrace_loop.pipeline.loop.runner import make_judge
 
-from tests.support.sim import sim_dataset, sim_lm
+from tests.support.sim import counted_sim_lms, sim_dataset
 
 SMALL = Settings(max_metric_calls=100, num_threads=2, reflection_minibatch_size=3)
 
@@ -42,23 +42,25 @@ class CaseEvaluator:
 
 
 class World:
-    """A mem0 system on the stand-in, its train/dev split, and a case runner with a call counter."""
+    """A mem0 system on the stand-in (task and judge LMs counting into `ledger`), its train/dev split, and
+    a case runner."""
 
     def __init__(self, n_conversations: int = 4) -> None:
-        self.lm = sim_lm()
+        self.ledger = CallLedger()
+        lms = counted_sim_lms(self.ledger)
+        self.lm = lms.task
         self.system = Mem0Memory(HashingEmbedder())
         self.system.set_lm(self.lm)
-        self.judge = make_judge(self.lm)
+        self.judge = make_judge(lms.judge)
         parts = split_by_conversation(sim_dataset(seed=0, n_conversations=n_conversations), (0.5, 0.25, 0.25), seed=0)
         self.train, self.dev = parts.train, parts.dev
         self.cache = MemoryCache()
-        self.calls = 0
-        self._lock = threading.Lock()
-        self.cases = LoopCaseRunner(self.judge, {"train": self.train, "dev": self.dev}, self.cache, (5,), self._count)
+        self.cases = LoopCaseRunner(self.judge, {"train": self.train, "dev": self.dev}, self.cache, (5,))
 
-    def _count(self, n: int) -> None:
-        with self._lock:
-            self.calls += n
+    @property
+    def calls(self) -> int:
+        """The task and judge LM calls made so far (the ledger's count)."""
+        return self.ledger.tally().made()
 
     def program(self, system=None) -> MemoryProgram:
         split = {q.id: "train" for q in self.train.questions} | {q.id: "dev" for q in self.dev.questions}

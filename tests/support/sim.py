@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dspy
 from memtrace_loop.memory_systems.registry import build_memory_system
+from memtrace_loop.pipeline.backends.call_count import CallLedger
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
-from memtrace_loop.pipeline.backends.lm import LMConfig
+from memtrace_loop.pipeline.backends.lm import LMConfig, LMSet
 from memtrace_loop.pipeline.backends.registry import build_lm
 from memtrace_loop.pipeline.core.records import Conversation, Dataset, Question, Turn
 from memtrace_loop.pipeline.data.locomo import parse_locomo
@@ -28,6 +29,11 @@ QUESTION = Question("c1:q0", "c1", "Where does Alice live?", "Rome", 4, ("D2:1",
 def sim_lm() -> dspy.LM:
     """The deterministic stand-in LM, uncached so every test sees the current stand-in code."""
     return build_lm(LMConfig(backend="sim", model="stand-in", cache=False))
+
+
+def counted_sim_lms(calls: CallLedger) -> LMSet:
+    """The four roles on the stand-in LM, each counting its calls into `calls` (what a loop needs)."""
+    return calls.counted(LMSet(*(sim_lm(),) * 4))
 
 
 def sim_dataset(seed: int = 0, n_conversations: int = 4) -> Dataset:
