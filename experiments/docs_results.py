@@ -271,7 +271,9 @@ def optimizer_table() -> str:
         for optimizer in TABLE_OPTIMIZERS:
             with tempfile.TemporaryDirectory() as tmp:
                 m = run_optimize(Path(tmp), f"memory_system={system}", f"optimizer={optimizer}").metrics
-            start, final = 100 * m["test/start/judge_accuracy"], 100 * m["test/final/judge_accuracy"]
+            # the gain of the printed (rounded) accuracies, so a cell's three numbers add up as read
+            start = round(100 * m["test/start/judge_accuracy"], 1)
+            final = round(100 * m["test/final/judge_accuracy"], 1)
             gain = f"{final - start:+.1f}" if round(final - start, 1) else "0"
             cells.append(f"{start:.1f} → {final:.1f} ({'**' + gain + '**' if optimizer == 'attribution' else gain})")
         name = f"{system} (the demo)" if system == "mem0" else system
