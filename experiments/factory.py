@@ -21,7 +21,7 @@ from memtrace_loop.experiments.config import AttributeConfig, Chosen, OptimizeCo
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.memory_systems.registry import build_memory_system, spec_of
 from memtrace_loop.optimizers.base import Optimizer, OptimizerSetup
-from memtrace_loop.optimizers.registry import optimizer_spec
+from memtrace_loop.optimizers.registry import OPTIMIZERS
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
 from memtrace_loop.pipeline.analysis.attribution.registry import attributor_from_settings
 from memtrace_loop.pipeline.backends.embeddings import EmbedderConfig, build_embedder
@@ -103,7 +103,7 @@ def build_optimizer(
     """The optimizer of the validated `optimizer` group, built once for its run: rewriting with the
     rewriter LM, on `system`, with the loop's `attributor`, keeping its own files under `work_dir`."""
     setup = OptimizerSetup(config.optimizer.settings, lms.rewriter, system, attributor, work_dir)
-    return optimizer_spec(config.optimizer.name).build(setup)
+    return OPTIMIZERS.get(config.optimizer.name).build(setup)
 
 
 @contextmanager

@@ -22,10 +22,10 @@ from memtrace_loop.optimizers.base import Optimizer, OptimizerSetup, OptimizerSp
 from memtrace_loop.optimizers.noop import Settings as NoSettings
 from memtrace_loop.optimizers.rewrite import RewriteSettings
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
-from memtrace_loop.pipeline.core.config import ConfigError, parse_config
+from memtrace_loop.pipeline.core.config import parse_config
 from memtrace_loop.pipeline.core.registry import Registry
 
-__all__ = ["OPTIMIZERS", "NoSettings", "RewriteSettings", "build_optimizer", "optimizer_settings", "optimizer_spec"]
+__all__ = ["OPTIMIZERS", "NoSettings", "RewriteSettings", "build_optimizer", "optimizer_settings"]
 
 OPTIMIZERS: Registry[OptimizerSpec] = Registry(
     "optimizer",
@@ -38,20 +38,14 @@ OPTIMIZERS: Registry[OptimizerSpec] = Registry(
         "gepa_blame": "memtrace_loop.optimizers.gepa_blame",
         "none": "memtrace_loop.optimizers.noop",
     },
+    unknown="{key}: unknown {what} {name!r}; choose one of {choices}",
 )
-
-
-def optimizer_spec(name: object) -> OptimizerSpec:
-    """The spec of optimizer `name`; an unknown name is a ConfigError listing the choices."""
-    if name not in OPTIMIZERS:
-        raise ConfigError(f"optimizer.name: unknown optimizer {name!r}; choose one of {list(OPTIMIZERS.names)}")
-    return OPTIMIZERS.get(name)
 
 
 def optimizer_settings(name: object, settings: Mapping[str, Any] | None) -> Any:
     """The validated settings record of optimizer `name` from its config node (`name` key ignored)."""
     given = {k: v for k, v in (settings or {}).items() if k != "name"}
-    return parse_config(optimizer_spec(name).schema, given, "optimizer")
+    return parse_config(OPTIMIZERS.get(name).schema, given, "optimizer")
 
 
 def build_optimizer(
@@ -66,6 +60,6 @@ def build_optimizer(
     """The optimizer called `name`, built once for its run: `rewriter_lm` for its rewrites (unused by
     `none`), `system` the memory system it optimizes, `attributor` the loop's, `work_dir` where it may
     keep resumable state (a temporary folder when None)."""
-    spec = optimizer_spec(name)
+    spec = OPTIMIZERS.get(name)
     setup = OptimizerSetup(optimizer_settings(name, settings), rewriter_lm, system, attributor, work_dir)
     return spec.build(setup)

@@ -11,7 +11,7 @@ by the entry point) starts it and turns the role's config into an `openai` confi
 it is spoken to as any endpoint. `structured_output: json_schema` marks the engines for JSON-schema
 output (`pipeline.backends.structured_output`). Adding a backend is its record in
 `pipeline.backends.lm`, its own module exporting `SPEC`, one line here and `conf/lm/<name>.yaml`.
-`backend_spec` looks one up (an unknown name is a ConfigError naming the key and the choices),
+`LM_BACKENDS.get(name, key)` looks one up (an unknown name is a ConfigError naming the key and the choices),
 `build_lm` builds one role's LM by its backend, `build_lm_set` the four roles.
 
 Every LM is `dspy.LM(..., engine=GuardedEngine(inner), async_engine=AsyncGuardedEngine(inner),
@@ -52,7 +52,6 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "LM_BACKENDS",
     "BackendSpec",
-    "backend_spec",
     "backend_test_world",
     "build_lm",
     "build_lm_set",
@@ -68,18 +67,12 @@ LM_BACKENDS: Registry[BackendSpec] = Registry(
         "openai": "memtrace_loop.pipeline.backends.openai_backend",
         "local": "memtrace_loop.pipeline.backends.local_backend",
     },
+    unknown="{key}: unknown {what} {name!r} (available: {choices})",
 )
 
 
 def retry_policy(config: LMConfig) -> RetryPolicy:
     return RetryPolicy(config.num_retries, config.retry_after_cap_s, config.deadline_s)
-
-
-def backend_spec(name: object, key: str = "lm backend") -> BackendSpec:
-    """The spec of backend `name`; an unknown name is a ConfigError naming `key` and the choices."""
-    if name not in LM_BACKENDS:
-        raise ConfigError(f"{key}: unknown backend {name!r} (available: {list(LM_BACKENDS.names)})")
-    return LM_BACKENDS.get(name)
 
 
 def lm_set_configs(mapping: Mapping[str, Any] | LMSetConfig) -> LMSetConfig:
@@ -89,7 +82,7 @@ def lm_set_configs(mapping: Mapping[str, Any] | LMSetConfig) -> LMSetConfig:
         return mapping
     configs = lm_configs(mapping)
     for role, config in configs.by_role().items():
-        backend_spec(config.backend, f"lm.{role}.backend")
+        LM_BACKENDS.get(config.backend, f"lm.{role}.backend")
         if isinstance(config, LocalLMConfig):
             model_path_of(config, role)
     return configs
@@ -106,7 +99,7 @@ def build_lm(
     services = services or RunServices()
     if config.backend == "local" and services.servers is not None:
         config = services.servers.serve(config, role)
-    engine, async_engine, endpoint = backend_spec(config.backend).engines(config)
+    engine, async_engine, endpoint = LM_BACKENDS.get(config.backend).engines(config)
     settings = GuardSettings(role, endpoint, retry_policy(config), stop=services.stop, guard=services.ledger.guard,
                              retries=services.ledger.retries)
     guarded, async_guarded = GuardedEngine(engine, settings), AsyncGuardedEngine(async_engine, settings)

@@ -47,12 +47,15 @@ class UnknownEntryError(ConfigError):
 @dataclass(frozen=True)
 class Registry(Generic[SpecT]):
     """`what` names the kind of entry in messages ("memory system"); `key` is the config key a user
-    sets (`memory_system.name`); `modules` maps each name to the module exporting `attribute`."""
+    sets (`memory_system.name`); `modules` maps each name to the module exporting `attribute`;
+    `unknown` is the message for a name no line provides (fields: `key`, `what`, `name`, `available`
+    as "a, b", `choices` as a list)."""
 
     what: str
     key: str
     modules: Mapping[str, str]
     attribute: str = "SPEC"
+    unknown: str = "{key}: unknown {what} {name!r} (available: {available})"
     _frozen: Mapping[str, str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -68,17 +71,20 @@ class Registry(Generic[SpecT]):
     def __iter__(self) -> Iterator[str]:
         return iter(self._frozen)
 
-    def module_of(self, name: object) -> str:
-        """The module that implements `name`; `UnknownEntryError` naming the key and the choices."""
+    def module_of(self, name: object, key: str | None = None) -> str:
+        """The module that implements `name`; `UnknownEntryError` naming the key (`key`, else the
+        registry's) and the choices."""
         if name not in self:
-            raise UnknownEntryError(
-                f"{self.key}: unknown {self.what} {name!r} (available: {', '.join(self._frozen)})"
-            )
+            raise UnknownEntryError(self.unknown.format(
+                key=key or self.key, what=self.what, name=name, available=", ".join(self._frozen),
+                choices=list(self._frozen),
+            ))
         return self._frozen[str(name)]
 
-    def get(self, name: object) -> SpecT:
-        """The spec of `name` (its module imported on first use)."""
-        spec: SpecT = getattr(importlib.import_module(self.module_of(name)), self.attribute)
+    def get(self, name: object, key: str | None = None) -> SpecT:
+        """The spec of `name` (its module imported on first use); `key` names the config key in the
+        message for an unknown name when it is not the registry's own (e.g. `lm.task.backend`)."""
+        spec: SpecT = getattr(importlib.import_module(self.module_of(name, key)), self.attribute)
         return spec
 
     def items(self) -> Iterator[tuple[str, SpecT]]:

@@ -32,13 +32,8 @@ DATASETS: Registry[DatasetSpec] = Registry(
         "locomo": "memtrace_loop.pipeline.data.locomo",
         "longmemeval": "memtrace_loop.pipeline.data.longmemeval",
     },
+    unknown="{key}: unknown kind {name!r} (expected one of {choices})",
 )
-
-
-def _spec(kind: object) -> DatasetSpec:
-    if kind not in DATASETS:
-        raise ConfigError(f"dataset.kind: unknown kind {kind!r} (expected one of {list(DATASETS.names)})")
-    return DATASETS.get(kind)
 
 
 def dataset_config(cfg: Mapping[str, Any]) -> Any:
@@ -46,9 +41,9 @@ def dataset_config(cfg: Mapping[str, Any]) -> Any:
     if not isinstance(cfg, Mapping):
         raise ConfigError(f"dataset: must be a mapping, got {type(cfg).__name__}")
     kind = cfg.get("kind")
-    return parse_config(_spec(kind).schema, {k: v for k, v in cfg.items() if k != "kind"}, "dataset")
+    return parse_config(DATASETS.get(kind).schema, {k: v for k, v in cfg.items() if k != "kind"}, "dataset")
 
 
 def load_dataset(cfg: Mapping[str, Any], base_dir: str | Path | None = None) -> Dataset:
     """The whole dataset named by the `dataset` node `cfg`."""
-    return _spec(cfg.get("kind")).load(dataset_config(cfg), Path(base_dir or "."))
+    return DATASETS.get(cfg.get("kind")).load(dataset_config(cfg), Path(base_dir or "."))

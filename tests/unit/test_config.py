@@ -26,7 +26,7 @@ from memtrace_loop.optimizers.registry import OPTIMIZERS, RewriteSettings
 from memtrace_loop.pipeline.analysis.attribution.registry import ATTRIBUTORS, LineageSettings, LLMSettings
 from memtrace_loop.pipeline.backends.embeddings import HASHING_DIM, HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import RECORD_BY_BACKEND
-from memtrace_loop.pipeline.backends.registry import LM_BACKENDS, backend_spec
+from memtrace_loop.pipeline.backends.registry import LM_BACKENDS
 from memtrace_loop.pipeline.core.config import ConfigError, defaults_of
 from memtrace_loop.pipeline.core.records import Conversation, Turn
 from memtrace_loop.pipeline.data.registry import DATASETS, load_dataset
@@ -65,7 +65,7 @@ def test_each_lm_backend_spec_reads_the_record_its_config_is_parsed_into():
 def test_an_unknown_lm_backend_names_the_key_and_the_choices():
     expected = "lm.task.backend: unknown backend 'gpt' (available: ['sim', 'openai', 'local'])"
     with pytest.raises(ConfigError, match=re.escape(expected)):
-        backend_spec("gpt", "lm.task.backend")
+        LM_BACKENDS.get("gpt", "lm.task.backend")
 
 
 @pytest.mark.parametrize(

@@ -50,13 +50,8 @@ ATTRIBUTORS: Registry[AttributorSpec] = Registry(
         "lineage": "memtrace_loop.pipeline.analysis.attribution.lineage",
         "llm": "memtrace_loop.pipeline.analysis.attribution.llm",
     },
+    unknown="{key}: unknown {what} {name!r}; choose one of {choices}",
 )
-
-
-def _spec(name: object) -> AttributorSpec:
-    if name not in ATTRIBUTORS:
-        raise ConfigError(f"attributor.name: unknown attributor {name!r}; choose one of {list(ATTRIBUTORS.names)}")
-    return ATTRIBUTORS.get(name)
 
 
 def attributor_settings(node: object) -> Any:
@@ -64,7 +59,7 @@ def attributor_settings(node: object) -> Any:
     node = node if node is not None else {"name": "lineage"}
     if not isinstance(node, Mapping):
         raise ConfigError(f"attributor: must be a mapping, got {type(node).__name__}")
-    spec = _spec(node.get("name", "lineage"))
+    spec = ATTRIBUTORS.get(node.get("name", "lineage"))
     return parse_config(spec.schema, {k: v for k, v in node.items() if k != "name"}, "attributor")
 
 
@@ -90,7 +85,7 @@ def attributor_from_settings(
     embedder: Embedder | None = None,
 ) -> Attributor:
     """The attributor `name` from its validated settings record (see `build_attributor`)."""
-    inner = _spec(name).build(settings, lms, embedder)
+    inner = ATTRIBUTORS.get(name).build(settings, lms, embedder)
     if not settings.verify:
         return inner
     if system is None or judge is None:
