@@ -68,8 +68,6 @@ DYNAMIC_IMPORTERS: Mapping[str, str] = {
     # restores the inner engine whose class path a checkpoint recorded: data, not a code dependency
     "pipeline.backends.guarded_engine": "restores a checkpointed engine by its recorded class path",
 }
-# Cycles tolerated for now, each entry one cycle's sorted members (none: keep it that way).
-KNOWN_CYCLES: tuple[tuple[str, ...], ...] = ()
 STRING_IMPORTERS = ("import_module", "__import__")
 MODULE_STRING = re.compile(r"^(?:pkg://)?memtrace_loop\.(?:" + "|".join(TOP_LEVEL) + r")(?:\.\w+)*(?::[\w.]+)?$")
 
@@ -266,7 +264,7 @@ def cycle_through(component: tuple[str, ...], graph: Mapping[str, set[str]]) -> 
 
 def cycles() -> list[str]:
     graph = import_graph()
-    return [" -> ".join(cycle_through(c, graph)) for c in strongly_connected(graph) if c not in KNOWN_CYCLES]
+    return [" -> ".join(cycle_through(c, graph)) for c in strongly_connected(graph)]
 
 
 def test_every_module_belongs_to_a_layer() -> None:
@@ -280,12 +278,6 @@ def test_no_package_imports_one_above_it() -> None:
 
 def test_no_import_cycles() -> None:
     assert cycles() == []
-
-
-def test_the_known_cycles_still_exist() -> None:
-    """An entry of KNOWN_CYCLES that no longer is one goes: the exception must not outlive the cycle."""
-    present = set(strongly_connected(import_graph()))
-    assert [c for c in KNOWN_CYCLES if c not in present] == []
 
 
 def _plant(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: Mapping[str, str]) -> None:
