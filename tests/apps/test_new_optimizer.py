@@ -3,8 +3,8 @@
 In a copy of the tree (the files `git ls-files` lists) a scratch optimizer is added the way a newcomer
 would (`optimizers/scratch.py` exporting `SPEC`, one line in `optimizers/registry.py`,
 `conf/optimizer/scratch.yaml`), then `memtrace optimize optimizer=scratch` runs in a subprocess on
-the copy (a `memtrace_loop` package folder whose sub-folders link to the copy's top level, first on
-PYTHONPATH, so the copy is what is imported and not this checkout). The run must succeed and its
+the copy (its root first on PYTHONPATH: its own `memtrace_loop/` mapping folder is what is imported,
+not this checkout's; `tests/support/tree_copy.py`). The run must succeed and its
 candidates come from the scratch optimizer; the copy must differ from the tree in those three paths only.
 """
 
@@ -12,18 +12,16 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.support.paths import REPO
+from tests.support.tree_copy import copy_checkout
 
 pytestmark = pytest.mark.slow
 
-TOP_LEVEL = ("pipeline", "memory_systems", "optimizers", "experiments", "conf")
 SENTENCE = "Scratch optimizer was here."
 
 SCRATCH_MODULE = f'''"""A scratch optimizer (made by a test): appends one sentence to the most-blamed prompt stage."""
@@ -71,15 +69,6 @@ name: scratch
 REGISTRY_LINE = '        "none": "memtrace_loop.optimizers.noop",\n'
 
 
-def copy_tree(dest: Path) -> None:
-    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
-    for name in filter(None, listed.decode().split("\0")):
-        source = REPO / name
-        if source.is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, dest / name)
-
-
 def snapshot(root: Path) -> dict[str, str]:
     return {
         str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
@@ -100,27 +89,16 @@ def add_scratch_optimizer(tree: Path) -> None:
     )
 
 
-def importable(tree: Path, root: Path) -> Path:
-    """A folder holding a `memtrace_loop` package whose top-level folders are the copy's."""
-    package = root / "memtrace_loop"
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text("", encoding="utf-8")
-    for top in TOP_LEVEL:
-        (package / top).symlink_to(tree / top, target_is_directory=True)
-    return root
-
-
 def test_a_new_optimizer_is_its_module_one_registry_line_and_one_config(tmp_path: Path) -> None:
     tree = tmp_path / "tree"
-    copy_tree(tree)
+    copy_checkout(tree)
     before = snapshot(tree)
     add_scratch_optimizer(tree)
-    path_root = importable(tree, tmp_path / "path")
     work = tmp_path / "work"
     work.mkdir()
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(path_root), str(tree), os.environ.get("PYTHONPATH")])),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")])),
         "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db",
         "COLUMNS": "160",
     }

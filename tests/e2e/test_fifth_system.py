@@ -5,8 +5,8 @@ there — `memory_systems/scratch/` (its code with one new LLM stage, `note`, it
 of the simulated world's stage table), one line in `memory_systems/registry.py` and
 `conf/memory_system/scratch.yaml` — and runs `memtrace run`, `memtrace optimize` (one iteration),
 the attribution benchmark and `memtrace report` on it, each in a subprocess whose `memtrace_loop`
-is the copy (a folder on PYTHONPATH holding a `memtrace_loop` link to the copy's root; the
-editable install's finder comes after the path finder, so the copy wins). It then asserts the copy's
+is the copy (its root first on PYTHONPATH, with its own `memtrace_loop/` mapping folder;
+`tests/support/tree_copy.py`). It then asserts the copy's
 git diff touches only those paths, and the registry only by one added line.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.paths import REPO
+from tests.support.tree_copy import copy_checkout
 
 pytestmark = pytest.mark.slow
 
@@ -161,14 +161,9 @@ def git(cwd: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
 
 
-def copy_checkout(dest: Path) -> None:
-    files = git(REPO, "ls-files", "--cached", "--others", "--exclude-standard", "-z").split("\0")
-    for name in filter(None, files):
-        source = REPO / name
-        if source.is_file():
-            target = dest / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(source.read_bytes())
+def committed_copy(dest: Path) -> None:
+    """A copy of the checkout as one commit, so `git status` in it names what the test changed."""
+    copy_checkout(dest)
     git(dest, "init", "-q")
     git(dest, "add", "-A")
     git(dest, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "copy")
@@ -189,7 +184,7 @@ def add_scratch_system(root: Path) -> None:
 
 def run(root: Path, work: Path, *args: str) -> str:
     env = {
-        **os.environ, "PYTHONPATH": str(work / "pkg"), "MEMTRACE_CACHE_DIR": str(work / "cache"),
+        **os.environ, "PYTHONPATH": str(root), "MEMTRACE_CACHE_DIR": str(work / "cache"),
         "DSPY_CACHEDIR": str(work / "dspy"), "MLFLOW_TRACKING_URI": f"sqlite:///{work}/mlflow.db",
         "LITELLM_LOCAL_MODEL_COST_MAP": "True", "MLFLOW_DISABLE_TELEMETRY": "true", "COLUMNS": "120",
     }
@@ -202,10 +197,9 @@ def run(root: Path, work: Path, *args: str) -> str:
 
 def test_a_fifth_system_is_one_folder_one_registry_line_and_one_config(tmp_path: Path) -> None:
     root, work = tmp_path / "repo", tmp_path / "work"
-    copy_checkout(root)
+    committed_copy(root)
     add_scratch_system(root)
-    (work / "pkg").mkdir(parents=True)
-    (work / "pkg" / "memtrace_loop").symlink_to(root)
+    work.mkdir()
     where = run(root, work, "-c", "import memtrace_loop.memory_systems.registry as r; print(r.__file__)")
     assert Path(where.strip()).resolve().is_relative_to(root.resolve()), where
 

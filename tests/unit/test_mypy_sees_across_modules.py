@@ -13,7 +13,6 @@ without loading any file twice under two names.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.paths import REPO
+from tests.support.tree_copy import copy_checkout
 
 pytestmark = pytest.mark.slow
 
@@ -33,21 +33,6 @@ def _planted_seam_errors() -> None:
 '''
 
 
-def tracked_copy(dest: Path) -> Path:
-    """The git-tracked files mypy reads (Python sources, pyproject.toml, the mapping's symlinks)."""
-    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True, check=True)
-    for name in filter(None, listed.stdout.split("\0")):
-        source, target = REPO / name, dest / name
-        if not (source.is_symlink() or name.endswith((".py", ".pyi", ".toml", ".typed"))):
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if source.is_symlink():
-            os.symlink(os.readlink(source), target)
-        elif source.is_file():
-            shutil.copy2(source, target)
-    return dest
-
-
 def run_mypy(tree: Path, *targets: str) -> subprocess.CompletedProcess[str]:
     CACHE.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "mypy", "--cache-dir", str(CACHE), "--no-error-summary", *targets]
@@ -56,7 +41,8 @@ def run_mypy(tree: Path, *targets: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tracked_copy(tmp_path_factory.mktemp("tree"))
+    """The files mypy reads (Python sources, pyproject.toml, the mapping's symlinks)."""
+    return copy_checkout(tmp_path_factory.mktemp("tree"), keep=lambda name: name.endswith((".py", ".toml", ".typed")))
 
 
 def test_the_unplanted_copy_passes(tree: Path) -> None:
