@@ -14,12 +14,11 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any, ClassVar, Protocol, TypeVar
 
 import dspy
 from memtrace_loop.memory_systems.answering import AnswerOutcome, respond
-from memtrace_loop.memory_systems.stages import StageRepair, StageSpec
+from memtrace_loop.memory_systems.stages import StageSpec, construction_stages, reset_knobs
 from memtrace_loop.pipeline.core.config import parse_config
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import Conversation, PromptSet, Question, Turn
@@ -103,12 +102,12 @@ class MemorySystem(dspy.Module):
     @property
     def construction_stages(self) -> tuple[str, ...]:
         """The LLM stages `ingest` uses (the rest only answer)."""
-        return tuple(s.name for s in self.stages if s.construction and s.llm)
+        return construction_stages(self.stages)
 
     @property
     def knob_fields_by_stage(self) -> Mapping[str, tuple[str, ...]]:
         """Non-LLM stage -> its knob fields a replay may reset to their defaults when rebuilding memory."""
-        return MappingProxyType({s.name: s.knobs for s in self.stages if s.repair == StageRepair.RESET_KNOBS})
+        return reset_knobs(self.stages)
 
     def non_llm_stages(self) -> dict[str, str]:
         """Stage name -> its settings, for every stage that is not an LLM call (search, store, ...)."""

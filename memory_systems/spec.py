@@ -44,7 +44,7 @@ from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
 from memtrace_loop.memory_systems.base import MemorySystem
-from memtrace_loop.memory_systems.stages import StageRepair, StageSpec
+from memtrace_loop.memory_systems.stages import StageRepair, StageSpec, construction_stages
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.core.conventions import OpKind
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation
@@ -178,16 +178,8 @@ class MemorySystemSpec(Generic[KnobsT]):
 
     @property
     def construction_stages(self) -> tuple[str, ...]:
-        return tuple(s.name for s in self.stages if s.construction and s.llm)
-
-    @property
-    def replay_knobs(self) -> Mapping[str, tuple[str, ...]]:
-        """Non-LLM stage -> the knob fields replay may reset to their defaults on it."""
-        return MappingProxyType({s.name: s.knobs for s in self.stages if s.repair == StageRepair.RESET_KNOBS})
+        return construction_stages(self.stages)
 
     @property
     def fault_kinds(self) -> tuple[FaultKind, ...]:
         return tuple(dict.fromkeys(f.kind for f in self.faults))
-
-    def stage(self, name: str) -> StageSpec | None:
-        return next((s for s in self.stages if s.name == name), None)

@@ -2,15 +2,18 @@
 
 `MemorySystem.stages` and `MemorySystemSpec.stages` hold the same tuple of `StageSpec`s in pipeline
 order. Replay reads it (which stage's knobs a rebuild may reset, which knob widens a retrieval, which
-stages steer the search); the memory key reads which LLM stages build memory. Records only.
+stages steer the search); the memory key reads which LLM stages build memory. Records, and the two
+things derived from a table (`construction_stages`, `reset_knobs`), written once here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from types import MappingProxyType
 
-__all__ = ["StageRepair", "StageSpec"]
+__all__ = ["StageRepair", "StageSpec", "construction_stages", "reset_knobs"]
 
 
 class StageRepair(StrEnum):
@@ -34,3 +37,13 @@ class StageSpec:
     repair: StageRepair
     construction: bool = False
     knobs: tuple[str, ...] = ()
+
+
+def construction_stages(stages: tuple[StageSpec, ...]) -> tuple[str, ...]:
+    """The LLM stages that build memory (the rest only answer), in pipeline order."""
+    return tuple(s.name for s in stages if s.construction and s.llm)
+
+
+def reset_knobs(stages: tuple[StageSpec, ...]) -> Mapping[str, tuple[str, ...]]:
+    """Non-LLM stage -> its knob fields a replay may reset to their defaults when rebuilding memory."""
+    return MappingProxyType({s.name: s.knobs for s in stages if s.repair == StageRepair.RESET_KNOBS})
