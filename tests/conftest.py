@@ -23,6 +23,9 @@ os.environ["HF_HOME"] = os.path.join(_TMP, "hf-home")
 os.environ["HF_DATASETS_CACHE"] = os.path.join(_TMP, "hf-datasets")
 os.environ.setdefault("DSPY_CACHEDIR", os.path.join(_TMP, "dspy-cache"))
 os.environ.setdefault("MLFLOW_TRACKING_URI", "sqlite:///" + os.path.join(_TMP, "mlflow.db"))
+# the real mem0 library (memory_system=mem0ai) reads both at import: no telemetry, nothing under ~/.mem0
+os.environ.setdefault("MEM0_TELEMETRY", "False")
+os.environ["MEM0_DIR"] = os.path.join(_TMP, "mem0")
 os.environ.setdefault("MEMTRACE_MAX_TRACES", "0")  # question traces cost ~0.3 s each: only where tested
 
 from pathlib import Path  # noqa: E402

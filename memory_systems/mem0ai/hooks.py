@@ -1,0 +1,96 @@
+"""The real `mem0ai` library's prompt hooks: which of our stages each one is, and their default texts.
+
+mem0 1.0.x takes two prompt texts from its config: `custom_fact_extraction_prompt` (replaces the whole
+system prompt of the extraction call; the reply must be `{"facts": [...]}`) and
+`custom_update_memory_prompt` (replaces the head of the update call's one user message; mem0 appends
+the memories, the facts, the JSON reply schema and its rules). Those are the stages `fact_extraction`
+and `update_memory` of `memory_system=mem0ai`; their starting texts are the installed library's own
+defaults: `USER_MEMORY_EXTRACTION_PROMPT` (the user variant: we feed every turn as a user message and
+never pass an `agent_id`, so mem0 itself would choose it) and `DEFAULT_UPDATE_MEMORY_PROMPT`.
+
+mem0 writes "Today's date is <the day of import>." into its extraction prompts. In our prompt sets that
+line reads `Today's date is {session_date}.` and the adapter fills in the date of the session a turn
+belongs to (`with_session_date`), so texts, cache keys and registry versions never depend on the day
+a run happens. Importing mem0 goes through `import_mem0`, which first turns its telemetry off and points
+`MEM0_DIR` away from `~/.mem0` unless the caller already chose (both are read at import time).
+
+It builds no `Memory` and traces nothing (`memory_systems.mem0ai.system` does).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import os
+import re
+import tempfile
+from collections.abc import Mapping
+from types import MappingProxyType, ModuleType
+
+__all__ = [
+    "DATE_PLACEHOLDER",
+    "HOOK_BY_STAGE",
+    "Mem0MissingError",
+    "default_hooks",
+    "import_mem0",
+    "installed_version",
+    "with_session_date",
+]
+
+# our stage name -> the mem0 config key holding its text
+HOOK_BY_STAGE: Mapping[str, str] = MappingProxyType({
+    "fact_extraction": "custom_fact_extraction_prompt",
+    "update_memory": "custom_update_memory_prompt",
+})
+DATE_PLACEHOLDER = "{session_date}"
+_DATE_LINE = re.compile(r"(Today's date is )(\d{4}-\d{2}-\d{2}|\{session_date\})")
+SUPPORTED = "mem0ai>=1.0.5,<2"
+
+
+class Mem0MissingError(ImportError):
+    """The `mem0ai` package is not installed (or not a supported version)."""
+
+
+def import_mem0() -> ModuleType:
+    """The `mem0` package, imported with telemetry off and `MEM0_DIR` set (unless already set)."""
+    os.environ.setdefault("MEM0_TELEMETRY", "False")
+    os.environ.setdefault("MEM0_DIR", os.path.join(tempfile.gettempdir(), "memtrace-mem0"))
+    try:
+        module = importlib.import_module("mem0")
+    except ImportError as error:
+        raise Mem0MissingError(
+            f"memory_system=mem0ai needs the mem0 library: pip install '{SUPPORTED}' "
+            f"(or `pip install -e '.[mem0]'`; `make install` does): {error}"
+        ) from error
+    version = installed_version()
+    if not version.startswith("1."):
+        raise Mem0MissingError(f"memory_system=mem0ai supports {SUPPORTED}; mem0ai {version} is installed")
+    return module
+
+
+def installed_version() -> str:
+    """The installed `mem0ai` version ("" when it is not installed)."""
+    try:
+        return importlib.metadata.version("mem0ai")
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
+def with_session_date(text: str, session_date: str) -> str:
+    """`text` with its "Today's date is ..." line set to `session_date` (ISO `YYYY-MM-DD`).
+
+    >>> with_session_date("- Today's date is {session_date}.", "2023-05-08")
+    "- Today's date is 2023-05-08."
+    """
+    return _DATE_LINE.sub(lambda m: m.group(1) + session_date, text)
+
+
+def default_hooks() -> dict[str, str]:
+    """Stage -> the installed library's default text of its hook, the date line as a placeholder."""
+    import_mem0()
+    prompts = importlib.import_module("mem0.configs.prompts")
+    texts = {
+        "fact_extraction": prompts.USER_MEMORY_EXTRACTION_PROMPT,
+        "update_memory": prompts.DEFAULT_UPDATE_MEMORY_PROMPT,
+    }
+    return {stage: _DATE_LINE.sub(lambda m: m.group(1) + DATE_PLACEHOLDER, text) for stage, text in texts.items()}
