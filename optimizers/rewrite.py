@@ -27,6 +27,19 @@ from memtrace_loop.pipeline.core.records import PromptSet
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_INSTRUCTION_CHARS = 2000
+# An instruction that already starts longer than the budget (the real mem0's hooks are 4-5k characters) may
+# grow by this much per rewrite instead of being refused every rewrite.
+LONG_INSTRUCTION_GROWTH = 1000
+
+
+def length_budget(current: str, max_chars: int) -> int:
+    """The most characters a rewrite of `current` may have: `max_chars`, or, for an instruction already
+    longer than that, its own length plus `LONG_INSTRUCTION_GROWTH`.
+
+    >>> length_budget("x" * 300, 2000), length_budget("x" * 4200, 2000)
+    (2000, 5200)
+    """
+    return max_chars if len(current) <= max_chars else len(current) + LONG_INSTRUCTION_GROWTH
 
 
 class RewriteInstruction(dspy.Signature):
@@ -85,7 +98,9 @@ class InstructionRewriter:
         self.lm = lm
         self.max_chars = max_chars
 
-    def _draft(self, stage: str, signature: str, current: str, feedback: str) -> tuple[str | None, str | None]:
+    def _draft(
+        self, stage: str, signature: str, current: str, feedback: str, budget: int
+    ) -> tuple[str | None, str | None]:
         """(instruction, None) or (None, error)."""
         try:
             prediction = dspy.Predict(RewriteInstruction)(
@@ -94,7 +109,7 @@ class InstructionRewriter:
                 stage_signature=signature,
                 current_instruction=current,
                 feedback=feedback,
-                max_chars=self.max_chars,
+                max_chars=budget,
             )
             text = str(prediction.new_instruction or "").strip()
         except Exception as exc:  # an LM, adapter or parse failure must not stop the loop
@@ -106,20 +121,21 @@ class InstructionRewriter:
 
     def rewrite(self, stage: str, signature: str, current: str, feedback: str) -> RewriteOutcome:
         """A new instruction for `stage` from `feedback`, or an outcome with the error. Never raises."""
-        draft, error = self._draft(stage, signature, current, feedback)
+        budget = length_budget(current, self.max_chars)
+        draft, error = self._draft(stage, signature, current, feedback, budget)
         if draft is None:
             return RewriteOutcome(None, error)
-        if len(draft) <= self.max_chars:
+        if len(draft) <= budget:
             return RewriteOutcome(draft)
-        note = shorten_note(len(draft), self.max_chars)
-        shorter, error = self._draft(stage, signature, draft, f"{note}\n\n{feedback}")
+        note = shorten_note(len(draft), budget)
+        shorter, error = self._draft(stage, signature, draft, f"{note}\n\n{feedback}", budget)
         if shorter is None:
             return RewriteOutcome(None, f"shortening an over-long draft failed: {error}", length_retry=True)
-        if len(shorter) <= self.max_chars:
+        if len(shorter) <= budget:
             return RewriteOutcome(shorter, length_retry=True)
         return RewriteOutcome(
             None,
-            f"instruction over budget after one retry: {len(shorter)} > {self.max_chars} characters",
+            f"instruction over budget after one retry: {len(shorter)} > {budget} characters",
             length_retry=True,
         )
 

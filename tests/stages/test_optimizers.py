@@ -27,7 +27,12 @@ from memtrace_loop.optimizers.feedback import (
 from memtrace_loop.optimizers.gepa_blame import GepaBlameOptimizer
 from memtrace_loop.optimizers.noop import NoOptimizer
 from memtrace_loop.optimizers.registry import OPTIMIZERS, build_optimizer
-from memtrace_loop.optimizers.rewrite import InstructionRewriter, RewriteOutcome
+from memtrace_loop.optimizers.rewrite import (
+    LONG_INSTRUCTION_GROWTH,
+    InstructionRewriter,
+    RewriteOutcome,
+    length_budget,
+)
 from memtrace_loop.optimizers.uniform import UniformBlameOptimizer, rotated
 from memtrace_loop.optimizers.uniform_reasons import UniformReasonsOptimizer
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
@@ -220,6 +225,19 @@ def test_length_retry_still_too_long_is_rejected() -> None:
     outcome = InstructionRewriter(lm, max_chars=30).rewrite("extract", "turn -> facts", "Extract.", "fb")
     assert outcome.instruction is None and outcome.length_retry
     assert "40 > 30" in outcome.error
+
+
+def test_an_instruction_already_over_the_budget_may_grow_by_a_bounded_amount() -> None:
+    """A library's own long prompt (the real mem0's hooks are 4-5k characters) is not refused at every
+    rewrite: its budget is its own length plus LONG_INSTRUCTION_GROWTH; short ones keep `max_chars`."""
+    long_current = "Extract facts. " * 300  # 4500 characters, over the 2000 default
+    grown = long_current + "Resolve relative dates to absolute dates."
+    lm = DummyLM([{"new_instruction": grown}])
+    assert InstructionRewriter(lm, 2000).rewrite("s", "a -> b", long_current, "fb") == RewriteOutcome(grown.strip())
+    too_long = DummyLM([{"new_instruction": long_current + "y" * 1100}] * 2)
+    refused = InstructionRewriter(too_long, 2000).rewrite("s", "a -> b", long_current, "fb")
+    assert refused.instruction is None and f"> {len(long_current) + LONG_INSTRUCTION_GROWTH}" in refused.error
+    assert length_budget("short", 2000) == 2000
 
 
 def test_short_first_draft_needs_no_retry() -> None:
