@@ -28,7 +28,6 @@ SPEC: MemorySystemSpec[CustomKnobs] = MemorySystemSpec(
     build=_build,
     stages=stage_table(build_example().stages()),
     faults=(WRONG_ANSWER,),
-    generous_knobs={"top_k": 1000},
     prior=WalkPrior(first_kinds=frozenset({OpKind.RETRIEVAL}), seed_retrieval=True),
     compare=False,
 )

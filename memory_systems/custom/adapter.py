@@ -69,7 +69,8 @@ class _SessionLM:
 
 
 def stage_table(declared: Sequence[LLMStage | Stage]) -> tuple[StageSpec, ...]:
-    """Our stage table for the user's declared stages (how replay would repair them, which build memory)."""
+    """Our stage table for the user's declared stages (how replay would repair them, which build memory),
+    and the `untraced` stage last."""
     specs = []
     for stage in declared:
         if isinstance(stage, LLMStage):
@@ -80,7 +81,7 @@ def stage_table(declared: Sequence[LLMStage | Stage]) -> tuple[StageSpec, ...]:
             repair = StageRepair.WIDEN if TOP_K in stage.knobs and not stage.builds_memory else StageRepair.NONE
             specs.append(StageSpec(stage.name, llm=False, repair=repair, construction=stage.builds_memory,
                                    knobs=stage.knobs))
-    return tuple(specs)
+    return (*specs, StageSpec(UNTRACED, llm=False, repair=StageRepair.NONE))
 
 
 def _predictor(stage: LLMStage) -> dspy.Predict:
@@ -130,7 +131,8 @@ class CustomMemory(MemorySystem):
 
     def non_llm_stages(self) -> dict[str, str]:
         values = self.knob_values()
-        settings = {stage: "; ".join(f"{k}={values.get(k)}" for k in knobs) for stage, knobs in self._knobs_of.items()}
+        settings = {stage: "; ".join(f"{k}={values.get(k)}" for k in knobs) or "no knobs"
+                    for stage, knobs in self._knobs_of.items()}
         return {**settings, UNTRACED: "what the user's code returned without marking it"}
 
     def _checked_user(self, changes: Mapping[str, Any]) -> UserMemorySystem:

@@ -1,7 +1,7 @@
 """A small RAG over its own store, written as a user of MemTrace Loop writes one (docs/custom_system.md).
 
 Every turn is kept as a chunk `[YYYY-MM-DD] Speaker: text` in a plain list; a question is answered by
-the `top_k` chunks sharing the most words with it and one LLM call, the stage `generate`. It uses
+the `top_k` chunks sharing the most (rare) words with it and one LLM call, the stage `respond`. It uses
 nothing of MemTrace Loop but the public API (`memory_systems.custom.api`), so a copy of this file in
 your own package runs the same way: `memtrace run memory_system=custom
 memory_system.target=my_memory:build` with its folder on PYTHONPATH. It is also the default target of
@@ -10,14 +10,16 @@ memory_system.target=my_memory:build` with its folder on PYTHONPATH. It is also 
 
 from __future__ import annotations
 
+import math
 import re
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from memtrace_loop.memory_systems.custom import api as memtrace
 
-GENERATE = memtrace.LLMStage(
-    name="generate",
+RESPOND = memtrace.LLMStage(
+    name="respond",
     prompt="Answer the question about the conversation using only the chunks given. "
     "Answer with a short phrase, not a full sentence.",
     inputs=("context", "question"),  # the field names the simulated world reads for an answer
@@ -49,17 +51,21 @@ class ChunkStore:
         return chunk
 
     def search(self, question: str, depth: int) -> list[Chunk]:
-        wanted = words(question)
-        scored = [(len(wanted & c.words), -i, c) for i, c in enumerate(self.chunks)]
-        return [c for score, _, c in sorted(scored, key=lambda t: (t[0], t[1]), reverse=True)[:depth] if score]
+        """The chunks sharing the most question words, rarer words weighing more (idf), best first."""
+        n = len(self.chunks)
+        frequency = Counter(w for c in self.chunks for w in c.words)
+        weight = {w: math.log(1 + n / frequency[w]) for w in words(question) if frequency[w]}
+        scored = [(sum(weight.get(w, 0.0) for w in c.words), -i, c) for i, c in enumerate(self.chunks)]
+        ranked = sorted(scored, key=lambda t: (t[0], t[1]), reverse=True)
+        return [c for score, _, c in ranked[:depth] if score > 0]
 
 
 @dataclass(frozen=True)
 class WordOverlapRag:
-    top_k: int = 5
+    top_k: int = 10
 
     def stages(self) -> tuple[memtrace.Stage | memtrace.LLMStage, ...]:
-        return (memtrace.Stage("store", builds_memory=True), memtrace.Stage("search", knobs=("top_k",)), GENERATE)
+        return (memtrace.Stage("store", builds_memory=True), memtrace.Stage("search", knobs=("top_k",)), RESPOND)
 
     def knobs(self) -> Mapping[str, memtrace.Knob]:
         return {"top_k": self.top_k}
@@ -85,8 +91,8 @@ class WordOverlapRag:
             context = "\n".join(c.text for c in hits)
             op.reads_question().reads_units(*[c.key for c in hits]).ranked_below(*[c.key for c in missed])
             op.writes_context(context)
-        with memtrace.op("generate_answer", stage="generate", kind="response") as op:
-            reply = lm.ask("generate", context=context, question=question)
+        with memtrace.op("generate_answer", stage="respond", kind="response") as op:
+            reply = lm.ask("respond", context=context, question=question)
             answer = str(reply["answer"]).strip()
             op.reads_question().reads_context().writes_answer(answer)
         return memtrace.Answer(answer, context)
