@@ -81,7 +81,8 @@ def test_blamed_stage_agrees_with_lineage_bounded_and_deterministic(sim_run) -> 
         assert first.suspects and first.suspects[0].op == first.op and first.suspects[0].restore
         assert first.tunable == (Tunable.PROMPT if graph.operation(first.op).prompt else Tunable.KNOBS)
         agree += first.stage == lineage.attribute(graph, case).stage
-    assert agree / len(cases) >= FLOOR_BY_SYSTEM.get(system, AGREEMENT_FLOOR), f"{system}: {agree}/{len(cases)} agree with lineage"
+    floor = FLOOR_BY_SYSTEM.get(system, AGREEMENT_FLOOR)
+    assert agree / len(cases) >= floor, f"{system}: {agree}/{len(cases)} agree with lineage"
 
 
 def test_max_steps_bounds_the_calls(sim_run) -> None:
