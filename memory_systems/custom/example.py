@@ -90,7 +90,7 @@ class WordOverlapRag:
             hits, missed = ranked[: self.top_k], ranked[self.top_k :]
             context = "\n".join(c.text for c in hits)
             op.reads_question().reads_units(*[c.key for c in hits]).ranked_below(*[c.key for c in missed])
-            op.writes_context(context)
+            op.annotate(k=self.top_k).writes_context(context)
         with memtrace.op("generate_answer", stage="respond", kind="response") as op:
             reply = lm.ask("respond", context=context, question=question)
             answer = str(reply["answer"]).strip()

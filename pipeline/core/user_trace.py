@@ -14,7 +14,8 @@ code wrote, into the context a search returned and into the answer:
   (the turn and question variables are recorded by the adapter before the user's code runs).
 - `o.writes_unit(key, text)` (a new version of memory unit `memory:<key>`), `o.deletes_unit(key)`
   (an empty version), `o.writes_context(text)` (`retrieved:<qid>`), `o.writes_answer(text)`
-  (`answer:<qid>`), `o.ranked_below(*keys)` (a search's near misses): outputs and retrieval meta.
+  (`answer:<qid>`): outputs; `o.ranked_below(*keys)` (a search's near misses) and `o.annotate(k=5)`:
+  the operation's meta.
 - `ask(stage, **inputs)` inside an `op` runs the declared LLM stage (a DSPy predictor whose
   instruction is the stage's current prompt) under the tracer: the operation becomes that LLM stage's
   call, with its prompt variable `prompt:<stage>`, token usage, and `failed` status when the call
@@ -121,6 +122,11 @@ class OpHandle:
     def reads_context(self) -> OpHandle:
         s = self._session
         return self._read(s.context_var) if s and s.context_var else self
+
+    def annotate(self, **meta: Any) -> OpHandle:
+        """Settings worth showing with the operation (`k=5` on a search: the attributor reads it)."""
+        self.meta.update(meta)
+        return self
 
     def ranked_below(self, *keys: str) -> OpHandle:
         """The units a search ranked just below its cut, best first (its near misses)."""
