@@ -1,6 +1,6 @@
 """The public API for putting your own memory system in the loop (docs/custom_system.md).
 
-Import it as `from memtrace_loop.memory_systems.custom import api as memtrace`. It re-exports, and
+Import it as `import memtrace_loop.memory_systems.custom.api as memtrace`. It re-exports, and
 defines nothing:
 
 - the contract your `build()` returns an object for (`UserMemorySystem`, a `typing.Protocol`) and its

@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from memtrace_loop.memory_systems.custom import api as memtrace
+import memtrace_loop.memory_systems.custom.api as memtrace
 
 RESPOND = memtrace.LLMStage(
     name="respond",

@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+import memtrace_loop.memory_systems.custom.api as memtrace
 import pytest
 from memtrace_loop.memory_systems.base import KnobError
-from memtrace_loop.memory_systems.custom import api as memtrace
 from memtrace_loop.memory_systems.custom.target import load_target
 from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
