@@ -21,7 +21,7 @@ import copy
 import dataclasses
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -31,6 +31,7 @@ from memtrace_loop.memory_systems.base import KnobError, MemorySystem, ReplayUns
 from memtrace_loop.memory_systems.custom.contract import Answer as UserAnswer
 from memtrace_loop.memory_systems.custom.contract import LLMStage, Stage, UserMemorySystem
 from memtrace_loop.memory_systems.stages import StageRepair, StageSpec
+from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.conventions import OpKind, VarKind, answer_name, retrieved_name
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import Conversation, Question, Turn
@@ -48,7 +49,7 @@ class CustomKnobs:
     from (`memory_system.knobs={top_k: 8}`; keys must be knobs the system declares)."""
 
     target: str = DEFAULT_TARGET
-    knobs: dict[str, Any] = field(default_factory=dict)
+    knobs: dict[str, Any] | None = None  # None: the system's own defaults
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,10 @@ class CustomMemory(MemorySystem):
         self._default_knobs = MappingProxyType(dict(user.knobs()))
         self.user = user
         if self.knobs.knobs:
-            self.user = self._checked_user(self.knobs.knobs)
+            try:
+                self.user = self._checked_user(self.knobs.knobs)
+            except KnobError as error:  # from config: a one-line usage error naming the key
+                raise ConfigError(f"memory_system.knobs: {error}") from error
 
     # ------------------------------------------------------------------ knobs
 
@@ -156,7 +160,7 @@ class CustomMemory(MemorySystem):
             return self
         system = copy.copy(self)
         system.user = self._checked_user(changes)
-        system.knobs = dataclasses.replace(self.knobs, knobs={**self.knobs.knobs, **dict(changes)})
+        system.knobs = dataclasses.replace(self.knobs, knobs={**(self.knobs.knobs or {}), **dict(changes)})
         return system
 
     # ------------------------------------------------------------------ running the user's code

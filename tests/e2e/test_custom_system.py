@@ -68,6 +68,10 @@ def test_run_attribute_and_report_on_the_users_system(user_folder: Path) -> None
     for row in rows:  # every failure blamed on an operation and a stage of the user's code
         assert graph.operation(row["op"]).name in USER_OPS and row["stage"] in {"store", "search", "respond"}
 
+    memtrace(tmp, "report", f"run_dir={tmp / 'run'}", f"hydra.run.dir={tmp / 'rep'}")
+    page = (tmp / "rep" / "report.html").read_text()
+    assert "generate_answer" in page and "search_chunks" in page  # the failures' subgraphs: the user's ops
+
 
 def test_optimize_the_users_prompt_on_the_simulated_world(user_folder: Path) -> None:
     tmp = user_folder

@@ -138,6 +138,8 @@ def test_the_users_knobs_are_validated_and_applied() -> None:
         system.with_knobs({"top_k": "7"})
     with pytest.raises(KnobError, match="top_k must be a positive integer"):
         system.with_knobs({"top_k": 0})
+    with pytest.raises(ConfigError, match=r"^memory_system\.knobs: knob 'top_k' of custom system .* got 'eight'"):
+        build_memory_system({"name": "custom", "knobs": {"top_k": "eight"}}, HashingEmbedder())
 
 
 def test_lineage_blames_the_users_operations() -> None:
