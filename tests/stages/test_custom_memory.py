@@ -23,7 +23,7 @@ from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
 
 from tests.support.sim import sim_dataset, sim_lm
 
-HERE = "tests.stages.test_custom_system"
+HERE = "tests.stages.test_custom_memory"
 ODD = memtrace.LLMStage("summarize", "Summarize the context.", ("context",), ("gist",))  # no stage of the sim world
 REPLY = memtrace.LLMStage("reply", "Answer from the context.", ("context", "question"), ("answer",))
 
@@ -87,7 +87,7 @@ NOT_CALLABLE = 3
 
 
 @pytest.mark.parametrize(("target", "problem"), [
-    ("tests.stages.test_custom_system", "expected `package.module:function`"),
+    ("tests.stages.test_custom_memory", "expected `package.module:function`"),
     ("no_such_pkg.mod:build", "cannot import module 'no_such_pkg.mod' (ModuleNotFoundError"),
     (f"{HERE}:nope", f"module '{HERE}' has no attribute 'nope'"),
     (f"{HERE}:NOT_CALLABLE", "int is not callable"),
