@@ -18,6 +18,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,15 @@ from memtrace_loop.pipeline.backends.lm import configure_cache
 from memtrace_loop.pipeline.backends.local_server import LocalServers
 from memtrace_loop.pipeline.backends.registry import build_lm_set
 from memtrace_loop.pipeline.backends.services import RunServices
+from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.run_folder import RunFolder
+from memtrace_loop.pipeline.interop.foreign_graphs import (
+    ForeignGraph,
+    blame_rows,
+    foreign_run,
+    read_foreign_graphs,
+    read_stage_map,
+)
 from memtrace_loop.pipeline.loop.runner import make_judge
 from memtrace_loop.pipeline.tracking import metric_names as names
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
@@ -116,6 +125,61 @@ def attribute_saved_run(
     return attribute_run(attributor, run, lambda _case: progress.advance("attribute"))
 
 
+def attribute_graph_files(
+    config: AttributeConfig, base_dir: Path, progress: RichProgress | None = None
+) -> tuple[tuple[ForeignGraph, ...], tuple[Attribution, ...]]:
+    """Attribute the failures held by the graph files `config.graphs` names (another tool's traces:
+    `pipeline.interop.foreign_graphs`); replay cannot run another tool's system, so `verify` is refused."""
+    if config.attributor.settings.verify:
+        raise ConfigError("attributor.verify: replay re-runs a memory system of ours; graphs= from another "
+                          "tool cannot be replayed (drop attributor.verify=true)")
+    stage_map = read_stage_map(config.stage_map, base_dir)
+    graphs = read_foreign_graphs(resolve(str(config.graphs), base_dir), stage_map)
+    lms = build_lm_set(config.lm, RunServices()) if config.attributor.name == "llm" else None
+    run = foreign_run(graphs)
+    attributor = attributor_of(config, lms, None, None)
+    if progress is None:
+        return graphs, attribute_run(attributor, run)
+    progress.begin("attribute", len(run.failures()))
+    return graphs, attribute_run(attributor, run, lambda _case: progress.advance("attribute"))
+
+
+@dataclass(frozen=True)
+class Attributed:
+    """What the source gave: the effective config, its label, its failures, the attributions with their
+    rows (attributions.json) and the params to log."""
+
+    config: AttributeConfig
+    source: str
+    failures: int
+    attributions: tuple[Attribution, ...]
+    rows: list[dict[str, Any]]
+    params: Mapping[str, Any]
+
+
+def _attributed(config: AttributeConfig, given: Mapping[str, Any], tracker: RedactingTracker, out_dir: Path,
+                base_dir: Path, console: Console) -> Attributed:
+    """The attributions of the source `config` names (graph files, a logged run or a saved run)."""
+    if config.graphs is not None:
+        with RichProgress(console) as progress:
+            graphs, attributions = attribute_graph_files(config, base_dir, progress)
+        rows = [{**row, **named} for row, named in zip(attribution_rows(attributions),
+                                                           blame_rows(attributions, graphs), strict=True)]
+        failures = sum(1 for g in graphs for c in g.cases if not c.correct)
+        return Attributed(config, str(config.graphs), failures, attributions, rows, given)
+    if config.run_id is not None:
+        saved = download_saved_run(tracker, config.run_id, RunFolder(out_dir).source)
+    else:
+        saved = read_saved_run(resolve(str(config.run_dir), base_dir))
+    config = effective_config(given, saved, config.use_run_config)
+    with local_models() as servers, RichProgress(console) as progress:  # a `local` LM's server: stopped on the way out
+        attributions = attribute_saved_run(saved, config, base_dir, progress, servers)
+    source = f"run {config.run_id}" if config.run_id else str(config.run_dir)
+    failures = sum(1 for r in saved.results if not r.correct)
+    return Attributed(config, source, failures, attributions, attribution_rows(attributions),
+                      merged_source(given, saved, config.use_run_config))
+
+
 def attribute(cfg: DictConfig | Mapping[str, Any], console: Console | None = None) -> dict[str, Any]:
     """Attribute, write and log; returns the paths, the attributions and the MLflow run id."""
     console = console or app_console()
@@ -126,22 +190,15 @@ def attribute(cfg: DictConfig | Mapping[str, Any], console: Console | None = Non
     configure_tracking_client(config.tracking.timeout_s, config.tracking.max_retries)
     out_dir = app_output_dir("attribute", base_dir)
     tracker = RedactingTracker(MlflowTracker(config.tracking.uri), secrets)
-    if config.run_id is not None:
-        saved = download_saved_run(tracker, config.run_id, RunFolder(out_dir).source)
-    else:
-        saved = read_saved_run(resolve(str(config.run_dir), base_dir))
-    config = effective_config(given, saved, config.use_run_config)
 
     started = time.perf_counter()
-    with local_models() as servers, RichProgress(console) as progress:  # a `local` LM's server: stopped on the way out
-        attributions = attribute_saved_run(saved, config, base_dir, progress, servers)
+    found = _attributed(config, given, tracker, out_dir, base_dir, console)
+    config, attributions, rows = found.config, found.attributions, found.rows
     elapsed = time.perf_counter() - started
     blame = aggregate_blame(attributions)
     attributions_path = out_dir / ATTRIBUTIONS_FILE
     blame_path = out_dir / BLAME_FILE
-    attributions_path.write_text(
-        scrub(json.dumps(attribution_rows(attributions), indent=1, ensure_ascii=False), secrets), encoding="utf-8"
-    )
+    attributions_path.write_text(scrub(json.dumps(rows, indent=1, ensure_ascii=False), secrets), encoding="utf-8")
     blame_path.write_text(json.dumps(blame.as_rows(), indent=2), encoding="utf-8")
     metrics = {**attribution_metrics(attributions), names.ELAPSED_S: elapsed}
 
@@ -155,21 +212,23 @@ def attribute(cfg: DictConfig | Mapping[str, Any], console: Console | None = Non
                     "memtrace.command": "attribute",
                     "memtrace.attributor": attributor_name,
                     "memtrace.source_run_id": config.run_id or "",
-                    "memtrace.source_dir": "" if config.run_id else str(config.run_dir),
-                    "memtrace.system": config.memory_system.name,
+                    "memtrace.source_dir": "" if config.run_id else str(config.run_dir or config.graphs),
+                    "memtrace.system": "" if config.graphs else config.memory_system.name,
                     "git_commit": git_commit(base_dir),
                 }
             )
-            log_params(tracker, flatten(merged_source(given, saved, config.use_run_config)), secrets)
+            log_params(tracker, flatten(found.params), secrets)
             tracker.log_metrics(metrics)
             tracker.log_artifact(attributions_path)
             tracker.log_artifact(blame_path)
             if attributions:
                 tracker.log_table(attribution_columns(attributions, secrets), "attributions_table.json")
 
-    source = f"run {config.run_id}" if config.run_id else str(config.run_dir)
-    failures = sum(1 for r in saved.results if not r.correct)
-    console.print(blame_table(blame, f"blame per stage: {len(attributions)} of {failures} failures of {source}"))
+    title = f"blame per stage: {len(attributions)} of {found.failures} failures of {found.source}"
+    console.print(blame_table(blame, title))
+    for row in rows if config.graphs is not None else ():  # another tool's graphs: its own op names and ids
+        console.print(f"{row['question_id']}: {row['error_type']} at operation {row['operation']!r} "
+                      f"({row['source_op_id'] or row['op']}), stage {row['stage']!r} in {row['file']}")
     verified = sum(1 for a in attributions if a.verified is True)
     refuted = sum(1 for a in attributions if a.verified is False)
     joint = sum(1 for a in attributions if len(a.joint) > 1)

@@ -225,14 +225,20 @@ class AttributeConfig:
     seed: int = LoopSettings.seed  # the fallback dataset's seed (a generated dataset)
     run_id: str | None = None  # an MLflow run of `memtrace run`
     run_dir: str | None = None  # ... or a directory `memtrace run` saved (cases.json, graphs/)
+    # ... or graph files another tool traced (smartcomment / ExecNetwork, or ours): a file or a folder
+    graphs: str | None = None
+    stage_map: dict[str, str] | str | None = None  # with graphs: operation name -> stage (or a YAML/JSON file)
     use_run_config: bool = True
     log: bool = True  # log the attributions to MLflow (a run tagged memtrace.command=attribute)
     run_name: str | None = None
 
     def __post_init__(self) -> None:
         require(self, seed=(0, None))
-        if (self.run_id is None) == (self.run_dir is None):
-            raise ValueError("give exactly one of run_id=<mlflow run id> or run_dir=<saved run directory>")
+        if sum(source is not None for source in (self.run_id, self.run_dir, self.graphs)) != 1:
+            raise ValueError("give exactly one of run_id=<mlflow run id>, run_dir=<saved run directory> or "
+                             "graphs=<graph file or folder>")
+        if self.stage_map is not None and self.graphs is None:
+            raise ValueError("stage_map= names the stages of graphs=<files>; a run of ours has its stages")
 
 
 
@@ -249,6 +255,8 @@ class ReportConfig(AttributeConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         require(self, max_nodes=(1, None))
+        if self.graphs is not None:
+            raise ValueError("graphs= is for `memtrace attribute`; a report needs a run (run_id= or run_dir=)")
 
 @dataclass(frozen=True)
 class StagesConfig:

@@ -33,6 +33,7 @@ KINDS_BY_SYSTEM = {
     "rag": {OpKind.EXTRACTION, OpKind.RETRIEVAL, OpKind.RESPONSE, OpKind.JUDGE},
     "mem0": {OpKind.EXTRACTION, OpKind.UPDATE, OpKind.RETRIEVAL, OpKind.RESPONSE, OpKind.JUDGE},
     "evermemos": {OpKind.EXTRACTION, OpKind.RETRIEVAL, OpKind.RESPONSE, OpKind.JUDGE, OpKind.OTHER},
+    "custom": {OpKind.EXTRACTION, OpKind.RETRIEVAL, OpKind.RESPONSE, OpKind.JUDGE},
 }
 
 

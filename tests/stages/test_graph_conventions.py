@@ -25,6 +25,7 @@ UNIT_NAMESPACE_BY_SYSTEM = {
     "long_context": {Namespace.ENTRY},
     "rag": {Namespace.CHUNK},
     "evermemos": {Namespace.EPISODE, Namespace.EVENT},
+    "custom": {Namespace.MEMORY},  # the worked example's chunks, written with `writes_unit`
 }
 
 

@@ -67,8 +67,10 @@ CONF_NAMERS = ("experiments",)  # the apps: `@hydra.main(config_path="pkg://memt
 DYNAMIC_IMPORTERS: Mapping[str, str] = {
     # restores the inner engine whose class path a checkpoint recorded: data, not a code dependency
     "pipeline.backends.guarded_engine": "restores a checkpointed engine by its recorded class path",
+    # `memory_system.target`: the user's own code (a plugin path from config), never a module of ours
+    "memory_systems.custom.target": "imports the user's memory system named by memory_system.target",
 }
-STRING_IMPORTERS = ("import_module", "__import__")
+STRING_IMPORTERS = ("import_module", "__import__", "resolve_name")
 MODULE_STRING = re.compile(r"^(?:pkg://)?memtrace_loop\.(?:" + "|".join(TOP_LEVEL) + r")(?:\.\w+)*(?::[\w.]+)?$")
 
 

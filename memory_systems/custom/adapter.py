@@ -1,0 +1,211 @@
+"""A user's own memory system (`contract.UserMemorySystem`) as one of ours (`MemorySystem`).
+
+`CustomMemory` wraps the object the user's `build()` returned: each declared `LLMStage` becomes a DSPy
+predictor at the attribute path of the stage's name (a string signature over its input and output
+fields, all text, whose instruction is the stage's prompt), so prompt sets, rewrites, the memory key,
+the LM (`set_lm`) and the optimizers work on it as on our systems; the user's code reaches them only
+through the `lm.ask(stage, ...)` it is handed (`pipeline.core.user_trace`). `ingest` records each
+turn (`turn:<id>`) and calls `add_turn` under a trace session; `answer` records the question
+(`query:<qid>`) and calls the user's `answer`. What the code did not mark is recorded under the stage
+`untraced`: a returned context as a retrieval from the question, a returned answer as a response from
+the question and context. Knobs are the user's (`knobs()` / `with_knobs`), validated by name and type.
+
+Replay is not supported (`restore`, `retrieve` raise `ReplayUnsupportedError`): replay re-runs a
+system's retrieval and our answer stage apart, and the user's `answer` is one call. It does not import
+the user's code (`custom.target`).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+import dspy
+from memtrace_loop.memory_systems.answering import AnswerOutcome, record_query, record_turn
+from memtrace_loop.memory_systems.base import KnobError, MemorySystem, ReplayUnsupportedError, Retrieved
+from memtrace_loop.memory_systems.custom.contract import Answer as UserAnswer
+from memtrace_loop.memory_systems.custom.contract import LLMStage, Stage, UserMemorySystem
+from memtrace_loop.memory_systems.stages import StageRepair, StageSpec
+from memtrace_loop.pipeline.core.config import ConfigError
+from memtrace_loop.pipeline.core.conventions import OpKind, VarKind, answer_name, retrieved_name
+from memtrace_loop.pipeline.core.graph import ExecutionGraph
+from memtrace_loop.pipeline.core.records import Conversation, Question, Turn
+from memtrace_loop.pipeline.core.tracing import Tracer
+from memtrace_loop.pipeline.core.user_trace import TraceSession, ask, session
+
+DEFAULT_TARGET = "memtrace_loop.memory_systems.custom.example:build"
+UNTRACED = "untraced"  # the stage of what the user's code returned without marking it
+TOP_K = "top_k"
+
+
+@dataclass(frozen=True)
+class CustomKnobs:
+    """The `memory_system` node of `memory_system=custom`: the user's `build` and knob values to start
+    from (`memory_system.knobs={top_k: 8}`; keys must be knobs the system declares)."""
+
+    target: str = DEFAULT_TARGET
+    knobs: dict[str, Any] | None = None  # None: the system's own defaults
+
+
+@dataclass(frozen=True)
+class CustomState:
+    """The memory of one conversation: the user's memory object (read-only once built) and the
+    variable id of each memory unit's live version."""
+
+    conversation_id: str
+    memory: Any
+    unit_vars: Mapping[str, str]
+
+
+class _SessionLM:
+    """The LM handed to the user's code: `ask` runs a declared stage inside the current `op`."""
+
+    def ask(self, stage: str, /, **inputs: Any) -> dict[str, Any]:
+        return ask(stage, **inputs)
+
+
+def stage_table(declared: Sequence[LLMStage | Stage]) -> tuple[StageSpec, ...]:
+    """Our stage table for the user's declared stages (how replay would repair them, which build memory),
+    and the `untraced` stage last."""
+    specs = []
+    for stage in declared:
+        if isinstance(stage, LLMStage):
+            repair = StageRepair.GOLD_ANSWER if "answer" in stage.outputs else (
+                StageRepair.RESTORE_UNITS if stage.builds_memory else StageRepair.NONE)
+            specs.append(StageSpec(stage.name, llm=True, repair=repair, construction=stage.builds_memory))
+        else:
+            repair = StageRepair.WIDEN if TOP_K in stage.knobs and not stage.builds_memory else StageRepair.NONE
+            specs.append(StageSpec(stage.name, llm=False, repair=repair, construction=stage.builds_memory,
+                                   knobs=stage.knobs))
+    return (*specs, StageSpec(UNTRACED, llm=False, repair=StageRepair.NONE))
+
+
+def _predictor(stage: LLMStage) -> dspy.Predict:
+    if not stage.inputs or not stage.outputs:
+        raise ValueError(f"LLM stage {stage.name!r} needs at least one input and one output field")
+    return dspy.Predict(dspy.Signature(f"{', '.join(stage.inputs)} -> {', '.join(stage.outputs)}", stage.prompt))
+
+
+class CustomMemory(MemorySystem):
+    """The adapter (see the module docstring)."""
+
+    knobs: CustomKnobs
+    name = "custom"
+
+    def __init__(self, user: UserMemorySystem, knobs: CustomKnobs | None = None) -> None:
+        super().__init__()
+        self.knobs = knobs or CustomKnobs()
+        declared = tuple(user.stages())
+        names = [s.name for s in declared]
+        if len(set(names)) != len(names) or UNTRACED in names:
+            raise ValueError(f"custom system {self.knobs.target!r}: stage names must be unique and not "
+                             f"{UNTRACED!r}, got {names}")
+        self.stages = stage_table(declared)
+        self._llm_stages = tuple(s.name for s in declared if isinstance(s, LLMStage))
+        for stage in declared:
+            if isinstance(stage, LLMStage):
+                if not stage.name.isidentifier() or hasattr(self, stage.name):
+                    raise ValueError(f"custom system {self.knobs.target!r}: LLM stage name {stage.name!r} must be "
+                                     "a Python identifier that is no attribute of a memory system")
+                setattr(self, stage.name, _predictor(stage))
+        self._knobs_of = {s.name: s.knobs for s in declared if isinstance(s, Stage)}
+        self._default_knobs = MappingProxyType(dict(user.knobs()))
+        self.user = user
+        if self.knobs.knobs:
+            try:
+                self.user = self._checked_user(self.knobs.knobs)
+            except KnobError as error:  # from config: a one-line usage error naming the key
+                raise ConfigError(f"memory_system.knobs: {error}") from error
+
+    # ------------------------------------------------------------------ knobs
+
+    def knob_values(self) -> dict[str, Any]:
+        return dict(self.user.knobs())
+
+    def non_default_knobs(self) -> dict[str, Any]:
+        return {k: v for k, v in self.user.knobs().items() if self._default_knobs.get(k) != v}
+
+    def construction_knobs(self) -> str:
+        return f"target={self.knobs.target};knobs={json.dumps(self.knob_values(), sort_keys=True, default=str)}"
+
+    def non_llm_stages(self) -> dict[str, str]:
+        values = self.knob_values()
+        settings = {stage: "; ".join(f"{k}={values.get(k)}" for k in knobs) or "no knobs"
+                    for stage, knobs in self._knobs_of.items()}
+        return {**settings, UNTRACED: "what the user's code returned without marking it"}
+
+    def _checked_user(self, changes: Mapping[str, Any]) -> UserMemorySystem:
+        current = self.user.knobs()
+        unknown = sorted(set(changes) - set(current))
+        if unknown:
+            raise KnobError(f"knobs {unknown} are not knobs of custom system {self.knobs.target!r} "
+                            f"(its knobs: {sorted(current)})")
+        for key, value in changes.items():
+            want = type(current[key])
+            if type(value) is not want and not (want is float and type(value) is int):
+                raise KnobError(f"knob {key!r} of custom system {self.knobs.target!r} must be a {want.__name__}, "
+                                f"got {value!r}")
+        try:
+            return self.user.with_knobs(dict(changes))
+        except (TypeError, ValueError) as error:
+            raise KnobError(f"knobs {dict(changes)} of custom system {self.knobs.target!r}: {error}") from error
+
+    def with_knobs(self, changes: Mapping[str, Any]) -> CustomMemory:
+        if not changes:
+            return self
+        system = copy.copy(self)
+        system.user = self._checked_user(changes)
+        system.knobs = dataclasses.replace(self.knobs, knobs={**(self.knobs.knobs or {}), **dict(changes)})
+        return system
+
+    # ------------------------------------------------------------------ running the user's code
+
+    def _session(self, tracer: Tracer, unit_vars: Mapping[str, str], question_id: str | None = None) -> TraceSession:
+        predictors = {name: getattr(self, name) for name in self._llm_stages}
+        stages = frozenset(s.name for s in self.stages)
+        return TraceSession(tracer, predictors, stages, dict(unit_vars), question_id)
+
+    def ingest(
+        self, conversation: Conversation, tracer: Tracer, on_turn: Callable[[Turn], None] | None = None
+    ) -> CustomState:
+        traced = self._session(tracer, {})
+        lm = _SessionLM()
+        with session(traced):
+            memory = self.user.new_memory(conversation.id)
+        for turn in conversation.turns:
+            record_turn(tracer, turn)
+            with session(traced):
+                self.user.add_turn(memory, turn, lm)
+            if on_turn is not None:
+                on_turn(turn)
+        return CustomState(conversation.id, memory, MappingProxyType(dict(traced.unit_vars)))
+
+    def answer(self, question: Question, state: CustomState, tracer: Tracer) -> AnswerOutcome:
+        query_var = record_query(tracer, question)
+        traced = self._session(tracer, state.unit_vars, question.id)
+        with session(traced):
+            returned = self.user.answer(state.memory, question.text, _SessionLM())
+        text, context = (returned.text, returned.context) if isinstance(returned, UserAnswer) else (str(returned), "")
+        text = text.strip()
+        if traced.context_var is None and context:
+            traced.context_var = tracer.variable(retrieved_name(question.id), VarKind.CONTEXT, context)
+            tracer.operation("returned_context", UNTRACED, OpKind.RETRIEVAL, [query_var], [traced.context_var])
+        answer_var = traced.answer_var
+        if answer_var is None:
+            answer_var = tracer.variable(answer_name(question.id), VarKind.ANSWER, text)
+            inputs = [query_var, *([traced.context_var] if traced.context_var else [])]
+            tracer.operation("returned_answer", UNTRACED, OpKind.RESPONSE, inputs, [answer_var])
+        return AnswerOutcome(text, query_var, answer_var, traced.error)
+
+    # ------------------------------------------------------------------ replay: not supported
+
+    def retrieve(self, question: Question, state: Any, tracer: Tracer) -> Retrieved:
+        raise ReplayUnsupportedError(f"custom system {self.knobs.target!r} answers in one call: no separate retrieval")
+
+    def restore(self, graph: ExecutionGraph) -> Any:
+        raise ReplayUnsupportedError(f"custom system {self.knobs.target!r} cannot rebuild its memory from a graph")
