@@ -145,10 +145,21 @@ def respond(
         return reflection_reply(reflection)
     request = parse_request(messages)
     if not request.output_names:
-        reply = _foreign_reply(messages, foreign)
+        rows = tuple(foreign)
+        reply = _foreign_reply(messages, rows)
         if reply is not None:
             return reply
+        raise _unrecognized(rows)
     return format_reply(request, answer(request, handlers))
+
+
+def _unrecognized(rows: tuple[SimStage, ...]) -> UnknownStageError:
+    names = ", ".join(row.name for row in rows) or "none given"
+    return UnknownStageError(
+        "the simulated world does not recognize this request: it declares no DSPy output fields and no "
+        f"foreign row (rows answering a library's own requests: {names}) reads it. A memory system whose "
+        "library builds its own prompts adds such rows in its folder (SPEC.sim, SimStage.foreign)."
+    )
 
 
 def _foreign_reply(messages: list[dict[str, str]], rows: Iterable[SimStage]) -> str | None:

@@ -186,7 +186,7 @@ def test_requests_in_other_shapes_are_not_recognized(hooks: dict[str, str]) -> N
     ):
         with pytest.raises(stand_in.UnknownStageError):
             stand_in.respond(messages, HANDLERS, ROWS)
-    with pytest.raises(stand_in.UnknownStageError):  # without the rows the world does not know mem0
+    with pytest.raises(stand_in.UnknownStageError, match=r"no foreign row \(.*: none given\)"):  # no rows given
         stand_in.respond(extraction_messages(hooks["fact_extraction"], [TURN]), HANDLERS)
 
 
