@@ -29,5 +29,5 @@ SPEC: MemorySystemSpec[Mem0aiKnobs] = MemorySystemSpec(
     generous_knobs=MEM0_STYLE.generous_knobs,
     prior=MEM0_STYLE.prior,  # the graph has the Mem0-style shape: the walk looks where it looks there
     compare=False,
-    sim="",
+    sim="memtrace_loop.memory_systems.mem0ai.sim",
 )
