@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import dspy
+from dspy.clients import _deprecation as _dspy_deprecation
 from memtrace_loop.memory_systems.mem0ai.observers import AddRecorder, LMCall
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.backends.structured_output import asks_for_json_schema
@@ -62,6 +64,11 @@ _ACTIONS_SCHEMA = {
     "required": ["memory"],
 }
 _SCHEMA_BY_STAGE = {EXTRACTION: ("mem0_facts", _FACTS_SCHEMA), UPDATE: ("mem0_memory_actions", _ACTIONS_SCHEMA)}
+
+
+def _adapter_call(lm: Any, messages: list[dict[str, str]]) -> AbstractContextManager[Any]:
+    marker = getattr(_dspy_deprecation, "adapter_message_call", None)
+    return marker(lm, messages) if marker is not None else nullcontext()
 
 
 def stage_of(messages: Sequence[Mapping[str, Any]]) -> str:
@@ -114,7 +121,10 @@ class LMBridge:
         plain = [{"role": str(m.get("role")), "content": str(m.get("content", ""))} for m in messages]
 
         def run() -> list[Any]:
-            return lm(messages=plain, **call_kwargs)
+            # like DSPy's own adapters, the bridge hands the LM finished chat messages (mem0's): marked as
+            # such, DSPy 3.4 does not warn that user code passes messages= (its public form until 3.5)
+            with _adapter_call(lm, plain):
+                return lm(messages=plain, **call_kwargs)
 
         outputs = self._context.copy().run(run) if self._context is not None else run()
         return _text_of(outputs[0]) if outputs else ""
