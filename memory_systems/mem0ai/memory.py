@@ -48,8 +48,11 @@ def new_folder(label: str) -> str:
     return tempfile.mkdtemp(prefix=_UNSAFE.sub("_", label)[:60] + "-", dir=root)
 
 
-def open_memory(folder: str, embedder: Embedder, recorder: AddRecorder) -> tuple[Any, LMBridge]:
-    """A `mem0.Memory` in `folder` whose LLM and embedder are ours and whose steps `recorder` sees."""
+def open_memory(
+    folder: str, embedder: Embedder, recorder: AddRecorder, *, observe: bool = True
+) -> tuple[Any, LMBridge]:
+    """A `mem0.Memory` in `folder` whose LLM and embedder are ours and whose steps `recorder` sees
+    (`observe=False`: no wrappers, mem0 alone with our LLM and embedder: the overhead benchmark's baseline)."""
     mem0 = import_mem0()
     quiet = logging.getLogger(MEM0_LOGGER)
     if quiet.level == logging.NOTSET:
@@ -75,7 +78,8 @@ def open_memory(folder: str, embedder: Embedder, recorder: AddRecorder) -> tuple
     bridge = LMBridge(recorder)
     memory.llm = bridge
     memory.embedding_model = EmbedderBridge(embedder)
-    recorder.install(memory)
+    if observe:
+        recorder.install(memory)
     return memory, bridge
 
 
