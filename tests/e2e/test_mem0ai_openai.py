@@ -1,7 +1,7 @@
 """`memtrace run memory_system=mem0ai` against a real local HTTP server speaking the OpenAI chat and
 embeddings protocol (the stand-in LM behind it): mem0's own two requests travel through our openai
 backend (counted, with the run's key, JSON reply format asked for), its embeddings through our openai
-embedder, and the key never reaches the store."""
+embedder, and the key never reaches the store; an LM asking for JSON-schema output gets mem0's shapes."""
 
 from __future__ import annotations
 
@@ -12,10 +12,17 @@ import pytest
 from hydra import compose, initialize_config_module
 from memtrace_loop.experiments.run import run
 from memtrace_loop.memory_systems.mem0ai.memory import PLACEHOLDER_KEY
+from memtrace_loop.memory_systems.mem0ai.system import Mem0aiMemory
+from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
+from memtrace_loop.pipeline.backends.lm import OpenAILMConfig
+from memtrace_loop.pipeline.backends.registry import build_lm
+from memtrace_loop.pipeline.core.graph import ExecutionGraph
+from memtrace_loop.pipeline.core.tracing import Tracer
 from memtrace_loop.pipeline.sim.stand_in import foreign_rows, respond, world_handlers
 from memtrace_loop.pipeline.sim.system_stages import system_stages
 from mlflow.tracking import MlflowClient
 
+from tests.stages.test_mem0ai import CONVERSATION
 from tests.support.openai_server import OpenAIStubServer
 from tests.support.store import fresh_store
 
@@ -64,3 +71,20 @@ def test_mem0s_requests_go_through_our_openai_backend(tmp_path: Path, monkeypatc
     assert made + metrics["lm_calls/attributor/made"] == len(chats) - 1  # all traced, less the preflight ping
     for needle in (SECRET.encode(), PLACEHOLDER_KEY.encode()):
         assert not [p for p in store_dir.rglob("*") if p.is_file() and needle in p.read_bytes()]
+
+
+def test_json_schema_output_carries_mem0s_two_reply_shapes() -> None:
+    """An LM asking for JSON-schema output (`structured_output: json_schema`, as `lm=local` uses) gets
+    the schema of mem0's reply for each of its two requests, and mem0 reads the replies."""
+    with OpenAIStubServer(responder=world) as server:
+        lm = build_lm(OpenAILMConfig(backend="openai", model="stub-model", api_base=server.base_url,
+                                     structured_output="json_schema", cache=False))
+        system = Mem0aiMemory(HashingEmbedder())
+        system.set_lm(lm)
+        graph = ExecutionGraph("c1")
+        system.ingest(CONVERSATION, Tracer(graph))
+        formats = [r.json.get("response_format") for r in server.requests_to("/chat/completions")]
+    schemas = {f["json_schema"]["name"]: f["json_schema"]["schema"] for f in formats if f["type"] == "json_schema"}
+    assert schemas["mem0_facts"]["required"] == ["facts"] and schemas["mem0_memory_actions"]["required"] == ["memory"]
+    assert len(formats) == sum(op.prompt is not None for op in graph.operations())
+    assert not [op for op in graph.operations() if op.failed and op.stage == "fact_extraction"]
