@@ -204,11 +204,14 @@ def test_foreign_rows_leave_dispatch_by_output_fields_alone() -> None:
     assert stand_in.world_handlers(sim.STAGES) == stand_in.world_handlers()
     assert stage_for_outputs(["facts"], (*sim.STAGES, *STAGES)) == "extract"
     assert stage_for_outputs(["actions"], (*sim.STAGES, *STAGES)) == "decide"
-    lm = dspy.LM("sim/stand-in", engine=SimEngine(), cache=False)
+    engine = SimEngine()
+    lm = dspy.LM("sim/stand-in", engine=engine, cache=False)
     signature = dspy.Signature("turn -> facts: list[str]", "Extract facts.")
     with dspy.context(lm=lm):
         facts = dspy.Predict(signature)(turn="[8 May 2023] Alice: I grew up in Ohio.").facts
     assert facts == ["Alice grew up in Ohio."]
+    messages = lm.history[-1]["messages"]
+    assert engine.reply(messages) == stand_in.respond(messages) == lm.history[-1]["outputs"][0]
 
 
 def test_paraphrasing_world_paraphrases_mem0s_construction_replies(hooks: dict[str, str]) -> None:
