@@ -61,6 +61,7 @@ bench: install  ## benchmarks, each printing a table: graph at LoCoMo scale, spe
 	$(BIN)/python -m memtrace_loop.experiments.bench.attribution_bench
 	$(BIN)/python -m memtrace_loop.experiments.bench.report_bench
 	$(BIN)/python -m memtrace_loop.experiments.bench.workers_bench
+	$(BIN)/python -m memtrace_loop.experiments.bench.mem0ai_bench
 
 bench-local: install  ## parse failures of the real local model (lm=local) with and without JSON-schema output
 	$(BIN)/python -m memtrace_loop.experiments.bench.local_model_bench

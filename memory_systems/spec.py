@@ -76,6 +76,7 @@ class FaultKind(StrEnum):
     RESPONSE_WRONG = "response_wrong"  # a wrong answer given a perfect context
     TRIMMED_BUFFER = "trimmed_buffer"  # a window knob trimming the evidence entry out of the buffer
     CHUNK_SPLIT = "chunk_split"  # a chunk-size knob splitting the evidence turn
+    DROPPED_ACTION = "dropped_action"  # a decision's action that never reached the store (an id the library drops)
 
 
 class EditKind(StrEnum):
@@ -85,13 +86,17 @@ class EditKind(StrEnum):
     DROP_FACTS = "drop_facts"  # `facts`: the evidence turn's facts left out
     DROP_EVENTS = "drop_events"  # `events`: the evidence turn's events left out
     DROP_NARRATIVE = "drop_narrative"  # `narrative`: the evidence turn's content left out
+    CHANGE_UNITS = "change_units"  # `actions`: UPDATE/DELETE the evidence units by their ids (Mem0-style decide)
+    CHANGE_SHOWN_UNITS = "change_shown_units"  # `memory` (mem0 1.0.x): the same, by the ids mem0 shows them under
+    DROP_ACTION = "drop_action"  # `memory` (mem0 1.0.x): the evidence turn's ADDs given an id mem0 never showed
 
 
 @dataclass(frozen=True)
 class ReplyFault:
     """An LLM fault: the reply of ONE call is edited by each of `edits` (chained; the first must fire).
-    The truth is the first operation of `stage` that read the evidence turn (`stage=""`: the operation
-    that wrote the question's answer); `error` is its error type (an `ErrorType` value)."""
+    The truth is the first operation of `stage` that read the evidence turn (or, for a stage that never
+    reads turns, what was derived from it; `stage=""`: the operation that wrote the question's answer);
+    `error` is its error type (an `ErrorType` value)."""
 
     kind: FaultKind
     edits: tuple[EditKind, ...]
@@ -103,13 +108,14 @@ class ReplyFault:
 class UnitChangeFault:
     """An LLM decision changes (`event`: UPDATE or DELETE) the memory units the evidence turn added
     (`units(graph, turn_id)`: their ids); the truth is the decision that ordered the store operation
-    `store_op` on one of them."""
+    `store_op` on one of them. `edit` is the reply edit that does it (by the decision's reply shape)."""
 
     kind: FaultKind
     event: str
     store_op: str
     error: str
     units: Callable[[ExecutionGraph, str], tuple[str, ...]]
+    edit: EditKind = EditKind.CHANGE_UNITS
 
 
 @dataclass(frozen=True)

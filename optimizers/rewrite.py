@@ -2,9 +2,11 @@
 
 `RewriteInstruction` is the rewriter's DSPy signature (its docstring is the rewriter's prompt).
 `InstructionRewriter` runs it with the rewriter LM given to its constructor and controls length: a
-draft over `max_chars` is sent back once, as the current instruction, with a note asking for a shorter
-version; a second draft still over budget is rejected, never cut mid-sentence. Every LM or parse
-failure becomes a `RewriteOutcome` with an error; `rewrite` never raises. `stage_candidate` wraps an
+draft over budget is sent back once, as the current instruction, with a note asking for a shorter
+version; a second draft still over budget is rejected, never cut mid-sentence. The budget is `max_chars`,
+or, for an instruction that is already longer (the real mem0's hooks start at 4-5k characters), its
+own length plus `LONG_INSTRUCTION_GROWTH` (`length_budget`): a rewrite may add a rule without first
+cutting what the library needs from the text. Every LM or parse failure becomes a `RewriteOutcome` with an error; `rewrite` never raises. `stage_candidate` wraps an
 accepted rewrite into a one-stage `Candidate`.
 
 It does not choose stages, build feedback (`optimizers.feedback`) or judge whether a rewrite helps

@@ -12,6 +12,7 @@ or JSON format. This module does not decide which case gets which fault (`pipeli
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import threading
@@ -215,6 +216,77 @@ def change_units_after(turn_text: str, unit_ids: Sequence[str], event: str) -> R
         text = UNRELATED_MEMORY if event == "UPDATE" else ""
         added = [{"event": event, "id": unit, "text": text} for unit in unit_ids]
         return {**fields, "actions": json.dumps([*actions, *added], ensure_ascii=False)}
+
+    return edit
+
+
+_MEM0_MEMORY_MARKER = "Below is the current content of my memory"
+
+
+def shown_memories(prompt: str) -> dict[str, str]:
+    """mem0 1.0.x's update request: the memories it shows the decision, text -> id ("0", "1", ...),
+    read from the fenced Python list after its "Below is the current content of my memory" line."""
+    _, marker, rest = prompt.partition(_MEM0_MEMORY_MARKER)
+    found = re.search(r"```\s*(\[.*?\])\s*```", rest, re.DOTALL) if marker else None
+    try:
+        listed = ast.literal_eval(found.group(1)) if found else []
+    except (ValueError, SyntaxError):
+        return {}
+    return {str(m.get("text")): str(m.get("id")) for m in listed if isinstance(m, dict)}
+
+
+def _mem0_actions(fields: Mapping[str, str]) -> list[Any]:
+    actions = _json_or_text(fields["memory"])
+    return actions if isinstance(actions, list) else []
+
+
+def change_shown_units_after(turn_text: str, unit_texts: Sequence[str], event: str) -> ReplyEdit:
+    """mem0 1.0.x's update decision (`{"memory": [...]}`): at the first decision after the evidence
+    turn's own one that is shown an evidence unit (mem0 only applies ids it showed), `event` (UPDATE with
+    unrelated text, or DELETE) that unit under the id mem0 shows it as."""
+    state = {"extracted": False, "decided": 0}
+
+    def edit(prompt: str, fields: dict[str, str]) -> dict[str, str] | None:
+        if "facts" in fields and turn_text in prompt:
+            state["extracted"] = True
+            return None
+        if "memory" not in fields or not state["extracted"]:
+            return None
+        state["decided"] += 1
+        shown = shown_memories(prompt)
+        targets = [(shown[text], text) for text in unit_texts if text in shown]
+        if state["decided"] < 2 or not targets:  # the evidence turn's own decision adds the units
+            return None
+        changed = [
+            {"id": unit_id, "text": UNRELATED_MEMORY, "event": event, "old_memory": text} if event == "UPDATE"
+            else {"id": unit_id, "text": text, "event": event}  # mem0 skips an action without text
+            for unit_id, text in targets
+        ]
+        return {**fields, "memory": json.dumps([*_mem0_actions(fields), *changed], ensure_ascii=False)}
+
+    return edit
+
+
+def drop_added_actions(turn_text: str) -> ReplyEdit:
+    """mem0 1.0.x's update decision of the evidence turn: each ADD given an id mem0 never showed (as an
+    UPDATE of it), so mem0 drops the action ("Error processing memory action") and the fact is lost."""
+    state = {"extracted": False}
+
+    def edit(prompt: str, fields: dict[str, str]) -> dict[str, str] | None:
+        if "facts" in fields:  # only the decision right after the evidence turn's extraction is its own
+            state["extracted"] = turn_text in prompt
+            return None
+        if "memory" not in fields or not state["extracted"]:
+            return None
+        actions = _mem0_actions(fields)
+        unknown = str(len(shown_memories(prompt)) + 99)
+        if not any(isinstance(a, dict) and a.get("event") == "ADD" for a in actions):
+            return None
+        dropped = [
+            {**a, "id": unknown, "event": "UPDATE"} if isinstance(a, dict) and a.get("event") == "ADD" else a
+            for a in actions
+        ]
+        return {**fields, "memory": json.dumps(dropped, ensure_ascii=False)}
 
     return edit
 

@@ -41,7 +41,9 @@ from memtrace_loop.pipeline.analysis.attribution.records import ErrorType, Tunab
 from memtrace_loop.pipeline.benchmark.edits import (
     FaultInjectingEngine,
     ReplyEdit,
+    change_shown_units_after,
     change_units_after,
+    drop_added_actions,
     drop_events,
     drop_facts,
     drop_narrative,
@@ -232,7 +234,9 @@ class FaultInjector:
             stage = fault.stage
 
             def found(g: ExecutionGraph) -> Operation | None:
-                ops = _ops(g, stage, turn_var)
+                ops = _ops(g, stage, turn_var) or [  # a stage reading what was derived from the turn (a decision)
+                    o for o in _ops(g, stage) if o.outputs and turn_var in g.ancestors(o.outputs[0])
+                ]
                 return ops[0] if ops else None
         else:
             def found(g: ExecutionGraph) -> Operation | None:
@@ -252,7 +256,12 @@ class FaultInjector:
                     return g.producer(op.inputs[0])
             return None
 
-        lm, engine = injected_lm(self.lm, change_units_after(turn.text, units, fault.event))
+        if fault.edit == EditKind.CHANGE_SHOWN_UNITS:  # the decision names units by the texts it was shown
+            texts = tuple(graph.variable(variable_id(memory_name(u), 1)).value for u in units)
+            edit = change_shown_units_after(turn.text, texts, fault.event)
+        else:
+            edit = change_units_after(turn.text, units, fault.event)
+        lm, engine = injected_lm(self.lm, edit)
         return [_Plan(fault.kind, self.system.deepcopy(), lm, engine, _truth(changed, fault.error))]
 
     def _knob_plans(
@@ -273,7 +282,7 @@ def _reply_edit(edit: EditKind, question: Question, turn: Turn) -> ReplyEdit:
     if edit == EditKind.WRONG_ANSWER:
         return wrong_answer(question.text)
     return {EditKind.DROP_FACTS: drop_facts, EditKind.DROP_EVENTS: drop_events,
-            EditKind.DROP_NARRATIVE: drop_narrative}[edit](turn.text)
+            EditKind.DROP_NARRATIVE: drop_narrative, EditKind.DROP_ACTION: drop_added_actions}[edit](turn.text)
 
 
 def _truth(

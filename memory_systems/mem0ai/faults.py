@@ -1,0 +1,50 @@
+"""Where the attribution benchmark's faults land in `memory_system=mem0ai` (its `SPEC.faults`).
+
+mem0's replies have their own shapes, so its decision faults use the reply edits made for them
+(`pipeline.benchmark.edits`): an UPDATE that overwrites a still-needed fact and a DELETE of the evidence
+unit are written under the id mem0 SHOWS the unit as ("0", "1", ... in the update request; mem0 applies
+no other), at the first later decision that is shown it; a dropped action turns the evidence turn's ADDs
+into UPDATEs of an id mem0 never showed, which mem0 drops with a logged error (the truth is the
+decision). The extraction drop edits the `{"facts": [...]}` reply; the retrieval miss hides the
+evidence units from `memory.search` (`Mem0aiMemory.without_units`). The units the evidence turn added
+are the first versions of `memory:<unit>` whose `turn` meta is the turn, as in the Mem0-style system.
+It injects nothing itself (`pipeline.benchmark.injection` does).
+"""
+
+from __future__ import annotations
+
+from memtrace_loop.memory_systems.base import MemorySystem
+from memtrace_loop.memory_systems.mem0.faults import evidence_units
+from memtrace_loop.memory_systems.mem0ai.bridge import EXTRACTION, UPDATE
+from memtrace_loop.memory_systems.mem0ai.system import Mem0aiMemory
+from memtrace_loop.memory_systems.spec import (
+    WRONG_ANSWER,
+    EditKind,
+    FaultKind,
+    FaultPlan,
+    HideEvidenceFault,
+    ReplyFault,
+    UnitChangeFault,
+)
+from memtrace_loop.pipeline.core.graph import ExecutionGraph
+
+__all__ = ["FAULTS"]
+
+
+def _hide(system: MemorySystem, graph: ExecutionGraph, turn_id: str) -> MemorySystem | None:
+    units = evidence_units(graph, turn_id)
+    if not units or not isinstance(system, Mem0aiMemory):
+        return None
+    return system.without_units(frozenset(units))
+
+
+FAULTS: tuple[FaultPlan, ...] = (
+    ReplyFault(FaultKind.EXTRACTION_DROP, (EditKind.DROP_FACTS,), EXTRACTION, "ExtractionError"),
+    UnitChangeFault(FaultKind.UPDATE_OVERWRITE, "UPDATE", "memory_update", "UpdateError", evidence_units,
+                    EditKind.CHANGE_SHOWN_UNITS),
+    UnitChangeFault(FaultKind.DELETION, "DELETE", "memory_delete", "DeletionError", evidence_units,
+                    EditKind.CHANGE_SHOWN_UNITS),
+    ReplyFault(FaultKind.DROPPED_ACTION, (EditKind.DROP_ACTION,), UPDATE, "UpdateError"),
+    HideEvidenceFault(_hide),
+    WRONG_ANSWER,
+)
