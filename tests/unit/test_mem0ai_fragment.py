@@ -62,7 +62,8 @@ def test_the_fragment_holds_only_mem0s_hook_keys_stamped_with_the_installed_vers
     exported = optimized()
     for stage, key in HOOK_BY_STAGE.items():
         assert as_json["config"][key] == exported.prompts[stage]
-    assert DATE_PLACEHOLDER in as_json["config"]["custom_fact_extraction_prompt"] and DATE_PLACEHOLDER in as_json["note"]
+    assert DATE_PLACEHOLDER in as_json["config"]["custom_fact_extraction_prompt"]
+    assert DATE_PLACEHOLDER in as_json["note"]
 
 
 @pytest.mark.parametrize("name", ["mem0_config.yaml", "mem0_config.json"])
@@ -157,8 +158,8 @@ def user_config(tmp_path: Path, dims: int) -> dict[str, Any]:
     """A mem0 user's own settings: local Qdrant and SQLite history in `tmp_path` (the openai provider
     needs a key at construction; the LLM and embedder objects are replaced before any call)."""
     return {
-        "vector_store": {"provider": "qdrant", "config": {
-            "path": str(tmp_path / "qdrant"), "on_disk": True, "collection_name": "user", "embedding_model_dims": dims}},
+        "vector_store": {"provider": "qdrant", "config": {"path": str(tmp_path / "qdrant"), "on_disk": True,
+                                                          "collection_name": "user", "embedding_model_dims": dims}},
         "llm": {"provider": "openai", "config": {"api_key": "placeholder-not-a-key", "model": "gpt-4.1-mini"}},
         "embedder": {"provider": "openai", "config": {"api_key": "placeholder-not-a-key", "embedding_dims": dims}},
         "history_db_path": str(tmp_path / "history.db"),
