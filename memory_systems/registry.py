@@ -27,6 +27,7 @@ SYSTEMS: Registry[MemorySystemSpec[Any]] = Registry(
         "rag": "memtrace_loop.memory_systems.rag",
         "mem0": "memtrace_loop.memory_systems.mem0",
         "evermemos": "memtrace_loop.memory_systems.evermemos",
+        "mem0ai": "memtrace_loop.memory_systems.mem0ai",
     },
 )
 

@@ -19,7 +19,6 @@ It builds no `Memory` and traces nothing (`memory_systems.mem0ai.system` does).
 
 from __future__ import annotations
 
-import importlib
 import importlib.metadata
 import os
 import re
@@ -56,7 +55,7 @@ def import_mem0() -> ModuleType:
     os.environ.setdefault("MEM0_TELEMETRY", "False")
     os.environ.setdefault("MEM0_DIR", os.path.join(tempfile.gettempdir(), "memtrace-mem0"))
     try:
-        module = importlib.import_module("mem0")
+        import mem0  # after the environment above: mem0 reads both at import
     except ImportError as error:
         raise Mem0MissingError(
             f"memory_system=mem0ai needs the mem0 library: pip install '{SUPPORTED}' "
@@ -65,7 +64,7 @@ def import_mem0() -> ModuleType:
     version = installed_version()
     if not version.startswith("1."):
         raise Mem0MissingError(f"memory_system=mem0ai supports {SUPPORTED}; mem0ai {version} is installed")
-    return module
+    return mem0
 
 
 def installed_version() -> str:
@@ -88,7 +87,7 @@ def with_session_date(text: str, session_date: str) -> str:
 def default_hooks() -> dict[str, str]:
     """Stage -> the installed library's default text of its hook, the date line as a placeholder."""
     import_mem0()
-    prompts = importlib.import_module("mem0.configs.prompts")
+    from mem0.configs import prompts
     texts = {
         "fact_extraction": prompts.USER_MEMORY_EXTRACTION_PROMPT,
         "update_memory": prompts.DEFAULT_UPDATE_MEMORY_PROMPT,

@@ -15,7 +15,13 @@ from typing import Any
 
 from dspy.clients.engines.base import validate_request
 from dspy.lm15 import Message, Request, Response, TextPart, Usage, response_to_events
-from memtrace_loop.pipeline.sim.stand_in import paraphrasing_handlers, respond, world_handlers
+from memtrace_loop.pipeline.sim.stand_in import (
+    foreign_rows,
+    paraphrasing_handlers,
+    paraphrasing_rows,
+    respond,
+    world_handlers,
+)
 from memtrace_loop.pipeline.sim.system_stages import system_stages
 
 
@@ -52,11 +58,13 @@ class SimEngine:
         extra = system_stages()  # the stages memory systems add to the world's table
         handlers = world_handlers(extra)
         self._handlers = paraphrasing_handlers(handlers, extra) if paraphrase else handlers
+        foreign = foreign_rows(extra)  # rows answering a library's own requests (the real mem0's)
+        self._foreign = paraphrasing_rows(foreign) if paraphrase else foreign
 
     def complete(self, request: Request) -> Response:
         validate_request(request)
         messages = request_messages(request)
-        output = respond(messages, self._handlers)
+        output = respond(messages, self._handlers, self._foreign)
         prompt_tokens = sum(_words(m["content"]) for m in messages)
         output_tokens = _words(output)
         return Response(

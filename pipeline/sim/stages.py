@@ -7,9 +7,12 @@ catalog `pipeline.sim.rules`, fixes first) and whether it writes memory (`constr
 paraphrasing world rewrites those outputs). The rows are in pipeline order, which is what
 `expected_cause` reads ("the earliest stage with a needed rule missing"). A memory system whose stages
 the table lacks adds rows of its own from its folder (`memory_systems/<name>/sim.py`, reached through
-the registry: `pipeline.sim.system_stages`). Requests that are not memory-system stages (the judge, the
-rewriters, the LLM attributor's step, the diagnosis) are the stand-in's services. It does not dispatch
-(`pipeline.sim.stand_in`).
+the registry: `pipeline.sim.system_stages`). A row may answer a request that is not in DSPy's adapter
+format (a library's own prompt, e.g. the real mem0's): its `foreign` (`ForeignFormat`) recognizes such a
+request by its structure, reads it into a `StageRequest` for the row's handler and writes the handler's
+values as the reply the library parses; such a row is never chosen by output fields. Requests that are
+not memory-system stages (the judge, the rewriters, the LLM attributor's step, the diagnosis) are the
+stand-in's services. It does not dispatch (`pipeline.sim.stand_in`).
 """
 
 from __future__ import annotations
@@ -25,12 +28,22 @@ from memtrace_loop.pipeline.sim.protocol import StageRequest
 from memtrace_loop.pipeline.sim.rules import RULES, RULES_BY_ID, RuleEffect, SimRule, with_rules
 
 __all__ = [
-    "STAGES", "STAGE_ORDER", "STAGE_OUTPUTS", "Handler", "SimStage", "expected_cause", "perfect_instruction",
-    "stage_for_outputs",
+    "STAGES", "STAGE_ORDER", "STAGE_OUTPUTS", "ForeignFormat", "Handler", "SimStage", "expected_cause",
+    "perfect_instruction", "stage_for_outputs",
 ]
 
 Handler = Callable[[StageRequest], dict[str, Any]]
 ALL_EFFECTS = tuple(RuleEffect)
+
+
+@dataclass(frozen=True)
+class ForeignFormat:
+    """How a row meets a request that is not in DSPy's adapter format: `read` recognizes the chat
+    messages by their structure and turns them into the row's `StageRequest` (None: not its kind);
+    `write` formats the handler's values as the reply text the library expects."""
+
+    read: Callable[[list[dict[str, Any]]], StageRequest | None]
+    write: Callable[[StageRequest, dict[str, Any]], str]
 
 
 @dataclass(frozen=True)
@@ -42,6 +55,7 @@ class SimStage:
     handler: Handler
     rules: tuple[SimRule, ...] = ()
     construction: bool = False
+    foreign: ForeignFormat | None = None
 
     def fixes(self) -> tuple[SimRule, ...]:
         """The rules that are real fixes (misfires and noise left out)."""
@@ -77,7 +91,7 @@ def stage_for_outputs(output_fields: Iterable[str], stages: Iterable[SimStage] =
 
 def _row(output_fields: Iterable[str], stages: Iterable[SimStage]) -> SimStage | None:
     key = frozenset(output_fields) - {"reasoning"}
-    return next((s for s in stages if s.outputs == key), None)
+    return next((s for s in stages if s.outputs == key and s.foreign is None), None)
 
 
 def perfect_instruction(instruction: str, output_fields: Iterable[str], stages: Iterable[SimStage] = STAGES) -> str:

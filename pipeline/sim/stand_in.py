@@ -13,6 +13,9 @@ fails loudly on the simulated world instead of "running" on blank outputs (give 
 
 A GEPA reflection prompt (one plain user message, gepa's instruction-proposal template) is not an
 adapter request: `respond` hands it to `pipeline.sim.reflection`, which answers with the same rewriter.
+Nor is a request a library builds itself (the real mem0's extraction and update calls): a request that
+declares no output fields is offered to the `foreign` rows `respond` is given (`foreign_rows(rows)`,
+`SimStage.foreign`), the first that recognizes it answers it in the library's own format.
 
 It does not hold any stage behaviour itself: the handlers live in `pipeline.sim.handlers` and beside it.
 """
@@ -20,6 +23,7 @@ It does not hold any stage behaviour itself: the handlers live in `pipeline.sim.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
@@ -59,7 +63,12 @@ SERVICES: Mapping[frozenset[str], Handler] = MappingProxyType({
 
 
 def _by_outputs(stages: Iterable[SimStage]) -> dict[frozenset[str], Handler]:
-    return {_key(stage.outputs): stage.handler for stage in stages}
+    return {_key(stage.outputs): stage.handler for stage in stages if stage.foreign is None}
+
+
+def foreign_rows(stages: Iterable[SimStage]) -> tuple[SimStage, ...]:
+    """The rows of `stages` that answer requests in a library's own format (`SimStage.foreign`)."""
+    return tuple(stage for stage in stages if stage.foreign is not None)
 
 
 HANDLER_BY_OUTPUTS: Mapping[frozenset[str], Handler] = MappingProxyType({**_by_outputs(STAGES), **SERVICES})
@@ -82,12 +91,20 @@ def paraphrasing_handlers(
 ) -> Mapping[frozenset[str], Handler]:
     """`base` with the construction stages (of the table and `extra`) writing paraphrased memories
     (`pipeline.sim.paraphrase`)."""
-    construction = {_key(s.outputs) for s in (*STAGES, *extra) if s.construction}
-    is_fact = lambda sentence: parse_fact(sentence) is not None  # noqa: E731
+    construction = {_key(s.outputs) for s in (*STAGES, *extra) if s.construction and s.foreign is None}
     return MappingProxyType({
-        key: paraphrasing(handler, is_fact) if key in construction else handler
+        key: paraphrasing(handler, _is_fact) if key in construction else handler
         for key, handler in base.items()
     })
+
+
+def paraphrasing_rows(rows: Iterable[SimStage]) -> tuple[SimStage, ...]:
+    """`rows` with the construction rows' handlers writing paraphrased memories (for `foreign` rows)."""
+    return tuple(replace(row, handler=paraphrasing(row.handler, _is_fact)) if row.construction else row for row in rows)
+
+
+def _is_fact(sentence: str) -> bool:
+    return parse_fact(sentence) is not None
 
 
 class UnknownStageError(LookupError):
@@ -117,12 +134,39 @@ def answer(
 
 
 def respond(
-    messages: list[dict[str, str]], handlers: Mapping[frozenset[str], Handler] = HANDLER_BY_OUTPUTS
+    messages: list[dict[str, str]],
+    handlers: Mapping[frozenset[str], Handler] = HANDLER_BY_OUTPUTS,
+    foreign: Iterable[SimStage] = (),
 ) -> str:
-    """Answer one DSPy-formatted chat request (or a GEPA reflection prompt) with the stand-in's
-    rule-based behaviour."""
+    """Answer one DSPy-formatted chat request (or a GEPA reflection prompt, or a request one of the
+    `foreign` rows recognizes) with the stand-in's rule-based behaviour."""
     reflection = parse_reflection(messages)
     if reflection is not None:
         return reflection_reply(reflection)
     request = parse_request(messages)
+    if not request.output_names:
+        rows = tuple(foreign)
+        reply = _foreign_reply(messages, rows)
+        if reply is not None:
+            return reply
+        raise _unrecognized(rows)
     return format_reply(request, answer(request, handlers))
+
+
+def _unrecognized(rows: tuple[SimStage, ...]) -> UnknownStageError:
+    names = ", ".join(row.name for row in rows) or "none given"
+    return UnknownStageError(
+        "the simulated world does not recognize this request: it declares no DSPy output fields and no "
+        f"foreign row (rows answering a library's own requests: {names}) reads it. A memory system whose "
+        "library builds its own prompts adds such rows in its folder (SPEC.sim, SimStage.foreign)."
+    )
+
+
+def _foreign_reply(messages: list[dict[str, str]], rows: Iterable[SimStage]) -> str | None:
+    for row in rows:
+        if row.foreign is None:
+            continue
+        request = row.foreign.read(messages)
+        if request is not None:
+            return row.foreign.write(request, dict(row.handler(request)))
+    return None

@@ -1,0 +1,33 @@
+"""`memory_system=mem0ai`: the real `mem0ai` 1.0.x library in the loop (its `SPEC`).
+
+The folder: `hooks.py` (mem0's prompt hooks and their defaults), `signatures.py` (the two mem0
+stages), `memory.py` (one `Memory` per conversation), `bridge.py` (mem0's LLM and embedder through
+our LM layer), `observers.py` (what one `add()` did, without editing mem0), `trace.py` (that as graph
+operations), `restore.py` (units put back for replay), `system.py` (the system), `faults.py` (the
+attribution benchmark's faults). The manual: docs/mem0ai.md.
+"""
+
+from __future__ import annotations
+
+from memtrace_loop.memory_systems.mem0 import SPEC as MEM0_STYLE
+from memtrace_loop.memory_systems.mem0ai.faults import FAULTS
+from memtrace_loop.memory_systems.mem0ai.system import Mem0aiKnobs, Mem0aiMemory
+from memtrace_loop.memory_systems.spec import MemorySystemSpec
+from memtrace_loop.pipeline.backends.embeddings import Embedder
+
+
+def _build(knobs: Mem0aiKnobs, embedder: Embedder) -> Mem0aiMemory:
+    return Mem0aiMemory(embedder, knobs)
+
+
+SPEC: MemorySystemSpec[Mem0aiKnobs] = MemorySystemSpec(
+    name="mem0ai",
+    knobs=Mem0aiKnobs,
+    build=_build,
+    stages=Mem0aiMemory.stages,
+    faults=FAULTS,
+    generous_knobs=MEM0_STYLE.generous_knobs,
+    prior=MEM0_STYLE.prior,  # the graph has the Mem0-style shape: the walk looks where it looks there
+    compare=False,
+    sim="",
+)

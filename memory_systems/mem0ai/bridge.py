@@ -1,0 +1,131 @@
+"""mem0's `llm` and `embedding_model`, served by our LM layer and our embedder.
+
+`LMBridge` stands in `memory.llm`: `generate_response(messages, response_format=None, **kw) -> str`
+sends mem0's exact chat messages through a stage predictor's DSPy LM (`lm(messages=...,
+response_format=...)`), so every mem0 call is counted by the `CallLedger`, retried, cached, bounded,
+stopped and redacted like our own stages' calls, and reaches the simulated world's stand-in (or an
+OpenAI-compatible endpoint, or `lm=local`) as any request does. Which stage a call serves is known
+from mem0 1.0.x's call order and shape: the extraction is a system + a user message, the update
+decision ONE user message. For an LM that asks for JSON-schema output (`lm=local` with
+`structured_output: json_schema`) the request carries the schema of mem0's reply shape for that stage
+(`{"facts": [...]}` / `{"memory": [...]}`); otherwise mem0's own `response_format` goes through.
+
+mem0 runs the call in a worker thread of its own; the bridge runs it under a copy of the context of
+the thread that called `add()` (`bind`), so DSPy settings the caller set (callbacks, usage tracking)
+apply as they would to a stage call. Any `Exception` from the LM is recorded and answered with ""
+(mem0 then goes on with no facts / no actions); a `BaseException` (our `RunStopped`, Ctrl-C)
+propagates and stops the run. Each call is reported to the `AddRecorder` with its messages and reply.
+
+`EmbedderBridge` stands in `memory.embedding_model`: `embed(text, memory_action=None)` is our
+`Embedder`'s vector as a list of floats. Neither holds an API key or logs a request.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import dspy
+from memtrace_loop.memory_systems.mem0ai.observers import AddRecorder, LMCall
+from memtrace_loop.pipeline.backends.embeddings import Embedder
+from memtrace_loop.pipeline.backends.structured_output import asks_for_json_schema
+
+__all__ = ["EXTRACTION", "UPDATE", "EmbedderBridge", "LMBridge", "stage_of"]
+
+EXTRACTION = "fact_extraction"
+UPDATE = "update_memory"
+MAX_ERROR_CHARS = 500
+
+_FACTS_SCHEMA = {
+    "type": "object",
+    "properties": {"facts": {"type": "array", "items": {"type": "string"}}},
+    "required": ["facts"],
+}
+_ACTIONS_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "memory": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string"},
+                    "text": {"type": "string"},
+                    "event": {"type": "string", "enum": ["ADD", "UPDATE", "DELETE", "NONE"]},
+                    "old_memory": {"type": "string"},
+                },
+                "required": ["id", "text", "event"],
+            },
+        }
+    },
+    "required": ["memory"],
+}
+_SCHEMA_BY_STAGE = {EXTRACTION: ("mem0_facts", _FACTS_SCHEMA), UPDATE: ("mem0_memory_actions", _ACTIONS_SCHEMA)}
+
+
+def stage_of(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The stage one mem0 1.0.x LLM call serves: extraction (system + user) or update (one user message)."""
+    roles = [str(m.get("role", "")) for m in messages]
+    return EXTRACTION if roles[:1] == ["system"] else UPDATE
+
+
+def _text_of(output: Any) -> str:
+    if isinstance(output, dict):
+        return str(output.get("text") or "")
+    return "" if output is None else str(output)
+
+
+class LMBridge:
+    """mem0's `llm`: its calls through the predictors' DSPy LMs (set by `bind` before each add)."""
+
+    def __init__(self, recorder: AddRecorder) -> None:
+        self.recorder = recorder
+        self._lm_by_stage: dict[str, Any] = {}
+        self._context: contextvars.Context | None = None
+
+    def bind(self, lm_by_stage: Mapping[str, Any]) -> None:
+        """The LMs to use (stage -> DSPy LM, captured on the calling thread) and that thread's context."""
+        self._lm_by_stage = dict(lm_by_stage)
+        self._context = contextvars.copy_context()
+
+    def generate_response(
+        self, messages: list[dict[str, Any]], response_format: Any = None, tools: Any = None,
+        tool_choice: str = "auto", **kwargs: Any,
+    ) -> str:
+        self.recorder.enter()
+        stage = stage_of(messages)
+        reply, error = "", None
+        try:
+            reply = self._call(stage, messages, response_format)
+        except Exception as exc:  # one failing call is recorded and scored, never a crash of the run
+            error = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
+        self.recorder.note(LMCall(stage, tuple(dict(m) for m in messages), reply, error))
+        return reply
+
+    def _call(self, stage: str, messages: list[dict[str, Any]], response_format: Any) -> str:
+        lm = self._lm_by_stage.get(stage) or dspy.settings.lm
+        if lm is None:
+            raise RuntimeError(f"mem0ai stage {stage!r} has no LM (call system.set_lm first)")
+        if asks_for_json_schema(lm):
+            name, schema = _SCHEMA_BY_STAGE[stage]
+            response_format = {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
+        call_kwargs = {"response_format": response_format} if response_format is not None else {}
+        plain = [{"role": str(m.get("role")), "content": str(m.get("content", ""))} for m in messages]
+
+        def run() -> list[Any]:
+            return lm(messages=plain, **call_kwargs)
+
+        outputs = self._context.copy().run(run) if self._context is not None else run()
+        return _text_of(outputs[0]) if outputs else ""
+
+
+class EmbedderBridge:
+    """mem0's `embedding_model`: our embedder's vectors as lists of floats."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.embedder = embedder
+        self.config = None
+
+    def embed(self, text: str, memory_action: str | None = None) -> list[float]:
+        return [float(x) for x in self.embedder.embed([text])[0]]

@@ -1,0 +1,82 @@
+"""Building one unmodified `mem0.Memory` per conversation, in a folder of its own.
+
+`open_memory(folder, embedder, recorder)` is `Memory.from_config` with a local Qdrant at
+`<folder>/qdrant` (`on_disk: true`: mem0 1.0.5 deletes a local path at init otherwise), the SQLite
+history at `<folder>/history.db` and `embedding_model_dims` = our embedder's `dim`. The config names
+mem0's built-in `openai` providers (from_config accepts only built-in names) with an obviously fake
+placeholder key, needed only for their construction: no request is ever sent with it, because
+`memory.llm` and `memory.embedding_model` are then replaced by our `LMBridge` and `EmbedderBridge`,
+and the recorder's wrappers are installed. The key is never logged or traced.
+
+`new_folder(label)` is a fresh folder under `MEM0_DIR` (or the temp dir): local Qdrant allows one
+client per path, so every state (a conversation's memory, a replay's rebuilt one) has its own.
+`close_memory` releases the Qdrant client and the SQLite connection and removes the folder.
+
+It traces nothing and decides nothing about turns (`memory_systems.mem0ai.system`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from typing import Any
+
+from memtrace_loop.memory_systems.mem0ai.bridge import EmbedderBridge, LMBridge
+from memtrace_loop.memory_systems.mem0ai.hooks import import_mem0
+from memtrace_loop.memory_systems.mem0ai.observers import AddRecorder
+from memtrace_loop.pipeline.backends.embeddings import Embedder
+
+__all__ = ["COLLECTION", "PLACEHOLDER_KEY", "close_memory", "new_folder", "open_memory"]
+
+COLLECTION = "memtrace"
+# mem0's openai providers want a key to construct; this one is never sent anywhere (both are replaced)
+PLACEHOLDER_KEY = "not-a-key-mem0ai-objects-are-replaced"
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def new_folder(label: str) -> str:
+    """A new, empty folder for one state's Qdrant collection and history db."""
+    root = os.path.join(os.environ.get("MEM0_DIR") or tempfile.gettempdir(), "memtrace-mem0ai")
+    os.makedirs(root, exist_ok=True)
+    return tempfile.mkdtemp(prefix=_UNSAFE.sub("_", label)[:60] + "-", dir=root)
+
+
+def open_memory(folder: str, embedder: Embedder, recorder: AddRecorder) -> tuple[Any, LMBridge]:
+    """A `mem0.Memory` in `folder` whose LLM and embedder are ours and whose steps `recorder` sees."""
+    mem0 = import_mem0()
+    config = {
+        "vector_store": {
+            "provider": "qdrant",
+            "config": {
+                "collection_name": COLLECTION,
+                "path": os.path.join(folder, "qdrant"),
+                "on_disk": True,
+                "embedding_model_dims": embedder.dim,
+            },
+        },
+        "llm": {"provider": "openai", "config": {"api_key": PLACEHOLDER_KEY, "model": "memtrace-bridge"}},
+        "embedder": {
+            "provider": "openai",
+            "config": {"api_key": PLACEHOLDER_KEY, "embedding_dims": embedder.dim},
+        },
+        "history_db_path": os.path.join(folder, "history.db"),
+    }
+    memory = mem0.Memory.from_config(config)
+    bridge = LMBridge(recorder)
+    memory.llm = bridge
+    memory.embedding_model = EmbedderBridge(embedder)
+    recorder.install(memory)
+    return memory, bridge
+
+
+def close_memory(memory: Any, folder: str) -> None:
+    """Release the memory's Qdrant client and history db, and remove its folder (best effort)."""
+    try:
+        memory.close()
+        client = getattr(memory.vector_store, "client", None)
+        if client is not None:
+            client.close()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -1,0 +1,40 @@
+"""The DSPy signatures of `memory_system=mem0ai`'s two mem0 stages (`fact_extraction`, `update_memory`).
+
+Their instructions are mem0's own hook texts (`hooks.default_hooks()`, set at build): the prompt set of
+the system is those two texts plus our shared `respond` stage. The predictors are never run through a
+DSPy adapter: mem0 builds its own chat messages around the texts, and the adapter sends them through
+the predictor's LM as they are (`memory_systems.mem0ai.bridge`). The signatures still say what each
+stage reads and returns (mem0's JSON reply shapes), so the optimizer, the simulated world (which knows
+a stage by its output fields) and exports treat them like any stage. No logic here.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import dspy
+import pydantic
+
+
+class Mem0Action(pydantic.BaseModel):
+    """One entry of mem0's update reply `{"memory": [...]}`: `id` is "0", "1", ... (the memories shown)."""
+
+    id: str = ""
+    text: str = ""
+    event: Literal["ADD", "UPDATE", "DELETE", "NONE"] = "NONE"
+    old_memory: str | None = None
+
+
+class FactExtraction(dspy.Signature):
+    """mem0's fact extraction prompt (replaced at build by the installed library's default)."""
+
+    conversation: str = dspy.InputField(desc="mem0's user message: `Input:\\nuser: <Speaker>: <text>`")
+    facts: list[str] = dspy.OutputField(desc='the facts, replied as the JSON object {"facts": [...]}')
+
+
+class UpdateMemory(dspy.Signature):
+    """mem0's update memory prompt (replaced at build by the installed library's default)."""
+
+    existing_memories: str = dspy.InputField(desc="the similar memories mem0 found, with ids 0, 1, ...")
+    new_facts: list[str] = dspy.InputField(desc="the facts just extracted")
+    actions: list[Mem0Action] = dspy.OutputField(desc='replied as the JSON object {"memory": [...]}')

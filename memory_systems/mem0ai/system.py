@@ -1,0 +1,221 @@
+"""`memory_system=mem0ai`: the real, unmodified `mem0ai` 1.0.x library behind our memory-system contract.
+
+How a conversation is fed (mem0 1.0.x has no timestamp argument and extracts facts only from user
+messages): one `Memory` per conversation (its own local Qdrant folder and SQLite history,
+`memory_systems.mem0ai.memory`), `user_id` = the conversation id, and ONE `add()` per turn with
+`messages=[{"role": "user", "content": "<Speaker>: <text>"}]` and `metadata={"session_date":
+"YYYY-MM-DD", "turn": <turn id>}`. We never pass an `agent_id`, so mem0 itself would pick its user
+extraction prompt (`USER_MEMORY_EXTRACTION_PROMPT`), whose text is our starting `fact_extraction`
+prompt. Before each add the adapter sets `memory.config.custom_fact_extraction_prompt` to the
+`fact_extraction` stage's text with the turn's session date in its "Today's date is ..." line
+(`hooks.with_session_date`) and `memory.config.custom_update_memory_prompt` to the `update_memory`
+stage's text: so the prompt set is mem0's two hooks plus our `respond` stage, and nothing depends on
+the day a run happens.
+
+mem0's two LLM calls per add go through the stage predictors' DSPy LMs (`bridge.LMBridge`), its
+embeddings through our embedder; the steps of each add are observed without editing mem0
+(`observers.AddRecorder`) and written into the graph on the calling thread after `add()` returns
+(`trace.AddTrace`), with the Mem0-style system's graph shape. At question time `memory.search(question,
+user_id=..., limit=ranked_depth(top_k))` is the retrieval: its first `top_k` hits are the context, the
+rest are recorded as near misses; then our shared `respond` stage answers.
+
+The state of a conversation (`Mem0aiState`) names its folder and holds its `Memory`; it is shared
+read-only among threads and iterations (the memory cache), so searches on one state are serialized by
+its lock; the folder is removed when the state is garbage collected. Replay: `restore(graph)` is a
+fresh state whose store holds every unit live at question time, inserted directly with our embeddings
+(no LLM); `with_units` copies a state's units into a new one and adds the restored ones.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import dspy
+from memtrace_loop.memory_systems.answering import RESPOND_STAGE, record_query, record_retrieval
+from memtrace_loop.memory_systems.base import MemorySystem, RestoredUnit, Retrieved, ranked_depth
+from memtrace_loop.memory_systems.mem0ai.bridge import EXTRACTION, UPDATE
+from memtrace_loop.memory_systems.mem0ai.hooks import (
+    HOOK_BY_STAGE,
+    default_hooks,
+    installed_version,
+    with_session_date,
+)
+from memtrace_loop.memory_systems.mem0ai.memory import close_memory, new_folder, open_memory
+from memtrace_loop.memory_systems.mem0ai.observers import AddRecorder
+from memtrace_loop.memory_systems.mem0ai.restore import insert_units, live_units_of
+from memtrace_loop.memory_systems.mem0ai.signatures import FactExtraction, UpdateMemory
+from memtrace_loop.memory_systems.mem0ai.trace import SEARCH_STAGE, STORE_STAGE, AddTrace, LiveUnit, UnitBook
+from memtrace_loop.memory_systems.signatures import AnswerQuestion, render_context_line
+from memtrace_loop.memory_systems.stages import StageRepair, StageSpec
+from memtrace_loop.pipeline.backends.embeddings import Embedder
+from memtrace_loop.pipeline.core.config import require
+from memtrace_loop.pipeline.core.conventions import NEAR_MISSES, VarKind, memory_name
+from memtrace_loop.pipeline.core.graph import ExecutionGraph
+from memtrace_loop.pipeline.core.records import Conversation, Question, Turn
+from memtrace_loop.pipeline.core.tracing import Tracer
+
+__all__ = ["Mem0aiKnobs", "Mem0aiMemory", "Mem0aiState"]
+
+
+@dataclass(frozen=True)
+class Mem0aiKnobs:
+    """The knobs mem0 exposes to us: `top_k`, the `limit` of `memory.search` at question time. (mem0
+    1.0.x's per-fact similarity search has a hard-coded limit of 5: not a knob.)"""
+
+    top_k: int = 10  # memories retrieved for answering
+
+    def __post_init__(self) -> None:
+        require(self, top_k=(1, None))
+
+
+@dataclass(frozen=True, eq=False)
+class Mem0aiState:
+    """One conversation's mem0 memory: its folder, the `Memory`, the lock that serializes searches on
+    it, and its units live at question time (our name, mem0 id, graph variable of the current version)."""
+
+    conversation_id: str
+    folder: str
+    memory: Any = field(repr=False)
+    units: tuple[LiveUnit, ...]
+    created: int  # units ever created (the next one is m<created + 1>)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def var_by_mem0_id(self) -> Mapping[str, str]:
+        return MappingProxyType({u.mem0_id: u.var for u in self.units})
+
+
+class Mem0aiMemory(MemorySystem):
+    knobs: Mem0aiKnobs
+    name = "mem0ai"
+    stages = (
+        StageSpec(EXTRACTION, llm=True, repair=StageRepair.RESTORE_UNITS, construction=True),
+        StageSpec(SEARCH_STAGE, llm=False, repair=StageRepair.NONE, construction=True),
+        StageSpec(UPDATE, llm=True, repair=StageRepair.RESTORE_UNITS, construction=True),
+        StageSpec(STORE_STAGE, llm=False, repair=StageRepair.RESTORE_UNITS, construction=True),
+        StageSpec("retrieve", llm=False, repair=StageRepair.WIDEN, knobs=("top_k",)),
+        StageSpec(RESPOND_STAGE, llm=True, repair=StageRepair.GOLD_ANSWER),
+    )
+
+    def __init__(self, embedder: Embedder, knobs: Mem0aiKnobs | None = None) -> None:
+        super().__init__()
+        hooks = default_hooks()
+        self.fact_extraction = dspy.Predict(FactExtraction.with_instructions(hooks[EXTRACTION]))
+        self.update_memory = dspy.Predict(UpdateMemory.with_instructions(hooks[UPDATE]))
+        self.respond = dspy.Predict(AnswerQuestion)
+        self.embedder = embedder
+        self.knobs = knobs or Mem0aiKnobs()
+        self.hidden: frozenset[str] = frozenset()  # unit names the answer-time search skips (benchmark)
+
+    def construction_knobs(self) -> str:
+        return f"mem0ai={installed_version()};embedder={self.embedder!r}"
+
+    def non_llm_stages(self) -> dict[str, str]:
+        return {
+            SEARCH_STAGE: f"mem0's own search per fact (limit 5, fixed in mem0 1.0.x); embedder={self.embedder!r}",
+            STORE_STAGE: "mem0 applies the decision's ADD/UPDATE/DELETE to its Qdrant store and history table",
+            "retrieve": f"memory.search(limit=top_k={self.knobs.top_k})",
+        }
+
+    def without_units(self, names: frozenset[str]) -> Mem0aiMemory:
+        """A copy whose answer-time search never returns the units `names` (the benchmark's miss)."""
+        system = self.deepcopy()
+        system.hidden = frozenset(names)
+        return system
+
+    # ------------------------------------------------------------------ construction
+
+    def ingest(
+        self, conversation: Conversation, tracer: Tracer, on_turn: Callable[[Turn], None] | None = None
+    ) -> Mem0aiState:
+        recorder = AddRecorder()
+        folder = new_folder(f"{conversation.id}")
+        memory, bridge = open_memory(folder, self.embedder, recorder)
+        try:
+            bridge.bind({EXTRACTION: self.fact_extraction.lm or dspy.settings.lm,
+                         UPDATE: self.update_memory.lm or dspy.settings.lm})
+            prompts = self.prompt_set()
+            texts = {stage: prompts[stage] for stage in HOOK_BY_STAGE}
+            units = UnitBook()
+            trace = AddTrace(tracer, units, texts)
+            for turn in conversation.turns:
+                memory.config.custom_fact_extraction_prompt = with_session_date(texts[EXTRACTION], turn.time[:10])
+                memory.config.custom_update_memory_prompt = texts[UPDATE]
+                with recorder.recording() as events:
+                    memory.add(
+                        [{"role": "user", "content": f"{turn.speaker}: {turn.text}"}],
+                        user_id=conversation.id, metadata={"session_date": turn.time[:10], "turn": turn.id},
+                    )
+                trace.write(turn, events)
+                if on_turn is not None:
+                    on_turn(turn)
+        except BaseException:
+            close_memory(memory, folder)
+            raise
+        return _state(conversation.id, folder, memory, units.live(), units.created)
+
+    # ------------------------------------------------------------------ answering
+
+    def retrieve(self, question: Question, state: Mem0aiState, tracer: Tracer) -> Retrieved:
+        query_var = record_query(tracer, question)
+        k = self.knobs.top_k
+        var_by_id = state.var_by_mem0_id
+        hidden = {u.mem0_id for u in state.units if u.name in self.hidden}
+        with state.lock:
+            found = state.memory.search(
+                question.text, user_id=state.conversation_id, limit=ranked_depth(k) + len(hidden)
+            )
+        ranked = [hit for hit in found.get("results", []) if hit["id"] not in hidden][: ranked_depth(k)]
+        hits = ranked[:k]
+        context = "\n".join(
+            render_context_line(hit["memory"], str((hit.get("metadata") or {}).get("session_date", "")))
+            for hit in hits
+        )
+        context_var = record_retrieval(
+            tracer, question, query_var, [var_by_id[h["id"]] for h in hits if h["id"] in var_by_id], context,
+            meta={"k": k, "scores": [round(float(h.get("score") or 0.0), 4) for h in hits],
+                  NEAR_MISSES: [var_by_id[h["id"]] for h in ranked[k:] if h["id"] in var_by_id]},
+        )
+        return Retrieved(query_var, context_var, context)
+
+    # ------------------------------------------------------------------ replay
+
+    def restore(self, graph: ExecutionGraph) -> Mem0aiState:
+        """A fresh store holding every unit live at question time (inserted directly, no LLM call)."""
+        units, created = live_units_of(graph)
+        return self._state_with(graph.graph_id, units, created)
+
+    def with_units(self, state: Mem0aiState, units: Sequence[RestoredUnit], tracer: Tracer) -> Mem0aiState:
+        """A new state holding `state`'s units and `units` (recorded as new memory variables)."""
+        book = UnitBook(state.units, state.created)
+        added = list(state.units)
+        for restored in units:
+            name = book.new_name()
+            var = tracer.variable(
+                memory_name(name), VarKind.MEMORY, restored.text,
+                {"time": restored.time, "restored_from": restored.source},
+            )
+            added.append(LiveUnit(name, "", var, restored.text, restored.time, ""))
+        return self._state_with(state.conversation_id, added, book.created)
+
+    def _state_with(self, conversation_id: str, units: Sequence[LiveUnit], created: int) -> Mem0aiState:
+        folder = new_folder(f"{conversation_id}-replay")
+        memory, _ = open_memory(folder, self.embedder, AddRecorder())
+        try:
+            placed = insert_units(memory, self.embedder, conversation_id, units)
+        except BaseException:
+            close_memory(memory, folder)
+            raise
+        return _state(conversation_id, folder, memory, placed, created)
+
+
+def _state(conversation_id: str, folder: str, memory: Any, units: tuple[LiveUnit, ...], created: int) -> Mem0aiState:
+    """The state, whose memory is closed and folder removed when it is garbage collected."""
+    state = Mem0aiState(conversation_id, folder, memory, units, created)
+    weakref.finalize(state, close_memory, memory, folder)
+    return state
