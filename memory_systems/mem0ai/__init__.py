@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from memtrace_loop.memory_systems.mem0 import SPEC as MEM0_STYLE
 from memtrace_loop.memory_systems.mem0ai.faults import FAULTS
+from memtrace_loop.memory_systems.mem0ai.fragment import MEM0_CONFIG_FRAGMENT
 from memtrace_loop.memory_systems.mem0ai.system import Mem0aiKnobs, Mem0aiMemory
 from memtrace_loop.memory_systems.spec import MemorySystemSpec
 from memtrace_loop.pipeline.backends.embeddings import Embedder
@@ -30,4 +31,5 @@ SPEC: MemorySystemSpec[Mem0aiKnobs] = MemorySystemSpec(
     prior=MEM0_STYLE.prior,  # the graph has the Mem0-style shape: the walk looks where it looks there
     compare=False,
     sim="",
+    prompt_formats=(MEM0_CONFIG_FRAGMENT,),  # exports also write mem0_config.yaml/.json (fragment.py)
 )
