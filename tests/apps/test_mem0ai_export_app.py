@@ -43,7 +43,7 @@ def optimized(tmp_path_factory):
     before = Path.cwd()
     os.chdir(tmp_path)  # the app writes its run directory below the working directory
     try:
-        outcome = optimize(composed("optimize", tmp_path, *DATA, "loop.max_iterations=1",
+        outcome = optimize(composed("optimize", tmp_path, *DATA, "loop.max_iterations=1", "memory_system.top_k=3",
                                     f"cache_dir={tmp_path}/cache"))
     finally:
         os.chdir(before)
@@ -58,6 +58,7 @@ def test_optimize_writes_our_format_and_the_mem0_fragment_side_by_side_and_logs_
     final = outcome["result"].final_prompts
     ours = json.loads((Path(outcome["run_dir"]) / "best_prompts.json").read_text())
     assert set(ours["prompts"]) == {"fact_extraction", "update_memory", "respond"}
+    assert ours["knobs"] == {"top_k": 3}  # ours carries the knob; mem0's fragment has no key for it
     for name in ("mem0_config.json", "mem0_config.yaml"):
         fragment = yaml.safe_load((Path(outcome["run_dir"]) / name).read_text())
         assert fragment["mem0ai_version"] == installed_version()
@@ -67,7 +68,7 @@ def test_optimize_writes_our_format_and_the_mem0_fragment_side_by_side_and_logs_
     assert {f.path for f in client.list_artifacts(outcome["run_id"], "export")} == {f"export/{n}" for n in FILES}
 
 
-@pytest.mark.slow  # after the module's optimization: one `memtrace run` on its test split
+@pytest.mark.slow  # after the module's optimization: one `memtrace run` on its test split (top_k from the file)
 def test_our_exported_file_reproduces_the_final_test_metrics_exactly(optimized):
     tmp_path, outcome = optimized
     best = RunFolder(Path(outcome["run_dir"])).best_prompts[0]
