@@ -3,8 +3,9 @@
 For an optimization run it takes the exported prompt set the run logged (`export/best_prompts.json`);
 for a plain `memtrace run` it takes the prompt set that run used (`prompts.json` + its system tag).
 The file loads back with `prompts=<file>`; beside it, `<name>.program.json` is the same prompt set as a
-DSPy program state (`MemoryProgram(system).load(path)`, `optimizers.gepa_program`). An entry point;
-reading and writing files is `pipeline.tracking.export`.
+DSPy program state (`MemoryProgram(system).load(path)`, `optimizers.gepa_program`), and the files of
+the system's own prompt formats (its spec's `prompt_formats`, e.g. the config fragment of a library it
+wraps) go in the same folder. An entry point; reading and writing files is `pipeline.tracking.export`.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from memtrace_loop.experiments.console_layout import app_console
 from memtrace_loop.experiments.factory import launch_dir, resolve, to_plain
 from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.experiments.secret_guard import guarded, protect
-from memtrace_loop.memory_systems.registry import build_memory_system
+from memtrace_loop.memory_systems.registry import build_memory_system, spec_of
 from memtrace_loop.optimizers.gepa_program import save_program_state
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.command_line import command_line
 from memtrace_loop.pipeline.core.prompt_files import ExportedPrompts, read_prompts, write_prompts
+from memtrace_loop.pipeline.core.prompt_formats import write_prompt_formats
 from memtrace_loop.pipeline.core.records import PromptSet
 from memtrace_loop.pipeline.tracking import metric_names as names
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
@@ -77,6 +79,8 @@ def export(cfg: DictConfig, console: Console | None = None) -> Path:
     exported = exported_from_run(MlflowTracker(config.tracking.uri), config.run_id)
     path = write_prompts(exported, resolve(config.out, base_dir))
     console.print(f"wrote {len(exported.prompts)} stage prompts of {exported.system!r} to {path}")
+    for extra in write_prompt_formats(exported, spec_of(exported.system).prompt_formats, path.parent):
+        console.print(f"and in the system's own format to {extra}")
     program = save_program_state(
         build_memory_system({"name": exported.system}, HashingEmbedder()), exported.prompts,
         path.with_name(f"{path.stem}.program.json"),

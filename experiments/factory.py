@@ -31,7 +31,7 @@ from memtrace_loop.pipeline.backends.registry import build_lm_set
 from memtrace_loop.pipeline.backends.services import RunServices
 from memtrace_loop.pipeline.backends.structured_output import StructuredOutputAdapter
 from memtrace_loop.pipeline.core.config import ConfigError
-from memtrace_loop.pipeline.core.prompt_files import read_prompts
+from memtrace_loop.pipeline.core.prompt_formats import PromptFormat, read_prompt_file
 from memtrace_loop.pipeline.core.records import Dataset
 from memtrace_loop.pipeline.core.redaction import config_secrets
 from memtrace_loop.pipeline.data.locomo import SPLIT_NAMES, Split, split_by_conversation
@@ -57,9 +57,14 @@ def resolve(path: str | Path, base_dir: Path) -> Path:
     return path if path.is_absolute() else base_dir / path
 
 
-def with_prompt_file(system: MemorySystem, prompts: str | Path | None, base_dir: Path) -> MemorySystem:
-    """`system` with the exported prompt set at `prompts` applied (unchanged when `prompts` is empty)."""
-    return apply_prompts(system, read_prompts(resolve(prompts, base_dir))) if prompts else system
+def with_prompt_file(
+    system: MemorySystem, prompts: str | Path | None, base_dir: Path, formats: Sequence[PromptFormat] = ()
+) -> MemorySystem:
+    """`system` with the exported prompt set at `prompts` applied (unchanged when `prompts` is empty): our
+    own layout, or a document of one of `formats` (its spec's `prompt_formats`; only its stages change)."""
+    if not prompts:
+        return system
+    return apply_prompts(system, read_prompt_file(resolve(prompts, base_dir), system.name, formats))
 
 
 def select_split(dataset: Dataset, split: str, fractions: Sequence[float], seed: int) -> Dataset:
@@ -86,13 +91,21 @@ def build_system(memory_system: Chosen[Any], embedder: EmbedderConfig) -> Memory
     return spec_of(memory_system.name).build(memory_system.settings, build_embedder(embedder))
 
 
+def build_prompted_system(
+    memory_system: Chosen[Any], embedder: EmbedderConfig, prompts: str | None, base_dir: Path
+) -> MemorySystem:
+    """`build_system` with the `prompts` file applied (any layout its spec's `prompt_formats` read)."""
+    formats = spec_of(memory_system.name).prompt_formats
+    return with_prompt_file(build_system(memory_system, embedder), prompts, base_dir, formats)
+
+
 def build_components(
     config: RunConfig | OptimizeConfig, base_dir: Path, services: RunServices | None = None
 ) -> tuple[LMSet, MemorySystem, dspy.Predict]:
     """The LMs, the memory system (task LM set, `prompts` file applied if given) and the judge. Every LM
     shares the run's `services` (stop token, ledger: each counts its role's calls into it, local servers)."""
     lms = build_lm_set(config.lm, services)
-    system = with_prompt_file(build_system(config.memory_system, config.embedder), config.prompts, base_dir)
+    system = build_prompted_system(config.memory_system, config.embedder, config.prompts, base_dir)
     system.set_lm(lms.task)
     return lms, system, make_judge(lms.judge)
 
@@ -128,6 +141,7 @@ __all__ = [
     "build_components",
     "build_memory_system",
     "build_optimizer",
+    "build_prompted_system",
     "build_system",
     "launch_dir",
     "load_chosen_dataset",

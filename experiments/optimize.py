@@ -14,7 +14,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +49,7 @@ from memtrace_loop.experiments.secret_guard import guarded
 from memtrace_loop.experiments.session import AppSession, open_session
 from memtrace_loop.experiments.sim_notice import stand_in_tags
 from memtrace_loop.memory_systems.base import MemorySystem
+from memtrace_loop.memory_systems.registry import spec_of
 from memtrace_loop.optimizers.base import Optimizer
 from memtrace_loop.optimizers.gepa_program import save_program_state
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
@@ -58,6 +59,7 @@ from memtrace_loop.pipeline.backends.lm import LMSet
 from memtrace_loop.pipeline.backends.preflight import check_endpoints
 from memtrace_loop.pipeline.core.command_line import command_line
 from memtrace_loop.pipeline.core.prompt_files import ExportedPrompts, write_prompts
+from memtrace_loop.pipeline.core.prompt_formats import PromptFormat, write_prompt_formats
 from memtrace_loop.pipeline.core.redaction import redact_tree, restore_tree
 from memtrace_loop.pipeline.core.run_folder import RunFolder
 from memtrace_loop.pipeline.core.stop import Interrupted, StopToken
@@ -155,10 +157,12 @@ def _already_finished(run_dir: Path, checkpoint: Mapping[str, Any], console: Con
 
 
 def export_best(
-    result: LoopResult, system_name: str, run_id: str, run_dir: Path, knobs: Mapping[str, Any] | None = None
+    result: LoopResult, system_name: str, run_id: str, run_dir: Path, knobs: Mapping[str, Any] | None = None,
+    formats: Sequence[PromptFormat] = (),
 ) -> list[Path]:
     """The final prompt set as best_prompts.json and .yaml (with the finite headline metrics and the
-    system's knobs that differ from their defaults, accepted knob changes included)."""
+    system's knobs that differ from their defaults, accepted knob changes included), then the files of
+    the system's own prompt `formats` (e.g. a library's config fragment) beside them."""
     metrics = {
         "test_judge_accuracy": result.test_final.report.overall.judge_accuracy,
         "test_start_judge_accuracy": result.test_start.report.overall.judge_accuracy,
@@ -168,7 +172,8 @@ def export_best(
         system_name, result.final_prompts, source_run=run_id,
         metrics={k: v for k, v in metrics.items() if math.isfinite(v)}, knobs=knobs,
     )
-    return [write_prompts(exported, path) for path in RunFolder(run_dir).best_prompts]
+    ours = [write_prompts(exported, path) for path in RunFolder(run_dir).best_prompts]
+    return ours + write_prompt_formats(exported, formats, run_dir)
 
 
 def export_program(result: LoopResult, system: MemorySystem, run_dir: Path) -> Path:
@@ -329,7 +334,8 @@ def _finish(
     improved = result.final_prompts != result.start_prompts or bool(result.final_knobs)
     tracker.set_tags({"memtrace.improved": str(improved).lower()})
     final_knobs = system.with_knobs(result.final_knobs).non_default_knobs()
-    paths = export_best(result, system.name, run_id, folder.root, final_knobs)
+    formats = spec_of(session.config.memory_system.name).prompt_formats
+    paths = export_best(result, system.name, run_id, folder.root, final_knobs, formats)
     for path in paths:
         tracker.log_artifact(path, "export")
     tracker.log_artifact(export_program(result, system, folder.root), "program")
@@ -370,7 +376,8 @@ def _print_summary(session: AppSession[OptimizeConfig], system: MemorySystem, do
                       "(nothing beat it on dev).[/]")
     console.print(f"Report: {done.report}")
     paths = done.paths
-    console.print(f"Exported prompts: {paths[0]} and {paths[1].name}; plots: {', '.join(str(p) for p in done.plots)}")
+    console.print(f"Exported prompts: {paths[0]} and {', '.join(p.name for p in paths[1:])}; "
+                  f"plots: {', '.join(str(p) for p in done.plots)}")
     load = command_line("memtrace", "run", memory_system=system.name, prompts=paths[0])  # runs as printed
     console.print(f"Load them with: {load}", soft_wrap=True, markup=False)
     if session.uri.startswith("sqlite:///"):

@@ -15,7 +15,7 @@ import hydra
 from memtrace_loop.experiments.config import validated_stages
 from memtrace_loop.experiments.console import setup_logging
 from memtrace_loop.experiments.console_layout import app_console
-from memtrace_loop.experiments.factory import build_system, launch_dir, to_plain, with_prompt_file
+from memtrace_loop.experiments.factory import build_prompted_system, launch_dir, to_plain
 from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.memory_systems.base import MemorySystem
@@ -44,7 +44,7 @@ def stage_rows(system: MemorySystem) -> list[dict[str, Any]]:
 
 def stages(cfg: DictConfig, console: Console | None = None) -> list[dict[str, Any]]:
     config = validated_stages(to_plain(cfg))
-    system = with_prompt_file(build_system(config.memory_system, config.embedder), config.prompts, launch_dir())
+    system = build_prompted_system(config.memory_system, config.embedder, config.prompts, launch_dir())
     rows = stage_rows(system)
     if config.format == "json":
         sys.stdout.write(json.dumps({"system": system.name, "stages": rows}, indent=2) + "\n")

@@ -31,6 +31,9 @@ The contract, in the manner of GEPA's adapter protocol:
   add to the simulated world's stage table (`pipeline.sim.stages.SimStage`: output fields, handler,
   rules); "" when the world's own table covers its stages. That module belongs to the simulated
   world: only the world reaches it, through this registry.
+- `prompt_formats`: the system's own prompt file formats (`pipeline.core.prompt_formats.PromptFormat`),
+  e.g. a config fragment of the library it wraps: every export writes each of them beside our own
+  file, and `prompts=<file>` loads our own layout or a document of any of them (only its stages).
 
 This module defines the records only; it builds nothing and imports no system.
 """
@@ -48,6 +51,7 @@ from memtrace_loop.memory_systems.stages import StageRepair, StageSpec, construc
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.core.conventions import OpKind
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation
+from memtrace_loop.pipeline.core.prompt_formats import PromptFormat
 from memtrace_loop.pipeline.core.records import Conversation, Turn
 
 __all__ = [
@@ -58,6 +62,7 @@ __all__ = [
     "HideEvidenceFault",
     "KnobFault",
     "MemorySystemSpec",
+    "PromptFormat",
     "ReplyFault",
     "StageRepair",
     "StageSpec",
@@ -175,12 +180,16 @@ class MemorySystemSpec(Generic[KnobsT]):
     prior: WalkPrior = WalkPrior()
     compare: bool = True
     sim: str = ""
+    prompt_formats: tuple[PromptFormat, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "generous_knobs", MappingProxyType(dict(self.generous_knobs)))
         names = [s.name for s in self.stages]
         if len(set(names)) != len(names):
             raise ValueError(f"memory system {self.name!r} declares a stage twice: {names}")
+        ids = [f.format_id for f in self.prompt_formats]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"memory system {self.name!r} declares a prompt format twice: {ids}")
 
     @property
     def construction_stages(self) -> tuple[str, ...]:

@@ -4,13 +4,15 @@ The folder: `hooks.py` (mem0's prompt hooks and their defaults), `signatures.py`
 stages), `memory.py` (one `Memory` per conversation), `bridge.py` (mem0's LLM and embedder through
 our LM layer), `observers.py` (what one `add()` did, without editing mem0), `trace.py` (that as graph
 operations), `restore.py` (units put back for replay), `system.py` (the system), `faults.py` (the
-attribution benchmark's faults). The manual: docs/mem0ai.md.
+attribution benchmark's faults), `fragment.py` (the mem0 config fragment an export writes), `sim.py` (the
+simulated world's answers to mem0's requests). The manual: docs/mem0ai.md.
 """
 
 from __future__ import annotations
 
 from memtrace_loop.memory_systems.mem0 import SPEC as MEM0_STYLE
 from memtrace_loop.memory_systems.mem0ai.faults import FAULTS
+from memtrace_loop.memory_systems.mem0ai.fragment import MEM0_CONFIG_FRAGMENT
 from memtrace_loop.memory_systems.mem0ai.system import Mem0aiKnobs, Mem0aiMemory
 from memtrace_loop.memory_systems.spec import MemorySystemSpec
 from memtrace_loop.pipeline.backends.embeddings import Embedder
@@ -30,4 +32,5 @@ SPEC: MemorySystemSpec[Mem0aiKnobs] = MemorySystemSpec(
     prior=MEM0_STYLE.prior,  # the graph has the Mem0-style shape: the walk looks where it looks there
     compare=False,
     sim="memtrace_loop.memory_systems.mem0ai.sim",
+    prompt_formats=(MEM0_CONFIG_FRAGMENT,),  # exports also write mem0_config.yaml/.json (fragment.py)
 )

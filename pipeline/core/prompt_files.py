@@ -11,7 +11,9 @@ What it does:
   sorted by name). Writing the same record twice gives identical bytes.
 - `read_prompts`: parses a file with pydantic; every problem (missing file, bad JSON/YAML, duplicate,
   missing or extra keys, wrong types, empty or non-string instructions, unsupported format version)
-  raises `PromptFileError` naming the file and the field.
+  raises `PromptFileError` naming the file and the field. It is `load_document` (the file parsed, any
+  layout) then `prompts_from_document` (our layout validated), the two halves a reader of several
+  layouts uses (`pipeline.core.prompt_formats`).
 - `knobs` (optional key, written only when non-empty): the knob changes the loop accepted (e.g.
   `top_k: 16`).
 
@@ -245,7 +247,12 @@ def _format_of(path: Path) -> str:
 
 def dumps_prompts(exported: ExportedPrompts, fmt: str) -> str:
     """The text `write_prompts` writes, for `fmt` "json" or "yaml"."""
-    data = exported.to_dict()
+    return dump_document(exported.to_dict(), fmt)
+
+
+def dump_document(data: Mapping[str, Any], fmt: str) -> str:
+    """`data` as the text of a prompt file in `fmt` "json" (indented) or "yaml" (multi-line strings as
+    literal blocks), keys in the given order: what every prompt file layout is written with."""
     if fmt == "json":
         return json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
     if fmt == "yaml":
@@ -267,6 +274,13 @@ def write_prompts(exported: ExportedPrompts, path: str | Path) -> Path:
 def read_prompts(path: str | Path) -> ExportedPrompts:
     """Parse a prompt file written by `write_prompts` (or by hand in the same layout)."""
     path = Path(path)
+    return prompts_from_document(load_document(path), path)
+
+
+def load_document(path: str | Path) -> Any:
+    """The parsed content of a JSON or YAML file (chosen by the suffix; duplicate keys refused), whatever
+    its layout: `PromptFileError` naming the file for a missing, unreadable or unparsable one."""
+    path = Path(path)
     fmt = _format_of(path)
     try:
         text = path.read_bytes().decode("utf-8")
@@ -276,11 +290,14 @@ def read_prompts(path: str | Path) -> ExportedPrompts:
         raise PromptFileError(f"prompt file {path} cannot be read: {error}") from None
     try:
         if fmt == "json":
-            raw = json.loads(text, object_pairs_hook=_reject_duplicates)
-        else:
-            raw = yaml.load(text, Loader=_Loader)  # a SafeLoader subclass
+            return json.loads(text, object_pairs_hook=_reject_duplicates)
+        return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass
     except (ValueError, yaml.YAMLError) as error:
         raise PromptFileError(f"prompt file {path} is not valid {fmt.upper()}: {error}") from None
+
+
+def prompts_from_document(raw: Any, path: str | Path) -> ExportedPrompts:
+    """The exported prompt set of a parsed prompt file (`load_document`) in our own layout."""
     if not isinstance(raw, dict):
         raise PromptFileError(
             f"prompt file {path}: field <top level>: must be a mapping with the keys {', '.join(FIELD_ORDER)}, "

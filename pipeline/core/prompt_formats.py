@@ -1,0 +1,86 @@
+"""A memory system's own prompt file formats beside ours: the `PromptFormat` seam, written and read.
+
+A system may declare formats its users know (its `MemorySystemSpec.prompt_formats`), e.g. a config
+fragment of the library it wraps. A `PromptFormat` turns an exported prompt set into files
+(`write(exported) -> {file name: text}`: what it leaves out of ours, like our answer stage or the
+knobs, stays only in our own file) and reads one of its documents back into the stages it holds
+(`read(document, source) -> PromptSet`). Its documents are recognized by content: a top-level
+`format` key equal to the format's `format_id` (our own layout has no such key).
+
+- `write_prompt_formats(exported, formats, folder)`: every declared format's files, in `folder`.
+- `read_prompt_file(path, system, formats)`: what `prompts=<file>` loads: our own layout
+  (`pipeline.core.prompt_files`, the whole set and its knobs), or a document of one of `formats` as an
+  `ExportedPrompts` of `system` holding only that document's stages (applied, the others keep theirs).
+  A `format` naming none of them is a `PromptFileError` naming the file, the key and the formats known.
+
+It names no system and imports none (the formats come in from the caller, which reads them from the
+system's spec); it does not apply a prompt set to a system (`pipeline.tracking.export.apply_prompts`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from memtrace_loop.pipeline.core.prompt_files import (
+    ExportedPrompts,
+    PromptFileError,
+    load_document,
+    prompts_from_document,
+)
+from memtrace_loop.pipeline.core.records import PromptSet
+
+__all__ = ["FORMAT_KEY", "PromptFormat", "read_prompt_file", "write_prompt_formats"]
+
+FORMAT_KEY = "format"  # the top-level key naming a document's format (absent from our own layout)
+
+
+@runtime_checkable
+class PromptFormat(Protocol):
+    """One system-specific prompt file format (the module docstring)."""
+
+    @property
+    def format_id(self) -> str:
+        """The value of the `format` key of its documents."""
+        ...
+
+    def write(self, exported: ExportedPrompts) -> Mapping[str, str]:
+        """File name -> text of the files holding `exported` in this format ({} when it holds none of it)."""
+        ...
+
+    def read(self, document: Mapping[str, Any], source: str) -> PromptSet:
+        """The stages a parsed document of this format holds; `PromptFileError` naming `source` (the
+        file) and the key when it is not one this format (or the installed library) accepts."""
+        ...
+
+
+def write_prompt_formats(exported: ExportedPrompts, formats: Sequence[PromptFormat], folder: Path) -> list[Path]:
+    """The files of every format in `formats` for `exported`, written into `folder` (created), in order."""
+    written: list[Path] = []
+    for prompt_format in formats:
+        for name, text in prompt_format.write(exported).items():
+            path = folder / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(text.encode("utf-8"))
+            written.append(path)
+    return written
+
+
+def read_prompt_file(path: str | Path, system: str, formats: Sequence[PromptFormat]) -> ExportedPrompts:
+    """What `prompts=<path>` loads for memory system `system` (the module docstring)."""
+    path = Path(path)
+    document = load_document(path)
+    if not isinstance(document, Mapping) or FORMAT_KEY not in document:
+        return prompts_from_document(document, path)
+    kind = document[FORMAT_KEY]
+    chosen = [f for f in formats if f.format_id == kind]
+    if not chosen:
+        known = ", ".join(repr(f.format_id) for f in formats) or "none besides memtrace's own"
+        raise PromptFileError(
+            f"prompt file {path}: key {FORMAT_KEY!r}: {kind!r} is not a prompt format of memory system "
+            f"{system!r} (its formats: {known})"
+        )
+    prompts = chosen[0].read(document, str(path))
+    return dataclasses.replace(ExportedPrompts.create(system, prompts), origin=str(path))
