@@ -1,0 +1,232 @@
+"""What our tracing costs the real `mem0ai` library per `add`, and how its graphs grow with conversation length.
+
+`python -m memtrace_loop.experiments.bench.mem0ai_bench` takes ONE conversation of the simulated dataset
+(seed 0, 160 turns by default) and, for each length (its first 20, 40, 80, 160 turns), feeds the turns
+twice in this process, one `add()` per turn as `memory_system=mem0ai` feeds them (role "user", the
+speaker in the content, the session date in the metadata and in the extraction prompt):
+
+- **mem0 alone**: a plain `mem0.Memory` built from the adapter's own config (local Qdrant, SQLite
+  history in a fresh folder) with the same injected LLM and embedder objects (`LMBridge` on the
+  simulated world's LM, `EmbedderBridge` on the hashing embedder) and NO observer: no wrapper on the
+  store, the history or the embedder, no log handler, no graph;
+- **ours**: `Mem0aiMemory.ingest` (the adapter: the observers' wrappers, the recorder, the graph
+  written after each add).
+
+Per add it times the wall clock of the call (ours: from one turn's end to the next, the graph writing
+included); the first add of each feed (which opens the store) is left out of both. Each length is fed
+`--repeats` times both ways (alternating which goes first) and each turn keeps its fastest time, as
+timeit does: the machine's noise is not the code's cost. The LLM is the
+simulated world (`lm sim`, uncached), so no network and no real model: mem0's own work and ours are
+what is measured. Both feeds must end with the same number of live memories (the same work was done),
+or the row says so. Growth: variables and operations of ours' graph per turn at each length; linear
+means constant per-turn counts (`growth` = ops/turn at the longest length / at the shortest).
+
+One table: turns, ms per add (median and mean) alone and ours, the overhead ratio of the medians, the
+graph's variables, operations and operations per turn. It sets no targets and tunes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import itertools
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("MEM0_TELEMETRY", "False")
+os.environ.setdefault("MEM0_DIR", tempfile.mkdtemp(prefix="memtrace-mem0ai-bench-"))
+
+from memtrace_loop.memory_systems.mem0ai.bridge import EXTRACTION, UPDATE, EmbedderBridge, LMBridge
+from memtrace_loop.memory_systems.mem0ai.hooks import import_mem0, with_session_date
+from memtrace_loop.memory_systems.mem0ai.memory import close_memory, new_folder, open_memory
+from memtrace_loop.memory_systems.mem0ai.observers import AddRecorder
+from memtrace_loop.memory_systems.mem0ai.system import Mem0aiMemory
+from memtrace_loop.pipeline.backends.embeddings import Embedder, HashingEmbedder
+from memtrace_loop.pipeline.backends.lm import LMConfig
+from memtrace_loop.pipeline.backends.registry import build_lm
+from memtrace_loop.pipeline.core.graph import ExecutionGraph
+from memtrace_loop.pipeline.core.records import Conversation
+from memtrace_loop.pipeline.core.tracing import Tracer
+from memtrace_loop.pipeline.data.registry import load_dataset
+from rich.console import Console
+from rich.table import Table
+
+LENGTHS = (20, 40, 80, 160)
+
+
+@dataclass(frozen=True)
+class GraphSize:
+    """Variables, operations and edges (operation inputs + outputs) of a graph."""
+
+    variables: int
+    operations: int
+    edges: int
+
+
+@dataclass(frozen=True)
+class Feed:
+    """One conversation fed turn by turn: ms per add (the first left out) and live memories at the end."""
+
+    ms_per_add: tuple[float, ...]
+    memories: int
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.ms_per_add) if self.ms_per_add else 0.0
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.ms_per_add) if self.ms_per_add else 0.0
+
+
+@dataclass(frozen=True)
+class Row:
+    turns: int
+    alone: Feed
+    ours: Feed
+    size: GraphSize
+
+    @property
+    def overhead(self) -> float:
+        return self.ours.median / self.alone.median if self.alone.median else 0.0
+
+    @property
+    def ops_per_turn(self) -> float:
+        return self.size.operations / self.turns
+
+
+def graph_size(graph: ExecutionGraph) -> GraphSize:
+    """The size of `graph` (a pure function of it)."""
+    return GraphSize(graph.n_variables, graph.n_operations, graph.n_edges)
+
+
+def conversation_of(turns: int, seed: int = 0) -> Conversation:
+    """One simulated conversation of at least `turns` turns (the dataset's first)."""
+    sessions = max(1, -(-turns // 20))
+    dataset = load_dataset({"kind": "sim", "seed": seed, "n_conversations": 1,
+                            "sessions_per_conversation": sessions, "turns_per_session": 20})
+    conversation = dataset.conversations[0]
+    if len(conversation.turns) < turns:
+        raise ValueError(f"the simulated conversation has {len(conversation.turns)} turns, not {turns}")
+    return conversation
+
+
+def feed_alone(conversation: Conversation, config: Any, lm: Any, embedder: Embedder, texts: dict[str, str]) -> Feed:
+    """mem0 alone: a plain `Memory` (the adapter's config in a fresh folder), our LLM and embedder objects
+    injected, no observer; one add per turn as the adapter feeds it."""
+    folder = new_folder(f"{conversation.id}-alone")
+    config = config.model_copy(deep=True)
+    config.vector_store.config.path = os.path.join(folder, "qdrant")
+    config.history_db_path = os.path.join(folder, "history.db")
+    memory = import_mem0().Memory(config)
+    bridge = LMBridge(AddRecorder())  # never recording: its notes are dropped
+    bridge.bind({EXTRACTION: lm, UPDATE: lm})
+    memory.llm, memory.embedding_model = bridge, EmbedderBridge(embedder)
+    times = []
+    try:
+        for turn in conversation.turns:
+            started = time.perf_counter()
+            memory.config.custom_fact_extraction_prompt = with_session_date(texts[EXTRACTION], turn.time[:10])
+            memory.config.custom_update_memory_prompt = texts[UPDATE]
+            memory.add([{"role": "user", "content": f"{turn.speaker}: {turn.text}"}],
+                       user_id=conversation.id, metadata={"session_date": turn.time[:10], "turn": turn.id})
+            times.append(1e3 * (time.perf_counter() - started))
+        live = len(memory.get_all(user_id=conversation.id, limit=10_000)["results"])
+    finally:
+        close_memory(memory, folder)
+    return Feed(tuple(times[1:]), live)
+
+
+def feed_ours(conversation: Conversation, system: Mem0aiMemory) -> tuple[Feed, GraphSize]:
+    """Ours: the adapter's `ingest` (observers, recorder, graph); ms between the ends of successive turns."""
+    graph = ExecutionGraph(conversation.id)
+    ends: list[float] = []
+    state = system.ingest(conversation, Tracer(graph), on_turn=lambda _: ends.append(time.perf_counter()))
+    live = len(state.units)
+    del state
+    gc.collect()  # the state's finalizer closes its memory and removes its folder
+    return Feed(tuple(1e3 * (b - a) for a, b in itertools.pairwise(ends)), live), graph_size(graph)
+
+
+def adapter_config(embedder: Embedder) -> Any:
+    """The `MemoryConfig` the adapter builds (read from a probe memory, which is then closed)."""
+    folder = new_folder("probe")
+    memory, _ = open_memory(folder, embedder, AddRecorder())
+    config = memory.config.model_copy(deep=True)
+    close_memory(memory, folder)
+    return config
+
+
+def fastest(feeds: Sequence[Feed]) -> Feed:
+    """Per turn, the fastest of the repeated feeds (which must agree on the memories they end with)."""
+    memories = {feed.memories for feed in feeds}
+    return Feed(tuple(min(times) for times in zip(*(f.ms_per_add for f in feeds), strict=True)),
+                memories.pop() if len(memories) == 1 else -1)
+
+
+def bench(lengths: Sequence[int], seed: int = 0, repeats: int = 3) -> list[Row]:
+    lm = build_lm(LMConfig(backend="sim", model="stand-in", cache=False))
+    embedder = HashingEmbedder()
+    system = Mem0aiMemory(embedder)
+    system.set_lm(lm)
+    texts = {stage: system.prompt_set()[stage] for stage in (EXTRACTION, UPDATE)}
+    config = adapter_config(embedder)
+    full = conversation_of(max(lengths), seed)
+    warm = replace(full, turns=full.turns[:4])
+    feed_alone(warm, config, lm, embedder, texts)  # imports, first-call costs: in neither row
+    feed_ours(warm, system)
+    rows = []
+    for n in lengths:
+        part = replace(full, turns=full.turns[:n])
+        alone, ours = [], []
+        for repeat in range(repeats):
+            first_alone = repeat % 2 == 0
+            if first_alone:
+                alone.append(feed_alone(part, config, lm, embedder, texts))
+            ours_feed, size = feed_ours(part, system)
+            ours.append(ours_feed)
+            if not first_alone:
+                alone.append(feed_alone(part, config, lm, embedder, texts))
+        rows.append(Row(n, fastest(alone), fastest(ours), size))
+    return rows
+
+
+def render(rows: Sequence[Row]) -> Table:
+    growth = rows[-1].ops_per_turn / rows[0].ops_per_turn if rows and rows[0].ops_per_turn else 0.0
+    table = Table(title="mem0ai: ms per add, mem0 alone vs through our adapter (same process, lm sim), and graph "
+                  f"size by conversation length (ops/turn at the longest / at the shortest: {growth:.2f})")
+    # ms per add: median and mean over the turns; ratio: ours / alone (medians); same: equal live memories
+    for column in ("turns", "alone med", "alone mean", "ours med", "ours mean", "ratio", "vars", "ops",
+                   "ops/turn", "same"):
+        table.add_column(column, justify="right")
+    for row in rows:
+        table.add_row(
+            str(row.turns), f"{row.alone.median:.1f}", f"{row.alone.mean:.1f}", f"{row.ours.median:.1f}",
+            f"{row.ours.mean:.1f}", f"{row.overhead:.2f}", str(row.size.variables), str(row.size.operations),
+            f"{row.ops_per_turn:.2f}",
+            "yes" if row.alone.memories == row.ours.memories else f"no ({row.alone.memories} vs {row.ours.memories})",
+        )
+    return table
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS), help="conversation lengths (turns)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeats", type=int, default=3, help="feeds per length and way (fastest per turn kept)")
+    args = parser.parse_args(argv)
+    console = Console()
+    with console.status("feeding mem0 alone and through the adapter..."):
+        rows = bench(sorted(args.lengths), args.seed, max(1, args.repeats))
+    console.print(render(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
