@@ -2,8 +2,11 @@
 
 `RewriteInstruction` is the rewriter's DSPy signature (its docstring is the rewriter's prompt).
 `InstructionRewriter` runs it with the rewriter LM given to its constructor and controls length: a
-draft over `max_chars` is sent back once, as the current instruction, with a note asking for a shorter
-version; a second draft still over budget is rejected, never cut mid-sentence. Every LM or parse
+draft over budget is sent back once, as the current instruction, with a note asking for a shorter
+version; a second draft still over budget is rejected, never cut mid-sentence. The budget is `max_chars`,
+or, for an instruction that is already longer (the real mem0's hooks start at 4-5k characters), its
+own length plus a quarter of `max_chars`: a rewrite may add a rule without first cutting what the
+library needs from the text. Every LM or parse
 failure becomes a `RewriteOutcome` with an error; `rewrite` never raises. `stage_candidate` wraps an
 accepted rewrite into a one-stage `Candidate`.
 
@@ -85,7 +88,9 @@ class InstructionRewriter:
         self.lm = lm
         self.max_chars = max_chars
 
-    def _draft(self, stage: str, signature: str, current: str, feedback: str) -> tuple[str | None, str | None]:
+    def _draft(
+        self, stage: str, signature: str, current: str, feedback: str, budget: int
+    ) -> tuple[str | None, str | None]:
         """(instruction, None) or (None, error)."""
         try:
             prediction = dspy.Predict(RewriteInstruction)(
@@ -94,7 +99,7 @@ class InstructionRewriter:
                 stage_signature=signature,
                 current_instruction=current,
                 feedback=feedback,
-                max_chars=self.max_chars,
+                max_chars=budget,
             )
             text = str(prediction.new_instruction or "").strip()
         except Exception as exc:  # an LM, adapter or parse failure must not stop the loop
@@ -104,22 +109,27 @@ class InstructionRewriter:
             return None, "the rewriter returned an empty instruction"
         return text, None
 
+    def budget(self, current: str) -> int:
+        """The most characters a rewrite of `current` may have."""
+        return max(self.max_chars, len(current) + self.max_chars // 4)
+
     def rewrite(self, stage: str, signature: str, current: str, feedback: str) -> RewriteOutcome:
         """A new instruction for `stage` from `feedback`, or an outcome with the error. Never raises."""
-        draft, error = self._draft(stage, signature, current, feedback)
+        budget = self.budget(current)
+        draft, error = self._draft(stage, signature, current, feedback, budget)
         if draft is None:
             return RewriteOutcome(None, error)
-        if len(draft) <= self.max_chars:
+        if len(draft) <= budget:
             return RewriteOutcome(draft)
-        note = shorten_note(len(draft), self.max_chars)
-        shorter, error = self._draft(stage, signature, draft, f"{note}\n\n{feedback}")
+        note = shorten_note(len(draft), budget)
+        shorter, error = self._draft(stage, signature, draft, f"{note}\n\n{feedback}", budget)
         if shorter is None:
             return RewriteOutcome(None, f"shortening an over-long draft failed: {error}", length_retry=True)
-        if len(shorter) <= self.max_chars:
+        if len(shorter) <= budget:
             return RewriteOutcome(shorter, length_retry=True)
         return RewriteOutcome(
             None,
-            f"instruction over budget after one retry: {len(shorter)} > {self.max_chars} characters",
+            f"instruction over budget after one retry: {len(shorter)} > {budget} characters",
             length_retry=True,
         )
 

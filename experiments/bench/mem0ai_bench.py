@@ -5,21 +5,21 @@
 twice in this process, one `add()` per turn as `memory_system=mem0ai` feeds them (role "user", the
 speaker in the content, the session date in the metadata and in the extraction prompt):
 
-- **mem0 alone**: a plain `mem0.Memory` built from the adapter's own config (local Qdrant, SQLite
-  history in a fresh folder) with the same injected LLM and embedder objects (`LMBridge` on the
-  simulated world's LM, `EmbedderBridge` on the hashing embedder) and NO observer: no wrapper on the
-  store, the history or the embedder, no log handler, no graph;
+- **mem0 alone**: an unmodified `mem0.Memory` with the adapter's config (local Qdrant, SQLite history
+  in a fresh folder) and the same injected LLM and embedder objects (`LMBridge` on the simulated
+  world's LM, `EmbedderBridge` on the hashing embedder) and NO observer (`open_memory(observe=False)`):
+  no wrapper on the store, the history or the embedder, no log handler, no graph;
 - **ours**: `Mem0aiMemory.ingest` (the adapter: the observers' wrappers, the recorder, the graph
   written after each add).
 
 Per add it times the wall clock of the call (ours: from one turn's end to the next, the graph writing
 included); the first add of each feed (which opens the store) is left out of both. Each length is fed
 `--repeats` times both ways (alternating which goes first) and each turn keeps its fastest time, as
-timeit does: the machine's noise is not the code's cost. The LLM is the
-simulated world (`lm sim`, uncached), so no network and no real model: mem0's own work and ours are
-what is measured. Both feeds must end with the same number of live memories (the same work was done),
-or the row says so. Growth: variables and operations of ours' graph per turn at each length; linear
-means constant per-turn counts (`growth` = ops/turn at the longest length / at the shortest).
+timeit does: the machine's noise is not the code's cost. The LLM is the simulated world (`lm sim`,
+uncached), so no network and no real model: mem0's own work and ours are what is measured. Both feeds
+must end with the same number of live memories (the same work was done), or the row says so. Growth:
+variables and operations of ours' graph per turn at each length; linear means constant per-turn counts
+(`growth` = ops/turn at the longest length / at the shortest).
 
 One table: turns, ms per add (median and mean) alone and ours, the overhead ratio of the medians, the
 graph's variables, operations and operations per turn. It sets no targets and tunes nothing.
@@ -42,8 +42,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("MEM0_TELEMETRY", "False")
 os.environ.setdefault("MEM0_DIR", tempfile.mkdtemp(prefix="memtrace-mem0ai-bench-"))
 
-from memtrace_loop.memory_systems.mem0ai.bridge import EXTRACTION, UPDATE, EmbedderBridge, LMBridge
-from memtrace_loop.memory_systems.mem0ai.hooks import import_mem0, with_session_date
+from memtrace_loop.memory_systems.mem0ai.bridge import EXTRACTION, UPDATE
+from memtrace_loop.memory_systems.mem0ai.hooks import with_session_date
 from memtrace_loop.memory_systems.mem0ai.memory import close_memory, new_folder, open_memory
 from memtrace_loop.memory_systems.mem0ai.observers import AddRecorder
 from memtrace_loop.memory_systems.mem0ai.system import Mem0aiMemory
@@ -117,17 +117,12 @@ def conversation_of(turns: int, seed: int = 0) -> Conversation:
     return conversation
 
 
-def feed_alone(conversation: Conversation, config: Any, lm: Any, embedder: Embedder, texts: dict[str, str]) -> Feed:
-    """mem0 alone: a plain `Memory` (the adapter's config in a fresh folder), our LLM and embedder objects
-    injected, no observer; one add per turn as the adapter feeds it."""
+def feed_alone(conversation: Conversation, lm: Any, embedder: Embedder, texts: dict[str, str]) -> Feed:
+    """mem0 alone: the adapter's `Memory` (its config, a fresh folder, our LLM and embedder objects) with
+    no observer (`open_memory(observe=False)`); one add per turn as the adapter feeds it."""
     folder = new_folder(f"{conversation.id}-alone")
-    config = config.model_copy(deep=True)
-    config.vector_store.config.path = os.path.join(folder, "qdrant")
-    config.history_db_path = os.path.join(folder, "history.db")
-    memory = import_mem0().Memory(config)
-    bridge = LMBridge(AddRecorder())  # never recording: its notes are dropped
-    bridge.bind({EXTRACTION: lm, UPDATE: lm})
-    memory.llm, memory.embedding_model = bridge, EmbedderBridge(embedder)
+    memory, bridge = open_memory(folder, embedder, AddRecorder(), observe=False)
+    bridge.bind({EXTRACTION: lm, UPDATE: lm})  # its recorder never records: the bridge's notes are dropped
     times = []
     try:
         for turn in conversation.turns:
@@ -154,15 +149,6 @@ def feed_ours(conversation: Conversation, system: Mem0aiMemory) -> tuple[Feed, G
     return Feed(tuple(1e3 * (b - a) for a, b in itertools.pairwise(ends)), live), graph_size(graph)
 
 
-def adapter_config(embedder: Embedder) -> Any:
-    """The `MemoryConfig` the adapter builds (read from a probe memory, which is then closed)."""
-    folder = new_folder("probe")
-    memory, _ = open_memory(folder, embedder, AddRecorder())
-    config = memory.config.model_copy(deep=True)
-    close_memory(memory, folder)
-    return config
-
-
 def fastest(feeds: Sequence[Feed]) -> Feed:
     """Per turn, the fastest of the repeated feeds (which must agree on the memories they end with)."""
     memories = {feed.memories for feed in feeds}
@@ -176,10 +162,9 @@ def bench(lengths: Sequence[int], seed: int = 0, repeats: int = 3) -> list[Row]:
     system = Mem0aiMemory(embedder)
     system.set_lm(lm)
     texts = {stage: system.prompt_set()[stage] for stage in (EXTRACTION, UPDATE)}
-    config = adapter_config(embedder)
     full = conversation_of(max(lengths), seed)
     warm = replace(full, turns=full.turns[:4])
-    feed_alone(warm, config, lm, embedder, texts)  # imports, first-call costs: in neither row
+    feed_alone(warm, lm, embedder, texts)  # imports, first-call costs: in neither row
     feed_ours(warm, system)
     rows = []
     for n in lengths:
@@ -188,11 +173,11 @@ def bench(lengths: Sequence[int], seed: int = 0, repeats: int = 3) -> list[Row]:
         for repeat in range(repeats):
             first_alone = repeat % 2 == 0
             if first_alone:
-                alone.append(feed_alone(part, config, lm, embedder, texts))
+                alone.append(feed_alone(part, lm, embedder, texts))
             ours_feed, size = feed_ours(part, system)
             ours.append(ours_feed)
             if not first_alone:
-                alone.append(feed_alone(part, config, lm, embedder, texts))
+                alone.append(feed_alone(part, lm, embedder, texts))
         rows.append(Row(n, fastest(alone), fastest(ours), size))
     return rows
 

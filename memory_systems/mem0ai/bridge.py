@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import dspy
+from dspy.clients import _deprecation as _dspy_deprecation
 from memtrace_loop.memory_systems.mem0ai.observers import AddRecorder, LMCall
 from memtrace_loop.memory_systems.mem0ai.schemas import response_format_for
 from memtrace_loop.pipeline.backends.embeddings import Embedder
@@ -36,6 +38,11 @@ __all__ = ["EXTRACTION", "UPDATE", "EmbedderBridge", "LMBridge", "stage_of"]
 EXTRACTION = "fact_extraction"
 UPDATE = "update_memory"
 MAX_ERROR_CHARS = 500
+
+
+def _adapter_call(lm: Any, messages: list[dict[str, str]]) -> AbstractContextManager[Any]:
+    marker = getattr(_dspy_deprecation, "adapter_message_call", None)
+    return marker(lm, messages) if marker is not None else nullcontext()
 
 
 def stage_of(messages: Sequence[Mapping[str, Any]]) -> str:
@@ -86,7 +93,10 @@ class LMBridge:
         plain = [{"role": str(m.get("role")), "content": str(m.get("content", ""))} for m in messages]
 
         def run() -> list[Any]:
-            return lm(messages=plain, **call_kwargs)
+            # like DSPy's own adapters, the bridge hands the LM finished chat messages (mem0's): marked as
+            # such, DSPy 3.4 does not warn that user code passes messages= (its public form until 3.5)
+            with _adapter_call(lm, plain):
+                return lm(messages=plain, **call_kwargs)
 
         outputs = self._context.copy().run(run) if self._context is not None else run()
         return _text_of(outputs[0]) if outputs else ""

@@ -12,11 +12,16 @@ and the recorder's wrappers are installed. The key is never logged or traced.
 client per path, so every state (a conversation's memory, a replay's rebuilt one) has its own.
 `close_memory` releases the Qdrant client and the SQLite connection and removes the folder.
 
+mem0 logs several INFO lines per `add` (with the memories' text); unless the `mem0` logger was given a
+level of its own, it is set to WARNING, so a run's log keeps mem0's warnings and errors (its silent
+decisions, which the adapter also records) without one line per store call.
+
 It traces nothing and decides nothing about turns (`memory_systems.mem0ai.system`).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -25,7 +30,7 @@ from typing import Any
 
 from memtrace_loop.memory_systems.mem0ai.bridge import EmbedderBridge, LMBridge
 from memtrace_loop.memory_systems.mem0ai.hooks import import_mem0
-from memtrace_loop.memory_systems.mem0ai.observers import AddRecorder
+from memtrace_loop.memory_systems.mem0ai.observers import MEM0_LOGGER, AddRecorder
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 
 __all__ = ["COLLECTION", "PLACEHOLDER_KEY", "close_memory", "new_folder", "open_memory"]
@@ -43,9 +48,15 @@ def new_folder(label: str) -> str:
     return tempfile.mkdtemp(prefix=_UNSAFE.sub("_", label)[:60] + "-", dir=root)
 
 
-def open_memory(folder: str, embedder: Embedder, recorder: AddRecorder) -> tuple[Any, LMBridge]:
-    """A `mem0.Memory` in `folder` whose LLM and embedder are ours and whose steps `recorder` sees."""
+def open_memory(
+    folder: str, embedder: Embedder, recorder: AddRecorder, *, observe: bool = True
+) -> tuple[Any, LMBridge]:
+    """A `mem0.Memory` in `folder` whose LLM and embedder are ours and whose steps `recorder` sees
+    (`observe=False`: no wrappers, mem0 alone with our LLM and embedder: the overhead benchmark's baseline)."""
     mem0 = import_mem0()
+    quiet = logging.getLogger(MEM0_LOGGER)
+    if quiet.level == logging.NOTSET:
+        quiet.setLevel(logging.WARNING)
     config = {
         "vector_store": {
             "provider": "qdrant",
@@ -67,7 +78,8 @@ def open_memory(folder: str, embedder: Embedder, recorder: AddRecorder) -> tuple
     bridge = LMBridge(recorder)
     memory.llm = bridge
     memory.embedding_model = EmbedderBridge(embedder)
-    recorder.install(memory)
+    if observe:
+        recorder.install(memory)
     return memory, bridge
 
 

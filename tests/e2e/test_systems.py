@@ -32,6 +32,7 @@ KINDS_BY_SYSTEM = {
     "long_context": {OpKind.EXTRACTION, OpKind.RETRIEVAL, OpKind.RESPONSE, OpKind.JUDGE},
     "rag": {OpKind.EXTRACTION, OpKind.RETRIEVAL, OpKind.RESPONSE, OpKind.JUDGE},
     "mem0": {OpKind.EXTRACTION, OpKind.UPDATE, OpKind.RETRIEVAL, OpKind.RESPONSE, OpKind.JUDGE},
+    "mem0ai": {OpKind.EXTRACTION, OpKind.UPDATE, OpKind.RETRIEVAL, OpKind.RESPONSE, OpKind.JUDGE},
     "evermemos": {OpKind.EXTRACTION, OpKind.RETRIEVAL, OpKind.RESPONSE, OpKind.JUDGE, OpKind.OTHER},
 }
 

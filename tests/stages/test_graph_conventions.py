@@ -22,6 +22,7 @@ from tests.support.sim import sim_dataset, sim_lm
 
 UNIT_NAMESPACE_BY_SYSTEM = {
     "mem0": {Namespace.MEMORY},
+    "mem0ai": {Namespace.MEMORY},
     "long_context": {Namespace.ENTRY},
     "rag": {Namespace.CHUNK},
     "evermemos": {Namespace.EPISODE, Namespace.EVENT},

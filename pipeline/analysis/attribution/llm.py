@@ -334,7 +334,9 @@ class LLMAttributor:
         )
         outputs = [graph.variable(v) for v in op.outputs]
         budget = self.settings.max_chars_per_step
-        prompt = graph.variable(op.prompt).value if op.prompt else "none"
+        # a long prompt (mem0's are 4-5k characters) keeps a quarter of the step: it must not squeeze the
+        # inputs and outputs, which the verdict is about, out of a step fitted proportionally to length
+        prompt = clip(graph.variable(op.prompt).value, budget * 25 // 100) if op.prompt else "none"
         fields = {
             "question": case.question.text,
             "gold_answer": case.question.gold,
