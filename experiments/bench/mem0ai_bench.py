@@ -206,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=3, help="feeds per length and way (fastest per turn kept)")
     args = parser.parse_args(argv)
-    console = Console()
+    console = Console(width=max(Console().width, 100))  # the table's ten columns unabridged in a log too
     with console.status("feeding mem0 alone and through the adapter..."):
         rows = bench(sorted(args.lengths), args.seed, max(1, args.repeats))
     console.print(render(rows))
