@@ -3,9 +3,9 @@
 `live_units_of(graph)` reads the units live at question time from a conversation graph the adapter
 traced (latest version of each `memory:<unit>`, not deleted); `insert_units(memory, embedder, user_id,
 units)` writes them straight into a new `Memory`'s vector store with our embeddings and the payload
-mem0 itself writes (`data`, `hash`, `user_id`, and our metadata `session_date` / `turn`), plus an ADD
-row in its history table, under ids derived from the conversation and unit name (uuid5: a rebuilt
-store is the same every time). It runs no LLM and traces nothing.
+mem0 itself writes (`data`, `hash`, `user_id`, and our metadata `session_date` / `turn`), under ids
+derived from the conversation and unit name (uuid5: a rebuilt store is the same every time); its
+history table stays empty (a replay only searches). It runs no LLM and traces nothing.
 """
 
 from __future__ import annotations
@@ -63,6 +63,4 @@ def insert_units(memory: Any, embedder: Embedder, user_id: str, units: Sequence[
     memory.vector_store.insert(
         vectors=[[float(x) for x in row] for row in vectors], ids=[u.mem0_id for u in placed], payloads=payloads
     )
-    for unit in placed:
-        memory.db.add_history(unit.mem0_id, None, unit.text, "ADD")
     return placed

@@ -18,7 +18,8 @@ treats it: an action without text is skipped, an UPDATE/DELETE whose id is not o
 shown (a hallucinated "99") or whose memory is gone is dropped (mem0 logs "Error processing memory
 action" and goes on), an unknown event is ignored, NONE changes nothing (and is not recorded, as in the
 Mem0-style system). Each action that should have reached the store but did not is a FAILED `store`
-operation whose input is the decision, so the attributor can blame the decision. The effects that did
+operation (of the kind the write would have had) whose input is the decision, so the attributor can
+blame the decision. The effects that did
 reach the store are the vector store's insert/update/delete calls, checked against the rows mem0 wrote
 to its history table; memory units are named `m1`, `m2`, ... in creation order per conversation
 (mem0's uuid4 is in the unit's meta, never in a name). A failed LLM call, an empty reply or a reply
@@ -64,6 +65,8 @@ _PARSE_ERRORS = {
     UPDATE: ("Invalid JSON response", "Empty response from LLM", "Error in new memory actions response"),
 }
 _DROPPED = "Error processing memory action"
+# a store write that never happened has the kind the write would have had (what the attributors read)
+_KIND_BY_EVENT = {"ADD": OpKind.EXTRACTION, "UPDATE": OpKind.UPDATE, "DELETE": OpKind.DELETION}
 
 
 @dataclass(frozen=True)
@@ -233,9 +236,9 @@ def _apply(
         if why.startswith("mem0 dropped") or why.startswith("mem0 did not"):
             why += f"; mem0 logged: {dropped_logs.popleft()}" if dropped_logs else ""
         event = str(action.get("event", "")) if isinstance(action, dict) else ""
+        kind = _KIND_BY_EVENT.get(event, OpKind.OTHER)
         trace.tracer.operation(
-            f"memory_{event.lower() or 'action'}", STORE_STAGE, OpKind.OTHER, [decision_var], [],
-            status=OpStatus.FAILED,
+            f"memory_{event.lower() or 'action'}", STORE_STAGE, kind, [decision_var], [], status=OpStatus.FAILED,
             error=f"action {json.dumps(action, default=str)[:300]} never reached the store: {why}",
         )
 

@@ -50,7 +50,7 @@ def test_mem0s_requests_go_through_our_openai_backend(tmp_path: Path, monkeypatc
                 "memory_system=mem0ai", "lm=openai", f"lm.task.api_base={server.base_url}",
                 "lm.task.api_key_env=MEMTRACE_TEST_KEY", "lm.task.model=stub-model", "embedder=openai",
                 f"embedder.api_base={server.base_url}", "embedder.api_key_env=MEMTRACE_TEST_KEY",
-                "dataset.n_conversations=1", "dataset.sessions_per_conversation=2", "workers=2",
+                "dataset.n_conversations=1", "dataset.sessions_per_conversation=1", "workers=2",
                 f"tracking.uri={uri}", f"cache_dir={tmp_path}/cache",
             ])
         outcome = run(cfg)

@@ -146,6 +146,7 @@ def test_actions_that_never_reached_the_store_are_failed_store_operations(traced
     hallucinated, empty = failed
     assert "'99' is not one of the" in hallucinated.error and "Error processing memory action" in hallucinated.error
     assert "without text" in empty.error
+    assert (hallucinated.kind, empty.kind) == (OpKind.UPDATE, OpKind.EXTRACTION)  # the write each would have been
 
 
 def test_an_unparsable_reply_is_a_failed_extraction_with_its_raw_output(traced):
