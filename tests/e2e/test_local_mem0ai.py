@@ -11,7 +11,8 @@ mem0's LLM operations whose reply mem0 could not parse (read from the saved grap
 The bound comes from measurement (`make bench-local`, rows mem0ai; docs/results.md), counting mem0's
 LLM operations on this file: with JSON-schema output and `max_tokens=128` (this test's setting) 1 of 13
 (7 extractions, 6 update decisions) failed to parse (an extraction cut by `max_tokens` mid-string); with
-mem0's own `{"type": "json_object"}` (structured_output off) OFF128; at `max_tokens=64` 7 of 13 with the
+mem0's own `{"type": "json_object"}` (structured_output off) 7 of 7 (every extraction, a string under
+"facts" repeated until cut; no update call follows); at `max_tokens=64` 7 of 13 with the
 schema (6 update replies, pretty-printed like mem0's example, cut at 64 tokens) and 7 of 7 without it.
 The bound (30%: 3 of 13) leaves room for another reply cut by `max_tokens`, never for unconstrained
 behaviour. Wall time of this test: 911 s on this machine's 2 shared cores under a load of 10-20 (319 s
