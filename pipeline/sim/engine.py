@@ -61,10 +61,15 @@ class SimEngine:
         foreign = foreign_rows(extra)  # rows answering a library's own requests (the real mem0's)
         self._foreign = paraphrasing_rows(foreign) if paraphrase else foreign
 
+    def reply(self, messages: list[dict[str, str]]) -> str:
+        """The world's reply to chat `messages` (what `complete` answers; also a responder for a local
+        OpenAI-protocol test server, so a library's own requests there meet the systems' rows too)."""
+        return respond(messages, self._handlers, self._foreign)
+
     def complete(self, request: Request) -> Response:
         validate_request(request)
         messages = request_messages(request)
-        output = respond(messages, self._handlers, self._foreign)
+        output = self.reply(messages)
         prompt_tokens = sum(_words(m["content"]) for m in messages)
         output_tokens = _words(output)
         return Response(

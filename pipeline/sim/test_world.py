@@ -27,7 +27,7 @@ class SimTestWorld:
 
     def rules(self, output_fields: Iterable[str]) -> tuple[str, ...]:
         key = frozenset(output_fields) - {"reasoning"}
-        row = next((s for s in self.stages if s.outputs == key), None)
+        row = next((s for s in self.stages if s.outputs == key and s.foreign is None), None)
         return tuple(r.id for r in row.fixes()) if row is not None else ()
 
 

@@ -49,7 +49,8 @@ def test_the_sweep_is_every_optimizer_on_every_system_over_three_seeds():
     # generated from the registry: every optimizer whose SPEC sets compare (all of today's)
     assert values["optimizer"] == list(OPTIMIZERS.compared()) == list(OPTIMIZERS.names)
     assert {"attribution", "uniform", "none"} <= set(values["optimizer"])
-    assert set(values["memory_system"]) == set(SYSTEMS.compared()) == set(SYSTEMS)
+    # every system whose SPEC sets compare (mem0ai, the real library, does not: slower, and not ours to tune)
+    assert set(values["memory_system"]) == set(SYSTEMS.compared()) >= {"long_context", "rag", "mem0", "evermemos"}
     assert len(set(values["seed"])) >= 3
 
 

@@ -5,6 +5,7 @@ embedder, and the key never reaches the store; an LM asking for JSON-schema outp
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +19,7 @@ from memtrace_loop.pipeline.backends.lm import OpenAILMConfig
 from memtrace_loop.pipeline.backends.registry import build_lm
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.tracing import Tracer
-from memtrace_loop.pipeline.sim.stand_in import foreign_rows, respond, world_handlers
-from memtrace_loop.pipeline.sim.system_stages import system_stages
+from memtrace_loop.pipeline.sim.engine import SimEngine
 from mlflow.tracking import MlflowClient
 
 from tests.stages.test_mem0ai import CONVERSATION
@@ -31,20 +31,18 @@ SECRET = "sk-memtrace-mem0ai-test-5b1d0e"
 pytestmark = pytest.mark.slow  # a whole run over HTTP (~10 s)
 
 
-def world(messages: list[dict[str, Any]]) -> str:
+def world() -> Callable[[list[dict[str, Any]]], str]:
     """The simulated world as the `sim` engine answers (with the rows systems add, mem0's among them);
     the preflight's plain "ping" gets a plain answer."""
-    if messages[-1]["content"] == "ping":
-        return "pong"
-    extra = system_stages()
-    return respond(messages, world_handlers(extra), foreign_rows(extra))
+    engine = SimEngine()
+    return lambda messages: "pong" if messages[-1]["content"] == "ping" else engine.reply(messages)
 
 
 def test_mem0s_requests_go_through_our_openai_backend(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("MEMTRACE_TEST_KEY", SECRET)
     store_dir = tmp_path / "store"
     uri = fresh_store(store_dir / "mlflow.db")
-    with OpenAIStubServer(responder=world) as server:
+    with OpenAIStubServer(responder=world()) as server:
         with initialize_config_module(config_module="memtrace_loop.conf", version_base="1.3"):
             cfg = compose("run", overrides=[
                 "memory_system=mem0ai", "lm=openai", f"lm.task.api_base={server.base_url}",
@@ -76,7 +74,7 @@ def test_mem0s_requests_go_through_our_openai_backend(tmp_path: Path, monkeypatc
 def test_json_schema_output_carries_mem0s_two_reply_shapes() -> None:
     """An LM asking for JSON-schema output (`structured_output: json_schema`, as `lm=local` uses) gets
     the schema of mem0's reply for each of its two requests, and mem0 reads the replies."""
-    with OpenAIStubServer(responder=world) as server:
+    with OpenAIStubServer(responder=world()) as server:
         lm = build_lm(OpenAILMConfig(backend="openai", model="stub-model", api_base=server.base_url,
                                      structured_output="json_schema", cache=False))
         system = Mem0aiMemory(HashingEmbedder())

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from memtrace_loop.memory_systems.mem0ai import hooks
@@ -223,3 +225,19 @@ def test_replay_rebuilds_the_store_and_adds_units_without_touching_the_original(
     assert [u.name for u in bigger.units] == ["m1", "m3"] and len(restored.units) == 1
     assert "cat named Tom" in system.retrieve(QUESTION, bigger, Tracer(graph.copy(), buffered=True)).context
     assert bigger.folder != restored.folder != state.folder
+
+
+def test_a_stop_inside_mems_own_try_block_stops_the_ingest_and_removes_its_folder():
+    from memtrace_loop.pipeline.core.stop import Interrupted
+
+    def stopping(messages: list[dict[str, str]]) -> str:
+        if len(messages) == 1:  # the update call, which mem0 wraps in `except Exception`
+            raise Interrupted("Ctrl-C")
+        return script(messages)
+
+    system, _ = build(stopping)
+    root = Path(os.environ["MEM0_DIR"]) / "memtrace-mem0ai"
+    before = set(root.iterdir()) if root.exists() else set()
+    with pytest.raises(Interrupted):
+        system.ingest(CONVERSATION, Tracer(ExecutionGraph("c1")))
+    assert set(root.iterdir()) == before

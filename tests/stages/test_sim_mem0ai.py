@@ -118,6 +118,16 @@ def test_a_prompt_that_never_names_the_facts_key_gets_a_reply_mem0_cannot_parse(
         mem0_facts(reply)
 
 
+def test_a_prompt_that_never_says_json_gets_prose_when_mem0_appends_nothing() -> None:
+    turn = "Alice: I grew up in Ohio. I keep my notes as JSON."  # "json" in the turn: mem0 appends no shape
+    messages = extraction_messages("Extract the facts about the speaker.", [turn])
+    assert "'facts' key" not in messages[0]["content"]
+    reply = stand_in.respond(messages, HANDLERS, ROWS)
+    assert reply.startswith("- Alice grew up in Ohio.")
+    with pytest.raises(json.JSONDecodeError):
+        mem0_facts(reply)
+
+
 def test_a_prompt_without_json_gets_mem0s_appended_shape_and_parses() -> None:
     messages = extraction_messages("Extract what is worth remembering about the speaker.", [TURN])
     assert "'facts' key" in messages[0]["content"]  # ensure_json_instruction appended mem0's shape
@@ -194,11 +204,14 @@ def test_foreign_rows_leave_dispatch_by_output_fields_alone() -> None:
     assert stand_in.world_handlers(sim.STAGES) == stand_in.world_handlers()
     assert stage_for_outputs(["facts"], (*sim.STAGES, *STAGES)) == "extract"
     assert stage_for_outputs(["actions"], (*sim.STAGES, *STAGES)) == "decide"
-    lm = dspy.LM("sim/stand-in", engine=SimEngine(), cache=False)
+    engine = SimEngine()
+    lm = dspy.LM("sim/stand-in", engine=engine, cache=False)
     signature = dspy.Signature("turn -> facts: list[str]", "Extract facts.")
     with dspy.context(lm=lm):
         facts = dspy.Predict(signature)(turn="[8 May 2023] Alice: I grew up in Ohio.").facts
     assert facts == ["Alice grew up in Ohio."]
+    messages = lm.history[-1]["messages"]
+    assert engine.reply(messages) == stand_in.respond(messages) == lm.history[-1]["outputs"][0]
 
 
 def test_paraphrasing_world_paraphrases_mem0s_construction_replies(hooks: dict[str, str]) -> None:
