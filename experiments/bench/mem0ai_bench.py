@@ -1,28 +1,53 @@
-"""Per-`add` overhead of tracing the real mem0 library: `python -m memtrace_loop.experiments.bench.mem0ai_bench`.
+"""What our tracing costs the real `mem0ai` library per `add`, and how its graphs grow with conversation length.
 
-One process, one simulated conversation (the `sim` dataset through the dataset registry; `--sessions`
-sessions of 10 turns), the `sim` LM uncached and the hashing embedder. The same turns are fed twice per
-repeat, in alternating order: once to an unmodified `mem0.Memory` alone (our LLM and embedder objects
-in it, one `add()` per turn with the session-dated prompt: `memory_systems.mem0ai.memory.open_memory`
-with `observe=False`), once through `memory_system=mem0ai`'s `ingest` (the same adds, observed by the
-recorder's wrappers and written into an execution graph). The table gives, per way and conversation
-length, the median milliseconds per add over `--repeat` runs and the graph's operations per turn (it
-must not grow with the conversation), and the overhead of our tracing per add. Never timed in tests.
+`python -m memtrace_loop.experiments.bench.mem0ai_bench` takes ONE conversation of the simulated dataset
+(seed 0, 160 turns by default) and, for each length (its first 20, 40, 80, 160 turns), feeds the turns
+twice in this process, one `add()` per turn as `memory_system=mem0ai` feeds them (role "user", the
+speaker in the content, the session date in the metadata and in the extraction prompt):
+
+- **mem0 alone**: an unmodified `mem0.Memory` with the adapter's config (local Qdrant, SQLite history
+  in a fresh folder) and the same injected LLM and embedder objects (`LMBridge` on the simulated
+  world's LM, `EmbedderBridge` on the hashing embedder) and NO observer (`open_memory(observe=False)`):
+  no wrapper on the store, the history or the embedder, no log handler, no graph;
+- **ours**: `Mem0aiMemory.ingest` (the adapter: the observers' wrappers, the recorder, the graph
+  written after each add).
+
+Per add it times the wall clock of the call (ours: from one turn's end to the next, the graph writing
+included); the first add of each feed (which opens the store) is left out of both. Each length is fed
+`--repeats` times both ways (alternating which goes first) and each turn keeps its fastest time, as
+timeit does: the machine's noise is not the code's cost. The LLM is the simulated world (`lm sim`,
+uncached), so no network and no real model: mem0's own work and ours are what is measured. Both feeds
+must end with the same number of live memories (the same work was done), or the row says so. Growth:
+variables and operations of ours' graph per turn at each length; linear means constant per-turn counts
+(`growth` = ops/turn at the longest length / at the shortest).
+
+One table: turns, ms per add (median and mean) alone and ours, the overhead ratio of the medians, the
+graph's variables, operations and operations per turn. It sets no targets and tunes nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import itertools
+import os
 import statistics
+import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("MEM0_TELEMETRY", "False")
+os.environ.setdefault("MEM0_DIR", tempfile.mkdtemp(prefix="memtrace-mem0ai-bench-"))
 
 from memtrace_loop.memory_systems.mem0ai.bridge import EXTRACTION, UPDATE
 from memtrace_loop.memory_systems.mem0ai.hooks import with_session_date
 from memtrace_loop.memory_systems.mem0ai.memory import close_memory, new_folder, open_memory
 from memtrace_loop.memory_systems.mem0ai.observers import AddRecorder
 from memtrace_loop.memory_systems.mem0ai.system import Mem0aiMemory
-from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
+from memtrace_loop.pipeline.backends.embeddings import Embedder, HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMConfig
 from memtrace_loop.pipeline.backends.registry import build_lm
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
@@ -32,65 +57,159 @@ from memtrace_loop.pipeline.data.registry import load_dataset
 from rich.console import Console
 from rich.table import Table
 
-
-def conversation(sessions: int) -> Conversation:
-    config = {"kind": "sim", "seed": 3, "n_conversations": 1, "sessions_per_conversation": sessions,
-              "turns_per_session": 10}
-    return load_dataset(config).conversations[0]
+LENGTHS = (20, 40, 80, 160)
 
 
-def mem0_alone(system: Mem0aiMemory, talk: Conversation) -> float:
-    """Seconds per add of a bare Memory with our LLM and embedder (no wrappers, no graph)."""
-    folder = new_folder(f"bench-{talk.id}")
-    memory, bridge = open_memory(folder, system.embedder, AddRecorder(), observe=False)
-    bridge.bind({EXTRACTION: system.fact_extraction.lm, UPDATE: system.update_memory.lm})
-    prompts = system.prompt_set()
+@dataclass(frozen=True)
+class GraphSize:
+    """Variables, operations and edges (operation inputs + outputs) of a graph."""
+
+    variables: int
+    operations: int
+    edges: int
+
+
+@dataclass(frozen=True)
+class Feed:
+    """One conversation fed turn by turn: ms per add (the first left out) and live memories at the end."""
+
+    ms_per_add: tuple[float, ...]
+    memories: int
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.ms_per_add) if self.ms_per_add else 0.0
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.ms_per_add) if self.ms_per_add else 0.0
+
+
+@dataclass(frozen=True)
+class Row:
+    turns: int
+    alone: Feed
+    ours: Feed
+    size: GraphSize
+
+    @property
+    def overhead(self) -> float:
+        return self.ours.median / self.alone.median if self.alone.median else 0.0
+
+    @property
+    def ops_per_turn(self) -> float:
+        return self.size.operations / self.turns
+
+
+def graph_size(graph: ExecutionGraph) -> GraphSize:
+    """The size of `graph` (a pure function of it)."""
+    return GraphSize(graph.n_variables, graph.n_operations, graph.n_edges)
+
+
+def conversation_of(turns: int, seed: int = 0) -> Conversation:
+    """One simulated conversation of at least `turns` turns (the dataset's first)."""
+    sessions = max(1, -(-turns // 20))
+    dataset = load_dataset({"kind": "sim", "seed": seed, "n_conversations": 1,
+                            "sessions_per_conversation": sessions, "turns_per_session": 20})
+    conversation = dataset.conversations[0]
+    if len(conversation.turns) < turns:
+        raise ValueError(f"the simulated conversation has {len(conversation.turns)} turns, not {turns}")
+    return conversation
+
+
+def feed_alone(conversation: Conversation, lm: Any, embedder: Embedder, texts: dict[str, str]) -> Feed:
+    """mem0 alone: the adapter's `Memory` (its config, a fresh folder, our LLM and embedder objects) with
+    no observer (`open_memory(observe=False)`); one add per turn as the adapter feeds it."""
+    folder = new_folder(f"{conversation.id}-alone")
+    memory, bridge = open_memory(folder, embedder, AddRecorder(), observe=False)
+    bridge.bind({EXTRACTION: lm, UPDATE: lm})  # its recorder never records: the bridge's notes are dropped
+    times = []
     try:
-        started = time.perf_counter()
-        for turn in talk.turns:
-            memory.config.custom_fact_extraction_prompt = with_session_date(prompts[EXTRACTION], turn.time[:10])
-            memory.config.custom_update_memory_prompt = prompts[UPDATE]
-            memory.add([{"role": "user", "content": f"{turn.speaker}: {turn.text}"}], user_id=talk.id,
-                       metadata={"session_date": turn.time[:10], "turn": turn.id})
-        return (time.perf_counter() - started) / len(talk.turns)
+        for turn in conversation.turns:
+            started = time.perf_counter()
+            memory.config.custom_fact_extraction_prompt = with_session_date(texts[EXTRACTION], turn.time[:10])
+            memory.config.custom_update_memory_prompt = texts[UPDATE]
+            memory.add([{"role": "user", "content": f"{turn.speaker}: {turn.text}"}],
+                       user_id=conversation.id, metadata={"session_date": turn.time[:10], "turn": turn.id})
+            times.append(1e3 * (time.perf_counter() - started))
+        live = len(memory.get_all(user_id=conversation.id, limit=10_000)["results"])
     finally:
         close_memory(memory, folder)
+    return Feed(tuple(times[1:]), live)
 
 
-def traced(system: Mem0aiMemory, talk: Conversation) -> tuple[float, float]:
-    """Seconds per add through the adapter, and the graph's operations per turn."""
-    graph = ExecutionGraph(talk.id)
-    started = time.perf_counter()
-    state = system.ingest(talk, Tracer(graph))
-    seconds = (time.perf_counter() - started) / len(talk.turns)
+def feed_ours(conversation: Conversation, system: Mem0aiMemory) -> tuple[Feed, GraphSize]:
+    """Ours: the adapter's `ingest` (observers, recorder, graph); ms between the ends of successive turns."""
+    graph = ExecutionGraph(conversation.id)
+    ends: list[float] = []
+    state = system.ingest(conversation, Tracer(graph), on_turn=lambda _: ends.append(time.perf_counter()))
+    live = len(state.units)
     del state
-    return seconds, graph.n_operations / len(talk.turns)
+    gc.collect()  # the state's finalizer closes its memory and removes its folder
+    return Feed(tuple(1e3 * (b - a) for a, b in itertools.pairwise(ends)), live), graph_size(graph)
+
+
+def fastest(feeds: Sequence[Feed]) -> Feed:
+    """Per turn, the fastest of the repeated feeds (which must agree on the memories they end with)."""
+    memories = {feed.memories for feed in feeds}
+    return Feed(tuple(min(times) for times in zip(*(f.ms_per_add for f in feeds), strict=True)),
+                memories.pop() if len(memories) == 1 else -1)
+
+
+def bench(lengths: Sequence[int], seed: int = 0, repeats: int = 3) -> list[Row]:
+    lm = build_lm(LMConfig(backend="sim", model="stand-in", cache=False))
+    embedder = HashingEmbedder()
+    system = Mem0aiMemory(embedder)
+    system.set_lm(lm)
+    texts = {stage: system.prompt_set()[stage] for stage in (EXTRACTION, UPDATE)}
+    full = conversation_of(max(lengths), seed)
+    warm = replace(full, turns=full.turns[:4])
+    feed_alone(warm, lm, embedder, texts)  # imports, first-call costs: in neither row
+    feed_ours(warm, system)
+    rows = []
+    for n in lengths:
+        part = replace(full, turns=full.turns[:n])
+        alone, ours = [], []
+        for repeat in range(repeats):
+            first_alone = repeat % 2 == 0
+            if first_alone:
+                alone.append(feed_alone(part, lm, embedder, texts))
+            ours_feed, size = feed_ours(part, system)
+            ours.append(ours_feed)
+            if not first_alone:
+                alone.append(feed_alone(part, lm, embedder, texts))
+        rows.append(Row(n, fastest(alone), fastest(ours), size))
+    return rows
+
+
+def render(rows: Sequence[Row]) -> Table:
+    growth = rows[-1].ops_per_turn / rows[0].ops_per_turn if rows and rows[0].ops_per_turn else 0.0
+    table = Table(title="mem0ai: ms per add, mem0 alone vs through our adapter (same process, lm sim), and graph "
+                  f"size by conversation length (ops/turn at the longest / at the shortest: {growth:.2f})")
+    # ms per add: median and mean over the turns; ratio: ours / alone (medians); same: equal live memories
+    for column in ("turns", "alone med", "alone mean", "ours med", "ours mean", "ratio", "vars", "ops",
+                   "ops/turn", "same"):
+        table.add_column(column, justify="right")
+    for row in rows:
+        table.add_row(
+            str(row.turns), f"{row.alone.median:.1f}", f"{row.alone.mean:.1f}", f"{row.ours.median:.1f}",
+            f"{row.ours.mean:.1f}", f"{row.overhead:.2f}", str(row.size.variables), str(row.size.operations),
+            f"{row.ops_per_turn:.2f}",
+            "yes" if row.alone.memories == row.ours.memories else f"no ({row.alone.memories} vs {row.ours.memories})",
+        )
+    return table
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sessions", default="3,12", help="comma-separated conversation lengths (sessions of 10)")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS), help="conversation lengths (turns)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeats", type=int, default=3, help="feeds per length and way (fastest per turn kept)")
     args = parser.parse_args(argv)
-    system = Mem0aiMemory(HashingEmbedder())
-    system.set_lm(build_lm(LMConfig(backend="sim", model="stand-in", cache=False)))
-    table = Table(title="mem0ai: per-add time, mem0 alone vs traced (sim LM, hashing embedder)")
-    for column in ("turns", "mem0 alone ms/add", "traced ms/add", "overhead ms/add", "overhead %", "ops/turn"):
-        table.add_column(column, justify="right")
-    for sessions in (int(s) for s in args.sessions.split(",")):
-        talk = conversation(sessions)
-        alone, ours, ops = [], [], 0.0
-        for index in range(args.repeat):
-            if index % 2 == 0:
-                alone.append(mem0_alone(system, talk))
-            seconds, ops = traced(system, talk)
-            ours.append(seconds)
-            if index % 2 == 1:
-                alone.append(mem0_alone(system, talk))
-        base, mine = statistics.median(alone) * 1000, statistics.median(ours) * 1000
-        table.add_row(str(len(talk.turns)), f"{base:.1f}", f"{mine:.1f}", f"{mine - base:.1f}",
-                      f"{100 * (mine - base) / base:.0f}", f"{ops:.1f}")
-    Console().print(table)
+    console = Console(width=max(Console().width, 100))  # the table's ten columns unabridged in a log too
+    with console.status("feeding mem0 alone and through the adapter..."):
+        rows = bench(sorted(args.lengths), args.seed, max(1, args.repeats))
+    console.print(render(rows))
     return 0
 
 

@@ -30,40 +30,14 @@ from typing import Any
 import dspy
 from dspy.clients import _deprecation as _dspy_deprecation
 from memtrace_loop.memory_systems.mem0ai.observers import AddRecorder, LMCall
+from memtrace_loop.memory_systems.mem0ai.schemas import response_format_for
 from memtrace_loop.pipeline.backends.embeddings import Embedder
-from memtrace_loop.pipeline.backends.structured_output import asks_for_json_schema
 
 __all__ = ["EXTRACTION", "UPDATE", "EmbedderBridge", "LMBridge", "stage_of"]
 
 EXTRACTION = "fact_extraction"
 UPDATE = "update_memory"
 MAX_ERROR_CHARS = 500
-
-_FACTS_SCHEMA = {
-    "type": "object",
-    "properties": {"facts": {"type": "array", "items": {"type": "string"}}},
-    "required": ["facts"],
-}
-_ACTIONS_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "memory": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "id": {"type": "string"},
-                    "text": {"type": "string"},
-                    "event": {"type": "string", "enum": ["ADD", "UPDATE", "DELETE", "NONE"]},
-                    "old_memory": {"type": "string"},
-                },
-                "required": ["id", "text", "event"],
-            },
-        }
-    },
-    "required": ["memory"],
-}
-_SCHEMA_BY_STAGE = {EXTRACTION: ("mem0_facts", _FACTS_SCHEMA), UPDATE: ("mem0_memory_actions", _ACTIONS_SCHEMA)}
 
 
 def _adapter_call(lm: Any, messages: list[dict[str, str]]) -> AbstractContextManager[Any]:
@@ -114,9 +88,7 @@ class LMBridge:
         lm = self._lm_by_stage.get(stage) or dspy.settings.lm
         if lm is None:
             raise RuntimeError(f"mem0ai stage {stage!r} has no LM (call system.set_lm first)")
-        if asks_for_json_schema(lm):
-            name, schema = _SCHEMA_BY_STAGE[stage]
-            response_format = {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
+        response_format = response_format_for(stage, lm, response_format)  # schemas.py: JSON schema or mem0's
         call_kwargs = {"response_format": response_format} if response_format is not None else {}
         plain = [{"role": str(m.get("role")), "content": str(m.get("content", ""))} for m in messages]
 
