@@ -6,8 +6,9 @@ draft over budget is sent back once, as the current instruction, with a note ask
 version; a second draft still over budget is rejected, never cut mid-sentence. The budget is `max_chars`,
 or, for an instruction that is already longer (the real mem0's hooks start at 4-5k characters), its
 own length plus `LONG_INSTRUCTION_GROWTH` (`length_budget`): a rewrite may add a rule without first
-cutting what the library needs from the text. Every LM or parse failure becomes a `RewriteOutcome` with an error; `rewrite` never raises. `stage_candidate` wraps an
-accepted rewrite into a one-stage `Candidate`.
+cutting what the library needs from the text. Every LM or parse failure becomes a `RewriteOutcome`
+with an error; `rewrite` never raises. `stage_candidate` wraps an accepted rewrite into a one-stage
+`Candidate`.
 
 It does not choose stages, build feedback (`optimizers.feedback`) or judge whether a rewrite helps
 (the loop's gate does).
