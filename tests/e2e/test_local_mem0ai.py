@@ -15,9 +15,9 @@ mem0's own `{"type": "json_object"}` (structured_output off) 7 of 7 (every extra
 "facts" repeated until cut; no update call follows); at `max_tokens=64` 7 of 13 with the
 schema (6 update replies, pretty-printed like mem0's example, cut at 64 tokens) and 7 of 7 without it.
 The bound (30%: 3 of 13) leaves room for another reply cut by `max_tokens`, never for unconstrained
-behaviour. Wall time of this test: 249 s (235 s of CPU) on this machine's 2 cores at a load of ~4, 911 s
-under a load of 10-20; far above the ~60 s wished for: mem0's prompts are 4-5k characters, 13 of them
-per run, each processed anew (llama.cpp's one slot keeps only the last prompt, and mem0 alternates two).
+behaviour. Wall time of this test: 34 s on this machine's 2 cores at a load below 2 (249 s at a load of
+~4 and 911 s at 10-20, with other work on the cores): mem0's prompts are 4-5k characters, 13 of them per
+run, each processed anew (llama.cpp's one slot keeps only the last prompt, and mem0 alternates two).
 """
 
 from __future__ import annotations
