@@ -53,6 +53,8 @@ FIGURES: dict[str, tuple[str, ...]] = {
                           "experiments/bench/local_model_bench.py"),
     "workers_bench": ("pipeline/backends/**/*.py", "pipeline/loop/**/*.py", "experiments/bench/workers_bench.py"),
     "mem0ai_gain": (*_WORLD, *_LOOP, "pipeline/backends/**/*.py", "pipeline/data/**/*.py"),
+    "mem0ai_bench": ("memory_systems/mem0ai/**/*.py", "pipeline/sim/**/*.py", "pipeline/core/**/*.py",
+                     "experiments/bench/mem0ai_bench.py"),
 }
 MARKER = re.compile(r"<!-- figure (?P<id>\w+) measured_at=(?P<commit>\w+) stamped_at=(?P<stamped>\w+) "
                     r"digest=(?P<digest>[0-9a-f]+) -->")
