@@ -68,6 +68,13 @@ def test_optimize_writes_our_format_and_the_mem0_fragment_side_by_side_and_logs_
     assert {f.path for f in client.list_artifacts(outcome["run_id"], "export")} == {f"export/{n}" for n in FILES}
 
 
+@pytest.mark.slow  # the `optimized` fixture runs a (small) optimization of the real mem0ai library
+def test_the_report_of_a_mem0ai_optimization_shows_mem0s_stages(optimized):
+    _, outcome = optimized
+    page = (Path(outcome["run_dir"]) / "report.html").read_text(encoding="utf-8")
+    assert "fact_extraction" in page and "update_memory" in page and "mem0ai" in page
+
+
 @pytest.mark.slow  # after the module's optimization: one `memtrace run` on its test split (top_k from the file)
 def test_our_exported_file_reproduces_the_final_test_metrics_exactly(optimized):
     tmp_path, outcome = optimized
