@@ -378,7 +378,8 @@ def _print_summary(session: AppSession[OptimizeConfig], system: MemorySystem, do
     paths = done.paths
     console.print(f"Exported prompts: {paths[0]} and {', '.join(p.name for p in paths[1:])}; "
                   f"plots: {', '.join(str(p) for p in done.plots)}")
-    load = command_line("memtrace", "run", memory_system=system.name, prompts=paths[0])  # runs as printed
+    selection = {f"memory_system.{k}": v for k, v in system.selection_overrides().items()}
+    load = command_line("memtrace", "run", memory_system=system.name, **selection, prompts=paths[0])  # as printed
     console.print(f"Load them with: {load}", soft_wrap=True, markup=False)
     if session.uri.startswith("sqlite:///"):
         console.print(f"Open MLflow with: mlflow ui --backend-store-uri {session.uri}")

@@ -156,6 +156,11 @@ class MemorySystem(dspy.Module):
         """A copy of `state` that also holds `units` (recorded through `tracer` as memory variables)."""
         raise ReplayUnsupportedError(f"memory system {self.name!r} cannot add units to its memory")
 
+    def selection_overrides(self) -> dict[str, Any]:
+        """The `memory_system.<key>` settings, beyond its name, that select this very system and that an
+        exported prompt set does not carry (a custom system's `target`); a printed load command adds them."""
+        return {}
+
     def knob_values(self) -> dict[str, Any]:
         """The system's knobs as field -> value."""
         return dataclasses.asdict(self.knobs)

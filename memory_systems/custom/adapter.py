@@ -127,6 +127,10 @@ class CustomMemory(MemorySystem):
     def knob_values(self) -> dict[str, Any]:
         return dict(self.user.knobs())
 
+    def selection_overrides(self) -> dict[str, Any]:
+        default = type(self.knobs)().target
+        return {} if self.knobs.target == default else {"target": self.knobs.target}
+
     def non_default_knobs(self) -> dict[str, Any]:
         return {k: v for k, v in self.user.knobs().items() if self._default_knobs.get(k) != v}
 

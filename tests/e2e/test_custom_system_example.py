@@ -75,9 +75,12 @@ def test_run_attribute_and_report_on_the_users_system(user_folder: Path) -> None
 
 def test_optimize_the_users_prompt_on_the_simulated_world(user_folder: Path) -> None:
     tmp = user_folder
-    memtrace(tmp, "optimize", "memory_system=custom", "memory_system.target=my_memory:build",
-             "dataset.n_conversations=6", "loop.budget_calls=400", "loop.max_iterations=2",
-             f"hydra.run.dir={tmp / 'opt'}")
+    done = memtrace(tmp, "optimize", "memory_system=custom", "memory_system.target=my_memory:build",
+                    "dataset.n_conversations=6", "loop.budget_calls=400", "loop.max_iterations=2",
+                    f"hydra.run.dir={tmp / 'opt'}")
+    # the printed load command selects the user's system again (the exported file carries prompts and knobs)
+    printed = " ".join(done.stdout.split())
+    assert f"memtrace run memory_system=custom memory_system.target=my_memory:build prompts={tmp / 'opt'}" in printed
     best = json.loads((tmp / "opt" / "best_prompts.json").read_text())
     assert "respond" in json.dumps(best)
     checkpoint = json.loads((tmp / "opt" / "checkpoint.json").read_text())
