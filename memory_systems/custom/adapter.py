@@ -114,7 +114,8 @@ class CustomMemory(MemorySystem):
                                      "a Python identifier that is no attribute of a memory system")
                 setattr(self, stage.name, _predictor(stage))
         self._knobs_of = {s.name: s.knobs for s in declared if isinstance(s, Stage)}
-        self._default_knobs = MappingProxyType(dict(user.knobs()))
+        # the user's starting knobs, as pairs (a mapping proxy cannot be deep-copied, and DSPy deep-copies systems)
+        self._default_knobs: tuple[tuple[str, Any], ...] = tuple(user.knobs().items())
         self.user = user
         if self.knobs.knobs:
             try:
@@ -132,7 +133,8 @@ class CustomMemory(MemorySystem):
         return {} if self.knobs.target == default else {"target": self.knobs.target}
 
     def non_default_knobs(self) -> dict[str, Any]:
-        return {k: v for k, v in self.user.knobs().items() if self._default_knobs.get(k) != v}
+        defaults = dict(self._default_knobs)
+        return {k: v for k, v in self.user.knobs().items() if defaults.get(k) != v}
 
     def construction_knobs(self) -> str:
         return f"target={self.knobs.target};knobs={json.dumps(self.knob_values(), sort_keys=True, default=str)}"
