@@ -266,6 +266,12 @@ TABLE_SYSTEMS = ("mem0", "long_context", "rag", "evermemos")
 TABLE_OPTIMIZERS = ("attribution", "uniform", "uniform_reasons", "none")
 
 
+def test_accuracies(metrics: dict[str, float]) -> tuple[float, float]:
+    """Test judge accuracy % at the start and the end, rounded as printed (a gain is taken between these,
+    so a cell's three numbers add up as read)."""
+    return round(100 * metrics["test/start/judge_accuracy"], 1), round(100 * metrics["test/final/judge_accuracy"], 1)
+
+
 def optimizer_table() -> str:
     """Test judge accuracy start → final of every (system, optimizer) on the demo's settings: 16 runs."""
     rows = ["| system | " + " | ".join(TABLE_OPTIMIZERS) + " |", "|---|" + "---|" * len(TABLE_OPTIMIZERS)]
@@ -274,9 +280,7 @@ def optimizer_table() -> str:
         for optimizer in TABLE_OPTIMIZERS:
             with tempfile.TemporaryDirectory() as tmp:
                 m = run_optimize(Path(tmp), f"memory_system={system}", f"optimizer={optimizer}").metrics
-            # the gain of the printed (rounded) accuracies, so a cell's three numbers add up as read
-            start = round(100 * m["test/start/judge_accuracy"], 1)
-            final = round(100 * m["test/final/judge_accuracy"], 1)
+            start, final = test_accuracies(m)
             gain = f"{final - start:+.1f}" if round(final - start, 1) else "0"
             cells.append(f"{start:.1f} → {final:.1f} ({'**' + gain + '**' if optimizer == 'attribution' else gain})")
         name = f"{system} (the demo)" if system == "mem0" else system
@@ -300,8 +304,7 @@ def mem0ai_gain_table() -> str:
             for seed in GAIN_SEEDS:
                 with tempfile.TemporaryDirectory() as tmp:
                     m = run_optimize(Path(tmp), f"memory_system={system}", f"seed={seed}", *overrides).metrics
-                start = round(100 * m["test/start/judge_accuracy"], 1)
-                final = round(100 * m["test/final/judge_accuracy"], 1)
+                start, final = test_accuracies(m)
                 rows.append(f"| {system} | {label} | {seed} | {start:.1f} → {final:.1f} ({final - start:+.1f}) | "
                             f"{int(m['lm_calls/budget_spent']):,} |")
     return "\n".join(rows)

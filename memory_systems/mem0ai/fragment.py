@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from memtrace_loop.memory_systems.mem0ai.hooks import DATE_PLACEHOLDER, HOOK_BY_STAGE, import_mem0, installed_version
-from memtrace_loop.pipeline.core.prompt_files import ExportedPrompts, PromptFileError, dump_document
+from memtrace_loop.pipeline.core.prompt_files import ExportedPrompts, NonBlank, PromptFileError, dump_document
 from memtrace_loop.pipeline.core.records import PromptSet
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
@@ -53,19 +53,10 @@ NOTE = (
 STAGE_BY_HOOK: Mapping[str, str] = {key: stage for stage, key in HOOK_BY_STAGE.items()}
 
 
-def _non_blank(value: str) -> str:
-    if not value.strip():
-        raise ValueError("must be a non-empty string")
-    return value
-
-
 def _some_keys(value: dict[str, str]) -> dict[str, str]:
     if not value:
         raise ValueError("must hold at least one mem0 config key")
     return value
-
-
-NonBlank = Annotated[str, AfterValidator(_non_blank)]
 
 
 class _FragmentFile(BaseModel):
