@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, TypeVar
 
 import dspy
-from memtrace_loop.memory_systems.answering import AnswerOutcome, respond
+from memtrace_loop.memory_systems.answering import RESPOND_STAGE, AnswerOutcome, respond
 from memtrace_loop.memory_systems.stages import StageSpec, construction_stages, reset_knobs
 from memtrace_loop.pipeline.core.config import parse_config
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
@@ -25,7 +25,8 @@ from memtrace_loop.pipeline.core.records import Conversation, PromptSet, Questio
 from memtrace_loop.pipeline.core.tracing import Tracer
 
 __all__ = [
-    "AnswerOutcome", "KnobError", "MemorySystem", "PromptSetError", "ReplayUnsupportedError", "RestoredUnit",
+    "AnswerOutcome", "KnobError", "MemorySystem", "PromptSetError", "RecordedCall", "ReplayUnsupportedError",
+    "RestoredUnit",
     "Retrieved",
     "ranked_depth",
 ]
@@ -67,6 +68,17 @@ class RestoredUnit:
     source: str
 
 
+@dataclass(frozen=True)
+class RecordedCall:
+    """A recorded LLM operation as replay calls its stage again: the stage (the predictor's attribute
+    path), the keyword inputs the predictor was called with, and the ISO time of what it read (the time
+    units it writes carry)."""
+
+    stage: str
+    inputs: Mapping[str, Any]
+    time: str = ""
+
+
 def ranked_depth(top_k: int) -> int:
     """How deep a retrieval ranks: its `top_k` plus as many again (at least 10) recorded as near misses,
     so an analysis can tell a unit the cut left out from one the search never ranked."""
@@ -93,7 +105,12 @@ class MemorySystem(dspy.Module):
     - for replay: `restore(graph) -> state` (the memory at question time, rebuilt from the conversation
       graph without any LLM call), `with_units(state, units, tracer) -> state` (a snapshot holding extra
       units; the original is untouched) and, with `STEER` stages, `retrieve_steered`. A system that
-      cannot raises `ReplayUnsupportedError`."""
+      cannot raises `ReplayUnsupportedError`.
+    - for replay's stage repairs (an LLM stage is repaired by calling its predictor again on its
+      recorded inputs with a hint added to its instruction): `recorded_call(graph, op_id)` (how the
+      operation called its stage; the answer stage is covered here) and `repaired_units(graph, op_id,
+      prediction)` (what the re-run stage puts in memory that the operation did not). A system that
+      cannot raises `ReplayUnsupportedError`, and such a blame is `unverifiable`."""
 
     name: str = "base"
     stages: tuple[StageSpec, ...] = ()  # every stage in pipeline order (the spec's stage table)
@@ -155,6 +172,22 @@ class MemorySystem(dspy.Module):
     def with_units(self, state: Any, units: Sequence[RestoredUnit], tracer: Tracer) -> Any:
         """A copy of `state` that also holds `units` (recorded through `tracer` as memory variables)."""
         raise ReplayUnsupportedError(f"memory system {self.name!r} cannot add units to its memory")
+
+    def recorded_call(self, graph: ExecutionGraph, op_id: str) -> RecordedCall:
+        """How LLM operation `op_id` called its stage, to call it again. The answer stage (`respond`,
+        inputs: the query and the context variables) is read here; a system overrides this for its own
+        LLM stages and calls `super()` for the rest."""
+        op = graph.operation(op_id)
+        if op.stage == RESPOND_STAGE and len(op.inputs) == 2:
+            query, context = (graph.variable(v) for v in op.inputs)
+            return RecordedCall(RESPOND_STAGE, {"question": query.value, "context": context.value})
+        raise ReplayUnsupportedError(f"memory system {self.name!r} cannot call stage {op.stage!r} again")
+
+    def repaired_units(self, graph: ExecutionGraph, op_id: str, prediction: Any) -> tuple[RestoredUnit, ...]:
+        """What construction operation `op_id`'s stage, called again (its `prediction`), puts in memory
+        that the operation did not: new units in the system's own form (a fact, an event), and the old
+        version of a unit the operation deleted or overwrote that the new decision keeps."""
+        raise ReplayUnsupportedError(f"memory system {self.name!r} cannot repair {graph.operation(op_id).stage!r}")
 
     def selection_overrides(self) -> dict[str, Any]:
         """The `memory_system.<key>` settings, beyond its name, that select this very system and that an

@@ -15,13 +15,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from memtrace_loop.pipeline.analysis.attribution.records import Attribution, ErrorType, Fault, Tunable
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Check, ErrorType, Fault, Tunable
 from memtrace_loop.pipeline.core.records import CaseResult
 
 # How much one attribution counts in the blame table: a replay-confirmed blame above an unchecked one,
-# a refuted one (its repair did not rescue the case) least. Without verification every weight is equal,
-# so the ranking is the plain count.
-WEIGHT_BY_VERIFIED: Mapping[bool | None, float] = MappingProxyType({True: 1.0, None: 0.5, False: 0.2})
+# a refuted one (its repair did not rescue the case) least; an unverifiable one (no repair exists that
+# is not the gold answer) counts as unchecked. Without verification every weight is equal, so the
+# ranking is the plain count.
+WEIGHT_BY_CHECK: Mapping[Check, float] = MappingProxyType(
+    {Check.VERIFIED: 1.0, Check.UNCHECKED: 0.5, Check.UNVERIFIABLE: 0.5, Check.REFUTED: 0.2}
+)
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,7 @@ class StageBlame:
     weight: float = 0.0
     verified: int = 0  # attributions naming this stage that a replay confirmed
     refuted: int = 0  # ... and that a replay did not confirm
+    unverifiable: int = 0  # ... and for which no repair but the gold answer exists
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,7 @@ class BlameTable:
                 "weight": round(row.weight, 4),
                 "verified": row.verified,
                 "refuted": row.refuted,
+                "unverifiable": row.unverifiable,
                 **{f"n_{kind}": n for kind, n in row.count_by_error_type.items()},
                 "examples": ", ".join(row.example_question_ids),
             }
@@ -73,7 +78,7 @@ class BlameTable:
 def aggregate_blame(attributions: Iterable[Attribution], max_examples: int = 5) -> BlameTable:
     """Per-stage counts, weights, shares, error types and example cases of a set of attributions.
 
-    Each attribution carries `WEIGHT_BY_VERIFIED[verified]`, split evenly over its causes (its joint
+    Each attribution carries `WEIGHT_BY_CHECK[check]`, split evenly over its causes (its joint
     decisive set, or the blamed operation alone); a stage's share is its part of the total weight."""
     items: Sequence[Attribution] = list(attributions)
     members_by_stage: dict[str, list[tuple[Attribution, Fault]]] = {}
@@ -83,7 +88,7 @@ def aggregate_blame(attributions: Iterable[Attribution], max_examples: int = 5) 
             members_by_stage.setdefault(cause.stage, []).append((item, cause))
     weight_by_stage = {
         stage: sum(
-            WEIGHT_BY_VERIFIED[a.verified] * sum(1 for c in a.causes() if c.stage == stage) / len(a.causes())
+            WEIGHT_BY_CHECK[a.check] * sum(1 for c in a.causes() if c.stage == stage) / len(a.causes())
             for a, _ in members
         )
         for stage, members in members_by_stage.items()
@@ -103,6 +108,7 @@ def aggregate_blame(attributions: Iterable[Attribution], max_examples: int = 5) 
                 weight=weight_by_stage[stage],
                 verified=sum(1 for a, _ in members if a.verified is True),
                 refuted=sum(1 for a, _ in members if a.verified is False),
+                unverifiable=sum(1 for a, _ in members if a.check == Check.UNVERIFIABLE),
             )
         )
     rows.sort(key=lambda row: (-round(row.weight, 9), -row.count, row.stage))

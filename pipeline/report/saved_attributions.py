@@ -11,7 +11,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from memtrace_loop.pipeline.analysis.attribution.records import Attribution, AttributionCost, ErrorType, Fault, Tunable
+from memtrace_loop.pipeline.analysis.attribution.records import (
+    Attribution,
+    AttributionCost,
+    Check,
+    ErrorType,
+    Fault,
+    Tunable,
+)
 from memtrace_loop.pipeline.core.records import CaseResult
 
 
@@ -33,12 +40,13 @@ def attributions_from_rows(
             )
         )
         verified = row.get("verified")
+        check = Check(str(row["check"])) if "check" in row else Check.of(None if verified is None else bool(verified))
         found.append(
             Attribution(
                 case, str(row["op"]), str(row.get("op_name", "")), str(row["stage"]), error_type,
                 str(row.get("reason", "")), float(row.get("confidence", 0.0)), str(row.get("method", "")),
                 tunable, tuple(str(e) for e in row.get("evidence", ())), bool(row.get("pseudo_evidence", False)),
-                None if verified is None else bool(verified), joint=joint,
+                check, joint=joint,
                 cost=AttributionCost(
                     int(row.get("cost_lm_calls", 0)), int(row.get("prompt_tokens", 0)),
                     int(row.get("completion_tokens", 0)), int(row.get("replay_calls", 0)),

@@ -107,14 +107,15 @@ def result_rows(result: RunResult) -> list[dict[str, Any]]:
 
 ATTRIBUTION_COLUMNS = (
     "question_id", "category", "error_type", "stage", "op", "op_name", "tunable", "confidence", "method",
-    "verified", "joint", "cost_lm_calls", "replay_calls", "reason",
+    "check", "joint", "alternatives", "cost_lm_calls", "replay_calls", "reason",
 )
 
 
 def attribution_rows(attributions: Iterable[Attribution]) -> list[dict[str, Any]]:
     """One plain row per attribution (JSON-able): the blamed operation, whether a replay confirmed it
-    (`verified`: true / false / null when unchecked), the decisive set's operations in order (`joint`,
-    empty for a single cause) and what finding and checking it cost."""
+    (`check`: verified / refuted / unchecked / unverifiable; `verified`: true / false / null), the
+    decisive set's operations in order (`joint`, empty for a single cause), the other single repairs that
+    also rescued it (`alternatives`, as `stage:op`) and what finding and checking it cost."""
     return [
         {
             "question_id": a.question_id,
@@ -127,8 +128,10 @@ def attribution_rows(attributions: Iterable[Attribution]) -> list[dict[str, Any]
             "tunable": a.tunable.value,
             "confidence": round(a.confidence, 4),
             "method": a.method,
+            "check": a.check.value,
             "verified": a.verified,
             "joint": [f.op for f in a.joint],
+            "alternatives": [f"{f.stage}:{f.op}" for f in a.alternatives],
             "joint_names": [f.op_name for f in a.joint],
             "joint_stages": [f.stage for f in a.joint],
             "evidence": list(a.evidence),

@@ -84,7 +84,7 @@ def test_attributing_a_logged_run_reproduces_in_process_attribution(source, monk
     assert {"attributions.json", "blame.json", "attributions_table.json"} <= files
     table = json.loads(Path(client.download_artifacts(done["run_id"], "attributions_table.json",
                                                       str(tmp_path / "dl"))).read_text())
-    assert {"verified", "joint", "cost_lm_calls", "replay_calls"} <= set(table["columns"])
+    assert {"check", "joint", "cost_lm_calls", "replay_calls"} <= set(table["columns"])
 
 
 @pytest.mark.slow
@@ -136,7 +136,7 @@ def test_a_run_without_cases_cannot_be_downloaded_for_attribution(tmp_path):
         tracker.log_text("[]", "results.json")
     with pytest.raises(FileNotFoundError, match=r"no cases\.json"):
         download_saved_run(tracker, run_id, tmp_path / "dl")
-    assert "verified" in ATTRIBUTION_COLUMNS
+    assert "check" in ATTRIBUTION_COLUMNS
 
 
 @pytest.mark.slow
@@ -157,6 +157,6 @@ def test_cli_attribute_as_a_user_types_it(tmp_path, monkeypatch):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "blame per stage" in done.stdout and "verified" in done.stdout and "replay:" in done.stdout
     rows = json.loads((tmp_path / "att" / "attributions.json").read_text())
-    assert rows and all(row["verified"] is not None for row in rows)
+    assert rows and all(row["check"] != "unchecked" for row in rows)
     with pytest.raises(ConfigError, match=r"attributor\.replay\.max_joint"):
         attribute(composed("attribute", tmp_path, f"run_dir={out}", "attributor.replay.max_joint=0"))

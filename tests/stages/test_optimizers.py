@@ -36,7 +36,7 @@ from memtrace_loop.optimizers.rewrite import (
 from memtrace_loop.optimizers.uniform import UniformBlameOptimizer, rotated
 from memtrace_loop.optimizers.uniform_reasons import UniformReasonsOptimizer
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
-from memtrace_loop.pipeline.analysis.attribution.records import Attribution, ErrorType, Fault, Tunable
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Check, ErrorType, Fault, Tunable
 from memtrace_loop.pipeline.analysis.blame import aggregate_blame
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.records import CaseResult, PromptSet, Question, Scores
@@ -71,7 +71,7 @@ def attribution(
 ) -> Attribution:
     return Attribution(
         case=case(qid), op=f"op{qid}", op_name=op_name, stage=stage, error_type=error, reason=reason,
-        confidence=confidence, method="lineage", tunable=Tunable(tunable), verified=verified,
+        confidence=confidence, method="lineage", tunable=Tunable(tunable), check=Check.of(verified),
     )
 
 
@@ -114,7 +114,7 @@ def test_joint_block_names_the_operations_in_order_and_single_causes_keep_their_
     single = attribution("q1", "extract", ErrorType.EXTRACTION, "lost the date", verified=True)
     joint = replace(
         single,
-        verified=True,
+        check=Check.VERIFIED,
         joint=(
             Fault("op1", "extract_facts", "extract", ErrorType.EXTRACTION, Tunable.PROMPT, "lost the date"),
             Fault("op7", "decide_updates", "decide", ErrorType.UPDATE, Tunable.PROMPT, "overwrote the date"),

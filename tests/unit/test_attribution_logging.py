@@ -11,7 +11,14 @@ from memtrace_loop.experiments.config import Chosen
 from memtrace_loop.experiments.factory import attributor_of
 from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
-from memtrace_loop.pipeline.analysis.attribution.records import Attribution, AttributionCost, ErrorType, Fault, Tunable
+from memtrace_loop.pipeline.analysis.attribution.records import (
+    Attribution,
+    AttributionCost,
+    Check,
+    ErrorType,
+    Fault,
+    Tunable,
+)
 from memtrace_loop.pipeline.analysis.attribution.registry import attributor_settings, build_attributor
 from memtrace_loop.pipeline.analysis.attribution.replay import VerifyingAttributor
 from memtrace_loop.pipeline.backends.embeddings import EmbedderConfig, HashingEmbedder
@@ -31,7 +38,7 @@ DECIDE = Fault("op7", "decide_updates", "decide", ErrorType.UPDATE, Tunable.PROM
 def blamed(verified: bool | None, joint: tuple[Fault, ...] = (), replay_calls: int = 0) -> Attribution:
     return Attribution(
         case=CASE, op="op1", op_name="extract_facts", stage="extract", error_type=ErrorType.EXTRACTION,
-        reason="lost the date sk-secret-1234", confidence=0.9, method="lineage", verified=verified, joint=joint,
+        reason="lost the date sk-secret-1234", confidence=0.9, method="lineage", check=Check.of(verified), joint=joint,
         cost=AttributionCost(lm_calls=2, replay_calls=replay_calls),
     )
 
@@ -44,7 +51,7 @@ def test_the_attribution_table_shows_verification_joint_sets_and_cost():
     with tracker.start_run("r") as run_id:
         tracker.log_table(attribution_columns(items, ["sk-secret-1234"]), "attributions.json")
     columns = json.loads(tracker.runs[run_id].text("attributions.json"))
-    assert columns["verified"] == ["True", "False", "True", ""]
+    assert columns["check"] == ["verified", "refuted", "verified", "unchecked"]
     assert columns["joint"] == ["", "", "op1, op7", ""]
     assert columns["cost_lm_calls"] == ["2"] * 4 and columns["replay_calls"] == ["2", "3", "6", "0"]
     assert all("***" in reason and "sk-secret" not in reason for reason in columns["reason"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 
-from memtrace_loop.pipeline.analysis.attribution.records import Attribution, AttributionCost, ErrorType
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution, AttributionCost, Check, ErrorType
 from memtrace_loop.pipeline.benchmark.scoring import (
     BenchCase,
     FaultKind,
@@ -47,7 +47,7 @@ def failed_case(qid: str) -> CaseResult:
 def attribution(case: CaseResult, graph: ExecutionGraph, op: str, error: ErrorType, verified=None, calls=0):
     operation = graph.operation(op)
     return Attribution(
-        case, op, operation.name, operation.stage, error, "r", 1.0, "hand", verified=verified,
+        case, op, operation.name, operation.stage, error, "r", 1.0, "hand", check=Check.of(verified),
         cost=AttributionCost(lm_calls=calls, replay_calls=1 if verified is not None else 0),
     )
 

@@ -1,10 +1,13 @@
+
 """Blame aggregation: verified attributions weigh more, joint causes split their weight."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
-from memtrace_loop.pipeline.analysis.attribution.records import Attribution, ErrorType, Fault, Tunable
-from memtrace_loop.pipeline.analysis.blame import WEIGHT_BY_VERIFIED, aggregate_blame
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Check, ErrorType, Fault, Tunable
+from memtrace_loop.pipeline.analysis.blame import WEIGHT_BY_CHECK, aggregate_blame
 from memtrace_loop.pipeline.core.records import CaseResult, Question, Scores
 
 
@@ -16,7 +19,7 @@ def case(i: int) -> CaseResult:
 def blamed(i: int, stage: str, verified: bool | None = None, joint: tuple[Fault, ...] = ()) -> Attribution:
     return Attribution(
         case(i), f"op:{i}", "x", stage, ErrorType.EXTRACTION, "why", 0.9, "lineage", Tunable.PROMPT,
-        verified=verified, joint=joint,
+        check=Check.of(verified), joint=joint,
     )
 
 
@@ -30,7 +33,7 @@ def test_verified_blame_outweighs_more_numerous_refuted_blame():
     table = aggregate_blame(
         [blamed(1, "a", True), blamed(2, "b", False), blamed(3, "b", False), blamed(4, "b", False)]
     )
-    assert WEIGHT_BY_VERIFIED[True] > WEIGHT_BY_VERIFIED[None] > WEIGHT_BY_VERIFIED[False]
+    assert WEIGHT_BY_CHECK[Check.VERIFIED] > WEIGHT_BY_CHECK[Check.UNCHECKED] > WEIGHT_BY_CHECK[Check.REFUTED]
     assert [r.stage for r in table.rows] == ["a", "b"]
     assert table.by_stage["a"].verified == 1 and table.by_stage["b"].refuted == 3
 
@@ -45,3 +48,12 @@ def test_joint_cause_splits_its_weight_over_its_stages():
     assert table.by_stage["retrieve"].weight == pytest.approx(0.5)
     assert table.by_stage["retrieve"].tunable == Tunable.KNOBS
     assert table.by_stage["retrieve"].count_by_error_type == {"RetrievalError": 1}
+
+
+def test_unverifiable_blame_weighs_as_unchecked_and_is_counted_apart():
+    unverifiable = replace(blamed(1, "a", None), check=Check.UNVERIFIABLE)
+    table = aggregate_blame([unverifiable, blamed(2, "b", None)])
+    assert WEIGHT_BY_CHECK[Check.UNVERIFIABLE] == WEIGHT_BY_CHECK[Check.UNCHECKED]
+    assert table.by_stage["a"].weight == pytest.approx(table.by_stage["b"].weight)
+    assert table.by_stage["a"].unverifiable == 1 and table.by_stage["a"].verified == 0
+    assert unverifiable.verified is None

@@ -21,6 +21,28 @@ class Tunable(StrEnum):
     KNOBS = "knobs"
 
 
+class Check(StrEnum):
+    """What a replay check found for a blame (`pipeline.analysis.attribution.replay`):
+
+    - `verified`: repairing the blamed stage's output the way a fixed stage could write it (or the named
+      joint set together) turned the answer correct;
+    - `refuted`: a repair was made and did not rescue the case;
+    - `unchecked`: no replay was tried (verification off);
+    - `unverifiable`: no repair exists that is not the gold answer itself (e.g. the answer stage had no
+      line carrying the information in its context, or the system cannot rebuild its memory).
+    """
+
+    VERIFIED = "verified"
+    REFUTED = "refuted"
+    UNCHECKED = "unchecked"
+    UNVERIFIABLE = "unverifiable"
+
+    @classmethod
+    def of(cls, verified: bool | None) -> Check:
+        """The check a True / False / None `verified` flag stands for (None: unchecked)."""
+        return {True: cls.VERIFIED, False: cls.REFUTED}.get(verified, cls.UNCHECKED)  # type: ignore[arg-type]
+
+
 class ErrorType(StrEnum):
     EXTRACTION = "ExtractionError"
     UPDATE = "UpdateError"
@@ -65,8 +87,9 @@ class Attribution:
     `suspects` are every fault the attributor found on the information's path, earliest first (the
     blamed one among them); a replay check tries them. `joint` is the decisive error set when no single
     repair rescued the case but these together did (in order; the blamed operation is the first); blame
-    splits over it. `verified` is True when a replay with the blamed operation(s) repaired answered
-    correctly, False when it did not, None when not checked."""
+    splits over it. `alternatives` are other single repairs that also rescued the case alone (a knob
+    beside a prompt rule), so an optimizer can choose. `check` is what the replay found (`Check`);
+    `verified` reads it as True (verified), False (refuted) or None (unchecked or unverifiable)."""
 
     case: CaseResult
     op: str
@@ -79,10 +102,16 @@ class Attribution:
     tunable: Tunable = Tunable.PROMPT
     evidence: tuple[str, ...] = ()
     pseudo_evidence: bool = False
-    verified: bool | None = None  # set by a replay check; None when not checked
+    check: Check = Check.UNCHECKED  # set by a replay check
     suspects: tuple[Fault, ...] = ()
     joint: tuple[Fault, ...] = ()
+    alternatives: tuple[Fault, ...] = ()
     cost: AttributionCost = AttributionCost()
+
+    @property
+    def verified(self) -> bool | None:
+        """True when a replay verified the blame, False when it refuted it, None otherwise."""
+        return {Check.VERIFIED: True, Check.REFUTED: False}.get(self.check)
 
     @property
     def question_id(self) -> str:

@@ -43,7 +43,7 @@ from memtrace_loop.memory_systems.answering import AnswerOutcome, conversation_f
 from memtrace_loop.memory_systems.base import MemorySystem, ReplayUnsupportedError, RestoredUnit
 from memtrace_loop.memory_systems.stages import StageRepair
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
-from memtrace_loop.pipeline.analysis.attribution.records import Attribution, ErrorType, Fault, Tunable
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Check, ErrorType, Fault, Tunable
 from memtrace_loop.pipeline.analysis.evaluation import judge_answer
 from memtrace_loop.pipeline.core.config import require
 from memtrace_loop.pipeline.core.conventions import (
@@ -289,7 +289,7 @@ def _latest_id(graph: ExecutionGraph, name: str) -> str:
 
 def _checked(attribution: Attribution, verified: bool | None, spent: int) -> Attribution:
     cost = dataclasses.replace(attribution.cost, replay_calls=attribution.cost.replay_calls + spent)
-    return dataclasses.replace(attribution, verified=verified, cost=cost)
+    return dataclasses.replace(attribution, check=Check.of(verified), cost=cost)
 
 
 def _reblamed(attribution: Attribution, fault: Fault, primary: Fault, spent: int) -> Attribution:
