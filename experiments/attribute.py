@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +40,7 @@ from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.experiments.output_dirs import app_output_dir
 from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.pipeline.analysis.attribution.protocol import TracedRun, attribute_run
-from memtrace_loop.pipeline.analysis.attribution.records import Attribution
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Check
 from memtrace_loop.pipeline.analysis.blame import aggregate_blame
 from memtrace_loop.pipeline.backends.lm import configure_cache
 from memtrace_loop.pipeline.backends.local_server import LocalServers
@@ -229,11 +230,11 @@ def attribute(cfg: DictConfig | Mapping[str, Any], console: Console | None = Non
     for row in rows if config.graphs is not None else ():  # another tool's graphs: its own op names and ids
         console.print(f"{row['question_id']}: {row['error_type']} at operation {row['operation']!r} "
                       f"({row['source_op_id'] or row['op']}), stage {row['stage']!r} in {row['file']}")
-    verified = sum(1 for a in attributions if a.verified is True)
-    refuted = sum(1 for a in attributions if a.verified is False)
+    checks = Counter(a.check for a in attributions)
     joint = sum(1 for a in attributions if len(a.joint) > 1)
-    if any(a.verified is not None for a in attributions):
-        console.print(f"replay: {verified} verified, {refuted} refuted, {joint} joint causes; "
+    if set(checks) - {Check.UNCHECKED}:
+        console.print(f"replay: {checks[Check.VERIFIED]} verified, {checks[Check.REFUTED]} refuted, "
+                      f"{checks[Check.UNVERIFIABLE]} unverifiable, {joint} joint causes; "
                       f"{int(metrics[names.attribution('replay_calls')])} replayed calls")
     console.print(f"Wrote {attributions_path} and {blame_path.name} ({elapsed:.1f} s)")
     if run_id is not None:

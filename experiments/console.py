@@ -205,14 +205,14 @@ def loop_tables(result: LoopResult, system_name: str) -> list[Table]:
 
 def blame_table(blame: BlameTable, title: str) -> Table:
     """Blame per stage, most blamed first: count, weighted share, and how many blames a replay
-    confirmed or refuted (all 0 when nothing was verified)."""
+    confirmed, refuted or could not check (all 0 when nothing was verified)."""
     table = Table(title=title)
-    for column in ("stage", "tunable", "count", "share %", "weight", "verified", "refuted", "error types"):
+    for column in ("stage", "tunable", "count", "share %", "weight", "verified", "refuted", "unverif.", "error types"):
         table.add_column(column, justify="left" if column in ("stage", "tunable", "error types") else "right")
     for row in blame.rows:
         table.add_row(
             row.stage, row.tunable.value, str(row.count), _pct(row.share), f"{row.weight:.2f}", str(row.verified),
-            str(row.refuted),
+            str(row.refuted), str(row.unverifiable),
             ", ".join(f"{kind.removesuffix('Error')} {n}" for kind, n in row.count_by_error_type.items()),
         )
     return table

@@ -21,12 +21,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 
-from memtrace_loop.pipeline.analysis.attribution.records import Attribution
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Check
 from memtrace_loop.pipeline.backends.text import long_letter_words
 from memtrace_loop.pipeline.core.records import CaseResult
 
 DIAGNOSIS_LABEL = "Diagnosis:"
+ALTERNATIVES_LABEL = "Also rescued alone by repairing:"
+# what a block says of the blamed operation after a replay check (nothing when unchecked)
+CHECK_SUFFIX = MappingProxyType({
+    Check.VERIFIED.value: " (confirmed by replay)",
+    Check.REFUTED.value: " (not confirmed by replay)",
+    Check.UNVERIFIABLE.value: " (unverifiable: no repair but the gold answer exists)",
+})
 JOINT_LABEL = "Joint cause: no single repair rescued this case; these operations needed repair together:"
 UNATTRIBUTED = "Unattributed"
 NO_ATTRIBUTION_DIAGNOSIS = (
@@ -65,17 +73,14 @@ class FailureFeedback:
     op_name: str  # the blamed operation's name; "" when nothing was blamed
     diagnosis: str
     confidence: float = 0.0
-    verified: bool | None = None
+    check: str = Check.UNCHECKED.value  # what a replay found (`Check`): verified, refuted, unchecked, unverifiable
     joint: tuple[str, ...] = ()  # the decisive set's operations in order, when one repair alone was not enough
     category: str = ""  # the question's category, e.g. "2 (temporal)"; "" when unknown
+    alternatives: tuple[str, ...] = ()  # other single repairs that also rescued the case alone
 
     def render(self) -> str:
         if self.op_name:
-            error = f"{self.error_type} at operation {self.op_name}"
-            if self.verified is True:
-                error += " (confirmed by replay)"
-            elif self.verified is False:
-                error += " (not confirmed by replay)"
+            error = f"{self.error_type} at operation {self.op_name}{CHECK_SUFFIX.get(self.check, '')}"
         else:
             error = f"{self.error_type} (no operation blamed)"
         lines = [
@@ -88,6 +93,8 @@ class FailureFeedback:
         lines.append(f"Error: {error}")
         if len(self.joint) > 1:
             lines.append(f"{JOINT_LABEL} {', then '.join(self.joint)}")
+        if self.alternatives:
+            lines.append(f"{ALTERNATIVES_LABEL} {', '.join(self.alternatives)}")
         lines.append(f"{DIAGNOSIS_LABEL} {clip(self.diagnosis, _LIMITS['diagnosis'])}")
         return "\n".join(lines)
 
@@ -110,8 +117,9 @@ def feedback_for_attribution(attribution: Attribution) -> FailureFeedback:
         op_name=attribution.op_name or attribution.op,
         diagnosis=attribution.reason or "(the attributor gave no reason)",
         confidence=attribution.confidence,
-        verified=attribution.verified,
+        check=attribution.check.value,
         joint=tuple(f"{f.op_name or f.op} ({f.stage})" for f in attribution.joint),
+        alternatives=tuple(f"{f.op_name or f.op} ({f.stage}, {f.tunable.value})" for f in attribution.alternatives),
         category=category_text(case),
     )
 
@@ -139,7 +147,7 @@ def feedback_without_attribution(case: CaseResult) -> FailureFeedback:
 
 
 def _rank_key(block: FailureFeedback) -> tuple[int, float, str]:
-    verified_rank = {True: 0, None: 1, False: 2}[block.verified]
+    verified_rank = {Check.VERIFIED.value: 0, Check.REFUTED.value: 2}.get(block.check, 1)
     return (verified_rank, -block.confidence, block.question_id)
 
 

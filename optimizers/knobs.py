@@ -5,7 +5,7 @@ buffer, chunk boundaries), `propose_knobs` turns them into `KnobProposal`s, one 
 values chosen from the evidence where the traces hold it:
 
 - a search that ranked the evidence just below its cut (the retrieval's `NEAR_MISSES`): the smallest
-  `top_k` that reaches the evidence in at least `COVER` of those misses (`replay.needed_top_k`, so an
+  `top_k` that reaches the evidence in at least `COVER` of those misses (`repairs.needed_top_k`, so an
   EverMemOS episode and its events count as one ranked unit);
 - a search blamed without a ranked near miss: `top_k` grown by `GROWTH` (the evidence may sit deeper
   than what the trace recorded);
@@ -28,7 +28,7 @@ from typing import Any
 
 from memtrace_loop.optimizers.base import Candidate, OptimizationContext
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, ErrorType, Fault, Tunable
-from memtrace_loop.pipeline.analysis.attribution.replay import needed_top_k
+from memtrace_loop.pipeline.analysis.attribution.repairs import needed_top_k
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 
 COVER = 1.0  # share of the ranked misses the proposed top_k must reach

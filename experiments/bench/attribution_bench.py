@@ -87,11 +87,11 @@ def _llm(setting: BenchSetting) -> Attributor:
 
 
 def _lineage_replay(setting: BenchSetting) -> Attributor:
-    from memtrace_loop.pipeline.analysis.attribution.replay import Replayer, VerifyingAttributor
+    from memtrace_loop.pipeline.analysis.attribution.verification import Verifier, VerifyingAttributor
 
     if setting.system is None:
         raise NotImplementedError("replay needs the memory system that produced the graph")
-    return VerifyingAttributor(LineageAttributor(), Replayer(setting.system, setting.judge))
+    return VerifyingAttributor(LineageAttributor(), Verifier(setting.system, setting.judge))
 
 
 BUILDER_BY_ATTRIBUTOR: Mapping[str, Callable[[BenchSetting], Attributor]] = MappingProxyType(

@@ -52,12 +52,14 @@ class FailureCase:
     confidence: float
     op_name: str = ""
     verified: bool | None = None
+    check: str = "unchecked"  # the replay check's state (`Check`)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "question_id": self.question_id, "question": self.question, "gold": self.gold, "answer": self.answer,
             "reason": self.reason, "confidence": round(self.confidence, 4), "op_name": self.op_name,
             "verified": self.verified,
+            "check": self.check,
         }
 
 
@@ -131,7 +133,7 @@ def _case(attribution: Attribution) -> FailureCase:
     return FailureCase(
         question_id=attribution.question_id, question=case.question.text, gold=case.question.gold,
         answer=case.prediction, reason=attribution.reason, confidence=attribution.confidence,
-        op_name=attribution.op_name, verified=attribution.verified,
+        op_name=attribution.op_name, verified=attribution.verified, check=attribution.check.value,
     )
 
 

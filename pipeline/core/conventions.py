@@ -138,6 +138,7 @@ QUESTION_SIDE_KINDS: frozenset[VarKind] = frozenset(
 )
 CONSTRUCTION_OP_KINDS: frozenset[OpKind] = frozenset({OpKind.EXTRACTION, OpKind.UPDATE, OpKind.DELETION})
 
+KNOBS_META = "knobs"  # conversation-graph meta: the memory system's knob values the run used (replay reads them)
 NEAR_MISSES = "near_misses"  # retrieval meta: unit variable ids ranked just below the cut, best first
 
 SEPARATOR = ":"

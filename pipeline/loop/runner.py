@@ -24,6 +24,7 @@ from memtrace_loop.pipeline.analysis.evaluation import (
     judge_answer,
     summarize,
 )
+from memtrace_loop.pipeline.core.conventions import KNOBS_META
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import CaseResult, Conversation, Dataset, Question
 from memtrace_loop.pipeline.core.stop import StopToken
@@ -125,7 +126,7 @@ def new_conversation_graph(
     system: MemorySystem, judge: dspy.Predict, conversation: Conversation, meta: Mapping[str, Any] | None = None
 ) -> tuple[ExecutionGraph, Tracer]:
     """A fresh graph for one conversation with every stage prompt declared up front."""
-    graph = ExecutionGraph(conversation.id, {"system": system.name, **(meta or {})})
+    graph = ExecutionGraph(conversation.id, {"system": system.name, KNOBS_META: system.knob_values(), **(meta or {})})
     tracer = Tracer(graph)
     declare_prompts(tracer, system, judge)
     return graph, tracer

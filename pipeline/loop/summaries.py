@@ -35,6 +35,7 @@ def blame_from_rows(rows: Sequence[Mapping[str, Any]]) -> BlameTable:
             weight=float(row.get("weight", row["count"])),  # checkpoints before weights: the count
             verified=int(row.get("verified", 0)),
             refuted=int(row.get("refuted", 0)),
+            unverifiable=int(row.get("unverifiable", 0)),
         )
         for row in rows
     )

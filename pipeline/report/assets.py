@@ -52,7 +52,7 @@ svg.graph .node.selected rect{stroke:var(--accent);stroke-width:3}
 svg.graph .edge{fill:none;stroke:#98a2b3;stroke-width:1.2}svg.graph .vedge{fill:none;stroke:#36bffa;
 stroke-dasharray:5 3;stroke-width:1.2}#node-panel{margin-top:8px;border-top:1px solid var(--line)}
 .pill{display:inline-block;padding:0 6px;border-radius:8px;font-size:12px;background:#eef1f5}
-.pill.verified{background:#dcfae6}.pill.refuted{background:#fee4e2}
+.pill.verified{background:#dcfae6}.pill.refuted{background:#fee4e2}.pill.unverifiable{background:#f2f4f7}
 """
 
 PAGE_JS = r"""
@@ -77,6 +77,7 @@ PAGE_JS = r"""
   function safeClass(s) { return String(s).replace(/[^A-Za-z0-9_-]/g, '_'); }
   function verifiedOf(f) {
     if (!f.attr) { return 'none'; }
+    if (f.attr.check) { return f.attr.check; }
     if (f.attr.verified === true) { return 'verified'; }
     if (f.attr.verified === false) { return 'refuted'; }
     return 'unchecked';

@@ -67,10 +67,11 @@ def _attribution_json(found: Attribution | None) -> dict[str, Any] | None:
         return None
     return {
         "type": found.error_type.value, "stage": found.stage, "op": found.op, "op_name": found.op_name,
-        "reason": found.reason, "verified": found.verified, "method": found.method,
+        "reason": found.reason, "verified": found.verified, "check": found.check.value, "method": found.method,
         "confidence": round(found.confidence, 3), "tunable": found.tunable.value,
         "evidence": list(found.evidence), "pseudo": found.pseudo_evidence,
         "joint": [f"{f.op_name} ({f.stage}, {f.error_type.value})" for f in found.joint],
+        "alternatives": [f"{f.op_name} ({f.stage}, {f.tunable.value})" for f in found.alternatives],
     }
 
 
@@ -150,14 +151,15 @@ def _blame_table(blame: BlameTable) -> str:
         f"<tr><td>{_e(row.stage)}</td><td>{_e(row.tunable.value)}</td><td class=num>{row.count}</td>"
         f"<td class=num>{_pct(row.share)}</td>"
         + "".join(f"<td class=num>{row.count_by_error_type.get(t, 0)}</td>" for t in types)
-        + f"<td class=num>{row.verified}</td><td class=num>{row.refuted}</td>"
+        + f"<td class=num>{row.verified}</td><td class=num>{row.refuted}</td><td class=num>{row.unverifiable}</td>"
         f'<td><svg class="bar" width="122" height="16"><rect x="1" y="3" width="{120 * row.share:.1f}" height="10" '
         f'class="fill blame"/></svg></td></tr>'
         for row in blame.rows
     )
     return (
         f"<h2>Blame per stage</h2><table class=grid><thead><tr><th>stage</th><th>tunable</th><th>failures</th>"
-        f"<th>share</th>{head}<th>verified</th><th>refuted</th><th></th></tr></thead><tbody>{body}</tbody></table>"
+        f"<th>share</th>{head}<th>verified</th><th>refuted</th><th>unverifiable</th><th></th></tr></thead>"
+        f"<tbody>{body}</tbody></table>"
     )
 
 
@@ -256,12 +258,13 @@ def _failure_section(data: ReportData, n_failures: int) -> str:
         '<div class="filters">'
         '<label>stage <select id="f-stage"><option value="">all</option></select></label>'
         '<label>error type <select id="f-type"><option value="">all</option></select></label>'
-        '<label>verified <select id="f-verified"><option value="">all</option>'
+        '<label>replay <select id="f-verified"><option value="">all</option>'
         '<option value="verified">verified</option><option value="refuted">refuted</option>'
-        '<option value="unchecked">not checked</option><option value="none">no attribution</option></select></label>'
+        '<option value="unverifiable">unverifiable</option><option value="unchecked">not checked</option>'
+        '<option value="none">no attribution</option></select></label>'
         '<span id="f-count" class="muted"></span></div>'
         '<div class="split"><div class="list"><table class="grid" id="failure-list"><thead><tr><th>question</th>'
-        "<th>category</th><th>verdict</th><th>stage</th><th>error type</th><th>verified</th></tr></thead>"
+        "<th>category</th><th>verdict</th><th>stage</th><th>error type</th><th>replay</th></tr></thead>"
         '<tbody></tbody></table></div><div id="detail" class="detail"><p class="muted">Select a failed question.'
         "</p></div></div></section>"
     )

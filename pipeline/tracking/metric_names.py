@@ -89,7 +89,8 @@ def role_retries(role: str, cause: str | None = None) -> str:
 
 
 def attribution(metric: str) -> str:
-    """`attribution/<metric>` (count, verified_share, refuted_share, joint_share, lm_calls, replay_calls)."""
+    """`attribution/<metric>` (count, verified_share, refuted_share, unverifiable_share, joint_share, lm_calls,
+    replay_calls)."""
     return join("attribution", metric)
 
 

@@ -22,7 +22,8 @@ of a run, in dataset order, up to `cap`. A case is *answered* when the run judge
   step such as a store write), CHAIN (anything else; the root).
 - tags (what the MLflow UI filters on): `memtrace.conversation`, `memtrace.question`,
   `memtrace.category`, `memtrace.verdict`, and for an attributed failure `memtrace.blamed_stage`,
-  `memtrace.error_type`, `memtrace.blamed_op`, `memtrace.verified` (true / false / unchecked).
+  `memtrace.error_type`, `memtrace.blamed_op`, `memtrace.verified` (the replay check: verified / refuted /
+  unchecked / unverifiable).
 - blame (`BlameFeedback`): for an attributed failure only. Decision: a correct case, an excluded
   category and a failure the attributor could not explain carry NO blame (no assessment, no blame
   tags), so "has a blame assessment" means "an attributor explained this failure".
@@ -288,7 +289,8 @@ def _plan_span(graph: ExecutionGraph, op: Operation, attribution: Attribution | 
 
 
 def _verified(attribution: Attribution) -> str:
-    return "unchecked" if attribution.verified is None else str(attribution.verified).lower()
+    """The tag value: the replay check's state (verified, refuted, unchecked, unverifiable)."""
+    return attribution.check.value
 
 
 def _blame(attribution: Attribution, text: _Text) -> BlameFeedback:
@@ -297,9 +299,10 @@ def _blame(attribution: Attribution, text: _Text) -> BlameFeedback:
         rationale=text(attribution.reason, 2000),
         metadata={
             "stage": attribution.stage, "op": attribution.op, "op_name": attribution.op_name,
-            "verified": attribution.verified, "confidence": attribution.confidence,
+            "verified": attribution.verified, "check": attribution.check.value, "confidence": attribution.confidence,
             "tunable": attribution.tunable.value, "method": attribution.method,
             "joint": [f.op for f in attribution.joint],
+            "alternatives": [f"{f.stage}:{f.op}" for f in attribution.alternatives],
         },
         source_id=f"memtrace.{attribution.method}",
         op=attribution.op,

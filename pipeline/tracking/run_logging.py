@@ -23,7 +23,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from memtrace_loop.pipeline.analysis.attribution.records import Attribution
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Check
 from memtrace_loop.pipeline.analysis.evaluation import EvaluationReport, MetricSummary, flat_metrics
 from memtrace_loop.pipeline.backends.call_count import CallTally
 from memtrace_loop.pipeline.backends.retry_ledger import RetryTally
@@ -175,6 +175,7 @@ def attribution_metrics(attributions: Iterable[Attribution]) -> dict[str, float]
         names.attribution("count"): float(n),
         names.attribution("verified_share"): share(sum(1 for a in items if a.verified is True)),
         names.attribution("refuted_share"): share(sum(1 for a in items if a.verified is False)),
+        names.attribution("unverifiable_share"): share(sum(1 for a in items if a.check == Check.UNVERIFIABLE)),
         names.attribution("joint_share"): share(sum(1 for a in items if len(a.joint) > 1)),
         names.attribution("lm_calls"): float(sum(a.cost.lm_calls for a in items)),
         names.attribution("replay_calls"): float(sum(a.cost.replay_calls for a in items)),

@@ -7,7 +7,7 @@ with its attribution as a `blame` assessment.
 MLflow is pointed at (`MlflowTracker.open_experiment` sets it), in the run's experiment, each linked to
 the run (trace metadata `mlflow.sourceRun`: the run's Traces tab lists them). Then each explained
 failure gets its feedback assessment named `blame` (value: the error type; rationale: the reason;
-metadata: stage, op, op_name, verified, confidence, tunable, method, joint; source CODE
+metadata: stage, op, op_name, verified, check, confidence, tunable, method, joint; source CODE
 `memtrace.<method>`; attached to the blamed operation's span when that span is shown). Trace tags make
 the UI filter work: `tags.memtrace.blamed_stage = 'extract'`, `tags.memtrace.verdict = 'WRONG'`, ...
 

@@ -18,7 +18,7 @@ from memtrace_loop.experiments.factory import build_components, load_chosen_data
 from memtrace_loop.experiments.run import run
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
 from memtrace_loop.pipeline.analysis.attribution.protocol import TracedRun, attribute_run
-from memtrace_loop.pipeline.analysis.attribution.replay import Replayer, VerifyingAttributor
+from memtrace_loop.pipeline.analysis.attribution.verification import Verifier, VerifyingAttributor
 from memtrace_loop.pipeline.core.case_io import cases_from_json, cases_to_json
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.graph_io import graph_to_json
@@ -94,7 +94,7 @@ def test_verified_attribution_of_a_saved_run_matches_in_process_replay(source, m
     saved_dir = save_run(tmp_path / "saved", result, system.prompt_set(), (),
                          to_plain(composed("run", tmp_path, *SMALL)))
     done = attribute(composed("attribute", tmp_path, f"run_dir={saved_dir}", "attributor.verify=true", "log=false"))
-    expected = attribute_run(VerifyingAttributor(LineageAttributor(), Replayer(system, judge)), traced)
+    expected = attribute_run(VerifyingAttributor(LineageAttributor(), Verifier(system, judge)), traced)
     assert comparable(attribution_rows(done["attributions"])) == comparable(attribution_rows(expected))
     assert all(a.verified is not None for a in done["attributions"])
     assert any(a.verified for a in done["attributions"]) and done["run_id"] is None

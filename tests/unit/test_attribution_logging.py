@@ -20,7 +20,7 @@ from memtrace_loop.pipeline.analysis.attribution.records import (
     Tunable,
 )
 from memtrace_loop.pipeline.analysis.attribution.registry import attributor_settings, build_attributor
-from memtrace_loop.pipeline.analysis.attribution.replay import VerifyingAttributor
+from memtrace_loop.pipeline.analysis.attribution.verification import VerifyingAttributor
 from memtrace_loop.pipeline.backends.embeddings import EmbedderConfig, HashingEmbedder
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.records import CaseResult, Question, Scores
@@ -74,7 +74,7 @@ def test_the_config_node_selects_the_attributor_and_its_verification():
         "lineage", attributor_settings({"name": "lineage", "verify": True, "replay": {"max_joint": 2}})))
     verifying = attributor_of(config, None, system, make_judge(lm))
     assert isinstance(verifying, VerifyingAttributor) and verifying.name == "lineage+replay"
-    assert verifying.replayer.settings.max_joint == 2
+    assert verifying.verifier.settings.max_joint == 2 and verifying.verifier.settings.max_replays == 8
     with pytest.raises(ConfigError, match=r"attributor\.verify"):
         build_attributor({"name": "lineage", "verify": True})  # no system and judge to replay with
     with pytest.raises(ConfigError, match=r"attributor\.name"):

@@ -2,7 +2,8 @@
 
 The `attributor` config group selects how failures are attributed (`lineage`: no LLM, the default;
 `llm`: an LM walks the graph) and whether each verdict is checked by a replay (`verify`, off by
-default so the default behaviour is unchanged; `replay.max_joint` bounds the decisive error set).
+default so the default behaviour is unchanged; `replay.max_joint` bounds the decisive error set,
+`replay.max_replays` the replays per case).
 `ATTRIBUTORS` is a `pipeline.core.registry.Registry`: each option's module exports `SPEC`, whose
 frozen settings record is the schema and the single home of its defaults (the Hydra tree is composed
 from them, `conf/__init__.py`). `attributor_settings(node)` validates a config node (a `ConfigError`
@@ -22,12 +23,8 @@ from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageSettings
 from memtrace_loop.pipeline.analysis.attribution.llm import LLMSettings
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor, AttributorSpec
-from memtrace_loop.pipeline.analysis.attribution.replay import (
-    ReplayConfig,
-    Replayer,
-    ReplaySettings,
-    VerifyingAttributor,
-)
+from memtrace_loop.pipeline.analysis.attribution.replay import ReplayConfig, ReplaySettings
+from memtrace_loop.pipeline.analysis.attribution.verification import Verifier, VerifyingAttributor
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.backends.lm import LMSet
 from memtrace_loop.pipeline.core.config import ConfigError, parse_config
@@ -90,4 +87,5 @@ def attributor_from_settings(
         return inner
     if system is None or judge is None:
         raise ConfigError("attributor.verify: replay verification needs the memory system and the judge")
-    return VerifyingAttributor(inner, Replayer(system, judge, ReplaySettings(max_joint=settings.replay.max_joint)))
+    bounds = ReplaySettings(max_joint=settings.replay.max_joint, max_replays=settings.replay.max_replays)
+    return VerifyingAttributor(inner, Verifier(system, judge, bounds))

@@ -1,0 +1,243 @@
+"""How replay repairs one blamed operation, per operation kind, and what each repair may carry.
+
+A repair changes the blamed operation's output the way a FIXED stage could have written it, from what
+that stage read, and nothing else; replay then re-runs what lies downstream. Replay never reads the
+test world's rules: the only ground truth a repair may carry is the case's evidence turns and its gold
+answer, and only where a fixed stage could have known them.
+
+Per operation kind (`Repair`), what the repair is, what it may carry, and what it may not:
+
+- LLM construction stage (extract, decide, write_events, ...): `RERUN`, its predictor called again on
+  its recorded inputs with one hint sentence quoting the evidence turn (and the gold answer) it must
+  keep; what it now writes goes into memory (`MemorySystem.repaired_units`). May carry: the stage's
+  own output, in its own form. May not: the raw evidence turn, anything the stage did not write.
+- Non-LLM construction stage with resettable knobs (chunk, trim): `REBUILD`, memory built again from the
+  graph's turns with that stage's knobs at their defaults. May carry knob values; no LLM output.
+- Retrieval blamed on `top_k`: `WIDEN`, `top_k` raised just enough to reach the missed unit. May carry
+  a knob value; never a unit that was not in memory.
+- Retrieval blamed on a steering prompt: `STEER`, the steering stage's predictor called again with a
+  hint quoting the missed unit; the queries it writes steer the search. Never the unit's text as a query.
+- Retrieval no knob fixes: `SWAP`, the missed unit (in memory at question time) in place of the
+  lowest-ranked hit, so the context keeps its size. Never a unit that was never written.
+- Answer stage: `ANSWER`, its predictor called again on the same question and context with a hint
+  quoting the context line(s) that carry the evidence. Never the gold answer, never a line that is not
+  in its context.
+
+A repair that would have to carry the gold answer itself does not exist: `plan_repair` returns None
+(the answer stage whose context carries no evidence line; a non-LLM stage with no knob to reset; a
+system that cannot call its stage again). This module plans repairs and writes hints; it runs nothing
+(`pipeline.analysis.attribution.replay` does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from memtrace_loop.memory_systems.answering import RESPOND_STAGE
+from memtrace_loop.memory_systems.base import MemorySystem
+from memtrace_loop.memory_systems.stages import StageRepair
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution, ErrorType, Fault, Tunable
+from memtrace_loop.pipeline.backends.text import alnum_words
+from memtrace_loop.pipeline.core.conventions import (
+    MEMORY_KINDS,
+    NEAR_MISSES,
+    VarKind,
+    answer_name,
+    first_version,
+    kind_of,
+    turn_name,
+)
+from memtrace_loop.pipeline.core.graph import ExecutionGraph, GraphError
+
+__all__ = [
+    "Repair", "RepairPlan", "answer_fault", "answer_hint", "answer_repairable", "construction_hint",
+    "evidence_lines", "evidence_texts", "evidence_units", "needed_top_k", "plan_repair", "steer_hint",
+]
+
+CONSTRUCTION_ERRORS = frozenset({ErrorType.EXTRACTION, ErrorType.UPDATE, ErrorType.DELETION})
+# words too common to tell that a context line carries a turn's information
+_COMMON = frozenset(
+    "a an and are as at be been but by did do does for from had has have he her his i in is it its me my "
+    "of on or our she so that the their them they this to was we were what when where which who will with "
+    "you your said says".split()
+)
+MIN_SHARED_WORDS = 2
+MIN_LINE_CHARS = 20  # a shorter line (a title, a date) does not carry a unit's information by being in it
+
+
+class Repair(StrEnum):
+    """How one fault's output is repaired in a replay (see the module table)."""
+
+    RERUN = "rerun"
+    REBUILD = "rebuild"
+    WIDEN = "widen"
+    STEER = "steer"
+    SWAP = "swap"
+    ANSWER = "answer"
+
+
+@dataclass(frozen=True)
+class RepairPlan:
+    """One planned repair: the fault, how it is repaired, the `top_k` a `WIDEN` needs, and the missed
+    units a `STEER` or `SWAP` is about."""
+
+    fault: Fault
+    kind: Repair
+    top_k: int = 0
+    missed: tuple[str, ...] = ()
+
+
+def plan_repair(system: MemorySystem, graph: ExecutionGraph, fault: Fault) -> RepairPlan | None:
+    """The repair a fixed stage could make for `fault` (None when none exists). An answer fault always
+    gets a plan: whether its context carries the evidence is `answer_repairable`'s question."""
+    if fault.stage == RESPOND_STAGE or fault.error_type == ErrorType.RESPONSE:
+        return RepairPlan(fault, Repair.ANSWER) if fault.op in graph else None
+    if fault.error_type in CONSTRUCTION_ERRORS:
+        return _construction_plan(system, fault)
+    return _retrieval_plan(system, graph, fault)
+
+
+def _construction_plan(system: MemorySystem, fault: Fault) -> RepairPlan | None:
+    spec = next((s for s in system.stages if s.name == fault.stage), None)
+    if spec is None:
+        return None
+    if spec.llm:
+        return RepairPlan(fault, Repair.RERUN)
+    if spec.repair == StageRepair.RESET_KNOBS and not system.construction_stages:
+        return RepairPlan(fault, Repair.REBUILD)
+    return None
+
+
+def _retrieval_plan(system: MemorySystem, graph: ExecutionGraph, fault: Fault) -> RepairPlan | None:
+    missed = tuple(v for v in fault.restore if v in graph and graph.variable(v).kind in MEMORY_KINDS)
+    top_k = needed_top_k(graph, fault)
+    if fault.tunable == Tunable.KNOBS and top_k is not None and _widen_knob(system) is not None:
+        return RepairPlan(fault, Repair.WIDEN, top_k=top_k, missed=missed)
+    if not missed:
+        return None
+    if fault.tunable == Tunable.PROMPT and any(s.repair == StageRepair.STEER for s in system.stages):
+        return RepairPlan(fault, Repair.STEER, missed=missed)
+    return RepairPlan(fault, Repair.SWAP, missed=missed)
+
+
+def _widen_knob(system: MemorySystem) -> str | None:
+    return next((s.knobs[0] for s in system.stages if s.repair == StageRepair.WIDEN and s.knobs), None)
+
+
+def needed_top_k(graph: ExecutionGraph, fault: Fault) -> int | None:
+    """The `top_k` that reaches the deepest restored unit the fault's retrieval ranked below its cut (None
+    when the retrieval did not rank it: a wider cut would not bring it back). Pure."""
+    if fault.op not in graph:
+        return None
+    meta = graph.operation(fault.op).meta
+    k, near = meta.get("k"), list(meta.get(NEAR_MISSES, ()))
+    ranks = [near.index(v) + 1 for v in fault.restore if v in near]
+    if not isinstance(k, int) or not ranks:
+        return None
+    return k + _episode_span(near, max(ranks))
+
+
+def _episode_span(near: Sequence[str], rank: int) -> int:
+    """How many ranked units the first `rank` near misses are (an episode and its events rank as one)."""
+    if not any(kind_of(v) == VarKind.EPISODE for v in near):
+        return rank
+    return max(sum(1 for v in near[:rank] if kind_of(v) == VarKind.EPISODE), 1)
+
+
+def answer_fault(graph: ExecutionGraph, attribution: Attribution) -> Fault | None:
+    """The answer stage's operation for the case, as a fault a joint repair may include (None when the
+    graph has no answer operation for it)."""
+    answer = graph.latest(answer_name(attribution.question_id))
+    op = graph.producer(answer.id) if answer is not None else None
+    if op is None:
+        return None
+    reason = "the answer stage did not use what its context says"
+    return Fault(op.id, op.name, op.stage, ErrorType.RESPONSE, Tunable.PROMPT, reason, (), op.seq)
+
+
+def answer_repairable(graph: ExecutionGraph, attribution: Attribution, fault: Fault) -> bool:
+    """True when the answer operation's recorded context has a line carrying the evidence (else the only
+    repair of the answer would be the gold answer)."""
+    op = graph.operation(fault.op)
+    contexts = [graph.variable(v).value for v in op.inputs if graph.variable(v).kind == VarKind.CONTEXT]
+    known = evidence_units(graph, attribution)
+    texts = evidence_texts(graph, attribution)
+    return any(evidence_lines(context, texts, known) for context in contexts)
+
+
+def evidence_units(graph: ExecutionGraph, attribution: Attribution) -> list[str]:
+    """Texts of the memory units that descend from the evidence turns and share words with them (what
+    carries their information; a unit that only saw them as similar memories shares none)."""
+    turns = [v for v in (first_version(turn_name(t)) for t in attribution.evidence) if v in graph]
+    below: frozenset[str] = frozenset().union(*(graph.descendants(v) for v in turns)) if turns else frozenset()
+    words = [_words(graph.variable(v).value) for v in turns]
+    units = (graph.variable(v).value for v in sorted(below) if _is_unit(graph, v))
+    return [u for u in units if any(len(_words(u) & w) >= MIN_SHARED_WORDS for w in words)]
+
+
+def _is_unit(graph: ExecutionGraph, node: str) -> bool:
+    try:
+        var = graph.variable(node)
+    except GraphError:  # an operation id
+        return False
+    return var.kind in MEMORY_KINDS and bool(var.value)
+
+
+# ---------------------------------------------------------------------------------------------- hints
+
+
+def evidence_texts(graph: ExecutionGraph, attribution: Attribution, near_op: str | None = None) -> tuple[str, ...]:
+    """The evidence turns' recorded texts; only those the operation `near_op` read (directly or
+    through its inputs) when it read any."""
+    turns = [first_version(turn_name(t)) for t in attribution.evidence]
+    turns = [v for v in turns if v in graph]
+    if near_op is not None and near_op in graph:
+        read = graph.ancestors(near_op)
+        turns = [v for v in turns if v in read] or turns
+    return tuple(graph.variable(v).value for v in turns)
+
+
+def construction_hint(texts: Iterable[str], gold: str) -> str:
+    """The one sentence added to a construction stage's instruction: the information it must keep."""
+    quoted = " ".join(" ".join(t.split()) for t in texts).replace('"', "'")
+    return (
+        f'Make sure your output keeps this information: "{quoted}" '
+        f'(a later question about it is answered by "{gold.replace(chr(34), chr(39))}").'
+    )
+
+
+def steer_hint(texts: Iterable[str]) -> str:
+    """The one sentence added to a steering stage's instruction: the memory the search must reach."""
+    quoted = " ".join(" ".join(t.split()) for t in texts).replace('"', "'")
+    return f'Make sure the search also reaches this memory: "{quoted}".'
+
+
+def answer_hint(lines: Iterable[str]) -> str:
+    """The one sentence added to the answer stage's instruction: the context lines to answer from."""
+    quoted = " ".join(" ".join(t.split()) for t in lines).replace('"', "'")
+    return f'Answer from this memory in the context: "{quoted}".'
+
+
+def evidence_lines(context: str, evidence: Iterable[str], units: Iterable[str] = ()) -> tuple[str, ...]:
+    """The lines of `context` that carry the evidence: a line holding one of `units` (texts known to
+    descend from the evidence) or held in one, or sharing at least `MIN_SHARED_WORDS` uncommon words with an evidence
+    text and at least half of its own. Pure."""
+    wanted = [_words(t) for t in evidence]
+    held = [" ".join(u.split()) for u in units if u.strip()]
+    found = []
+    for line in (line.strip() for line in context.splitlines()):
+        if not line:
+            continue
+        words = _words(line)
+        shared = max((len(words & w) for w in wanted), default=0)
+        folded = " ".join(line.split())
+        held_here = any(u in folded or (len(folded) >= MIN_LINE_CHARS and folded in u) for u in held)
+        if held_here or (shared >= MIN_SHARED_WORDS and 2 * shared >= len(words)):
+            found.append(line)
+    return tuple(dict.fromkeys(found))
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(w for w in alnum_words(text.lower()) if w not in _COMMON and not w.isdigit())

@@ -1,0 +1,188 @@
+"""Replay verification: does repairing the blamed stage, the way a fixed stage could, rescue the case?
+
+For one attribution, within `max_replays` replays (`pipeline.analysis.attribution.replay`):
+
+1. the blamed operation's repair alone (`repairs.plan_repair`). When it rescues, the blame is
+   `verified`; the other suspects with a repair of another kind (a prompt rule beside a knob) are then
+   tried alone too, and those that also rescue are `alternatives`, so an optimizer can choose;
+2. otherwise every other suspect on the information's path alone, and the answer stage's repair alone;
+   the first that rescues takes the blame (`verified`, the reason says so);
+3. otherwise the smallest set of those repairs, in pipeline order, answer stage and knobs included, up
+   to `max_joint` members: the first set that rescues is the decisive error set (`joint`, `verified`).
+
+When repairs were tried and none rescued, the blame is `refuted`. When no repair exists that is not the
+gold answer itself (the answer stage with no evidence line in its context and nothing else to repair;
+a system that cannot rebuild its memory or call its stages again), it is `unverifiable`. LLM calls spent
+are added to `cost.replay_calls`.
+
+This module decides which replays prove what; it does not find attributions (the attributors) and
+does not aggregate blame (`pipeline.analysis.blame`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import dspy
+from memtrace_loop.memory_systems.base import MemorySystem, ReplayUnsupportedError
+from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Check, Fault
+from memtrace_loop.pipeline.analysis.attribution.repairs import (
+    Repair,
+    RepairPlan,
+    answer_fault,
+    answer_repairable,
+    plan_repair,
+)
+from memtrace_loop.pipeline.analysis.attribution.replay import Replayer, ReplaySettings
+from memtrace_loop.pipeline.core.graph import ExecutionGraph
+from memtrace_loop.pipeline.core.records import CaseResult, Conversation
+
+__all__ = ["Verifier", "VerifyingAttributor"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _Spend:
+    """Replays and LLM calls one verification spent (scratch of one `Verifier.verify` call)."""
+
+    replays: int = 0
+    calls: int = 0
+
+
+class Verifier:
+    """Checks attributions by replay (see the module docstring)."""
+
+    def __init__(self, system: MemorySystem, judge: dspy.Predict, settings: ReplaySettings | None = None) -> None:
+        self.replayer = Replayer(system, judge)
+        self.system = system
+        self.settings = settings or ReplaySettings()
+
+    def verify(self, graph: ExecutionGraph, attribution: Attribution) -> Attribution:
+        """`attribution` with its `check` (and, where needed, the blame moved, `joint` or `alternatives` set)."""
+        spend = _Spend()
+        try:
+            return self._verify(graph, attribution, spend)
+        except ReplayUnsupportedError as error:
+            logger.info("replay cannot check %s: %s", attribution.question_id, error)
+            return _checked(attribution, Check.UNVERIFIABLE, spend)
+
+    def _verify(self, graph: ExecutionGraph, attribution: Attribution, spend: _Spend) -> Attribution:
+        self.replayer.restored(graph)  # raises ReplayUnsupportedError early for a system without replay
+        primary = next((s for s in attribution.suspects if s.op == attribution.op), attribution.primary())
+        plans = self._plans(graph, attribution, primary)
+        first = plans[0] if plans and plans[0].fault == primary and self._alone(graph, attribution, plans[0]) else None
+        if first is not None and self._rescues(graph, attribution, (first,), spend):
+            rest = [p for p in plans[1:] if self._alone(graph, attribution, p)]
+            rescuing = self._alternatives(graph, attribution, first, rest, spend)
+            return _checked(dataclasses.replace(attribution, alternatives=rescuing), Check.VERIFIED, spend)
+        others = [p for p in plans if p is not first and p.fault != primary and self._alone(graph, attribution, p)]
+        for plan in others:
+            if self._exhausted(spend):
+                break
+            if self._rescues(graph, attribution, (plan,), spend):
+                return _checked(_reblamed(attribution, plan.fault, primary), Check.VERIFIED, spend)
+        for subset in self._subsets(plans):
+            if self._exhausted(spend):
+                break
+            if self._rescues(graph, attribution, subset, spend):
+                return _checked(_joint(attribution, tuple(p.fault for p in subset)), Check.VERIFIED, spend)
+        return _checked(attribution, Check.REFUTED if first is not None else Check.UNVERIFIABLE, spend)
+
+    @staticmethod
+    def _alone(graph: ExecutionGraph, attribution: Attribution, plan: RepairPlan) -> bool:
+        """Whether `plan` is a repair on its own: an answer repair only when the recorded context has a
+        line carrying the evidence (in a joint set the replayed context decides)."""
+        return plan.kind != Repair.ANSWER or answer_repairable(graph, attribution, plan.fault)
+
+    def _plans(self, graph: ExecutionGraph, attribution: Attribution, primary: Fault) -> list[RepairPlan]:
+        """The repairs to try: the blamed operation's first, then the other suspects and the answer
+        stage's, in pipeline order (faults without a repair left out)."""
+        answer = answer_fault(graph, attribution)
+        faults = [primary, *sorted((s for s in attribution.suspects if s.op != primary.op), key=lambda f: f.seq)]
+        if answer is not None and all(f.op != answer.op for f in faults):
+            faults.append(answer)
+        plans = []
+        for fault in faults:
+            plan = plan_repair(self.system, graph, fault)
+            if plan is not None:
+                plans.append(plan)
+        return plans
+
+    def _alternatives(
+        self, graph: ExecutionGraph, attribution: Attribution, first: RepairPlan, rest: list[RepairPlan], spend: _Spend
+    ) -> tuple[Fault, ...]:
+        """The other single repairs of another kind (knob beside prompt) that also rescue alone."""
+        other_kind = [p for p in rest if p.fault.tunable != first.fault.tunable and p.fault.stage != first.fault.stage]
+        found = []
+        for plan in other_kind:
+            if self._exhausted(spend):
+                break
+            if self._rescues(graph, attribution, (plan,), spend):
+                found.append(plan.fault)
+        return tuple(found)
+
+    def _subsets(self, plans: list[RepairPlan]) -> Iterator[tuple[RepairPlan, ...]]:
+        ordered = sorted(plans, key=lambda p: p.fault.seq)
+        for size in range(2, min(self.settings.max_joint, len(ordered)) + 1):
+            yield from itertools.combinations(ordered, size)
+
+    def _rescues(
+        self, graph: ExecutionGraph, attribution: Attribution, plans: tuple[RepairPlan, ...], spend: _Spend
+    ) -> bool:
+        spend.replays += 1
+        try:
+            outcome = self.replayer.replay(graph, attribution, plans)
+        except ReplayUnsupportedError as error:
+            logger.info("replay of %s skipped a repair: %s", attribution.question_id, error)
+            spend.replays -= 1
+            return False
+        spend.calls += outcome.calls
+        return outcome.rescued
+
+    def _exhausted(self, spend: _Spend) -> bool:
+        return spend.replays >= self.settings.max_replays
+
+
+def _checked(attribution: Attribution, check: Check, spend: _Spend) -> Attribution:
+    cost = dataclasses.replace(attribution.cost, replay_calls=attribution.cost.replay_calls + spend.calls)
+    return dataclasses.replace(attribution, check=check, cost=cost)
+
+
+def _reblamed(attribution: Attribution, fault: Fault, primary: Fault) -> Attribution:
+    return dataclasses.replace(
+        attribution, op=fault.op, op_name=fault.op_name, stage=fault.stage, error_type=fault.error_type,
+        tunable=fault.tunable,
+        reason=f"{fault.reason} (Replay: repairing {primary.op_name} ({primary.op}) alone did not rescue the "
+        f"case; repairing {fault.op_name} ({fault.op}) did.)",
+    )
+
+
+def _joint(attribution: Attribution, faults: tuple[Fault, ...]) -> Attribution:
+    first = faults[0]
+    named = ", then ".join(f"{f.op_name} ({f.op}, {f.stage})" for f in faults)
+    return dataclasses.replace(
+        attribution, op=first.op, op_name=first.op_name, stage=first.stage, error_type=first.error_type,
+        tunable=first.tunable, joint=faults,
+        reason=f"{attribution.reason} (Replay: no single repair rescued the case; repairing {named} together did.)",
+    )
+
+
+class VerifyingAttributor:
+    """Another attributor's verdicts, each checked by replay."""
+
+    def __init__(self, inner: Attributor, verifier: Verifier) -> None:
+        self.inner = inner
+        self.verifier = verifier
+        self.name = f"{inner.name}+replay"
+
+    def attribute(
+        self, graph: ExecutionGraph, case: CaseResult, conversation: Conversation | None = None
+    ) -> Attribution | None:
+        found = self.inner.attribute(graph, case, conversation)
+        return None if found is None else self.verifier.verify(graph, found)
