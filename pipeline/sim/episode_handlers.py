@@ -16,6 +16,11 @@
   for a question about someone named only by relation ("Alice's sister"), also the question asked about
   each person a retrieved memory names in that relation ("Carol").
 
+A double-quoted span in the instruction names information to keep (`pipeline.sim.hints`): write_events
+reads a sentence it names with both fixes; expand_queries asks by name about a retrieved relation it names
+(or whose person it mentions); check_sufficiency says "not sufficient" when a quote about the question or a
+retrieved memory is missing from the retrieved episodes; detect_boundary and write_episode ignore quotes.
+
 Handlers never raise on odd input and do no I/O. Pure functions of the request.
 """
 

@@ -17,6 +17,9 @@ the rules its instruction states (`pipeline.sim.rules.rules_in`):
   only the newest item.
 - judge (`label`): `pipeline.sim.judge.is_correct`, no rules.
 
+A double-quoted span in the instruction names information to keep (`pipeline.sim.hints`): a sentence,
+new fact, touched memory or context line it names is handled with every fix of the stage; the rest as above.
+
 Which output fields dispatch to which handler is declared once, in the stage table (`pipeline.sim.stages`).
 
 Handlers never raise on odd input: unknown text falls back to word overlap. They do no I/O.

@@ -12,9 +12,9 @@ What counts as a quote (`quotes_in`):
 - only a span with at least `MIN_SPAN_WORDS` (2) content words (`judge.content_tokens`, after the
   rendering labels `Memory:` / `Time:` / `Timestamp:` / `Date:` are dropped): a one-word quote ("ADD",
   "facts", a bare "Boston") names too little to act on;
-- not a JSON string: a span followed by `:` (a key), or with `[ { , :` before it and `, ] }` or a `#` comment after it
-  (a value or list item) is part of an example of an output shape (mem0's default prompts are full of
-  them), not information.
+- not a JSON string: a span followed by `:` (a key) or inside an open `[` or `{` (brackets counted outside
+  quoted spans) is part of an example of an output shape (mem0's default prompts are full of them), not
+  information. A stray unclosed `[` or `{` before a quote therefore hides it.
 
 When a quote names an item (`Quote.names`): the item's content words and the quote's share at least
 one word and at least half of the smaller of the two word sets (rounded up): "Alice lives in Boston" is
@@ -52,8 +52,7 @@ __all__ = ["MIN_SPAN_WORDS", "NO_QUOTES", "Quote", "Quotes", "fix_ids", "quotes_
 MIN_SPAN_WORDS = 2
 _QUOTED = re.compile(r'"(?P<straight>[^"]*)"|\u201c(?P<curly>[^\u201d]*)\u201d')
 _LABELS = re.compile(r"\b(?:Memory|Time|Timestamp|Date|Episode|Narrative):", re.IGNORECASE)
-_JSON_BEFORE = frozenset("[{,:")
-_JSON_AFTER = frozenset(",]}#")  # "#": a comment after a value in an example
+_OPEN, _CLOSE = frozenset("[{"), frozenset("]}")
 
 
 def words(text: str) -> frozenset[str]:
@@ -113,22 +112,29 @@ class Quotes:
 NO_QUOTES = Quotes()
 
 
-def _neighbour(text: str, index: int, step: int) -> str:
-    while 0 <= index < len(text) and text[index].isspace():
-        index += step
-    return text[index] if 0 <= index < len(text) else ""
+def _depth(text: str, depth: int = 0) -> int:
+    """How many `[` / `{` are open after `text` when `depth` were open before it (never below zero)."""
+    for char in text:
+        if char in _OPEN:
+            depth += 1
+        elif char in _CLOSE:
+            depth = max(0, depth - 1)
+    return depth
 
 
-def _is_json_string(text: str, start: int, end: int) -> bool:
-    before, after = _neighbour(text, start - 1, -1), _neighbour(text, end, 1)
-    return after == ":" or (before in _JSON_BEFORE and after in _JSON_AFTER)
+def _is_key(text: str, end: int) -> bool:
+    rest = text[end:].lstrip()
+    return rest.startswith(":")
 
 
 def quotes_in(instruction: str) -> Quotes:
     """The counted quotes of `instruction` (see the module docstring)."""
     found: list[Quote] = []
+    depth, last = 0, 0
     for match in _QUOTED.finditer(instruction):
-        if _is_json_string(instruction, match.start(), match.end()):
+        depth = _depth(instruction[last:match.start()], depth)
+        last = match.end()
+        if depth or _is_key(instruction, match.end()):
             continue
         span = match.group("straight") if match.group("straight") is not None else match.group("curly")
         span_words = words(span)
