@@ -10,8 +10,8 @@ What counts as a quote (`quotes_in`):
 - the text between a pair of double quotes, straight (`"..."`) or curly (`“...”`), paired left to right;
   single quotes never count (the rule sentences use them for examples such as 'last Saturday');
 - only a span with at least `MIN_SPAN_WORDS` (2) content words (`judge.content_tokens`, after the
-  rendering labels `Memory:` / `Time:` / `Timestamp:` / `Date:` are dropped): a one-word quote ("ADD",
-  "facts", a bare "Boston") names too little to act on;
+  rendering labels `Memory:`, `Time:`, `Timestamp:`, `Date:`, `Episode:`, `Narrative:` are dropped):
+  a one-word quote ("ADD", "facts", a bare "Boston") names too little to act on;
 - not a JSON string: a span followed by `:` (a key) or inside an open `[` or `{` (brackets counted outside
   quoted spans) is part of an example of an output shape (mem0's default prompts are full of them), not
   information. A stray unclosed `[` or `{` before a quote therefore hides it.
@@ -27,8 +27,10 @@ or the memory its decision touches, a context line, a retrieved relation) are pr
 produces them when its instruction states EVERY fix rule of that stage (`RuleEffect.FIX`; never a
 misfire or noise rule, and misfires the instruction itself states still apply); the other items are
 produced exactly as before. A request without a counted quote is answered byte for byte as before.
-A stage without fix rules (detect_boundary, write_episode) is not changed by a quote; check_sufficiency
-(no rules) answers "not sufficient" when a quote about the question is missing from the retrieved episodes.
+A stage without fix rules (detect_boundary, write_episode) is not changed by a quote. The one exception
+is check_sufficiency (no rules): told to use information it cannot find, it answers "not sufficient"
+when a quote that names the question or a retrieved memory is missing from the retrieved episodes
+(`Quotes.lacking`), which lets a steering repair run the second retrieval round.
 
 What a quote cannot do: it never adds information the stage's inputs lack (extract writes no fact that
 is not in the turn; the answer stage answers only from context lines, never from the quote's text;
