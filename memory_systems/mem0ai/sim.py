@@ -22,7 +22,9 @@ with the world's own extract and decide behaviour (`pipeline.sim.handlers`):
   existing id and `old_memory`, DELETE and NONE with the existing id and its text (mem0 1.0.x skips an
   action whose `text` is empty).
 
-Mistakes come from missing rules exactly as in the world's own stages. Both rows are construction rows
+Mistakes come from missing rules exactly as in the world's own stages; a double-quoted span in the prompt
+(a hint naming information to keep) acts as on the world's own rows (`pipeline.sim.hints`; the JSON
+strings of mem0's default prompts are not quotes). Both rows are construction rows
 (the paraphrasing world paraphrases what they write). This module belongs to the simulated world (it is
 reached through `SPEC.sim` only); it imports neither mem0 nor the adapter.
 """
@@ -36,6 +38,7 @@ from typing import Any
 
 from memtrace_loop.pipeline.sim.dates import human, parse_date
 from memtrace_loop.pipeline.sim.handlers import decide_actions, extract_facts
+from memtrace_loop.pipeline.sim.hints import quotes_in
 from memtrace_loop.pipeline.sim.protocol import StageRequest
 from memtrace_loop.pipeline.sim.rules import RULES, rules_in
 from memtrace_loop.pipeline.sim.stages import ForeignFormat, SimStage
@@ -129,11 +132,11 @@ def _rendered_turn(turn: str, session_date: str) -> str:
 
 def extraction_handler(request: StageRequest) -> dict[str, Any]:
     """`{"facts": [...]}`: every user turn read under the extract rules the prompt states."""
-    rules = _stage_rules(request.instruction, "extract")
+    rules, quotes = _stage_rules(request.instruction, "extract"), quotes_in(request.instruction)
     session_date = request.inputs.get("session_date", "")
     facts: list[str] = []
     for turn in json.loads(request.inputs.get("turns", "[]")):
-        facts.extend(extract_facts(_rendered_turn(str(turn), session_date), rules))
+        facts.extend(extract_facts(_rendered_turn(str(turn), session_date), rules, quotes))
     return {"facts": list(dict.fromkeys(facts))}
 
 
@@ -218,10 +221,11 @@ def read_update(messages: list[dict[str, Any]]) -> StageRequest | None:
 
 def update_handler(request: StageRequest) -> dict[str, Any]:
     """`{"actions": [...]}` in the world's decide form (event, id, text) for mem0's memories and facts."""
-    rules = _stage_rules(request.instruction, "decide")
+    rules, quotes = _stage_rules(request.instruction, "decide"), quotes_in(request.instruction)
     memories = json.loads(request.inputs.get("memories", "[]"))
     existing = "\n".join(f"[{m['id']}] {m['text']}" for m in memories)
-    return {"actions": decide_actions(existing, json.loads(request.inputs.get("new_facts", "[]")), rules)}
+    new_facts = json.loads(request.inputs.get("new_facts", "[]"))
+    return {"actions": decide_actions(existing, new_facts, rules, quotes)}
 
 
 def _mem0_action(action: dict[str, Any], text_by_id: dict[str, str], new_id: str) -> dict[str, str]:

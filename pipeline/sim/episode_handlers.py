@@ -16,6 +16,11 @@
   for a question about someone named only by relation ("Alice's sister"), also the question asked about
   each person a retrieved memory names in that relation ("Carol").
 
+A double-quoted span in the instruction names information to keep (`pipeline.sim.hints`): write_events
+reads a sentence it names with both fixes; expand_queries asks by name about a retrieved relation it names
+(or whose person it mentions); check_sufficiency says "not sufficient" when a quote about the question or a
+retrieved memory is missing from the retrieved episodes; detect_boundary and write_episode ignore quotes.
+
 Handlers never raise on odd input and do no I/O. Pure functions of the request.
 """
 
@@ -28,6 +33,7 @@ from typing import Any
 from memtrace_loop.pipeline.sim.dates import human, parse_date
 from memtrace_loop.pipeline.sim.grammar import Fact, parse_fact, parse_question, read_sentence, split_sentences
 from memtrace_loop.pipeline.sim.handlers import answer_question
+from memtrace_loop.pipeline.sim.hints import NO_QUOTES, Quotes, quotes_in, with_fixes
 from memtrace_loop.pipeline.sim.judge import content_tokens, is_abstention
 from memtrace_loop.pipeline.sim.protocol import StageRequest, trim
 from memtrace_loop.pipeline.sim.rules import rules_in
@@ -58,12 +64,16 @@ def _turns(text: str) -> list[tuple[str, date | None, str]]:
     return found
 
 
-def _read(speaker: str, day: date | None, text: str, rules: frozenset[str]) -> tuple[list[Fact], list[str]]:
-    """The facts one turn states under `rules`, and its sentences outside the grammar."""
+def _read(
+    speaker: str, day: date | None, text: str, rules: frozenset[str],
+    quotes: Quotes = NO_QUOTES, fixed: frozenset[str] = frozenset(),
+) -> tuple[list[Fact], list[str]]:
+    """The facts one turn states under `rules` (a sentence the `quotes` name: under `fixed`), and its
+    sentences outside the grammar."""
     facts: list[Fact] = []
     unknown: list[str] = []
     for sentence in split_sentences(text.strip()):
-        read = read_sentence(sentence, speaker, day, rules)
+        read = read_sentence(sentence, speaker, day, quotes.rules_for(sentence, rules, fixed))
         if read is None:
             unknown.append(sentence)
         else:
@@ -84,16 +94,20 @@ def starts_new_episode(open_episode: str, new_turn: str) -> bool:
     return bool(_read(*new[0], _READ_ALL)[0]) and any(_read(*turn, _READ_ALL)[0] for turn in previous)
 
 
-def write_events(turns: str, rules: frozenset[str]) -> list[dict[str, str]]:
-    """The event log of an episode: one event per fact, each with its date."""
-    reading = frozenset(
-        grammar_rule for rule, grammar_rule in (("event_dates", "resolve_dates"), ("event_third_party", "third_party"))
-        if rule in rules
-    )
+def _reading(rules: frozenset[str]) -> frozenset[str]:
+    """The grammar's reading rules the write_events rules amount to."""
+    pairs = (("event_dates", "resolve_dates"), ("event_third_party", "third_party"))
+    return frozenset(grammar_rule for rule, grammar_rule in pairs if rule in rules)
+
+
+def write_events(turns: str, rules: frozenset[str], quotes: Quotes = NO_QUOTES) -> list[dict[str, str]]:
+    """The event log of an episode: one event per fact, each with its date (a sentence the `quotes`
+    name is read with every write_events fix: `pipeline.sim.hints`)."""
+    reading, fixed = _reading(rules), _reading(with_fixes(rules, "write_events"))
     events: dict[str, str] = {}
     for speaker, day, text in _turns(turns):
         said = human(day) if day else ""
-        facts, unknown = _read(speaker, day, text, reading)
+        facts, unknown = _read(speaker, day, text, reading, quotes, fixed)
         for fact in facts:
             events.setdefault(fact.render(), human(fact.date) if fact.date else said)
         if unknown:
@@ -132,30 +146,38 @@ def write_episode(turns: str) -> tuple[str, str]:
 # ---------------------------------------------------------------------------------------------- retrieval
 
 
-def is_sufficient(question: str, retrieved: str) -> bool:
-    """True when the stand-in answerer, allowed to abstain, answers from the retrieved episodes."""
+def is_sufficient(question: str, retrieved: str, quotes: Quotes = NO_QUOTES) -> bool:
+    """True when the stand-in answerer, allowed to abstain, answers from the retrieved episodes and no
+    quote about the question or a retrieved memory is missing from them (`Quotes.lacking`)."""
+    answered = not is_abstention(answer_question(retrieved, question, frozenset({"abstain"})))
+    if not answered or not quotes:
+        return answered
+    texts = [question, *(match.group("text") for match in map(_MEMORY_LINE.match, retrieved.splitlines()) if match)]
+    return not quotes.lacking(texts, retrieved)
 
-    return not is_abstention(answer_question(retrieved, question, frozenset({"abstain"})))
 
-
-def _memory_facts(retrieved: str) -> list[Fact]:
+def _memory_facts(retrieved: str) -> list[tuple[str, Fact]]:
+    """(memory text, fact) of the retrieved memory lines that state a fact."""
     facts = []
     for line in retrieved.splitlines():
         match = _MEMORY_LINE.match(line)
         fact = parse_fact(match.group("text")) if match else None
-        if fact is not None:
-            facts.append(fact)
+        if match and fact is not None:
+            facts.append((match.group("text"), fact))
     return facts
 
 
-def expand(question: str, retrieved: str, rules: frozenset[str]) -> list[str]:
-    """The stand-in's extra queries (see the module docstring)."""
+def expand(question: str, retrieved: str, rules: frozenset[str], quotes: Quotes = NO_QUOTES) -> list[str]:
+    """The stand-in's extra queries (see the module docstring; without `expand_related`, a relation the
+    `quotes` name, or whose person they mention, is asked about by name all the same)."""
     queries = [" ".join(dict.fromkeys(content_tokens(question)))]
     query = parse_question(question)
-    if "expand_related" in rules and query is not None and query.rel and not query.name:
+    related = "expand_related" in rules
+    if (related or quotes) and query is not None and query.rel and not query.name:
         who = f"{query.subject}'s {query.rel}"
-        for fact in _memory_facts(retrieved):
-            if fact.family == "relation" and fact.subject == query.subject and fact.key == query.rel:
+        for text, fact in _memory_facts(retrieved):
+            named = related or quotes.name(text) or quotes.mention(fact.value)
+            if named and fact.family == "relation" and fact.subject == query.subject and fact.key == query.rel:
                 queries.append(question.replace(who, fact.value, 1))
     return [q for q in dict.fromkeys(queries) if q.strip()]
 
@@ -169,7 +191,8 @@ def boundary_handler(request: StageRequest) -> dict[str, Any]:
 
 
 def events_handler(request: StageRequest) -> dict[str, Any]:
-    return {"events": write_events(request.inputs.get("turns", ""), rules_in(request.instruction))}
+    instruction = request.instruction
+    return {"events": write_events(request.inputs.get("turns", ""), rules_in(instruction), quotes_in(instruction))}
 
 
 def episode_handler(request: StageRequest) -> dict[str, Any]:
@@ -179,10 +202,11 @@ def episode_handler(request: StageRequest) -> dict[str, Any]:
 
 def sufficiency_handler(request: StageRequest) -> dict[str, Any]:
     inputs = request.inputs
-    return {"sufficient": is_sufficient(inputs.get("question", ""), inputs.get("retrieved_episodes", ""))}
+    question, retrieved = inputs.get("question", ""), inputs.get("retrieved_episodes", "")
+    return {"sufficient": is_sufficient(question, retrieved, quotes_in(request.instruction))}
 
 
 def expand_handler(request: StageRequest) -> dict[str, Any]:
     inputs = request.inputs
-    rules = rules_in(request.instruction)
-    return {"queries": expand(inputs.get("question", ""), inputs.get("retrieved_episodes", ""), rules)}
+    rules, quotes = rules_in(request.instruction), quotes_in(request.instruction)
+    return {"queries": expand(inputs.get("question", ""), inputs.get("retrieved_episodes", ""), rules, quotes)}

@@ -17,6 +17,9 @@ the rules its instruction states (`pipeline.sim.rules.rules_in`):
   only the newest item.
 - judge (`label`): `pipeline.sim.judge.is_correct`, no rules.
 
+A double-quoted span in the instruction names information to keep (`pipeline.sim.hints`): a sentence,
+new fact, touched memory or context line it names is handled with every fix of the stage; the rest as above.
+
 Which output fields dispatch to which handler is declared once, in the stage table (`pipeline.sim.stages`).
 
 Handlers never raise on odd input: unknown text falls back to word overlap. They do no I/O.
@@ -41,6 +44,7 @@ from memtrace_loop.pipeline.sim.grammar import (
     read_sentence,
     split_sentences,
 )
+from memtrace_loop.pipeline.sim.hints import NO_QUOTES, Quotes, quotes_in, with_fixes
 from memtrace_loop.pipeline.sim.judge import content_tokens, is_correct
 from memtrace_loop.pipeline.sim.protocol import StageRequest, decode_list, trim
 from memtrace_loop.pipeline.sim.rules import rules_in
@@ -69,8 +73,9 @@ _QUESTION_FAMILY = {
 # ---------------------------------------------------------------------------------------------- extract
 
 
-def extract_facts(turn: str, rules: frozenset[str]) -> list[str]:
-    """The fact sentences the stand-in extracts from one rendered turn."""
+def extract_facts(turn: str, rules: frozenset[str], quotes: Quotes = NO_QUOTES) -> list[str]:
+    """The fact sentences the stand-in extracts from one rendered turn (a sentence the `quotes` name is
+    read with every extract fix: `pipeline.sim.hints`)."""
     match = _TURN_LINE.match(turn.strip())
     if not match:
         return [trim(turn)] if turn.strip() else []
@@ -78,8 +83,9 @@ def extract_facts(turn: str, rules: frozenset[str]) -> list[str]:
     day = parse_date(match.group("date") or "")
     facts: list[str] = []
     unknown: list[str] = []
+    fixed = with_fixes(rules, "extract")
     for sentence in split_sentences(text):
-        read = read_sentence(sentence, speaker, day, rules)
+        read = read_sentence(sentence, speaker, day, quotes.rules_for(sentence, rules, fixed))
         if read is None:
             unknown.append(sentence)
         else:
@@ -90,7 +96,8 @@ def extract_facts(turn: str, rules: frozenset[str]) -> list[str]:
 
 
 def extract_handler(request: StageRequest) -> dict[str, Any]:
-    return {"facts": extract_facts(request.inputs.get("turn", ""), rules_in(request.instruction))}
+    instruction = request.instruction
+    return {"facts": extract_facts(request.inputs.get("turn", ""), rules_in(instruction), quotes_in(instruction))}
 
 
 # ---------------------------------------------------------------------------------------------- decide
@@ -100,47 +107,70 @@ def _adds_detail(new: Fact, old: Fact) -> bool:
     return (new.date is not None and old.date is None) or (new.owner is not None and old.owner is None)
 
 
-def decide_actions(existing: str, new_facts: list[str], rules: frozenset[str]) -> list[dict[str, Any]]:
-    """The memory actions for the new facts against the listed existing memories."""
-    memories: list[tuple[str, str, Fact | None]] = []
+Memory = tuple[str, str, Fact | None]  # (id, text, the fact it states)
+
+
+def _memories(existing: str) -> list[Memory]:
+    memories: list[Memory] = []
     for line in existing.splitlines():
         match = _MEMORY_LINE.match(line)
         if match:
             memories.append((match.group("id"), match.group("text"), parse_fact(match.group("text"))))
+    return memories
+
+
+def _decide(text: str, memories: list[Memory], rules: frozenset[str]) -> list[dict[str, Any]]:
+    """The actions for one new fact."""
+    fact = parse_fact(text)
+    if fact is None:
+        same = next((m for m in memories if m[1].strip().lower() == text.lower()), None)
+        return [{"event": "NONE", "id": same[0], "text": ""} if same else {"event": "ADD", "text": text}]
+    slot_matches = [m for m in memories if m[2] is not None and m[2].slot == fact.slot]
+    same_value = next((m for m in slot_matches if m[2] is not None and m[2].value == fact.value), None)
+    if same_value is not None:
+        old = same_value[2]
+        detail = old is not None and _adds_detail(fact, old)
+        return [{"event": "UPDATE" if detail else "NONE", "id": same_value[0], "text": text if detail else ""}]
+    if not slot_matches:
+        return [{"event": "ADD", "text": text}]
+    if fact.family in SINGLE_VALUED:  # single-valued: a contradiction
+        if "newest_wins" in rules:
+            return [{"event": "UPDATE", "id": slot_matches[0][0], "text": text}]
+        return [{"event": "NONE", "id": slot_matches[0][0], "text": ""}]
+    # multi-valued: the new fact can also be true
+    delete = [] if "keep_compatible" in rules else [{"event": "DELETE", "id": slot_matches[0][0], "text": ""}]
+    return [*delete, {"event": "ADD", "text": text}]
+
+
+def _named(quotes: Quotes, text: str, actions: list[dict[str, Any]], memories: list[Memory]) -> bool:
+    """True when the quotes name the new fact or a memory its actions touch."""
+    touched = {str(a["id"]) for a in actions if a.get("id") is not None}
+    return quotes.name(text) or any(quotes.name(m[1]) for m in memories if m[0] in touched)
+
+
+def decide_actions(
+    existing: str, new_facts: list[str], rules: frozenset[str], quotes: Quotes = NO_QUOTES
+) -> list[dict[str, Any]]:
+    """The memory actions for the new facts against the listed existing memories (a fact that the
+    `quotes` name, or whose decision touches a memory they name, is decided with every decide fix)."""
+    memories = _memories(existing)
+    fixed = with_fixes(rules, "decide")
     actions: list[dict[str, Any]] = []
     for text in (str(f).strip() for f in new_facts):
         if not text:
             continue
-        fact = parse_fact(text)
-        if fact is None:
-            same = next((m for m in memories if m[1].strip().lower() == text.lower()), None)
-            actions.append({"event": "NONE", "id": same[0], "text": ""} if same else {"event": "ADD", "text": text})
-            continue
-        slot_matches = [m for m in memories if m[2] is not None and m[2].slot == fact.slot]
-        same_value = next((m for m in slot_matches if m[2] is not None and m[2].value == fact.value), None)
-        if same_value is not None:
-            old = same_value[2]
-            detail = old is not None and _adds_detail(fact, old)
-            event = "UPDATE" if detail else "NONE"
-            actions.append({"event": event, "id": same_value[0], "text": text if detail else ""})
-        elif not slot_matches:
-            actions.append({"event": "ADD", "text": text})
-        elif fact.family in SINGLE_VALUED:  # single-valued: a contradiction
-            if "newest_wins" in rules:
-                actions.append({"event": "UPDATE", "id": slot_matches[0][0], "text": text})
-            else:
-                actions.append({"event": "NONE", "id": slot_matches[0][0], "text": ""})
-        else:  # multi-valued: the new fact can also be true
-            if "keep_compatible" not in rules:
-                actions.append({"event": "DELETE", "id": slot_matches[0][0], "text": ""})
-            actions.append({"event": "ADD", "text": text})
+        chosen = _decide(text, memories, rules)
+        if quotes and _named(quotes, text, chosen, memories):
+            chosen = _decide(text, memories, fixed)
+        actions.extend(chosen)
     return actions
 
 
 def decide_handler(request: StageRequest) -> dict[str, Any]:
     rules = rules_in(request.instruction)
     new_facts = decode_list(request.inputs.get("new_facts", ""))
-    return {"actions": decide_actions(request.inputs.get("existing_memories", ""), new_facts, rules)}
+    existing = request.inputs.get("existing_memories", "")
+    return {"actions": decide_actions(existing, new_facts, rules, quotes_in(request.instruction))}
 
 
 # ---------------------------------------------------------------------------------------------- answer
@@ -251,8 +281,24 @@ def _overlap_answer(items: list[ContextItem], question: str, rules: frozenset[st
     return trim(best.text)
 
 
-def answer_question(context: str, question: str, rules: frozenset[str]) -> str:
-    """The stand-in's short answer to `question` from the rendered `context`."""
+def _line_text(line: str) -> str:
+    """A context line without its `Memory:` label and `Time: ...` stamp (what a quote must name)."""
+    line = line.strip().removeprefix("Memory:").strip()
+    timed = _CONTEXT_TIME.match(line)
+    return timed.group("text").strip() if timed and parse_date(timed.group("time")) else line
+
+
+def answer_question(context: str, question: str, rules: frozenset[str], quotes: Quotes = NO_QUOTES) -> str:
+    """The stand-in's short answer to `question` from the rendered `context`. When the `quotes` name
+    context lines, it answers from those lines only, with every answer fix (`pipeline.sim.hints`)."""
+    if quotes:
+        named = [line for line in context.splitlines() if line.strip() and quotes.name(_line_text(line))]
+        if named:
+            return _answer("\n".join(named), question, with_fixes(rules, "answer"))
+    return _answer(context, question, rules)
+
+
+def _answer(context: str, question: str, rules: frozenset[str]) -> str:
     items = parse_context(context, rules)
     query = parse_question(question)
     if query is None:
@@ -271,8 +317,9 @@ def answer_question(context: str, question: str, rules: frozenset[str]) -> str:
 
 
 def answer_handler(request: StageRequest) -> dict[str, Any]:
-    rules = rules_in(request.instruction)
-    return {"answer": answer_question(request.inputs.get("context", ""), request.inputs.get("question", ""), rules)}
+    rules, quotes = rules_in(request.instruction), quotes_in(request.instruction)
+    inputs = request.inputs
+    return {"answer": answer_question(inputs.get("context", ""), inputs.get("question", ""), rules, quotes)}
 
 
 # ---------------------------------------------------------------------------------------------- judge
