@@ -47,13 +47,14 @@ from memtrace_loop.pipeline.core.conventions import (
     answer_name,
     first_version,
     kind_of,
+    query_name,
     turn_name,
 )
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, GraphError
 
 __all__ = [
     "Repair", "RepairPlan", "answer_fault", "answer_hint", "answer_repairable", "construction_hint",
-    "evidence_lines", "evidence_texts", "evidence_units", "needed_top_k", "plan_repair", "steer_hint",
+    "evidence_lines", "evidence_texts", "evidence_units", "needed_top_k", "plan_repair", "steer_hint", "steering_fault",
 ]
 
 CONSTRUCTION_ERRORS = frozenset({ErrorType.EXTRACTION, ErrorType.UPDATE, ErrorType.DELETION})
@@ -183,6 +184,23 @@ def _is_unit(graph: ExecutionGraph, node: str) -> bool:
     except GraphError:  # an operation id
         return False
     return var.kind in MEMORY_KINDS and bool(var.value)
+
+
+def steering_fault(
+    system: MemorySystem, graph: ExecutionGraph, attribution: Attribution, missed: Fault
+) -> Fault | None:
+    """The case's steering operation (a `STEER` stage that read its query), as a prompt fault a replay
+    may try beside a retrieval knob: the prompt rule that would have reached `missed`'s units (None when
+    the system has no steering step or it did not run for this case)."""
+    steering = {s.name for s in system.stages if s.repair == StageRepair.STEER}
+    query = graph.latest(query_name(attribution.question_id))
+    if not steering or query is None:
+        return None
+    op = next((o for o in graph.consumers(query.id) if o.stage in steering), None)
+    if op is None:
+        return None
+    reason = "the steering step did not ask for what the search missed"
+    return Fault(op.id, op.name, op.stage, ErrorType.RETRIEVAL, Tunable.PROMPT, reason, missed.restore, op.seq)
 
 
 # ---------------------------------------------------------------------------------------------- hints

@@ -10,9 +10,10 @@ For one attribution, within `max_replays` replays (`pipeline.analysis.attributio
 3. otherwise the smallest set of those repairs, in pipeline order, answer stage and knobs included, up
    to `max_joint` members: the first set that rescues is the decisive error set (`joint`, `verified`).
 
-When repairs were tried and none rescued, the blame is `refuted`. When no repair exists that is not the
-gold answer itself (the answer stage with no evidence line in its context and nothing else to repair;
-a system that cannot rebuild its memory or call its stages again), it is `unverifiable`. LLM calls spent
+When the blamed operation's repair was made and nothing rescued, the blame is `refuted`. When the
+blamed operation has no repair that is not the gold answer itself (the answer stage with no evidence
+line in its context; a non-LLM stage with no knob to reset; a system that cannot rebuild its memory or
+call its stages again) and nothing else rescued, it is `unverifiable`. LLM calls spent
 are added to `cost.replay_calls`.
 
 This module decides which replays prove what; it does not find attributions (the attributors) and
@@ -30,13 +31,14 @@ from dataclasses import dataclass
 import dspy
 from memtrace_loop.memory_systems.base import MemorySystem, ReplayUnsupportedError
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
-from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Check, Fault
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Check, ErrorType, Fault, Tunable
 from memtrace_loop.pipeline.analysis.attribution.repairs import (
     Repair,
     RepairPlan,
     answer_fault,
     answer_repairable,
     plan_repair,
+    steering_fault,
 )
 from memtrace_loop.pipeline.analysis.attribution.replay import Replayer, ReplaySettings
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
@@ -77,7 +79,8 @@ class Verifier:
         primary = next((s for s in attribution.suspects if s.op == attribution.op), attribution.primary())
         plans = self._plans(graph, attribution, primary)
         first = plans[0] if plans and plans[0].fault == primary and self._alone(graph, attribution, plans[0]) else None
-        if first is not None and self._rescues(graph, attribution, (first,), spend):
+        tried = None if first is None else self._rescues(graph, attribution, (first,), spend)
+        if tried and first is not None:
             rest = [p for p in plans[1:] if self._alone(graph, attribution, p)]
             rescuing = self._alternatives(graph, attribution, first, rest, spend)
             return _checked(dataclasses.replace(attribution, alternatives=rescuing), Check.VERIFIED, spend)
@@ -92,7 +95,7 @@ class Verifier:
                 break
             if self._rescues(graph, attribution, subset, spend):
                 return _checked(_joint(attribution, tuple(p.fault for p in subset)), Check.VERIFIED, spend)
-        return _checked(attribution, Check.REFUTED if first is not None else Check.UNVERIFIABLE, spend)
+        return _checked(attribution, Check.UNVERIFIABLE if tried is None else Check.REFUTED, spend)
 
     @staticmethod
     def _alone(graph: ExecutionGraph, attribution: Attribution, plan: RepairPlan) -> bool:
@@ -103,10 +106,11 @@ class Verifier:
     def _plans(self, graph: ExecutionGraph, attribution: Attribution, primary: Fault) -> list[RepairPlan]:
         """The repairs to try: the blamed operation's first, then the other suspects and the answer
         stage's, in pipeline order (faults without a repair left out)."""
-        answer = answer_fault(graph, attribution)
         faults = [primary, *sorted((s for s in attribution.suspects if s.op != primary.op), key=lambda f: f.seq)]
-        if answer is not None and all(f.op != answer.op for f in faults):
-            faults.append(answer)
+        knob = primary.error_type == ErrorType.RETRIEVAL and primary.tunable == Tunable.KNOBS
+        steer = steering_fault(self.system, graph, attribution, primary) if knob else None
+        extra = [answer_fault(graph, attribution), steer]
+        faults += [f for f in extra if f is not None and all(f.op != g.op for g in faults)]
         plans = []
         for fault in faults:
             plan = plan_repair(self.system, graph, fault)
@@ -134,14 +138,14 @@ class Verifier:
 
     def _rescues(
         self, graph: ExecutionGraph, attribution: Attribution, plans: tuple[RepairPlan, ...], spend: _Spend
-    ) -> bool:
-        spend.replays += 1
+    ) -> bool | None:
+        """Whether repairing `plans` together rescues the case (None: the system cannot make one of them)."""
         try:
             outcome = self.replayer.replay(graph, attribution, plans)
         except ReplayUnsupportedError as error:
-            logger.info("replay of %s skipped a repair: %s", attribution.question_id, error)
-            spend.replays -= 1
-            return False
+            logger.info("replay of %s cannot make a repair: %s", attribution.question_id, error)
+            return None
+        spend.replays += 1
         spend.calls += outcome.calls
         return outcome.rescued
 
