@@ -7,10 +7,12 @@ the runner's summary does). The world's *repairs* are:
 - each LLM stage given its perfect instruction: the test world's `perfect_instruction` (typed
   interface `pipeline.backends.test_world.TestWorld`) applied to the instruction in force; a stage
   the test world knows no rule for, or whose instruction is already perfect, has no repair;
-- each knob the world degraded raised back to the spec's `generous_knobs` value (else the knobs
-  record's default), named by the non-LLM stage that owns it (the spec's stage table, or the world's
-  `owners` for a knob no stage declares); a degraded knob with no owner is a held setting of the
-  world (e.g. EverMemOS `multi_query=false`), never repaired.
+- one knob raised: each knob the world degraded, and (with `raise_generous`, the default: the
+  issue's "raise one knob") each knob of the spec's `generous_knobs` in any world, set to its
+  `generous_knobs` value (else the knobs record's default), named by the non-LLM stage that owns it
+  (the spec's stage table, or the world's `owners` for a knob no stage declares); a repair that
+  changes nothing is left out, and a degraded knob with no owner is a held setting of the world
+  (e.g. EverMemOS `multi_query=false`), never repaired. Two knobs of one stage form one repair.
 
 One run per repair set (only the still-unlabelled failures, memories reused through one
 `MemoryCache`, so a prompt repair of the answer stage does not rebuild memory): every single
@@ -178,16 +180,21 @@ def _knob_owner(world: DegradedWorld, knob: str) -> str | None:
     return next((s.name for s in spec_of(world.system).stages if knob in s.knobs), None)
 
 
-def world_repairs(world: DegradedWorld, build: Build, test_world: TestWorld) -> tuple[Repair, ...]:
-    """The repairs of `world`, in the system's stage order (see the module docstring)."""
+def world_repairs(
+    world: DegradedWorld, build: Build, test_world: TestWorld, raise_generous: bool = True
+) -> tuple[Repair, ...]:
+    """The repairs of `world`, in the system's stage order (see the module docstring); without
+    `raise_generous`, only the knobs the world degraded are repaired."""
     system = world_system(world, build)
     spec = spec_of(world.system)
     defaults = dataclasses.asdict(spec.knobs())
+    current = dataclasses.asdict(system.knobs)
     knob_repairs: dict[str, dict[str, Any]] = {}
-    for knob in world.knobs:
+    for knob in dict.fromkeys([*world.knobs, *(spec.generous_knobs if raise_generous else ())]):
         owner = _knob_owner(world, knob)
-        if owner is not None:
-            knob_repairs.setdefault(owner, {})[knob] = spec.generous_knobs.get(knob, defaults[knob])
+        value = spec.generous_knobs.get(knob, defaults[knob])
+        if owner is not None and value != current[knob]:
+            knob_repairs.setdefault(owner, {})[knob] = value
     predictors = dict(system.named_predictors())
     repairs = []
     for stage in (s.name for s in system.stages):
@@ -262,6 +269,7 @@ def rescue_oracle(
     *,
     workers: int = 4,
     max_joint: int = 3,
+    raise_generous: bool = True,
     exclude_categories: Sequence[int] = (5,),
     on_run: Callable[[str], None] | None = None,
 ) -> WorldOracle:
@@ -272,7 +280,7 @@ def rescue_oracle(
     run = run_dataset(system, make_judge(lm), dataset, workers=workers, memory_cache=runner.cache)
     failures = tuple(r for r in run.results if not r.correct and r.question.category not in exclude_categories)
     failed = [r.question.id for r in failures]
-    repairs = world_repairs(world, build, test_world)
+    repairs = world_repairs(world, build, test_world, raise_generous)
     rescuers: dict[str, set[str]] = {q: set() for q in failed}
     for repair in repairs:
         for qid in runner.rescued((repair,), failed):
