@@ -53,7 +53,7 @@ SETTINGS: Mapping[str, Mapping[str, Any]] = {
 }
 COLUMNS = (
     "system", "world", "setting", "n", "rescues_alone_%", "necessary_%", "joint_named_%", "joint_cases",
-    "joint_sufficient_%", "verified", "verified_precision_%", "unverifiable_%", "calls_per_case",
+    "joint_sufficient_%", "verified", "verified_precision_%", "unverifiable_%", "calls_per_case", "replays_per_case",
     "top_blamed", "oracle_top",
 )
 
@@ -151,6 +151,15 @@ def render(scores: Sequence[RescueScore], title: str) -> Table:
     return table
 
 
+def markdown(scores: Sequence[RescueScore]) -> str:
+    """The table as Markdown (for docs/results.md)."""
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for score in scores:
+        row = score.as_row()
+        lines.append("| " + " | ".join("–" if row[c] is None else str(row[c]) for c in COLUMNS) + " |")
+    return "\n".join(lines)
+
+
 def pooled(scores: Sequence[RescueScore]) -> dict[tuple[str, str], float]:
     """(system, setting) -> rescues-alone share pooled over the system's worlds (weighted by failures)."""
     out: dict[tuple[str, str], float] = {}
@@ -205,8 +214,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--injected-limit", type=int, default=3, help="injected cases per fault kind (gap table)")
     parser.add_argument("--no-injected", action="store_true", help="skip the injected-fault gap table")
+    parser.add_argument("--markdown", action="store_true", help="also print the table as Markdown")
     args = parser.parse_args(argv)
-    console = Console() if Console().is_terminal else Console(width=220)
+    console = Console() if Console().is_terminal else Console(width=300)
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     settings = [s.strip() for s in args.settings.split(",") if s.strip()]
     unknown = sorted(set(systems) - set(SYSTEMS.names)) + sorted(set(settings) - set(SETTINGS))
@@ -232,6 +242,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     console.print(render(scores, f"attribution vs the rescue oracle (seeds {seeds}, {runs} oracle runs)"))
     if gap is not None:
         console.print(gap)
+    if args.markdown:
+        console.print(markdown(scores), markup=False, highlight=False, soft_wrap=True)
     return 0
 
 

@@ -145,3 +145,14 @@ def test_the_issue_bars_hold_on_the_rescue_oracle() -> None:
     if gap > 0.10:
         misses.append(f"llm rescue precision {gap:.2f} below lineage's (> 0.10)")
     assert not misses, "\n".join(misses)
+
+
+def test_the_bench_command_logs_its_seeds_and_prints_every_setting(capsys: pytest.CaptureFixture[str]) -> None:
+    code = rescue_bench.main(["--systems", "long_context", "--seeds", "777", "--conversations", "1",
+                              "--no-injected", "--markdown"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "seeds [777] (fixed)" in out and "--seeds 777 --sessions 6" in out
+    rows = [line for line in out.splitlines() if line.startswith("| long_context |")]
+    assert {row.split(" | ")[2] for row in rows} == set(rescue_bench.SETTINGS)
+    assert {row.split(" | ")[1] for row in rows} == {"default", "800-token window"}
