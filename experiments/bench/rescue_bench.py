@@ -160,18 +160,21 @@ def markdown(scores: Sequence[RescueScore]) -> str:
     return "\n".join(lines)
 
 
-def pooled(scores: Sequence[RescueScore]) -> dict[tuple[str, str], float]:
-    """(system, setting) -> rescues-alone share pooled over the system's worlds (weighted by failures)."""
-    out: dict[tuple[str, str], float] = {}
-    for key in {(s.system, s.setting) for s in scores}:
-        mine = [s for s in scores if (s.system, s.setting) == key]
-        n = sum(s.n for s in mine)
-        out[key] = sum(s.rescues_alone * s.n for s in mine) / n if n else 0.0
-    return out
+def pooled(results: Sequence[WorldResult]) -> list[RescueScore]:
+    """Per system and setting, every world's failures together (world "all"; the top stages are then
+    the pooled blame table's and the pooled oracle's)."""
+    scores = []
+    for system in dict.fromkeys(r.system for r in results):
+        mine = [r for r in results if r.system == system]
+        labels = {f"{r.world}/{k}": v for r in mine for k, v in r.labels.items()}
+        for setting in mine[0].attributions:
+            found = {f"{r.world}/{k}": v for r in mine for k, v in r.attributions[setting].items()}
+            scores.append(summarize_rescue(system, "all", setting, labels, found))
+    return scores
 
 
 def injected_gap(
-    systems: Sequence[str], settings: Sequence[str], lm: dspy.LM, rescue: Mapping[tuple[str, str], float],
+    systems: Sequence[str], settings: Sequence[str], lm: dspy.LM, rescue: Sequence[RescueScore],
     limit_per_kind: int, progress: Progress,
 ) -> Table:
     """The injected-fault benchmark's stage accuracy (seed 0, 2 conversations) beside the pooled rescue
@@ -189,7 +192,7 @@ def injected_gap(
         system = perfect_system(name, lm)
         for setting in settings:
             score = score_attributor(make_attributor(setting, lm, system), cases, name)
-            share = rescue.get((name, setting))
+            share = next((r.rescues_alone for r in rescue if (r.system, r.setting) == (name, setting)), None)
             table.add_row(name, setting, str(score.n), f"{100 * score.stage_accuracy:.1f}",
                           "-" if share is None else f"{100 * share:.1f}",
                           "-" if share is None else f"{100 * (score.stage_accuracy - share):+.1f}")
@@ -210,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--n-seeds", type=int, default=1, help="seeds to draw when --seeds is not given")
     parser.add_argument("--conversations", type=int, default=2, help="simulated conversations per seed")
     parser.add_argument("--sessions", type=int, default=None,
-                        help="sessions per conversation (default: drawn in 4..8 with drawn seeds, else 6)")
+                        help="sessions per conversation (default: drawn in 4..7 with drawn seeds, else 6)")
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--injected-limit", type=int, default=3, help="injected cases per fault kind (gap table)")
     parser.add_argument("--no-injected", action="store_true", help="skip the injected-fault gap table")
@@ -224,7 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unknown systems or settings {unknown}")
     drawn = args.seeds is None
     seeds = draw_seeds(args.n_seeds) if drawn else [int(s) for s in args.seeds.split(",") if s.strip()]
-    sessions = args.sessions or (random.SystemRandom().randint(4, 8) if drawn else 6)
+    sessions = args.sessions or (random.SystemRandom().randint(4, 7) if drawn else 6)
     console.print(f"seeds {seeds} ({'drawn at run time' if drawn else 'fixed'}), {args.conversations} "
                   f"conversations x {sessions} sessions; re-run with --seeds {','.join(map(str, seeds))} "
                   f"--sessions {sessions}")
@@ -236,14 +239,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name in systems:
             results.extend(bench_system(name, datasets, settings, lm, progress, args.workers))
         scores = score_worlds(results)
+        totals = pooled(results)
         gap = None if args.no_injected else injected_gap(
-            systems, settings, lm, pooled(scores), args.injected_limit, progress)
+            systems, settings, lm, totals, args.injected_limit, progress)
     runs = sum(r.runs for r in results)
     console.print(render(scores, f"attribution vs the rescue oracle (seeds {seeds}, {runs} oracle runs)"))
+    console.print(render(totals, "per system, every world's failures together"))
     if gap is not None:
         console.print(gap)
     if args.markdown:
-        console.print(markdown(scores), markup=False, highlight=False, soft_wrap=True)
+        for table in (scores, totals):
+            console.print(markdown(table) + "\n", markup=False, highlight=False, soft_wrap=True)
     return 0
 
 

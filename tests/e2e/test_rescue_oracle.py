@@ -155,4 +155,6 @@ def test_the_bench_command_logs_its_seeds_and_prints_every_setting(capsys: pytes
     assert "seeds [777] (fixed)" in out and "--seeds 777 --sessions 6" in out
     rows = [line for line in out.splitlines() if line.startswith("| long_context |")]
     assert {row.split(" | ")[2] for row in rows} == set(rescue_bench.SETTINGS)
-    assert {row.split(" | ")[1] for row in rows} == {"default", "800-token window"}
+    assert {row.split(" | ")[1] for row in rows} == {"default", "800-token window", "all"}  # "all": pooled
+    n_by_world = {row.split(" | ")[1]: int(row.split(" | ")[3]) for row in rows if " | lineage | " in row}
+    assert n_by_world["all"] == n_by_world["default"] + n_by_world["800-token window"] > 0
