@@ -48,12 +48,20 @@ def rag_top_k_1() -> WorldOracle:
     return rescue_oracle(world, rescue_bench.build, sim_lm(), dataset(), backend_test_world(), workers=2)
 
 
-def rescued_alone(world: DegradedWorld, repairs: tuple[Repair, ...], question_id: str) -> bool:
+@cache
+def mem0_top_k_3() -> WorldOracle:
+    (world,) = [w for w in degraded_worlds("mem0", rescue_bench.build, backend_test_world()) if w.name == "top_k=3"]
+    return rescue_oracle(world, rescue_bench.build, sim_lm(), dataset(SEED, 1), backend_test_world(), workers=2)
+
+
+def rescued_alone(
+    world: DegradedWorld, repairs: tuple[Repair, ...], question_id: str, data: Dataset | None = None
+) -> bool:
     """Run the question's conversation alone in `world` with `repairs` applied: is it answered right?"""
     lm = sim_lm()
     system = world_system(world, rescue_bench.build, repairs)
     system.set_lm(lm)
-    data = dataset()
+    data = data or dataset()
     (question,) = [q for q in data.questions if q.id == question_id]
     conversations = tuple(c for c in data.conversations if c.id == question.conversation_id)
     one = dataclasses.replace(data, questions=(question,), conversations=conversations)
@@ -80,6 +88,24 @@ def test_every_label_is_what_rescue_means() -> None:
             assert rescued_alone(oracle.world, tuple(repair_by_stage[s] for s in label.joint), qid), label
         if label.unrescuable:
             assert not rescued_alone(oracle.world, oracle.repairs, qid), label
+
+
+def test_joint_labels_of_a_world_with_construction_repairs_mean_rescue() -> None:
+    """Mem0 with top_k=3: prompt repairs rebuild memory, and some failures need two repairs."""
+    oracle = mem0_top_k_3()
+    data = dataset(SEED, 1)
+    repair_by_stage = {r.stage: r for r in oracle.repairs}
+    assert set(repair_by_stage) == {"extract", "decide", "retrieve", "respond"}
+    joint = [label for label in oracle.labels.values() if label.joint is not None]
+    assert joint, oracle.labels
+    for label in joint:
+        assert rescued_alone(oracle.world, tuple(repair_by_stage[s] for s in label.joint), label.question_id, data)
+        for stage in label.joint:  # joint: no member alone rescues
+            assert not rescued_alone(oracle.world, (repair_by_stage[stage],), label.question_id, data), label
+    for label in oracle.labels.values():
+        if label.rescuers:
+            first = repair_by_stage[min(label.rescuers)]
+            assert rescued_alone(oracle.world, (first,), label.question_id, data), label
 
 
 def test_a_knob_no_stage_owns_is_held_not_repaired() -> None:
