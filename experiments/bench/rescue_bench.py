@@ -124,7 +124,8 @@ def bench_system(
                                    on_run=partial(_advance, progress, task))
             runs += oracle.runs
             labels.update({f"{seed}/{q}": label for q, label in oracle.labels.items()})
-            progress.update(task, total=len(settings) * len(oracle.failures), completed=0)
+            done = next(t.completed for t in progress.tasks if t.id == task)  # oracle runs, earlier seeds
+            progress.update(task, total=done + len(settings) * len(oracle.failures))
             for setting in settings:
                 attributor = make_attributor(setting, lm, oracle.system)
                 found = attribute_world(attributor, oracle, dataset, partial(_advance, progress, task, ""))
