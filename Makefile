@@ -59,6 +59,7 @@ bench: install  ## benchmarks, each printing a table: graph at LoCoMo scale, spe
 	$(BIN)/python -m memtrace_loop.experiments.bench.bm25_bench
 	$(BIN)/python -m memtrace_loop.experiments.bench.bootstrap_bench
 	$(BIN)/python -m memtrace_loop.experiments.bench.attribution_bench
+	$(BIN)/python -m memtrace_loop.experiments.bench.rescue_bench
 	$(BIN)/python -m memtrace_loop.experiments.bench.report_bench
 	$(BIN)/python -m memtrace_loop.experiments.bench.workers_bench
 	$(BIN)/python -m memtrace_loop.experiments.bench.mem0ai_bench

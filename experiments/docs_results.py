@@ -11,7 +11,7 @@ Two kinds of figure:
   regenerated: `demo` runs `memtrace optimize` (the command of `make demo`) with a fresh cache and MLflow
   store in a temporary folder and rewrites the generated blocks of docs/results.md and README.md;
   `tests/apps/test_docs.py` runs the same and compares, so a stale demo figure fails CI;
-- expensive ones (the comparison sweep, the attribution benchmark, the local-model and workers
+- expensive ones (the comparison sweep, the attribution and rescue benchmarks, the local-model and workers
   benches, the one-seed optimizer table) are recorded in docs/results.md with their command, the commit
   that measured them and a digest of the source files they depend on (`FIGURES`); the test fails when
   that digest changed, so a figure whose code moved on is flagged, not trusted. After re-running the
@@ -49,6 +49,8 @@ FIGURES: dict[str, tuple[str, ...]] = {
                 "experiments/conf/**/*.yaml"),
     "attribution_bench": (*_WORLD, "pipeline/analysis/**/*.py", "pipeline/benchmark/**/*.py",
                           "experiments/bench/attribution_bench.py"),
+    "rescue_bench": (*_WORLD, "pipeline/analysis/**/*.py", "pipeline/benchmark/**/*.py",
+                     "experiments/bench/attribution_bench.py", "experiments/bench/rescue_bench.py"),
     "local_model_bench": ("pipeline/backends/**/*.py", "memory_systems/**/*.py", "conf/lm/*.yaml",
                           "experiments/bench/local_model_bench.py"),
     "workers_bench": ("pipeline/backends/**/*.py", "pipeline/loop/**/*.py", "experiments/bench/workers_bench.py"),

@@ -1,0 +1,187 @@
+"""Scoring attributions against the counterfactual-rescue oracle's labels (`pipeline.benchmark.rescue`).
+
+Per failed case, an attribution (or None: counts as wrong everywhere) against its `RescueLabel`:
+
+- rescues alone: a blamed stage (the attribution's stage, or any stage of its joint set) is among the
+  label's single rescuers;
+- necessary: the label has a rescuing set and the attribution's stage is in EVERY minimal rescuing
+  set (each single rescuer is one; for a joint case, each joint set of the smallest size): a stage
+  that must be repaired for any smallest repair to work;
+- joint named: the attribution names a joint set (`Attribution.joint` non-empty), read on the cases
+  the oracle calls joint; joint sufficient: the stages of a named set contain a rescuing set (read on
+  every case where a set is named);
+- verified right: `check == VERIFIED` and the blame is right (the blamed stage rescues alone, or the
+  named joint set is sufficient); verified precision is its share of the verified cases;
+- unverifiable: `check == UNVERIFIABLE`;
+- cost: LM calls and replay calls of the attribution (`AttributionCost`).
+
+Per world and setting, `summarize_rescue` also compares the blame table's top stage
+(`aggregate_blame`, weights by check) with the oracle's most common rescuing stage (single rescuers,
+and the stages of each joint set). Pure functions over records: running attributors is the
+benchmark's (`experiments.bench.rescue_bench`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Check
+from memtrace_loop.pipeline.analysis.blame import aggregate_blame
+from memtrace_loop.pipeline.benchmark.rescue import RescueLabel
+
+__all__ = [
+    "RescueCaseScore",
+    "RescueScore",
+    "blamed_stages",
+    "compare_rescue",
+    "joint_sufficient",
+    "oracle_top_stage",
+    "stage_necessary",
+    "summarize_rescue",
+]
+
+
+def blamed_stages(attribution: Attribution) -> frozenset[str]:
+    """The stage an attribution blames, with every stage of its joint set."""
+    return frozenset({attribution.stage, *(f.stage for f in attribution.joint)})
+
+
+def stage_necessary(label: RescueLabel, stage: str) -> bool:
+    """`stage` is in every minimal rescuing set of the label (False when nothing rescues it)."""
+    sets = label.rescuing_sets()
+    return bool(sets) and all(stage in s for s in sets)
+
+
+def joint_sufficient(label: RescueLabel, attribution: Attribution) -> bool:
+    """The attribution's named joint set contains a rescuing set of the label (False when none named)."""
+    named = frozenset(f.stage for f in attribution.joint)
+    return bool(named) and any(s <= named for s in label.rescuing_sets())
+
+
+@dataclass(frozen=True)
+class RescueCaseScore:
+    """One attribution (or None) on one labelled failure."""
+
+    label: RescueLabel
+    attribution: Attribution | None
+    rescues_alone: bool
+    necessary: bool
+    joint_named: bool
+    joint_sufficient: bool
+    verified_right: bool
+    lm_calls: int = 0
+    replay_calls: int = 0
+
+    @property
+    def check(self) -> Check | None:
+        return None if self.attribution is None else self.attribution.check
+
+
+def compare_rescue(label: RescueLabel, attribution: Attribution | None) -> RescueCaseScore:
+    """Score one attribution against its label (the module docstring)."""
+    if attribution is None:
+        return RescueCaseScore(label, None, False, False, False, False, False)
+    alone = bool(blamed_stages(attribution) & label.rescuers)
+    sufficient = joint_sufficient(label, attribution)
+    return RescueCaseScore(
+        label,
+        attribution,
+        rescues_alone=alone,
+        necessary=stage_necessary(label, attribution.stage),
+        joint_named=bool(attribution.joint),
+        joint_sufficient=sufficient,
+        verified_right=attribution.check == Check.VERIFIED and (attribution.stage in label.rescuers or sufficient),
+        lm_calls=attribution.cost.lm_calls,
+        replay_calls=attribution.cost.replay_calls,
+    )
+
+
+def oracle_top_stage(labels: Sequence[RescueLabel]) -> str | None:
+    """The most common rescuing stage (each single rescuer, each stage of a joint set); ties by name."""
+    counts = Counter(stage for label in labels for stage in (label.rescuers or frozenset(label.joint or ())))
+    if not counts:
+        return None
+    return min(counts, key=lambda stage: (-counts[stage], stage))
+
+
+@dataclass(frozen=True)
+class RescueScore:
+    """One attributor setting on the failures of one world. Shares in [0, 1]; None when the share's
+    denominator is empty (`necessary` over rescuable cases, `joint_named` over oracle-joint cases,
+    `joint_sufficient` over named sets, `verified_precision` over verified cases)."""
+
+    system: str
+    world: str
+    setting: str
+    n: int
+    rescues_alone: float
+    necessary: float | None
+    joint_cases: int
+    joint_named: float | None
+    named_sets: int
+    joint_sufficient: float | None
+    verified: int
+    verified_precision: float | None
+    unverifiable: float
+    lm_calls_per_case: float
+    replay_calls_per_case: float
+    top_blamed: str | None
+    oracle_top: str | None
+
+    @property
+    def top_agrees(self) -> bool:
+        return self.top_blamed is not None and self.top_blamed == self.oracle_top
+
+    def as_row(self) -> dict[str, object]:
+        """Plain row for tables (shares as percentages, one decimal)."""
+
+        def pct(share: float | None) -> float | None:
+            return None if share is None else round(100 * share, 1)
+
+        return {
+            "system": self.system, "world": self.world, "setting": self.setting, "n": self.n,
+            "rescues_alone_%": pct(self.rescues_alone), "necessary_%": pct(self.necessary),
+            "joint_named_%": pct(self.joint_named), "joint_cases": self.joint_cases,
+            "joint_sufficient_%": pct(self.joint_sufficient), "verified": self.verified,
+            "verified_precision_%": pct(self.verified_precision), "unverifiable_%": pct(self.unverifiable),
+            "calls_per_case": round(self.lm_calls_per_case + self.replay_calls_per_case, 2),
+            "replays_per_case": round(self.replay_calls_per_case, 2),
+            "top_blamed": self.top_blamed, "oracle_top": self.oracle_top,
+        }
+
+
+def _share(flags: Sequence[bool]) -> float | None:
+    return sum(flags) / len(flags) if flags else None
+
+
+def summarize_rescue(
+    system: str, world: str, setting: str, labels: Mapping[str, RescueLabel],
+    attributions: Mapping[str, Attribution | None],
+) -> RescueScore:
+    """Every labelled failure's attribution (by question id; a missing one is None) scored and folded."""
+    scores = [compare_rescue(label, attributions.get(qid)) for qid, label in labels.items()]
+    n = len(scores)
+    rescuable = [s for s in scores if not s.label.unrescuable]
+    joint = [s for s in scores if s.label.joint is not None and not s.label.rescuers]
+    named = [s for s in scores if s.joint_named]
+    verified = [s for s in scores if s.check == Check.VERIFIED]
+    found = [a for a in attributions.values() if a is not None]
+    table = aggregate_blame(found)
+    return RescueScore(
+        system=system, world=world, setting=setting, n=n,
+        rescues_alone=_share([s.rescues_alone for s in scores]) or 0.0,
+        necessary=_share([s.necessary for s in rescuable]),
+        joint_cases=len(joint),
+        joint_named=_share([s.joint_named for s in joint]),
+        named_sets=len(named),
+        joint_sufficient=_share([s.joint_sufficient for s in named]),
+        verified=len(verified),
+        verified_precision=_share([s.verified_right for s in verified]),
+        unverifiable=_share([s.check == Check.UNVERIFIABLE for s in scores]) or 0.0,
+        lm_calls_per_case=sum(s.lm_calls for s in scores) / n if n else 0.0,
+        replay_calls_per_case=sum(s.replay_calls for s in scores) / n if n else 0.0,
+        top_blamed=table.rows[0].stage if table.rows else None,
+        oracle_top=oracle_top_stage(list(labels.values())),
+    )
