@@ -54,7 +54,8 @@ from memtrace_loop.pipeline.core.graph import ExecutionGraph, GraphError
 
 __all__ = [
     "Repair", "RepairPlan", "answer_fault", "answer_hint", "answer_repairable", "construction_hint",
-    "evidence_lines", "evidence_texts", "evidence_units", "needed_top_k", "plan_repair", "steer_hint", "steering_fault",
+    "evidence_lines", "evidence_texts", "evidence_units", "needed_top_k", "plan_repair", "steer_hint",
+    "steering_fault", "superseded",
 ]
 
 CONSTRUCTION_ERRORS = frozenset({ErrorType.EXTRACTION, ErrorType.UPDATE, ErrorType.DELETION})
@@ -62,7 +63,7 @@ CONSTRUCTION_ERRORS = frozenset({ErrorType.EXTRACTION, ErrorType.UPDATE, ErrorTy
 _COMMON = frozenset(
     "a an and are as at be been but by did do does for from had has have he her his i in is it its me my "
     "of on or our she so that the their them they this to was we were what when where which who will with "
-    "you your said says".split()
+    "you your said says memory time timestamp date".split()
 )
 MIN_SHARED_WORDS = 2
 MIN_LINE_CHARS = 20  # a shorter line (a title, a date) does not carry a unit's information by being in it
@@ -255,6 +256,17 @@ def evidence_lines(context: str, evidence: Iterable[str], units: Iterable[str] =
         if held_here or (shared >= MIN_SHARED_WORDS and 2 * shared >= len(words)):
             found.append(line)
     return tuple(dict.fromkeys(found))
+
+
+def superseded(lines: Sequence[str], repaired: Sequence[str]) -> tuple[str, ...]:
+    """`lines` without those a repaired unit says more than (every uncommon word of the line is in it,
+    and it is not the line itself): what a repaired stage would have written instead of them. Pure."""
+    better = [(" ".join(r.split()), _words(r)) for r in repaired]
+    kept = [
+        line for line in lines
+        if not any(words and _words(line) <= words and text not in " ".join(line.split()) for text, words in better)
+    ]
+    return tuple(kept)
 
 
 def _words(text: str) -> frozenset[str]:

@@ -41,6 +41,7 @@ from memtrace_loop.pipeline.analysis.attribution.repairs import (
     evidence_texts,
     evidence_units,
     steer_hint,
+    superseded,
 )
 from memtrace_loop.pipeline.analysis.evaluation import judge_answer
 from memtrace_loop.pipeline.core.config import require
@@ -143,8 +144,9 @@ class Replayer:
             found = _swapped(graph, found, [v for p in swaps for v in p.missed], tracer, question.id)
         responder = system.respond
         if Repair.ANSWER in kinds:
-            known = [u.text for u in units] + evidence_units(graph, attribution)
-            lines = evidence_lines(found.context, evidence_texts(graph, attribution), known)
+            repaired = [u.text for u in units]
+            carriers = repaired + evidence_units(graph, attribution)
+            lines = superseded(evidence_lines(found.context, evidence_texts(graph, attribution), carriers), repaired)
             responder = _hinted(system.respond, answer_hint(lines)) if lines else responder
         outcome = respond(tracer, responder, question, found.query_var, found.context_var, found.context)
         result = judge_answer(self.judge, question, outcome, tracer)
