@@ -248,7 +248,8 @@ def _compose(query: Query, found: list[tuple[Fact, ContextItem]], rules: frozens
     if query.kind == "when_event":
         if "use_dates" not in rules:
             return fact.without_date().render()
-        when = fact.date or item.day
+        dated = [f for f, i in found if f.date is not None and i.day == item.day]  # an explicit date beats the
+        when = (dated[-1].date if dated else None) or fact.date or item.day  # day a same-day memory was said
         return human(when) if when else fact.render()
     if query.kind in ("hobbies", "pets") and "one_answer" in rules:  # the misfire: one item of a list
         found = found[-1:]
