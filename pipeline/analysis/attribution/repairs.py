@@ -63,7 +63,7 @@ CONSTRUCTION_ERRORS = frozenset({ErrorType.EXTRACTION, ErrorType.UPDATE, ErrorTy
 _COMMON = frozenset(
     "a an and are as at be been but by did do does for from had has have he her his i in is it its me my "
     "of on or our she so that the their them they this to was we were what when where which who will with "
-    "you your said says memory time timestamp date".split()
+    "you your said says memory time timestamp date episode narrative title events event".split()
 )
 MIN_SHARED_WORDS = 2
 MIN_LINE_CHARS = 20  # a shorter line (a title, a date) does not carry a unit's information by being in it
