@@ -21,14 +21,14 @@ query, their outputs and every episode and event version placed in the context.
 A failed or unparsable LLM call becomes a failed operation and the run goes on: a failed boundary
 call means "no boundary", failed writers mean an empty event log or an empty narrative, a failed
 sufficiency check means "sufficient" (no second round) and a failed expansion means no extra queries.
-This module does not judge answers or log anything.
+Replay's stage repair (`recorded_call`, `repaired_units`) is `evermemos.repair`; stored episodes are
+`evermemos.episodes`. This module does not judge answers or log anything.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -38,22 +38,21 @@ from memtrace_loop.memory_systems.answering import RESPOND_STAGE, record_query, 
 from memtrace_loop.memory_systems.base import (
     MemorySystem,
     RecordedCall,
-    ReplayUnsupportedError,
     RestoredUnit,
     Retrieved,
     knobs_from_config,
     ranked_depth,
 )
+from memtrace_loop.memory_systems.evermemos.episodes import StoredEpisode, StoredEvent, stored_episode
+from memtrace_loop.memory_systems.evermemos.repair import REPAIRED_STAGES, recorded_call, repaired_units
 from memtrace_loop.memory_systems.evermemos.signatures import (
     CheckSufficiency,
     DetectBoundary,
     ExpandQueries,
     WriteEpisode,
     WriteEvents,
-    episode_document,
     episode_value,
     event_value,
-    render_episode_block,
 )
 from memtrace_loop.memory_systems.fusion import reciprocal_rank_fusion
 from memtrace_loop.memory_systems.signatures import AnswerQuestion, human_date, render_turn
@@ -73,19 +72,16 @@ from memtrace_loop.pipeline.core.conventions import (
     episode_name,
     event_name,
     expanded_name,
-    is_in,
-    name_of,
     prefix,
     sufficiency_name,
 )
-from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation, Variable
+from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import Conversation, Question, Turn
 from memtrace_loop.pipeline.core.tracing import Tracer
 
 LIMIT_STAGE = "episode_limits"
 RETRIEVE_STAGE = "retrieve"
 _DENSE_PREFIX = "ep"
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _STOPWORDS = frozenset(
     """a an the and or of to in on at for with from by about as is are was were be been am do does did have has
     had what when where who whom which why how would could should will can that this it its his her their
@@ -113,34 +109,6 @@ class EverMemOSKnobs:
         require(self, rrf_k=(0, None), max_expanded_queries=(0, None))
         if self.multi_query and self.max_expanded_queries < 1:  # the second round would search nothing new
             raise ValueError("max_expanded_queries must be >= 1 while multi_query is true (or set multi_query=false)")
-
-
-@dataclass(frozen=True)
-class StoredEvent:
-    number: int
-    text: str
-    time: str  # a human date ("8 May 2023")
-    var: str
-
-
-@dataclass(frozen=True)
-class StoredEpisode:
-    number: int
-    title: str
-    narrative: str
-    date: str  # the human date of the episode's first turn
-    turn_ids: tuple[str, ...]
-    events: tuple[StoredEvent, ...]
-    var: str
-
-    def document(self) -> str:
-        return episode_document(self.title, self.narrative, (e.text for e in self.events))
-
-    def unit_vars(self) -> tuple[str, ...]:
-        return (self.var, *(e.var for e in self.events))
-
-    def block(self) -> str:
-        return render_episode_block(self.title, self.date, self.narrative, ((e.text, e.time) for e in self.events))
 
 
 @dataclass(frozen=True)
@@ -438,49 +406,19 @@ class EverMemOSMemory(MemorySystem):
         for name in sorted(graph.names(prefix(Namespace.EPISODE)), key=lambda n: int(n.split(":", 1)[1])):
             var = graph.latest(name)
             if var is not None:
-                episodes.append(_stored_episode(graph, var))
+                episodes.append(stored_episode(graph, var))
         return self._index(graph.graph_id, episodes)
 
     def recorded_call(self, graph: ExecutionGraph, op_id: str) -> RecordedCall:
-        """The keyword inputs each LLM stage was called with, from its input variables: the writers'
-        and the boundary's turns (turn variables' values, one per line), the steering stages' question
-        and the episodes shown (rebuilt as blocks from the episode and event variables they read).
-        `time` is the ISO time of the first turn a writer read (of the new turn, for the boundary)."""
-        op = graph.operation(op_id)
-        turns = [graph.variable(v) for v in op.inputs if is_in(v, Namespace.TURN)]
-        if op.stage in ("write_events", "write_episode") and turns:
-            return RecordedCall(op.stage, {"turns": "\n".join(t.value for t in turns)}, _iso(turns[0]))
-        if op.stage == "detect_boundary" and len(turns) >= 2:
-            inputs = {"open_episode": "\n".join(t.value for t in turns[:-1]), "new_turn": turns[-1].value}
-            return RecordedCall(op.stage, inputs, _iso(turns[-1]))
-        if op.stage == "check_sufficiency" and op.inputs:
-            question = graph.variable(op.inputs[0]).value
-            return RecordedCall(op.stage, {"question": question, "retrieved_episodes": _shown(graph, op)})
-        if op.stage == "expand_queries" and len(op.inputs) == 2:
-            check = graph.producer(op.inputs[1])
-            if check is not None and check.stage == "check_sufficiency":
-                return RecordedCall(op.stage, {**self.recorded_call(graph, check.id).inputs})
-        return super().recorded_call(graph, op_id)
+        """Each LLM stage's keyword inputs rebuilt from its input variables (`evermemos.repair`)."""
+        return recorded_call(graph, graph.operation(op_id)) or super().recorded_call(graph, op_id)
 
     def repaired_units(self, graph: ExecutionGraph, op_id: str, prediction: Any) -> tuple[RestoredUnit, ...]:
-        """`write_events`: each event of the new log that the recorded log lacks (text and date as
-        written, the date the event names as its time, since that is what an event carries);
-        `write_episode`: each sentence of the new narrative the recorded episode lacks. A boundary
-        decision regroups turns (no unit of its own) and the steering stages write nothing to memory
-        (their new output steers `retrieve_steered`): both raise `ReplayUnsupportedError`."""
+        """New events / narrative sentences of a re-run writer (`evermemos.repair`); a boundary or
+        steering stage raises `ReplayUnsupportedError` (it writes no unit of its own)."""
         op = graph.operation(op_id)
-        if op.stage == "write_events":
-            return _event_units(graph, op, prediction)
-        if op.stage == "write_episode":
-            return _narrative_units(graph, op, prediction)
-        if op.stage == "detect_boundary":
-            raise ReplayUnsupportedError(
-                "evermemos: a re-run detect_boundary regroups turns into episodes; it writes no unit of its own"
-            )
-        if op.stage in ("check_sufficiency", "expand_queries"):
-            raise ReplayUnsupportedError(
-                f"evermemos: {op.stage} steers the search (retrieve_steered); it writes nothing to memory"
-            )
+        if op.stage in REPAIRED_STAGES:
+            return repaired_units(graph, op, prediction)
         return super().repaired_units(graph, op_id, prediction)
 
     def with_units(self, state: EverMemOSState, units: Sequence[RestoredUnit], tracer: Tracer) -> EverMemOSState:
@@ -500,63 +438,6 @@ class EverMemOSMemory(MemorySystem):
             event = StoredEvent(next_event + offset, restored.text, date, event_var)
             episodes.append(StoredEpisode(number, "", "", date, (), (event,), var))
         return self._index(state.conversation_id, episodes)
-
-
-def _iso(turn: Variable) -> str:
-    return str(turn.meta.get("time", ""))
-
-
-def _stored_episode(graph: ExecutionGraph, var: Variable) -> StoredEpisode:
-    """One episode as `_close` stored it, read back from its episode variable and its event variables."""
-    events = []
-    for event_var in var.meta.get("events", ()):
-        event = graph.variable(event_var)
-        time = str(event.meta.get("time", ""))
-        text = event.value.removesuffix(f" Time: {time}") if time else event.value
-        events.append(StoredEvent(int(name_of(event_var).split(":", 1)[1]), text, time, event_var))
-    title = str(var.meta.get("title", var.value.split("\n", 1)[0]))
-    narrative = var.value.removeprefix(title).strip() if title else var.value
-    return StoredEpisode(
-        int(name_of(var.id).split(":", 1)[1]), title, narrative, str(var.meta.get("date", "")),
-        tuple(var.meta.get("turns", ())), tuple(events), var.id,
-    )
-
-
-def _shown(graph: ExecutionGraph, op: Operation) -> str:
-    """The episodes a steering operation read (its episode inputs), as the blocks it was shown."""
-    episodes = (_stored_episode(graph, graph.variable(v)) for v in op.inputs if is_in(v, Namespace.EPISODE))
-    return "\n\n".join(e.block() for e in episodes)
-
-
-def _event_units(graph: ExecutionGraph, op: Operation, prediction: Any) -> tuple[RestoredUnit, ...]:
-    recorded = {graph.variable(v).value for v in op.outputs}
-    turns = [graph.variable(v) for v in op.inputs if is_in(v, Namespace.TURN)]
-    date = human_date(_iso(turns[0])) if turns else ""
-    source = op.outputs[0] if op.outputs else _episode_of(graph, op)
-    units: dict[str, RestoredUnit] = {}
-    for item in list(prediction.events or []):
-        text = " ".join(str(item.text).split())
-        time = " ".join(str(item.time).split()) or date
-        if text and event_value(text, time) not in recorded:
-            units.setdefault(event_value(text, time), RestoredUnit(text, time, source))
-    return tuple(units.values())
-
-
-def _episode_of(graph: ExecutionGraph, op: Operation) -> str:
-    """The episode variable written for the same episode as `op` (a writer without outputs)."""
-    number = op.meta.get("episode")
-    found = graph.versions(episode_name(int(number))) if number is not None else ()
-    return found[0].id if found else op.id
-
-
-def _narrative_units(graph: ExecutionGraph, op: Operation, prediction: Any) -> tuple[RestoredUnit, ...]:
-    if len(op.outputs) != 1:
-        raise ReplayUnsupportedError(f"operation {op.id!r} (write_episode) has {len(op.outputs)} outputs, not 1")
-    episode = graph.variable(op.outputs[0])
-    turns = [graph.variable(v) for v in op.inputs if is_in(v, Namespace.TURN)]
-    narrative = " ".join(str(prediction.narrative).split())
-    sentences = dict.fromkeys(s for s in _SENTENCE_END.split(narrative) if s and s not in episode.value)
-    return tuple(RestoredUnit(s, _iso(turns[0]) if turns else "", episode.id) for s in sentences)
 
 
 def from_config(cfg: Mapping[str, Any], embedder: Embedder) -> EverMemOSMemory:

@@ -7,7 +7,9 @@ embedded, the top-k memories are retrieved and `respond` (LLM) answers.
 
 Every step is traced: the LLM stages through `Tracer.stage`, the search and the store writes by
 declaring their data flow. A failed or unparsable LLM call becomes a failed operation and the turn
-(or question) goes on with an empty result. This module does not judge answers or log anything.
+(or question) goes on with an empty result. For replay's stage repair, `recorded_call` reads a
+stage's inputs back from its input variables and `repaired_units` what a re-run writes (`mem0.repair`).
+This module does not judge answers or log anything.
 """
 
 from __future__ import annotations

@@ -23,7 +23,9 @@ The state of a conversation (`Mem0aiState`) names its folder and holds its `Memo
 read-only among threads and iterations (the memory cache), so searches on one state are serialized by
 its lock; the folder is removed when the state is garbage collected. Replay: `restore(graph)` is a
 fresh state whose store holds every unit live at question time, inserted directly with our embeddings
-(no LLM); `with_units` copies a state's units into a new one and adds the restored ones.
+(no LLM); `with_units` copies a state's units into a new one and adds the restored ones. A stage
+repair calls a stage again with mem0's own messages (`recorded_call`: `recall`; `repaired_units`:
+`mem0.repair`, the same graph shape).
 """
 
 from __future__ import annotations

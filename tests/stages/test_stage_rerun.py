@@ -222,3 +222,22 @@ def test_a_rerun_decision_that_keeps_a_deleted_memory_restores_its_old_version(n
         assert system.repaired_units(graph, op.id, dspy.Prediction(actions=kept)) == (
             RestoredUnit(old.value, old.meta["time"], old.id),
         )
+
+
+HINT = ('Make sure your output keeps this information: "Zed keeps a red kayak" '
+        '(a later question is answered by "kayak").')
+
+
+@pytest.mark.parametrize("name", [n for n in SYSTEMS.names if n != "custom"])
+def test_the_hint_added_to_the_instruction_reaches_the_request_of_every_stage(name: str) -> None:
+    system, graph = traced(name)
+    lm = run_of(name)[2]
+    for (stage, _), ops in llm_ops(system, graph).items():
+        op = ops[0]
+        call = system.recorded_call(graph, op.id)
+        assert op.prompt is not None
+        hinted = system.with_prompts(PromptSet({stage: f"{graph.variable(op.prompt).value}\n{HINT}"}))
+        before = len(lm.history)
+        dict(hinted.named_predictors())[stage](**call.inputs)
+        (request,) = lm.history[before:]
+        assert any(HINT in str(m.get("content", "")) for m in request["messages"]), (name, stage)
