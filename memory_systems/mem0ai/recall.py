@@ -69,19 +69,14 @@ def _reply_list(reply: str, key: str) -> list[Any]:
 
 
 class Mem0StagePredict(dspy.Predict):
-    """A mem0 stage as a predictor: called, it sends mem0's own messages around its instruction."""
-
-    stage: str = ""
-
-    def __init__(self, signature: Any, stage: str, **config: Any) -> None:
-        super().__init__(signature, **config)
-        self.stage = stage
+    """A mem0 stage as a predictor: called, it sends mem0's own messages around its instruction (the
+    stage is told by the signature's output: `facts` for the extraction, else the update decision)."""
 
     def forward(self, **kwargs: Any) -> dspy.Prediction:
         mem0 = import_mem0()
         instruction = self.signature.instructions
         lm = self.lm or dspy.settings.lm
-        if self.stage == EXTRACTION:
+        if "facts" in self.signature.output_fields:
             system = with_session_date(instruction, str(kwargs.get("session_date", "")))
             system, user = mem0.memory.utils.ensure_json_instruction(system, str(kwargs["conversation"]))
             messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]

@@ -109,8 +109,8 @@ class Mem0aiMemory(MemorySystem):
     def __init__(self, embedder: Embedder, knobs: Mem0aiKnobs | None = None) -> None:
         super().__init__()
         hooks = default_hooks()
-        self.fact_extraction = Mem0StagePredict(FactExtraction.with_instructions(hooks[EXTRACTION]), EXTRACTION)
-        self.update_memory = Mem0StagePredict(UpdateMemory.with_instructions(hooks[UPDATE]), UPDATE)
+        self.fact_extraction = Mem0StagePredict(FactExtraction.with_instructions(hooks[EXTRACTION]))
+        self.update_memory = Mem0StagePredict(UpdateMemory.with_instructions(hooks[UPDATE]))
         self.respond = dspy.Predict(AnswerQuestion)
         self.embedder = embedder
         self.knobs = knobs or Mem0aiKnobs()

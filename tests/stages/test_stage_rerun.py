@@ -22,6 +22,7 @@ import dspy
 import pytest
 from memtrace_loop.memory_systems.base import MemorySystem, RecordedCall, ReplayUnsupportedError, RestoredUnit
 from memtrace_loop.memory_systems.evermemos.signatures import EpisodeEvent, episode_value, event_value
+from memtrace_loop.memory_systems.mem0ai.recall import memories_of
 from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system
 from memtrace_loop.memory_systems.signatures import MemoryAction
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
@@ -241,3 +242,14 @@ def test_the_hint_added_to_the_instruction_reaches_the_request_of_every_stage(na
         dict(hinted.named_predictors())[stage](**call.inputs)
         (request,) = lm.history[before:]
         assert any(HINT in str(m.get("content", "")) for m in request["messages"]), (name, stage)
+
+
+def test_mem0s_memory_list_is_read_back_from_the_recorded_lines_even_across_line_breaks() -> None:
+    assert memories_of("") == []
+    assert memories_of("[0] Alice lives in Rome.\n[1] Bob said:\n[3] not an id\n[2] Bob runs.") == [
+        {"id": "0", "text": "Alice lives in Rome."},
+        {"id": "1", "text": "Bob said:\n[3] not an id"},
+        {"id": "2", "text": "Bob runs."},
+    ]
+    with pytest.raises(ValueError, match="do not start with"):
+        memories_of("Alice lives in Rome.")
