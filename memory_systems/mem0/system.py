@@ -255,7 +255,6 @@ class Mem0Memory(MemorySystem):
             )
         return Mem0State(state.conversation_id, store)
 
-
     def recorded_call(self, graph: ExecutionGraph, op_id: str) -> RecordedCall:
         """`extract`: the turn as rendered (the turn variable's value); `decide`: the similar memories'
         lines and the facts list (the values of its two input variables)."""
