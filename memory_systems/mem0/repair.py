@@ -8,9 +8,11 @@ new version) that is:
 
 - an extraction: every fact of the new output that the recorded output does not hold (text compared
   after trimming; the unit's source is the recorded facts variable);
-- a decision: every ADD / UPDATE text of the new decision that the recorded decision did not write
-  (source: the decision variable), and the old version of every memory the recorded decision deleted
-  or overwrote in the store that the new decision leaves alone (source: that memory version).
+- a decision: every ADD / UPDATE text of the new decision (an ADD with text, an UPDATE of a memory it
+  was shown) that the store did not write on the recorded decision (so an action the store rejected or
+  mem0 dropped, written again in a form that applies, counts; source: the decision variable), and the
+  old version of every memory the recorded decision deleted or overwrote in the store that the new
+  decision leaves alone (source: that memory version).
 
 Only what the re-run wrote enters a unit: never the evidence turn, never the gold answer. The time of
 a new unit is the ISO time of the turn the operation read (an old version keeps its own). Pure
@@ -20,7 +22,7 @@ functions over the graph; they call no LLM and know neither system's classes.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +30,7 @@ from memtrace_loop.memory_systems.base import ReplayUnsupportedError, RestoredUn
 from memtrace_loop.pipeline.core.conventions import Namespace, OpStatus, is_in, key_of
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation, Variable
 
-__all__ = ["Action", "decision_units", "fact_units", "read_turn", "recorded_actions", "single_output"]
+__all__ = ["Action", "decision_units", "fact_units", "read_turn", "single_output"]
 
 _WRITES = ("ADD", "UPDATE")
 _OVERWRITES = ("UPDATE", "DELETE")
@@ -76,26 +78,19 @@ def fact_units(graph: ExecutionGraph, op: Operation, facts: Iterable[Any]) -> tu
     return tuple(RestoredUnit(text, time, output.id) for text in new)
 
 
-def recorded_actions(value: str, read: Callable[[Any], Action | None]) -> list[Action]:
-    """The actions of a recorded decision variable (a JSON list), each read by the system's `read`."""
-    items = json.loads(value or "[]")
-    return [a for a in (read(item) for item in (items if isinstance(items, list) else [])) if a is not None]
-
-
 def decision_units(
     graph: ExecutionGraph,
     op: Operation,
     new: Sequence[Action],
-    read: Callable[[Any], Action | None],
     shown: Mapping[str, str],
 ) -> tuple[RestoredUnit, ...]:
-    """What a re-run decision (`new`) writes that the recorded one did not, and the old versions it
-    keeps. `read` turns a recorded JSON entry into an `Action`; `shown` maps each memory unit shown to
-    the decision (its name key, `m3`) to the key the decision names it by (the same for ours, "0",
-    "1", ... for mem0's): an UPDATE of a memory not shown writes nothing."""
+    """What a re-run decision (`new`) writes that the store did not write on the recorded one, and the
+    old versions it keeps. `shown` maps each memory unit shown to the decision (its name key, `m3`)
+    to the key the decision names it by (the same for ours, "0", "1", ... for mem0's): an UPDATE of a
+    memory not shown writes nothing."""
     decision = single_output(graph, op)
     time = str(read_turn(graph, op).meta.get("time", ""))
-    written = {a.text.strip() for a in recorded_actions(decision.value, read) if a.event in _WRITES}
+    written = _stored_texts(graph, decision.id)
     keys = set(shown.values())
     fresh = dict.fromkeys(
         a.text.strip() for a in new
@@ -107,6 +102,15 @@ def decision_units(
         if shown.get(key_of(old.id, Namespace.MEMORY)) not in touched and old.value:
             units.append(RestoredUnit(old.value, str(old.meta.get("time", "")), old.id))
     return tuple(units)
+
+
+def _stored_texts(graph: ExecutionGraph, decision_var: str) -> set[str]:
+    """The texts the store really wrote on this decision (an action it rejected or dropped wrote none)."""
+    return {
+        graph.variable(out).value.strip()
+        for store in graph.consumers(decision_var) if store.status == OpStatus.OK
+        for out in store.outputs if is_in(out, Namespace.MEMORY)
+    } - {""}
 
 
 def _overwritten(graph: ExecutionGraph, decision_var: str) -> list[Variable]:

@@ -276,7 +276,7 @@ class Mem0Memory(MemorySystem):
         if op.stage == "decide":
             shown = {key: key for key in _SHOWN_ID.findall(graph.variable(op.inputs[1]).value)}
             new = [a for a in (_action(item) for item in prediction.actions) if a is not None]
-            return decision_units(graph, op, new, _action, shown)
+            return decision_units(graph, op, new, shown)
         return super().repaired_units(graph, op_id, prediction)
 
 

@@ -226,7 +226,7 @@ class Mem0aiMemory(MemorySystem):
             shown_by_temp = (search.meta.get("shown") or {}) if search is not None else {}
             shown = {str(name): str(temp) for temp, name in shown_by_temp.items() if name}
             new = [a for a in (_action(item) for item in prediction.actions) if a is not None]
-            return decision_units(graph, op, new, _action, shown)
+            return decision_units(graph, op, new, shown)
         return super().repaired_units(graph, op_id, prediction)
 
     def _state_with(self, conversation_id: str, units: Sequence[LiveUnit], created: int) -> Mem0aiState:

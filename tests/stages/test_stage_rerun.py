@@ -29,11 +29,12 @@ from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.conventions import Namespace, OpStatus, is_in
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation
 from memtrace_loop.pipeline.core.records import PromptSet
+from memtrace_loop.pipeline.core.tracing import Tracer
 from memtrace_loop.pipeline.data.locomo import parse_locomo
 from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
 from memtrace_loop.pipeline.sim.world import generate_locomo
 
-from tests.support.sim import sim_lm
+from tests.support.sim import CONVERSATION, sim_lm
 
 SEED = 37  # a world no other replay test uses; its mem0 runs delete memories
 SAMPLE = 4  # operations re-called per operation kind (spread over the run)
@@ -253,3 +254,23 @@ def test_mem0s_memory_list_is_read_back_from_the_recorded_lines_even_across_line
     ]
     with pytest.raises(ValueError, match="do not start with"):
         memories_of("Alice lives in Rome.")
+
+
+def test_a_rerun_decision_that_applies_an_action_the_store_rejected_restores_its_text() -> None:
+    """The recorded decision named a memory that does not exist (the store rejected it: nothing written);
+    a re-run that ADDs the same text writes it, so it is a repaired unit although the decision held it."""
+    text = "Alice moved to Paris last month."
+    rejected = [{"event": "UPDATE", "id": "m99", "text": text}]
+    lm = dspy.utils.DummyLM([{"facts": [text]}, {"actions": rejected}, {"facts": []}, {"facts": []}])
+    system = build_memory_system({"name": "mem0"}, HashingEmbedder())
+    system.set_lm(lm)
+    graph = ExecutionGraph(CONVERSATION.id)
+    system.ingest(CONVERSATION, Tracer(graph))
+    (decide,) = [op for op in graph.operations() if op.name == "decide_updates"]
+    assert [op.status for op in graph.consumers(decide.outputs[0])] == [OpStatus.FAILED]
+    same = dspy.Prediction(actions=[MemoryAction(**rejected[0])])
+    assert system.repaired_units(graph, decide.id, same) == ()  # the same rejected action writes nothing
+    applied = dspy.Prediction(actions=[MemoryAction(event="ADD", text=text)])
+    assert system.repaired_units(graph, decide.id, applied) == (
+        RestoredUnit(text, CONVERSATION.turns[0].time, decide.outputs[0]),
+    )
