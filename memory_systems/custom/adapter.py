@@ -10,8 +10,9 @@ turn (`turn:<id>`) and calls `add_turn` under a trace session; `answer` records 
 `untraced`: a returned context as a retrieval from the question, a returned answer as a response from
 the question and context. Knobs are the user's (`knobs()` / `with_knobs`), validated by name and type.
 
-Replay is not supported (`restore`, `retrieve` raise `ReplayUnsupportedError`): replay re-runs a
-system's retrieval and our answer stage apart, and the user's `answer` is one call. It does not import
+Replay is not supported (`restore`, `retrieve`, `recorded_call`, `repaired_units` raise
+`ReplayUnsupportedError`): replay re-runs a system's retrieval and our answer stage apart, and the
+user's `answer` is one call; a user's system has no repair hooks, so its blames are unverifiable. It does not import
 the user's code (`custom.target`).
 """
 
@@ -27,7 +28,14 @@ from typing import Any
 
 import dspy
 from memtrace_loop.memory_systems.answering import AnswerOutcome, record_query, record_turn
-from memtrace_loop.memory_systems.base import KnobError, MemorySystem, ReplayUnsupportedError, Retrieved
+from memtrace_loop.memory_systems.base import (
+    KnobError,
+    MemorySystem,
+    RecordedCall,
+    ReplayUnsupportedError,
+    RestoredUnit,
+    Retrieved,
+)
 from memtrace_loop.memory_systems.custom.contract import Answer as UserAnswer
 from memtrace_loop.memory_systems.custom.contract import LLMStage, Stage, UserMemorySystem
 from memtrace_loop.memory_systems.stages import StageRepair, StageSpec
@@ -215,3 +223,15 @@ class CustomMemory(MemorySystem):
 
     def restore(self, graph: ExecutionGraph) -> Any:
         raise ReplayUnsupportedError(f"custom system {self.knobs.target!r} cannot rebuild its memory from a graph")
+
+    def recorded_call(self, graph: ExecutionGraph, op_id: str) -> RecordedCall:
+        raise ReplayUnsupportedError(
+            f"custom system {self.knobs.target!r} has no repair hooks: its stage {graph.operation(op_id).stage!r} "
+            "cannot be called again on recorded inputs (its blames are unverifiable)"
+        )
+
+    def repaired_units(self, graph: ExecutionGraph, op_id: str, prediction: Any) -> tuple[RestoredUnit, ...]:
+        raise ReplayUnsupportedError(
+            f"custom system {self.knobs.target!r} has no repair hooks: what a re-run of its stage "
+            f"{graph.operation(op_id).stage!r} would put in memory is unknown (its blames are unverifiable)"
+        )

@@ -21,7 +21,8 @@ query, their outputs and every episode and event version placed in the context.
 A failed or unparsable LLM call becomes a failed operation and the run goes on: a failed boundary
 call means "no boundary", failed writers mean an empty event log or an empty narrative, a failed
 sufficiency check means "sufficient" (no second round) and a failed expansion means no extra queries.
-This module does not judge answers or log anything.
+Replay's stage repair (`recorded_call`, `repaired_units`) is `evermemos.repair`; stored episodes are
+`evermemos.episodes`. This module does not judge answers or log anything.
 """
 
 from __future__ import annotations
@@ -34,17 +35,24 @@ from typing import Any, Literal
 
 import dspy
 from memtrace_loop.memory_systems.answering import RESPOND_STAGE, record_query, record_retrieval, record_turn
-from memtrace_loop.memory_systems.base import MemorySystem, RestoredUnit, Retrieved, knobs_from_config, ranked_depth
+from memtrace_loop.memory_systems.base import (
+    MemorySystem,
+    RecordedCall,
+    RestoredUnit,
+    Retrieved,
+    knobs_from_config,
+    ranked_depth,
+)
+from memtrace_loop.memory_systems.evermemos.episodes import StoredEpisode, StoredEvent, stored_episode
+from memtrace_loop.memory_systems.evermemos.repair import REPAIRED_STAGES, recorded_call, repaired_units
 from memtrace_loop.memory_systems.evermemos.signatures import (
     CheckSufficiency,
     DetectBoundary,
     ExpandQueries,
     WriteEpisode,
     WriteEvents,
-    episode_document,
     episode_value,
     event_value,
-    render_episode_block,
 )
 from memtrace_loop.memory_systems.fusion import reciprocal_rank_fusion
 from memtrace_loop.memory_systems.signatures import AnswerQuestion, human_date, render_turn
@@ -64,7 +72,6 @@ from memtrace_loop.pipeline.core.conventions import (
     episode_name,
     event_name,
     expanded_name,
-    name_of,
     prefix,
     sufficiency_name,
 )
@@ -102,34 +109,6 @@ class EverMemOSKnobs:
         require(self, rrf_k=(0, None), max_expanded_queries=(0, None))
         if self.multi_query and self.max_expanded_queries < 1:  # the second round would search nothing new
             raise ValueError("max_expanded_queries must be >= 1 while multi_query is true (or set multi_query=false)")
-
-
-@dataclass(frozen=True)
-class StoredEvent:
-    number: int
-    text: str
-    time: str  # a human date ("8 May 2023")
-    var: str
-
-
-@dataclass(frozen=True)
-class StoredEpisode:
-    number: int
-    title: str
-    narrative: str
-    date: str  # the human date of the episode's first turn
-    turn_ids: tuple[str, ...]
-    events: tuple[StoredEvent, ...]
-    var: str
-
-    def document(self) -> str:
-        return episode_document(self.title, self.narrative, (e.text for e in self.events))
-
-    def unit_vars(self) -> tuple[str, ...]:
-        return (self.var, *(e.var for e in self.events))
-
-    def block(self) -> str:
-        return render_episode_block(self.title, self.date, self.narrative, ((e.text, e.time) for e in self.events))
 
 
 @dataclass(frozen=True)
@@ -426,21 +405,21 @@ class EverMemOSMemory(MemorySystem):
         episodes = []
         for name in sorted(graph.names(prefix(Namespace.EPISODE)), key=lambda n: int(n.split(":", 1)[1])):
             var = graph.latest(name)
-            if var is None:
-                continue
-            events = []
-            for event_var in var.meta.get("events", ()):
-                event = graph.variable(event_var)
-                time = str(event.meta.get("time", ""))
-                text = event.value.removesuffix(f" Time: {time}") if time else event.value
-                events.append(StoredEvent(int(name_of(event_var).split(":", 1)[1]), text, time, event_var))
-            title = str(var.meta.get("title", var.value.split("\n", 1)[0]))
-            narrative = var.value.removeprefix(title).strip() if title else var.value
-            episodes.append(StoredEpisode(
-                int(name.split(":", 1)[1]), title, narrative, str(var.meta.get("date", "")),
-                tuple(var.meta.get("turns", ())), tuple(events), var.id,
-            ))
+            if var is not None:
+                episodes.append(stored_episode(graph, var))
         return self._index(graph.graph_id, episodes)
+
+    def recorded_call(self, graph: ExecutionGraph, op_id: str) -> RecordedCall:
+        """Each LLM stage's keyword inputs rebuilt from its input variables (`evermemos.repair`)."""
+        return recorded_call(graph, graph.operation(op_id)) or super().recorded_call(graph, op_id)
+
+    def repaired_units(self, graph: ExecutionGraph, op_id: str, prediction: Any) -> tuple[RestoredUnit, ...]:
+        """New events / narrative sentences of a re-run writer (`evermemos.repair`); a boundary or
+        steering stage raises `ReplayUnsupportedError` (it writes no unit of its own)."""
+        op = graph.operation(op_id)
+        if op.stage in REPAIRED_STAGES:
+            return repaired_units(graph, op, prediction)
+        return super().repaired_units(graph, op_id, prediction)
 
     def with_units(self, state: EverMemOSState, units: Sequence[RestoredUnit], tracer: Tracer) -> EverMemOSState:
         """A copy with each unit as an extra episode holding it as its one event (a `Memory:` line)."""

@@ -7,12 +7,15 @@ embedded, the top-k memories are retrieved and `respond` (LLM) answers.
 
 Every step is traced: the LLM stages through `Tracer.stage`, the search and the store writes by
 declaring their data flow. A failed or unparsable LLM call becomes a failed operation and the turn
-(or question) goes on with an empty result. This module does not judge answers or log anything.
+(or question) goes on with an empty result. For replay's stage repair, `recorded_call` reads a
+stage's inputs back from its input variables and `repaired_units` what a re-run writes (`mem0.repair`).
+This module does not judge answers or log anything.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +23,15 @@ from typing import Any
 import dspy
 import numpy as np
 from memtrace_loop.memory_systems.answering import RESPOND_STAGE, record_query, record_retrieval, record_turn
-from memtrace_loop.memory_systems.base import MemorySystem, RestoredUnit, Retrieved, knobs_from_config, ranked_depth
+from memtrace_loop.memory_systems.base import (
+    MemorySystem,
+    RecordedCall,
+    RestoredUnit,
+    Retrieved,
+    knobs_from_config,
+    ranked_depth,
+)
+from memtrace_loop.memory_systems.mem0.repair import Action, decision_units, fact_units, read_turn
 from memtrace_loop.memory_systems.signatures import (
     AnswerQuestion,
     DecideUpdates,
@@ -51,6 +62,7 @@ from memtrace_loop.pipeline.core.records import Conversation, Question, Turn
 from memtrace_loop.pipeline.core.tracing import Tracer
 
 STORE_STAGE = "store"
+_SHOWN_ID = re.compile(r"^\[([^\]\n]+)\] ", re.MULTILINE)  # `[m3] text`: a memory shown to `decide`
 
 
 def memory_var(unit: MemoryUnit) -> str:
@@ -242,6 +254,38 @@ class Mem0Memory(MemorySystem):
                 memory_name(unit.id), VarKind.MEMORY, unit.text, {"time": unit.time, "restored_from": restored.source}
             )
         return Mem0State(state.conversation_id, store)
+
+    def recorded_call(self, graph: ExecutionGraph, op_id: str) -> RecordedCall:
+        """`extract`: the turn as rendered (the turn variable's value); `decide`: the similar memories'
+        lines and the facts list (the values of its two input variables)."""
+        op = graph.operation(op_id)
+        time = str(read_turn(graph, op).meta.get("time", "")) if op.stage in ("extract", "decide") else ""
+        if op.stage == "extract" and len(op.inputs) == 1:
+            return RecordedCall("extract", {"turn": graph.variable(op.inputs[0]).value}, time)
+        if op.stage == "decide" and len(op.inputs) == 2:
+            facts, similar = (graph.variable(v) for v in op.inputs)
+            inputs = {"existing_memories": similar.value, "new_facts": json.loads(facts.value)}
+            return RecordedCall("decide", inputs, time)
+        return super().recorded_call(graph, op_id)
+
+    def repaired_units(self, graph: ExecutionGraph, op_id: str, prediction: Any) -> tuple[RestoredUnit, ...]:
+        """`extract`: the new facts (what the store would receive); `decide`: see `mem0.repair`."""
+        op = graph.operation(op_id)
+        if op.stage == "extract":
+            return fact_units(graph, op, prediction.facts)
+        if op.stage == "decide":
+            shown = {key: key for key in _SHOWN_ID.findall(graph.variable(op.inputs[1]).value)}
+            new = [a for a in (_action(item) for item in prediction.actions) if a is not None]
+            return decision_units(graph, op, new, shown)
+        return super().repaired_units(graph, op_id, prediction)
+
+
+def _action(item: Any) -> Action | None:
+    """A `MemoryAction` (or its recorded JSON dump) as a repair reads it."""
+    data = item.model_dump() if isinstance(item, MemoryAction) else item
+    if not isinstance(data, dict):
+        return None
+    return Action(str(data.get("event", "")), str(data.get("id") or ""), str(data.get("text") or ""))
 
 
 def _unit_number(name: str) -> int:

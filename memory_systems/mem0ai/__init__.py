@@ -3,7 +3,8 @@
 The folder: `hooks.py` (mem0's prompt hooks and their defaults), `signatures.py` (the two mem0
 stages), `memory.py` (one `Memory` per conversation), `bridge.py` (mem0's LLM and embedder through
 our LM layer), `observers.py` (what one `add()` did, without editing mem0), `trace.py` (that as graph
-operations), `restore.py` (units put back for replay), `system.py` (the system), `faults.py` (the
+operations), `restore.py` (units put back for replay), `recall.py` (a stage called again with mem0's
+own messages, for replay's stage repair), `system.py` (the system), `faults.py` (the
 attribution benchmark's faults), `fragment.py` (the mem0 config fragment an export writes), `sim.py` (the
 simulated world's answers to mem0's requests). The manual: docs/mem0ai.md.
 """

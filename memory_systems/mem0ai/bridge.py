@@ -33,7 +33,7 @@ from memtrace_loop.memory_systems.mem0ai.observers import AddRecorder, LMCall
 from memtrace_loop.memory_systems.mem0ai.schemas import response_format_for
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 
-__all__ = ["EXTRACTION", "UPDATE", "EmbedderBridge", "LMBridge", "stage_of"]
+__all__ = ["EXTRACTION", "UPDATE", "EmbedderBridge", "LMBridge", "call_stage_lm", "stage_of"]
 
 EXTRACTION = "fact_extraction"
 UPDATE = "update_memory"
@@ -86,20 +86,24 @@ class LMBridge:
 
     def _call(self, stage: str, messages: list[dict[str, Any]], response_format: Any) -> str:
         lm = self._lm_by_stage.get(stage) or dspy.settings.lm
-        if lm is None:
-            raise RuntimeError(f"mem0ai stage {stage!r} has no LM (call system.set_lm first)")
-        response_format = response_format_for(stage, lm, response_format)  # schemas.py: JSON schema or mem0's
-        call_kwargs = {"response_format": response_format} if response_format is not None else {}
-        plain = [{"role": str(m.get("role")), "content": str(m.get("content", ""))} for m in messages]
+        if self._context is not None:
+            return self._context.copy().run(call_stage_lm, stage, lm, messages, response_format)
+        return call_stage_lm(stage, lm, messages, response_format)
 
-        def run() -> list[Any]:
-            # like DSPy's own adapters, the bridge hands the LM finished chat messages (mem0's): marked as
-            # such, DSPy 3.4 does not warn that user code passes messages= (its public form until 3.5)
-            with _adapter_call(lm, plain):
-                return lm(messages=plain, **call_kwargs)
 
-        outputs = self._context.copy().run(run) if self._context is not None else run()
-        return _text_of(outputs[0]) if outputs else ""
+def call_stage_lm(stage: str, lm: Any, messages: Sequence[Mapping[str, Any]], response_format: Any) -> str:
+    """One mem0 call of `stage` through the DSPy LM `lm`: mem0's `messages` as they are, its
+    `response_format` (or the stage's JSON schema when `lm` asks for one); the reply's text."""
+    if lm is None:
+        raise RuntimeError(f"mem0ai stage {stage!r} has no LM (call system.set_lm first)")
+    response_format = response_format_for(stage, lm, response_format)  # schemas.py: JSON schema or mem0's
+    call_kwargs = {"response_format": response_format} if response_format is not None else {}
+    plain = [{"role": str(m.get("role")), "content": str(m.get("content", ""))} for m in messages]
+    # like DSPy's own adapters, the bridge hands the LM finished chat messages (mem0's): marked as
+    # such, DSPy 3.4 does not warn that user code passes messages= (its public form until 3.5)
+    with _adapter_call(lm, plain):
+        outputs = lm(messages=plain, **call_kwargs)
+    return _text_of(outputs[0]) if outputs else ""
 
 
 class EmbedderBridge:

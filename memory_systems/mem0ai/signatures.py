@@ -5,7 +5,8 @@ the system is those two texts plus our shared `respond` stage. The predictors ar
 DSPy adapter: mem0 builds its own chat messages around the texts, and the adapter sends them through
 the predictor's LM as they are (`memory_systems.mem0ai.bridge`). The signatures still say what each
 stage reads and returns (mem0's JSON reply shapes), so the optimizer, the simulated world (which knows
-a stage by its output fields) and exports treat them like any stage. No logic here.
+a stage by its output fields) and exports treat them like any stage. Called directly (replay), a
+predictor sends mem0's own messages built from these inputs (`memory_systems.mem0ai.recall`). No logic here.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class FactExtraction(dspy.Signature):
     """mem0's fact extraction prompt (replaced at build by the installed library's default)."""
 
     conversation: str = dspy.InputField(desc="mem0's user message: `Input:\\nuser: <Speaker>: <text>`")
+    session_date: str = dspy.InputField(desc="the turn's session date (YYYY-MM-DD), for the `Today's date` line")
     facts: list[str] = dspy.OutputField(desc='the facts, replied as the JSON object {"facts": [...]}')
 
 

@@ -23,7 +23,9 @@ The state of a conversation (`Mem0aiState`) names its folder and holds its `Memo
 read-only among threads and iterations (the memory cache), so searches on one state are serialized by
 its lock; the folder is removed when the state is garbage collected. Replay: `restore(graph)` is a
 fresh state whose store holds every unit live at question time, inserted directly with our embeddings
-(no LLM); `with_units` copies a state's units into a new one and adds the restored ones.
+(no LLM); `with_units` copies a state's units into a new one and adds the restored ones. A stage
+repair calls a stage again with mem0's own messages (`recorded_call`: `recall`; `repaired_units`:
+`mem0.repair`, the same graph shape).
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ from typing import Any
 
 import dspy
 from memtrace_loop.memory_systems.answering import RESPOND_STAGE, record_query, record_retrieval
-from memtrace_loop.memory_systems.base import MemorySystem, RestoredUnit, Retrieved, ranked_depth
+from memtrace_loop.memory_systems.base import MemorySystem, RecordedCall, RestoredUnit, Retrieved, ranked_depth
+from memtrace_loop.memory_systems.mem0.repair import Action, decision_units, fact_units, read_turn
 from memtrace_loop.memory_systems.mem0ai.bridge import EXTRACTION, UPDATE
 from memtrace_loop.memory_systems.mem0ai.hooks import (
     HOOK_BY_STAGE,
@@ -47,6 +50,7 @@ from memtrace_loop.memory_systems.mem0ai.hooks import (
 )
 from memtrace_loop.memory_systems.mem0ai.memory import close_memory, new_folder, open_memory
 from memtrace_loop.memory_systems.mem0ai.observers import AddRecorder
+from memtrace_loop.memory_systems.mem0ai.recall import Mem0StagePredict, recorded_inputs
 from memtrace_loop.memory_systems.mem0ai.restore import insert_units, live_units_of
 from memtrace_loop.memory_systems.mem0ai.signatures import FactExtraction, UpdateMemory
 from memtrace_loop.memory_systems.mem0ai.trace import SEARCH_STAGE, STORE_STAGE, AddTrace, LiveUnit, UnitBook
@@ -105,8 +109,8 @@ class Mem0aiMemory(MemorySystem):
     def __init__(self, embedder: Embedder, knobs: Mem0aiKnobs | None = None) -> None:
         super().__init__()
         hooks = default_hooks()
-        self.fact_extraction = dspy.Predict(FactExtraction.with_instructions(hooks[EXTRACTION]))
-        self.update_memory = dspy.Predict(UpdateMemory.with_instructions(hooks[UPDATE]))
+        self.fact_extraction = Mem0StagePredict(FactExtraction.with_instructions(hooks[EXTRACTION]))
+        self.update_memory = Mem0StagePredict(UpdateMemory.with_instructions(hooks[UPDATE]))
         self.respond = dspy.Predict(AnswerQuestion)
         self.embedder = embedder
         self.knobs = knobs or Mem0aiKnobs()
@@ -203,6 +207,28 @@ class Mem0aiMemory(MemorySystem):
             added.append(LiveUnit(name, "", var, restored.text, restored.time, ""))
         return self._state_with(state.conversation_id, added, book.created)
 
+    def recorded_call(self, graph: ExecutionGraph, op_id: str) -> RecordedCall:
+        """A mem0 stage's call as its `Mem0StagePredict` makes it again (`recall.recorded_inputs`): the
+        same messages mem0 sent, built around the instruction in force."""
+        op = graph.operation(op_id)
+        if op.stage in HOOK_BY_STAGE:
+            return RecordedCall(op.stage, recorded_inputs(graph, op), str(read_turn(graph, op).meta.get("time", "")))
+        return super().recorded_call(graph, op_id)
+
+    def repaired_units(self, graph: ExecutionGraph, op_id: str, prediction: Any) -> tuple[RestoredUnit, ...]:
+        """`fact_extraction`: the new facts; `update_memory`: what the new decision writes and the old
+        versions it keeps (`mem0.repair`; mem0 names the memories shown "0", "1", ...)."""
+        op = graph.operation(op_id)
+        if op.stage == EXTRACTION:
+            return fact_units(graph, op, prediction.facts)
+        if op.stage == UPDATE:
+            search = graph.producer(op.inputs[1])
+            shown_by_temp = (search.meta.get("shown") or {}) if search is not None else {}
+            shown = {str(name): str(temp) for temp, name in shown_by_temp.items() if name}
+            new = [a for a in (_action(item) for item in prediction.actions) if a is not None]
+            return decision_units(graph, op, new, shown)
+        return super().repaired_units(graph, op_id, prediction)
+
     def _state_with(self, conversation_id: str, units: Sequence[LiveUnit], created: int) -> Mem0aiState:
         folder = new_folder(f"{conversation_id}-replay")
         memory, _ = open_memory(folder, self.embedder, AddRecorder())
@@ -212,6 +238,13 @@ class Mem0aiMemory(MemorySystem):
             close_memory(memory, folder)
             raise
         return _state(conversation_id, folder, memory, placed, created)
+
+
+def _action(item: Any) -> Action | None:
+    """One entry of mem0's `{"memory": [...]}` reply as a repair reads it (mem0 skips a non-object)."""
+    if not isinstance(item, dict):
+        return None
+    return Action(str(item.get("event", "")), str(item.get("id", "")), str(item.get("text") or ""))
 
 
 def _state(conversation_id: str, folder: str, memory: Any, units: tuple[LiveUnit, ...], created: int) -> Mem0aiState:

@@ -1,0 +1,122 @@
+"""What a Mem0-shaped construction stage, called again, puts in memory that its recorded operation did not.
+
+Replay repairs a blamed LLM construction stage by calling its predictor again on the operation's
+recorded inputs (with a hint) and keeping what the new output adds. For the Mem0 graph shape (ours,
+`mem0/system.py`, and the real library's, `mem0ai/trace.py`: `extract_facts` turn -> `facts:<turn>`,
+`decide_updates` facts + similar -> `decision:<turn>`, `store` operations decision (+ old version) ->
+new version) that is:
+
+- an extraction: every fact of the new output that the recorded output does not hold (text compared
+  after trimming; the unit's source is the recorded facts variable);
+- a decision: every ADD / UPDATE text of the new decision (an ADD with text, an UPDATE of a memory it
+  was shown) that the store did not write on the recorded decision (so an action the store rejected or
+  mem0 dropped, written again in a form that applies, counts; source: the decision variable), and the
+  old version of every memory the recorded decision deleted or overwrote in the store that the new
+  decision leaves alone (source: that memory version).
+
+Only what the re-run wrote enters a unit: never the evidence turn, never the gold answer. The time of
+a new unit is the ISO time of the turn the operation read (an old version keeps its own). Pure
+functions over the graph; they call no LLM and know neither system's classes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from memtrace_loop.memory_systems.base import ReplayUnsupportedError, RestoredUnit
+from memtrace_loop.pipeline.core.conventions import Namespace, OpStatus, is_in, key_of
+from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation, Variable
+
+__all__ = ["Action", "decision_units", "fact_units", "read_turn", "single_output"]
+
+_WRITES = ("ADD", "UPDATE")
+_OVERWRITES = ("UPDATE", "DELETE")
+
+
+@dataclass(frozen=True)
+class Action:
+    """One decision entry as both systems read it: event, the memory key it names, its text."""
+
+    event: str
+    key: str
+    text: str
+
+
+def read_turn(graph: ExecutionGraph, op: Operation) -> Variable:
+    """The turn variable operation `op` read (directly, or through the producers of its first input)."""
+    seen: set[str] = set()
+    while op.id not in seen:
+        seen.add(op.id)
+        turn = next((v for v in op.inputs if is_in(v, Namespace.TURN)), None)
+        if turn is not None:
+            return graph.variable(turn)
+        producer = graph.producer(op.inputs[0]) if op.inputs else None
+        if producer is None:
+            break
+        op = producer
+    raise ReplayUnsupportedError(f"operation {op.id!r} of graph {graph.graph_id!r} reads no conversation turn")
+
+
+def single_output(graph: ExecutionGraph, op: Operation) -> Variable:
+    """The one output variable of a recorded LLM operation (a clear error when it has none)."""
+    if len(op.outputs) != 1:
+        raise ReplayUnsupportedError(
+            f"operation {op.id!r} ({op.stage}) of graph {graph.graph_id!r} has {len(op.outputs)} outputs, not 1"
+        )
+    return graph.variable(op.outputs[0])
+
+
+def fact_units(graph: ExecutionGraph, op: Operation, facts: Iterable[Any]) -> tuple[RestoredUnit, ...]:
+    """The facts of a re-run extraction that the recorded output (a JSON list of texts) does not hold."""
+    output = single_output(graph, op)
+    recorded = {str(f).strip() for f in json.loads(output.value or "[]")}
+    time = str(read_turn(graph, op).meta.get("time", ""))
+    new = dict.fromkeys(t for t in (str(f).strip() for f in facts) if t and t not in recorded)
+    return tuple(RestoredUnit(text, time, output.id) for text in new)
+
+
+def decision_units(
+    graph: ExecutionGraph,
+    op: Operation,
+    new: Sequence[Action],
+    shown: Mapping[str, str],
+) -> tuple[RestoredUnit, ...]:
+    """What a re-run decision (`new`) writes that the store did not write on the recorded one, and the
+    old versions it keeps. `shown` maps each memory unit shown to the decision (its name key, `m3`)
+    to the key the decision names it by (the same for ours, "0", "1", ... for mem0's): an UPDATE of a
+    memory not shown writes nothing."""
+    decision = single_output(graph, op)
+    time = str(read_turn(graph, op).meta.get("time", ""))
+    written = _stored_texts(graph, decision.id)
+    keys = set(shown.values())
+    fresh = dict.fromkeys(
+        a.text.strip() for a in new
+        if a.event in _WRITES and a.text.strip() and (a.event == "ADD" or a.key in keys)
+    )
+    units = [RestoredUnit(text, time, decision.id) for text in fresh if text not in written]
+    touched = {a.key for a in new if a.event in _OVERWRITES}
+    for old in _overwritten(graph, decision.id):
+        if shown.get(key_of(old.id, Namespace.MEMORY)) not in touched and old.value:
+            units.append(RestoredUnit(old.value, str(old.meta.get("time", "")), old.id))
+    return tuple(units)
+
+
+def _stored_texts(graph: ExecutionGraph, decision_var: str) -> set[str]:
+    """The texts the store really wrote on this decision (an action it rejected or dropped wrote none)."""
+    return {
+        graph.variable(out).value.strip()
+        for store in graph.consumers(decision_var) if store.status == OpStatus.OK
+        for out in store.outputs if is_in(out, Namespace.MEMORY)
+    } - {""}
+
+
+def _overwritten(graph: ExecutionGraph, decision_var: str) -> list[Variable]:
+    """The memory versions the store really deleted or overwrote on this decision (in store order)."""
+    found = []
+    for store in graph.consumers(decision_var):
+        if store.status == OpStatus.OK and len(store.inputs) == 2 and is_in(store.inputs[1], Namespace.MEMORY):
+            found.append(graph.variable(store.inputs[1]))
+    return found
