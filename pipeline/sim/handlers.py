@@ -289,13 +289,19 @@ def _line_text(line: str) -> str:
     return timed.group("text").strip() if timed and parse_date(timed.group("time")) else line
 
 
+def _folded(text: str) -> str:
+    return " ".join(text.split()).lower()
+
+
 def answer_question(context: str, question: str, rules: frozenset[str], quotes: Quotes = NO_QUOTES) -> str:
     """The stand-in's short answer to `question` from the rendered `context`. When the `quotes` name
-    context lines, it answers from those lines only, with every answer fix (`pipeline.sim.hints`)."""
+    context lines, it answers from those lines only (the lines a quote holds word for word, when there
+    are any), with every answer fix (`pipeline.sim.hints`)."""
     if quotes:
         named = [line for line in context.splitlines() if line.strip() and quotes.name(_line_text(line))]
-        if named:
-            return _answer("\n".join(named), question, with_fixes(rules, "answer"))
+        quoted = [line for line in named if any(_folded(line) in _folded(q.text) for q in quotes.quotes)]
+        if named:  # a line quoted word for word is the memory meant: a reader answers from it
+            return _answer("\n".join(quoted or named), question, with_fixes(rules, "answer"))
     return _answer(context, question, rules)
 
 

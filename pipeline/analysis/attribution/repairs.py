@@ -63,8 +63,10 @@ CONSTRUCTION_ERRORS = frozenset({ErrorType.EXTRACTION, ErrorType.UPDATE, ErrorTy
 _COMMON = frozenset(
     "a an and are as at be been but by did do does for from had has have he her his i in is it its me my "
     "of on or our she so that the their them they this to was we were what when where which who will with "
-    "you your said says memory time timestamp date episode narrative title events event".split()
-)
+    "you your said says memory time timestamp date episode narrative title events event "
+    "january february march april may june july august september october november december "
+    "monday tuesday wednesday thursday friday saturday sunday".split()
+)  # labels of rendered memories, and calendar words: a date alone does not say which information a line holds
 MIN_SHARED_WORDS = 2
 MIN_LINE_CHARS = 20  # a shorter line (a title, a date) does not carry a unit's information by being in it
 
@@ -117,9 +119,12 @@ def _retrieval_plan(system: MemorySystem, graph: ExecutionGraph, fault: Fault) -
     top_k = needed_top_k(graph, fault)
     if fault.tunable == Tunable.KNOBS and top_k is not None and _widen_knob(system) is not None:
         return RepairPlan(fault, Repair.WIDEN, top_k=top_k, missed=missed)
+    steering = {s.name for s in system.stages if s.repair == StageRepair.STEER}
+    if fault.stage in steering:  # the steering step itself: told what the search must reach
+        return RepairPlan(fault, Repair.STEER, missed=missed)
     if not missed:
         return None
-    if fault.tunable == Tunable.PROMPT and any(s.repair == StageRepair.STEER for s in system.stages):
+    if fault.tunable == Tunable.PROMPT and steering:
         return RepairPlan(fault, Repair.STEER, missed=missed)
     return RepairPlan(fault, Repair.SWAP, missed=missed)
 
@@ -191,17 +196,24 @@ def steering_fault(
     system: MemorySystem, graph: ExecutionGraph, attribution: Attribution, missed: Fault
 ) -> Fault | None:
     """The case's steering operation (a `STEER` stage that read its query), as a prompt fault a replay
-    may try beside a retrieval knob: the prompt rule that would have reached `missed`'s units (None when
-    the system has no steering step or it did not run for this case)."""
+    may try alone or in a joint set: the prompt rule that would have reached `missed`'s units or the
+    evidence (None when the system has no steering step or it did not run for this case)."""
     steering = {s.name for s in system.stages if s.repair == StageRepair.STEER}
     query = graph.latest(query_name(attribution.question_id))
     if not steering or query is None:
         return None
-    op = next((o for o in graph.consumers(query.id) if o.stage in steering), None)
+    ops = [o for o in graph.consumers(query.id) if o.stage in steering]
+    writers = {s.name for s in system.stages if s.name in steering and _writes_queries(system, s.name)}
+    op = next((o for o in ops if o.stage in writers), ops[0] if ops else None)  # the step that writes queries
     if op is None:
         return None
     reason = "the steering step did not ask for what the search missed"
     return Fault(op.id, op.name, op.stage, ErrorType.RETRIEVAL, Tunable.PROMPT, reason, missed.restore, op.seq)
+
+
+def _writes_queries(system: MemorySystem, stage: str) -> bool:
+    predictor = dict(system.named_predictors()).get(stage)
+    return predictor is not None and "queries" in predictor.signature.output_fields
 
 
 # ---------------------------------------------------------------------------------------------- hints

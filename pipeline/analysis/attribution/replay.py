@@ -135,7 +135,9 @@ class Replayer:
         widest = max((p.top_k for p in plans if p.kind == Repair.WIDEN), default=0)
         if widest:
             system = widened(system, widest) or system
-        steering = [q for p in plans if p.kind == Repair.STEER for q in self._steer(system, graph, p, tracer)]
+        steering = [
+            q for p in plans if p.kind == Repair.STEER for q in self._steer(system, graph, attribution, p, tracer)
+        ]
         found = (system.retrieve_steered(question, state, tracer, steering) if steering else None) or system.retrieve(
             question, state, tracer
         )
@@ -174,10 +176,14 @@ class Replayer:
         prediction = _call(system, call.stage, hint, call.inputs, tracer, OpKind(kind))
         return () if prediction is None else system.repaired_units(graph, plan.fault.op, prediction)
 
-    def _steer(self, system: MemorySystem, graph: ExecutionGraph, plan: RepairPlan, tracer: Tracer) -> list[str]:
-        """The queries the steering stages write when called again with a hint quoting the missed units."""
+    def _steer(
+        self, system: MemorySystem, graph: ExecutionGraph, attribution: Attribution, plan: RepairPlan, tracer: Tracer
+    ) -> list[str]:
+        """The queries the steering stages write when called again with a hint quoting the missed units
+        (the evidence turns when the search missed no unit that was in memory)."""
         call = system.recorded_call(graph, plan.fault.op)
-        hint = steer_hint(graph.variable(v).value for v in plan.missed)
+        missed = [graph.variable(v).value for v in plan.missed]
+        hint = steer_hint(missed or evidence_texts(graph, attribution))
         queries: list[str] = []
         for stage in (s.name for s in system.stages if s.repair == StageRepair.STEER):
             predictor = _predictor(system, stage)

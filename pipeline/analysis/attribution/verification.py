@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import dspy
 from memtrace_loop.memory_systems.base import MemorySystem, ReplayUnsupportedError
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
-from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Check, ErrorType, Fault, Tunable
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Check, Fault
 from memtrace_loop.pipeline.analysis.attribution.repairs import (
     Repair,
     RepairPlan,
@@ -107,9 +107,7 @@ class Verifier:
         """The repairs to try: the blamed operation's first, then the other suspects and the answer
         stage's, in pipeline order (faults without a repair left out)."""
         faults = [primary, *sorted((s for s in attribution.suspects if s.op != primary.op), key=lambda f: f.seq)]
-        knob = primary.error_type == ErrorType.RETRIEVAL and primary.tunable == Tunable.KNOBS
-        steer = steering_fault(self.system, graph, attribution, primary) if knob else None
-        extra = [answer_fault(graph, attribution), steer]
+        extra = [answer_fault(graph, attribution), steering_fault(self.system, graph, attribution, primary)]
         faults += [f for f in extra if f is not None and all(f.op != g.op for g in faults)]
         plans = []
         for fault in faults:
