@@ -5,7 +5,10 @@ information to follow is the content words of the needed information that the qu
 ask about, plus the gold answer's own words. The operation *kept* it when its outputs still hold (nearly
 all of) those words that its inputs held; inputs that held none of them cannot lose anything. For the
 answer step it checks the answer instead: an answer without the gold's words from a context that held
-the information is a ResponseError. The error type follows from the operation kind shown.
+(some of) the information is a ResponseError; a context that held none of it leaves the answer step
+nothing to use. A search whose inputs (the units it read, including those of the store it did not
+return) hold the gold answer's words while what it returned does not lost them.
+The error type follows from the operation kind shown.
 It does no I/O and never raises on odd text.
 """
 
@@ -108,10 +111,13 @@ def judge_operation(request: StageRequest) -> dict[str, Any]:
     target = _needed(request)
     shown_in = _tokens(inputs.get("operation_inputs", ""))
     shown_out = _tokens(inputs.get("operation_outputs", ""))
+    gold = _tokens(inputs.get("gold_answer", ""))
     if kind == "response":
-        gold = _tokens(inputs.get("gold_answer", ""))
         if gold and _enough(gold, shown_out):
             return {"kept_information": True, "error_type": "none", "reason": "The answer states the gold answer."}
+        if not target & shown_in:
+            reason = "Its context did not hold the needed information: the answer step had nothing to use."
+            return {"kept_information": True, "error_type": "none", "reason": reason}
         return {
             "kept_information": False, "error_type": error,
             "reason": "The context was given to the answer step, yet the answer does not state "
@@ -131,6 +137,12 @@ def judge_operation(request: StageRequest) -> dict[str, Any]:
             return {"kept_information": False, "error_type": error, "reason": lost_time}
     if not held:
         return {"kept_information": True, "error_type": "none", "reason": "Its inputs did not hold the information."}
+    if kind == "retrieval" and gold and _enough(gold, shown_in) and not _enough(gold, shown_out):
+        return {
+            "kept_information": False, "error_type": error,
+            "reason": f"A unit it read holds the answer \"{inputs.get('gold_answer', '')}\", but what it returned "
+                      "does not.",
+        }
     if _enough(held, shown_out):
         return {"kept_information": True, "error_type": "none", "reason": "Its outputs still hold the information."}
     lost = " ".join(sorted(held - shown_out))

@@ -26,6 +26,7 @@ reason says how many steps could not be judged. The attributor counts its own LM
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import logging
 import re
@@ -45,6 +46,7 @@ from memtrace_loop.pipeline.analysis.attribution.lineage import content_tokens, 
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor, AttributorSpec
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, AttributionCost, ErrorType, Fault, Tunable
 from memtrace_loop.pipeline.analysis.attribution.replay import ReplayConfig
+from memtrace_loop.pipeline.analysis.attribution.walk_paths import InformationPath
 from memtrace_loop.pipeline.analysis.attribution.walk_signatures import JudgeOperation
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.backends.lm import LMSet
@@ -250,11 +252,15 @@ class _Walk:
     evidence: tuple[str, ...]
     needed: str
     on_path: set[str]
+    path: InformationPath
+    pseudo: bool = False
+    started: float = 0.0
     spend: _Spend = field(default_factory=lambda: _Spend())
     heap: list[tuple[int, int, str]] = field(default_factory=list)
     seen: set[str] = field(default_factory=set)
     labelled_stages: set[str] = field(default_factory=set)  # stages queued with an op that only writes labels
     kept_by_op: dict[str, bool] = field(default_factory=dict)
+    faulty: dict[str, StepVerdict] = field(default_factory=dict)  # every operation judged faulty, by id
     steps: int = 0
 
     def relevant(self, op: Operation) -> bool:
@@ -311,10 +317,13 @@ class LLMAttributor:
     # ---------------------------------------------------------------- one step
 
     def step_fields(
-        self, graph: ExecutionGraph, op: Operation, case: CaseResult, needed: str, on_path: set[str]
+        self, graph: ExecutionGraph, op: Operation, case: CaseResult, needed: str, on_path: set[str],
+        missed: Sequence[str] = (),
     ) -> dict[str, str]:
         """The input values one step shows the LM for `op`: inputs on the information's path first, then
-        those sharing most words with it; long values keep their part about the needed information."""
+        those sharing most words with it; long values keep their part about the needed information. A
+        retrieval's inputs also show the store's units it `missed` (they carry the needed information and
+        were in memory when it searched), first."""
         limit = self.settings.max_value_chars
         words = frozenset(
             (content_tokens(needed) & content_tokens(f"{case.question.text} {case.question.gold}"))
@@ -328,9 +337,11 @@ class LLMAttributor:
                 and (latest := graph.latest(name_of(v))) is not None and latest.id == v
                 and not latest.meta.get("deleted")
             ]
+            shown += [v for v in missed if v not in shown]
+        first = {*on_path, *missed}
         inputs = sorted(
             (graph.variable(v) for v in shown),
-            key=lambda v: (v.id not in on_path, -len(content_tokens(v.value) & words), v.id),
+            key=lambda v: (v.id not in first, -len(content_tokens(v.value) & words), v.id),
         )
         outputs = [graph.variable(v) for v in op.outputs]
         budget = self.settings.max_chars_per_step
@@ -393,7 +404,10 @@ class LLMAttributor:
             return None
         evidence, pseudo = self._evidence(graph, case)
         needed = "\n".join(f"[{e}] {turn_text(graph.variable(e).value)}" for e in evidence) or "unknown"
-        walk = _Walk(graph, case, prior_of(graph), graph.ancestors(answer_var.id), evidence, needed, set(evidence))
+        walk = _Walk(
+            graph, case, prior_of(graph), graph.ancestors(answer_var.id), evidence, needed, set(evidence),
+            InformationPath(graph, case.question, evidence), pseudo, started,
+        )
         context_ops = [
             p for v in answer_op.inputs
             if graph.variable(v).kind == VarKind.CONTEXT and (p := graph.producer(v)) is not None
@@ -401,16 +415,25 @@ class LLMAttributor:
         walk.seed(context_ops)
         found = self._walk(walk, [*context_ops, answer_op])  # the tail is shown last, when not reached
         if found is not None:
-            return self._blame(graph, case, *found, evidence, pseudo, walk.on_path, walk.spend, started, walk.steps)
+            self._judge_answer(walk, answer_op, found[0])
+            return self._blame(walk, *found, context_ops, answer_op)
         reason = (
             f"No operation among the {walk.steps} shown was judged to lose the information; by default the answer "
             f"step {answer_op.name} ({answer_op.id}) is blamed for \"{case.prediction}\" (gold "
             f"\"{case.question.gold}\")."
         )
         fallback = StepVerdict(False, ErrorType.RESPONSE, reason, True)
-        return self._blame(
-            graph, case, answer_op, fallback, evidence, pseudo, walk.on_path, walk.spend, started, walk.steps, 0.2
-        )
+        return self._blame(walk, answer_op, fallback, context_ops, answer_op, 0.2)
+
+    def _judge_answer(self, walk: _Walk, answer_op: Operation, blamed: Operation) -> None:
+        """After a blame upstream, the answer step too when its context held (part of) the information: an
+        answer that mishandled it is a second suspect (two-stage cases, e.g. a date the writing stage
+        kept only relative and the answer stage did not resolve)."""
+        if (
+            blamed.id != answer_op.id and answer_op.id not in walk.kept_by_op
+            and walk.steps < self.settings.max_steps and walk.path.context_holders(answer_op)
+        ):
+            self._judge(walk, answer_op)
 
     def _walk(self, walk: _Walk, tail: Sequence[Operation]) -> tuple[Operation, StepVerdict] | None:
         """Judge operations from the frontier until one is decisively faulty (returned) or the steps run out."""
@@ -439,9 +462,13 @@ class LLMAttributor:
         return None
 
     def _judge(self, walk: _Walk, op: Operation) -> StepVerdict:
-        verdict = self._ask(self.step_fields(walk.graph, op, walk.case, walk.needed, walk.on_path), op, walk.spend)
+        missed = walk.path.missed(op) if op.kind == OpKind.RETRIEVAL else ()
+        fields = self.step_fields(walk.graph, op, walk.case, walk.needed, walk.on_path, missed)
+        verdict = self._ask(fields, op, walk.spend)
         walk.steps += 1
         walk.kept_by_op[op.id] = not (verdict.judged and not verdict.kept)
+        if not walk.kept_by_op[op.id]:
+            walk.faulty[op.id] = verdict
         return verdict
 
     def _faulty_construction(self, walk: _Walk) -> tuple[Operation, StepVerdict] | None:
@@ -480,18 +507,36 @@ class LLMAttributor:
 
     def _blame(
         self,
-        graph: ExecutionGraph,
-        case: CaseResult,
+        walk: _Walk,
         op: Operation,
         verdict: StepVerdict,
-        evidence: Sequence[str],
-        pseudo: bool,
-        on_path: set[str],
-        spend: _Spend,
-        started: float,
-        steps: int,
+        context_ops: Sequence[Operation],
+        answer_op: Operation,
         confidence: float = 0.75,
     ) -> Attribution:
+        case, spend = walk.case, walk.spend
+        primary = self._fault(walk, op, verdict)
+        reason = primary.reason
+        if spend.unjudged:
+            reason += f" {len(spend.unjudged)} step(s) could not be judged (LM call failed or reply unparsable)."
+            confidence *= 0.8
+        if walk.pseudo:
+            confidence *= 0.7
+        primary = dataclasses.replace(primary, reason=reason)
+        suspects = self._suspects(walk, primary, context_ops, answer_op)
+        cost = AttributionCost(
+            lm_calls=spend.calls, prompt_tokens=spend.prompt_tokens, completion_tokens=spend.completion_tokens,
+            seconds=time.perf_counter() - walk.started,
+        )
+        return Attribution(
+            case, primary.op, primary.op_name, primary.stage, primary.error_type, reason, confidence, METHOD,
+            primary.tunable, tuple(turn_id_of(e) for e in walk.evidence), walk.pseudo, suspects=suspects, cost=cost,
+        )
+
+    def _fault(self, walk: _Walk, op: Operation, verdict: StepVerdict) -> Fault:
+        """`op` judged faulty as a `Fault`: blamed on the LLM decision a store write executed, with what a
+        repair restores (a retrieval: the units it missed, never those it returned)."""
+        graph = walk.graph
         error = verdict.error_type or ERROR_BY_KIND.get(op.kind, ErrorType.RESPONSE)
         blamed = op
         if op.prompt is None and op.kind in CONSTRUCTION_OP_KINDS:  # a store write executes an LLM decision
@@ -501,23 +546,68 @@ class LLMAttributor:
         reason = verdict.reason.strip() or f"{op.name} ({op.id}) did not keep the needed information."
         if blamed is not op:
             reason += f" ({op.name} {op.id} executed the decision of {blamed.name} {blamed.id}.)"
-        if spend.unjudged:
-            reason += f" {len(spend.unjudged)} step(s) could not be judged (LM call failed or reply unparsable)."
-            confidence *= 0.8
-        restore = tuple(v for v in op.inputs if v in on_path) or tuple(
-            v for v in op.inputs if graph.variable(v).kind != VarKind.QUERY
-        )
-        if pseudo:
-            confidence *= 0.7
-        fault = Fault(blamed.id, blamed.name, blamed.stage, error, tunable, reason, restore, blamed.seq)
-        cost = AttributionCost(
-            lm_calls=spend.calls, prompt_tokens=spend.prompt_tokens, completion_tokens=spend.completion_tokens,
-            seconds=time.perf_counter() - started,
-        )
-        return Attribution(
-            case, blamed.id, blamed.name, blamed.stage, error, reason, confidence, METHOD, tunable,
-            tuple(turn_id_of(e) for e in evidence), pseudo, suspects=(fault,), cost=cost,
-        )
+        restore = restore_of(walk, op)
+        if op.kind == OpKind.RETRIEVAL:
+            reason += retrieval_note(walk.path, op, restore)
+        return Fault(blamed.id, blamed.name, blamed.stage, error, tunable, reason, restore, blamed.seq)
+
+    def _suspects(
+        self, walk: _Walk, primary: Fault, context_ops: Sequence[Operation], answer_op: Operation
+    ) -> tuple[Fault, ...]:
+        """Every faulty operation the walk saw on the information's path, earliest first (each with its
+        restore): the blamed one; the others judged faulty (the answer step only when its context held the
+        information); and, after a construction blame, the question's retrieval, which must then also return
+        what the repair puts back."""
+        graph = walk.graph
+        found = [primary]
+        for op_id, verdict in walk.faulty.items():
+            op = graph.operation(op_id)
+            if op.kind == OpKind.RESPONSE and not walk.path.context_holders(op):
+                continue  # the answer cannot use what its context did not hold
+            found.append(self._fault(walk, op, verdict))
+        if primary.error_type in CONSTRUCTION_ERRORS and primary.op != answer_op.id:
+            for search in context_ops:
+                if search.kind == OpKind.RETRIEVAL and search.id not in walk.faulty:
+                    missed = walk.path.missed(search) or primary.restore
+                    note = (f"{search.name} ({search.id}, k={search.meta.get('k', '?')}) must also return the lost "
+                            f"information ({', '.join(missed)}) for {walk.case.question.id} once it is in memory.")
+                    found.append(Fault(search.id, search.name, search.stage, ErrorType.RETRIEVAL, Tunable.KNOBS,
+                                       note, missed, search.seq))
+        by_op: dict[str, Fault] = {}
+        for fault in sorted(found, key=lambda f: f.seq):
+            by_op.setdefault(fault.op, fault)
+        return tuple(by_op.values())
+
+
+CONSTRUCTION_ERRORS = frozenset({ErrorType.EXTRACTION, ErrorType.UPDATE, ErrorType.DELETION})
+
+
+def restore_of(walk: _Walk, op: Operation) -> tuple[str, ...]:
+    """What a repair of faulty `op` puts back: for a retrieval the units it missed (else the evidence
+    turns); for the answer step the context lines that held the information; for a construction step its
+    inputs on the information's path."""
+    graph, path = walk.graph, walk.path
+    if op.kind == OpKind.RETRIEVAL:
+        return path.missed(op) or walk.evidence
+    if op.kind == OpKind.RESPONSE and (held := path.context_holders(op)):
+        return held
+    on_path = walk.on_path | path.carriers
+    return tuple(v for v in op.inputs if v in on_path) or tuple(
+        v for v in op.inputs if graph.variable(v).kind not in (VarKind.QUERY, VarKind.PROMPT)
+    )
+
+
+def retrieval_note(path: InformationPath, op: Operation, restore: Sequence[str]) -> str:
+    """What a retrieval fault's reason adds: the unit it missed, and whether `top_k` cut it off."""
+    k = op.meta.get("k", "?")
+    near = path.near_missed(op)
+    if near:
+        return (f" It missed {near[0]}, which holds the needed information and was ranked just below the cut "
+                f"(k={k}): top_k is too small for this question.")
+    missed = [v for v in restore if v in path.carriers]
+    if missed:
+        return f" It missed {missed[0]}, which was in memory and holds the needed information."
+    return ""
 
 
 @dataclass(frozen=True)
