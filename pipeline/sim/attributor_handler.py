@@ -7,7 +7,7 @@ all of) those words that its inputs held; inputs that held none of them cannot l
 answer step it checks the answer instead: an answer without the gold's words from a context that held
 (some of) the information is a ResponseError; a context that held none of it leaves the answer step
 nothing to use. A search whose inputs (the units it read, including those of the store it did not
-return) hold the gold answer's words while what it returned does not lost them.
+return) hold a word of the gold answer that what it returned does not hold lost it.
 The error type follows from the operation kind shown.
 It does no I/O and never raises on odd text.
 """
@@ -103,7 +103,8 @@ def _enough(held: set[str], found: set[str]) -> bool:
 
 
 def judge_operation(request: StageRequest) -> dict[str, Any]:
-    """The verdict on one operation: kept_information, error_type, reason."""
+    """The verdict on one operation: kept_information, error_type, reason (an answer is right only when it
+    states every content word of the gold answer)."""
     inputs = request.inputs
     match = _KIND.search(inputs.get("operation", ""))
     kind = match.group("kind") if match else "other"
@@ -113,7 +114,7 @@ def judge_operation(request: StageRequest) -> dict[str, Any]:
     shown_out = _tokens(inputs.get("operation_outputs", ""))
     gold = _tokens(inputs.get("gold_answer", ""))
     if kind == "response":
-        if gold and _enough(gold, shown_out):
+        if gold and gold <= shown_out:
             return {"kept_information": True, "error_type": "none", "reason": "The answer states the gold answer."}
         if not target & shown_in:
             reason = "Its context did not hold the needed information: the answer step had nothing to use."
@@ -137,11 +138,12 @@ def judge_operation(request: StageRequest) -> dict[str, Any]:
             return {"kept_information": False, "error_type": error, "reason": lost_time}
     if not held:
         return {"kept_information": True, "error_type": "none", "reason": "Its inputs did not hold the information."}
-    if kind == "retrieval" and gold and _enough(gold, shown_in) and not _enough(gold, shown_out):
+    lost_gold = (gold & shown_in) - shown_out
+    if kind == "retrieval" and lost_gold:
         return {
             "kept_information": False, "error_type": error,
-            "reason": f"A unit it read holds the answer \"{inputs.get('gold_answer', '')}\", but what it returned "
-                      "does not.",
+            "reason": f"A unit it read holds \"{' '.join(sorted(lost_gold))}\" of the answer "
+                      f"\"{inputs.get('gold_answer', '')}\", but what it returned does not.",
         }
     if _enough(held, shown_out):
         return {"kept_information": True, "error_type": "none", "reason": "Its outputs still hold the information."}

@@ -129,7 +129,9 @@ def clip(text: str, limit: int) -> str:
 def focus_clip(text: str, limit: int, words: frozenset[str] = frozenset()) -> str:
     """Like `clip`, but a long text keeps the window of `limit` characters that holds the most of `words`
     (lowercase content words of the needed information; a word frequent in the text, like a date stamp,
-    weighs less than a rare one), so clipping does not hide what the step is about."""
+    weighs less than a rare one), so clipping does not hide what the step is about. When the needed
+    words lie too far apart for one window (a long chunk holding two evidence turns), it keeps two
+    half-size windows, the second over the words the first missed."""
     text = " ".join(text.split())
     if len(text) <= limit or not words:
         return clip(text, limit)
@@ -138,18 +140,35 @@ def focus_clip(text: str, limit: int, words: frozenset[str] = frozenset()) -> st
     if not found:
         return clip(text, limit)
     width = max(limit - 2 * len(CLIP_MARK), 1)
-    weight_by_word = {w: 1.0 / n for w, n in Counter(w for _, w in found).items()}  # rare words weigh most
-    best_start, best_score = 0, (-1.0, -1.0)
-    for position, anchor in found:  # ties go to the window anchored on the rarer word
+    start, inside = _best_window(text, found, width)
+    rest = [(p, w) for p, w in found if w not in inside]
+    half = (limit - 3 * len(CLIP_MARK)) // 2
+    if rest and half >= 60:
+        first, covered = _best_window(text, found, half)
+        second, _ = _best_window(text, [(p, w) for p, w in found if w not in covered], half)
+        if abs(second - first) >= half:
+            return clip(" ".join(_window(text, s, half) for s in sorted((first, second))), limit)
+    return clip(_window(text, start, width), limit)
+
+
+def _best_window(text: str, found: Sequence[tuple[int, str]], width: int) -> tuple[int, set[str]]:
+    """The start of the `width`-character window holding the most weight of the `found` words (rare words
+    weigh most; ties go to the window anchored on the rarer word), and the words inside it."""
+    weight_by_word = {w: 1.0 / n for w, n in Counter(w for _, w in found).items()}
+    best_start, best_score, best_inside = 0, (-1.0, -1.0), set()
+    for position, anchor in found:
         start = max(0, min(position - min(40, width // 4), len(text) - width))
         inside = {w for p, w in found if start <= p and p + len(w) <= start + width}
         score = (round(sum(weight_by_word[w] for w in inside), 9), weight_by_word[anchor])
         if score > best_score:
-            best_start, best_score = start, score
-    window = text[best_start : best_start + width]
-    head = CLIP_MARK.strip() + " " if best_start > 0 else ""
-    tail = CLIP_MARK if best_start + width < len(text) else ""
-    return clip(head + window + tail, limit)
+            best_start, best_score, best_inside = start, score, inside
+    return best_start, best_inside
+
+
+def _window(text: str, start: int, width: int) -> str:
+    head = CLIP_MARK.strip() + " " if start > 0 else ""
+    tail = CLIP_MARK if start + width < len(text) else ""
+    return head + text[start : start + width] + tail
 
 
 def _share(room: int, count: int, limit: int) -> int:
@@ -157,10 +176,23 @@ def _share(room: int, count: int, limit: int) -> int:
     return max(60, min(limit, room // max(count, 1) - 24))
 
 
-def _render_vars(variables: Sequence[Variable], max_value_chars: int, words: frozenset[str]) -> str:
+def _render_vars(variables: Sequence[Variable], max_value_chars: int, words: frozenset[str], room: int = 0) -> str:
+    """One line per variable (`[id] value`, the value focused on `words`). With a `room`, the lines that
+    would overflow it are left out and counted (the list is ordered most relevant first), so a long input
+    list does not squeeze the other fields of the step."""
     if not variables:
         return "none"
-    return "\n".join(f"[{v.id}] {focus_clip(v.value, max_value_chars, words) or '(empty)'}" for v in variables)
+    lines = [f"[{v.id}] {focus_clip(v.value, max_value_chars, words) or '(empty)'}" for v in variables]
+    if room <= 0 or sum(len(line) + 1 for line in lines) <= room:
+        return "\n".join(lines)
+    kept: list[str] = []
+    used = 0
+    for line in lines:
+        if kept and used + len(line) + 40 > room:
+            break
+        kept.append(line)
+        used += len(line) + 1
+    return "\n".join([*kept, f"(+{len(lines) - len(kept)} more not shown)"])
 
 
 def _clip_lines(text: str, limit: int) -> str:
@@ -353,8 +385,12 @@ class LLMAttributor:
             "gold_answer": case.question.gold,
             "operation": f"{op.name} (stage {op.stage}, kind {op.kind.value}, {op.id})",
             "needed_information": needed,
-            "operation_inputs": _render_vars(inputs, _share(budget * 45 // 100, len(inputs), limit), words),
-            "operation_outputs": _render_vars(outputs, _share(budget * 30 // 100, len(outputs), limit), words),
+            "operation_inputs": _render_vars(
+                inputs, _share(budget * 45 // 100, min(len(inputs), 12), limit), words, budget * 45 // 100
+            ),
+            "operation_outputs": _render_vars(
+                outputs, _share(budget * 30 // 100, len(outputs), 2 * limit), words, budget * 30 // 100
+            ),
             "operation_prompt": prompt,
         }
         # the needed information is what every verdict is about: it keeps its own share, never squeezed
@@ -490,10 +526,14 @@ class LLMAttributor:
 
     def _keeper(self, walk: _Walk, op: Operation) -> Operation | None:
         """A sibling of faulty `op` that read the same information and kept it (e.g. the event log keeps a
-        date the narrative lost): `op` is decisive only when there is none."""
+        date the narrative lost): `op` is decisive only when there is none. An operation that destroyed a
+        stored unit on the path (an update or deletion of it) is kept only by another reader of that unit,
+        not by a write that executed the same decision for other information."""
         graph = walk.graph
+        read = [v for v in op.inputs if v in walk.on_path]
+        units = [v for v in read if graph.variable(v).kind in MEMORY_KINDS]
         siblings = sorted(
-            {c.id: c for v in op.inputs if v in walk.on_path for c in graph.consumers(v)
+            {c.id: c for v in (units if op.kind != OpKind.EXTRACTION and units else read) for c in graph.consumers(v)
              if c.id != op.id and c.prompt != v and c.kind in CONSTRUCTION_OP_KINDS and walk.relevant(c)}.values(),
             key=lambda c: c.seq,
         )
