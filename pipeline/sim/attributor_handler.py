@@ -2,7 +2,8 @@
 
 Rule-based and deterministic, and fair: it reads only the request text a real LLM would see. The
 information to follow is the content words of the needed information that the question and gold answer
-ask about, plus the gold answer's own words. The operation *kept* it when its outputs still hold (nearly
+ask about (words compared by a crude stem), plus the gold answer's own
+words. The operation *kept* it when its outputs still hold (nearly
 all of) those words that its inputs held; inputs that held none of them cannot lose anything. For the
 answer step it checks the answer instead: an answer without the gold's words from a context that held
 (some of) the information is a ResponseError; a context that held none of it leaves the answer step
@@ -86,8 +87,16 @@ def _is_label(outputs: str) -> bool:
     return bool(values) and all(_LABEL.match(v) for v in values)
 
 
+_SUFFIX = re.compile(r"(?:ing|ed|es|s)$")
+
+
+def _stem(word: str) -> str:
+    """A crude stem, so a word and its inflections compare ("volunteered" ~ "volunteer")."""
+    return _SUFFIX.sub("", word) if len(word) > 5 and word.isalpha() else word
+
+
 def _tokens(text: str) -> set[str]:
-    return set(content_tokens(_ID_PREFIX.sub("", text)))
+    return {_stem(w) for w in content_tokens(_ID_PREFIX.sub("", text))}
 
 
 def _needed(request: StageRequest) -> set[str]:

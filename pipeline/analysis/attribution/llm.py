@@ -596,8 +596,9 @@ class LLMAttributor:
     ) -> tuple[Fault, ...]:
         """Every faulty operation the walk saw on the information's path, earliest first (each with its
         restore): the blamed one; the others judged faulty (the answer step only when its context held the
-        information); and, after a construction blame, the question's retrieval, which must then also return
-        what the repair puts back."""
+        information); after a faulty search whose results are mostly pieces of cut turns, the copy step that
+        cut them (its knobs); and, after a construction blame, the question's retrieval, which must then also
+        return what the repair puts back."""
         graph = walk.graph
         found = [primary]
         for op_id, verdict in walk.faulty.items():
@@ -605,6 +606,13 @@ class LLMAttributor:
             if op.kind == OpKind.RESPONSE and not walk.path.context_holders(op):
                 continue  # the answer cannot use what its context did not hold
             found.append(self._fault(walk, op, verdict))
+        for op_id in walk.faulty:
+            crowding = walk.path.crowding_step(graph.operation(op_id))
+            if graph.operation(op_id).kind == OpKind.RETRIEVAL and crowding is not None:
+                note = (f"{crowding.name} ({crowding.id}) cut turns into pieces that make up most of what "
+                        f"{op_id} returned: the units are too small to hold whole turns and crowd the search.")
+                found.append(Fault(crowding.id, crowding.name, crowding.stage, ErrorType.EXTRACTION, Tunable.KNOBS,
+                                   note, walk.path.missed(graph.operation(op_id)), crowding.seq))
         if primary.error_type in CONSTRUCTION_ERRORS and primary.op != answer_op.id:
             for search in context_ops:
                 if search.kind == OpKind.RETRIEVAL and search.id not in walk.faulty:

@@ -12,6 +12,7 @@ graph facts those steps and its blame need, the way the lineage attributor finds
 - what a retrieval *missed*: for each target none of whose live units it returned, those units (the
   ones the search ranked just below its cut first, `conventions.NEAR_MISSES`) — what a retrieval
   fault's `Fault.restore` names, never what the search did return;
+- the copy step whose pieces of cut turns crowd a search (most of what it returned);
 - which lines of the answer's context carry a target (the answer stage had the information).
 
 Pure: reads one graph, never calls an LM, never reads the simulated world or anything beyond the
@@ -160,6 +161,21 @@ class InformationPath:
         """The missed units the retrieval ranked just below its cut (a larger `top_k` would reach them)."""
         near = set(v for v in retrieval.meta.get(NEAR_MISSES, ()) if isinstance(v, str))
         return tuple(v for v in self.missed(retrieval) if v in near)
+
+    def crowding_step(self, retrieval: Operation) -> Operation | None:
+        """The copy step (no prompt) that made at least half of what `retrieval` returned out of pieces of
+        turns it cut apart (no piece holds a whole turn), if any: units too small crowd the search."""
+        graph = self.graph
+        returned = [graph.variable(v) for v in retrieval.inputs if graph.variable(v).kind in MEMORY_KINDS]
+        makers = [graph.producer(u.id) for u in returned]
+        pieces = [
+            maker for unit, maker in zip(returned, makers, strict=True)
+            if maker is not None and maker.prompt is None and not any(
+                graph.variable(t).kind == VarKind.TURN and turn_text(graph.variable(t).value).strip() in unit.value
+                for t in maker.inputs
+            ) and any(graph.variable(t).kind == VarKind.TURN for t in maker.inputs)
+        ]
+        return pieces[0] if pieces and 2 * len(pieces) >= len(returned) else None
 
     def context_holders(self, answer: Operation) -> tuple[str, ...]:
         """The answer's inputs (its context) that carry some target: the answer stage had the information."""
