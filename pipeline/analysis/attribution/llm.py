@@ -10,6 +10,17 @@ information? error type, reason). From an operation that kept it, the walk moves
 its outputs (question-side operations only when they lead to this case's answer); the answer's
 retrieval and answer operations come last. It stops at the first operation judged faulty, or at
 `max_steps`; when nothing is judged faulty the answer operation is blamed with low confidence.
+
+What the walk needs of the graph beyond one step comes from `walk_paths.InformationPath` (no LM): a
+retrieval step also shows the store's units that carry the needed information and that the search did
+not return, and a retrieval fault's `Fault.restore` names those missed units (near misses first, so a
+replay can raise `top_k` to reach them), never what the search returned. A faulty search is a knob fault
+of the retrieval; when most of what it returned are pieces of turns a copy step cut apart, the blame
+passes to that step's knobs (as a store write passes it to the decision it executed). Every faulty
+operation the walk saw becomes a suspect, earliest first, each with its restore: after an upstream
+blame the answer step is shown too when its context held (part of) the information, and is a suspect
+when it mishandled it; after a construction blame the question's search is a suspect (it must return
+what the repair puts back). A replay's joint search combines them.
 The needed information keeps a fixed share of every step (long input lists never clip it to a few words),
 and of the decisions that write only a label (`LABEL_KINDS`: EverMemOS's per-turn boundary decisions,
 each re-reading the buffer that holds the evidence) the first per stage stands for the rest, so they
@@ -555,7 +566,7 @@ class LLMAttributor:
         confidence: float = 0.75,
     ) -> Attribution:
         case, spend = walk.case, walk.spend
-        primary = self._fault(walk, op, verdict)
+        primary = self._crowding(walk, op) or self._fault(walk, op, verdict)
         reason = primary.reason
         if spend.unjudged:
             reason += f" {len(spend.unjudged)} step(s) could not be judged (LM call failed or reply unparsable)."
@@ -591,14 +602,27 @@ class LLMAttributor:
             reason += retrieval_note(walk.path, op, restore)
         return Fault(blamed.id, blamed.name, blamed.stage, error, tunable, reason, restore, blamed.seq)
 
+    @staticmethod
+    def _crowding(walk: _Walk, op: Operation) -> Fault | None:
+        """A faulty search whose results are mostly pieces of turns a copy step cut apart passes the blame to
+        that step's knobs (the units are too small to hold whole turns and crowd the search), as a store
+        write passes it to the decision it executed; None for any other operation."""
+        crowding = walk.path.crowding_step(op) if op.kind == OpKind.RETRIEVAL else None
+        if crowding is None:
+            return None
+        note = (f"{crowding.name} ({crowding.id}) cut turns into pieces that make up most of what {op.name} "
+                f"({op.id}) returned: the units are too small to hold whole turns and crowd the search.")
+        return Fault(crowding.id, crowding.name, crowding.stage, ErrorType.EXTRACTION, Tunable.KNOBS, note,
+                     restore_of(walk, op), crowding.seq)
+
     def _suspects(
         self, walk: _Walk, primary: Fault, context_ops: Sequence[Operation], answer_op: Operation
     ) -> tuple[Fault, ...]:
         """Every faulty operation the walk saw on the information's path, earliest first (each with its
         restore): the blamed one; the others judged faulty (the answer step only when its context held the
-        information); after a faulty search whose results are mostly pieces of cut turns, the copy step that
-        cut them (its knobs); and, after a construction blame, the question's retrieval, which must then also
-        return what the repair puts back."""
+        information), a faulty search among them; after a faulty search whose results are mostly pieces of
+        cut turns, the copy step that cut them (its knobs); and, after a construction blame, the question's
+        retrieval, which must then also return what the repair puts back."""
         graph = walk.graph
         found = [primary]
         for op_id, verdict in walk.faulty.items():
@@ -606,13 +630,7 @@ class LLMAttributor:
             if op.kind == OpKind.RESPONSE and not walk.path.context_holders(op):
                 continue  # the answer cannot use what its context did not hold
             found.append(self._fault(walk, op, verdict))
-        for op_id in walk.faulty:
-            crowding = walk.path.crowding_step(graph.operation(op_id))
-            if graph.operation(op_id).kind == OpKind.RETRIEVAL and crowding is not None:
-                note = (f"{crowding.name} ({crowding.id}) cut turns into pieces that make up most of what "
-                        f"{op_id} returned: the units are too small to hold whole turns and crowd the search.")
-                found.append(Fault(crowding.id, crowding.name, crowding.stage, ErrorType.EXTRACTION, Tunable.KNOBS,
-                                   note, walk.path.missed(graph.operation(op_id)), crowding.seq))
+        found += [c for op_id in walk.faulty if (c := self._crowding(walk, graph.operation(op_id))) is not None]
         if primary.error_type in CONSTRUCTION_ERRORS and primary.op != answer_op.id:
             for search in context_ops:
                 if search.kind == OpKind.RETRIEVAL and search.id not in walk.faulty:
