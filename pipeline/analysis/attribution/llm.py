@@ -651,16 +651,31 @@ CONSTRUCTION_ERRORS = frozenset({ErrorType.EXTRACTION, ErrorType.UPDATE, ErrorTy
 def restore_of(walk: _Walk, op: Operation) -> tuple[str, ...]:
     """What a repair of faulty `op` puts back: for a retrieval the units it missed (else the evidence
     turns); for the answer step the context lines that held the information; for a construction step its
-    inputs on the information's path."""
+    stored units on the path it destroyed, else the evidence turns its information came from (what a
+    replay puts back in memory; never an intermediate such as extracted facts)."""
     graph, path = walk.graph, walk.path
     if op.kind == OpKind.RETRIEVAL:
         return path.missed(op) or walk.evidence
     if op.kind == OpKind.RESPONSE and (held := path.context_holders(op)):
         return held
+    if op.kind in CONSTRUCTION_OP_KINDS:
+        return _stored_carriers(walk, op) or tuple(e for e in walk.evidence if e in graph.ancestors(op.id)) or (
+            walk.evidence
+        )
     on_path = walk.on_path | path.carriers
     return tuple(v for v in op.inputs if v in on_path) or tuple(
         v for v in op.inputs if graph.variable(v).kind not in (VarKind.QUERY, VarKind.PROMPT)
     )
+
+
+def _stored_carriers(walk: _Walk, op: Operation) -> tuple[str, ...]:
+    """The stored units on the information's path that a construction step (or the writes executing its
+    decision) read, i.e. destroyed: an update's or deletion's old value."""
+    graph, on_path = walk.graph, walk.on_path | walk.path.carriers
+    readers = [op, *(c for v in op.outputs for c in graph.consumers(v) if c.prompt is None)]
+    return tuple(dict.fromkeys(
+        v for reader in readers for v in reader.inputs if v in on_path and graph.variable(v).kind in MEMORY_KINDS
+    ))
 
 
 def retrieval_note(path: InformationPath, op: Operation, restore: Sequence[str]) -> str:
