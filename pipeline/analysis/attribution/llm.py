@@ -182,6 +182,13 @@ def _window(text: str, start: int, width: int) -> str:
     return head + text[start : start + width] + tail
 
 
+def _same_word(word: str, other: str) -> bool:
+    """The same word up to an inflection ("volunteered" and "volunteer"): equal, or one is the other plus
+    at most three letters (words of five letters or more)."""
+    short, long = sorted((word, other), key=len)
+    return word == other or (len(short) >= 5 and long.startswith(short) and len(long) - len(short) <= 3)
+
+
 def _share(room: int, count: int, limit: int) -> int:
     """Characters per variable value when `count` values share `room` (at least 60, at most `limit`)."""
     return max(60, min(limit, room // max(count, 1) - 24))
@@ -368,8 +375,9 @@ class LLMAttributor:
         retrieval's inputs also show the store's units it `missed` (they carry the needed information and
         were in memory when it searched), first."""
         limit = self.settings.max_value_chars
+        asked = content_tokens(f"{case.question.text} {case.question.gold}")
         words = frozenset(
-            (content_tokens(needed) & content_tokens(f"{case.question.text} {case.question.gold}"))
+            {w for w in content_tokens(needed) if any(_same_word(w, a) for a in asked)}
             | content_tokens(case.question.gold)
         )
         shown = list(op.inputs)
