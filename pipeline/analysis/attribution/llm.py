@@ -194,13 +194,20 @@ def _share(room: int, count: int, limit: int) -> int:
     return max(60, min(limit, room // max(count, 1) - 24))
 
 
-def _render_vars(variables: Sequence[Variable], max_value_chars: int, words: frozenset[str], room: int = 0) -> str:
+def _render_vars(
+    variables: Sequence[Variable], max_value_chars: int, words: frozenset[str], room: int = 0,
+    lead: tuple[int, int] = (0, 0),
+) -> str:
     """One line per variable (`[id] value`, the value focused on `words`). With a `room`, the lines that
     would overflow it are left out and counted (the list is ordered most relevant first), so a long input
-    list does not squeeze the other fields of the step."""
+    list does not squeeze the other fields of the step. `lead` = (n, chars): the first n values (those on
+    the information's path) are clipped to `chars` instead, so the evidence is not cut to a few words."""
     if not variables:
         return "none"
-    lines = [f"[{v.id}] {focus_clip(v.value, max_value_chars, words) or '(empty)'}" for v in variables]
+    lines = [
+        f"[{v.id}] {focus_clip(v.value, lead[1] if i < lead[0] else max_value_chars, words) or '(empty)'}"
+        for i, v in enumerate(variables)
+    ]
     if room <= 0 or sum(len(line) + 1 for line in lines) <= room:
         return "\n".join(lines)
     kept: list[str] = []
@@ -396,6 +403,7 @@ class LLMAttributor:
         )
         outputs = [graph.variable(v) for v in op.outputs]
         budget = self.settings.max_chars_per_step
+        leading = min(sum(1 for v in inputs if v.id in first), 3)
         # a long prompt (mem0's are 4-5k characters) keeps a quarter of the step: it must not squeeze the
         # inputs and outputs, which the verdict is about, out of a step fitted proportionally to length
         prompt = clip(graph.variable(op.prompt).value, budget * 25 // 100) if op.prompt else "none"
@@ -405,7 +413,8 @@ class LLMAttributor:
             "operation": f"{op.name} (stage {op.stage}, kind {op.kind.value}, {op.id})",
             "needed_information": needed,
             "operation_inputs": _render_vars(
-                inputs, _share(budget * 45 // 100, min(len(inputs), 12), limit), words, budget * 45 // 100
+                inputs, _share(budget * 45 // 100, min(len(inputs), 12), limit), words, budget * 45 // 100,
+                lead=(leading, min(limit, budget * 45 // 100 // (leading + 1))),
             ),
             "operation_outputs": _render_vars(
                 outputs, _share(budget * 30 // 100, len(outputs), 2 * limit), words, budget * 30 // 100
