@@ -19,13 +19,9 @@ from dspy.utils import DummyLM
 from dspy.utils.callback import BaseCallback
 from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
-from memtrace_loop.pipeline.analysis.attribution.llm import (
-    LLMAttributor,
-    LLMAttributorSettings,
-    fit_step,
-    focus_clip,
-)
+from memtrace_loop.pipeline.analysis.attribution.llm import LLMAttributor, LLMAttributorSettings
 from memtrace_loop.pipeline.analysis.attribution.records import ErrorType, Tunable
+from memtrace_loop.pipeline.analysis.attribution.walk_render import fit_step, focus_clip
 from memtrace_loop.pipeline.analysis.attribution.walk_signatures import JudgeOperation
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.data.locomo import parse_locomo
