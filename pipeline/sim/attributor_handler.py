@@ -2,10 +2,14 @@
 
 Rule-based and deterministic, and fair: it reads only the request text a real LLM would see. The
 information to follow is the content words of the needed information that the question and gold answer
-ask about, plus the gold answer's own words. The operation *kept* it when its outputs still hold (nearly
+ask about (words compared by a crude stem), plus the gold answer's own
+words. The operation *kept* it when its outputs still hold (nearly
 all of) those words that its inputs held; inputs that held none of them cannot lose anything. For the
 answer step it checks the answer instead: an answer without the gold's words from a context that held
-the information is a ResponseError. The error type follows from the operation kind shown.
+(some of) the information is a ResponseError; a context that held none of it leaves the answer step
+nothing to use. A search whose inputs (the units it read, including those of the store it did not
+return) hold a word of the gold answer that what it returned does not hold lost it.
+The error type follows from the operation kind shown.
 It does no I/O and never raises on odd text.
 """
 
@@ -83,8 +87,16 @@ def _is_label(outputs: str) -> bool:
     return bool(values) and all(_LABEL.match(v) for v in values)
 
 
+_SUFFIX = re.compile(r"(?:ing|ed|es|s)$")
+
+
+def _stem(word: str) -> str:
+    """A crude stem, so a word and its inflections compare ("volunteered" ~ "volunteer")."""
+    return _SUFFIX.sub("", word) if len(word) > 5 and word.isalpha() else word
+
+
 def _tokens(text: str) -> set[str]:
-    return set(content_tokens(_ID_PREFIX.sub("", text)))
+    return {_stem(w) for w in content_tokens(_ID_PREFIX.sub("", text))}
 
 
 def _needed(request: StageRequest) -> set[str]:
@@ -100,7 +112,8 @@ def _enough(held: set[str], found: set[str]) -> bool:
 
 
 def judge_operation(request: StageRequest) -> dict[str, Any]:
-    """The verdict on one operation: kept_information, error_type, reason."""
+    """The verdict on one operation: kept_information, error_type, reason (an answer is right only when it
+    states every content word of the gold answer)."""
     inputs = request.inputs
     match = _KIND.search(inputs.get("operation", ""))
     kind = match.group("kind") if match else "other"
@@ -108,10 +121,13 @@ def judge_operation(request: StageRequest) -> dict[str, Any]:
     target = _needed(request)
     shown_in = _tokens(inputs.get("operation_inputs", ""))
     shown_out = _tokens(inputs.get("operation_outputs", ""))
+    gold = _tokens(inputs.get("gold_answer", ""))
     if kind == "response":
-        gold = _tokens(inputs.get("gold_answer", ""))
-        if gold and _enough(gold, shown_out):
+        if gold and gold <= shown_out:
             return {"kept_information": True, "error_type": "none", "reason": "The answer states the gold answer."}
+        if not target & shown_in:
+            reason = "Its context did not hold the needed information: the answer step had nothing to use."
+            return {"kept_information": True, "error_type": "none", "reason": reason}
         return {
             "kept_information": False, "error_type": error,
             "reason": "The context was given to the answer step, yet the answer does not state "
@@ -131,6 +147,13 @@ def judge_operation(request: StageRequest) -> dict[str, Any]:
             return {"kept_information": False, "error_type": error, "reason": lost_time}
     if not held:
         return {"kept_information": True, "error_type": "none", "reason": "Its inputs did not hold the information."}
+    lost_gold = (gold & shown_in) - shown_out
+    if kind == "retrieval" and lost_gold:
+        return {
+            "kept_information": False, "error_type": error,
+            "reason": f"A unit it read holds \"{' '.join(sorted(lost_gold))}\" of the answer "
+                      f"\"{inputs.get('gold_answer', '')}\", but what it returned does not.",
+        }
     if _enough(held, shown_out):
         return {"kept_information": True, "error_type": "none", "reason": "Its outputs still hold the information."}
     lost = " ".join(sorted(held - shown_out))

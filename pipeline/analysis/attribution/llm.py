@@ -10,6 +10,18 @@ information? error type, reason). From an operation that kept it, the walk moves
 its outputs (question-side operations only when they lead to this case's answer); the answer's
 retrieval and answer operations come last. It stops at the first operation judged faulty, or at
 `max_steps`; when nothing is judged faulty the answer operation is blamed with low confidence.
+
+What the walk needs of the graph beyond one step comes from `walk_paths.InformationPath` (no LM): a
+retrieval step also shows the store's units that carry the needed information and that the search did
+not return, and a retrieval fault's `Fault.restore` names those missed units (near misses first, so a
+replay can raise `top_k` to reach them), never what the search returned. A faulty search is a knob fault
+of the retrieval; when most of what it returned are pieces of turns a copy step cut apart, the blame
+passes to that step's knobs (as a store write passes it to the decision it executed). Every faulty
+operation the walk saw becomes a suspect, earliest first, each with its restore: after an upstream
+blame the answer step is shown too when its context held (part of) the information, and is a suspect
+when it mishandled it; after a construction blame the question's search is a suspect (it must return
+what the repair puts back). A replay's joint search combines them.
+How a step's values are clipped to its bound is `walk_render`.
 The needed information keeps a fixed share of every step (long input lists never clip it to a few words),
 and of the decisions that write only a label (`LABEL_KINDS`: EverMemOS's per-turn boundary decisions,
 each re-reading the buffer that holds the evidence) the first per stage stands for the rest, so they
@@ -26,11 +38,10 @@ reason says how many steps could not be judged. The attributor counts its own LM
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import logging
-import re
 import time
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -45,6 +56,14 @@ from memtrace_loop.pipeline.analysis.attribution.lineage import content_tokens, 
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor, AttributorSpec
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, AttributionCost, ErrorType, Fault, Tunable
 from memtrace_loop.pipeline.analysis.attribution.replay import ReplayConfig
+from memtrace_loop.pipeline.analysis.attribution.walk_paths import InformationPath
+from memtrace_loop.pipeline.analysis.attribution.walk_render import (
+    clip,
+    fit_step,
+    render_vars,
+    same_word,
+    share,
+)
 from memtrace_loop.pipeline.analysis.attribution.walk_signatures import JudgeOperation
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.backends.lm import LMSet
@@ -59,14 +78,12 @@ from memtrace_loop.pipeline.core.conventions import (
     name_of,
     turn_id_of,
 )
-from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation, Variable
+from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation
 from memtrace_loop.pipeline.core.records import CaseResult, Conversation
 
 logger = logging.getLogger(__name__)
 
 METHOD = "llm"
-CLIP_MARK = " ..."
-VARIABLE_LIST_FIELDS = frozenset({"operation_inputs", "operation_outputs"})
 ERROR_BY_KIND: Mapping[OpKind, ErrorType] = MappingProxyType({
     OpKind.EXTRACTION: ErrorType.EXTRACTION,
     OpKind.UPDATE: ErrorType.UPDATE,
@@ -109,94 +126,6 @@ def prior_of(graph: ExecutionGraph) -> WalkPrior:
     return SYSTEMS.get(name).prior if name in SYSTEMS else NO_PRIOR
 # Output kinds that hold a decision label, not content taken from the inputs.
 LABEL_KINDS = frozenset({VarKind.BOUNDARY, VarKind.SUFFICIENCY})
-
-
-# ------------------------------------------------------------------------------------------ rendering
-
-
-def clip(text: str, limit: int) -> str:
-    """`text` with whitespace folded, at most `limit` characters (a clipped text ends with " ...")."""
-    text = " ".join(text.split())
-    if len(text) <= limit:
-        return text
-    if limit <= len(CLIP_MARK):
-        return text[: max(limit, 0)]
-    return text[: limit - len(CLIP_MARK)] + CLIP_MARK
-
-
-def focus_clip(text: str, limit: int, words: frozenset[str] = frozenset()) -> str:
-    """Like `clip`, but a long text keeps the window of `limit` characters that holds the most of `words`
-    (lowercase content words of the needed information; a word frequent in the text, like a date stamp,
-    weighs less than a rare one), so clipping does not hide what the step is about."""
-    text = " ".join(text.split())
-    if len(text) <= limit or not words:
-        return clip(text, limit)
-    lower = text.lower()
-    found = [(m.start(), m.group(0)) for m in re.finditer(r"[a-z0-9]+", lower) if m.group(0) in words]
-    if not found:
-        return clip(text, limit)
-    width = max(limit - 2 * len(CLIP_MARK), 1)
-    weight_by_word = {w: 1.0 / n for w, n in Counter(w for _, w in found).items()}  # rare words weigh most
-    best_start, best_score = 0, (-1.0, -1.0)
-    for position, anchor in found:  # ties go to the window anchored on the rarer word
-        start = max(0, min(position - min(40, width // 4), len(text) - width))
-        inside = {w for p, w in found if start <= p and p + len(w) <= start + width}
-        score = (round(sum(weight_by_word[w] for w in inside), 9), weight_by_word[anchor])
-        if score > best_score:
-            best_start, best_score = start, score
-    window = text[best_start : best_start + width]
-    head = CLIP_MARK.strip() + " " if best_start > 0 else ""
-    tail = CLIP_MARK if best_start + width < len(text) else ""
-    return clip(head + window + tail, limit)
-
-
-def _share(room: int, count: int, limit: int) -> int:
-    """Characters per variable value when `count` values share `room` (at least 60, at most `limit`)."""
-    return max(60, min(limit, room // max(count, 1) - 24))
-
-
-def _render_vars(variables: Sequence[Variable], max_value_chars: int, words: frozenset[str]) -> str:
-    if not variables:
-        return "none"
-    return "\n".join(f"[{v.id}] {focus_clip(v.value, max_value_chars, words) or '(empty)'}" for v in variables)
-
-
-def _clip_lines(text: str, limit: int) -> str:
-    """A multi-line variable list clipped to `limit` characters: each line keeps its share of the room
-    (at least 60 characters: the start of the value, where its focused part is); the lines that no longer
-    fit are dropped (the lists are ordered most relevant first)."""
-    lines = text.split("\n")
-    total = sum(len(line) for line in lines)
-    if total + len(lines) - 1 <= limit:
-        return text
-    kept: list[str] = []
-    used = 0
-    for line in lines:
-        piece = clip(line, max(60, (len(line) * limit) // total))
-        if used + len(piece) + (1 if kept else 0) > limit:
-            break
-        used += len(piece) + (1 if kept else 0)
-        kept.append(piece)
-    return "\n".join(kept) if kept else clip(lines[0], limit)
-
-
-def fit_step(fields: Mapping[str, str], max_chars: int, fixed: Sequence[str] = ()) -> dict[str, str]:
-    """Clip the field values so that together they hold at most `max_chars` characters: `fixed` fields
-    to a tenth of the bound each, the others proportionally to their length in what remains (variable
-    lists line by line, so each variable keeps its share)."""
-    out = {name: clip(fields[name], max_chars // 10) for name in fixed}
-    rest = {name: value for name, value in fields.items() if name not in out}
-    room = max_chars - sum(len(v) for v in out.values())
-    total = sum(len(v) for v in rest.values())
-    for name, value in rest.items():
-        allowance = len(value) if total <= room else (len(value) * room) // total
-        if len(value) <= allowance:
-            out[name] = value
-        elif name in VARIABLE_LIST_FIELDS:
-            out[name] = _clip_lines(value, allowance)
-        else:
-            out[name] = clip(value, allowance)
-    return out
 
 
 # ------------------------------------------------------------------------------------------ LM calls
@@ -250,11 +179,15 @@ class _Walk:
     evidence: tuple[str, ...]
     needed: str
     on_path: set[str]
+    path: InformationPath
+    pseudo: bool = False
+    started: float = 0.0
     spend: _Spend = field(default_factory=lambda: _Spend())
     heap: list[tuple[int, int, str]] = field(default_factory=list)
     seen: set[str] = field(default_factory=set)
     labelled_stages: set[str] = field(default_factory=set)  # stages queued with an op that only writes labels
     kept_by_op: dict[str, bool] = field(default_factory=dict)
+    faulty: dict[str, StepVerdict] = field(default_factory=dict)  # every operation judged faulty, by id
     steps: int = 0
 
     def relevant(self, op: Operation) -> bool:
@@ -311,13 +244,17 @@ class LLMAttributor:
     # ---------------------------------------------------------------- one step
 
     def step_fields(
-        self, graph: ExecutionGraph, op: Operation, case: CaseResult, needed: str, on_path: set[str]
+        self, graph: ExecutionGraph, op: Operation, case: CaseResult, needed: str, on_path: set[str],
+        missed: Sequence[str] = (),
     ) -> dict[str, str]:
         """The input values one step shows the LM for `op`: inputs on the information's path first, then
-        those sharing most words with it; long values keep their part about the needed information."""
+        those sharing most words with it; long values keep their part about the needed information. A
+        retrieval's inputs also show the store's units it `missed` (they carry the needed information and
+        were in memory when it searched), first."""
         limit = self.settings.max_value_chars
+        asked = content_tokens(f"{case.question.text} {case.question.gold}")
         words = frozenset(
-            (content_tokens(needed) & content_tokens(f"{case.question.text} {case.question.gold}"))
+            {w for w in content_tokens(needed) if any(same_word(w, a) for a in asked)}
             | content_tokens(case.question.gold)
         )
         shown = list(op.inputs)
@@ -328,12 +265,15 @@ class LLMAttributor:
                 and (latest := graph.latest(name_of(v))) is not None and latest.id == v
                 and not latest.meta.get("deleted")
             ]
+            shown += [v for v in missed if v not in shown]
+        first = {*on_path, *missed}
         inputs = sorted(
             (graph.variable(v) for v in shown),
-            key=lambda v: (v.id not in on_path, -len(content_tokens(v.value) & words), v.id),
+            key=lambda v: (v.id not in first, -len(content_tokens(v.value) & words), v.id),
         )
         outputs = [graph.variable(v) for v in op.outputs]
         budget = self.settings.max_chars_per_step
+        leading = min(sum(1 for v in inputs if v.id in first), 3)
         # a long prompt (mem0's are 4-5k characters) keeps a quarter of the step: it must not squeeze the
         # inputs and outputs, which the verdict is about, out of a step fitted proportionally to length
         prompt = clip(graph.variable(op.prompt).value, budget * 25 // 100) if op.prompt else "none"
@@ -342,8 +282,13 @@ class LLMAttributor:
             "gold_answer": case.question.gold,
             "operation": f"{op.name} (stage {op.stage}, kind {op.kind.value}, {op.id})",
             "needed_information": needed,
-            "operation_inputs": _render_vars(inputs, _share(budget * 45 // 100, len(inputs), limit), words),
-            "operation_outputs": _render_vars(outputs, _share(budget * 30 // 100, len(outputs), limit), words),
+            "operation_inputs": render_vars(
+                inputs, share(budget * 45 // 100, min(len(inputs), 12), limit), words, budget * 45 // 100,
+                lead=(leading, min(limit, budget * 45 // 100 // (leading + 1))),
+            ),
+            "operation_outputs": render_vars(
+                outputs, share(budget * 30 // 100, len(outputs), 2 * limit), words, budget * 30 // 100
+            ),
             "operation_prompt": prompt,
         }
         # the needed information is what every verdict is about: it keeps its own share, never squeezed
@@ -393,7 +338,10 @@ class LLMAttributor:
             return None
         evidence, pseudo = self._evidence(graph, case)
         needed = "\n".join(f"[{e}] {turn_text(graph.variable(e).value)}" for e in evidence) or "unknown"
-        walk = _Walk(graph, case, prior_of(graph), graph.ancestors(answer_var.id), evidence, needed, set(evidence))
+        walk = _Walk(
+            graph, case, prior_of(graph), graph.ancestors(answer_var.id), evidence, needed, set(evidence),
+            InformationPath(graph, case.question, evidence), pseudo, started,
+        )
         context_ops = [
             p for v in answer_op.inputs
             if graph.variable(v).kind == VarKind.CONTEXT and (p := graph.producer(v)) is not None
@@ -401,16 +349,25 @@ class LLMAttributor:
         walk.seed(context_ops)
         found = self._walk(walk, [*context_ops, answer_op])  # the tail is shown last, when not reached
         if found is not None:
-            return self._blame(graph, case, *found, evidence, pseudo, walk.on_path, walk.spend, started, walk.steps)
+            self._judge_answer(walk, answer_op, found[0])
+            return self._blame(walk, *found, context_ops, answer_op)
         reason = (
             f"No operation among the {walk.steps} shown was judged to lose the information; by default the answer "
             f"step {answer_op.name} ({answer_op.id}) is blamed for \"{case.prediction}\" (gold "
             f"\"{case.question.gold}\")."
         )
         fallback = StepVerdict(False, ErrorType.RESPONSE, reason, True)
-        return self._blame(
-            graph, case, answer_op, fallback, evidence, pseudo, walk.on_path, walk.spend, started, walk.steps, 0.2
-        )
+        return self._blame(walk, answer_op, fallback, context_ops, answer_op, 0.2)
+
+    def _judge_answer(self, walk: _Walk, answer_op: Operation, blamed: Operation) -> None:
+        """After a blame upstream, the answer step too when its context held (part of) the information: an
+        answer that mishandled it is a second suspect (two-stage cases, e.g. a date the writing stage
+        kept only relative and the answer stage did not resolve)."""
+        if (
+            blamed.id != answer_op.id and answer_op.id not in walk.kept_by_op
+            and walk.steps < self.settings.max_steps and walk.path.context_holders(answer_op)
+        ):
+            self._judge(walk, answer_op)
 
     def _walk(self, walk: _Walk, tail: Sequence[Operation]) -> tuple[Operation, StepVerdict] | None:
         """Judge operations from the frontier until one is decisively faulty (returned) or the steps run out."""
@@ -439,9 +396,13 @@ class LLMAttributor:
         return None
 
     def _judge(self, walk: _Walk, op: Operation) -> StepVerdict:
-        verdict = self._ask(self.step_fields(walk.graph, op, walk.case, walk.needed, walk.on_path), op, walk.spend)
+        missed = walk.path.missed(op) if op.kind == OpKind.RETRIEVAL else ()
+        fields = self.step_fields(walk.graph, op, walk.case, walk.needed, walk.on_path, missed)
+        verdict = self._ask(fields, op, walk.spend)
         walk.steps += 1
         walk.kept_by_op[op.id] = not (verdict.judged and not verdict.kept)
+        if not walk.kept_by_op[op.id]:
+            walk.faulty[op.id] = verdict
         return verdict
 
     def _faulty_construction(self, walk: _Walk) -> tuple[Operation, StepVerdict] | None:
@@ -463,10 +424,14 @@ class LLMAttributor:
 
     def _keeper(self, walk: _Walk, op: Operation) -> Operation | None:
         """A sibling of faulty `op` that read the same information and kept it (e.g. the event log keeps a
-        date the narrative lost): `op` is decisive only when there is none."""
+        date the narrative lost): `op` is decisive only when there is none. An operation that destroyed a
+        stored unit on the path (an update or deletion of it) is kept only by another reader of that unit,
+        not by a write that executed the same decision for other information."""
         graph = walk.graph
+        read = [v for v in op.inputs if v in walk.on_path]
+        units = [v for v in read if graph.variable(v).kind in MEMORY_KINDS]
         siblings = sorted(
-            {c.id: c for v in op.inputs if v in walk.on_path for c in graph.consumers(v)
+            {c.id: c for v in (units if op.kind != OpKind.EXTRACTION and units else read) for c in graph.consumers(v)
              if c.id != op.id and c.prompt != v and c.kind in CONSTRUCTION_OP_KINDS and walk.relevant(c)}.values(),
             key=lambda c: c.seq,
         )
@@ -480,18 +445,36 @@ class LLMAttributor:
 
     def _blame(
         self,
-        graph: ExecutionGraph,
-        case: CaseResult,
+        walk: _Walk,
         op: Operation,
         verdict: StepVerdict,
-        evidence: Sequence[str],
-        pseudo: bool,
-        on_path: set[str],
-        spend: _Spend,
-        started: float,
-        steps: int,
+        context_ops: Sequence[Operation],
+        answer_op: Operation,
         confidence: float = 0.75,
     ) -> Attribution:
+        case, spend = walk.case, walk.spend
+        primary = self._crowding(walk, op) or self._fault(walk, op, verdict)
+        reason = primary.reason
+        if spend.unjudged:
+            reason += f" {len(spend.unjudged)} step(s) could not be judged (LM call failed or reply unparsable)."
+            confidence *= 0.8
+        if walk.pseudo:
+            confidence *= 0.7
+        primary = dataclasses.replace(primary, reason=reason)
+        suspects = self._suspects(walk, primary, context_ops, answer_op)
+        cost = AttributionCost(
+            lm_calls=spend.calls, prompt_tokens=spend.prompt_tokens, completion_tokens=spend.completion_tokens,
+            seconds=time.perf_counter() - walk.started,
+        )
+        return Attribution(
+            case, primary.op, primary.op_name, primary.stage, primary.error_type, reason, confidence, METHOD,
+            primary.tunable, tuple(turn_id_of(e) for e in walk.evidence), walk.pseudo, suspects=suspects, cost=cost,
+        )
+
+    def _fault(self, walk: _Walk, op: Operation, verdict: StepVerdict) -> Fault:
+        """`op` judged faulty as a `Fault`: blamed on the LLM decision a store write executed, with what a
+        repair restores (a retrieval: the units it missed, never those it returned)."""
+        graph = walk.graph
         error = verdict.error_type or ERROR_BY_KIND.get(op.kind, ErrorType.RESPONSE)
         blamed = op
         if op.prompt is None and op.kind in CONSTRUCTION_OP_KINDS:  # a store write executes an LLM decision
@@ -501,23 +484,98 @@ class LLMAttributor:
         reason = verdict.reason.strip() or f"{op.name} ({op.id}) did not keep the needed information."
         if blamed is not op:
             reason += f" ({op.name} {op.id} executed the decision of {blamed.name} {blamed.id}.)"
-        if spend.unjudged:
-            reason += f" {len(spend.unjudged)} step(s) could not be judged (LM call failed or reply unparsable)."
-            confidence *= 0.8
-        restore = tuple(v for v in op.inputs if v in on_path) or tuple(
-            v for v in op.inputs if graph.variable(v).kind != VarKind.QUERY
+        restore = restore_of(walk, op)
+        if op.kind == OpKind.RETRIEVAL:
+            reason += retrieval_note(walk.path, op, restore)
+        return Fault(blamed.id, blamed.name, blamed.stage, error, tunable, reason, restore, blamed.seq)
+
+    @staticmethod
+    def _crowding(walk: _Walk, op: Operation) -> Fault | None:
+        """A faulty search whose results are mostly pieces of turns a copy step cut apart passes the blame to
+        that step's knobs (the units are too small to hold whole turns and crowd the search), as a store
+        write passes it to the decision it executed; None for any other operation."""
+        crowding = walk.path.crowding_step(op) if op.kind == OpKind.RETRIEVAL else None
+        if crowding is None:
+            return None
+        note = (f"{crowding.name} ({crowding.id}) cut turns into pieces that make up most of what {op.name} "
+                f"({op.id}) returned: the units are too small to hold whole turns and crowd the search.")
+        return Fault(crowding.id, crowding.name, crowding.stage, ErrorType.EXTRACTION, Tunable.KNOBS, note,
+                     restore_of(walk, op), crowding.seq)
+
+    def _suspects(
+        self, walk: _Walk, primary: Fault, context_ops: Sequence[Operation], answer_op: Operation
+    ) -> tuple[Fault, ...]:
+        """Every faulty operation the walk saw on the information's path, earliest first (each with its
+        restore): the blamed one; the others judged faulty (the answer step only when its context held the
+        information), a faulty search among them; after a faulty search whose results are mostly pieces of
+        cut turns, the copy step that cut them (its knobs); and, after a construction blame, the question's
+        retrieval, which must then also return what the repair puts back."""
+        graph = walk.graph
+        found = [primary]
+        for op_id, verdict in walk.faulty.items():
+            op = graph.operation(op_id)
+            if op.kind == OpKind.RESPONSE and not walk.path.context_holders(op):
+                continue  # the answer cannot use what its context did not hold
+            found.append(self._fault(walk, op, verdict))
+        found += [c for op_id in walk.faulty if (c := self._crowding(walk, graph.operation(op_id))) is not None]
+        if primary.error_type in CONSTRUCTION_ERRORS and primary.op != answer_op.id:
+            for search in context_ops:
+                if search.kind == OpKind.RETRIEVAL and search.id not in walk.faulty:
+                    missed = walk.path.missed(search) or primary.restore
+                    note = (f"{search.name} ({search.id}, k={search.meta.get('k', '?')}) must also return the lost "
+                            f"information ({', '.join(missed)}) for {walk.case.question.id} once it is in memory.")
+                    found.append(Fault(search.id, search.name, search.stage, ErrorType.RETRIEVAL, Tunable.KNOBS,
+                                       note, missed, search.seq))
+        by_op: dict[str, Fault] = {}
+        for fault in sorted(found, key=lambda f: f.seq):
+            by_op.setdefault(fault.op, fault)
+        return tuple(by_op.values())
+
+
+CONSTRUCTION_ERRORS = frozenset({ErrorType.EXTRACTION, ErrorType.UPDATE, ErrorType.DELETION})
+
+
+def restore_of(walk: _Walk, op: Operation) -> tuple[str, ...]:
+    """What a repair of faulty `op` puts back: for a retrieval the units it missed (else the evidence
+    turns); for the answer step the context lines that held the information; for a construction step its
+    stored units on the path it destroyed, else the evidence turns its information came from (what a
+    replay puts back in memory; never an intermediate such as extracted facts)."""
+    graph, path = walk.graph, walk.path
+    if op.kind == OpKind.RETRIEVAL:
+        return path.missed(op) or walk.evidence
+    if op.kind == OpKind.RESPONSE and (held := path.context_holders(op)):
+        return held
+    if op.kind in CONSTRUCTION_OP_KINDS:
+        return _stored_carriers(walk, op) or tuple(e for e in walk.evidence if e in graph.ancestors(op.id)) or (
+            walk.evidence
         )
-        if pseudo:
-            confidence *= 0.7
-        fault = Fault(blamed.id, blamed.name, blamed.stage, error, tunable, reason, restore, blamed.seq)
-        cost = AttributionCost(
-            lm_calls=spend.calls, prompt_tokens=spend.prompt_tokens, completion_tokens=spend.completion_tokens,
-            seconds=time.perf_counter() - started,
-        )
-        return Attribution(
-            case, blamed.id, blamed.name, blamed.stage, error, reason, confidence, METHOD, tunable,
-            tuple(turn_id_of(e) for e in evidence), pseudo, suspects=(fault,), cost=cost,
-        )
+    on_path = walk.on_path | path.carriers
+    return tuple(v for v in op.inputs if v in on_path) or tuple(
+        v for v in op.inputs if graph.variable(v).kind not in (VarKind.QUERY, VarKind.PROMPT)
+    )
+
+
+def _stored_carriers(walk: _Walk, op: Operation) -> tuple[str, ...]:
+    """The stored units on the information's path that a construction step (or the writes executing its
+    decision) read, i.e. destroyed: an update's or deletion's old value."""
+    graph, on_path = walk.graph, walk.on_path | walk.path.carriers
+    readers = [op, *(c for v in op.outputs for c in graph.consumers(v) if c.prompt is None)]
+    return tuple(dict.fromkeys(
+        v for reader in readers for v in reader.inputs if v in on_path and graph.variable(v).kind in MEMORY_KINDS
+    ))
+
+
+def retrieval_note(path: InformationPath, op: Operation, restore: Sequence[str]) -> str:
+    """What a retrieval fault's reason adds: the unit it missed, and whether `top_k` cut it off."""
+    k = op.meta.get("k", "?")
+    near = path.near_missed(op)
+    if near:
+        return (f" It missed {near[0]}, which holds the needed information and was ranked just below the cut "
+                f"(k={k}): top_k is too small for this question.")
+    missed = [v for v in restore if v in path.carriers]
+    if missed:
+        return f" It missed {missed[0]}, which was in memory and holds the needed information."
+    return ""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,183 @@
+"""The LLM walk on the paths the loop needs, in degraded sim worlds: retrieval misses, knob causes, two-stage cases.
+
+Each world is a real system with one small knob (EverMemOS and RAG `top_k=1`, RAG 24-token chunks, a
+Long-Context 800-token window) on the stand-in LM, which answers the walk's `JudgeOperation` requests
+from the request text alone. The checks: a retrieval fault restores the units the search MISSED (in
+memory at question time, on the evidence's path, not returned) — never what it returned — and names a
+near miss that a larger `top_k` reaches; knob causes are knob faults of the retrieval, chunking or
+trimming stage; the blamed stage agrees with the lineage attributor's; every suspect comes earliest
+first with its restore, the answer stage among them only when its context held the information; and
+every step stays under its character bound. The seed is one the other attributor tests do not use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dspy
+import pytest
+from dspy.utils.callback import BaseCallback
+from memtrace_loop.memory_systems.registry import build_memory_system
+from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
+from memtrace_loop.pipeline.analysis.attribution.llm import LLMAttributor, LLMAttributorSettings
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution, ErrorType, Tunable
+from memtrace_loop.pipeline.analysis.attribution.replay import needed_top_k
+from memtrace_loop.pipeline.analysis.attribution.walk_paths import InformationPath
+from memtrace_loop.pipeline.analysis.attribution.walk_signatures import JudgeOperation
+from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
+from memtrace_loop.pipeline.core.conventions import MEMORY_KINDS, first_version, name_of, turn_name
+from memtrace_loop.pipeline.core.graph import ExecutionGraph
+from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
+from memtrace_loop.pipeline.sim import attributor_handler
+from memtrace_loop.pipeline.sim.protocol import StageRequest
+
+from tests.support.sim import sim_dataset, sim_lm
+
+SEED = 23
+# (system, knobs, the stage lineage blames most there, agreement floor). Measured on this seed (2
+# conversations) the walk's blamed stage agrees with lineage's on 0.95-1.0 of the failures of each world.
+WORLDS = {
+    "evermemos-top_k-1": ("evermemos", {"top_k": 1}, "retrieve", 0.9),
+    "rag-top_k-1": ("rag", {"top_k": 1}, "retrieve", 0.9),
+    "rag-chunk-24": ("rag", {"max_chunk_tokens": 24}, "chunk", 0.9),
+    "long_context-window-800": ("long_context", {"window_tokens": 800}, "trim", 0.9),
+}
+
+
+class StepSizes(BaseCallback):
+    """The total characters of every walk step's input fields."""
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+
+    def on_module_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
+        if isinstance(instance, dspy.Predict) and instance.signature.__name__ == JudgeOperation.__name__:
+            fields = inputs.get("kwargs", inputs)
+            self.sizes.append(sum(len(str(v)) for k, v in fields.items() if k in JudgeOperation.input_fields))
+
+
+@pytest.fixture(scope="module", params=sorted(WORLDS))
+def world(request: pytest.FixtureRequest):
+    system_name, knobs, stage, floor = WORLDS[request.param]
+    lm = sim_lm()
+    system = build_memory_system({"name": system_name, **knobs}, HashingEmbedder())
+    system.set_lm(lm)
+    result = run_dataset(system, make_judge(lm), sim_dataset(seed=SEED, n_conversations=2), workers=1)
+    graphs = result.graph_by_conversation
+    cases = [c for c in result.results if not c.correct and c.question.category != 5]
+    settings = LLMAttributorSettings(max_chars_per_step=1600)
+    sizes = StepSizes()
+    llm, lineage = LLMAttributor(lm, settings), LineageAttributor()
+    found: list[tuple[ExecutionGraph, Attribution, Attribution]] = []
+    with dspy.context(callbacks=[sizes]):
+        for case in cases:
+            graph = graphs[case.question.conversation_id]
+            found.append((graph, llm.attribute(graph, case), lineage.attribute(graph, case)))
+    return request.param, stage, floor, found, settings, sizes.sizes
+
+
+def evidence_vars(walk: Attribution) -> tuple[str, ...]:
+    return tuple(first_version(turn_name(e)) for e in walk.evidence)
+
+
+def test_blame_agrees_with_lineage_and_lands_on_the_knob_stage(world) -> None:
+    name, stage, floor, found, _, _ = world
+    assert len(found) >= 5, f"{name}: the degraded world should plant failures"
+    agree = sum(walk.stage == lineage.stage for _, walk, lineage in found)
+    assert agree / len(found) >= floor, f"{name}: {agree}/{len(found)} agree with lineage"
+    on_stage = [walk for _, walk, lineage in found if lineage.stage == stage and walk.stage == stage]
+    assert on_stage, f"{name}: the walk should blame {stage} where lineage does"
+    assert all(walk.tunable == Tunable.KNOBS for walk in on_stage), "a knob cause is a knob fault"
+
+
+def test_a_retrieval_fault_restores_the_units_the_search_missed(world) -> None:
+    name, _, _, found, _, _ = world
+    checked = near = 0
+    for graph, walk, _ in found:
+        for fault in walk.suspects:
+            if fault.error_type != ErrorType.RETRIEVAL or fault.op not in graph:
+                continue
+            search = graph.operation(fault.op)
+            path = InformationPath(graph, walk.case.question, evidence_vars(walk))
+            missed = path.missed(search)
+            if not missed:
+                continue
+            checked += 1
+            assert fault.restore == missed, f"{name} {walk.question_id}: restore {fault.restore} != {missed}"
+            for unit_id in fault.restore:
+                unit = graph.variable(unit_id)
+                assert unit_id not in search.inputs, "never what the search returned"
+                assert unit.kind in MEMORY_KINDS and graph.latest(name_of(unit_id)).id == unit_id
+                assert not unit.meta.get("deleted") and unit_id in path.carriers
+            top_k = needed_top_k(graph, fault)
+            if top_k is not None:
+                near += 1
+                assert top_k > search.meta["k"], "the near miss lies below the cut"
+    if name.endswith("top_k-1"):
+        assert checked >= 3 and near >= 1, f"{name}: {checked} retrieval faults, {near} near misses"
+
+
+def test_suspects_come_earliest_first_each_with_a_restore(world) -> None:
+    name, _, _, found, _, _ = world
+    for graph, walk, _ in found:
+        seqs = [f.seq for f in walk.suspects]
+        assert seqs == sorted(seqs) and len({f.op for f in walk.suspects}) == len(seqs)
+        assert walk.op in {f.op for f in walk.suspects}
+        assert all(f.restore for f in walk.suspects), f"{name} {walk.question_id}: a suspect restores nothing"
+        for fault in walk.suspects:
+            if fault.stage == "respond" and fault.op != walk.op:  # a second suspect only with the information
+                answer = graph.operation(fault.op)
+                path = InformationPath(graph, walk.case.question, evidence_vars(walk))
+                assert path.context_holders(answer), f"{name} {walk.question_id}: the context held nothing"
+
+
+def test_construction_blames_carry_the_search_as_a_second_suspect(world) -> None:
+    name, _, _, found, _, _ = world
+    construction = [
+        walk for _, walk, _ in found
+        if walk.error_type in (ErrorType.EXTRACTION, ErrorType.UPDATE, ErrorType.DELETION)
+        and walk.stage not in ("chunk", "trim")
+    ]
+    for walk in construction:
+        assert any(f.error_type == ErrorType.RETRIEVAL for f in walk.suspects) or name.startswith("long_context")
+
+
+def test_every_step_stays_under_its_bound(world) -> None:
+    _, _, _, found, settings, sizes = world
+    assert sizes and max(sizes) <= settings.max_chars_per_step
+    assert all(0 < walk.cost.lm_calls <= settings.max_steps for _, walk, _ in found)
+
+
+# ------------------------------------------------------------------------------------ the stand-in's verdicts
+
+
+def request(kind: str, inputs: str, outputs: str, question: str = "What pets does Nora have?",
+            gold: str = "a cat named Max and a dog named Rex",
+            needed: str = "[turn:D1:1@1] I have a cat named Max.\n[turn:D2:3@1] We adopted a dog named Rex!",
+            ) -> StageRequest:
+    fields = {
+        "question": question, "gold_answer": gold, "needed_information": needed,
+        "operation": f"op (stage s, kind {kind}, op:1)", "operation_inputs": inputs, "operation_outputs": outputs,
+        "operation_prompt": "none",
+    }
+    return StageRequest("audit", inputs=fields)
+
+
+def test_the_stand_in_reads_only_the_request() -> None:
+    missed = request("retrieval", "[chunk:2@1] Nora: We adopted a dog named Rex!\n[chunk:1@1] Nora: I have a cat "
+                     "named Max.", "[retrieved:q@1] Nora: I have a cat named Max.")
+    verdict = attributor_handler.judge_operation(missed)
+    assert verdict["kept_information"] is False and verdict["error_type"] == "RetrievalError"
+    assert "rex" in verdict["reason"]
+    whole = request("retrieval", "[chunk:1@1] Nora: I have a cat named Max. We adopted a dog named Rex!",
+                    "[retrieved:q@1] Nora: I have a cat named Max. We adopted a dog named Rex!")
+    assert attributor_handler.judge_operation(whole)["kept_information"] is True
+    nothing = request("response", "[retrieved:q@1] Nora: I love hiking.", "[answer:q@1] hiking")
+    assert attributor_handler.judge_operation(nothing)["kept_information"] is True, "no information to mishandle"
+    half = request("response", "[retrieved:q@1] Nora: I have a cat named Max. We adopted a dog named Rex!",
+                   "[answer:q@1] a cat named Max")
+    assert attributor_handler.judge_operation(half)["error_type"] == "ResponseError", "a partial answer is wrong"
+    inflected = request("extraction", "[turn:D2:11@1] [7 January 2022] Aaron: Last Sunday I volunteered.",
+                        "[facts:D2:11@1] Aaron volunteered.", question="When did Aaron volunteer?",
+                        gold="2 January 2022", needed="[turn:D2:11@1] Last Sunday I volunteered.")
+    assert attributor_handler.judge_operation(inflected)["kept_information"] is False, "the date was lost"
