@@ -176,6 +176,10 @@ def test_best_guess_overrides_abstain() -> None:
 ATTRIBUTOR_SOURCES = (
     "pipeline/analysis/attribution/lineage.py",
     "pipeline/analysis/attribution/llm.py",
+    "pipeline/analysis/attribution/walk_paths.py",
+    "pipeline/analysis/attribution/walk_render.py",
+    "pipeline/analysis/attribution/repairs.py",
+    "pipeline/analysis/attribution/verification.py",
     "pipeline/sim/attributor_handler.py",
 )
 

@@ -122,5 +122,6 @@ class Attribution:
         return Fault(self.op, self.op_name, self.stage, self.error_type, self.tunable, self.reason)
 
     def causes(self) -> tuple[Fault, ...]:
-        """The operations the blame goes to: the joint set when there is one, else the blamed operation."""
-        return self.joint or (self.primary(),)
+        """The operations the blame goes to: the joint set when there is one, else the blamed operation
+        and the other single repairs that also rescued the case alone (`alternatives`)."""
+        return self.joint or (self.primary(), *self.alternatives)

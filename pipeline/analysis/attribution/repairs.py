@@ -36,13 +36,14 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from memtrace_loop.memory_systems.answering import RESPOND_STAGE
-from memtrace_loop.memory_systems.base import MemorySystem
+from memtrace_loop.memory_systems.base import MemorySystem, ranked_depth
 from memtrace_loop.memory_systems.stages import StageRepair
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, ErrorType, Fault, Tunable
 from memtrace_loop.pipeline.backends.text import alnum_words
 from memtrace_loop.pipeline.core.conventions import (
     MEMORY_KINDS,
     NEAR_MISSES,
+    OpKind,
     VarKind,
     answer_name,
     first_version,
@@ -53,9 +54,22 @@ from memtrace_loop.pipeline.core.conventions import (
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, GraphError
 
 __all__ = [
-    "Repair", "RepairPlan", "answer_fault", "answer_hint", "answer_repairable", "construction_hint",
-    "evidence_lines", "evidence_texts", "evidence_units", "needed_top_k", "plan_repair", "steer_hint",
-    "steering_fault", "superseded",
+    "Repair",
+    "RepairPlan",
+    "answer_fault",
+    "answer_hint",
+    "answer_repairable",
+    "construction_hint",
+    "evidence_lines",
+    "evidence_texts",
+    "evidence_units",
+    "needed_top_k",
+    "plan_repair",
+    "reader_faults",
+    "retrieval_knob_fault",
+    "steer_hint",
+    "steering_fault",
+    "superseded",
 ]
 
 CONSTRUCTION_ERRORS = frozenset({ErrorType.EXTRACTION, ErrorType.UPDATE, ErrorType.DELETION})
@@ -119,6 +133,9 @@ def _retrieval_plan(system: MemorySystem, graph: ExecutionGraph, fault: Fault) -
     top_k = needed_top_k(graph, fault)
     if fault.tunable == Tunable.KNOBS and top_k is not None and _widen_knob(system) is not None:
         return RepairPlan(fault, Repair.WIDEN, top_k=top_k, missed=missed)
+    if fault.tunable == Tunable.KNOBS and not missed and top_k is None and _widen_knob(system) is not None:
+        k = graph.operation(fault.op).meta.get("k") if fault.op in graph else None
+        return RepairPlan(fault, Repair.WIDEN, top_k=ranked_depth(k)) if isinstance(k, int) else None
     steering = {s.name for s in system.stages if s.repair == StageRepair.STEER}
     if fault.stage in steering:  # the steering step itself: told what the search must reach
         return RepairPlan(fault, Repair.STEER, missed=missed)
@@ -209,6 +226,34 @@ def steering_fault(
         return None
     reason = "the steering step did not ask for what the search missed"
     return Fault(op.id, op.name, op.stage, ErrorType.RETRIEVAL, Tunable.PROMPT, reason, missed.restore, op.seq)
+
+
+def reader_faults(system: MemorySystem, graph: ExecutionGraph, attribution: Attribution) -> tuple[Fault, ...]:
+    """The LLM construction operations that read an evidence turn and write memory from it, as prompt
+    faults a replay may try (the stages on the information's path that a rule could change)."""
+    writers = {s.name for s in system.stages if s.llm and s.construction}
+    turns = [v for v in (first_version(turn_name(t)) for t in attribution.evidence) if v in graph]
+    reason = "the stage that read the evidence turn could have written it better"
+    return tuple(
+        Fault(op.id, op.name, op.stage, ErrorType.EXTRACTION, Tunable.PROMPT, reason, (turn,), op.seq)
+        for turn in turns for op in graph.consumers(turn)
+        if op.stage in writers and op.kind == OpKind.EXTRACTION
+    )
+
+
+def retrieval_knob_fault(system: MemorySystem, graph: ExecutionGraph, attribution: Attribution) -> Fault | None:
+    """The case's retrieval as a knob fault with nothing named missed: in a joint set its repair raises
+    `top_k` to the depth the retrieval ranks (`ranked_depth`), since a unit a repaired stage writes has
+    no recorded rank (None when the system has no `WIDEN` stage or the retrieval did not run)."""
+    widen = {s.name for s in system.stages if s.repair == StageRepair.WIDEN and s.knobs}
+    query = graph.latest(query_name(attribution.question_id))
+    if not widen or query is None:
+        return None
+    op = next((o for o in graph.consumers(query.id) if o.stage in widen), None)
+    if op is None:
+        return None
+    reason = "the retrieval's top_k cut what a repaired stage wrote"
+    return Fault(op.id, op.name, op.stage, ErrorType.RETRIEVAL, Tunable.KNOBS, reason, (), op.seq)
 
 
 def _writes_queries(system: MemorySystem, stage: str) -> bool:

@@ -38,6 +38,8 @@ from memtrace_loop.pipeline.analysis.attribution.repairs import (
     answer_fault,
     answer_repairable,
     plan_repair,
+    reader_faults,
+    retrieval_knob_fault,
     steering_fault,
 )
 from memtrace_loop.pipeline.analysis.attribution.replay import Replayer, ReplaySettings
@@ -107,8 +109,12 @@ class Verifier:
         """The repairs to try: the blamed operation's first, then the other suspects and the answer
         stage's, in pipeline order (faults without a repair left out)."""
         faults = [primary, *sorted((s for s in attribution.suspects if s.op != primary.op), key=lambda f: f.seq)]
-        extra = [answer_fault(graph, attribution), steering_fault(self.system, graph, attribution, primary)]
-        faults += [f for f in extra if f is not None and all(f.op != g.op for g in faults)]
+        extra = [
+            answer_fault(graph, attribution), *reader_faults(self.system, graph, attribution),
+            steering_fault(self.system, graph, attribution, primary),
+            retrieval_knob_fault(self.system, graph, attribution),
+        ]
+        faults += [f for f in extra if f is not None and all((f.op, f.tunable) != (g.op, g.tunable) for g in faults)]
         plans = []
         for fault in faults:
             plan = plan_repair(self.system, graph, fault)
@@ -130,9 +136,12 @@ class Verifier:
         return tuple(found)
 
     def _subsets(self, plans: list[RepairPlan]) -> Iterator[tuple[RepairPlan, ...]]:
-        ordered = sorted(plans, key=lambda p: p.fault.seq)
-        for size in range(2, min(self.settings.max_joint, len(ordered)) + 1):
-            yield from itertools.combinations(ordered, size)
+        """Sets of 2 up to `max_joint` repairs, smallest first, those with the blamed one first, each in
+        pipeline order."""
+        for size in range(2, min(self.settings.max_joint, len(plans)) + 1):
+            chosen = sorted(itertools.combinations(range(len(plans)), size), key=lambda c: (c[0] != 0, c))
+            for combo in chosen:
+                yield tuple(sorted((plans[i] for i in combo), key=lambda p: p.fault.seq))
 
     def _rescues(
         self, graph: ExecutionGraph, attribution: Attribution, plans: tuple[RepairPlan, ...], spend: _Spend
