@@ -27,6 +27,7 @@ Replay's stage repair (`recorded_call`, `repaired_units`) is `evermemos.repair`;
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -422,20 +423,27 @@ class EverMemOSMemory(MemorySystem):
         return super().repaired_units(graph, op_id, prediction)
 
     def with_units(self, state: EverMemOSState, units: Sequence[RestoredUnit], tracer: Tracer) -> EverMemOSState:
-        """A copy with each unit as an extra episode holding it as its one event (a `Memory:` line)."""
+        """A copy holding each unit as an event (a `Memory:` line): in the episode it came from (the
+        episode or event variable it names, as a repaired `write_events` writes into its own episode),
+        else in an extra episode of its own."""
         episodes = list(state.episodes)
         next_event = 1 + max((e.number for episode in episodes for e in episode.events), default=0)
         for offset, restored in enumerate(units):
-            number, date = len(episodes) + 1, human_date(restored.time)
+            home = next((i for i, e in enumerate(episodes) if restored.source in e.unit_vars()), None)
+            number = episodes[home].number if home is not None else len(episodes) + 1
+            date = human_date(restored.time)
             event_var = tracer.variable(
                 event_name(next_event + offset), VarKind.EVENT, event_value(restored.text, date),
                 {"time": date, "episode": number, "restored_from": restored.source},
             )
+            event = StoredEvent(next_event + offset, restored.text, date, event_var)
+            if home is not None:
+                episodes[home] = dataclasses.replace(episodes[home], events=(*episodes[home].events, event))
+                continue
             var = tracer.variable(
                 episode_name(number), VarKind.EPISODE, "",
                 {"date": date, "turns": [], "events": [event_var], "title": "", "restored_from": restored.source},
             )
-            event = StoredEvent(next_event + offset, restored.text, date, event_var)
             episodes.append(StoredEpisode(number, "", "", date, (), (event,), var))
         return self._index(state.conversation_id, episodes)
 
