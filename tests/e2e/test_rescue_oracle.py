@@ -148,7 +148,14 @@ def compared_scores() -> tuple[RescueScore, ...]:
     return tuple(bench_scores(("long_context", "rag", "mem0", "evermemos"), SEED + 1, 1))
 
 
-@pytest.mark.xfail(strict=False, reason="bars checked after replay rewrite")
+# Where the verified blame table's top stage is known to differ from the oracle's most common rescuing
+# stage (a finding, in docs/results.md#rescue-oracle): on EverMemOS top_k=1 every attribution is right by
+# the oracle, but the oracle counts each member of a joint set once while the blame table splits a joint
+# case's weight over its members, so `retrieve` (4 alone + half of 2 sets) outweighs `write_events`
+# (2 alone + half of 4 sets), where the oracle counts 5 against 6.
+TOP_STAGE_DIFFERS = frozenset({("evermemos", "top_k=1")})
+
+
 def test_the_issue_bars_hold_on_the_rescue_oracle() -> None:
     scores = compared_scores()
     misses = []
@@ -166,7 +173,11 @@ def test_the_issue_bars_hold_on_the_rescue_oracle() -> None:
         if (p := pooled(setting, "joint_sufficient", "named_sets")) < 0.95:
             misses.append(f"{setting}: named sets sufficient {p:.2f} < 0.95")
         misses += [f"{setting} {s.system}/{s.world}: top {s.top_blamed} != oracle {s.oracle_top}"
-                   for s in scores if s.setting == setting and not s.top_agrees]
+                   for s in scores if s.setting == setting and not s.top_agrees
+                   and (s.system, s.world) not in TOP_STAGE_DIFFERS]
+        misses += [f"{setting} {s.system}/{s.world}: now agrees, drop it from TOP_STAGE_DIFFERS"
+                   for s in scores
+                   if s.setting == setting and s.top_agrees and (s.system, s.world) in TOP_STAGE_DIFFERS]
     gap = pooled("lineage", "rescues_alone", "n") - pooled("llm", "rescues_alone", "n")
     if gap > 0.10:
         misses.append(f"llm rescue precision {gap:.2f} below lineage's (> 0.10)")

@@ -5,6 +5,7 @@ rescues."""
 from __future__ import annotations
 
 import collections
+from dataclasses import replace
 from functools import cache
 
 import pytest
@@ -13,7 +14,7 @@ from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
 from memtrace_loop.pipeline.analysis.attribution.protocol import TracedRun, attribute_run
 from memtrace_loop.pipeline.analysis.attribution.records import Check, ErrorType, Tunable
-from memtrace_loop.pipeline.analysis.attribution.repairs import Repair, plan_repair
+from memtrace_loop.pipeline.analysis.attribution.repairs import Repair, answer_fault, answer_repairable, plan_repair
 from memtrace_loop.pipeline.analysis.attribution.replay import Replayer, with_stage_defaults
 from memtrace_loop.pipeline.analysis.attribution.verification import Verifier, VerifyingAttributor
 from memtrace_loop.pipeline.analysis.blame import aggregate_blame
@@ -128,3 +129,24 @@ def test_a_knob_rebuild_resets_only_the_blamed_stage_and_calls_no_llm_before_ans
     assert outcome.rescued and outcome.calls == len(lm.history) - before == 2  # respond + judge
     assert with_stage_defaults(system, "trim").knobs.window_tokens == 32768
     assert with_stage_defaults(system, "context") is None
+
+
+def test_an_answer_blame_whose_context_lacks_the_evidence_is_never_verified_on_the_answer_stage():
+    _, system, judge, _, result, run = traced("rag", top_k=1)
+    verifier = Verifier(system, judge)
+    misses = []
+    for found in (a for a in attribute_run(LineageAttributor(), run) if a.error_type == ErrorType.RETRIEVAL):
+        graph = result.graph_by_conversation[found.case.question.conversation_id]
+        answer = answer_fault(graph, found)
+        if answer is not None and not answer_repairable(graph, found, answer):  # no evidence line in the context
+            misses.append((found, graph, answer))
+    assert len(misses) >= 3
+    for found, graph, answer in misses[:6]:
+        blamed = replace(found, op=answer.op, op_name=answer.op_name, stage=answer.stage,
+                         error_type=ErrorType.RESPONSE, suspects=())
+        checked = verifier.verify(graph, blamed)
+        # no gold answer stands in for a repair: the answer stage cannot be verified, another stage may
+        assert checked.check in (Check.UNVERIFIABLE, Check.VERIFIED)
+        if checked.check == Check.VERIFIED:  # by another stage's repair, alone or with the answer's
+            causes = [c.stage for c in checked.causes()]
+            assert causes != ["respond"] and checked.stage != "respond", checked.reason

@@ -78,7 +78,8 @@ class Verifier:
 
     def _verify(self, graph: ExecutionGraph, attribution: Attribution, spend: _Spend) -> Attribution:
         self.replayer.restored(graph)  # raises ReplayUnsupportedError early for a system without replay
-        primary = next((s for s in attribution.suspects if s.op == attribution.op), attribution.primary())
+        named = next((s for s in attribution.suspects if s.op == attribution.op), None)
+        primary = named or _primary(graph, attribution)
         plans = self._plans(graph, attribution, primary)
         first = plans[0] if plans and plans[0].fault == primary and self._alone(graph, attribution, plans[0]) else None
         tried = None if first is None else self._rescues(graph, attribution, (first,), spend)
@@ -158,6 +159,12 @@ class Verifier:
 
     def _exhausted(self, spend: _Spend) -> bool:
         return spend.replays >= self.settings.max_replays
+
+
+def _primary(graph: ExecutionGraph, attribution: Attribution) -> Fault:
+    """The blamed operation as a fault, at its place in the pipeline (its sequence number)."""
+    seq = graph.operation(attribution.op).seq if attribution.op in graph else 0
+    return dataclasses.replace(attribution.primary(), seq=seq)
 
 
 def _checked(attribution: Attribution, check: Check, spend: _Spend) -> Attribution:
