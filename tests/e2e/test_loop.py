@@ -344,8 +344,8 @@ def test_the_loop_observer_logs_every_iteration_through_the_tracker_protocol(res
     assert first.params["blamed_stage"] == result.iterations[1].blame.rows[0].stage
     assert children[0].params["candidates"] == "0" and children[0].params["stage"] == "none"  # the baseline
     table = json.loads(first.text("attributions.json"))
-    assert {"verified", "joint", "cost_lm_calls", "replay_calls"} <= set(table)
-    assert len(table["verified"]) == len(result.iterations[1].attributions) > 0
+    assert {"check", "joint", "alternatives", "cost_lm_calls", "replay_calls"} <= set(table)
+    assert len(table["check"]) == len(result.iterations[1].attributions) > 0
     assert first.metric("attribution/verified_share") == [(0.0, 1)]  # the default attributor verifies nothing
     assert first.metric("attribution/count") == [(float(len(result.iterations[1].attributions)), 1)]
     accepted = [r for r in result.iterations if r.accepted is not None]

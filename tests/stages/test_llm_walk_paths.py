@@ -21,7 +21,7 @@ from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
 from memtrace_loop.pipeline.analysis.attribution.llm import LLMAttributor, LLMAttributorSettings
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, ErrorType, Tunable
-from memtrace_loop.pipeline.analysis.attribution.replay import needed_top_k
+from memtrace_loop.pipeline.analysis.attribution.repairs import needed_top_k
 from memtrace_loop.pipeline.analysis.attribution.walk_paths import InformationPath
 from memtrace_loop.pipeline.analysis.attribution.walk_signatures import JudgeOperation
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
