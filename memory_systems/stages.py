@@ -19,11 +19,11 @@ __all__ = ["StageRepair", "StageSpec", "construction_stages", "reset_knobs"]
 class StageRepair(StrEnum):
     """How replay repairs a stage's output when the stage is blamed (`pipeline.analysis.attribution.replay`)."""
 
-    RESTORE_UNITS = "restore_units"  # the lost information is put back into memory
+    RERUN = "rerun"  # an LLM stage called again with a hint; what it writes goes into memory (a non-LLM one: none)
     RESET_KNOBS = "reset_knobs"  # memory rebuilt from the graph's turns with the stage's knobs at defaults
     WIDEN = "widen"  # the retrieval's `top_k` raised to reach the missed unit
     STEER = "steer"  # the steering output replaced by the missed unit's text as a query
-    GOLD_ANSWER = "gold_answer"  # the answer replaced by the gold answer (only the judge runs again)
+    ANSWER = "answer"  # the answer stage called again with a hint quoting its context's evidence lines
     NONE = "none"  # no repair of its own (its output carries no information)
 
 

@@ -83,8 +83,8 @@ def stage_table(declared: Sequence[LLMStage | Stage]) -> tuple[StageSpec, ...]:
     specs = []
     for stage in declared:
         if isinstance(stage, LLMStage):
-            repair = StageRepair.GOLD_ANSWER if "answer" in stage.outputs else (
-                StageRepair.RESTORE_UNITS if stage.builds_memory else StageRepair.NONE)
+            repair = StageRepair.ANSWER if "answer" in stage.outputs else (
+                StageRepair.RERUN if stage.builds_memory else StageRepair.NONE)
             specs.append(StageSpec(stage.name, llm=True, repair=repair, construction=stage.builds_memory))
         else:
             repair = StageRepair.WIDEN if TOP_K in stage.knobs and not stage.builds_memory else StageRepair.NONE

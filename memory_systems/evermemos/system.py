@@ -168,14 +168,14 @@ class EverMemOSMemory(MemorySystem):
     knobs: EverMemOSKnobs
     name = "evermemos"
     stages = (
-        StageSpec("detect_boundary", llm=True, repair=StageRepair.RESTORE_UNITS, construction=True),
+        StageSpec("detect_boundary", llm=True, repair=StageRepair.RERUN, construction=True),
         StageSpec(LIMIT_STAGE, llm=False, repair=StageRepair.NONE, construction=True),
-        StageSpec("write_events", llm=True, repair=StageRepair.RESTORE_UNITS, construction=True),
-        StageSpec("write_episode", llm=True, repair=StageRepair.RESTORE_UNITS, construction=True),
+        StageSpec("write_events", llm=True, repair=StageRepair.RERUN, construction=True),
+        StageSpec("write_episode", llm=True, repair=StageRepair.RERUN, construction=True),
         StageSpec("check_sufficiency", llm=True, repair=StageRepair.STEER),
         StageSpec("expand_queries", llm=True, repair=StageRepair.STEER),
         StageSpec(RETRIEVE_STAGE, llm=False, repair=StageRepair.WIDEN, knobs=("top_k",)),
-        StageSpec(RESPOND_STAGE, llm=True, repair=StageRepair.GOLD_ANSWER),
+        StageSpec(RESPOND_STAGE, llm=True, repair=StageRepair.ANSWER),
     )
 
     def __init__(

@@ -102,10 +102,10 @@ class LongContextMemory(MemorySystem):
     knobs: LongContextKnobs
     name = "long_context"
     stages = (
-        StageSpec(APPEND_STAGE, llm=False, repair=StageRepair.RESTORE_UNITS, construction=True),
+        StageSpec(APPEND_STAGE, llm=False, repair=StageRepair.RERUN, construction=True),
         StageSpec(TRIM_STAGE, llm=False, repair=StageRepair.RESET_KNOBS, construction=True, knobs=("window_tokens",)),
         StageSpec(CONTEXT_STAGE, llm=False, repair=StageRepair.NONE),
-        StageSpec(RESPOND_STAGE, llm=True, repair=StageRepair.GOLD_ANSWER),
+        StageSpec(RESPOND_STAGE, llm=True, repair=StageRepair.ANSWER),
     )
 
     def __init__(self, knobs: LongContextKnobs | None = None, counter: TokenCounter | None = None) -> None:

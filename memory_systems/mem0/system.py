@@ -93,12 +93,12 @@ class Mem0Memory(MemorySystem):
     knobs: Mem0Knobs
     name = "mem0"
     stages = (
-        StageSpec("extract", llm=True, repair=StageRepair.RESTORE_UNITS, construction=True),
+        StageSpec("extract", llm=True, repair=StageRepair.RERUN, construction=True),
         StageSpec("search_similar", llm=False, repair=StageRepair.NONE, construction=True),
-        StageSpec("decide", llm=True, repair=StageRepair.RESTORE_UNITS, construction=True),
-        StageSpec(STORE_STAGE, llm=False, repair=StageRepair.RESTORE_UNITS, construction=True),
+        StageSpec("decide", llm=True, repair=StageRepair.RERUN, construction=True),
+        StageSpec(STORE_STAGE, llm=False, repair=StageRepair.RERUN, construction=True),
         StageSpec("retrieve", llm=False, repair=StageRepair.WIDEN, knobs=("top_k",)),
-        StageSpec(RESPOND_STAGE, llm=True, repair=StageRepair.GOLD_ANSWER),
+        StageSpec(RESPOND_STAGE, llm=True, repair=StageRepair.ANSWER),
     )
 
     def __init__(self, embedder: Embedder, knobs: Mem0Knobs | None = None) -> None:

@@ -98,12 +98,12 @@ class Mem0aiMemory(MemorySystem):
     knobs: Mem0aiKnobs
     name = "mem0ai"
     stages = (
-        StageSpec(EXTRACTION, llm=True, repair=StageRepair.RESTORE_UNITS, construction=True),
+        StageSpec(EXTRACTION, llm=True, repair=StageRepair.RERUN, construction=True),
         StageSpec(SEARCH_STAGE, llm=False, repair=StageRepair.NONE, construction=True),
-        StageSpec(UPDATE, llm=True, repair=StageRepair.RESTORE_UNITS, construction=True),
-        StageSpec(STORE_STAGE, llm=False, repair=StageRepair.RESTORE_UNITS, construction=True),
+        StageSpec(UPDATE, llm=True, repair=StageRepair.RERUN, construction=True),
+        StageSpec(STORE_STAGE, llm=False, repair=StageRepair.RERUN, construction=True),
         StageSpec("retrieve", llm=False, repair=StageRepair.WIDEN, knobs=("top_k",)),
-        StageSpec(RESPOND_STAGE, llm=True, repair=StageRepair.GOLD_ANSWER),
+        StageSpec(RESPOND_STAGE, llm=True, repair=StageRepair.ANSWER),
     )
 
     def __init__(self, embedder: Embedder, knobs: Mem0aiKnobs | None = None) -> None:

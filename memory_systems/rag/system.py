@@ -216,7 +216,7 @@ class RagMemory(MemorySystem):
             knobs=("max_chunk_tokens", "overlap_tokens"),
         ),
         StageSpec(RETRIEVE_STAGE, llm=False, repair=StageRepair.WIDEN, knobs=("top_k",)),
-        StageSpec(RESPOND_STAGE, llm=True, repair=StageRepair.GOLD_ANSWER),
+        StageSpec(RESPOND_STAGE, llm=True, repair=StageRepair.ANSWER),
     )
 
     def __init__(self, embedder: Embedder, knobs: RagKnobs | None = None, counter: TokenCounter | None = None) -> None:

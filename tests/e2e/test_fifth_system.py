@@ -70,9 +70,9 @@ class ScratchState:
 class ScratchMemory(MemorySystem):
     name = "scratch"
     stages = (
-        StageSpec("note", llm=True, repair=StageRepair.RESTORE_UNITS, construction=True),
+        StageSpec("note", llm=True, repair=StageRepair.RERUN, construction=True),
         StageSpec("context", llm=False, repair=StageRepair.NONE),
-        StageSpec(RESPOND_STAGE, llm=True, repair=StageRepair.GOLD_ANSWER),
+        StageSpec(RESPOND_STAGE, llm=True, repair=StageRepair.ANSWER),
     )
 
     def __init__(self, knobs: ScratchKnobs | None = None) -> None:

@@ -70,6 +70,7 @@ __all__ = [
     "steer_hint",
     "steering_fault",
     "superseded",
+    "widen_knob",
 ]
 
 CONSTRUCTION_ERRORS = frozenset({ErrorType.EXTRACTION, ErrorType.UPDATE, ErrorType.DELETION})
@@ -131,9 +132,9 @@ def _construction_plan(system: MemorySystem, fault: Fault) -> RepairPlan | None:
 def _retrieval_plan(system: MemorySystem, graph: ExecutionGraph, fault: Fault) -> RepairPlan | None:
     missed = tuple(v for v in fault.restore if v in graph and graph.variable(v).kind in MEMORY_KINDS)
     top_k = needed_top_k(graph, fault)
-    if fault.tunable == Tunable.KNOBS and top_k is not None and _widen_knob(system) is not None:
+    if fault.tunable == Tunable.KNOBS and top_k is not None and widen_knob(system) is not None:
         return RepairPlan(fault, Repair.WIDEN, top_k=top_k, missed=missed)
-    if fault.tunable == Tunable.KNOBS and not missed and top_k is None and _widen_knob(system) is not None:
+    if fault.tunable == Tunable.KNOBS and not missed and top_k is None and widen_knob(system) is not None:
         k = graph.operation(fault.op).meta.get("k") if fault.op in graph else None
         return RepairPlan(fault, Repair.WIDEN, top_k=ranked_depth(k)) if isinstance(k, int) else None
     steering = {s.name for s in system.stages if s.repair == StageRepair.STEER}
@@ -146,7 +147,8 @@ def _retrieval_plan(system: MemorySystem, graph: ExecutionGraph, fault: Fault) -
     return RepairPlan(fault, Repair.SWAP, missed=missed)
 
 
-def _widen_knob(system: MemorySystem) -> str | None:
+def widen_knob(system: MemorySystem) -> str | None:
+    """The knob of the system's `WIDEN` stage (its retrieval's `top_k`), None without one."""
     return next((s.knobs[0] for s in system.stages if s.repair == StageRepair.WIDEN and s.knobs), None)
 
 

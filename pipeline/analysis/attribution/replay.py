@@ -42,6 +42,7 @@ from memtrace_loop.pipeline.analysis.attribution.repairs import (
     evidence_units,
     steer_hint,
     superseded,
+    widen_knob,
 )
 from memtrace_loop.pipeline.analysis.evaluation import judge_answer
 from memtrace_loop.pipeline.core.config import require
@@ -104,8 +105,6 @@ class Replayer:
     def __init__(self, system: MemorySystem, judge: dspy.Predict) -> None:
         self.system = system
         self.judge = judge
-        # what a re-run stage wrote, by (graph, operation): a joint replay reuses a single one's re-run
-        self._reruns: dict[tuple[str, str], tuple[RestoredUnit, ...]] = {}
 
     def restored(self, graph: ExecutionGraph) -> tuple[MemorySystem, Any]:
         """The system as the graph's run had it (its recorded prompts and knobs) and its memory rebuilt
@@ -119,8 +118,12 @@ class Replayer:
         system = system.with_prompts(PromptSet(instruction_by_stage))
         return system, system.restore(graph)
 
-    def replay(self, graph: ExecutionGraph, attribution: Attribution, plans: Sequence[RepairPlan]) -> ReplayOutcome:
-        """Make `plans` together, re-run what lies downstream, judge; the graph stays unchanged."""
+    def replay(
+        self, graph: ExecutionGraph, attribution: Attribution, plans: Sequence[RepairPlan],
+        reruns: dict[str, tuple[RestoredUnit, ...]] | None = None,
+    ) -> ReplayOutcome:
+        """Make `plans` together, re-run what lies downstream, judge; the graph stays unchanged. `reruns`
+        (operation id -> what its re-called stage wrote) lets the replays of one case share a re-call."""
         question = attribution.case.question
         system, state = self.restored(graph)
         tracer = Tracer(graph, buffered=True)
@@ -129,7 +132,9 @@ class Replayer:
             system = with_stage_defaults(system, plan.fault.stage) or system
         if Repair.REBUILD in kinds:  # the system makes no LLM call while building memory
             state = system.ingest(conversation_from_graph(graph), Tracer(ExecutionGraph(graph.graph_id)))
-        units = [u for p in plans if p.kind == Repair.RERUN for u in self._rerun(system, graph, attribution, p, tracer)]
+        memo = {} if reruns is None else reruns
+        reran = [p for p in plans if p.kind == Repair.RERUN]
+        units = [u for p in reran for u in _rerun(system, graph, attribution, p, tracer, memo)]
         if units:
             state = system.with_units(state, units, tracer)
         widest = max((p.top_k for p in plans if p.kind == Repair.WIDEN), default=0)
@@ -156,26 +161,6 @@ class Replayer:
 
     # ------------------------------------------------------------------ stage re-runs
 
-    def _rerun(
-        self, system: MemorySystem, graph: ExecutionGraph, attribution: Attribution, plan: RepairPlan, tracer: Tracer
-    ) -> tuple[RestoredUnit, ...]:
-        """What the blamed construction stage writes when called again with the hint of the evidence it
-        must keep (nothing when the call fails); called once per operation and case."""
-        key = (f"{graph.graph_id}/{attribution.question_id}", plan.fault.op)
-        if key not in self._reruns:
-            self._reruns[key] = self._rerun_once(system, graph, attribution, plan, tracer)
-        return self._reruns[key]
-
-    @staticmethod
-    def _rerun_once(
-        system: MemorySystem, graph: ExecutionGraph, attribution: Attribution, plan: RepairPlan, tracer: Tracer
-    ) -> tuple[RestoredUnit, ...]:
-        call = system.recorded_call(graph, plan.fault.op)
-        hint = construction_hint(evidence_texts(graph, attribution, plan.fault.op), attribution.case.question.gold)
-        kind = graph.operation(plan.fault.op).kind
-        prediction = _call(system, call.stage, hint, call.inputs, tracer, OpKind(kind))
-        return () if prediction is None else system.repaired_units(graph, plan.fault.op, prediction)
-
     def _steer(
         self, system: MemorySystem, graph: ExecutionGraph, attribution: Attribution, plan: RepairPlan, tracer: Tracer
     ) -> list[str]:
@@ -192,6 +177,21 @@ class Replayer:
             prediction = _call(system, stage, hint, call.inputs, tracer, OpKind.RETRIEVAL)
             queries += [str(q) for q in (getattr(prediction, "queries", None) or ())]
         return queries
+
+
+def _rerun(
+    system: MemorySystem, graph: ExecutionGraph, attribution: Attribution, plan: RepairPlan, tracer: Tracer,
+    memo: dict[str, tuple[RestoredUnit, ...]],
+) -> tuple[RestoredUnit, ...]:
+    """What the blamed construction stage writes when called again with the hint of the evidence it
+    must keep (nothing when the call fails); called once per operation and `memo`."""
+    if plan.fault.op not in memo:
+        call = system.recorded_call(graph, plan.fault.op)
+        hint = construction_hint(evidence_texts(graph, attribution, plan.fault.op), attribution.case.question.gold)
+        kind = graph.operation(plan.fault.op).kind
+        prediction = _call(system, call.stage, hint, call.inputs, tracer, OpKind(kind))
+        memo[plan.fault.op] = () if prediction is None else system.repaired_units(graph, plan.fault.op, prediction)
+    return memo[plan.fault.op]
 
 
 def _predictor(system: MemorySystem, stage: str) -> dspy.Predict:
@@ -259,6 +259,6 @@ def with_stage_defaults(system: MemorySystem, stage: str) -> MemorySystem | None
 
 def widened(system: MemorySystem, top_k: int) -> MemorySystem | None:
     """A copy of `system` retrieving `top_k` units: the knob of its `WIDEN` stage (None without one)."""
-    knob = next((s.knobs[0] for s in system.stages if s.repair == StageRepair.WIDEN and s.knobs), None)
+    knob = widen_knob(system)
     return None if knob is None else system.with_knobs({knob: top_k})
 

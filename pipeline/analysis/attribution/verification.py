@@ -26,10 +26,10 @@ import dataclasses
 import itertools
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import dspy
-from memtrace_loop.memory_systems.base import MemorySystem, ReplayUnsupportedError
+from memtrace_loop.memory_systems.base import MemorySystem, ReplayUnsupportedError, RestoredUnit
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Check, Fault
 from memtrace_loop.pipeline.analysis.attribution.repairs import (
@@ -53,10 +53,12 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class _Spend:
-    """Replays and LLM calls one verification spent (scratch of one `Verifier.verify` call)."""
+    """Replays and LLM calls one verification spent, and its stages' re-calls by operation (scratch of
+    one `Verifier.verify` call: graph and operation ids repeat across loop iterations)."""
 
     replays: int = 0
     calls: int = 0
+    reruns: dict[str, tuple[RestoredUnit, ...]] = field(default_factory=dict)
 
 
 class Verifier:
@@ -69,7 +71,7 @@ class Verifier:
 
     def verify(self, graph: ExecutionGraph, attribution: Attribution) -> Attribution:
         """`attribution` with its `check` (and, where needed, the blame moved, `joint` or `alternatives` set)."""
-        spend = _Spend()
+        spend = _Spend()  # also holds the case's stage re-calls, shared by its replays
         try:
             return self._verify(graph, attribution, spend)
         except ReplayUnsupportedError as error:
@@ -149,7 +151,7 @@ class Verifier:
     ) -> bool | None:
         """Whether repairing `plans` together rescues the case (None: the system cannot make one of them)."""
         try:
-            outcome = self.replayer.replay(graph, attribution, plans)
+            outcome = self.replayer.replay(graph, attribution, plans, spend.reruns)
         except ReplayUnsupportedError as error:
             logger.info("replay of %s cannot make a repair: %s", attribution.question_id, error)
             return None
