@@ -40,7 +40,9 @@ class Check(StrEnum):
     @classmethod
     def of(cls, verified: bool | None) -> Check:
         """The check a True / False / None `verified` flag stands for (None: unchecked)."""
-        return {True: cls.VERIFIED, False: cls.REFUTED}.get(verified, cls.UNCHECKED)  # type: ignore[arg-type]
+        if verified is None:
+            return cls.UNCHECKED
+        return cls.VERIFIED if verified else cls.REFUTED
 
 
 class ErrorType(StrEnum):
