@@ -134,10 +134,15 @@ class LoopConfig:
     # once it is spent; the step that crosses it is finished; the final test evaluation is outside it.
     budget_calls: int = LoopSettings.budget_calls
     budget_counts_cached: bool = LoopSettings.budget_counts_cached  # calls DSPy's cache served count too
+    # with attributor.verify: train failures checked by replay per iteration, a sample over the blamed
+    # stages (replays count in the budget); null: every failure
+    verify_cases: int | None = LoopSettings.verify_cases
 
     def __post_init__(self) -> None:
         require(self, max_iterations=(1, None), max_candidates=(1, None), patience=(1, None), min_gain=(0, None),
                 budget_calls=(0, None))
+        if self.verify_cases is not None:
+            require(self, verify_cases=(1, None))
         if self.min_gain >= 1:  # a paired accuracy gain: 1 or more can never be reached
             raise ValueError(f"min_gain must be < 1 (a gain in accuracy), got {self.min_gain!r}")
 
@@ -203,7 +208,7 @@ class OptimizeConfig(_AppConfig):
             max_iterations=self.loop.max_iterations, patience=self.loop.patience, min_gain=self.loop.min_gain,
             max_candidates=self.loop.max_candidates, exclude_categories=self.evaluation.exclude_categories,
             workers=self.workers, seed=self.seed, budget_calls=self.loop.budget_calls,
-            budget_counts_cached=self.loop.budget_counts_cached,
+            budget_counts_cached=self.loop.budget_counts_cached, verify_cases=self.loop.verify_cases,
         )
 
 

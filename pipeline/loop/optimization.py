@@ -91,6 +91,7 @@ class LoopSettings:
     seed: int = 0
     budget_calls: int = 0  # task + rewriter + attributor LM calls; 0: no budget (see the module doc)
     budget_counts_cached: bool = True  # calls served by DSPy's response cache count against the budget
+    verify_cases: int | None = 8  # train failures a replay check verifies per iteration (a sample; None: all)
 
 
 @dataclass(frozen=True)
@@ -358,7 +359,7 @@ class OptimizationLoop:
             train.results, train.graph_by_conversation, {c.id: c for c in self.splits.train.conversations},
             tuple(excluded),
         )
-        attributions = attribute_run(self.attributor, traced)
+        attributions = attribute_run(self.attributor, traced, max_checked=self.settings.verify_cases)
         blame = aggregate_blame(attributions)
         if self._out_of_budget():
             return IterationRecord(iteration, current, train, current_dev, attributions, blame), None

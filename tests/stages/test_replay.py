@@ -150,3 +150,18 @@ def test_an_answer_blame_whose_context_lacks_the_evidence_is_never_verified_on_t
         if checked.check == Check.VERIFIED:  # by another stage's repair, alone or with the answer's
             causes = [c.stage for c in checked.causes()]
             assert causes != ["respond"] and checked.stage != "respond", checked.reason
+
+
+def test_a_run_checks_at_most_max_checked_failures_spread_over_the_blamed_stages():
+    lm, system, judge, _, _, run = traced("evermemos", top_k=1)
+    plain = attribute_run(LineageAttributor(), run)
+    before = len(lm.history)
+    checked = attribute_run(VerifyingAttributor(LineageAttributor(), Verifier(system, judge)), run, max_checked=4)
+    assert len(plain) > 4 and len(checked) == len(plain)
+    tried = [a for a in checked if a.check != Check.UNCHECKED]
+    assert len(tried) == 4
+    blamed = {a.stage for a in plain}  # before any replay moved a blame
+    sampled_stages = {p.stage for p, a in zip(plain, checked, strict=True) if a.check != Check.UNCHECKED}
+    assert len(sampled_stages) == min(len(blamed), 4)
+    assert all(a.cost.replay_calls == 0 for a in checked if a.check == Check.UNCHECKED)
+    assert 0 < len(lm.history) - before <= sum(a.cost.replay_calls for a in tried)

@@ -187,7 +187,7 @@ def test_hydra_composes_exactly_the_schema_defaults():
         assert composed[key] == defaults[key]
     assert composed["loop"] == defaults_of(LoopConfig) == {
         "max_iterations": 6, "max_candidates": 2, "patience": 2, "min_gain": 0.02, "budget_calls": 0,
-        "budget_counts_cached": True,
+        "budget_counts_cached": True, "verify_cases": 8,
     }
     assert composed["splits"] == {**defaults_of(SplitsConfig), "seed": composed["seed"]}
     assert composed["tracking"]["experiment"] == defaults_of(TrackingConfig)["experiment"]

@@ -7,6 +7,8 @@ check) it gets through its constructor; nothing is fetched from globals. `attrib
 attributor to every failure of a `TracedRun` (one evaluation with its graphs) in result order.
 This module neither aggregates blame (`pipeline.analysis.blame`) nor finds anything itself: the
 methods are `lineage` (no LLM), `llm` (an LM walks the graph) and `replay` (verifies another's blame).
+An attributor that decides over the whole run (which failures the replay check samples) also
+implements `RunAttributor`, and `attribute_run` hands it the run.
 `AttributorSpec` is what each method's module exports as `SPEC` for the attributor registry
 (`pipeline.analysis.attribution.registry`).
 """
@@ -16,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
@@ -62,11 +64,31 @@ class AttributorSpec:
     compare: bool = False  # attributors are not swept by default
 
 
+@runtime_checkable
+class RunAttributor(Protocol):
+    """An attributor that looks at a run's failures together before deciding on each (the replay check
+    verifies a sample of them); `attribute_run` calls it instead of `attribute` case by case."""
+
+    def attribute_run(
+        self, run: TracedRun, on_case: Callable[[CaseResult], None] | None = None, max_checked: int | None = None
+    ) -> tuple[Attribution, ...]: ...
+
+
 def attribute_run(
-    attributor: Attributor, run: TracedRun, on_case: Callable[[CaseResult], None] | None = None
+    attributor: Attributor, run: TracedRun, on_case: Callable[[CaseResult], None] | None = None,
+    max_checked: int | None = None,
 ) -> tuple[Attribution, ...]:
     """Attributions of every failure of `run` whose graph is present, in result order (`on_case` is
-    called after each, for progress)."""
+    called after each, for progress). A replay check verifies at most `max_checked` of them (None: all)."""
+    if isinstance(attributor, RunAttributor):
+        return attributor.attribute_run(run, on_case, max_checked)
+    return tuple(a for _, a in attributed_cases(attributor, run, on_case))
+
+
+def attributed_cases(
+    attributor: Attributor, run: TracedRun, on_case: Callable[[CaseResult], None] | None = None
+) -> tuple[tuple[ExecutionGraph, Attribution], ...]:
+    """`attributor`'s verdict on every failure of `run` whose graph is present, with that graph."""
     found = []
     for case in run.failures():
         graph = run.graph_by_conversation.get(case.question.conversation_id)
@@ -74,7 +96,7 @@ def attribute_run(
             continue
         attribution = attributor.attribute(graph, case, run.conversation_by_id.get(case.question.conversation_id))
         if attribution is not None:
-            found.append(attribution)
+            found.append((graph, attribution))
         if on_case is not None:
             on_case(case)
     return tuple(found)

@@ -16,6 +16,11 @@ line in its context; a non-LLM stage with no knob to reset; a system that cannot
 call its stages again) and nothing else rescued, it is `unverifiable`. LLM calls spent
 are added to `cost.replay_calls`.
 
+`attribute_run` may bound the failures of one run that are checked (the loop's `loop.verify_cases`):
+a sample taken in turn from each blamed stage (most blamed first), so every stage's weight rests on some
+replays while the replays' LM calls, which count in the loop's budget, stay bounded; the others stay
+`unchecked`.
+
 This module decides which replays prove what; it does not find attributions (the attributors) and
 does not aggregate blame (`pipeline.analysis.blame`).
 """
@@ -25,12 +30,13 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import dspy
 from memtrace_loop.memory_systems.base import MemorySystem, ReplayUnsupportedError, RestoredUnit
-from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
+from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor, TracedRun, attributed_cases
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Check, Fault
 from memtrace_loop.pipeline.analysis.attribution.repairs import (
     Repair,
@@ -46,7 +52,7 @@ from memtrace_loop.pipeline.analysis.attribution.replay import Replayer, ReplayS
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import CaseResult, Conversation
 
-__all__ = ["Verifier", "VerifyingAttributor"]
+__all__ = ["Verifier", "VerifyingAttributor", "verification_sample"]
 
 logger = logging.getLogger(__name__)
 
@@ -206,3 +212,30 @@ class VerifyingAttributor:
     ) -> Attribution | None:
         found = self.inner.attribute(graph, case, conversation)
         return None if found is None else self.verifier.verify(graph, found)
+
+    def attribute_run(
+        self, run: TracedRun, on_case: Callable[[CaseResult], None] | None = None, max_checked: int | None = None
+    ) -> tuple[Attribution, ...]:
+        """Every failure attributed by the inner attributor; `verification_sample` of them checked."""
+        found = attributed_cases(self.inner, run, on_case)
+        chosen = verification_sample([a.stage for _, a in found], max_checked)
+        return tuple(self.verifier.verify(g, a) if i in chosen else a for i, (g, a) in enumerate(found))
+
+
+def verification_sample(stages: Sequence[str], limit: int | None) -> frozenset[int]:
+    """Indices of at most `limit` of the attributions blaming `stages` to check: one from each blamed
+    stage in turn (stages by number of blames, then name; each stage's in order), until `limit` (None:
+    all).
+
+    >>> sorted(verification_sample("xxxyz", 3)), sorted(verification_sample("xxxyz", 4))
+    ([0, 3, 4], [0, 1, 3, 4])
+    """
+    if limit is None or limit >= len(stages):
+        return frozenset(range(len(stages)))
+    counts = Counter(stages)
+    order = sorted(counts, key=lambda s: (-counts[s], s))
+    queues = [[i for i, s in enumerate(stages) if s == stage] for stage in order]
+    chosen: list[int] = []
+    for turn in itertools.zip_longest(*queues):
+        chosen.extend(i for i in turn if i is not None)
+    return frozenset(chosen[:limit])
