@@ -6,8 +6,9 @@ report.html); `memtrace optimize` writes `<out>/config.json` (the config the run
 `checkpoint.json`, `best_prompts.json`/`.yaml`, `best_program.json`, `diagnosis.json`/`.md`,
 `report.html`, the plots, and `optimizer/<name>/*.json` (e.g. GEPA's candidate pools); `memtrace
 attribute`/`report` download a logged run into `<out>/source/`. The names are class constants (what
-modules that only know a folder read) and a `RunFolder(root)` gives the paths. It creates and reads
-nothing.
+modules that only know a folder read) and a `RunFolder(root)` gives the paths. A name made from data
+(a conversation's graph file) is `pipeline.core.safe_names.file_stem` of the id: one component, never
+outside the folder, distinct for distinct ids; the file keeps the id itself. It creates and reads nothing.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
+
+from memtrace_loop.pipeline.core.safe_names import file_stem
 
 __all__ = ["RunFolder"]
 
@@ -45,6 +48,11 @@ class RunFolder:
     SOURCE: ClassVar[str] = "source"  # `attribute` / `report`: the logged run downloaded
 
     root: Path
+
+    @staticmethod
+    def graph_file(conversation_id: str) -> str:
+        """The file name of a conversation's graph in `graphs/` (the id itself is the graph's `graph_id`)."""
+        return f"{file_stem(conversation_id)}.json"
 
     @property
     def artifacts(self) -> Path:
