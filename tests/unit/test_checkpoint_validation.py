@@ -108,7 +108,7 @@ def test_each_corruption_is_refused_in_one_line_naming_file_and_field(checkpoint
 def test_the_folders_run_is_recorded_once_and_kept(checkpoint):
     write_checkpoint(checkpoint, PROGRESS, DIGEST, {"mlflow_run_id": "run-b"})  # a later write cannot re-bind it
     assert folder_run_id(checkpoint) == RUN_ID
-    with pytest.raises(CheckpointError, match="field mlflow_run_id: names MLflow run 'run-b'.*run 'run-a'"):
+    with pytest.raises(CheckpointError, match=r"field mlflow_run_id: names MLflow run 'run-b'.*run 'run-a'"):
         validated(checkpoint)
 
 
