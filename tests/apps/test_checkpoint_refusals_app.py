@@ -65,11 +65,14 @@ def _set(**fields: Any) -> Callable[[dict[str, Any]], None]:
     return lambda data: data.update(fields)
 
 
-CORRUPTIONS = {  # (edit of the checkpoint JSON, the field the line names); the forged id is filled in below
+CORRUPTIONS: dict[str, tuple[Any, str]] = {  # (edit of the checkpoint JSON, the field the line names)
     "iteration 99": (_set(iteration=99), "field iteration"),
     "empty history": (_set(history=[]), "field history"),
     "unknown stage": (lambda d: d["current_prompts"].update(summarize="Sum up."), "field current_prompts"),
-    "another run's id": (None, "field mlflow_run_id"),
+    "another run's id": (None, "field mlflow_run_id"),  # None: the id of another real run of the store
+    "another config": (_set(config_digest="0123456789abcdef"), "field config_digest"),
+    "wrong type": (_set(stale="0"), "field stale"),
+    "truncated": ("truncated", "not a JSON checkpoint"),
 }
 
 
@@ -81,10 +84,14 @@ def test_a_corrupted_checkpoint_is_refused_with_exit_2_and_mlflow_untouched(kill
     run_dir = tmp_path / original_dir.name
     shutil.copytree(original_dir, run_dir)  # each corruption on its own copy of the killed run's folder
     path = run_dir / RunFolder.CHECKPOINT
-    data = json.loads(path.read_text(encoding="utf-8"))
+    text = path.read_text(encoding="utf-8")
+    data = json.loads(text)
     change, field = CORRUPTIONS[name]
-    (change or _set(mlflow_run_id=other_id))(data)
-    path.write_text(json.dumps(data), encoding="utf-8")
+    if change == "truncated":
+        path.write_text(text[: len(text) // 2], encoding="utf-8")
+    else:
+        (change or _set(mlflow_run_id=other_id))(data)
+        path.write_text(json.dumps(data), encoding="utf-8")
     client = MlflowClient(tracking_uri=f"sqlite:///{store}/mlflow.db")
     before = {rid: _state(client, rid) for rid in (run_id, other_id)}
     monkeypatch.chdir(tmp_path)
@@ -94,7 +101,7 @@ def test_a_corrupted_checkpoint_is_refused_with_exit_2_and_mlflow_untouched(kill
         run_app("optimize", lambda stop: optimize(optimize_cfg(store, f"resume={run_dir}"), stop=stop))
     assert exited.value.code == EXIT_USAGE
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"memtrace optimize: {path}: {field}:"), lines
+    assert len(lines) == 1 and lines[0].startswith(f"memtrace optimize: {path}: {field}"), lines
     assert "resume with" not in lines[0]  # never sent back to the folder it refused
     assert {rid: _state(client, rid) for rid in (run_id, other_id)} == before
     assert before[run_id][0] == "KILLED" and before[other_id][0] == "FINISHED"
