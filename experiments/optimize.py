@@ -228,8 +228,8 @@ def _optimize(session: AppSession[OptimizeConfig]) -> dict[str, Any]:
         return _already_finished(folder.root, checkpoint, session.console)
     _require_store(session)
     parts = _build(session)
-    if resuming:  # before MLflow: its prompt sets must name the system's own stages
-        check_checkpoint_stages(folder.checkpoint, checkpoint, dict(parts.system.named_predictors()), parts.system.name)
+    if resuming:  # before MLflow: its prompt sets and knob changes must be the system's own
+        check_checkpoint_stages(folder.checkpoint, checkpoint, parts.system)
     tracker = session.tracker()
     tracker.open_experiment(config.tracking.experiment)
     parent_id = _resumed_parent(tracker, checkpoint) if resuming else None

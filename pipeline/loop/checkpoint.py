@@ -7,7 +7,7 @@ a checkpoint) with the run's config digest and extra keys (e.g. the MLflow run i
 also records once, in `RunFolder.RUN_ID` beside the first checkpoint); `read_checkpoint` reads one back
 and checks it against its schema (`pipeline.loop.checkpoint_schema`), `check_checkpoint` against its
 run (config digest, iterations, the folder's MLflow run) and `check_checkpoint_stages` against the
-memory system's stages: anything wrong is ONE `CheckpointError` line naming the file and the field,
+memory system's stages and knobs: anything wrong is ONE `CheckpointError` line naming the file and the field,
 raised before anything is touched. `progress_of` turns a checked one into a `LoopProgress`,
 `mark_checkpoint_finished` records that its run finished.
 
@@ -17,11 +17,12 @@ It does not decide when to checkpoint (the loop does) or what config digest a ru
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.pipeline.backends.call_count import CallTally
 from memtrace_loop.pipeline.core.files import write_atomically
 from memtrace_loop.pipeline.core.records import PromptSet
@@ -140,9 +141,11 @@ def check_checkpoint(path: Path, data: Mapping[str, Any], config_digest: str | N
     _refuse(path, run_problem(data, config_digest, folder_run_id(path)))
 
 
-def check_checkpoint_stages(path: Path, data: Mapping[str, Any], stages: Collection[str], system: str) -> None:
-    """Refuse a checkpoint whose prompt sets name a stage memory system `system` (with `stages`) does not have."""
-    _refuse(path, stage_problem(data, stages, system))
+def check_checkpoint_stages(path: Path, data: Mapping[str, Any], system: MemorySystem) -> None:
+    """Refuse a checkpoint whose prompt sets name a stage `system` does not have, or whose accepted knob
+    changes name a knob it does not have."""
+    stages = [name for name, _ in system.named_predictors()]
+    _refuse(path, stage_problem(data, stages, system.knob_values(), system.name))
 
 
 def progress_of(data: Mapping[str, Any]) -> LoopProgress:

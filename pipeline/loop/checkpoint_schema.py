@@ -6,8 +6,8 @@
 config_digest, run_id)` checks it against its own run: the config digest of the config the folder was
 started with, `iteration` equal to the last of the history's iterations 0..n (so neither an empty
 history nor `iteration: 99` passes), `stale` within it, and the MLflow run id the folder recorded
-(`RunFolder.RUN_ID`, written beside the first checkpoint). `stage_problem(data, stages, system)` checks
-that every stage of its prompt sets is one the memory system has.
+(`RunFolder.RUN_ID`, written beside the first checkpoint). `stage_problem(data, stages, knobs, system)`
+checks that every stage of its prompt sets, and every knob it changed, is one the memory system has.
 
 Each returns None or a `Problem` naming the field (`history[2].dev_ci`) and what is wrong; the caller
 (`pipeline.loop.checkpoint`) turns it into one `CheckpointError` line with the file. It reads no file
@@ -161,11 +161,18 @@ def run_problem(data: Mapping[str, Any], config_digest: str | None, run_id: str 
     return None
 
 
-def stage_problem(data: Mapping[str, Any], stages: Collection[str], system: str) -> Problem | None:
-    """A prompt set of the checkpoint naming a stage memory system `system` (with `stages`) does not have."""
+def stage_problem(
+    data: Mapping[str, Any], stages: Collection[str], knobs: Collection[str], system: str
+) -> Problem | None:
+    """A prompt set of the checkpoint naming a stage memory system `system` (with `stages`) does not have,
+    or an accepted knob change of a knob it does not have (`knobs`)."""
     for field in ("start_prompts", "current_prompts"):
         unknown = sorted(set(data[field]) - set(stages))
         if unknown:
             return Problem(field, f"names stage(s) {unknown} that memory system {system!r} does not have "
                                   f"(its stages: {sorted(stages)})")
+    unknown = sorted(set(data.get("current_knobs", {})) - set(knobs))
+    if unknown:
+        return Problem("current_knobs", f"names knob(s) {unknown} that memory system {system!r} does not have "
+                                        f"(its knobs: {sorted(knobs)})")
     return None

@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.pipeline.backends.call_count import CallTally, RoleCalls
+from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.records import PromptSet
 from memtrace_loop.pipeline.core.run_folder import RunFolder
 from memtrace_loop.pipeline.loop.checkpoint import (
@@ -45,11 +47,14 @@ PROGRESS = LoopProgress(2, CURRENT, 1, START, tuple(_summary(i) for i in range(3
                         CallTally({"task": RoleCalls(made=40, cached=3)}))
 
 
+MEM0 = build_memory_system({"name": "mem0"}, HashingEmbedder())  # stages extract, decide, respond; knobs top_k, ...
+
+
 def validated(path: Path) -> dict[str, Any]:
     """What `memtrace optimize resume=` does before anything else: schema, run, then the system's stages."""
     data = read_checkpoint(path)
     check_checkpoint(path, data, DIGEST)
-    check_checkpoint_stages(path, data, ("extract", "decide", "respond"), "mem0")
+    check_checkpoint_stages(path, data, MEM0)
     return data
 
 
@@ -82,6 +87,7 @@ CORRUPTIONS: dict[str, tuple[Callable[[str], str], str]] = {  # name: (corruptio
     "empty history": (edit(lambda d: d.update(history=[])), "field history: is empty"),
     "iteration 99": (edit(lambda d: d.update(iteration=99)), "field iteration: is 99"),
     "unknown stage": (edit(lambda d: d["current_prompts"].update(summarize="Sum up.")), "field current_prompts:"),
+    "unknown knob": (edit(lambda d: d["current_knobs"].update(top_kk=3)), "field current_knobs: names knob(s)"),
     "another config": (edit(lambda d: d.update(config_digest="0123456789abcdef")), "field config_digest:"),
     "another run's id": (edit(lambda d: d.update(mlflow_run_id="run-b")), "field mlflow_run_id:"),
 }
