@@ -16,6 +16,7 @@ and touches nothing.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
@@ -129,8 +130,8 @@ def schema_problem(data: Any) -> Problem | None:
             return Problem(where, f"unknown field (a checkpoint holds {', '.join(FIELDS + EXTRA_FIELDS)})")
         if first["type"] == "missing":
             return Problem(where, "missing")
-        shown = repr(first.get("input"))[:40]
-        return Problem(where, f"{first['msg'][0].lower()}{first['msg'][1:]}, got {shown}")
+        message = re.sub(r" or instance of _?\w+", "", first["msg"])  # our record classes are not the user's
+        return Problem(where, f"{message[0].lower()}{message[1:]}, got {repr(first.get('input'))[:40]}")
     for index, item in enumerate(data["history"]):
         try:
             IterationSummary.from_dict(item)

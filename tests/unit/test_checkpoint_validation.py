@@ -132,3 +132,17 @@ def test_every_field_of_the_schema_is_type_checked(checkpoint, field):
     checkpoint.write_text(json.dumps(data), encoding="utf-8")
     with pytest.raises(CheckpointError, match=rf"field {field}\b"):
         validated(checkpoint)
+
+
+@pytest.mark.parametrize(("change", "named"), [
+    (lambda d: d["history"][1].update(dev_ci=[0.1]), "field history[1].dev_ci: list should have at least 2 items"),
+    (lambda d: d["history"][2]["candidates"][0].pop("gain"), "field history[2].candidates[0].gain: missing"),
+    (lambda d: d["history"][0]["blame"][0].pop("tunable"), "field history[0].blame: unreadable blame row"),
+    (lambda d: d["history"].__setitem__(0, 1), "field history[0]: input should be a valid dictionary, got 1"),
+    (lambda d: d["calls"]["task"].update(made=-1), "field calls.task.made: input should be greater than"),
+])
+def test_a_nested_field_is_named_by_its_path(checkpoint, change, named):
+    checkpoint.write_text(edit(change)(checkpoint.read_text(encoding="utf-8")), encoding="utf-8")
+    with pytest.raises(CheckpointError) as refused:
+        validated(checkpoint)
+    assert named in str(refused.value)
