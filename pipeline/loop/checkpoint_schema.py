@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import pydantic
+from memtrace_loop.pipeline.backends.call_count import CallTally
 from memtrace_loop.pipeline.loop.summaries import IterationSummary
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -132,6 +133,10 @@ def schema_problem(data: Any) -> Problem | None:
             return Problem(where, "missing")
         message = re.sub(r" or instance of _?\w+", "", first["msg"])  # our record classes are not the user's
         return Problem(where, f"{message[0].lower()}{message[1:]}, got {repr(first.get('input'))[:40]}")
+    try:
+        CallTally.from_dict(data.get("calls", {}))
+    except TypeError as error:
+        return Problem("calls", f"unreadable LM call counts ({error})")
     for index, item in enumerate(data["history"]):
         try:
             IterationSummary.from_dict(item)

@@ -140,6 +140,7 @@ def test_every_field_of_the_schema_is_type_checked(checkpoint, field):
     (lambda d: d["history"][0]["blame"][0].pop("tunable"), "field history[0].blame: unreadable blame row"),
     (lambda d: d["history"].__setitem__(0, 1), "field history[0]: input should be a valid dictionary, got 1"),
     (lambda d: d["calls"]["task"].update(made=-1), "field calls.task.made: input should be greater than"),
+    (lambda d: d["calls"]["task"].update(bogus=1), "field calls: unreadable LM call counts"),
 ])
 def test_a_nested_field_is_named_by_its_path(checkpoint, change, named):
     checkpoint.write_text(edit(change)(checkpoint.read_text(encoding="utf-8")), encoding="utf-8")
