@@ -64,7 +64,13 @@ from memtrace_loop.pipeline.core.redaction import redact_tree, restore_tree
 from memtrace_loop.pipeline.core.run_folder import RunFolder
 from memtrace_loop.pipeline.core.stop import Interrupted, StopToken
 from memtrace_loop.pipeline.data.locomo import Split
-from memtrace_loop.pipeline.loop.checkpoint import CheckpointError, mark_checkpoint_finished, read_checkpoint
+from memtrace_loop.pipeline.loop.checkpoint import (
+    CheckpointError,
+    check_checkpoint,
+    check_checkpoint_stages,
+    mark_checkpoint_finished,
+    read_checkpoint,
+)
 from memtrace_loop.pipeline.loop.optimization import LoopResult, OptimizationLoop, Splits
 from memtrace_loop.pipeline.report.run_report import report_for_loop
 from memtrace_loop.pipeline.tracking.loop_observer import TrackingLoopObserver
@@ -132,13 +138,10 @@ def ignored_overrides(given: Mapping[str, Any], saved: Mapping[str, Any]) -> lis
 
 def check_resumable(run_dir: Path, plain: Mapping[str, Any]) -> dict[str, Any]:
     """The checkpoint of `run_dir`, after checking it may be resumed with `plain` (the saved config):
-    `CheckpointError` when it was written by another configuration. Nothing in MLflow is touched."""
-    checkpoint = read_checkpoint(run_dir / CHECKPOINT)
-    if checkpoint.get("config_digest") != config_digest(plain):
-        raise CheckpointError(
-            f"{run_dir / CHECKPOINT}: was written by a run with another configuration than {run_dir / SAVED_CONFIG}; "
-            "start a new run instead"
-        )
+    a one-line `CheckpointError` naming the file and field when it is corrupt, of another configuration or
+    another run. Nothing in MLflow is touched."""
+    checkpoint = read_checkpoint(run_dir / CHECKPOINT)  # its schema: known fields, right types
+    check_checkpoint(run_dir / CHECKPOINT, checkpoint, config_digest(plain))  # its run: config, iterations, run id
     return checkpoint
 
 
@@ -225,6 +228,8 @@ def _optimize(session: AppSession[OptimizeConfig]) -> dict[str, Any]:
         return _already_finished(folder.root, checkpoint, session.console)
     _require_store(session)
     parts = _build(session)
+    if resuming:  # before MLflow: its prompt sets and knob changes must be the system's own
+        check_checkpoint_stages(folder.checkpoint, checkpoint, parts.system)
     tracker = session.tracker()
     tracker.open_experiment(config.tracking.experiment)
     parent_id = _resumed_parent(tracker, checkpoint) if resuming else None

@@ -38,6 +38,7 @@ from memtrace_loop.pipeline.backends.registry import build_lm
 from memtrace_loop.pipeline.core.conventions import Namespace, is_in, prefix
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.graph_io import graph_to_json, load_graph, save_graph
+from memtrace_loop.pipeline.core.run_folder import RunFolder
 from memtrace_loop.pipeline.core.tracing import Tracer
 from memtrace_loop.pipeline.data.registry import load_dataset
 from memtrace_loop.pipeline.interop.exec_network import document_bytes, from_exec_network, to_exec_network
@@ -137,7 +138,7 @@ def bench_system(
         save_s = load_s = 0.0
         json_bytes = 0
         for graph in graphs:
-            path = Path(tmp) / f"{graph.graph_id}.json"
+            path = Path(tmp) / RunFolder.graph_file(graph.graph_id)
             t0 = time.perf_counter()
             save_graph(graph, path)
             t1 = time.perf_counter()

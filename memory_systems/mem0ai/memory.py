@@ -8,8 +8,9 @@ placeholder key, needed only for their construction: no request is ever sent wit
 `memory.llm` and `memory.embedding_model` are then replaced by our `LMBridge` and `EmbedderBridge`,
 and the recorder's wrappers are installed. The key is never logged or traced.
 
-`new_folder(label)` is a fresh folder under `MEM0_DIR` (or the temp dir): local Qdrant allows one
-client per path, so every state (a conversation's memory, a replay's rebuilt one) has its own.
+`new_folder(label)` is a fresh folder under `MEM0_DIR` (or the temp dir), named by the label's safe
+stem (`pipeline.core.safe_names.file_stem`: a conversation id never leads outside it): local Qdrant
+allows one client per path, so every state (a conversation's memory, a replay's rebuilt one) has its own.
 `close_memory` releases the Qdrant client and the SQLite connection and removes the folder.
 
 mem0 logs several INFO lines per `add` (with the memories' text); unless the `mem0` logger was given a
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import shutil
 import tempfile
 from typing import Any
@@ -32,20 +32,20 @@ from memtrace_loop.memory_systems.mem0ai.bridge import EmbedderBridge, LMBridge
 from memtrace_loop.memory_systems.mem0ai.hooks import import_mem0
 from memtrace_loop.memory_systems.mem0ai.observers import MEM0_LOGGER, AddRecorder
 from memtrace_loop.pipeline.backends.embeddings import Embedder
+from memtrace_loop.pipeline.core.safe_names import file_stem
 
 __all__ = ["COLLECTION", "PLACEHOLDER_KEY", "close_memory", "new_folder", "open_memory"]
 
 COLLECTION = "memtrace"
 # mem0's openai providers want a key to construct; this one is never sent anywhere (both are replaced)
 PLACEHOLDER_KEY = "not-a-key-mem0ai-objects-are-replaced"
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 def new_folder(label: str) -> str:
     """A new, empty folder for one state's Qdrant collection and history db."""
     root = os.path.join(os.environ.get("MEM0_DIR") or tempfile.gettempdir(), "memtrace-mem0ai")
     os.makedirs(root, exist_ok=True)
-    return tempfile.mkdtemp(prefix=_UNSAFE.sub("_", label)[:60] + "-", dir=root)
+    return tempfile.mkdtemp(prefix=file_stem(label) + "-", dir=root)  # a conversation id is data: a safe stem
 
 
 def open_memory(

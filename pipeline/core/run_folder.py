@@ -1,13 +1,14 @@
 """The layout of a run's output folder: `RunFolder`, the one place every file name of it is written.
 
 `memtrace run` writes `<out>/run_record.json` and `<out>/artifacts/` (cases.json, graphs/, prompts.json,
-results.json, report.json, config.json, attributions.json, blame.json, diagnosis.json/.md,
-report.html); `memtrace optimize` writes `<out>/config.json` (the config the run was started with),
-`checkpoint.json`, `best_prompts.json`/`.yaml`, `best_program.json`, `diagnosis.json`/`.md`,
-`report.html`, the plots, and `optimizer/<name>/*.json` (e.g. GEPA's candidate pools); `memtrace
-attribute`/`report` download a logged run into `<out>/source/`. The names are class constants (what
-modules that only know a folder read) and a `RunFolder(root)` gives the paths. It creates and reads
-nothing.
+results.json, report.json, config.json, attributions.json, blame.json, diagnosis.json/.md, report.html);
+`memtrace optimize` writes `<out>/config.json` (the config the run was started with), `checkpoint.json` (and
+`mlflow_run_id.txt`, the run it belongs to), `best_prompts.json`/`.yaml`, `best_program.json`,
+`diagnosis.json`/`.md`, `report.html`, the plots, and `optimizer/<name>/*.json` (e.g. GEPA's candidate pools);
+`memtrace attribute`/`report` download a logged run into `<out>/source/`. The names are class constants (what
+modules that only know a folder read) and a `RunFolder(root)` gives the paths. A name made from data (a
+conversation's graph file) is `pipeline.core.safe_names.file_stem` of the id: one component, never outside the
+folder, distinct for distinct ids; the file keeps the id itself. It creates and reads nothing.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
+
+from memtrace_loop.pipeline.core.safe_names import file_stem
 
 __all__ = ["RunFolder"]
 
@@ -27,6 +30,7 @@ class RunFolder:
     RECORD: ClassVar[str] = "run_record.json"  # `memtrace run`: the run as MLflow gets it (`memtrace upload`)
     CONFIG: ClassVar[str] = "config.json"  # the composed config the run was made with (secrets redacted)
     CHECKPOINT: ClassVar[str] = "checkpoint.json"  # `memtrace optimize`: the loop after each iteration
+    RUN_ID: ClassVar[str] = "mlflow_run_id.txt"  # `memtrace optimize`: its MLflow run, written once (first checkpoint)
     CASES: ClassVar[str] = "cases.json"  # every judged case, readable back (`pipeline.core.case_io`)
     GRAPHS: ClassVar[str] = "graphs"  # one execution graph per conversation
     PROMPTS: ClassVar[str] = "prompts.json"  # the prompt set the run used
@@ -45,6 +49,11 @@ class RunFolder:
     SOURCE: ClassVar[str] = "source"  # `attribute` / `report`: the logged run downloaded
 
     root: Path
+
+    @staticmethod
+    def graph_file(conversation_id: str) -> str:
+        """The file name of a conversation's graph in `graphs/` (the id itself is the graph's `graph_id`)."""
+        return f"{file_stem(conversation_id)}.json"
 
     @property
     def artifacts(self) -> Path:

@@ -56,6 +56,7 @@ from memtrace_loop.pipeline.loop.case_runner import LoopCaseRunner
 from memtrace_loop.pipeline.loop.checkpoint import (
     CheckpointError,
     LoopProgress,
+    check_checkpoint,
     progress_of,
     read_checkpoint,
     write_checkpoint,
@@ -401,9 +402,8 @@ class OptimizationLoop:
     def _resume(self) -> LoopProgress:
         if self.checkpoint is None or not self.checkpoint.exists():
             raise CheckpointError(f"nothing to resume: no checkpoint at {self.checkpoint}")
-        data = read_checkpoint(self.checkpoint)
-        if self.config_digest and data.get("config_digest") != self.config_digest:
-            raise CheckpointError(f"{self.checkpoint}: was written by a run with another configuration")
+        data = read_checkpoint(self.checkpoint)  # its schema, then its run: one line naming file and field
+        check_checkpoint(self.checkpoint, data, self.config_digest or None)
         progress = progress_of(data)
         self.system.with_knobs(progress.knobs).with_prompts(progress.current)  # fails clearly if they do not fit
         return progress

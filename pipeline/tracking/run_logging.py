@@ -32,6 +32,7 @@ from memtrace_loop.pipeline.core.graph_io import graph_to_json
 from memtrace_loop.pipeline.core.records import Dataset, PromptSet
 from memtrace_loop.pipeline.core.redaction import redact as scrub  # the one implementation
 from memtrace_loop.pipeline.core.run_folder import RunFolder
+from memtrace_loop.pipeline.core.safe_names import confined
 from memtrace_loop.pipeline.data.reader import hub_source
 from memtrace_loop.pipeline.loop.runner import RunResult
 from memtrace_loop.pipeline.tracking import metric_names as names
@@ -81,7 +82,7 @@ def log_params(tracker: Tracker, params: Mapping[str, str], secrets: Iterable[st
 
 
 def _write(directory: Path, relative: str, text: str, secrets: tuple[str, ...]) -> None:
-    path = directory / relative
+    path = confined(directory, relative)  # never outside `directory`, whatever a name made from data holds
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(scrub(text, secrets), encoding="utf-8")
 
@@ -287,7 +288,8 @@ def save_run(
     config: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write the run's artifacts into `directory`: results.json (the table), cases.json, prompts.json,
-    report.json, graphs/<conversation>.json and, when given, config.json. A run saved so can be
+    report.json, graphs/<conversation>.json (a safe file name, `RunFolder.graph_file`; the id is the
+    graph's `graph_id`) and, when given, config.json. A run saved so can be
     attributed later without rerunning it (`pipeline.tracking.saved_run`)."""
     secrets = tuple(secrets)
     directory.mkdir(parents=True, exist_ok=True)
@@ -298,7 +300,7 @@ def save_run(
     if config is not None:
         _write(directory, CONFIG_FILE, json.dumps(config, indent=2, ensure_ascii=False), secrets)
     for conversation_id, graph in result.graph_by_conversation.items():
-        _write(directory, f"{GRAPHS_DIR}/{conversation_id}.json", graph_to_json(graph), secrets)
+        _write(directory, f"{GRAPHS_DIR}/{RunFolder.graph_file(conversation_id)}", graph_to_json(graph), secrets)
     return directory
 
 

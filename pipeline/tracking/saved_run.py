@@ -54,7 +54,8 @@ def read_saved_run(directory: str | Path) -> SavedRun:
     if not graphs_dir.is_dir():
         raise FileNotFoundError(f"{folder}: no {GRAPHS_DIR}/ folder of graph JSON files")
     results = cases_from_json(cases_path.read_text(encoding="utf-8"), str(cases_path))
-    graph_by_conversation = {path.stem: load_graph(path) for path in sorted(graphs_dir.glob("*.json"))}
+    graphs = [load_graph(path) for path in sorted(graphs_dir.glob("*.json"))]
+    graph_by_conversation = {graph.graph_id: graph for graph in graphs}  # file names are safe stems, not ids
     prompts_path = folder / PROMPTS_FILE
     prompts = PromptSet(json.loads(prompts_path.read_text(encoding="utf-8"))) if prompts_path.is_file() else None
     config_path = folder / CONFIG_FILE

@@ -1,0 +1,89 @@
+"""File names made from data: `file_stem(id)` and `confined(root, name)`, the one sanitizer.
+
+A dataset's ids (a LoCoMo `sample_id`, a question id, a user system's conversation id) name files and
+folders: a graph per conversation, a mem0ai store per conversation. An id is data, so it may be
+`../../x`, `/tmp/x`, `a/b`, `CON`, 300 characters long, or differ from another id only by case.
+`file_stem` turns any id into a name that is one path component, portable (Linux, macOS, Windows,
+case-insensitive file systems, MLflow artifact paths) and distinct for distinct ids:
+
+- an id that is already such a name (lower case letters, digits, `.`, `_`, `-`; starting with a letter
+  or digit; not ending with `.`; at most `MAX_KEPT` characters; not a Windows device name) is kept as it is;
+- any other id becomes its sanitized form (`_` for each run of other characters, lower case, cut to
+  `MAX_KEPT`, `_` before a device name) plus `~` and a short hash of the original id. A kept name never
+  holds `~`, so a changed id cannot land on a kept one, and two changed ids differ in their hash.
+
+The name is only a handle: whoever writes the file keeps the original id inside it (a graph's
+`graph_id`, a case's question id). `confined(root, name)` is `root / name` after checking that the
+result stays inside `root` (a `ValueError` otherwise); it creates nothing.
+
+>>> file_stem("conv-26")
+'conv-26'
+>>> file_stem("../../../x")
+'x~0274b71897'
+>>> file_stem("/tmp/x")
+'tmp_x~2e56aa36f5'
+>>> file_stem("a/b")
+'a_b~c14cddc033'
+>>> file_stem("CON"), file_stem("con"), file_stem("nul.txt")
+('_con~a3dbc4b644', '_con~1143da2bc5', '_nul.txt~7f3cbdd58a')
+>>> file_stem("Conv-1") != file_stem("conv-1")
+True
+>>> file_stem("")
+'id~e3b0c44298'
+>>> len(file_stem("x" * 300))
+91
+>>> confined(Path("/runs/r1"), file_stem("../../x"))
+PosixPath('/runs/r1/x~9cdf6a5010')
+>>> confined(Path("/runs/r1"), "../x")
+Traceback (most recent call last):
+...
+ValueError: '../x' is not a name inside /runs/r1
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+__all__ = ["HASH_SEP", "MAX_KEPT", "confined", "file_stem"]
+
+MAX_KEPT = 80  # characters of an id kept in a name (a changed one adds `~` and the hash)
+HASH_SEP = "~"  # never in a kept name: it marks a changed one
+_HASH_CHARS = 10  # hex digits of sha256(id): 40 bits
+_KEPT = re.compile(r"[a-z0-9][a-z0-9._-]*")
+_OTHER = re.compile(r"[^a-z0-9._-]+")
+# names Windows reserves for devices, whatever their extension (`nul.txt` is `nul`)
+_DEVICES = frozenset({"con", "prn", "aux", "nul", "conin$", "conout$"}
+                     | {f"{p}{i}" for p in ("com", "lpt") for i in (*"0123456789", "¹", "²", "³")})
+
+
+def _device(name: str) -> bool:
+    return name.split(".", 1)[0].rstrip(" ") in _DEVICES
+
+
+def _kept(identifier: str) -> bool:
+    return (
+        len(identifier) <= MAX_KEPT and _KEPT.fullmatch(identifier) is not None
+        and not identifier.endswith(".") and not _device(identifier)
+    )
+
+
+def file_stem(identifier: str) -> str:
+    """A safe, distinct, single-component file name for `identifier` (see the module doc)."""
+    if _kept(identifier):
+        return identifier
+    base = _OTHER.sub("_", identifier.lower()).strip("._")[:MAX_KEPT].rstrip(".") or "id"
+    if _device(base):
+        base = "_" + base
+    digest = hashlib.sha256(identifier.encode("utf-8", "surrogatepass")).hexdigest()[:_HASH_CHARS]
+    return f"{base}{HASH_SEP}{digest}"
+
+
+def confined(root: Path, name: str) -> Path:
+    """`root / name`, refused (`ValueError`) unless it is a path below `root` (no `..`, no absolute path)."""
+    path = root / name
+    resolved_root = root.resolve()
+    if name in ("", ".") or not path.resolve().is_relative_to(resolved_root) or path.resolve() == resolved_root:
+        raise ValueError(f"{name!r} is not a name inside {root}")
+    return path
