@@ -13,7 +13,9 @@
   without the `memtrace` dispatcher is checked too; it also puts the console behind `protect_console`.
 - `protect_console(argv)`: `sys.stdout`/`sys.stderr` wrapped in a `RedactingStream` (URL credentials
   always; the values of variables named by `*_env=NAME` overrides; more once `protect` knows them),
-  so a traceback, Hydra's own error echo or a third party's print cannot show a key.
+  so a traceback, Hydra's own error echo or a third party's print cannot show a key; until the app
+  starts, an override's `key=value` is shown as `key=<value not shown>` (Hydra's message about a
+  misspelt key, "To append to your config use +key=value", never echoes the value).
 - `protect(plain)`: what each app calls first thing, with its composed config: the secrets of the
   config (`config_secrets`), Hydra's `.hydra/*.yaml` (and a sweep's `multirun.yaml`) rewritten
   redacted (`scrub_hydra_output`), a `SecretFilter` on every logging handler, the console streams told
@@ -104,6 +106,25 @@ def _argv_secrets(argv: Iterable[str], environ: Mapping[str, str]) -> list[str]:
     return found
 
 
+class _ConsoleStream(RedactingStream):
+    """The console's `RedactingStream`; until the app starts (`protect`), each `key=value` override of
+    the command line is also shown as `key=<value not shown>`: Hydra's errors about an override
+    (a misspelt key's "To append to your config use +key=value", a parse error) never echo a value."""
+
+    echoes: tuple[tuple[str, str], ...] = ()
+
+    def write(self, text: str) -> int:
+        shown = text
+        for override, hidden in self.echoes:
+            shown = shown.replace(override, hidden)
+        self.stream.write(redact(shown, self.secrets))
+        return len(text)
+
+
+def _consoles() -> list[_ConsoleStream]:
+    return [stream for stream in (sys.stdout, sys.stderr) if isinstance(stream, _ConsoleStream)]
+
+
 def _add_console_secrets(secrets: Iterable[str]) -> None:
     secrets = tuple(secrets)
     for name in ("stdout", "stderr"):
@@ -111,12 +132,21 @@ def _add_console_secrets(secrets: Iterable[str]) -> None:
         if isinstance(stream, RedactingStream):
             stream.add(secrets)
         else:
-            setattr(sys, name, RedactingStream(stream, secrets))
+            setattr(sys, name, _ConsoleStream(stream, secrets))
+
+
+def _echoes(argv: Iterable[str]) -> tuple[tuple[str, str], ...]:
+    pairs = (arg.lstrip("+~").partition("=") for arg in argv if not arg.startswith("-"))
+    return tuple((f"{key}={value}", f"{key}=<value not shown>") for key, sep, value in pairs if sep and value)
 
 
 def protect_console(argv: Iterable[str] = ()) -> None:
-    """Put `sys.stdout`/`sys.stderr` behind a `RedactingStream` (once) with the secrets visible in argv."""
+    """Put `sys.stdout`/`sys.stderr` behind a `RedactingStream` (once) with the secrets visible in argv;
+    until `protect` runs, the overrides' values are not echoed either."""
+    argv = list(argv)
     _add_console_secrets(_argv_secrets(argv, os.environ))
+    for stream in _consoles():
+        stream.echoes = _echoes(argv)
 
 
 def known_secrets() -> tuple[str, ...]:
@@ -192,6 +222,8 @@ def protect(plain: Mapping[str, Any]) -> tuple[str, ...]:
     """An app's first step with its composed (resolved, plain) config: its secrets found, Hydra's output
     files scrubbed, every logging handler filtered, the console told. Returns the secrets."""
     secrets = config_secrets(plain, os.environ)
+    for stream in _consoles():  # the app runs: its own lines (`resume=...` hints) are shown as they are
+        stream.echoes = ()
     _scrub_this_hydra_job(secrets)
     _refuse_task_overrides(secrets)
     install_secret_filter(secrets)
