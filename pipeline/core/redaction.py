@@ -329,9 +329,10 @@ def _named_reason(key: str, value: str) -> str | None:
 
 
 def _value_reason(key: str, value: str, keys: Sequence[str]) -> str | None:
+    value = scrub_urls(value)  # URL credentials are allowed (masked wherever they are stored or shown)
     if any(k in value for k in keys):
         return f"override {key!r} holds the value of a key variable"
-    kind = key_like(scrub_urls(value))  # URL credentials are allowed (scrubbed wherever they are stored)
+    kind = key_like(value)
     return f"override {key!r} holds what looks like a key ({kind})" if kind else None
 
 
