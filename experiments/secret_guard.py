@@ -64,6 +64,7 @@ USE_KEY_VARIABLE = (
 
 
 _KEY_ENV_LINE = re.compile(r"^\s*api_key_env:\s*['\"]?([A-Za-z_][A-Za-z0-9_]*)", re.MULTILINE)
+_HYDRA_ESCAPE = re.compile(r"\\(.)")
 _ENV_OVERRIDE = re.compile(r"^[~+]{0,2}[^=]*_env=['\"]?([A-Za-z_][A-Za-z0-9_]*)['\"]?$")
 
 
@@ -213,7 +214,8 @@ def _refuse_task_overrides(secrets: tuple[str, ...]) -> None:
     if not HydraConfig.initialized():
         return
     hydra_cfg = HydraConfig.get()
-    reason = secret_override(list(hydra_cfg.overrides.task), secrets)
+    task = [_HYDRA_ESCAPE.sub(r"\1", override) for override in hydra_cfg.overrides.task]  # a sweep's `http\://`
+    reason = secret_override(task, secrets)
     if reason is not None:
         _refuse(reason, f"memtrace {hydra_cfg.job.name}")
 
