@@ -4,6 +4,9 @@ It builds the system, judge, optimizer and train/dev/test split from the config,
 `pipeline.loop.OptimizationLoop` inside one MLflow parent run (one nested run per iteration), writes a
 checkpoint after every iteration (`resume=<run dir>` continues an interrupted run with the config it
 was started with), exports the best prompt set as JSON and YAML, and prints the summary tables.
+The run folder is locked while it runs (`pipeline.core.run_lock`: a second `resume=` of it is refused);
+each start ends FAILED the RUNNING runs of its experiment whose folder's lock is free
+(`pipeline.tracking.stale_runs`), and `resume=` of a folder without a checkpoint ends its run FAILED.
 An entry point: it configures DSPy's cache and prints; the work lives in `pipeline`.
 """
 
