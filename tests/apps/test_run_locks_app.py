@@ -122,6 +122,7 @@ def test_a_stale_running_run_is_ended_failed_on_the_next_start_and_a_locked_one_
                         unnamed: "RUNNING"}
 
 
+@pytest.mark.slow  # one short optimization, stopped
 def test_resume_of_a_run_killed_before_its_first_checkpoint_ends_its_run_failed(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     original = loop_tracking.TrackingLoopObserver.on_iteration

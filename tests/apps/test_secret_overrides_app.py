@@ -45,12 +45,14 @@ def test_a_key_in_any_override_is_refused_and_written_nowhere(tmp_path, name, va
     assert not (tmp_path / "out").exists()  # Hydra never started
 
 
+@pytest.mark.slow  # imports every app (seconds)
 def test_an_app_started_without_the_dispatcher_refuses_too(tmp_path):
     done = _memtrace(tmp_path, f"+access_key={KEY}", module="memtrace_loop.experiments.optimize")
     assert done.returncode == 2 and "'access_key'" in done.stderr and KEY not in done.stdout + done.stderr
     assert _files_holding(tmp_path, KEY) == []
 
 
+@pytest.mark.slow  # imports every app and composes (seconds)
 def test_hydras_error_about_a_misspelt_key_does_not_echo_its_value(tmp_path):
     value = "ordinaryvalue42"  # no key shape, no key variable: it passes the guard and reaches Hydra
     done = _memtrace(tmp_path, f"lm.task.modle={value}")
