@@ -83,11 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     request = completion_request(args)
     if request is not None and request[0] != "query":  # Hydra's query mode (used by the script) goes on
         return _completion(request, f"memtrace {command}")
-    commands = _commands()
     from memtrace_loop.experiments.secret_guard import protect_console, refuse_secret_overrides
 
     refuse_secret_overrides(args, f"memtrace {command}")  # before Hydra echoes or saves an override
     protect_console(args)  # every line printed from here on is redacted
+    commands = _commands()  # the apps (DSPy, MLflow) are imported once the overrides are accepted
     sys.argv = [f"memtrace {command}", *args]
     commands[command]()
     return 0

@@ -4,6 +4,9 @@ It builds the system, judge, optimizer and train/dev/test split from the config,
 `pipeline.loop.OptimizationLoop` inside one MLflow parent run (one nested run per iteration), writes a
 checkpoint after every iteration (`resume=<run dir>` continues an interrupted run with the config it
 was started with), exports the best prompt set as JSON and YAML, and prints the summary tables.
+The run folder is locked while it runs (`pipeline.core.run_lock`: a second `resume=` of it is refused);
+each start ends FAILED the RUNNING runs of its experiment whose folder's lock is free
+(`pipeline.tracking.stale_runs`), and `resume=` of a folder without a checkpoint ends its run FAILED.
 An entry point: it configures DSPy's cache and prints; the work lives in `pipeline`.
 """
 
@@ -35,6 +38,7 @@ from memtrace_loop.experiments.factory import (
     attributor_of,
     build_components,
     build_optimizer,
+    launch_dir,
     local_models,
     resolve,
     secret_values,
@@ -62,6 +66,7 @@ from memtrace_loop.pipeline.core.prompt_files import ExportedPrompts, write_prom
 from memtrace_loop.pipeline.core.prompt_formats import PromptFormat, write_prompt_formats
 from memtrace_loop.pipeline.core.redaction import redact_tree, restore_tree
 from memtrace_loop.pipeline.core.run_folder import RunFolder
+from memtrace_loop.pipeline.core.run_lock import hold_run_lock
 from memtrace_loop.pipeline.core.stop import Interrupted, StopToken
 from memtrace_loop.pipeline.data.locomo import Split
 from memtrace_loop.pipeline.loop.checkpoint import (
@@ -75,6 +80,7 @@ from memtrace_loop.pipeline.loop.optimization import LoopResult, OptimizationLoo
 from memtrace_loop.pipeline.report.run_report import report_for_loop
 from memtrace_loop.pipeline.tracking.loop_observer import TrackingLoopObserver
 from memtrace_loop.pipeline.tracking.metric_names import ELAPSED_S
+from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.redacting_tracker import RedactingTracker
 from memtrace_loop.pipeline.tracking.run_logging import (
     dataset_input,
@@ -85,6 +91,7 @@ from memtrace_loop.pipeline.tracking.run_logging import (
     process_tags,
     retry_metrics,
 )
+from memtrace_loop.pipeline.tracking.stale_runs import end_runs_of_folder, end_stale_runs, folder_tags
 from memtrace_loop.pipeline.tracking.store_access import TrackingUnavailable, tracking_available
 from omegaconf import DictConfig
 from rich.console import Console
@@ -212,10 +219,38 @@ class _Finished:
 
 def optimize(cfg: DictConfig, console: Console | None = None, stop: StopToken | None = None) -> dict[str, Any]:
     """`_optimize` inside the run's local model servers (`lm=local`: started on demand, stopped on the way out)."""
+    plain = to_plain(cfg)
+    _fail_unstarted_resume(plain)  # resume= of a folder without a checkpoint: its run ends FAILED, then refused
     with local_models() as servers:
-        session = open_session("optimize", to_plain(cfg), validated_optimize, console=console, stop=stop,
+        session = open_session("optimize", plain, validated_optimize, console=console, stop=stop,
                                servers=servers, folder_of=_run_dir)
-        return _optimize(session)
+        with hold_run_lock(session.folder.root, "memtrace optimize"):  # a second resume of it: RunLocked
+            return _optimize(session)
+
+
+def _fail_unstarted_resume(plain: Mapping[str, Any]) -> None:
+    """`resume=` of a run folder without a checkpoint (its process was killed before its first
+    iteration ended): under the folder's lock (a live run is `RunLocked`), its RUNNING MLflow run is
+    ended FAILED; `_run_dir` then refuses the resume as before."""
+    run_dir = resolve(str(plain["resume"]), launch_dir()) if plain.get("resume") else None
+    if run_dir is None or (run_dir / CHECKPOINT).exists() or not (run_dir / SAVED_CONFIG).is_file():
+        return
+    tracking = plain["tracking"]
+    with hold_run_lock(run_dir, "memtrace optimize resume"):
+        if tracking_available(tracking["uri"], tracking["timeout_s"]) is not None:
+            return
+        ended = end_runs_of_folder(MlflowTracker(tracking["uri"]), tracking["experiment"], run_dir)
+    if ended:
+        logger.warning("resume: %s has no %s (killed before its first iteration ended): MLflow run %s marked FAILED",
+                       run_dir, CHECKPOINT, ", ".join(ended))
+
+
+def _end_stale_runs(tracker: RedactingTracker, experiment: str) -> None:
+    """Runs of the experiment left RUNNING by a dead process (their folder's lock is free): FAILED."""
+    ended = end_stale_runs(tracker, experiment)
+    if ended:
+        logger.warning("marked FAILED %d MLflow run(s) left RUNNING by a process that died: %s", len(ended),
+                       ", ".join(ended))
 
 
 def _optimize(session: AppSession[OptimizeConfig]) -> dict[str, Any]:
@@ -232,10 +267,12 @@ def _optimize(session: AppSession[OptimizeConfig]) -> dict[str, Any]:
         check_checkpoint_stages(folder.checkpoint, checkpoint, parts.system)
     tracker = session.tracker()
     tracker.open_experiment(config.tracking.experiment)
+    _end_stale_runs(tracker, config.tracking.experiment)
     parent_id = _resumed_parent(tracker, checkpoint) if resuming else None
     run_name = sweep_run_name("optimize", config.run_name, f"optimize-{parts.system.name}-{config.optimizer.name}")
     started = time.perf_counter()
     with _resume_note(folder), tracker.start_run(None if parent_id else run_name, run_id=parent_id) as run_id:
+        tracker.set_tags(folder_tags(folder.root))  # first: a run killed from here on is found stale by its lock
         if not resuming:
             _log_start(session, parts, tracker)
         observer = TrackingLoopObserver(tracker, parts.system.name, session.secrets, config.register_prompts)

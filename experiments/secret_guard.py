@@ -1,19 +1,28 @@
 """The entry points' side of keeping secrets (the functions are `pipeline.core.redaction`'s):
 
 - `refuse_secret_overrides(argv, program)`: before Hydra parses the command line (and so before it
-  echoes an override or writes it into its output folder), an override that would put a secret into
-  the config (`+lm.task.api_key=...`, `...headers.Authorization=...`, a key pasted into `api_key_env`)
-  ends the program with exit code 2 and one line naming the key, never the value.
+  echoes an override, suggests a misspelt key with its value, or writes anything into its output
+  folder), an override that would put a secret into the config ends the program with exit code 2 and
+  one line naming the key, never the value: a secret-named key (`+lm.task.api_key=...`,
+  `...headers.Authorization=...`, a key pasted into `api_key_env`), and whatever the key's name
+  (`lm.task.key`, `+openai_key`, `hydra.job.env_set.X`) a value holding a key variable's value or a
+  key-like token (`redaction.secret_override`). The key variables: every `api_key_env` of the
+  config files (`conf/**.yaml`) and of `*_env=NAME` overrides, the well-known ones, and every set
+  variable whose name looks secret (`redaction.key_values`).
 - `guarded`: the decorator every Hydra app's `main` wears on top of `@hydra.main`, so an app started
   without the `memtrace` dispatcher is checked too; it also puts the console behind `protect_console`.
 - `protect_console(argv)`: `sys.stdout`/`sys.stderr` wrapped in a `RedactingStream` (URL credentials
   always; the values of variables named by `*_env=NAME` overrides; more once `protect` knows them),
-  so a traceback, Hydra's own error echo or a third party's print cannot show a key.
+  so a traceback, Hydra's own error echo or a third party's print cannot show a key; until the app
+  starts, an override's `key=value` is shown as `key=<value not shown>` (Hydra's message about a
+  misspelt key, "To append to your config use +key=value", never echoes the value).
 - `protect(plain)`: what each app calls first thing, with its composed config: the secrets of the
   config (`config_secrets`), Hydra's `.hydra/*.yaml` (and a sweep's `multirun.yaml`) rewritten
   redacted (`scrub_hydra_output`), a `SecretFilter` on every logging handler, the console streams told
   (in a Hydra job they are wrapped when they are not yet: a sweep's job in a joblib/submitit worker
-  process never passed through `guarded`);
+  process never passed through `guarded`); a Hydra task override holding one of the composed config's
+  secrets (an `api_key_env` only an experiment file names) is refused there too, exit 2, once Hydra's
+  files are scrubbed;
   returns the secrets for everything the app stores (`log_params`, `save_run`, `RedactingTracker`).
 - `known_secrets()`: what the console masks so far, for a top-level error line printed outside the app.
 
@@ -25,6 +34,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -35,6 +45,7 @@ from memtrace_loop.pipeline.core.redaction import (
     RedactingStream,
     config_secrets,
     install_secret_filter,
+    key_values,
     redact,
     secret_override,
     url_credentials,
@@ -52,13 +63,38 @@ USE_KEY_VARIABLE = (
 )
 
 
+_KEY_ENV_LINE = re.compile(r"^\s*api_key_env:\s*['\"]?([A-Za-z_][A-Za-z0-9_]*)", re.MULTILINE)
+_HYDRA_ESCAPE = re.compile(r"\\(.)")
+_ENV_OVERRIDE = re.compile(r"^[~+]{0,2}[^=]*_env=['\"]?([A-Za-z_][A-Za-z0-9_]*)['\"]?$")
+
+
+def configured_key_variables(argv: Iterable[str]) -> tuple[str, ...]:
+    """The variable names every `api_key_env` of the config files and of the overrides names."""
+    conf = Path(__file__).resolve().parent.parent / "conf"
+    named = [m.group(1) for path in sorted(conf.rglob("*.yaml")) for m in _KEY_ENV_LINE.finditer(_text(path))]
+    named += [m.group(1) for m in (_ENV_OVERRIDE.match(arg.strip()) for arg in argv) if m]
+    return tuple(dict.fromkeys(named))
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _refuse(reason: str, program: str) -> None:
+    sys.stderr.write(f"{program}: refused: {reason}; {USE_KEY_VARIABLE}\n")
+    sys.stderr.flush()
+    raise SystemExit(2)
+
+
 def refuse_secret_overrides(argv: Iterable[str], program: str = "memtrace") -> None:
     """Exit with code 2 and one line on stderr when an override would put a secret into the config."""
-    reason = secret_override(argv)
+    argv = list(argv)
+    reason = secret_override(argv, key_values(os.environ, configured_key_variables(argv)))
     if reason is not None:
-        sys.stderr.write(f"{program}: refused: {reason}; {USE_KEY_VARIABLE}\n")
-        sys.stderr.flush()
-        raise SystemExit(2)
+        _refuse(reason, program)
 
 
 def _argv_secrets(argv: Iterable[str], environ: Mapping[str, str]) -> list[str]:
@@ -71,6 +107,25 @@ def _argv_secrets(argv: Iterable[str], environ: Mapping[str, str]) -> list[str]:
     return found
 
 
+class _ConsoleStream(RedactingStream):
+    """The console's `RedactingStream`; until the app starts (`protect`), each `key=value` override of
+    the command line is also shown as `key=<value not shown>`: Hydra's errors about an override
+    (a misspelt key's "To append to your config use +key=value", a parse error) never echo a value."""
+
+    echoes: tuple[tuple[str, str], ...] = ()
+
+    def write(self, text: str) -> int:
+        shown = text
+        for override, hidden in self.echoes:
+            shown = shown.replace(override, hidden)
+        self.stream.write(redact(shown, self.secrets))
+        return len(text)
+
+
+def _consoles() -> list[_ConsoleStream]:
+    return [stream for stream in (sys.stdout, sys.stderr) if isinstance(stream, _ConsoleStream)]
+
+
 def _add_console_secrets(secrets: Iterable[str]) -> None:
     secrets = tuple(secrets)
     for name in ("stdout", "stderr"):
@@ -78,12 +133,21 @@ def _add_console_secrets(secrets: Iterable[str]) -> None:
         if isinstance(stream, RedactingStream):
             stream.add(secrets)
         else:
-            setattr(sys, name, RedactingStream(stream, secrets))
+            setattr(sys, name, _ConsoleStream(stream, secrets))
+
+
+def _echoes(argv: Iterable[str]) -> tuple[tuple[str, str], ...]:
+    pairs = (arg.lstrip("+~").partition("=") for arg in argv if not arg.startswith("-"))
+    return tuple((f"{key}={value}", f"{key}=<value not shown>") for key, sep, value in pairs if sep and value)
 
 
 def protect_console(argv: Iterable[str] = ()) -> None:
-    """Put `sys.stdout`/`sys.stderr` behind a `RedactingStream` (once) with the secrets visible in argv."""
+    """Put `sys.stdout`/`sys.stderr` behind a `RedactingStream` (once) with the secrets visible in argv;
+    until `protect` runs, the overrides' values are not echoed either."""
+    argv = list(argv)
     _add_console_secrets(_argv_secrets(argv, os.environ))
+    for stream in _consoles():
+        stream.echoes = _echoes(argv)
 
 
 def known_secrets() -> tuple[str, ...]:
@@ -144,11 +208,26 @@ def _scrub_this_hydra_job(secrets: tuple[str, ...]) -> None:
             _rewrite(multirun, secrets)
 
 
+def _refuse_task_overrides(secrets: tuple[str, ...]) -> None:
+    """A Hydra job's overrides holding a secret of the composed config: refused (Hydra's files are
+    scrubbed already), as the entry point would have refused them had it known that key variable."""
+    if not HydraConfig.initialized():
+        return
+    hydra_cfg = HydraConfig.get()
+    task = [_HYDRA_ESCAPE.sub(r"\1", override) for override in hydra_cfg.overrides.task]  # a sweep's `http\://`
+    reason = secret_override(task, secrets)
+    if reason is not None:
+        _refuse(reason, f"memtrace {hydra_cfg.job.name}")
+
+
 def protect(plain: Mapping[str, Any]) -> tuple[str, ...]:
     """An app's first step with its composed (resolved, plain) config: its secrets found, Hydra's output
     files scrubbed, every logging handler filtered, the console told. Returns the secrets."""
     secrets = config_secrets(plain, os.environ)
+    for stream in _consoles():  # the app runs: its own lines (`resume=...` hints) are shown as they are
+        stream.echoes = ()
     _scrub_this_hydra_job(secrets)
+    _refuse_task_overrides(secrets)
     install_secret_filter(secrets)
     if HydraConfig.initialized():  # a job in a launcher's worker process (joblib, submitit) was never guarded
         _add_console_secrets(secrets)

@@ -5,7 +5,9 @@ For when MLflow was unreachable (or its store locked) at the end of a run: the r
 have logged them live (same run name, params, metrics, tags, artifacts and tables, plus the tag
 `memtrace.uploaded_from=<dir>`). Idempotent: the run carries `memtrace.record_id`; when the store
 already holds that record complete nothing is logged, when a live run of it broke off midway that run
-is completed. The tracking server is probed first, so a store that is down fails in seconds with the
+is completed. One upload of a folder at a time (its lock; a second is refused, exit 2, naming the
+holder's pid), and never a second copy: a store holding the run uploaded from another folder or
+machine refuses it (exit 2). The tracking server is probed first, so a store that is down fails in seconds with the
 cause named (`tracking.timeout_s`, `tracking.max_retries` bound MLflow's own retries). An entry point;
 the work is `pipeline.tracking.run_record`.
 """

@@ -14,10 +14,24 @@
   encoded forms) replaced by `***`, then `scrub_urls`. `redact_tree` does it for every string of a
   nested config; `restore_tree` puts the real values back where a saved (redacted) config matches the
   current one (resuming a run whose saved config was redacted).
-- `is_secret_name(key)` / `secret_override(argv)`: the override check the entry points run before Hydra
-  writes anything (`*api_key*`, `*apikey*`, `*authorization*`, `*token*`, `*secret*`, `*password*` as the
-  LAST key segment, singular `token` only, so `max_tokens`, `window_tokens`, `tokenizer` stay allowed,
-  and `api_key_env`, a variable NAME, too).
+- `is_secret_name(key)` / `secret_override(argv, keys)`: the override check the entry points run before
+  Hydra writes anything: a secret-named key (`*api_key*`, `*apikey*`, `*authorization*`, `*token*`,
+  `*secret*`, `*password*` as the LAST key segment, singular `token` only, so `max_tokens`,
+  `window_tokens`, `tokenizer` stay allowed, and `api_key_env`, a variable NAME, too), and, whatever
+  the key's name (`lm.task.key`, `+openai_key`, `hydra.job.env_set.X`), a value holding one of `keys`
+  (the values of the key variables) or a key-like token (`key_like`). The reason names the key only.
+- `key_like(text)`: the kind of the first key-like token in a text (None when there is none): THE one
+  pattern list (`KEY_PATTERNS`) of what real keys look like — OpenAI `sk-`/`sk-proj-`, Anthropic
+  `sk-ant-`, `Bearer`/`Basic` credentials, GitHub `ghp_`/`github_pat_`, AWS `AKIA`/`ASIA` ids,
+  Google `AIza`, Hugging Face `hf_`, Slack `xox?-`, Stripe `sk_live_`, JWTs, private-key blocks, a run
+  of more than 40 hex digits, and a random-looking base64 run (>= 24 letters and digits mixing upper
+  case, lower case and digits, changing class often). Decision: ordinary values pass — paths (long ones
+  too), a 40-hex git commit, a 32-hex MLflow run id, UUIDs, `sha256:<hex>` digests, model names,
+  URLs without credentials, numbers; a path segment such as `sk-<20+ characters with a digit>` is
+  taken for a key (`tests/unit/test_key_patterns.py` holds both lists).
+- `key_variable_names(environ, named)` / `key_values(environ, named)`: the environment variables
+  holding keys (the `named` ones, e.g. every `api_key_env`; the well-known `KNOWN_KEY_VARIABLES`;
+  every variable whose name looks secret by `is_secret_name`) and their values (>= 8 characters).
 - `SecretFilter` (a `logging.Filter` masking secrets and URL credentials in a record's message, args,
   exception and stack text) and `install_secret_filter(secrets)` (on every handler of every logger,
   adding to what a handler's filter already masks; entry points call it once the secrets are known),
@@ -33,6 +47,7 @@ import json
 import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import pairwise
 from typing import IO, Any
 from urllib.parse import quote, unquote
 
@@ -40,12 +55,17 @@ REDACTED = "***"
 MIN_SECRET_CHARS = 4  # a shorter "secret" would mangle ordinary text when masked everywhere
 
 __all__ = [
+    "KEY_PATTERNS",
+    "KNOWN_KEY_VARIABLES",
     "REDACTED",
     "RedactingStream",
     "SecretFilter",
     "config_secrets",
     "install_secret_filter",
     "is_secret_name",
+    "key_like",
+    "key_values",
+    "key_variable_names",
     "redact",
     "redact_tree",
     "restore_tree",
@@ -220,31 +240,120 @@ def config_secrets(config: Mapping[str, Any], environ: Mapping[str, str]) -> tup
     return tuple(dict.fromkeys(found))
 
 
+# THE list of what real keys look like: (kind, pattern). A token must stand alone (no letter or digit
+# glued before it), so `desk-...` or `task-...` are not `sk-...`.
+_B = r"(?<![A-Za-z0-9])"
+KEY_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("an OpenAI/Anthropic key (sk-...)", re.compile(_B + r"sk-(?=[A-Za-z0-9_\-]*[0-9])[A-Za-z0-9_\-]{20,}")),
+    ("a Bearer/Basic credential", re.compile(r"(?i)\b(?:bearer|basic)\s+[A-Za-z0-9._~+/=\-]{8,}")),
+    ("a GitHub token", re.compile(_B + r"(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{40,})")),
+    ("an AWS access key id", re.compile(_B + r"(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])")),
+    ("a Google API key", re.compile(_B + r"AIza[0-9A-Za-z_\-]{35}")),
+    ("a Hugging Face token", re.compile(_B + r"hf_[A-Za-z0-9]{30,}")),
+    ("a Slack token", re.compile(_B + r"xox[abprse]-[A-Za-z0-9\-]{10,}")),
+    ("a Stripe key", re.compile(_B + r"[sr]k_(?:live|test)_[A-Za-z0-9]{16,}")),
+    ("a JSON Web Token", re.compile(_B + r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}")),
+    ("a private key", re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")),
+    ("a long hex string", re.compile(r"(?<![0-9A-Fa-f])(?<!sha256:)(?<!sha512:)[0-9A-Fa-f]{41,}(?![0-9A-Fa-f])")),
+)
+_RANDOM_RUNS = (re.compile(r"[A-Za-z0-9]{24,}"), re.compile(r"[A-Za-z0-9+/]{32,}"))  # base62; base64
+_RANDOM_MIN_CHANGES = 0.4  # share of neighbouring characters of another class (upper/lower/digit)
+
+
+def _char_class(char: str) -> int:
+    return 0 if char.isupper() else 1 if char.islower() else 2
+
+
+def _random_looking(run: str) -> bool:
+    """A letters-and-digits run (base64's `+`/`/` skipped) that mixes upper case, lower case and digits
+    and changes class as often as random text does (random base62: ~60% of neighbours differ; words
+    and CamelCase: far fewer)."""
+    classes = [_char_class(c) for c in run if c.isalnum()]
+    if len(set(classes)) < 3:
+        return False
+    changes = sum(a != b for a, b in pairwise(classes))
+    return changes / (len(classes) - 1) >= _RANDOM_MIN_CHANGES
+
+
+def key_like(text: str) -> str | None:
+    """The kind of the first key-like token in `text` ("a long hex string", ...), None when none."""
+    for kind, pattern in KEY_PATTERNS:
+        if pattern.search(text):
+            return kind
+    if any(_random_looking(m.group(0)) for run in _RANDOM_RUNS for m in run.finditer(text)):
+        return "a long random-looking (base64) string"
+    return None
+
+
+# variables holding keys whatever config is composed (an `api_key_env` may name any other)
+KNOWN_KEY_VARIABLES = (
+    "OPENAI_API_KEY", "AZURE_OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY",
+    "MISTRAL_API_KEY", "GROQ_API_KEY", "TOGETHER_API_KEY", "TOGETHERAI_API_KEY", "COHERE_API_KEY",
+    "DEEPSEEK_API_KEY", "OPENROUTER_API_KEY", "FIREWORKS_API_KEY", "XAI_API_KEY", "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN", "GITHUB_TOKEN", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN", "MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_PASSWORD",
+)
+MIN_KEY_VALUE_CHARS = 8  # a variable's value shorter than this is not compared (flags, `1`, `true`)
+_NOT_A_VALUE = ("_FILE", "_PATH", "_DIR", "_URL", "_URI", "_HOST")  # `*_PASSWORD_FILE` names a file
+
+
+def key_variable_names(environ: Mapping[str, str], named: Iterable[str] = ()) -> tuple[str, ...]:
+    """The set variables that hold keys: `named` (every `api_key_env`), `KNOWN_KEY_VARIABLES`, and
+    every variable whose name looks secret (`*_API_KEY`, `*_TOKEN`, `*_SECRET*`, `*_PASSWORD`)."""
+    looks_secret = (n for n in environ if is_secret_name(n) and not n.upper().endswith(_NOT_A_VALUE))
+    names = dict.fromkeys((*named, *KNOWN_KEY_VARIABLES, *sorted(looks_secret)))
+    return tuple(n for n in names if environ.get(n))
+
+
+def key_values(environ: Mapping[str, str], named: Iterable[str] = ()) -> tuple[str, ...]:
+    """The values (>= 8 characters) of `key_variable_names(environ, named)`."""
+    values = (environ[n].strip() for n in key_variable_names(environ, named))
+    return tuple(dict.fromkeys(v for v in values if len(v) >= MIN_KEY_VALUE_CHARS))
+
+
 _OVERRIDE_KEY = re.compile(r"^[~+]{0,2}([^=~+][^=]*)=(.*)$", re.DOTALL)
 _DICT_KEY = re.compile(r"[{,]\s*['\"]?([A-Za-z_][\w\-]*)['\"]?\s*:")
 _VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def secret_override(argv: Iterable[str]) -> str | None:
+def _named_reason(key: str, value: str) -> str | None:
+    if is_secret_name(key):
+        return f"override {key!r} would put a secret into the config"
+    inner = next((k for k in _DICT_KEY.findall(value) if is_secret_name(k)), None)
+    if inner is not None and "{" in value:
+        return f"override {key!r} holds a secret key {inner!r}"
+    last = key.split("@", 1)[0].split(".")[-1]
+    if last.endswith("_env") and value.strip() not in ("", "null") and not _VARIABLE_NAME.match(value.strip()):
+        return f"override {key!r} must be the NAME of an environment variable, not a value"
+    return None
+
+
+def _value_reason(key: str, value: str, keys: Sequence[str]) -> str | None:
+    value = scrub_urls(value)  # URL credentials are allowed (masked wherever they are stored or shown)
+    if any(k in value for k in keys):
+        return f"override {key!r} holds the value of a key variable"
+    kind = key_like(value)
+    return f"override {key!r} holds what looks like a key ({kind})" if kind else None
+
+
+def secret_override(argv: Iterable[str], keys: Iterable[str] = ()) -> str | None:
     """The first command-line override that would put a secret into the config (and so into Hydra's
     output folder), as a one-line reason naming the key (never the value); None when there is none.
     Refused: a secret-named key (`is_secret_name`, with or without `+`/`++`/`~`), a dict value with a
-    secret-named key, and an `*_env` key whose value is not a variable name (a key pasted there)."""
+    secret-named key, an `*_env` key whose value is not a variable name (a key pasted there), and any
+    key whose value holds one of `keys` (the key variables' values) or a key-like token (`key_like`)."""
+    keys = tuple(k for k in keys if len(k) >= MIN_SECRET_CHARS)
     for arg in argv:
         if arg.startswith("-"):
             continue
         match = _OVERRIDE_KEY.match(arg)
         if match is None:
-            continue
-        key, value = match.group(1).strip(), match.group(2)
-        if is_secret_name(key):
-            return f"override {key!r} would put a secret into the config"
-        inner = next((k for k in _DICT_KEY.findall(value) if is_secret_name(k)), None)
-        if inner is not None and "{" in value:
-            return f"override {key!r} holds a secret key {inner!r}"
-        last = key.split("@", 1)[0].split(".")[-1]
-        if last.endswith("_env") and value.strip() not in ("", "null") and not _VARIABLE_NAME.match(value.strip()):
-            return f"override {key!r} must be the NAME of an environment variable, not a value"
+            reason = _value_reason("(a positional argument)", arg, keys) if "=" not in arg else None
+        else:
+            key, value = match.group(1).strip(), match.group(2)
+            reason = _named_reason(key, value) or _value_reason(key, value, keys)
+        if reason is not None:
+            return reason
     return None
 
 

@@ -134,6 +134,10 @@ class MlflowTracker:
         except MlflowException as exc:
             raise RunNotFoundError(exc.message) from exc
 
+    def end_stale_run(self, run_id: str, status: str) -> None:
+        client = self._client()
+        self._write(lambda: client.set_terminated(run_id, status), "end run")
+
     def delete_children(self, parent_id: str, tag: str, above: int) -> list[str]:
         """Soft-delete the nested runs of `parent_id` whose integer tag `tag` is greater than `above`
         (e.g. iterations an interrupted run had started but not checkpointed: a resume redoes them);

@@ -109,6 +109,9 @@ class RedactingTracker:
     def delete_children(self, parent_id: str, tag: str, above: int) -> list[str]:
         return self.inner.delete_children(parent_id, tag, above)
 
+    def end_stale_run(self, run_id: str, status: str) -> None:
+        self.inner.end_stale_run(run_id, status)
+
     # -------------------------------------------------------------- files
     def _needs_redaction(self, path: Path) -> bool:
         if path.suffix.lower() not in TEXT_SUFFIXES:

@@ -7,10 +7,14 @@ dataset inputs, so an uploaded run records its data too). `write_run_record(out_
 `log_record(tracker, record, artifacts)` logs all of it into the tracker's active run, tagging the run
 `memtrace.record_id=<id>` first and `memtrace.logged=complete` last. `upload_saved_run(tracker,
 out_dir)` logs a saved run later, as it would have been logged live, plus the tag
-`memtrace.uploaded_from=<out_dir>`; it is idempotent through the record id: a run of the store
-already tagged with it and complete is returned as is (nothing logged), one tagged but incomplete
-(the live logging broke off) is continued, else a new run is created. `unreachable_message(out_dir,
-exc)` is the one line to print when the live logging failed (`NotLoggedError` carries it).
+`memtrace.uploaded_from=<out_dir>` (and the machine and pid that uploaded it); it is idempotent
+through the record id: a run of the store already tagged with it and complete is returned as is
+(nothing logged), one tagged but incomplete (the live logging broke off) is continued, else a new
+run is created. Never twice at once, never from two places: the folder is locked while it uploads
+(`pipeline.core.run_lock`; a second upload is `RunLocked`, exit 2), a run of the record still being
+logged by a live process of this machine is `RunLocked` too, and a run of the record that came from
+another machine or folder (a copy of the folder uploaded there) is `AlreadyInStore`: refused, exit 2.
+`unreachable_message(out_dir, exc)` is the one line to print when the live logging failed (`NotLoggedError` carries it).
 
 It does not decide what a run logs (the entry points build the record) and reads no MLflow state
 besides the runs' tags.
@@ -19,6 +23,8 @@ besides the runs' tags.
 from __future__ import annotations
 
 import json
+import os
+import socket
 import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -28,8 +34,10 @@ from typing import Any
 
 import pydantic
 from memtrace_loop.pipeline.core.command_line import command_line
+from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.files import write_atomically
 from memtrace_loop.pipeline.core.run_folder import RunFolder
+from memtrace_loop.pipeline.core.run_lock import RunLocked, hold_run_lock, pid_alive
 from memtrace_loop.pipeline.tracking.run_logging import ARTIFACTS_DIR
 from memtrace_loop.pipeline.tracking.store_access import failure_cause
 from memtrace_loop.pipeline.tracking.tracker import DatasetInput, Tracker
@@ -39,6 +47,10 @@ RECORD_TAG = "memtrace.record_id"
 LOGGED_TAG = "memtrace.logged"
 LOGGED_COMPLETE = "complete"
 UPLOADED_FROM_TAG = "memtrace.uploaded_from"
+UPLOADED_HOST_TAG = "memtrace.uploaded_host"
+UPLOADED_PID_TAG = "memtrace.uploaded_pid"
+HOST_TAG = "memtrace.host"
+PID_TAG = "memtrace.pid"
 
 
 def new_record_id() -> str:
@@ -155,21 +167,56 @@ class Upload:
         return self.created or self.continued
 
 
+class AlreadyInStore(ConfigError):
+    """The store holds the saved run already, uploaded from another folder or machine: nothing uploaded."""
+
+
+def _provenance(tags: Mapping[str, str]) -> tuple[str, str | None]:
+    """(machine, folder) a stored run came from: an upload's, else the live run's machine."""
+    if UPLOADED_FROM_TAG in tags:
+        return tags.get(UPLOADED_HOST_TAG, tags.get(HOST_TAG, "")), tags[UPLOADED_FROM_TAG]
+    return tags.get(HOST_TAG, ""), None
+
+
+def _check_not_elsewhere(tracker: Tracker, existing: list[str], out_dir: Path, record: RunRecord, target: str) -> None:
+    """`AlreadyInStore` when a run of the record came from another machine or folder; `RunLocked` when
+    one is RUNNING in a live process of this machine (a `memtrace run` still logging it)."""
+    here = socket.gethostname()
+    for run_id in existing:
+        tags = tracker.get_run(run_id).tags
+        host, folder = _provenance(tags)
+        if (host and host != here) or (folder is not None and folder != str(out_dir)):
+            raise AlreadyInStore(
+                f"{out_dir}: the store already holds this run (record {record.record_id}) as MLflow run {run_id} "
+                f"in experiment {target!r}, from {folder or 'a live run'} on {host or 'another machine'}; "
+                "nothing uploaded")
+        pid = tags.get(UPLOADED_PID_TAG, tags.get(PID_TAG, ""))
+        if tracker.run_status(run_id) == "RUNNING" and tags.get(LOGGED_TAG) != LOGGED_COMPLETE and pid_alive(pid):
+            raise RunLocked(f"{out_dir}: MLflow run {run_id} of this run is being logged by pid {pid} on {here}; "
+                            "wait for it to end and try again")
+
+
 def upload_saved_run(tracker: Tracker, directory: str | Path, experiment: str | None = None) -> Upload:
     """Log the run saved in `directory` (its record and `artifacts/`) into `experiment` (default: the
-    one it was made for), unless the store already holds it complete."""
+    one it was made for), unless the store already holds it complete. The folder is locked meanwhile
+    (a second upload of it: `RunLocked`); a run of the same record uploaded from another machine or
+    folder: `AlreadyInStore`."""
     out_dir = record_dir(directory).resolve()
     record = read_run_record(out_dir)
     target = experiment or record.experiment
-    tracker.open_experiment(target)
-    existing = tracker.search_run_ids(target, f"tags.`{RECORD_TAG}` = '{record.record_id}'")
-    complete = [run_id for run_id in existing if tracker.get_run(run_id).tags.get(LOGGED_TAG) == LOGGED_COMPLETE]
-    if complete:
-        return Upload(complete[0], target, created=False, continued=False)
-    artifacts = out_dir / ARTIFACTS_DIR
-    continued = existing[-1] if existing else None
-    with tracker.start_run(None if continued else record.run_name, run_id=continued) as run_id:
-        log_record(tracker, record, artifacts if artifacts.is_dir() else None, {UPLOADED_FROM_TAG: str(out_dir)})
+    with hold_run_lock(out_dir, "memtrace upload"):
+        tracker.open_experiment(target)
+        existing = tracker.search_run_ids(target, f"tags.`{RECORD_TAG}` = '{record.record_id}'")
+        _check_not_elsewhere(tracker, existing, out_dir, record, target)
+        complete = [run_id for run_id in existing if tracker.get_run(run_id).tags.get(LOGGED_TAG) == LOGGED_COMPLETE]
+        if complete:
+            return Upload(complete[0], target, created=False, continued=False)
+        artifacts = out_dir / ARTIFACTS_DIR
+        continued = existing[-1] if existing else None
+        uploaded = {UPLOADED_FROM_TAG: str(out_dir), UPLOADED_HOST_TAG: socket.gethostname(),
+                    UPLOADED_PID_TAG: str(os.getpid())}
+        with tracker.start_run(None if continued else record.run_name, run_id=continued) as run_id:
+            log_record(tracker, record, artifacts if artifacts.is_dir() else None, uploaded)
     return Upload(run_id, target, created=continued is None, continued=continued is not None)
 
 

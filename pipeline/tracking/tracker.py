@@ -5,7 +5,8 @@ one to continue it) as a context manager that ends it, set tags, log params, met
 texts, files, folders and tables, record the data a run used (`DatasetInput`), and register a prompt set
 in the tracker's prompt registry (`CHAMPION`: the alias of the accepted set).
 Into an existing run without reopening it (its status stays): a file (`log_artifact_to`, the report
-command) and the soft-deletion of the children a resume redoes (`delete_children`). Reading: a
+command) and the soft-deletion of the children a resume redoes (`delete_children`); a run left
+RUNNING by a dead process ended with a status (`end_stale_run`). Reading: a
 finished run's tags, metrics, status, a metric's history and top-level artifact names, one of its
 artifacts downloaded, and the ids of an experiment's runs matching a filter (`search_run_ids`).
 Every call the apps make on a tracker is a method here, typed: no wrapper forwards unknown names.
@@ -116,6 +117,10 @@ class Tracker(Protocol):
 
     def log_artifact_to(self, run_id: str, path: Path, artifact_path: str | None = None) -> None:
         """Log one file into an existing run without reopening it (its status stays as it was)."""
+        ...
+
+    def end_stale_run(self, run_id: str, status: str) -> None:
+        """End a run that is not active in this process (its process died) with `status` (FAILED, KILLED)."""
         ...
 
     def delete_children(self, parent_id: str, tag: str, above: int) -> list[str]:
