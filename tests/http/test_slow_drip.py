@@ -43,7 +43,8 @@ def _offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 @pytest.fixture
 def server() -> Iterator[OpenAIStubServer]:
-    yield from answering.answering_server()
+    with OpenAIStubServer(responder=answering.answering_responder) as stub:
+        yield stub
 
 
 @pytest.fixture
