@@ -23,12 +23,13 @@ rewriter) as an `LMSet`. Backends:
   placeholder "EMPTY", never an ambient OPENAI_API_KEY.
 
 Every LM runs behind the project's own retry loop (`pipeline.backends.guarded_engine`; DSPy's is
-off): 429, 5xx, timeouts, connection errors and malformed 200 replies are retried up to `num_retries`
-times, waiting the server's `Retry-After` when given, else 1, 2, 4, ... s, both capped at
+off): 429, 5xx, timeouts, connection errors and malformed or empty 200 replies are retried up to
+`num_retries` times, waiting the server's `Retry-After` when given, else 1, 2, 4, ... s, both capped at
 `retry_after_cap_s` (a longer `Retry-After` is not waited: the call fails as rate-limited for longer
-than allowed); `deadline_s` bounds one logical call (attempts and waits), `timeout_s` every read,
-write and pool wait of one attempt. Each retry is logged at WARNING and counted. 401/403/404 end the
-run (`EndpointUnusable`). The LMs themselves are built in `pipeline.backends.registry`.
+than allowed; an empty reply cut at `max_tokens` is not retried); `deadline_s` bounds one logical call
+(attempts, waits, connecting and reading), `timeout_s` every read, write and pool wait of one
+attempt. Each retry is logged at WARNING and counted. 401/403/404 end the run (`EndpointUnusable`).
+The LMs themselves are built in `pipeline.backends.registry`.
 
 The API key is never part of a config: `api_key_env` names the environment variable that holds it and
 the key is read once, when the LM is built. `describe` gives what is safe to log. `configure_cache`
