@@ -95,7 +95,8 @@ def redacted_reply(response: Response, secrets: tuple[str, ...]) -> Response:
     if not secrets:
         return response
     record = response_to_dict(response, include_provider_data=True)
-    if redact(json.dumps(record), secrets) == json.dumps(record):
+    text = json.dumps(record, ensure_ascii=False)
+    if not any(secret in text for secret in secrets):
         return response
     return response_from_dict(_redact_tree(record, secrets))
 

@@ -50,8 +50,9 @@ _READ_CHUNK = 64 * 1024
 
 
 def with_query(url: str, query: str) -> str:
-    """`url` with `query` (no leading `?`) appended to its own query, if any."""
-    if not query:
+    """`url` with `query` (no leading `?`) appended to its own query, if any (once: a URL already
+    ending with it is returned as is)."""
+    if not query or url.endswith(f"?{query}") or url.endswith(f"&{query}"):
         return url
     return f"{url}{'&' if '?' in url else '?'}{query}"
 

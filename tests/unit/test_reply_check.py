@@ -95,3 +95,4 @@ def test_an_api_base_query_is_appended_after_the_path() -> None:
         "http://gw/v1/chat/completions?api-version=2024-02-01")
     assert with_query("http://gw/v1/x?a=1", "b=2") == "http://gw/v1/x?a=1&b=2"
     assert with_query("http://gw/v1/x", "") == "http://gw/v1/x"
+    assert with_query("http://gw/v1/x?b=2", "b=2") == "http://gw/v1/x?b=2"  # a request sent twice: once
