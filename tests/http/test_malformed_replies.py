@@ -139,7 +139,7 @@ RETRIABLE = {"non_json": 0.01, "truncated": 0.005, "empty_body": 0.005, "json_li
 
 
 def verdicts(api_base: str, work: Path) -> tuple[dict[str, tuple[str, str]], dict[str, float]]:
-    outcome = app_through(run, api_base, work, "lm.task.num_retries=10")
+    outcome = app_through(run, api_base, work, "lm.task.num_retries=10", "lm.task.timeout_s=60")  # no real timeouts
     rows = json.loads((Path(str(outcome["run_dir"])) / "artifacts" / "results.json").read_text())
     metrics = MlflowClient(tracking_uri=f"sqlite:///{work}/mlflow.db").get_run(str(outcome["run_id"])).data.metrics
     return {row["question_id"]: (row["prediction"], row["verdict"]) for row in rows}, metrics
