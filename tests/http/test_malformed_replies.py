@@ -26,6 +26,7 @@ from hydra import compose, initialize_config_module
 from memtrace_loop.experiments.lifecycle import exit_code, one_line
 from memtrace_loop.experiments.run import run
 from memtrace_loop.pipeline.backends.lm import configure_cache
+from memtrace_loop.pipeline.backends.preflight import check_endpoints
 from memtrace_loop.pipeline.backends.registry import build_lm
 from memtrace_loop.pipeline.core.stop import EndpointUnusable, MaxTokensTooSmall, RunStopped, TooManyFailures
 from mlflow.tracking import MlflowClient
@@ -95,6 +96,16 @@ def test_each_shapeless_200_at_100_percent_ends_the_run_with_its_cause(
     assert isinstance(caught.value, expected)
     assert sent == (1 if kind is FaultKind.EMPTY_AT_LENGTH else 3)  # cut at max_tokens: never retried
     assert "FINISHED" not in statuses(tmp_path)
+
+
+def test_the_endpoint_check_asks_under_the_role_max_tokens(stub: OpenAIStubServer) -> None:
+    config = {"backend": "openai", "model": "stub-model", "api_base": stub.base_url, "api_key_env": KEY_ENV}
+    check_endpoints({"judge": build_lm({**config, "max_tokens": 64}, role="judge")})
+    assert stub.requests[-1].json["max_completion_tokens"] == 64  # what the run will send, not 1
+    stub.inject_body(json.dumps({"object": "chat.completion", "model": "stub-model", "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": ""}, "finish_reason": "length"}]}).encode())
+    with pytest.raises(MaxTokensTooSmall, match=r"^lm\.judge: 1 reply came back empty, cut at lm\.judge\.max_tokens="):
+        check_endpoints({"judge": build_lm({**config, "max_tokens": 64}, role="judge")})
 
 
 def forwarding_first(**rates: float) -> FaultPlan:
