@@ -16,11 +16,13 @@ cancels an async attempt at the deadline (`asyncio.timeout`), which closes its c
 
 It overrides four I/O steps of lm15's `StdlibTransport` (`_open`, `_send_request`, `_read_head`,
 `_iter_body`; DSPy's vendored lm15 is pinned with DSPy) and changes nothing else: pooling, TLS and
-proxies are lm15's. It does not retry, log or classify errors.
+proxies are lm15's. A body still arriving after `timeout_s` is logged once at WARNING while it arrives.
+It does not retry or classify errors.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -43,6 +45,8 @@ else:
         TransportRequest,
     )
     from dspy._vendor.lm15.transports._http11 import ResponseHeadParser
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["AsyncEndpointTransport", "EndpointTransport", "with_query"]
 
@@ -130,7 +134,7 @@ class EndpointTransport(StdlibTransport):
     def _iter_body(self, conn: Any, decoder: Any, *, read_timeout: float, **kwargs: Any) -> Iterator[bytes]:
         doing = "the reply was still arriving"
         inner = super()._iter_body(conn, decoder, read_timeout=self._left(read_timeout, doing), **kwargs)
-        received = 0
+        received, started, warned = 0, time.monotonic(), False
         try:
             while True:
                 try:
@@ -142,6 +146,10 @@ class EndpointTransport(StdlibTransport):
                     raise
                 received += len(chunk)
                 yield chunk
+                if not warned and (slow := time.monotonic() - started) > read_timeout:
+                    warned = True  # said while it happens, once per reply
+                    logger.warning("a reply from %s:%s has been arriving for %.0f s (%d bytes so far); the call's "
+                                   "deadline_s ends it", conn.origin[1], conn.origin[2], slow, received)
                 conn.sock.settimeout(self._left(read_timeout, f"{doing} ({received} bytes read)"))
         finally:
             inner.close()

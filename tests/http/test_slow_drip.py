@@ -105,3 +105,13 @@ def test_an_api_base_with_a_query_keeps_path_and_query(server: OpenAIStubServer)
     assert [request.path for request in server.requests] == ["/v1/chat/completions?api-version=2024-02-01"]
     check_endpoints({"task": lm})
     assert server.requests[-1].path == "/v1/chat/completions?api-version=2024-02-01"
+
+
+def test_a_slow_reply_is_logged_while_it_arrives(server: OpenAIStubServer, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING)
+    plan = FaultPlan(slow_drip=1.0, drip_s=0.25)  # never 1 s without a byte: no read timeout
+    with FaultProxy(server.base_url, plan) as proxy, pytest.raises(Exception, match=r"deadline_s=2 passed"):
+        ask(lm_at(proxy.base_url, timeout_s=1))
+    ended = time.time()
+    slow = [record for record in caplog.records if "has been arriving for" in record.getMessage()]
+    assert len(slow) == 1 and ended - slow[0].created > 0.5  # logged during the reply, not after it
