@@ -8,15 +8,23 @@ engine doing one attempt per call (`OpenAIEngine`, or the simulated world's `Sim
 
 1. refuses to start when a stop was requested (`StopToken`) or the `FailureGuard` has tripped;
 2. runs the attempts under the `RetryPolicy` (`pipeline.backends.resilience.RetryLoop`): retries
-   logged at WARNING and counted in the `RetryLedger`, waits capped, the deadline kept;
-3. turns a fatal reply (401/403/404, billing) into `EndpointUnusable(role, endpoint, cause)`, with
+   logged at WARNING and counted in the `RetryLedger`, waits capped, the deadline kept (an inner
+   engine with `complete_by(request, deadline)` is given it, to cut a reply still arriving);
+3. checks each attempt's reply (`pipeline.backends.reply_check.check_reply`): a malformed or empty
+   reply is a failed attempt, retried, never returned (so never in DSPy's cache); an empty reply cut
+   at `max_tokens` fails the call at once and is counted in the run's `MaxTokensGuard`, which stops
+   the run (`MaxTokensTooSmall`) after a few;
+4. masks in the reply every configured key (`GuardSettings.secrets`: a model echoing a key puts it in
+   no cache, graph or artifact);
+5. turns a fatal reply (401/403/404, billing) into `EndpointUnusable(role, endpoint, cause)`, with
    the cause from the inner engine's `explain_fatal` (naming the key VARIABLE, never the key);
-4. counts the call in the `FailureGuard` as succeeded or finally failed (which may raise
+6. counts the call in the `FailureGuard` as succeeded or finally failed (which may raise
    `TooManyFailures`).
 
-`probe(request)` is the preflight's door: the same attempts, but every final failure that says the
-endpoint cannot serve (fatal, unreachable, rate-limited longer than allowed, deadline) raises
-`EndpointUnusable`, and the guard is not involved. `RunStopped` errors are BaseExceptions: DSPy's
+`probe(request)` is the preflight's door: the same attempts and checks, but every final failure that
+says the endpoint cannot serve (fatal, unreachable, no usable reply, rate-limited longer than allowed,
+deadline) raises `EndpointUnusable`, an empty reply cut at `max_tokens` raises `MaxTokensTooSmall`,
+and the guard is not involved. `RunStopped` errors are BaseExceptions: DSPy's
 error boundary and the tracer's `except Exception` let them through to the entry point.
 
 Both faces share one `GuardSettings` (role, endpoint, policy, stop, guard, ledger). Copies and deep
@@ -27,25 +35,31 @@ run). `dump_state` saves the inner engine and the policy, never the per-run obje
 from __future__ import annotations
 
 import importlib
+import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from dspy import lm15
+from dspy.clients.call_result import response_from_dict, response_to_dict  # lm15's serde, as DSPy uses it
 from dspy.lm15 import Request, Response, response_to_events
 from memtrace_loop.pipeline.backends.failure_guard import FailureGuard
+from memtrace_loop.pipeline.backends.reply_check import MaxTokensGuard, check_reply
 from memtrace_loop.pipeline.backends.resilience import (
     DeadlinePassed,
+    EmptyAtMaxTokens,
     Fatal,
     RetryAfterTooLong,
+    RetryCause,
     RetryLoop,
     RetryPolicy,
     Transient,
     classify,
 )
 from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
-from memtrace_loop.pipeline.core.stop import EndpointUnusable, RunStopped, StopToken
+from memtrace_loop.pipeline.core.redaction import redact
+from memtrace_loop.pipeline.core.stop import EndpointUnusable, MaxTokensTooSmall, RunStopped, StopToken
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +76,29 @@ class GuardSettings:
     stop: StopToken | None = None
     guard: FailureGuard | None = None
     retries: RetryLedger | None = None
+    max_tokens: MaxTokensGuard | None = None
+    secrets: tuple[str, ...] = ()  # the run's configured key values, masked in every reply
+
+
+def _redact_tree(value: Any, secrets: tuple[str, ...]) -> Any:
+    if isinstance(value, str):
+        return redact(value, secrets)
+    if isinstance(value, dict):
+        return {key: _redact_tree(item, secrets) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_redact_tree(item, secrets) for item in value)
+    return value
+
+
+def redacted_reply(response: Response, secrets: tuple[str, ...]) -> Response:
+    """`response` with every secret masked in its text and raw provider data (itself when none shows)."""
+    if not secrets:
+        return response
+    record = response_to_dict(response, include_provider_data=True)
+    text = json.dumps(record, ensure_ascii=False)
+    if not any(secret in text for secret in secrets):
+        return response
+    return response_from_dict(_redact_tree(record, secrets))
 
 
 def _class_path(obj: Any) -> str:
@@ -125,12 +162,30 @@ class _Guarded:
         if self.settings.guard is not None:
             self.settings.guard.check()
 
+    def _checked(self, response: Response, request: Request) -> Response:
+        return redacted_reply(check_reply(response, request.config.max_tokens), self.settings.secrets)
+
+    def _attempt(self, request: Request, deadline: float) -> Response:
+        complete_by = getattr(self.inner, "complete_by", None)
+        response = complete_by(request, deadline) if callable(complete_by) else self.inner.complete(request)
+        return self._checked(response, request)
+
+    async def _aattempt(self, request: Request, deadline: float) -> Response:
+        response = await self.inner.complete(request)  # the loop cancels it at the deadline
+        return self._checked(response, request)
+
+    def _cut_at_max_tokens(self, exc: BaseException) -> None:
+        """Count an empty reply cut at max_tokens (the run's `MaxTokensGuard` may stop the run)."""
+        if isinstance(exc, EmptyAtMaxTokens) and self.settings.max_tokens is not None:
+            self.settings.max_tokens.record(self.settings.role, exc.max_tokens)
+
     def _counted(self, failed: BaseException | None) -> None:
         guard = self.settings.guard
-        if guard is None or isinstance(failed, RunStopped):
-            return
-        error = "" if failed is None else self.scrub(f"{type(failed).__name__}: {failed}".splitlines()[0])[:200]
-        guard.record(failed=failed is not None, error=error)
+        if guard is not None and not isinstance(failed, RunStopped):
+            error = "" if failed is None else self.scrub(f"{type(failed).__name__}: {failed}".splitlines()[0])[:200]
+            guard.record(failed=failed is not None, error=error)
+        if failed is not None:
+            self._cut_at_max_tokens(failed)
 
     def _probe_failure(self, exc: Exception) -> EndpointUnusable:
         """The preflight's verdict on a final failure: why the endpoint cannot serve this run."""
@@ -138,6 +193,10 @@ class _Guarded:
             return self._unusable(self.scrub(exc.message))
         verdict = classify(exc)
         attempts = self.settings.policy.attempts
+        if isinstance(verdict, Transient) and verdict.cause in (RetryCause.MALFORMED, RetryCause.EMPTY_REPLY):
+            return self._unusable(
+                f"no usable reply after {attempts} attempt(s) ({verdict.cause}: {self.scrub(verdict.detail)})"
+            )
         if isinstance(verdict, Transient):  # retries exhausted
             return self._unusable(
                 f"unreachable after {attempts} attempt(s) ({verdict.cause}: {self.scrub(verdict.detail)})"
@@ -164,7 +223,7 @@ class GuardedEngine(_Guarded):
     def complete(self, request: Request) -> Response:
         self._before()
         try:
-            response = self._loop().run(lambda: self.inner.complete(request))
+            response = self._loop().run(lambda deadline: self._attempt(request, deadline))
         except Exception as exc:
             self._counted(exc)
             raise
@@ -177,7 +236,9 @@ class GuardedEngine(_Guarded):
         if self.settings.stop is not None:
             self.settings.stop.check()
         try:
-            return self._loop().run(lambda: self.inner.complete(request))
+            return self._loop().run(lambda deadline: self._attempt(request, deadline))
+        except EmptyAtMaxTokens as exc:
+            raise MaxTokensTooSmall(self.settings.role, exc.max_tokens, 1) from None
         except lm15.InvalidRequestError as exc:
             if classify(exc) is not None:
                 raise self._probe_failure(exc) from None
@@ -210,7 +271,10 @@ class AsyncGuardedEngine(_Guarded):
 
     async def complete(self, request: Request) -> Response:
         self._before()
-        attempt: Callable[[], Awaitable[Response]] = lambda: self.inner.complete(request)  # noqa: E731
+
+        def attempt(deadline: float) -> Awaitable[Response]:
+            return self._aattempt(request, deadline)
+
         try:
             response = await self._loop().arun(attempt)
         except Exception as exc:

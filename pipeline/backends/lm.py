@@ -23,16 +23,18 @@ rewriter) as an `LMSet`. Backends:
   placeholder "EMPTY", never an ambient OPENAI_API_KEY.
 
 Every LM runs behind the project's own retry loop (`pipeline.backends.guarded_engine`; DSPy's is
-off): 429, 5xx, timeouts, connection errors and malformed 200 replies are retried up to `num_retries`
-times, waiting the server's `Retry-After` when given, else 1, 2, 4, ... s, both capped at
+off): 429, 5xx, timeouts, connection errors and malformed or empty 200 replies are retried up to
+`num_retries` times, waiting the server's `Retry-After` when given, else 1, 2, 4, ... s, both capped at
 `retry_after_cap_s` (a longer `Retry-After` is not waited: the call fails as rate-limited for longer
-than allowed); `deadline_s` bounds one logical call (attempts and waits), `timeout_s` every read,
-write and pool wait of one attempt. Each retry is logged at WARNING and counted. 401/403/404 end the
-run (`EndpointUnusable`). The LMs themselves are built in `pipeline.backends.registry`.
+than allowed; an empty reply cut at `max_tokens` is not retried); `deadline_s` bounds one logical call
+(attempts, waits, connecting and reading), `timeout_s` every read, write and pool wait of one
+attempt. Each retry is logged at WARNING and counted. 401/403/404 end the run (`EndpointUnusable`).
+The LMs themselves are built in `pipeline.backends.registry`.
 
 The API key is never part of a config: `api_key_env` names the environment variable that holds it and
 the key is read once, when the LM is built. `describe` gives what is safe to log. `configure_cache`
-points DSPy's response cache at a directory (entry points call it; library code does not).
+points DSPy's response cache at a directory (entry points call it; library code does not), as a
+`pipeline.backends.response_cache.ReplyCache`: a cached reply without any answer is never served.
 
 This module does not run predictors, choose prompts, or track usage beyond summarising `lm.history`.
 """
@@ -50,7 +52,9 @@ from urllib.parse import urlsplit
 
 import dspy
 import pydantic
+from dspy.clients import DISK_CACHE_LIMIT
 from memtrace_loop.pipeline.backends.resilience import RetryPolicy
+from memtrace_loop.pipeline.backends.response_cache import ReplyCache
 from memtrace_loop.pipeline.core.config import ConfigError, describe_error
 from memtrace_loop.pipeline.core.redaction import scrub_url
 
@@ -329,10 +333,12 @@ def describe(config: LMConfig) -> dict[str, str]:
 
 
 def configure_cache(directory: str | Path, *, enable_memory_cache: bool = True) -> None:
-    """Point DSPy's response cache (disk + in-memory) at `directory`, creating it. For entry points."""
+    """Point DSPy's response cache (disk + in-memory) at `directory`, creating it, as a `ReplyCache`
+    (records without an answer neither served nor stored). For entry points."""
     path = Path(directory).expanduser().resolve()
     path.mkdir(parents=True, exist_ok=True)
-    dspy.configure_cache(
-        enable_disk_cache=True, enable_memory_cache=enable_memory_cache, disk_cache_dir=str(path)
-    )
+    cache = ReplyCache(enable_disk_cache=True, enable_memory_cache=enable_memory_cache, disk_cache_dir=str(path),
+                       disk_size_limit_bytes=DISK_CACHE_LIMIT)
+    with dspy._cache_lock:  # the lock DSPy's own configure_cache holds against its lazy default build
+        dspy.cache = cache
     logger.info("DSPy response cache at %s", path)

@@ -4,12 +4,16 @@
 built the way DSPy builds it for `dspy.LM("openai/...", engine="lm15", api_base=..., api_key=...,
 timeout=...)` (`dspy.clients.execution._select_engine`): the wire dialect comes from the model
 prefix (`openai`, `hosted_vllm`, `ollama_chat`: which token-limit field is sent), the key and base
-URL from the config, `timeout_s` bounds every read, write and pool wait of one attempt. Owning the
-engine is what lets `pipeline.backends.guarded_engine` run the retries instead of DSPy.
+URL from the config, `timeout_s` bounds every read, write and pool wait of one attempt. The transport
+is ours (`pipeline.backends.http_transport`): the api_base's query string is appended to every
+request URL (lm15 alone would put the path after it), and `complete_by(request, deadline)` cuts a
+sync attempt whose reply is still arriving at the call's deadline. Owning the engine is what lets
+`pipeline.backends.guarded_engine` run the retries instead of DSPy.
 
 Each `complete` is ONE attempt: lm15 errors propagate unchanged for the retry loop to classify; a
-200 reply that is JSON but carries no choice raises `MalformedReply` (lm15 itself raises for a body
-that is not JSON). The key is read from `os.environ[api_key_env]` when the engine is built and never
+200 body that lm15 cannot read as a chat completion (a JSON list, `choices` not a list) raises
+`MalformedReply` (lm15 itself raises for a body that is not JSON; what a readable reply must carry is
+`pipeline.backends.reply_check`'s). The key is read from `os.environ[api_key_env]` when the engine is built and never
 leaves it: `scrub` masks it in provider text, `explain_fatal` names the variable, never the value,
 and `dump_state` saves the config (api_base without user info or query), never the key. The async
 engine keeps one lm15 pool per event loop (lm15's async pools are confined to their loop).
@@ -21,12 +25,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Iterator
-from typing import Any
+import traceback
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from dspy.clients.engines.lm15_engine import AsyncLM15Engine, LM15Engine, timeouts_for
 from dspy.lm15 import Request, Response, RouterConfig, response_to_events
+from memtrace_loop.pipeline.backends.http_transport import AsyncEndpointTransport, EndpointTransport
 from memtrace_loop.pipeline.backends.lm import NO_KEY_PLACEHOLDER, OpenAILMConfig, _read_api_key, lm_model_name
 from memtrace_loop.pipeline.backends.resilience import Fatal, FatalKind, MalformedReply
 from memtrace_loop.pipeline.core.redaction import redact, url_credentials
@@ -54,21 +60,62 @@ def openai_endpoint(config: OpenAILMConfig) -> str:
     return endpoint_url(config.api_base) or DEFAULT_OPENAI_BASE
 
 
-def _router_config(config: OpenAILMConfig, key: str) -> RouterConfig:
+T = TypeVar("T")
+_READERS = frozenset({"parse_response", "_response_from_chat_body"})  # lm15's chat-body readers
+
+
+def _split_base(api_base: str | None) -> tuple[str | None, str]:
+    """The api_base without its query (and fragment), and the query (no `?`)."""
+    if not api_base:
+        return None, ""
+    parts = urlsplit(api_base)
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")), parts.query
+
+
+def _transport_kwargs(config: OpenAILMConfig) -> dict[str, Any]:
+    timeouts = timeouts_for(config.timeout_s)
+    if timeouts is None:  # pragma: no cover - timeout_s is required and positive
+        return {}
+    return {"connect_timeout": timeouts.connect, "read_timeout": timeouts.read,
+            "write_timeout": timeouts.write, "pool_timeout": timeouts.pool}
+
+
+def _router_config(config: OpenAILMConfig, key: str, transport: object) -> RouterConfig:
     model = lm_model_name(config)
     provider = LM15Engine(RouterConfig(env={}), model_type="chat").resolve(model).provider  # offline
-    return RouterConfig(
-        api_keys={provider: key},
-        base_urls={provider: config.api_base} if config.api_base else None,
-        timeouts=timeouts_for(config.timeout_s),
-    )
+    base, _query = _split_base(config.api_base)
+    return RouterConfig(api_keys={provider: key}, base_urls={provider: base} if base else None, transport=transport)
 
 
-def _check_reply(response: Response) -> Response:
-    data = response.provider_data
-    if isinstance(data, dict) and not data.get("choices"):
-        raise MalformedReply("the reply (HTTP 200) is JSON but carries no choice", status=200)
-    return response
+def _unreadable(exc: Exception) -> MalformedReply | None:
+    """A `MalformedReply` for an error lm15 raised while READING a 200 body (a JSON list, `choices`
+    not a list), else None (an error of ours or of the request: not the reply's fault)."""
+    if not isinstance(exc, TypeError | ValueError | KeyError | AttributeError):
+        return None
+    frames = {frame.name for frame in traceback.extract_tb(exc.__traceback__)}
+    if not frames & _READERS:
+        return None
+    return MalformedReply(f"the reply is not a chat completion: {exc}", status=200)
+
+
+def _read(attempt: Callable[[], T]) -> T:
+    try:
+        return attempt()
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        malformed = _unreadable(exc)
+        if malformed is None:
+            raise
+        raise malformed from None
+
+
+async def _aread(attempt: Callable[[], Awaitable[T]]) -> T:
+    try:
+        return await attempt()
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        malformed = _unreadable(exc)
+        if malformed is None:
+            raise
+        raise malformed from None
 
 
 class _Endpoint:
@@ -128,10 +175,16 @@ class OpenAIEngine(_Endpoint):
 
     def __init__(self, config: OpenAILMConfig) -> None:
         super().__init__(config)
-        self._engine = LM15Engine(_router_config(config, self._key), model_type="chat")
+        self._transport = EndpointTransport(query=_split_base(config.api_base)[1], **_transport_kwargs(config))
+        self._engine = LM15Engine(_router_config(config, self._key, self._transport), model_type="chat")
 
     def complete(self, request: Request) -> Response:
-        return _check_reply(self._engine.complete(request))
+        return _read(lambda: self._engine.complete(request))
+
+    def complete_by(self, request: Request, deadline: float) -> Response:
+        """`complete`, ended by `deadline` (`time.monotonic()`): connecting, waiting and reading."""
+        with self._transport.within(deadline):
+            return self.complete(request)
 
     def stream(self, request: Request) -> Iterator[Any]:
         return iter(response_to_events(self.complete(request)))
@@ -162,12 +215,15 @@ class AsyncOpenAIEngine(_Endpoint):
                 del self._engine_by_loop[dead]
             engine = self._engine_by_loop.get(loop)
             if engine is None:
-                engine = AsyncLM15Engine(_router_config(self.config, self._key), model_type="chat")
+                transport = AsyncEndpointTransport(
+                    query=_split_base(self.config.api_base)[1], **_transport_kwargs(self.config)
+                )
+                engine = AsyncLM15Engine(_router_config(self.config, self._key, transport), model_type="chat")
                 self._engine_by_loop[loop] = engine
             return engine
 
     async def complete(self, request: Request) -> Response:
-        return _check_reply(await self._engine().complete(request))
+        return await _aread(lambda: self._engine().complete(request))
 
     async def stream(self, request: Request) -> AsyncIterator[Any]:
         for event in response_to_events(await self.complete(request)):

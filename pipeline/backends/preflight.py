@@ -2,17 +2,21 @@
 
 A wrong key, an unknown model, a dead host or a rate limit that will not lift otherwise shows up as
 a run of failed operations and a 0% score. Before the first real call, an entry point calls
-`check_endpoints(lms, embedder=...)`: one tiny chat request (`ping`, at most one output token) per
-distinct endpoint of the LMs that use the `openai` backend (distinct: endpoint, model, key variable,
-dialect; a role sharing another role's endpoint is not asked twice), and one embedding of `ping` when
+`check_endpoints(lms, embedder=...)`: one tiny chat request (`ping`, under the role's own
+`max_tokens`, so it sees what the run will see) per distinct endpoint of the LMs that use the
+`openai` backend (distinct: endpoint, model, key variable, dialect, max_tokens; a role sharing another
+role's endpoint and limit is not asked twice), and one embedding of `ping` when
 the embedder is an `OpenAIEmbedder`. Each request goes straight to the LM's guarded engine
 (`GuardedEngine.probe`), never through `dspy.LM`: DSPy's response cache is neither read (a cached
 answer proves nothing) nor written, and no DSPy callback counts it. It runs under the LM's own
-bounds (retries, `retry_after_cap_s`, `deadline_s`, `timeout_s`) and the run's stop token.
+bounds (retries, `retry_after_cap_s`, `timeout_s`) and the run's stop token; its bound is the role's
+`deadline_s`, which covers connecting, waiting and reading (a reply dripped slowly is cut at it).
 
 Any endpoint that cannot serve raises `EndpointUnusable(role, scrubbed endpoint, cause)`: 401/403
 (naming the key variable, never the key), 404 (model or path), unreachable (connection refused,
-timeouts, 5xx after the retries), rate-limited longer than allowed, deadline passed. A 400-class
+timeouts, 5xx after the retries), no usable reply (malformed or empty after the retries),
+rate-limited longer than allowed, deadline passed; an empty reply cut at `max_tokens` raises
+`MaxTokensTooSmall` (naming `lm.<role>.max_tokens` and how to raise it). A 400-class
 refusal of the check request itself (the endpoint answered and accepted the key) only logs a warning.
 The simulated world needs no check. It returns what it checked, for the log.
 """
@@ -55,8 +59,8 @@ def _engine_of(lm: dspy.BaseLM) -> GuardedEngine | None:
     return None
 
 
-def _check_lm(engine: GuardedEngine, model: str) -> None:
-    request = Request(model=model, messages=(Message.user(PING),), config=Config(max_tokens=1))
+def _check_lm(engine: GuardedEngine, model: str, max_tokens: int | None) -> None:
+    request = Request(model=model, messages=(Message.user(PING),), config=Config(max_tokens=max_tokens))
     engine.probe(request)
 
 
@@ -96,20 +100,21 @@ def check_endpoints(
     that cannot serve (role, scrubbed endpoint, cause). `stop` is checked before each embedder check
     (the LMs' guarded engines check their own token)."""
     lm_by_role = lms.by_role() if isinstance(lms, LMSet) else dict(lms)
-    roles_by_target: dict[tuple[str, str, str, str], list[str]] = {}
-    first: dict[tuple[str, str, str, str], tuple[GuardedEngine, str]] = {}
+    roles_by_target: dict[tuple[str, str, str, str, int | None], list[str]] = {}
+    first: dict[tuple[str, str, str, str, int | None], tuple[GuardedEngine, str]] = {}
     for role, lm in lm_by_role.items():
         engine = _engine_of(lm)
         if engine is None:
             continue
         config = engine.inner.config
-        target = (engine.settings.endpoint, config.model, config.api_key_env or "", config.dialect)
+        max_tokens = getattr(lm, "kwargs", {}).get("max_tokens")
+        target = (engine.settings.endpoint, config.model, config.api_key_env or "", config.dialect, max_tokens)
         roles_by_target.setdefault(target, []).append(role)
         first.setdefault(target, (engine, lm.model))
     checked: list[CheckedEndpoint] = []
     for target, roles in roles_by_target.items():
         engine, model = first[target]
-        _check_lm(engine, model)
+        _check_lm(engine, model, target[4])
         logger.info("lm endpoint %s (model %s) answered the check for %s", target[0], target[1], ", ".join(roles))
         checked.append(CheckedEndpoint(tuple(roles), target[0], target[1]))
     if isinstance(embedder, OpenAIEmbedder):

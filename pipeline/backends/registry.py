@@ -18,12 +18,15 @@ Every LM is `dspy.LM(..., engine=GuardedEngine(inner), async_engine=AsyncGuarded
 num_retries=0)`: the project's retry loop, stop token and failure guard
 (`pipeline.backends.guarded_engine`) sit around every backend, with the run's `RunServices` (stop token,
 ledger of calls, retries and failures, local servers; `pipeline.backends.services`) passed in as one
-record (`services=`; None: none of them). It does not parse configs beyond `lm_set_configs` (see
+record (`services=`; None: none of them). Every guarded engine of a set masks in its replies the keys
+of all the set's roles (`key_values`: a model echoing any configured key stores it nowhere). It does
+not parse configs beyond `lm_set_configs` (see
 `LMConfig.from_mapping`) and runs nothing.
 """
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,6 +37,7 @@ from memtrace_loop.pipeline.backends.lm import (
     LMSet,
     LMSetConfig,
     LocalLMConfig,
+    OpenAILMConfig,
     describe,
     lm_configs,
     lm_model_name,
@@ -75,6 +79,13 @@ def retry_policy(config: LMConfig) -> RetryPolicy:
     return RetryPolicy(config.num_retries, config.retry_after_cap_s, config.deadline_s)
 
 
+def key_values(configs: Mapping[str, LMConfig] | tuple[LMConfig, ...]) -> tuple[str, ...]:
+    """The values of the environment variables named by the configs' `api_key_env` (set ones only)."""
+    records = configs.values() if isinstance(configs, Mapping) else configs
+    names = {config.api_key_env for config in records if isinstance(config, OpenAILMConfig) and config.api_key_env}
+    return tuple(sorted(value for name in names if (value := os.environ.get(name))))
+
+
 def lm_set_configs(mapping: Mapping[str, Any] | LMSetConfig) -> LMSetConfig:
     """The four roles' records from the `lm` node, each naming a registered backend (else a ConfigError
     naming `lm.<role>.backend`); a `local` role's model file must exist (else naming `lm.<role>.model_path`)."""
@@ -89,19 +100,23 @@ def lm_set_configs(mapping: Mapping[str, Any] | LMSetConfig) -> LMSetConfig:
 
 
 def build_lm(
-    config: LMConfig | Mapping[str, Any], *, role: str = "default", services: RunServices | None = None
+    config: LMConfig | Mapping[str, Any], *, role: str = "default", services: RunServices | None = None,
+    secrets: tuple[str, ...] = (),
 ) -> dspy.LM:
     """A `dspy.LM` for one config, its backend's engines behind a `GuardedEngine` for `role` (with the
-    run's stop token, failure guard and retry ledger from `services` when given). For `openai` the key is
-    read from `os.environ[api_key_env]` now; a `local` role is first served by the run's servers."""
+    run's stop token, failure guard and retry ledger from `services` when given; `secrets` are masked in
+    every reply, besides the config's own key). For `openai` the key is read from `os.environ[api_key_env]`
+    now; a `local` role is first served by the run's servers."""
     if not isinstance(config, LMConfig):
         config = LMConfig.from_mapping(config, role=None if role == "default" else role)
     services = services or RunServices()
     if config.backend == "local" and services.servers is not None:
         config = services.servers.serve(config, role)
     engine, async_engine, endpoint = LM_BACKENDS.get(config.backend).engines(config)
-    settings = GuardSettings(role, endpoint, retry_policy(config), stop=services.stop, guard=services.ledger.guard,
-                             retries=services.ledger.retries)
+    ledger = services.ledger
+    settings = GuardSettings(role, endpoint, retry_policy(config), stop=services.stop, guard=ledger.guard,
+                             retries=ledger.retries, max_tokens=ledger.max_tokens,
+                             secrets=tuple(sorted({*secrets, *key_values((config,))})))
     guarded, async_guarded = GuardedEngine(engine, settings), AsyncGuardedEngine(async_engine, settings)
     if config.structured_output == "json_schema":
         declare_structured_output(guarded)
@@ -124,10 +139,10 @@ def build_lm_set(configs: Mapping[str, Any] | LMSetConfig, services: RunServices
     guarded engine for its role sharing the run's `services` (stop token, ledger, local servers: one
     server per model file, context size and threads), each counting its role's calls into the ledger."""
     services = services or RunServices()
-    lms = LMSet(**{
-        role: build_lm(config, role=role, services=services)
-        for role, config in lm_set_configs(configs).by_role().items()
-    })
+    by_role = lm_set_configs(configs).by_role()
+    secrets = key_values(by_role)
+    lms = LMSet(**{role: build_lm(config, role=role, services=services, secrets=secrets)
+                   for role, config in by_role.items()})
     return services.ledger.calls.counted(lms)
 
 

@@ -6,21 +6,29 @@ guarded_engine`, so a retried call is still ONE call for DSPy's callbacks, its c
 `pipeline.backends.call_count`). The rules of `RetryPolicy`:
 
 - at most `num_retries` retries after the first attempt;
-- transient (`classify` -> `Transient`): HTTP 429, 5xx, 408, timeouts, connection errors, and HTTP
-  200 replies whose body is not JSON, truncated or empty, or carries no choice (`MalformedReply`);
+- transient (`classify` -> `Transient`): HTTP 429, 5xx, 408, timeouts, connection errors, HTTP 200
+  replies whose body is not JSON, truncated or empty, or carries no choice or no message
+  (`MalformedReply`, cause `malformed`), and replies with no answer in them (`EmptyReply`, cause
+  `empty_reply`; `pipeline.backends.reply_check` decides);
+- an empty reply that stopped at the token limit (`EmptyAtMaxTokens`, finish_reason "length") is NOT
+  transient: the same `max_tokens` gives the same outcome, so the call fails at once;
 - the wait before a retry is the server's `Retry-After` when it gives one, else 1, 2, 4, ... s capped
   at `retry_after_cap_s`; a `Retry-After` longer than the cap is never waited: the call fails at once
   with `RetryAfterTooLong` (a rate limit longer than allowed);
-- `deadline_s` bounds the whole logical call: no attempt starts and no wait ends after it (an attempt
-  in flight is bounded by the engine's `timeout_s`); passing it fails the call with `DeadlinePassed`;
+- `deadline_s` bounds the whole logical call: no attempt starts and no wait ends after it, and each
+  attempt is given the deadline (`run(attempt)` calls `attempt(deadline)`, a `time.monotonic()` value)
+  so the engine cuts a reply still arriving at it (`pipeline.backends.http_transport`; an async attempt
+  is cancelled at it here); passing it fails the call with `DeadlinePassed`;
 - fatal (`classify` -> `Fatal`): 401/403 (authentication), 404 (model or path), billing/quota. The
   caller turns them into `EndpointUnusable`, which ends the run (`pipeline.core.stop`);
 - a `StopToken` is checked before every attempt and wakes every wait, so no new request starts after
   a stop was requested (`Interrupted`).
 
-Every retry is logged at WARNING (role, scrubbed endpoint, attempt n/N, cause, seconds to wait) and
-counted in a `RetryLedger` (`pipeline.backends.retry_ledger`). Errors it creates carry no secret:
-details taken from a provider's message go through the caller's `scrub` first.
+Every retry is logged at WARNING (role, scrubbed endpoint, attempt n/N, cause, seconds to wait) before
+its wait, and counted in a `RetryLedger` (`pipeline.backends.retry_ledger`). Errors it creates carry no
+secret: details taken from a provider's message go through the caller's `scrub` first, and a client
+library's advice to its own users ("raise it with Timeouts(read=...)") is replaced by the key our user
+sets (`our_hint`: `lm.<role>.timeout_s`).
 
 It does not know DSPy, HTTP or any engine: it runs a callable and reads the lm15 error it raised.
 """
@@ -30,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -44,6 +53,8 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "DeadlinePassed",
+    "EmptyAtMaxTokens",
+    "EmptyReply",
     "Fatal",
     "MalformedReply",
     "RetryAfterTooLong",
@@ -52,6 +63,7 @@ __all__ = [
     "RetryPolicy",
     "Transient",
     "classify",
+    "our_hint",
 ]
 
 T = TypeVar("T")
@@ -68,6 +80,7 @@ class RetryCause(StrEnum):
     TIMEOUT = "timeout"
     CONNECTION = "connection"
     MALFORMED = "malformed"
+    EMPTY_REPLY = "empty_reply"
 
 
 class FatalKind(StrEnum):
@@ -91,7 +104,19 @@ class Fatal:
 
 
 class MalformedReply(lm15.ProviderError):
-    """An HTTP 200 reply that is JSON but no completion (no choice): retried like a malformed body."""
+    """An HTTP 200 reply that is no completion (not a JSON object, no choice, no message): retried."""
+
+
+class EmptyReply(lm15.ProviderError):
+    """An HTTP 200 completion with no answer in it (content null, empty or blank): retried."""
+
+
+class EmptyAtMaxTokens(lm15.ProviderError):
+    """An empty completion that stopped at the token limit (finish_reason "length"): not retried."""
+
+    def __init__(self, message: str, *, status: int | None = 200, max_tokens: int | None = None) -> None:
+        super().__init__(message, status=status)
+        self.max_tokens = max_tokens
 
 
 class RetryAfterTooLong(lm15.RateLimitError):
@@ -158,11 +183,31 @@ def classify(exc: BaseException) -> Transient | Fatal | None:
     if isinstance(exc, lm15.TransportError):
         timed_out = "timed out" in str(exc).lower() or "timeout" in str(exc).lower()
         return Transient(RetryCause.TIMEOUT if timed_out else RetryCause.CONNECTION, detail)
+    if isinstance(exc, EmptyReply):
+        return Transient(RetryCause.EMPTY_REPLY, detail)
     if isinstance(exc, MalformedReply) or (
         type(exc) is lm15.ProviderError and (status is None or 200 <= status < 300)
     ):  # lm15 raises a bare ProviderError for a 2xx body that is not JSON (truncated, empty, HTML)
         return Transient(RetryCause.MALFORMED, detail)
     return None
+
+
+_LIBRARY_HINTS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"this is lm15's read timeout, not a server failure\s*[—-]+\s*raise it with Timeouts\(read=\.\.\.\)"
+                r"(?: if the model needs longer)?"),
+     "the client's read timeout: raise lm.{role}.timeout_s if the model needs longer"),
+    (re.compile(r"raise max_connections, or Timeouts\(pool=\.\.\.\) to wait longer"),
+     "lm.{role}.timeout_s bounds this wait"),
+    (re.compile(r"Timeouts\((?:read|write|connect|pool)=[^)]*\)"), "lm.{role}.timeout_s"),
+)
+
+
+def our_hint(text: str, role: str) -> str:
+    """`text` with a client library's advice to its own users ("raise it with Timeouts(read=...)")
+    replaced by the config key our user sets (`lm.<role>.timeout_s`)."""
+    for pattern, replacement in _LIBRARY_HINTS:
+        text = pattern.sub(replacement.format(role=role), text)
+    return text
 
 
 def scrubbed(exc: BaseException, scrub: Callable[[str], str]) -> BaseException:
@@ -205,7 +250,7 @@ class RetryLoop:
         self.on_fatal = on_fatal
         self.stop = stop
         self.ledger = ledger
-        self.scrub = scrub
+        self.scrub: Callable[[str], str] = lambda text: our_hint(scrub(text), role)
         self.clock = clock
 
     # ------------------------------------------------------------------ the decision
@@ -224,6 +269,12 @@ class RetryLoop:
             raise scrubbed(exc, self.scrub)
         detail = self.scrub(verdict.detail)
         policy = self.policy
+        if self.clock() >= deadline:  # the engine cut this attempt at the deadline
+            logger.warning(
+                "lm.%s %s: attempt %d/%d failed (%s: %s) at deadline_s=%g; the call fails",
+                self.role, self.endpoint, attempt, policy.attempts, verdict.cause, detail, policy.deadline_s,
+            )
+            raise self._deadline_error(attempt, f"{verdict.cause}: {detail}")
         if verdict.retry_after is not None and verdict.retry_after > policy.retry_after_cap_s:
             logger.warning(
                 "lm.%s %s: rate limited for longer than allowed: the server asked to wait %g s "
@@ -267,13 +318,15 @@ class RetryLoop:
             raise self._deadline_error(attempt - 1, last)
 
     # ------------------------------------------------------------------ sync and async loops
-    def run(self, attempt: Callable[[], T]) -> T:
+    def run(self, attempt: Callable[[float], T]) -> T:
+        """`attempt(deadline)` until it succeeds or the policy says stop; `deadline` is the call's
+        `time.monotonic()` deadline, for the engine to cut a reply still arriving at it."""
         deadline = self.clock() + self.policy.deadline_s
         last = ""
         for number in range(1, self.policy.attempts + 1):
             self._before_attempt(number, deadline, last)
             try:
-                return attempt()
+                return attempt(deadline)
             except Exception as exc:
                 wait = self._wait_after(exc, number, deadline)
                 last = self.scrub(_detail(exc))
@@ -284,13 +337,15 @@ class RetryLoop:
                 time.sleep(wait)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def arun(self, attempt: Callable[[], Awaitable[T]]) -> T:
+    async def arun(self, attempt: Callable[[float], Awaitable[T]]) -> T:
+        """The async `run`: each attempt is also cancelled at the deadline (`asyncio.timeout`)."""
         deadline = self.clock() + self.policy.deadline_s
         last = ""
         for number in range(1, self.policy.attempts + 1):
             self._before_attempt(number, deadline, last)
             try:
-                return await attempt()
+                async with asyncio.timeout(max(0.0, deadline - self.clock())):
+                    return await attempt(deadline)
             except Exception as exc:
                 wait = self._wait_after(exc, number, deadline)
                 last = self.scrub(_detail(exc))

@@ -1,8 +1,9 @@
 """The per-run services every LM of one run shares: `RunLedger` and `RunServices`.
 
 `RunLedger` is the one per-run ledger: the LM calls made and served from the cache per role
-(`CallLedger`), the retries per role and cause (`RetryLedger`) and the finally failed calls that stop a
-run which mostly fails (`FailureGuard`). `RunServices` is what an app hands to the builders instead of
+(`CallLedger`), the retries per role and cause (`RetryLedger`), the finally failed calls that stop a
+run which mostly fails (`FailureGuard`) and the empty replies cut at `max_tokens` that stop a run
+whose limit is too small (`MaxTokensGuard`). `RunServices` is what an app hands to the builders instead of
 five loose arguments: the run's `StopToken` (None: cannot be stopped), its ledger and its local model
 servers (`LocalServers`, None: a `local` LM cannot be built). Both are frozen records of long-lived,
 thread-safe objects; they start nothing and log nothing (the entry point owns the servers' lifetime).
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from memtrace_loop.pipeline.backends.call_count import CallLedger, CallTally
 from memtrace_loop.pipeline.backends.failure_guard import FailureGuard
 from memtrace_loop.pipeline.backends.local_server import LocalServers
+from memtrace_loop.pipeline.backends.reply_check import MaxTokensGuard
 from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger, RetryTally
 from memtrace_loop.pipeline.core.stop import StopToken
 
@@ -28,6 +30,7 @@ class RunLedger:
     calls: CallLedger = field(default_factory=CallLedger)
     retries: RetryLedger = field(default_factory=RetryLedger)
     guard: FailureGuard = field(default_factory=FailureGuard)
+    max_tokens: MaxTokensGuard = field(default_factory=MaxTokensGuard)
 
     @classmethod
     def with_failure_limit(cls, max_failed_share: float) -> RunLedger:

@@ -10,6 +10,8 @@ line, exits non-zero and never marks the run FINISHED.
 - `EndpointUnusable`: an endpoint answered 401/403/404, is unreachable, or asked to wait longer than
   allowed; names the role, the (scrubbed) endpoint and the cause.
 - `TooManyFailures`: the share of failed LM calls passed the configured bound.
+- `MaxTokensTooSmall`: replies of a role keep coming back empty because they hit `max_tokens`
+  (deterministic at the same limit); names `lm.<role>.max_tokens` and the override that raises it.
 
 `StopToken` is the thread-safe flag an entry point creates, hands to the LMs and the runner, and sets
 from its signal handler; `check()` raises `Interrupted` once it is set, so no new LM call starts after
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import threading
 
-__all__ = ["EndpointUnusable", "Interrupted", "RunStopped", "StopToken", "TooManyFailures"]
+__all__ = ["EndpointUnusable", "Interrupted", "MaxTokensTooSmall", "RunStopped", "StopToken", "TooManyFailures"]
 
 
 class RunStopped(BaseException):
@@ -53,6 +55,24 @@ class TooManyFailures(RunStopped):
         super().__init__(
             f"{failed} of {total} LM calls failed ({100 * failed / max(total, 1):.0f}%), more than the allowed "
             f"{100 * bound:.0f}% (max_failed_share){detail}"
+        )
+
+
+class MaxTokensTooSmall(RunStopped):
+    """`count` replies of `role` were empty because they stopped at `max_tokens` (finish_reason
+    "length"): every call at that limit would end the same way."""
+
+    def __init__(self, role: str, max_tokens: int | None, count: int) -> None:
+        self.role = role
+        self.max_tokens = max_tokens
+        self.count = count
+        limit = (f"lm.{role}.max_tokens={max_tokens}" if max_tokens is not None
+                 else f"the server's default limit (lm.{role}.max_tokens is unset)")
+        bigger = 4 * max_tokens if max_tokens is not None else 4096
+        replies = "reply" if count == 1 else "replies"
+        super().__init__(
+            f"lm.{role}: {count} {replies} came back empty, cut at {limit} (finish_reason \"length\", e.g. a "
+            f"reasoning model that spent the budget thinking); raise it, e.g. lm.{role}.max_tokens={bigger}"
         )
 
 

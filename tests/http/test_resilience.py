@@ -184,8 +184,11 @@ def test_credentials_in_the_api_base_never_reach_a_log_or_an_error(
     caplog.set_level(logging.WARNING)
     secret_base = f"http://127.0.0.1:{server.port}/v1?token=qs-secret"  # (user info is refused by LMConfig)
     lm = build_lm(openai_config(server, api_base=secret_base, num_retries=1, retry_after_cap_s=0.01), role="judge")
-    with pytest.raises(BaseException) as caught:  # a 404 on the malformed path: EndpointUnusable
-        ask(lm)
+    assert ask(lm).answer == ANSWER  # the query reaches the server after the path
+    assert server.requests[-1].path == "/v1/chat/completions?token=qs-secret"
+    server.inject(404, message=f"no model at {secret_base}/chat/completions")
+    with pytest.raises(BaseException) as caught:  # EndpointUnusable, the URL scrubbed
+        ask(lm, question="Another question?")
     assert str(caught.value).startswith(f"lm.judge endpoint {server.base_url}")
     for text in (caplog.text, str(caught.value), json.dumps(lm.dump_state(), default=str)):
         assert "qs-secret" not in text and KEY not in text

@@ -15,7 +15,14 @@ Faults, per request on `FaultPlan.only_paths` (path suffixes; default chat compl
 - `truncated` — forwarded; the upstream's body is cut in half, Content-Length matching the cut body;
 - `empty_body` — 200 with an empty body;
 - `garbled_content` — forwarded; a chat.completion whose message content is replaced by garbage
-  (on other paths, or when the upstream did not answer a chat.completion, it is forwarded unchanged).
+  (on other paths, or when the upstream did not answer a chat.completion, it is forwarded unchanged);
+- the shape-less 200s, each forwarded and its chat.completion reshaped (unchanged, like `garbled_content`,
+  when the upstream did not answer one): `json_list` (the completion inside a JSON list),
+  `no_choices` (the object without `choices`), `no_message` (a choice without `message`),
+  `content_null` (`content: null`), `empty_at_length` (`content: ""`, `finish_reason: "length"`, all of
+  the request's `max_tokens` billed: what a reasoning model returns when its budget runs out);
+- `slow_drip` — forwarded; the answer's head at once, then its body one byte every `plan.drip_s` seconds
+  (a reply that never trips a read timeout; ended early by `stop()`/`dead()`).
 Which request gets which fault is a pure function of (seed, n), n counting the requests on
 `only_paths` while faults are active (`FaultPlan.fault_at(n)`): a rerun with the same order of
 requests gets the same faults. A retry is just the next request: it may fault again, as in real life.
@@ -64,11 +71,18 @@ class FaultKind(StrEnum):
     TRUNCATED = "truncated"
     EMPTY_BODY = "empty_body"
     GARBLED_CONTENT = "garbled_content"
+    JSON_LIST = "json_list"
+    NO_CHOICES = "no_choices"
+    NO_MESSAGE = "no_message"
+    CONTENT_NULL = "content_null"
+    EMPTY_AT_LENGTH = "empty_at_length"
+    SLOW_DRIP = "slow_drip"
     ALWAYS = "always"  # answered by `always(status, ...)`
     DEAD = "dead"  # arrived on an open connection after `dead()`: dropped
 
 
-# The plan's rate fields, in the fixed order the schedule draws them.
+# The plan's rate fields, in the fixed order the schedule draws them (new kinds go last, so a seeded
+# schedule of the older kinds stays what it was).
 RATE_KINDS: tuple[FaultKind, ...] = (
     FaultKind.RATE_LIMIT,
     FaultKind.SERVER_ERROR,
@@ -77,6 +91,17 @@ RATE_KINDS: tuple[FaultKind, ...] = (
     FaultKind.TRUNCATED,
     FaultKind.EMPTY_BODY,
     FaultKind.GARBLED_CONTENT,
+    FaultKind.JSON_LIST,
+    FaultKind.NO_CHOICES,
+    FaultKind.NO_MESSAGE,
+    FaultKind.CONTENT_NULL,
+    FaultKind.EMPTY_AT_LENGTH,
+    FaultKind.SLOW_DRIP,
+)
+# The 200 replies that carry no usable completion: every one must be a failed attempt for the client.
+SHAPELESS_KINDS: tuple[FaultKind, ...] = (
+    FaultKind.NON_JSON, FaultKind.TRUNCATED, FaultKind.EMPTY_BODY, FaultKind.JSON_LIST, FaultKind.NO_CHOICES,
+    FaultKind.NO_MESSAGE, FaultKind.CONTENT_NULL, FaultKind.EMPTY_AT_LENGTH,
 )
 SERVER_ERROR_STATUSES = (500, 502, 503)
 NON_JSON_BODIES = (
@@ -121,6 +146,13 @@ class FaultPlan:
     truncated: float = 0.0
     empty_body: float = 0.0
     garbled_content: float = 0.0
+    json_list: float = 0.0
+    no_choices: float = 0.0
+    no_message: float = 0.0
+    content_null: float = 0.0
+    empty_at_length: float = 0.0
+    slow_drip: float = 0.0
+    drip_s: float = 1.0  # seconds between two bytes of a `slow_drip` body
     retry_after: str | None = "1"  # the 429's Retry-After header value; None omits it
     stall_s: float = 10.0  # how long a `timeout` fault holds the connection
     stall_then: Literal["drop", "answer"] = "drop"
@@ -133,8 +165,8 @@ class FaultPlan:
             raise ValueError(f"fault rates must be within [0, 1]: {bad}")
         if sum(rates.values()) > 1.0 + 1e-9:
             raise ValueError(f"fault rates sum to {sum(rates.values()):g} > 1")
-        if self.stall_s < 0:
-            raise ValueError("stall_s must be >= 0")
+        if self.stall_s < 0 or self.drip_s < 0:
+            raise ValueError("stall_s and drip_s must be >= 0")
         if self.stall_then not in ("drop", "answer"):
             raise ValueError("stall_then must be 'drop' or 'answer'")
 
@@ -187,6 +219,7 @@ class _Answer:
     body: bytes = b""
     headers: tuple[tuple[str, str], ...] = ()
     fault: FaultKind = FaultKind.FORWARDED
+    drip_s: float = 0.0  # > 0: the body is sent one byte every drip_s seconds
 
 
 @dataclass
@@ -401,6 +434,11 @@ class FaultProxy:
         if kind is FaultKind.GARBLED_CONTENT:
             garbled = _garble(answer)
             return replace(garbled, fault=kind if garbled is not answer else FaultKind.FORWARDED)
+        if kind in _RESHAPES:
+            reshaped = _reshape(answer, kind, request)
+            return replace(reshaped, fault=kind if reshaped is not answer else FaultKind.FORWARDED)
+        if kind is FaultKind.SLOW_DRIP:
+            return replace(answer, fault=kind, drip_s=plan.drip_s)
         return replace(answer, fault=kind)
 
     def _forward(self, request: ProxiedRequest) -> _Answer:
@@ -450,6 +488,58 @@ def _garble(answer: _Answer) -> _Answer:
         if isinstance(choice, dict) and isinstance(choice.get("message"), dict):
             choice["message"]["content"] = MALFORMED_CONTENT
     return replace(answer, body=json.dumps(payload).encode()) if choices else answer
+
+
+def _completion(answer: _Answer) -> dict[str, Any] | None:
+    try:
+        payload = json.loads(answer.body)
+    except ValueError:
+        return None
+    ok = isinstance(payload, dict) and payload.get("object") == "chat.completion" and payload.get("choices")
+    return payload if ok else None
+
+
+def _billed_limit(request: ProxiedRequest) -> int:
+    try:
+        body = json.loads(request.body)
+    except ValueError:
+        body = {}
+    limit = body.get("max_completion_tokens") or body.get("max_tokens") if isinstance(body, dict) else None
+    return int(limit) if isinstance(limit, int) else 1000
+
+
+def _cut_at_length(payload: dict[str, Any], request: ProxiedRequest) -> Any:
+    for choice in payload["choices"]:
+        choice["message"]["content"] = ""
+        choice["finish_reason"] = "length"
+    usage = payload.setdefault("usage", {})
+    usage["completion_tokens"] = _billed_limit(request)
+    usage["total_tokens"] = usage.get("prompt_tokens", 0) + usage["completion_tokens"]
+    return payload
+
+
+def _null_content(payload: dict[str, Any]) -> Any:
+    for choice in payload["choices"]:
+        choice["message"]["content"] = None
+    return payload
+
+
+_RESHAPES: dict[FaultKind, Any] = {
+    FaultKind.JSON_LIST: lambda payload, _request: [payload],
+    FaultKind.NO_CHOICES: lambda payload, _request: {k: v for k, v in payload.items() if k != "choices"},
+    FaultKind.NO_MESSAGE: lambda payload, _request: {
+        **payload, "choices": [{k: v for k, v in c.items() if k != "message"} for c in payload["choices"]]},
+    FaultKind.CONTENT_NULL: lambda payload, _request: _null_content(payload),
+    FaultKind.EMPTY_AT_LENGTH: _cut_at_length,
+}
+
+
+def _reshape(answer: _Answer, kind: FaultKind, request: ProxiedRequest) -> _Answer:
+    """The forwarded chat.completion reshaped as `kind` says; anything else unchanged (the same object)."""
+    payload = _completion(answer)
+    if payload is None:
+        return answer
+    return replace(answer, body=json.dumps(_RESHAPES[kind](payload, request)).encode())
 
 
 def _seconds_text(seconds: str | float) -> str:
@@ -504,10 +594,22 @@ def _make_handler(owner: FaultProxy) -> type[BaseHTTPRequestHandler]:
                     self.send_header(key, value)
                 self.send_header("Content-Length", str(len(answer.body)))
                 self.end_headers()
+                self.wfile.flush()
+                if answer.drip_s > 0:
+                    self._drip(answer.body, answer.drip_s)
+                    return
                 self.wfile.write(answer.body)
                 self.wfile.flush()
             except OSError:  # the client gave up (timeout) or the proxy cut it
                 self.close_connection = True
+
+        def _drip(self, body: bytes, every_s: float) -> None:
+            for index in range(len(body)):
+                if owner._wake.wait(every_s):  # stop()/dead(): cut the connection
+                    self.close_connection = True
+                    return
+                self.wfile.write(body[index : index + 1])
+                self.wfile.flush()
 
         do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _handle
 
@@ -525,6 +627,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--retry-after", default="1", help="the 429's Retry-After value ('none' omits it)")
     parser.add_argument("--stall-s", type=float, default=10.0)
     parser.add_argument("--stall-then", choices=("drop", "answer"), default="drop")
+    parser.add_argument("--drip-s", type=float, default=1.0, help="seconds between two bytes of a slow_drip body")
     parser.add_argument("--only-paths", nargs="+", default=list(DEFAULT_PATHS))
     parser.add_argument("--always", type=int, default=None, metavar="STATUS", help="answer every request so")
     parser.add_argument("--always-text", default=None, help="the error message of --always")
@@ -540,6 +643,7 @@ def main(argv: list[str] | None = None) -> int:
         retry_after=None if args.retry_after.lower() == "none" else args.retry_after,
         stall_s=args.stall_s,
         stall_then=args.stall_then,
+        drip_s=args.drip_s,
         only_paths=tuple(args.only_paths),
         **{kind.value: getattr(args, kind.value) for kind in RATE_KINDS if kind.value in names},
     )
