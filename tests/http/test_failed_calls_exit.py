@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("mlflow_db")]
 
 # seed 7: the first 24 chat requests (the preflight among them) pass, then about 6% are rate-limited
 PLAN = FaultPlan(seed=7, rate_limit=0.06, retry_after="3600", only_paths=("/chat/completions",))
-SMALL = ("workers=1", "dataset.n_conversations=2", "dataset.sessions_per_conversation=2")
+SMALL = ("workers=4", "dataset.n_conversations=2", "dataset.sessions_per_conversation=2")
 FAILED_LINE = re.compile(r"finished with failed LM calls: (\d+) of (\d+) LM calls finally failed")
 
 
