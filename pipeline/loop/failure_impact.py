@@ -1,9 +1,11 @@
 """What failed operations did to one evaluation's scores: `FailureImpact` and `failure_impact`.
 
 A question is **touched** when a failed operation (an LM call that finally failed, or an output that
-could not be used) lies on the path to its verdict in its conversation's execution graph: the failed
-operation itself, or anything downstream of it (a failed ingestion whose memory the question
-retrieved, a failed answer, a failed judge call), or when its `CaseResult` carries an error. Only the
+could not be used) lies on the path to its verdict in its conversation's execution graph (a failed
+ingestion whose memory the question retrieved, a failed answer, a failed judge call), when a failed
+operation worked on one of the question's evidence turns (upstream of its inputs, not through a
+retrieval: a failed extraction leaves no memory to retrieve, so no path; the turn is the link), or
+when its `CaseResult` carries an error. Only the
 questions of the overall score count (the excluded categories are left out, as in
 `EvaluationReport.overall`).
 
@@ -21,8 +23,8 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from memtrace_loop.pipeline.core.conventions import verdict_name
-from memtrace_loop.pipeline.core.graph import ExecutionGraph
+from memtrace_loop.pipeline.core.conventions import Namespace, OpKind, name_of, prefix, turn_name, verdict_name
+from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation
 from memtrace_loop.pipeline.core.records import CaseResult
 from memtrace_loop.pipeline.loop.runner import RunResult
 
@@ -76,28 +78,56 @@ class FailureImpact:
         return {k: v for k, v in values.items() if not math.isnan(v)}
 
 
-def _downstream_of_failures(graph: ExecutionGraph) -> frozenset[str]:
-    """Every node id a failed operation of `graph` is, or leads to."""
-    reached: set[str] = set()
+@dataclass(frozen=True)
+class _Reach:
+    """What the failed operations of one graph reach: node ids downstream, turn names upstream."""
+
+    downstream: frozenset[str]
+    turns: frozenset[str]
+
+
+def _worked_on(graph: ExecutionGraph, op: Operation) -> set[str]:
+    """The turn names `op` worked on: upstream of its inputs, not through a retrieval (what was
+    retrieved from memory comes from other turns)."""
+    turn_prefix = prefix(Namespace.TURN)
+    seen: set[str] = set()
+    queue = list(op.inputs)
+    while queue:
+        var_id = queue.pop()
+        if var_id in seen:
+            continue
+        seen.add(var_id)
+        producer = graph.producer(var_id)
+        if producer is not None and producer.kind != OpKind.RETRIEVAL:
+            queue.extend(producer.inputs)
+    return {name for name in map(name_of, seen) if name.startswith(turn_prefix)}
+
+
+def _reach_of_failures(graph: ExecutionGraph) -> _Reach:
+    downstream: set[str] = set()
+    turns: set[str] = set()
     for op in graph.operations():
-        if op.failed and op.id not in reached:
-            reached.add(op.id)
-            reached.update(graph.descendants(op.id))
-    return frozenset(reached)
+        if op.failed:
+            downstream.add(op.id)
+            downstream.update(graph.descendants(op.id))
+            turns.update(_worked_on(graph, op))
+    return _Reach(frozenset(downstream), frozenset(turns))
 
 
 def touched_questions(results: Iterable[CaseResult], graph_by_conversation: Mapping[str, ExecutionGraph]) -> set[str]:
     """The ids of the questions a failed operation touched (see the module doc)."""
-    reached: dict[str, frozenset[str]] = {}
+    reach_by_conversation: dict[str, _Reach] = {}
     touched: set[str] = set()
+    nothing = _Reach(frozenset(), frozenset())
     for result in results:
         question = result.question
         graph = graph_by_conversation.get(question.conversation_id)
-        if graph is not None and question.conversation_id not in reached:
-            reached[question.conversation_id] = _downstream_of_failures(graph)
-        failed = reached.get(question.conversation_id, frozenset())
+        if graph is not None and question.conversation_id not in reach_by_conversation:
+            reach_by_conversation[question.conversation_id] = _reach_of_failures(graph)
+        reach = reach_by_conversation.get(question.conversation_id, nothing)
         verdicts = graph.versions(verdict_name(question.id)) if graph is not None else ()
-        if result.error is not None or any(v.id in failed for v in verdicts):
+        if (result.error is not None or any(v.id in reach.downstream for v in verdicts)
+                or any(turn_name(turn) in reach.turns for turn in question.evidence)):
             touched.add(question.id)
     return touched
 

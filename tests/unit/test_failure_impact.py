@@ -22,15 +22,30 @@ from memtrace_loop.pipeline.loop.runner import LMCallCounts, RunResult
 
 def _graph() -> ExecutionGraph:
     """Two memories, m1 built by a failed ingestion; q1 retrieves m1, q2 retrieves m2, q3's judge call
-    failed, q4 (category 5, excluded) retrieves m1."""
+    failed, q4 (category 5, excluded) retrieves m1; the extraction of turn 2 failed (no memory: q5,
+    whose evidence it is, has no path from it)."""
     graph = ExecutionGraph("c1")
     turn = graph.add_variable("turn:1", "turn", "hi")
+    second = graph.add_variable("turn:2", "turn", "bye")
+    facts = graph.add_variable("facts:2", "facts", "")
+    graph.add_operation("extract", "extract", OpKind.EXTRACTION, [second.id], [facts.id], status=OpStatus.FAILED)
+    # turn 4 became a memory; the decision on turn 5's facts, given what was retrieved, failed
+    fourth, fifth = graph.add_variable("turn:4", "turn", "x"), graph.add_variable("turn:5", "turn", "y")
+    m4, facts5 = graph.add_variable("memory:4", "memory", "x"), graph.add_variable("facts:5", "facts", "y")
+    similar = graph.add_variable("similar:5", "retrieved", "x")
+    decision = graph.add_variable("decision:5", "decision", "")
+    graph.add_operation("extract", "extract", OpKind.EXTRACTION, [fourth.id], [m4.id])
+    graph.add_operation("extract", "extract", OpKind.EXTRACTION, [fifth.id], [facts5.id])
+    graph.add_operation("search", "search", OpKind.RETRIEVAL, [facts5.id, m4.id], [similar.id])
+    graph.add_operation("decide", "decide", OpKind.UPDATE, [facts5.id, similar.id], [decision.id],
+                        status=OpStatus.FAILED)
     m1 = graph.add_variable("memory:1", "memory", "")
     m2 = graph.add_variable("memory:2", "memory", "x")
     graph.add_operation("ingest", "extract", OpKind.EXTRACTION, [turn.id], [m1.id], status=OpStatus.FAILED, error="429")
     graph.add_operation("ingest", "extract", OpKind.EXTRACTION, [turn.id], [m2.id])
     for qid, memory, status in (("q1", m1, OpStatus.OK), ("q2", m2, OpStatus.OK), ("q3", m2, OpStatus.FAILED),
-                                ("q4", m1, OpStatus.OK)):
+                                ("q4", m1, OpStatus.OK), ("q5", m2, OpStatus.OK), ("q6", m2, OpStatus.OK),
+                                ("q7", m2, OpStatus.OK)):
         answer = graph.add_variable(f"answer:{qid}", "answer", "a")
         graph.add_operation("answer", "answer", OpKind.RESPONSE, [memory.id], [answer.id])
         verdict = graph.add_variable(verdict_name(qid), "verdict", "WRONG")
@@ -38,9 +53,13 @@ def _graph() -> ExecutionGraph:
     return graph
 
 
+EVIDENCE = {"q5": ("2",), "q6": ("4",), "q7": ("5",)}
+
+
 def _result(correct: dict[str, bool]) -> RunResult:
     results = tuple(
-        score_case(Question(qid, "c1", "?", "a", 5 if qid == "q4" else 1), "a",
+        score_case(Question(qid, "c1", "?", "a", 5 if qid == "q4" else 1, evidence=EVIDENCE.get(qid, ())),
+                   "a",
                    "CORRECT" if ok else "WRONG", None)
         for qid, ok in correct.items()
     )
@@ -48,13 +67,14 @@ def _result(correct: dict[str, bool]) -> RunResult:
 
 
 def test_questions_downstream_of_a_failed_operation_are_touched() -> None:
-    result = _result({"q1": False, "q2": True, "q3": True, "q4": False})
-    assert touched_questions(result.results, result.graph_by_conversation) == {"q1", "q3", "q4"}
+    result = _result({"q1": False, "q2": True, "q3": True, "q4": False, "q5": False, "q6": True, "q7": True})
+    # q6: turn 4 only reached the failed decision through a retrieval, so it is not touched
+    assert touched_questions(result.results, result.graph_by_conversation) == {"q1", "q3", "q4", "q5", "q7"}
     impact = failure_impact(result)  # q4's category is excluded from the overall score
-    assert impact == FailureImpact(scored=3, correct=2, touched=2, touched_wrong=1)
-    assert impact.accuracy == pytest.approx(2 / 3)
-    assert impact.accuracy_untouched == 1.0  # q2 alone
-    assert (impact.accuracy_low, impact.accuracy_high) == (pytest.approx(1 / 3), 1.0)
+    assert impact == FailureImpact(scored=6, correct=4, touched=4, touched_wrong=2)
+    assert impact.accuracy == pytest.approx(4 / 6)
+    assert impact.accuracy_untouched == 1.0  # q2 and q6
+    assert (impact.accuracy_low, impact.accuracy_high) == (pytest.approx(2 / 6), 1.0)
 
 
 def test_impacts_add_up_and_an_all_touched_score_has_no_untouched_accuracy() -> None:
