@@ -164,6 +164,7 @@ class _AppConfig:
     prompts: str | None = None  # an exported prompt set (JSON/YAML) to start from
     run_name: str | None = None
     max_failed_share: float = MAX_FAILED_SHARE  # the run stops (TooManyFailures) when more LM calls finally fail
+    allow_failed_calls: bool = False  # a finished run with failed LM calls exits 0 (FINISHED), not 3 (FAILED)
 
     def __post_init__(self) -> None:
         require(self, workers=(1, None), seed=(0, None), max_failed_share=(0.0, 1.0))

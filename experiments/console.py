@@ -13,6 +13,8 @@ from memtrace_loop.pipeline.analysis.blame import BlameTable
 from memtrace_loop.pipeline.analysis.diagnosis import Diagnosis
 from memtrace_loop.pipeline.analysis.evaluation import EvaluationReport, MetricSummary
 from memtrace_loop.pipeline.backends.call_count import BUDGET_ROLES, CallTally
+from memtrace_loop.pipeline.backends.failure_guard import FailedCalls
+from memtrace_loop.pipeline.loop.failure_impact import FailureImpact
 from memtrace_loop.pipeline.loop.optimization import LoopResult
 from memtrace_loop.pipeline.loop.runner import LMCallCounts
 from rich.console import Console
@@ -225,3 +227,22 @@ def diagnosis_panel(diagnosis: Diagnosis, title: str = "diagnosis") -> Panel:
     counts = f"\n\n{diagnosis.failures} attributed failures: {groups}" if diagnosis.groups else ""
     # the counts in the body, not the subtitle: a subtitle is cut at the panel's width
     return Panel(Text(diagnosis.headline() + counts), title=title, expand=False)
+
+
+def impact_clause(scope: str, impact: FailureImpact, unit: str = "questions") -> str:
+    """`eval: 3 of 40 scored questions touched by a failed operation (2 scored wrong); judge accuracy 45.0%,
+    50.0% without them, between 40.0% and 50.0% had they not failed`."""
+    head = f"{scope}: {impact.touched} of {impact.scored} scored {unit} touched by a failed operation"
+    if not impact.touched:
+        return head
+    return (f"{head} ({impact.touched_wrong} scored wrong); judge accuracy {_pct(impact.accuracy)}%, "
+            f"{_pct(impact.accuracy_untouched)}% without them, between {_pct(impact.accuracy_low)}% and "
+            f"{_pct(impact.accuracy_high)}% had they not failed")
+
+
+def failed_calls_lines(failed: FailedCalls, impacts: dict[str, FailureImpact], unit: str = "questions") -> list[str]:
+    """The console's word on a run with failed LM calls: the count per role, then one line per scored
+    evaluation (scope -> impact). Nothing when no call finally failed."""
+    if not failed:
+        return []
+    return [f"Failed LM calls: {failed.summary()}", *(impact_clause(s, i, unit) for s, i in impacts.items())]

@@ -79,6 +79,11 @@ def export(cfg: DictConfig, console: Console | None = None) -> Path:
     exported = exported_from_run(MlflowTracker(config.tracking.uri), config.run_id)
     path = write_prompts(exported, resolve(config.out, base_dir))
     console.print(f"wrote {len(exported.prompts)} stage prompts of {exported.system!r} to {path}")
+    failed = exported.metrics.get("failed_lm_calls")
+    if failed:  # optimize marks an export chosen and tested with failed LM calls (docs/usage.md, exit codes)
+        console.print(f"note: run {config.run_id} had {failed:g} LM calls that finally failed; these prompts were "
+                      "chosen and tested on measurements with failures (failed_lm_calls in the file's metrics)",
+                      style="bold yellow", markup=False, soft_wrap=True)
     for extra in write_prompt_formats(exported, spec_of(exported.system).prompt_formats, path.parent):
         console.print(f"and in the system's own format to {extra}")
     program = save_program_state(

@@ -5,13 +5,14 @@ and the runner start no new call or item after it, the work ends with `Interrupt
 run is ended KILLED by the tracker. A second signal gives up waiting (`KeyboardInterrupt`).
 
 `run_app(body, secrets_of)` runs an app body and turns what ends it into an exit: a `RunStopped`
-(interrupted, endpoint unusable, too many failed calls), a configuration or data error, or any other
-exception, becomes one line on stderr (secrets masked, notes such as "resume with ..." appended) and a
-non-zero exit code; the traceback goes to the log at DEBUG level only. After an interruption the
-process exits at once (`os._exit`), without waiting for LM calls still in flight: everything worth
-keeping (checkpoint, MLflow status) is written before. In a worker process of a pool (a sweep's job
-under Hydra's joblib launcher) it raises `JobExit(code)` instead: the job fails, the other jobs go on
-to their end, and the launching process exits with that code when the batch has ended.
+(interrupted, endpoint unusable, too many failed calls), a configuration or data error, a run that
+finished with failed LM calls (`FinishedWithFailedCalls`, exit 3), or any other exception, becomes one
+line on stderr (secrets masked, notes such as "resume with ..." appended) and a non-zero exit code; the
+traceback goes to the log at DEBUG level only. After an interruption the process exits at once
+(`os._exit`), without waiting for LM calls still in flight: everything worth keeping (checkpoint, MLflow
+status) is written before. In a worker process of a pool (a sweep's job under Hydra's joblib launcher)
+it raises `JobExit(code)` instead: the job fails, the other jobs go on to their end, and the launching
+process exits with that code when the batch has ended.
 
 `SweepStop` is the Hydra callback of every app's `-m` sweep (conf/optimize.yaml, conf/run.yaml): when
 the jobs run in worker processes (the joblib launcher), Ctrl-C reaches every job of the process group,
@@ -40,6 +41,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from memtrace_loop.experiments.console_layout import ECHO_ATTR
 from memtrace_loop.experiments.secret_guard import known_secrets
+from memtrace_loop.pipeline.backends.failure_guard import FinishedWithFailedCalls
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.prompt_files import PromptFileError
 from memtrace_loop.pipeline.core.stop import Interrupted, RunStopped, StopToken
@@ -54,6 +56,7 @@ logger = logging.getLogger("memtrace")
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2  # a bad config, data file or checkpoint: the user must change something
+EXIT_FAILED_CALLS = 3  # the run went to its end, but some LM calls finally failed (allow_failed_calls=false)
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell's convention
 EXIT_TERMINATED = 143  # 128 + SIGTERM
 STOP_MARKER = ".stopped"  # in a sweep's folder once Ctrl-C stopped it (SweepStop): jobs not yet started skip
@@ -91,6 +94,8 @@ def exit_code(error: BaseException, token: StopToken | None = None) -> int:
         return EXIT_TERMINATED if token is not None and "SIGTERM" in token.reason else EXIT_INTERRUPTED
     if isinstance(error, RunStopped):
         return EXIT_FAILED
+    if isinstance(error, FinishedWithFailedCalls):
+        return EXIT_FAILED_CALLS
     if _is_usage_error(error):
         return EXIT_USAGE
     return EXIT_FAILED
@@ -102,7 +107,9 @@ def _is_usage_error(error: BaseException) -> bool:
 
 def _speaks_for_itself(error: BaseException) -> bool:
     """Errors whose message is written for the user (no type name needed in front of it)."""
-    return isinstance(error, RunStopped | NotLoggedError | TrackingUnavailable) or _is_usage_error(error)
+    return isinstance(error, RunStopped | NotLoggedError | TrackingUnavailable | FinishedWithFailedCalls) or (
+        _is_usage_error(error)
+    )
 
 
 def one_line(error: BaseException, secrets: tuple[str, ...] = ()) -> str:

@@ -31,6 +31,8 @@ from memtrace_loop.experiments.console import (
     budget_line,
     calls_table,
     diagnosis_panel,
+    failed_calls_lines,
+    impact_clause,
     loop_tables,
     setup_logging,
 )
@@ -59,6 +61,7 @@ from memtrace_loop.optimizers.gepa_program import save_program_state
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
 from memtrace_loop.pipeline.analysis.diagnosis import Diagnosis
 from memtrace_loop.pipeline.backends.embeddings import build_embedder
+from memtrace_loop.pipeline.backends.failure_guard import FailedCalls, FinishedWithFailedCalls, failed_calls_outcome
 from memtrace_loop.pipeline.backends.lm import LMSet
 from memtrace_loop.pipeline.backends.preflight import check_endpoints
 from memtrace_loop.pipeline.core.command_line import command_line
@@ -76,6 +79,7 @@ from memtrace_loop.pipeline.loop.checkpoint import (
     mark_checkpoint_finished,
     read_checkpoint,
 )
+from memtrace_loop.pipeline.loop.failure_impact import FailureImpact, failure_impact
 from memtrace_loop.pipeline.loop.optimization import LoopResult, OptimizationLoop, Splits
 from memtrace_loop.pipeline.report.run_report import report_for_loop
 from memtrace_loop.pipeline.tracking.loop_observer import TrackingLoopObserver
@@ -85,6 +89,8 @@ from memtrace_loop.pipeline.tracking.redacting_tracker import RedactingTracker
 from memtrace_loop.pipeline.tracking.run_logging import (
     dataset_input,
     dataset_source,
+    failed_call_metrics,
+    failed_call_tags,
     flatten,
     git_commit,
     log_params,
@@ -168,15 +174,17 @@ def _already_finished(run_dir: Path, checkpoint: Mapping[str, Any], console: Con
 
 def export_best(
     result: LoopResult, system_name: str, run_id: str, run_dir: Path, knobs: Mapping[str, Any] | None = None,
-    formats: Sequence[PromptFormat] = (),
+    formats: Sequence[PromptFormat] = (), mark: Mapping[str, float] | None = None,
 ) -> list[Path]:
-    """The final prompt set as best_prompts.json and .yaml (with the finite headline metrics and the
-    system's knobs that differ from their defaults, accepted knob changes included), then the files of
-    the system's own prompt `formats` (e.g. a library's config fragment) beside them."""
+    """The final prompt set as best_prompts.json and .yaml (with the finite headline metrics, the
+    failed-calls `mark` when LM calls finally failed (`failed_calls_mark`), and the system's knobs that
+    differ from their defaults, accepted knob changes included), then the files of the system's own
+    prompt `formats` (e.g. a library's config fragment) beside them."""
     metrics = {
         "test_judge_accuracy": result.test_final.report.overall.judge_accuracy,
         "test_start_judge_accuracy": result.test_start.report.overall.judge_accuracy,
         "dev_judge_accuracy": result.dev_final.report.overall.judge_accuracy,
+        **(mark or {}),
     }
     exported = ExportedPrompts.create(
         system_name, result.final_prompts, source_run=run_id,
@@ -215,6 +223,7 @@ class _Finished:
     diagnosis: Diagnosis
     improved: bool
     elapsed: float
+    failed: FailedCalls  # LM calls that finally failed (none: a clean run)
 
 
 def optimize(cfg: DictConfig, console: Console | None = None, stop: StopToken | None = None) -> dict[str, Any]:
@@ -288,7 +297,8 @@ def _optimize(session: AppSession[OptimizeConfig]) -> dict[str, Any]:
         if session.services.stop is not None:
             session.services.stop.check()  # interrupted during the final test evaluation: no export
         finished = _finish(session, parts, tracker, result, run_id, run_name, started)
-    _print_summary(session, parts.system, finished, run_id)
+        _print_summary(session, parts.system, finished, run_id)
+        _end_with_failed_calls(session, finished)  # inside the MLflow run: it ends FAILED
     return {
         "run_id": run_id, "run_dir": str(folder.root), "exported": [str(p) for p in finished.paths],
         "test_start": result.test_start.report.overall.judge_accuracy,
@@ -343,6 +353,8 @@ def _resume_note(folder: RunFolder) -> Iterator[None]:
     except (Interrupted, KeyboardInterrupt) as error:
         error.add_note(f"the last checkpoint is kept; resume with: {resume_command(folder.root)}")
         raise
+    except FinishedWithFailedCalls:  # the run finished: nothing to resume
+        raise
     except Exception as error:  # e.g. MLflow went down mid-run: the finished iterations are checkpointed
         if folder.checkpoint.exists():
             error.add_note(f"the last checkpoint is kept; resume with: {resume_command(folder.root)}")
@@ -374,10 +386,13 @@ def _finish(
     the checkpoint finished."""
     folder, system = session.folder, parts.system
     improved = result.final_prompts != result.start_prompts or bool(result.final_knobs)
-    tracker.set_tags({"memtrace.improved": str(improved).lower()})
+    failed = FailedCalls.of(session.ledger.guard, result.calls)
+    tracker.set_tags({"memtrace.improved": str(improved).lower(), **failed_call_tags(failed)})
+    tracker.log_metrics(failed_call_metrics(failed))
     final_knobs = system.with_knobs(result.final_knobs).non_default_knobs()
     formats = spec_of(session.config.memory_system.name).prompt_formats
-    paths = export_best(result, system.name, run_id, folder.root, final_knobs, formats)
+    mark = failed_calls_mark(failed, result)
+    paths = export_best(result, system.name, run_id, folder.root, final_knobs, formats, mark)
     for path in paths:
         tracker.log_artifact(path, "export")
     tracker.log_artifact(export_program(result, system, folder.root), "program")
@@ -398,7 +413,49 @@ def _finish(
     elapsed = time.perf_counter() - started
     tracker.log_metrics({ELAPSED_S: elapsed, **retry_metrics(session.ledger.retry_tally())})
     mark_finished(folder.checkpoint, result, paths)
-    return _Finished(result, paths, plots, report, diagnosed, diagnosis, improved, elapsed)
+    return _Finished(result, paths, plots, report, diagnosed, diagnosis, improved, elapsed, failed)
+
+
+def failed_calls_mark(failed: FailedCalls, result: LoopResult) -> dict[str, float]:
+    """What an export from a run with finally failed LM calls carries among its metrics (nothing for a
+    clean run): `failed_lm_calls`, and the dev and test verdicts failed operations touched."""
+    if not failed:
+        return {}
+    empty = FailureImpact()
+    test = failure_impact(result.test_start) + failure_impact(result.test_final)
+    return {"failed_lm_calls": float(failed.failed),
+            "dev_verdicts_touched_by_failures": float(result.impact_by_split.get("dev", empty).touched),
+            "test_verdicts_touched_by_failures": float(test.touched)}
+
+
+def _impacts(result: LoopResult) -> dict[str, FailureImpact]:
+    """What failed operations did, per scope the console names: train and dev (all evaluations), test."""
+    empty = FailureImpact()
+    return {"train (all evaluations)": result.impact_by_split.get("train", empty),
+            "dev (all evaluations)": result.impact_by_split.get("dev", empty),
+            "test/start": failure_impact(result.test_start), "test/final": failure_impact(result.test_final)}
+
+
+def _print_failed_calls(session: AppSession[OptimizeConfig], done: _Finished) -> None:
+    """The count per role and what it did to each scope's verdicts; that the export is marked."""
+    lines = failed_calls_lines(done.failed, _impacts(done.result), unit="verdicts")
+    if lines:
+        lines.append(f"The exported prompts were chosen and tested with failed LM calls: {done.paths[0].name} "
+                     f"carries failed_lm_calls={done.failed.failed} in its metrics; MLflow tag memtrace.outcome")
+    for line in lines:
+        session.console.print(line, style="bold red", soft_wrap=True, markup=False)
+
+
+def _end_with_failed_calls(session: AppSession[OptimizeConfig], done: _Finished) -> None:
+    """The documented rule (docs/usage.md, exit codes): exit 3 and a FAILED MLflow run when LM calls
+    finally failed, unless `allow_failed_calls` is set."""
+    test_final = impact_clause("test/final", failure_impact(done.result.test_final), "verdicts")
+    error = failed_calls_outcome(done.failed, allowed=session.config.allow_failed_calls,
+                                 impact=f"{test_final}; the export is marked (failed_lm_calls)")
+    if error is not None:
+        raise error
+    if done.failed:
+        logger.warning("accepted (allow_failed_calls=true): %s", done.failed.summary())
 
 
 def _print_summary(session: AppSession[OptimizeConfig], system: MemorySystem, done: _Finished, run_id: str) -> None:
@@ -417,6 +474,7 @@ def _print_summary(session: AppSession[OptimizeConfig], system: MemorySystem, do
         console.print("[bold yellow]No rewrite was accepted: the exported prompt set is the starting one "
                       "(nothing beat it on dev).[/]")
     console.print(f"Report: {done.report}")
+    _print_failed_calls(session, done)
     paths = done.paths
     console.print(f"Exported prompts: {paths[0]} and {', '.join(p.name for p in paths[1:])}; "
                   f"plots: {', '.join(str(p) for p in done.plots)}")

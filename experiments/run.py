@@ -23,6 +23,8 @@ from memtrace_loop.experiments.console import (
     calls_table,
     counts_line,
     diagnosis_panel,
+    failed_calls_lines,
+    impact_clause,
     report_table,
     setup_logging,
 )
@@ -43,11 +45,13 @@ from memtrace_loop.experiments.sim_notice import stand_in_tags
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
 from memtrace_loop.pipeline.backends.embeddings import build_embedder
+from memtrace_loop.pipeline.backends.failure_guard import FailedCalls, failed_calls_outcome
 from memtrace_loop.pipeline.backends.lm import LMSet
 from memtrace_loop.pipeline.backends.preflight import check_endpoints
 from memtrace_loop.pipeline.core.command_line import command_line
 from memtrace_loop.pipeline.core.records import Dataset
 from memtrace_loop.pipeline.core.stop import StopToken
+from memtrace_loop.pipeline.loop.failure_impact import FailureImpact, failure_impact
 from memtrace_loop.pipeline.loop.runner import RunResult, run_dataset
 from memtrace_loop.pipeline.report.run_report import report_for_run
 from memtrace_loop.pipeline.tracking.metric_names import ELAPSED_S
@@ -57,8 +61,11 @@ from memtrace_loop.pipeline.tracking.run_logging import (
     call_metrics,
     dataset_input,
     dataset_source,
+    failed_call_metrics,
+    failed_call_tags,
     flatten,
     git_commit,
+    impact_metrics,
     params_for_logging,
     process_tags,
     result_columns,
@@ -102,6 +109,17 @@ class _RunParts:
     data_input: DatasetInput
 
 
+@dataclass(frozen=True)
+class _Failures:
+    """The run's finally failed LM calls and what failed operations did to its score."""
+
+    calls: FailedCalls
+    impact: FailureImpact
+
+    def lines(self) -> list[str]:
+        return failed_calls_lines(self.calls, {"eval": self.impact})
+
+
 def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None = None) -> dict[str, object]:
     """`_run` inside the run's local model servers (`lm=local`: started on demand, stopped on the way out)."""
     with local_models() as servers:
@@ -131,14 +149,16 @@ def _run(session: AppSession[RunConfig]) -> dict[str, object]:
             failures = analyse_failures(result, parts.dataset, parts.attributor, parts.lms.attributor,  # why
                                         config.evaluation.exclude_categories, progress, services.stop)
         elapsed = time.perf_counter() - started
-        saved, report, record = _save(session, parts, result, failures, elapsed)
+        failed = _Failures(FailedCalls.of(session.ledger.guard, session.ledger.call_tally()), failure_impact(result))
+        saved, report, record = _save(session, parts, result, failures, elapsed, failed)
         _print_results(session, parts, result, failures)
         _log(session, tracker, unreachable, record, saved)
         if run_id is not None and config.tracking.traces and config.tracking.max_traces:  # never raises
             traced = log_question_traces(result, failures.attributions, run_id=run_id,
                                          cap=config.tracking.max_traces, secrets=session.secrets, stop=services.stop)
             logger.info("logged %d question traces (with their blame) to MLflow run %s", traced, run_id)
-    _print_summary(session, result, elapsed, run_id, report, saved)
+        _print_summary(session, result, elapsed, run_id, report, saved, failed)
+        _end_with_failed_calls(session, failed)  # inside the MLflow run: it ends FAILED
     return {"run_id": run_id, "judge_accuracy": result.report.overall.judge_accuracy,
             "run_dir": str(session.folder.root)}
 
@@ -187,7 +207,8 @@ def _open_store(session: AppSession[RunConfig]) -> tuple[RedactingTracker | None
 
 
 def _save(
-    session: AppSession[RunConfig], parts: _RunParts, result: RunResult, failures: FailureAnalysis, elapsed: float
+    session: AppSession[RunConfig], parts: _RunParts, result: RunResult, failures: FailureAnalysis, elapsed: float,
+    failed: _Failures,
 ) -> tuple[Path, Path, RunRecord]:
     """Written locally first (artifacts/ and run_record.json: everything MLflow gets), so an MLflow outage
     costs only the upload (`memtrace upload run_dir=<output dir>`); returns (artifacts, report, record)."""
@@ -203,9 +224,11 @@ def _save(
     )
     tally, columns = ledger.call_tally(), result_columns(result, secrets)
     record = RunRecord(
-        config.tracking.experiment, parts.run_name, tags=parts.tags, params=parts.params,
+        config.tracking.experiment, parts.run_name, tags={**parts.tags, **failed_call_tags(failed.calls)},
+        params=parts.params,
         metrics={**run_metrics(result), ELAPSED_S: elapsed, **call_metrics(tally, failed=True),
-                 **token_metrics(tally), **retry_metrics(ledger.retry_tally()), **failures.metrics()},
+                 **token_metrics(tally), **retry_metrics(ledger.retry_tally()), **failures.metrics(),
+                 **failed_call_metrics(failed.calls), **impact_metrics(failed.impact)},
         tables={**({RESULTS_TABLE: columns} if columns else {}), **failures.tables(secrets)},
         record_id=parts.tags[RECORD_TAG], datasets=(parts.data_input,),
     )
@@ -239,16 +262,29 @@ def _print_results(session: AppSession[RunConfig], parts: _RunParts, result: Run
 
 
 def _print_summary(session: AppSession[RunConfig], result: RunResult, elapsed: float, run_id: str | None,
-                   report: Path, saved: Path) -> None:
+                   report: Path, saved: Path, failed: _Failures) -> None:
     console = session.console
     console.print(calls_table(session.ledger.call_tally(), title="LM calls by role (counted at the LM layer)"))
     console.print(counts_line(result.counts) + f", {elapsed:.1f} s")
+    for line in failed.lines():
+        console.print(line, style="bold red", soft_wrap=True, markup=False)
     session.print_mlflow_run(run_id, "Open it with")
     console.print(f"Report: {report} (open it in a browser; also in the MLflow run's artifacts)")
     console.print(f"Saved cases and graphs in {saved}; attribute them with: "
                   f"{command_line('memtrace', 'attribute', run_dir=session.folder.root)}", soft_wrap=True, markup=False)
     if session.notice:
         logger.warning(session.notice)
+
+
+def _end_with_failed_calls(session: AppSession[RunConfig], failed: _Failures) -> None:
+    """The documented rule (docs/usage.md, exit codes): a run in which LM calls finally failed ends
+    with `FinishedWithFailedCalls` (exit 3, MLflow run FAILED) unless `allow_failed_calls` is set."""
+    error = failed_calls_outcome(failed.calls, allowed=session.config.allow_failed_calls,
+                                 impact=impact_clause("eval", failed.impact))
+    if error is not None:
+        raise error
+    if failed.calls:
+        logger.warning("accepted (allow_failed_calls=true): %s", failed.calls.summary())
 
 
 @guarded  # refuses secret overrides before Hydra parses (and saves) them

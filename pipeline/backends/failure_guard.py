@@ -9,16 +9,32 @@ calls were made and the failed share is above `max_failed_share`. From then on e
 again, so parallel workers stop too. Thread-safe; one guard per run, shared by every LM of the run
 (`build_lm_set(..., guard=guard)`). It does not retry and does not know why a call failed beyond the
 one-line description it is given (already free of secrets).
+
+Below the bound the run goes to its end, and `failed_calls_outcome` gives what ends it (the one rule,
+docs/usage.md "Exit codes"): no call finally failed, a success; some failed (at most
+`max_failed_share`), `FinishedWithFailedCalls` (exit 3, the MLflow run FAILED) unless the run allows
+failed calls (`allow_failed_calls=true`: a success that still says how many failed); more, the guard
+stopped it already (`TooManyFailures`, exit 1). `FailedCalls` is the count it decides on: the guard's
+logical calls and final failures, and the failed calls per role as the `CallLedger` counted them.
 """
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from memtrace_loop.pipeline.core.stop import TooManyFailures
 
-__all__ = ["MAX_FAILED_SHARE", "FailureCounts", "FailureGuard"]
+if TYPE_CHECKING:  # call_count imports the LMs, which import this module
+    from memtrace_loop.pipeline.backends.call_count import CallTally
+
+__all__ = [
+    "MAX_FAILED_SHARE", "FailedCalls", "FailureCounts", "FailureGuard", "FinishedWithFailedCalls",
+    "failed_calls_outcome",
+]
 
 MAX_FAILED_SHARE = 0.5  # the default: a run stops once more than half of its LM calls finally failed
 
@@ -81,3 +97,58 @@ class FailureGuard:
     def counts(self) -> FailureCounts:
         with self._lock:
             return self._counts
+
+
+@dataclass(frozen=True)
+class FailedCalls:
+    """A run's final LM-call failures: `counts` as the guard saw them (logical calls made, finally
+    failed) and the failed calls per role (roles with none left out)."""
+
+    counts: FailureCounts
+    by_role: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    max_failed_share: float = MAX_FAILED_SHARE
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "by_role", MappingProxyType({r: n for r, n in self.by_role.items() if n}))
+
+    @classmethod
+    def of(cls, guard: FailureGuard, tally: CallTally) -> FailedCalls:
+        """The guard's counts (this process) and the ledger's per-role failures (across resumes, when a
+        checkpoint carried them): the larger of each count."""
+        counts = guard.counts()
+        total = tally.total()
+        return cls(FailureCounts(max(counts.calls, total.made), max(counts.failed, total.failed)),
+                   {role: calls.failed for role, calls in tally.by_role.items()}, guard.max_failed_share)
+
+    @property
+    def failed(self) -> int:
+        return max(self.counts.failed, sum(self.by_role.values()))
+
+    def __bool__(self) -> bool:
+        return self.failed > 0
+
+    def summary(self) -> str:
+        """`3 of 120 LM calls finally failed (2.5%; task 2, judge 1; allowed up to 50%, max_failed_share)`."""
+        roles = ", ".join(f"{role} {n}" for role, n in self.by_role.items())
+        calls = max(self.counts.calls, self.failed)
+        share = 100 * self.failed / calls if calls else 0.0
+        return (f"{self.failed} of {calls} LM calls finally failed ({share:.1f}%{'; ' + roles if roles else ''}; "
+                f"a run stops above {100 * self.max_failed_share:.0f}%, max_failed_share)")
+
+
+class FinishedWithFailedCalls(Exception):
+    """The run went to its end, but some LM calls finally failed: its numbers are partly those of the
+    failures. `str()` is the one line shown to the user; the exit code is 3."""
+
+
+def failed_calls_outcome(failed: FailedCalls, *, allowed: bool, impact: str = "") -> FinishedWithFailedCalls | None:
+    """What ends a finished run (the documented rule): None when no call finally failed or failed calls
+    are `allowed`, else the `FinishedWithFailedCalls` to raise, naming the count, `impact` (what the
+    failures did to the scores, one clause) and how to accept such runs."""
+    if not failed or allowed:
+        return None
+    clause = f"; {impact}" if impact else ""
+    return FinishedWithFailedCalls(
+        f"finished with failed LM calls: {failed.summary()}{clause}; results saved and logged, the MLflow run "
+        "marked FAILED (allow_failed_calls=true accepts such a run: exit 0)"
+    )

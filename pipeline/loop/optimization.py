@@ -34,6 +34,7 @@ are `pipeline.loop.summaries`; the checkpoint file is `pipeline.loop.checkpoint`
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -61,6 +62,7 @@ from memtrace_loop.pipeline.loop.checkpoint import (
     read_checkpoint,
     write_checkpoint,
 )
+from memtrace_loop.pipeline.loop.failure_impact import FailureImpact, failure_impact
 from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
 from memtrace_loop.pipeline.loop.runner import ProgressSink, RunResult, run_dataset
 from memtrace_loop.pipeline.loop.summaries import CandidateSummary, IterationSummary, blame_from_rows
@@ -168,6 +170,9 @@ class LoopResult:
     # knob changes accepted over the system's configured knobs (field -> value; {} when none)
     final_knobs: Mapping[str, Any] = field(default_factory=dict)
     lm_tokens_made: int = 0  # prompt + completion tokens of the evaluations' calls made (`tokens_made`)
+    # per split, what failed operations did to the verdicts of every evaluation on it in this process
+    # (summed: a dev verdict counts once per evaluation); `failure_impact`
+    impact_by_split: Mapping[str, FailureImpact] = field(default_factory=dict)
 
 
 class LoopObserver(Protocol):
@@ -214,6 +219,8 @@ class OptimizationLoop:
         self.attributor = attributor if attributor is not None else LineageAttributor()
         self._split_log: list[tuple[str, int]] = []
         self._tokens_made = 0
+        self._impact: dict[str, FailureImpact] = {}
+        self._impact_lock = threading.Lock()  # an optimizer may evaluate from several threads
         if settings.budget_calls < 0:
             raise ValueError(f"budget_calls must be >= 0 (0: no budget), got {settings.budget_calls}")
         self.calls = calls  # the one count of LM calls: the caller's LMs count into it
@@ -247,6 +254,9 @@ class OptimizationLoop:
             memory_cache=self.cache, stop=self.stop,
         )
         self._tokens_made += tokens_made(result)
+        impact = failure_impact(result)
+        with self._impact_lock:
+            self._impact[split] = self._impact.get(split, FailureImpact()) + impact
         return result
 
     # ------------------------------------------------------------------ counting and the budget
@@ -343,6 +353,7 @@ class OptimizationLoop:
             budget_spent=spent,
             final_knobs=MappingProxyType(dict(knobs)),
             lm_tokens_made=self._tokens_made,
+            impact_by_split=MappingProxyType(dict(self._impact)),
         )
         for observer in self.observers:
             observer.on_finish(result)

@@ -37,6 +37,7 @@ from pathlib import Path
 
 from memtrace_loop.pipeline.analysis.blame import BlameTable
 from memtrace_loop.pipeline.core.records import PromptSet
+from memtrace_loop.pipeline.loop.failure_impact import failure_impact
 from memtrace_loop.pipeline.loop.optimization import IterationRecord, LoopResult
 from memtrace_loop.pipeline.loop.summaries import IterationSummary
 from memtrace_loop.pipeline.tracking import metric_names as names
@@ -45,6 +46,7 @@ from memtrace_loop.pipeline.tracking.run_logging import (
     attribution_columns,
     attribution_metrics,
     call_metrics,
+    impact_metrics,
     run_metrics,
     scrub,
 )
@@ -111,6 +113,19 @@ def final_call_metrics(result: LoopResult) -> dict[str, float]:
         names.TOKENS_PROMPT: float(total.prompt_tokens),
         names.TOKENS_COMPLETION: float(total.completion_tokens),
     }
+
+
+def final_impact_metrics(result: LoopResult) -> dict[str, float]:
+    """`<scope>/failures/*` of the final test evaluations, and of every evaluation on train and dev
+    summed (scopes `train`, `dev`: verdicts, a question counting once per evaluation)."""
+    metrics = {
+        **impact_metrics(failure_impact(result.test_start), names.TEST_START),
+        **impact_metrics(failure_impact(result.test_final), names.TEST_FINAL),
+    }
+    for split, impact in result.impact_by_split.items():
+        if split != "test":
+            metrics.update(impact_metrics(impact, split))
+    return metrics
 
 
 def iteration_params(record: IterationRecord) -> dict[str, str]:
@@ -213,6 +228,7 @@ class TrackingLoopObserver:
                 **run_metrics(result.test_final, names.TEST_FINAL),
                 **run_metrics(result.dev_final, names.DEV_FINAL),
                 **final_call_metrics(result),
+                **final_impact_metrics(result),
                 names.TOKENS_MADE: result.lm_tokens_made,
                 names.PROMPT_CHARS_START: prompt_chars(result.start_prompts),
                 names.PROMPT_CHARS_FINAL: prompt_chars(result.final_prompts),

@@ -9,8 +9,11 @@ The scheme (README, "Tracking", has the same table):
   `memtrace optimize`), `dev/final`, `test/start`, `test/final` (the end of an optimization);
 - what the traced graph of one evaluation counted, `<scope>/traced/<count>` (`TRACED_COUNTS`);
 - LM calls counted at the LM layer: `lm_calls/<role>/made|cached|failed`, `lm_calls/made|cached|saved`,
-  `lm_calls/budget_spent`; tokens `lm_tokens/prompt|completion|made`; retries `lm_retries/total`,
-  `lm_retries/<role>`, `lm_retries/<role>/<cause>`;
+  `lm_calls/budget_spent`; final failures `lm_calls/failed` and `lm_calls/failed_share` (of the calls
+  made), and what failed operations did to one evaluation, `<scope>/failures/<count>` (`FAILURE_COUNTS`:
+  questions scored and touched, touched and scored wrong, judge accuracy without them and its bounds);
+  tokens `lm_tokens/prompt|completion|made`; retries `lm_retries/total`, `lm_retries/<role>`,
+  `lm_retries/<role>/<cause>`;
 - attribution `attribution/<share or count>`; the loop `loop/candidates|accepted|attributed_failures|
   iterations`; prompt length `prompt_chars/start|final`; wall time `time/elapsed_s`; a comparison run
   `gain/<optimizer>/<system>/mean|ci_low|ci_high`.
@@ -76,6 +79,17 @@ TOKENS_PROMPT = join(LM_TOKENS, "prompt")
 TOKENS_COMPLETION = join(LM_TOKENS, "completion")
 TOKENS_MADE = join(LM_TOKENS, MADE)
 RETRIES_TOTAL = join(LM_RETRIES, "total")
+CALLS_FAILED = join(LM_CALLS, FAILED)  # finally failed (after retries), every role
+CALLS_FAILED_SHARE = join(LM_CALLS, "failed_share")  # of the logical calls made
+FAILURE_COUNTS = ("scored", "touched", "touched_wrong", "judge_accuracy_untouched", "judge_accuracy_low",
+                  "judge_accuracy_high")
+
+
+def failures(scope: str, count: str) -> str:
+    """`<scope>/failures/<count>`: what failed operations did to one evaluation (`FAILURE_COUNTS`)."""
+    if count not in FAILURE_COUNTS:
+        raise ValueError(f"unknown failure count {count!r} (known: {', '.join(FAILURE_COUNTS)})")
+    return join(scope, "failures", count)
 
 
 def role_calls(role: str, kind: str) -> str:

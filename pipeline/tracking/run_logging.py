@@ -26,6 +26,7 @@ from typing import Any
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Check
 from memtrace_loop.pipeline.analysis.evaluation import EvaluationReport, MetricSummary, flat_metrics
 from memtrace_loop.pipeline.backends.call_count import CallTally
+from memtrace_loop.pipeline.backends.failure_guard import FailedCalls
 from memtrace_loop.pipeline.backends.retry_ledger import RetryTally
 from memtrace_loop.pipeline.core.case_io import cases_to_json
 from memtrace_loop.pipeline.core.graph_io import graph_to_json
@@ -34,6 +35,7 @@ from memtrace_loop.pipeline.core.redaction import redact as scrub  # the one imp
 from memtrace_loop.pipeline.core.run_folder import RunFolder
 from memtrace_loop.pipeline.core.safe_names import confined
 from memtrace_loop.pipeline.data.reader import hub_source
+from memtrace_loop.pipeline.loop.failure_impact import FailureImpact
 from memtrace_loop.pipeline.loop.runner import RunResult
 from memtrace_loop.pipeline.tracking import metric_names as names
 from memtrace_loop.pipeline.tracking.tracker import DatasetInput, Tracker
@@ -238,6 +240,27 @@ def retry_metrics(tally: RetryTally) -> dict[str, float]:
         for cause, count in sorted(causes.items()):
             metrics[names.role_retries(role, cause)] = float(count)
     return metrics
+
+
+FAILED_CALLS_TAG = "memtrace.failed_calls"  # how many LM calls finally failed ("0" for a clean run)
+OUTCOME_TAG = "memtrace.outcome"  # "clean", or "finished_with_failed_calls" (docs/usage.md, exit codes)
+
+
+def failed_call_metrics(failed: FailedCalls) -> dict[str, float]:
+    """`lm_calls/failed` (every role, after retries) and `lm_calls/failed_share` (of the calls made)."""
+    calls = max(failed.counts.calls, failed.failed)
+    return {names.CALLS_FAILED: float(failed.failed),
+            names.CALLS_FAILED_SHARE: failed.failed / calls if calls else 0.0}
+
+
+def failed_call_tags(failed: FailedCalls) -> dict[str, str]:
+    """`memtrace.failed_calls` (the count) and `memtrace.outcome` (clean or finished_with_failed_calls)."""
+    return {FAILED_CALLS_TAG: str(failed.failed), OUTCOME_TAG: "finished_with_failed_calls" if failed else "clean"}
+
+
+def impact_metrics(impact: FailureImpact, scope: str = names.EVAL) -> dict[str, float]:
+    """`<scope>/failures/<count>`: the questions failed operations touched and what that bounds."""
+    return {names.failures(scope, key): value for key, value in impact.to_dict().items()}
 
 
 def dataset_digest(dataset: Dataset) -> str:
