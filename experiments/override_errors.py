@@ -24,9 +24,10 @@ from hydra import compose, initialize_config_module
 from hydra._internal.utils import get_args_parser
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import Override
+from hydra.core.override_parser.types import Override, ValueType
 from hydra.errors import ConfigCompositionException, HydraException, MissingConfigException
 from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
 
 CONFIG_MODULE = "memtrace_loop.conf"
 _OVERRIDE_KEY = re.compile(r"(?:Could not override|Could not delete from config\. No match for) '([^']+)'")
@@ -72,8 +73,12 @@ def override_error(argv: Sequence[str], config_name: str, program: str) -> str |
         return None
     if unknown or args.help or args.hydra_help or args.info or args.shell_completion:
         return None
-    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
-        problem = _problem(args.config_name or config_name, overrides)
+    try:
+        with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
+            problem = _problem(args.config_name or config_name, overrides)
+    except (HydraException, OmegaConfBaseException, ValueError, KeyError, TypeError):
+        return None  # not a misspelling this check knows: Hydra reports it as it does
+
     return f"{program}: {problem}" if problem else None
 
 
@@ -89,7 +94,7 @@ def _problem(config_name: str, overrides: list[Override]) -> str | None:
     except ConfigCompositionException as error:
         return _refused_key(str(error), config_name, groups)
     schema = Schema(tuple(_dotted_keys(cfg)), groups)
-    sweeps = (o for o in overrides if o.is_sweep_override() and o.key_or_group in groups)
+    sweeps = (o for o in overrides if _listed(o) and o.key_or_group in groups)  # a glob: Hydra's
     for sweep in sweeps:
         for option in sweep.sweep_string_iterator():
             if option not in groups[sweep.key_or_group]:
@@ -97,14 +102,21 @@ def _problem(config_name: str, overrides: list[Override]) -> str | None:
     return next(filter(None, (_appended_problem(o.key_or_group, schema) for o in appended)), None)
 
 
+def _listed(override: Override) -> bool:
+    """A sweep over values written out (`a,b`, `choice(a,b)`), not a glob."""
+    return override.value_type in (ValueType.SIMPLE_CHOICE_SWEEP, ValueType.CHOICE_SWEEP)
+
+
 def _is_group(override: Override, groups: dict[str, tuple[str, ...]]) -> bool:
     return override.key_or_group in groups or override.key_or_group.split("/")[0] in groups
 
 
 def _first_value(override: Override) -> str | None:
-    """The override as one composable `key=value` (a sweep's first value; an interval sweep: left out)."""
+    """The override as one composable `key=value` (a sweep's first value; a glob or interval: left out)."""
     if not override.is_sweep_override():
         return override.input_line
+    if not (_listed(override) or override.is_range_sweep()):
+        return None
     try:
         first = next(iter(override.sweep_string_iterator()))
     except (HydraException, StopIteration):

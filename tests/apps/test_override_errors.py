@@ -57,6 +57,7 @@ def test_a_misspelt_key_names_the_key_and_not_the_value(app, key):
 @pytest.mark.parametrize("argv", [
     ["memory_system=rag", "memory_system.top_k=5", "lm.task.max_tokens=64"],
     ["-m", "optimizer=attribution,none", "seed=0,1"],  # a sweep: every option exists
+    ["-m", "optimizer=glob(*)", "seed=range(0,2)"],
     ["+memory_system.brand_new_knob=1"],  # an appended key that is no near miss: Hydra and the app decide
     ["--cfg", "job"],
     ["--help"],
