@@ -17,7 +17,7 @@ from __future__ import annotations
 import difflib
 import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hydra import compose, initialize_config_module
@@ -41,16 +41,21 @@ class Schema:
     """What an override may name: the composed config's dotted keys and each config group's options."""
 
     keys: tuple[str, ...]
-    groups: dict[str, tuple[str, ...]]
+    groups: Mapping[str, tuple[str, ...]]
 
     def suggest(self, key: str, cutoff: float = _NEAR) -> str | None:
-        """The closest key (or, for a top-level name, group) to `key`, as it would be typed."""
-        candidates = [k for k in self.keys if k.count(".") == key.count(".")]
-        if "." not in key:
-            candidates += [f"{group} (a config group)" for group in self.groups]
-        names = {c.split(" ")[0]: c for c in candidates}
-        found = difflib.get_close_matches(key, list(names), n=1, cutoff=cutoff)
-        return names[found[0]] if found else None
+        """The closest key (or, for a top-level name, group) to `key`, as it would be typed: a sibling
+        by its name first, else a key of the same depth under another parent (`lm.taks.model`)."""
+        parent, _, leaf = key.rpartition(".")
+        siblings = {k.rpartition(".")[2]: k for k in self.keys if k.rpartition(".")[0] == parent and "." in k}
+        if not parent:
+            siblings = {k: k for k in self.keys if "." not in k} | {g: f"{g} (a config group)" for g in self.groups}
+        found = difflib.get_close_matches(leaf, list(siblings), n=1, cutoff=cutoff)
+        if found:
+            return siblings[found[0]]
+        elsewhere = [k for k in self.keys if k.count(".") == key.count(".") and k.rpartition(".")[0] != parent]
+        found = difflib.get_close_matches(key, elsewhere, n=1, cutoff=max(cutoff, _NEAR_APPEND))
+        return found[0] if found else None
 
 
 def refuse_misspelt_overrides(argv: Iterable[str], config_name: str, program: str) -> None:
@@ -78,7 +83,6 @@ def override_error(argv: Sequence[str], config_name: str, program: str) -> str |
             problem = _problem(args.config_name or config_name, overrides)
     except (HydraException, OmegaConfBaseException, ValueError, KeyError, TypeError):
         return None  # not a misspelling this check knows: Hydra reports it as it does
-
     return f"{program}: {problem}" if problem else None
 
 
@@ -86,13 +90,13 @@ def _problem(config_name: str, overrides: list[Override]) -> str | None:
     loader = GlobalHydra.instance().config_loader()
     groups = {g: tuple(loader.get_group_options(g)) for g in loader.list_groups("") if g != "hydra"}
     appended = [o for o in overrides if o.is_add() and not _is_group(o, groups)]
-    composed = [_first_value(o) for o in overrides if o not in appended]
+    composed = [(o.key_or_group, _first_value(o)) for o in overrides if o not in appended]
     try:
-        cfg = compose(config_name, overrides=[o for o in composed if o], return_hydra_config=True)
+        cfg = compose(config_name, overrides=[line for _, line in composed if line], return_hydra_config=True)
     except MissingConfigException as error:
         return _missing_option(error, groups)
     except ConfigCompositionException as error:
-        return _refused_key(str(error), config_name, groups)
+        return _refused_key(str(error), config_name, groups, composed)
     schema = Schema(tuple(_dotted_keys(cfg)), groups)
     sweeps = (o for o in overrides if _listed(o) and o.key_or_group in groups)  # a glob: Hydra's
     for sweep in sweeps:
@@ -107,7 +111,7 @@ def _listed(override: Override) -> bool:
     return override.value_type in (ValueType.SIMPLE_CHOICE_SWEEP, ValueType.CHOICE_SWEEP)
 
 
-def _is_group(override: Override, groups: dict[str, tuple[str, ...]]) -> bool:
+def _is_group(override: Override, groups: Mapping[str, tuple[str, ...]]) -> bool:
     return override.key_or_group in groups or override.key_or_group.split("/")[0] in groups
 
 
@@ -132,12 +136,17 @@ def _dotted_keys(node: object, prefix: str = "") -> Iterable[str]:
             yield from _dotted_keys(node._get_node(key), f"{path}.")  # the node, not resolved
 
 
-def _schema_without(config_name: str, groups: dict[str, tuple[str, ...]]) -> Schema:
-    cfg = compose(config_name, overrides=[], return_hydra_config=True)
+def _schema_without(config_name: str, groups: Mapping[str, tuple[str, ...]], overrides: list[str]) -> Schema:
+    """The schema the other overrides compose (the chosen group options' keys), else the defaults'."""
+    try:
+        cfg = compose(config_name, overrides=overrides, return_hydra_config=True)
+    except ConfigCompositionException:
+        cfg = compose(config_name, overrides=[], return_hydra_config=True)
     return Schema(tuple(_dotted_keys(cfg)), groups)
 
 
-def _refused_key(message: str, config_name: str, groups: dict[str, tuple[str, ...]]) -> str | None:
+def _refused_key(message: str, config_name: str, groups: Mapping[str, tuple[str, ...]],
+                 composed: list[tuple[str, str | None]]) -> str | None:
     existing = _APPEND_EXISTING.search(message)
     if existing:
         return f"{existing.group(1)!r} is already in the config: set it without '+' ({existing.group(1)}=...)"
@@ -145,7 +154,8 @@ def _refused_key(message: str, config_name: str, groups: dict[str, tuple[str, ..
     if match is None:
         return None
     key = match.group(1)
-    return _unknown_key(key, _schema_without(config_name, groups))
+    others = [line for name, line in composed if line and name != key]
+    return _unknown_key(key, _schema_without(config_name, groups, others))
 
 
 def _unknown_key(key: str, schema: Schema, cutoff: float = _NEAR) -> str:
@@ -168,7 +178,7 @@ def _appended_problem(key: str, schema: Schema) -> str | None:
     return f"no key {key!r} in the config (appended with '+'); did you mean {guess}?"
 
 
-def _missing_option(error: MissingConfigException, groups: dict[str, tuple[str, ...]]) -> str | None:
+def _missing_option(error: MissingConfigException, groups: Mapping[str, tuple[str, ...]]) -> str | None:
     missing = error.missing_cfg_file or ""
     group, _, option = missing.rpartition("/")
     if not group:

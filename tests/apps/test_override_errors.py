@@ -69,3 +69,10 @@ def test_valid_overrides_pass(argv):
 def test_a_misspelt_option_inside_a_sweep_is_found():
     line = override_error(["-m", "optimizer=none,atribution"], "optimize", "memtrace optimize")
     assert line is not None and "did you mean optimizer=attribution?" in line
+
+
+def test_the_suggestions_come_from_the_chosen_group_option():
+    """`memory_system=custom` has no `top_k`: no did-you-mean borrowed from the default system's keys."""
+    line = override_error(["memory_system=custom", f"memory_system.top_kk={VALUE}"], "run", "memtrace run")
+    assert line is not None and "did you mean" not in line and "under 'memory_system': " in line, line
+    assert "knobs" in line and VALUE not in line
