@@ -92,7 +92,8 @@ def fit(renderable: ConsoleRenderable, width: int) -> ConsoleRenderable:
     return Constrain(renderable, width)
 
 
-COMMAND = re.compile(r"(?:^|(?<=\s))(?:memtrace|mlflow) [a-z].*$")  # a command to copy, to the end of its line
+# a command to copy, to the end of its line; its program may be a path (`.venv/bin/memtrace`: command_line.program)
+COMMAND = re.compile(r"(?:^|(?<=\s))(?:[^\s]*/)?(?:memtrace|mlflow) [a-z].*$")
 
 
 def wrap_words(text: Text, width: int) -> Text:

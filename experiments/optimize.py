@@ -482,7 +482,8 @@ def _print_summary(session: AppSession[OptimizeConfig], system: MemorySystem, do
     load = command_line("memtrace", "run", memory_system=system.name, **selection, prompts=paths[0])  # as printed
     console.print(f"Load them with: {load}", soft_wrap=True, markup=False)
     if session.uri.startswith("sqlite:///"):
-        console.print(f"Open MLflow with: mlflow ui --backend-store-uri {session.uri}")
+        mlflow_ui = command_line("mlflow", "ui", "--backend-store-uri", session.uri)
+        console.print(f"Open MLflow with: {mlflow_ui}", soft_wrap=True, markup=False)
     if session.notice:
         logger.warning(session.notice)
 

@@ -10,7 +10,8 @@
   config files (`conf/**.yaml`) and of `*_env=NAME` overrides, the well-known ones, and every set
   variable whose name looks secret (`redaction.key_values`).
 - `guarded`: the decorator every Hydra app's `main` wears on top of `@hydra.main`, so an app started
-  without the `memtrace` dispatcher is checked too; it also puts the console behind `protect_console`.
+  without the `memtrace` dispatcher is checked too; it also puts the console behind `protect_console`
+  and refuses a misspelt override with a did-you-mean (`override_errors`), exit 2, before Hydra runs.
 - `protect_console(argv)`: `sys.stdout`/`sys.stderr` wrapped in a `RedactingStream` (URL credentials
   always; the values of variables named by `*_env=NAME` overrides; more once `protect` knows them),
   so a traceback, Hydra's own error echo or a third party's print cannot show a key; until the app
@@ -33,6 +34,7 @@ refused, the run uses it, and every stored or printed copy is scrubbed. This mod
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import re
 import sys
@@ -41,6 +43,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from hydra.core.hydra_config import HydraConfig
+from memtrace_loop.experiments.override_errors import refuse_misspelt_overrides
 from memtrace_loop.pipeline.core.redaction import (
     RedactingStream,
     config_secrets,
@@ -159,14 +162,21 @@ def known_secrets() -> tuple[str, ...]:
 
 def guarded(app_main: F) -> F:
     """For a Hydra app's `main` (on top of `@hydra.main`): started from the command line (no config
-    passed), refuse secret overrides and protect the console before Hydra parses `sys.argv`."""
+    passed), refuse secret overrides, protect the console and refuse a misspelt override (one line with a
+    did-you-mean, `override_errors`) before Hydra parses `sys.argv`. The app's config is the one its
+    `@hydra.main` names (else, as for every app of ours, its module's name)."""
+    config_name = inspect.getclosurevars(app_main).nonlocals.get("config_name")
+    if not isinstance(config_name, str):
+        config_name = app_main.__module__.rpartition(".")[2]
 
     @functools.wraps(app_main)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if not args and not kwargs:
             argv = sys.argv[1:]
-            refuse_secret_overrides(argv, Path(sys.argv[0]).name if sys.argv else "memtrace")
+            program = Path(sys.argv[0]).name if sys.argv else "memtrace"
+            refuse_secret_overrides(argv, program)
             protect_console(argv)
+            refuse_misspelt_overrides(argv, config_name, program)
         return app_main(*args, **kwargs)
 
     return wrapper  # type: ignore[return-value]

@@ -32,6 +32,7 @@ from memtrace_loop.experiments.sim_notice import stand_in_notice
 from memtrace_loop.pipeline.backends.lm import LMSetConfig, configure_cache
 from memtrace_loop.pipeline.backends.local_server import LocalServers
 from memtrace_loop.pipeline.backends.services import RunLedger, RunServices
+from memtrace_loop.pipeline.core.command_line import command_line
 from memtrace_loop.pipeline.core.run_folder import RunFolder
 from memtrace_loop.pipeline.core.stop import StopToken
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
@@ -107,7 +108,8 @@ class AppSession(Generic[C]):
             f"MLflow run [bold]{run_id}[/] in {self.uri} (experiment {self.config.tracking.experiment!r})"
         )
         if self.uri.startswith("sqlite:///"):
-            self.console.print(f"{open_hint}: mlflow ui --backend-store-uri {self.uri}")
+            mlflow_ui = command_line("mlflow", "ui", "--backend-store-uri", self.uri)
+            self.console.print(f"{open_hint}: {mlflow_ui}", soft_wrap=True, markup=False)
 
 
 def fresh_folder(command: str) -> FolderOf:

@@ -22,6 +22,7 @@ from memtrace_loop.experiments.console import setup_logging
 from memtrace_loop.experiments.console_layout import app_console
 from memtrace_loop.experiments.factory import launch_dir, resolve, to_plain
 from memtrace_loop.experiments.lifecycle import run_app
+from memtrace_loop.experiments.secret_guard import guarded
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.run_record import Upload, record_dir, upload_saved_run
 from memtrace_loop.pipeline.tracking.store_access import (
@@ -66,6 +67,7 @@ def upload(cfg: DictConfig, console: Console | None = None) -> Upload:
     return done
 
 
+@guarded  # refuses secret and misspelt overrides before Hydra parses (and saves) them
 @hydra.main(config_path="pkg://memtrace_loop.conf", config_name="upload", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     setup_logging()

@@ -10,12 +10,27 @@ escaped, `${` escaped so OmegaConf does not read an interpolation) inside shell 
 `'prompts="/tmp/memory_system=rag,seed=0/best.json"'`. `command_line(*words, **overrides)` joins a
 command. This module builds strings; it runs nothing and does not import Hydra (tests parse its
 output with Hydra's `OverridesParser` and `shlex`).
+
+The program word: `memtrace` and `mlflow` live in the bin folder of the Python that runs us (the
+project's `.venv/bin`), which is not on PATH when the venv is not activated (`make demo`). `program(name)`
+(`program_path` with the process's PATH, interpreter and working directory) keeps the bare name when PATH
+finds that very file, and otherwise names the file: relative to the working directory when it is inside it
+(`.venv/bin/memtrace`), else absolute. `command_line` applies it to its first word, so every printed command
+runs as printed from a fresh shell in the user's folder (the paths in its overrides are the ones the app
+was given or made, relative to that same folder or absolute).
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import shutil
+import sys
+from pathlib import Path
+
+# The console scripts of our bin folder whose printed name `program` decides.
+PROGRAMS = ("memtrace", "mlflow")
 
 # Characters Hydra's grammar accepts in an unquoted value that a shell leaves alone too.
 _BARE_VALUE = re.compile(r"[A-Za-z0-9_./@%+:-]+")
@@ -29,6 +44,33 @@ def hydra_quoted(value: str) -> str:
     return f'"{escaped}"'
 
 
+def program_path(name: str, *, path: str, executable: str, cwd: str | Path) -> str:
+    """How to name the console script `name` of `executable`'s bin folder in a command typed in `cwd`
+    with this `path` (a PATH value): the bare name when PATH resolves it to that very file, or when
+    the folder has no such file; else the file's path relative to `cwd` when inside it, else absolute."""
+    script = Path(os.path.abspath(executable)).parent / name
+    if not script.is_file():
+        return name
+    found = shutil.which(name, path=path)
+    if found is not None and os.path.samefile(found, script):
+        return name
+    return _shown_path(script, Path(cwd))
+
+
+def _shown_path(target: Path, cwd: Path) -> str:
+    """`target` relative to `cwd` when inside it (without `./` only when it has a folder part), else absolute."""
+    try:
+        relative = target.relative_to(os.path.abspath(cwd))
+    except ValueError:
+        return str(target)
+    return str(relative) if relative.parent != Path() else f"./{relative}"
+
+
+def program(name: str) -> str:
+    """`program_path` for this process: its PATH, its interpreter, its working directory."""
+    return program_path(name, path=os.environ.get("PATH", os.defpath), executable=sys.executable, cwd=os.getcwd())
+
+
 def override(key: str, value: object) -> str:
     """`key=value` as one shell word that Hydra parses back to `value` (a string)."""
     text = str(value)
@@ -38,5 +80,8 @@ def override(key: str, value: object) -> str:
 
 
 def command_line(*words: str, **overrides: object) -> str:
-    """`words` (the command, e.g. "memtrace", "run") then each override, ready to paste into a shell."""
+    """`words` (the command, e.g. "memtrace", "run") then each override, ready to paste into a shell;
+    a first word naming one of our console scripts (`PROGRAMS`) is the path `program` decides."""
+    if words and words[0] in PROGRAMS:
+        words = (program(words[0]), *words[1:])
     return " ".join([*(shlex.quote(word) for word in words), *(override(k, v) for k, v in overrides.items())])

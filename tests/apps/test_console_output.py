@@ -27,7 +27,7 @@ SECRET = "sk-live-abcdef1234567890"
 def unbreakable(line: str) -> bool:
     """A line that may be longer than the width: a single word (a path), or a command to copy."""
     stripped = line.strip()
-    return len(stripped.split()) == 1 or bool(re.match(r"(memtrace|mlflow) [a-z]", stripped))
+    return len(stripped.split()) == 1 or bool(re.match(r"(\S*/)?(memtrace|mlflow) [a-z]", stripped))  # a path: off PATH
 
 
 def too_wide(output: str) -> list[str]:

@@ -14,6 +14,7 @@ from memtrace_loop.experiments.export import ExportError, exported_from_run
 from memtrace_loop.experiments.lifecycle import stop_on_signals
 from memtrace_loop.experiments.optimize import optimize
 from memtrace_loop.experiments.run import run
+from memtrace_loop.pipeline.core.command_line import program
 from memtrace_loop.pipeline.core.prompt_files import read_prompts
 from memtrace_loop.pipeline.core.stop import Interrupted, StopToken
 from memtrace_loop.pipeline.loop.checkpoint import CheckpointError
@@ -151,7 +152,7 @@ def test_an_interrupted_optimization_resumes_into_the_same_mlflow_run(optimized,
     monkeypatch.setattr(loop_tracking.TrackingLoopObserver, "on_iteration", original)
     run_dirs = sorted((tmp_path / "outputs" / "optimize").iterdir())
     assert len(run_dirs) == 1
-    assert f"resume with: memtrace optimize resume={run_dirs[0]}" in interrupted.value.__notes__[0]
+    assert f"resume with: {program('memtrace')} optimize resume={run_dirs[0]}" in interrupted.value.__notes__[0]
     assert "SIGINT" in str(interrupted.value)
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
     parent_id = json.loads((run_dirs[0] / "checkpoint.json").read_text())["mlflow_run_id"]

@@ -11,6 +11,7 @@ import pytest
 from hydra import compose, initialize_config_module
 from memtrace_loop.experiments.console import setup_logging
 from memtrace_loop.experiments.output_dirs import RUN_ID_RESOLVER, process_run_id
+from memtrace_loop.pipeline.core.command_line import program
 from memtrace_loop.pipeline.tracking.run_record import RunRecord, read_run_record, unreachable_message, write_run_record
 from memtrace_loop.pipeline.tracking.store_access import (
     ENV_BACKOFF_FACTOR,
@@ -101,7 +102,7 @@ def test_the_unreachable_message_names_the_cause_the_folder_and_the_upload_comma
     message = unreachable_message(tmp_path, error)
     assert message == (
         f"MLflow unreachable (ConnectionError: HTTPConnectionPool(host='u:sk-key-999@h', port=5000): Max retries "
-        f"exceeded): results saved in {tmp_path}; upload them with: memtrace upload run_dir={tmp_path}"
+        f"exceeded): results saved in {tmp_path}; upload them with: {program('memtrace')} upload run_dir={tmp_path}"
     )
     assert "\n" not in message
     assert failure_cause(ValueError("see http://u:sk-key-999@host/api")) == "ValueError: see http://***@host/api"

@@ -14,6 +14,7 @@ import pytest
 from hydra import compose, initialize_config_module
 from memtrace_loop.experiments.run import run
 from memtrace_loop.experiments.upload import UploadError, upload
+from memtrace_loop.pipeline.core.command_line import program_path
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.run_record import (
     LOGGED_COMPLETE,
@@ -134,7 +135,8 @@ def test_a_run_whose_mlflow_is_down_keeps_its_results_and_says_how_to_upload_the
     (out_dir,) = (tmp_path / "outputs" / "run").iterdir()
     line = done.stderr.strip().splitlines()[-1]
     assert line.startswith("memtrace run: MLflow unreachable (") and "127.0.0.1" in line
-    assert line.endswith(f"results saved in {out_dir}; upload them with: memtrace upload run_dir={out_dir}")
+    program = program_path("memtrace", path=env["PATH"], executable=sys.executable, cwd=tmp_path)  # as run there
+    assert line.endswith(f"results saved in {out_dir}; upload them with: {program} upload run_dir={out_dir}")
     assert "judge acc" in done.stdout  # the summary is still shown
 
     store = fresh_store(tmp_path / "later.db")
