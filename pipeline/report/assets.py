@@ -192,8 +192,11 @@ PAGE_JS = r"""
     detail.appendChild(box);
     panel.appendChild(el('p', 'muted', 'Click a node to read its value.'));
     detail.appendChild(panel);
-    var blamed = f.graph.nodes.filter(function (n) { return n[3] === 'blamed'; })[0];
-    if (blamed) { box.scrollLeft = Math.max(0, blamed[1] - NODE_W); }  // bring the blamed operation into view
+    // bring the blamed operation into view, with the memory units its reason names (left of it)
+    var focus = f.graph.nodes.filter(function (n) { return n[3] === 'blamed' || n[3] === 'named'; });
+    if (focus.length) {
+      box.scrollLeft = Math.max(0, Math.min.apply(null, focus.map(function (n) { return n[1]; })) - NODE_W);
+    }
   }
 
   function drawing(f, panel) {
