@@ -6,7 +6,8 @@ representative cases, chosen deterministically: highest attribution confidence f
 id. `diagnose` adds a short written analysis by an LM stage: `DiagnoseFailures` (inputs: the group
 table and the representative cases as text, see `failure_table` / `case_lines`; output: `analysis`), run
 by a `dspy.Predict` on the LM passed in (no global LM). The simulated world answers it from the request
-text alone (`pipeline.sim.diagnosis_handler`).
+text alone (`pipeline.sim.diagnosis_handler`). A long question, answer or reason is shortened by `clip` to
+whole sentences, or whole words and an ellipsis (inside the quotes around it), never a cut word.
 
 The record (`Diagnosis`) is what report pages and MLflow artifacts show:
   - `groups`: tuple of `FailureGroup(stage, error_type, count, share, cases)`; `cases` is a tuple of

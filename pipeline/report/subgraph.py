@@ -4,9 +4,13 @@
 the case's answer (the answer's ancestors restricted to the evidence turns' lineage), (2) the blamed
 operation and the other suspects with their inputs and outputs (a drop usually leads nowhere near the
 answer), (3) the answering chain of the question (query, retrieval, context, answer, judge, gold,
-verdict) and (4) the evidence turns themselves. When that is more than `max_nodes`, it keeps the nodes
-nearest the must-keep ones (evidence, blamed operation, answer) and counts the rest by kind in
-`elided_by_kind`, so a LoCoMo-sized conversation still draws a small, readable graph.
+verdict), (4) the evidence turns themselves and (5) every node the attribution's reason names
+(`named_nodes`; memory units get `Role.NAMED`) with the evidence's path to it and the operation that
+wrote it — for a missed retrieval: evidence turn → construction → the unit that held the answer, beside
+the search that missed it. Memory units a drawn operation read that lie on no such path (a search's other
+hits) are capped at `MAX_UNRELATED`, the rest counted as elided. When that is more than `max_nodes`, it
+keeps the nodes nearest the must-keep ones (blamed operation, named nodes, evidence, answer) and counts
+the rest by kind in `elided_by_kind`, so a LoCoMo-sized conversation still draws a small, readable graph.
 
 The forward walk from the evidence never enters another question's answering side, never passes
 the answer's own sequence number and does not follow the similar memories shown to a decision
