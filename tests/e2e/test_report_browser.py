@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.requires import import_or_fail, requires
+from tests.support.requires import import_or_fail, missing_locomo, requires
 
 CHROMIUM = os.environ.get("MEMTRACE_CHROMIUM", "/usr/bin/chromium")
 FLAGS = [
@@ -276,6 +276,48 @@ def test_a_reason_never_denies_a_drawn_evidence_turn(locomo_layout_report, tmp_p
             assert not (drawn and failure["attr"] and UNTRACED in failure["attr"]["reason"]), qid
     assert not errors, errors
     print(f"screenshot: {tmp_path / 'untraced_failure.png'}")
+
+
+@requires(missing_locomo())
+def test_on_real_locomo_every_missed_retrieval_draws_its_unit_and_search(tmp_path):
+    """The licensed LoCoMo subset (one conversation, read from ../shared, never copied), mem0 on the
+    stand-in LM: most failures are missed retrievals; each one's drawing holds the unit its reason
+    names and the search, and no reason denies a drawn evidence turn."""
+    from memtrace_loop.experiments.factory import build_memory_system
+    from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
+    from memtrace_loop.pipeline.data.locomo import load_locomo
+    from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
+    from memtrace_loop.pipeline.report import report_for_run
+
+    from tests.support.paths import LOCOMO
+    from tests.support.sim import sim_lm
+
+    full = load_locomo(LOCOMO)
+    dataset = full.subset((full.conversations[-1].id,))
+    lm = sim_lm()
+    system = build_memory_system({"name": "mem0"}, HashingEmbedder())
+    system.set_lm(lm)
+    result = run_dataset(system, make_judge(lm), dataset, workers=2)
+    path = report_for_run(result, tmp_path / "report", title="LoCoMo run",
+                          conversation_by_id={c.id: c for c in dataset.conversations})
+    with browser_page(tmp_path) as (page, errors):
+        page.goto(path.as_uri())
+        page.wait_for_load_state("load")
+        failures = _payload(page)["failures"]
+        missed = [f for f in failures if f["attr"] and f["attr"]["type"] == "RetrievalError"]
+        assert len(missed) > len(failures) / 3, (len(missed), len(failures))
+        for failure in missed:
+            ids = {n[0] for n in failure["graph"]["nodes"]}
+            units = set(re.findall(r"memory:[^\s\"]+@\d+", failure["attr"]["reason"]))
+            assert units and units <= ids and failure["attr"]["op"] in ids, failure["qid"]
+        for failure in failures:
+            drawn = failure["graph"] and any(n[3] == "evidence" for n in failure["graph"]["nodes"])
+            assert not (drawn and failure["attr"] and UNTRACED in failure["attr"]["reason"]), failure["qid"]
+        drawing = _show(page, missed[0]["qid"])
+        assert drawing.locator("g.node.role-named").count() >= 1
+        page.locator("#detail").screenshot(path=str(tmp_path / "locomo_retrieval_failure.png"))
+    assert not errors, errors
+    print(f"screenshot: {tmp_path / 'locomo_retrieval_failure.png'}")
 
 
 # ---------------------------------------------------------------- an optimization's page agrees with itself
