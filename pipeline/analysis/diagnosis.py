@@ -6,7 +6,8 @@ representative cases, chosen deterministically: highest attribution confidence f
 id. `diagnose` adds a short written analysis by an LM stage: `DiagnoseFailures` (inputs: the group
 table and the representative cases as text, see `failure_table` / `case_lines`; output: `analysis`), run
 by a `dspy.Predict` on the LM passed in (no global LM). The simulated world answers it from the request
-text alone (`pipeline.sim.diagnosis_handler`).
+text alone (`pipeline.sim.diagnosis_handler`). A long question, answer or reason is shortened by `clip` to
+whole sentences, or whole words and an ellipsis (inside the quotes around it), never a cut word.
 
 The record (`Diagnosis`) is what report pages and MLflow artifacts show:
   - `groups`: tuple of `FailureGroup(stage, error_type, count, share, cases)`; `cases` is a tuple of
@@ -38,6 +39,7 @@ MAX_CASES = 3  # representative cases per group
 MAX_FIELD_CHARS = 300  # one case's question / gold / answer / reason, as shown to the LM
 TABLE_HEADER = "| stage | error type | failures | share |"
 NO_ANALYSIS = "The written analysis is missing"
+ELLIPSIS = " \u2026"  # ends a text clipped after a whole word
 
 
 @dataclass(frozen=True)
@@ -123,9 +125,32 @@ def _md(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
-def _clip(text: str, limit: int = MAX_FIELD_CHARS) -> str:
+def _sentence_ends(text: str) -> list[int]:
+    """The positions just after each sentence end of `text` (a `.`, `!` or `?` outside double quotes, not
+    part of an ellipsis, followed by a space)."""
+    ends, quoted = [], False
+    for i, char in enumerate(text):
+        if char == '"':
+            quoted = not quoted
+        elif (char in ".!?" and not quoted and text[i + 1: i + 2] == " " and text[i - 1: i] not in (".", "")):
+            ends.append(i + 1)
+    return ends
+
+
+def clip(text: str, limit: int = MAX_FIELD_CHARS) -> str:
+    """`text` with whitespace folded, at most `limit` characters, never cut inside a word: its whole leading
+    sentences when they keep at least half of it, else its whole leading words and `ELLIPSIS` (then a closing
+    quote when the cut fell inside a quotation, so the ellipsis stays inside it)."""
     flat = " ".join(str(text).split())
-    return flat if len(flat) <= limit else flat[: limit - 4] + " ..."
+    if len(flat) <= limit:
+        return flat
+    ends = [end for end in _sentence_ends(flat) if end <= limit]
+    if ends and ends[-1] >= limit // 2:
+        return flat[: ends[-1]]
+    cut = limit - len(ELLIPSIS) - 1  # room for a closing quote
+    head = flat[:cut] if flat[cut] == " " or " " not in flat[:cut] else flat[:cut].rsplit(" ", 1)[0]
+    head = head.rstrip(" ,;:")
+    return head + ELLIPSIS + ('"' if head.count('"') % 2 else "")
 
 
 def _case(attribution: Attribution) -> FailureCase:
@@ -166,8 +191,8 @@ def failure_table(groups: Iterable[FailureGroup]) -> str:
 def case_lines(groups: Iterable[FailureGroup]) -> str:
     """The representative cases, one line each, tagged with their group (the `representative_cases` input)."""
     return "\n".join(
-        f"[{g.stage} / {g.error_type}] {c.question_id}: question \"{_clip(c.question)}\"; gold \"{_clip(c.gold)}\"; "
-        f"answer \"{_clip(c.answer)}\"; reason: {_clip(c.reason)}"
+        f"[{g.stage} / {g.error_type}] {c.question_id}: question \"{clip(c.question)}\"; gold \"{clip(c.gold)}\"; "
+        f"answer \"{clip(c.answer)}\"; reason: {clip(c.reason)}"
         for g in groups for c in g.cases
     )
 
@@ -194,7 +219,7 @@ def write_analysis(groups: tuple[FailureGroup, ...], lm: dspy.BaseLM) -> tuple[s
         prediction = program(failure_table=failure_table(groups), representative_cases=case_lines(groups))
     except Exception as exc:  # a failing call or an unparsable reply: recorded, the groups still stand
         logger.warning("diagnosis: the analysis LM call failed: %s: %s", type(exc).__name__, exc)
-        return "", f"{type(exc).__name__}: {_clip(str(exc), 200)}"
+        return "", f"{type(exc).__name__}: {clip(str(exc), 200)}"
     text = prediction.get("analysis")
     if not isinstance(text, str) or not text.strip():
         return "", f"the LM gave no analysis ({text!r:.80})"

@@ -22,11 +22,13 @@ h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:22px 0 8px}h3{font-siz
 table.grid{border-collapse:collapse;margin:4px 0}table.grid th,table.grid td{border:1px solid var(--line);
 padding:3px 8px;text-align:left;vertical-align:top}table.grid th{background:var(--soft);font-weight:600}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
+table.grid caption{caption-side:top;text-align:left;color:var(--muted);padding:0 0 2px}
 svg.bar .track{fill:#eef1f5}svg.bar .fill{fill:var(--accent)}svg.bar .fill.blame{fill:var(--bad)}
 svg.bar .ci{stroke:#101828;stroke-width:1.5}
 svg.chart .gridline{stroke:#eef1f5}svg.chart .axis{font-size:11px;fill:var(--muted)}
-svg.chart .line{fill:none;stroke-width:2}svg.chart .line.dev,svg.chart .dot.dev{stroke:var(--accent);fill:var(--accent)}
-svg.chart .line.train,svg.chart .dot.train{stroke:var(--warn);fill:var(--warn)}svg.chart .line{fill:none}
+svg.chart .line{fill:none;stroke-width:2}svg.chart .line.dev{stroke:var(--accent)}
+svg.chart .line.train{stroke:var(--warn)}
+svg.chart .dot.dev{stroke:var(--accent);fill:var(--accent)}svg.chart .dot.train{stroke:var(--warn);fill:var(--warn)}
 svg.chart .ci{stroke:var(--accent);stroke-opacity:.35;stroke-width:6}
 .legend .key{display:inline-block;width:12px;height:4px;margin:0 4px 2px 10px}.key.dev{background:var(--accent)}
 .key.train{background:var(--warn)}pre{white-space:pre-wrap;word-break:break-word;margin:4px 0}
@@ -47,6 +49,7 @@ svg.graph .node.kind-episode rect,svg.graph .node.kind-event rect{fill:#f0f9ff;s
 svg.graph .node.kind-answer rect,svg.graph .node.kind-context rect{fill:#f4f3ff;stroke:#7a5af8}
 svg.graph .node.role-evidence rect{stroke-width:2.5}svg.graph .node.failed rect{stroke-dasharray:4 2}
 svg.graph .node.suspect rect{stroke:var(--warn);stroke-width:2.5}
+svg.graph .node.role-named rect{stroke:var(--bad);stroke-width:2.5;stroke-dasharray:6 2}
 svg.graph .node.blamed rect{fill:#fee4e2;stroke:var(--bad);stroke-width:3}
 svg.graph .node.selected rect{stroke:var(--accent);stroke-width:3}
 svg.graph .edge{fill:none;stroke:#98a2b3;stroke-width:1.2}svg.graph .vedge{fill:none;stroke:#36bffa;
@@ -189,8 +192,11 @@ PAGE_JS = r"""
     detail.appendChild(box);
     panel.appendChild(el('p', 'muted', 'Click a node to read its value.'));
     detail.appendChild(panel);
-    var blamed = f.graph.nodes.filter(function (n) { return n[3] === 'blamed'; })[0];
-    if (blamed) { box.scrollLeft = Math.max(0, blamed[1] - NODE_W); }  // bring the blamed operation into view
+    // bring the blamed operation into view, with the memory units its reason names (left of it)
+    var focus = f.graph.nodes.filter(function (n) { return n[3] === 'blamed' || n[3] === 'named'; });
+    if (focus.length) {
+      box.scrollLeft = Math.max(0, Math.min.apply(null, focus.map(function (n) { return n[1]; })) - NODE_W);
+    }
   }
 
   function drawing(f, panel) {

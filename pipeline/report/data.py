@@ -67,6 +67,8 @@ class ReportData:
     meta: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # run id, system, dataset...
     banner: str | None = None  # a warning shown above everything (e.g. the stand-in LM on a real dataset)
     max_nodes: int = DEFAULT_MAX_NODES
+    accuracy_label: str = ""  # what the accuracy table covers (e.g. "test split, final prompts")
+    failures_label: str = ""  # which evaluation's failures the list shows (e.g. "train split, iteration 2")
 
     def failures(self) -> tuple[CaseResult, ...]:
         """The failed cases outside the report's excluded categories, in result order."""

@@ -135,16 +135,18 @@ def _accuracy_table(data: ReportData) -> str:
     )
     excluded = ", ".join(str(c) for c in data.report.excluded_categories)
     note = f"<p class=muted>Overall leaves out categories {_e(excluded)}.</p>" if excluded else ""
+    caption = f"<caption>{_e(data.accuracy_label or 'every judged question of the run')}</caption>"
     return (
-        "<h2>Accuracy per category</h2><table class=grid><thead><tr><th>category</th><th>n</th>"
+        f"<h2>Accuracy per category</h2><table class=grid id=accuracy>{caption}<thead><tr><th>category</th><th>n</th>"
         "<th>judge accuracy</th><th>95% interval</th><th>F1</th><th></th></tr></thead>"
         f"<tbody>{body}</tbody></table>{note}"
     )
 
 
-def _blame_table(blame: BlameTable) -> str:
+def _blame_table(blame: BlameTable, label: str = "") -> str:
+    heading = f"<h2>Blame per stage{_e(f' — {label}' if label else '')}</h2>"
     if not blame.rows:
-        return "<h2>Blame per stage</h2><p class=muted>No attributed failures.</p>"
+        return f"{heading}<p class=muted>No attributed failures.</p>"
     types = sorted({t for row in blame.rows for t in row.count_by_error_type})
     head = "".join(f"<th>{_e(t)}</th>" for t in types)
     body = "".join(
@@ -157,7 +159,7 @@ def _blame_table(blame: BlameTable) -> str:
         for row in blame.rows
     )
     return (
-        f"<h2>Blame per stage</h2><table class=grid><thead><tr><th>stage</th><th>tunable</th><th>failures</th>"
+        f"{heading}<table class=grid><thead><tr><th>stage</th><th>tunable</th><th>failures</th>"
         f"<th>share</th>{head}<th>verified</th><th>refuted</th><th>unverifiable</th><th></th></tr></thead>"
         f"<tbody>{body}</tbody></table>"
     )
@@ -249,10 +251,12 @@ def _optimization(history: Sequence[IterationSummary], rewrites: Sequence[Rewrit
 
 
 def _failure_section(data: ReportData, n_failures: int) -> str:
+    label = data.failures_label
     verdicts = Counter(r.verdict for r in data.failures())
     summary = ", ".join(f"{n} {_e(v)}" for v, n in sorted(verdicts.items()))
     return (
-        f'<section id="failures"><h2>Failed questions ({n_failures})</h2>'
+        f'<section id="failures"><h2>Failed questions{_e(f" — {label}" if label else "")} '
+        f'(<span id="n-failures">{n_failures}</span>)</h2>'
         f"<p class=muted>{summary}. {len(data.attributions)} attributed. Click a question to see the path from "
         "its evidence turns to its answer.</p>"
         '<div class="filters">'
@@ -286,7 +290,7 @@ def render_report(data: ReportData) -> str:
         f"<title>{_e(data.title)}</title><style>{PAGE_CSS}</style></head><body>"
         f'<header><h1>{_e(data.title)}</h1><div class="meta">{meta}</div></header>{_banner(data.banner)}'
         f'<main><section id="overview">{_diagnosis(data.diagnosis, data.diagnosis_groups)}'
-        f"{_accuracy_table(data)}{_blame_table(blame)}</section>"
+        f"{_accuracy_table(data)}{_blame_table(blame, data.failures_label)}</section>"
         f"{_optimization(data.history, data.rewrites)}{_failure_section(data, len(payload['failures']))}</main>"
         f'<script type="application/json" id="{DATA_ELEMENT_ID}">{json_for_script(payload)}</script>'
         f"<script>{PAGE_JS}</script></body></html>\n"

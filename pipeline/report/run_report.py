@@ -110,13 +110,24 @@ def report_for_loop(
     max_nodes: int = DEFAULT_MAX_NODES,
     banner: str | None = None,
 ) -> Path:
-    """Write `<out_dir>/report.html` for an optimization: the final test evaluation's failures (with
-    `attributions` of them, or lineage ones), the scores per iteration and the accepted rewrites
-    (`banner`: a warning above everything)."""
-    data = _result_data(
-        result.test_final, title, attributions, conversation_by_id, diagnosis, diagnosis_scope, meta, max_nodes
-    )
-    data = replace(data, history=tuple(result.history), rewrites=rewrites_of(result), banner=banner)
+    """Write `<out_dir>/report.html` for an optimization: the final test evaluation's accuracy, the scores
+    per iteration, the accepted rewrites (`banner`: a warning above everything) and the failures the
+    diagnosis describes: the train failures of the latest iteration that attributed any, with its
+    attributions (without one: the final test failures, with `attributions` of them or lineage ones)."""
+    latest = next((record for record in reversed(result.iterations) if record.attributions), None)
+    test_label = "test split, final prompts"
+    if latest is None:
+        data = _result_data(
+            result.test_final, title, attributions, conversation_by_id, diagnosis, diagnosis_scope, meta, max_nodes
+        )
+        failures_label = test_label
+    else:
+        data = _result_data(latest.train, title, latest.attributions, None, diagnosis, diagnosis_scope, meta,
+                            max_nodes)
+        data = replace(data, report=result.test_final.report, blame=latest.blame)
+        failures_label = f"train split, iteration {latest.iteration}"
+    data = replace(data, history=tuple(result.history), rewrites=rewrites_of(result), banner=banner,
+                   accuracy_label=test_label, failures_label=failures_label)
     return write_report(data, Path(out_dir) / REPORT_FILE)
 
 

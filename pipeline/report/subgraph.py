@@ -4,9 +4,13 @@
 the case's answer (the answer's ancestors restricted to the evidence turns' lineage), (2) the blamed
 operation and the other suspects with their inputs and outputs (a drop usually leads nowhere near the
 answer), (3) the answering chain of the question (query, retrieval, context, answer, judge, gold,
-verdict) and (4) the evidence turns themselves. When that is more than `max_nodes`, it keeps the nodes
-nearest the must-keep ones (evidence, blamed operation, answer) and counts the rest by kind in
-`elided_by_kind`, so a LoCoMo-sized conversation still draws a small, readable graph.
+verdict), (4) the evidence turns themselves and (5) every node the attribution's reason names
+(`named_nodes`; memory units get `Role.NAMED`) with the evidence's path to it and the operation that
+wrote it — for a missed retrieval: evidence turn → construction → the unit that held the answer, beside
+the search that missed it. Memory units a drawn operation read that lie on no such path (a search's other
+hits) are capped at `MAX_UNRELATED`, the rest counted as elided. When that is more than `max_nodes`, it
+keeps the nodes nearest the must-keep ones (blamed operation, named nodes, evidence, answer) and counts
+the rest by kind in `elided_by_kind`, so a LoCoMo-sized conversation still draws a small, readable graph.
 
 The forward walk from the evidence never enters another question's answering side, never passes
 the answer's own sequence number and does not follow the similar memories shown to a decision
@@ -16,6 +20,7 @@ evidence's lineage, not of the whole graph. Pure: reads the graph, returns a rec
 
 from __future__ import annotations
 
+import re
 from collections import Counter, deque
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,11 +28,13 @@ from types import MappingProxyType
 
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution
 from memtrace_loop.pipeline.core.conventions import (
+    MEMORY_KINDS,
     QUESTION_SIDE_KINDS,
     OpKind,
     VarKind,
     answer_name,
     first_version,
+    name_of,
     turn_name,
 )
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, GraphError, Operation
@@ -35,6 +42,9 @@ from memtrace_loop.pipeline.core.records import CaseResult
 
 OP_KIND = "op"  # the `kind` of an operation node (variables carry their VarKind)
 MAX_EVIDENCE = 8  # evidence turns always drawn (more are elided like any other node)
+MAX_UNRELATED = 2  # memory units read by a drawn operation but on no path of the failure (the rest elided)
+_NAMED = re.compile(r"[A-Za-z_]+:[^\s,;()\"'\[\]]+")  # a node id (or variable name) as a reason writes it
+_MEMORY = frozenset(str(k) for k in MEMORY_KINDS)
 
 
 class Role:
@@ -44,6 +54,7 @@ class Role:
     SUSPECT = "suspect"
     EVIDENCE = "evidence"
     ANSWER = "answer"
+    NAMED = "named"  # a memory unit the attribution's reason names (e.g. the one a search missed)
     PATH = "path"
 
 
@@ -157,9 +168,20 @@ def _evidence_ids(graph: ExecutionGraph, case: CaseResult, attribution: Attribut
     return found
 
 
-def _io(graph: ExecutionGraph, op_id: str) -> set[str]:
+def _io(graph: ExecutionGraph, op_id: str, needed: Collection[str]) -> tuple[set[str], set[str]]:
+    """(drawn, capped): the operation with its inputs and outputs, except the memory units beyond the first
+    `MAX_UNRELATED` that are on no path of the failure (`needed`), which are capped (a search's other hits)."""
     op = graph.operation(op_id)
-    return {op_id, *op.inputs, *op.outputs}
+    drawn, capped, unrelated = {op_id}, set(), 0
+    for var_id in (*op.inputs, *op.outputs):
+        if var_id in needed or str(graph.variable(var_id).kind) not in _MEMORY:
+            drawn.add(var_id)
+        elif unrelated < MAX_UNRELATED:
+            unrelated += 1
+            drawn.add(var_id)
+        else:
+            capped.add(var_id)
+    return drawn, capped - drawn
 
 
 def _pick(graph: ExecutionGraph, candidates: set[str], must: list[str], max_nodes: int) -> set[str]:
@@ -211,6 +233,7 @@ def failure_subgraph(
     answer_var = graph.latest(answer_name(case.question.id))
     evidence = _evidence_ids(graph, case, attribution)
     blamed = _blamed_ops(graph, attribution)
+    named = named_nodes(graph, attribution.reason) if attribution is not None else []
     if answer_var is None:
         chain: set[str] = set()
         max_seq = graph.n_operations
@@ -222,18 +245,25 @@ def failure_subgraph(
         max_seq = producer.seq if producer is not None else graph.n_operations
     lineage = _forward(graph, evidence, chain, max_seq)
     on_path = _backward_within(graph, answer, lineage) if answer is not None else set()
-    candidates = on_path | chain | set(evidence)
-    for op_id in blamed:
-        candidates |= _io(graph, op_id)
+    needed = on_path | chain | set(evidence) | _paths_to(graph, named, lineage)
+    candidates, capped = set(needed), set()
+    for op_id in [*blamed, *(n for n in named if n.startswith("op:"))]:
+        io, unrelated = _io(graph, op_id, needed)
+        candidates |= io
+        capped |= unrelated
+    candidates -= capped
     prompts = {op.prompt for op in (graph.operation(n) for n in candidates if n.startswith("op:")) if op.prompt}
     candidates -= prompts - set(evidence)
 
-    must = [*blamed[:1], *evidence[:MAX_EVIDENCE], *([answer] if answer else []), *blamed[1:]]
+    must = [*blamed[:1], *named, *evidence[:MAX_EVIDENCE], *([answer] if answer else []), *blamed[1:]]
     if answer is not None and (producer := graph.producer(answer)) is not None:
         must.append(producer.id)
     kept = candidates if len(candidates) <= max_nodes else _pick(graph, candidates, must, max_nodes)
 
     role_by_node = _roles(blamed, attribution, evidence, answer)
+    for node in named:
+        if not node.startswith("op:") and str(graph.variable(node).kind) in _MEMORY:
+            role_by_node.setdefault(node, Role.NAMED)
     seq_by_var = _variable_seqs(graph, kept)
     ordered = sorted(kept, key=lambda n: (seq_by_var.get(n, 0.0) if not n.startswith("op:")
                                           else float(graph.operation(n).seq), n))
@@ -244,10 +274,51 @@ def failure_subgraph(
         if v.previous is not None and v.previous in kept
     )
     elided = Counter(
-        OP_KIND if n.startswith("op:") else str(graph.variable(n).kind) for n in candidates - kept
+        OP_KIND if n.startswith("op:") else str(graph.variable(n).kind) for n in (candidates | capped) - kept
     )
     note = _note(answer, evidence, on_path)
     return Subgraph(nodes, tuple(edges), version_edges, MappingProxyType(dict(sorted(elided.items()))), note)
+
+
+def named_nodes(graph: ExecutionGraph, text: str) -> list[str]:
+    """The nodes of `graph` that `text` (an attribution's reason) names, in order, each once: operation and
+    variable ids, and variable names (version 1, or the latest when there is no version 1)."""
+    found: list[str] = []
+    for match in _NAMED.finditer(text):
+        token = match.group(0)
+        for candidate in (token, token.rstrip(".:")):
+            node = _resolve(graph, candidate)
+            if node is not None:
+                if node not in found:
+                    found.append(node)
+                break
+    return found
+
+
+def _resolve(graph: ExecutionGraph, token: str) -> str | None:
+    if token in graph:
+        return token
+    if token.startswith("op:") or name_of(token) != token:
+        return None
+    versions = graph.versions(token)
+    if not versions:
+        return None
+    first = first_version(token)
+    return first if first in graph else versions[-1].id
+
+
+def _paths_to(graph: ExecutionGraph, named: Iterable[str], lineage: set[str]) -> set[str]:
+    """Each named variable, the evidence's path to it (within `lineage`) and the operation that wrote it."""
+    found: set[str] = set()
+    for node in named:
+        if node.startswith("op:"):
+            found.add(node)
+            continue
+        found |= _backward_within(graph, node, lineage | {node})
+        producer = graph.producer(node)
+        if producer is not None:
+            found.add(producer.id)
+    return found
 
 
 def _blamed_ops(graph: ExecutionGraph, attribution: Attribution | None) -> list[str]:
@@ -296,8 +367,9 @@ def _note(answer: str | None, evidence: Sequence[str], on_path: Collection[str])
     return ""
 
 
-def _variable_seqs(graph: ExecutionGraph, nodes: Iterable[str]) -> dict[str, float]:
-    """A variable sits just after its producer; an unproduced one (a turn) just before its first use."""
+def _variable_seqs(graph: ExecutionGraph, nodes: Collection[str]) -> dict[str, float]:
+    """A variable sits just after its producer when that is drawn; else (a turn, a memory unit a search
+    read) just before its first drawn use, so what an operation reads stacks in one column beside it."""
     seq_by_var: dict[str, float] = {}
     for node in nodes:
         if node.startswith("op:"):
@@ -306,9 +378,11 @@ def _variable_seqs(graph: ExecutionGraph, nodes: Iterable[str]) -> dict[str, flo
             producer = graph.producer(node)
         except GraphError:
             continue
-        if producer is not None:
+        users = graph.consumers(node)
+        drawn_users = [op for op in users if op.id in nodes]
+        if producer is not None and (producer.id in nodes or not drawn_users):
             seq_by_var[node] = producer.seq + 0.5
         else:
-            users = graph.consumers(node)
-            seq_by_var[node] = (min(op.seq for op in users) - 0.5) if users else -1.0
+            first = min((op.seq for op in (drawn_users or users)), default=None)
+            seq_by_var[node] = first - 0.5 if first is not None else -1.0
     return seq_by_var

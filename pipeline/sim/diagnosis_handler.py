@@ -23,6 +23,7 @@ _ROW = re.compile(
 _CASE = re.compile(r'^\[(?P<stage>[^/\]]+?) / (?P<error>[A-Za-z]+)\]\s*(?P<qid>.+?):\s*(?P<rest>question ".*)$')
 _FIELD = re.compile(r'(?P<name>question|gold|answer) "(?P<value>[^"]*)"')
 _REASON = re.compile(r"reason:\s*(?P<reason>.*)$")
+_ELLIPSIS = "\u2026"  # how the request marks a text shortened after a whole word
 
 _FIX_BY_ERROR = {
     "ExtractionError": "make its instruction keep every stated fact (dates and third parties included)",
@@ -62,8 +63,10 @@ def _example(cases: str, top: _Row) -> str:
         values: dict[str, str] = {}
         for field in _FIELD.finditer(shown):
             values.setdefault(field.group("name"), field.group("value"))
-        said = reason.group("reason").strip().rstrip(".") if reason else ""
-        because = f" The trace says: {said}." if said else ""
+        said = reason.group("reason").strip() if reason else ""
+        clipped = said.rstrip('"').endswith(_ELLIPSIS)  # a shortened reason is quoted, its ellipsis inside
+        because = f" The trace says: \u201c{said}\u201d." if clipped else (
+            f" The trace says: {said.rstrip('.')}." if said else "")
         return (f" For example, {match.group('qid').strip()} asked \"{values.get('question', '?')}\" (gold "
                 f"\"{values.get('gold', '?')}\") and got \"{values.get('answer', '?')}\".{because}")
     return ""

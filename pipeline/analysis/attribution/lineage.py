@@ -386,9 +386,13 @@ class ConversationLineage:
             )
         tracks = self._tracks(case, evidence)
         if not tracks:
+            untraced = (  # evidence turns that share no word with the question or gold: drawn, yet not followed
+                f"The evidence turns of {qid} ({', '.join(name_of(e) for e in evidence)}) share no content word "
+                "with the question or its gold answer, so its information could not be followed through the graph"
+            ) if evidence else f"No evidence turn could be traced for {qid}"
             return verdict(
                 answer_op, ErrorType.RESPONSE,
-                f"No evidence turn could be traced for {qid}; by default the answer step {answer_op.name} "
+                f"{untraced}; by default the answer step {answer_op.name} "
                 f"({answer_op.id}) is blamed for \"{case.prediction}\" (gold \"{case.question.gold}\").",
                 0.3,
             )

@@ -1,0 +1,27 @@
+"""Test helper: a small closed loop on the simulated world (mem0, the attribution optimizer, stand-in LMs)."""
+
+from __future__ import annotations
+
+from memtrace_loop.memory_systems.mem0.system import Mem0Memory
+from memtrace_loop.optimizers.registry import build_optimizer
+from memtrace_loop.pipeline.backends.call_count import CallLedger
+from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
+from memtrace_loop.pipeline.data.locomo import split_by_conversation
+from memtrace_loop.pipeline.loop.optimization import LoopResult, LoopSettings, OptimizationLoop, Splits
+from memtrace_loop.pipeline.loop.runner import make_judge
+
+from tests.support.sim import counted_sim_lms, sim_dataset
+
+
+def sim_attribution_loop(n_conversations: int, max_iterations: int, patience: int, max_candidates: int) -> LoopResult:
+    """The result of the attribution loop on `n_conversations` sim conversations split 50/25/25 (seed 0)."""
+    calls = CallLedger()
+    lms = counted_sim_lms(calls)
+    system = Mem0Memory(HashingEmbedder())
+    system.set_lm(lms.task)
+    parts = split_by_conversation(sim_dataset(seed=0, n_conversations=n_conversations), (0.5, 0.25, 0.25), seed=0)
+    settings = LoopSettings(max_iterations=max_iterations, patience=patience, min_gain=0.02,
+                            max_candidates=max_candidates, workers=2)
+    loop = OptimizationLoop(system, make_judge(lms.judge), build_optimizer("attribution", lms.rewriter, system=system),
+                            Splits(parts.train, parts.dev, parts.test), settings, calls=calls)
+    return loop.run()
