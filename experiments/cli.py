@@ -6,8 +6,8 @@ rest (overrides such as `lm=openai dataset=locomo workers=4`, or `--help`, `--cf
 `memtrace completion bash` prints the bash completion script (`experiments/completion.py`); Hydra's
 own `-sc install=bash` of a command prints the same script (Hydra's would complete nothing here).
 Before a command's app is imported, its overrides are checked: a secret is refused (`secret_guard`), a
-misspelt key or group option is one line with a did-you-mean, exit 2 (`override_errors`; the apps'
-`guarded` does both again for an app started without this dispatcher).
+misspelt key or group option is one line with a did-you-mean, exit 2 (`override_errors`); the app then
+runs without its `guarded` wrapper, which makes the same checks for an app started without this dispatcher.
 """
 
 from __future__ import annotations
@@ -87,14 +87,14 @@ def main(argv: list[str] | None = None) -> int:
     if request is not None and request[0] != "query":  # Hydra's query mode (used by the script) goes on
         return _completion(request, f"memtrace {command}")
     from memtrace_loop.experiments.override_errors import refuse_misspelt_overrides
-    from memtrace_loop.experiments.secret_guard import protect_console, refuse_secret_overrides
+    from memtrace_loop.experiments.secret_guard import protect_console, refuse_secret_overrides, unguarded
 
     refuse_secret_overrides(args, f"memtrace {command}")  # before Hydra echoes or saves an override
     protect_console(args)  # every line printed from here on is redacted
     refuse_misspelt_overrides(args, command, f"memtrace {command}")  # a did-you-mean, before the apps' imports
     commands = _commands()  # the apps (DSPy, MLflow) are imported once the overrides are accepted
     sys.argv = [f"memtrace {command}", *args]
-    commands[command]()
+    unguarded(commands[command])()  # the app's `guarded` checks are the ones just made
     return 0
 
 

@@ -421,11 +421,9 @@ def failed_calls_mark(failed: FailedCalls, result: LoopResult) -> dict[str, floa
     clean run): `failed_lm_calls`, and the dev and test verdicts failed operations touched."""
     if not failed:
         return {}
-    empty = FailureImpact()
-    test = failure_impact(result.test_start) + failure_impact(result.test_final)
-    return {"failed_lm_calls": float(failed.failed),
-            "dev_verdicts_touched_by_failures": float(result.impact_by_split.get("dev", empty).touched),
-            "test_verdicts_touched_by_failures": float(test.touched)}
+    touched = {split: float(result.impact_by_split.get(split, FailureImpact()).touched) for split in ("dev", "test")}
+    return {"failed_lm_calls": float(failed.failed), "dev_verdicts_touched_by_failures": touched["dev"],
+            "test_verdicts_touched_by_failures": touched["test"]}  # test: its start and final evaluations
 
 
 def _impacts(result: LoopResult) -> dict[str, FailureImpact]:

@@ -179,7 +179,15 @@ def guarded(app_main: F) -> F:
             refuse_misspelt_overrides(argv, config_name, program)
         return app_main(*args, **kwargs)
 
+    wrapper.unguarded = app_main  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]
+
+
+def unguarded(app_main: Callable[[], object]) -> Callable[[], object]:
+    """`app_main` without its `guarded` checks: for the `memtrace` dispatcher, which made them already
+    (each composes the config once more)."""
+    inner = getattr(app_main, "unguarded", app_main)
+    return inner if callable(inner) else app_main
 
 
 def _rewrite(path: Path, secrets: tuple[str, ...]) -> bool:

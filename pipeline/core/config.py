@@ -30,8 +30,8 @@ import pydantic
 
 T = TypeVar("T")
 
-__all__ = ["ConfigError", "defaults_of", "describe_error", "field_names", "non_finite_keys", "parse_config",
-           "plain_of", "require", "require_categories", "require_text"]
+__all__ = ["ConfigError", "defaults_of", "describe_error", "dotted_key", "field_names", "non_finite_keys",
+           "parse_config", "plain_of", "require", "require_categories", "require_text"]
 
 
 class ConfigError(ValueError):
@@ -72,7 +72,7 @@ def defaults_of(schema: Any) -> dict[str, Any]:
     return found
 
 
-def _key(where: str, loc: Iterable[Any]) -> str:
+def dotted_key(where: str, loc: Iterable[Any]) -> str:
     """`where` and `loc` as one key: `memory_system.top_k`, `splits.fractions[0]`."""
     key = where
     for part in loc:
@@ -95,9 +95,9 @@ def non_finite_keys(node: Any, where: str) -> list[tuple[str, float]]:
     if isinstance(node, float):
         return [] if math.isfinite(node) else [(where or "config", node)]
     if isinstance(node, Mapping):
-        return [k for key, value in node.items() for k in non_finite_keys(value, _key(where, [key]))]
+        return [k for key, value in node.items() for k in non_finite_keys(value, dotted_key(where, [key]))]
     if isinstance(node, list | tuple):
-        return [k for i, value in enumerate(node) for k in non_finite_keys(value, _key(where, [i]))]
+        return [k for i, value in enumerate(node) for k in non_finite_keys(value, dotted_key(where, [i]))]
     return []
 
 
@@ -117,7 +117,7 @@ def parse_config(schema: type[T], mapping: Mapping[str, Any] | T | None, where: 
     unknown = sorted(str(key) for key in mapping if key not in names)
     if unknown:
         raise ConfigError(
-            f"{label}: unknown keys {unknown} ({', '.join(_key(where, [k]) for k in unknown)}); "
+            f"{label}: unknown keys {unknown} ({', '.join(dotted_key(where, [k]) for k in unknown)}); "
             f"allowed keys: {sorted(names)}"
         )
     bad_numbers = non_finite_keys(dict(mapping), where)
@@ -178,26 +178,26 @@ def describe_error(where: str, error: Mapping[str, Any], fields: Iterable[str] =
     if kind == "value_error":
         head, _, rest = message.partition(" ")
         if head in set(fields) and rest:
-            return f"{_key(where, [*loc, head])}: {rest}"
-        prefix = _key(where, loc)
+            return f"{dotted_key(where, [*loc, head])}: {rest}"
+        prefix = dotted_key(where, loc)
         return f"{prefix}: {message}" if prefix else message
     if kind == "missing" and loc and isinstance(loc[-1], int):  # a fixed-length list that is too short
-        return f"{_key(where, loc[:-1])}: too few items"
+        return f"{dotted_key(where, loc[:-1])}: too few items"
     if kind in ("unexpected_keyword_argument", "extra_forbidden"):
-        return f"{_key(where, loc)}: unknown key"
+        return f"{dotted_key(where, loc)}: unknown key"
     value = error.get("input")
     got = "" if isinstance(value, Mapping) or not show_input else f", got {_shown(value)}"
     if kind in _EXPECTED_BY_TYPE:
-        return f"{_key(where, loc)}: expected {_EXPECTED_BY_TYPE[kind]}{got}"
+        return f"{dotted_key(where, loc)}: expected {_EXPECTED_BY_TYPE[kind]}{got}"
     bound = _BOUND_BY_TYPE.get(kind)
     if bound is not None:
         limit = (error.get("ctx") or {}).get(bound[1])
-        return f"{_key(where, loc)}: must be {bound[0]} {limit}{got}"
+        return f"{dotted_key(where, loc)}: must be {bound[0]} {limit}{got}"
     if kind == "string_too_short":
-        return f"{_key(where, loc)}: must be a non-empty string"
+        return f"{dotted_key(where, loc)}: must be a non-empty string"
     if kind == "literal_error":
-        return f"{_key(where, loc)}: expected {message.removeprefix('Input should be ')}{got}"
-    return f"{_key(where, loc)}: {message}{got}"
+        return f"{dotted_key(where, loc)}: expected {message.removeprefix('Input should be ')}{got}"
+    return f"{dotted_key(where, loc)}: {message}{got}"
 
 
 def require(record: object, **bounds: tuple[float | None, float | None]) -> None:

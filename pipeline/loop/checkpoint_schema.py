@@ -23,6 +23,7 @@ from typing import Annotated, Any, Literal
 
 import pydantic
 from memtrace_loop.pipeline.backends.call_count import CallTally
+from memtrace_loop.pipeline.core.config import dotted_key
 from memtrace_loop.pipeline.loop.summaries import IterationSummary
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -111,13 +112,6 @@ EXTRA_FIELDS = (RUN_ID_FIELD, "finished")
 FIELDS = tuple(name for name in _Checkpoint.model_fields if name not in EXTRA_FIELDS)
 
 
-def _path(loc: tuple[Any, ...]) -> str:
-    text = ""
-    for part in loc:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text or "(top level)"
-
-
 def schema_problem(data: Any) -> Problem | None:
     """The first place where `data` breaks the checkpoint schema (None: it fits)."""
     if not isinstance(data, Mapping):
@@ -126,7 +120,7 @@ def schema_problem(data: Any) -> Problem | None:
         _Checkpoint.model_validate(dict(data))
     except pydantic.ValidationError as error:
         first = min(error.errors(), key=lambda e: len(e["loc"]))  # the outermost field first
-        where = _path(tuple(first["loc"]))
+        where = dotted_key("", first["loc"]) or "(top level)"
         if first["type"] == "extra_forbidden":
             return Problem(where, f"unknown field (a checkpoint holds {', '.join(FIELDS + EXTRA_FIELDS)})")
         if first["type"] == "missing":

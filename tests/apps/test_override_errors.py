@@ -76,3 +76,21 @@ def test_the_suggestions_come_from_the_chosen_group_option():
     line = override_error(["memory_system=custom", f"memory_system.top_kk={VALUE}"], "run", "memtrace run")
     assert line is not None and "did you mean" not in line and "under 'memory_system': " in line, line
     assert "knobs" in line and VALUE not in line
+
+
+def test_the_dispatcher_checks_overrides_once_then_runs_the_app_unguarded(monkeypatch):
+    import io
+    import sys
+
+    from memtrace_loop.experiments import cli, override_errors
+
+    calls: list[tuple[object, ...]] = []
+    real = override_errors.override_error
+    monkeypatch.setattr(override_errors, "override_error", lambda *args: calls.append(args) or real(*args))
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    monkeypatch.setattr(sys, "argv", ["memtrace"])
+    assert cli.main(["export", "--cfg", "job"]) == 0
+    assert len(calls) == 1  # the app's own guard would compose the config a second time
+    assert "run_id" in out.getvalue()  # the app ran: Hydra printed its config
