@@ -82,8 +82,14 @@ def test_the_dispatcher_checks_overrides_once_then_runs_the_app_unguarded(monkey
     import io
     import sys
 
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
     from memtrace_loop.experiments import cli, override_errors
 
+    # Hydra's singletons, set by the in-process launch below, go back as they were (later apps tests
+    # in this process must not see a job's config)
+    monkeypatch.setattr(HydraConfig.instance(), "cfg", HydraConfig.instance().cfg)
+    monkeypatch.setattr(GlobalHydra.instance(), "hydra", GlobalHydra.instance().hydra)
     calls: list[tuple[object, ...]] = []
     real = override_errors.override_error
     monkeypatch.setattr(override_errors, "override_error", lambda *args: calls.append(args) or real(*args))
