@@ -66,7 +66,9 @@ def test_run_on_sim_records_the_operations_the_system_has(name, tmp_path):
 @pytest.mark.parametrize("name", SYSTEMS.names)
 def test_run_on_the_locomo_subset_completes(name, tmp_path):
     require(missing_locomo())
-    outcome, graphs = run_system(tmp_path, name, "dataset=locomo", f"dataset.path={LOCOMO}")
+    # mem0ai on LoCoMo may finally fail a call or two (its parse of the stand-in's replies): the run completes,
+    # its exit rule is tests/http/test_failed_calls_exit.py's
+    outcome, graphs = run_system(tmp_path, name, "dataset=locomo", f"dataset.path={LOCOMO}", "allow_failed_calls=true")
     assert len(graphs) == 2 and outcome["judge_accuracy"] >= 0.0
     for graph in graphs:
         graph.check()
