@@ -27,6 +27,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import dspy
@@ -173,6 +174,16 @@ class Tracer:
             for event in self._events
             if isinstance(event, _OperationEvent)
         )
+
+    def pending_operation(self, stage: str) -> Mapping[str, Any] | None:
+        """The fields (`inputs`, `meta`, ...) of the last buffered operation of `stage`, None when there
+        is none (a replay reads what its own, never committed, retrieval ranked)."""
+        found = [e.kwargs for e in self._events if isinstance(e, _OperationEvent) and e.kwargs["stage"] == stage]
+        return MappingProxyType(found[-1]) if found else None
+
+    def value_of(self, var_id: str) -> str:
+        """The value of a variable recorded by this tracer (buffered or committed) or in its graph."""
+        return self._value_of(var_id)
 
     def commit(self) -> None:
         """Replay a buffered trace into the graph (in the caller's thread, in the caller's order)."""

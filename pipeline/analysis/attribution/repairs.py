@@ -13,12 +13,15 @@ Per operation kind (`Repair`), what the repair is, what it may carry, and what i
   own output, in its own form. May not: the raw evidence turn, anything the stage did not write.
 - Non-LLM construction stage with resettable knobs (chunk, trim): `REBUILD`, memory built again from the
   graph's turns with that stage's knobs at their defaults. May carry knob values; no LLM output.
-- Retrieval blamed on `top_k`: `WIDEN`, `top_k` raised just enough to reach the missed unit. May carry
-  a knob value; never a unit that was not in memory.
+- Retrieval blamed on `top_k`: `WIDEN`, `top_k` raised just enough to reach the missed unit (with a
+  construction repair in the same replay, just enough to reach a unit that repair wrote, as the
+  replayed search ranks it: `reach`). May carry a knob value; never a unit that was not in memory.
 - Retrieval blamed on a steering prompt: `STEER`, the steering stage's predictor called again with a
   hint quoting the missed unit; the queries it writes steer the search. Never the unit's text as a query.
-- Retrieval no knob fixes: `SWAP`, the missed unit (in memory at question time) in place of the
-  lowest-ranked hit, so the context keeps its size. Never a unit that was never written.
+- Retrieval no knob fixes: `SWAP`, the missed unit in place of the lowest-ranked hit, so the context
+  keeps its size. Only a unit in memory when the search ran (`swappable`), or one a construction
+  operation repaired in the same replay may have kept (a version that replaced it lies downstream of
+  that operation). Never a unit that was never written, deleted or overwritten before the question.
 - Answer stage: `ANSWER`, its predictor called again on the same question and context with a hint
   quoting the context line(s) that carry the evidence. Never the gold answer, never a line that is not
   in its context.
@@ -31,7 +34,7 @@ system that cannot call its stage again). This module plans repairs and writes h
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -65,12 +68,15 @@ __all__ = [
     "evidence_units",
     "needed_top_k",
     "plan_repair",
+    "reach",
     "reader_faults",
     "retrieval_knob_fault",
     "steer_hint",
     "steering_fault",
     "superseded",
+    "swappable",
     "widen_knob",
+    "widen_stage",
 ]
 
 CONSTRUCTION_ERRORS = frozenset({ErrorType.EXTRACTION, ErrorType.UPDATE, ErrorType.DELETION})
@@ -134,9 +140,10 @@ def _retrieval_plan(system: MemorySystem, graph: ExecutionGraph, fault: Fault) -
     top_k = needed_top_k(graph, fault)
     if fault.tunable == Tunable.KNOBS and top_k is not None and widen_knob(system) is not None:
         return RepairPlan(fault, Repair.WIDEN, top_k=top_k, missed=missed)
-    if fault.tunable == Tunable.KNOBS and not missed and top_k is None and widen_knob(system) is not None:
+    if fault.tunable == Tunable.KNOBS and top_k is None and widen_knob(system) is not None:
+        # nothing named was ranked (a unit a repaired stage writes, or one deleted before the search)
         k = graph.operation(fault.op).meta.get("k") if fault.op in graph else None
-        return RepairPlan(fault, Repair.WIDEN, top_k=ranked_depth(k)) if isinstance(k, int) else None
+        return RepairPlan(fault, Repair.WIDEN, top_k=ranked_depth(k), missed=missed) if isinstance(k, int) else None
     steering = {s.name for s in system.stages if s.repair == StageRepair.STEER}
     if fault.stage in steering:  # the steering step itself: told what the search must reach
         return RepairPlan(fault, Repair.STEER, missed=missed)
@@ -147,9 +154,43 @@ def _retrieval_plan(system: MemorySystem, graph: ExecutionGraph, fault: Fault) -
     return RepairPlan(fault, Repair.SWAP, missed=missed)
 
 
+def swappable(graph: ExecutionGraph, unit: str, search_op: str, revived_by: Collection[str] = ()) -> bool:
+    """Whether a `SWAP` may put memory unit `unit` into the context of the search `search_op`: no later
+    version of it was written before the search ran, or the version that replaced it lies downstream
+    of an operation in `revived_by` (construction operations repaired in the same replay). Pure."""
+    if unit not in graph or search_op not in graph:
+        return False
+    versions = [v.id for v in graph.versions(graph.variable(unit).name)]
+    later = versions[versions.index(unit) + 1:] if unit in versions else []
+    at = graph.operation(search_op).seq
+    replaced = [op for v in later if (op := graph.producer(v)) is not None and op.seq < at]
+    if not replaced:
+        return True
+    return bool(graph.ancestors(replaced[0].id) & set(revived_by))  # the first overwrite was the repaired one's
+
+
 def widen_knob(system: MemorySystem) -> str | None:
     """The knob of the system's `WIDEN` stage (its retrieval's `top_k`), None without one."""
     return next((s.knobs[0] for s in system.stages if s.repair == StageRepair.WIDEN and s.knobs), None)
+
+
+def widen_stage(system: MemorySystem) -> str | None:
+    """The system's `WIDEN` stage (its retrieval), None without one."""
+    return next((s.name for s in system.stages if s.repair == StageRepair.WIDEN and s.knobs), None)
+
+
+def reach(k: int, hits: Collection[str], near: Sequence[tuple[str, str]], texts: Collection[str]) -> tuple[int, bool]:
+    """The `top_k` a search that cut at `k` (the texts of its hits; its ranked near misses as (variable
+    id, text)) needs to hold every one of `texts` it ranked, and whether it ranked them all. Pure.
+
+    >>> near = [("memory:m4@1", "d"), ("memory:m5@1", "e"), ("memory:m6@2", "f")]
+    >>> reach(3, {"a", "b", "c"}, near, {"a", "e"}), reach(3, {"a", "b", "c"}, near, {"a", "z"})
+    ((5, True), (3, False))
+    """
+    missing = set(texts) - set(hits)
+    ranks = [i + 1 for i, (_, text) in enumerate(near) if text in missing]
+    reached = k + _episode_span([v for v, _ in near], max(ranks)) if ranks else k
+    return reached, missing <= {text for _, text in near}
 
 
 def needed_top_k(graph: ExecutionGraph, fault: Fault) -> int | None:

@@ -40,15 +40,19 @@ from memtrace_loop.pipeline.analysis.attribution.repairs import (
     evidence_lines,
     evidence_texts,
     evidence_units,
+    reach,
     steer_hint,
     superseded,
+    swappable,
     widen_knob,
+    widen_stage,
 )
 from memtrace_loop.pipeline.analysis.evaluation import judge_answer
 from memtrace_loop.pipeline.core.config import require
 from memtrace_loop.pipeline.core.conventions import (
     KNOBS_META,
     MEMORY_KINDS,
+    NEAR_MISSES,
     OpKind,
     VarKind,
     name_of,
@@ -56,11 +60,13 @@ from memtrace_loop.pipeline.core.conventions import (
     retrieved_name,
 )
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
-from memtrace_loop.pipeline.core.records import CaseResult, PromptSet
+from memtrace_loop.pipeline.core.records import CaseResult, PromptSet, Question
 from memtrace_loop.pipeline.core.tracing import Tracer
 
 __all__ = ["ReplayConfig", "ReplayOutcome", "ReplaySettings", "Replayer", "widened", "with_stage_defaults"]
 
+
+REACH_ROUNDS = 3  # searches a replay makes to find how deep a repaired unit ranks
 
 
 @dataclass(frozen=True)
@@ -110,7 +116,8 @@ class Replayer:
         """The system as the graph's run had it (its recorded prompts and knobs) and its memory rebuilt
         from the graph (`ReplayUnsupportedError` when the system cannot)."""
         instruction_by_stage = {
-            stage: var.value for stage in self.system.stage_names()
+            stage: var.value
+            for stage in self.system.stage_names()
             if (var := graph.latest(prompt_name(stage))) is not None
         }
         knobs = graph.meta.get(KNOBS_META)
@@ -119,7 +126,10 @@ class Replayer:
         return system, system.restore(graph)
 
     def replay(
-        self, graph: ExecutionGraph, attribution: Attribution, plans: Sequence[RepairPlan],
+        self,
+        graph: ExecutionGraph,
+        attribution: Attribution,
+        plans: Sequence[RepairPlan],
         reruns: dict[str, tuple[RestoredUnit, ...]] | None = None,
     ) -> ReplayOutcome:
         """Make `plans` together, re-run what lies downstream, judge; the graph stays unchanged. `reruns`
@@ -140,6 +150,9 @@ class Replayer:
         widest = max((p.top_k for p in plans if p.kind == Repair.WIDEN), default=0)
         if widest:
             system = widened(system, widest) or system
+        if widest and units:  # the repaired units are ranked only now: widen to reach them
+            texts = {u.text for u in units} | {graph.variable(v).value for p in plans for v in p.missed}
+            system = self._reaching(system, question, state, tracer, texts, widest)
         steering = [
             q for p in plans if p.kind == Repair.STEER for q in self._steer(system, graph, attribution, p, tracer)
         ]
@@ -148,7 +161,9 @@ class Replayer:
         )
         swaps = [p for p in plans if p.kind == Repair.SWAP]
         if swaps:
-            found = _swapped(graph, found, [v for p in swaps for v in p.missed], tracer, question.id)
+            revived = {p.fault.op for p in reran}
+            missed = [v for p in swaps for v in p.missed if swappable(graph, v, p.fault.op, revived)]
+            found = _swapped(graph, found, missed, tracer, question.id)
         responder = system.respond
         if Repair.ANSWER in kinds:
             repaired = [u.text for u in units]
@@ -158,6 +173,28 @@ class Replayer:
         outcome = respond(tracer, responder, question, found.query_var, found.context_var, found.context)
         result = judge_answer(self.judge, question, outcome, tracer)
         return ReplayOutcome(tuple(plans), result, tracer.pending_calls())
+
+    @staticmethod
+    def _reaching(
+        system: MemorySystem, question: Question, state: Any, tracer: Tracer, texts: set[str], top_k: int
+    ) -> MemorySystem:
+        """`system` widened (from `top_k`) just enough that its search holds `texts` (the units the
+        repaired construction stages wrote and the units the widening was for), as the replayed memory
+        ranks them: searched at `top_k`, then as deep as that search ranked, up to `REACH_ROUNDS`
+        searches in the replay (how deep a repaired unit ranks is known only now)."""
+        stage, k, reached = widen_stage(system), top_k, top_k
+        for _ in range(REACH_ROUNDS):
+            (widened(system, k) or system).retrieve(question, state, tracer)
+            ranked = None if stage is None else tracer.pending_operation(stage)
+            if ranked is None:
+                break
+            near = [(v, tracer.value_of(v)) for v in ((ranked.get("meta") or {}).get(NEAR_MISSES, ()))]
+            hits = {tracer.value_of(v) for v in ranked["inputs"]}
+            reached, complete = reach(k, hits, near, texts)
+            if complete or not near:
+                break
+            k += len(near)
+        return widened(system, reached) or system if reached > top_k else system
 
     # ------------------------------------------------------------------ stage re-runs
 
@@ -180,7 +217,11 @@ class Replayer:
 
 
 def _rerun(
-    system: MemorySystem, graph: ExecutionGraph, attribution: Attribution, plan: RepairPlan, tracer: Tracer,
+    system: MemorySystem,
+    graph: ExecutionGraph,
+    attribution: Attribution,
+    plan: RepairPlan,
+    tracer: Tracer,
     memo: dict[str, tuple[RestoredUnit, ...]],
 ) -> tuple[RestoredUnit, ...]:
     """What the blamed construction stage writes when called again with the hint of the evidence it
@@ -208,9 +249,7 @@ def _hinted(predictor: dspy.Predict, hint: str) -> dspy.Predict:
     return copy
 
 
-def _call(
-    system: MemorySystem, stage: str, hint: str, inputs: Mapping[str, Any], tracer: Tracer, kind: OpKind
-) -> Any:
+def _call(system: MemorySystem, stage: str, hint: str, inputs: Mapping[str, Any], tracer: Tracer, kind: OpKind) -> Any:
     """`stage`'s predictor called with `hint` added, traced into the replay's buffer; None when it failed."""
     with tracer.stage(
         _hinted(_predictor(system, stage), hint), stage, op=f"repair_{stage}", kind=kind, inputs=[], **dict(inputs)
@@ -261,4 +300,3 @@ def widened(system: MemorySystem, top_k: int) -> MemorySystem | None:
     """A copy of `system` retrieving `top_k` units: the knob of its `WIDEN` stage (None without one)."""
     knob = widen_knob(system)
     return None if knob is None else system.with_knobs({knob: top_k})
-

@@ -47,6 +47,7 @@ from memtrace_loop.pipeline.analysis.attribution.repairs import (
     reader_faults,
     retrieval_knob_fault,
     steering_fault,
+    swappable,
 )
 from memtrace_loop.pipeline.analysis.attribution.replay import Replayer, ReplaySettings
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
@@ -111,7 +112,10 @@ class Verifier:
     @staticmethod
     def _alone(graph: ExecutionGraph, attribution: Attribution, plan: RepairPlan) -> bool:
         """Whether `plan` is a repair on its own: an answer repair only when the recorded context has a
-        line carrying the evidence (in a joint set the replayed context decides)."""
+        line carrying the evidence, a swap only of a unit in memory when the search ran (in a joint set
+        the replayed context, and the repaired construction, decide)."""
+        if plan.kind == Repair.SWAP:
+            return any(swappable(graph, unit, plan.fault.op) for unit in plan.missed)
         return plan.kind != Repair.ANSWER or answer_repairable(graph, attribution, plan.fault)
 
     def _plans(self, graph: ExecutionGraph, attribution: Attribution, primary: Fault) -> list[RepairPlan]:
