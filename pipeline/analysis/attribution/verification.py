@@ -97,8 +97,9 @@ class Verifier:
             rescuing = self._alternatives(graph, attribution, first, rest, spend)
             return _checked(dataclasses.replace(attribution, alternatives=rescuing), Check.VERIFIED, spend)
         others = [p for p in plans if p is not first and p.fault != primary and self._alone(graph, attribution, p)]
+        reserve = JOINT_RESERVE if len(plans) > 1 else 0
         for plan in others:
-            if self._exhausted(spend):
+            if self._exhausted(spend, reserve):
                 break
             if self._rescues(graph, attribution, (plan,), spend):
                 return _checked(_reblamed(attribution, plan.fault, primary), Check.VERIFIED, spend)
@@ -149,10 +150,14 @@ class Verifier:
         return tuple(found)
 
     def _subsets(self, plans: list[RepairPlan]) -> Iterator[tuple[RepairPlan, ...]]:
-        """Sets of 2 up to `max_joint` repairs, smallest first, those with the blamed one first, each in
-        pipeline order."""
+        """Sets of 2 up to `max_joint` repairs, smallest first; those with the blamed one first, then
+        those whose members lie furthest apart on the information's path (`_path_order`: a repaired
+        construction stage whose output the search or the answer then missed, before two repairs of
+        one stage); each in pipeline order."""
+        order = _path_order(plans)
         for size in range(2, min(self.settings.max_joint, len(plans)) + 1):
-            chosen = sorted(itertools.combinations(range(len(plans)), size), key=lambda c: (c[0] != 0, c))
+            combos = itertools.combinations(range(len(plans)), size)
+            chosen = sorted(combos, key=lambda c: (c[0] != 0, _overlap(plans, c), [order[i] for i in c]))
             for combo in chosen:
                 yield tuple(sorted((plans[i] for i in combo), key=lambda p: p.fault.seq))
 
@@ -169,8 +174,25 @@ class Verifier:
         spend.calls += outcome.calls
         return outcome.rescued
 
-    def _exhausted(self, spend: _Spend) -> bool:
-        return spend.replays >= self.settings.max_replays
+    def _exhausted(self, spend: _Spend, reserve: int = 0) -> bool:
+        """Whether the case's replays are spent (`reserve`: kept back for the joint sets)."""
+        return spend.replays >= self.settings.max_replays - reserve
+
+
+JOINT_RESERVE = 2  # replays of a case kept for joint sets when single repairs did not rescue it
+_PATH_RANK = {Repair.WIDEN: 0, Repair.STEER: 0, Repair.SWAP: 0, Repair.ANSWER: 1}  # other kinds: 2
+
+
+def _path_order(plans: Sequence[RepairPlan]) -> list[tuple[int, int]]:
+    """Per plan, its rank as a partner of the blamed repair: the search's repairs, then the answer's,
+    then other construction repairs; in pipeline order within a rank."""
+    return [(_PATH_RANK.get(p.kind, 2), i) for i, p in enumerate(plans)]
+
+
+def _overlap(plans: Sequence[RepairPlan], combo: tuple[int, ...]) -> int:
+    """How many members of `combo` repair a stage another member already repairs."""
+    stages = [plans[i].fault.stage for i in combo]
+    return len(stages) - len(set(stages))
 
 
 def _primary(graph: ExecutionGraph, attribution: Attribution) -> Fault:
