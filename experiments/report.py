@@ -39,7 +39,6 @@ from memtrace_loop.pipeline.report.attribution_record import (
     AttributionRecord,
     ChosenAttributions,
     FailureCount,
-    attributions_in,
     checks_line,
     latest_attributions,
     now_utc,
@@ -71,16 +70,18 @@ def downloaded_latest(tracker: Tracker, run_id: str, folder: Path) -> None:
     record = read_record(pointer)
     target = folder / "latest" / record.mlflow_run_id
     try:
-        held = ATTRIBUTIONS_FILE in tracker.get_run(record.mlflow_run_id).artifacts
+        held = tracker.get_run(record.mlflow_run_id).artifacts
     except RunNotFoundError:
-        held = False
-    if not held:
+        held = ()
+    if ATTRIBUTIONS_FILE not in held:
         logger.warning("run %s: its latest attribution, MLflow run %r, is gone or holds no %s; showing the run's "
                        "own attributions", run_id, record.mlflow_run_id, ATTRIBUTIONS_FILE)
         pointer.unlink()
         return
     target.mkdir(parents=True, exist_ok=True)
-    tracker.download_artifact(record.mlflow_run_id, ATTRIBUTIONS_FILE, target)
+    for name in (ATTRIBUTIONS_FILE, RunFolder.BLAME):
+        if name in held:
+            tracker.download_artifact(record.mlflow_run_id, name, target)
     write_record(pointer, replace(record, folder=str(target)))
 
 
@@ -94,7 +95,7 @@ def attribution_folder(folder: Path) -> tuple[SavedRun, ChosenAttributions] | No
         raise DataError(str(folder), "attributes another tool's graph files; a report needs a run of ours "
                                      "(run_id= or run_dir=)")
     saved = read_saved_run(record.source_dir)
-    return saved, ChosenAttributions(record, attributions_in(folder, saved.results) or ())
+    return saved, ChosenAttributions.read(record, folder, saved.results) or ChosenAttributions(record, ())
 
 
 def source_of(config: ReportConfig, tracker: Tracker, out_dir: Path, base_dir: Path
@@ -103,8 +104,10 @@ def source_of(config: ReportConfig, tracker: Tracker, out_dir: Path, base_dir: P
     if config.run_id is not None:
         folder = RunFolder(out_dir).source
         saved = download_saved_run(tracker, config.run_id, folder)
-        if ATTRIBUTIONS_FILE in tracker.get_run(config.run_id).artifacts:
-            tracker.download_artifact(config.run_id, ATTRIBUTIONS_FILE, folder)
+        logged = tracker.get_run(config.run_id).artifacts
+        for name in (ATTRIBUTIONS_FILE, RunFolder.BLAME):
+            if name in logged:
+                tracker.download_artifact(config.run_id, name, folder)
         downloaded_latest(tracker, config.run_id, folder)
         return saved, latest_attributions(folder, saved.results, saved.config)
     folder = resolve(str(config.run_dir), base_dir)
@@ -142,7 +145,7 @@ def report(cfg: DictConfig | Mapping[str, Any], console: Console | None = None) 
     data = report_data(
         config.title or f"MemTrace report: {source}", saved.results, saved.graph_by_conversation,
         attributions=attributions, exclude_categories=source_config.evaluation.exclude_categories,
-        meta=meta, max_nodes=config.max_nodes, banner=stand_in_notice(source_config),
+        blame=chosen.blame, meta=meta, max_nodes=config.max_nodes, banner=stand_in_notice(source_config),
     )
     path = out_dir / REPORT_FILE
     path.write_text(scrub(render_report(data), secrets), encoding="utf-8")

@@ -10,7 +10,8 @@ run's folder (atomically: a report never reads half a pointer).
 
 `latest_attributions(saved_folder, results, run_config)` is what `memtrace report` and `memtrace graph
 convert` read: the attribution the user made last (the pointer's, while its folder still holds it),
-else the run's own (its record built from the run's saved config), else None. `FailureCount` is the one
+else the run's own (its record built from the run's saved config), else None; with the attributions
+comes the blame table saved beside them (blame.json), as it was made. `FailureCount` is the one
 count `attribute` and `report` both print: attributed of scored failures (outside the excluded
 categories), and the failures left out with those categories; `checks_line` says how replay checked them.
 
@@ -28,12 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Check
+from memtrace_loop.pipeline.analysis.blame import BlameTable
 from memtrace_loop.pipeline.core.files import write_atomically
 from memtrace_loop.pipeline.core.records import CaseResult
 from memtrace_loop.pipeline.core.run_folder import RunFolder
 from memtrace_loop.pipeline.data.locomo import validate_record
 from memtrace_loop.pipeline.data.reader import DataError
-from memtrace_loop.pipeline.report.saved_attributions import attributions_from_rows
+from memtrace_loop.pipeline.report.saved_attributions import attributions_from_rows, blame_from_rows
 from pydantic import BaseModel, ConfigDict
 
 logger = logging.getLogger(__name__)
@@ -107,24 +109,39 @@ def record_latest(saved_folder: Path, record: AttributionRecord) -> Path:
 
 @dataclass(frozen=True)
 class ChosenAttributions:
-    """The attributions a report or an export shows, and the record saying which they are."""
+    """The attributions a report or an export shows, the record saying which they are and, when it was
+    saved with them, their blame table as made (None: recompute it from the attributions)."""
 
     record: AttributionRecord
     attributions: tuple[Attribution, ...]
+    blame: BlameTable | None = None
+
+    @classmethod
+    def read(cls, record: AttributionRecord, folder: Path, results: Sequence[CaseResult]) -> ChosenAttributions | None:
+        """The attributions (and blame.json) `folder` holds of `results`, as `record` (None: it holds none)."""
+        found = attributions_in(folder, results)
+        if found is None:
+            return None
+        blame_path = folder / RunFolder.BLAME
+        blame = blame_from_rows(_rows(blame_path), len(found)) if blame_path.is_file() else None
+        return cls(record, found, blame)
+
+
+def _rows(path: Path) -> list[Mapping[str, Any]]:
+    """The list of row objects in the JSON file `path` (a `DataError` naming it otherwise)."""
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise DataError(str(path), f"unreadable ({type(error).__name__}: {error})") from error
+    if not isinstance(rows, list) or not all(isinstance(row, Mapping) for row in rows):
+        raise DataError(str(path), "not a list of row objects")
+    return rows
 
 
 def attributions_in(folder: Path, results: Sequence[CaseResult]) -> tuple[Attribution, ...] | None:
     """The attributions of `results` in `folder`'s attributions.json (None when it has none)."""
     path = folder / RunFolder.ATTRIBUTIONS
-    if not path.is_file():
-        return None
-    try:
-        rows = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise DataError(str(path), f"unreadable attributions ({type(error).__name__}: {error})") from error
-    if not isinstance(rows, list):
-        raise DataError(str(path), "not a list of attribution rows")
-    return attributions_from_rows(rows, results)
+    return attributions_from_rows(_rows(path), results) if path.is_file() else None
 
 
 def run_own_record(folder: Path, run_config: Mapping[str, Any]) -> AttributionRecord:
@@ -144,15 +161,14 @@ def latest_attributions(
     pointer = RunFolder.holding(saved_folder).latest_attribution
     if pointer.is_file():
         record = read_record(pointer)
-        found = attributions_in(Path(record.folder), results)
-        if found is not None:
-            return ChosenAttributions(record, found)
+        latest = ChosenAttributions.read(record, Path(record.folder), results)
+        if latest is not None:
+            return latest
         logger.warning("%s: the attribution it names is gone (%s has no %s); showing the run's own",
                        pointer, record.folder, RunFolder.ATTRIBUTIONS)
-    own = attributions_in(saved_folder, results)
-    if own is None:
+    if not (saved_folder / RunFolder.ATTRIBUTIONS).is_file():
         return None
-    return ChosenAttributions(run_own_record(saved_folder, run_config), own)
+    return ChosenAttributions.read(run_own_record(saved_folder, run_config), saved_folder, results)
 
 
 @dataclass(frozen=True)
