@@ -55,6 +55,7 @@ from memtrace_loop.pipeline.backends.lm import configure_cache
 from memtrace_loop.pipeline.backends.local_server import LocalServers
 from memtrace_loop.pipeline.backends.registry import build_lm_set
 from memtrace_loop.pipeline.backends.services import RunServices
+from memtrace_loop.pipeline.core.command_line import command_line
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.run_folder import RunFolder
 from memtrace_loop.pipeline.interop.foreign_graphs import (
@@ -302,11 +303,22 @@ def attribute(cfg: DictConfig | Mapping[str, Any], console: Console | None = Non
     if run_id is not None:
         console.print(f"MLflow run [bold]{run_id}[/] in {scrub(config.tracking.uri, secrets)}")
     link_source(tracker, record, console, found.saved_folder if config.run_dir is not None else None)
+    if config.graphs is None:
+        console.print(f"See it in report.html with: {report_command(config, record)}")
     return {
         "run_id": run_id, "out_dir": str(out_dir), "attributions": attributions, "blame": blame,
         "attributions_path": str(attributions_path), "blame_path": str(blame_path), "count": found.count,
         "record": record,
     }
+
+
+def report_command(config: AttributeConfig, record: AttributionRecord) -> str:
+    """The `memtrace report` line that shows this attribution (as printed: it runs from this folder)."""
+    if config.run_dir is not None:
+        return command_line("memtrace", "report", run_dir=str(config.run_dir))
+    if record.source_run_id and record.mlflow_run_id:
+        return command_line("memtrace", "report", run_id=record.source_run_id)
+    return command_line("memtrace", "report", run_dir=record.folder)  # not logged: this folder names its source
 
 
 def _print_outcome(found: Attributed, blame: BlameTable, metrics: Mapping[str, float], console: Console) -> None:
