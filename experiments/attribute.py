@@ -313,12 +313,9 @@ def attribute(cfg: DictConfig | Mapping[str, Any], console: Console | None = Non
 
 
 def report_command(config: AttributeConfig, record: AttributionRecord) -> str:
-    """The `memtrace report` line that shows this attribution (as printed: it runs from this folder)."""
-    if config.run_dir is not None:
-        return command_line("memtrace", "report", run_dir=str(config.run_dir))
-    if record.source_run_id and record.mlflow_run_id:
-        return command_line("memtrace", "report", run_id=record.source_run_id)
-    return command_line("memtrace", "report", run_dir=record.folder)  # not logged: this folder names its source
+    """The `memtrace report` line that shows this attribution, as printed from this folder: of the source
+    folder (`run_dir=`), else of this output folder (it names its source; no tracking store needed)."""
+    return command_line("memtrace", "report", run_dir=str(config.run_dir or record.folder))
 
 
 def _print_outcome(found: Attributed, blame: BlameTable, metrics: Mapping[str, float], console: Console) -> None:

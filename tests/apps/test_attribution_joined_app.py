@@ -109,6 +109,7 @@ def test_report_shows_the_verified_attribution_made_last_and_counts_as_attribute
     count = re.search(r"\d+ of \d+ scored failures attributed", " ".join(printed.split()))  # a title wraps
     assert count is not None and header["attributed"].startswith(count.group(0))
     assert count.group(0) == f"{len(shown)} of {len(payload(page)['failures'])} scored failures attributed"
+    assert f"report run_dir={source['run_dir']}" in printed  # what to run next to see it
 
 
 def test_the_attribute_folder_and_the_mlflow_run_show_the_same_attribution(attributed, monkeypatch):
