@@ -89,7 +89,7 @@ from memtrace_loop.pipeline.tracking.run_logging import (
 from memtrace_loop.pipeline.tracking.run_record import RECORD_TAG, read_run_record
 from memtrace_loop.pipeline.tracking.saved_run import SavedRun, download_saved_run, read_saved_run
 from memtrace_loop.pipeline.tracking.store_access import configure_tracking_client
-from memtrace_loop.pipeline.tracking.tracker import RunNotFoundError, Tracker
+from memtrace_loop.pipeline.tracking.tracker import Tracker
 from omegaconf import DictConfig
 from rich.console import Console
 
@@ -194,15 +194,17 @@ def _attributed(config: AttributeConfig, given: Mapping[str, Any], tracker: Reda
                           rows, given)
     if config.run_id is not None:
         saved = download_saved_run(tracker, config.run_id, RunFolder(out_dir).source)
+        saved_folder = RunFolder(out_dir).source.resolve()  # the download (`saved.source` names the run)
     else:
         saved = read_saved_run(resolve(str(config.run_dir), base_dir))
+        saved_folder = Path(saved.source).resolve()
     config = effective_config(given, saved, config.use_run_config)
     with local_models() as servers, RichProgress(console) as progress:  # a `local` LM's server: stopped on the way out
         attributions = attribute_saved_run(saved, config, base_dir, progress, servers)
     source = f"run {config.run_id}" if config.run_id else str(config.run_dir)
     count = FailureCount.of(saved.results, config.evaluation.exclude_categories, attributions)
     return Attributed(config, source, count, attributions, attribution_rows(attributions),
-                      merged_source(given, saved, config.use_run_config), Path(saved.source).resolve())
+                      merged_source(given, saved, config.use_run_config), saved_folder)
 
 
 def source_run_id(tracker: Tracker, config: AttributeConfig, saved_folder: Path | None) -> str:
@@ -232,19 +234,17 @@ def record_of(found: Attributed, out_dir: Path, source_run: str, mlflow_run_id: 
 def link_source(tracker: Tracker, record: AttributionRecord, console: Console, saved_folder: Path | None) -> None:
     """Make `record` the latest attribution of the source run: in its folder (`saved_folder`, a `run_dir=`)
     and, when both are logged, as the source MLflow run's `latest_attribution.json` artifact (what `memtrace
-    report run_id=` follows). A source run this store does not hold is said, not fatal."""
+    report run_id=` follows; the source run is one this store holds: `run_id=` was read from it, a
+    `run_dir=`'s was found in it)."""
     if saved_folder is not None:
         console.print(f"Recorded as the latest attribution of {record.source}: "
                       f"{record_latest(saved_folder, record)}")
     if not (record.source_run_id and record.mlflow_run_id):
         return
-    try:
-        with tempfile.TemporaryDirectory() as scratch:
-            pointer = write_record(Path(scratch) / RunFolder.LATEST_ATTRIBUTION, record)
-            tracker.log_artifact_to(record.source_run_id, pointer)
-    except RunNotFoundError:
-        console.print(f"MLflow run {record.source_run_id} is not in this store: its latest attribution is "
-                      "recorded in its folder only")
+    with tempfile.TemporaryDirectory() as scratch:
+        pointer = write_record(Path(scratch) / RunFolder.LATEST_ATTRIBUTION, record)
+        tracker.log_artifact_to(record.source_run_id, pointer)
+    console.print(f"Recorded as the latest attribution of MLflow run {record.source_run_id}")
 
 
 def attribute(cfg: DictConfig | Mapping[str, Any], console: Console | None = None) -> dict[str, Any]:

@@ -126,6 +126,13 @@ def test_the_attribute_folder_and_the_mlflow_run_show_the_same_attribution(attri
     tags = client.get_run(done["run_id"]).data.tags
     assert tags["mlflow.parentRunId"] == tags["memtrace.source_run_id"] == source["run_id"]
     assert "latest_attribution.json" in {a.path for a in client.list_artifacts(source["run_id"])}
+    # an attribution of the logged run, not logged itself: its folder's report shows it, the run keeps its latest
+    unlogged = attribute(composed("attribute", tmp_path, f"run_id={source['run_id']}", "log=false"),
+                         console=quiet()[0])
+    of_unlogged = report(composed("report", tmp_path, f"run_dir={unlogged['out_dir']}", "log=false"),
+                         console=quiet()[0])
+    assert set(checks_by_question(of_unlogged["attributions"]).values()) == {"unchecked"}
+    assert checks_by_question(of_unlogged["attributions"]).keys() == verified.keys()
 
 
 @pytest.mark.slow
