@@ -8,7 +8,15 @@ the attributor, the LMs and the tracking store from this command's config. With
 `attributor.verify=true` each verdict is checked by a replay that restores memory from the graph
 (no re-ingestion; only the downstream calls are made). Writes attributions.json and blame.json into
 its output directory, prints the blame table and logs both to MLflow as a run tagged
-`memtrace.command=attribute` with `memtrace.source_run_id`. An entry point: the work lives in
+`memtrace.command=attribute` with `memtrace.source_run_id`.
+
+It is the run's latest attribution from then on: `attribution_record.json` in its output directory says
+which attribution it is (attributor, verify, when, source), and the same record goes to the source run as
+`latest_attribution.json`: into its folder (`run_dir=`, written atomically) and, when logged, as an
+artifact of the source MLflow run, whose child the attribute run is (tag `mlflow.parentRunId`: the MLflow
+UI lists it under the source run). `memtrace report` and `memtrace graph convert` follow that record
+(`pipeline.report.attribution_record`). The count it prints is the report's: attributed of scored
+failures, failures of excluded categories said apart. An entry point: the work lives in
 `pipeline.analysis.attribution` and `pipeline.tracking`.
 """
 
@@ -16,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -41,11 +50,12 @@ from memtrace_loop.experiments.output_dirs import app_output_dir
 from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.pipeline.analysis.attribution.protocol import TracedRun, attribute_run
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Check
-from memtrace_loop.pipeline.analysis.blame import aggregate_blame
+from memtrace_loop.pipeline.analysis.blame import BlameTable, aggregate_blame
 from memtrace_loop.pipeline.backends.lm import configure_cache
 from memtrace_loop.pipeline.backends.local_server import LocalServers
 from memtrace_loop.pipeline.backends.registry import build_lm_set
 from memtrace_loop.pipeline.backends.services import RunServices
+from memtrace_loop.pipeline.core.command_line import command_line
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.run_folder import RunFolder
 from memtrace_loop.pipeline.interop.foreign_graphs import (
@@ -56,6 +66,14 @@ from memtrace_loop.pipeline.interop.foreign_graphs import (
     read_stage_map,
 )
 from memtrace_loop.pipeline.loop.runner import make_judge
+from memtrace_loop.pipeline.report.attribution_record import (
+    ATTRIBUTE_COMMAND,
+    AttributionRecord,
+    FailureCount,
+    now_utc,
+    record_latest,
+    write_record,
+)
 from memtrace_loop.pipeline.tracking import metric_names as names
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.redacting_tracker import RedactingTracker
@@ -68,8 +86,10 @@ from memtrace_loop.pipeline.tracking.run_logging import (
     log_params,
     scrub,
 )
+from memtrace_loop.pipeline.tracking.run_record import RECORD_TAG, read_run_record
 from memtrace_loop.pipeline.tracking.saved_run import SavedRun, download_saved_run, read_saved_run
 from memtrace_loop.pipeline.tracking.store_access import configure_tracking_client
+from memtrace_loop.pipeline.tracking.tracker import Tracker
 from omegaconf import DictConfig
 from rich.console import Console
 
@@ -78,6 +98,7 @@ logger = logging.getLogger("memtrace.attribute")
 ATTRIBUTIONS_FILE = RunFolder.ATTRIBUTIONS
 BLAME_FILE = RunFolder.BLAME
 FROM_SOURCE = ("dataset", "memory_system", "embedder", "evaluation")  # taken from the source run's config
+PARENT_TAG = "mlflow.parentRunId"  # the MLflow UI lists a run under the run this tag names
 
 
 
@@ -147,15 +168,17 @@ def attribute_graph_files(
 
 @dataclass(frozen=True)
 class Attributed:
-    """What the source gave: the effective config, its label, its failures, the attributions with their
-    rows (attributions.json) and the params to log."""
+    """What the source gave: the effective config, its label, its failures counted, the attributions with
+    their rows (attributions.json), the params to log and the folder of the source run's saved files
+    (None for graph files)."""
 
     config: AttributeConfig
     source: str
-    failures: int
+    count: FailureCount
     attributions: tuple[Attribution, ...]
     rows: list[dict[str, Any]]
     params: Mapping[str, Any]
+    saved_folder: Path | None = None
 
 
 def _attributed(config: AttributeConfig, given: Mapping[str, Any], tracker: RedactingTracker, out_dir: Path,
@@ -167,18 +190,61 @@ def _attributed(config: AttributeConfig, given: Mapping[str, Any], tracker: Reda
         rows = [{**row, **named} for row, named in zip(attribution_rows(attributions),
                                                            blame_rows(attributions, graphs), strict=True)]
         failures = sum(1 for g in graphs for c in g.cases if not c.correct)
-        return Attributed(config, str(config.graphs), failures, attributions, rows, given)
+        return Attributed(config, str(config.graphs), FailureCount(len(attributions), failures), attributions,
+                          rows, given)
     if config.run_id is not None:
         saved = download_saved_run(tracker, config.run_id, RunFolder(out_dir).source)
+        saved_folder = RunFolder(out_dir).source.resolve()  # the download (`saved.source` names the run)
     else:
         saved = read_saved_run(resolve(str(config.run_dir), base_dir))
+        saved_folder = Path(saved.source).resolve()
     config = effective_config(given, saved, config.use_run_config)
     with local_models() as servers, RichProgress(console) as progress:  # a `local` LM's server: stopped on the way out
         attributions = attribute_saved_run(saved, config, base_dir, progress, servers)
     source = f"run {config.run_id}" if config.run_id else str(config.run_dir)
-    failures = sum(1 for r in saved.results if not r.correct)
-    return Attributed(config, source, failures, attributions, attribution_rows(attributions),
-                      merged_source(given, saved, config.use_run_config))
+    count = FailureCount.of(saved.results, config.evaluation.exclude_categories, attributions)
+    return Attributed(config, source, count, attributions, attribution_rows(attributions),
+                      merged_source(given, saved, config.use_run_config), saved_folder)
+
+
+def source_run_id(tracker: Tracker, config: AttributeConfig, saved_folder: Path | None) -> str:
+    """The MLflow run of the source: `run_id=`, else the logged run of the saved folder's run record
+    (found by its record id, as `memtrace upload` finds it); "" when there is none."""
+    if config.run_id is not None:
+        return config.run_id
+    if saved_folder is None:
+        return ""
+    try:
+        saved = read_run_record(saved_folder)
+    except (FileNotFoundError, ValueError):
+        return ""  # a folder without a run record (saved by hand, or by an old version): no MLflow run known
+    found = tracker.search_run_ids(saved.experiment, f"tags.`{RECORD_TAG}` = '{saved.record_id}'")
+    return found[-1] if found else ""
+
+
+def record_of(found: Attributed, out_dir: Path, source_run: str, mlflow_run_id: str = "") -> AttributionRecord:
+    """The record of this attribution (`attribution_record.json`, and the source's latest)."""
+    config = found.config
+    return AttributionRecord(
+        config.attributor.name, config.attributor.settings.verify, now_utc(), ATTRIBUTE_COMMAND,
+        str(out_dir.resolve()), found.source, str(found.saved_folder or ""), source_run, mlflow_run_id,
+    )
+
+
+def link_source(tracker: Tracker, record: AttributionRecord, console: Console, saved_folder: Path | None) -> None:
+    """Make `record` the latest attribution of the source run: in its folder (`saved_folder`, a `run_dir=`)
+    and, when both are logged, as the source MLflow run's `latest_attribution.json` artifact (what `memtrace
+    report run_id=` follows; the source run is one this store holds: `run_id=` was read from it, a
+    `run_dir=`'s was found in it)."""
+    if saved_folder is not None:
+        console.print(f"Recorded as the latest attribution of {record.source}: "
+                      f"{record_latest(saved_folder, record)}")
+    if not (record.source_run_id and record.mlflow_run_id):
+        return
+    with tempfile.TemporaryDirectory() as scratch:
+        pointer = write_record(Path(scratch) / RunFolder.LATEST_ATTRIBUTION, record)
+        tracker.log_artifact_to(record.source_run_id, pointer)
+    console.print(f"Recorded as the latest attribution of MLflow run {record.source_run_id}")
 
 
 def attribute(cfg: DictConfig | Mapping[str, Any], console: Console | None = None) -> dict[str, Any]:
@@ -202,6 +268,8 @@ def attribute(cfg: DictConfig | Mapping[str, Any], console: Console | None = Non
     attributions_path.write_text(scrub(json.dumps(rows, indent=1, ensure_ascii=False), secrets), encoding="utf-8")
     blame_path.write_text(json.dumps(blame.as_rows(), indent=2), encoding="utf-8")
     metrics = {**attribution_metrics(attributions), names.ELAPSED_S: elapsed}
+    source_run = source_run_id(tracker, config, found.saved_folder) if config.log else ""
+    record = record_of(found, out_dir, source_run)
 
     run_id = None
     if config.log:
@@ -212,7 +280,8 @@ def attribute(cfg: DictConfig | Mapping[str, Any], console: Console | None = Non
                 {
                     "memtrace.command": "attribute",
                     "memtrace.attributor": attributor_name,
-                    "memtrace.source_run_id": config.run_id or "",
+                    "memtrace.source_run_id": source_run,
+                    **({PARENT_TAG: source_run} if source_run else {}),
                     "memtrace.source_dir": "" if config.run_id else str(config.run_dir or config.graphs),
                     "memtrace.system": "" if config.graphs else config.memory_system.name,
                     "git_commit": git_commit(base_dir),
@@ -224,10 +293,36 @@ def attribute(cfg: DictConfig | Mapping[str, Any], console: Console | None = Non
             tracker.log_artifact(blame_path)
             if attributions:
                 tracker.log_table(attribution_columns(attributions, secrets), "attributions_table.json")
+            record = record_of(found, out_dir, source_run, run_id)
+            tracker.log_artifact(write_record(out_dir / RunFolder.ATTRIBUTION_RECORD, record))
+    else:
+        write_record(out_dir / RunFolder.ATTRIBUTION_RECORD, record)
 
-    title = f"blame per stage: {len(attributions)} of {found.failures} failures of {found.source}"
-    console.print(blame_table(blame, title))
-    for row in rows if config.graphs is not None else ():  # another tool's graphs: its own op names and ids
+    _print_outcome(found, blame, metrics, console)
+    console.print(f"Wrote {attributions_path} and {blame_path.name} ({elapsed:.1f} s)")
+    if run_id is not None:
+        console.print(f"MLflow run [bold]{run_id}[/] in {scrub(config.tracking.uri, secrets)}")
+    link_source(tracker, record, console, found.saved_folder if config.run_dir is not None else None)
+    if config.graphs is None:
+        console.print(f"See it in report.html with: {report_command(config, record)}")
+    return {
+        "run_id": run_id, "out_dir": str(out_dir), "attributions": attributions, "blame": blame,
+        "attributions_path": str(attributions_path), "blame_path": str(blame_path), "count": found.count,
+        "record": record,
+    }
+
+
+def report_command(config: AttributeConfig, record: AttributionRecord) -> str:
+    """The `memtrace report` line that shows this attribution, as printed from this folder: of the source
+    folder (`run_dir=`), else of this output folder (it names its source; no tracking store needed)."""
+    return command_line("memtrace", "report", run_dir=str(config.run_dir or record.folder))
+
+
+def _print_outcome(found: Attributed, blame: BlameTable, metrics: Mapping[str, float], console: Console) -> None:
+    """The blame table (titled with the count `memtrace report` prints too), another tool's operations, replay."""
+    attributions = found.attributions
+    console.print(blame_table(blame, f"blame per stage of {found.source}: {found.count.line()}"))
+    for row in found.rows if found.config.graphs is not None else ():  # another tool's graphs: its op names, ids
         console.print(f"{row['question_id']}: {row['error_type']} at operation {row['operation']!r} "
                       f"({row['source_op_id'] or row['op']}), stage {row['stage']!r} in {row['file']}")
     checks = Counter(a.check for a in attributions)
@@ -236,13 +331,6 @@ def attribute(cfg: DictConfig | Mapping[str, Any], console: Console | None = Non
         console.print(f"replay: {checks[Check.VERIFIED]} verified, {checks[Check.REFUTED]} refuted, "
                       f"{checks[Check.UNVERIFIABLE]} unverifiable, {joint} joint causes; "
                       f"{int(metrics[names.attribution('replay_calls')])} replayed calls")
-    console.print(f"Wrote {attributions_path} and {blame_path.name} ({elapsed:.1f} s)")
-    if run_id is not None:
-        console.print(f"MLflow run [bold]{run_id}[/] in {scrub(config.tracking.uri, secrets)}")
-    return {
-        "run_id": run_id, "out_dir": str(out_dir), "attributions": attributions, "blame": blame,
-        "attributions_path": str(attributions_path), "blame_path": str(blame_path),
-    }
 
 
 @guarded  # refuses secret overrides before Hydra parses (and saves) them

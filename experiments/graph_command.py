@@ -5,8 +5,12 @@
 
 `convert` reads IN in whichever format its content is (our graph JSON or ExecNetwork JSON,
 `pipeline.interop.graph_files`) and writes it to OUT in the `--to` format; an ExecNetwork input's
-MemTraceBench labels go with it into an ExecNetwork output. IN may be a folder: every `*.json` in it
-(not recursive) is converted into the folder OUT (created) under the same name, with a progress bar
+MemTraceBench labels go with it into an ExecNetwork output, and so do a saved run's attributions: a
+graph of a run folder (`<run>/artifacts/graphs/`) is exported to ExecNetwork with the run's latest
+attribution (`experiments.graph_labels`: the last `memtrace attribute`, else the run's own) as its
+MemTraceBench labels, one per attributed failure of its conversation, and the summary says which
+attribution they are. IN may be a folder: every `*.json` in it (not recursive; a run folder stands for
+its `graphs/`) is converted into the folder OUT (created) under the same name, with a progress bar
 when there is more than one. A file already in the target format is rewritten (normalised) and the
 summary line says so. OUT never replaces IN itself, and every file is written atomically, so a failed
 conversion leaves no partial file. `show` prints a summary of each file (`pipeline.interop.graph_summary`):
@@ -31,6 +35,7 @@ from pathlib import Path
 
 from memtrace_loop.experiments.completion import PlainCommand
 from memtrace_loop.experiments.console_layout import app_console
+from memtrace_loop.experiments.graph_labels import RunLabels, graphs_folder, run_labels
 from memtrace_loop.pipeline.core.graph import GraphError
 from memtrace_loop.pipeline.data.reader import DataError
 from memtrace_loop.pipeline.interop.graph_files import GraphFormat, read_graph_file, write_graph_file
@@ -127,20 +132,24 @@ def conversion_pairs(source: Path, output: Path) -> list[tuple[Path, Path]]:
     return [(source, target)]
 
 
-def convert_one(source: Path, target: Path, to: GraphFormat) -> Converted:
-    """Read `source`, write it to `target` in `to` (its labels travel in the graph's meta, both ways)."""
+def convert_one(source: Path, target: Path, to: GraphFormat, labels: RunLabels | None = None) -> Converted:
+    """Read `source`, write it to `target` in `to` (its labels travel in the graph's meta, both ways; into
+    ExecNetwork, `labels` (its run's attributions) of the graph's conversation, when given, replace them)."""
     read = read_graph_file(source)
-    write_graph_file(read.graph, target, to)
+    annotations = labels.annotations_for(read.graph) if labels is not None and to is GraphFormat.EXEC_NETWORK else ()
+    write_graph_file(read.graph, target, to, annotations)
     return Converted(source, target, read.format, read.graph.n_variables, read.graph.n_operations,
-                     len(read.annotations))
+                     len(annotations or read.annotations))
 
 
 def convert(source: Path, output: Path, to: GraphFormat) -> int:
+    source = graphs_folder(source)
     pairs = conversion_pairs(source, output)
+    labels = run_labels(source) if to is GraphFormat.EXEC_NETWORK else None
     started = time.perf_counter()
     done: list[Converted] = []
     if len(pairs) == 1:
-        done.append(convert_one(*pairs[0], to))
+        done.append(convert_one(*pairs[0], to, labels))
     else:
         columns = (TextColumn("converting"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    TextColumn("{task.description}"))
@@ -149,10 +158,14 @@ def convert(source: Path, output: Path, to: GraphFormat) -> int:
             task = progress.add_task("", total=len(pairs))
             for source_file, target_file in pairs:
                 progress.update(task, description=source_file.name)
-                done.append(convert_one(source_file, target_file, to))
+                done.append(convert_one(source_file, target_file, to, labels))
                 progress.advance(task)
     seconds = time.perf_counter() - started
-    app_console(echo=False).print(Text(conversion_line(source, output, to, done, seconds)))
+    console = app_console(echo=False)
+    console.print(Text(conversion_line(source, output, to, done, seconds)))
+    if labels is not None:
+        written = sum(c.labels for c in done)
+        console.print(Text(f"{counted(written, 'label')} from the run's attributions: {labels.record.label()}"))
     return 0
 
 
@@ -172,6 +185,9 @@ def conversion_line(source: Path, output: Path, to: GraphFormat, done: Sequence[
             parts.append(f"{count} from {found}")
     if same:
         parts.append(f"{len(same)} already {to} (rewritten, normalised)")
+    n_labels = sum(c.labels for c in done)
+    if n_labels:
+        parts.append(counted(n_labels, "label"))
     return f"{len(done)} files {source} -> {output} as {to}: {', '.join(parts)}; {seconds:.2f} s"
 
 

@@ -5,7 +5,10 @@ results.json, report.json, config.json, attributions.json, blame.json, diagnosis
 `memtrace optimize` writes `<out>/config.json` (the config the run was started with), `checkpoint.json` (and
 `mlflow_run_id.txt`, the run it belongs to), `best_prompts.json`/`.yaml`, `best_program.json`,
 `diagnosis.json`/`.md`, `report.html`, the plots, and `optimizer/<name>/*.json` (e.g. GEPA's candidate pools);
-`memtrace attribute`/`report` download a logged run into `<out>/source/`. The names are class constants (what
+`memtrace attribute`/`report` download a logged run into `<out>/source/`; `memtrace attribute` writes
+`attribution_record.json` (which attribution its folder holds) and, into the source run's folder,
+`latest_attribution.json` (the record of the attribution made last for that run: what `report` and `graph
+convert` show). The names are class constants (what
 modules that only know a folder read) and a `RunFolder(root)` gives the paths. A name made from data (a
 conversation's graph file) is `pipeline.core.safe_names.file_stem` of the id: one component, never outside the
 folder, distinct for distinct ids; the file keeps the id itself. It creates and reads nothing.
@@ -47,6 +50,8 @@ class RunFolder:
     BEST_PROGRAM: ClassVar[str] = "best_program.json"
     OPTIMIZER: ClassVar[str] = "optimizer"  # an optimizer's own work files, one folder per optimizer
     SOURCE: ClassVar[str] = "source"  # `attribute` / `report`: the logged run downloaded
+    ATTRIBUTION_RECORD: ClassVar[str] = "attribution_record.json"  # `attribute`: which attribution this folder holds
+    LATEST_ATTRIBUTION: ClassVar[str] = "latest_attribution.json"  # a run folder: its latest attribution
 
     root: Path
 
@@ -87,3 +92,13 @@ class RunFolder:
     @property
     def source(self) -> Path:
         return self.root / self.SOURCE
+
+    @property
+    def latest_attribution(self) -> Path:
+        return self.root / self.LATEST_ATTRIBUTION
+
+    @classmethod
+    def holding(cls, folder: Path) -> RunFolder:
+        """The run folder whose saved files are in `folder`: its parent when `folder` is the `artifacts/`
+        folder of a run (`memtrace run` saves there), else `folder` itself."""
+        return cls(folder.parent if folder.name == cls.ARTIFACTS else folder)

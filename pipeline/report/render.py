@@ -154,13 +154,15 @@ def _blame_table(blame: BlameTable, label: str = "") -> str:
         f"<td class=num>{_pct(row.share)}</td>"
         + "".join(f"<td class=num>{row.count_by_error_type.get(t, 0)}</td>" for t in types)
         + f"<td class=num>{row.verified}</td><td class=num>{row.refuted}</td><td class=num>{row.unverifiable}</td>"
+        f"<td class=num>{row.count - row.verified - row.refuted - row.unverifiable}</td>"
         f'<td><svg class="bar" width="122" height="16"><rect x="1" y="3" width="{120 * row.share:.1f}" height="10" '
         f'class="fill blame"/></svg></td></tr>'
         for row in blame.rows
     )
     return (
         f"{heading}<table class=grid><thead><tr><th>stage</th><th>tunable</th><th>failures</th>"
-        f"<th>share</th>{head}<th>verified</th><th>refuted</th><th>unverifiable</th><th></th></tr></thead>"
+        f"<th>share</th>{head}<th>verified</th><th>refuted</th><th>unverifiable</th><th>unchecked</th><th></th>"
+        "</tr></thead>"
         f"<tbody>{body}</tbody></table>"
     )
 

@@ -84,7 +84,8 @@ def annotation_from_attribution(
         final_op_id=op_id_for(graph, attribution.op),
         query=question.text, golden_answers=(question.gold,), prediction=attribution.case.prediction,
         source_evidence_ids=tuple(evidence), reason=attribution.reason, error_type=attribution.error_type,
-        extra=MappingProxyType({"method": attribution.method, "confidence": attribution.confidence}),
+        extra=MappingProxyType({"method": attribution.method, "confidence": attribution.confidence,
+                                "check": attribution.check.value}),
     )
 
 
