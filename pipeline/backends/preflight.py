@@ -16,7 +16,10 @@ Any endpoint that cannot serve raises `EndpointUnusable(role, scrubbed endpoint,
 (naming the key variable, never the key), 404 (model or path), unreachable (connection refused,
 timeouts, 5xx after the retries), no usable reply (malformed or empty after the retries),
 rate-limited longer than allowed, deadline passed; an empty reply cut at `max_tokens` raises
-`MaxTokensTooSmall` (naming `lm.<role>.max_tokens` and how to raise it). A 400-class
+`MaxTokensTooSmall` (naming `lm.<role>.max_tokens` and how to raise it). A connection refused by a
+local api_base (localhost, 127.0.0.1, ::1, 0.0.0.0) fails at the first attempt, without back-off or
+retry warnings, naming the fix: start the server there, or check `lm.<role>.api_base` (the engine's
+`probe`; a running call still retries it). A 400-class
 refusal of the check request itself (the endpoint answered and accepted the key) only logs a warning.
 The simulated world needs no check. It returns what it checked, for the log.
 """
