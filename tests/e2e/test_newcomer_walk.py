@@ -136,6 +136,7 @@ def test_a_fresh_clone_runs_the_demo_and_every_printed_command_as_printed(clone:
 
     resumed = sh(resume, clone)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "ignoring" not in resumed.stdout + resumed.stderr  # the printed resume typed no other override
     assert json.loads((run_dir / "checkpoint.json").read_text()).get("finished")
     exported = json.loads((run_dir / "best_prompts.json").read_text())
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from memtrace_loop.pipeline.backends.embeddings import OpenAIEmbedder
 from memtrace_loop.pipeline.backends.preflight import check_endpoints
 from memtrace_loop.pipeline.backends.registry import build_lm_set
 from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
@@ -107,3 +108,18 @@ def test_a_refused_connection_in_the_middle_of_a_run_is_still_retried(
     assert len(retry_warnings) == 2 and all("(connection:" in line for line in retry_warnings)
     assert retries.tally().role("task") == 2
 
+
+
+def test_a_refused_local_embedder_fails_the_check_at_once_too(
+    connects: list[tuple[Any, ...]], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    api_base = f"http://127.0.0.1:{closed_port()}/v1"
+    embedder = OpenAIEmbedder("embed-model", api_base=api_base, api_key_env=KEY_ENV, max_retries=5)
+    with pytest.raises(EndpointUnusable) as caught:
+        check_endpoints({}, embedder=embedder)
+    line = str(caught.value)
+    assert len(connects) == 1, connects  # the client's five retries never start
+    assert api_base in line and "connection refused at the first attempt" in line
+    assert "start the server there" in line and "check embedder.api_base" in line
+    assert "Retrying request" not in caplog.text  # the openai client's own retry log
