@@ -152,8 +152,18 @@ def _headline(rationale: str, limit: int = 100) -> str:
     return head if len(head) <= limit else head[: limit - 1] + "…"
 
 
+def _checkpointed_dev_start(result: LoopResult) -> str | None:
+    """The dev start cell of a resumed run, from its checkpoint's iteration 0 (overall only: the
+    checkpoint keeps no categories); None when iteration 0 ran in this process or is not in the history."""
+    first = result.history[0] if result.history else None
+    if first is None or first.iteration != 0 or (result.iterations and result.iterations[0].iteration == 0):
+        return None
+    return f"{_pct(first.dev_accuracy)} [{_pct(first.dev_ci[0])}, {_pct(first.dev_ci[1])}]"
+
+
 def loop_tables(result: LoopResult, system_name: str) -> list[Table]:
-    """Start vs final accuracy per category (dev and test), blame per iteration, accepted candidates."""
+    """Start vs final accuracy per category (dev and test), blame per iteration, accepted candidates;
+    after a resume the dev start is the checkpoint's (overall only)."""
     start_dev = result.iterations[0].dev.report if result.iterations and result.iterations[0].iteration == 0 else None
     reports = {
         "dev start": start_dev,
@@ -161,14 +171,17 @@ def loop_tables(result: LoopResult, system_name: str) -> list[Table]:
         "test start": result.test_start.report,
         "test final": result.test_final.report,
     }
-    scores = Table(title=f"{system_name}: judge accuracy %, start vs final prompts [95% CI]")
+    checkpointed = _checkpointed_dev_start(result)
+    note = "; dev start from the checkpoint (overall only)" if checkpointed else ""
+    scores = Table(title=f"{system_name}: judge accuracy %, start vs final prompts [95% CI]{note}")
     scores.add_column("category")
     for name in reports:
         scores.add_column(name, justify="right")
     excluded = ",".join(str(c) for c in result.test_final.report.excluded_categories)
+    overall = [_cell(r.overall if r else None) for r in reports.values()]
     scores.add_row(
         f"overall (excl. cat {excluded})" if excluded else "overall",
-        *(_cell(r.overall if r else None) for r in reports.values()), style="bold",
+        checkpointed or overall[0], *overall[1:], style="bold",
     )
     for category in result.test_final.report.by_category:
         scores.add_row(category, *(_cell(r.by_category.get(category) if r else None) for r in reports.values()))

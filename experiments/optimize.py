@@ -25,6 +25,7 @@ from typing import Any
 
 import dspy
 import hydra
+from hydra.core.hydra_config import HydraConfig
 from memtrace_loop.experiments.config import OptimizeConfig, validated_optimize
 from memtrace_loop.experiments.console import (
     RichProgress,
@@ -125,7 +126,7 @@ def _run_dir(plain: Mapping[str, Any], base_dir: Path) -> tuple[Path, Mapping[st
             raise CheckpointError(f"resume={plain['resume']}: no {CHECKPOINT} and {SAVED_CONFIG} in {run_dir}")
         # saved redacted: the real values (a key in api_base) come back from the config given now
         config = restore_tree(json.loads(saved.read_text(encoding="utf-8")), plain, secret_values(plain))
-        ignored = ignored_overrides(plain, config)
+        ignored = ignored_overrides(plain, config, typed_override_keys())
         if ignored:
             logger.warning(
                 "resume: ignoring %s (a resumed run keeps the config it was started with; only workers may change)",
@@ -140,13 +141,33 @@ def _run_dir(plain: Mapping[str, Any], base_dir: Path) -> tuple[Path, Mapping[st
     return run_dir, plain
 
 
-def ignored_overrides(given: Mapping[str, Any], saved: Mapping[str, Any]) -> list[str]:
-    """The keys (never the values) whose value in `given` differs from the run's saved config."""
+def typed_override_keys() -> tuple[str, ...] | None:
+    """The keys or groups of the overrides typed for this Hydra job (`loop.min_gain=0.5` -> `loop.min_gain`,
+    `+x=1` -> `x`, `memory_system=rag` -> `memory_system`); None without a Hydra job (the compose API)."""
+    if not HydraConfig.initialized():
+        return None
+    keys = (str(o).partition("=")[0].lstrip("+~").partition("@")[0] for o in HydraConfig.get().overrides.task)
+    return tuple(key for key in keys if key and not key.startswith("hydra."))
+
+
+def ignored_overrides(
+    given: Mapping[str, Any], saved: Mapping[str, Any], typed: Sequence[str] | None = None
+) -> list[str]:
+    """The keys (never the values) whose value in `given` differs from the run's saved config. With
+    `typed` (the overrides the user typed: `typed_override_keys`) only those are named, each a key or a
+    group that changed some key under it: a default the user never typed (the default `memory_system`
+    composed for `resume=` of a rag run) is not an override."""
     now, then = flatten(dict(given)), flatten(dict(saved))
-    return sorted(
+    differing = sorted(
         key for key in set(now) | set(then)
         if key.split(".")[0] not in NOT_PART_OF_A_RUN and now.get(key) != then.get(key)
     )
+    if typed is None:
+        return differing
+    return sorted({
+        name for name in typed if name.split(".")[0] not in NOT_PART_OF_A_RUN
+        and any(key == name or key.startswith(f"{name}.") for key in differing)
+    })
 
 
 def check_resumable(run_dir: Path, plain: Mapping[str, Any]) -> dict[str, Any]:

@@ -24,7 +24,11 @@ engine doing one attempt per call (`OpenAIEngine`, or the simulated world's `Sim
 `probe(request)` is the preflight's door: the same attempts and checks, but every final failure that
 says the endpoint cannot serve (fatal, unreachable, no usable reply, rate-limited longer than allowed,
 deadline) raises `EndpointUnusable`, an empty reply cut at `max_tokens` raises `MaxTokensTooSmall`,
-and the guard is not involved. `RunStopped` errors are BaseExceptions: DSPy's
+and the guard is not involved. A connection refused by a local endpoint (`local_endpoint`: localhost,
+a loopback or unspecified address) fails the probe at its first attempt, with no retry or warning,
+naming the fix (start the server there, or check `lm.<role>.api_base`): a local server that refuses
+is not running, and waiting ~30 s of back-off would not start it. In the middle of a run (`complete`)
+a refused connection is retried like any connection error. `RunStopped` errors are BaseExceptions: DSPy's
 error boundary and the tracer's `except Exception` let them through to the entry point.
 
 Both faces share one `GuardSettings` (role, endpoint, policy, stop, guard, ledger). Copies and deep
@@ -35,11 +39,13 @@ run). `dump_state` saves the inner engine and the policy, never the per-run obje
 from __future__ import annotations
 
 import importlib
+import ipaddress
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from dspy import lm15
 from dspy.clients.call_result import response_from_dict, response_to_dict  # lm15's serde, as DSPy uses it
@@ -56,6 +62,7 @@ from memtrace_loop.pipeline.backends.resilience import (
     RetryPolicy,
     Transient,
     classify,
+    connection_refused,
 )
 from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
 from memtrace_loop.pipeline.core.redaction import redact
@@ -63,7 +70,22 @@ from memtrace_loop.pipeline.core.stop import EndpointUnusable, MaxTokensTooSmall
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["AsyncGuardedEngine", "GuardSettings", "GuardedEngine"]
+__all__ = ["AsyncGuardedEngine", "GuardSettings", "GuardedEngine", "local_endpoint"]
+
+_LOCAL_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
+
+
+def local_endpoint(url: str) -> bool:
+    """Whether `url`'s host is this machine: localhost (or a name under `.localhost`), a loopback
+    address (127.0.0.0/8, ::1) or the unspecified one (0.0.0.0, ::)."""
+    host = (urlsplit(url).hostname or "").rstrip(".").lower()
+    if host in _LOCAL_NAMES or host.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_unspecified
 
 
 @dataclass(frozen=True)
@@ -149,12 +171,16 @@ class _Guarded:
         cause = explain(fatal, self.settings.role) if callable(explain) else f"{fatal.kind} ({status}): {fatal.detail}"
         raise self._unusable(cause) from None
 
-    def _loop(self) -> RetryLoop:
+    def _loop(self, final: Callable[[BaseException], bool] | None = None) -> RetryLoop:
         s = self.settings
         return RetryLoop(
             s.policy, role=s.role, endpoint=s.endpoint, on_fatal=self._raise_fatal, stop=s.stop,
-            ledger=s.retries, scrub=self.scrub,
+            ledger=s.retries, scrub=self.scrub, final=final,
         )
+
+    def _refused_locally(self, exc: BaseException) -> bool:
+        """A connection refused by a local endpoint: its server is not running (the probe gives up)."""
+        return connection_refused(exc) and local_endpoint(self.settings.endpoint)
 
     def _before(self) -> None:
         if self.settings.stop is not None:
@@ -189,6 +215,12 @@ class _Guarded:
 
     def _probe_failure(self, exc: Exception) -> EndpointUnusable:
         """The preflight's verdict on a final failure: why the endpoint cannot serve this run."""
+        if self._refused_locally(exc):
+            role, address = self.settings.role, urlsplit(self.settings.endpoint).netloc
+            return self._unusable(
+                f"connection refused at the first attempt: nothing listens at {address}; "
+                f"start the server there, or check lm.{role}.api_base"
+            )
         if isinstance(exc, RetryAfterTooLong | DeadlinePassed):
             return self._unusable(self.scrub(exc.message))
         verdict = classify(exc)
@@ -236,7 +268,7 @@ class GuardedEngine(_Guarded):
         if self.settings.stop is not None:
             self.settings.stop.check()
         try:
-            return self._loop().run(lambda deadline: self._attempt(request, deadline))
+            return self._loop(final=self._refused_locally).run(lambda deadline: self._attempt(request, deadline))
         except EmptyAtMaxTokens as exc:
             raise MaxTokensTooSmall(self.settings.role, exc.max_tokens, 1) from None
         except lm15.InvalidRequestError as exc:

@@ -16,7 +16,11 @@ Any endpoint that cannot serve raises `EndpointUnusable(role, scrubbed endpoint,
 (naming the key variable, never the key), 404 (model or path), unreachable (connection refused,
 timeouts, 5xx after the retries), no usable reply (malformed or empty after the retries),
 rate-limited longer than allowed, deadline passed; an empty reply cut at `max_tokens` raises
-`MaxTokensTooSmall` (naming `lm.<role>.max_tokens` and how to raise it). A 400-class
+`MaxTokensTooSmall` (naming `lm.<role>.max_tokens` and how to raise it). A connection refused by a
+local api_base (localhost, 127.0.0.1, ::1, 0.0.0.0) fails at the first attempt, without back-off or
+retry warnings, naming the fix: start the server there, or check `lm.<role>.api_base` (the engine's
+`probe`; a running call still retries it); a local embedder's endpoint is first tried with one TCP
+connection (its client would retry a refusal with back-off), refused -> `embedder.api_base` named. A 400-class
 refusal of the check request itself (the endpoint answered and accepted the key) only logs a warning.
 The simulated world needs no check. It returns what it checked, for the log.
 """
@@ -24,14 +28,16 @@ The simulated world needs no check. It returns what it checked, for the log.
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import dspy
 from dspy.lm15 import Config, Message, Request
 from memtrace_loop.pipeline.backends.embeddings import OpenAIEmbedder
-from memtrace_loop.pipeline.backends.guarded_engine import GuardedEngine
+from memtrace_loop.pipeline.backends.guarded_engine import GuardedEngine, local_endpoint
 from memtrace_loop.pipeline.backends.lm import LMSet
 from memtrace_loop.pipeline.backends.openai_engine import OpenAIEngine
 from memtrace_loop.pipeline.core.stop import EndpointUnusable, StopToken
@@ -64,6 +70,20 @@ def _check_lm(engine: GuardedEngine, model: str, max_tokens: int | None) -> None
     engine.probe(request)
 
 
+def _refuses(endpoint: str, timeout_s: float) -> bool:
+    """Whether a local `endpoint` refuses a TCP connection (nothing listens there); any other outcome
+    is False (the check request itself says what is wrong)."""
+    parts = urlsplit(endpoint)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname or "localhost", port), timeout=timeout_s):
+            return False
+    except ConnectionRefusedError:
+        return True
+    except OSError:
+        return False
+
+
 def _check_embedder(embedder: OpenAIEmbedder, stop: StopToken | None) -> CheckedEndpoint:
     import openai
 
@@ -74,6 +94,10 @@ def _check_embedder(embedder: OpenAIEmbedder, stop: StopToken | None) -> Checked
 
     def unusable(cause: str) -> EndpointUnusable:
         return EndpointUnusable("embedder", endpoint, cause)
+
+    if local_endpoint(endpoint) and _refuses(endpoint, embedder.timeout_s):
+        raise unusable(f"connection refused at the first attempt: nothing listens at {urlsplit(endpoint).netloc}; "
+                       "start the server there, or check embedder.api_base")
 
     try:  # 401/403/404 raise EndpointUnusable inside embed
         embedder.embed([PING])

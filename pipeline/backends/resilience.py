@@ -22,7 +22,9 @@ guarded_engine`, so a retried call is still ONE call for DSPy's callbacks, its c
 - fatal (`classify` -> `Fatal`): 401/403 (authentication), 404 (model or path), billing/quota. The
   caller turns them into `EndpointUnusable`, which ends the run (`pipeline.core.stop`);
 - a `StopToken` is checked before every attempt and wakes every wait, so no new request starts after
-  a stop was requested (`Interrupted`).
+  a stop was requested (`Interrupted`);
+- a caller may name failures that end the call at once (`final`: the preflight's connection refused
+  by a local endpoint, `connection_refused`): re-raised at that attempt, with no retry, wait or warning.
 
 Every retry is logged at WARNING (role, scrubbed endpoint, attempt n/N, cause, seconds to wait) before
 its wait, and counted in a `RetryLedger` (`pipeline.backends.retry_ledger`). Errors it creates carry no
@@ -63,6 +65,7 @@ __all__ = [
     "RetryPolicy",
     "Transient",
     "classify",
+    "connection_refused",
     "our_hint",
 ]
 
@@ -192,6 +195,18 @@ def classify(exc: BaseException) -> Transient | Fatal | None:
     return None
 
 
+def connection_refused(exc: BaseException) -> bool:
+    """Whether `exc` or an error it was raised from is a refused connection (nothing listens there)."""
+    link: BaseException | None = exc
+    seen: set[int] = set()
+    while link is not None and id(link) not in seen:
+        if isinstance(link, ConnectionRefusedError):
+            return True
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
+    return False
+
+
 _LIBRARY_HINTS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"this is lm15's read timeout, not a server failure\s*[—-]+\s*raise it with Timeouts\(read=\.\.\.\)"
                 r"(?: if the model needs longer)?"),
@@ -230,7 +245,8 @@ class RetryLoop:
     """Runs the attempts of one logical call under a `RetryPolicy` for one role and endpoint.
 
     `on_fatal(fatal)` must raise (the engine raises `EndpointUnusable`); `scrub` masks secrets in any
-    text taken from a provider's message before it is logged or put in an error."""
+    text taken from a provider's message before it is logged or put in an error; a transient failure
+    `final` accepts is re-raised at once (no retry, no wait, no warning: the caller explains it)."""
 
     def __init__(
         self,
@@ -243,6 +259,7 @@ class RetryLoop:
         ledger: RetryLedger | None = None,
         scrub: Callable[[str], str] = lambda text: text,
         clock: Callable[[], float] = time.monotonic,
+        final: Callable[[BaseException], bool] | None = None,
     ) -> None:
         self.policy = policy
         self.role = role
@@ -252,6 +269,7 @@ class RetryLoop:
         self.ledger = ledger
         self.scrub: Callable[[str], str] = lambda text: our_hint(scrub(text), role)
         self.clock = clock
+        self.final = final
 
     # ------------------------------------------------------------------ the decision
     def _check_stop(self) -> None:
@@ -265,7 +283,7 @@ class RetryLoop:
         if isinstance(verdict, Fatal):
             self.on_fatal(Fatal(verdict.kind, verdict.status, self.scrub(verdict.detail)))
             raise AssertionError("on_fatal must raise")  # pragma: no cover
-        if verdict is None:
+        if verdict is None or (self.final is not None and self.final(exc)):
             raise scrubbed(exc, self.scrub)
         detail = self.scrub(verdict.detail)
         policy = self.policy

@@ -1,7 +1,8 @@
 """The console script as a user runs it against an endpoint that misbehaves, behind the fault-injecting
 proxy: Ctrl-C stops the requests at once and the run is KILLED; a wrong key, a server that asks to wait
 an hour and a dead endpoint each end the command quickly, non-zero, with the endpoint and the cause
-named, no FINISHED MLflow run and no export."""
+named, no FINISHED MLflow run and no export. A dead local endpoint ends it at the check's first attempt,
+with no retry warning and the fix named (start the server, or check `lm.task.api_base`)."""
 
 from __future__ import annotations
 
@@ -109,5 +110,8 @@ def test_a_dead_endpoint_ends_the_run_with_the_endpoint_named(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode != 0
     line = done.stderr.strip().splitlines()[-1]
-    assert dead in line and ("refused" in line.lower() or "unreachable" in line.lower())
+    assert line.startswith(f"memtrace run: lm.task endpoint {dead}: connection refused at the first attempt")
+    assert "start the server there, or check lm.task.api_base" in line  # the fix, for the actual role
+    assert "retrying in" not in done.stderr and "attempt 1/" not in done.stderr  # no back-off, no warning
+    assert "Traceback" not in done.stderr
     assert "FINISHED" not in statuses(tmp_path)
