@@ -195,8 +195,9 @@ def export_best(
 
 
 def export_program(result: LoopResult, system: MemorySystem, run_dir: Path) -> Path:
-    """The final prompt set as a DSPy program state (best_program.json; `MemoryProgram(system).load`)."""
-    return save_program_state(system, result.final_prompts, RunFolder(run_dir).best_program)
+    """The final prompt set and knobs as a DSPy program state (best_program.json; `load_program`)."""
+    final = system.with_knobs(result.final_knobs)  # the accepted knob changes too (the export's `knobs`)
+    return save_program_state(final, result.final_prompts, RunFolder(run_dir).best_program)
 
 
 @dataclass(frozen=True)
