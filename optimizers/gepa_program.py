@@ -38,12 +38,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import dspy
 from memtrace_loop.memory_systems.base import KnobError, MemorySystem
 from memtrace_loop.memory_systems.registry import build_memory_system
-from memtrace_loop.optimizers.base import Evaluator, TracedCase
+from memtrace_loop.optimizers.base import TracedCase
 from memtrace_loop.optimizers.feedback import UNATTRIBUTED, FailureFeedback, category_text
 from memtrace_loop.pipeline.backends.embeddings import Embedder, HashingEmbedder
 from memtrace_loop.pipeline.core.records import CaseResult, PromptSet, Question
@@ -56,11 +56,18 @@ class ProgramStateError(ValueError):
     """A program state that cannot be loaded into this memory system (another system, bad knobs)."""
 
 
+class CaseRunner(Protocol):
+    """What `forward` needs: one question answered and judged with a system (the loop's `Evaluator`, or a
+    `pipeline.loop.case_runner.LoopCaseRunner` outside the loop)."""
+
+    def run_case(self, system: MemorySystem, split: str, question_id: str) -> TracedCase: ...
+
+
 class MemoryProgram(dspy.Module):
     """The memory system as a DSPy program over questions (see the module docstring)."""
 
     def __init__(
-        self, system: MemorySystem, cases: Evaluator | None = None, split_by_question: Mapping[str, str] | None = None
+        self, system: MemorySystem, cases: CaseRunner | None = None, split_by_question: Mapping[str, str] | None = None
     ) -> None:
         super().__init__()
         self.system = system
