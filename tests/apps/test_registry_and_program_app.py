@@ -82,9 +82,8 @@ def test_prompts_from_the_registry_reproduce_the_exported_test_score(rerun):
     # the default top_k (10): the registered set's knobs (top_k 2) must come with it
     from_registry = run(_compose(tmp_path, "run", "memory_system=rag", "dataset.n_conversations=8",
                                  "split=test", "prompts=registry:rag@champion"))
-    from_file = run(_compose(tmp_path, "run", "memory_system=rag", "dataset.n_conversations=8",
-                             "split=test", f"prompts={second['exported'][0]}"))
-    assert from_registry["judge_accuracy"] == from_file["judge_accuracy"] == second["test_final"] < 1
+    # the exported file's score (the export reproduces it: test_optimize_app.py), not a perfect one
+    assert from_registry["judge_accuracy"] == second["test_final"] < 1
 
 
 @pytest.mark.parametrize(("source", "says"), [
