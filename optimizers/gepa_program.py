@@ -98,9 +98,14 @@ class MemoryProgram(dspy.Module):
     def load_state(self, state: dict[str, Any], *, allow_unsafe_lm_state: bool = False) -> MemoryProgram:
         """The saved knobs (when the state carries them: `STATE_KEY`), then the saved stage prompts."""
         saved = state.get(STATE_KEY)
+        previous = self.system
         if saved is not None:
             self.system = _with_saved_knobs(self.system, saved)
-        super().load_state(state, allow_unsafe_lm_state=allow_unsafe_lm_state)
+        try:
+            super().load_state(state, allow_unsafe_lm_state=allow_unsafe_lm_state)
+        except Exception:
+            self.system = previous  # nothing changed when the prompts do not load
+            raise
         return self
 
     def forward(self, question_id: str, question: str = "") -> dspy.Prediction:

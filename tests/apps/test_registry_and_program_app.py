@@ -17,11 +17,21 @@ from pathlib import Path
 import dspy
 import pytest
 from hydra import compose, initialize_config_module
+from memtrace_loop.experiments.export import export
 from memtrace_loop.experiments.lifecycle import EXIT_USAGE, exit_code
 from memtrace_loop.experiments.optimize import optimize
 from memtrace_loop.experiments.run import run
-from memtrace_loop.optimizers.gepa_program import STATE_KEY, load_program
+from memtrace_loop.memory_systems.registry import build_memory_system
+from memtrace_loop.optimizers.gepa_program import (
+    STATE_KEY,
+    MemoryProgram,
+    ProgramStateError,
+    load_program,
+    save_program_state,
+)
+from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.prompt_files import PromptFileError, read_prompts
+from memtrace_loop.pipeline.core.records import PromptSet
 from memtrace_loop.pipeline.tracking.prompt_registry import KNOBS_TAG, registry_name
 from memtrace_loop.pipeline.tracking.tracker import CHAMPION
 from mlflow import MlflowClient
@@ -125,13 +135,30 @@ def test_a_stage_uri_loads_that_stage_only(rerun):
 
 @pytest.mark.slow
 def test_the_program_state_rebuilds_the_exported_system_with_its_knobs(rerun):
-    _, _, second = rerun
+    tmp_path, _, second = rerun
     folder = Path(second["exported"][0]).parent
     state = json.loads((folder / "best_program.json").read_text())
     assert state[STATE_KEY]["system"] == "rag" and state[STATE_KEY]["knobs"]["top_k"] == 2
     program = load_program(folder)
-    assert program.system.name == "rag" and program.system.knob_values()["top_k"] == 2
+    assert program.system.name == "rag" and program.system.knob_values()["top_k"] == 2  # not the default 10
     assert program.system.prompt_set() == second["result"].final_prompts
+    # `memtrace export` writes the same state beside its file
+    with initialize_config_module(config_module="memtrace_loop.conf", version_base="1.3"):
+        cfg = compose("export", overrides=[f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+                                           f"run_id={second['run_id']}", f"out={tmp_path / 'mine.yaml'}"])
+    path = export(cfg)
+    exported = load_program(path.with_name("mine.program.json"))
+    assert exported.system.knob_values() == program.system.knob_values()
+    assert exported.system.prompt_set() == program.system.prompt_set()
+
+
+def test_a_program_state_of_another_system_is_refused(tmp_path):
+    path = save_program_state(build_memory_system({"name": "rag", "top_k": 3}, HashingEmbedder()),
+                              PromptSet({"respond": "Answer briefly."}), tmp_path / "rag.json")
+    program = MemoryProgram(build_memory_system({"name": "mem0"}, HashingEmbedder()))
+    with pytest.raises(ProgramStateError, match="for memory system 'rag', this program's system is 'mem0'"):
+        program.load(str(path))
+    assert load_program(path).system.knob_values()["top_k"] == 3
 
 
 @pytest.mark.slow
