@@ -86,11 +86,11 @@ def export(cfg: DictConfig, console: Console | None = None) -> Path:
                       style="bold yellow", markup=False, soft_wrap=True)
     for extra in write_prompt_formats(exported, spec_of(exported.system).prompt_formats, path.parent):
         console.print(f"and in the system's own format to {extra}")
-    program = save_program_state(
-        build_memory_system({"name": exported.system}, HashingEmbedder()), exported.prompts,
-        path.with_name(f"{path.stem}.program.json"),
+    program = save_program_state(  # the exported knobs too: load_program(path) rebuilds the exported system
+        build_memory_system({"name": exported.system}, HashingEmbedder()).with_knobs(exported.knobs),
+        exported.prompts, path.with_name(f"{path.stem}.program.json"),
     )
-    console.print(f"and as a DSPy program state to {program} (MemoryProgram(system).load(path))")
+    console.print(f"and as a DSPy program state to {program} (load_program(path), docs/dspy.md)")
     load = command_line("memtrace", "run", memory_system=exported.system, prompts=path)  # runs as printed
     console.print(f"load them with: {load}", soft_wrap=True, markup=False)
     return path

@@ -31,13 +31,14 @@ from memtrace_loop.pipeline.backends.registry import build_lm_set
 from memtrace_loop.pipeline.backends.services import RunServices
 from memtrace_loop.pipeline.backends.structured_output import StructuredOutputAdapter
 from memtrace_loop.pipeline.core.config import ConfigError
-from memtrace_loop.pipeline.core.prompt_formats import PromptFormat, read_prompt_file
+from memtrace_loop.pipeline.core.prompt_formats import PromptFormat
 from memtrace_loop.pipeline.core.records import Dataset
 from memtrace_loop.pipeline.core.redaction import config_secrets
 from memtrace_loop.pipeline.data.locomo import SPLIT_NAMES, Split, split_by_conversation
 from memtrace_loop.pipeline.data.registry import DATASETS, load_dataset
 from memtrace_loop.pipeline.loop.runner import make_judge
 from memtrace_loop.pipeline.tracking.export import apply_prompts
+from memtrace_loop.pipeline.tracking.prompt_sources import RegistryAccess, load_prompt_source
 from omegaconf import DictConfig, OmegaConf
 
 
@@ -58,13 +59,17 @@ def resolve(path: str | Path, base_dir: Path) -> Path:
 
 
 def with_prompt_file(
-    system: MemorySystem, prompts: str | Path | None, base_dir: Path, formats: Sequence[PromptFormat] = ()
+    system: MemorySystem, prompts: str | Path | None, base_dir: Path, formats: Sequence[PromptFormat] = (),
+    registry: RegistryAccess | None = None,
 ) -> MemorySystem:
-    """`system` with the exported prompt set at `prompts` applied (unchanged when `prompts` is empty): our
-    own layout, or a document of one of `formats` (its spec's `prompt_formats`; only its stages change)."""
+    """`system` with the prompt set `prompts` names applied (unchanged when `prompts` is empty): a file of
+    our own layout, or a document of one of `formats` (its spec's `prompt_formats`; only its stages
+    change), or registered prompts read through `registry` (`registry:<system>@<alias>`, `prompts:/...`;
+    `pipeline.tracking.prompt_sources`)."""
     if not prompts:
         return system
-    return apply_prompts(system, read_prompt_file(resolve(prompts, base_dir), system.name, formats))
+    stages = system.prompt_set().stages()
+    return apply_prompts(system, load_prompt_source(str(prompts), system.name, stages, base_dir, formats, registry))
 
 
 def select_split(dataset: Dataset, split: str, fractions: Sequence[float], seed: int) -> Dataset:
@@ -92,11 +97,13 @@ def build_system(memory_system: Chosen[Any], embedder: EmbedderConfig) -> Memory
 
 
 def build_prompted_system(
-    memory_system: Chosen[Any], embedder: EmbedderConfig, prompts: str | None, base_dir: Path
+    memory_system: Chosen[Any], embedder: EmbedderConfig, prompts: str | None, base_dir: Path,
+    registry: RegistryAccess | None = None,
 ) -> MemorySystem:
-    """`build_system` with the `prompts` file applied (any layout its spec's `prompt_formats` read)."""
+    """`build_system` with the `prompts` file (any layout its spec's `prompt_formats` read) or registered
+    prompts (read through `registry`) applied."""
     formats = spec_of(memory_system.name).prompt_formats
-    return with_prompt_file(build_system(memory_system, embedder), prompts, base_dir, formats)
+    return with_prompt_file(build_system(memory_system, embedder), prompts, base_dir, formats, registry)
 
 
 def build_components(
@@ -105,7 +112,8 @@ def build_components(
     """The LMs, the memory system (task LM set, `prompts` file applied if given) and the judge. Every LM
     shares the run's `services` (stop token, ledger: each counts its role's calls into it, local servers)."""
     lms = build_lm_set(config.lm, services)
-    system = build_prompted_system(config.memory_system, config.embedder, config.prompts, base_dir)
+    registry = RegistryAccess(config.tracking.uri, config.tracking.experiment)
+    system = build_prompted_system(config.memory_system, config.embedder, config.prompts, base_dir, registry)
     system.set_lm(lms.task)
     return lms, system, make_judge(lms.judge)
 

@@ -216,8 +216,9 @@ def export_best(
 
 
 def export_program(result: LoopResult, system: MemorySystem, run_dir: Path) -> Path:
-    """The final prompt set as a DSPy program state (best_program.json; `MemoryProgram(system).load`)."""
-    return save_program_state(system, result.final_prompts, RunFolder(run_dir).best_program)
+    """The final prompt set and knobs as a DSPy program state (best_program.json; `load_program`)."""
+    final = system.with_knobs(result.final_knobs)  # the accepted knob changes too (the export's `knobs`)
+    return save_program_state(final, result.final_prompts, RunFolder(run_dir).best_program)
 
 
 @dataclass(frozen=True)
@@ -305,7 +306,9 @@ def _optimize(session: AppSession[OptimizeConfig]) -> dict[str, Any]:
         tracker.set_tags(folder_tags(folder.root))  # first: a run killed from here on is found stale by its lock
         if not resuming:
             _log_start(session, parts, tracker)
-        observer = TrackingLoopObserver(tracker, parts.system.name, session.secrets, config.register_prompts)
+        observer = TrackingLoopObserver(
+            tracker, parts.system.name, session.secrets, config.register_prompts, parts.system.non_default_knobs()
+        )
         with RichProgress(session.console) as progress:
             loop = OptimizationLoop(
                 parts.system, parts.judge, parts.optimizer, Splits(parts.splits.train, parts.splits.dev,

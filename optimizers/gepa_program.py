@@ -18,6 +18,15 @@ side's entries, on every call, built or reused. They are the calls that built th
 answer read (the memory key includes the construction prompts), so the reflection sees what really
 happened, not a re-run. The judge's call is in the trace too; it is no component, so GEPA ignores it.
 
+Program state. `program.save(path)` writes DSPy's state (every stage predictor's signature, no LM) plus
+the key `memtrace`: the memory system's name and every knob value, so a state rebuilds the system that
+was exported, knobs included (an accepted `top_k: 20` stays 20). `program.load(path)` refuses a state
+of another system (`ProgramStateError`) and takes its knobs and prompts; a state written before the key
+existed loads its prompts only. `load_program(path)` (a `best_program.json` or the run folder holding
+one) builds the named system on the offline hashing embedder (or the given one) and loads the state
+into it: the documented way to get the exported system as a DSPy program. `save_program_state` writes
+a system's state with a given prompt set.
+
 `JudgeMetric` is GEPA's five-argument metric: the score is the judge's score of the case (computed
 once, in `forward`, by the project's `judge_answer`), the feedback the block of `optimizers.feedback`
 whose diagnosis is only the judge's verdict (no attribution). Blame-aware feedback is `gepa_blame`'s.
@@ -26,24 +35,39 @@ It does not run GEPA (see `optimizers.gepa`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import dspy
-from memtrace_loop.memory_systems.base import MemorySystem
-from memtrace_loop.optimizers.base import Evaluator, TracedCase
+from memtrace_loop.memory_systems.base import KnobError, MemorySystem
+from memtrace_loop.memory_systems.registry import build_memory_system
+from memtrace_loop.optimizers.base import TracedCase
 from memtrace_loop.optimizers.feedback import UNATTRIBUTED, FailureFeedback, category_text
+from memtrace_loop.pipeline.backends.embeddings import Embedder, HashingEmbedder
 from memtrace_loop.pipeline.core.records import CaseResult, PromptSet, Question
 
 NO_ERROR = "NoError"
+STATE_KEY = "memtrace"  # the program state's own key: {"system": name, "knobs": {knob: value}}
+
+
+class ProgramStateError(ValueError):
+    """A program state that cannot be loaded into this memory system (another system, bad knobs)."""
+
+
+class CaseRunner(Protocol):
+    """What `forward` needs: one question answered and judged with a system (the loop's `Evaluator`, or a
+    `pipeline.loop.case_runner.LoopCaseRunner` outside the loop)."""
+
+    def run_case(self, system: MemorySystem, split: str, question_id: str) -> TracedCase: ...
 
 
 class MemoryProgram(dspy.Module):
     """The memory system as a DSPy program over questions (see the module docstring)."""
 
     def __init__(
-        self, system: MemorySystem, cases: Evaluator | None = None, split_by_question: Mapping[str, str] | None = None
+        self, system: MemorySystem, cases: CaseRunner | None = None, split_by_question: Mapping[str, str] | None = None
     ) -> None:
         super().__init__()
         self.system = system
@@ -66,6 +90,24 @@ class MemoryProgram(dspy.Module):
     def reset_copy(self) -> MemoryProgram:
         return self._copy()
 
+    def dump_state(self, json_mode: bool = True) -> dict[str, Any]:
+        """DSPy's state of the stage predictors, plus the system's name and knob values (`STATE_KEY`)."""
+        state = super().dump_state(json_mode=json_mode)
+        return {**state, STATE_KEY: {"system": self.system.name, "knobs": self.system.knob_values()}}
+
+    def load_state(self, state: dict[str, Any], *, allow_unsafe_lm_state: bool = False) -> MemoryProgram:
+        """The saved knobs (when the state carries them: `STATE_KEY`), then the saved stage prompts."""
+        saved = state.get(STATE_KEY)
+        previous = self.system
+        if saved is not None:
+            self.system = _with_saved_knobs(self.system, saved)
+        try:
+            super().load_state(state, allow_unsafe_lm_state=allow_unsafe_lm_state)
+        except Exception:
+            self.system = previous  # nothing changed when the prompts do not load
+            raise
+        return self
+
     def forward(self, question_id: str, question: str = "") -> dspy.Prediction:
         if self.cases is None:
             raise ValueError("this MemoryProgram has no case runner: it can be saved and loaded, not run")
@@ -81,9 +123,48 @@ class MemoryProgram(dspy.Module):
         return dspy.Prediction(answer=traced.case.prediction, traced=traced)
 
 
+def _with_saved_knobs(system: MemorySystem, saved: Any) -> MemorySystem:
+    """`system` with the knobs of a state's `STATE_KEY` entry (refused when it names another system)."""
+    if not isinstance(saved, Mapping) or not isinstance(saved.get("knobs", {}), Mapping):
+        raise ProgramStateError(f"program state key {STATE_KEY!r} must map 'system' and 'knobs', got {saved!r}")
+    if saved.get("system") != system.name:
+        raise ProgramStateError(
+            f"program state is for memory system {saved.get('system')!r}, this program's system is {system.name!r}"
+        )
+    try:
+        return system.with_knobs(saved.get("knobs", {}))
+    except KnobError as error:
+        raise ProgramStateError(f"program state key {STATE_KEY!r}: {error}") from None
+
+
+def load_program(path: str | Path, embedder: Embedder | None = None) -> MemoryProgram:
+    """The exported system as a DSPy program: the memory system a program state names (`best_program.json`,
+    or a run folder holding one), built on `embedder` (default: the offline hashing embedder, the
+    configs' default), with the state's knobs and stage prompts. No LM: `program.set_lm(lm)` afterwards."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "best_program.json"
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8")).get(STATE_KEY)
+    except (OSError, ValueError, AttributeError) as error:
+        raise ProgramStateError(f"program state {path}: cannot read it ({error})") from None
+    if not isinstance(saved, Mapping) or not isinstance(saved.get("system"), str):
+        raise ProgramStateError(
+            f"program state {path}: key {STATE_KEY!r} with the memory system's name is missing (a state written "
+            "before it was kept: build the system and call MemoryProgram(system).load(path))"
+        )
+    program = MemoryProgram(build_memory_system({"name": saved["system"]}, embedder or HashingEmbedder()))
+    try:
+        program.load(str(path))
+    except ProgramStateError as error:
+        raise ProgramStateError(f"program state {path}: {error}") from None
+    return program
+
+
 def save_program_state(system: MemorySystem, prompts: PromptSet, path: Path) -> Path:
-    """`prompts` as a DSPy program state (`MemoryProgram(system).save(path)`, JSON, without LMs): a DSPy
-    user loads it with `MemoryProgram(system).load(path)` and gets the same stage prompts."""
+    """`prompts` as a DSPy program state (`MemoryProgram(system).save(path)`, JSON, without LMs) with the
+    system's name and knobs: `load_program(path)` (or `MemoryProgram(system).load(path)`) gives the same
+    system, knobs and stage prompts."""
     program = MemoryProgram(system.with_prompts(prompts))  # its predictors are copies
     for _, predictor in program.named_predictors():
         predictor.lm = None  # a program state holds prompts, not the LM that ran them

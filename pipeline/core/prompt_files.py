@@ -173,6 +173,8 @@ class ExportedPrompts:
     @property
     def description(self) -> str:
         """How error messages name this record: its file, else its run."""
+        if self.origin is not None and self.origin.startswith(("registry:", "prompts:/")):
+            return f"registered prompt set {self.origin}"  # `prompts=` read from the registry
         if self.origin is not None:
             return f"prompt file {self.origin}"
         if self.source_run is not None:

@@ -32,8 +32,9 @@ import difflib
 import json
 import logging
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from memtrace_loop.pipeline.analysis.blame import BlameTable
 from memtrace_loop.pipeline.core.records import PromptSet
@@ -159,12 +160,16 @@ class TrackingLoopObserver:
     """A `LoopObserver` logging into the tracker's active (parent) run."""
 
     def __init__(
-        self, tracker: Tracker, system_name: str, secrets: Iterable[str], register_prompts: bool = True
+        self, tracker: Tracker, system_name: str, secrets: Iterable[str], register_prompts: bool = True,
+        base_knobs: Mapping[str, Any] | None = None,
     ) -> None:
         self.tracker = tracker
         self.system_name = system_name
         self.secrets = tuple(secrets)
         self.register_prompts = register_prompts
+        # the configured system's knobs that differ from their defaults: with the accepted knob changes,
+        # the knob values registered with an accepted set (what the export's `knobs` holds)
+        self.base_knobs = dict(base_knobs or {})
 
     def _text(self, text: str, artifact: str) -> None:
         self.tracker.log_text(scrub(text, self.secrets), artifact)
@@ -216,7 +221,7 @@ class TrackingLoopObserver:
                     self.system_name, accepted.candidate.prompts,
                     f"iteration {record.iteration}: {accepted.candidate.rationale}"[:500],
                     {"iteration": str(record.iteration), "dev_accuracy": f"{accepted.dev_accuracy:.4f}"},
-                    alias=CHAMPION,
+                    alias=CHAMPION, knobs={**self.base_knobs, **record.knobs, **accepted.candidate.knobs},
                 )
             except Exception as exc:  # the registry is a convenience; never lose a run over it
                 logger.warning("could not register the accepted prompt set: %s", exc)

@@ -203,16 +203,17 @@ class MlflowTracker:
 
     def register_prompts(
         self, system_name: str, prompts: PromptSet, commit_message: str, tags: Mapping[str, str],
-        alias: str | None = None,
+        alias: str | None = None, knobs: Mapping[str, Any] | None = None,
     ) -> Mapping[str, str]:
         """Register `prompts` as `memtrace-<experiment>-<system>-<stage>` (the experiment last opened; see
-        `prompt_registry`): new versions only for changed stages, linked to the active run."""
+        `prompt_registry`): new versions only for stages whose text and knobs no version holds, linked to
+        the active run."""
         active = mlflow.active_run()
         return self._write(
             lambda: register_prompt_set(
                 system_name, prompts, commit_message=commit_message, tags=tags,
                 run_id=active.info.run_id if active is not None else None, experiment=self.experiment_name,
-                alias=alias,
+                alias=alias, knobs=knobs,
             ),
             "register prompts",
         )

@@ -5,16 +5,22 @@ What it does:
 - `register_prompt_set` registers the stage instructions of a `PromptSet` in the registry prompts
   `memtrace-<experiment>-<system>-<stage>` (`memtrace-<system>-<stage>` without an experiment; see
   `registry_name`: the experiment keeps the prompts of experiments apart) and returns stage -> prompt
-  URI (`prompts:/<name>/<version>`). A stage gets a new version only when its text differs from the
-  prompt's latest version (else the latest version is reused: one version per change, not per call).
-  Each new version carries the tags `memtrace.system`, `memtrace.stage` (the unsanitized names) and
-  `memtrace.experiment` plus the caller's tags; with `run_id` the new versions are linked to that
-  MLflow run, the run that made them (MLflow links through the current tracking store, so the
-  registry must then be the current tracking URI); with `alias` (e.g. `tracker.CHAMPION`, the accepted set)
-  the alias is moved to the set's version of every stage.
+  URI (`prompts:/<name>/<version>`). A stage gets a new version only when no version of its prompt
+  holds the same text and knobs: a rerun that accepts a text the prompt already had (the demo's first
+  accepted set repeats the default text of a stage a later iteration changed) reuses that version
+  rather than adding a duplicate, so a prompt has one version per distinct (text, knobs). Of several
+  identical versions (made before this rule) the newest is reused.
+  Each new version carries the tags `memtrace.system`, `memtrace.stage` (the unsanitized names),
+  `memtrace.experiment` and `memtrace.knobs` (the set's knob values as canonical JSON, `{}` for none:
+  knobs belong to the set, so every stage's version carries them) plus the caller's tags; with `run_id`
+  the new versions are linked to that MLflow run, the run that made them (MLflow links through the
+  current tracking store, so the registry must then be the current tracking URI); with `alias` (e.g.
+  `tracker.CHAMPION`, the accepted set) the alias is moved to the version holding the set's text of
+  every stage, reused or new: `@champion` is always the last accepted set, never a duplicate.
 - `load_registered_prompt_set` loads one version (a number, "latest", or another alias) of the
-  given stages back into a `PromptSet`; `load_prompt_set_from_uris` loads the exact URIs that
-  `register_prompt_set` returned.
+  given stages back into a `PromptSet`; `load_registered_set` also gives the set's knobs (what
+  `prompts=registry:<system>@<alias>` loads, `pipeline.tracking.prompt_sources`);
+  `load_prompt_set_from_uris` loads the exact URIs that `register_prompt_set` returned.
 
 MLflow facts this relies on (MLflow 3.17, checked on a SQLite store):
 
@@ -24,7 +30,7 @@ MLflow facts this relies on (MLflow 3.17, checked on a SQLite store):
   `{% ... %}` are only interpreted by `PromptVersion.format`, which this module never calls; it
   reads `PromptVersion.template`, so instructions with braces round-trip unchanged.
 - Every `register_prompt` call creates a new version (1, 2, ...), even for an unchanged template (so
-  this module compares with the latest template first); the alias "latest" resolves to the highest
+  this module compares with the existing versions first); the alias "latest" resolves to the highest
   version. Versions are per prompt: the stages of a set have different version numbers once one stage
   changed without the others (the alias, or the returned URIs, name the set).
 - Loads read the store directly (`MlflowClient.get_prompt_version` / `get_prompt_version_by_alias`)
@@ -40,8 +46,12 @@ stages registered so far in place.
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, cast
 
 import mlflow
 from memtrace_loop.pipeline.core.records import PromptSet
@@ -53,6 +63,8 @@ NAME_PREFIX = "memtrace"
 SYSTEM_TAG = "memtrace.system"
 STAGE_TAG = "memtrace.stage"
 EXPERIMENT_TAG = "memtrace.experiment"
+KNOBS_TAG = "memtrace.knobs"  # the set's knob values, canonical JSON ("{}": none)
+RESERVED_TAGS = (SYSTEM_TAG, STAGE_TAG, EXPERIMENT_TAG, KNOBS_TAG)
 LATEST = "latest"
 MAX_TEMPLATE_CHARS = 100_000  # MLflow's limit on a model-registry tag value, where templates live
 _NOT_ALLOWED = re.compile(r"[^A-Za-z0-9_.-]")
@@ -108,12 +120,14 @@ def register_prompt_set(
     registry_uri: str | None = None,
     experiment: str | None = None,
     alias: str | None = None,
+    knobs: Mapping[str, Any] | None = None,
 ) -> dict[str, str]:
-    """Register the stages of `prompts` (a new version for each stage whose text changed); returns
-    stage -> URI of the version holding the stage's text.
+    """Register the stages of `prompts` (a new version for each stage whose text and knobs no version
+    holds yet); returns stage -> URI of the version holding the stage's text.
 
     `tags` go on every new version (string keys and values; the `memtrace.*` keys are reserved);
-    `run_id` links the new versions to that run; `alias` is set on the set's version of every stage.
+    `run_id` links the new versions to that run; `alias` is set on the set's version of every stage;
+    `knobs` (JSON values) are the set's knob values, kept on every stage's version.
     """
     if len(prompts) == 0:
         raise PromptRegistryError(f"prompt set for memory system {system_name!r} has no stages to register")
@@ -121,11 +135,12 @@ def register_prompt_set(
     for key, value in extra.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise PromptRegistryError(f"tags must map strings to strings, got {key!r}: {value!r}")
-        if key in (SYSTEM_TAG, STAGE_TAG, EXPERIMENT_TAG):
+        if key in RESERVED_TAGS:
             raise PromptRegistryError(f"tag {key!r} is reserved")
     if alias is not None and (not _ALIAS.match(alias) or alias == LATEST or alias.isdigit()):
         raise PromptRegistryError(f"alias must be letters, digits, '_' or '-' (not 'latest'), got {alias!r}")
     names = _names(system_name, prompts.stages(), experiment)
+    knobs_json = knobs_tag(knobs or {})
     for stage in prompts:
         text = prompts[stage]
         if not isinstance(text, str) or not text.strip():
@@ -144,9 +159,10 @@ def register_prompt_set(
     client = _client(registry_uri)
     uris: dict[str, str] = {}
     for stage, name in names.items():
-        version = _latest_with(client, name, prompts[stage])
+        version = _version_with(client, name, prompts[stage], knobs_json)
         if version is None:
-            mine = {SYSTEM_TAG: system_name, STAGE_TAG: stage, **({EXPERIMENT_TAG: experiment} if experiment else {})}
+            mine = {SYSTEM_TAG: system_name, STAGE_TAG: stage, KNOBS_TAG: knobs_json,
+                    **({EXPERIMENT_TAG: experiment} if experiment else {})}
             version = client.register_prompt(
                 name=name, template=prompts[stage], commit_message=commit_message, tags={**extra, **mine}
             )
@@ -158,16 +174,49 @@ def register_prompt_set(
     return uris
 
 
-def _latest_with(client: MlflowClient, name: str, template: str) -> PromptVersion | None:
-    """The latest version of prompt `name` when its template is `template` (None when the prompt does
-    not exist yet or its latest text differs)."""
-    if client.get_prompt(name) is None:
-        return None
+def knobs_tag(knobs: Mapping[str, Any]) -> str:
+    """The `memtrace.knobs` tag of a set's knobs: canonical JSON (sorted keys), `{}` for none."""
     try:
-        latest = client.get_prompt_version_by_alias(name, LATEST)
-    except MlflowException:
-        return None
-    return latest if latest is not None and latest.template == template else None
+        return json.dumps(dict(knobs), sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError) as error:
+        raise PromptRegistryError(f"knobs must be JSON values, got {dict(knobs)!r}: {error}") from None
+
+
+def knobs_of(version: PromptVersion) -> dict[str, Any]:
+    """The knobs a version carries (`{}` for a version registered before knobs were kept)."""
+    text = version.tags.get(KNOBS_TAG, "{}")
+    try:
+        knobs = json.loads(text)
+    except ValueError:
+        knobs = None
+    if not isinstance(knobs, dict):
+        raise PromptRegistryError(
+            f"registry prompt {version.uri}: tag {KNOBS_TAG!r} is not a JSON object of knobs: {text[:80]!r}"
+        )
+    return knobs
+
+
+def _versions(client: MlflowClient, name: str) -> Iterator[PromptVersion]:
+    """Every version of prompt `name`, page by page (none when the prompt does not exist)."""
+    if client.get_prompt(name) is None:
+        return
+    token: str | None = None
+    while True:
+        page = client.search_prompt_versions(name, page_token=token)
+        yield from page
+        token = page.token
+        if not token:
+            return
+
+
+def _version_with(client: MlflowClient, name: str, template: str, knobs_json: str) -> PromptVersion | None:
+    """The newest version of prompt `name` holding `template` with the knobs `knobs_json` (None when no
+    version does; versions from before knobs were kept count as `{}`)."""
+    same = [
+        v for v in _versions(client, name)
+        if v.template == template and v.tags.get(KNOBS_TAG, "{}") == knobs_json  # the tag is canonical JSON
+    ]
+    return max(same, key=lambda v: int(v.version)) if same else None
 
 
 def _fetch(client: MlflowClient, uri: str) -> PromptVersion | None:
@@ -184,23 +233,33 @@ def _fetch(client: MlflowClient, uri: str) -> PromptVersion | None:
     return client.get_prompt_version_by_alias(name, alias)
 
 
-def _load(client: MlflowClient, uri: str, system_name: str | None, stage: str) -> str:
+def _load(client: MlflowClient, uri: str, system_name: str | None, stage: str | None) -> PromptVersion:
+    """The version at `uri`, checked to be a text prompt of `stage` (any stage when None) of `system_name`
+    (any system when None)."""
+    of = f" (stage {stage!r})" if stage is not None else ""
     try:
         version = _fetch(client, uri)
     except MlflowException as error:
-        raise PromptRegistryError(f"cannot load registry prompt {uri} (stage {stage!r}): {error.message}") from None
+        raise PromptRegistryError(f"cannot load registry prompt {uri}{of}: {error.message}") from None
     if version is None:
-        raise PromptRegistryError(f"cannot load registry prompt {uri} (stage {stage!r}): not found")
+        raise PromptRegistryError(f"cannot load registry prompt {uri}{of}: not found")
     if not version.is_text_prompt or not isinstance(version.template, str):
-        raise PromptRegistryError(f"registry prompt {uri} (stage {stage!r}) is a chat prompt, not an instruction")
+        raise PromptRegistryError(f"registry prompt {uri}{of} is a chat prompt, not an instruction")
     found_stage = version.tags.get(STAGE_TAG)
     found_system = version.tags.get(SYSTEM_TAG)
-    if found_stage != stage or (system_name is not None and found_system != system_name):
+    if not found_stage or not found_system:
+        raise PromptRegistryError(f"registry prompt {uri} was not registered by memtrace (no {STAGE_TAG!r} tag)")
+    if (stage is not None and found_stage != stage) or (system_name is not None and found_system != system_name):
         raise PromptRegistryError(
             f"registry prompt {uri} holds stage {found_stage!r} of memory system {found_system!r}, "
-            f"expected stage {stage!r}" + (f" of {system_name!r}" if system_name is not None else "")
+            f"expected stage {stage or found_stage!r}" + (f" of {system_name!r}" if system_name is not None else "")
         )
-    return version.template
+    return version
+
+
+def _text(version: PromptVersion) -> str:
+    """The template of a version `_load` checked to be a text prompt."""
+    return cast(str, version.template)
 
 
 def prompt_uri(system_name: str, stage: str, version: int | str = LATEST, experiment: str | None = None) -> str:
@@ -228,14 +287,7 @@ def load_registered_prompt_set(
     """The instructions of `stages` at `version` (a number, "latest" or another alias such as
     `tracker.CHAMPION`), verbatim. A number is each stage's own version number (stages changed apart have
     different ones): load a whole set by an alias or by the URIs `register_prompt_set` returned."""
-    stages = tuple(stages)
-    if not stages:
-        raise PromptRegistryError("no stages to load")
-    client = _client(registry_uri)
-    uris = {
-        stage: prompt_uri(system_name, stage, version, experiment) for stage in _names(system_name, stages, experiment)
-    }
-    return PromptSet({stage: _load(client, uri, system_name, stage) for stage, uri in uris.items()})
+    return load_registered_set(system_name, stages, version, registry_uri=registry_uri, experiment=experiment).prompts
 
 
 def load_prompt_set_from_uris(uris: Mapping[str, str], *, registry_uri: str | None = None) -> PromptSet:
@@ -243,4 +295,59 @@ def load_prompt_set_from_uris(uris: Mapping[str, str], *, registry_uri: str | No
     if not uris:
         raise PromptRegistryError("no prompt URIs to load")
     client = _client(registry_uri)
-    return PromptSet({stage: _load(client, uri, None, stage) for stage, uri in uris.items()})
+    return PromptSet({stage: _text(_load(client, uri, None, stage)) for stage, uri in uris.items()})
+
+
+@dataclass(frozen=True)
+class RegisteredSet:
+    """A prompt set read back from the registry: the stages' texts, the set's knobs, and stage -> the
+    exact URI (`prompts:/<name>/<n>`) each text came from."""
+
+    system: str
+    prompts: PromptSet
+    knobs: Mapping[str, Any]
+    uris: Mapping[str, str]
+
+
+def load_registered_set(
+    system_name: str,
+    stages: Iterable[str],
+    version: int | str = LATEST,
+    *,
+    registry_uri: str | None = None,
+    experiment: str | None = None,
+) -> RegisteredSet:
+    """`load_registered_prompt_set` with the set's knobs (the `memtrace.knobs` tag every stage's version
+    carries; refused when the stages' versions disagree, i.e. were not registered as one set)."""
+    stages = tuple(stages)
+    if not stages:
+        raise PromptRegistryError("no stages to load")
+    client = _client(registry_uri)
+    names = _names(system_name, stages, experiment)
+    versions = {stage: _load(client, prompt_uri(system_name, stage, version, experiment), system_name, stage)
+                for stage in names}
+    knobs = {stage: knobs_of(v) for stage, v in versions.items()}
+    if len({knobs_tag(k) for k in knobs.values()}) > 1:
+        shown = ", ".join(f"{stage} {knobs_tag(k)}" for stage, k in knobs.items())
+        raise PromptRegistryError(
+            f"the stages at {version!r} were not registered as one set: their knobs differ ({shown})"
+        )
+    return RegisteredSet(
+        system_name, PromptSet({stage: _text(v) for stage, v in versions.items()}),
+        MappingProxyType(next(iter(knobs.values()))), MappingProxyType({s: v.uri for s, v in versions.items()}),
+    )
+
+
+@dataclass(frozen=True)
+class RegisteredStage:
+    """One stage's text read back from a `prompts:/` URI, with the system and stage its tags name."""
+
+    system: str
+    stage: str
+    text: str
+
+
+def load_registered_stage(uri: str, *, registry_uri: str | None = None) -> RegisteredStage:
+    """The stage instruction at `uri` (`prompts:/<name>/<n>` or `prompts:/<name>@<alias>`)."""
+    version = _load(_client(registry_uri), uri, None, None)
+    return RegisteredStage(version.tags[SYSTEM_TAG], version.tags[STAGE_TAG], _text(version))

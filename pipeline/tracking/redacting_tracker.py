@@ -80,10 +80,12 @@ class RedactingTracker:
 
     def register_prompts(
         self, system_name: str, prompts: PromptSet, commit_message: str, tags: Mapping[str, str],
-        alias: str | None = None,
+        alias: str | None = None, knobs: Mapping[str, Any] | None = None,
     ) -> Mapping[str, str]:
         clean = PromptSet({stage: self._r(text) for stage, text in prompts.instruction_by_stage.items()})
-        return self.inner.register_prompts(system_name, clean, self._r(commit_message), self._strings(tags), alias)
+        return self.inner.register_prompts(
+            system_name, clean, self._r(commit_message), self._strings(tags), alias, knobs
+        )
 
     # -------------------------------------------------------------- reading
     def get_run(self, run_id: str) -> TrackedRun:

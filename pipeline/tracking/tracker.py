@@ -22,7 +22,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Protocol
+from typing import Any, Protocol
 
 from memtrace_loop.pipeline.core.records import PromptSet
 
@@ -91,11 +91,11 @@ class Tracker(Protocol):
 
     def register_prompts(
         self, system_name: str, prompts: PromptSet, commit_message: str, tags: Mapping[str, str],
-        alias: str | None = None,
+        alias: str | None = None, knobs: Mapping[str, Any] | None = None,
     ) -> Mapping[str, str]:
-        """Register `prompts` in the prompt registry of the current experiment (a new version for each
-        stage whose text changed, linked to the active run; `alias` moved onto the set's versions);
-        returns stage -> prompt URI."""
+        """Register `prompts` (with the set's `knobs`) in the prompt registry of the current experiment (a
+        new version for each stage whose text and knobs no version holds, linked to the active run; `alias`
+        moved onto the set's versions); returns stage -> prompt URI."""
         ...
 
     def get_run(self, run_id: str) -> TrackedRun:

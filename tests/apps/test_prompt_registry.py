@@ -12,6 +12,7 @@ from memtrace_loop.pipeline.tracking.prompt_registry import (
     PromptRegistryError,
     load_prompt_set_from_uris,
     load_registered_prompt_set,
+    load_registered_set,
     prompt_uri,
     register_prompt_set,
     registry_name,
@@ -161,3 +162,26 @@ def test_an_alias_must_be_a_name_other_than_latest(store: str) -> None:
     for alias in ("latest", "3", "a/b"):
         with pytest.raises(PromptRegistryError, match="alias"):
             register_prompt_set("mem0", PromptSet({"extract": "E."}), alias=alias, registry_uri=store)
+
+
+def test_a_text_registered_before_is_reused_and_the_champion_moves_back_to_it(store: str) -> None:
+    a, b = PromptSet({"decide": "D1."}), PromptSet({"decide": "D2."})
+    for accepted in (a, b, a):  # a rerun accepts the first text again (issue 25, item 6)
+        uris = register_prompt_set("mem0", accepted, alias=CHAMPION, registry_uri=store)
+    client = MlflowClient(tracking_uri=store, registry_uri=store)
+    assert uris == {"decide": "prompts:/memtrace-mem0-decide/1"}  # A's own version, no copy
+    assert sorted(int(v.version) for v in client.search_prompt_versions("memtrace-mem0-decide")) == [1, 2]
+    assert client.get_prompt_version_by_alias("memtrace-mem0-decide", CHAMPION).version == 1
+
+    # knobs belong to the set: the same text with other knobs is a new version, loaded back with them
+    knobbed = register_prompt_set("mem0", a, alias=CHAMPION, knobs={"top_k": 20}, registry_uri=store)
+    assert knobbed == {"decide": "prompts:/memtrace-mem0-decide/3"}
+    found = load_registered_set("mem0", ["decide"], CHAMPION, registry_uri=store)
+    assert found.prompts == a and dict(found.knobs) == {"top_k": 20}
+    assert load_registered_set("mem0", ["decide"], 1, registry_uri=store).knobs == {}
+
+    # stages whose versions carry different knobs were not registered as one set
+    register_prompt_set("mem0", PromptSet({"extract": "E."}), alias="mixed", knobs={"top_k": 5}, registry_uri=store)
+    register_prompt_set("mem0", PromptSet({"decide": "D2."}), alias="mixed", registry_uri=store)
+    with pytest.raises(PromptRegistryError, match="not registered as one set: their knobs differ"):
+        load_registered_set("mem0", ["extract", "decide"], "mixed", registry_uri=store)

@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from memtrace_loop.pipeline.core.records import PromptSet
 from memtrace_loop.pipeline.tracking.tracker import DatasetInput, RunNotFoundError, TrackedRun
@@ -108,7 +109,7 @@ class InMemoryTracker:
 
     def register_prompts(
         self, system_name: str, prompts: PromptSet, commit_message: str, tags: Mapping[str, str],
-        alias: str | None = None,
+        alias: str | None = None, knobs: Mapping[str, Any] | None = None,
     ) -> Mapping[str, str]:
         self.active.registered.append((system_name, prompts, commit_message, dict(tags)))
         version = sum(len(run.registered) for run in self.runs.values())
