@@ -31,7 +31,9 @@ from __future__ import annotations
 import difflib
 import json
 import logging
+import re
 import tempfile
+import textwrap
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -55,8 +57,29 @@ from memtrace_loop.pipeline.tracking.tracker import CHAMPION, Tracker
 logger = logging.getLogger(__name__)
 
 
+DIFF_WIDTH = 100  # a diffed instruction line: one sentence, wrapped at this many characters
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
+
+
+def instruction_lines(text: str, width: int = DIFF_WIDTH) -> list[str]:
+    """An instruction as the lines its diff compares: its own lines, each cut after every sentence and
+    wrapped at `width` (never inside a word), so a changed sentence is a changed line, not the whole
+    paragraph. Blank lines are kept."""
+    lines: list[str] = []
+    for line in text.splitlines():
+        if not line.strip():
+            lines.append("")
+            continue
+        indent = line[: len(line) - len(line.lstrip())]
+        for sentence in _SENTENCE_END.split(line.strip()):
+            lines.extend(textwrap.wrap(sentence, width, initial_indent=indent, subsequent_indent=indent,
+                                       break_long_words=False, break_on_hyphens=False) or [indent])
+    return lines
+
+
 def prompt_diff(before: PromptSet, after: PromptSet) -> str:
-    """A unified diff of every stage instruction that changed."""
+    """A line-wise unified diff of every stage instruction that changed (`instruction_lines`: a sentence
+    per line, wrapped), so an edited sentence shows as a changed line among unchanged context."""
     chunks: list[str] = []
     for stage in sorted(set(before) | set(after)):
         old = before.instruction_by_stage.get(stage, "")
@@ -64,7 +87,8 @@ def prompt_diff(before: PromptSet, after: PromptSet) -> str:
         if old != new:
             chunks.extend(
                 difflib.unified_diff(
-                    old.splitlines(), new.splitlines(), f"{stage} (current)", f"{stage} (candidate)", lineterm=""
+                    instruction_lines(old), instruction_lines(new), f"{stage} (current)", f"{stage} (candidate)",
+                    lineterm="",
                 )
             )
     return "\n".join(chunks)
