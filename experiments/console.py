@@ -176,7 +176,7 @@ def loop_tables(result: LoopResult, system_name: str) -> list[Table]:
     stages = list(dict.fromkeys(row.stage for s in result.history for row in s.blame.rows))
     blame = Table(title="blame per stage per iteration (attributed train failures)")
     blame.add_column("iter", justify="right")
-    blame.add_column("dev acc %", justify="right")
+    blame.add_column("dev before %", justify="right")  # the prompt set the iteration started from
     for stage in stages:
         blame.add_column(stage, justify="right")
     blame.add_column("candidates")
@@ -192,8 +192,8 @@ def loop_tables(result: LoopResult, system_name: str) -> list[Table]:
         )
 
     accepted = Table(title="accepted candidates")
-    for column in ("iter", "stages", "dev acc %", "paired gain % [95% CI]", "why"):
-        accepted.add_column(column, justify="right" if column in ("iter", "dev acc %") else "left")
+    for column in ("iter", "stages", "dev after %", "paired gain % [95% CI]", "why"):
+        accepted.add_column(column, justify="right" if column in ("iter", "dev after %") else "left")
     for summary in result.history:
         for c in summary.candidates:
             if c.accepted:

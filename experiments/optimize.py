@@ -284,7 +284,8 @@ def _optimize(session: AppSession[OptimizeConfig]) -> dict[str, Any]:
         tracker.set_tags(folder_tags(folder.root))  # first: a run killed from here on is found stale by its lock
         if not resuming:
             _log_start(session, parts, tracker)
-        observer = TrackingLoopObserver(tracker, parts.system.name, session.secrets, config.register_prompts)
+        observer = TrackingLoopObserver(tracker, parts.system.name, session.secrets, config.register_prompts,
+                                        traces=session.failure_traces())
         with RichProgress(session.console) as progress:
             loop = OptimizationLoop(
                 parts.system, parts.judge, parts.optimizer, Splits(parts.splits.train, parts.splits.dev,

@@ -1,14 +1,16 @@
 """Tracking an optimization run: one nested run per iteration under the tracker's active parent run.
 
-Each iteration's nested run gets train/dev metrics (step = iteration), the blame table (with weights and
-replay-verified / refuted counts), the attribution table (verified, joint decisive set, cost) and the
-`attribution/*` shares, every candidate with its prompt diff (`candidates/<i>-accepted|rejected.diff.txt`,
-previewable in the MLflow UI) and gate verdict, and LLM-call counts; accepted prompt sets are registered
-in the tracker's prompt registry. At the end the parent run gets the
-test metrics of the starting and final prompt sets, the per-question test scores of both
-(`test_questions.json`, what `memtrace compare` pairs), the LM calls and tokens made, the length of the
-final prompt set, the score and blame plots (PNG), the history and the exported prompt files. Every text
-passes `scrub`. Everything goes through the `Tracker` protocol (MLflow in production). This module does
+Each iteration's nested run spans the iteration's work (dated back to when it began) and gets train/dev
+metrics (step = iteration), the blame table (with weights and replay-verified / refuted counts), the
+attribution table (verified, joint decisive set, cost) and the `attribution/*` shares, every candidate
+with its prompt diff (`candidates/<i>-accepted|rejected.diff.txt`, previewable in the MLflow UI; a
+sentence per line, `prompt_diff`) and gate verdict, LLM-call counts and, when given `traces`, the
+iteration's train failures as MLflow traces; accepted prompt sets are registered in the tracker's
+prompt registry. At the end the parent run gets the test metrics of the starting and final prompt
+sets, the per-question test scores of both (`test_questions.json`, what `memtrace compare` pairs), the
+LM calls and tokens made, the length of the final prompt set, the score and blame plots (PNG), the
+history and the exported prompt files. Every text passes `scrub`. Everything goes through the `Tracker`
+protocol (MLflow in production), traces through the `IterationTraces` it is given. This module does
 not run the loop and does not decide anything.
 
 Metric names are `pipeline.tracking.metric_names` (`train/...`, `dev/...`, `test/start/...`,
@@ -34,13 +36,17 @@ import logging
 import re
 import tempfile
 import textwrap
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Protocol
 
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution
 from memtrace_loop.pipeline.analysis.blame import BlameTable
 from memtrace_loop.pipeline.core.records import PromptSet
 from memtrace_loop.pipeline.loop.failure_impact import failure_impact
 from memtrace_loop.pipeline.loop.optimization import IterationRecord, LoopResult
+from memtrace_loop.pipeline.loop.runner import RunResult
 from memtrace_loop.pipeline.loop.summaries import IterationSummary
 from memtrace_loop.pipeline.tracking import metric_names as names
 from memtrace_loop.pipeline.tracking.plots import IterationScore, plot_blame, plot_scores
@@ -179,23 +185,47 @@ def blame_by_iteration(history: Iterable[IterationSummary]) -> list[tuple[int, B
     return [(summary.iteration, summary.blame) for summary in history if summary.blame.rows]
 
 
+class IterationTraces(Protocol):
+    """Logs an iteration's train failures as traces into a run; returns how many it stored
+    (`pipeline.tracking.traces.FailureTraces`)."""
+
+    def __call__(self, result: RunResult, attributions: Iterable[Attribution], run_id: str) -> int: ...
+
+
 class TrackingLoopObserver:
-    """A `LoopObserver` logging into the tracker's active (parent) run."""
+    """A `LoopObserver` logging into the tracker's active (parent) run.
+
+    Each iteration's nested run is dated back to when the iteration's work began (the observer's
+    creation for the first, the end of the previous iteration's logging for the next ones: the loop
+    tells an observer only of finished iterations), so its duration in the MLflow UI is the iteration's
+    work plus its logging. With `traces`, the iteration's train failures are logged as traces linked
+    to its nested run."""
 
     def __init__(
-        self, tracker: Tracker, system_name: str, secrets: Iterable[str], register_prompts: bool = True
+        self, tracker: Tracker, system_name: str, secrets: Iterable[str], register_prompts: bool = True,
+        traces: IterationTraces | None = None, clock: Callable[[], float] = time.time,
     ) -> None:
         self.tracker = tracker
         self.system_name = system_name
         self.secrets = tuple(secrets)
         self.register_prompts = register_prompts
+        self.traces = traces
+        self.clock = clock
+        self.work_started = clock()  # when the next iteration's work began
 
     def _text(self, text: str, artifact: str) -> None:
         self.tracker.log_text(scrub(text, self.secrets), artifact)
 
     def on_iteration(self, record: IterationRecord) -> None:
+        try:
+            self._log_iteration(record)
+        finally:
+            self.work_started = self.clock()
+
+    def _log_iteration(self, record: IterationRecord) -> None:
         tracker = self.tracker
-        with tracker.start_run(f"iteration-{record.iteration}", nested=True):
+        nested = tracker.start_run(f"iteration-{record.iteration}", nested=True, start_time=self.work_started)
+        with nested as run_id:
             tracker.set_tags({"memtrace.iteration": str(record.iteration)})
             tracker.log_params({k: scrub(v, self.secrets) for k, v in iteration_params(record).items()})
             metrics = {
@@ -226,6 +256,10 @@ class TrackingLoopObserver:
                     self._text(feedback, f"candidates/{index}-feedback-{stage}.txt")
                 for name, columns in outcome.candidate.tables.items():  # e.g. GEPA's candidate pool
                     tracker.log_table(dict(columns), f"candidates/{index}-{name}")
+            if self.traces is not None:  # never raises for a logging failure (`traces.log_question_traces`)
+                traced = self.traces(record.train, record.attributions, run_id)
+                logger.info("iteration %d: logged %d train failure traces to MLflow run %s", record.iteration,
+                            traced, run_id)
             accepted = record.accepted
         # the parent run gets the headline curves too, one point per iteration
         tracker.log_metrics(

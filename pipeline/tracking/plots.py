@@ -88,14 +88,23 @@ def _spread(x: int, count: int, width: float = 0.18) -> list[float]:
     return [x - width + i * step for i in range(count)]
 
 
+DEV_LABEL = "dev accuracy at iteration start"  # the prompt set each iteration started from (`IterationScore`)
+
+
 def plot_scores(iterations: Sequence[IterationScore], path: str | Path) -> Path:
     """Accuracy vs iteration: dev line with CI band, train line, accepted/rejected candidates."""
     path = _png_path(path)
+    return _save(scores_figure(iterations), path)
+
+
+def scores_figure(iterations: Sequence[IterationScore]) -> Figure:
+    """The figure `plot_scores` writes. Iteration i's dev and train points are the prompt set it started
+    from (before its candidates; the log's "dev before"); its candidates are drawn beside them."""
     rows = sorted(iterations, key=lambda row: row.iteration)
     _ordered_iterations([row.iteration for row in rows])
     figure = _new_figure(7.5, 4.5)
     axes = figure.add_subplot()
-    axes.set_title("Judge accuracy per iteration")
+    axes.set_title("Judge accuracy at the start of each iteration, and its candidates")
     axes.set_xlabel("iteration")
     axes.set_ylabel("judge accuracy")
     axes.yaxis.set_major_formatter(PercentFormatter(xmax=1.0, decimals=0))
@@ -104,7 +113,7 @@ def plot_scores(iterations: Sequence[IterationScore], path: str | Path) -> Path:
     axes.set_ylim(-0.02, 1.02)
     if not rows:
         axes.text(0.5, 0.5, "no iterations yet", ha="center", va="center", transform=axes.transAxes)
-        return _save(figure, path)
+        return figure
 
     xs = [row.iteration for row in rows]
     axes.fill_between(
@@ -114,7 +123,7 @@ def plot_scores(iterations: Sequence[IterationScore], path: str | Path) -> Path:
         color=_DEV_COLOR,
         alpha=0.15,
         linewidth=0,
-        label="dev accuracy CI",
+        label=f"{DEV_LABEL}: 95% CI",
     )
     axes.plot(
         xs,
@@ -123,7 +132,7 @@ def plot_scores(iterations: Sequence[IterationScore], path: str | Path) -> Path:
         marker="o",
         markersize=5,
         linewidth=2,
-        label="dev accuracy",
+        label=DEV_LABEL,
         zorder=3,
     )
     train = [(row.iteration, row.train_accuracy) for row in rows if row.train_accuracy is not None]
@@ -136,7 +145,7 @@ def plot_scores(iterations: Sequence[IterationScore], path: str | Path) -> Path:
             marker="s",
             markersize=4,
             linewidth=1.5,
-            label="train accuracy",
+            label="train accuracy at iteration start",
             zorder=2,
         )
 
@@ -188,7 +197,7 @@ def plot_scores(iterations: Sequence[IterationScore], path: str | Path) -> Path:
         axes.set_xlim(xs[0] - 1, xs[0] + 1)
     else:
         axes.set_xlim(xs[0] - 0.5, xs[-1] + 0.5)
-    return _save(figure, path)
+    return figure
 
 
 def plot_blame(blame_by_iteration: Sequence[tuple[int, BlameTable]], path: str | Path) -> Path:
