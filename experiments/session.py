@@ -97,8 +97,10 @@ class AppSession(Generic[C]):
         return RedactingTracker(MlflowTracker(self.config.tracking.uri), self.secrets)
 
     def configure_cache(self) -> None:
-        """Point DSPy's response cache at the configured folder (before the first LM is built)."""
-        configure_cache(self.base_dir / self.config.cache_dir)
+        """Point DSPy's response cache at the configured folder (before the first LM is built); said in
+        the log only when some LM role uses it (`lm.<role>.cache`)."""
+        used = any(lm.cache for lm in self.config.lm.by_role().values())
+        configure_cache(self.base_dir / self.config.cache_dir, used=used)
 
     def failure_traces(self) -> FailureTraces | None:
         """What `optimize` logs per iteration as MLflow traces: its train failures, at most
