@@ -77,7 +77,9 @@ class TrackingConfig:
     request waiting (`timeout_s`, per request) and how often a failed request is retried (`max_retries`)
     before the command gives up (`pipeline.tracking.store_access.configure_tracking_client`). `traces`:
     whether `memtrace run` logs each answered question as an MLflow trace with its blame assessment, at
-    most `max_traces` per run (`pipeline.tracking.traces`)."""
+    most `max_traces` per run (`pipeline.tracking.traces`), and `memtrace optimize` each iteration's
+    train failures into the iteration's nested run, at most `max_traces_per_iteration` (and never more
+    than `max_traces`, so MEMTRACE_MAX_TRACES=0 turns both off)."""
 
     __pydantic_config__ = _STRICT
     uri: str
@@ -86,9 +88,10 @@ class TrackingConfig:
     max_retries: int = 2
     traces: bool = True  # `run`: each answered question as an MLflow trace with its blame (pipeline.tracking.traces)
     max_traces: int = 100  # ... at most this many per run (dataset order; conf: MEMTRACE_MAX_TRACES)
+    max_traces_per_iteration: int = 20  # `optimize`: train failures traced per iteration (at most max_traces)
 
     def __post_init__(self) -> None:
-        require(self, max_retries=(0, 10), max_traces=(0, None))
+        require(self, max_retries=(0, 10), max_traces=(0, None), max_traces_per_iteration=(0, None))
         if not self.timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
         require_text(self, "uri", "experiment")

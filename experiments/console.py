@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import math
 
+from memtrace_loop.experiments.app_setup import log_prefix, quiet_progress_bars
 from memtrace_loop.experiments.console_layout import is_echo
 from memtrace_loop.pipeline.analysis.blame import BlameTable
 from memtrace_loop.pipeline.analysis.diagnosis import Diagnosis
@@ -32,14 +33,16 @@ def setup_logging(level: int = logging.INFO) -> None:
     installed (Hydra's job log, `<output dir>/<app>.log`, which gets a plain formatter); any other
     handler (Hydra's plain console handler) is replaced by the rich one. The log files also get what
     the app's console printed (`console_layout.ECHO_ATTR` records, kept off the console) and, at DEBUG,
-    our own `memtrace.*` details (the traceback of a failed command)."""
+    our own `memtrace.*` details (the traceback of a failed command). In a multirun job each console line
+    starts with the job's label; the libraries' progress bars are off (`app_setup`)."""
     root = logging.getLogger()
     files = [h for h in root.handlers if isinstance(h, logging.FileHandler)]
     for file_handler in files:
         file_handler.setFormatter(logging.Formatter(FILE_LOG_FORMAT))
         file_handler.setLevel(logging.NOTSET)
+    quiet_progress_bars()  # the libraries' own bars (datasets, MLflow downloads): ours show the work
     console = RichHandler(show_path=False, level=level)
-    console.setFormatter(logging.Formatter("%(message)s", datefmt="[%X]"))
+    console.setFormatter(logging.Formatter(log_prefix() + "%(message)s", datefmt="[%X]"))  # a sweep job: its label
     console.addFilter(lambda record: not is_echo(record))  # printed already
     for handler in list(root.handlers):
         if handler not in files:
@@ -189,7 +192,7 @@ def loop_tables(result: LoopResult, system_name: str) -> list[Table]:
     stages = list(dict.fromkeys(row.stage for s in result.history for row in s.blame.rows))
     blame = Table(title="blame per stage per iteration (attributed train failures)")
     blame.add_column("iter", justify="right")
-    blame.add_column("dev acc %", justify="right")
+    blame.add_column("dev before %", justify="right")  # the prompt set the iteration started from
     for stage in stages:
         blame.add_column(stage, justify="right")
     blame.add_column("candidates")
@@ -205,8 +208,8 @@ def loop_tables(result: LoopResult, system_name: str) -> list[Table]:
         )
 
     accepted = Table(title="accepted candidates")
-    for column in ("iter", "stages", "dev acc %", "paired gain % [95% CI]", "why"):
-        accepted.add_column(column, justify="right" if column in ("iter", "dev acc %") else "left")
+    for column in ("iter", "stages", "dev after %", "paired gain % [95% CI]", "why"):
+        accepted.add_column(column, justify="right" if column in ("iter", "dev after %") else "left")
     for summary in result.history:
         for c in summary.candidates:
             if c.accepted:

@@ -307,7 +307,8 @@ def _optimize(session: AppSession[OptimizeConfig]) -> dict[str, Any]:
         if not resuming:
             _log_start(session, parts, tracker)
         observer = TrackingLoopObserver(
-            tracker, parts.system.name, session.secrets, config.register_prompts, parts.system.non_default_knobs()
+            tracker, parts.system.name, session.secrets, config.register_prompts, parts.system.non_default_knobs(),
+            traces=session.failure_traces(),
         )
         with RichProgress(session.console) as progress:
             loop = OptimizationLoop(

@@ -39,6 +39,7 @@ from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.redacting_tracker import RedactingTracker
 from memtrace_loop.pipeline.tracking.run_logging import scrub
 from memtrace_loop.pipeline.tracking.store_access import configure_tracking_client
+from memtrace_loop.pipeline.tracking.traces import FailureTraces, configure_trace_export
 from rich.console import Console
 
 __all__ = ["AppSession", "RunAppConfig", "open_session"]
@@ -96,8 +97,21 @@ class AppSession(Generic[C]):
         return RedactingTracker(MlflowTracker(self.config.tracking.uri), self.secrets)
 
     def configure_cache(self) -> None:
-        """Point DSPy's response cache at the configured folder (before the first LM is built)."""
-        configure_cache(self.base_dir / self.config.cache_dir)
+        """Point DSPy's response cache at the configured folder (before the first LM is built); said in
+        the log only when some LM role uses it (`lm.<role>.cache`)."""
+        used = any(lm.cache for lm in self.config.lm.by_role().values())
+        configure_cache(self.base_dir / self.config.cache_dir, used=used)
+
+    def failure_traces(self) -> FailureTraces | None:
+        """What `optimize` logs per iteration as MLflow traces: its train failures, at most
+        `tracking.max_traces_per_iteration` (and `tracking.max_traces`); None when `tracking.traces` is off
+        or a cap is 0. Lets MLflow write spans in batches (`configure_trace_export`) before the first."""
+        tracking = self.config.tracking
+        cap = min(tracking.max_traces_per_iteration, tracking.max_traces)
+        if not (tracking.traces and cap):
+            return None
+        configure_trace_export()
+        return FailureTraces(cap, self.secrets, self.services.stop)
 
     def scrub(self, text: str) -> str:
         return scrub(text, self.secrets)

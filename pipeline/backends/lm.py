@@ -332,13 +332,15 @@ def describe(config: LMConfig) -> dict[str, str]:
     return info
 
 
-def configure_cache(directory: str | Path, *, enable_memory_cache: bool = True) -> None:
+def configure_cache(directory: str | Path, *, enable_memory_cache: bool = True, used: bool = True) -> None:
     """Point DSPy's response cache (disk + in-memory) at `directory`, creating it, as a `ReplyCache`
-    (records without an answer neither served nor stored). For entry points."""
+    (records without an answer neither served nor stored). For entry points; `used`: whether any LM
+    of the run reads it (every `lm.<role>.cache: false`: the cache is installed but not announced)."""
     path = Path(directory).expanduser().resolve()
     path.mkdir(parents=True, exist_ok=True)
     cache = ReplyCache(enable_disk_cache=True, enable_memory_cache=enable_memory_cache, disk_cache_dir=str(path),
                        disk_size_limit_bytes=DISK_CACHE_LIMIT)
     with dspy._cache_lock:  # the lock DSPy's own configure_cache holds against its lazy default build
         dspy.cache = cache
-    logger.info("DSPy response cache at %s", path)
+    if used:  # never "DSPy response cache at ..." when no LM uses it
+        logger.info("DSPy response cache at %s", path)

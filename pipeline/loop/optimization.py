@@ -322,8 +322,9 @@ class OptimizationLoop:
                     iteration, current, stale, progress.start, progress.history, record.budget_spent, knobs
                 )
             )
-            logger.info(
-                "iteration %d: dev %.3f, %d candidates, %s", iteration, current_dev.report.overall.judge_accuracy,
+            logger.info(  # before: the prompt set the iteration started from (what tables and charts show)
+                "iteration %d: dev before %.3f -> after %.3f, %d candidates, %s", iteration,
+                record.dev.report.overall.judge_accuracy, current_dev.report.overall.judge_accuracy,
                 len(record.outcomes), "accepted" if accepted_dev is not None else "none accepted",
             )
 

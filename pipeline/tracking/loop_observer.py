@@ -1,14 +1,16 @@
 """Tracking an optimization run: one nested run per iteration under the tracker's active parent run.
 
-Each iteration's nested run gets train/dev metrics (step = iteration), the blame table (with weights and
-replay-verified / refuted counts), the attribution table (verified, joint decisive set, cost) and the
-`attribution/*` shares, every candidate with its prompt diff (`candidates/<i>-accepted|rejected.diff.txt`,
-previewable in the MLflow UI) and gate verdict, and LLM-call counts; accepted prompt sets are registered
-in the tracker's prompt registry. At the end the parent run gets the
-test metrics of the starting and final prompt sets, the per-question test scores of both
-(`test_questions.json`, what `memtrace compare` pairs), the LM calls and tokens made, the length of the
-final prompt set, the score and blame plots (PNG), the history and the exported prompt files. Every text
-passes `scrub`. Everything goes through the `Tracker` protocol (MLflow in production). This module does
+Each iteration's nested run spans the iteration's work (dated back to when it began) and gets train/dev
+metrics (step = iteration), the blame table (with weights and replay-verified / refuted counts), the
+attribution table (verified, joint decisive set, cost) and the `attribution/*` shares, every candidate
+with its prompt diff (`candidates/<i>-accepted|rejected.diff.txt`, previewable in the MLflow UI; a
+sentence per line, `prompt_diff`) and gate verdict, LLM-call counts and, when given `traces`, the
+iteration's train failures as MLflow traces; accepted prompt sets are registered in the tracker's
+prompt registry. At the end the parent run gets the test metrics of the starting and final prompt
+sets, the per-question test scores of both (`test_questions.json`, what `memtrace compare` pairs), the
+LM calls and tokens made, the length of the final prompt set, the score and blame plots (PNG), the
+history and the exported prompt files. Every text passes `scrub`. Everything goes through the `Tracker`
+protocol (MLflow in production), traces through the `IterationTraces` it is given. This module does
 not run the loop and does not decide anything.
 
 Metric names are `pipeline.tracking.metric_names` (`train/...`, `dev/...`, `test/start/...`,
@@ -31,15 +33,20 @@ from __future__ import annotations
 import difflib
 import json
 import logging
+import re
 import tempfile
-from collections.abc import Iterable, Mapping
+import textwrap
+import time
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution
 from memtrace_loop.pipeline.analysis.blame import BlameTable
 from memtrace_loop.pipeline.core.records import PromptSet
 from memtrace_loop.pipeline.loop.failure_impact import failure_impact
 from memtrace_loop.pipeline.loop.optimization import IterationRecord, LoopResult
+from memtrace_loop.pipeline.loop.runner import RunResult
 from memtrace_loop.pipeline.loop.summaries import IterationSummary
 from memtrace_loop.pipeline.tracking import metric_names as names
 from memtrace_loop.pipeline.tracking.plots import IterationScore, plot_blame, plot_scores
@@ -56,8 +63,29 @@ from memtrace_loop.pipeline.tracking.tracker import CHAMPION, Tracker
 logger = logging.getLogger(__name__)
 
 
+DIFF_WIDTH = 100  # a diffed instruction line: one sentence, wrapped at this many characters
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
+
+
+def instruction_lines(text: str, width: int = DIFF_WIDTH) -> list[str]:
+    """An instruction as the lines its diff compares: its own lines, each cut after every sentence and
+    wrapped at `width` (never inside a word), so a changed sentence is a changed line, not the whole
+    paragraph. Blank lines are kept."""
+    lines: list[str] = []
+    for line in text.splitlines():
+        if not line.strip():
+            lines.append("")
+            continue
+        indent = line[: len(line) - len(line.lstrip())]
+        for sentence in _SENTENCE_END.split(line.strip()):
+            lines.extend(textwrap.wrap(sentence, width, initial_indent=indent, subsequent_indent=indent,
+                                       break_long_words=False, break_on_hyphens=False) or [indent])
+    return lines
+
+
 def prompt_diff(before: PromptSet, after: PromptSet) -> str:
-    """A unified diff of every stage instruction that changed."""
+    """A line-wise unified diff of every stage instruction that changed (`instruction_lines`: a sentence
+    per line, wrapped), so an edited sentence shows as a changed line among unchanged context."""
     chunks: list[str] = []
     for stage in sorted(set(before) | set(after)):
         old = before.instruction_by_stage.get(stage, "")
@@ -65,7 +93,8 @@ def prompt_diff(before: PromptSet, after: PromptSet) -> str:
         if old != new:
             chunks.extend(
                 difflib.unified_diff(
-                    old.splitlines(), new.splitlines(), f"{stage} (current)", f"{stage} (candidate)", lineterm=""
+                    instruction_lines(old), instruction_lines(new), f"{stage} (current)", f"{stage} (candidate)",
+                    lineterm="",
                 )
             )
     return "\n".join(chunks)
@@ -156,12 +185,26 @@ def blame_by_iteration(history: Iterable[IterationSummary]) -> list[tuple[int, B
     return [(summary.iteration, summary.blame) for summary in history if summary.blame.rows]
 
 
+class IterationTraces(Protocol):
+    """Logs an iteration's train failures as traces into a run; returns how many it stored
+    (`pipeline.tracking.traces.FailureTraces`)."""
+
+    def __call__(self, result: RunResult, attributions: Iterable[Attribution], run_id: str) -> int: ...
+
+
 class TrackingLoopObserver:
-    """A `LoopObserver` logging into the tracker's active (parent) run."""
+    """A `LoopObserver` logging into the tracker's active (parent) run.
+
+    Each iteration's nested run is dated back to when the iteration's work began (the observer's
+    creation for the first, the end of the previous iteration's logging for the next ones: the loop
+    tells an observer only of finished iterations), so its duration in the MLflow UI is the iteration's
+    work plus its logging. With `traces`, the iteration's train failures are logged as traces linked
+    to its nested run."""
 
     def __init__(
         self, tracker: Tracker, system_name: str, secrets: Iterable[str], register_prompts: bool = True,
-        base_knobs: Mapping[str, Any] | None = None,
+        base_knobs: Mapping[str, Any] | None = None, traces: IterationTraces | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.tracker = tracker
         self.system_name = system_name
@@ -170,13 +213,23 @@ class TrackingLoopObserver:
         # the configured system's knobs that differ from their defaults: with the accepted knob changes,
         # the knob values registered with an accepted set (what the export's `knobs` holds)
         self.base_knobs = dict(base_knobs or {})
+        self.traces = traces
+        self.clock = clock
+        self.work_started = clock()  # when the next iteration's work began
 
     def _text(self, text: str, artifact: str) -> None:
         self.tracker.log_text(scrub(text, self.secrets), artifact)
 
     def on_iteration(self, record: IterationRecord) -> None:
+        try:
+            self._log_iteration(record)
+        finally:
+            self.work_started = self.clock()
+
+    def _log_iteration(self, record: IterationRecord) -> None:
         tracker = self.tracker
-        with tracker.start_run(f"iteration-{record.iteration}", nested=True):
+        nested = tracker.start_run(f"iteration-{record.iteration}", nested=True, start_time=self.work_started)
+        with nested as run_id:
             tracker.set_tags({"memtrace.iteration": str(record.iteration)})
             tracker.log_params({k: scrub(v, self.secrets) for k, v in iteration_params(record).items()})
             metrics = {
@@ -207,6 +260,10 @@ class TrackingLoopObserver:
                     self._text(feedback, f"candidates/{index}-feedback-{stage}.txt")
                 for name, columns in outcome.candidate.tables.items():  # e.g. GEPA's candidate pool
                     tracker.log_table(dict(columns), f"candidates/{index}-{name}")
+            if self.traces is not None:  # never raises for a logging failure (`traces.log_question_traces`)
+                traced = self.traces(record.train, record.attributions, run_id)
+                logger.info("iteration %d: logged %d train failure traces to MLflow run %s", record.iteration,
+                            traced, run_id)
             accepted = record.accepted
         # the parent run gets the headline curves too, one point per iteration
         tracker.log_metrics(

@@ -35,6 +35,8 @@ from mlflow.data.meta_dataset import MetaDataset
 from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import RESOURCE_ALREADY_EXISTS, ErrorCode
 from mlflow.tracking import MlflowClient
+from mlflow.tracking.context.registry import resolve_tags
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -83,6 +85,7 @@ class MlflowTracker:
         self.lock_attempts = lock_attempts
         self.lock_backoff_s = lock_backoff_s
         self.experiment_name: str | None = None  # the experiment last opened (names its registry prompts)
+        self.experiment_id: str | None = None  # ... and its id
 
     def _write(self, call: Callable[[], T], what: str) -> T:
         return retry_when_locked(call, attempts=self.lock_attempts, backoff_s=self.lock_backoff_s, what=what)
@@ -106,15 +109,32 @@ class MlflowTracker:
         with store_lock(self.tracking_uri):  # MLflow creates / migrates a fresh store on first contact
             experiment_id = self._write(lambda: self._get_or_create_experiment(name), f"experiment {name!r}")
         self._write(lambda: mlflow.set_experiment(experiment_id=experiment_id), f"experiment {name!r}")
-        self.experiment_name = name
+        self.experiment_name, self.experiment_id = name, experiment_id
         return experiment_id
+
+    def _create_run(self, run_name: str | None, nested: bool, start_time: float) -> str:
+        """A new run of the current experiment started at `start_time` (seconds since the epoch), with the
+        tags MLflow's fluent `start_run` gives (source, user; parent when `nested`): MLflow's fluent API
+        starts a run only now, its client can date it back."""
+        active = mlflow.active_run()
+        experiment_id = active.info.experiment_id if active is not None else self.experiment_id
+        if experiment_id is None:
+            raise ValueError("a run dated back with start_time needs an experiment: call open_experiment first")
+        tags = resolve_tags({MLFLOW_PARENT_RUN_ID: active.info.run_id} if nested and active is not None else {})
+        created = self._client().create_run(experiment_id, start_time=int(start_time * 1000), tags=tags,
+                                            run_name=run_name)
+        return str(created.info.run_id)
 
     @contextmanager
     def start_run(
-        self, run_name: str | None = None, *, run_id: str | None = None, nested: bool = False
+        self, run_name: str | None = None, *, run_id: str | None = None, nested: bool = False,
+        start_time: float | None = None,
     ) -> Iterator[str]:
         """The run ends FINISHED when the block completes, KILLED when it is left by an interruption
-        (`Interrupted`, `KeyboardInterrupt`) and FAILED on any other exception (never left RUNNING)."""
+        (`Interrupted`, `KeyboardInterrupt`) and FAILED on any other exception (never left RUNNING). A
+        new run with `start_time` starts then (its duration in the UI covers the work it logs)."""
+        if run_id is None and start_time is not None:
+            run_id = self._write(lambda: self._create_run(run_name, nested, start_time), "create run")
         active = self._write(lambda: mlflow.start_run(run_id=run_id, run_name=run_name, nested=nested), "start run")
         try:
             yield active.info.run_id

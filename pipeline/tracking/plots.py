@@ -5,10 +5,10 @@ comparison of optimizers.
 when known, and every candidate the gate saw (accepted: filled markers, rejected: hollow markers).
 `plot_blame` draws stacked bars of blamed failures per stage for each iteration; stages blamed on
 their non-prompt knobs are hatched. `plot_comparison` draws each optimizer's paired test gain with its
-CI per memory system (and pooled), and gain against LM calls. All build a `matplotlib.figure.Figure` on the Agg canvas
-directly — no pyplot, no global figure state, no GUI backend — and write a PNG without timestamps,
-so equal inputs give equal files. This module does not compute scores or blame and does not log to
-MLflow.
+CI per memory system (and pooled), and gain against LM calls (pooled, or the one system's: never an
+empty panel). All build a `matplotlib.figure.Figure` on the Agg canvas directly — no pyplot, no
+global figure state, no GUI backend — and write a PNG without timestamps, so equal inputs give equal
+files. This module does not compute scores or blame and does not log to MLflow.
 """
 
 from __future__ import annotations
@@ -88,14 +88,23 @@ def _spread(x: int, count: int, width: float = 0.18) -> list[float]:
     return [x - width + i * step for i in range(count)]
 
 
+DEV_LABEL = "dev accuracy at iteration start"  # the prompt set each iteration started from (`IterationScore`)
+
+
 def plot_scores(iterations: Sequence[IterationScore], path: str | Path) -> Path:
     """Accuracy vs iteration: dev line with CI band, train line, accepted/rejected candidates."""
     path = _png_path(path)
+    return _save(scores_figure(iterations), path)
+
+
+def scores_figure(iterations: Sequence[IterationScore]) -> Figure:
+    """The figure `plot_scores` writes. Iteration i's dev and train points are the prompt set it started
+    from (before its candidates; the log's "dev before"); its candidates are drawn beside them."""
     rows = sorted(iterations, key=lambda row: row.iteration)
     _ordered_iterations([row.iteration for row in rows])
     figure = _new_figure(7.5, 4.5)
     axes = figure.add_subplot()
-    axes.set_title("Judge accuracy per iteration")
+    axes.set_title("Judge accuracy at the start of each iteration, and its candidates")
     axes.set_xlabel("iteration")
     axes.set_ylabel("judge accuracy")
     axes.yaxis.set_major_formatter(PercentFormatter(xmax=1.0, decimals=0))
@@ -104,7 +113,7 @@ def plot_scores(iterations: Sequence[IterationScore], path: str | Path) -> Path:
     axes.set_ylim(-0.02, 1.02)
     if not rows:
         axes.text(0.5, 0.5, "no iterations yet", ha="center", va="center", transform=axes.transAxes)
-        return _save(figure, path)
+        return figure
 
     xs = [row.iteration for row in rows]
     axes.fill_between(
@@ -114,7 +123,7 @@ def plot_scores(iterations: Sequence[IterationScore], path: str | Path) -> Path:
         color=_DEV_COLOR,
         alpha=0.15,
         linewidth=0,
-        label="dev accuracy CI",
+        label=f"{DEV_LABEL}: 95% CI",
     )
     axes.plot(
         xs,
@@ -123,7 +132,7 @@ def plot_scores(iterations: Sequence[IterationScore], path: str | Path) -> Path:
         marker="o",
         markersize=5,
         linewidth=2,
-        label="dev accuracy",
+        label=DEV_LABEL,
         zorder=3,
     )
     train = [(row.iteration, row.train_accuracy) for row in rows if row.train_accuracy is not None]
@@ -136,7 +145,7 @@ def plot_scores(iterations: Sequence[IterationScore], path: str | Path) -> Path:
             marker="s",
             markersize=4,
             linewidth=1.5,
-            label="train accuracy",
+            label="train accuracy at iteration start",
             zorder=2,
         )
 
@@ -188,7 +197,7 @@ def plot_scores(iterations: Sequence[IterationScore], path: str | Path) -> Path:
         axes.set_xlim(xs[0] - 1, xs[0] + 1)
     else:
         axes.set_xlim(xs[0] - 0.5, xs[-1] + 0.5)
-    return _save(figure, path)
+    return figure
 
 
 def plot_blame(blame_by_iteration: Sequence[tuple[int, BlameTable]], path: str | Path) -> Path:
@@ -253,16 +262,27 @@ def plot_blame(blame_by_iteration: Sequence[tuple[int, BlameTable]], path: str |
     return _save(figure, path)
 
 
-def plot_comparison(rows: Sequence[ComparisonRow], path: str | Path) -> Path:
-    """Two panels. Left: test gain (final - start, paired) with its CI, one bar per optimizer in each
-    memory-system group, the pooled group last. Right: pooled test gain against mean LM calls per run,
-    one point per optimizer with its CI as a vertical bar (up and left is better)."""
-    path = _png_path(path)
+def _cost_rows(rows: Sequence[ComparisonRow]) -> tuple[str, dict[str, ComparisonRow]]:
+    """The right panel's rows, one per optimizer, and its subject: the pooled rows when the sweep has
+    more than one system (`compare_runs` pools only then), else the one system's own rows."""
+    pooled = {row.optimizer: row for row in rows if row.system == POOLED}
+    if pooled:
+        return "Pooled gain", pooled
+    systems = sorted({row.system for row in rows})
+    if len(systems) != 1:  # no pooled rows and several systems: nothing one point per optimizer could show
+        return "Pooled gain", {}
+    return f"{systems[0]}: gain", {row.optimizer: row for row in rows}
+
+
+def comparison_figure(rows: Sequence[ComparisonRow]) -> Figure:
+    """The comparison as a figure (see `plot_comparison`); with one memory system (no pooled rows) the
+    right panel shows that system's rows, so no panel is left empty."""
     optimizers = list(dict.fromkeys(row.optimizer for row in rows))
     systems = sorted({row.system for row in rows if row.system != POOLED}) + (
         [POOLED] if any(row.system == POOLED for row in rows) else []
     )
     by_key = {(row.optimizer, row.system): row for row in rows}
+    subject, cost_rows = _cost_rows(rows)
     figure = _new_figure(12.0, 4.8)
     gains, costs = figure.subplots(1, 2, width_ratios=[2.2, 1.0])
     gains.set_title("Test gain (final - start), paired 95% CI")
@@ -271,7 +291,7 @@ def plot_comparison(rows: Sequence[ComparisonRow], path: str | Path) -> Path:
     gains.axhline(0.0, color="black", linewidth=0.8)
     gains.grid(True, axis="y", alpha=0.3)
     gains.set_axisbelow(True)
-    costs.set_title("Pooled gain vs LM calls per run")
+    costs.set_title(f"{subject} vs LM calls per run")
     costs.set_xlabel("LM calls made per run (mean)")
     costs.yaxis.set_major_formatter(PercentFormatter(xmax=1.0))
     costs.axhline(0.0, color="black", linewidth=0.8)
@@ -279,7 +299,7 @@ def plot_comparison(rows: Sequence[ComparisonRow], path: str | Path) -> Path:
     if not rows:
         for axes in (gains, costs):
             axes.text(0.5, 0.5, "no runs", ha="center", va="center", transform=axes.transAxes)
-        return _save(figure, path)
+        return figure
 
     palette = colormaps["tab10"]
     width = 0.8 / max(len(optimizers), 1)
@@ -296,14 +316,23 @@ def plot_comparison(rows: Sequence[ComparisonRow], path: str | Path) -> Path:
             highs.append(row.gain.ci_high - row.gain.mean)
         gains.bar(xs, heights, width=width * 0.9, color=color, label=optimizer,
                   yerr=[lows, highs], capsize=3, error_kw={"linewidth": 1.0})
-        pooled = by_key.get((optimizer, POOLED))
-        if pooled is not None and pooled.gain.n and math.isfinite(pooled.lm_calls):
+        point = cost_rows.get(optimizer)
+        if point is not None and point.gain.n and math.isfinite(point.lm_calls):
             costs.errorbar(
-                [pooled.lm_calls], [pooled.gain.mean],
-                yerr=[[pooled.gain.mean - pooled.gain.ci_low], [pooled.gain.ci_high - pooled.gain.mean]],
+                [point.lm_calls], [point.gain.mean],
+                yerr=[[point.gain.mean - point.gain.ci_low], [point.gain.ci_high - point.gain.mean]],
                 color=color, marker="o", markersize=7, capsize=3, linestyle="none", label=optimizer,
             )
     gains.set_xticks(range(len(systems)), [s if s != POOLED else "pooled" for s in systems])
     gains.set_xlim(-0.6, len(systems) - 0.4)
     gains.legend(title="optimizer", loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=8)
-    return _save(figure, path)
+    return figure
+
+
+def plot_comparison(rows: Sequence[ComparisonRow], path: str | Path) -> Path:
+    """Two panels. Left: test gain (final - start, paired) with its CI, one bar per optimizer in each
+    memory-system group, the pooled group last. Right: test gain against mean LM calls per run, one
+    point per optimizer with its CI as a vertical bar (up and left is better): pooled over the systems,
+    or the one system's when the sweep had one."""
+    path = _png_path(path)
+    return _save(comparison_figure(rows), path)

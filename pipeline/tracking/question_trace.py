@@ -2,11 +2,13 @@
 its blame — planned from the execution graph, before (and without) MLflow.
 
 `plan_run_traces(result, attributions, cap=..., secrets=...)` gives one `QuestionTrace` per judged case
-of a run, in dataset order, up to `cap`. A case is *answered* when the run judged it (every
-`CaseResult`; a case whose answering or judging raised gets an ERROR root). Its trace:
+of a run, in dataset order, up to `cap` (`failures_only`: only the failures the loop attributes, i.e.
+cases not judged CORRECT outside the run's excluded categories: what `optimize` traces per iteration).
+A case is *answered* when the run judged it (every `CaseResult`). Its trace:
 
 - root: the question (inputs: question text, question and conversation ids, category, evidence turn
-  ids; outputs: answer, gold, verdict);
+  ids; outputs: answer, gold, verdict); its state (`QuestionTrace.state`) is ERROR for a wrong answer
+  (verdict not CORRECT) and for a case whose answering or judging raised, OK for a correct one;
 - spans: the operations on the question's path (`path_operations`), at most `TraceLimits.max_spans`,
   in sequence order. Chosen by priority: (1) the operations writing the question's own variables
   (query expansion, retrieval, answer, judge), (2) the blamed operation and the attributor's other
@@ -136,6 +138,12 @@ class QuestionTrace:
     error: str | None = None  # answering or judging failed (root status ERROR)
     blame: BlameFeedback | None = None
     omitted: int = 0  # path operations left out by `TraceLimits.max_spans`
+    correct: bool = False  # the judge's verdict was CORRECT
+
+    @property
+    def state(self) -> str:
+        """The trace's state in MLflow: OK for a correct answer; ERROR for a wrong one or a failed case."""
+        return "OK" if self.correct and self.error is None else "ERROR"
 
 
 # ------------------------------------------------------------------ which operations
@@ -345,6 +353,7 @@ def plan_question_trace(
         error=text(case.error) if case.error else None,
         blame=_blame(attribution, text) if attribution is not None else None,
         omitted=omitted,
+        correct=case.correct,
     )
 
 
@@ -355,15 +364,20 @@ def plan_run_traces(
     cap: int,
     secrets: Iterable[str] = (),
     limits: TraceLimits = TraceLimits(),
+    failures_only: bool = False,
 ) -> tuple[QuestionTrace, ...]:
-    """One trace per judged case of `result`, in dataset order, at most `cap`; each failure with an
-    attribution carries its blame."""
+    """One trace per judged case of `result` (`failures_only`: per case not judged CORRECT outside the
+    run's excluded categories), in dataset order, at most `cap`; each failure with an attribution
+    carries its blame."""
     secrets = tuple(secrets)
     attribution_by_question = {a.question_id: a for a in attributions}
+    excluded = set(result.report.excluded_categories)
+    cases = [c for c in result.results if not c.correct and c.question.category not in excluded] if failures_only \
+        else list(result.results)
     return tuple(
         plan_question_trace(
             case, result.graph_by_conversation.get(case.question.conversation_id),
             attribution_by_question.get(case.question.id), secrets=secrets, limits=limits,
         )
-        for case in result.results[: max(cap, 0)]
+        for case in cases[: max(cap, 0)]
     )

@@ -47,9 +47,11 @@ class RedactingTracker:
         return self.inner.open_experiment(name)
 
     def start_run(
-        self, run_name: str | None = None, *, run_id: str | None = None, nested: bool = False
+        self, run_name: str | None = None, *, run_id: str | None = None, nested: bool = False,
+        start_time: float | None = None,
     ) -> AbstractContextManager[str]:
-        return self.inner.start_run(None if run_name is None else self._r(run_name), run_id=run_id, nested=nested)
+        return self.inner.start_run(None if run_name is None else self._r(run_name), run_id=run_id, nested=nested,
+                                    start_time=start_time)
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
         self.inner.set_tags(self._strings(tags))

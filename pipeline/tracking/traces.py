@@ -11,6 +11,10 @@ metadata: stage, op, op_name, verified, check, confidence, tunable, method, join
 `memtrace.<method>`; attached to the blamed operation's span when that span is shown). Trace tags make
 the UI filter work: `tags.memtrace.blamed_stage = 'extract'`, `tags.memtrace.verdict = 'WRONG'`, ...
 
+`FailureTraces` is what `memtrace optimize` logs per iteration: the train failures (capped) into the
+iteration's nested run. A trace's state is ERROR for a wrong answer (`QuestionTrace.state`), so the
+trace list's state column and filter find the failures.
+
 Traces are built AFTER the run from its execution graphs with MLflow's client tracing API (no
 autologging, nothing traced while the run works). Span times are synthetic: spans follow the graph's
 sequence order 1 ms apart, so the timeline reads in execution order; they are not wall-clock times.
@@ -34,6 +38,7 @@ import logging
 import os
 import time
 from collections.abc import Iterable, MutableMapping, Sequence
+from dataclasses import dataclass
 
 import mlflow
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution
@@ -48,7 +53,7 @@ from memtrace_loop.pipeline.tracking.question_trace import (
 from mlflow.entities import AssessmentSource, SpanType
 from mlflow.tracking import MlflowClient
 
-__all__ = ["configure_trace_export", "log_question_traces", "write_traces"]
+__all__ = ["FailureTraces", "configure_trace_export", "log_question_traces", "write_traces"]
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +102,7 @@ def _write_one(client: MlflowClient, plan: QuestionTrace, experiment_id: str, ru
     except BaseException:
         client.end_trace(trace_id, status="ERROR")
         raise
-    client.end_trace(trace_id, outputs=dict(plan.outputs), status="ERROR" if plan.error else "OK",
+    client.end_trace(trace_id, outputs=dict(plan.outputs), status=plan.state,
                      end_time_ns=start + max(len(plan.spans), 1) * STEP_NS,
                      attributes={"memtrace.error": plan.error} if plan.error else None)
     return trace_id, blamed_span
@@ -162,17 +167,36 @@ def log_question_traces(
     secrets: Iterable[str] = (),
     limits: TraceLimits = TraceLimits(),
     stop: StopToken | None = None,
+    failures_only: bool = False,
 ) -> int:
-    """One MLflow trace per answered question of `result` (dataset order, at most `cap`), linked to run
-    `run_id`, each explained failure with its `blame` assessment; secrets masked everywhere. Returns the
-    number of traces stored; never raises for a logging failure (it warns and returns what got stored).
-    With `stop`, no trace starts after a stop is requested (`Interrupted` propagates)."""
+    """One MLflow trace per answered question of `result` (dataset order, at most `cap`; `failures_only`:
+    per failure the loop attributes), linked to run `run_id`, each explained failure with its `blame`
+    assessment; secrets masked everywhere. Returns the number of traces stored; never raises for a
+    logging failure (it warns and returns what got stored). With `stop`, no trace starts after a stop is
+    requested (`Interrupted` propagates)."""
     if cap <= 0:
         return 0
     try:
-        plans = plan_run_traces(result, attributions, cap=cap, secrets=secrets, limits=limits)
+        plans = plan_run_traces(result, attributions, cap=cap, secrets=secrets, limits=limits,
+                                failures_only=failures_only)
         return write_traces(plans, run_id=run_id, stop=stop)
     except Exception as exc:
         logger.warning("could not log the question traces of MLflow run %s: %s: %s", run_id,
                        type(exc).__name__, exc)
         return 0
+
+
+@dataclass(frozen=True)
+class FailureTraces:
+    """What `memtrace optimize` logs into each iteration's nested run: the iteration's train failures
+    (those the loop attributes) as traces with their blame, at most `cap` (`tracking.max_traces_per_iteration`).
+    `pipeline.tracking.loop_observer.TrackingLoopObserver` calls it with the train result, its
+    attributions and the nested run's id."""
+
+    cap: int
+    secrets: tuple[str, ...] = ()
+    stop: StopToken | None = None
+
+    def __call__(self, result: RunResult, attributions: Iterable[Attribution], run_id: str) -> int:
+        return log_question_traces(result, attributions, run_id=run_id, cap=self.cap, secrets=self.secrets,
+                                   stop=self.stop, failures_only=True)

@@ -65,10 +65,12 @@ class Tracker(Protocol):
         ...
 
     def start_run(
-        self, run_name: str | None = None, *, run_id: str | None = None, nested: bool = False
+        self, run_name: str | None = None, *, run_id: str | None = None, nested: bool = False,
+        start_time: float | None = None,
     ) -> AbstractContextManager[str]:
         """A run that is active inside the `with` block and ended after it; yields its id. `run_id`
-        continues an existing run; `nested` starts a child of the active run."""
+        continues an existing run; `nested` starts a child of the active run; `start_time` (seconds since
+        the epoch, `time.time()`) dates a new run's start back to when its work began (default: now)."""
         ...
 
     def set_tags(self, tags: Mapping[str, str]) -> None: ...

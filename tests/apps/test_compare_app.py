@@ -145,6 +145,16 @@ def test_the_jobs_ran_in_parallel_processes_into_one_experiment(tiny_sweep):
     assert len(job_logs) == 4 and all("loop stopped" in log.read_text() for log in job_logs)
 
 
+@pytest.mark.slow  # reuses the multirun above
+def test_each_parallel_job_s_console_log_lines_carry_its_label(tiny_sweep):
+    tmp_path, _, stdout, _ = tiny_sweep  # the jobs' processes share the launcher's terminal
+    jobs = sorted(log.parent.name for log in (tmp_path / "multirun").glob("*/optimize.log"))
+    assert len(jobs) == 4 and all("optimizer=" in job and "seed=" in job for job in jobs)
+    stopped = [line for line in stdout.splitlines() if "loop stopped" in line]
+    assert len(stopped) == 4  # the label is the job's folder name: its overrides
+    assert sorted(job for job in jobs for line in stopped if f"[{job}] loop stopped" in line) == jobs
+
+
 def printed_after(label: str, stdout: str) -> list[str]:
     """What follows `label` on its line, or on the next line when the console put the command there
     (a command to copy is never broken, so a long one starts a line of its own in an 80-column log)."""

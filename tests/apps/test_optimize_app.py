@@ -48,7 +48,8 @@ def optimized(tmp_path_factory):
     before = Path.cwd()
     os.chdir(tmp_path)  # the app writes its run directory below the working directory
     try:
-        outcome = optimize(optimize_cfg(tmp_path))
+        # question traces are off in tests (MEMTRACE_MAX_TRACES=0, conftest): two per iteration here
+        outcome = optimize(optimize_cfg(tmp_path, "tracking.max_traces=2", "tracking.max_traces_per_iteration=2"))
     finally:
         os.chdir(before)
     return tmp_path, outcome
@@ -86,6 +87,26 @@ def test_parent_run_has_one_nested_run_per_iteration_with_the_artifacts(optimize
     blame = json.loads(Path(client.download_artifacts(first.info.run_id, "blame.json", str(tmp_path))).read_text())
     assert blame[0]["stage"] == "extract" and blame[0]["count"] > 0
     assert first.data.metrics["train/traced/lm_calls"] > 0 and first.data.metrics["loop/accepted"] == 1
+
+
+@pytest.mark.slow  # the `optimized` fixture runs a whole optimization
+def test_each_iteration_traces_its_first_train_failures_into_its_nested_run(optimized):
+    tmp_path, outcome = optimized
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    parent = client.get_run(outcome["run_id"])
+    children = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{outcome['run_id']}'")
+    assert len(children) >= 3
+    for child in children:
+        traces = mlflow.search_traces(locations=[parent.info.experiment_id], run_id=child.info.run_id,
+                                      include_spans=False, return_type="list")
+        assert len(traces) == 2, child.data.tags["memtrace.iteration"]  # min(max_traces_per_iteration, max_traces)
+        assert {t.info.state.value for t in traces} == {"ERROR"}
+        assert {t.info.tags["memtrace.verdict"] for t in traces} <= {"WRONG", "FAILED"}
+    assert mlflow.search_traces(locations=[parent.info.experiment_id], run_id=outcome["run_id"],
+                                include_spans=False, return_type="list") == []  # the parent has none of its own
 
 
 @pytest.mark.slow  # the `optimized` fixture runs a whole optimization

@@ -90,6 +90,17 @@ def test_the_store_holds_one_trace_per_answered_question_up_to_the_cap_linked_to
         assert root.outputs["gold"] == redact(case.question.gold, [secret]) and root.outputs["verdict"] == case.verdict
 
 
+def test_a_wrong_answer_is_an_error_trace_and_the_state_filter_finds_exactly_the_failures(store):
+    result, _, run_id, experiment_id, _, _, by_question, _ = store
+    verdicts = {case.question.id: case.verdict for case in result.results[:CAP]}
+    assert {"CORRECT"} < set(verdicts.values())  # both kinds are in the logged traces
+    for question_id, trace in by_question.items():
+        assert trace.info.state.value == ("OK" if verdicts[question_id] == "CORRECT" else "ERROR"), question_id
+    failed = mlflow.search_traces(locations=[experiment_id], run_id=run_id, filter_string="trace.status = 'ERROR'",
+                                  include_spans=False, return_type="list")
+    assert {t.info.tags["memtrace.question"] for t in failed} == {q for q, v in verdicts.items() if v != "CORRECT"}
+
+
 def test_each_explained_failure_has_its_blame_feedback_and_no_other_case_has_one(store):
     _, attributions, _, _, _, _, by_question, secret = store
     attribution_by_question = {a.question_id: a for a in attributions}

@@ -31,6 +31,7 @@ class MemoryRun:
     artifacts: dict[str, str | bytes] = field(default_factory=dict)
     registered: list[tuple[str, PromptSet, str, dict[str, str]]] = field(default_factory=list)
     datasets: list[DatasetInput] = field(default_factory=list)
+    start_time: float | None = None  # as given to `start_run` (None: now)
 
     def metric(self, key: str) -> list[tuple[float, int | None]]:
         return [(value, step) for name, value, step in self.metrics if name == key]
@@ -54,14 +55,15 @@ class InMemoryTracker:
 
     @contextmanager
     def start_run(
-        self, run_name: str | None = None, *, run_id: str | None = None, nested: bool = False
+        self, run_name: str | None = None, *, run_id: str | None = None, nested: bool = False,
+        start_time: float | None = None,
     ) -> Iterator[str]:
         if self._active and not nested:
             raise RuntimeError(f"run {self._active[-1]} is still active; start a nested run")
         if run_id is None:
             run_id = f"run-{len(self.runs)}"
             parent = self._active[-1] if nested else None
-            self.runs[run_id] = MemoryRun(run_id, run_name, self.experiment, parent)
+            self.runs[run_id] = MemoryRun(run_id, run_name, self.experiment, parent, start_time=start_time)
         elif run_id not in self.runs:
             raise RunNotFoundError(run_id)
         self._active.append(run_id)

@@ -20,7 +20,7 @@ from memtrace_loop.pipeline.analysis.comparison import (
 )
 from memtrace_loop.pipeline.analysis.evaluation import bootstrap_ci
 from memtrace_loop.pipeline.tracking.comparison_report import markdown_report, rows_to_json
-from memtrace_loop.pipeline.tracking.plots import plot_comparison
+from memtrace_loop.pipeline.tracking.plots import comparison_figure, plot_comparison
 
 from tests.support.tracking import InMemoryTracker
 
@@ -250,3 +250,22 @@ def test_without_the_budget_metric_the_calls_are_an_estimate_and_say_so():
     assert read.calls_estimated
     assert [p.calls for p in read.progress] == [300, 600, 900]  # 900 calls spread over three iterations
     assert "~600" in markdown_report(compare_runs([read]))
+
+
+def _drawn(axes) -> int:
+    """What an axes shows besides its frame: bars, error bars / points (the zero line is not data)."""
+    lines = [line for line in axes.get_lines() if len(line.get_xdata()) and list(line.get_ydata()) != [0.0, 0.0]]
+    return len(axes.patches) + len(axes.containers) + len(lines)
+
+
+@pytest.mark.parametrize("systems", [("rag",), ("rag", "mem0")], ids=["one system", "two systems"])
+def test_no_panel_of_the_comparison_plot_is_empty(systems):
+    runs = [run(optimizer, system, seed, [0, 0, 1, 1], final)
+            for system in systems for seed in (0, 1)
+            for optimizer, final in (("attribution", [1, 1, 1, 1]), ("none", [0, 0, 1, 1]))]
+    figure = comparison_figure(compare_runs(runs, reference="attribution"))
+    gains, costs = figure.axes[:2]
+    assert _drawn(gains) > 0 and _drawn(costs) > 0, [a.get_title() for a in figure.axes]
+    points = set(costs.get_legend_handles_labels()[1])
+    assert points == {"attribution", "none"}
+    assert costs.get_title().startswith("rag: gain" if len(systems) == 1 else "Pooled gain")
