@@ -128,7 +128,7 @@ def attribute_saved_run(
     needs_lm = config.attributor.settings.verify or config.attributor.name == "llm"
     lms = system = judge = None
     if needs_lm:
-        configure_cache(base_dir / config.cache_dir)
+        configure_cache(base_dir / config.cache_dir, used=any(lm.cache for lm in config.lm.by_role().values()))
         lms = build_lm_set(config.lm, RunServices(servers=servers))
         system = build_system(config.memory_system, config.embedder)
         if saved.prompts is not None:

@@ -235,7 +235,7 @@ def _optimization(history: Sequence[IterationSummary], rewrites: Sequence[Rewrit
         for h in history
     )
     table = (
-        "<table class=grid><thead><tr><th>iteration</th><th>train</th><th>dev</th><th>dev interval</th>"
+        "<table class=grid><thead><tr><th>iteration</th><th>train before</th><th>dev before</th><th>dev interval</th>"
         f"<th>accepted rewrite</th></tr></thead><tbody>{rows}</tbody></table>" if history else ""
     )
     accepted = "".join(
@@ -245,7 +245,10 @@ def _optimization(history: Sequence[IterationSummary], rewrites: Sequence[Rewrit
         "</details>"
         for r in rewrites
     )
-    legend = '<p class=legend><span class="key dev"></span>dev <span class="key train"></span>train</p>'
+    legend = (
+        '<p class=legend><span class="key dev"></span>dev <span class="key train"></span>train: accuracy of the '
+        "prompt set each iteration started from (before its candidates)</p>"
+    )
     return (
         f'<section id="optimization"><h2>Scores per iteration</h2>{scores_chart(history)}{legend}{table}'
         f"<h2>Accepted rewrites</h2>{accepted or '<p class=muted>No rewrite was accepted.</p>'}</section>"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import re
 from collections import Counter
 from pathlib import Path
@@ -85,9 +86,34 @@ def attributed(tmp_path_factory):
         patch.chdir(tmp_path)
         source = run(composed("run", tmp_path, *SMALL))
         console, printed = quiet()
-        done = attribute(composed("attribute", tmp_path, f"run_dir={source['run_dir']}", "attributor.verify=true"),
-                         console=console)
-    return tmp_path, source, done, printed.getvalue()
+        said = _Said()
+        lm_log = logging.getLogger("memtrace_loop.pipeline.backends.lm")
+        lm_log.addHandler(said)
+        level = lm_log.level
+        lm_log.setLevel(logging.INFO)
+        try:  # every LM role's response cache off: attribute must not announce one
+            done = attribute(composed("attribute", tmp_path, f"run_dir={source['run_dir']}", "attributor.verify=true",
+                                      "lm.task.cache=false"), console=console)
+        finally:
+            lm_log.removeHandler(said)
+            lm_log.setLevel(level)
+    return tmp_path, source, done, printed.getvalue() + "\n".join(said.lines)
+
+
+class _Said(logging.Handler):
+    """The messages of one logger, kept (a module-scoped fixture cannot use caplog)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def test_attribute_announces_no_response_cache_when_every_lm_role_has_it_off(attributed):
+    *_, printed = attributed
+    assert "DSPy response cache at" not in printed
 
 
 def test_report_shows_the_verified_attribution_made_last_and_counts_as_attribute(attributed, monkeypatch):

@@ -24,6 +24,8 @@ def test_report_of_an_optimization_shows_scores_and_accepted_rewrites(tmp_path):
 
     page = report_for_loop(result, tmp_path, meta={"optimizer": "attribution"}).read_text(encoding="utf-8")
     assert page.count('<polyline class="line dev"') == 1
+    # the scores are those each iteration started from, as the log's "dev before" and the charts say
+    assert "<th>train before</th><th>dev before</th>" in page and "each iteration started from" in page
     assert page.count('<circle class="dot dev"') == len(result.history)
     assert page.count('<details class="rewrite">') == len(rewrites)
     assert '<span class="add">+' in page and "<h2>Accepted rewrites</h2>" in page
