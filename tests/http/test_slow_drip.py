@@ -27,7 +27,7 @@ from memtrace_loop.pipeline.core.stop import EndpointUnusable
 from tests.support import answering, forbid_network, isolate_llm_env
 from tests.support.answering import ANSWER, QUESTION, ask
 from tests.support.fault_proxy import FaultKind, FaultPlan, FaultProxy
-from tests.support.openai_server import OpenAIStubServer
+from tests.support.openai_server import OpenAIStubServer, running_server
 
 KEY_ENV = "MEMTRACE_TEST_DRIP_KEY"
 DEADLINE_S = 2.0
@@ -43,8 +43,7 @@ def _offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 @pytest.fixture
 def server() -> Iterator[OpenAIStubServer]:
-    with OpenAIStubServer(responder=answering.answering_responder) as stub:
-        yield stub
+    yield from running_server(responder=answering.answering_responder)
 
 
 @pytest.fixture

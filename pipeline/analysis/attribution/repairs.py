@@ -40,7 +40,7 @@ from enum import StrEnum
 
 from memtrace_loop.memory_systems.answering import RESPOND_STAGE
 from memtrace_loop.memory_systems.base import MemorySystem, ranked_depth
-from memtrace_loop.memory_systems.stages import StageRepair
+from memtrace_loop.memory_systems.stages import StageRepair, StageSpec
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, ErrorType, Fault, Tunable
 from memtrace_loop.pipeline.backends.text import alnum_words
 from memtrace_loop.pipeline.core.conventions import (
@@ -161,7 +161,7 @@ def swappable(graph: ExecutionGraph, unit: str, search_op: str, revived_by: Coll
     if unit not in graph or search_op not in graph:
         return False
     versions = [v.id for v in graph.versions(graph.variable(unit).name)]
-    later = versions[versions.index(unit) + 1:] if unit in versions else []
+    later = versions[versions.index(unit) + 1:]
     at = graph.operation(search_op).seq
     replaced = [op for v in later if (op := graph.producer(v)) is not None and op.seq < at]
     if not replaced:
@@ -169,14 +169,20 @@ def swappable(graph: ExecutionGraph, unit: str, search_op: str, revived_by: Coll
     return bool(graph.ancestors(replaced[0].id) & set(revived_by))  # the first overwrite was the repaired one's
 
 
+def _widen_spec(system: MemorySystem) -> StageSpec | None:
+    return next((s for s in system.stages if s.repair == StageRepair.WIDEN and s.knobs), None)
+
+
 def widen_knob(system: MemorySystem) -> str | None:
     """The knob of the system's `WIDEN` stage (its retrieval's `top_k`), None without one."""
-    return next((s.knobs[0] for s in system.stages if s.repair == StageRepair.WIDEN and s.knobs), None)
+    spec = _widen_spec(system)
+    return None if spec is None else spec.knobs[0]
 
 
 def widen_stage(system: MemorySystem) -> str | None:
     """The system's `WIDEN` stage (its retrieval), None without one."""
-    return next((s.name for s in system.stages if s.repair == StageRepair.WIDEN and s.knobs), None)
+    spec = _widen_spec(system)
+    return None if spec is None else spec.name
 
 
 def reach(k: int, hits: Collection[str], near: Sequence[tuple[str, str]], texts: Collection[str]) -> tuple[int, bool]:
@@ -288,11 +294,11 @@ def retrieval_knob_fault(system: MemorySystem, graph: ExecutionGraph, attributio
     """The case's retrieval as a knob fault with nothing named missed: in a joint set its repair raises
     `top_k` to the depth the retrieval ranks (`ranked_depth`), since a unit a repaired stage writes has
     no recorded rank (None when the system has no `WIDEN` stage or the retrieval did not run)."""
-    widen = {s.name for s in system.stages if s.repair == StageRepair.WIDEN and s.knobs}
+    widen = widen_stage(system)
     query = graph.latest(query_name(attribution.question_id))
-    if not widen or query is None:
+    if widen is None or query is None:
         return None
-    op = next((o for o in graph.consumers(query.id) if o.stage in widen), None)
+    op = next((o for o in graph.consumers(query.id) if o.stage == widen), None)
     if op is None:
         return None
     reason = "the retrieval's top_k cut what a repaired stage wrote"
