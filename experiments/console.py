@@ -13,7 +13,7 @@ from memtrace_loop.experiments.console_layout import is_echo
 from memtrace_loop.pipeline.analysis.blame import BlameTable
 from memtrace_loop.pipeline.analysis.diagnosis import Diagnosis
 from memtrace_loop.pipeline.analysis.evaluation import EvaluationReport, MetricSummary
-from memtrace_loop.pipeline.backends.call_count import BUDGET_ROLES, CallTally
+from memtrace_loop.pipeline.backends.call_count import BUDGET_ROLES, CallTally, RoleCalls
 from memtrace_loop.pipeline.backends.failure_guard import FailedCalls
 from memtrace_loop.pipeline.loop.failure_impact import FailureImpact
 from memtrace_loop.pipeline.loop.optimization import LoopResult
@@ -115,21 +115,34 @@ def counts_line(counts: LMCallCounts) -> str:
 
 def calls_table(tally: CallTally, saved: int | None = None, title: str = "LM calls by role") -> Table:
     """Per role: calls made (the backend received them; failed ones included), served by DSPy's
-    response cache, and tokens of made calls; then the total and, for the loop, the calls reusing
-    built memories saved (never asked of an LM: neither made nor cached)."""
+    response cache, reused (the same request already answered in this run: not sent again), and tokens
+    of made calls; then the total and, for the loop, the calls reusing built memories saved (never
+    asked of an LM: neither made nor cached)."""
     table = Table(title=title)
-    for column in ("role", "made", "cached", "failed", "tokens in", "tokens out"):  # fits 80 columns
+    for column in ("role", "made", "cached", "reused", "failed", "tokens in", "tokens out"):
         table.add_column(column, justify="left" if column == "role" else "right")
     for role, calls in tally.by_role.items():
         budget = " (budget)" if role in BUDGET_ROLES else ""
-        table.add_row(f"{role}{budget}", str(calls.made), str(calls.cached), str(calls.failed),
-                      str(calls.prompt_tokens), str(calls.completion_tokens))
-    total = tally.total()
-    table.add_row("all", str(total.made), str(total.cached), str(total.failed), str(total.prompt_tokens),
-                  str(total.completion_tokens), style="bold")
+        table.add_row(f"{role}{budget}", *_calls_row(calls))
+    table.add_row("all", *_calls_row(tally.total()), style="bold")
     if saved is not None:
-        table.add_row("saved (reused memory)", str(saved), "", "", "", "")
+        table.add_row("saved (reused memory)", str(saved), "", "", "", "", "")
     return table
+
+
+def _calls_row(calls: RoleCalls) -> tuple[str, ...]:
+    counts = (calls.made, calls.cached, calls.reused, calls.failed, calls.prompt_tokens, calls.completion_tokens)
+    return tuple(str(count) for count in counts)
+
+
+def reuse_line(tally: CallTally) -> str:
+    """The share of calls reusing the run's replies saved (reused / (made + reused)), for the task role
+    and for all roles: requests already answered in this run, answered again without a call."""
+    task, total = tally.role("task"), tally.total()
+    return (
+        f"Reused replies (the same request answered earlier in this run, not sent again): task {task.reused} "
+        f"({task.reuse_share:.1%} of its calls saved), all roles {total.reused} ({total.reuse_share:.1%})"
+    )
 
 
 def budget_line(result: LoopResult, budget_calls: int, counts_cached: bool) -> str:

@@ -35,6 +35,7 @@ from memtrace_loop.experiments.console import (
     failed_calls_lines,
     impact_clause,
     loop_tables,
+    reuse_line,
     setup_logging,
 )
 from memtrace_loop.experiments.factory import (
@@ -487,6 +488,7 @@ def _print_summary(session: AppSession[OptimizeConfig], system: MemorySystem, do
         console.print(table)
     console.print(diagnosis_panel(done.diagnosis, f"diagnosis: train failures of iteration {done.diagnosed}"))
     console.print(calls_table(result.calls, result.lm_calls_saved))
+    console.print(reuse_line(result.calls))
     console.print(budget_line(result, settings.budget_calls, settings.budget_counts_cached) + f"; {done.elapsed:.1f} s")
     console.print(f"MLflow run [bold]{run_id}[/] in {session.uri} "
                   f"(experiment {session.config.tracking.experiment!r})")

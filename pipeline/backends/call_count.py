@@ -1,4 +1,4 @@
-"""Counting LM calls per role at the LM layer: made, served by DSPy's response cache, and tokens.
+"""Counting LM calls per role at the LM layer: made, served by DSPy's response cache, reused, and tokens.
 
 `CallLedger.counted(lms)` returns an `LMSet` of copies (`dspy.BaseLM.copy`, so real DSPy LMs sharing
 their engine and client) each carrying one `CallCounter` for its role as an instance callback. Every call
@@ -15,6 +15,12 @@ is **made** when it reached the backend (the probe saw its usage, or it raised: 
 and also counted in `failed`); it is **cached** otherwise. A call DSPy retried after a 429/5xx counts
 once. Tokens are those of made calls (the usage the backend reported; 0 when it reports none).
 
+A call the guarded engine answered from the run's `ReplyStore` (`pipeline.backends.call_reuse`: the
+same request already answered in this run) is **reused**: neither made nor cached, no tokens. The
+counter opens the call's slot in `on_lm_start` (`open_call`, a context variable), the engine marks it,
+and the probe neither records nor forwards the usage DSPy reports for it (so `Prediction.get_lm_usage`
+does not count it either).
+
 Counts are plain numbers behind a lock; `tally()` gives an immutable `CallTally` (subtract two to get
 the calls in between). This module does not decide budgets and does not log.
 """
@@ -23,12 +29,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
 import dspy
 from dspy.utils.callback import BaseCallback
+from memtrace_loop.pipeline.backends.call_reuse import close_call, current_call, open_call
 from memtrace_loop.pipeline.backends.lm import ROLES, LMSet
 
 __all__ = ["BUDGET_ROLES", "CallCounter", "CallLedger", "CallTally", "RoleCalls"]
@@ -42,30 +49,32 @@ BUDGET_ROLES: tuple[str, ...] = ("task", "rewriter", "attributor")
 @dataclass(frozen=True)
 class RoleCalls:
     """One role's calls: `made` reached the backend (`failed` of them raised), `cached` came from
-    DSPy's response cache; tokens are those of made calls."""
+    DSPy's response cache, `reused` from the run's own store of replies (`pipeline.backends.call_reuse`);
+    tokens are those of made calls."""
 
     made: int = 0
     cached: int = 0
     failed: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    reused: int = 0
 
     def __add__(self, other: RoleCalls) -> RoleCalls:
-        return RoleCalls(
-            self.made + other.made, self.cached + other.cached, self.failed + other.failed,
-            self.prompt_tokens + other.prompt_tokens, self.completion_tokens + other.completion_tokens,
-        )
+        return RoleCalls(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
 
     def __sub__(self, other: RoleCalls) -> RoleCalls:
-        return RoleCalls(
-            self.made - other.made, self.cached - other.cached, self.failed - other.failed,
-            self.prompt_tokens - other.prompt_tokens, self.completion_tokens - other.completion_tokens,
-        )
+        return RoleCalls(**{f.name: getattr(self, f.name) - getattr(other, f.name) for f in fields(self)})
 
     @property
     def requests(self) -> int:
-        """Calls asked of the LM layer: made plus cached."""
+        """Calls asked of the LM layer and counted by a budget: made plus cached (never reused)."""
         return self.made + self.cached
+
+    @property
+    def reuse_share(self) -> float:
+        """The share of calls reuse saved: reused / (made + reused); 0.0 when there were none."""
+        asked = self.made + self.reused
+        return self.reused / asked if asked else 0.0
 
 
 @dataclass(frozen=True)
@@ -93,6 +102,9 @@ class CallTally:
     def cached(self, roles: Iterable[str] | None = None) -> int:
         return self.total(roles).cached
 
+    def reused(self, roles: Iterable[str] | None = None) -> int:
+        return self.total(roles).reused
+
     def __sub__(self, other: CallTally) -> CallTally:
         roles = dict.fromkeys([*self.by_role, *other.by_role])
         return CallTally({role: self.role(role) - other.role(role) for role in roles})
@@ -103,13 +115,14 @@ class CallTally:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Mapping[str, int]]) -> CallTally:
-        """The inverse of `to_dict` (a checkpoint keeps the calls of the iterations before a resume)."""
+        """The inverse of `to_dict` (a checkpoint keeps the calls of the iterations before a resume; one
+        written before a count existed, `reused`, loads it as 0)."""
         return cls({role: RoleCalls(**{k: int(v) for k, v in counts.items()}) for role, counts in data.items()})
 
     def to_dict(self) -> dict[str, dict[str, int]]:
         return {
             role: {"made": c.made, "cached": c.cached, "failed": c.failed, "prompt_tokens": c.prompt_tokens,
-                   "completion_tokens": c.completion_tokens}
+                   "completion_tokens": c.completion_tokens, "reused": c.reused}
             for role, c in self.by_role.items()
         }
 
@@ -125,6 +138,9 @@ class _UsageProbe:
         self.completion_tokens = 0
 
     def add_usage(self, lm: str, usage: Mapping[str, Any] | None) -> None:
+        slot = current_call()
+        if slot is not None and slot.reused:
+            return  # a reply reused from the run's store: not billed, not made
         self.billed += 1
         usage = usage or {}
         self.prompt_tokens += int(usage.get("prompt_tokens") or 0)
@@ -140,7 +156,7 @@ class CallCounter(BaseCallback):
     def __init__(self, role: str) -> None:
         self.role = role
         self._lock = threading.Lock()
-        self._open: dict[str, tuple[_UsageProbe, Any]] = {}  # call id -> (probe, its settings context)
+        self._open: dict[str, tuple[_UsageProbe, Any, Any]] = {}  # call id -> (probe, settings context, slot)
         self._counts = RoleCalls()
 
     def __copy__(self) -> CallCounter:
@@ -153,20 +169,22 @@ class CallCounter(BaseCallback):
         probe = _UsageProbe(dspy.settings.get("usage_tracker"))
         context = dspy.settings.context(usage_tracker=probe)
         context.__enter__()  # left in on_lm_end: DSPy runs both in the same frame (same context)
+        slot = open_call(dict(inputs.get("kwargs") or {}).get("rollout_id"))
         with self._lock:
-            self._open[call_id] = (probe, context)
+            self._open[call_id] = (probe, context, slot)
 
     def on_lm_end(self, call_id: str, outputs: Any, exception: BaseException | None = None) -> None:
         with self._lock:
             opened = self._open.pop(call_id, None)
         if opened is None:
             return
-        probe, context = opened
+        probe, context, slot = opened
+        reused = close_call(slot)
         context.__exit__(None, None, None)
-        made = probe.billed > 0 or exception is not None
+        made = not reused and (probe.billed > 0 or exception is not None)
         counted = RoleCalls(
-            made=int(made), cached=int(not made), failed=int(exception is not None),
-            prompt_tokens=probe.prompt_tokens, completion_tokens=probe.completion_tokens,
+            made=int(made), cached=int(not made and not reused), failed=int(exception is not None),
+            prompt_tokens=probe.prompt_tokens, completion_tokens=probe.completion_tokens, reused=int(reused),
         )
         with self._lock:
             self._counts = self._counts + counted

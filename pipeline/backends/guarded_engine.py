@@ -19,7 +19,11 @@ engine doing one attempt per call (`OpenAIEngine`, or the simulated world's `Sim
 5. turns a fatal reply (401/403/404, billing) into `EndpointUnusable(role, endpoint, cause)`, with
    the cause from the inner engine's `explain_fatal` (naming the key VARIABLE, never the key);
 6. counts the call in the `FailureGuard` as succeeded or finally failed (which may raise
-   `TooManyFailures`).
+   `TooManyFailures`);
+7. with the run's `ReplyStore` (`GuardSettings.replies`, `pipeline.backends.call_reuse`; None: off),
+   answers a request already answered in the run from the store instead of calling again (marked, so
+   the call counter counts it as reused, not made; the `FailureGuard` does not see it): steps 2-6 run
+   once per distinct request, and concurrent identical requests make one call.
 
 `probe(request)` is the preflight's door: the same attempts and checks, but every final failure that
 says the endpoint cannot serve (fatal, unreachable, no usable reply, rate-limited longer than allowed,
@@ -50,6 +54,7 @@ from urllib.parse import urlsplit
 from dspy import lm15
 from dspy.clients.call_result import response_from_dict, response_to_dict  # lm15's serde, as DSPy uses it
 from dspy.lm15 import Request, Response, response_to_events
+from memtrace_loop.pipeline.backends.call_reuse import ReplyStore, current_call, mark_reused, request_key
 from memtrace_loop.pipeline.backends.failure_guard import FailureGuard
 from memtrace_loop.pipeline.backends.reply_check import MaxTokensGuard, check_reply
 from memtrace_loop.pipeline.backends.resilience import (
@@ -100,6 +105,7 @@ class GuardSettings:
     retries: RetryLedger | None = None
     max_tokens: MaxTokensGuard | None = None
     secrets: tuple[str, ...] = ()  # the run's configured key values, masked in every reply
+    replies: ReplyStore | None = None  # the run's replies, reused for an identical request (None: never)
 
 
 def _redact_tree(value: Any, secrets: tuple[str, ...]) -> Any:
@@ -182,6 +188,11 @@ class _Guarded:
         """A connection refused by a local endpoint: its server is not running (the probe gives up)."""
         return connection_refused(exc) and local_endpoint(self.settings.endpoint)
 
+    def _reuse_key(self, request: Request) -> str:
+        slot = current_call()
+        # the model and endpoint, not the engine's class: the sync and async faces share their replies
+        return request_key(self.model_name, self.settings.endpoint, request, None if slot is None else slot.rollout_id)
+
     def _before(self) -> None:
         if self.settings.stop is not None:
             self.settings.stop.check()
@@ -254,6 +265,16 @@ class GuardedEngine(_Guarded):
 
     def complete(self, request: Request) -> Response:
         self._before()
+        replies = self.settings.replies
+        if replies is None:
+            return self._complete(request)
+        response, reused = replies.get_or_call(self._reuse_key(request), lambda: self._complete(request))
+        if reused:
+            mark_reused()
+        return response
+
+    def _complete(self, request: Request) -> Response:
+        self._before()  # again: a call that waited for an identical one which failed checks the stop first
         try:
             response = self._loop().run(lambda deadline: self._attempt(request, deadline))
         except Exception as exc:
@@ -303,7 +324,15 @@ class AsyncGuardedEngine(_Guarded):
 
     async def complete(self, request: Request) -> Response:
         self._before()
+        replies = self.settings.replies
+        if replies is None:
+            return await self._complete(request)
+        response, reused = await replies.aget_or_call(self._reuse_key(request), lambda: self._complete(request))
+        if reused:
+            mark_reused()
+        return response
 
+    async def _complete(self, request: Request) -> Response:
         def attempt(deadline: float) -> Awaitable[Response]:
             return self._aattempt(request, deadline)
 

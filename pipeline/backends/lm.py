@@ -122,6 +122,9 @@ class LMConfig(pydantic.BaseModel):
     retry_after_cap_s: float = pydantic.Field(default=RetryPolicy.retry_after_cap_s, gt=0)  # longest wait
     deadline_s: float = pydantic.Field(default=RetryPolicy.deadline_s, gt=0)  # one logical call: attempts and waits
     cache: bool = True
+    # a request already answered in this run (same model, endpoint, messages and parameters) is answered
+    # again from the run's store of replies, not sent (counted as `reused`; `pipeline.backends.call_reuse`)
+    reuse_calls: bool = True
     # JSON-schema constrained output: `json_schema` runs the stages with DSPy's JSONAdapter and sends each
     # stage's output schema as `response_format` (llama.cpp server, vLLM, Ollama, OpenAI honour it)
     structured_output: Literal["off", "json_schema"] = "off"
@@ -309,6 +312,7 @@ def describe(config: LMConfig) -> dict[str, str]:
         "temperature": str(config.temperature),
         "max_tokens": "" if config.max_tokens is None else str(config.max_tokens),
         "cache": str(config.cache).lower(),
+        "reuse_calls": str(config.reuse_calls).lower(),
         "num_retries": str(config.num_retries),
         "retry_after_cap_s": str(config.retry_after_cap_s),
         "deadline_s": str(config.deadline_s),

@@ -18,9 +18,10 @@ Every LM is `dspy.LM(..., engine=GuardedEngine(inner), async_engine=AsyncGuarded
 num_retries=0)`: the project's retry loop, stop token and failure guard
 (`pipeline.backends.guarded_engine`) sit around every backend, with the run's `RunServices` (stop token,
 ledger of calls, retries and failures, local servers; `pipeline.backends.services`) passed in as one
-record (`services=`; None: none of them). Every guarded engine of a set masks in its replies the keys
-of all the set's roles (`key_values`: a model echoing any configured key stores it nowhere). It does
-not parse configs beyond `lm_set_configs` (see
+record (`services=`; None: none of them); an LM whose `reuse_calls` is on answers a request already
+answered in the run from the run's `ReplyStore` (`services.replies`). Every guarded engine of a set
+masks in its replies the keys of all the set's roles (`key_values`: a model echoing any configured
+key stores it nowhere). It does not parse configs beyond `lm_set_configs` (see
 `LMConfig.from_mapping`) and runs nothing.
 """
 from __future__ import annotations
@@ -116,7 +117,8 @@ def build_lm(
     ledger = services.ledger
     settings = GuardSettings(role, endpoint, retry_policy(config), stop=services.stop, guard=ledger.guard,
                              retries=ledger.retries, max_tokens=ledger.max_tokens,
-                             secrets=tuple(sorted({*secrets, *key_values((config,))})))
+                             secrets=tuple(sorted({*secrets, *key_values((config,))})),
+                             replies=services.replies if config.reuse_calls else None)
     guarded, async_guarded = GuardedEngine(engine, settings), AsyncGuardedEngine(async_engine, settings)
     if config.structured_output == "json_schema":
         declare_structured_output(guarded)

@@ -5,8 +5,10 @@
 run which mostly fails (`FailureGuard`) and the empty replies cut at `max_tokens` that stop a run
 whose limit is too small (`MaxTokensGuard`). `RunServices` is what an app hands to the builders instead of
 five loose arguments: the run's `StopToken` (None: cannot be stopped), its ledger and its local model
-servers (`LocalServers`, None: a `local` LM cannot be built). Both are frozen records of long-lived,
-thread-safe objects; they start nothing and log nothing (the entry point owns the servers' lifetime).
+servers (`LocalServers`, None: a `local` LM cannot be built) and its store of LM replies (`ReplyStore`:
+a request already answered in the run is answered from it by every LM whose `reuse_calls` is on). Both
+are frozen records of long-lived, thread-safe objects; they start nothing and log nothing (the entry
+point owns the servers' lifetime).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from memtrace_loop.pipeline.backends.call_count import CallLedger, CallTally
+from memtrace_loop.pipeline.backends.call_reuse import ReplyStore
 from memtrace_loop.pipeline.backends.failure_guard import FailureGuard
 from memtrace_loop.pipeline.backends.local_server import LocalServers
 from memtrace_loop.pipeline.backends.reply_check import MaxTokensGuard
@@ -46,8 +49,9 @@ class RunLedger:
 
 @dataclass(frozen=True)
 class RunServices:
-    """The stop token, the ledger and the local servers of one run."""
+    """The stop token, the ledger, the local servers and the store of replies of one run."""
 
     stop: StopToken | None = None
     ledger: RunLedger = field(default_factory=RunLedger)
     servers: LocalServers | None = None
+    replies: ReplyStore = field(default_factory=ReplyStore)

@@ -15,16 +15,19 @@ not run the loop and does not decide anything.
 
 Metric names are `pipeline.tracking.metric_names` (`train/...`, `dev/...`, `test/start/...`,
 `test/final/...`, `dev/final/...`). LM-call metrics (counted at the LM layer,
-`pipeline.backends.call_count`; made / cached are separate, never negative):
+`pipeline.backends.call_count`; made / cached / reused are separate, never negative):
 
 - parent run, step = iteration: `lm_calls/budget_spent` — cumulative task + rewriter + attributor
   calls counted against `loop.budget_calls` by the end of that iteration (made, plus cache-served when
   `loop.budget_counts_cached`; the final test evaluation is outside it);
-- each iteration's nested run, step = iteration: `lm_calls/<role>/made`, `lm_calls/<role>/cached`
-  (cumulative up to that iteration; roles task, judge, attributor, rewriter) and `lm_calls/budget_spent`;
-- parent run at the end (test evaluation included): `lm_calls/<role>/made|cached|failed`,
-  `lm_calls/made`, `lm_calls/cached` (all roles), `lm_calls/saved` (calls reusing built memories saved:
-  never asked of an LM, so neither made nor cached), `lm_tokens/prompt`, `lm_tokens/completion` (of
+- each iteration's nested run, step = iteration: `lm_calls/<role>/made`, `lm_calls/<role>/cached`,
+  `lm_calls/<role>/reused` (cumulative up to that iteration; roles task, judge, attributor, rewriter)
+  and `lm_calls/budget_spent`;
+- parent run at the end (test evaluation included): `lm_calls/<role>/made|cached|reused|failed`,
+  `lm_calls/made`, `lm_calls/cached`, `lm_calls/reused` (all roles), `lm_calls/saved` (calls reusing
+  built memories saved: never asked of an LM, so neither made nor cached), the share of calls reusing
+  the run's replies saved, `lm_calls/reused_share` and `lm_calls/<role>/reused_share` (reused / (made +
+  reused): a request already answered in the run is not sent again), `lm_tokens/prompt`, `lm_tokens/completion` (of
   made calls), and the tag `memtrace.stop_reason` (budget / patience / max_iterations).
 """
 
@@ -133,12 +136,17 @@ def prompt_chars(prompts: PromptSet) -> int:
     """Characters of every stage instruction of a prompt set."""
     return sum(len(instruction) for instruction in prompts.instruction_by_stage.values())
 def final_call_metrics(result: LoopResult) -> dict[str, float]:
-    """The run's LM-call totals (test evaluation included): per role, all roles, saved, tokens."""
+    """The run's LM-call totals (test evaluation included): per role, all roles, saved, reused (and
+    the share of calls reuse saved, per role and in all), tokens."""
     total = result.calls.total()
     return {
         **call_metrics(result.calls, failed=True),
+        **{names.role_calls(role, names.REUSED_SHARE): calls.reuse_share
+           for role, calls in result.calls.by_role.items()},
         names.CALLS_MADE: float(result.lm_calls_made),
         names.CALLS_CACHED: float(total.cached),
+        names.CALLS_REUSED: float(total.reused),
+        names.CALLS_REUSED_SHARE: total.reuse_share,
         names.CALLS_SAVED: float(result.lm_calls_saved),
         names.TOKENS_PROMPT: float(total.prompt_tokens),
         names.TOKENS_COMPLETION: float(total.completion_tokens),

@@ -8,10 +8,12 @@ The scheme (README, "Tracking", has the same table):
   (`QUALITY_METRICS`); scopes: `eval` (`memtrace run`), `train` and `dev` (each iteration of
   `memtrace optimize`), `dev/final`, `test/start`, `test/final` (the end of an optimization);
 - what the traced graph of one evaluation counted, `<scope>/traced/<count>` (`TRACED_COUNTS`);
-- LM calls counted at the LM layer: `lm_calls/<role>/made|cached|failed`, `lm_calls/made|cached|saved`,
-  `lm_calls/budget_spent`; final failures `lm_calls/failed` and `lm_calls/failed_share` (of the calls
-  made), and what failed operations did to one evaluation, `<scope>/failures/<count>` (`FAILURE_COUNTS`:
-  questions scored and touched, touched and scored wrong, judge accuracy without them and its bounds);
+- LM calls counted at the LM layer: `lm_calls/<role>/made|cached|reused|failed`, `lm_calls/made|cached|
+  reused|saved`, the share of calls reusing the run's replies saved `lm_calls/reused_share` and
+  `lm_calls/<role>/reused_share` (reused / (made + reused)), `lm_calls/budget_spent`; final failures
+  `lm_calls/failed` and `lm_calls/failed_share` (of the calls made), and what failed operations did to
+  one evaluation, `<scope>/failures/<count>` (`FAILURE_COUNTS`: questions scored and touched, touched
+  and scored wrong, judge accuracy without them and its bounds);
   tokens `lm_tokens/prompt|completion|made`; retries `lm_retries/total`, `lm_retries/<role>`,
   `lm_retries/<role>/<cause>`;
 - attribution `attribution/<share or count>`; the loop `loop/candidates|accepted|attributed_failures|
@@ -71,8 +73,11 @@ LM_CALLS = "lm_calls"
 LM_TOKENS = "lm_tokens"
 LM_RETRIES = "lm_retries"
 MADE, CACHED, FAILED, SAVED = "made", "cached", "failed", "saved"
+REUSED, REUSED_SHARE = "reused", "reused_share"  # answered from the run's store of replies (not sent again)
 CALLS_MADE = join(LM_CALLS, MADE)
 CALLS_CACHED = join(LM_CALLS, CACHED)
+CALLS_REUSED = join(LM_CALLS, REUSED)
+CALLS_REUSED_SHARE = join(LM_CALLS, REUSED_SHARE)
 CALLS_SAVED = join(LM_CALLS, SAVED)
 BUDGET_SPENT = join(LM_CALLS, "budget_spent")  # cumulative, step = iteration
 TOKENS_PROMPT = join(LM_TOKENS, "prompt")
@@ -93,7 +98,7 @@ def failures(scope: str, count: str) -> str:
 
 
 def role_calls(role: str, kind: str) -> str:
-    """`lm_calls/<role>/<kind>` (kind: made, cached, failed)."""
+    """`lm_calls/<role>/<kind>` (kind: made, cached, reused, failed, reused_share)."""
     return join(LM_CALLS, name_part(role), kind)
 
 

@@ -214,12 +214,14 @@ def run_metrics(result: RunResult, scope: str = names.EVAL) -> dict[str, float]:
 
 
 def call_metrics(tally: CallTally, *, failed: bool = False) -> dict[str, float]:
-    """`lm_calls/<role>/made|cached` (and `/failed`) per role of a tally counted at the LM layer
-    (`pipeline.backends.call_count`): made reached the backend, cached came from DSPy's response cache."""
+    """`lm_calls/<role>/made|cached|reused` (and `/failed`) per role of a tally counted at the LM layer
+    (`pipeline.backends.call_count`): made reached the backend, cached came from DSPy's response cache,
+    reused from the run's store of replies (the same request answered before in the run)."""
     metrics: dict[str, float] = {}
     for role, calls in tally.by_role.items():
         metrics[names.role_calls(role, names.MADE)] = float(calls.made)
         metrics[names.role_calls(role, names.CACHED)] = float(calls.cached)
+        metrics[names.role_calls(role, names.REUSED)] = float(calls.reused)
         if failed:
             metrics[names.role_calls(role, names.FAILED)] = float(calls.failed)
     return metrics

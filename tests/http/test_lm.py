@@ -298,7 +298,7 @@ def test_cache_directory_is_honoured(server: OpenAIStubServer, tmp_path: Path) -
     first_dir, second_dir = tmp_path / "cache-a", tmp_path / "cache-b"
     configure_cache(first_dir)
     assert Path(dspy.cache.disk_cache.directory) == first_dir.resolve()
-    lm = build_lm(openai_config(server, cache=True))
+    lm = build_lm(openai_config(server, cache=True, reuse_calls=False))  # DSPy's cache alone
     assert ask(lm).answer == ANSWER
     assert ask(lm).answer == ANSWER
     assert len(chat_calls(server)) == 1  # second identical call: cache hit
@@ -315,7 +315,7 @@ def test_cache_directory_is_honoured(server: OpenAIStubServer, tmp_path: Path) -
 
 
 def test_cache_false_always_reaches_the_server(server: OpenAIStubServer) -> None:
-    lm = build_lm(openai_config(server, cache=False))
+    lm = build_lm(openai_config(server, cache=False, reuse_calls=False))  # reuse: tests/http/test_reused_replies.py
     ask(lm)
     ask(lm)
     assert len(chat_calls(server)) == 2

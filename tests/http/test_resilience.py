@@ -154,7 +154,7 @@ def test_retries_are_logged_with_a_scrubbed_endpoint_and_counted_per_role(
         {
             "task": {"backend": "sim", "model": "stand-in"},
             "judge": openai_config(server),
-            "attributor": openai_config(server),
+            "attributor": openai_config(server, reuse_calls=False),  # its own call, not the judge's reply
             "rewriter": {"backend": "sim", "model": "stand-in"},
         },
         services=RunServices(ledger=RunLedger(retries=retries)),
@@ -269,7 +269,8 @@ def test_404_names_the_model_and_the_path(server: OpenAIStubServer) -> None:
 def test_the_failure_guard_stops_the_run_and_later_calls_never_reach_the_server(server: OpenAIStubServer) -> None:
     guard = FailureGuard(max_failed_share=0.5, min_calls=4)
     services = RunServices(ledger=RunLedger(guard=guard))
-    lm = build_lm(openai_config(server, num_retries=0), role="task", services=services)
+    # every request the same: with reuse off, so each one is a call the guard counts
+    lm = build_lm(openai_config(server, num_retries=0, reuse_calls=False), role="task", services=services)
     assert ask(lm).answer == ANSWER  # 1 ok
     server.inject(status=500, times=100, retry_after=0)
     for _ in range(2):  # 2 of 3 failed: a failed operation each, the run goes on (min_calls not reached)

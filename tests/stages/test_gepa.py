@@ -34,6 +34,11 @@ def _stage_ops(graph, stages) -> int:
     return sum(1 for op in graph.operations() if op.stage in stages and op.usage.calls)
 
 
+def _made_calls(graph, stages) -> int:
+    """The calls of `stages`' operations that reached the LM (not served by a cache or the run's replies)."""
+    return sum(op.usage.calls - op.usage.cached_calls for op in graph.operations() if op.stage in stages)
+
+
 def test_the_programs_components_are_the_systems_stage_prompts(world):
     program = world.program()
     components = {name: p.signature.instructions for name, p in program.named_predictors()}
@@ -54,8 +59,9 @@ def test_an_answer_only_candidate_reanswers_without_reingesting():
     answer_only = w.system.with_prompts(w.system.prompt_set().with_instruction("respond", w.perfect("respond")))
     again = w.program(answer_only)(question_id=question.id, question=question.text).traced
     assert again.memory_reused
-    assert again.lm_calls_made == _stage_ops(again.graph, {"respond", "judge"})  # answering and judging only
-    assert again.lm_calls_made <= 2
+    # answering and judging only (a judge request identical to the first one's is reused, not made)
+    assert again.lm_calls_made == _made_calls(again.graph, {"respond", "judge"}) >= 1
+    assert _stage_ops(again.graph, {"respond", "judge"}) == 2
     new_extract = w.system.with_prompts(w.system.prompt_set().with_instruction("extract", w.perfect("extract")))
     rebuilt = w.program(new_extract)(question_id=question.id, question=question.text).traced
     assert not rebuilt.memory_reused and rebuilt.lm_calls_made > 10

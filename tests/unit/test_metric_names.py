@@ -30,9 +30,11 @@ def test_an_evaluation_is_logged_under_its_scope_with_categories_below_cat():
 
 
 def test_lm_calls_tokens_and_retries_are_grouped_per_role():
-    tally = CallTally({"task": RoleCalls(made=3, cached=2, failed=1, prompt_tokens=10, completion_tokens=4)})
+    tally = CallTally({"task": RoleCalls(made=3, cached=2, failed=1, prompt_tokens=10, completion_tokens=4,
+                                         reused=5)})
     assert call_metrics(tally, failed=True) == {
-        "lm_calls/task/made": 3.0, "lm_calls/task/cached": 2.0, "lm_calls/task/failed": 1.0,
+        "lm_calls/task/made": 3.0, "lm_calls/task/cached": 2.0, "lm_calls/task/reused": 5.0,
+        "lm_calls/task/failed": 1.0,
     }
     assert token_metrics(tally) == {"lm_tokens/prompt": 10.0, "lm_tokens/completion": 4.0}
     retries = RetryTally({"judge": {"server_error": 2}, "attributor": {"rate_limited": 1}})
