@@ -67,7 +67,7 @@ class _StepLoggingOptimizer:
 def run(name: str, budget: int, max_iterations: int = 10, useless_first: bool = False, resume: bool = False,
         **kwargs):
     ledger = CallLedger()
-    lms = ledger.counted(LMSet(*(sim_lm() for _ in range(4))))
+    lms = ledger.counted(LMSet(*(sim_lm(reuse_calls=False) for _ in range(4))))  # the budgets below: calls made
     system = Mem0Memory(HashingEmbedder())
     system.set_lm(lms.task)
     dataset = sim_dataset(seed=0, n_conversations=8)

@@ -56,7 +56,9 @@ def make_loop(optimizer_name: str = "attribution", optimizer=None, **kwargs) -> 
     """The loop on the stand-in LM, every role's LM counting into `kwargs["calls"]` (a fresh ledger when
     not given; an `optimizer` passed in counts only what its own LMs count)."""
     calls = kwargs.setdefault("calls", CallLedger())
-    lms = calls.counted(LMSet(*(sim_lm(),) * 4))
+    # every request made (reply reuse off): these tests count made calls exactly, memory reuse's among
+    # them; the loop with reply reuse is tests/e2e/test_reused_replies_loop.py
+    lms = calls.counted(LMSet(*(sim_lm(reuse_calls=False),) * 4))
     system = Mem0Memory(HashingEmbedder())
     system.set_lm(lms.task)
     optimizer = optimizer or build_optimizer(optimizer_name, lms.rewriter, system=system)

@@ -26,9 +26,10 @@ CONVERSATION = Conversation(
 QUESTION = Question("c1:q0", "c1", "Where does Alice live?", "Rome", 4, ("D2:1",))
 
 
-def sim_lm() -> dspy.LM:
-    """The deterministic stand-in LM, uncached so every test sees the current stand-in code."""
-    return build_lm(LMConfig(backend="sim", model="stand-in", cache=False))
+def sim_lm(reuse_calls: bool = True) -> dspy.LM:
+    """The deterministic stand-in LM, uncached so every test sees the current stand-in code (with
+    `reuse_calls`, a request it answered before is answered from its store of replies, counted reused)."""
+    return build_lm(LMConfig(backend="sim", model="stand-in", cache=False, reuse_calls=reuse_calls))
 
 
 def counted_sim_lms(calls: CallLedger) -> LMSet:
