@@ -35,6 +35,7 @@ from memtrace_loop.experiments.factory import launch_dir, resolve, to_plain
 from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.pipeline.analysis.comparison import (
+    CandidateTotals,
     ComparisonRow,
     OptimizerRun,
     ProgressPoint,
@@ -176,7 +177,18 @@ def optimizer_run(source: RunSource, run_id: str) -> OptimizerRun:
         progress=progress_points({int(k): v for k, v in dev.items()}, dev_final, calls),
         calls_estimated=estimated,
         budget=_budget(run.params.get(BUDGET_PARAM)),
+        candidates=_candidate_totals(run),
     )
+
+
+def _candidate_totals(run: TrackedRun) -> CandidateTotals:
+    """The run's candidate costs as logged (`candidates/*`; zeros for runs logged before them)."""
+    def count(name: str) -> float:
+        value = _metric(run, names.candidate_cost(name))
+        return 0.0 if math.isnan(value) else value
+
+    return CandidateTotals(int(count("candidates")), int(count("screened_out")), int(count("accepted")),
+                           count("screen_calls"), count("full_calls"))
 
 
 def run_ids_in_sweep(sweep_dir: Path) -> list[str]:

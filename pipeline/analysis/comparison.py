@@ -58,6 +58,31 @@ class ProgressPoint:
 
 
 @dataclass(frozen=True)
+class CandidateTotals:
+    """A run's (or several runs') candidates and the budget calls they cost (`pipeline.loop.costs`)."""
+
+    candidates: int = 0
+    screened_out: int = 0
+    accepted: int = 0
+    screen_calls: float = 0.0
+    full_calls: float = 0.0
+
+    def __add__(self, other: CandidateTotals) -> CandidateTotals:
+        return CandidateTotals(
+            self.candidates + other.candidates, self.screened_out + other.screened_out,
+            self.accepted + other.accepted, self.screen_calls + other.screen_calls, self.full_calls + other.full_calls,
+        )
+
+    @property
+    def per_candidate(self) -> float:
+        return (self.screen_calls + self.full_calls) / self.candidates if self.candidates else math.nan
+
+    @property
+    def per_accepted(self) -> float:
+        return (self.screen_calls + self.full_calls) / self.accepted if self.accepted else math.nan
+
+
+@dataclass(frozen=True)
 class OptimizerRun:
     """One finished optimization run of a sweep, as the comparison needs it."""
 
@@ -73,6 +98,7 @@ class OptimizerRun:
     progress: tuple[ProgressPoint, ...] = ()  # iteration 0 first
     calls_estimated: bool = False  # the progress calls are an estimate (no per-iteration count logged)
     budget: str = ""  # the run's LM-call budget as configured ("" when none)
+    candidates: CandidateTotals = CandidateTotals()
 
     def __post_init__(self) -> None:
         ids = [q.question_id for q in self.questions]
@@ -108,6 +134,7 @@ class ComparisonRow:
     calls_to_90: float  # NaN when no run gained on dev
     runs_with_gain: int  # runs whose dev accuracy rose (those averaged in calls_to_90)
     calls_estimated: bool  # some run's progress calls were estimated
+    candidates: CandidateTotals = CandidateTotals()  # summed over the runs
 
 
 def paired_estimate(
@@ -197,6 +224,7 @@ def comparison_row(
         calls_to_90=_mean(calls),
         runs_with_gain=len(calls),
         calls_estimated=any(run.calls_estimated for run in ordered),
+        candidates=sum((run.candidates for run in ordered), CandidateTotals()),
     )
 
 
