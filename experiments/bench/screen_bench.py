@@ -37,6 +37,7 @@ memories either way. It sets no target.
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import os
 import statistics
@@ -70,6 +71,7 @@ from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
 from memtrace_loop.pipeline.loop.runner import RunResult, make_judge, run_dataset
 from memtrace_loop.pipeline.loop.screening import ScreenSettings
 from rich.console import Console
+from rich.logging import RichHandler
 from rich.table import Table
 
 SYSTEMS = ("mem0", "mem0ai")
@@ -303,11 +305,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--markdown", action="store_true", help="also print the table as Markdown")
     args = parser.parse_args(argv)
     console = Console(width=max(Console().width, 160))
+    # the loop's own line per screen: its failures on the candidate's path and its guard
+    screens_logger = logging.getLogger(CandidateScreens.__module__)
+    handler = RichHandler(console=console, show_path=False)
+    screens_logger.setLevel(logging.INFO)
+    screens_logger.addHandler(handler)
     dataset = load_dataset({"kind": "sim", "seed": args.seed, "n_conversations": args.conversations,
                             "sessions_per_conversation": args.sessions, "turns_per_session": args.turns_per_session})
     started = time.perf_counter()
-    results = {name: bench_system(name, dataset, args.seed, args.candidates, args.workers, console.log)
-               for name in args.systems}
+    try:
+        results = {name: bench_system(name, dataset, args.seed, args.candidates, args.workers, console.log)
+                   for name in args.systems}
+    finally:
+        screens_logger.removeHandler(handler)
     console.log(f"done in {time.perf_counter() - started:.0f} s")
     table_rows = rows(results)
     console.print(render(table_rows, dataset))
