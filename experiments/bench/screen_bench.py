@@ -15,8 +15,8 @@ Per system:
    does on train; here on the evaluation set itself: LoCoMo has no other), blame aggregated, and the
    `attribution` optimizer proposes (iteration 1, no evaluator: it needs none); then, until
    `--candidates` construction candidates are in hand, the `uniform` optimizer at iterations 1, 2, ...
-   Kept: candidates whose changed stages include a construction stage (`system.construction_stages`),
-   distinct prompt sets, at most `--candidates`;
+   Kept: prompt candidates whose changed stages include a construction stage (`system.construction_stages`,
+   the LLM stages `ingest` uses; knob candidates are left out), distinct prompt sets, at most `--candidates`;
 3. each kept candidate is measured twice, each time from a FRESH `MemoryCache` and its own ledger
    difference: **full** = the budget-role calls (task; the evaluation makes no rewriter or attributor
    call) of evaluating it on every conversation and scored question; **screened** = what the loop spends:
