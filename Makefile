@@ -53,7 +53,7 @@ lint: install  ## ruff and the type checker (mypy), as CI runs them
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-bench: install  ## benchmarks, each printing a table: graph at LoCoMo scale, speed targets, BM25, bootstrap, attribution, report.html, answering vs workers, mem0ai tracing overhead per add
+bench: install  ## benchmarks, each printing a table: graph at LoCoMo scale, speed targets, BM25, bootstrap, attribution, report.html, answering vs workers, mem0ai tracing overhead per add, screening at LoCoMo scale
 	$(BIN)/python -m memtrace_loop.experiments.bench.graph_bench
 	$(BIN)/python -m memtrace_loop.experiments.bench.speed_bench
 	$(BIN)/python -m memtrace_loop.experiments.bench.bm25_bench
@@ -63,6 +63,7 @@ bench: install  ## benchmarks, each printing a table: graph at LoCoMo scale, spe
 	$(BIN)/python -m memtrace_loop.experiments.bench.report_bench
 	$(BIN)/python -m memtrace_loop.experiments.bench.workers_bench
 	$(BIN)/python -m memtrace_loop.experiments.bench.mem0ai_bench
+	$(BIN)/python -m memtrace_loop.experiments.bench.screen_bench
 
 bench-local: install  ## parse failures of the real local model (lm=local) with and without JSON-schema output, mem0 and mem0ai
 	$(BIN)/python -m memtrace_loop.experiments.bench.local_model_bench

@@ -35,11 +35,13 @@ from memtrace_loop.experiments.factory import launch_dir, resolve, to_plain
 from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.pipeline.analysis.comparison import (
+    CandidateTotals,
     ComparisonRow,
     OptimizerRun,
     ProgressPoint,
     QuestionOutcome,
     compare_runs,
+    wilson_interval,
 )
 from memtrace_loop.pipeline.core.command_line import command_line
 from memtrace_loop.pipeline.core.run_folder import RunFolder
@@ -176,7 +178,32 @@ def optimizer_run(source: RunSource, run_id: str) -> OptimizerRun:
         progress=progress_points({int(k): v for k, v in dev.items()}, dev_final, calls),
         calls_estimated=estimated,
         budget=_budget(run.params.get(BUDGET_PARAM)),
+        candidates=_candidate_totals(run),
     )
+
+
+def _candidate_totals(run: TrackedRun) -> CandidateTotals:
+    """The run's candidate costs as logged (`candidates/*`; zeros for runs logged before them)."""
+    def count(name: str) -> float:
+        value = _metric(run, names.candidate_cost(name))
+        return 0.0 if math.isnan(value) else value
+
+    return CandidateTotals(int(count("candidates")), int(count("screened_out")), int(count("accepted")),
+                           count("screen_calls"), count("full_calls"), int(count("audited")),
+                           int(count("audit_would_pass")))
+
+
+def audit_note(runs: Sequence[OptimizerRun], confidence: float = 0.95) -> str | None:
+    """The screen's audit pooled over the runs that ran it (`loop.screen.audit`): how many screened-out
+    candidates would have passed the gate, with a Wilson interval; None when no run audited one."""
+    audited = sum(r.candidates.audited for r in runs)
+    if not audited:
+        return None
+    would = sum(r.candidates.audit_would_pass for r in runs)
+    low, high = wilson_interval(would, audited, confidence)
+    return (f"Screen audit: {would} of {audited} screened-out candidates would have passed the gate on the whole "
+            f"dev split ({100 * would / audited:.1f}%, {round(100 * confidence)}% Wilson interval "
+            f"[{100 * low:.1f}, {100 * high:.1f}]).")
 
 
 def run_ids_in_sweep(sweep_dir: Path) -> list[str]:
@@ -216,6 +243,8 @@ def write_report(
     out_dir.mkdir(parents=True, exist_ok=True)
     markdown, plot, data = (out_dir / name for name in REPORT_NAMES)
     notes = [f"Seeds: {', '.join(str(s) for s in sorted({r.seed for r in runs}))}; {len(runs)} runs."]
+    audit = audit_note(runs, confidence)
+    notes += [audit] if audit else []
     markdown.write_text(
         markdown_report(rows, reference=reference, budgets=[r.budget for r in runs], confidence=confidence,
                         notes=notes),

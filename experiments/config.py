@@ -43,6 +43,7 @@ from memtrace_loop.pipeline.core.config import (
 from memtrace_loop.pipeline.data.locomo import SPLIT_NAMES
 from memtrace_loop.pipeline.data.registry import dataset_config
 from memtrace_loop.pipeline.loop.optimization import LoopSettings
+from memtrace_loop.pipeline.loop.screening import ScreenSettings
 
 _STRICT = pydantic.ConfigDict(extra="forbid")
 T = TypeVar("T")
@@ -140,6 +141,8 @@ class LoopConfig:
     # with attributor.verify: train failures checked by replay per iteration, a sample over the blamed
     # stages (replays count in the budget); null: every failure
     verify_cases: int | None = LoopSettings.verify_cases
+    # candidate screening (pipeline/loop/screening.py): enabled, guard_fraction, min_guard, audit
+    screen: ScreenSettings = field(default_factory=ScreenSettings)
 
     def __post_init__(self) -> None:
         require(self, max_iterations=(1, None), max_candidates=(1, None), patience=(1, None), min_gain=(0, None),
@@ -213,6 +216,7 @@ class OptimizeConfig(_AppConfig):
             max_candidates=self.loop.max_candidates, exclude_categories=self.evaluation.exclude_categories,
             workers=self.workers, seed=self.seed, budget_calls=self.loop.budget_calls,
             budget_counts_cached=self.loop.budget_counts_cached, verify_cases=self.loop.verify_cases,
+            screen=self.loop.screen,
         )
 
 

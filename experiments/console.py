@@ -15,6 +15,7 @@ from memtrace_loop.pipeline.analysis.diagnosis import Diagnosis
 from memtrace_loop.pipeline.analysis.evaluation import EvaluationReport, MetricSummary
 from memtrace_loop.pipeline.backends.call_count import BUDGET_ROLES, CallTally, RoleCalls
 from memtrace_loop.pipeline.backends.failure_guard import FailedCalls
+from memtrace_loop.pipeline.loop.costs import calls_to_gain, candidate_costs
 from memtrace_loop.pipeline.loop.failure_impact import FailureImpact
 from memtrace_loop.pipeline.loop.optimization import LoopResult
 from memtrace_loop.pipeline.loop.runner import LMCallCounts
@@ -153,6 +154,26 @@ def budget_line(result: LoopResult, budget_calls: int, counts_cached: bool) -> s
         f"Stopped: {result.stop_reason or 'unknown'}; budget calls spent before the test evaluation: "
         f"{result.budget_spent} {limit} ({'+'.join(BUDGET_ROLES)} calls, {counted})"
     )
+
+
+def candidate_cost_line(result: LoopResult, min_gain: float) -> str:
+    """What candidates cost in budget calls: screens, whole-dev evaluations, per candidate and per accepted
+    one, and the calls spent until dev first reached 90% of the run's final dev gain."""
+    costs = candidate_costs(result.history, min_gain)
+    to_gain = calls_to_gain(result.history, result.dev_final.report.overall.judge_accuracy)
+    line = (
+        f"Candidates: {costs.candidates} ({costs.screened_out} screened out); budget calls on screens "
+        f"{costs.screen_calls}, on whole-dev evaluations {costs.full_calls}; per candidate "
+        f"{_calls(costs.per_candidate)}, per accepted candidate {_calls(costs.per_accepted)}; to 90% of the final "
+        f"dev gain {'-' if to_gain is None else f'{to_gain:.0f}'}"
+    )
+    if costs.audited:
+        line += f"; audit: {costs.audit_would_pass} of {costs.audited} screened-out candidates would have passed"
+    return line
+
+
+def _calls(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.0f}"
 
 
 def _cell(summary: MetricSummary | None) -> str:

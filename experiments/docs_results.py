@@ -11,9 +11,9 @@ Two kinds of figure:
   regenerated: `demo` runs `memtrace optimize` (the command of `make demo`) with a fresh cache and MLflow
   store in a temporary folder and rewrites the generated blocks of docs/results.md and README.md;
   `tests/apps/test_docs.py` runs the same and compares, so a stale demo figure fails CI;
-- expensive ones (the comparison sweep, the attribution and rescue benchmarks, the local-model and workers
-  benches, the one-seed optimizer table) are recorded in docs/results.md with their command, the commit
-  that measured them and a digest of the source files they depend on (`FIGURES`); the test fails when
+- expensive ones (the comparison sweep, the attribution and rescue benchmarks, the local-model, workers
+  and screening benches, the one-seed optimizer table) are recorded in docs/results.md with their command,
+  the commit that measured them and a digest of the source files they depend on (`FIGURES`); the test fails when
   that digest changed, so a figure whose code moved on is flagged, not trusted. After re-running the
   command (and pasting its table), `stamp <id>` records the new digest and the current commit.
 """
@@ -57,6 +57,8 @@ FIGURES: dict[str, tuple[str, ...]] = {
     "mem0ai_gain": (*_WORLD, *_LOOP, "pipeline/backends/**/*.py", "pipeline/data/**/*.py"),
     "mem0ai_bench": ("memory_systems/mem0ai/**/*.py", "pipeline/sim/**/*.py", "pipeline/core/**/*.py",
                      "experiments/bench/mem0ai_bench.py"),
+    "screen_bench": (*_WORLD, *_LOOP, "pipeline/backends/**/*.py", "pipeline/data/**/*.py",
+                     "experiments/bench/screen_bench.py"),
 }
 MARKER = re.compile(r"<!-- figure (?P<id>\w+) measured_at=(?P<commit>\w+) stamped_at=(?P<stamped>\w+) "
                     r"digest=(?P<digest>[0-9a-f]+) -->")

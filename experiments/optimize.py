@@ -31,6 +31,7 @@ from memtrace_loop.experiments.console import (
     RichProgress,
     budget_line,
     calls_table,
+    candidate_cost_line,
     diagnosis_panel,
     failed_calls_lines,
     impact_clause,
@@ -309,7 +310,7 @@ def _optimize(session: AppSession[OptimizeConfig]) -> dict[str, Any]:
             _log_start(session, parts, tracker)
         observer = TrackingLoopObserver(
             tracker, parts.system.name, session.secrets, config.register_prompts, parts.system.non_default_knobs(),
-            traces=session.failure_traces(),
+            traces=session.failure_traces(), min_gain=config.loop.min_gain,
         )
         with RichProgress(session.console) as progress:
             loop = OptimizationLoop(
@@ -490,6 +491,7 @@ def _print_summary(session: AppSession[OptimizeConfig], system: MemorySystem, do
     console.print(calls_table(result.calls, result.lm_calls_saved))
     console.print(reuse_line(result.calls))
     console.print(budget_line(result, settings.budget_calls, settings.budget_counts_cached) + f"; {done.elapsed:.1f} s")
+    console.print(candidate_cost_line(result, settings.min_gain))
     console.print(f"MLflow run [bold]{run_id}[/] in {session.uri} "
                   f"(experiment {session.config.tracking.experiment!r})")
     if result.final_knobs:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 from memtrace_loop.pipeline.analysis.evaluation import bootstrap_ci
@@ -58,6 +59,34 @@ class ProgressPoint:
 
 
 @dataclass(frozen=True)
+class CandidateTotals:
+    """A run's (or several runs') candidates and the budget calls they cost (`pipeline.loop.costs`)."""
+
+    candidates: int = 0
+    screened_out: int = 0
+    accepted: int = 0
+    screen_calls: float = 0.0
+    full_calls: float = 0.0
+    audited: int = 0  # screened-out candidates also evaluated on the whole dev split (`loop.screen.audit`)
+    audit_would_pass: int = 0  # of those, how many reached the gate's min_gain there
+
+    def __add__(self, other: CandidateTotals) -> CandidateTotals:
+        return CandidateTotals(
+            self.candidates + other.candidates, self.screened_out + other.screened_out,
+            self.accepted + other.accepted, self.screen_calls + other.screen_calls, self.full_calls + other.full_calls,
+            self.audited + other.audited, self.audit_would_pass + other.audit_would_pass,
+        )
+
+    @property
+    def per_candidate(self) -> float:
+        return (self.screen_calls + self.full_calls) / self.candidates if self.candidates else math.nan
+
+    @property
+    def per_accepted(self) -> float:
+        return (self.screen_calls + self.full_calls) / self.accepted if self.accepted else math.nan
+
+
+@dataclass(frozen=True)
 class OptimizerRun:
     """One finished optimization run of a sweep, as the comparison needs it."""
 
@@ -73,6 +102,7 @@ class OptimizerRun:
     progress: tuple[ProgressPoint, ...] = ()  # iteration 0 first
     calls_estimated: bool = False  # the progress calls are an estimate (no per-iteration count logged)
     budget: str = ""  # the run's LM-call budget as configured ("" when none)
+    candidates: CandidateTotals = CandidateTotals()
 
     def __post_init__(self) -> None:
         ids = [q.question_id for q in self.questions]
@@ -108,6 +138,22 @@ class ComparisonRow:
     calls_to_90: float  # NaN when no run gained on dev
     runs_with_gain: int  # runs whose dev accuracy rose (those averaged in calls_to_90)
     calls_estimated: bool  # some run's progress calls were estimated
+    candidates: CandidateTotals = CandidateTotals()  # summed over the runs
+
+
+def wilson_interval(successes: int, trials: int, confidence: float = 0.95) -> tuple[float, float]:
+    """The Wilson score interval of a proportion (sound at 0 or n successes, unlike a bootstrap).
+
+    >>> [round(x, 3) for x in wilson_interval(0, 100)], [round(x, 3) for x in wilson_interval(5, 100)]
+    ([0.0, 0.037], [0.022, 0.112])
+    """
+    if trials <= 0:
+        return math.nan, math.nan
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    p = successes / trials
+    centre = (p + z * z / (2 * trials)) / (1 + z * z / trials)
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / (1 + z * z / trials)
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def paired_estimate(
@@ -197,6 +243,7 @@ def comparison_row(
         calls_to_90=_mean(calls),
         runs_with_gain=len(calls),
         calls_estimated=any(run.calls_estimated for run in ordered),
+        candidates=sum((run.candidates for run in ordered), CandidateTotals()),
     )
 
 

@@ -73,6 +73,10 @@ class _Candidate(_Record):
     accepted: bool
     rationale: str
     knobs: dict[str, Any] = {}
+    screened_out: bool = False
+    screen_calls: Count = 0
+    full_calls: Count = 0
+    audit_gain: float | None = None
 
 
 class _Iteration(_Record):

@@ -44,15 +44,16 @@ from typing import Any, Protocol
 
 import dspy
 from memtrace_loop.memory_systems.base import MemorySystem
-from memtrace_loop.optimizers.base import Candidate, CandidateEvaluation, OptimizationContext, Optimizer, TracedCase
+from memtrace_loop.optimizers.base import Candidate, OptimizationContext, Optimizer
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor, TracedRun, attribute_run
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution
 from memtrace_loop.pipeline.analysis.blame import BlameTable, aggregate_blame
 from memtrace_loop.pipeline.analysis.evaluation import PairedDifference, paired_difference
 from memtrace_loop.pipeline.backends.call_count import BUDGET_ROLES, CallLedger, CallTally
-from memtrace_loop.pipeline.core.records import Dataset, PromptSet, Question
+from memtrace_loop.pipeline.core.records import Dataset, PromptSet
 from memtrace_loop.pipeline.core.stop import StopToken
+from memtrace_loop.pipeline.loop.candidate_screens import CandidateScreens, ScreenOutcome
 from memtrace_loop.pipeline.loop.case_runner import LoopCaseRunner
 from memtrace_loop.pipeline.loop.checkpoint import (
     CheckpointError,
@@ -62,9 +63,11 @@ from memtrace_loop.pipeline.loop.checkpoint import (
     read_checkpoint,
     write_checkpoint,
 )
+from memtrace_loop.pipeline.loop.evaluator import LoopBudget, LoopEvaluator
 from memtrace_loop.pipeline.loop.failure_impact import FailureImpact, failure_impact
 from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
 from memtrace_loop.pipeline.loop.runner import ProgressSink, RunResult, run_dataset
+from memtrace_loop.pipeline.loop.screening import ScreenSettings
 from memtrace_loop.pipeline.loop.summaries import CandidateSummary, IterationSummary, blame_from_rows
 
 logger = logging.getLogger(__name__)
@@ -95,14 +98,32 @@ class LoopSettings:
     budget_calls: int = 0  # task + rewriter + attributor LM calls; 0: no budget (see the module doc)
     budget_counts_cached: bool = True  # calls served by DSPy's response cache count against the budget
     verify_cases: int | None = 8  # train failures a replay check verifies per iteration (a sample; None: all)
+    screen: ScreenSettings = field(default_factory=ScreenSettings)  # candidate screening (pipeline.loop.screening)
 
 
 @dataclass(frozen=True)
 class CandidateOutcome:
+    """The gate's verdict on one candidate. Screened out: `dev_accuracy` and `gain` are the screen's
+    estimate (outside the screen's questions, the incumbent's verdicts) and `full_calls` is 0; evaluated
+    fully: they are its dev evaluation's. `audit`: with `loop.screen.audit`, a screened-out candidate's
+    real paired gain on the whole dev split (outside the budget; the verdict stays "screened out")."""
+
     candidate: Candidate
     dev_accuracy: float
     gain: PairedDifference
     accepted: bool
+    screen: ScreenOutcome | None = None
+    full_calls: int = 0  # budget calls of its whole-dev evaluation
+    audit: PairedDifference | None = None
+
+    @property
+    def screened_out(self) -> bool:
+        return self.screen is not None and not self.screen.verdict.passed
+
+    @property
+    def calls(self) -> int:
+        """Budget calls this candidate cost the loop: its screen and its whole-dev evaluation."""
+        return (self.screen.calls if self.screen is not None else 0) + self.full_calls
 
 
 @dataclass(frozen=True)
@@ -138,6 +159,8 @@ def summarize_iteration(record: IterationRecord) -> IterationSummary:
             CandidateSummary(
                 tuple(o.candidate.changed_stages), o.dev_accuracy, o.gain.mean_difference,
                 (o.gain.ci_low, o.gain.ci_high), o.accepted, o.candidate.rationale, o.candidate.knobs,
+                o.screened_out, o.screen.calls if o.screen is not None else 0, o.full_calls,
+                None if o.audit is None else o.audit.mean_difference,
             )
             for o in record.outcomes
         ),
@@ -173,6 +196,7 @@ class LoopResult:
     # per split, what failed operations did to the verdicts of every evaluation on it in this process
     # (summed: a dev verdict counts once per evaluation); `failure_impact`
     impact_by_split: Mapping[str, FailureImpact] = field(default_factory=dict)
+    train_reused: int = 0  # iterations that reused the last train evaluation (same prompts and knobs)
 
 
 class LoopObserver(Protocol):
@@ -230,8 +254,10 @@ class OptimizationLoop:
         self._spent_base = 0
         self._spent_offset = 0
         self._budget_cut = False
+        self._last_train: tuple[tuple[str, str], RunResult] | None = None
+        self._train_reused = 0
 
-    def _case_runner(self) -> LoopCaseRunner:
+    def case_runner(self) -> LoopCaseRunner:
         return LoopCaseRunner(
             self.judge, {"train": self.splits.train, "dev": self.splits.dev}, self.cache,
             self.settings.exclude_categories,
@@ -257,6 +283,18 @@ class OptimizationLoop:
         impact = failure_impact(result)
         with self._impact_lock:
             self._impact[split] = self._impact.get(split, FailureImpact()) + impact
+        return result
+
+    def evaluate_train(self, prompts: PromptSet, iteration: int, knobs: Mapping[str, Any]) -> RunResult:
+        """The train evaluation an iteration starts from. When the prompt set and knob changes are those the
+        last train evaluation ran with (the incumbent was kept, or iteration 1 after iteration 0), that
+        result is the answer: nothing in its inputs changed, so nothing is redone."""
+        key = (prompts.digest(), repr(sorted(knobs.items())))
+        if self._last_train is not None and self._last_train[0] == key:
+            self._train_reused += 1
+            return self._last_train[1]
+        result = self.evaluate(prompts, "train", iteration, knobs=knobs)
+        self._last_train = (key, result)
         return result
 
     # ------------------------------------------------------------------ counting and the budget
@@ -287,6 +325,7 @@ class OptimizationLoop:
         """Run (or, with `resume`, continue from the checkpoint) until budget or patience runs out."""
         self._tally_base = self.calls.tally()
         self._spent_base, self._spent_offset, self._budget_cut = self._budget_count(), 0, False
+        self._last_train, self._train_reused = None, 0
         self._calls_before = CallTally()
         if resume:
             progress = self._resume()
@@ -301,7 +340,7 @@ class OptimizationLoop:
         if resume:  # re-establishing the dev results the checkpoint does not keep is outside the budget
             self._spent_base, self._spent_offset = self._budget_count(), progress.budget_spent
         else:  # iteration 0: the starting prompt set on train and dev
-            record = self._with_calls(IterationRecord(0, current, self.evaluate(current, "train", 0), current_dev))
+            record = self._with_calls(IterationRecord(0, current, self.evaluate_train(current, 0, knobs), current_dev))
             records.append(record)
             progress = self._finish_iteration(record, progress)
 
@@ -355,6 +394,7 @@ class OptimizationLoop:
             final_knobs=MappingProxyType(dict(knobs)),
             lm_tokens_made=self._tokens_made,
             impact_by_split=MappingProxyType(dict(self._impact)),
+            train_reused=self._train_reused,
         )
         for observer in self.observers:
             observer.on_finish(result)
@@ -365,7 +405,7 @@ class OptimizationLoop:
     ) -> tuple[IterationRecord, RunResult | None]:
         """Attribute train failures, propose, gate on dev. Returns the record and the accepted dev result."""
         excluded = self.settings.exclude_categories
-        train = self.evaluate(current, "train", iteration, knobs=knobs)
+        train = self.evaluate_train(current, iteration, knobs)
         if self._out_of_budget():
             return IterationRecord(iteration, current, train, current_dev, knobs=dict(knobs)), None
         traced = TracedRun(
@@ -376,22 +416,21 @@ class OptimizationLoop:
         blame = aggregate_blame(attributions)
         if self._out_of_budget():
             return IterationRecord(iteration, current, train, current_dev, attributions, blame), None
+        screens = self.screens(current_dev, iteration)
         context = OptimizationContext(
             iteration, current, blame, attributions, traced.failures(),
             knobs=MappingProxyType(self.system.with_knobs(knobs).knob_values()),
-            graph_by_conversation=train.graph_by_conversation, evaluator=LoopEvaluator(self, iteration, knobs),
+            graph_by_conversation=train.graph_by_conversation,
+            evaluator=LoopEvaluator(self, iteration, knobs, current, screens),
             budget=self.budget,
         )
         outcomes = []
         for candidate in list(self.optimizer.propose(context))[: self.settings.max_candidates]:
             if self._out_of_budget():
                 break
-            result = self.evaluate(candidate.prompts, "dev", iteration, knobs={**knobs, **candidate.knobs})
-            gain = paired_difference(result.results, current_dev.results, seed=self.settings.seed,
-                                     exclude_categories=excluded)
-            accepted = gain.mean_difference >= self.settings.min_gain
-            outcomes.append(CandidateOutcome(candidate, result.report.overall.judge_accuracy, gain, accepted))
-            if accepted:
+            outcome, result = self._gate(candidate, current_dev, iteration, {**knobs, **candidate.knobs}, screens)
+            outcomes.append(outcome)
+            if outcome.accepted:
                 record = IterationRecord(
                     iteration, current, train, current_dev, attributions, blame, tuple(outcomes), dict(knobs)
                 )
@@ -399,6 +438,58 @@ class OptimizationLoop:
         return IterationRecord(
             iteration, current, train, current_dev, attributions, blame, tuple(outcomes), dict(knobs)
         ), None
+
+    # ------------------------------------------------------------------ the gate
+
+    def _gate(
+        self, candidate: Candidate, current_dev: RunResult, iteration: int, knobs: Mapping[str, Any],
+        screens: CandidateScreens,
+    ) -> tuple[CandidateOutcome, RunResult | None]:
+        """Screen the candidate (when screening is on), then, unless screened out, score it on the whole dev
+        split: accepted when its paired gain over the incumbent reaches `min_gain`."""
+        screened = screens.outcome(candidate.prompts, knobs, self.candidate_stages(candidate.changed_stages,
+                                                                                  candidate.knobs))
+        if screened is not None and not screened.verdict.passed:
+            estimate = screened.verdict.estimate
+            accuracy = current_dev.report.overall.judge_accuracy + estimate.mean_difference
+            audit = self._audit(candidate, current_dev, iteration, knobs) if self.settings.screen.audit else None
+            return CandidateOutcome(candidate, accuracy, estimate, False, screened, audit=audit), None
+        start = self.budget_spent()
+        result = self.evaluate(candidate.prompts, "dev", iteration, knobs=knobs)
+        gain = self._paired(result, current_dev)
+        accepted = gain.mean_difference >= self.settings.min_gain
+        outcome = CandidateOutcome(candidate, result.report.overall.judge_accuracy, gain, accepted, screened,
+                                   self.budget_spent() - start)
+        return outcome, (result if accepted else None)
+
+    def _paired(self, result: RunResult, current_dev: RunResult) -> PairedDifference:
+        return paired_difference(result.results, current_dev.results, seed=self.settings.seed,
+                                 exclude_categories=self.settings.exclude_categories)
+
+    def screens(self, current_dev: RunResult, iteration: int) -> CandidateScreens:
+        """The candidate screens of one iteration against the incumbent's dev result."""
+        return CandidateScreens(
+            self.splits.dev, current_dev,
+            lambda prompts, part, knobs: self.evaluate(prompts, "dev", iteration, part, knobs=knobs),
+            self.budget_spent, settings=self.settings.screen, min_gain=self.settings.min_gain,
+            seed=self.settings.seed, exclude_categories=self.settings.exclude_categories,
+        )
+
+    def candidate_stages(self, changed: Sequence[str], knobs: Mapping[str, Any]) -> tuple[str, ...]:
+        """The stages a candidate can move: those it rewrites and those owning the knobs it changes."""
+        owners = [spec.name for spec in self.system.stages if set(spec.knobs) & set(knobs)]
+        if knobs and not owners:
+            return ()  # a knob no stage claims: every failure is on its path
+        return tuple(dict.fromkeys((*changed, *owners)))
+
+    def _audit(
+        self, candidate: Candidate, current_dev: RunResult, iteration: int, knobs: Mapping[str, Any]
+    ) -> PairedDifference:
+        """A screened-out candidate's real whole-dev gain, for the audit; its calls are kept out of the budget."""
+        start = self.budget_spent()
+        result = self.evaluate(candidate.prompts, "dev", iteration, knobs=knobs)
+        self._spent_offset -= self.budget_spent() - start
+        return self._paired(result, current_dev)
 
     def _finish_iteration(self, record: IterationRecord, progress: LoopProgress) -> LoopProgress:
         progress = LoopProgress(
@@ -419,67 +510,3 @@ class OptimizationLoop:
         progress = progress_of(data)
         self.system.with_knobs(progress.knobs).with_prompts(progress.current)  # fails clearly if they do not fit
         return progress
-
-
-class LoopEvaluator:
-    """The `Evaluator` an optimizer gets in one iteration: the loop's own evaluation (runner, memory
-    cache, call counting, split log) on train or dev, or on some of their questions (batch), and single
-    questions through a `LoopCaseRunner` (per question). An evaluation's `lm_calls_made` is the
-    ledger's made calls (every role) while it ran: evaluations run concurrently by one optimizer would
-    each see the others' calls too (the loop's totals stay exact)."""
-
-    SPLITS = ("train", "dev")
-
-    def __init__(self, loop: OptimizationLoop, iteration: int, knobs: Mapping[str, Any] | None = None) -> None:
-        self._loop = loop
-        self._iteration = iteration
-        self._knobs = dict(knobs or {})  # the loop's accepted knob changes: candidates are scored with them
-        self._cases = loop._case_runner()
-
-    def questions(self, split: str) -> tuple[Question, ...]:
-        """The scored questions of train or dev (excluded categories left out)."""
-        return self._cases.questions(split)
-
-    def system(self, prompts: PromptSet) -> MemorySystem:
-        """The loop's system with its accepted knob changes and `prompts`."""
-        return self._loop.system.with_knobs(self._knobs).with_prompts(prompts)
-
-    def run_case(self, system: MemorySystem, split: str, question_id: str) -> TracedCase:
-        """One train or dev question answered and judged with `system` (memory from the loop's cache)."""
-        return self._cases.run_case(system, split, question_id)
-
-    def evaluate(
-        self, prompts: PromptSet, split: str = "train", question_ids: Sequence[str] | None = None
-    ) -> CandidateEvaluation:
-        if split not in self.SPLITS:
-            raise ValueError(f"an optimizer may evaluate on {' or '.join(self.SPLITS)}, not {split!r}")
-        dataset: Dataset = getattr(self._loop.splits, split)
-        if question_ids is not None:
-            wanted = set(question_ids)
-            unknown = wanted - {q.id for q in dataset.questions}
-            if unknown:
-                raise ValueError(f"questions {sorted(unknown)} are not in the {split} split")
-            questions = tuple(q for q in dataset.questions if q.id in wanted)
-            conversation_ids = {q.conversation_id for q in questions}
-            dataset = Dataset(
-                dataset.name, tuple(c for c in dataset.conversations if c.id in conversation_ids), questions
-            )
-        before = self._loop.tally()
-        result = self._loop.evaluate(prompts, split, self._iteration, dataset, knobs=self._knobs)
-        made = (self._loop.tally() - before).made()
-        return CandidateEvaluation(prompts, split, result.results, result.graph_by_conversation, result.report, made)
-
-
-class LoopBudget:
-    """The loop's `CallBudget` (optimizers.base): budget calls spent so far and what is left (None when
-    `budget_calls` is 0). Counted as the module doc says; read it any time, from any thread."""
-
-    def __init__(self, loop: OptimizationLoop) -> None:
-        self._loop = loop
-
-    def spent(self) -> int:
-        return self._loop.budget_spent()
-
-    def remaining(self) -> int | None:
-        budget = self._loop.settings.budget_calls
-        return max(0, budget - self.spent()) if budget else None

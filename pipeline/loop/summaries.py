@@ -45,7 +45,9 @@ def blame_from_rows(rows: Sequence[Mapping[str, Any]]) -> BlameTable:
 @dataclass(frozen=True)
 class CandidateSummary:
     """One candidate the gate judged: the stages it changed, its dev accuracy, its paired gain over the
-    current prompt set with the gain's CI, the verdict and the optimizer's rationale."""
+    current prompt set with the gain's CI, the verdict and the optimizer's rationale; whether the screen
+    threw it out (then accuracy and gain are the screen's estimate), the budget calls of its screen and of
+    its whole-dev evaluation, and (`loop.screen.audit`) a screened-out candidate's real dev gain."""
 
     stages: tuple[str, ...]
     dev_accuracy: float
@@ -54,12 +56,23 @@ class CandidateSummary:
     accepted: bool
     rationale: str
     knobs: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))  # knob changes, if any
+    screened_out: bool = False
+    screen_calls: int = 0
+    full_calls: int = 0
+    audit_gain: float | None = None
+
+    @property
+    def calls(self) -> int:
+        return self.screen_calls + self.full_calls
 
     def to_dict(self) -> dict[str, Any]:
-        data = {
+        data: dict[str, Any] = {
             "stages": list(self.stages), "dev_accuracy": self.dev_accuracy, "gain": self.gain,
             "gain_ci": list(self.gain_ci), "accepted": self.accepted, "rationale": self.rationale,
+            "screened_out": self.screened_out, "screen_calls": self.screen_calls, "full_calls": self.full_calls,
         }
+        if self.audit_gain is not None:
+            data["audit_gain"] = self.audit_gain
         return {**data, "knobs": dict(self.knobs)} if self.knobs else data
 
     @classmethod
@@ -67,7 +80,9 @@ class CandidateSummary:
         return cls(
             tuple(str(s) for s in data["stages"]), float(data["dev_accuracy"]), float(data["gain"]),
             (float(data["gain_ci"][0]), float(data["gain_ci"][1])), bool(data["accepted"]), str(data["rationale"]),
-            MappingProxyType(dict(data.get("knobs", {}))),
+            MappingProxyType(dict(data.get("knobs", {}))), bool(data.get("screened_out", False)),
+            int(data.get("screen_calls", 0)), int(data.get("full_calls", 0)),
+            None if data.get("audit_gain") is None else float(data["audit_gain"]),
         )
 
 

@@ -18,6 +18,7 @@ from memtrace_loop.pipeline.analysis.comparison import GAIN_FRACTION, POOLED, Co
 COLUMNS = (
     "optimizer", "system", "runs", "test start → final %", "gain pp [95% CI]", "vs {reference} pp [95% CI]",
     "gain per run pp", "LM calls", "tokens", "prompt chars", "wall s", "calls to {fraction}% gain",
+    "calls per candidate (screen + full)", "calls per accepted", "screened out",
 )
 
 
@@ -58,12 +59,26 @@ def _calls_to_gain(row: ComparisonRow) -> str:
     return value if row.runs_with_gain == row.runs else f"{value} ({row.runs_with_gain}/{row.runs} runs)"
 
 
+def _per_candidate(row: ComparisonRow) -> str:
+    totals = row.candidates
+    if not totals.candidates:
+        return "—"
+    screen, full = totals.screen_calls / totals.candidates, totals.full_calls / totals.candidates
+    return f"{_number(totals.per_candidate)} ({_number(screen)} + {_number(full)})"
+
+
+def _screened_out(row: ComparisonRow) -> str:
+    totals = row.candidates
+    return f"{totals.screened_out}/{totals.candidates}" if totals.candidates else "—"
+
+
 def table_cells(row: ComparisonRow) -> list[str]:
     """The row's cells in `COLUMNS` order."""
     return [
         row.optimizer, "pooled" if row.system == POOLED else row.system, str(row.runs), _accuracy(row),
         estimate_text(row.gain), estimate_text(row.vs_reference), _per_run(row), _number(row.lm_calls),
         _number(row.tokens), _number(row.prompt_chars), _number(row.seconds, 1), _calls_to_gain(row),
+        _per_candidate(row), _number(row.candidates.per_accepted), _screened_out(row),
     ]
 
 
@@ -109,6 +124,11 @@ def markdown_report(
         f"accuracy first reached {round(100 * GAIN_FRACTION)}% of its final dev gain, mean over the runs that "
         "gained on dev; `~` marks an estimate (calls spread evenly over iterations, when no per-iteration "
         "count was logged).",
+        "*calls per candidate*: budget calls the gate spent per candidate, split into its screen (the dev "
+        "questions its change can move plus a guard sample) and its whole-dev evaluation; *calls per accepted*: "
+        "those calls over all candidates divided by the accepted ones; *screened out*: candidates the screen "
+        "threw away without a whole-dev evaluation, of all candidates (`loop.screen`; runs logged before "
+        "screening existed show —).",
         *notes,
     ]
     return "\n".join(

@@ -36,6 +36,7 @@ from __future__ import annotations
 import difflib
 import json
 import logging
+import math
 import re
 import tempfile
 import textwrap
@@ -47,6 +48,7 @@ from typing import Any, Protocol
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution
 from memtrace_loop.pipeline.analysis.blame import BlameTable
 from memtrace_loop.pipeline.core.records import PromptSet
+from memtrace_loop.pipeline.loop.costs import calls_to_gain, candidate_costs
 from memtrace_loop.pipeline.loop.failure_impact import failure_impact
 from memtrace_loop.pipeline.loop.optimization import IterationRecord, LoopResult
 from memtrace_loop.pipeline.loop.runner import RunResult
@@ -153,6 +155,20 @@ def final_call_metrics(result: LoopResult) -> dict[str, float]:
     }
 
 
+def candidate_cost_metrics(result: LoopResult, min_gain: float) -> dict[str, float]:
+    """What the run's candidates cost (`pipeline.loop.costs`), and the calls to 90% of its final dev gain."""
+    costs = candidate_costs(result.history, min_gain)
+    values = {
+        "candidates": costs.candidates, "screened": costs.screened, "screened_out": costs.screened_out,
+        "accepted": costs.accepted, "screen_calls": costs.screen_calls, "full_calls": costs.full_calls,
+        "calls_per_candidate": costs.per_candidate, "calls_per_accepted": costs.per_accepted,
+        "audited": costs.audited, "audit_would_pass": costs.audit_would_pass,
+    }
+    metrics = {names.candidate_cost(k): float(v) for k, v in values.items() if not math.isnan(float(v))}
+    to_gain = calls_to_gain(result.history, result.dev_final.report.overall.judge_accuracy)
+    return metrics if to_gain is None else {**metrics, names.CALLS_TO_90: to_gain}
+
+
 def final_impact_metrics(result: LoopResult) -> dict[str, float]:
     """`<scope>/failures/*` of the final test evaluations, and of every evaluation on train and dev
     summed (scopes `train`, `dev`: verdicts, a question counting once per evaluation)."""
@@ -212,9 +228,10 @@ class TrackingLoopObserver:
     def __init__(
         self, tracker: Tracker, system_name: str, secrets: Iterable[str], register_prompts: bool = True,
         base_knobs: Mapping[str, Any] | None = None, traces: IterationTraces | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.time, min_gain: float = 0.0,
     ) -> None:
         self.tracker = tracker
+        self.min_gain = min_gain  # the gate's, to count which audited screened-out candidates would have passed
         self.system_name = system_name
         self.secrets = tuple(secrets)
         self.register_prompts = register_prompts
@@ -299,6 +316,7 @@ class TrackingLoopObserver:
                 **run_metrics(result.dev_final, names.DEV_FINAL),
                 **final_call_metrics(result),
                 **final_impact_metrics(result),
+                **candidate_cost_metrics(result, self.min_gain),
                 names.TOKENS_MADE: result.lm_tokens_made,
                 names.PROMPT_CHARS_START: prompt_chars(result.start_prompts),
                 names.PROMPT_CHARS_FINAL: prompt_chars(result.final_prompts),

@@ -125,6 +125,17 @@ CANDIDATES = join("loop", "candidates")
 ACCEPTED = join("loop", "accepted")
 ATTRIBUTED_FAILURES = join("loop", "attributed_failures")
 ITERATIONS = join("loop", "iterations")
+# what candidates cost (pipeline/loop/costs.py), on the parent run at the end
+CANDIDATE_COSTS = ("candidates", "screened", "screened_out", "accepted", "screen_calls", "full_calls",
+                   "calls_per_candidate", "calls_per_accepted", "audited", "audit_would_pass")
+CALLS_TO_90 = join(LM_CALLS, "to_90pct_gain")  # budget calls spent when dev first reached 90% of its final gain
+
+
+def candidate_cost(count: str) -> str:
+    """`candidates/<count>` (`CANDIDATE_COSTS`)."""
+    if count not in CANDIDATE_COSTS:
+        raise ValueError(f"unknown candidate cost {count!r} (known: {', '.join(CANDIDATE_COSTS)})")
+    return join("candidates", count)
 PROMPT_CHARS_START = join("prompt_chars", "start")
 PROMPT_CHARS_FINAL = join("prompt_chars", "final")
 ELAPSED_S = join("time", "elapsed_s")

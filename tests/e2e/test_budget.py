@@ -93,11 +93,13 @@ def crossing_budget(steps: Steps, kind: str) -> int:
     ("attribution", "dev@1", True),
     ("attribution", "propose@1", False),
     ("uniform", "propose@1", False),  # crossed by the rewriter's proposal: no candidate is evaluated
-    ("none", "train@1", False),  # crossed by the train evaluation: nothing after it runs
+    # crossed by the train evaluation after iteration 1's acceptance (an unchanged prompt set's train result is
+    # reused, never re-evaluated): nothing after it runs
+    ("attribution", "train@2", False),
 ])
 def test_every_optimizer_stops_at_the_budget_by_the_exact_overshoot_rule(name, crossing, useless_first):
     # what each step costs (deterministic: the same calls in the same order)
-    _, probe_steps, _, _ = run(name, budget=0, max_iterations=1, useless_first=useless_first)
+    _, probe_steps, _, _ = run(name, budget=0, max_iterations=2, useless_first=useless_first)
     budget = crossing_budget(probe_steps, crossing)
     result, steps, ledger, optimizer = run(name, budget, useless_first=useless_first)
 
@@ -184,16 +186,16 @@ class _StopAt:
 
 
 def test_a_resumed_run_continues_the_budget_its_checkpoint_recorded(tmp_path):
-    _, probe_steps, _, _ = run("none", budget=0, max_iterations=2)
+    _, probe_steps, _, _ = run("attribution", budget=0, max_iterations=2)
     budget = crossing_budget(probe_steps, "train@2") if any(k == "train@2" for k, *_ in probe_steps.rows) else 0
     assert budget
     checkpoint = tmp_path / "checkpoint.json"
     with pytest.raises(_Interrupt):
-        run("none", budget, checkpoint=checkpoint, observers=[_StopAt(2)])
+        run("attribution", budget, checkpoint=checkpoint, observers=[_StopAt(2)])
     recorded = json.loads(checkpoint.read_text())["budget_spent"]
     assert recorded == budget - 1  # spent by the end of iteration 1, just before train@2 started
 
-    resumed, steps, _, _ = run("none", budget, resume=True, checkpoint=checkpoint)
+    resumed, steps, _, _ = run("attribution", budget, resume=True, checkpoint=checkpoint)
     assert resumed.stop_reason == "budget" and [s.iteration for s in resumed.history] == [0, 1, 2]
     kind, before, after = [row for row in steps.rows if not row[0].startswith("test@")][-1]
     assert kind == "train@2" and before == recorded  # the dev re-evaluation at resume was not counted

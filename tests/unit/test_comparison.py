@@ -8,15 +8,17 @@ import math
 from pathlib import Path
 
 import pytest
-from memtrace_loop.experiments.compare import optimizer_run, progress_points
+from memtrace_loop.experiments.compare import audit_note, optimizer_run, progress_points
 from memtrace_loop.pipeline.analysis.comparison import (
     POOLED,
+    CandidateTotals,
     OptimizerRun,
     ProgressPoint,
     QuestionOutcome,
     calls_to_fraction,
     compare_runs,
     paired_estimate,
+    wilson_interval,
 )
 from memtrace_loop.pipeline.analysis.evaluation import bootstrap_ci
 from memtrace_loop.pipeline.tracking.comparison_report import markdown_report, rows_to_json
@@ -269,3 +271,31 @@ def test_no_panel_of_the_comparison_plot_is_empty(systems):
     points = set(costs.get_legend_handles_labels()[1])
     assert points == {"attribution", "none"}
     assert costs.get_title().startswith("rag: gain" if len(systems) == 1 else "Pooled gain")
+
+
+# --------------------------------------------------------------------------- what candidates cost
+
+
+def test_candidate_costs_are_summed_over_runs_and_shown_per_candidate_and_per_accepted():
+    seed0 = run("attribution", "mem0", 0, [0], [1], candidates=CandidateTotals(4, 2, 1, 100.0, 300.0))
+    seed1 = run("attribution", "mem0", 1, [0], [1], candidates=CandidateTotals(2, 0, 1, 40.0, 160.0))
+    (row,) = compare_runs([seed0, seed1])
+    assert row.candidates == CandidateTotals(6, 2, 2, 140.0, 460.0)
+    assert (row.candidates.per_candidate, row.candidates.per_accepted) == (100.0, 300.0)
+    line = next(x for x in markdown_report([row]).splitlines() if x.startswith("| attribution | mem0 |"))
+    assert line.endswith("| 100 (23 + 77) | 300 | 2/6 |")  # screen 140/6, whole-dev 460/6
+    (old,) = compare_runs([run("none", "rag", 0, [1], [1])])  # a run logged before screening existed
+    old_line = next(x for x in markdown_report([old]).splitlines() if x.startswith("| none | rag |"))
+    assert old_line.endswith("| — | — | — |")
+
+
+def test_the_screen_audit_is_pooled_with_a_wilson_interval():
+    assert audit_note([run("none", "rag", 0, [1], [1])]) is None  # no run audited
+    audited = [run("attribution", "mem0", s, [0], [1], candidates=CandidateTotals(50, 60, 1, 0, 0, 60, n))
+               for s, n in ((0, 1), (1, 0))]
+    note = audit_note(audited)
+    low, high = wilson_interval(1, 120)
+    assert note is not None and "1 of 120 screened-out candidates" in note
+    assert f"[{100 * low:.1f}, {100 * high:.1f}]" in note and low < 1 / 120 < high < 0.05
+    assert wilson_interval(0, 10)[0] == pytest.approx(0.0) and wilson_interval(10, 10)[1] == pytest.approx(1.0)
+    assert all(math.isnan(x) for x in wilson_interval(0, 0))

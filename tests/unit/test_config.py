@@ -188,6 +188,7 @@ def test_hydra_composes_exactly_the_schema_defaults():
     assert composed["loop"] == defaults_of(LoopConfig) == {
         "max_iterations": 6, "max_candidates": 2, "patience": 2, "min_gain": 0.02, "budget_calls": 0,
         "budget_counts_cached": True, "verify_cases": 8,
+        "screen": {"enabled": True, "guard_fraction": 0.25, "min_guard": 5, "audit": False},
     }
     assert composed["splits"] == {**defaults_of(SplitsConfig), "seed": composed["seed"]}
     assert composed["tracking"]["experiment"] == defaults_of(TrackingConfig)["experiment"]

@@ -1,0 +1,330 @@
+"""What candidate screening saves per construction candidate at LoCoMo scale:
+`python -m memtrace_loop.experiments.bench.screen_bench` (`make bench`).
+
+Data: the simulated world's LoCoMo-layout dataset (`dataset=sim`, seed `--seed`, default 0): 10
+conversations x 30 sessions x 20 turns = 600 turns each, as LoCoMo's 10 conversations. The evaluation set
+is all of it and its scored questions (category 5 excluded, LoCoMo's protocol), in the role of the loop's
+dev split. Systems: `mem0` (our Mem0-style) and `mem0ai` (the real mem0ai library through its adapter),
+on the simulated world's LM (`lm=sim`, DSPy's response cache OFF, so every call is made and counted) and
+the hashing embedder; calls counted per role by a `CallLedger` at the LM layer.
+
+Per system:
+
+1. the incumbent (the system's starting prompts) is evaluated once (`run_dataset`, a `MemoryCache`);
+2. its failures are attributed (the lineage attributor, `attribute_run` on a `TracedRun`, as the loop
+   does on train; here on the evaluation set itself: LoCoMo has no other), blame aggregated, and the
+   `attribution` optimizer proposes (iteration 1, no evaluator: it needs none); then, until
+   `--candidates` construction candidates are in hand, the `uniform` optimizer at iterations 1, 2, ...
+   Kept: prompt candidates whose changed stages include a construction stage (`system.construction_stages`,
+   the LLM stages `ingest` uses; knob candidates are left out), distinct prompt sets, at most `--candidates`;
+3. each kept candidate is measured twice, each time from a FRESH `MemoryCache` and its own ledger
+   difference: **full** = the budget-role calls (task; the evaluation makes no rewriter or attributor
+   call) of evaluating it on every conversation and scored question; **screened** = what the loop spends:
+   its screen (`CandidateScreens` against the incumbent's results with the candidate's stages, default
+   `ScreenSettings`, `min_gain` 0.02, exactly as `OptimizationLoop._gate`) and, when the screen passes,
+   the whole-set evaluation after it with the screen's memory cache kept. Also: the screen's questions of
+   all scored ones, the conversations the screen rebuilt of all, the screen's verdict and, from the full
+   evaluation, the paired gain over the incumbent and whether the gate (gain >= 0.02) would have passed
+   it: a check that a screened-out candidate was not a winner.
+
+One table (one row per system x candidate, then a mean row per system), `--markdown` prints it as
+Markdown too. Judge calls are not counted (the measuring instrument, outside the budget), nor the
+proposal's rewriter calls (the same with and without a screen). It measures calls, not seconds (the
+elapsed time is logged per step), and only construction candidates: answer-side ones reuse the built
+memories either way. It sets no target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("MEM0_TELEMETRY", "False")
+os.environ.setdefault("MEM0_DIR", tempfile.mkdtemp(prefix="memtrace-screen-bench-"))
+
+import dspy
+from memtrace_loop.memory_systems.base import MemorySystem
+from memtrace_loop.memory_systems.registry import build_memory_system
+from memtrace_loop.optimizers.base import Candidate, OptimizationContext
+from memtrace_loop.optimizers.registry import build_optimizer
+from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
+from memtrace_loop.pipeline.analysis.attribution.protocol import TracedRun, attribute_run
+from memtrace_loop.pipeline.analysis.blame import aggregate_blame
+from memtrace_loop.pipeline.analysis.evaluation import paired_difference
+from memtrace_loop.pipeline.backends.call_count import BUDGET_ROLES, CallLedger
+from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
+from memtrace_loop.pipeline.backends.lm import LMConfig, LMSet
+from memtrace_loop.pipeline.backends.registry import build_lm
+from memtrace_loop.pipeline.core.records import Dataset, PromptSet
+from memtrace_loop.pipeline.data.registry import load_dataset
+from memtrace_loop.pipeline.loop.candidate_screens import CandidateScreens, ScreenOutcome
+from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
+from memtrace_loop.pipeline.loop.runner import RunResult, make_judge, run_dataset
+from memtrace_loop.pipeline.loop.screening import ScreenSettings
+from rich.console import Console
+from rich.logging import RichHandler
+from rich.table import Table
+
+SYSTEMS = ("mem0", "mem0ai")
+MIN_GAIN = 0.02  # the gate's (`LoopSettings.min_gain`)
+EXCLUDED = (5,)  # LoCoMo's protocol: adversarial questions are not scored
+COLUMNS = ("system", "candidate (stages, optimizer)", "full calls", "screened calls", "ratio", "screen questions",
+           "conversations rebuilt", "screen verdict", "full gain (pp)", "gate")
+
+
+@dataclass(frozen=True)
+class Proposal:
+    candidate: Candidate
+    optimizer: str
+
+
+@dataclass(frozen=True)
+class Incumbent:
+    """The starting prompts on the whole evaluation set: its budget calls, accuracy and run."""
+
+    calls: int
+    accuracy: float
+    run: RunResult
+
+    @property
+    def scored(self) -> int:
+        return self.run.report.overall.n
+
+
+@dataclass(frozen=True)
+class CandidateCost:
+    """One construction candidate, full vs screened (calls: budget-role calls made)."""
+
+    system: str
+    stages: tuple[str, ...]
+    optimizer: str
+    full_calls: int
+    full_gain: float  # paired gain over the incumbent on every scored question
+    screen_calls: int  # the screen (0 when nothing was run, or there was no screen)
+    rest_calls: int  # the whole-set evaluation after a passing screen (or without a screen), cache kept
+    screen_questions: int  # questions the screen ran (0: could not reach min_gain, nothing run)
+    scored: int
+    rebuilt: int  # conversations the screen built (not reused)
+    conversations: int
+    verdict: str  # "passed", "screened out" or "no screen"
+
+    @property
+    def screened_calls(self) -> int:
+        return self.screen_calls + self.rest_calls
+
+    @property
+    def ratio(self) -> float:
+        return self.screened_calls / self.full_calls if self.full_calls else math.nan
+
+    @property
+    def gate_passed(self) -> bool:
+        return self.full_gain >= MIN_GAIN - 1e-12
+
+
+Log = Callable[[str], None]
+
+
+class Counted:
+    """Runs evaluations of one system and counts their budget-role calls (ledger differences)."""
+
+    def __init__(self, system: MemorySystem, judge: dspy.Predict, ledger: CallLedger, workers: int) -> None:
+        self.system, self.judge, self.ledger, self.workers = system, judge, ledger, workers
+
+    def spent(self) -> int:
+        total = self.ledger.tally().total(BUDGET_ROLES)
+        return total.made + total.cached  # cached is 0 here (DSPy's cache is off); counted as the loop does
+
+    def run(self, prompts: PromptSet, dataset: Dataset, cache: MemoryCache,
+            knobs: Mapping[str, Any] | None = None) -> tuple[RunResult, int]:
+        start = self.spent()
+        system = self.system.with_knobs(knobs or {}).with_prompts(prompts)
+        result = run_dataset(system, self.judge, dataset, workers=self.workers, exclude_categories=EXCLUDED,
+                             memory_cache=cache)
+        return result, self.spent() - start
+
+
+def build_system(name: str, lms: LMSet) -> tuple[MemorySystem, dspy.Predict]:
+    system = build_memory_system({"name": name}, HashingEmbedder())
+    system.set_lm(lms.task)
+    return system, make_judge(lms.judge)
+
+
+def construction_proposals(system: MemorySystem, incumbent: Incumbent, dataset: Dataset, rewriter: dspy.BaseLM,
+                           wanted: int) -> list[Proposal]:
+    """Real candidates as the loop gets them: the attribution optimizer on the incumbent's attributed failures,
+    then the uniform one (iterations 1, 2, ...) until `wanted` construction candidates (distinct prompts)."""
+    run = incumbent.run
+    traced = TracedRun(run.results, run.graph_by_conversation, {c.id: c for c in dataset.conversations}, EXCLUDED)
+    attributions = attribute_run(LineageAttributor(), traced)
+    prompts = system.prompt_set()
+    construction = set(system.construction_stages)
+    kept: dict[str, Proposal] = {}
+    rounds = [("attribution", 1), *(("uniform", i) for i in range(1, 1 + len(system.prompt_set().stages())))]
+    for name, iteration in rounds:
+        if len(kept) >= wanted:
+            break
+        context = OptimizationContext(iteration, prompts, aggregate_blame(attributions), attributions,
+                                      traced.failures(), knobs=system.knob_values(),
+                                      graph_by_conversation=run.graph_by_conversation)
+        optimizer = build_optimizer(name, rewriter, system=system)
+        for candidate in optimizer.propose(context):
+            if set(candidate.changed_stages) & construction and not candidate.knobs:
+                kept.setdefault(candidate.prompts.digest(), Proposal(candidate, name))
+    return list(kept.values())[:wanted]
+
+
+def measure(counted: Counted, incumbent: Incumbent, dataset: Dataset, proposal: Proposal, seed: int,
+            log: Log) -> CandidateCost:
+    """Full and screened calls of one candidate, each from a fresh memory cache."""
+    candidate = proposal.candidate
+    started = time.perf_counter()
+    full, full_calls = counted.run(candidate.prompts, dataset, MemoryCache())
+    gain = paired_difference(full.results, incumbent.run.results, seed=seed, exclude_categories=EXCLUDED)
+    log(f"  full: {full_calls:,} calls, gain {100 * gain.mean_difference:+.1f} pp "
+        f"({time.perf_counter() - started:.0f} s)")
+    started = time.perf_counter()
+    cache = MemoryCache()
+    screens = CandidateScreens(
+        dataset, incumbent.run, lambda prompts, part, knobs: counted.run(prompts, part, cache, knobs)[0],
+        counted.spent, settings=ScreenSettings(), min_gain=MIN_GAIN, seed=seed, exclude_categories=EXCLUDED,
+    )
+    outcome = screens.outcome(candidate.prompts, {}, candidate.changed_stages, ", ".join(candidate.changed_stages))
+    rest = 0
+    if outcome is None or outcome.verdict.passed:
+        _, rest = counted.run(candidate.prompts, dataset, cache)
+    cost = CandidateCost(
+        counted.system.name, tuple(candidate.changed_stages), proposal.optimizer, full_calls, gain.mean_difference,
+        outcome.calls if outcome else 0, rest, outcome.verdict.questions if outcome else incumbent.scored,
+        incumbent.scored, rebuilt(outcome, len(dataset.conversations)), len(dataset.conversations),
+        "no screen" if outcome is None else "passed" if outcome.verdict.passed else "screened out",
+    )
+    log(f"  screened: {cost.screen_calls:,} + {cost.rest_calls:,} calls, {cost.verdict} "
+        f"({time.perf_counter() - started:.0f} s)")
+    return cost
+
+
+def rebuilt(outcome: ScreenOutcome | None, conversations: int) -> int:
+    """Conversations the screen built (no screen: every one, by the whole-set evaluation)."""
+    if outcome is None:
+        return conversations
+    if outcome.run is None:
+        return 0
+    return len(outcome.run.graph_by_conversation) - outcome.run.reused_memories
+
+
+def bench_system(name: str, dataset: Dataset, seed: int, candidates: int, workers: int,
+                 log: Log) -> tuple[Incumbent, list[CandidateCost]]:
+    ledger = CallLedger()
+    lm = build_lm(LMConfig(backend="sim", model="stand-in", cache=False))
+    lms = ledger.counted(LMSet(lm, lm, lm, lm))
+    system, judge = build_system(name, lms)
+    counted = Counted(system, judge, ledger, workers)
+    started = time.perf_counter()
+    run, calls = counted.run(system.prompt_set(), dataset, MemoryCache())
+    incumbent = Incumbent(calls, run.report.overall.judge_accuracy, run)
+    log(f"{name}: incumbent {100 * incumbent.accuracy:.1f}% on {incumbent.scored} scored questions, {calls:,} calls "
+        f"({time.perf_counter() - started:.0f} s)")
+    proposals = construction_proposals(system, incumbent, dataset, lms.rewriter, candidates)
+    log(f"{name}: {len(proposals)} construction candidates: "
+        + "; ".join(f"{', '.join(p.candidate.changed_stages)} ({p.optimizer})" for p in proposals))
+    costs = []
+    for proposal in proposals:
+        log(f"{name}: candidate {', '.join(proposal.candidate.changed_stages)} ({proposal.optimizer})")
+        costs.append(measure(counted, incumbent, dataset, proposal, seed, log))
+    return incumbent, costs
+
+
+def _row(cost: CandidateCost) -> tuple[str, ...]:
+    return (
+        cost.system, f"{', '.join(cost.stages)} ({cost.optimizer})", f"{cost.full_calls:,}",
+        f"{cost.screened_calls:,}" + (f" ({cost.screen_calls:,} + {cost.rest_calls:,})" if cost.rest_calls and
+                                      cost.screen_calls else ""),
+        f"{cost.ratio:.2f}", f"{cost.screen_questions}/{cost.scored}", f"{cost.rebuilt}/{cost.conversations}",
+        cost.verdict, f"{100 * cost.full_gain:+.1f}", "would pass" if cost.gate_passed else "would fail",
+    )
+
+
+def _mean_row(system: str, incumbent: Incumbent, costs: Sequence[CandidateCost]) -> tuple[str, ...]:
+    def mean(values: Sequence[float]) -> str:
+        return f"{statistics.fmean(values):,.0f}" if values else "–"
+
+    full, screened = [c.full_calls for c in costs], [c.screened_calls for c in costs]
+    ratio = sum(screened) / sum(full) if sum(full) else math.nan
+    out = sum(1 for c in costs if c.verdict == "screened out")
+    winners = sum(1 for c in costs if c.gate_passed)
+    return (system, f"mean of {len(costs)} (incumbent: {incumbent.calls:,} calls, {100 * incumbent.accuracy:.1f}%)",
+            mean(full), mean(screened), f"{ratio:.2f}", mean([c.screen_questions for c in costs]),
+            mean([c.rebuilt for c in costs]), f"{out} screened out", "", f"{winners} would pass")
+
+
+def rows(results: Mapping[str, tuple[Incumbent, Sequence[CandidateCost]]]) -> list[tuple[str, ...]]:
+    """The table's rows: each system's candidates, then its mean row."""
+    out: list[tuple[str, ...]] = []
+    for system, (incumbent, costs) in results.items():
+        out += [_row(c) for c in costs]
+        out.append(_mean_row(system, incumbent, costs))
+    return out
+
+
+def render(table_rows: Sequence[tuple[str, ...]], dataset: Dataset) -> Table:
+    turns = sorted({len(c.turns) for c in dataset.conversations})
+    table = Table(title=f"Calls per construction candidate, full vs screened ({len(dataset.conversations)} "
+                  f"conversations x {'-'.join(map(str, turns[::max(1, len(turns) - 1)]))} turns, {dataset.name}, "
+                  f"min_gain {MIN_GAIN})")
+    for i, column in enumerate(COLUMNS):
+        table.add_column(column, justify="left" if i in (0, 1, 7) else "right")
+    for row in table_rows:
+        table.add_row(*row)
+    return table
+
+
+def markdown(table_rows: Sequence[tuple[str, ...]]) -> str:
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|---|---|" + "---:|" * 5 + "---|---:|---|"]
+    lines += ["| " + " | ".join(row) + " |" for row in table_rows]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--conversations", type=int, default=10)
+    parser.add_argument("--sessions", type=int, default=30, help="sessions per conversation")
+    parser.add_argument("--turns-per-session", type=int, default=20)
+    parser.add_argument("--candidates", type=int, default=3, help="construction candidates per system (at most)")
+    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--markdown", action="store_true", help="also print the table as Markdown")
+    args = parser.parse_args(argv)
+    console = Console(width=max(Console().width, 160))
+    # the loop's own line per screen: its failures on the candidate's path and its guard
+    screens_logger = logging.getLogger(CandidateScreens.__module__)
+    handler = RichHandler(console=console, show_path=False)
+    screens_logger.setLevel(logging.INFO)
+    screens_logger.addHandler(handler)
+    dataset = load_dataset({"kind": "sim", "seed": args.seed, "n_conversations": args.conversations,
+                            "sessions_per_conversation": args.sessions, "turns_per_session": args.turns_per_session})
+    started = time.perf_counter()
+    try:
+        results = {name: bench_system(name, dataset, args.seed, args.candidates, args.workers, console.log)
+                   for name in args.systems}
+    finally:
+        screens_logger.removeHandler(handler)
+    console.log(f"done in {time.perf_counter() - started:.0f} s")
+    table_rows = rows(results)
+    console.print(render(table_rows, dataset))
+    if args.markdown:
+        console.print(markdown(table_rows) + "\n", markup=False, highlight=False, soft_wrap=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,177 @@
+"""Candidate screening: score a candidate on the dev questions its change can move before spending a
+whole dev evaluation on it.
+
+A screen (`build_screen`) is two sets of the incumbent's scored dev questions:
+
+- **failures on the candidate's path**: the incumbent's wrong dev answers whose information path runs
+  through a stage the candidate changes (`stages_on_path`: the stages of the operations upstream of the
+  question's answer, plus those that read the question's evidence turns, so a fact never written still
+  counts the stage that dropped it). A knob change counts the stages that own the knob; a candidate
+  naming no stage screens every failure. These are the questions the candidate is meant to fix; their
+  feedback never reached the optimizer (dev is held out).
+- **a guard**: a fixed, seeded sample of the questions the incumbent answered correctly (at least
+  `min_guard`, `guard_fraction` of them), the questions a candidate could break.
+
+`screen_verdict` compares the candidate's screen results with the incumbent's on the same questions and
+estimates its whole-dev paired gain as if every question outside the screen kept the incumbent's
+verdict (`estimated_results`). The estimate is optimistic: breakage is counted only where the guard
+sampled it, and failures off the candidate's path are assumed unmoved. A candidate whose optimistic
+estimate is below the gate's `min_gain` is screened out; one that passes is evaluated on the whole dev
+split, where the gate's rule (paired gain on every dev question) decides, the same rule on the same
+questions for every candidate it evaluates fully. A candidate that could not reach `min_gain` even by
+fixing every failure on its path (`reachable`) is screened out without running anything.
+
+Pure functions over finished runs: no LM, no MLflow, no evaluation. The loop
+(`pipeline.loop.optimization`) runs the screen's questions and the audit of screened-out candidates.
+
+>>> s = ScreenSettings(guard_fraction=0.5, min_guard=1)
+>>> guard_size(10, s), guard_size(1, s), guard_size(0, s)
+(5, 1, 0)
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from memtrace_loop.pipeline.analysis.evaluation import JUDGE_STAGE, PairedDifference, paired_difference
+from memtrace_loop.pipeline.core.conventions import answer_name, first_version, turn_name
+from memtrace_loop.pipeline.core.graph import ExecutionGraph
+from memtrace_loop.pipeline.core.records import CaseResult
+
+__all__ = [
+    "Screen", "ScreenSettings", "ScreenVerdict", "build_screen", "estimated_results", "guard_size", "reachable",
+    "screen_verdict", "stages_on_path",
+]
+
+
+@dataclass(frozen=True)
+class ScreenSettings:
+    """`loop.screen`: whether candidates are screened, the guard's size, and the audit switch (a
+    diagnostic: screened-out candidates are also evaluated on the whole dev split, outside the budget,
+    to count how many would have passed the gate; the loop's decisions do not change)."""
+
+    enabled: bool = True
+    guard_fraction: float = 0.25  # share of the incumbent's correct dev questions sampled as the guard
+    min_guard: int = 5
+    audit: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.guard_fraction <= 1 or self.min_guard < 0:
+            raise ValueError(
+                f"loop.screen: guard_fraction must be in [0, 1] and min_guard >= 0, got "
+                f"{self.guard_fraction} and {self.min_guard}"
+            )
+
+
+@dataclass(frozen=True)
+class Screen:
+    """The dev questions one candidate is screened on (ids in dataset order) and why."""
+
+    stages: tuple[str, ...]  # the stages whose paths select failures (empty: every failure)
+    failures: tuple[str, ...]
+    guard: tuple[str, ...]
+
+    @property
+    def question_ids(self) -> tuple[str, ...]:
+        return (*self.failures, *self.guard)
+
+
+@dataclass(frozen=True)
+class ScreenVerdict:
+    """What the screen saw: failures fixed, guard questions broken, and the whole-dev estimate."""
+
+    questions: int  # the screen's questions that were run (0: it could not pass even fixing all, see `reachable`)
+    fixed: int
+    broken: int
+    estimate: PairedDifference  # the paired gain over dev, outside the screen assumed unchanged
+    passed: bool
+
+
+def guard_size(correct: int, settings: ScreenSettings) -> int:
+    """How many of `correct` incumbent-correct questions the guard samples."""
+    return min(correct, max(settings.min_guard, math.ceil(settings.guard_fraction * correct)))
+
+
+def stages_on_path(graph: ExecutionGraph, question_id: str, evidence: Iterable[str] = ()) -> frozenset[str]:
+    """The stages on a question's information path in `graph`: those of the operations upstream of its
+    (latest) answer and those of the operations that read one of its `evidence` turns (judge excluded).
+    Empty when the graph holds no answer to the question."""
+    answer = graph.latest(answer_name(question_id))
+    if answer is None:
+        return frozenset()
+    nodes = set(graph.ancestors(answer.id))
+    for turn in evidence:
+        turn_id = first_version(turn_name(turn))
+        if turn_id in graph:
+            nodes.update(op.id for op in graph.consumers(turn_id))
+    stages = {graph.operation(n).stage for n in nodes if n.startswith("op:")}
+    return frozenset(stages - {JUDGE_STAGE})
+
+
+def _scored(results: Sequence[CaseResult], excluded: Collection[int]) -> list[CaseResult]:
+    return [r for r in results if r.question.category not in excluded]
+
+
+def build_screen(
+    incumbent: Sequence[CaseResult],
+    graph_by_conversation: Mapping[str, ExecutionGraph],
+    stages: Collection[str],
+    settings: ScreenSettings,
+    *,
+    seed: int,
+    exclude_categories: Collection[int] = (5,),
+) -> Screen:
+    """The screen of a candidate changing `stages` (empty: any) against the incumbent's dev results."""
+    scored = _scored(incumbent, exclude_categories)
+    wanted = frozenset(stages)
+    failures = []
+    for result in scored:
+        if result.correct:
+            continue
+        graph = graph_by_conversation.get(result.question.conversation_id)
+        path = stages_on_path(graph, result.question.id, result.question.evidence) if graph else frozenset()
+        if not wanted or not path or path & wanted:  # an untraced failure is kept: nothing says it is off-path
+            failures.append(result.question.id)
+    correct = sorted(r.question.id for r in scored if r.correct)
+    sampled = set(random.Random(seed).sample(correct, guard_size(len(correct), settings)))
+    guard = tuple(r.question.id for r in scored if r.question.id in sampled)
+    return Screen(tuple(sorted(wanted)), tuple(failures), guard)
+
+
+def reachable(screen: Screen, scored: int, min_gain: float) -> bool:
+    """Whether fixing every failure on the candidate's path and breaking nothing would reach `min_gain` over
+    `scored` dev questions; when not, the candidate is screened out without running anything.
+
+    >>> reachable(Screen((), ("q1",), ("q2",)), 50, 0.02), reachable(Screen((), (), ("q2",)), 50, 0.02)
+    (True, False)
+    """
+    return scored > 0 and len(screen.failures) / scored >= min_gain - 1e-12
+
+
+def estimated_results(screened: Sequence[CaseResult], incumbent: Sequence[CaseResult]) -> tuple[CaseResult, ...]:
+    """The incumbent's dev results with the screened questions' results put in their place."""
+    by_id = {r.question.id: r for r in screened}
+    return tuple(by_id.get(r.question.id, r) for r in incumbent)
+
+
+def screen_verdict(
+    screen: Screen,
+    screened: Sequence[CaseResult],
+    incumbent: Sequence[CaseResult],
+    min_gain: float,
+    *,
+    seed: int = 0,
+    exclude_categories: Collection[int] = (5,),
+) -> ScreenVerdict:
+    """Pass or not: the optimistic whole-dev estimate of the candidate's paired gain reaches `min_gain`."""
+    before = {r.question.id: r.correct for r in incumbent}
+    after = {r.question.id: r.correct for r in screened}
+    fixed = sum(1 for q in screen.failures if after.get(q) and not before.get(q))
+    broken = sum(1 for q in screen.guard if before.get(q) and not after.get(q))
+    estimate = paired_difference(estimated_results(screened, incumbent), incumbent, seed=seed,
+                                 exclude_categories=exclude_categories)
+    passed = math.isfinite(estimate.mean_difference) and estimate.mean_difference >= min_gain
+    return ScreenVerdict(len(screened), fixed, broken, estimate, passed)
