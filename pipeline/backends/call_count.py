@@ -27,6 +27,8 @@ the calls in between). This module does not decide budgets and does not log.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
@@ -149,15 +151,48 @@ class _UsageProbe:
             self.inner.add_usage(lm, usage)
 
 
+class _SeenRequests:
+    """The requests a run's reusing LMs were asked (a digest of the LM's model and the call's inputs), so a
+    repeat that DSPy's response cache serves before the engine's reply store is asked counts as reused,
+    as it would with the cache off: the budget does not depend on whether the cache is on."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._keys: set[str] = set()
+
+    def seen_before(self, key: str) -> bool:
+        """Whether `key` was asked before (and note it as asked)."""
+        with self._lock:
+            known = key in self._keys
+            self._keys.add(key)
+            return known
+
+
+def _reuses(instance: Any) -> bool:
+    """Whether the LM answers repeats from the run's reply store (its guarded engine has one)."""
+    settings = getattr(getattr(instance, "_engine_spec", None), "settings", None)
+    return getattr(settings, "replies", None) is not None
+
+
+def _request_digest(instance: Any, inputs: Mapping[str, Any]) -> str:
+    kwargs = {k: v for k, v in dict(inputs.get("kwargs") or {}).items() if k != "callbacks"}
+    record = {"model": getattr(instance, "model", ""), "prompt": inputs.get("prompt"),
+              "messages": inputs.get("messages"), "kwargs": kwargs}
+    text = json.dumps(record, sort_keys=True, ensure_ascii=False, default=repr)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 class CallCounter(BaseCallback):
     """A DSPy callback counting one role's LM calls (attach it as an instance callback of that role's
     LM; `CallLedger.counted` does). Thread-safe; shared, never copied, by copies of the LM."""
 
-    def __init__(self, role: str) -> None:
+    def __init__(self, role: str, seen: _SeenRequests | None = None) -> None:
         self.role = role
         self._lock = threading.Lock()
-        self._open: dict[str, tuple[_UsageProbe, Any, Any]] = {}  # call id -> (probe, settings context, slot)
+        # call id -> (probe, settings context, slot, request digest of a reusing LM or None)
+        self._open: dict[str, tuple[_UsageProbe, Any, Any, str | None]] = {}
         self._counts = RoleCalls()
+        self._seen = seen if seen is not None else _SeenRequests()
 
     def __copy__(self) -> CallCounter:
         return self
@@ -170,18 +205,22 @@ class CallCounter(BaseCallback):
         context = dspy.settings.context(usage_tracker=probe)
         context.__enter__()  # left in on_lm_end: DSPy runs both in the same frame (same context)
         slot = open_call(dict(inputs.get("kwargs") or {}).get("rollout_id"))
+        digest = _request_digest(instance, inputs) if _reuses(instance) else None
         with self._lock:
-            self._open[call_id] = (probe, context, slot)
+            self._open[call_id] = (probe, context, slot, digest)
 
     def on_lm_end(self, call_id: str, outputs: Any, exception: BaseException | None = None) -> None:
         with self._lock:
             opened = self._open.pop(call_id, None)
         if opened is None:
             return
-        probe, context, slot = opened
+        probe, context, slot, digest = opened
         reused = close_call(slot)
         context.__exit__(None, None, None)
         made = not reused and (probe.billed > 0 or exception is not None)
+        if digest is not None and exception is None:
+            repeat = self._seen.seen_before(digest)  # notes it too
+            reused = reused or (repeat and not made)  # a repeat DSPy's cache served: reused, as with it off
         counted = RoleCalls(
             made=int(made), cached=int(not made and not reused), failed=int(exception is not None),
             prompt_tokens=probe.prompt_tokens, completion_tokens=probe.completion_tokens, reused=int(reused),
@@ -198,7 +237,8 @@ class CallLedger:
     """One `CallCounter` per role; `counted` hands out LMs that count into them, `tally` reads them."""
 
     def __init__(self, roles: Iterable[str] = ROLES) -> None:
-        self._counter_by_role = {role: CallCounter(role) for role in roles}
+        seen = _SeenRequests()  # shared by the roles: an identical request of another role is a repeat too
+        self._counter_by_role = {role: CallCounter(role, seen) for role in roles}
 
     def counter(self, role: str) -> CallCounter:
         if role not in self._counter_by_role:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import dspy
 import pytest
+from memtrace_loop.pipeline.backends.lm import configure_cache
 from memtrace_loop.pipeline.backends.registry import build_lm_set
 from memtrace_loop.pipeline.backends.services import RunServices
 
@@ -117,3 +118,25 @@ def test_with_reuse_off_the_endpoint_receives_every_request(server: OpenAIStubSe
     ask(lms.task)
     assert len(chat_calls(server)) == 2
     assert services.ledger.call_tally().role("task").made == 2
+
+
+def test_with_dspys_cache_on_a_repeat_in_the_run_is_reused_and_a_warm_cache_hit_is_cached(tmp_path: Path) -> None:
+    """DSPy's cache answers a repeat before the reply store is asked; the counter still counts it as reused,
+    so the budget (made + cached) is the same with the cache on or off. A reply cached by an EARLIER run is
+    'cached' (charged), as before."""
+    previous = dspy.cache
+    configure_cache(tmp_path / "dspy")
+    try:
+        role = {"backend": "sim", "model": "stand-in", "cache": True, "reuse_calls": True}
+        first_run = RunServices()
+        task = build_lm_set({name: role for name in ("task", "judge", "attributor", "rewriter")}, first_run).task
+        ask(task), ask(task)
+        calls = first_run.ledger.call_tally().role("task")
+        assert (calls.made, calls.cached, calls.reused) == (1, 0, 1)
+        second_run = RunServices()  # a later run on the warm cache: the first ask is charged, the repeat is not
+        task = build_lm_set({name: role for name in ("task", "judge", "attributor", "rewriter")}, second_run).task
+        ask(task), ask(task)
+        calls = second_run.ledger.call_tally().role("task")
+        assert (calls.made, calls.cached, calls.reused) == (0, 1, 1)
+    finally:
+        dspy.cache = previous
