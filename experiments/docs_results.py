@@ -149,6 +149,7 @@ class DemoFigures:
     accepted: tuple[str, ...]  # what each accepted candidate changed, in order: stage names or a knob change
     made: int
     cached: int
+    reused: int
     saved: int
     budget: int
     made_by_role: tuple[tuple[str, int], ...]
@@ -206,6 +207,7 @@ def run_demo(workdir: Path) -> DemoFigures:
         test_final=round(100 * metrics["test/final/judge_accuracy"], 1),
         accepted=tuple(accepted),
         made=int(metrics["lm_calls/made"]), cached=int(metrics["lm_calls/cached"]),
+        reused=int(metrics.get("lm_calls/reused", 0)),
         saved=int(metrics["lm_calls/saved"]), budget=int(metrics["lm_calls/budget_spent"]),
         made_by_role=tuple((r, int(metrics[f"lm_calls/{r}/made"])) for r in roles),
         stop_reason=tags.get("memtrace.stop_reason", "?"),
@@ -220,8 +222,9 @@ def demo_sentence(f: DemoFigures) -> str:
     changes = "; ".join(f.accepted)
     return (f"test judge accuracy goes from {f.test_start}% to {f.test_final}% (dev {f.dev_start}% → "
             f"{f.dev_final}%) in {NUMBER_WORDS.get(len(f.accepted), len(f.accepted))} accepted changes "
-            f"({changes}); a cold run makes {f.made:,} LM calls, takes {f.cached:,} from DSPy's response cache, "
-            f"saves {f.saved:,} by reusing built memories and spends {f.budget:,} budget calls.")
+            f"({changes}); a cold run makes {f.made:,} LM calls, answers {f.reused:,} repeats from the run's own "
+            f"replies, takes {f.cached:,} from DSPy's response cache, saves {f.saved:,} by reusing built memories "
+            f"and spends {f.budget:,} budget calls.")
 
 
 def demo_block(f: DemoFigures) -> str:
@@ -231,7 +234,8 @@ def demo_block(f: DemoFigures) -> str:
             ("accepted changes, in order", "; ".join(f.accepted)),
             ("LM calls made (every role, final test included)", f"{f.made:,}"),
             *((f"… of them by role `{role}`", f"{n:,}") for role, n in f.made_by_role),
-            ("served by DSPy's response cache", f"{f.cached:,}"),
+            ("repeats answered from the run's own replies (reused, not made)", f"{f.reused:,}"),
+            ("served by DSPy's response cache (left by earlier runs)", f"{f.cached:,}"),
             ("saved by reusing built memories", f"{f.saved:,}"),
             ("budget calls spent (task + rewriter + attributor, made + cached)", f"{f.budget:,}"),
             ("stop reason", f.stop_reason)]

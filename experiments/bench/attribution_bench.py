@@ -102,8 +102,10 @@ BUILDER_BY_ATTRIBUTOR: Mapping[str, Callable[[BenchSetting], Attributor]] = Mapp
 def sim_lm(paraphrase: bool, console: Console) -> dspy.LM:
     """The simulated world's LM; with `paraphrase`, its paraphrasing option when this build has one."""
     if paraphrase:
-        return build_lm(SimLMConfig(backend="sim", model="stand-in", cache=False, paraphrase=True))
-    return build_lm(LMConfig(backend="sim", model="stand-in", cache=False))
+        # no reply reuse: every attributor and replay call is counted as made, as the recorded figures were
+        return build_lm(SimLMConfig(backend="sim", model="stand-in", cache=False, paraphrase=True,
+                                    reuse_calls=False))
+    return build_lm(LMConfig(backend="sim", model="stand-in", cache=False, reuse_calls=False))
 
 
 def perfect_system(name: str, lm: dspy.LM) -> MemorySystem:

@@ -157,7 +157,8 @@ def fastest(feeds: Sequence[Feed]) -> Feed:
 
 
 def bench(lengths: Sequence[int], seed: int = 0, repeats: int = 3) -> list[Row]:
-    lm = build_lm(LMConfig(backend="sim", model="stand-in", cache=False))
+    # no reply reuse: both feeds send the same requests, and the second must not be served from the first
+    lm = build_lm(LMConfig(backend="sim", model="stand-in", cache=False, reuse_calls=False))
     embedder = HashingEmbedder()
     system = Mem0aiMemory(embedder)
     system.set_lm(lm)

@@ -234,7 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"--sessions {sessions}")
     datasets = {seed: load_dataset({"kind": "sim", "seed": seed, "n_conversations": args.conversations,
                                     "sessions_per_conversation": sessions}) for seed in seeds}
-    lm = build_lm(LMConfig(backend="sim", model="stand-in", cache=False))
+    lm = build_lm(LMConfig(backend="sim", model="stand-in", cache=False, reuse_calls=False))
     results: list[WorldResult] = []
     with Progress(console=console, transient=True) as progress:
         for name in systems:

@@ -93,7 +93,8 @@ def _serve(latency_s: float, url_queue: Any, stop_event: Any) -> None:
 def _config(base_url: str, conversations: int) -> RunConfig:
     """The `memtrace run` config (composed as the app composes it) for the openai backend at `base_url`."""
     overrides = ["lm=openai", f"lm.task.api_base={base_url}", f"lm.task.api_key_env={KEY_VARIABLE}",
-                 "lm.task.model=stub-model", "lm.task.cache=false", "memory_system=long_context",
+                 "lm.task.model=stub-model", "lm.task.cache=false",
+                 "lm.task.reuse_calls=false", "memory_system=long_context",
                  f"dataset.n_conversations={conversations}"]
     with initialize_config_module(config_module="memtrace_loop.conf", version_base="1.3"):
         return validated_run(to_plain(compose("run", overrides=overrides)))
