@@ -17,8 +17,10 @@ Per system:
    `--candidates` construction candidates are in hand, the `uniform` optimizer at iterations 1, 2, ...
    Kept: prompt candidates whose changed stages include a construction stage (`system.construction_stages`,
    the LLM stages `ingest` uses; knob candidates are left out), distinct prompt sets, at most `--candidates`;
-3. each kept candidate is measured twice, each time from a FRESH `MemoryCache` and its own ledger
-   difference: **full** = the budget-role calls (task; the evaluation makes no rewriter or attributor
+3. each kept candidate is measured twice, each time from a FRESH `MemoryCache`, its own ledger difference
+   and the replies the incumbent's evaluation left (`lm.<role>.reuse_calls`, as in a loop that has
+   evaluated the incumbent: an identical request is answered from them, not made; each measurement gets
+   its own copy, so neither reuses the other's): **full** = the budget-role calls (task; the evaluation makes no rewriter or attributor
    call) of evaluating it on every conversation and scored question; **screened** = what the loop spends:
    its screen (`CandidateScreens` against the incumbent's results with the candidate's stages, default
    `ScreenSettings`, `min_gain` 0.02, exactly as `OptimizationLoop._gate`) and, when the screen passes,
@@ -61,9 +63,11 @@ from memtrace_loop.pipeline.analysis.attribution.protocol import TracedRun, attr
 from memtrace_loop.pipeline.analysis.blame import aggregate_blame
 from memtrace_loop.pipeline.analysis.evaluation import paired_difference
 from memtrace_loop.pipeline.backends.call_count import BUDGET_ROLES, CallLedger
+from memtrace_loop.pipeline.backends.call_reuse import ReplyStore
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMConfig, LMSet
 from memtrace_loop.pipeline.backends.registry import build_lm
+from memtrace_loop.pipeline.backends.services import RunServices
 from memtrace_loop.pipeline.core.records import Dataset, PromptSet
 from memtrace_loop.pipeline.data.registry import load_dataset
 from memtrace_loop.pipeline.loop.candidate_screens import CandidateScreens, ScreenOutcome
@@ -182,17 +186,19 @@ def construction_proposals(system: MemorySystem, incumbent: Incumbent, dataset: 
     return list(kept.values())[:wanted]
 
 
-def measure(counted: Counted, incumbent: Incumbent, dataset: Dataset, proposal: Proposal, seed: int,
+def measure(fresh: Callable[[], Counted], incumbent: Incumbent, dataset: Dataset, proposal: Proposal, seed: int,
             log: Log) -> CandidateCost:
-    """Full and screened calls of one candidate, each from a fresh memory cache."""
+    """Full and screened calls of one candidate, each from a fresh memory cache and the replies the
+    incumbent's evaluation left (`fresh()`: what a loop that has evaluated the incumbent can reuse)."""
     candidate = proposal.candidate
     started = time.perf_counter()
+    counted = fresh()
     full, full_calls = counted.run(candidate.prompts, dataset, MemoryCache())
     gain = paired_difference(full.results, incumbent.run.results, seed=seed, exclude_categories=EXCLUDED)
     log(f"  full: {full_calls:,} calls, gain {100 * gain.mean_difference:+.1f} pp "
         f"({time.perf_counter() - started:.0f} s)")
     started = time.perf_counter()
-    cache = MemoryCache()
+    cache, counted = MemoryCache(), fresh()
     screens = CandidateScreens(
         dataset, incumbent.run, lambda prompts, part, knobs: counted.run(prompts, part, cache, knobs)[0],
         counted.spent, settings=ScreenSettings(), min_gain=MIN_GAIN, seed=seed, exclude_categories=EXCLUDED,
@@ -223,11 +229,20 @@ def rebuilt(outcome: ScreenOutcome | None, conversations: int) -> int:
 
 def bench_system(name: str, dataset: Dataset, seed: int, candidates: int, workers: int,
                  log: Log) -> tuple[Incumbent, list[CandidateCost]]:
-    ledger = CallLedger()
-    lm = build_lm(LMConfig(backend="sim", model="stand-in", cache=False))
-    lms = ledger.counted(LMSet(lm, lm, lm, lm))
+    ledger, replies = CallLedger(), ReplyStore()
+
+    def counted_lms(store: ReplyStore) -> LMSet:
+        lm = build_lm(LMConfig(backend="sim", model="stand-in", cache=False), services=RunServices(replies=store))
+        return ledger.counted(LMSet(lm, lm, lm, lm))
+
+    lms = counted_lms(replies)
     system, judge = build_system(name, lms)
     counted = Counted(system, judge, ledger, workers)
+
+    def fresh() -> Counted:  # the same system and judge on LMs that start from the incumbent's replies
+        fresh_system, fresh_judge = build_system(name, counted_lms(replies.snapshot()))
+        return Counted(fresh_system, fresh_judge, ledger, workers)
+
     started = time.perf_counter()
     run, calls = counted.run(system.prompt_set(), dataset, MemoryCache())
     incumbent = Incumbent(calls, run.report.overall.judge_accuracy, run)
@@ -239,7 +254,7 @@ def bench_system(name: str, dataset: Dataset, seed: int, candidates: int, worker
     costs = []
     for proposal in proposals:
         log(f"{name}: candidate {', '.join(proposal.candidate.changed_stages)} ({proposal.optimizer})")
-        costs.append(measure(counted, incumbent, dataset, proposal, seed, log))
+        costs.append(measure(fresh, incumbent, dataset, proposal, seed, log))
     return incumbent, costs
 
 

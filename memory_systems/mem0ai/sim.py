@@ -31,11 +31,11 @@ reached through `SPEC.sim` only); it imports neither mem0 nor the adapter.
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 from typing import Any
 
+from memtrace_loop.pipeline.core.literals import literal_eval
 from memtrace_loop.pipeline.sim.dates import human, parse_date
 from memtrace_loop.pipeline.sim.handlers import decide_actions, extract_facts
 from memtrace_loop.pipeline.sim.hints import quotes_in
@@ -167,7 +167,7 @@ def _fenced(text: str, start: int) -> tuple[str, int, int] | None:
 
 def _literal(raw: str) -> Any:
     try:
-        return ast.literal_eval(raw.strip())
+        return literal_eval(raw.strip())
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return None
 

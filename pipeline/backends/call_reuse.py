@@ -111,6 +111,14 @@ class ReplyStore:
     def __deepcopy__(self, memo: dict[int, Any]) -> ReplyStore:
         return self  # per run: a copied engine or LM reuses into the same store
 
+    def snapshot(self) -> ReplyStore:
+        """A new store holding the replies stored so far (for a benchmark that measures several
+        alternatives each from the same start); its counts start at zero."""
+        copied = ReplyStore(self._max_entries)
+        with self._lock:
+            copied._replies = OrderedDict(self._replies)
+        return copied
+
     def get(self, key: str) -> Response | None:
         """The stored reply for `key` (counted as a hit), or None."""
         with self._lock:

@@ -12,7 +12,6 @@ or JSON format. This module does not decide which case gets which fault (`pipeli
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 import threading
@@ -21,6 +20,7 @@ from typing import Any
 
 import dspy
 from dspy.lm15 import Message, Response, TextPart, response_to_events
+from memtrace_loop.pipeline.core.literals import literal_eval
 
 WRONG_ANSWER = "It is not mentioned in the conversation."
 UNRELATED_MEMORY = "Enjoys quiet evenings at home."
@@ -229,7 +229,7 @@ def shown_memories(prompt: str) -> dict[str, str]:
     _, marker, rest = prompt.partition(_MEM0_MEMORY_MARKER)
     found = re.search(r"```\s*(\[.*?\])\s*```", rest, re.DOTALL) if marker else None
     try:
-        listed = ast.literal_eval(found.group(1)) if found else []
+        listed = literal_eval(found.group(1)) if found else []
     except (ValueError, SyntaxError):
         return {}
     return {str(m.get("text")): str(m.get("id")) for m in listed if isinstance(m, dict)}

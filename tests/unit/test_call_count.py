@@ -24,8 +24,9 @@ def fresh_cache(tmp_path):
     dspy.cache = saved
 
 
-def cached_lms(ledger: CallLedger) -> LMSet:
-    lm = build_lm(LMConfig(backend="sim", model="stand-in", cache=True))
+def cached_lms(ledger: CallLedger, reuse_calls: bool = False) -> LMSet:
+    """One cached sim LM for every role; without reply reuse, so a repeat is what DSPy's cache makes of it."""
+    lm = build_lm(LMConfig(backend="sim", model="stand-in", cache=True, reuse_calls=reuse_calls))
     return ledger.counted(LMSet(lm, lm, lm, lm))
 
 
@@ -54,6 +55,16 @@ def test_a_warm_cache_rerun_counts_zero_made_and_every_call_cached(fresh_cache):
     assert warm.role("judge") == RoleCalls(made=0, cached=5)  # no tokens either: nothing reached the backend
     assert all(n >= 0 for calls in ledger.tally().by_role.values() for n in vars(calls).values())
     assert ledger.tally().role("task") == RoleCalls()  # another role saw nothing
+
+
+def test_with_reply_reuse_a_repeat_in_the_same_run_is_reused_even_when_the_cache_serves_it(fresh_cache):
+    ledger = CallLedger()
+    predictor = judge(cached_lms(ledger, reuse_calls=True).judge)
+    for _ in range(2):
+        for i in range(5):
+            ask(predictor, i)
+    calls = ledger.tally().role("judge")
+    assert (calls.made, calls.cached, calls.reused) == (5, 0, 5)  # the budget (made + cached) as with the cache off
 
 
 def test_roles_are_counted_apart_even_when_one_lm_object_serves_them_all(fresh_cache):

@@ -12,7 +12,6 @@ never raises.
 
 from __future__ import annotations
 
-import ast
 import json
 from datetime import datetime
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 from memtrace_loop.pipeline.backends.text import alnum_words
 from memtrace_loop.pipeline.core.conventions import VarKind
 from memtrace_loop.pipeline.core.graph import OpKind
+from memtrace_loop.pipeline.core.literals import literal_eval
 from memtrace_loop.pipeline.interop.exec_network.document import RawNode
 
 # the kinds a foreign node's category or name prefix is taken as directly (the rest are guessed by keywords)
@@ -101,7 +101,7 @@ def decode_value(value: Any) -> str:
     if isinstance(value, str):
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
             try:
-                decoded = ast.literal_eval(value)
+                decoded = literal_eval(value)
             except (ValueError, SyntaxError, MemoryError, RecursionError):
                 return value
             if isinstance(decoded, str) and repr(decoded) == value:
