@@ -17,17 +17,17 @@ Per system:
    `--candidates` construction candidates are in hand, the `uniform` optimizer at iterations 1, 2, ...
    Kept: prompt candidates whose changed stages include a construction stage (`system.construction_stages`,
    the LLM stages `ingest` uses; knob candidates are left out), distinct prompt sets, at most `--candidates`;
-3. each kept candidate is measured twice, each time from a FRESH `MemoryCache`, its own ledger difference
-   and the replies the incumbent's evaluation left (`lm.<role>.reuse_calls`, as in a loop that has
-   evaluated the incumbent: an identical request is answered from them, not made; each measurement gets
-   its own copy, so neither reuses the other's): **full** = the budget-role calls (task; the evaluation makes no rewriter or attributor
-   call) of evaluating it on every conversation and scored question; **screened** = what the loop spends:
-   its screen (`CandidateScreens` against the incumbent's results with the candidate's stages, default
-   `ScreenSettings`, `min_gain` 0.02, exactly as `OptimizationLoop._gate`) and, when the screen passes,
-   the whole-set evaluation after it with the screen's memory cache kept. Also: the screen's questions of
-   all scored ones, the conversations the screen rebuilt of all, the screen's verdict and, from the full
-   evaluation, the paired gain over the incumbent and whether the gate (gain >= 0.02) would have passed
-   it: a check that a screened-out candidate was not a winner.
+3. each kept candidate is measured twice, each time from a FRESH `MemoryCache`, its own ledger difference and
+   the replies the incumbent's evaluation left (`lm.<role>.reuse_calls`, as in a loop that has evaluated the
+   incumbent: an identical request is answered from them, not made; each measurement gets its own copy, so
+   neither reuses the other's): **full** = the budget-role calls (task; the evaluation makes no rewriter or
+   attributor call) of evaluating it on every conversation and scored question; **screened** = what the loop
+   spends: its screen (`CandidateScreens` against the incumbent's results with the candidate's stages, default
+   `ScreenSettings`, `min_gain` 0.02, exactly as `OptimizationLoop._gate`) and, when the screen passes, the
+   whole-set evaluation after it with the screen's memory cache kept. Also: the screen's questions of all scored
+   ones, the conversations the screen rebuilt of all, the screen's verdict and, from the full evaluation, the
+   paired gain over the incumbent and whether the gate (gain >= 0.02) would have passed it: a check that a
+   screened-out candidate was not a winner.
 
 One table (one row per system x candidate, then a mean row per system), `--markdown` prints it as
 Markdown too. Judge calls are not counted (the measuring instrument, outside the budget), nor the
