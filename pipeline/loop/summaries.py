@@ -61,10 +61,6 @@ class CandidateSummary:
     full_calls: int = 0
     audit_gain: float | None = None
 
-    @property
-    def calls(self) -> int:
-        return self.screen_calls + self.full_calls
-
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
             "stages": list(self.stages), "dev_accuracy": self.dev_accuracy, "gain": self.gain,

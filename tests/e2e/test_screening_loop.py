@@ -16,6 +16,7 @@ from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMSet
 from memtrace_loop.pipeline.data.locomo import split_by_conversation
 from memtrace_loop.pipeline.loop.costs import candidate_costs
+from memtrace_loop.pipeline.loop.evaluator import LoopEvaluator
 from memtrace_loop.pipeline.loop.optimization import LoopSettings, OptimizationLoop, Splits
 from memtrace_loop.pipeline.loop.runner import make_judge
 from memtrace_loop.pipeline.loop.screening import ScreenSettings
@@ -101,9 +102,31 @@ def test_the_audit_evaluates_screened_out_candidates_fully_outside_the_budget(ru
     assert all(o.audit is not None and o.audit.n == audit.iterations[1].dev.report.overall.n for o in useless)
 
 
-def test_gepa_scores_a_screened_out_candidate_on_dev_from_its_screen():
+def test_a_screened_out_candidates_dev_questions_are_answered_from_its_screen_and_the_incumbent():
+    """An optimizer's per-question dev scoring (GEPA's valset) of a screened-out prompt set runs nothing past
+    its screen: screened questions get the screen's result, the others the incumbent's."""
+    loop = _loop(ScreenSettings(), useless_first=False)
+    start = loop.system.prompt_set()
+    dev = loop.evaluate(start, "dev", 0)
+    screens = loop.screens(dev, 1)
+    evaluator = LoopEvaluator(loop, 1, {}, start, screens)
+    noop = start.replace(respond=start["respond"] + " Be concise.")
+    spent = loop.budget_spent()
+    cases = [evaluator.run_case(evaluator.system(noop), "dev", r.question.id) for r in dev.results]
+    outcome = screens.outcome(noop, {}, ("respond",))  # the one the first case ran, kept
+    assert outcome is not None and not outcome.verdict.passed
+    assert loop.budget_spent() - spent == outcome.calls > 0  # nothing beyond the screen
+    screened = {r.question.id: r for r in outcome.run.results} if outcome.run is not None else {}
+    assert screened
+    for case, incumbent in zip(cases, dev.results, strict=True):
+        assert case.lm_calls_made == 0
+        assert case.case is screened.get(incumbent.question.id, incumbent)
+    assert evaluator.run_case(evaluator.system(start), "dev", dev.results[0].question.id).lm_calls_made > 0
+
+
+def test_gepa_with_and_without_the_screen_ends_the_same():
     """GEPA's valset questions go through the loop's Evaluator: the same result with and without the screen
-    (the stand-in is deterministic), fewer budget calls with it."""
+    (the stand-in is deterministic), no more budget calls with it."""
     # with reply reuse: without it the screened run spends more here (3505 vs 3448 budget calls, for the lead)
     results = {enabled: _loop(ScreenSettings(enabled=enabled), "gepa", useless_first=False, reuse_calls=True).run()
                for enabled in (True, False)}
