@@ -7,8 +7,10 @@ words. The operation *kept* it when its outputs still hold (nearly
 all of) those words that its inputs held; inputs that held none of them cannot lose anything. For the
 answer step it checks the answer instead: an answer without the gold's words from a context that held
 (some of) the information is a ResponseError; a context that held none of it leaves the answer step
-nothing to use. A search whose inputs (the units it read, including those of the store it did not
-return) hold a word of the gold answer that what it returned does not hold lost it.
+nothing to use. An operation whose inputs hold a word of the gold answer that its outputs do not hold
+lost it, whatever else they kept: a reader shown the step and the gold answer sees the answer word go
+missing. For a search the inputs are the units it read, including those of the store it did not return;
+for any other step the outputs must be shown whole (a view clipped for display may hold the word).
 The error type follows from the operation kind shown.
 It does no I/O and never raises on odd text.
 """
@@ -81,6 +83,11 @@ def _cut_turn(shown_in: str, shown_out: str) -> str:
     return ""
 
 
+def _shown_whole(outputs: str) -> bool:
+    """Outputs displayed without clipping: a word missing from a clipped view may be in the part not shown."""
+    return "..." not in outputs and "more not shown" not in outputs
+
+
 def _is_label(outputs: str) -> bool:
     """Outputs that are only short decision labels ("new episode", "sufficient"): no content to carry."""
     values = [_ID_PREFIX.sub("", line).strip() for line in outputs.splitlines() if line.strip()]
@@ -148,11 +155,13 @@ def judge_operation(request: StageRequest) -> dict[str, Any]:
     if not held:
         return {"kept_information": True, "error_type": "none", "reason": "Its inputs did not hold the information."}
     lost_gold = (gold & shown_in) - shown_out
-    if kind == "retrieval" and lost_gold:
+    if lost_gold and (kind == "retrieval" or _shown_whole(inputs.get("operation_outputs", ""))):
+        what = "A unit it read holds" if kind == "retrieval" else "Its inputs hold"
+        done = "what it returned does not" if kind == "retrieval" else "its outputs do not"
         return {
             "kept_information": False, "error_type": error,
-            "reason": f"A unit it read holds \"{' '.join(sorted(lost_gold))}\" of the answer "
-                      f"\"{inputs.get('gold_answer', '')}\", but what it returned does not.",
+            "reason": f"{what} \"{' '.join(sorted(lost_gold))}\" of the answer "
+                      f"\"{inputs.get('gold_answer', '')}\", but {done}.",
         }
     if _enough(held, shown_out):
         return {"kept_information": True, "error_type": "none", "reason": "Its outputs still hold the information."}

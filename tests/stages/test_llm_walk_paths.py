@@ -181,3 +181,22 @@ def test_the_stand_in_reads_only_the_request() -> None:
                         "[facts:D2:11@1] Aaron volunteered.", question="When did Aaron volunteer?",
                         gold="2 January 2022", needed="[turn:D2:11@1] Last Sunday I volunteered.")
     assert attributor_handler.judge_operation(inflected)["kept_information"] is False, "the date was lost"
+
+
+def test_a_step_that_drops_the_answer_word_lost_the_information_even_when_the_rest_is_kept() -> None:
+    """EverMemOS's writer kept "best friend Priya" but not "nurse": most of the needed words survive, yet a
+    reader shown the gold answer sees its only word go missing. A view clipped for display proves nothing."""
+    needed = "[turn:D4:13@1] My best friend Priya just got a job as a nurse."
+    question, gold = "What kind of work does Farid's best friend Priya do?", "nurse"
+    turn = "[turn:D4:13@1] [13 August 2022] Farid: My best friend Priya just got a job as a nurse."
+    dropped = request("extraction", turn, "[event:16@1] Farid has a best friend named Priya. Time: 13 August 2022",
+                      question=question, gold=gold, needed=needed)
+    verdict = attributor_handler.judge_operation(dropped)
+    assert verdict["kept_information"] is False and verdict["error_type"] == "ExtractionError"
+    assert "nurse" in verdict["reason"]
+    kept = request("extraction", turn, "[event:16@1] Priya, Farid's best friend, now works in nursing: a nurse.",
+                   question=question, gold=gold, needed=needed)
+    assert attributor_handler.judge_operation(kept)["kept_information"] is True
+    clipped = request("extraction", turn, "[chunk:1@1] ... Farid: My best friend Priya just got a ...",
+                      question=question, gold=gold, needed=needed)
+    assert attributor_handler.judge_operation(clipped)["kept_information"] is True, "the word may be clipped"
