@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -69,6 +69,23 @@ class Dataset:
 
     def questions_for(self, conversation_id: str) -> tuple[Question, ...]:
         return tuple(q for q in self.questions if q.conversation_id == conversation_id)
+
+    def without_categories(self, excluded: Collection[int]) -> Dataset:
+        """The dataset without the questions of the `excluded` categories, and without the conversations
+        left with no question (nothing to answer there).
+
+        >>> turn = Turn("D1:1", "A", "hi", 1, "2023-05-08T13:56")
+        >>> data = Dataset("d", (Conversation("c1", ("A",), (turn,)), Conversation("c2", ("A",), (turn,))),
+        ...                (Question("q1", "c1", "?", "a", 5), Question("q2", "c2", "?", "b", 1)))
+        >>> [(c.id, [q.id for q in data.without_categories({5}).questions_for(c.id)])
+        ...  for c in data.without_categories({5}).conversations]
+        [('c2', ['q2'])]
+        """
+        if not excluded:
+            return self
+        questions = tuple(q for q in self.questions if q.category not in excluded)
+        asked = {q.conversation_id for q in questions}
+        return Dataset(self.name, tuple(c for c in self.conversations if c.id in asked), questions)
 
     def subset(self, conversation_ids: tuple[str, ...], name: str | None = None) -> Dataset:
         keep = set(conversation_ids)

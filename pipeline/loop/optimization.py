@@ -7,7 +7,8 @@ by default), aggregates blame, asks the optimizer for candidates (handing it an 
 cache, its calls counted) and evaluates them on dev; a candidate is accepted only when its paired
 gain over the current prompt set on the same dev questions reaches `min_gain`. Otherwise the
 next candidate is tried; `patience` iterations without an acceptance stop the loop. The test split is
-evaluated once, at the end, for the starting and the final prompt set.
+evaluated once, at the end, for the starting and the final prompt set. Train and dev are answered
+without the questions of `exclude_categories` (`Splits.scored`), which no score reads; test whole.
 
 LM calls are counted in one way only: at the LM layer, by the `CallLedger` (`pipeline.backends.call_count`)
 the loop requires and whose counting LMs the caller built the system, judge, attributor and optimizer
@@ -68,6 +69,7 @@ from memtrace_loop.pipeline.loop.failure_impact import FailureImpact, failure_im
 from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
 from memtrace_loop.pipeline.loop.runner import ProgressSink, RunResult, run_dataset
 from memtrace_loop.pipeline.loop.screening import ScreenSettings
+from memtrace_loop.pipeline.loop.splits import Splits
 from memtrace_loop.pipeline.loop.summaries import CandidateSummary, IterationSummary, blame_from_rows
 
 logger = logging.getLogger(__name__)
@@ -169,13 +171,6 @@ def summarize_iteration(record: IterationRecord) -> IterationSummary:
 
 
 @dataclass(frozen=True)
-class Splits:
-    train: Dataset
-    dev: Dataset
-    test: Dataset
-
-
-@dataclass(frozen=True)
 class LoopResult:
     start_prompts: PromptSet
     final_prompts: PromptSet
@@ -232,7 +227,7 @@ class OptimizationLoop:
         self.stop = stop
         self.judge = judge
         self.optimizer = optimizer
-        self.splits = splits
+        self.splits = splits.scored(settings.exclude_categories)  # excluded categories are never answered
         self.settings = settings
         self.checkpoint = checkpoint
         self.config_digest = config_digest
