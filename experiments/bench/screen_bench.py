@@ -3,8 +3,8 @@
 
 Data: the simulated world's LoCoMo-layout dataset (`dataset=sim`, seed `--seed`, default 0): 10
 conversations x 30 sessions x 20 turns = 600 turns each, as LoCoMo's 10 conversations. The evaluation set
-is all of it and its scored questions (category 5 excluded, LoCoMo's protocol), in the role of the loop's
-dev split. Systems: `mem0` (our Mem0-style) and `mem0ai` (the real mem0ai library through its adapter),
+is all of it and its scored questions (category 5 left out, LoCoMo's protocol, and not answered, as in the
+loop's dev split). Systems: `mem0` (our Mem0-style) and `mem0ai` (the real mem0ai library through its adapter),
 on the simulated world's LM (`lm=sim`, DSPy's response cache OFF, so every call is made and counted) and
 the hashing embedder; calls counted per role by a `CallLedger` at the LM layer.
 
@@ -327,6 +327,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     screens_logger.addHandler(handler)
     dataset = load_dataset({"kind": "sim", "seed": args.seed, "n_conversations": args.conversations,
                             "sessions_per_conversation": args.sessions, "turns_per_session": args.turns_per_session})
+    dataset = dataset.without_categories(EXCLUDED)  # as the loop's dev split: unscored questions are not answered
     started = time.perf_counter()
     try:
         results = {name: bench_system(name, dataset, args.seed, args.candidates, args.workers, console.log)
