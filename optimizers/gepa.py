@@ -76,10 +76,6 @@ class BudgetStopper:
         return remaining is not None and remaining <= 0
 
 
-def changed_stages(before: PromptSet, after: PromptSet) -> tuple[str, ...]:
-    return tuple(s for s in after.stages() if after[s] != before.instruction_by_stage.get(s))
-
-
 def candidate_table(result: Any, start: PromptSet) -> dict[str, list[str]]:
     """GEPA's candidate pool as table columns (one row per candidate, index 0 = the starting prompts)."""
     rows = range(len(result.candidates))
@@ -88,7 +84,7 @@ def candidate_table(result: Any, start: PromptSet) -> dict[str, list[str]]:
         "parents": [",".join(str(p) for p in result.parents[i] if p is not None) for i in rows],
         "dev_score": [f"{result.val_aggregate_scores[i]:.4f}" for i in rows],
         "found_at_metric_call": [str(result.discovery_eval_counts[i]) for i in rows],
-        "changed_stages": [",".join(changed_stages(start, result.candidates[i].system.prompt_set())) for i in rows],
+        "changed_stages": [",".join(result.candidates[i].system.prompt_set().changed_stages(start)) for i in rows],
         "best": [str(i == result.best_idx) for i in rows],
     }
 
@@ -177,7 +173,7 @@ class GepaOptimizer:
         proposed = []
         for index in order:
             prompts = pool[index]
-            stages = changed_stages(context.prompts, prompts)
+            stages = prompts.changed_stages(context.prompts)
             if scores[index] <= start_score or not stages or prompts.digest() in self._proposed:
                 continue
             self._proposed.add(prompts.digest())

@@ -33,6 +33,7 @@ from typing import Any
 
 from dspy.clients.execution import request_to_dict  # lm15's serde, as DSPy's own cache key uses it
 from dspy.lm15 import Request, Response
+from memtrace_loop.pipeline.core.single_flight import KeyedLocks
 
 __all__ = ["CallSlot", "ReplyStore", "ReuseStats", "close_call", "mark_reused", "open_call", "request_key"]
 
@@ -101,7 +102,7 @@ class ReplyStore:
         self._max_entries = max_entries
         self._replies: OrderedDict[str, Response] = OrderedDict()
         self._lock = threading.Lock()
-        self._flight_by_key: dict[str, threading.Lock] = {}
+        self._flights = KeyedLocks()
         self._hits = 0
         self._stored = 0
 
@@ -139,20 +140,13 @@ class ReplyStore:
     def get_or_call(self, key: str, call: Callable[[], Response]) -> tuple[Response, bool]:
         """(the reply for `key`, reused?): `call()` runs at most once per key at a time; a thread asking
         while another makes the same call waits and reuses its reply (or, when it failed, calls itself)."""
-        with self._lock:
-            flight = self._flight_by_key.setdefault(key, threading.Lock())
-        try:
-            with flight:
-                found = self.get(key)
-                if found is not None:
-                    return found, True
-                reply = call()
-                self.put(key, reply)
-                return reply, False
-        finally:
-            with self._lock:
-                if self._flight_by_key.get(key) is flight:
-                    del self._flight_by_key[key]
+        with self._flights.hold(key, forget=True):
+            found = self.get(key)
+            if found is not None:
+                return found, True
+            reply = call()
+            self.put(key, reply)
+            return reply, False
 
     async def aget_or_call(self, key: str, call: Callable[[], Awaitable[Response]]) -> tuple[Response, bool]:
         """`get_or_call` for the async face, without making concurrent identical calls wait."""

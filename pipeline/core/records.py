@@ -125,6 +125,14 @@ class PromptSet:
     def replace(self, **instruction_by_stage: str) -> PromptSet:
         return PromptSet({**self.instruction_by_stage, **instruction_by_stage})
 
+    def changed_stages(self, before: PromptSet) -> tuple[str, ...]:
+        """The stages whose instruction differs from `before`'s (or that `before` lacks).
+
+        >>> PromptSet({"a": "x", "b": "y"}).changed_stages(PromptSet({"a": "x", "b": "z"}))
+        ('b',)
+        """
+        return tuple(s for s in self.stages() if self[s] != before.instruction_by_stage.get(s))
+
     def with_instruction(self, stage: str, instruction: str) -> PromptSet:
         return PromptSet({**self.instruction_by_stage, stage: instruction})
 

@@ -15,13 +15,13 @@ It does not decide acceptance (the loop's gate does, on the whole dev split) and
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from memtrace_loop.optimizers.base import TracedCase
 from memtrace_loop.pipeline.core.records import Dataset, PromptSet
+from memtrace_loop.pipeline.core.single_flight import KeyedLocks
 from memtrace_loop.pipeline.loop.runner import RunResult
 from memtrace_loop.pipeline.loop.screening import (
     Screen,
@@ -74,8 +74,7 @@ class CandidateScreens:
         self._min_gain = min_gain
         self._seed = seed
         self._excluded = tuple(exclude_categories)
-        self._lock = threading.Lock()
-        self._key_locks: dict[str, threading.Lock] = {}
+        self._runs = KeyedLocks()
         self._outcomes: dict[str, ScreenOutcome | None] = {}
 
     @property
@@ -91,9 +90,7 @@ class CandidateScreens:
         if not self._settings.enabled:
             return None
         key = f"{prompts.digest()}|{sorted(knobs.items())!r}"
-        with self._lock:
-            key_lock = self._key_locks.setdefault(key, threading.Lock())
-        with key_lock:
+        with self._runs.hold(key):
             if key not in self._outcomes:
                 self._outcomes[key] = self._run(prompts, knobs, stages, label)
             return self._outcomes[key]

@@ -92,7 +92,7 @@ class LoopEvaluator:
         changes = {k: v for k, v in system.knob_values().items() if base.get(k) != v}
         if prompts == self._current and not changes:
             return None  # the incumbent itself
-        stages = tuple(s for s in prompts.stages() if prompts[s] != self._current.instruction_by_stage.get(s))
+        stages = prompts.changed_stages(self._current)
         return self._screens.outcome(prompts, {**self._knobs, **changes}, self._loop.candidate_stages(stages, changes))
 
     def evaluate(

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
+from memtrace_loop.pipeline.core.single_flight import KeyedLocks
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class MemoryCache:
         self._hits = 0
         self._misses = 0
         self._saved = 0
-        self._lock_by_key: dict[str, threading.Lock] = {}
+        self._builds = KeyedLocks()
 
     def get(self, key: str, count_saved: bool = True) -> CachedMemory | None:
         with self._lock:
@@ -69,9 +70,7 @@ class MemoryCache:
         """(the memory under `key`, reused?) — `build()` runs at most once per key at a time: a thread
         asking while another builds the same key waits and then reuses its memory. `count_saved=False`:
         a hit is counted, but not as saved calls (the caller counts what a reuse saved itself)."""
-        with self._lock:
-            key_lock = self._lock_by_key.setdefault(key, threading.Lock())
-        with key_lock:
+        with self._builds.hold(key):
             found = self.get(key, count_saved)
             if found is not None:
                 return found, True
