@@ -10,7 +10,9 @@ answer step it checks the answer instead: an answer without the gold's words fro
 nothing to use. An operation whose inputs hold a word of the gold answer that its outputs do not hold
 lost it, whatever else they kept: a reader shown the step and the gold answer sees the answer word go
 missing. For a search the inputs are the units it read, including those of the store it did not return;
-for any other step the outputs must be shown whole (a view clipped for display may hold the word).
+for any other step only the input lines that are the needed information count (an answer word in another
+memory shown beside them was not given to keep), and the outputs must be shown whole (a view clipped for
+display may hold the word).
 The error type follows from the operation kind shown.
 It does no I/O and never raises on odd text.
 """
@@ -88,6 +90,21 @@ def _shown_whole(outputs: str) -> bool:
     return "..." not in outputs and "more not shown" not in outputs
 
 
+_LINE_ID = re.compile(r"^\s*\[(?P<id>[^\]]+)\]")
+
+
+def _needed_lines(shown_in: str, needed: str) -> set[str]:
+    """The words of the input lines that ARE the needed information (their id, e.g. `turn:D4:13@1`, is one
+    the needed information lists): an answer word elsewhere in the inputs (another memory shown beside
+    it) is not the information this step was given to keep."""
+    words: set[str] = set()
+    for line in shown_in.splitlines():
+        found = _LINE_ID.match(line)
+        if found and f"[{found.group('id')}]" in needed:
+            words |= _tokens(line)
+    return words
+
+
 def _is_label(outputs: str) -> bool:
     """Outputs that are only short decision labels ("new episode", "sufficient"): no content to carry."""
     values = [_ID_PREFIX.sub("", line).strip() for line in outputs.splitlines() if line.strip()]
@@ -154,8 +171,14 @@ def judge_operation(request: StageRequest) -> dict[str, Any]:
             return {"kept_information": False, "error_type": error, "reason": lost_time}
     if not held:
         return {"kept_information": True, "error_type": "none", "reason": "Its inputs did not hold the information."}
-    lost_gold = (gold & shown_in) - shown_out
-    if lost_gold and (kind == "retrieval" or _shown_whole(inputs.get("operation_outputs", ""))):
+    if kind == "retrieval":
+        lost_gold = (gold & shown_in) - shown_out
+    elif _shown_whole(inputs.get("operation_outputs", "")):
+        lost_gold = (gold & _needed_lines(inputs.get("operation_inputs", ""), inputs.get("needed_information", ""))
+                     ) - shown_out
+    else:
+        lost_gold = set()
+    if lost_gold:
         what = "A unit it read holds" if kind == "retrieval" else "Its inputs hold"
         done = "what it returned does not" if kind == "retrieval" else "its outputs do not"
         return {

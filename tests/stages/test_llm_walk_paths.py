@@ -200,3 +200,11 @@ def test_a_step_that_drops_the_answer_word_lost_the_information_even_when_the_re
     clipped = request("extraction", turn, "[chunk:1@1] ... Farid: My best friend Priya just got a ...",
                       question=question, gold=gold, needed=needed)
     assert attributor_handler.judge_operation(clipped)["kept_information"] is True, "the word may be clipped"
+    pets = "a rabbit named Pickles and a cat named Pepper"
+    kept_fact = "[facts:D4:11@1] [\"Marco has a pet rabbit named Pickles.\"]"
+    beside = request(  # "cat" is in another memory shown beside the fact, not in what the step was given to keep
+        "update", f"{kept_fact}\n[similar:D4:11@1] [0] Lena has a pet cat named Nugget.",
+        "[decision:D4:11@1] [{\"id\": \"5\", \"text\": \"Marco has a pet rabbit named Pickles.\", \"event\": \"ADD\"}]",
+        question="What pets does Marco have?", gold=pets,
+        needed="[turn:D4:11@1] My rabbit Pickles is the best company.\n[turn:D6:7@1] We adopted a cat named Pepper!")
+    assert attributor_handler.judge_operation(beside)["kept_information"] is True
