@@ -105,6 +105,18 @@ def _needed_lines(shown_in: str, needed: str) -> set[str]:
     return words
 
 
+def _lost_answer_words(
+    kind: str, inputs: dict[str, str], gold: set[str], shown_in: set[str], shown_out: set[str]
+) -> set[str]:
+    """The gold answer's words the step was given and did not pass on (the module docstring)."""
+    if kind == "retrieval":
+        return (gold & shown_in) - shown_out
+    if not _shown_whole(inputs.get("operation_outputs", "")):
+        return set()
+    given = _needed_lines(inputs.get("operation_inputs", ""), inputs.get("needed_information", ""))
+    return (gold & given) - shown_out
+
+
 def _is_label(outputs: str) -> bool:
     """Outputs that are only short decision labels ("new episode", "sufficient"): no content to carry."""
     values = [_ID_PREFIX.sub("", line).strip() for line in outputs.splitlines() if line.strip()]
@@ -171,13 +183,7 @@ def judge_operation(request: StageRequest) -> dict[str, Any]:
             return {"kept_information": False, "error_type": error, "reason": lost_time}
     if not held:
         return {"kept_information": True, "error_type": "none", "reason": "Its inputs did not hold the information."}
-    if kind == "retrieval":
-        lost_gold = (gold & shown_in) - shown_out
-    elif _shown_whole(inputs.get("operation_outputs", "")):
-        lost_gold = (gold & _needed_lines(inputs.get("operation_inputs", ""), inputs.get("needed_information", ""))
-                     ) - shown_out
-    else:
-        lost_gold = set()
+    lost_gold = _lost_answer_words(kind, inputs, gold, shown_in, shown_out)
     if lost_gold:
         what = "A unit it read holds" if kind == "retrieval" else "Its inputs hold"
         done = "what it returned does not" if kind == "retrieval" else "its outputs do not"
