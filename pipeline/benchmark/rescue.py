@@ -210,14 +210,6 @@ def world_repairs(
     return tuple(repairs)
 
 
-def _subset(dataset: Dataset, question_ids: Iterable[str]) -> Dataset:
-    wanted = set(question_ids)
-    questions = tuple(q for q in dataset.questions if q.id in wanted)
-    conversation_ids = {q.conversation_id for q in questions}
-    conversations = tuple(c for c in dataset.conversations if c.id in conversation_ids)
-    return dataclasses.replace(dataset, conversations=conversations, questions=questions)
-
-
 @dataclass
 class _Runner:
     """Runs repair sets of one world on chosen questions (one memory cache across them)."""
@@ -233,7 +225,7 @@ class _Runner:
     def run(self, repairs: Sequence[Repair], question_ids: Iterable[str] | None = None) -> RunResult:
         system = world_system(self.world, self.build, repairs)
         system.set_lm(self.lm)
-        dataset = self.dataset if question_ids is None else _subset(self.dataset, question_ids)
+        dataset = self.dataset if question_ids is None else self.dataset.for_questions(question_ids)
         self.runs += 1
         return run_dataset(system, make_judge(self.lm), dataset, workers=self.workers, memory_cache=self.cache)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -83,7 +83,15 @@ class Dataset:
         """
         if not excluded:
             return self
-        questions = tuple(q for q in self.questions if q.category not in excluded)
+        return self._asking(tuple(q for q in self.questions if q.category not in excluded))
+
+    def for_questions(self, question_ids: Iterable[str]) -> Dataset:
+        """The part of the dataset holding `question_ids` (in file order) and only the conversations they
+        are about."""
+        wanted = set(question_ids)
+        return self._asking(tuple(q for q in self.questions if q.id in wanted))
+
+    def _asking(self, questions: tuple[Question, ...]) -> Dataset:
         asked = {q.conversation_id for q in questions}
         return Dataset(self.name, tuple(c for c in self.conversations if c.id in asked), questions)
 

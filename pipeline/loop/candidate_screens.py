@@ -34,7 +34,7 @@ from memtrace_loop.pipeline.loop.screening import (
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CandidateScreens", "ScreenOutcome", "subset"]
+__all__ = ["CandidateScreens", "ScreenOutcome"]
 
 # (prompts, the part of dev to run, knob changes) -> the run; the loop's own evaluation
 Evaluate = Callable[[PromptSet, Dataset, Mapping[str, Any]], RunResult]
@@ -49,14 +49,6 @@ class ScreenOutcome:
     verdict: ScreenVerdict
     calls: int
     run: RunResult | None = None
-
-
-def subset(dataset: Dataset, question_ids: Sequence[str]) -> Dataset:
-    """The part of `dataset` holding `question_ids` and only the conversations they are about."""
-    wanted = set(question_ids)
-    questions = tuple(q for q in dataset.questions if q.id in wanted)
-    conversation_ids = {q.conversation_id for q in questions}
-    return Dataset(dataset.name, tuple(c for c in dataset.conversations if c.id in conversation_ids), questions)
 
 
 class CandidateScreens:
@@ -106,7 +98,7 @@ class CandidateScreens:
         start = self._spent()
         run = None  # nothing is run when fixing every failure on its path would not reach min_gain
         if reachable(screen, scored, self._min_gain):
-            run = self._evaluate(prompts, subset(self._dev, screen.question_ids), knobs)
+            run = self._evaluate(prompts, self._dev.for_questions(screen.question_ids), knobs)
         verdict = screen_verdict(screen, run.results if run else (), incumbent.results, self._min_gain,
                                  seed=self._seed, exclude_categories=self._excluded)
         outcome = ScreenOutcome(screen, verdict, self._spent() - start, run)

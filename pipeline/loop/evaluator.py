@@ -15,7 +15,7 @@ from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.optimizers.base import CandidateEvaluation, TracedCase
 from memtrace_loop.pipeline.backends.call_count import CallTally
 from memtrace_loop.pipeline.core.records import Dataset, PromptSet, Question
-from memtrace_loop.pipeline.loop.candidate_screens import CandidateScreens, ScreenOutcome, subset
+from memtrace_loop.pipeline.loop.candidate_screens import CandidateScreens, ScreenOutcome
 from memtrace_loop.pipeline.loop.case_runner import LoopCaseRunner
 from memtrace_loop.pipeline.loop.runner import RunResult
 
@@ -106,7 +106,7 @@ class LoopEvaluator:
             unknown = wanted - {q.id for q in dataset.questions}
             if unknown:
                 raise ValueError(f"questions {sorted(unknown)} are not in the {split} split")
-            dataset = subset(dataset, question_ids)
+            dataset = dataset.for_questions(question_ids)
         before = self._loop.tally()
         result = self._loop.evaluate(prompts, split, self._iteration, dataset, knobs=self._knobs)
         made = (self._loop.tally() - before).made()
