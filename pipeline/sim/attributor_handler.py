@@ -4,7 +4,10 @@ Rule-based and deterministic, and fair: it reads only the request text a real LL
 information to follow is the content words of the needed information that the question and gold answer
 ask about (words compared by a crude stem), plus the gold answer's own
 words. The operation *kept* it when its outputs still hold (nearly
-all of) those words that its inputs held; inputs that held none of them cannot lose anything. For the
+all of) those words that its inputs held; inputs that held none of them cannot lose anything. The inputs
+that count are, for a search, every unit it read; for any other step, the input lines that are the needed
+information (their id is one it lists) when it shows any, else all of them: a word of another turn read
+beside the needed one (the rest of a buffer) was not given to keep. For the
 answer step it checks the answer instead: an answer without the gold's words from a context that held
 (some of) the information is a ResponseError; a context that held none of it leaves the answer step
 nothing to use. An operation whose inputs hold a word of the gold answer that its outputs do not hold
@@ -105,6 +108,15 @@ def _needed_lines(shown_in: str, needed: str) -> set[str]:
     return words
 
 
+def _given(kind: str, inputs: dict[str, str], shown_in: set[str]) -> set[str]:
+    """The input words the step was given to keep: for a search every unit it read; for any other step the
+    input lines that are the needed information when it was shown any (a word of another turn in the same
+    buffer, e.g. someone else's "work", is not the information), else all its inputs (derived units)."""
+    if kind == "retrieval":
+        return shown_in
+    return _needed_lines(inputs.get("operation_inputs", ""), inputs.get("needed_information", "")) or shown_in
+
+
 def _lost_answer_words(
     kind: str, inputs: dict[str, str], gold: set[str], shown_in: set[str], shown_out: set[str]
 ) -> set[str]:
@@ -172,7 +184,7 @@ def judge_operation(request: StageRequest) -> dict[str, Any]:
     if _is_label(inputs.get("operation_outputs", "")):
         reason = "It only decides a label; it carries no content."
         return {"kept_information": True, "error_type": "none", "reason": reason}
-    held = target & shown_in
+    held = target & _given(kind, inputs, shown_in)
     cut = _cut_turn(inputs.get("operation_inputs", ""), inputs.get("operation_outputs", ""))
     if held and cut and inputs.get("operation_prompt", "").strip() in ("", "none"):
         return {"kept_information": False, "error_type": error, "reason": cut}

@@ -208,3 +208,17 @@ def test_a_step_that_drops_the_answer_word_lost_the_information_even_when_the_re
         question="What pets does Marco have?", gold=pets,
         needed="[turn:D4:11@1] My rabbit Pickles is the best company.\n[turn:D6:7@1] We adopted a cat named Pepper!")
     assert attributor_handler.judge_operation(beside)["kept_information"] is True
+
+
+def test_a_word_of_another_turn_in_the_same_buffer_is_not_the_information() -> None:
+    """EverMemOS writes an event from a buffer of turns: "Work" in Quinn's turn beside Nora's is not the
+    needed information, so an event keeping all of Nora's turn kept it (the job was in another turn)."""
+    needed = ("[turn:D2:2@1] My aunt's name is Marco, we talk every day.\n"
+              "[turn:D6:9@1] Marco started working as a nurse.")
+    buffer = ("[turn:D2:2@1] [13 June 2023] Nora: My aunt's name is Marco, we talk every day.\n"
+              "[turn:D2:1@1] [13 June 2023] Quinn: Work has been pretty hectic, but it's fine.")
+    asked = {"question": "What kind of work does Nora's aunt do?", "gold": "nurse", "needed": needed}
+    kept = request("extraction", buffer, "[event:5@1] Nora has an aunt named Marco. Time: 13 June 2023", **asked)
+    assert attributor_handler.judge_operation(kept)["kept_information"] is True
+    lost = request("extraction", buffer, "[event:5@1] Nora talks every day. Time: 13 June 2023", **asked)
+    assert attributor_handler.judge_operation(lost)["kept_information"] is False, "the aunt was dropped"
