@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
@@ -37,7 +38,7 @@ from typing import Any
 
 import dspy
 from dspy.utils.callback import BaseCallback
-from memtrace_loop.pipeline.backends.call_reuse import close_call, current_call, open_call
+from memtrace_loop.pipeline.backends.call_reuse import DEFAULT_MAX_ENTRIES, close_call, current_call, open_call
 from memtrace_loop.pipeline.backends.lm import ROLES, LMSet
 
 __all__ = ["BUDGET_ROLES", "CallCounter", "CallLedger", "CallTally", "RoleCalls"]
@@ -154,23 +155,35 @@ class _UsageProbe:
 class _SeenRequests:
     """The requests a run's reusing LMs were asked (a digest of the LM's model and the call's inputs), so a
     repeat that DSPy's response cache serves before the engine's reply store is asked counts as reused,
-    as it would with the cache off: the budget does not depend on whether the cache is on."""
+    as it would with the cache off: the budget does not depend on whether the cache is on. Bounded like
+    the run's `ReplyStore` (least recently asked forgotten first): a request it forgot counts as cached,
+    as the store, having dropped its reply, would make it again.
 
-    def __init__(self) -> None:
+    >>> seen = _SeenRequests(max_entries=2)
+    >>> [seen.seen_before(k) for k in ("a", "b", "a", "c", "a", "b")]  # "c" pushes out "b", asked least recently
+    [False, False, True, False, True, False]
+    """
+
+    def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
         self._lock = threading.Lock()
-        self._keys: set[str] = set()
+        self._keys: OrderedDict[str, None] = OrderedDict()
+        self._max_entries = max_entries
 
     def seen_before(self, key: str) -> bool:
-        """Whether `key` was asked before (and note it as asked)."""
+        """Whether `key` was asked before (and note it as asked, most recently)."""
         with self._lock:
             known = key in self._keys
-            self._keys.add(key)
+            self._keys[key] = None
+            self._keys.move_to_end(key)
+            while len(self._keys) > self._max_entries:
+                self._keys.popitem(last=False)
             return known
 
 
 def _reuses(instance: Any) -> bool:
-    """Whether the LM answers repeats from the run's reply store (its guarded engine has one)."""
-    settings = getattr(getattr(instance, "_engine_spec", None), "settings", None)
+    """Whether the LM answers repeats from the run's reply store (its guarded engine has one; `engine` is
+    DSPy's public face of the engine an LM was built with)."""
+    settings = getattr(getattr(instance, "engine", None), "settings", None)
     return getattr(settings, "replies", None) is not None
 
 

@@ -125,3 +125,13 @@ def test_tallies_subtract_per_role():
     later = CallTally({"task": RoleCalls(made=5, cached=2), "judge": RoleCalls(made=1)})
     earlier = CallTally({"task": RoleCalls(made=3)})
     assert (later - earlier).by_role == {"task": RoleCalls(made=2, cached=2), "judge": RoleCalls(made=1)}
+
+
+def test_the_worked_examples_in_the_module_docs_hold():
+    """`_SeenRequests` forgets like the reply store (least recently asked first), so it stays bounded."""
+    import doctest
+
+    from memtrace_loop.pipeline.backends import call_count
+
+    failures, tried = doctest.testmod(call_count)
+    assert tried >= 2 and failures == 0
