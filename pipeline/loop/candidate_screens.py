@@ -59,6 +59,7 @@ class CandidateScreens:
         settings: ScreenSettings, min_gain: float, seed: int, exclude_categories: Sequence[int],
     ) -> None:
         self._dev = dev
+        self._conversations = {c.id: c for c in dev.conversations}
         self._incumbent = incumbent
         self._evaluate = evaluate
         self._spent = spent
@@ -113,12 +114,9 @@ class CandidateScreens:
     def case(self, outcome: ScreenOutcome, question_id: str) -> TracedCase:
         """A dev question's case for a screened-out candidate: the screen's result for a screened question,
         else the incumbent's (nothing new is run)."""
-        source = outcome.run if outcome.run is not None and _holds(outcome.run, question_id) else self._incumbent
-        result = next(r for r in source.results if r.question.id == question_id)
-        conversation = next(c for c in self._dev.conversations if c.id == result.question.conversation_id)
+        run = outcome.run
+        source = run if run is not None and question_id in run.result_by_question else self._incumbent
+        result = source.result_by_question[question_id]
+        conversation = self._conversations[result.question.conversation_id]
         graph = source.graph_by_conversation[conversation.id]
         return TracedCase(result, graph, conversation, (), 0, True)
-
-
-def _holds(run: RunResult, question_id: str) -> bool:
-    return any(r.question.id == question_id for r in run.results)

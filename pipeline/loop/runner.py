@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import cached_property
+from types import MappingProxyType
 from typing import Any, Protocol, TypeVar
 
 import dspy
@@ -72,6 +74,11 @@ class RunResult:
     lm_calls_saved: int = 0  # LLM calls the reused memories did not have to make again
     tokens_saved: int = 0  # prompt + completion tokens of those calls (in `counts`, but not spent again)
     reused_cached_calls: int = 0  # of `counts.cached_calls`, those in the reused memories' copied graphs
+
+    @cached_property
+    def result_by_question(self) -> Mapping[str, CaseResult]:
+        """Each question's result by its id (built once, on first use)."""
+        return MappingProxyType({r.question.id: r for r in self.results})
 
 
 def make_judge(lm: dspy.BaseLM | None = None) -> dspy.Predict:
