@@ -58,7 +58,9 @@ def _end_with_children(tracker: Tracker, experiment: str, run_id: str) -> None:
 def end_stale_runs(tracker: Tracker, experiment: str) -> list[str]:
     """End FAILED the RUNNING runs of `experiment` whose folder's lock is free (see the module doc)."""
     ended = []
-    for run_id in tracker.search_run_ids(experiment, RUNNING):
+    host = socket.gethostname()  # only this machine's runs are read one by one (a shared server holds many)
+    mine = f"{RUNNING} AND tags.`{HOST_TAG}` = '{host}'" if "'" not in host else RUNNING
+    for run_id in tracker.search_run_ids(experiment, mine):
         if _is_stale(tracker.get_run(run_id).tags):
             _end_with_children(tracker, experiment, run_id)
             ended.append(run_id)
