@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import math
 
-from memtrace_loop.experiments.app_setup import log_prefix, quiet_progress_bars
+from memtrace_loop.experiments.app_setup import log_prefix, no_lm_history, quiet_progress_bars
 from memtrace_loop.experiments.console_layout import is_echo
 from memtrace_loop.pipeline.analysis.blame import BlameTable
 from memtrace_loop.pipeline.analysis.diagnosis import Diagnosis
@@ -35,13 +35,14 @@ def setup_logging(level: int = logging.INFO) -> None:
     handler (Hydra's plain console handler) is replaced by the rich one. The log files also get what
     the app's console printed (`console_layout.ECHO_ATTR` records, kept off the console) and, at DEBUG,
     our own `memtrace.*` details (the traceback of a failed command). In a multirun job each console line
-    starts with the job's label; the libraries' progress bars are off (`app_setup`)."""
+    starts with the job's label; the libraries' progress bars and DSPy's call history are off (`app_setup`)."""
     root = logging.getLogger()
     files = [h for h in root.handlers if isinstance(h, logging.FileHandler)]
     for file_handler in files:
         file_handler.setFormatter(logging.Formatter(FILE_LOG_FORMAT))
         file_handler.setLevel(logging.NOTSET)
     quiet_progress_bars()  # the libraries' own bars (datasets, MLflow downloads): ours show the work
+    no_lm_history()  # DSPy's record of every call: nobody reads it, it costs GBs and time on long runs
     console = RichHandler(show_path=False, level=level)
     console.setFormatter(logging.Formatter(log_prefix() + "%(message)s", datefmt="[%X]"))  # a sweep job: its label
     console.addFilter(lambda record: not is_echo(record))  # printed already

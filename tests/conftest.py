@@ -2,7 +2,8 @@
 
 Fixtures: `mlflow_db` / `mlflow_uri`, a fresh MLflow store at `tmp_path/mlflow.db` that is a copy of one
 store migrated once per process (tests/support/store.py; a test module that writes its stores there says
-`pytestmark = pytest.mark.usefixtures("mlflow_db")`). The `requires(missing)` mark
+`pytestmark = pytest.mark.usefixtures("mlflow_db")`). DSPy's history of LM calls is off, as in every
+app; a test that reads `lm.history` uses the `lm_history` fixture. The `requires(missing)` mark
 (tests/support/requires.py): a missing prerequisite outside the checkout skips locally and fails under
 CI=true. Layers: unit (pure functions and records), stages (one system's stages, scripted or stand-in LM),
 http (real local servers), apps (the Hydra apps, real stores), e2e (whole loops and runs, mostly slow),
@@ -30,10 +31,22 @@ os.environ.setdefault("MEMTRACE_MAX_TRACES", "0")  # question traces cost ~0.3 s
 
 from pathlib import Path  # noqa: E402
 
+import dspy  # noqa: E402
 import pytest  # noqa: E402
 
 from tests.support.requires import CI  # noqa: E402
 from tests.support.store import fresh_store  # noqa: E402
+
+# as in every app (`experiments.app_setup.no_lm_history`): DSPy keeps no record of the calls, which would
+# otherwise pile up per LM and per calling module in a worker process that runs hundreds of tests
+dspy.configure(disable_history=True)
+
+
+@pytest.fixture
+def lm_history():
+    """DSPy's history of LM calls kept during the test (`lm.history`; off for the rest of the session)."""
+    with dspy.context(disable_history=False):
+        yield
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ from types import MappingProxyType
 from typing import Any
 
 import dspy
+from memtrace_loop.experiments.app_setup import no_lm_history
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system, spec_of
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
@@ -283,6 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--memtracebench", type=Path, default=None,
                         help="score imported MemTraceBench-style graphs (a JSON file or a directory) instead")
     args = parser.parse_args(argv)
+    no_lm_history()  # DSPy's record of every call: nobody reads it (app_setup)
     console = Console()
     if not console.is_terminal:  # piped or captured: wide enough for the whole table
         console = Console(width=200)

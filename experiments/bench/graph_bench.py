@@ -31,6 +31,7 @@ from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+from memtrace_loop.experiments.app_setup import no_lm_history
 from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMConfig
@@ -214,6 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--turns-per-session", type=int, default=20)
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args(argv)
+    no_lm_history()  # DSPy's record of every call: nobody reads it (app_setup)
     console = Console()
     rows = []
     for name in args.systems:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+from memtrace_loop.experiments.app_setup import no_lm_history
 from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system
 from memtrace_loop.pipeline.analysis.attribution.lineage import attribute_failures
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
@@ -82,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--systems", nargs="*", default=list(SYSTEMS.compared()))
     args = parser.parse_args(argv)
+    no_lm_history()  # DSPy's record of every call: nobody reads it (app_setup)
     table = Table(title=f"report.html at LoCoMo scale (targets: < {TARGET_SECONDS:g} s, < {TARGET_MB:g} MB, "
                         f"<= {DEFAULT_MAX_NODES} nodes per failure)")
     for column in ("system", "turns", "failures", "attribute s", "report s", "MB", "max nodes", "ok"):

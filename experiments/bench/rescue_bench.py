@@ -25,6 +25,7 @@ from functools import partial
 from typing import Any
 
 import dspy
+from memtrace_loop.experiments.app_setup import no_lm_history
 from memtrace_loop.experiments.bench.attribution_bench import perfect_system
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system
@@ -220,6 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-injected", action="store_true", help="skip the injected-fault gap table")
     parser.add_argument("--markdown", action="store_true", help="also print the table as Markdown")
     args = parser.parse_args(argv)
+    no_lm_history()  # DSPy's record of every call: nobody reads it (app_setup)
     console = Console() if Console().is_terminal else Console(width=300)
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     settings = [s.strip() for s in args.settings.split(",") if s.strip()]

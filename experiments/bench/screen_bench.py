@@ -54,6 +54,7 @@ os.environ.setdefault("MEM0_TELEMETRY", "False")
 os.environ.setdefault("MEM0_DIR", tempfile.mkdtemp(prefix="memtrace-screen-bench-"))
 
 import dspy
+from memtrace_loop.experiments.app_setup import no_lm_history
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.optimizers.base import Candidate, OptimizationContext
@@ -319,6 +320,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--markdown", action="store_true", help="also print the table as Markdown")
     args = parser.parse_args(argv)
+    no_lm_history()  # DSPy's record of every call: nobody reads it (app_setup)
     console = Console(width=max(Console().width, 160))
     # the loop's own line per screen: its failures on the candidate's path and its guard
     screens_logger = logging.getLogger(CandidateScreens.__module__)

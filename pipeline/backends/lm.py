@@ -36,7 +36,7 @@ the key is read once, when the LM is built. `describe` gives what is safe to log
 points DSPy's response cache at a directory (entry points call it; library code does not), as a
 `pipeline.backends.response_cache.ReplyCache`: a cached reply without any answer is never served.
 
-This module does not run predictors, choose prompts, or track usage beyond summarising `lm.history`.
+This module does not run predictors, choose prompts, or count calls (`call_count` does).
 """
 
 from __future__ import annotations

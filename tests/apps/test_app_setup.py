@@ -1,6 +1,7 @@
 """What an app's entry point sets up before its work, as a user sees it in the console: no progress bar
 of `datasets` (a data file read) or of MLflow (artifacts downloaded) after `setup_logging` (the first
-call of every app's `main`), and "DSPy response cache at ..." said only when some LM uses the cache.
+call of every app's `main`), no DSPy history of LM calls kept, and "DSPy response cache at ..." said
+only when some LM uses the cache.
 (A sweep job's labelled log lines: tests/apps/test_compare_app.py, on a real parallel multirun.)"""
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ import logging
 from pathlib import Path
 
 import datasets
+import dspy
 import pytest
+from dspy.utils.dummies import DummyLM
 from hydra import compose, initialize_config_module
 from memtrace_loop.experiments.app_setup import ENV_MLFLOW_PROGRESS
 from memtrace_loop.experiments.config import validated_run
@@ -74,6 +77,23 @@ def test_after_the_entry_point_setup_neither_datasets_nor_mlflow_draws_a_bar(
     _read_and_download(tmp_path, mlflow_uri)
     captured = capfd.readouterr()
     assert not [bar for bar in BARS if bar in captured.err + captured.out], captured.err[-2000:]
+
+
+def test_after_the_entry_point_setup_dspy_keeps_no_history_of_lm_calls(entry_point_setup):
+    """Every LM call would be kept, whole prompt and reply, by the LM and by each calling module: on a long
+    run gigabytes that nothing reads (`app_setup.no_lm_history`)."""
+    lm = DummyLM([{"answer": "Ohio"}] * 2)
+    predict = dspy.Predict("question -> answer")
+    predict.set_lm(lm)
+    dspy.configure(disable_history=False)  # a fresh process's default (the test session keeps none)
+    try:
+        predict(question="Where did Alice grow up?")
+        assert len(lm.history) == len(predict.history) == 1  # what the setup must stop
+        setup_logging()  # as every app's main calls it first
+        predict(question="Where did Alice grow up?")
+        assert len(lm.history) == len(predict.history) == 1
+    finally:
+        dspy.configure(disable_history=True)
 
 
 def run_config(tmp_path: Path, *overrides: str):

@@ -118,6 +118,7 @@ def test_describe_is_safe_to_log(server: OpenAIStubServer) -> None:
 
 
 # ------------------------------------------------------------------------------------------ sim
+@pytest.mark.usefixtures("lm_history")  # reads `lm.history` (off in the test session)
 def test_sim_lm_gives_the_stand_in_answer() -> None:
     from dspy.adapters import ChatAdapter
     from memtrace_loop.pipeline.sim.stand_in import respond
@@ -151,6 +152,7 @@ def test_sim_lm_supports_async_calls_and_saves_its_state() -> None:
 
 
 # --------------------------------------------------------------------------------------- openai
+@pytest.mark.usefixtures("lm_history")  # reads `lm.history` (off in the test session)
 def test_openai_backend_through_dspy_predict(
     server: OpenAIStubServer, caplog: pytest.LogCaptureFixture
 ) -> None:

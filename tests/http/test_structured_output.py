@@ -58,6 +58,7 @@ def test_off_sends_what_it_always_sent(server):
     assert prediction.facts
 
 
+@pytest.mark.usefixtures("lm_history")  # reads `lm.history` (off in the test session)
 def test_the_simulated_world_answers_the_json_schema_path_as_the_chat_one():
     by_setting = {}
     for setting in ("off", "json_schema"):

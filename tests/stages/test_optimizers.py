@@ -211,6 +211,7 @@ def test_fold_edge_cases() -> None:
 # ---------------------------------------------------------------------------------------------- rewriter
 
 
+@pytest.mark.usefixtures("lm_history")  # reads `lm.history` (off in the test session)
 def test_length_retry_then_short_enough() -> None:
     lm = DummyLM([{"new_instruction": "x " * 40}, {"new_instruction": "Keep dates."}])
     outcome = InstructionRewriter(lm, max_chars=30).rewrite("extract", "turn -> facts", "Extract.", "fb")

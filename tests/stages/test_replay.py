@@ -24,6 +24,8 @@ from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
 
 from tests.support.sim import sim_dataset, sim_lm
 
+pytestmark = pytest.mark.usefixtures("lm_history")  # replays' calls are read from `lm.history`
+
 # input fields only construction stages have: a replay sends one only to re-run a blamed stage with a hint
 CONSTRUCTION_FIELDS = ("[[ ## turn ## ]]", "[[ ## new_facts ## ]]", "[[ ## turns ## ]]", "[[ ## new_turn ## ]]")
 SEED = 23  # not a seed other attribution tests use

@@ -200,6 +200,7 @@ def test_requests_in_other_shapes_are_not_recognized(hooks: dict[str, str]) -> N
         stand_in.respond(extraction_messages(hooks["fact_extraction"], [TURN]), HANDLERS)
 
 
+@pytest.mark.usefixtures("lm_history")  # reads `lm.history` (off in the test session)
 def test_foreign_rows_leave_dispatch_by_output_fields_alone() -> None:
     assert stand_in.world_handlers(sim.STAGES) == stand_in.world_handlers()
     assert stage_for_outputs(["facts"], (*sim.STAGES, *STAGES)) == "extract"

@@ -14,6 +14,8 @@ from memtrace_loop.pipeline.sim.protocol import parse_request
 from memtrace_loop.pipeline.sim.rules import RULES, RULES_BY_ID, rules_for_stage, rules_in, rules_pointed_by, with_rules
 from memtrace_loop.pipeline.sim.stages import STAGE_ORDER, expected_cause, stage_for_outputs
 
+pytestmark = pytest.mark.usefixtures("lm_history")  # what the stand-in was sent and answered: `lm.history`
+
 SIGNATURES = {"extract": ExtractFacts, "decide": DecideUpdates, "answer": AnswerQuestion}
 
 

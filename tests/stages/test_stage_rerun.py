@@ -36,6 +36,8 @@ from memtrace_loop.pipeline.sim.world import generate_locomo
 
 from tests.support.sim import CONVERSATION, sim_lm
 
+pytestmark = pytest.mark.usefixtures("lm_history")  # the requests a run sent are read from `lm.history`
+
 SEED = 37  # a world no other replay test uses; its mem0 runs delete memories
 SAMPLE = 4  # operations re-called per operation kind (spread over the run)
 NEW = "Zed keeps a red kayak in his garage."

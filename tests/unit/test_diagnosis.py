@@ -65,6 +65,7 @@ def test_representatives_are_the_most_confident_ties_by_question_id():
     assert shuffled == group_failures(ATTRIBUTIONS, max_cases=3)  # independent of the attributions' order
 
 
+@pytest.mark.usefixtures("lm_history")  # reads `lm.history` (off in the test session)
 def test_no_failures_is_an_empty_diagnosis_without_an_lm_call():
     lm = DummyLM([])  # any call would fail
     diagnosis = diagnose((), lm)
@@ -73,6 +74,7 @@ def test_no_failures_is_an_empty_diagnosis_without_an_lm_call():
     assert "nothing to diagnose" in diagnosis.headline()
 
 
+@pytest.mark.usefixtures("lm_history")  # reads `lm.history` (off in the test session)
 def test_the_sim_world_writes_an_analysis_from_the_table_it_is_given():
     lm = sim_lm()
     diagnosis = diagnose(ATTRIBUTIONS, lm)

@@ -117,6 +117,7 @@ def test_judge_signature_shape() -> None:
     assert "CORRECT" in JudgeAnswer.instructions and "WRONG" in JudgeAnswer.instructions
 
 
+@pytest.mark.usefixtures("lm_history")  # reads `lm.history` (off in the test session)
 def test_judge_with_scripted_lm_yields_label() -> None:
     lm = DummyLM([{"label": "CORRECT"}, {"label": "WRONG"}])
     judge = dspy.Predict(JudgeAnswer)
@@ -128,6 +129,7 @@ def test_judge_with_scripted_lm_yields_label() -> None:
     assert "generous" in prompt.lower()  # the docstring is the judge prompt
 
 
+@pytest.mark.usefixtures("lm_history")  # reads `lm.history` (off in the test session)
 def test_judge_unparsable_label_raises_adapter_parse_error() -> None:
     # The ChatAdapter fails on "MAYBE", falls back to the JSONAdapter (a second LM call), which also
     # fails: dspy raises AdapterParseError, which callers catch via JUDGE_PARSE_ERRORS.
