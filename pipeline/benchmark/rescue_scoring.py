@@ -17,7 +17,11 @@ Per failed case, an attribution (or None: counts as wrong everywhere) against it
 
 Per world and setting, `summarize_rescue` also compares the blame table's top stage
 (`aggregate_blame`, weights by check) with the oracle's most common rescuing stage (single rescuers,
-and the stages of each joint set). Pure functions over records: running attributors is the
+and the stages of each joint set, each counted once in full: `oracle_top`), and gives the oracle's top
+stage counted the way the blame table counts (`oracle_top_split`: each failure weighs one, split evenly
+over its single rescuers, else over its joint sets and each set's members), so a difference between the
+two says whether the blame table misattributes or only counts joint cases differently. Pure functions
+over records: running attributors is the
 benchmark's (`experiments.bench.rescue_bench`).
 """
 
@@ -37,6 +41,7 @@ __all__ = [
     "blamed_stages",
     "compare_rescue",
     "joint_sufficient",
+    "oracle_top_split",
     "oracle_top_stage",
     "stage_necessary",
     "summarize_rescue",
@@ -106,6 +111,32 @@ def oracle_top_stage(labels: Sequence[RescueLabel]) -> str | None:
     return min(counts, key=lambda stage: (-counts[stage], stage))
 
 
+def oracle_top_split(labels: Sequence[RescueLabel]) -> str | None:
+    """The stage the oracle's rescues weigh most when each failure weighs one, split evenly over its
+    single rescuers (either alone rescues), else over its joint sets and then each set's members: the
+    blame table's own rule for a joint case's weight. Ties as the blame table breaks them: by the number
+    of failures the stage takes part in, then by name.
+
+    >>> joint = RescueLabel("q1", frozenset(), ("extract", "respond"), False, (("extract", "respond"),))
+    >>> decide, extract = (RescueLabel("q2", frozenset({s}), None, False) for s in ("decide", "extract"))
+    >>> labels = [joint] * 3 + [extract] + [decide] * 3  # extract: 3 + 1 in full, 1.5 + 1 split; decide: 3
+    >>> oracle_top_stage(labels), oracle_top_split(labels)
+    ('extract', 'decide')
+    """
+    weights: Counter[str] = Counter()
+    failures: Counter[str] = Counter()  # failures a stage takes part in: the blame table's tie-break
+    for label in labels:
+        joint = label.joint_sets or ((label.joint,) if label.joint else ())
+        sets = [(stage,) for stage in label.rescuers] or list(joint)
+        for members in sets:
+            for stage in members:
+                weights[stage] += 1 / len(sets) / len(members)
+        failures.update({stage for members in sets for stage in members})
+    if not weights:
+        return None
+    return min(weights, key=lambda stage: (-round(weights[stage], 9), -failures[stage], stage))
+
+
 @dataclass(frozen=True)
 class RescueScore:
     """One attributor setting on the failures of one world. Shares in [0, 1]; None when the share's
@@ -129,6 +160,7 @@ class RescueScore:
     replay_calls_per_case: float
     top_blamed: str | None
     oracle_top: str | None
+    oracle_top_split: str | None = None
 
     @property
     def top_agrees(self) -> bool:
@@ -148,7 +180,7 @@ class RescueScore:
             "verified_precision_%": pct(self.verified_precision), "unverifiable_%": pct(self.unverifiable),
             "calls_per_case": round(self.lm_calls_per_case + self.replay_calls_per_case, 2),
             "replays_per_case": round(self.replay_calls_per_case, 2),
-            "top_blamed": self.top_blamed, "oracle_top": self.oracle_top,
+            "top_blamed": self.top_blamed, "oracle_top": self.oracle_top, "oracle_top_split": self.oracle_top_split,
         }
 
 
@@ -184,4 +216,5 @@ def summarize_rescue(
         replay_calls_per_case=sum(s.replay_calls for s in scores) / n if n else 0.0,
         top_blamed=table.rows[0].stage if table.rows else None,
         oracle_top=oracle_top_stage(list(labels.values())),
+        oracle_top_split=oracle_top_split(list(labels.values())),
     )

@@ -152,7 +152,9 @@ def compared_scores() -> tuple[RescueScore, ...]:
 # stage (a finding, in docs/results.md#rescue-oracle): on EverMemOS top_k=1 every attribution is right by
 # the oracle, but the oracle counts each member of a joint set once while the blame table splits a joint
 # case's weight over its members, so `retrieve` (4 alone + half of 2 sets) outweighs `write_events`
-# (2 alone + half of 4 sets), where the oracle counts 5 against 6.
+# (2 alone + half of 4 sets), where the oracle counts 5 against 6; counted as the blame table counts
+# (`oracle_top_split`), the oracle's top stage there is the blame table's. (Not in every world: where the
+# two are a near tie, one replay verdict that differs from the oracle's stage-level label tips it.)
 TOP_STAGE_DIFFERS = frozenset({("evermemos", "top_k=1")})
 
 
@@ -179,6 +181,9 @@ def test_the_issue_bars_hold_on_the_rescue_oracle() -> None:
         misses += [f"{setting} {s.system}/{s.world}: now agrees, drop it from TOP_STAGE_DIFFERS"
                    for s in scores
                    if s.setting == setting and s.top_agrees and (s.system, s.world) in TOP_STAGE_DIFFERS]
+        misses += [f"{setting} {s.system}/{s.world}: top {s.top_blamed} != oracle split {s.oracle_top_split}"
+                   for s in scores if s.setting == setting and (s.system, s.world) in TOP_STAGE_DIFFERS
+                   and s.top_blamed != s.oracle_top_split]
     for system in dict.fromkeys(s.system for s in scores):  # per system, not only pooled
         gap = pooled("lineage", "rescues_alone", "n", system) - pooled("llm", "rescues_alone", "n", system)
         if gap > 0.10:

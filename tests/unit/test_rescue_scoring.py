@@ -16,6 +16,7 @@ from memtrace_loop.pipeline.analysis.attribution.records import (
 from memtrace_loop.pipeline.benchmark.rescue import RescueLabel
 from memtrace_loop.pipeline.benchmark.rescue_scoring import (
     compare_rescue,
+    oracle_top_split,
     oracle_top_stage,
     stage_necessary,
     summarize_rescue,
@@ -98,6 +99,18 @@ def test_oracle_top_stage_counts_single_rescuers_and_joint_stages() -> None:
     assert oracle_top_stage([NOTHING]) is None
 
 
+def test_the_split_oracle_weighs_each_failure_once_as_the_blame_table_does() -> None:
+    """A failure two stages each rescue alone gives each half; a joint case splits over its sets, then
+    over each set's members: JOINT gives write_events 1/2 and respond, expand_queries 1/4 each."""
+    assert oracle_top_split([RETRIEVE_ONLY, TWO_RESCUERS, JOINT]) == "retrieve"  # 1.5 against 0.5
+    extract = dataclasses.replace(TWO_RESCUERS, rescuers=frozenset({"extract"}))
+    # in full: respond and write_events 3 each (three joint cases) beat extract 2; split: extract 2 beats
+    # write_events 1.5
+    labels = [*(dataclasses.replace(JOINT, question_id=f"j{i}") for i in range(3)), extract, extract]
+    assert (oracle_top_stage(labels), oracle_top_split(labels)) == ("respond", "extract")
+    assert oracle_top_split([NOTHING]) is None
+
+
 def test_summary_shares_use_their_own_denominators() -> None:
     labels = {label.question_id: label for label in (RETRIEVE_ONLY, TWO_RESCUERS, JOINT, NOTHING)}
     attributions = {
@@ -115,7 +128,7 @@ def test_summary_shares_use_their_own_denominators() -> None:
     assert (score.verified, score.verified_precision) == (2, 0.5)
     assert score.unverifiable == pytest.approx(1 / 4)
     assert (score.lm_calls_per_case, score.replay_calls_per_case) == (1.0, 1.0)
-    assert score.oracle_top == "retrieve"
+    assert score.oracle_top == score.oracle_top_split == "retrieve"
     # respond: 1.0 (verified) + 0.5 (unverifiable) outweighs retrieve: 1.0 + 0.2 / 2 (half a refuted set)
     assert score.top_blamed == "respond" and not score.top_agrees
     row = score.as_row()
