@@ -123,14 +123,14 @@ def oracle_top_split(labels: Sequence[RescueLabel]) -> str | None:
     >>> oracle_top_stage(labels), oracle_top_split(labels)
     ('extract', 'decide')
     """
-    weights: Counter[str] = Counter()
+    weights: dict[str, float] = {}
     failures: Counter[str] = Counter()  # failures a stage takes part in: the blame table's tie-break
     for label in labels:
         joint = label.joint_sets or ((label.joint,) if label.joint else ())
-        sets = [(stage,) for stage in label.rescuers] or list(joint)
+        sets: list[tuple[str, ...]] = [(stage,) for stage in label.rescuers] or list(joint)
         for members in sets:
             for stage in members:
-                weights[stage] += 1 / len(sets) / len(members)
+                weights[stage] = weights.get(stage, 0.0) + 1 / len(sets) / len(members)
         failures.update({stage for members in sets for stage in members})
     if not weights:
         return None
