@@ -14,11 +14,18 @@ from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
 from memtrace_loop.pipeline.analysis.attribution.protocol import TracedRun, attribute_run
 from memtrace_loop.pipeline.analysis.attribution.records import Check, ErrorType, Tunable
-from memtrace_loop.pipeline.analysis.attribution.repairs import Repair, answer_fault, answer_repairable, plan_repair
-from memtrace_loop.pipeline.analysis.attribution.replay import Replayer, with_stage_defaults
+from memtrace_loop.pipeline.analysis.attribution.repairs import (
+    Repair,
+    answer_fault,
+    answer_repairable,
+    plan_repair,
+    widen_stage,
+)
+from memtrace_loop.pipeline.analysis.attribution.replay import Replayer, widened, with_stage_defaults
 from memtrace_loop.pipeline.analysis.attribution.verification import Verifier, VerifyingAttributor
 from memtrace_loop.pipeline.analysis.blame import aggregate_blame
 from memtrace_loop.pipeline.backends.embeddings import build_embedder
+from memtrace_loop.pipeline.core.conventions import NEAR_MISSES
 from memtrace_loop.pipeline.core.tracing import Tracer
 from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
 
@@ -167,3 +174,22 @@ def test_a_run_checks_at_most_max_checked_failures_spread_over_the_blamed_stages
     assert len(sampled_stages) == min(len(blamed), 4)
     assert all(a.cost.replay_calls == 0 for a in checked if a.check == Check.UNCHECKED)
     assert 0 < len(lm.history) - before <= sum(a.cost.replay_calls for a in tried)
+
+
+def test_the_search_that_finds_how_deep_to_widen_is_the_replays_own_when_made_at_that_depth():
+    """A widening replay searches to see how deep the repaired units rank (`Replayer._reaching`). When
+    that search was made at the depth it settles on, it is the replay's search (not made again: with
+    EverMemOS's query expansion, one LM call less); when a deeper cut is needed, the replay searches anew."""
+    _, system, _, data, result, _ = traced("evermemos")
+    question = data.questions[0]
+    graph = result.graph_by_conversation[question.conversation_id]
+    state, k = system.restore(graph), 3
+    widened_system, probe = Replayer._reaching(system, question, state, Tracer(graph, buffered=True), set(), k)
+    fresh = (widened(system, k) or system).retrieve(question, state, Tracer(graph, buffered=True))
+    assert probe is not None and probe.context == fresh.context  # what it holds already: the search at k
+    tracer = Tracer(graph, buffered=True)
+    (widened(system, k) or system).retrieve(question, state, tracer)
+    near = tracer.pending_operation(widen_stage(system))["meta"][NEAR_MISSES]
+    deeper = {tracer.value_of(near[-1])}  # ranked below the cut: the replay needs a deeper search
+    widened_system, probe = Replayer._reaching(system, question, state, Tracer(graph, buffered=True), deeper, k)
+    assert probe is None and widened_system is not system

@@ -150,14 +150,15 @@ class Replayer:
         widest = max((p.top_k for p in plans if p.kind == Repair.WIDEN), default=0)
         if widest:
             system = widened(system, widest) or system
+        probed: Retrieved | None = None  # the reaching search, when it already was the final one
         if widest and units:  # the repaired units are ranked only now: widen to reach them
             texts = {u.text for u in units} | {graph.variable(v).value for p in plans for v in p.missed}
-            system = self._reaching(system, question, state, tracer, texts, widest)
+            system, probed = self._reaching(system, question, state, tracer, texts, widest)
         steering = [
             q for p in plans if p.kind == Repair.STEER for q in self._steer(system, graph, attribution, p, tracer)
         ]
-        found = (system.retrieve_steered(question, state, tracer, steering) if steering else None) or system.retrieve(
-            question, state, tracer
+        found = (system.retrieve_steered(question, state, tracer, steering) if steering else None) or probed or (
+            system.retrieve(question, state, tracer)
         )
         swaps = [p for p in plans if p.kind == Repair.SWAP]
         if swaps:
@@ -177,14 +178,18 @@ class Replayer:
     @staticmethod
     def _reaching(
         system: MemorySystem, question: Question, state: Any, tracer: Tracer, texts: set[str], top_k: int
-    ) -> MemorySystem:
+    ) -> tuple[MemorySystem, Retrieved | None]:
         """`system` widened (from `top_k`) just enough that its search holds `texts` (the units the
         repaired construction stages wrote and the units the widening was for), as the replayed memory
         ranks them: searched at `top_k`, then as deep as that search ranked, up to `REACH_ROUNDS`
-        searches in the replay (how deep a repaired unit ranks is known only now)."""
+        searches in the replay (how deep a repaired unit ranks is known only now). With it, the last
+        search when it was made at the `top_k` returned (the replay's own search then, not made again),
+        else None."""
         stage, k, reached = widen_stage(system), top_k, top_k
+        found: Retrieved | None = None
+        searched_at = k
         for _ in range(REACH_ROUNDS):
-            (widened(system, k) or system).retrieve(question, state, tracer)
+            found, searched_at = (widened(system, k) or system).retrieve(question, state, tracer), k
             ranked = None if stage is None else tracer.pending_operation(stage)
             if ranked is None:
                 break
@@ -194,7 +199,8 @@ class Replayer:
             if complete or not near:
                 break
             k += len(near)
-        return widened(system, reached) or system if reached > top_k else system
+        final = widened(system, reached) or system if reached > top_k else system
+        return final, found if reached == searched_at else None
 
     # ------------------------------------------------------------------ stage re-runs
 
