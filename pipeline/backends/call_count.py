@@ -30,7 +30,6 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
@@ -40,6 +39,7 @@ import dspy
 from dspy.utils.callback import BaseCallback
 from memtrace_loop.pipeline.backends.call_reuse import DEFAULT_MAX_ENTRIES, close_call, current_call, open_call
 from memtrace_loop.pipeline.backends.lm import ROLES, LMSet
+from memtrace_loop.pipeline.core.lru import Lru
 
 __all__ = ["BUDGET_ROLES", "CallCounter", "CallLedger", "CallTally", "RoleCalls"]
 
@@ -166,17 +166,13 @@ class _SeenRequests:
 
     def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
         self._lock = threading.Lock()
-        self._keys: OrderedDict[str, None] = OrderedDict()
-        self._max_entries = max_entries
+        self._keys = Lru[bool](max_entries)
 
     def seen_before(self, key: str) -> bool:
         """Whether `key` was asked before (and note it as asked, most recently)."""
         with self._lock:
             known = key in self._keys
-            self._keys[key] = None
-            self._keys.move_to_end(key)
-            while len(self._keys) > self._max_entries:
-                self._keys.popitem(last=False)
+            self._keys.put(key, True)
             return known
 
 

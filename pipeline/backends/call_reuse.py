@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, replace
@@ -33,6 +32,7 @@ from typing import Any
 
 from dspy.clients.execution import request_to_dict  # lm15's serde, as DSPy's own cache key uses it
 from dspy.lm15 import Request, Response
+from memtrace_loop.pipeline.core.lru import Lru
 from memtrace_loop.pipeline.core.single_flight import KeyedLocks
 
 __all__ = ["CallSlot", "ReplyStore", "ReuseStats", "close_call", "mark_reused", "open_call", "request_key"]
@@ -99,8 +99,7 @@ class ReplyStore:
     def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
         if max_entries < 1:
             raise ValueError(f"ReplyStore: max_entries must be at least 1, got {max_entries}")
-        self._max_entries = max_entries
-        self._replies: OrderedDict[str, Response] = OrderedDict()
+        self._replies = Lru[Response](max_entries)
         self._lock = threading.Lock()
         self._flights = KeyedLocks()
         self._hits = 0
@@ -115,27 +114,22 @@ class ReplyStore:
     def snapshot(self) -> ReplyStore:
         """A new store holding the replies stored so far (for a benchmark that measures several
         alternatives each from the same start); its counts start at zero."""
-        copied = ReplyStore(self._max_entries)
+        copied = ReplyStore(self._replies.max_entries)
         with self._lock:
-            copied._replies = OrderedDict(self._replies)
+            copied._replies = self._replies.copy()
         return copied
 
     def get(self, key: str) -> Response | None:
         """The stored reply for `key` (counted as a hit), or None."""
         with self._lock:
             found = self._replies.get(key)
-            if found is not None:
-                self._replies.move_to_end(key)
-                self._hits += 1
+            self._hits += found is not None
             return found
 
     def put(self, key: str, reply: Response) -> None:
         with self._lock:
-            self._replies[key] = reply
-            self._replies.move_to_end(key)
+            self._replies.put(key, reply)
             self._stored += 1
-            while len(self._replies) > self._max_entries:
-                self._replies.popitem(last=False)
 
     def get_or_call(self, key: str, call: Callable[[], Response]) -> tuple[Response, bool]:
         """(the reply for `key`, reused?): `call()` runs at most once per key at a time; a thread asking

@@ -10,12 +10,12 @@ when several threads ask for it at the same time. It does not decide what the ke
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
+from memtrace_loop.pipeline.core.lru import Lru
 from memtrace_loop.pipeline.core.single_flight import KeyedLocks
 
 
@@ -38,8 +38,7 @@ class CacheStats:
 
 class MemoryCache:
     def __init__(self, max_entries: int = 512) -> None:
-        self._max_entries = max_entries
-        self._entries: OrderedDict[str, CachedMemory] = OrderedDict()
+        self._entries = Lru[CachedMemory](max_entries)
         self._lock = threading.Lock()
         self._hits = 0
         self._misses = 0
@@ -52,17 +51,13 @@ class MemoryCache:
             if found is None:
                 self._misses += 1
                 return None
-            self._entries.move_to_end(key)
             self._hits += 1
             self._saved += found.lm_calls if count_saved else 0
             return found
 
     def put(self, key: str, memory: CachedMemory) -> None:
         with self._lock:
-            self._entries[key] = memory
-            self._entries.move_to_end(key)
-            while len(self._entries) > self._max_entries:
-                self._entries.popitem(last=False)
+            self._entries.put(key, memory)
 
     def get_or_build(
         self, key: str, build: Callable[[], CachedMemory], count_saved: bool = True
