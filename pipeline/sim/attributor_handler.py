@@ -108,27 +108,6 @@ def _needed_lines(shown_in: str, needed: str) -> set[str]:
     return words
 
 
-def _given(kind: str, inputs: dict[str, str], shown_in: set[str]) -> set[str]:
-    """The input words the step was given to keep: for a search every unit it read; for any other step the
-    input lines that are the needed information when it was shown any (a word of another turn in the same
-    buffer, e.g. someone else's "work", is not the information), else all its inputs (derived units)."""
-    if kind == "retrieval":
-        return shown_in
-    return _needed_lines(inputs.get("operation_inputs", ""), inputs.get("needed_information", "")) or shown_in
-
-
-def _lost_answer_words(
-    kind: str, inputs: dict[str, str], gold: set[str], shown_in: set[str], shown_out: set[str]
-) -> set[str]:
-    """The gold answer's words the step was given and did not pass on (the module docstring)."""
-    if kind == "retrieval":
-        return (gold & shown_in) - shown_out
-    if not _shown_whole(inputs.get("operation_outputs", "")):
-        return set()
-    given = _needed_lines(inputs.get("operation_inputs", ""), inputs.get("needed_information", ""))
-    return (gold & given) - shown_out
-
-
 def _is_label(outputs: str) -> bool:
     """Outputs that are only short decision labels ("new episode", "sufficient"): no content to carry."""
     values = [_ID_PREFIX.sub("", line).strip() for line in outputs.splitlines() if line.strip()]
@@ -184,7 +163,12 @@ def judge_operation(request: StageRequest) -> dict[str, Any]:
     if _is_label(inputs.get("operation_outputs", "")):
         reason = "It only decides a label; it carries no content."
         return {"kept_information": True, "error_type": "none", "reason": reason}
-    held = target & _given(kind, inputs, shown_in)
+    # what the step was given to keep: for a search every unit it read; for any other step the input lines
+    # that are the needed information (the rest of a buffer, a memory shown beside them, is not)
+    given = shown_in if kind == "retrieval" else _needed_lines(
+        inputs.get("operation_inputs", ""), inputs.get("needed_information", "")
+    )
+    held = target & (given or shown_in)  # a derived unit shows no needed line: all its inputs count
     cut = _cut_turn(inputs.get("operation_inputs", ""), inputs.get("operation_outputs", ""))
     if held and cut and inputs.get("operation_prompt", "").strip() in ("", "none"):
         return {"kept_information": False, "error_type": error, "reason": cut}
@@ -195,7 +179,8 @@ def judge_operation(request: StageRequest) -> dict[str, Any]:
             return {"kept_information": False, "error_type": error, "reason": lost_time}
     if not held:
         return {"kept_information": True, "error_type": "none", "reason": "Its inputs did not hold the information."}
-    lost_gold = _lost_answer_words(kind, inputs, gold, shown_in, shown_out)
+    whole = kind == "retrieval" or _shown_whole(inputs.get("operation_outputs", ""))  # a clipped view proves nothing
+    lost_gold = (gold & given) - shown_out if whole else set()
     if lost_gold:
         what = "A unit it read holds" if kind == "retrieval" else "Its inputs hold"
         done = "what it returned does not" if kind == "retrieval" else "its outputs do not"
