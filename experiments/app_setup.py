@@ -9,9 +9,8 @@ app's `main`): the libraries' own progress bars off, and a sweep job's console l
 - `no_lm_history()`: DSPy records every LM call, whole prompt and reply, in a global history, in the
   LM's own and in every calling module's (up to 10,000 entries each); no app reads them. Where a run
   calls many copies of its stages (replay verification, the rescue oracle) they cost gigabytes and most
-  of the time: `rescue_bench --seeds 497103 --sessions 6` ran 21.5 min at a 15.2 GB peak with them,
-  2 min at 0.43 GB without, same numbers (docs/results.md); one compare-sized `memtrace optimize`,
-  26 s and 460 MB against 24 s and 435 MB. Off for the process (`dspy.configure(disable_history=True)`).
+  of the time, for the same numbers (measured: docs/results.md, "Rescue oracle"). Off for the process
+  (`dspy.configure(disable_history=True)`).
 - `job_label()`: in a Hydra multirun, the job's overrides as its folder's name has them (e.g.
   `memory_system=rag,optimizer=none,seed=0`) but never one that could carry a credential (a URL, a
   secret-named key, a key-looking value: the label is printed before the app knows its secrets), else

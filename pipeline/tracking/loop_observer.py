@@ -119,7 +119,7 @@ DIFF_SUFFIX = ".diff.txt"
 def test_question_rows(result: LoopResult) -> list[dict[str, object]]:
     """One row per test question: the judge scores of the starting and the final prompt set on it, and
     whether it counts in the overall score (`counted`: its category is not excluded)."""
-    final_by_id = {r.question.id: r for r in result.test_final.results}
+    final_by_id = result.test_final.result_by_question
     excluded = set(result.test_start.report.excluded_categories)
     rows: list[dict[str, object]] = []
     for start in result.test_start.results:
