@@ -3,7 +3,9 @@
 Fixtures: `mlflow_db` / `mlflow_uri`, a fresh MLflow store at `tmp_path/mlflow.db` that is a copy of one
 store migrated once per process (tests/support/store.py; a test module that writes its stores there says
 `pytestmark = pytest.mark.usefixtures("mlflow_db")`). DSPy's history of LM calls is off, as in every
-app; a test that reads `lm.history` uses the `lm_history` fixture. The `requires(missing)` mark
+app; a test that reads `lm.history` uses the `lm_history` fixture. Tests run in a temporary working
+directory (`_in_own_cwd`): an app called as a library writes its `outputs/<app>/<time>-<id>` folder under
+the directory it was launched in, never into the checkout. The `requires(missing)` mark
 (tests/support/requires.py): a missing prerequisite outside the checkout skips locally and fails under
 CI=true. Layers: unit (pure functions and records), stages (one system's stages, scripted or stand-in LM),
 http (real local servers), apps (the Hydra apps, real stores), e2e (whole loops and runs, mostly slow),
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
 
 _TMP = tempfile.mkdtemp(prefix="memtrace-tests-")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -40,6 +43,16 @@ from tests.support.store import fresh_store  # noqa: E402
 # as in every app (`experiments.app_setup.no_lm_history`): DSPy keeps no record of the calls, which would
 # otherwise pile up per LM and per calling module in a worker process that runs hundreds of tests
 dspy.configure(disable_history=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _in_own_cwd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The session's working directory: a fresh temporary one (not a test's `tmp_path`, which a test may
+    count files in), set before any module's fixtures run their apps."""
+    with pytest.MonkeyPatch.context() as patch:
+        cwd = tmp_path_factory.mktemp("cwd")
+        patch.chdir(cwd)
+        yield cwd
 
 
 @pytest.fixture

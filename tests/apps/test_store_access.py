@@ -1,6 +1,6 @@
 """Reaching the tracking store: retries while SQLite is locked (and only then), MLflow's HTTP knobs from
 config, the availability probe, the one-line message when MLflow is unreachable, the per-process run id
-in output folder names and Hydra's job log kept by `setup_logging`."""
+in output folder names (and a test's own outside the checkout) and Hydra's job log kept by `setup_logging`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import sqlite3
 import pytest
 from hydra import compose, initialize_config_module
 from memtrace_loop.experiments.console import setup_logging
-from memtrace_loop.experiments.output_dirs import RUN_ID_RESOLVER, process_run_id
+from memtrace_loop.experiments.factory import launch_dir
+from memtrace_loop.experiments.output_dirs import RUN_ID_RESOLVER, app_output_dir, process_run_id
 from memtrace_loop.pipeline.core.command_line import program
 from memtrace_loop.pipeline.tracking.run_record import RunRecord, read_run_record, unreachable_message, write_run_record
 from memtrace_loop.pipeline.tracking.store_access import (
@@ -30,6 +31,7 @@ from sqlalchemy.exc import OperationalError
 
 from tests.support import root_handlers
 from tests.support.mlflow_server import free_port
+from tests.support.paths import REPO
 
 
 def locked_error() -> Exception:
@@ -138,6 +140,14 @@ def test_output_folders_carry_a_per_process_id_beside_the_time():
     assert run_dir.startswith("outputs/run/") and run_dir.endswith(f"-{process_run_id()}")
     assert str(optimize.hydra.sweep.dir).endswith(f"-{process_run_id()}")
     assert len(process_run_id()) == 6 and int(process_run_id(), 16) >= 0
+
+
+def test_an_app_called_as_a_library_in_a_test_writes_outside_the_checkout():
+    """The folder an app called through Hydra's compose API writes to (`outputs/<app>/...` under the launch
+    directory) is under the test's own working directory (tests/conftest.py), never the checkout's."""
+    folder = app_output_dir("run", launch_dir())
+    assert folder.is_dir() and folder.parent == launch_dir() / "outputs" / "run"
+    assert not folder.resolve().is_relative_to(REPO)
 
 
 def test_setup_logging_keeps_hydras_job_log_file_and_writes_to_it(tmp_path):
