@@ -13,7 +13,7 @@ from collections import Counter
 
 import pytest
 from memtrace_loop.memory_systems.mem0.system import Mem0Knobs, Mem0Memory
-from memtrace_loop.pipeline.analysis.attribution.lineage import ConversationLineage, attribute_failures, content_tokens
+from memtrace_loop.pipeline.analysis.attribution.lineage import ConversationLineage, attribute_failures
 from memtrace_loop.pipeline.analysis.attribution.records import ErrorType
 from memtrace_loop.pipeline.analysis.blame import aggregate_blame
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
@@ -136,12 +136,6 @@ def test_pseudo_evidence_is_used_when_a_question_has_no_evidence_ids(default_pro
     again = ConversationLineage(graph).attribute(stripped)
     assert again.pseudo_evidence and again.evidence
     assert again.confidence < attribution.confidence
-
-
-def test_content_tokens_normalize_dates_plurals_and_stopwords():
-    assert content_tokens("June 7th, 2022") == content_tokens("7 Jun 2022") == {"7", "june", "2022"}
-    assert content_tokens("She has two dogs") == {"two", "dog"}
-    assert content_tokens("the and of") == frozenset()
 
 
 def test_correct_cases_and_excluded_categories_are_not_attributed(default_prompts_run):

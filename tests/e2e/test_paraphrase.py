@@ -6,7 +6,8 @@ from functools import cache
 
 import pytest
 from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system
-from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor, content_tokens
+from memtrace_loop.pipeline.analysis.attribution.carrying import content_tokens
+from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMConfig
 from memtrace_loop.pipeline.backends.registry import backend_test_world, build_lm

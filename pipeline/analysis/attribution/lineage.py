@@ -28,20 +28,27 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
+from memtrace_loop.pipeline.analysis.attribution.carrying import (
+    content_tokens,
+    coverage_needed,
+    is_abstention,
+    is_date_like,
+    people_in,
+    relative_date,
+    turn_text,
+)
 from memtrace_loop.pipeline.analysis.attribution.evidence import EvidenceFinder
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor, AttributorSpec
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, ErrorType, Fault, Tunable
 from memtrace_loop.pipeline.analysis.attribution.replay import ReplayConfig
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.backends.lm import LMSet
-from memtrace_loop.pipeline.backends.text import alnum_words, normalize_answer
+from memtrace_loop.pipeline.backends.text import normalize_answer
 from memtrace_loop.pipeline.core.config import ConfigError, require
 from memtrace_loop.pipeline.core.conventions import (
     CONSTRUCTION_OP_KINDS,
@@ -63,77 +70,6 @@ ERROR_BY_KIND = {
     OpKind.UPDATE: ErrorType.UPDATE,
     OpKind.DELETION: ErrorType.DELETION,
 }
-
-_STOPWORDS = frozenset(
-    """a an the and or but of to in on at for with from by about as is are was were be been being am do does did
-    doing have has had having i me my mine we our you your he him his she her it its they them their what which
-    who whom whose when where why how that this these those there here not no yes so than then too very can
-    could would should will just also any some all each both more most other into over under again once
-    s t kind like likely one name named up down out off""".split()
-)
-_MONTH_NAMES = "january february march april may june july august september october november december".split()
-_MONTHS = {**{m[:3]: m for m in _MONTH_NAMES}, **{m: m for m in _MONTH_NAMES}, "sept": "september"}
-_RELATIVE = re.compile(
-    r"\b(yesterday|today|tonight|last (?:week|weekend|month|year|night|monday|tuesday|wednesday|thursday|friday|"
-    r"saturday|sunday)|(?:a|one|two|three|four|five|six|\d+) (?:days?|weeks?|months?|years?) ago|this (?:morning|week"
-    r"|weekend|month))\b",
-    re.IGNORECASE,
-)
-_DATE_LIKE = re.compile(r"\b(19|20)\d\d\b|\b(" + "|".join(_MONTHS) + r")\b", re.IGNORECASE)
-_ABSTENTION = re.compile(
-    r"\b(not mentioned|never mentioned|did not mention|no mention|no information|not enough information|"
-    r"information provided is not enough|not answerable|unanswerable|cannot be answered)\b",
-    re.IGNORECASE,
-)
-_RELATION_WORDS = (
-    "sister|brother|cousin|friend|aunt|uncle|roommate|neighbou?r|coworker|colleague|boss|mom|dad|mother|father|"
-    "wife|husband|partner|son|daughter|niece|nephew|grandma|grandpa"
-)
-# a person mentioned in a turn: "my cousin Kofi", "Kofi's", or a sentence that starts "Kofi works ..."
-_PERSON = re.compile(
-    rf"\b(?:{_RELATION_WORDS})\s+([A-Z][a-z]+)\b|\b([A-Z][a-z]+)'s\b|(?:^|[.!?]\s+)([A-Z][a-z]+)\s+(?:just\s+|now\s+|"
-    r"recently\s+)?(?:is|was|works|worked|lives|lived|moved|started|got|has|had|loves|likes)\b"
-)
-_TURN_PREFIX = re.compile(r"^\[[^\]]*\]\s*[^:]{1,60}:\s*")
-
-
-def turn_text(value: str) -> str:
-    """What was said in a turn variable, without its `[date] Speaker:` prefix."""
-    return _TURN_PREFIX.sub("", value, count=1)
-
-
-_ISO_DATE = re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b")
-
-
-def _spelled_dates(text: str) -> str:
-    """ISO dates ("2022-06-07") written out ("7 june 2022"), so they compare with other date formats."""
-    def spell(match: re.Match[str]) -> str:
-        month = int(match.group(2))
-        if not 1 <= month <= 12:
-            return match.group(0)
-        return f"{int(match.group(3))} {_MONTH_NAMES[month - 1]} {match.group(1)}"
-
-    return _ISO_DATE.sub(spell, text)
-
-
-def content_tokens(text: str) -> frozenset[str]:
-    """Lowercase content words: no stopwords, months unified, ISO dates spelled out, ordinals and plurals
-    stripped (so "7 June 2022", "June 7th, 2022" and "2022-06-07" share their tokens)."""
-    tokens = set()
-    for raw in alnum_words(_spelled_dates(text)):
-        token = re.sub(r"^(\d+)(st|nd|rd|th)$", r"\1", raw)
-        token = _MONTHS.get(token, token)
-        if len(token) > 3 and token.endswith("s") and not token.endswith("ss"):
-            token = token[:-1]
-        if token not in _STOPWORDS and (len(token) > 1 or token.isdigit()):
-            tokens.add(token)
-    return frozenset(tokens)
-
-
-def coverage_needed(target: frozenset[str]) -> int:
-    """How many target tokens a text must hold to carry the target: all of a short one, 60% of a long one."""
-    return len(target) if len(target) <= 3 else math.ceil(0.6 * len(target))
-
 
 @dataclass(frozen=True)
 class _Track:
@@ -211,11 +147,11 @@ class ConversationLineage:
         gold = content_tokens(question.gold)
         asked = content_tokens(f"{question.text} {question.gold}")
         tracks = []
-        gold_is_date = bool(_DATE_LIKE.search(question.gold))
+        gold_is_date = is_date_like(question.gold)
         gold_sources = tuple(
             e for e in evidence
             if self._carries(self.graph.variable(e), gold)
-            or (gold_is_date and _RELATIVE.search(self.graph.variable(e).value))
+            or (gold_is_date and relative_date(self.graph.variable(e).value) is not None)
         )
         if gold and gold_sources:
             tracks.append(_Track(f"the answer \"{question.gold}\"", gold, gold_sources, True, question.gold))
@@ -376,7 +312,7 @@ class ConversationLineage:
                 tunable, evidence_ids, pseudo,
             )
 
-        if _ABSTENTION.search(normalize_answer(case.question.gold)):
+        if is_abstention(normalize_answer(case.question.gold)):
             return verdict(
                 answer_op, ErrorType.RESPONSE,
                 f"The question asks about something the conversation does not say (gold: \"{case.question.gold}\", "
@@ -606,16 +542,15 @@ class ConversationLineage:
 
     def _what_was_lost(self, case: CaseResult, track: _Track, carrier: Variable) -> str:
         parts = [track.label]
-        if track.is_gold and _DATE_LIKE.search(case.question.gold):
+        if track.is_gold and is_date_like(case.question.gold):
             parts = [f"the date the answer needs (\"{case.question.gold}\")"]
-            relative = _RELATIVE.search(carrier.value)
+            relative = relative_date(carrier.value)
             if relative:
-                parts.append(f"the turn gives it as a relative date (\"{relative.group(0)}\") that had to be resolved "
+                parts.append(f"the turn gives it as a relative date (\"{relative}\") that had to be resolved "
                              "against the session date")
         speaker = carrier.meta.get("speaker") if carrier.kind == VarKind.TURN else None
         said = turn_text(carrier.value) if carrier.kind == VarKind.TURN else carrier.value
-        people = [next(g for g in groups if g) for groups in _PERSON.findall(said)]
-        others = [n for n in people if n != speaker and n not in self._speakers and n.lower() not in _MONTHS]
+        others = [n for n in people_in(said) if n != speaker and n not in self._speakers]
         if others:
             parts.append(f"the turn is about another person ({', '.join(dict.fromkeys(others))}), not the speaker")
         return "; ".join(parts)
@@ -628,7 +563,7 @@ class ConversationLineage:
             f"{held} given to {op.name} ({op.id}) held {' and '.join(t.label for t in tracks)}, yet it answered "
             f"{answer.id} \"{case.prediction}\" (gold \"{case.question.gold}\")."
         )
-        if _DATE_LIKE.search(case.question.gold) and not _DATE_LIKE.search(case.prediction):
+        if is_date_like(case.question.gold) and not is_date_like(case.prediction):
             reason += " The question asks when; the answer left out the date that the memory states."
         return reason
 

@@ -51,8 +51,8 @@ import dspy
 from dspy.utils.callback import BaseCallback
 from memtrace_loop.memory_systems.registry import SYSTEMS
 from memtrace_loop.memory_systems.spec import WalkPrior
+from memtrace_loop.pipeline.analysis.attribution.carrying import content_tokens, turn_text
 from memtrace_loop.pipeline.analysis.attribution.evidence import EvidenceFinder
-from memtrace_loop.pipeline.analysis.attribution.lineage import content_tokens, turn_text
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor, AttributorSpec
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, AttributionCost, ErrorType, Fault, Tunable
 from memtrace_loop.pipeline.analysis.attribution.replay import ReplayConfig

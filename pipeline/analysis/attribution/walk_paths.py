@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from memtrace_loop.pipeline.analysis.attribution.lineage import content_tokens, coverage_needed, turn_text
+from memtrace_loop.pipeline.analysis.attribution.carrying import content_tokens, coverage_needed, turn_text
 from memtrace_loop.pipeline.core.conventions import (
     MEMORY_KINDS,
     NEAR_MISSES,
