@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import dspy
@@ -29,7 +28,7 @@ from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
 from memtrace_loop.pipeline.sim import stand_in
 
 from tests.support.paths import LOCOMO
-from tests.support.requires import require
+from tests.support.requires import missing_locomo, require
 from tests.support.sim import sim_dataset, sim_lm
 
 # measured on sim_dataset(seed=0, 2 conversations), default prompts: long_context 7/7, rag 5/7, mem0 25/25,
@@ -38,7 +37,6 @@ AGREEMENT_FLOOR = 0.7
 # custom (the worked example, a word-overlap search): 10/20 on the same data. Half its failures are
 # multi-hop retrieval misses, and the walk step sees only what a retrieval returned, so it blames the answer
 FLOOR_BY_SYSTEM = {"custom": 0.45}
-LOCOMO_FILE = LOCOMO if LOCOMO.exists() else Path("/work/shared/data/locomo/locomo2.json")
 
 
 def failures_of(system_name: str, dataset=None):
@@ -184,9 +182,9 @@ def test_fit_step_and_focus_clip_respect_their_bounds() -> None:
 
 @pytest.fixture(scope="module")
 def locomo_walk() -> Iterator[tuple[int, list[dict[str, str]], int]]:
-    require(None if LOCOMO_FILE.exists() else f"the LoCoMo subset is not at {LOCOMO_FILE}")
-    samples = json.loads(LOCOMO_FILE.read_text(encoding="utf-8"))[:1]
-    lm, graphs, cases = failures_of("mem0", parse_locomo(samples, str(LOCOMO_FILE)))
+    require(missing_locomo())
+    samples = json.loads(LOCOMO.read_text(encoding="utf-8"))[:1]
+    lm, graphs, cases = failures_of("mem0", parse_locomo(samples, str(LOCOMO)))
     settings = LLMAttributorSettings(max_chars_per_step=1600)
     recorder = StepRecorder()
     graph = next(iter(graphs.values()))
