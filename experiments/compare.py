@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 import hydra
 from hydra.experimental.callback import Callback
+from memtrace_loop.experiments.app_setup import quiet_progress_bars
 from memtrace_loop.experiments.config import validated_compare
 from memtrace_loop.experiments.console import setup_logging
 from memtrace_loop.experiments.console_layout import app_console, markdown_blocks
@@ -325,6 +326,7 @@ class ComparisonCallback(Callback):
         self.n_resamples = n_resamples
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        quiet_progress_bars()  # the launcher's process: the jobs (which set it up) may have run elsewhere
         sweep_dir = resolve(str(config.hydra.sweep.dir), Path.cwd())
         try:
             report = compare(

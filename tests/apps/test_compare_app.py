@@ -100,12 +100,12 @@ def tiny_sweep(tmp_path_factory):
     )
     stdout, stderr = launcher.communicate(timeout=900)
     assert launcher.returncode == 0, stderr[-3000:]
-    return tmp_path, uri, stdout, launcher.pid
+    return tmp_path, uri, stdout, launcher.pid, stderr
 
 
 @pytest.mark.slow  # four optimization runs in two processes and the comparison (~20 s)
 def test_a_multirun_ends_with_the_table_the_plot_and_the_comparison_run(tiny_sweep):
-    tmp_path, uri, stdout, _ = tiny_sweep
+    tmp_path, uri, stdout, _, _ = tiny_sweep
     report_dir = tmp_path / "multirun" / "comparison"
     markdown, plot, data = (report_dir / name for name in REPORT_NAMES)
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -133,7 +133,7 @@ def test_a_multirun_ends_with_the_table_the_plot_and_the_comparison_run(tiny_swe
 
 @pytest.mark.slow  # reuses the multirun above
 def test_the_jobs_ran_in_parallel_processes_into_one_experiment(tiny_sweep):
-    tmp_path, uri, _, launcher_pid = tiny_sweep
+    tmp_path, uri, _, launcher_pid, _ = tiny_sweep
     client = MlflowClient(tracking_uri=uri)
     experiments = client.search_experiments()
     runs = client.search_runs([e.experiment_id for e in experiments], "tags.`memtrace.command` = 'optimize'")
@@ -147,12 +147,20 @@ def test_the_jobs_ran_in_parallel_processes_into_one_experiment(tiny_sweep):
 
 @pytest.mark.slow  # reuses the multirun above
 def test_each_parallel_job_s_console_log_lines_carry_its_label(tiny_sweep):
-    tmp_path, _, stdout, _ = tiny_sweep  # the jobs' processes share the launcher's terminal
+    tmp_path, _, stdout, _, _ = tiny_sweep  # the jobs' processes share the launcher's terminal
     jobs = sorted(log.parent.name for log in (tmp_path / "multirun").glob("*/optimize.log"))
     assert len(jobs) == 4 and all("optimizer=" in job and "seed=" in job for job in jobs)
     stopped = [line for line in stdout.splitlines() if "loop stopped" in line]
     assert len(stopped) == 4  # the label is the job's folder name: its overrides
     assert sorted(job for job in jobs for line in stopped if f"[{job}] loop stopped" in line) == jobs
+
+
+@pytest.mark.slow  # reuses the multirun above
+def test_the_comparison_in_the_launcher_process_draws_no_download_bars(tiny_sweep):
+    """The jobs run in worker processes; the comparison runs in the launcher's, which never ran a job's
+    setup: it quiets MLflow's artifact-download bars itself (one per compared run before)."""
+    *_, stderr = tiny_sweep
+    assert "Downloading artifacts" not in stderr
 
 
 def printed_after(label: str, stdout: str) -> list[str]:
@@ -169,7 +177,7 @@ def printed_after(label: str, stdout: str) -> list[str]:
 
 @pytest.mark.slow  # reuses the multirun above; one small `memtrace run`
 def test_the_printed_load_command_runs_as_printed(tiny_sweep):
-    tmp_path, uri, stdout, _ = tiny_sweep
+    tmp_path, uri, stdout, _, _ = tiny_sweep
     lines = printed_after("Load them with:", stdout)
     assert len(lines) == 4
     words = shlex.split(lines[0])
@@ -193,7 +201,7 @@ def test_the_printed_load_command_runs_as_printed(tiny_sweep):
 
 @pytest.mark.slow  # reuses the multirun above
 def test_memtrace_compare_rebuilds_the_same_table_from_the_directory_or_the_experiment(tiny_sweep, monkeypatch):
-    tmp_path, uri, _, _ = tiny_sweep
+    tmp_path, uri, _, _, _ = tiny_sweep
     monkeypatch.chdir(tmp_path)
     expected = (tmp_path / "multirun" / "comparison" / "comparison.md").read_text()
     for source in ([f"sweep_dir={tmp_path}/multirun"], []):  # the directory, then the whole experiment
