@@ -21,7 +21,8 @@ operation the walk saw becomes a suspect, earliest first, each with its restore:
 blame the answer step is shown too when its context held (part of) the information, and is a suspect
 when it mishandled it; after a construction blame the question's search is a suspect (it must return
 what the repair puts back). A replay's joint search combines them.
-How a step's values are clipped to its bound is `walk_render`.
+The walk's state and what a repair restores are `walk_state`; how a step's values are clipped to its
+bound is `walk_render`.
 The needed information keeps a fixed share of every step (long input lists never clip it to a few words),
 and of the decisions that write only a label (`LABEL_KINDS`: EverMemOS's per-turn boundary decisions,
 each re-reading the buffer that holds the evidence) the first per stage stands for the rest, so they
@@ -55,6 +56,7 @@ from memtrace_loop.pipeline.analysis.attribution.carrying import content_tokens,
 from memtrace_loop.pipeline.analysis.attribution.evidence import EvidenceFinder
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor, AttributorSpec
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, AttributionCost, ErrorType, Fault, Tunable
+from memtrace_loop.pipeline.analysis.attribution.repairs import CONSTRUCTION_ERRORS
 from memtrace_loop.pipeline.analysis.attribution.replay import ReplayConfig
 from memtrace_loop.pipeline.analysis.attribution.walk_paths import InformationPath
 from memtrace_loop.pipeline.analysis.attribution.walk_render import (
@@ -65,13 +67,19 @@ from memtrace_loop.pipeline.analysis.attribution.walk_render import (
     share,
 )
 from memtrace_loop.pipeline.analysis.attribution.walk_signatures import JudgeOperation
+from memtrace_loop.pipeline.analysis.attribution.walk_state import (
+    StepVerdict,
+    Walk,
+    WalkSpend,
+    restore_of,
+    retrieval_note,
+)
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.backends.lm import LMSet
 from memtrace_loop.pipeline.core.config import ConfigError, require
 from memtrace_loop.pipeline.core.conventions import (
     CONSTRUCTION_OP_KINDS,
     MEMORY_KINDS,
-    QUESTION_SIDE_KINDS,
     OpKind,
     VarKind,
     answer_name,
@@ -124,8 +132,6 @@ def prior_of(graph: ExecutionGraph) -> WalkPrior:
     """The walk prior of the system that made `graph` (`graph.meta["system"]`; none for an unknown one)."""
     name = graph.meta.get("system")
     return SYSTEMS.get(name).prior if name in SYSTEMS else NO_PRIOR
-# Output kinds that hold a decision label, not content taken from the inputs.
-LABEL_KINDS = frozenset({VarKind.BOUNDARY, VarKind.SUFFICIENCY})
 
 
 # ------------------------------------------------------------------------------------------ LM calls
@@ -141,92 +147,12 @@ class _CallCounter(BaseCallback):
         self.calls += 1
 
 
-@dataclass(frozen=True)
-class StepVerdict:
-    kept: bool
-    error_type: ErrorType | None
-    reason: str
-    judged: bool  # False when the LM call failed or its reply could not be parsed
-
-
-@dataclass
-class _Spend:
-    """Per-case tally (local to one `attribute` call)."""
-
-    calls: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    unjudged: list[str] = field(default_factory=list)
-
-
 def _error_type(raw: object) -> ErrorType | None:
     text = str(raw or "").strip()
     for kind in ErrorType:
         if kind.value.lower() in text.lower():
             return kind
     return None
-
-
-@dataclass
-class _Walk:
-    """The state of one walk (one case): the frontier (a heap ranked by the prior), the operations seen
-    and judged, the variables on the information's path, and the steps and calls spent."""
-
-    graph: ExecutionGraph
-    case: CaseResult
-    prior: WalkPrior
-    upstream: frozenset[str]
-    evidence: tuple[str, ...]
-    needed: str
-    on_path: set[str]
-    path: InformationPath
-    pseudo: bool = False
-    started: float = 0.0
-    spend: _Spend = field(default_factory=lambda: _Spend())
-    heap: list[tuple[int, int, str]] = field(default_factory=list)
-    seen: set[str] = field(default_factory=set)
-    labelled_stages: set[str] = field(default_factory=set)  # stages queued with an op that only writes labels
-    kept_by_op: dict[str, bool] = field(default_factory=dict)
-    faulty: dict[str, StepVerdict] = field(default_factory=dict)  # every operation judged faulty, by id
-    steps: int = 0
-
-    def relevant(self, op: Operation) -> bool:
-        if op.kind == OpKind.JUDGE or op.stage in self.prior.skip_stages:
-            return False
-        question_side = any(
-            self.graph.variable(v).kind in QUESTION_SIDE_KINDS for v in (*op.inputs, *op.outputs)
-        )
-        return not question_side or op.id in self.upstream
-
-    def push(self, op: Operation) -> None:
-        if op.id in self.seen or not self.relevant(op):
-            return
-        if op.outputs and all(self.graph.variable(v).kind in LABEL_KINDS for v in op.outputs):
-            # a decision that writes only a label (a boundary) carries no content: the first one per stage
-            # stands for the rest (a buffer re-read by a decision per turn would use up every step)
-            if op.stage in self.labelled_stages:
-                return
-            self.labelled_stages.add(op.stage)
-        self.seen.add(op.id)
-        heapq.heappush(self.heap, (self.prior.rank(op), op.seq, op.id))
-
-    def seed(self, context_ops: Sequence[Operation]) -> None:
-        """The first frontier: the readers of the evidence (and the question's retrieval, if the prior says so)."""
-        for var_id in self.evidence:
-            for op in self.graph.consumers(var_id):
-                if op.prompt != var_id:
-                    self.push(op)
-        if self.prior.seed_retrieval:
-            for op in context_ops:
-                self.push(op)
-
-    def advance(self, op: Operation) -> None:
-        """`op` kept the information: its outputs join the path and their readers the frontier."""
-        for out in op.outputs:
-            self.on_path.add(out)
-            for consumer in self.graph.consumers(out):
-                if consumer.prompt != out:
-                    self.push(consumer)
 
 
 class LLMAttributor:
@@ -296,7 +222,7 @@ class LLMAttributor:
         fixed = ("question", "gold_answer", "operation", "needed_information")
         return fit_step(fields, self.settings.max_chars_per_step, fixed=fixed)
 
-    def _ask(self, fields: Mapping[str, str], op: Operation, spend: _Spend) -> StepVerdict:
+    def _ask(self, fields: Mapping[str, str], op: Operation, spend: WalkSpend) -> StepVerdict:
         counter = _CallCounter()
         callbacks = [*dspy.settings.get("callbacks", []), counter]
         try:
@@ -338,7 +264,7 @@ class LLMAttributor:
             return None
         evidence, pseudo = self._evidence(graph, case)
         needed = "\n".join(f"[{e}] {turn_text(graph.variable(e).value)}" for e in evidence) or "unknown"
-        walk = _Walk(
+        walk = Walk(
             graph, case, prior_of(graph), graph.ancestors(answer_var.id), evidence, needed, set(evidence),
             InformationPath(graph, case.question, evidence), pseudo, started,
         )
@@ -359,7 +285,7 @@ class LLMAttributor:
         fallback = StepVerdict(False, ErrorType.RESPONSE, reason, True)
         return self._blame(walk, answer_op, fallback, context_ops, answer_op, 0.2)
 
-    def _judge_answer(self, walk: _Walk, answer_op: Operation, blamed: Operation) -> None:
+    def _judge_answer(self, walk: Walk, answer_op: Operation, blamed: Operation) -> None:
         """After a blame upstream, the answer step too when its context held (part of) the information: an
         answer that mishandled it is a second suspect (two-stage cases, e.g. a date the writing stage
         kept only relative and the answer stage did not resolve)."""
@@ -369,7 +295,7 @@ class LLMAttributor:
         ):
             self._judge(walk, answer_op)
 
-    def _walk(self, walk: _Walk, tail: Sequence[Operation]) -> tuple[Operation, StepVerdict] | None:
+    def _walk(self, walk: Walk, tail: Sequence[Operation]) -> tuple[Operation, StepVerdict] | None:
         """Judge operations from the frontier until one is decisively faulty (returned) or the steps run out."""
         graph = walk.graph
         while walk.steps < self.settings.max_steps:
@@ -395,7 +321,7 @@ class LLMAttributor:
             walk.advance(op)
         return None
 
-    def _judge(self, walk: _Walk, op: Operation) -> StepVerdict:
+    def _judge(self, walk: Walk, op: Operation) -> StepVerdict:
         missed = walk.path.missed(op) if op.kind == OpKind.RETRIEVAL else ()
         fields = self.step_fields(walk.graph, op, walk.case, walk.needed, walk.on_path, missed)
         verdict = self._ask(fields, op, walk.spend)
@@ -405,7 +331,7 @@ class LLMAttributor:
             walk.faulty[op.id] = verdict
         return verdict
 
-    def _faulty_construction(self, walk: _Walk) -> tuple[Operation, StepVerdict] | None:
+    def _faulty_construction(self, walk: Walk) -> tuple[Operation, StepVerdict] | None:
         """After a faulty search: a search can only miss what memory held whole, so the evidence's
         construction is judged first (the first faulty one, else None)."""
         graph = walk.graph
@@ -422,7 +348,7 @@ class LLMAttributor:
                 return early, found
         return None
 
-    def _keeper(self, walk: _Walk, op: Operation) -> Operation | None:
+    def _keeper(self, walk: Walk, op: Operation) -> Operation | None:
         """A sibling of faulty `op` that read the same information and kept it (e.g. the event log keeps a
         date the narrative lost): `op` is decisive only when there is none. An operation that destroyed a
         stored unit on the path (an update or deletion of it) is kept only by another reader of that unit,
@@ -445,7 +371,7 @@ class LLMAttributor:
 
     def _blame(
         self,
-        walk: _Walk,
+        walk: Walk,
         op: Operation,
         verdict: StepVerdict,
         context_ops: Sequence[Operation],
@@ -471,7 +397,7 @@ class LLMAttributor:
             primary.tunable, tuple(turn_id_of(e) for e in walk.evidence), walk.pseudo, suspects=suspects, cost=cost,
         )
 
-    def _fault(self, walk: _Walk, op: Operation, verdict: StepVerdict) -> Fault:
+    def _fault(self, walk: Walk, op: Operation, verdict: StepVerdict) -> Fault:
         """`op` judged faulty as a `Fault`: blamed on the LLM decision a store write executed, with what a
         repair restores (a retrieval: the units it missed, never those it returned)."""
         graph = walk.graph
@@ -490,7 +416,7 @@ class LLMAttributor:
         return Fault(blamed.id, blamed.name, blamed.stage, error, tunable, reason, restore, blamed.seq)
 
     @staticmethod
-    def _crowding(walk: _Walk, op: Operation) -> Fault | None:
+    def _crowding(walk: Walk, op: Operation) -> Fault | None:
         """A faulty search whose results are mostly pieces of turns a copy step cut apart passes the blame to
         that step's knobs (the units are too small to hold whole turns and crowd the search), as a store
         write passes it to the decision it executed; None for any other operation."""
@@ -503,7 +429,7 @@ class LLMAttributor:
                      restore_of(walk, op), crowding.seq)
 
     def _suspects(
-        self, walk: _Walk, primary: Fault, context_ops: Sequence[Operation], answer_op: Operation
+        self, walk: Walk, primary: Fault, context_ops: Sequence[Operation], answer_op: Operation
     ) -> tuple[Fault, ...]:
         """Every faulty operation the walk saw on the information's path, earliest first (each with its
         restore): the blamed one; the others judged faulty (the answer step only when its context held the
@@ -530,52 +456,6 @@ class LLMAttributor:
         for fault in sorted(found, key=lambda f: f.seq):
             by_op.setdefault(fault.op, fault)
         return tuple(by_op.values())
-
-
-CONSTRUCTION_ERRORS = frozenset({ErrorType.EXTRACTION, ErrorType.UPDATE, ErrorType.DELETION})
-
-
-def restore_of(walk: _Walk, op: Operation) -> tuple[str, ...]:
-    """What a repair of faulty `op` puts back: for a retrieval the units it missed (else the evidence
-    turns); for the answer step the context lines that held the information; for a construction step its
-    stored units on the path it destroyed, else the evidence turns its information came from (what a
-    replay puts back in memory; never an intermediate such as extracted facts)."""
-    graph, path = walk.graph, walk.path
-    if op.kind == OpKind.RETRIEVAL:
-        return path.missed(op) or walk.evidence
-    if op.kind == OpKind.RESPONSE and (held := path.context_holders(op)):
-        return held
-    if op.kind in CONSTRUCTION_OP_KINDS:
-        return _stored_carriers(walk, op) or tuple(e for e in walk.evidence if e in graph.ancestors(op.id)) or (
-            walk.evidence
-        )
-    on_path = walk.on_path | path.carriers
-    return tuple(v for v in op.inputs if v in on_path) or tuple(
-        v for v in op.inputs if graph.variable(v).kind not in (VarKind.QUERY, VarKind.PROMPT)
-    )
-
-
-def _stored_carriers(walk: _Walk, op: Operation) -> tuple[str, ...]:
-    """The stored units on the information's path that a construction step (or the writes executing its
-    decision) read, i.e. destroyed: an update's or deletion's old value."""
-    graph, on_path = walk.graph, walk.on_path | walk.path.carriers
-    readers = [op, *(c for v in op.outputs for c in graph.consumers(v) if c.prompt is None)]
-    return tuple(dict.fromkeys(
-        v for reader in readers for v in reader.inputs if v in on_path and graph.variable(v).kind in MEMORY_KINDS
-    ))
-
-
-def retrieval_note(path: InformationPath, op: Operation, restore: Sequence[str]) -> str:
-    """What a retrieval fault's reason adds: the unit it missed, and whether `top_k` cut it off."""
-    k = op.meta.get("k", "?")
-    near = path.near_missed(op)
-    if near:
-        return (f" It missed {near[0]}, which holds the needed information and was ranked just below the cut "
-                f"(k={k}): top_k is too small for this question.")
-    missed = [v for v in restore if v in path.carriers]
-    if missed:
-        return f" It missed {missed[0]}, which was in memory and holds the needed information."
-    return ""
 
 
 @dataclass(frozen=True)
