@@ -36,13 +36,14 @@ from pathlib import Path  # noqa: E402
 
 import dspy  # noqa: E402
 import pytest  # noqa: E402
+from memtrace_loop.experiments.app_setup import no_lm_history  # noqa: E402
 
 from tests.support.requires import CI  # noqa: E402
 from tests.support.store import fresh_store  # noqa: E402
 
-# as in every app (`experiments.app_setup.no_lm_history`): DSPy keeps no record of the calls, which would
-# otherwise pile up per LM and per calling module in a worker process that runs hundreds of tests
-dspy.configure(disable_history=True)
+# as in every app: DSPy keeps no record of the calls, which would otherwise pile up per LM and per calling
+# module in a worker process that runs hundreds of tests
+no_lm_history()
 
 
 @pytest.fixture(scope="session", autouse=True)

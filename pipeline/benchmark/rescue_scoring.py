@@ -126,8 +126,7 @@ def oracle_top_split(labels: Sequence[RescueLabel]) -> str | None:
     weights: dict[str, float] = {}
     failures: Counter[str] = Counter()  # failures a stage takes part in: the blame table's tie-break
     for label in labels:
-        joint = label.joint_sets or ((label.joint,) if label.joint else ())
-        sets: list[tuple[str, ...]] = [(stage,) for stage in label.rescuers] or list(joint)
+        sets = label.rescuing_sets()
         for members in sets:
             for stage in members:
                 weights[stage] = weights.get(stage, 0.0) + 1 / len(sets) / len(members)

@@ -15,7 +15,7 @@ import dspy
 import pytest
 from dspy.utils.dummies import DummyLM
 from hydra import compose, initialize_config_module
-from memtrace_loop.experiments.app_setup import ENV_MLFLOW_PROGRESS
+from memtrace_loop.experiments.app_setup import ENV_MLFLOW_PROGRESS, no_lm_history
 from memtrace_loop.experiments.config import validated_run
 from memtrace_loop.experiments.console import setup_logging
 from memtrace_loop.experiments.factory import to_plain
@@ -93,7 +93,7 @@ def test_after_the_entry_point_setup_dspy_keeps_no_history_of_lm_calls(entry_poi
         predict(question="Where did Alice grow up?")
         assert len(lm.history) == len(predict.history) == 1
     finally:
-        dspy.configure(disable_history=True)
+        no_lm_history()  # as the test session keeps it
 
 
 def run_config(tmp_path: Path, *overrides: str):
