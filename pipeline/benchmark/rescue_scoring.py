@@ -20,9 +20,10 @@ Per world and setting, `summarize_rescue` also compares the blame table's top st
 and the stages of each joint set, each counted once in full: `oracle_top`), and gives the oracle's top
 stage counted the way the blame table counts (`oracle_top_split`: each failure weighs one, split evenly
 over its single rescuers, else over its joint sets and each set's members), so a difference between the
-two says whether the blame table misattributes or only counts joint cases differently. Pure functions
-over records: running attributors is the
-benchmark's (`experiments.bench.rescue_bench`).
+two says whether the blame table misattributes or only counts joint cases differently. `top_vs_split`
+says whether the table's top stage and the split top differ only where one side is tied (the oracle's
+weights or the table's), so a tie-break is not read as a misattribution. Pure functions over records:
+running attributors is the benchmark's (`experiments.bench.rescue_bench`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Check
-from memtrace_loop.pipeline.analysis.blame import aggregate_blame
+from memtrace_loop.pipeline.analysis.blame import BlameTable, aggregate_blame
 from memtrace_loop.pipeline.benchmark.rescue import RescueLabel
 
 __all__ = [
@@ -41,10 +42,13 @@ __all__ = [
     "blamed_stages",
     "compare_rescue",
     "joint_sufficient",
+    "oracle_split_weights",
     "oracle_top_split",
     "oracle_top_stage",
     "stage_necessary",
     "summarize_rescue",
+    "top_stages",
+    "top_vs_split",
 ]
 
 
@@ -111,11 +115,27 @@ def oracle_top_stage(labels: Sequence[RescueLabel]) -> str | None:
     return min(counts, key=lambda stage: (-counts[stage], stage))
 
 
+def oracle_split_weights(labels: Sequence[RescueLabel]) -> dict[str, float]:
+    """Each failure weighs one, split evenly over its single rescuers (either alone rescues), else over
+    its joint sets and then each set's members: the blame table's own rule for a joint case's weight.
+
+    >>> joint = RescueLabel("q1", frozenset(), ("extract", "respond"), False, (("extract", "respond"),))
+    >>> both = RescueLabel("q2", frozenset({"decide", "extract"}), None, False)
+    >>> sorted(oracle_split_weights([joint, both]).items())
+    [('decide', 0.5), ('extract', 1.0), ('respond', 0.5)]
+    """
+    weights: dict[str, float] = {}
+    for label in labels:
+        sets = label.rescuing_sets()
+        for members in sets:
+            for stage in members:
+                weights[stage] = weights.get(stage, 0.0) + 1 / len(sets) / len(members)
+    return weights
+
+
 def oracle_top_split(labels: Sequence[RescueLabel]) -> str | None:
-    """The stage the oracle's rescues weigh most when each failure weighs one, split evenly over its
-    single rescuers (either alone rescues), else over its joint sets and then each set's members: the
-    blame table's own rule for a joint case's weight. Ties as the blame table breaks them: by the number
-    of failures the stage takes part in, then by name.
+    """The stage the oracle's rescues weigh most under `oracle_split_weights`. Ties as the blame table
+    breaks them: by the number of failures the stage takes part in, then by name.
 
     >>> joint = RescueLabel("q1", frozenset(), ("extract", "respond"), False, (("extract", "respond"),))
     >>> decide, extract = (RescueLabel("q2", frozenset({s}), None, False) for s in ("decide", "extract"))
@@ -123,17 +143,38 @@ def oracle_top_split(labels: Sequence[RescueLabel]) -> str | None:
     >>> oracle_top_stage(labels), oracle_top_split(labels)
     ('extract', 'decide')
     """
-    weights: dict[str, float] = {}
+    weights = oracle_split_weights(labels)
     failures: Counter[str] = Counter()  # failures a stage takes part in: the blame table's tie-break
     for label in labels:
-        sets = label.rescuing_sets()
-        for members in sets:
-            for stage in members:
-                weights[stage] = weights.get(stage, 0.0) + 1 / len(sets) / len(members)
-        failures.update({stage for members in sets for stage in members})
+        failures.update({stage for members in label.rescuing_sets() for stage in members})
     if not weights:
         return None
     return min(weights, key=lambda stage: (-round(weights[stage], 9), -failures[stage], stage))
+
+
+def top_stages(weights: Mapping[str, float]) -> frozenset[str]:
+    """The stages at the highest weight: more than one is a tie (weights equal to 9 decimals).
+
+    >>> sorted(top_stages({"extract": 4.5, "decide": 4.5, "retrieve": 3.0}))
+    ['decide', 'extract']
+    """
+    if not weights:
+        return frozenset()
+    best = max(round(w, 9) for w in weights.values())
+    return frozenset(stage for stage, w in weights.items() if round(w, 9) == best)
+
+
+def top_vs_split(table: BlameTable, labels: Sequence[RescueLabel]) -> str | None:
+    """The blame table's top stage against the oracle's split top: `agrees` (the same stage), `tie` (they
+    differ only by how a tie on one side was broken: the table's top stages, tied at its highest weight,
+    share a stage with the oracle's tied top stages), `differs`; None when either side is empty."""
+    oracle = oracle_split_weights(labels)
+    if not table.rows or not oracle:
+        return None
+    if table.rows[0].stage == oracle_top_split(labels):
+        return "agrees"
+    tied = top_stages({row.stage: row.weight for row in table.rows}) & top_stages(oracle)
+    return "tie" if tied else "differs"
 
 
 @dataclass(frozen=True)
@@ -160,6 +201,7 @@ class RescueScore:
     top_blamed: str | None
     oracle_top: str | None
     oracle_top_split: str | None = None
+    top_vs_split: str | None = None  # `top_vs_split`: agrees, tie (differs only by a tie-break), differs
 
     @property
     def top_agrees(self) -> bool:
@@ -180,6 +222,7 @@ class RescueScore:
             "calls_per_case": round(self.lm_calls_per_case + self.replay_calls_per_case, 2),
             "replays_per_case": round(self.replay_calls_per_case, 2),
             "top_blamed": self.top_blamed, "oracle_top": self.oracle_top, "oracle_top_split": self.oracle_top_split,
+            "top_vs_split": self.top_vs_split,
         }
 
 
@@ -216,4 +259,5 @@ def summarize_rescue(
         top_blamed=table.rows[0].stage if table.rows else None,
         oracle_top=oracle_top_stage(list(labels.values())),
         oracle_top_split=oracle_top_split(list(labels.values())),
+        top_vs_split=top_vs_split(table, list(labels.values())),
     )

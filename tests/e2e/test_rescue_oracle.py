@@ -184,6 +184,9 @@ def test_the_issue_bars_hold_on_the_rescue_oracle() -> None:
         misses += [f"{setting} {s.system}/{s.world}: top {s.top_blamed} != oracle split {s.oracle_top_split}"
                    for s in scores if s.setting == setting and (s.system, s.world) in TOP_STAGE_DIFFERS
                    and s.top_blamed != s.oracle_top_split]
+        # in every world, counted as the blame table counts, the two differ at most by how a tie was broken
+        misses += [f"{setting} {s.system}/{s.world}: top {s.top_blamed} != oracle split {s.oracle_top_split}, no tie"
+                   for s in scores if s.setting == setting and s.top_vs_split not in ("agrees", "tie")]
     for system in dict.fromkeys(s.system for s in scores):  # per system, not only pooled
         gap = pooled("lineage", "rescues_alone", "n", system) - pooled("llm", "rescues_alone", "n", system)
         if gap > 0.10:

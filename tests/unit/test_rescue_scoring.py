@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import doctest
+from types import MappingProxyType
 
 import pytest
 from memtrace_loop.pipeline.analysis.attribution.records import (
@@ -13,6 +15,8 @@ from memtrace_loop.pipeline.analysis.attribution.records import (
     Fault,
     Tunable,
 )
+from memtrace_loop.pipeline.analysis.blame import BlameTable, StageBlame
+from memtrace_loop.pipeline.benchmark import rescue_scoring
 from memtrace_loop.pipeline.benchmark.rescue import RescueLabel
 from memtrace_loop.pipeline.benchmark.rescue_scoring import (
     compare_rescue,
@@ -20,6 +24,7 @@ from memtrace_loop.pipeline.benchmark.rescue_scoring import (
     oracle_top_stage,
     stage_necessary,
     summarize_rescue,
+    top_vs_split,
 )
 from memtrace_loop.pipeline.core.records import CaseResult, Question, Scores
 
@@ -28,6 +33,7 @@ TWO_RESCUERS = RescueLabel("q2", frozenset({"retrieve", "extract"}), None, False
 JOINT = RescueLabel("q3", frozenset(), ("write_events", "respond"), False,
                     (("write_events", "respond"), ("write_events", "expand_queries")))
 NOTHING = RescueLabel("q4", frozenset(), None, True)
+RESPOND_ONLY = RescueLabel("q5", frozenset({"respond"}), None, False)
 
 
 def _fault(stage: str) -> Fault:
@@ -140,3 +146,37 @@ def test_a_missing_attribution_counts_and_empty_denominators_are_none() -> None:
     assert score.n == 1 and score.rescues_alone == 0.0
     assert score.joint_named is None and score.verified_precision is None and score.joint_sufficient is None
     assert score.top_blamed is None and not score.top_agrees
+
+
+def _table(**weights: float) -> BlameTable:
+    rows = tuple(
+        StageBlame(stage, Tunable.PROMPT, 1, 0.0, MappingProxyType({}), (), weight)
+        for stage, weight in sorted(weights.items(), key=lambda item: -item[1])
+    )
+    return BlameTable(rows, len(rows))
+
+
+@pytest.mark.parametrize(
+    ("table", "labels", "expected"),
+    [
+        # the same top stage
+        (_table(retrieve=2.0, respond=1.0), [RETRIEVE_ONLY, RETRIEVE_ONLY], "agrees"),
+        # the oracle is tied (retrieve 1, respond 1) and broke it to respond (by name): the table's retrieve is tied top
+        (_table(retrieve=2.0, respond=1.0), [RETRIEVE_ONLY, RESPOND_ONLY], "tie"),
+        # the table is tied (extract, retrieve) and broke it to extract: the oracle's top retrieve is tied top there
+        (_table(extract=1.0, retrieve=1.0), [RETRIEVE_ONLY, RETRIEVE_ONLY], "tie"),
+        # no tie on either side bridges them
+        (_table(respond=2.0, retrieve=1.0), [RETRIEVE_ONLY, RETRIEVE_ONLY], "differs"),
+        (BlameTable(), [RETRIEVE_ONLY], None),
+        (_table(retrieve=1.0), [NOTHING], None),
+    ],
+)
+def test_top_vs_split_reads_a_tie_on_either_side_as_a_tie_break_not_a_miss(
+    table: BlameTable, labels: list[RescueLabel], expected: str | None
+) -> None:
+    assert top_vs_split(table, labels) == expected
+
+
+def test_the_worked_examples_in_the_module_hold() -> None:
+    failures, tried = doctest.testmod(rescue_scoring)
+    assert tried >= 8 and failures == 0
