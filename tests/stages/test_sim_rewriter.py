@@ -175,6 +175,7 @@ def test_best_guess_overrides_abstain() -> None:
 
 ATTRIBUTOR_SOURCES = (
     "pipeline/analysis/attribution/lineage.py",
+    "pipeline/analysis/attribution/information_flow.py",
     "pipeline/analysis/attribution/llm.py",
     "pipeline/analysis/attribution/walk_paths.py",
     "pipeline/analysis/attribution/walk_render.py",

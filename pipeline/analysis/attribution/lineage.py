@@ -2,7 +2,8 @@
 
 For one failed case it starts from the evidence turns (the dataset's gold ids; when a question has
 none, pseudo-evidence: `evidence.EvidenceFinder`, BM25 and — with an embedder — cosine, fused) and follows the
-information forward through the execution graph:
+information forward through the execution graph (`information_flow`: what carries it, where it was dropped,
+what lives at question time); this module turns that reading into the verdict:
 
 1. It tracks what the answer needs: the gold answer itself (from the turns that can carry it) and,
    for each evidence turn, the part of the turn the question is about. A variable *carries* a target
@@ -27,15 +28,10 @@ written in `pipeline.core.conventions`.
 from __future__ import annotations
 
 import dataclasses
-import heapq
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
 
-import numpy as np
 from memtrace_loop.pipeline.analysis.attribution.carrying import (
-    content_tokens,
-    coverage_needed,
     is_abstention,
     is_date_like,
     people_in,
@@ -43,6 +39,7 @@ from memtrace_loop.pipeline.analysis.attribution.carrying import (
     turn_text,
 )
 from memtrace_loop.pipeline.analysis.attribution.evidence import EvidenceFinder
+from memtrace_loop.pipeline.analysis.attribution.information_flow import Drop, InformationFlow, Track
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor, AttributorSpec
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, ErrorType, Fault, Tunable
 from memtrace_loop.pipeline.analysis.attribution.replay import ReplayConfig
@@ -51,10 +48,8 @@ from memtrace_loop.pipeline.backends.lm import LMSet
 from memtrace_loop.pipeline.backends.text import normalize_answer
 from memtrace_loop.pipeline.core.config import ConfigError, require
 from memtrace_loop.pipeline.core.conventions import (
-    CONSTRUCTION_OP_KINDS,
     MEMORY_KINDS,
     NEAR_MISSES,
-    QUESTION_SIDE_KINDS,
     OpKind,
     VarKind,
     answer_name,
@@ -71,27 +66,10 @@ ERROR_BY_KIND = {
     OpKind.DELETION: ErrorType.DELETION,
 }
 
-@dataclass(frozen=True)
-class _Track:
-    """One piece of information the answer needs, followed from its source turns."""
-
-    label: str
-    target: frozenset[str]
-    sources: tuple[str, ...]  # turn variable ids
-    is_gold: bool
-    text: str = ""  # what the information says, for a match by meaning (the source turn, or the gold answer)
-
-
-@dataclass(frozen=True)
-class _Drop:
-    op: Operation
-    carrier: Variable  # the carrier the operation consumed
-    output: Variable | None  # what it produced instead (None when it produced nothing)
-
 
 class ConversationLineage:
     """Attributes the failed cases of one conversation graph, which must not change while it is in use
-    (token sets and the store at question time are memoized per instance)."""
+    (its `InformationFlow` memoizes token sets and the store at question time)."""
 
     def __init__(
         self,
@@ -101,192 +79,15 @@ class ConversationLineage:
         semantic_threshold: float = 0.8,
     ) -> None:
         self.graph = graph
-        self.embedder = embedder
-        self.semantic_threshold = semantic_threshold
-        self._vector_by_text: dict[str, np.ndarray] = {}
-        self._tokens_by_var: dict[str, frozenset[str]] = {}
+        self.flow = InformationFlow(graph, conversation.speakers if conversation else (), embedder, semantic_threshold)
         # pseudo-evidence by BM25 alone: fusing in the offline (lexical) hashing embedder lowered recall of a
         # gold turn in the top 2 from 108/124 to 97/124 on the simulated world; EvidenceFinder fuses when given
         # an embedder, for callers with a real embedding model
         self._finder = EvidenceFinder(graph)
-        self._speakers = set(conversation.speakers) if conversation else set()
-
-    # ------------------------------------------------------------------ helpers
-
-    def _tokens(self, var: Variable) -> frozenset[str]:
-        found = self._tokens_by_var.get(var.id)
-        if found is None:
-            found = self._tokens_by_var[var.id] = content_tokens(var.value)
-        return found
-
-    def _carries(self, var: Variable, target: frozenset[str]) -> bool:
-        return bool(target) and len(self._tokens(var) & target) >= coverage_needed(target)
-
-    def _vector(self, text: str) -> np.ndarray:
-        found = self._vector_by_text.get(text)
-        if found is None and self.embedder is not None:
-            found = self._vector_by_text[text] = self.embedder.embed([text])[0]
-        return found if found is not None else np.zeros(1)
-
-    def _means(self, var: Variable, track: _Track) -> bool:
-        """Whether `var` says what the track's source turn says, by the embedder's cosine (where tokens
-        did not match: a paraphrase). Only for the turn's own information, never for the gold answer
-        alone (a short answer string says too little to compare by meaning)."""
-        if self.embedder is None or track.is_gold or not track.text or not var.value:
-            return False
-        left, right = self._vector(track.text), self._vector(var.value)
-        norm = float(np.linalg.norm(left) * np.linalg.norm(right))
-        return norm > 0 and float(left @ right) / norm >= self.semantic_threshold
 
     def _evidence(self, case: CaseResult) -> tuple[tuple[str, ...], bool]:
         found = self._finder.find(case.question)
         return found.turn_vars, found.pseudo
-
-    def _tracks(self, case: CaseResult, evidence: Sequence[str]) -> list[_Track]:
-        question = case.question
-        gold = content_tokens(question.gold)
-        asked = content_tokens(f"{question.text} {question.gold}")
-        tracks = []
-        gold_is_date = is_date_like(question.gold)
-        gold_sources = tuple(
-            e for e in evidence
-            if self._carries(self.graph.variable(e), gold)
-            or (gold_is_date and relative_date(self.graph.variable(e).value) is not None)
-        )
-        if gold and gold_sources:
-            tracks.append(_Track(f"the answer \"{question.gold}\"", gold, gold_sources, True, question.gold))
-        speakers = content_tokens(" ".join(self._speakers))
-        for e in evidence:
-            payload = (content_tokens(turn_text(self.graph.variable(e).value)) - speakers) & asked
-            if payload and not (len(tracks) and tracks[0].is_gold and e in tracks[0].sources and payload <= gold):
-                words = " ".join(sorted(payload))
-                said = turn_text(self.graph.variable(e).value)
-                tracks.append(_Track(f"what {name_of(e)} says about \"{words}\"", payload, (e,), False, said))
-        return tracks
-
-    def _is_construction(self, op: Operation) -> bool:
-        graph = self.graph
-        return not any(graph.variable(v).kind in QUESTION_SIDE_KINDS for v in (*op.inputs, *op.outputs))
-
-    def _follow(self, track: _Track) -> tuple[set[str], list[_Drop]]:
-        """Carrier variables reachable from the track's sources, and the drops on the way (seq order)."""
-        graph = self.graph
-        live = set(track.sources)
-        drops: list[_Drop] = []
-        heap: list[tuple[int, str]] = []
-        seen_ops: set[str] = set()
-
-        def push_consumers(var_id: str) -> None:
-            for op in graph.consumers(var_id):
-                if op.id not in seen_ops and op.prompt != var_id:
-                    seen_ops.add(op.id)
-                    heapq.heappush(heap, (op.seq, op.id))
-
-        for source in track.sources:
-            push_consumers(source)
-        while heap:
-            op = graph.operation(heapq.heappop(heap)[1])
-            if not self._is_construction(op):
-                continue
-            if op.kind == OpKind.RETRIEVAL:
-                continue  # a search output is a view of the store, not a new carrier of the information
-            # a non-LLM copy step (buffer append, chunking) that keeps a live turn's words keeps its information,
-            # even when that information is implicit (a relative date the answer resolves later)
-            copied = [turn_text(graph.variable(v).value).strip() for v in op.inputs if v in live] if (
-                op.prompt is None
-            ) else []
-            outputs = [graph.variable(v) for v in op.outputs]
-            if self._is_copy_of_turns(op, live):
-                # a copy step (buffer append, chunking) carries a turn only by holding it whole: a turn cut
-                # into fragments has its words in different units, which no single unit carries
-                carried = [var for var in outputs if any(text and text in var.value for text in copied)]
-            else:
-                carried = [
-                    var for var in outputs
-                    if self._carries(var, track.target) or any(text and text in var.value for text in copied)
-                    or self._means(var, track)
-                ]
-            for var in carried:
-                if var.id not in live:
-                    live.add(var.id)
-                    push_consumers(var.id)
-            if not carried and (op.kind in CONSTRUCTION_OP_KINDS or op.failed):  # a failed write drops it too
-                consumed = next(graph.variable(v) for v in op.inputs if v in live)
-                output = graph.variable(op.outputs[0]) if op.outputs else None
-                drops.append(_Drop(op, consumed, output))
-        # a carrier fanned out to several writes (one decision, several ADDs) is not dropped by the writes
-        # that did not take the information when another one did
-        kept = [d for d in drops if not any(
-            out in live for op in graph.consumers(d.carrier.id) if op.id != d.op.id for out in op.outputs
-        )]
-        return live, kept
-
-    def _is_copy_of_turns(self, op: Operation, live: set[str]) -> bool:
-        """A non-LLM step that copies live turns into memory units (no prompt; a live input is a turn)."""
-        return op.prompt is None and any(
-            v in live and self.graph.variable(v).kind == VarKind.TURN for v in op.inputs
-        )
-
-    def _copied_from(self, unit: Variable, sources: Sequence[str]) -> bool:
-        """Whether `unit` was made by a copy step straight from one of `sources` (a fragment of it)."""
-        producer = self.graph.producer(unit.id)
-        return producer is not None and producer.prompt is None and any(s in producer.inputs for s in sources)
-
-    def _is_fragment(self, unit: Variable) -> bool:
-        """A unit a copy step made from turns without holding any of them whole (a piece of a cut turn)."""
-        if unit.kind not in MEMORY_KINDS:
-            return False
-        producer = self.graph.producer(unit.id)
-        if producer is None or producer.prompt is not None:
-            return False
-        turns = [self.graph.variable(v) for v in producer.inputs if self.graph.variable(v).kind == VarKind.TURN]
-        return bool(turns) and not any(turn_text(t.value).strip() in unit.value for t in turns)
-
-    def _crowding_copy_step(self, retrieval_op: Operation) -> Operation | None:
-        """The copy step whose fragments make up at least half of what a retrieval returned, if any."""
-        units = [self.graph.variable(v) for v in retrieval_op.inputs if self.graph.variable(v).kind in MEMORY_KINDS]
-        fragments = [u for u in units if self._is_fragment(u)]
-        if not units or 2 * len(fragments) < len(units):
-            return None
-        return self.graph.producer(fragments[0].id)
-
-    def _written_by_llm(self, unit: Variable) -> bool:
-        """Whether an LLM wrote `unit` (directly, or through a store write executing its decision)."""
-        producer = self.graph.producer(unit.id)
-        return producer is not None and self._decision_maker(producer).prompt is not None
-
-    def _content_survivors(self, track: _Track, live_memories: Sequence[Variable]) -> list[Variable]:
-        """Live units that carry the track's content without descending from its sources: a unit an LLM
-        wrote (a merged or rephrased memory), or — for the gold answer — a copy of another turn saying
-        it. A fragment of the source turn itself, or another turn's copy sharing a word with the
-        evidence, is not the information."""
-        return [
-            m for m in live_memories
-            if self._carries(m, track.target)
-            and not self._copied_from(m, track.sources)
-            and (track.is_gold or self._written_by_llm(m))
-        ]
-
-    @cached_property
-    def _live_memories(self) -> tuple[Variable, ...]:
-        """The memory units at question time: latest version of each, not deleted (computed once per graph)."""
-        graph = self.graph
-        units = []
-        for name in graph.names():
-            latest = graph.latest(name)
-            if latest is not None and latest.kind in MEMORY_KINDS and latest.value and not latest.meta.get("deleted"):
-                units.append(latest)
-        return tuple(units)
-
-    def _decision_maker(self, op: Operation) -> Operation:
-        """For a store write without a prompt, the LLM operation whose decision it executed."""
-        if op.prompt is not None:
-            return op
-        for var_id in op.inputs:
-            producer = self.graph.producer(var_id)
-            if producer is not None and producer.prompt is not None:
-                return producer
-        return op
 
     # ------------------------------------------------------------------ attribution
 
@@ -320,7 +121,7 @@ class ConversationLineage:
                 f"{answer_var.id} instead of saying it is not mentioned in the conversation.",
                 0.9,
             )
-        tracks = self._tracks(case, evidence)
+        tracks = self.flow.tracks(case, evidence)
         if not tracks:
             untraced = (  # evidence turns that share no word with the question or gold: drawn, yet not followed
                 f"The evidence turns of {qid} ({', '.join(name_of(e) for e in evidence)}) share no content word "
@@ -355,19 +156,19 @@ class ConversationLineage:
         return dataclasses.replace(blamed, suspects=suspects)
 
     def _broken_tracks(
-        self, tracks: Sequence[_Track], answer_op: Operation, case: CaseResult, verdict,
+        self, tracks: Sequence[Track], answer_op: Operation, case: CaseResult, verdict,
     ) -> tuple[list[tuple[Attribution, Fault]], dict[str, list[Variable]]]:
         """Each track that no live memory unit carries, with the verdict on where it was lost (a drop
         during construction, or never extracted at all); and every track's surviving units."""
         graph = self.graph
-        live_memories = self._live_memories
+        live_memories = self.flow.live_memories
         broken: list[tuple[Attribution, Fault]] = []
         survivors_by_track: dict[str, list[Variable]] = {}
         for track in tracks:
-            live, drops = self._follow(track)
+            live, drops = self.flow.follow(track)
             survivors = [m for m in live_memories if m.id in live]
             if not survivors:  # by content: the information may live in a unit from another turn
-                survivors = self._content_survivors(track, live_memories)
+                survivors = self.flow.content_survivors(track, live_memories)
             survivors_by_track[track.label] = survivors
             if survivors:
                 continue
@@ -390,7 +191,7 @@ class ConversationLineage:
         return broken, survivors_by_track
 
     def _missed_retrievals(
-        self, case: CaseResult, tracks: Sequence[_Track], survivors_by_track: dict[str, list[Variable]],
+        self, case: CaseResult, tracks: Sequence[Track], survivors_by_track: dict[str, list[Variable]],
         retrieval_op: Operation | None, context_vars: Sequence[Variable], verdict,
     ) -> list[tuple[Attribution, Fault]]:
         """Each track whose surviving units the search did not retrieve: the verdict on why, and the
@@ -430,7 +231,7 @@ class ConversationLineage:
         return follow_up, _fault(follow_up, sources, retrieval_op.seq)
 
     def _retrieval_verdict(
-        self, case: CaseResult, track: _Track, survivors: Sequence[Variable], retrieval_op: Operation,
+        self, case: CaseResult, track: Track, survivors: Sequence[Variable], retrieval_op: Operation,
         context_vars: Sequence[Variable], verdict,
     ) -> Attribution:
         """A unit carrying the track was in the store but not retrieved. The copy step (chunking) is to
@@ -440,10 +241,10 @@ class ConversationLineage:
         search, if any; else the search's knobs."""
         graph = self.graph
         k = retrieval_op.meta.get("k", "?")
-        crowding = self._crowding_copy_step(retrieval_op)
+        crowding = self.flow.crowding_copy_step(retrieval_op)
         if crowding is not None:
             held = survivors[0]
-            fragments = [v for v in retrieval_op.inputs if self._is_fragment(graph.variable(v))]
+            fragments = [v for v in retrieval_op.inputs if self.flow.is_fragment(graph.variable(v))]
             return verdict(
                 crowding, ErrorType.EXTRACTION,
                 f"{held.id} \"{held.value}\" holds {track.label}, but {retrieval_op.name} ({retrieval_op.id}, k={k}) "
@@ -496,7 +297,7 @@ class ConversationLineage:
         ]
         return max(steering, key=lambda op: op.seq, default=None)
 
-    def _decisive(self, drops: Sequence[_Drop]) -> _Drop:
+    def _decisive(self, drops: Sequence[Drop]) -> Drop:
         """Among several drops of one turn's information, the one that destroyed a stored unit (an update or
         deletion) is decisive if any; else the first."""
         for drop in drops:
@@ -504,10 +305,10 @@ class ConversationLineage:
                 return drop
         return drops[0]
 
-    def _construction_verdict(self, case: CaseResult, track: _Track, drop: _Drop, verdict) -> Attribution:
+    def _construction_verdict(self, case: CaseResult, track: Track, drop: Drop, verdict) -> Attribution:
         graph = self.graph
         op, carrier, output = drop.op, drop.carrier, drop.output
-        blamed = self._decision_maker(op)
+        blamed = self.flow.decision_maker(op)
         error = ERROR_BY_KIND.get(op.kind) or ERROR_BY_KIND.get(blamed.kind, ErrorType.EXTRACTION)
         produced = f"{output.id} {_quote(output.value)}" if output is not None else "nothing"
         if error == ErrorType.EXTRACTION:
@@ -540,7 +341,7 @@ class ConversationLineage:
             )
         return verdict(blamed, error, reason, 0.9 if track.is_gold else 0.8)
 
-    def _what_was_lost(self, case: CaseResult, track: _Track, carrier: Variable) -> str:
+    def _what_was_lost(self, case: CaseResult, track: Track, carrier: Variable) -> str:
         parts = [track.label]
         if track.is_gold and is_date_like(case.question.gold):
             parts = [f"the date the answer needs (\"{case.question.gold}\")"]
@@ -550,13 +351,13 @@ class ConversationLineage:
                              "against the session date")
         speaker = carrier.meta.get("speaker") if carrier.kind == VarKind.TURN else None
         said = turn_text(carrier.value) if carrier.kind == VarKind.TURN else carrier.value
-        others = [n for n in people_in(said) if n != speaker and n not in self._speakers]
+        others = [n for n in people_in(said) if n != speaker and n not in self.flow.speakers]
         if others:
             parts.append(f"the turn is about another person ({', '.join(dict.fromkeys(others))}), not the speaker")
         return "; ".join(parts)
 
     def _response_reason(
-        self, case: CaseResult, op: Operation, answer: Variable, context: Variable | None, tracks: Iterable[_Track]
+        self, case: CaseResult, op: Operation, answer: Variable, context: Variable | None, tracks: Iterable[Track]
     ) -> str:
         held = f"the context {context.id}" if context is not None else "its inputs"
         reason = (
