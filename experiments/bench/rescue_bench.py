@@ -55,7 +55,7 @@ SETTINGS: Mapping[str, Mapping[str, Any]] = {
 COLUMNS = (
     "system", "world", "setting", "n", "rescues_alone_%", "necessary_%", "joint_named_%", "joint_cases",
     "joint_sufficient_%", "verified", "verified_precision_%", "unverifiable_%", "calls_per_case", "replays_per_case",
-    "top_blamed", "oracle_top", "oracle_top_split",
+    "top_blamed", "oracle_top", "oracle_top_split", "top_vs_split",
 )
 
 
