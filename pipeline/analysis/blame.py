@@ -43,7 +43,7 @@ class StageBlame:
 
 @dataclass(frozen=True)
 class BlameTable:
-    """Blame per stage, most blamed (by weight) first (ties by stage name)."""
+    """Blame per stage, most blamed (by weight) first (ties: by the failures naming the stage, then by name)."""
 
     rows: tuple[StageBlame, ...] = ()
     total: int = 0
