@@ -141,12 +141,15 @@ class LoopConfig:
     # with attributor.verify: train failures checked by replay per iteration, a sample over the blamed
     # stages (replays count in the budget); null: every failure
     verify_cases: int | None = LoopSettings.verify_cases
+    # train conversations each incumbent is evaluated and attributed on, the next ones of a seeded order
+    # after each accepted candidate (pipeline/loop/splits.py, train_part); 0: all of train
+    train_conversations: int = LoopSettings.train_conversations
     # candidate screening (pipeline/loop/screening.py): enabled, guard_fraction, min_guard, audit
     screen: ScreenSettings = field(default_factory=ScreenSettings)
 
     def __post_init__(self) -> None:
         require(self, max_iterations=(1, None), max_candidates=(1, None), patience=(1, None), min_gain=(0, None),
-                budget_calls=(0, None))
+                budget_calls=(0, None), train_conversations=(0, None))
         if self.verify_cases is not None:
             require(self, verify_cases=(1, None))
         if self.min_gain >= 1:  # a paired accuracy gain: 1 or more can never be reached
@@ -216,7 +219,7 @@ class OptimizeConfig(_AppConfig):
             max_candidates=self.loop.max_candidates, exclude_categories=self.evaluation.exclude_categories,
             workers=self.workers, seed=self.seed, budget_calls=self.loop.budget_calls,
             budget_counts_cached=self.loop.budget_counts_cached, verify_cases=self.loop.verify_cases,
-            screen=self.loop.screen,
+            train_conversations=self.loop.train_conversations, screen=self.loop.screen,
         )
 
 

@@ -1,7 +1,8 @@
 """The closed loop: evaluate, attribute, blame, propose, gate — iteration by iteration — then test once.
 
 Iteration 0 evaluates the starting prompt set on train and dev. Each later iteration evaluates the
-current prompt set on train, attributes the train failures (with the injected `Attributor`; lineage
+current prompt set on train (with `train_conversations`, on the next few train conversations after each
+accepted candidate: `splits.train_part`), attributes the train failures (with the injected `Attributor`; lineage
 by default), aggregates blame, asks the optimizer for candidates (handing it an `Evaluator`, the
 `LoopEvaluator`, that scores prompt sets on train or dev through this loop's runner and memory
 cache, its calls counted) and evaluates them on dev; a candidate is accepted only when its paired
@@ -74,7 +75,7 @@ from memtrace_loop.pipeline.loop.iteration_records import (
 from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
 from memtrace_loop.pipeline.loop.runner import ProgressSink, RunResult, run_dataset
 from memtrace_loop.pipeline.loop.screening import ScreenSettings
-from memtrace_loop.pipeline.loop.splits import Splits
+from memtrace_loop.pipeline.loop.splits import Splits, train_part
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +97,7 @@ class LoopSettings:
     budget_calls: int = 0  # task + rewriter + attributor LM calls; 0: no budget (see the module doc)
     budget_counts_cached: bool = True  # calls served by DSPy's response cache count against the budget
     verify_cases: int | None = 8  # train failures a replay check verifies per iteration (a sample; None: all)
+    train_conversations: int = 0  # train conversations each incumbent is evaluated and attributed on (0: all)
     screen: ScreenSettings = field(default_factory=ScreenSettings)  # candidate screening (pipeline.loop.screening)
 
 
@@ -156,6 +158,7 @@ class OptimizationLoop:
         self._budget_cut = False
         self._last_train: tuple[tuple[str, str], RunResult] | None = None
         self._train_reused = 0
+        self._train_round = 0  # candidates accepted so far: which part of train the incumbent is read on
 
     def case_runner(self) -> LoopCaseRunner:
         return LoopCaseRunner(
@@ -188,12 +191,15 @@ class OptimizationLoop:
     def evaluate_train(self, prompts: PromptSet, iteration: int, knobs: Mapping[str, Any]) -> RunResult:
         """The train evaluation an iteration starts from. When the prompt set and knob changes are those the
         last train evaluation ran with (the incumbent was kept, or iteration 1 after iteration 0), that
-        result is the answer: nothing in its inputs changed, so nothing is redone."""
+        result is the answer: nothing in its inputs changed, so nothing is redone. With
+        `train_conversations`, each incumbent is evaluated on the next part of train (`train_part`; the
+        round is the number of candidates accepted so far, so a resumed run reads the same part)."""
         key = (prompts.digest(), repr(sorted(knobs.items())))
         if self._last_train is not None and self._last_train[0] == key:
             self._train_reused += 1
             return self._last_train[1]
-        result = self.evaluate(prompts, "train", iteration, knobs=knobs)
+        part = train_part(self.splits.train, self.settings.train_conversations, self._train_round, self.settings.seed)
+        result = self.evaluate(prompts, "train", iteration, dataset=part, knobs=knobs)
         self._last_train = (key, result)
         return result
 
@@ -234,6 +240,7 @@ class OptimizationLoop:
             start = start_prompts or self.system.prompt_set()
             progress = LoopProgress(0, start, 0, start)
         records: list[IterationRecord] = []
+        self._train_round = sum(1 for summary in progress.history if summary.accepted is not None)
 
         current, knobs = progress.current, dict(progress.knobs)
         current_dev = self.evaluate(current, "dev", progress.iteration, knobs=knobs)
@@ -253,6 +260,7 @@ class OptimizationLoop:
             accepted = record.accepted
             if accepted is not None and accepted_dev is not None:
                 current, current_dev, stale = accepted.candidate.prompts, accepted_dev, 0
+                self._train_round += 1
                 knobs = {**knobs, **accepted.candidate.knobs}
             else:
                 stale += 1
