@@ -43,10 +43,12 @@ README = REPO / "README.md"
 # purpose: a change in any of them may move the numbers, so the figure has to be re-measured or re-stamped.
 _WORLD = ("pipeline/sim/**/*.py", "memory_systems/**/*.py", "conf/**/*.yaml")
 _LOOP = ("pipeline/loop/**/*.py", "pipeline/analysis/**/*.py", "optimizers/**/*.py")
+_COMPARE = (*_WORLD, *_LOOP, "pipeline/backends/**/*.py", "pipeline/data/**/*.py", "experiments/compare.py",
+            "experiments/conf/**/*.yaml")
 FIGURES: dict[str, tuple[str, ...]] = {
     "optimizer_table": (*_WORLD, *_LOOP, "pipeline/backends/**/*.py", "pipeline/data/**/*.py"),
-    "compare": (*_WORLD, *_LOOP, "pipeline/backends/**/*.py", "pipeline/data/**/*.py", "experiments/compare.py",
-                "experiments/conf/**/*.yaml"),
+    "compare": _COMPARE,
+    "compare_train_parts": _COMPARE,  # the same sweep with loop.train_conversations=1
     "attribution_bench": (*_WORLD, "pipeline/analysis/**/*.py", "pipeline/benchmark/**/*.py",
                           "experiments/bench/attribution_bench.py"),
     "rescue_bench": (*_WORLD, "pipeline/analysis/**/*.py", "pipeline/benchmark/**/*.py",
