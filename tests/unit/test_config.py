@@ -100,6 +100,7 @@ def test_every_group_option_composes_and_validates(group, option, monkeypatch):
         ("loop.max_iterations=0", "loop.max_iterations"),
         ("loop.patience=x", "loop.patience"),
         ("loop.budget_calls=-1", "loop.budget_calls"),
+        ("loop.train_conversations=-1", "loop.train_conversations"),
         ("dataset.exclude_categories=five", "dataset.exclude_categories"),
         ("dataset.n_conversations=0", "dataset.n_conversations"),
         ("optimizer.top_stages=0", "optimizer.top_stages"),
@@ -187,7 +188,7 @@ def test_hydra_composes_exactly_the_schema_defaults():
         assert composed[key] == defaults[key]
     assert composed["loop"] == defaults_of(LoopConfig) == {
         "max_iterations": 6, "max_candidates": 2, "patience": 2, "min_gain": 0.02, "budget_calls": 0,
-        "budget_counts_cached": True, "verify_cases": 8,
+        "budget_counts_cached": True, "verify_cases": 8, "train_conversations": 0,
         "screen": {"enabled": True, "guard_fraction": 0.25, "min_guard": 5, "audit": False},
     }
     assert composed["splits"] == {**defaults_of(SplitsConfig), "seed": composed["seed"]}
@@ -237,10 +238,11 @@ def test_no_yaml_file_repeats_a_schema_default():
 
 def test_validated_loop_settings_follow_the_config():
     config = validated_optimize(plain("loop.max_iterations=3", "loop.min_gain=0.1", "workers=2", "seed=4",
-                                      "loop.budget_calls=500", "loop.budget_counts_cached=false"))
+                                      "loop.budget_calls=500", "loop.budget_counts_cached=false",
+                                      "loop.train_conversations=1"))
     assert config.loop_settings() == LoopSettings(
         max_iterations=3, patience=2, min_gain=0.1, max_candidates=2, exclude_categories=(5,), workers=2, seed=4,
-        budget_calls=500, budget_counts_cached=False,
+        budget_calls=500, budget_counts_cached=False, train_conversations=1,
     )
 
 
