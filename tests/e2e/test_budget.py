@@ -18,6 +18,7 @@ from memtrace_loop.pipeline.data.locomo import split_by_conversation
 from memtrace_loop.pipeline.loop.optimization import LoopSettings, OptimizationLoop, Splits
 from memtrace_loop.pipeline.loop.runner import make_judge
 
+from tests.support.loops import Interrupted, StopAfter
 from tests.support.sim import sim_dataset, sim_lm
 
 pytestmark = pytest.mark.slow
@@ -167,22 +168,7 @@ def test_the_loop_needs_a_ledger_and_a_budget_must_not_be_negative():
                          replace(SETTINGS, budget_calls=-1), calls=CallLedger())
 
 
-class _Interrupt(Exception):
-    pass
 
-
-class _StopAt:
-    """Interrupts the run when iteration `n` finishes (before its checkpoint is written)."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def on_iteration(self, record) -> None:
-        if record.iteration == self.n:
-            raise _Interrupt
-
-    def on_finish(self, result) -> None:
-        pass
 
 
 def test_a_resumed_run_continues_the_budget_its_checkpoint_recorded(tmp_path):
@@ -190,8 +176,8 @@ def test_a_resumed_run_continues_the_budget_its_checkpoint_recorded(tmp_path):
     budget = crossing_budget(probe_steps, "train@2") if any(k == "train@2" for k, *_ in probe_steps.rows) else 0
     assert budget
     checkpoint = tmp_path / "checkpoint.json"
-    with pytest.raises(_Interrupt):
-        run("attribution", budget, checkpoint=checkpoint, observers=[_StopAt(2)])
+    with pytest.raises(Interrupted):
+        run("attribution", budget, checkpoint=checkpoint, observers=[StopAfter(2)])
     recorded = json.loads(checkpoint.read_text())["budget_spent"]
     assert recorded == budget - 1  # spent by the end of iteration 1, just before train@2 started
 

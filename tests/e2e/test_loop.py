@@ -32,6 +32,7 @@ from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
 from memtrace_loop.pipeline.tracking.export import apply_prompts
 from memtrace_loop.pipeline.tracking.loop_observer import TrackingLoopObserver
 
+from tests.support.loops import Interrupted, StopAfter
 from tests.support.sim import sim_dataset, sim_lm
 from tests.support.tracking import InMemoryTracker
 
@@ -201,20 +202,7 @@ def test_built_memories_are_reused_and_the_saved_calls_are_counted_exactly(resul
     assert without_reuse.calls.cached() == 0
 
 
-class _Interrupt(Exception):
-    pass
 
-
-class _StopAfter:
-    def __init__(self, iteration: int) -> None:
-        self.iteration = iteration
-
-    def on_iteration(self, record: IterationRecord) -> None:
-        if record.iteration == self.iteration:
-            raise _Interrupt
-
-    def on_finish(self, result) -> None:
-        pass
 
 
 def _without_spent(summary) -> dict:
@@ -224,8 +212,8 @@ def _without_spent(summary) -> dict:
 @pytest.mark.parametrize("interrupt_after", [0, 2, 5])  # 5: the checkpoint holds an accepted knob change
 def test_an_interrupted_run_resumes_to_the_same_result(results, tmp_path, interrupt_after):
     checkpoint = tmp_path / "checkpoint.json"
-    with pytest.raises(_Interrupt):
-        make_loop(checkpoint=checkpoint, observers=[_StopAfter(interrupt_after)], config_digest="cfg").run()
+    with pytest.raises(Interrupted):
+        make_loop(checkpoint=checkpoint, observers=[StopAfter(interrupt_after)], config_digest="cfg").run()
     # the observer interrupts before the checkpoint of that iteration: resume from the one before
     if interrupt_after == 0:
         assert not checkpoint.exists()

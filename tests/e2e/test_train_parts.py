@@ -16,6 +16,7 @@ from memtrace_loop.pipeline.loop.optimization import LoopResult, LoopSettings, O
 from memtrace_loop.pipeline.loop.runner import make_judge
 from memtrace_loop.pipeline.loop.splits import train_part
 
+from tests.support.loops import Interrupted, StopAfter
 from tests.support.sim import sim_dataset, sim_lm
 
 pytestmark = pytest.mark.slow
@@ -37,20 +38,7 @@ def make_loop(settings: LoopSettings, **kwargs) -> OptimizationLoop:
     return OptimizationLoop(system, make_judge(lms.judge), optimizer, splits(), settings, calls=calls, **kwargs)
 
 
-class _Interrupt(Exception):
-    pass
 
-
-class _StopAfter:
-    def __init__(self, iteration: int) -> None:
-        self.iteration = iteration
-
-    def on_iteration(self, record) -> None:
-        if record.iteration == self.iteration:
-            raise _Interrupt
-
-    def on_finish(self, result) -> None:
-        pass
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +74,8 @@ def test_reading_one_train_conversation_costs_fewer_calls_and_still_improves(run
 def test_a_resumed_run_reads_the_same_parts_and_ends_the_same(runs, tmp_path) -> None:
     settings = replace(SETTINGS, train_conversations=1)
     checkpoint = tmp_path / "checkpoint.json"
-    with pytest.raises(_Interrupt):
-        make_loop(settings, checkpoint=checkpoint, observers=[_StopAfter(3)], config_digest="cfg").run()
+    with pytest.raises(Interrupted):
+        make_loop(settings, checkpoint=checkpoint, observers=[StopAfter(3)], config_digest="cfg").run()
     resumed = make_loop(settings, checkpoint=checkpoint, config_digest="cfg").run(resume=True)
     assert resumed.final_prompts == runs[1].final_prompts
     assert [train_ids(r) for r in resumed.iterations] == [train_ids(r) for r in runs[1].iterations[3:]]

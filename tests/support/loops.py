@@ -25,3 +25,22 @@ def sim_attribution_loop(n_conversations: int, max_iterations: int, patience: in
     loop = OptimizationLoop(system, make_judge(lms.judge), build_optimizer("attribution", lms.rewriter, system=system),
                             Splits(parts.train, parts.dev, parts.test), settings, calls=calls)
     return loop.run()
+
+
+class Interrupted(Exception):
+    """Raised by `StopAfter`: the test's stand-in for a killed run."""
+
+
+class StopAfter:
+    """A loop observer that interrupts the run when iteration `n` finishes, before its checkpoint is written
+    (so a resume starts from the iteration before)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def on_iteration(self, record) -> None:
+        if record.iteration == self.n:
+            raise Interrupted
+
+    def on_finish(self, result) -> None:
+        pass
