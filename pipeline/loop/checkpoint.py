@@ -67,6 +67,11 @@ class LoopProgress:
     knobs: Mapping[str, Any] = field(default_factory=dict)  # accepted knob changes
     calls: CallTally = field(default_factory=CallTally)  # LM calls per role by the end of `iteration`
 
+    @property
+    def accepted(self) -> int:
+        """Candidates accepted so far (over every iteration in `history`)."""
+        return sum(1 for summary in self.history if summary.accepted is not None)
+
 
 def write_checkpoint(path: Path, progress: LoopProgress, config_digest: str, extra: Mapping[str, Any]) -> None:
     """`progress` (with the run's config digest and `extra` keys) as the checkpoint at `path`."""

@@ -158,7 +158,7 @@ class OptimizationLoop:
         self._budget_cut = False
         self._last_train: tuple[tuple[str, str], RunResult] | None = None
         self._train_reused = 0
-        self._train_round = 0  # candidates accepted so far: which part of train the incumbent is read on
+        self._train_round = 0  # which part of train the incumbent is read on: `LoopProgress.accepted`
 
     def case_runner(self) -> LoopCaseRunner:
         return LoopCaseRunner(
@@ -240,7 +240,7 @@ class OptimizationLoop:
             start = start_prompts or self.system.prompt_set()
             progress = LoopProgress(0, start, 0, start)
         records: list[IterationRecord] = []
-        self._train_round = sum(1 for summary in progress.history if summary.accepted is not None)
+        self._train_round = progress.accepted
 
         current, knobs = progress.current, dict(progress.knobs)
         current_dev = self.evaluate(current, "dev", progress.iteration, knobs=knobs)
@@ -254,13 +254,13 @@ class OptimizationLoop:
         iteration, stale = progress.iteration, progress.stale
         while iteration < self.settings.max_iterations and stale < self.settings.patience and not self._out_of_budget():
             iteration += 1
+            self._train_round = progress.accepted
             record, accepted_dev = self._iterate(iteration, current, current_dev, knobs)
             record = self._with_calls(record)
             records.append(record)
             accepted = record.accepted
             if accepted is not None and accepted_dev is not None:
                 current, current_dev, stale = accepted.candidate.prompts, accepted_dev, 0
-                self._train_round += 1
                 knobs = {**knobs, **accepted.candidate.knobs}
             else:
                 stale += 1

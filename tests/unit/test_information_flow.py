@@ -70,7 +70,7 @@ def test_follow_finds_the_update_that_overwrote_the_stored_fact() -> None:
     assert drops == [Drop(wrote.update, graph.variable(wrote.stored), graph.variable(wrote.overwritten))]
     assert flow.decision_maker(wrote.update) == wrote.decide  # the store write only executed the decision
     assert [m.id for m in flow.live_memories] == [wrote.overwritten]
-    assert flow.content_survivors(lisbon(flow), flow.live_memories) == []
+    assert flow.content_survivors(lisbon(flow)) == []
 
 
 def test_a_write_that_did_not_take_the_information_is_no_drop_when_another_did() -> None:
@@ -104,7 +104,7 @@ def test_a_copy_step_carries_a_turn_only_whole() -> None:
     assert all(flow.is_fragment(graph.variable(v)) for v in (head, tail))
     assert flow.crowding_copy_step(search) == graph.producer(head)
     # a fragment of the source turn itself is not the information living elsewhere
-    assert flow.content_survivors(lisbon(flow), flow.live_memories) == []
+    assert flow.content_survivors(lisbon(flow)) == []
 
 
 def test_content_survivors_are_llm_written_units_or_copies_of_another_turn_for_the_gold_answer() -> None:
@@ -122,5 +122,5 @@ def test_content_survivors_are_llm_written_units_or_copies_of_another_turn_for_t
     said = Track("what turn:D1:1 says about \"lisbon\"", gold.target, gold.sources, False, MOVED)
 
     assert flow.follow(gold)[0] == {SAID}
-    assert [m.id for m in flow.content_survivors(gold, flow.live_memories)] == [copy, written]
-    assert [m.id for m in flow.content_survivors(said, flow.live_memories)] == [written]  # only an LLM's unit
+    assert [m.id for m in flow.content_survivors(gold)] == [copy, written]
+    assert [m.id for m in flow.content_survivors(said)] == [written]  # only an LLM's unit

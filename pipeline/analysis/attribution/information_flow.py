@@ -21,7 +21,7 @@ An extract step that kept the move but not the city drops the answer "Lisbon" on
 >>> live, drops = flow.follow(lisbon)
 >>> sorted(live), [(drop.op.name, drop.carrier.id) for drop in drops]
 (['turn:D1:1@1'], [('extract_facts', 'turn:D1:1@1')])
->>> [unit.id for unit in flow.live_memories], flow.content_survivors(lisbon, flow.live_memories)
+>>> [unit.id for unit in flow.live_memories], flow.content_survivors(lisbon)
 (['memory:m1@1'], [])
 """
 
@@ -242,13 +242,13 @@ class InformationFlow:
         producer = self.graph.producer(unit.id)
         return producer is not None and self.decision_maker(producer).prompt is not None
 
-    def content_survivors(self, track: Track, live_memories: Sequence[Variable]) -> list[Variable]:
-        """Live units that carry the track's content without descending from its sources: a unit an LLM
-        wrote (a merged or rephrased memory), or — for the gold answer — a copy of another turn saying
-        it. A fragment of the source turn itself, or another turn's copy sharing a word with the
-        evidence, is not the information."""
+    def content_survivors(self, track: Track) -> list[Variable]:
+        """Units live at question time (`live_memories`) that carry the track's content without descending
+        from its sources: a unit an LLM wrote (a merged or rephrased memory), or — for the gold answer — a
+        copy of another turn saying it. A fragment of the source turn itself, or another turn's copy sharing
+        a word with the evidence, is not the information."""
         return [
-            m for m in live_memories
+            m for m in self.live_memories
             if self.carries(m, track.target)
             and not self._copied_from(m, track.sources)
             and (track.is_gold or self._written_by_llm(m))

@@ -168,7 +168,7 @@ class ConversationLineage:
             live, drops = self.flow.follow(track)
             survivors = [m for m in live_memories if m.id in live]
             if not survivors:  # by content: the information may live in a unit from another turn
-                survivors = self.flow.content_survivors(track, live_memories)
+                survivors = self.flow.content_survivors(track)
             survivors_by_track[track.label] = survivors
             if survivors:
                 continue
