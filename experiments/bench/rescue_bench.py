@@ -37,7 +37,7 @@ from memtrace_loop.pipeline.backends.lm import LMConfig, LMSet
 from memtrace_loop.pipeline.backends.registry import backend_test_world, build_lm
 from memtrace_loop.pipeline.benchmark.injection import build_system_cases
 from memtrace_loop.pipeline.benchmark.rescue import RescueLabel, WorldOracle, degraded_worlds, rescue_oracle
-from memtrace_loop.pipeline.benchmark.rescue_scoring import RescueScore, summarize_rescue
+from memtrace_loop.pipeline.benchmark.rescue_scoring import READINGS, RescueScore, summarize_rescue, top_agreement
 from memtrace_loop.pipeline.benchmark.scoring import score_attributor
 from memtrace_loop.pipeline.core.records import Dataset
 from memtrace_loop.pipeline.data.registry import load_dataset
@@ -55,7 +55,7 @@ SETTINGS: Mapping[str, Mapping[str, Any]] = {
 COLUMNS = (
     "system", "world", "setting", "n", "rescues_alone_%", "necessary_%", "joint_named_%", "joint_cases",
     "joint_sufficient_%", "verified", "verified_precision_%", "unverifiable_%", "calls_per_case", "replays_per_case",
-    "top_blamed", "oracle_top", "oracle_top_split", "top_vs_split",
+    "top_blamed", "oracle_top", "oracle_top_split", "oracle_top_alone", "top_vs_split",
 )
 
 
@@ -162,6 +162,14 @@ def markdown(scores: Sequence[RescueScore]) -> str:
     return "\n".join(lines)
 
 
+def agreement_markdown(scores: Sequence[RescueScore]) -> str:
+    """Per setting, the worlds whose blame-table top stage is each reading's top (`top_agreement`)."""
+    columns = ("setting", "worlds", *READINGS)
+    rows = top_agreement(scores)
+    return "\n".join(["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+                     + ["| " + " | ".join(str(row[c]) for c in columns) + " |" for row in rows])
+
+
 def pooled(results: Sequence[WorldResult]) -> list[RescueScore]:
     """Per system and setting, every world's failures together (world "all"; the top stages are then
     the pooled blame table's and the pooled oracle's)."""
@@ -250,6 +258,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     console.print(render(totals, "per system, every world's failures together"))
     if gap is not None:
         console.print(gap)
+    console.print("top stage agreement: worlds where the blame table's top is the oracle's, per reading "
+                  "(full: joint members count in full; split: as the blame table splits; alone: single rescues)")
+    console.print(agreement_markdown(scores), markup=False, highlight=False, soft_wrap=True)
     if args.markdown:
         for table in (scores, totals):
             console.print(markdown(table) + "\n", markup=False, highlight=False, soft_wrap=True)

@@ -39,11 +39,19 @@ class StageBlame:
     verified: int = 0  # attributions naming this stage that a replay confirmed
     refuted: int = 0  # ... and that a replay did not confirm
     unverifiable: int = 0  # ... and for which no repair but the gold answer exists
+    verified_alone: int = 0  # ... that a replay confirmed with no joint partner: its repair alone rescued
+
+    def rank_key(self) -> tuple[float, int, int, str]:
+        """The table's order: by weight; ties by the failures whose replay showed this stage's repair alone
+        rescues (a rewrite of it gains without a partner's), then by the failures naming it, then by name.
+        Without verification `verified_alone` is 0 everywhere, so ties go by the count."""
+        return (-round(self.weight, 9), -self.verified_alone, -self.count, self.stage)
 
 
 @dataclass(frozen=True)
 class BlameTable:
-    """Blame per stage, most blamed (by weight) first (ties: by the failures naming the stage, then by name)."""
+    """Blame per stage, most blamed first (`StageBlame.rank_key`: by weight; ties by the failures the stage's
+    repair alone was verified to rescue, then by the failures naming it, then by name)."""
 
     rows: tuple[StageBlame, ...] = ()
     total: int = 0
@@ -68,11 +76,44 @@ class BlameTable:
                 "verified": row.verified,
                 "refuted": row.refuted,
                 "unverifiable": row.unverifiable,
+                "verified_alone": row.verified_alone,
                 **{f"n_{kind}": n for kind, n in row.count_by_error_type.items()},
                 "examples": ", ".join(row.example_question_ids),
             }
             for row in self.rows
         ]
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[Mapping[str, object]], total: int | None = None) -> BlameTable:
+        """The table `as_rows` wrote, rows in their order (shares as rounded there, examples as listed);
+        `total` defaults to the rows' counts summed. Rows written before weights read the count as weight,
+        and a missing check column as 0.
+
+        >>> BlameTable.from_rows([{"stage": "extract", "tunable": "prompt", "count": 2, "share": 1.0}]).rows[0].weight
+        2.0
+        """
+        stages = tuple(_row_blame(row) for row in rows)
+        return cls(stages, sum(row.count for row in stages) if total is None else total)
+
+
+def _row_blame(row: Mapping[str, object]) -> StageBlame:
+    counts = {key: int(str(row.get(key, 0))) for key in ("count", "verified", "refuted", "unverifiable",
+                                                         "verified_alone")}
+    return StageBlame(
+        stage=str(row["stage"]),
+        tunable=Tunable(str(row["tunable"])),
+        count=counts["count"],
+        share=float(str(row["share"])),
+        count_by_error_type=MappingProxyType(
+            {k.removeprefix("n_"): int(str(v)) for k, v in row.items() if k.startswith("n_")}
+        ),
+        example_question_ids=tuple(q for q in str(row.get("examples", "")).split(", ") if q),
+        weight=float(str(row.get("weight", counts["count"]))),
+        verified=counts["verified"],
+        refuted=counts["refuted"],
+        unverifiable=counts["unverifiable"],
+        verified_alone=counts["verified_alone"],
+    )
 
 
 def aggregate_blame(attributions: Iterable[Attribution], max_examples: int = 5) -> BlameTable:
@@ -109,9 +150,10 @@ def aggregate_blame(attributions: Iterable[Attribution], max_examples: int = 5) 
                 verified=sum(1 for a, _ in members if a.verified is True),
                 refuted=sum(1 for a, _ in members if a.verified is False),
                 unverifiable=sum(1 for a, _ in members if a.check == Check.UNVERIFIABLE),
+                verified_alone=sum(1 for a, _ in members if a.verified is True and not a.joint),
             )
         )
-    rows.sort(key=lambda row: (-round(row.weight, 9), -row.count, row.stage))
+    rows.sort(key=StageBlame.rank_key)
     return BlameTable(tuple(rows), len(items))
 
 

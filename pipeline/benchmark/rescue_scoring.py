@@ -15,14 +15,14 @@ Per failed case, an attribution (or None: counts as wrong everywhere) against it
 - unverifiable: `check == UNVERIFIABLE`;
 - cost: LM calls and replay calls of the attribution (`AttributionCost`).
 
-Per world and setting, `summarize_rescue` also compares the blame table's top stage
-(`aggregate_blame`, weights by check) with the oracle's most common rescuing stage (single rescuers,
-and the stages of each joint set, each counted once in full: `oracle_top`), and gives the oracle's top
-stage counted the way the blame table counts (`oracle_top_split`: each failure weighs one, split evenly
-over its single rescuers, else over its joint sets and each set's members), so a difference between the
-two says whether the blame table misattributes or only counts joint cases differently. `top_vs_split`
-says whether the table's top stage and the split top differ only where one side is tied (the oracle's
-weights or the table's), so a tie-break is not read as a misattribution. Pure functions over records:
+Per world and setting, `summarize_rescue` also compares the blame table's top stage (`aggregate_blame`,
+weights by check) with the oracle's most common rescuing stage, read three ways: as the blame table counts
+(`oracle_top_split`: each failure weighs one, split evenly over its single rescuers, else over its joint
+sets and each set's members; ties broken as the table breaks them, by the failures a stage rescues alone),
+which is the reading the issue's bar is checked on; each member of a joint set counted once in full
+(`oracle_top`); single rescues only (`oracle_top_alone`). `top_vs_split` says whether the table's top and
+the split top differ only where one side is tied, so a tie-break is not read as a misattribution;
+`top_agreement` counts, per setting, the worlds where the table agrees with each reading. Pure functions over records:
 running attributors is the benchmark's (`experiments.bench.rescue_bench`).
 """
 
@@ -43,10 +43,12 @@ __all__ = [
     "compare_rescue",
     "joint_sufficient",
     "oracle_split_weights",
+    "oracle_top_alone",
     "oracle_top_split",
     "oracle_top_stage",
     "stage_necessary",
     "summarize_rescue",
+    "top_agreement",
     "top_stages",
     "top_vs_split",
 ]
@@ -135,21 +137,37 @@ def oracle_split_weights(labels: Sequence[RescueLabel]) -> dict[str, float]:
 
 def oracle_top_split(labels: Sequence[RescueLabel]) -> str | None:
     """The stage the oracle's rescues weigh most under `oracle_split_weights`. Ties as the blame table
-    breaks them: by the number of failures the stage takes part in, then by name.
+    breaks them (`StageBlame.rank_key`): by the failures the stage rescues alone, then by the failures it
+    takes part in, then by name.
 
     >>> joint = RescueLabel("q1", frozenset(), ("extract", "respond"), False, (("extract", "respond"),))
     >>> decide, extract = (RescueLabel("q2", frozenset({s}), None, False) for s in ("decide", "extract"))
     >>> labels = [joint] * 3 + [extract] + [decide] * 3  # extract: 3 + 1 in full, 1.5 + 1 split; decide: 3
     >>> oracle_top_stage(labels), oracle_top_split(labels)
     ('extract', 'decide')
+    >>> oracle_top_split([joint] * 2 + [decide])  # extract 1 = decide 1: decide rescues a failure alone
+    'decide'
     """
     weights = oracle_split_weights(labels)
-    failures: Counter[str] = Counter()  # failures a stage takes part in: the blame table's tie-break
+    alone = Counter(stage for label in labels for stage in label.rescuers)
+    failures: Counter[str] = Counter()  # failures a stage takes part in
     for label in labels:
         failures.update({stage for members in label.rescuing_sets() for stage in members})
     if not weights:
         return None
-    return min(weights, key=lambda stage: (-round(weights[stage], 9), -failures[stage], stage))
+    return min(weights, key=lambda stage: (-round(weights[stage], 9), -alone[stage], -failures[stage], stage))
+
+
+def oracle_top_alone(labels: Sequence[RescueLabel]) -> str | None:
+    """The stage whose repair alone rescues the most failures (joint cases count for no stage); ties by
+    name. A third reading of "the most common rescuing stage", reported beside the other two.
+
+    >>> joint = RescueLabel("q1", frozenset(), ("extract", "respond"), False, (("extract", "respond"),))
+    >>> oracle_top_alone([joint] * 3 + [RescueLabel("q2", frozenset({"decide"}), None, False)])
+    'decide'
+    """
+    alone = Counter(stage for label in labels for stage in label.rescuers)
+    return min(alone, key=lambda stage: (-alone[stage], stage)) if alone else None
 
 
 def top_stages(weights: Mapping[str, float]) -> frozenset[str]:
@@ -201,6 +219,7 @@ class RescueScore:
     top_blamed: str | None
     oracle_top: str | None
     oracle_top_split: str | None = None
+    oracle_top_alone: str | None = None
     top_vs_split: str | None = None  # `top_vs_split`: agrees, tie (differs only by a tie-break), differs
 
     @property
@@ -222,7 +241,7 @@ class RescueScore:
             "calls_per_case": round(self.lm_calls_per_case + self.replay_calls_per_case, 2),
             "replays_per_case": round(self.replay_calls_per_case, 2),
             "top_blamed": self.top_blamed, "oracle_top": self.oracle_top, "oracle_top_split": self.oracle_top_split,
-            "top_vs_split": self.top_vs_split,
+            "oracle_top_alone": self.oracle_top_alone, "top_vs_split": self.top_vs_split,
         }
 
 
@@ -259,5 +278,23 @@ def summarize_rescue(
         top_blamed=table.rows[0].stage if table.rows else None,
         oracle_top=oracle_top_stage(list(labels.values())),
         oracle_top_split=oracle_top_split(list(labels.values())),
+        oracle_top_alone=oracle_top_alone(list(labels.values())),
         top_vs_split=top_vs_split(table, list(labels.values())),
     )
+
+
+# The three readings of "the oracle's most common rescuing stage" (`RescueScore` fields): each member of a
+# joint set counted in full; each failure weighing one, split as the blame table splits it; single rescues only.
+READINGS = {"full": "oracle_top", "split": "oracle_top_split", "alone": "oracle_top_alone"}
+
+
+def top_agreement(scores: Sequence[RescueScore]) -> list[dict[str, object]]:
+    """Per setting, in how many worlds the blame table's top stage is each reading's top (`READINGS`);
+    worlds with no blame are left out."""
+    rows = []
+    for setting in dict.fromkeys(s.setting for s in scores):
+        mine = [s for s in scores if s.setting == setting and s.top_blamed is not None]
+        rows.append({"setting": setting, "worlds": len(mine)} | {
+            reading: sum(s.top_blamed == getattr(s, field) for s in mine) for reading, field in READINGS.items()
+        })
+    return rows

@@ -20,7 +20,7 @@ from memtrace_loop.pipeline.core.records import PromptSet
 from memtrace_loop.pipeline.loop.candidate_screens import ScreenOutcome
 from memtrace_loop.pipeline.loop.failure_impact import FailureImpact
 from memtrace_loop.pipeline.loop.runner import RunResult
-from memtrace_loop.pipeline.loop.summaries import CandidateSummary, IterationSummary, blame_from_rows
+from memtrace_loop.pipeline.loop.summaries import CandidateSummary, IterationSummary
 
 __all__ = ["CandidateOutcome", "IterationRecord", "LoopResult", "StopReason", "summarize_iteration"]
 
@@ -86,7 +86,7 @@ def summarize_iteration(record: IterationRecord) -> IterationSummary:
         record.train.report.overall.judge_accuracy,
         dev.judge_accuracy,
         (dev.ci_low, dev.ci_high),
-        blame_from_rows(record.blame.as_rows()),
+        BlameTable.from_rows(record.blame.as_rows()),
         tuple(
             CandidateSummary(
                 tuple(o.candidate.changed_stages), o.dev_accuracy, o.gain.mean_difference,

@@ -11,35 +11,12 @@ iteration equals the one read back from its JSON. This module does not run, log 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from memtrace_loop.pipeline.analysis.attribution.records import Tunable
-from memtrace_loop.pipeline.analysis.blame import BlameTable, StageBlame
-
-
-def blame_from_rows(rows: Sequence[Mapping[str, Any]]) -> BlameTable:
-    """The `BlameTable` behind `BlameTable.as_rows` (shares as rounded there, examples as listed)."""
-    stages = tuple(
-        StageBlame(
-            stage=str(row["stage"]),
-            tunable=Tunable(str(row["tunable"])),
-            count=int(row["count"]),
-            share=float(row["share"]),
-            count_by_error_type=MappingProxyType(
-                {k.removeprefix("n_"): int(v) for k, v in row.items() if k.startswith("n_")}
-            ),
-            example_question_ids=tuple(q for q in str(row.get("examples", "")).split(", ") if q),
-            weight=float(row.get("weight", row["count"])),  # checkpoints before weights: the count
-            verified=int(row.get("verified", 0)),
-            refuted=int(row.get("refuted", 0)),
-            unverifiable=int(row.get("unverifiable", 0)),
-        )
-        for row in rows
-    )
-    return BlameTable(stages, sum(row.count for row in stages))
+from memtrace_loop.pipeline.analysis.blame import BlameTable
 
 
 @dataclass(frozen=True)
@@ -109,6 +86,6 @@ class IterationSummary:
     def from_dict(cls, data: Mapping[str, Any]) -> IterationSummary:
         return cls(
             int(data["iteration"]), float(data["train_accuracy"]), float(data["dev_accuracy"]),
-            (float(data["dev_ci"][0]), float(data["dev_ci"][1])), blame_from_rows(list(data["blame"])),
+            (float(data["dev_ci"][0]), float(data["dev_ci"][1])), BlameTable.from_rows(data["blame"]),
             tuple(CandidateSummary.from_dict(c) for c in data["candidates"]), int(data.get("budget_spent", 0)),
         )

@@ -35,7 +35,7 @@ from memtrace_loop.pipeline.core.records import CaseResult
 from memtrace_loop.pipeline.core.run_folder import RunFolder
 from memtrace_loop.pipeline.data.locomo import validate_record
 from memtrace_loop.pipeline.data.reader import DataError
-from memtrace_loop.pipeline.report.saved_attributions import attributions_from_rows, blame_from_rows
+from memtrace_loop.pipeline.report.saved_attributions import attributions_from_rows
 from pydantic import BaseModel, ConfigDict
 
 logger = logging.getLogger(__name__)
@@ -123,7 +123,7 @@ class ChosenAttributions:
         if found is None:
             return None
         blame_path = folder / RunFolder.BLAME
-        blame = blame_from_rows(_rows(blame_path), len(found)) if blame_path.is_file() else None
+        blame = BlameTable.from_rows(_rows(blame_path), len(found)) if blame_path.is_file() else None
         return cls(record, found, blame)
 
 

@@ -6,13 +6,12 @@ their blame table from the rows `BlameTable.as_rows` wrote (blame.json).
 decisive set comes back with the blamed operation's error type (the rows keep only the operations,
 names and stages of its members); the alternatives (other single repairs that also rescued a case) do
 not come back, so a blame table recomputed from these attributions can differ from the one made with
-them: `blame_from_rows(rows, total)` is that table as it was written. It neither attributes nor reads files.
+them: `BlameTable.from_rows(rows, total)` reads that table as it was written. It neither attributes nor reads files.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from types import MappingProxyType
 from typing import Any
 
 from memtrace_loop.pipeline.analysis.attribution.records import (
@@ -23,7 +22,6 @@ from memtrace_loop.pipeline.analysis.attribution.records import (
     Fault,
     Tunable,
 )
-from memtrace_loop.pipeline.analysis.blame import BlameTable, StageBlame
 from memtrace_loop.pipeline.core.records import CaseResult
 
 
@@ -60,17 +58,3 @@ def attributions_from_rows(
             )
         )
     return tuple(found)
-
-
-def blame_from_rows(rows: Iterable[Mapping[str, Any]], total: int) -> BlameTable:
-    """The blame table `BlameTable.as_rows` wrote (its rows in their order; `total`: the attributions)."""
-    prefix = "n_"
-    return BlameTable(tuple(
-        StageBlame(
-            str(row["stage"]), Tunable(str(row["tunable"])), int(row["count"]), float(row["share"]),
-            MappingProxyType({key.removeprefix(prefix): int(n) for key, n in row.items() if key.startswith(prefix)}),
-            tuple(q for q in str(row.get("examples", "")).split(", ") if q), float(row.get("weight", 0.0)),
-            int(row.get("verified", 0)), int(row.get("refuted", 0)), int(row.get("unverifiable", 0)),
-        )
-        for row in rows
-    ), total)

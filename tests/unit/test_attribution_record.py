@@ -87,9 +87,8 @@ def test_the_latest_is_the_pointer_s_while_its_folder_holds_it_else_the_run_s_ow
 
 
 def test_a_saved_blame_table_reads_back_as_it_was_made():
-    from memtrace_loop.pipeline.analysis.blame import aggregate_blame
-    from memtrace_loop.pipeline.report.saved_attributions import blame_from_rows
+    from memtrace_loop.pipeline.analysis.blame import BlameTable, aggregate_blame
 
     made = aggregate_blame([blamed(RESULTS[0], Check.VERIFIED), blamed(RESULTS[1], Check.REFUTED)])
-    back = blame_from_rows(json.loads(json.dumps(made.as_rows())), made.total)
+    back = BlameTable.from_rows(json.loads(json.dumps(made.as_rows())), made.total)
     assert back.as_rows() == made.as_rows() and back.total == made.total == 2

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from memtrace_loop.memory_systems.registry import build_memory_system
+from memtrace_loop.pipeline.analysis.blame import BlameTable
 from memtrace_loop.pipeline.backends.call_count import CallTally, RoleCalls
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.records import PromptSet
@@ -26,7 +27,7 @@ from memtrace_loop.pipeline.loop.checkpoint import (
     write_checkpoint,
 )
 from memtrace_loop.pipeline.loop.checkpoint_schema import EXTRA_FIELDS, FIELDS
-from memtrace_loop.pipeline.loop.summaries import CandidateSummary, IterationSummary, blame_from_rows
+from memtrace_loop.pipeline.loop.summaries import CandidateSummary, IterationSummary
 
 DIGEST = "cfg-digest"
 RUN_ID = "run-a"
@@ -40,7 +41,7 @@ def _summary(iteration: int) -> IterationSummary:
     candidates = () if iteration == 0 else (
         CandidateSummary(("extract",), 0.5 + iteration / 10, 0.1, (0.0, 0.2), iteration == 1, "dated facts"),
     )
-    return IterationSummary(iteration, 0.4, 0.5, (0.3, 0.7), blame_from_rows(BLAME), candidates, 10 * iteration)
+    return IterationSummary(iteration, 0.4, 0.5, (0.3, 0.7), BlameTable.from_rows(BLAME), candidates, 10 * iteration)
 
 
 PROGRESS = LoopProgress(2, CURRENT, 1, START, tuple(_summary(i) for i in range(3)), 20, {"top_k": 8},

@@ -20,10 +20,12 @@ from memtrace_loop.pipeline.benchmark import rescue_scoring
 from memtrace_loop.pipeline.benchmark.rescue import RescueLabel
 from memtrace_loop.pipeline.benchmark.rescue_scoring import (
     compare_rescue,
+    oracle_top_alone,
     oracle_top_split,
     oracle_top_stage,
     stage_necessary,
     summarize_rescue,
+    top_agreement,
     top_vs_split,
 )
 from memtrace_loop.pipeline.core.records import CaseResult, Question, Scores
@@ -177,6 +179,30 @@ def test_top_vs_split_reads_a_tie_on_either_side_as_a_tie_break_not_a_miss(
     assert top_vs_split(table, labels) == expected
 
 
+def test_the_oracle_breaks_a_split_tie_as_the_blame_table_does_by_rescues_alone() -> None:
+    # extract: 1 + half of 2 joint sets = 2 split, 1 alone; respond: 1 + 1 split, 2 alone... tied at 2
+    joint = RescueLabel("j", frozenset(), ("extract", "decide"), False, (("extract", "decide"),))
+    extract, respond = (RescueLabel(s, frozenset({s}), None, False) for s in ("extract", "respond"))
+    labels = [joint, joint, extract, respond, respond]
+    assert rescue_scoring.oracle_split_weights(labels) == {"extract": 2.0, "decide": 1.0, "respond": 2.0}
+    assert oracle_top_split(labels) == "respond"  # 2 alone against 1, though extract takes part in 3 failures
+    assert oracle_top_stage(labels) == "extract" and oracle_top_alone(labels) == "respond"
+    assert oracle_top_alone([joint, NOTHING]) is None
+
+
+def test_top_agreement_counts_worlds_per_reading_and_setting() -> None:
+    def score(world: str, setting: str, top: str | None, full: str) -> rescue_scoring.RescueScore:
+        made = summarize_rescue("rag", world, setting, {"q1": RETRIEVE_ONLY}, {})
+        return dataclasses.replace(made, top_blamed=top, oracle_top=full)
+
+    scores = [score("a", "lineage", "retrieve", "retrieve"), score("b", "lineage", "retrieve", "respond"),
+              score("c", "lineage", None, "retrieve"), score("a", "llm", "respond", "retrieve")]
+    assert top_agreement(scores) == [
+        {"setting": "lineage", "worlds": 2, "full": 1, "split": 2, "alone": 2},  # world c: nothing blamed
+        {"setting": "llm", "worlds": 1, "full": 0, "split": 0, "alone": 0},
+    ]
+
+
 def test_the_worked_examples_in_the_module_hold() -> None:
     failures, tried = doctest.testmod(rescue_scoring)
-    assert tried >= 8 and failures == 0
+    assert tried >= 11 and failures == 0
