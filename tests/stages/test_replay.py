@@ -19,6 +19,7 @@ from memtrace_loop.pipeline.analysis.attribution.repairs import (
     answer_fault,
     answer_repairable,
     plan_repair,
+    reader_faults,
     widen_stage,
 )
 from memtrace_loop.pipeline.analysis.attribution.replay import Replayer, widened, with_stage_defaults
@@ -193,3 +194,23 @@ def test_the_search_that_finds_how_deep_to_widen_is_the_replays_own_when_made_at
     deeper = {tracer.value_of(near[-1])}  # ranked below the cut: the replay needs a deeper search
     widened_system, probe = Replayer._reaching(system, question, state, Tracer(graph, buffered=True), deeper, k)
     assert probe is None and widened_system is not system
+
+
+def test_a_chunking_stage_off_its_defaults_is_a_suspect_replay_tries_once_and_only_then():
+    for knobs, expected in (({"max_chunk_tokens": 24}, ["chunk"]), ({}, [])):
+        _, system, _, _, result, run = traced("rag", **knobs)
+        blamed = next(a for a in attribute_run(LineageAttributor(), run) if a.evidence)
+        graph = result.graph_by_conversation[blamed.case.question.conversation_id]
+        faults = reader_faults(system, graph, blamed)
+        assert [f.stage for f in faults] == expected  # one per stage, though each evidence turn has its chunk
+        assert all(f.tunable == Tunable.KNOBS and f.error_type == ErrorType.EXTRACTION for f in faults)
+        plans = [plan_repair(system, graph, f) for f in faults]
+        assert all(p is not None and p.kind == Repair.REBUILD for p in plans)
+
+
+def test_a_retrieval_blame_the_widened_search_does_not_rescue_moves_to_the_chunking_that_does():
+    _, system, judge, _, _, run = traced("rag", max_chunk_tokens=24)
+    checked = attribute_run(VerifyingAttributor(LineageAttributor(), Verifier(system, judge)), run)
+    moved = [a for a in checked if a.stage == "chunk" and a.verified and "retrieve" in a.reason]
+    assert moved, [(a.stage, a.check.value, a.reason[:80]) for a in checked]
+    assert not [a for a in checked if a.stage == "retrieve" and a.verified is False]  # none left refuted

@@ -316,6 +316,28 @@ def test_rag_chunk_not_retrieved_is_a_retrieval_error_on_the_knobs() -> None:
     assert found.reason.startswith(f"chunk:1@1 \"[{DATE}] Alice: {MOVED}")
 
 
+def test_a_search_that_missed_two_evidence_turns_restores_both() -> None:
+    # two hops: who the uncle is, and where he lives; each turn in its own chunk, the search returned neither
+    graph = new_graph()
+    lines = [("D1:1", "Alice", "My uncle's name is Carlos."), ("D1:2", "Bob", "Nice weather today."),
+             ("D1:3", "Alice", "Carlos lives in Montreal now.")]
+    chunks = []
+    for dia_id, speaker, text in lines:
+        source = turn(graph, dia_id, speaker, text)
+        chunk = graph.add_variable(f"chunk:{dia_id}", "chunk", graph.variable(source).value,
+                                   {"turns": [dia_id], "tokens": 10, "time": TIME}).id
+        graph.add_operation("chunk_turns", "chunk", OpKind.EXTRACTION, [source], [chunk],
+                            meta={"tokens": 10, "max_chunk_tokens": 12, "overlap_tokens": 0})
+        chunks.append(chunk)
+    question = Question("c1:q9", "c1", "Where does Alice's uncle live?", "Montreal", 1, ("D1:1", "D1:3"))
+    answered = answer_side(graph, question, "Lisbon", units=[chunks[1]], retrieval_name="retrieve_chunks",
+                           meta={"k": 1, "scores": [0.4]})
+    found = attribute(graph, case(question, "Lisbon"))
+    assert answered.retrieval is not None and found.op == answered.retrieval.id
+    search = next(f for f in found.suspects if f.op == answered.retrieval.id)
+    assert set(search.restore) == {chunks[0], chunks[2]}  # not only the unit that holds the answer
+
+
 def test_rag_chunk_retrieved_is_a_response_error() -> None:
     graph, answered = rag_graph(retrieved_chunk=1)
     found = attribute(graph, case(LIVES, "Porto"))

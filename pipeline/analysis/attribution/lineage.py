@@ -140,7 +140,9 @@ class ConversationLineage:
             missed.append(self._follow_up_retrieval(case, retrieval_op, broken, verdict))
         faults_by_op: dict[str, Fault] = {}
         for _, fault in sorted([*broken, *missed], key=lambda item: item[1].seq):
-            faults_by_op.setdefault(fault.op, fault)
+            known = faults_by_op.setdefault(fault.op, fault)  # one op failing several tracks restores them all
+            restore = tuple(dict.fromkeys((*known.restore, *fault.restore)))
+            faults_by_op[fault.op] = dataclasses.replace(known, restore=restore)
         suspects = tuple(faults_by_op.values())
         if broken:
             blamed = min(broken, key=lambda item: item[1].seq)[0]

@@ -278,16 +278,28 @@ def steering_fault(
 
 
 def reader_faults(system: MemorySystem, graph: ExecutionGraph, attribution: Attribution) -> tuple[Fault, ...]:
-    """The LLM construction operations that read an evidence turn and write memory from it, as prompt
-    faults a replay may try (the stages on the information's path that a rule could change)."""
+    """The construction operations that read an evidence turn and write memory from it, as faults a replay
+    may try (the stages on the information's path a rule or a knob could change): an LLM stage's as a
+    prompt fault; a knob stage's (`RESET_KNOBS`, e.g. chunking) as a knob fault, once per stage and only
+    when its knobs are off their defaults (a rebuild with them reset could write units the search finds)."""
     writers = {s.name for s in system.stages if s.llm and s.construction}
+    off_default = set(system.non_default_knobs())
+    cutters = {s.name for s in system.stages if s.repair == StageRepair.RESET_KNOBS and s.construction
+               and not s.llm and off_default & set(s.knobs)}
     turns = [v for v in (first_version(turn_name(t)) for t in attribution.evidence) if v in graph]
-    reason = "the stage that read the evidence turn could have written it better"
-    return tuple(
-        Fault(op.id, op.name, op.stage, ErrorType.EXTRACTION, Tunable.PROMPT, reason, (turn,), op.seq)
-        for turn in turns for op in graph.consumers(turn)
-        if op.stage in writers and op.kind == OpKind.EXTRACTION
-    )
+    ops = [(turn, op) for turn in turns for op in graph.consumers(turn) if op.kind == OpKind.EXTRACTION]
+    found = [
+        Fault(op.id, op.name, op.stage, ErrorType.EXTRACTION, Tunable.PROMPT,
+              "the stage that read the evidence turn could have written it better", (turn,), op.seq)
+        for turn, op in ops if op.stage in writers
+    ]
+    first_cut = {op.stage: (turn, op) for turn, op in reversed(ops) if op.stage in cutters}
+    found += [
+        Fault(op.id, op.name, op.stage, ErrorType.EXTRACTION, Tunable.KNOBS,
+              f"the units {op.stage} cut from the evidence turn may be why the search missed them", (turn,), op.seq)
+        for turn, op in first_cut.values()
+    ]
+    return tuple(found)
 
 
 def retrieval_knob_fault(system: MemorySystem, graph: ExecutionGraph, attribution: Attribution) -> Fault | None:
