@@ -37,7 +37,7 @@ from memtrace_loop.pipeline.backends.lm import LMConfig, LMSet
 from memtrace_loop.pipeline.backends.registry import backend_test_world, build_lm
 from memtrace_loop.pipeline.benchmark.injection import build_system_cases
 from memtrace_loop.pipeline.benchmark.rescue import RescueLabel, WorldOracle, degraded_worlds, rescue_oracle
-from memtrace_loop.pipeline.benchmark.rescue_scoring import READINGS, RescueScore, summarize_rescue, top_agreement
+from memtrace_loop.pipeline.benchmark.rescue_scoring import RescueScore, bar_summary, summarize_rescue
 from memtrace_loop.pipeline.benchmark.scoring import score_attributor
 from memtrace_loop.pipeline.core.records import Dataset
 from memtrace_loop.pipeline.data.registry import load_dataset
@@ -162,12 +162,15 @@ def markdown(scores: Sequence[RescueScore]) -> str:
     return "\n".join(lines)
 
 
-def agreement_markdown(scores: Sequence[RescueScore]) -> str:
-    """Per setting, the worlds whose blame-table top stage is each reading's top (`top_agreement`)."""
-    columns = ("setting", "worlds", *READINGS)
-    rows = top_agreement(scores)
+def bars_markdown(scores: Sequence[RescueScore]) -> str:
+    """Per setting, the pooled shares and top-stage agreement the issue's bars read (`bar_summary`)."""
+    rows = bar_summary(scores)
+    if not rows:
+        return ""
+    columns = tuple(rows[0])
     return "\n".join(["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-                     + ["| " + " | ".join(str(row[c]) for c in columns) + " |" for row in rows])
+                     + ["| " + " | ".join("–" if row[c] is None else str(row[c]) for c in columns) + " |"
+                        for row in rows])
 
 
 def pooled(results: Sequence[WorldResult]) -> list[RescueScore]:
@@ -258,9 +261,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     console.print(render(totals, "per system, every world's failures together"))
     if gap is not None:
         console.print(gap)
-    console.print("top stage agreement: worlds where the blame table's top is the oracle's, per reading "
-                  "(full: joint members count in full; split: as the blame table splits; alone: single rescues)")
-    console.print(agreement_markdown(scores), markup=False, highlight=False, soft_wrap=True)
+    console.print("the bars, per setting over every world (top=<reading>: worlds where the blame table's top is "
+                  "the oracle's; split: as the table splits a failure, full: joint members in full, "
+                  "alone: single rescues)")
+    console.print(bars_markdown(scores), markup=False, highlight=False, soft_wrap=True)
     if args.markdown:
         for table in (scores, totals):
             console.print(markdown(table) + "\n", markup=False, highlight=False, soft_wrap=True)

@@ -22,7 +22,8 @@ sets and each set's members; ties broken as the table breaks them, by the failur
 which is the reading the issue's bar is checked on; each member of a joint set counted once in full
 (`oracle_top`); single rescues only (`oracle_top_alone`). `top_vs_split` says whether the table's top and
 the split top differ only where one side is tied, so a tie-break is not read as a misattribution;
-`top_agreement` counts, per setting, the worlds where the table agrees with each reading. Pure functions over records:
+`top_agreement` counts, per setting, the worlds where the table agrees with each reading, and `bar_summary`
+puts those counts beside the other pooled shares the issue's bars read. Pure functions over records:
 running attributors is the benchmark's (`experiments.bench.rescue_bench`).
 """
 
@@ -39,6 +40,7 @@ from memtrace_loop.pipeline.benchmark.rescue import RescueLabel
 __all__ = [
     "RescueCaseScore",
     "RescueScore",
+    "bar_summary",
     "blamed_stages",
     "compare_rescue",
     "joint_sufficient",
@@ -296,5 +298,30 @@ def top_agreement(scores: Sequence[RescueScore]) -> list[dict[str, object]]:
         mine = [s for s in scores if s.setting == setting and s.top_blamed is not None]
         rows.append({"setting": setting, "worlds": len(mine)} | {
             reading: sum(s.top_blamed == getattr(s, field) for s in mine) for reading, field in READINGS.items()
+        })
+    return rows
+
+
+def _pooled(scores: Sequence[RescueScore], share: str, weight: str) -> float | None:
+    rows = [(getattr(s, share), getattr(s, weight)) for s in scores if getattr(s, share) is not None]
+    total = sum(w for _, w in rows)
+    return round(100 * sum(v * w for v, w in rows) / total, 1) if total else None
+
+
+def bar_summary(scores: Sequence[RescueScore]) -> list[dict[str, object]]:
+    """Per setting, over every world's failures: the shares the issue's bars read, pooled by their
+    denominators (rescues alone over failures, verified precision over verified blames, joint named over
+    the oracle's joint cases, joint sufficient over named sets; in %), and `top_agreement`'s counts."""
+    agreement = {row["setting"]: row for row in top_agreement(scores)}
+    rows = []
+    for setting, counts in agreement.items():
+        mine = [s for s in scores if s.setting == setting]
+        rows.append({
+            "setting": setting, "failures": sum(s.n for s in mine),
+            "rescues_alone_%": _pooled(mine, "rescues_alone", "n"),
+            "verified_precision_%": _pooled(mine, "verified_precision", "verified"),
+            "joint_named_%": _pooled(mine, "joint_named", "joint_cases"),
+            "joint_sufficient_%": _pooled(mine, "joint_sufficient", "named_sets"),
+            **{f"top={reading}": f"{counts[reading]}/{counts['worlds']}" for reading in READINGS},
         })
     return rows

@@ -19,6 +19,7 @@ from memtrace_loop.pipeline.analysis.blame import BlameTable, StageBlame
 from memtrace_loop.pipeline.benchmark import rescue_scoring
 from memtrace_loop.pipeline.benchmark.rescue import RescueLabel
 from memtrace_loop.pipeline.benchmark.rescue_scoring import (
+    bar_summary,
     compare_rescue,
     oracle_top_alone,
     oracle_top_split,
@@ -201,6 +202,17 @@ def test_top_agreement_counts_worlds_per_reading_and_setting() -> None:
         {"setting": "lineage", "worlds": 2, "full": 1, "split": 2, "alone": 2},  # world c: nothing blamed
         {"setting": "llm", "worlds": 1, "full": 0, "split": 0, "alone": 0},
     ]
+
+
+def test_bar_summary_pools_each_share_by_its_own_denominator() -> None:
+    right, wrong = blame("q1", "retrieve", Check.VERIFIED), blame("q1", "respond", Check.VERIFIED)
+    one = summarize_rescue("rag", "a", "lineage+verify", {"q1": RETRIEVE_ONLY}, {"q1": right})
+    two = summarize_rescue("rag", "b", "lineage+verify", {"q1": RETRIEVE_ONLY, "q6": RETRIEVE_ONLY},
+                           {"q1": wrong, "q6": None})
+    (row,) = bar_summary([one, two])
+    assert row["failures"] == 3 and row["rescues_alone_%"] == 33.3  # 1 of 3 failures
+    assert row["verified_precision_%"] == 50.0  # 1 of the 2 verified blames is right
+    assert row["joint_named_%"] is None and row["top=split"] == "1/2"  # world b: respond, the oracle retrieve
 
 
 def test_the_worked_examples_in_the_module_hold() -> None:
