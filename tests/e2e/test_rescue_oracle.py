@@ -24,7 +24,7 @@ from memtrace_loop.pipeline.benchmark.rescue import (
     world_repairs,
     world_system,
 )
-from memtrace_loop.pipeline.benchmark.rescue_scoring import RescueScore
+from memtrace_loop.pipeline.benchmark.rescue_scoring import RescueScore, bar_summary
 from memtrace_loop.pipeline.core.records import Dataset
 from memtrace_loop.pipeline.data.registry import load_dataset
 from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
@@ -160,26 +160,20 @@ def test_the_issue_bars_hold_on_the_rescue_oracle() -> None:
     scores = compared_scores()
     misses = []
 
-    def pooled(setting: str, share: str, weight: str, system: str | None = None) -> float:
-        rows = [s for s in scores if s.setting == setting and getattr(s, share) is not None
-                and system in (None, s.system)]
-        total = sum(getattr(s, weight) for s in rows)
-        return sum(getattr(s, share) * getattr(s, weight) for s in rows) / total if total else 1.0
-
+    bars = {row["setting"]: row for row in bar_summary(scores)}
     for setting in ("lineage+verify", "llm+verify"):
-        if (p := pooled(setting, "verified_precision", "verified")) < 0.95:
-            misses.append(f"{setting}: verified precision {p:.2f} < 0.95")
-        if (p := pooled(setting, "joint_named", "joint_cases")) < 0.80:
-            misses.append(f"{setting}: joint named {p:.2f} < 0.80")
-        if (p := pooled(setting, "joint_sufficient", "named_sets")) < 0.95:
-            misses.append(f"{setting}: named sets sufficient {p:.2f} < 0.95")
+        row = bars[setting]
+        misses += [f"{setting}: {share} {row[share]} < {floor}"
+                   for share, floor in (("verified_precision_%", 95), ("joint_named_%", 80), ("joint_sufficient_%", 95))
+                   if row[share] is None or float(str(row[share])) < floor]
         # in every degraded world, the verified blame table's top stage is the oracle's
         misses += [f"{setting} {s.system}/{s.world}: top {s.top_blamed} != oracle split {s.oracle_top_split}"
                    f" ({s.top_vs_split})" for s in scores if s.setting == setting and s.top_vs_split != "agrees"]
     for system in dict.fromkeys(s.system for s in scores):  # per system, not only pooled
-        gap = pooled("lineage", "rescues_alone", "n", system) - pooled("llm", "rescues_alone", "n", system)
-        if gap > 0.10:
-            misses.append(f"{system}: llm rescue precision {gap:.2f} below lineage's (> 0.10)")
+        alone = {row["setting"]: float(str(row["rescues_alone_%"]))
+                 for row in bar_summary([s for s in scores if s.system == system])}
+        if (gap := alone["lineage"] - alone["llm"]) > 10:
+            misses.append(f"{system}: llm rescue precision {gap:.1f} points below lineage's (> 10)")
     assert not misses, "\n".join(misses)
 
 
