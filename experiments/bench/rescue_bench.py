@@ -153,24 +153,22 @@ def render(scores: Sequence[RescueScore], title: str) -> Table:
     return table
 
 
+def markdown_table(columns: Sequence[str], rows: Sequence[Mapping[str, object]]) -> str:
+    """Rows as a Markdown table over `columns` (None as "–"), for docs/results.md."""
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join("–" if row[c] is None else str(row[c]) for c in columns) + " |" for row in rows]
+    return "\n".join(lines)
+
+
 def markdown(scores: Sequence[RescueScore]) -> str:
     """The table as Markdown (for docs/results.md)."""
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    for score in scores:
-        row = score.as_row()
-        lines.append("| " + " | ".join("–" if row[c] is None else str(row[c]) for c in COLUMNS) + " |")
-    return "\n".join(lines)
+    return markdown_table(COLUMNS, [score.as_row() for score in scores])
 
 
 def bars_markdown(scores: Sequence[RescueScore]) -> str:
     """Per setting, the pooled shares and top-stage agreement the issue's bars read (`bar_summary`)."""
     rows = bar_summary(scores)
-    if not rows:
-        return ""
-    columns = tuple(rows[0])
-    return "\n".join(["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-                     + ["| " + " | ".join("–" if row[c] is None else str(row[c]) for c in columns) + " |"
-                        for row in rows])
+    return markdown_table(tuple(rows[0]), rows) if rows else ""
 
 
 def pooled(results: Sequence[WorldResult]) -> list[RescueScore]:

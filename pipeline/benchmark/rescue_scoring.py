@@ -151,13 +151,16 @@ def oracle_top_split(labels: Sequence[RescueLabel]) -> str | None:
     'decide'
     """
     weights = oracle_split_weights(labels)
-    alone = Counter(stage for label in labels for stage in label.rescuers)
-    failures: Counter[str] = Counter()  # failures a stage takes part in
-    for label in labels:
-        failures.update({stage for members in label.rescuing_sets() for stage in members})
+    alone = _alone_counts(labels)
+    failures = Counter(stage for label in labels for stage in frozenset().union(*label.rescuing_sets()))
     if not weights:
         return None
     return min(weights, key=lambda stage: (-round(weights[stage], 9), -alone[stage], -failures[stage], stage))
+
+
+def _alone_counts(labels: Sequence[RescueLabel]) -> Counter[str]:
+    """Per stage, the failures whose repair of that stage alone rescues them."""
+    return Counter(stage for label in labels for stage in label.rescuers)
 
 
 def oracle_top_alone(labels: Sequence[RescueLabel]) -> str | None:
@@ -168,7 +171,7 @@ def oracle_top_alone(labels: Sequence[RescueLabel]) -> str | None:
     >>> oracle_top_alone([joint] * 3 + [RescueLabel("q2", frozenset({"decide"}), None, False)])
     'decide'
     """
-    alone = Counter(stage for label in labels for stage in label.rescuers)
+    alone = _alone_counts(labels)
     return min(alone, key=lambda stage: (-alone[stage], stage)) if alone else None
 
 
@@ -264,6 +267,7 @@ def summarize_rescue(
     verified = [s for s in scores if s.check == Check.VERIFIED]
     found = [a for a in attributions.values() if a is not None]
     table = aggregate_blame(found)
+    oracle = list(labels.values())
     return RescueScore(
         system=system, world=world, setting=setting, n=n,
         rescues_alone=_share([s.rescues_alone for s in scores]) or 0.0,
@@ -278,10 +282,10 @@ def summarize_rescue(
         lm_calls_per_case=sum(s.lm_calls for s in scores) / n if n else 0.0,
         replay_calls_per_case=sum(s.replay_calls for s in scores) / n if n else 0.0,
         top_blamed=table.rows[0].stage if table.rows else None,
-        oracle_top=oracle_top_stage(list(labels.values())),
-        oracle_top_split=oracle_top_split(list(labels.values())),
-        oracle_top_alone=oracle_top_alone(list(labels.values())),
-        top_vs_split=top_vs_split(table, list(labels.values())),
+        oracle_top=oracle_top_stage(oracle),
+        oracle_top_split=oracle_top_split(oracle),
+        oracle_top_alone=oracle_top_alone(oracle),
+        top_vs_split=top_vs_split(table, oracle),
     )
 
 

@@ -156,9 +156,8 @@ class OptimizationLoop:
         self._spent_base = 0
         self._spent_offset = 0
         self._budget_cut = False
-        self._last_train: tuple[tuple[str, str], RunResult] | None = None
+        self._last_train: tuple[tuple[str, str, int], RunResult] | None = None
         self._train_reused = 0
-        self._train_round = 0  # which part of train the incumbent is read on: `LoopProgress.accepted`
 
     def case_runner(self) -> LoopCaseRunner:
         return LoopCaseRunner(
@@ -188,17 +187,20 @@ class OptimizationLoop:
             self._impact[split] = self._impact.get(split, FailureImpact()) + impact
         return result
 
-    def evaluate_train(self, prompts: PromptSet, iteration: int, knobs: Mapping[str, Any]) -> RunResult:
+    def evaluate_train(
+        self, prompts: PromptSet, iteration: int, knobs: Mapping[str, Any], round_: int = 0
+    ) -> RunResult:
         """The train evaluation an iteration starts from. When the prompt set and knob changes are those the
         last train evaluation ran with (the incumbent was kept, or iteration 1 after iteration 0), that
         result is the answer: nothing in its inputs changed, so nothing is redone. With
-        `train_conversations`, each incumbent is evaluated on the next part of train (`train_part`; the
-        round is the number of candidates accepted so far, so a resumed run reads the same part)."""
-        key = (prompts.digest(), repr(sorted(knobs.items())))
+        `train_conversations`, each incumbent is evaluated on the next part of train (`train_part`; `round_`
+        is the number of candidates accepted so far, `LoopProgress.accepted`, so a resumed run reads the
+        same part)."""
+        key = (prompts.digest(), repr(sorted(knobs.items())), round_)
         if self._last_train is not None and self._last_train[0] == key:
             self._train_reused += 1
             return self._last_train[1]
-        part = train_part(self.splits.train, self.settings.train_conversations, self._train_round, self.settings.seed)
+        part = train_part(self.splits.train, self.settings.train_conversations, round_, self.settings.seed)
         result = self.evaluate(prompts, "train", iteration, dataset=part, knobs=knobs)
         self._last_train = (key, result)
         return result
@@ -240,7 +242,6 @@ class OptimizationLoop:
             start = start_prompts or self.system.prompt_set()
             progress = LoopProgress(0, start, 0, start)
         records: list[IterationRecord] = []
-        self._train_round = progress.accepted
 
         current, knobs = progress.current, dict(progress.knobs)
         current_dev = self.evaluate(current, "dev", progress.iteration, knobs=knobs)
@@ -254,8 +255,7 @@ class OptimizationLoop:
         iteration, stale = progress.iteration, progress.stale
         while iteration < self.settings.max_iterations and stale < self.settings.patience and not self._out_of_budget():
             iteration += 1
-            self._train_round = progress.accepted
-            record, accepted_dev = self._iterate(iteration, current, current_dev, knobs)
+            record, accepted_dev = self._iterate(iteration, current, current_dev, knobs, progress.accepted)
             record = self._with_calls(record)
             records.append(record)
             accepted = record.accepted
@@ -309,11 +309,12 @@ class OptimizationLoop:
         return result
 
     def _iterate(
-        self, iteration: int, current: PromptSet, current_dev: RunResult, knobs: Mapping[str, Any]
+        self, iteration: int, current: PromptSet, current_dev: RunResult, knobs: Mapping[str, Any], round_: int
     ) -> tuple[IterationRecord, RunResult | None]:
-        """Attribute train failures, propose, gate on dev. Returns the record and the accepted dev result."""
+        """Attribute train failures (on train part `round_`), propose, gate on dev. Returns the record and
+        the accepted dev result."""
         excluded = self.settings.exclude_categories
-        train = self.evaluate_train(current, iteration, knobs)
+        train = self.evaluate_train(current, iteration, knobs, round_)
         if self._out_of_budget():
             return IterationRecord(iteration, current, train, current_dev, knobs=dict(knobs)), None
         traced = TracedRun(

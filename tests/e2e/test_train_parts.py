@@ -38,9 +38,6 @@ def make_loop(settings: LoopSettings, **kwargs) -> OptimizationLoop:
     return OptimizationLoop(system, make_judge(lms.judge), optimizer, splits(), settings, calls=calls, **kwargs)
 
 
-
-
-
 @pytest.fixture(scope="module")
 def runs() -> dict[int, LoopResult]:
     return {k: make_loop(replace(SETTINGS, train_conversations=k)).run() for k in (0, 1)}
