@@ -54,23 +54,23 @@ lint: install  ## ruff and the type checker (mypy), as CI runs them
 	$(BIN)/mypy
 
 bench: install  ## benchmarks, each printing a table: graph at LoCoMo scale, speed targets, BM25, bootstrap, attribution, report.html, answering vs workers, mem0ai tracing overhead per add, screening at LoCoMo scale
-	$(BIN)/python -m memtrace_loop.experiments.bench.graph_bench
-	$(BIN)/python -m memtrace_loop.experiments.bench.speed_bench
-	$(BIN)/python -m memtrace_loop.experiments.bench.bm25_bench
-	$(BIN)/python -m memtrace_loop.experiments.bench.bootstrap_bench
-	$(BIN)/python -m memtrace_loop.experiments.bench.attribution_bench
-	$(BIN)/python -m memtrace_loop.experiments.bench.rescue_bench
-	$(BIN)/python -m memtrace_loop.experiments.bench.report_bench
-	$(BIN)/python -m memtrace_loop.experiments.bench.workers_bench
-	$(BIN)/python -m memtrace_loop.experiments.bench.mem0ai_bench
-	$(BIN)/python -m memtrace_loop.experiments.bench.screen_bench
+	$(BIN)/python -m memtrace_loop.experiments.lab.bench.graph_bench
+	$(BIN)/python -m memtrace_loop.experiments.lab.bench.speed_bench
+	$(BIN)/python -m memtrace_loop.experiments.lab.bench.bm25_bench
+	$(BIN)/python -m memtrace_loop.experiments.lab.bench.bootstrap_bench
+	$(BIN)/python -m memtrace_loop.experiments.lab.bench.attribution_bench
+	$(BIN)/python -m memtrace_loop.experiments.lab.bench.rescue_bench
+	$(BIN)/python -m memtrace_loop.experiments.lab.bench.report_bench
+	$(BIN)/python -m memtrace_loop.experiments.lab.bench.workers_bench
+	$(BIN)/python -m memtrace_loop.experiments.lab.bench.mem0ai_bench
+	$(BIN)/python -m memtrace_loop.experiments.lab.bench.screen_bench
 
 bench-local: install  ## parse failures of the real local model (lm=local) with and without JSON-schema output, mem0 and mem0ai
-	$(BIN)/python -m memtrace_loop.experiments.bench.local_model_bench
+	$(BIN)/python -m memtrace_loop.experiments.lab.bench.local_model_bench
 
 docs-results: install  ## re-run the demo and rewrite its figures in README.md and docs/results.md; list stale recorded figures
-	$(BIN)/python -m memtrace_loop.experiments.docs_results demo
-	$(BIN)/python -m memtrace_loop.experiments.docs_results check
+	$(BIN)/python -m memtrace_loop.experiments.lab.docs_results demo
+	$(BIN)/python -m memtrace_loop.experiments.lab.docs_results check
 
 ui: install  ## open the local MLflow store
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db

@@ -85,7 +85,7 @@ class FaultKind(StrEnum):
 
 
 class EditKind(StrEnum):
-    """The reply edits the benchmark knows (`pipeline.benchmark.edits`), by the output they edit."""
+    """The reply edits the benchmark knows (`experiments.lab.benchmark.edits`), by the output they edit."""
 
     WRONG_ANSWER = "wrong_answer"  # `answer`: a wrong answer to the question
     DROP_FACTS = "drop_facts"  # `facts`: the evidence turn's facts left out

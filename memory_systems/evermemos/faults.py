@@ -4,7 +4,7 @@
   narrative that still states it holds the information, so losing only the events is no extraction
   error); the truth is the first writer that lost it (`write_events`).
 - retrieval miss: the episodes holding the evidence turn are left out of every ranking of the search.
-It does not inject anything itself (`pipeline.benchmark.injection` does).
+It does not inject anything itself (`experiments.lab.benchmark.injection` does).
 """
 
 from __future__ import annotations

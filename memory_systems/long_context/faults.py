@@ -2,7 +2,7 @@
 
 - trimmed buffer: `window_tokens` set to exactly the tokens of the entries after the evidence turn,
   so the evidence entry is the newest one trimmed; the truth is the `trim` operation that trimmed it.
-It does not inject anything itself (`pipeline.benchmark.injection` does).
+It does not inject anything itself (`experiments.lab.benchmark.injection` does).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The memory units the evidence turn added (first versions of `memory:<id>` variables whose `turn` meta
 is the turn) are what a retrieval miss hides and what an injected UPDATE or DELETE changes. It does
-not inject anything itself (`pipeline.benchmark.injection` does).
+not inject anything itself (`experiments.lab.benchmark.injection` does).
 """
 
 from __future__ import annotations

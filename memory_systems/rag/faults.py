@@ -4,7 +4,7 @@
   (plus room for the speaker prefix), so a chunk boundary splits the turn; the truth is the `chunk`
   operation that read the turn and wrote a chunk marked as splitting it.
 - retrieval miss: the chunks made from the evidence turn are hidden from the answer-time search.
-It does not inject anything itself (`pipeline.benchmark.injection` does).
+It does not inject anything itself (`experiments.lab.benchmark.injection` does).
 """
 
 from __future__ import annotations

@@ -210,7 +210,7 @@ def test_a_fifth_system_is_one_folder_one_registry_line_and_one_config(tmp_path:
     optimized = run(root, work, *cli, "optimize", f"memory_system={NAME}", "dataset.n_conversations=4",
                     "loop.max_iterations=1", f"hydra.run.dir={work}/optimize")
     assert "calls spent" in optimized
-    bench = run(root, work, "-m", "memtrace_loop.experiments.bench.attribution_bench", "--systems", NAME,
+    bench = run(root, work, "-m", "memtrace_loop.experiments.lab.bench.attribution_bench", "--systems", NAME,
                 "--conversations", "1", "--limit-per-kind", "2", "--workers", "1")
     assert NAME in bench
     run(root, work, *cli, "report", f"memory_system={NAME}", f"run_dir={work}/run", f"hydra.run.dir={work}/report")

@@ -1,10 +1,10 @@
-"""Smoke run of the graph benchmark (experiments/bench/graph_bench.py) on a small run: one row per
+"""Smoke run of the graph benchmark (experiments/lab/bench/graph_bench.py) on a small run: one row per
 system with every column, the ExecNetwork export and import timed and the targets judged."""
 
 from __future__ import annotations
 
 import pytest
-from memtrace_loop.experiments.bench import graph_bench
+from memtrace_loop.experiments.lab.bench import graph_bench
 
 
 @pytest.mark.slow  # a small sim run per system (~5 s)

@@ -5,7 +5,7 @@ calls: answer and judge per question), as a user runs it (the CLI in a subproces
 every question has a verdict, the server was stopped (logged, and its port refuses connections
 afterwards), and the share of LM operations that failed is logged and stays under `MAX_FAILED_SHARE`.
 
-The bound comes from measurement (experiments/bench/local_model_bench.py, README "A real model on this
+The bound comes from measurement (experiments/lab/bench/local_model_bench.py, README "A real model on this
 machine"): on this file with mem0 and `max_tokens=64`, 0 of 20 LM operations failed with constrained
 output and 12 of 13 without it; this test's own run: 0 of 6 (without constraints 5 of 6). The bound
 (one failure in this run's 6 operations) leaves room for a reply cut by `max_tokens` that DSPy's JSON
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import pytest
-from memtrace_loop.experiments.bench.local_model_bench import operation_failures
+from memtrace_loop.experiments.lab.bench.local_model_bench import operation_failures
 from memtrace_loop.pipeline.tracking.run_logging import ARTIFACTS_DIR
 
 from tests.support.local_model import missing_local_model, port_open

@@ -1,4 +1,4 @@
-"""The screening benchmark (experiments/bench/screen_bench.py, `make bench`) at a tiny scale: its table's
+"""The screening benchmark (experiments/lab/bench/screen_bench.py, `make bench`) at a tiny scale: its table's
 numbers agree with each other (a screened-out candidate costs at most its full evaluation, a passing one
 its screen plus the rest, a screen rebuilds at most every conversation) and it has one row per candidate
 plus a mean row. No speed is asserted."""
@@ -6,7 +6,7 @@ plus a mean row. No speed is asserted."""
 from __future__ import annotations
 
 import pytest
-from memtrace_loop.experiments.bench import screen_bench
+from memtrace_loop.experiments.lab.bench import screen_bench
 
 
 def _number(cell: str) -> int:

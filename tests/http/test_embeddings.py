@@ -116,7 +116,7 @@ def test_hashing_is_case_and_punctuation_insensitive() -> None:
 
 
 def test_hashing_embeds_10k_texts_in_one_batch() -> None:
-    # how fast: experiments/bench/speed_bench.py (no wall-clock assertion in tests)
+    # how fast: experiments/lab/bench/speed_bench.py (no wall-clock assertion in tests)
     chooser = random.Random(0)
     vocabulary = [f"word{i}" for i in range(5000)] + ["the", "a", "to", "of", "and", "in", "on", "at"]
     texts = [" ".join(chooser.choices(vocabulary, k=14)) for _ in range(10_000)]

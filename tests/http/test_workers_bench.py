@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import pytest
-from memtrace_loop.experiments.bench import workers_bench
+from memtrace_loop.experiments.lab.bench import workers_bench
 
 
 @pytest.mark.slow  # a server process and three tiny runs (~10 s)

@@ -1,6 +1,6 @@
 """The graph of `memory_system=mem0ai` grows linearly with the conversation (the issue's "graphs stay
 linear in conversation length"): twice the turns give twice the variables, operations and edges, within
-bounds, on the real mem0 library with a scripted LM (no timing: experiments/bench/mem0ai_bench.py
+bounds, on the real mem0 library with a scripted LM (no timing: experiments/lab/bench/mem0ai_bench.py
 measures the time per add and the sizes at 20..160 turns). The script makes every turn a fact that is
 added, and every later fact about the same topic an UPDATE of what mem0 shows, so the store, the
 similarity searches and the history all grow with the conversation."""
@@ -11,7 +11,7 @@ import ast
 import json
 import re
 
-from memtrace_loop.experiments.bench.mem0ai_bench import GraphSize, graph_size
+from memtrace_loop.experiments.lab.bench.mem0ai_bench import GraphSize, graph_size
 from memtrace_loop.memory_systems.mem0ai.system import Mem0aiMemory
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.graph import ExecutionGraph

@@ -6,7 +6,7 @@ import itertools
 import math
 
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, AttributionCost, Check, ErrorType
-from memtrace_loop.pipeline.benchmark.scoring import (
+from memtrace_loop.experiments.lab.benchmark.scoring import (
     BenchCase,
     FaultKind,
     InjectedFault,

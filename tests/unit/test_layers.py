@@ -1,7 +1,8 @@
 """The package layering and the other import fences, checked on the source (no module is imported).
 
 Layers, lowest first (docs/ARCHITECTURE.md draws them): core < data, backends < memory_systems <
-analysis < optimizers, interop < loop < benchmark, tracking < report < experiments < conf. No module
+analysis < optimizers, interop < loop < tracking < report < experiments < experiments.lab (the lab:
+benchmarks, benches, figures) < conf. No module
 imports one from a layer at or above its own (within a package anything goes). Besides the layers:
 
 - `pipeline.sim` sits beside them: it may import core, backends and data (it generates data in the
@@ -51,18 +52,18 @@ RANK_BY_PACKAGE = {
     "optimizers": 4,
     "pipeline.interop": 4,
     "pipeline.loop": 5,
-    "pipeline.benchmark": 6,
     "pipeline.tracking": 6,
     "pipeline.report": 7,
     "experiments": 8,
-    "conf": 9,
+    "experiments.lab": 9,
+    "conf": 10,
 }
 SIM = "pipeline.sim"
 SIM_MAY_IMPORT = ("pipeline.core", "pipeline.backends", "pipeline.data")  # it writes the datasets' layouts
 SIM_IMPORTERS = ("pipeline.backends.registry", "pipeline.data.registry")
 SIM_MAY_REACH = ("memory_systems.registry", "memory_systems.spec")  # the systems' own rows, via the registry
 CONF = "conf"
-CONF_NAMERS = ("experiments",)  # the apps: `@hydra.main(config_path="pkg://memtrace_loop.conf")`
+CONF_NAMERS = ("experiments", "experiments.lab")  # the apps: `@hydra.main(config_path="pkg://memtrace_loop.conf")`
 # Modules outside the registries that import by a computed string, and why that is not a dependency.
 DYNAMIC_IMPORTERS: Mapping[str, str] = {
     # restores the inner engine whose class path a checkpoint recorded: data, not a code dependency

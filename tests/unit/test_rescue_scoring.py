@@ -16,9 +16,9 @@ from memtrace_loop.pipeline.analysis.attribution.records import (
     Tunable,
 )
 from memtrace_loop.pipeline.analysis.blame import BlameTable, StageBlame
-from memtrace_loop.pipeline.benchmark import rescue_scoring
-from memtrace_loop.pipeline.benchmark.rescue import RescueLabel
-from memtrace_loop.pipeline.benchmark.rescue_scoring import (
+from memtrace_loop.experiments.lab.benchmark import rescue_scoring
+from memtrace_loop.experiments.lab.benchmark.rescue import RescueLabel
+from memtrace_loop.experiments.lab.benchmark.rescue_scoring import (
     bar_summary,
     compare_rescue,
     oracle_top_alone,

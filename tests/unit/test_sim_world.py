@@ -171,7 +171,7 @@ def test_default_rules_answer_about_half_of_categories_one_to_four(samples: list
 
 
 def test_benchmark_size_plants_more_facts() -> None:
-    # how fast: experiments/bench/speed_bench.py (no wall-clock assertion in tests)
+    # how fast: experiments/lab/bench/speed_bench.py (no wall-clock assertion in tests)
     big = generate_locomo(seed=1, n_conversations=10, sessions_per_conversation=30, turns_per_session=20)
     assert all(sum(len(turns) for _, turns in _sessions(s)) == 600 for s in big)
     assert min(len(s["qa"]) for s in big) > 3 * len(generate_locomo(1, 1)[0]["qa"])

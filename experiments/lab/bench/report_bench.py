@@ -1,4 +1,4 @@
-"""Benchmark of report.html at LoCoMo scale: `python -m memtrace_loop.experiments.bench.report_bench`.
+"""Benchmark of report.html at LoCoMo scale: `python -m memtrace_loop.experiments.lab.bench.report_bench`.
 
 Runs each memory system on the simulated world at LoCoMo size (10 conversations of ~600 turns by
 default, the sim LM answering and judging), attributes the failures with the lineage attributor,

@@ -1,4 +1,4 @@
-"""Speed targets that tests no longer assert: `python -m memtrace_loop.experiments.bench.speed_bench`.
+"""Speed targets that tests no longer assert: `python -m memtrace_loop.experiments.lab.bench.speed_bench`.
 
 Wall-clock limits make tests flaky on a loaded machine, so the tests check only what the code does and
 the timings live here, as one table (best of `--repeat`, each measured cold):

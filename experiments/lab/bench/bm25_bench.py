@@ -1,4 +1,4 @@
-"""BM25: our `BM25Index` against `bm25s` and `rank_bm25`: `python -m memtrace_loop.experiments.bench.bm25_bench`.
+"""BM25: our `BM25Index` against `bm25s` and `rank_bm25`: `python -m memtrace_loop.experiments.lab.bench.bm25_bench`.
 
 The workloads are the ones the pipeline has, many small indexes over short documents:
 - `evermemos episodes`: every BM25 index an EverMemOS run on the simulated world builds (one per

@@ -1,4 +1,4 @@
-"""Scoring attributions against the counterfactual-rescue oracle's labels (`pipeline.benchmark.rescue`).
+"""Scoring attributions against the counterfactual-rescue oracle's labels (`experiments.lab.benchmark.rescue`).
 
 Per failed case, an attribution (or None: counts as wrong everywhere) against its `RescueLabel`:
 
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Check
 from memtrace_loop.pipeline.analysis.blame import BlameTable, aggregate_blame
-from memtrace_loop.pipeline.benchmark.rescue import RescueLabel
+from memtrace_loop.experiments.lab.benchmark.rescue import RescueLabel
 
 __all__ = [
     "RescueCaseScore",

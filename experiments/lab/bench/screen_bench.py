@@ -1,5 +1,5 @@
 """What candidate screening saves per construction candidate at LoCoMo scale:
-`python -m memtrace_loop.experiments.bench.screen_bench` (`make bench`).
+`python -m memtrace_loop.experiments.lab.bench.screen_bench` (`make bench`).
 
 Data: the simulated world's LoCoMo-layout dataset (`dataset=sim`, seed `--seed`, default 0): 10
 conversations x 30 sessions x 20 turns = 600 turns each, as LoCoMo's 10 conversations. The evaluation set

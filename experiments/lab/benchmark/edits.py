@@ -7,7 +7,7 @@ output fields and the request text: the evidence turn, the question); later call
 faults: drop the evidence turn's facts (Mem0 `extract`), events or narrative sentences (EverMemOS
 `write_events` / `write_episode`), UPDATE with unrelated text or DELETE the evidence units at the
 next Mem0 decision, answer wrongly. Replies are read and written in DSPy's chat-adapter (`[[ ## f ## ]]`)
-or JSON format. This module does not decide which case gets which fault (`pipeline.benchmark.injection`).
+or JSON format. This module does not decide which case gets which fault (`experiments.lab.benchmark.injection`).
 """
 
 from __future__ import annotations

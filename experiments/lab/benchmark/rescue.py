@@ -22,7 +22,7 @@ increasing size up to `max_joint` (`RescueLabel.joint_sets`: every rescuing set 
 found; `joint` the first of them, in the system's stage order; all repairs when no smaller set did).
 
 The oracle may read the test world's rules; attributors and replay may not (they never see this
-module's output). This module does not score attributors (`pipeline.benchmark.rescue_scoring`),
+module's output). This module does not score attributors (`experiments.lab.benchmark.rescue_scoring`),
 build LMs or print.
 """
 

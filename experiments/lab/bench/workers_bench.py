@@ -1,5 +1,5 @@
 """How answering scales with `workers` against a slow endpoint:
-`python -m memtrace_loop.experiments.bench.workers_bench` (from the repository root; `make bench`).
+`python -m memtrace_loop.experiments.lab.bench.workers_bench` (from the repository root; `make bench`).
 
 One process, the real client path: the openai backend (DSPy's lm15 engine behind our retry loop,
 `pipeline.backends`) talks HTTP to the local OpenAI-compatible test server (`tests/support/openai_server.py`,

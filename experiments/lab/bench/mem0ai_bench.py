@@ -1,6 +1,6 @@
 """What our tracing costs the real `mem0ai` library per `add`, and how its graphs grow with conversation length.
 
-`python -m memtrace_loop.experiments.bench.mem0ai_bench` takes ONE conversation of the simulated dataset
+`python -m memtrace_loop.experiments.lab.bench.mem0ai_bench` takes ONE conversation of the simulated dataset
 (seed 0, 160 turns by default) and, for each length (its first 20, 40, 80, 160 turns), feeds the turns
 twice in this process, one `add()` per turn as `memory_system=mem0ai` feeds them (role "user", the
 speaker in the content, the session date in the metadata and in the extraction prompt):

@@ -1,4 +1,4 @@
-"""Bootstrap CIs, ours vs scipy.stats.bootstrap: `python -m memtrace_loop.experiments.bench.bootstrap_bench`.
+"""Bootstrap CIs, ours vs scipy.stats.bootstrap: `python -m memtrace_loop.experiments.lab.bench.bootstrap_bench`.
 
 Both draw the same resamples (`np.random.default_rng(seed).integers(0, n, (n_resamples, n))`) and take
 the mean of each; scipy is called with `method="percentile"`, the same confidence level, resample

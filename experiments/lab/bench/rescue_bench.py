@@ -1,10 +1,10 @@
-"""The rescue benchmark: `python -m memtrace_loop.experiments.bench.rescue_bench`.
+"""The rescue benchmark: `python -m memtrace_loop.experiments.lab.bench.rescue_bench`.
 
 The attribution benchmark's second ground truth: natural failures in degraded worlds
-(`pipeline.benchmark.rescue`: default prompts, each construction stage with all its rules, the knob
+(`experiments.lab.benchmark.rescue`: default prompts, each construction stage with all its rules, the knob
 worlds), labelled by the counterfactual-rescue oracle, scored for every attributor setting (`lineage`,
 `llm`, each with verification off and on, built by `build_attributor` on the simulated LM) with
-`pipeline.benchmark.rescue_scoring`. One table: system, world, setting, failures, blamed stage
+`experiments.lab.benchmark.rescue_scoring`. One table: system, world, setting, failures, blamed stage
 rescues alone, necessary, joint named (of the oracle's joint cases), joint sufficient (of named sets),
 verified precision, unverifiable share, calls per case, and the blame table's top stage against the
 oracle's.
@@ -26,7 +26,7 @@ from typing import Any
 
 import dspy
 from memtrace_loop.experiments.app_setup import no_lm_history
-from memtrace_loop.experiments.bench.attribution_bench import perfect_system
+from memtrace_loop.experiments.lab.bench.attribution_bench import perfect_system
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
@@ -35,10 +35,10 @@ from memtrace_loop.pipeline.analysis.attribution.registry import build_attributo
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMConfig, LMSet
 from memtrace_loop.pipeline.backends.registry import backend_test_world, build_lm
-from memtrace_loop.pipeline.benchmark.injection import build_system_cases
-from memtrace_loop.pipeline.benchmark.rescue import RescueLabel, WorldOracle, degraded_worlds, rescue_oracle
-from memtrace_loop.pipeline.benchmark.rescue_scoring import RescueScore, bar_summary, summarize_rescue
-from memtrace_loop.pipeline.benchmark.scoring import score_attributor
+from memtrace_loop.experiments.lab.benchmark.injection import build_system_cases
+from memtrace_loop.experiments.lab.benchmark.rescue import RescueLabel, WorldOracle, degraded_worlds, rescue_oracle
+from memtrace_loop.experiments.lab.benchmark.rescue_scoring import RescueScore, bar_summary, summarize_rescue
+from memtrace_loop.experiments.lab.benchmark.scoring import score_attributor
 from memtrace_loop.pipeline.core.records import Dataset
 from memtrace_loop.pipeline.data.registry import load_dataset
 from memtrace_loop.pipeline.loop.runner import make_judge

@@ -1,8 +1,8 @@
-"""The attribution benchmark: `python -m memtrace_loop.experiments.bench.attribution_bench`.
+"""The attribution benchmark: `python -m memtrace_loop.experiments.lab.bench.attribution_bench`.
 
 On the simulated world, for each memory system, runs where everything is perfect except ONE injected
-fault at a known operation (`pipeline.benchmark.injection`) are scored with every available
-attributor on the same cases (`pipeline.benchmark.scoring`); one table, optionally logged
+fault at a known operation (`experiments.lab.benchmark.injection`) are scored with every available
+attributor on the same cases (`experiments.lab.benchmark.scoring`); one table, optionally logged
 to MLflow (`--mlflow-uri`). Attributors are a mapping name -> builder (`BUILDER_BY_ATTRIBUTOR`); one
 whose module is missing or not implemented yet is reported and skipped.
 
@@ -34,12 +34,12 @@ from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMConfig, SimLMConfig
 from memtrace_loop.pipeline.backends.registry import backend_test_world, build_lm
-from memtrace_loop.pipeline.benchmark.injection import (
+from memtrace_loop.experiments.lab.benchmark.injection import (
     InjectionReport,
     build_system_cases,
     perfect_prompts,
 )
-from memtrace_loop.pipeline.benchmark.scoring import AttributorScore, BenchCase, score_attributor
+from memtrace_loop.experiments.lab.benchmark.scoring import AttributorScore, BenchCase, score_attributor
 from memtrace_loop.pipeline.core.conventions import turn_id_of
 from memtrace_loop.pipeline.core.records import CaseResult, Question, Scores
 from memtrace_loop.pipeline.data.registry import load_dataset

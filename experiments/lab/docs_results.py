@@ -1,9 +1,9 @@
 """The measured figures of the docs, each backed by the command that makes it (writes docs/results.md).
 
-    python -m memtrace_loop.experiments.docs_results demo          # re-run the demo, rewrite its figures
-    python -m memtrace_loop.experiments.docs_results optimizer-table   # re-run the one-seed table (16 runs)
-    python -m memtrace_loop.experiments.docs_results check         # which recorded figures are stale
-    python -m memtrace_loop.experiments.docs_results stamp <id>    # after re-running <id>'s command
+    python -m memtrace_loop.experiments.lab.docs_results demo          # re-run the demo, rewrite its figures
+    python -m memtrace_loop.experiments.lab.docs_results optimizer-table   # re-run the one-seed table (16 runs)
+    python -m memtrace_loop.experiments.lab.docs_results check         # which recorded figures are stale
+    python -m memtrace_loop.experiments.lab.docs_results stamp <id>    # after re-running <id>'s command
 
 Two kinds of figure:
 
@@ -49,18 +49,18 @@ FIGURES: dict[str, tuple[str, ...]] = {
     "optimizer_table": (*_WORLD, *_LOOP, "pipeline/backends/**/*.py", "pipeline/data/**/*.py"),
     "compare": _COMPARE,
     "compare_train_parts": _COMPARE,  # the same sweep with loop.train_conversations=1
-    "attribution_bench": (*_WORLD, "pipeline/analysis/**/*.py", "pipeline/benchmark/**/*.py",
-                          "experiments/bench/attribution_bench.py"),
-    "rescue_bench": (*_WORLD, "pipeline/analysis/**/*.py", "pipeline/benchmark/**/*.py",
-                     "experiments/bench/attribution_bench.py", "experiments/bench/rescue_bench.py"),
+    "attribution_bench": (*_WORLD, "pipeline/analysis/**/*.py", "experiments/lab/benchmark/**/*.py",
+                          "experiments/lab/bench/attribution_bench.py"),
+    "rescue_bench": (*_WORLD, "pipeline/analysis/**/*.py", "experiments/lab/benchmark/**/*.py",
+                     "experiments/lab/bench/attribution_bench.py", "experiments/lab/bench/rescue_bench.py"),
     "local_model_bench": ("pipeline/backends/**/*.py", "memory_systems/**/*.py", "conf/lm/*.yaml",
-                          "experiments/bench/local_model_bench.py"),
-    "workers_bench": ("pipeline/backends/**/*.py", "pipeline/loop/**/*.py", "experiments/bench/workers_bench.py"),
+                          "experiments/lab/bench/local_model_bench.py"),
+    "workers_bench": ("pipeline/backends/**/*.py", "pipeline/loop/**/*.py", "experiments/lab/bench/workers_bench.py"),
     "mem0ai_gain": (*_WORLD, *_LOOP, "pipeline/backends/**/*.py", "pipeline/data/**/*.py"),
     "mem0ai_bench": ("memory_systems/mem0ai/**/*.py", "pipeline/sim/**/*.py", "pipeline/core/**/*.py",
-                     "experiments/bench/mem0ai_bench.py"),
+                     "experiments/lab/bench/mem0ai_bench.py"),
     "screen_bench": (*_WORLD, *_LOOP, "pipeline/backends/**/*.py", "pipeline/data/**/*.py",
-                     "experiments/bench/screen_bench.py"),
+                     "experiments/lab/bench/screen_bench.py"),
 }
 MARKER = re.compile(r"<!-- figure (?P<id>\w+) measured_at=(?P<commit>\w+) stamped_at=(?P<stamped>\w+) "
                     r"digest=(?P<digest>[0-9a-f]+) -->")
@@ -321,7 +321,7 @@ def mem0ai_gain_table() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m memtrace_loop.experiments.docs_results", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m memtrace_loop.experiments.lab.docs_results", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="what", required=True)
     sub.add_parser("demo", help="re-run the demo with fresh stores; rewrite its figures in results.md and README.md")
