@@ -13,11 +13,6 @@ from functools import cache
 import dspy
 import pytest
 from memtrace_loop.experiments.lab.bench import attribution_bench
-from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system, spec_of
-from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
-from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Tunable
-from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
-from memtrace_loop.pipeline.backends.registry import backend_test_world
 from memtrace_loop.experiments.lab.benchmark.edits import injected_lm, wrong_answer
 from memtrace_loop.experiments.lab.benchmark.injection import (
     FaultInjector,
@@ -25,6 +20,11 @@ from memtrace_loop.experiments.lab.benchmark.injection import (
     perfect_prompts,
 )
 from memtrace_loop.experiments.lab.benchmark.scoring import FaultKind, score_attributor
+from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system, spec_of
+from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Tunable
+from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
+from memtrace_loop.pipeline.backends.registry import backend_test_world
 from memtrace_loop.pipeline.interop.exec_network import to_exec_network
 from memtrace_loop.pipeline.loop.runner import make_judge
 

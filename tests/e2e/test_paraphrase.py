@@ -5,14 +5,14 @@ from __future__ import annotations
 from functools import cache
 
 import pytest
+from memtrace_loop.experiments.lab.benchmark.injection import build_system_cases
+from memtrace_loop.experiments.lab.benchmark.scoring import score_attributor
 from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system
 from memtrace_loop.pipeline.analysis.attribution.carrying import content_tokens
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMConfig
 from memtrace_loop.pipeline.backends.registry import backend_test_world, build_lm
-from memtrace_loop.experiments.lab.benchmark.injection import build_system_cases
-from memtrace_loop.experiments.lab.benchmark.scoring import score_attributor
 from memtrace_loop.pipeline.sim.grammar import parse_fact
 from memtrace_loop.pipeline.sim.handlers import extract_facts
 from memtrace_loop.pipeline.sim.paraphrase import canonical, paraphrase_sentence

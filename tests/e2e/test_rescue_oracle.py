@@ -13,7 +13,6 @@ from functools import cache
 
 import pytest
 from memtrace_loop.experiments.lab.bench import rescue_bench
-from memtrace_loop.pipeline.backends.registry import backend_test_world
 from memtrace_loop.experiments.lab.benchmark.rescue import (
     KNOB_WORLDS,
     DegradedWorld,
@@ -25,6 +24,7 @@ from memtrace_loop.experiments.lab.benchmark.rescue import (
     world_system,
 )
 from memtrace_loop.experiments.lab.benchmark.rescue_scoring import RescueScore, bar_summary
+from memtrace_loop.pipeline.backends.registry import backend_test_world
 from memtrace_loop.pipeline.core.records import Dataset
 from memtrace_loop.pipeline.data.registry import load_dataset
 from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset

@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import math
 
-from memtrace_loop.pipeline.analysis.attribution.records import Attribution, AttributionCost, Check, ErrorType
 from memtrace_loop.experiments.lab.benchmark.scoring import (
     BenchCase,
     FaultKind,
@@ -16,6 +15,7 @@ from memtrace_loop.experiments.lab.benchmark.scoring import (
     score_attributor,
     summarize,
 )
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution, AttributionCost, Check, ErrorType
 from memtrace_loop.pipeline.core.conventions import OpKind
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import CaseResult, Question, Scores

@@ -7,15 +7,6 @@ import doctest
 from types import MappingProxyType
 
 import pytest
-from memtrace_loop.pipeline.analysis.attribution.records import (
-    Attribution,
-    AttributionCost,
-    Check,
-    ErrorType,
-    Fault,
-    Tunable,
-)
-from memtrace_loop.pipeline.analysis.blame import BlameTable, StageBlame
 from memtrace_loop.experiments.lab.benchmark import rescue_scoring
 from memtrace_loop.experiments.lab.benchmark.rescue import RescueLabel
 from memtrace_loop.experiments.lab.benchmark.rescue_scoring import (
@@ -29,6 +20,15 @@ from memtrace_loop.experiments.lab.benchmark.rescue_scoring import (
     top_agreement,
     top_vs_split,
 )
+from memtrace_loop.pipeline.analysis.attribution.records import (
+    Attribution,
+    AttributionCost,
+    Check,
+    ErrorType,
+    Fault,
+    Tunable,
+)
+from memtrace_loop.pipeline.analysis.blame import BlameTable, StageBlame
 from memtrace_loop.pipeline.core.records import CaseResult, Question, Scores
 
 RETRIEVE_ONLY = RescueLabel("q1", frozenset({"retrieve"}), None, False)

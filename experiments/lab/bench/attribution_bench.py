@@ -27,6 +27,12 @@ from typing import Any
 
 import dspy
 from memtrace_loop.experiments.app_setup import no_lm_history
+from memtrace_loop.experiments.lab.benchmark.injection import (
+    InjectionReport,
+    build_system_cases,
+    perfect_prompts,
+)
+from memtrace_loop.experiments.lab.benchmark.scoring import AttributorScore, BenchCase, score_attributor
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system, spec_of
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
@@ -34,12 +40,6 @@ from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMConfig, SimLMConfig
 from memtrace_loop.pipeline.backends.registry import backend_test_world, build_lm
-from memtrace_loop.experiments.lab.benchmark.injection import (
-    InjectionReport,
-    build_system_cases,
-    perfect_prompts,
-)
-from memtrace_loop.experiments.lab.benchmark.scoring import AttributorScore, BenchCase, score_attributor
 from memtrace_loop.pipeline.core.conventions import turn_id_of
 from memtrace_loop.pipeline.core.records import CaseResult, Question, Scores
 from memtrace_loop.pipeline.data.registry import load_dataset

@@ -27,6 +27,10 @@ from typing import Any
 import dspy
 from memtrace_loop.experiments.app_setup import no_lm_history
 from memtrace_loop.experiments.lab.bench.attribution_bench import perfect_system
+from memtrace_loop.experiments.lab.benchmark.injection import build_system_cases
+from memtrace_loop.experiments.lab.benchmark.rescue import RescueLabel, WorldOracle, degraded_worlds, rescue_oracle
+from memtrace_loop.experiments.lab.benchmark.rescue_scoring import RescueScore, bar_summary, summarize_rescue
+from memtrace_loop.experiments.lab.benchmark.scoring import score_attributor
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
@@ -35,10 +39,6 @@ from memtrace_loop.pipeline.analysis.attribution.registry import build_attributo
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMConfig, LMSet
 from memtrace_loop.pipeline.backends.registry import backend_test_world, build_lm
-from memtrace_loop.experiments.lab.benchmark.injection import build_system_cases
-from memtrace_loop.experiments.lab.benchmark.rescue import RescueLabel, WorldOracle, degraded_worlds, rescue_oracle
-from memtrace_loop.experiments.lab.benchmark.rescue_scoring import RescueScore, bar_summary, summarize_rescue
-from memtrace_loop.experiments.lab.benchmark.scoring import score_attributor
 from memtrace_loop.pipeline.core.records import Dataset
 from memtrace_loop.pipeline.data.registry import load_dataset
 from memtrace_loop.pipeline.loop.runner import make_judge

@@ -34,10 +34,6 @@ from types import MappingProxyType
 from typing import Any
 
 import dspy
-from memtrace_loop.memory_systems.base import MemorySystem
-from memtrace_loop.memory_systems.registry import spec_of
-from memtrace_loop.memory_systems.spec import EditKind, HideEvidenceFault, KnobFault, ReplyFault, UnitChangeFault
-from memtrace_loop.pipeline.analysis.attribution.records import ErrorType, Tunable
 from memtrace_loop.experiments.lab.benchmark.edits import (
     FaultInjectingEngine,
     ReplyEdit,
@@ -51,6 +47,10 @@ from memtrace_loop.experiments.lab.benchmark.edits import (
     wrong_answer,
 )
 from memtrace_loop.experiments.lab.benchmark.scoring import BenchCase, FaultKind, InjectedFault
+from memtrace_loop.memory_systems.base import MemorySystem
+from memtrace_loop.memory_systems.registry import spec_of
+from memtrace_loop.memory_systems.spec import EditKind, HideEvidenceFault, KnobFault, ReplyFault, UnitChangeFault
+from memtrace_loop.pipeline.analysis.attribution.records import ErrorType, Tunable
 from memtrace_loop.pipeline.core.conventions import answer_name, memory_name, retrieved_name, turn_name
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation, variable_id
 from memtrace_loop.pipeline.core.records import Conversation, Dataset, PromptSet, Question, Turn

@@ -33,9 +33,9 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from memtrace_loop.experiments.lab.benchmark.rescue import RescueLabel
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Check
 from memtrace_loop.pipeline.analysis.blame import BlameTable, aggregate_blame
-from memtrace_loop.experiments.lab.benchmark.rescue import RescueLabel
 
 __all__ = [
     "RescueCaseScore",
