@@ -26,6 +26,13 @@ The contract, in the manner of GEPA's adapter protocol:
   `HideEvidenceFault`, `KnobFault`), and `generous_knobs`: the knob values under which its retrieval and
   windows lose nothing (the benchmark's perfect world).
 - `prior`: where the LLM attributor's walk looks first (`WalkPrior`).
+- `unit_namespaces`, `op_kinds`: what its traced graph holds: the namespaces of its memory units
+  (`memory`, `entry`, `chunk`, `episode`, `event`) and the operation kinds of its own operations a run
+  records (the judge's aside). The convention and system tests check every run against them.
+- `replay`: how far replay can go on it (`Replay`: memory rebuilt and every LLM stage re-run, memory
+  rebuilt only, or nothing).
+- `knob_worlds`: the rescue oracle's degraded knob worlds of this system (`KnobWorld`); `()` says it
+  has none, and the default `None` (not stated) makes the oracle refuse the system.
 - `compare`: whether default sweeps (`make compare`) include it.
 - `sim`: the module of its folder (usually `<folder>.sim`) exporting `STAGES`, the rows its LLM stages
   add to the simulated world's stage table (`pipeline.sim.stages.SimStage`: output fields, handler,
@@ -49,7 +56,7 @@ from typing import Any, Generic, TypeVar
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.memory_systems.stages import StageRepair, StageSpec, construction_stages
 from memtrace_loop.pipeline.backends.embeddings import Embedder
-from memtrace_loop.pipeline.core.conventions import OpKind
+from memtrace_loop.pipeline.core.conventions import Namespace, OpKind
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation
 from memtrace_loop.pipeline.core.prompt_formats import PromptFormat
 from memtrace_loop.pipeline.core.records import Conversation, Turn
@@ -61,8 +68,10 @@ __all__ = [
     "FaultPlan",
     "HideEvidenceFault",
     "KnobFault",
+    "KnobWorld",
     "MemorySystemSpec",
     "PromptFormat",
+    "Replay",
     "ReplyFault",
     "StageRepair",
     "StageSpec",
@@ -167,6 +176,29 @@ class WalkPrior:
         return 1 if op.kind in self.then_kinds else 2
 
 
+class Replay(StrEnum):
+    """How far replay (`pipeline.analysis.attribution.replay`) can go on a system."""
+
+    FULL = "full"  # memory rebuilt from a graph (`restore`, `with_units`), every LLM stage re-run from its inputs
+    MEMORY = "memory"  # memory rebuilt; only the answer stage is re-run (no repair hooks of its own stages)
+    NONE = "none"  # neither: `restore` and the repair hooks raise `ReplayUnsupportedError`, its blames unverifiable
+
+
+@dataclass(frozen=True)
+class KnobWorld:
+    """One of the rescue oracle's degraded worlds as data: default prompts, `knobs` (fields of the
+    system's knobs record) made small; `owners` names the stage owning a knob no stage of the spec's
+    table declares (a degraded knob with no owner is a held setting of the world, never repaired)."""
+
+    name: str
+    knobs: Mapping[str, Any]
+    owners: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "knobs", MappingProxyType(dict(self.knobs)))
+        object.__setattr__(self, "owners", MappingProxyType(dict(self.owners)))
+
+
 @dataclass(frozen=True)
 class MemorySystemSpec(Generic[KnobsT]):
     """What a memory system is to the rest of the project (the contract: the module docstring)."""
@@ -175,12 +207,16 @@ class MemorySystemSpec(Generic[KnobsT]):
     knobs: type[KnobsT]
     build: Callable[[KnobsT, Embedder], MemorySystem]
     stages: tuple[StageSpec, ...]
+    unit_namespaces: frozenset[Namespace]
+    op_kinds: frozenset[OpKind]
+    replay: Replay
     faults: tuple[FaultPlan, ...] = ()
     generous_knobs: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     prior: WalkPrior = WalkPrior()
     compare: bool = True
     sim: str = ""
     prompt_formats: tuple[PromptFormat, ...] = ()
+    knob_worlds: tuple[KnobWorld, ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "generous_knobs", MappingProxyType(dict(self.generous_knobs)))
@@ -190,6 +226,9 @@ class MemorySystemSpec(Generic[KnobsT]):
         ids = [f.format_id for f in self.prompt_formats]
         if len(set(ids)) != len(ids):
             raise ValueError(f"memory system {self.name!r} declares a prompt format twice: {ids}")
+        worlds = [w.name for w in self.knob_worlds or ()]
+        if len(set(worlds)) != len(worlds):
+            raise ValueError(f"memory system {self.name!r} declares a knob world twice: {worlds}")
 
     @property
     def construction_stages(self) -> tuple[str, ...]:

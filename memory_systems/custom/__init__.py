@@ -5,7 +5,8 @@ custom_system.md); `target` imports the user's `build`, `adapter.CustomMemory` m
 systems. The default target is the worked example (`example`), so the generic tests and a bare
 `memory_system=custom` run it; the spec's stage table is the example's (a user's system brings its
 own, read from its `stages()` when built). Not swept by `make compare` (`compare=False`); no fault
-plans beyond a wrong answer (the attribution benchmark does not run it).
+plans beyond a wrong answer (the attribution benchmark does not run it); no knob worlds stated (a
+user's knobs are the user's), so the rescue oracle refuses it.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from __future__ import annotations
 from memtrace_loop.memory_systems.custom.adapter import CustomKnobs, CustomMemory, stage_table
 from memtrace_loop.memory_systems.custom.example import build as build_example
 from memtrace_loop.memory_systems.custom.target import load_target
-from memtrace_loop.memory_systems.spec import WRONG_ANSWER, MemorySystemSpec, WalkPrior
+from memtrace_loop.memory_systems.spec import WRONG_ANSWER, MemorySystemSpec, Replay, WalkPrior
 from memtrace_loop.pipeline.backends.embeddings import Embedder
-from memtrace_loop.pipeline.core.conventions import OpKind
+from memtrace_loop.pipeline.core.conventions import Namespace, OpKind
 
 
 def _build(knobs: CustomKnobs, embedder: Embedder) -> CustomMemory:
@@ -27,6 +28,9 @@ SPEC: MemorySystemSpec[CustomKnobs] = MemorySystemSpec(
     knobs=CustomKnobs,
     build=_build,
     stages=stage_table(build_example().stages()),
+    unit_namespaces=frozenset({Namespace.MEMORY}),  # the worked example's chunks, written with `writes_unit`
+    op_kinds=frozenset({OpKind.EXTRACTION, OpKind.RETRIEVAL, OpKind.RESPONSE}),
+    replay=Replay.NONE,  # a user's system answers in one call and has no repair hooks
     faults=(WRONG_ANSWER,),
     prior=WalkPrior(first_kinds=frozenset({OpKind.RETRIEVAL}), seed_retrieval=True),
     compare=False,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from memtrace_loop.memory_systems.evermemos.faults import FAULTS
 from memtrace_loop.memory_systems.evermemos.system import EverMemOSKnobs, EverMemOSMemory
-from memtrace_loop.memory_systems.spec import MemorySystemSpec, WalkPrior
+from memtrace_loop.memory_systems.spec import KnobWorld, MemorySystemSpec, Replay, WalkPrior
 from memtrace_loop.pipeline.backends.embeddings import Embedder
+from memtrace_loop.pipeline.core.conventions import Namespace, OpKind
 
 
 def _build(knobs: EverMemOSKnobs, embedder: Embedder) -> EverMemOSMemory:
@@ -18,9 +19,16 @@ SPEC: MemorySystemSpec[EverMemOSKnobs] = MemorySystemSpec(
     build=_build,
     stages=EverMemOSMemory.stages,
     faults=FAULTS,
+    unit_namespaces=frozenset({Namespace.EPISODE, Namespace.EVENT}),
+    op_kinds=frozenset({OpKind.EXTRACTION, OpKind.RETRIEVAL, OpKind.RESPONSE, OpKind.OTHER}),
+    replay=Replay.FULL,
     generous_knobs={"top_k": 1000},
     prior=WalkPrior(
         first_stages=frozenset({"detect_boundary", "write_episode", "write_events"}),
         skip_stages=frozenset({"check_sufficiency", "expand_queries"}),  # they steer the search, carry nothing
+    ),
+    knob_worlds=(
+        KnobWorld("top_k=1", {"top_k": 1}),
+        KnobWorld("top_k=1 no multi-query", {"top_k": 1, "multi_query": False}),  # multi_query: held, no owner
     ),
 )

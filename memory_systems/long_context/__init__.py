@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from memtrace_loop.memory_systems.long_context.faults import FAULTS
 from memtrace_loop.memory_systems.long_context.system import LongContextKnobs, LongContextMemory
-from memtrace_loop.memory_systems.spec import MemorySystemSpec, WalkPrior
+from memtrace_loop.memory_systems.spec import KnobWorld, MemorySystemSpec, Replay, WalkPrior
 from memtrace_loop.pipeline.backends.embeddings import Embedder
-from memtrace_loop.pipeline.core.conventions import OpKind
+from memtrace_loop.pipeline.core.conventions import Namespace, OpKind
 
 
 def _build(knobs: LongContextKnobs, embedder: Embedder) -> LongContextMemory:
@@ -19,6 +19,10 @@ SPEC: MemorySystemSpec[LongContextKnobs] = MemorySystemSpec(
     build=_build,
     stages=LongContextMemory.stages,
     faults=FAULTS,
+    unit_namespaces=frozenset({Namespace.ENTRY}),
+    op_kinds=frozenset({OpKind.EXTRACTION, OpKind.RETRIEVAL, OpKind.RESPONSE}),  # + UPDATE when a trim happens
+    replay=Replay.FULL,
     generous_knobs={"window_tokens": 1_000_000},
     prior=WalkPrior(first_kinds=frozenset({OpKind.UPDATE, OpKind.DELETION})),
+    knob_worlds=(KnobWorld("800-token window", {"window_tokens": 800}),),
 )

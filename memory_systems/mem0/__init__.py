@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from memtrace_loop.memory_systems.mem0.faults import FAULTS
 from memtrace_loop.memory_systems.mem0.system import Mem0Knobs, Mem0Memory
-from memtrace_loop.memory_systems.spec import MemorySystemSpec, WalkPrior
+from memtrace_loop.memory_systems.spec import KnobWorld, MemorySystemSpec, Replay, WalkPrior
 from memtrace_loop.pipeline.backends.embeddings import Embedder
-from memtrace_loop.pipeline.core.conventions import OpKind
+from memtrace_loop.pipeline.core.conventions import Namespace, OpKind
 
 
 def _build(knobs: Mem0Knobs, embedder: Embedder) -> Mem0Memory:
@@ -19,10 +19,18 @@ SPEC: MemorySystemSpec[Mem0Knobs] = MemorySystemSpec(
     build=_build,
     stages=Mem0Memory.stages,
     faults=FAULTS,
+    unit_namespaces=frozenset({Namespace.MEMORY}),
+    op_kinds=frozenset({OpKind.EXTRACTION, OpKind.UPDATE, OpKind.RETRIEVAL, OpKind.RESPONSE}),
+    replay=Replay.FULL,
     generous_knobs={"top_k": 1000},
     prior=WalkPrior(
         first_kinds=frozenset({OpKind.EXTRACTION}),
         then_kinds=frozenset({OpKind.UPDATE, OpKind.DELETION}),
         skip_stages=frozenset({"search_similar"}),
+    ),
+    knob_worlds=(
+        KnobWorld("top_k=3", {"top_k": 3}),
+        # `similar_k` is read by `search_similar`, which declares no replay knob: the world names its owner
+        KnobWorld("similar_k=1", {"similar_k": 1}, {"similar_k": "search_similar"}),
     ),
 )

@@ -15,7 +15,7 @@ from memtrace_loop.memory_systems.mem0 import SPEC as MEM0_STYLE
 from memtrace_loop.memory_systems.mem0ai.faults import FAULTS
 from memtrace_loop.memory_systems.mem0ai.fragment import MEM0_CONFIG_FRAGMENT
 from memtrace_loop.memory_systems.mem0ai.system import Mem0aiKnobs, Mem0aiMemory
-from memtrace_loop.memory_systems.spec import MemorySystemSpec
+from memtrace_loop.memory_systems.spec import MemorySystemSpec, Replay
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 
 
@@ -29,8 +29,12 @@ SPEC: MemorySystemSpec[Mem0aiKnobs] = MemorySystemSpec(
     build=_build,
     stages=Mem0aiMemory.stages,
     faults=FAULTS,
+    unit_namespaces=MEM0_STYLE.unit_namespaces,  # the graph has the Mem0-style shape
+    op_kinds=MEM0_STYLE.op_kinds,
+    replay=Replay.FULL,
     generous_knobs=MEM0_STYLE.generous_knobs,
-    prior=MEM0_STYLE.prior,  # the graph has the Mem0-style shape: the walk looks where it looks there
+    prior=MEM0_STYLE.prior,  # the walk looks where it looks there
+    knob_worlds=(),  # the rescue bench runs its default and construction-rule worlds only
     compare=False,
     sim="memtrace_loop.memory_systems.mem0ai.sim",
     prompt_formats=(MEM0_CONFIG_FRAGMENT,),  # exports also write mem0_config.yaml/.json (fragment.py)

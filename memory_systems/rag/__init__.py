@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from memtrace_loop.memory_systems.rag.faults import FAULTS
 from memtrace_loop.memory_systems.rag.system import RagKnobs, RagMemory
-from memtrace_loop.memory_systems.spec import MemorySystemSpec, WalkPrior
+from memtrace_loop.memory_systems.spec import KnobWorld, MemorySystemSpec, Replay, WalkPrior
 from memtrace_loop.pipeline.backends.embeddings import Embedder
-from memtrace_loop.pipeline.core.conventions import OpKind
+from memtrace_loop.pipeline.core.conventions import Namespace, OpKind
 
 
 def _build(knobs: RagKnobs, embedder: Embedder) -> RagMemory:
@@ -19,6 +19,10 @@ SPEC: MemorySystemSpec[RagKnobs] = MemorySystemSpec(
     build=_build,
     stages=RagMemory.stages,
     faults=FAULTS,
+    unit_namespaces=frozenset({Namespace.CHUNK}),
+    op_kinds=frozenset({OpKind.EXTRACTION, OpKind.RETRIEVAL, OpKind.RESPONSE}),
+    replay=Replay.FULL,
     generous_knobs={"top_k": 1000},
     prior=WalkPrior(first_kinds=frozenset({OpKind.RETRIEVAL}), seed_retrieval=True),
+    knob_worlds=(KnobWorld("top_k=1", {"top_k": 1}), KnobWorld("24-token chunks", {"max_chunk_tokens": 24})),
 )

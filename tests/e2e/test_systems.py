@@ -1,6 +1,6 @@
-"""What must hold for each of the four memory systems: `memtrace run` completes on sim and on the
-LoCoMo subset with operations of the kinds the system really has, and the closed loop improves its test
-accuracy on sim with blame that names only stages the system has."""
+"""What must hold for each registered memory system: `memtrace run` completes on sim and on the
+LoCoMo subset with operations of the kinds its spec states (`op_kinds`), and the closed loop improves its
+test accuracy on sim with blame that names only stages the system has."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_module
 from memtrace_loop.experiments.run import run
-from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system
+from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system, spec_of
 from memtrace_loop.optimizers.registry import build_optimizer
 from memtrace_loop.pipeline.backends.call_count import CallLedger
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
@@ -27,16 +27,6 @@ from tests.support.sim import counted_sim_lms, sim_dataset
 # every test here runs the loop or a whole run (seconds each): out of `make test-fast`
 # every test starts with a fresh, migrated MLflow store at tmp_path/mlflow.db (a copy of a template: tests/conftest.py)
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("mlflow_db")]
-
-KINDS_BY_SYSTEM = {
-    "long_context": {OpKind.EXTRACTION, OpKind.RETRIEVAL, OpKind.RESPONSE, OpKind.JUDGE},
-    "rag": {OpKind.EXTRACTION, OpKind.RETRIEVAL, OpKind.RESPONSE, OpKind.JUDGE},
-    "mem0": {OpKind.EXTRACTION, OpKind.UPDATE, OpKind.RETRIEVAL, OpKind.RESPONSE, OpKind.JUDGE},
-    "mem0ai": {OpKind.EXTRACTION, OpKind.UPDATE, OpKind.RETRIEVAL, OpKind.RESPONSE, OpKind.JUDGE},
-    "evermemos": {OpKind.EXTRACTION, OpKind.RETRIEVAL, OpKind.RESPONSE, OpKind.JUDGE, OpKind.OTHER},
-    "custom": {OpKind.EXTRACTION, OpKind.RETRIEVAL, OpKind.RESPONSE, OpKind.JUDGE},
-}
-
 
 def run_system(tmp_path: Path, name: str, *overrides: str) -> tuple[dict, list]:
     uri = f"sqlite:///{tmp_path}/mlflow.db"
@@ -57,7 +47,7 @@ def test_run_on_sim_records_the_operations_the_system_has(name, tmp_path):
     outcome, graphs = run_system(tmp_path, name, "dataset.n_conversations=2")
     assert 0.0 < outcome["judge_accuracy"] < 1.0
     kinds = {op.kind for g in graphs for op in g.operations()}
-    assert KINDS_BY_SYSTEM[name] <= kinds, kinds
+    assert spec_of(name).op_kinds | {OpKind.JUDGE} <= kinds, kinds
     system = build_memory_system({"name": name}, HashingEmbedder())
     known = set(system.stage_names()) | set(system.non_llm_stages()) | {"judge"}
     assert {op.stage for g in graphs for op in g.operations()} <= known

@@ -1,11 +1,12 @@
 """Every memory system writes its graph by the written conventions (`pipeline.core.conventions`):
 each variable's kind is a declared `VarKind` and is the kind its name's namespace fixes, memory units
-are of the memory kinds, and every LLM operation reads its stage's `prompt:<stage>` variable."""
+are of the memory kinds (exactly the namespaces the system's spec states, `unit_namespaces`), and every LLM
+operation reads its stage's `prompt:<stage>` variable."""
 
 from __future__ import annotations
 
 import pytest
-from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system
+from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system, spec_of
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.conventions import (
     MEMORY_KINDS,
@@ -19,15 +20,6 @@ from memtrace_loop.pipeline.core.conventions import (
 from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
 
 from tests.support.sim import sim_dataset, sim_lm
-
-UNIT_NAMESPACE_BY_SYSTEM = {
-    "mem0": {Namespace.MEMORY},
-    "mem0ai": {Namespace.MEMORY},
-    "long_context": {Namespace.ENTRY},
-    "rag": {Namespace.CHUNK},
-    "evermemos": {Namespace.EPISODE, Namespace.EVENT},
-    "custom": {Namespace.MEMORY},  # the worked example's chunks, written with `writes_unit`
-}
 
 
 @pytest.mark.parametrize("system_name", sorted(SYSTEMS))
@@ -44,7 +36,7 @@ def test_every_variable_and_operation_follows_the_conventions(system_name):
         assert var.kind == kind_of(var.name), f"{var.id}: kind {var.kind} but its name says {kind_of(var.name)}"
         namespaces.add(split_name(var.name)[0])
     units = {ns for ns in namespaces if kind_of(f"{ns}:x") in MEMORY_KINDS}
-    assert units == UNIT_NAMESPACE_BY_SYSTEM[system_name]
+    assert units == spec_of(system_name).unit_namespaces
     assert {Namespace.TURN, Namespace.QUERY, Namespace.ANSWER, Namespace.GOLD, Namespace.VERDICT} <= namespaces
     llm_ops = [op for op in graph.operations() if op.prompt is not None]
     assert {op.stage for op in llm_ops} >= {"respond", "judge"}

@@ -9,8 +9,10 @@ from dataclasses import replace
 from functools import cache
 
 import pytest
+from memtrace_loop.memory_systems.answering import RESPOND_STAGE
 from memtrace_loop.memory_systems.base import ReplayUnsupportedError
-from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system
+from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system, spec_of
+from memtrace_loop.memory_systems.spec import Replay
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
 from memtrace_loop.pipeline.analysis.attribution.protocol import TracedRun, attribute_run
 from memtrace_loop.pipeline.analysis.attribution.records import Check, ErrorType, Tunable
@@ -26,7 +28,7 @@ from memtrace_loop.pipeline.analysis.attribution.replay import Replayer, widened
 from memtrace_loop.pipeline.analysis.attribution.verification import Verifier, VerifyingAttributor
 from memtrace_loop.pipeline.analysis.blame import aggregate_blame
 from memtrace_loop.pipeline.backends.embeddings import build_embedder
-from memtrace_loop.pipeline.core.conventions import NEAR_MISSES
+from memtrace_loop.pipeline.core.conventions import NEAR_MISSES, query_name
 from memtrace_loop.pipeline.core.tracing import Tracer
 from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
 
@@ -54,7 +56,7 @@ def traced(system_name: str, **knobs: int):
 @pytest.mark.parametrize("system_name", SYSTEMS.names)
 def test_memory_rebuilt_from_the_graph_retrieves_what_the_run_retrieved(system_name):
     _, system, _, data, result, _ = traced(system_name)
-    if system_name == "custom":  # a user's system answers in one call: replay unsupported, said plainly
+    if spec_of(system_name).replay == Replay.NONE:  # e.g. a user's system answers in one call: said plainly
         with pytest.raises(ReplayUnsupportedError, match="cannot rebuild its memory"):
             system.restore(next(iter(result.graph_by_conversation.values())))
         return
@@ -62,8 +64,9 @@ def test_memory_rebuilt_from_the_graph_retrieves_what_the_run_retrieved(system_n
     for question in data.questions[:25]:
         graph = result.graph_by_conversation[question.conversation_id]
         found = system.retrieve(question, state_by_graph[question.conversation_id], Tracer(graph, buffered=True))
-        recorded = graph.latest(f"retrieved:{question.id}") or graph.latest("context:buffer")  # per question or shared
-        assert found.context == recorded.value, question.id
+        (answered,) = [op for op in graph.operations()  # the context the run's answer read (per question or shared)
+                       if op.stage == RESPOND_STAGE and graph.variable(op.inputs[0]).name == query_name(question.id)]
+        assert found.context == graph.variable(answered.inputs[1]).value, question.id
 
 
 @pytest.mark.parametrize("system_name", [n for n, spec in SYSTEMS.items() if spec.construction_stages])

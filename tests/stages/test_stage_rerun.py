@@ -6,8 +6,9 @@ the run itself sent, word for word, and gives back the operation's recorded outp
 operation kind of the run. `repaired_units(graph, op,
 prediction)` must return what a re-run adds to memory and nothing else: () for the recorded output
 itself, exactly the added fact / event / sentence / ADD for a scripted output adding one, and exactly
-the old version a recorded DELETE removed when the re-run decision drops that DELETE. A user's custom
-system has no repair hooks and says so.
+the old version a recorded DELETE removed when the re-run decision drops that DELETE. A system whose
+spec says it has no repair hooks (`Replay.NONE`: a user's custom system; `Replay.MEMORY`: none for its
+own stages, the answer stage is the shared one) says so for each such operation.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ import pytest
 from memtrace_loop.memory_systems.base import MemorySystem, RecordedCall, ReplayUnsupportedError, RestoredUnit
 from memtrace_loop.memory_systems.evermemos.signatures import EpisodeEvent, episode_value, event_value
 from memtrace_loop.memory_systems.mem0ai.recall import memories_of
-from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system
+from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system, spec_of
 from memtrace_loop.memory_systems.signatures import MemoryAction
+from memtrace_loop.memory_systems.spec import Replay
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.conventions import Namespace, OpStatus, is_in
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation
@@ -126,16 +128,19 @@ def turn_times(graph: ExecutionGraph, op: Operation) -> set[str]:
 def test_recorded_inputs_reproduce_every_llm_operation(name: str) -> None:
     system, graph = traced(name)
     kinds = llm_ops(system, graph)
-    if name == "custom":  # a user's system: no repair hooks, said plainly with the system named
-        for op in (op for ops in kinds.values() for op in ops):
-            with pytest.raises(ReplayUnsupportedError, match=r"custom system .* no repair hooks"):
-                system.recorded_call(graph, op.id)
-            with pytest.raises(ReplayUnsupportedError, match=r"custom system .* no repair hooks"):
-                system.repaired_units(graph, op.id, dspy.Prediction())
+    replay = spec_of(name).replay
+    unhooked = {op.id for (stage, _), ops in kinds.items() for op in ops
+                if replay == Replay.NONE or (replay == Replay.MEMORY and stage in system.construction_stages)}
+    for op in (op for ops in kinds.values() for op in ops if op.id in unhooked):  # said plainly, system named
+        with pytest.raises(ReplayUnsupportedError, match=r"system .* (no repair hooks|cannot)"):
+            system.recorded_call(graph, op.id)
+        with pytest.raises(ReplayUnsupportedError, match=r"system .* (no repair hooks|cannot)"):
+            system.repaired_units(graph, op.id, dspy.Prediction())
+    if replay == Replay.NONE:
         return
     assert {stage for stage, _ in kinds} == set(system.stage_names())  # the run exercised every LLM stage
     for (stage, _), ops in kinds.items():
-        for op in sample(ops):
+        for op in (op for op in sample(ops) if op.id not in unhooked):
             call, prediction = recall(system, graph, op)
             assert call.stage == stage
             assert RECORDED[stage](prediction, call) == [graph.variable(v).value for v in op.outputs], op.id
@@ -152,7 +157,7 @@ def construction_ops(name: str) -> Iterator[tuple[MemorySystem, ExecutionGraph, 
             yield from ((system, graph, op) for op in sample(ops))
 
 
-REPAIRED = [n for n, spec in SYSTEMS.items() if spec.construction_stages and n != "custom"]
+REPAIRED = [n for n, spec in SYSTEMS.items() if spec.construction_stages and spec.replay == Replay.FULL]
 
 
 @pytest.mark.parametrize("name", REPAIRED)
@@ -232,7 +237,7 @@ HINT = ('Make sure your output keeps this information: "Zed keeps a red kayak" '
         '(a later question is answered by "kayak").')
 
 
-@pytest.mark.parametrize("name", [n for n in SYSTEMS.names if n != "custom"])
+@pytest.mark.parametrize("name", [n for n, spec in SYSTEMS.items() if spec.replay == Replay.FULL])
 def test_the_hint_added_to_the_instruction_reaches_the_request_of_every_stage(name: str) -> None:
     system, graph = traced(name)
     lm = run_of(name)[2]

@@ -1,8 +1,9 @@
 """The counterfactual-rescue oracle: natural failures in a degraded world, labelled by what rescues them.
 
 A `DegradedWorld` is a memory system with some stage prompts overridden and some knobs made small
-(`knobs`). The oracle runs the dataset in it and takes the failed questions (category 5 left out, as
-the runner's summary does). The world's *repairs* are:
+(`knobs`): the knob worlds are the system's spec's (`MemorySystemSpec.knob_worlds`; a spec that does
+not state them is refused, so no system is silently left out). The oracle runs the dataset in it and
+takes the failed questions (category 5 left out, as the runner's summary does). The world's *repairs* are:
 
 - each LLM stage given its perfect instruction: the test world's `perfect_instruction` (typed
   interface `pipeline.backends.test_world.TestWorld`) applied to the instruction in force; a stage
@@ -44,9 +45,8 @@ from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
 from memtrace_loop.pipeline.loop.runner import RunResult, make_judge, run_dataset
 
 __all__ = [
-    "KNOB_WORLDS",
     "DegradedWorld",
-    "KnobWorld",
+    "NoKnobWorldsError",
     "Repair",
     "RescueLabel",
     "WorldOracle",
@@ -73,30 +73,6 @@ class DegradedWorld:
     def __post_init__(self) -> None:
         for name in ("prompts", "knobs", "owners"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
-
-
-@dataclass(frozen=True)
-class KnobWorld:
-    """A knob world as data: default prompts, `knobs` degraded (`owners`: see `DegradedWorld`)."""
-
-    system: str
-    name: str
-    knobs: Mapping[str, Any]
-    owners: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
-
-
-# The knob worlds of the issue. Knob names are the systems' knobs records' fields (`top_k`,
-# `multi_query`, `max_chunk_tokens`, `window_tokens`, `similar_k`); `similar_k` is read by Mem0's
-# `search_similar` stage, which declares no replay knob, so the world names its owner.
-KNOB_WORLDS: tuple[KnobWorld, ...] = (
-    KnobWorld("evermemos", "top_k=1", {"top_k": 1}),
-    KnobWorld("evermemos", "top_k=1 no multi-query", {"top_k": 1, "multi_query": False}),
-    KnobWorld("rag", "top_k=1", {"top_k": 1}),
-    KnobWorld("rag", "24-token chunks", {"max_chunk_tokens": 24}),
-    KnobWorld("long_context", "800-token window", {"window_tokens": 800}),
-    KnobWorld("mem0", "top_k=3", {"top_k": 3}),
-    KnobWorld("mem0", "similar_k=1", {"similar_k": 1}, {"similar_k": "search_similar"}),
-)
 
 
 @dataclass(frozen=True)
@@ -142,21 +118,29 @@ class WorldOracle:
     runs: int
 
 
-def degraded_worlds(
-    name: str, build: Build, world: TestWorld, knob_worlds: Iterable[KnobWorld] = KNOB_WORLDS
-) -> tuple[DegradedWorld, ...]:
+class NoKnobWorldsError(ValueError):
+    """A system whose spec does not state its knob worlds (`MemorySystemSpec.knob_worlds` is None)."""
+
+
+def degraded_worlds(name: str, build: Build, world: TestWorld) -> tuple[DegradedWorld, ...]:
     """The worlds of system `name`: default prompts; each construction LLM stage with all its rules
-    (the others default); its knob worlds."""
+    (the others default); its spec's knob worlds (`NoKnobWorldsError` when the spec states none)."""
+    spec = spec_of(name)
+    if spec.knob_worlds is None:
+        raise NoKnobWorldsError(
+            f"memory system {name!r}: its spec states no knob worlds for the rescue oracle "
+            "(MemorySystemSpec.knob_worlds; () for none)"
+        )
     system = build({"name": name})
     predictors = dict(system.named_predictors())
     worlds = [DegradedWorld(name, "default")]
-    for stage in spec_of(name).construction_stages:
+    for stage in spec.construction_stages:
         predictor = predictors.get(stage)
         if predictor is None or not world.rules(predictor.signature.output_fields):
             continue
         perfect = world.perfect_instruction(predictor.signature.instructions, predictor.signature.output_fields)
         worlds.append(DegradedWorld(name, f"{stage} all rules", {stage: perfect}))
-    worlds.extend(DegradedWorld(name, k.name, knobs=k.knobs, owners=k.owners) for k in knob_worlds if k.system == name)
+    worlds.extend(DegradedWorld(name, k.name, knobs=k.knobs, owners=k.owners) for k in spec.knob_worlds)
     return tuple(worlds)
 
 
