@@ -5,8 +5,8 @@ custom_system.md); `target` imports the user's `build`, `adapter.CustomMemory` m
 systems. The default target is the worked example (`example`), so the generic tests and a bare
 `memory_system=custom` run it; the spec's stage table is the example's (a user's system brings its
 own, read from its `stages()` when built). Not swept by `make compare` (`compare=False`); no fault
-plans beyond a wrong answer (the attribution benchmark does not run it); no knob worlds stated (a
-user's knobs are the user's), so the rescue oracle refuses it.
+plans beyond a wrong answer (the attribution benchmark does not run it) and no knob worlds (a user's
+knobs are the user's).
 """
 
 from __future__ import annotations
@@ -34,4 +34,5 @@ SPEC: MemorySystemSpec[CustomKnobs] = MemorySystemSpec(
     faults=(WRONG_ANSWER,),
     prior=WalkPrior(first_kinds=frozenset({OpKind.RETRIEVAL}), seed_retrieval=True),
     compare=False,
+    knob_worlds=(),
 )

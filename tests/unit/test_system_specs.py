@@ -6,8 +6,10 @@ from the spec: every system that states them, and a loud refusal of one that doe
 from __future__ import annotations
 
 import dataclasses
+import importlib
 
 import pytest
+from memtrace_loop.experiments.lab.bench import rescue_bench
 from memtrace_loop.experiments.lab.bench.rescue_bench import build
 from memtrace_loop.experiments.lab.benchmark import rescue
 from memtrace_loop.memory_systems.registry import SYSTEMS, UnknownSystemError, build_memory_system, spec_of
@@ -57,11 +59,22 @@ def test_the_rescue_oracle_runs_every_knob_world_the_spec_states(name):
     assert worlds[0].name == "default" and all(w.system == name for w in worlds)
 
 
-def test_a_system_whose_spec_states_no_knob_worlds_is_refused_by_name(monkeypatch):
-    silent = dataclasses.replace(spec_of(SYSTEMS.names[0]), name="quiet", knob_worlds=None)
-    monkeypatch.setattr(rescue, "spec_of", lambda name: silent)
-    with pytest.raises(rescue.NoKnobWorldsError, match=r"^memory system 'quiet': its spec states no knob worlds"):
-        rescue.degraded_worlds("quiet", build, backend_test_world())
+@pytest.fixture
+def silent_system(monkeypatch: pytest.MonkeyPatch) -> str:
+    """A registered system whose spec, for this test, states no knob worlds."""
+    name = SYSTEMS.names[0]
+    module = importlib.import_module(SYSTEMS.module_of(name))
+    monkeypatch.setattr(module, "SPEC", dataclasses.replace(spec_of(name), knob_worlds=None))
+    return name
+
+
+def test_a_system_whose_spec_states_no_knob_worlds_is_refused_by_name(silent_system, capsys):
+    with pytest.raises(rescue.NoKnobWorldsError, match=rf"^memory system '{silent_system}': its spec states no knob"):
+        rescue.degraded_worlds(silent_system, build, backend_test_world())
+    with pytest.raises(SystemExit) as exit_:  # the rescue bench: one line, before any run
+        rescue_bench.main(["--systems", silent_system, "--seeds", "1", "--no-injected"])
+    assert exit_.value.code == 2
+    assert f"memory systems ['{silent_system}']: their specs state no knob worlds" in capsys.readouterr().err
 
 
 def test_an_unknown_system_is_named_with_the_choices():

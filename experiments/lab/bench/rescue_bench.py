@@ -237,6 +237,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = sorted(set(systems) - set(SYSTEMS.names)) + sorted(set(settings) - set(SETTINGS))
     if unknown:
         parser.error(f"unknown systems or settings {unknown}")
+    if silent := [s for s in systems if SYSTEMS.get(s).knob_worlds is None]:
+        parser.error(f"memory systems {silent}: their specs state no knob worlds (MemorySystemSpec.knob_worlds)")
     drawn = args.seeds is None
     seeds = draw_seeds(args.n_seeds) if drawn else [int(s) for s in args.seeds.split(",") if s.strip()]
     sessions = args.sessions or (random.SystemRandom().randint(4, 7) if drawn else 6)
