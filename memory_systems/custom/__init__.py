@@ -15,18 +15,12 @@ from memtrace_loop.memory_systems.custom.adapter import CustomKnobs, CustomMemor
 from memtrace_loop.memory_systems.custom.example import build as build_example
 from memtrace_loop.memory_systems.custom.target import load_target
 from memtrace_loop.memory_systems.spec import WRONG_ANSWER, MemorySystemSpec, Replay, WalkPrior
-from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.core.conventions import Namespace, OpKind
-
-
-def _build(knobs: CustomKnobs, embedder: Embedder) -> CustomMemory:
-    return CustomMemory(load_target(knobs.target), knobs)
-
 
 SPEC: MemorySystemSpec[CustomKnobs] = MemorySystemSpec(
     name="custom",
     knobs=CustomKnobs,
-    build=_build,
+    build=lambda knobs, embedder: CustomMemory(load_target(knobs.target), knobs),
     stages=stage_table(build_example().stages()),
     unit_namespaces=frozenset({Namespace.MEMORY}),  # the worked example's chunks, written with `writes_unit`
     op_kinds=frozenset({OpKind.EXTRACTION, OpKind.RETRIEVAL, OpKind.RESPONSE}),

@@ -5,18 +5,12 @@ from __future__ import annotations
 from memtrace_loop.memory_systems.evermemos.faults import FAULTS
 from memtrace_loop.memory_systems.evermemos.system import EverMemOSKnobs, EverMemOSMemory
 from memtrace_loop.memory_systems.spec import KnobWorld, MemorySystemSpec, Replay, WalkPrior
-from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.core.conventions import Namespace, OpKind
-
-
-def _build(knobs: EverMemOSKnobs, embedder: Embedder) -> EverMemOSMemory:
-    return EverMemOSMemory(embedder, knobs)
-
 
 SPEC: MemorySystemSpec[EverMemOSKnobs] = MemorySystemSpec(
     name="evermemos",
     knobs=EverMemOSKnobs,
-    build=_build,
+    build=lambda knobs, embedder: EverMemOSMemory(embedder, knobs),
     stages=EverMemOSMemory.stages,
     faults=FAULTS,
     unit_namespaces=frozenset({Namespace.EPISODE, Namespace.EVENT}),

@@ -5,18 +5,12 @@ from __future__ import annotations
 from memtrace_loop.memory_systems.long_context.faults import FAULTS
 from memtrace_loop.memory_systems.long_context.system import LongContextKnobs, LongContextMemory
 from memtrace_loop.memory_systems.spec import KnobWorld, MemorySystemSpec, Replay, WalkPrior
-from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.core.conventions import Namespace, OpKind
-
-
-def _build(knobs: LongContextKnobs, embedder: Embedder) -> LongContextMemory:
-    return LongContextMemory(knobs)  # no embedder: the context is the buffer
-
 
 SPEC: MemorySystemSpec[LongContextKnobs] = MemorySystemSpec(
     name="long_context",
     knobs=LongContextKnobs,
-    build=_build,
+    build=lambda knobs, embedder: LongContextMemory(knobs),  # no embedder: the context is the buffer
     stages=LongContextMemory.stages,
     faults=FAULTS,
     unit_namespaces=frozenset({Namespace.ENTRY}),

@@ -5,18 +5,12 @@ from __future__ import annotations
 from memtrace_loop.memory_systems.mem0.faults import FAULTS
 from memtrace_loop.memory_systems.mem0.system import Mem0Knobs, Mem0Memory
 from memtrace_loop.memory_systems.spec import KnobWorld, MemorySystemSpec, Replay, WalkPrior
-from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.core.conventions import Namespace, OpKind
-
-
-def _build(knobs: Mem0Knobs, embedder: Embedder) -> Mem0Memory:
-    return Mem0Memory(embedder, knobs)
-
 
 SPEC: MemorySystemSpec[Mem0Knobs] = MemorySystemSpec(
     name="mem0",
     knobs=Mem0Knobs,
-    build=_build,
+    build=lambda knobs, embedder: Mem0Memory(embedder, knobs),
     stages=Mem0Memory.stages,
     faults=FAULTS,
     unit_namespaces=frozenset({Namespace.MEMORY}),

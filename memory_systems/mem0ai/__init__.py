@@ -16,17 +16,11 @@ from memtrace_loop.memory_systems.mem0ai.faults import FAULTS
 from memtrace_loop.memory_systems.mem0ai.fragment import MEM0_CONFIG_FRAGMENT
 from memtrace_loop.memory_systems.mem0ai.system import Mem0aiKnobs, Mem0aiMemory
 from memtrace_loop.memory_systems.spec import MemorySystemSpec, Replay
-from memtrace_loop.pipeline.backends.embeddings import Embedder
-
-
-def _build(knobs: Mem0aiKnobs, embedder: Embedder) -> Mem0aiMemory:
-    return Mem0aiMemory(embedder, knobs)
-
 
 SPEC: MemorySystemSpec[Mem0aiKnobs] = MemorySystemSpec(
     name="mem0ai",
     knobs=Mem0aiKnobs,
-    build=_build,
+    build=lambda knobs, embedder: Mem0aiMemory(embedder, knobs),
     stages=Mem0aiMemory.stages,
     faults=FAULTS,
     unit_namespaces=MEM0_STYLE.unit_namespaces,  # the graph has the Mem0-style shape

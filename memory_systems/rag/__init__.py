@@ -5,18 +5,12 @@ from __future__ import annotations
 from memtrace_loop.memory_systems.rag.faults import FAULTS
 from memtrace_loop.memory_systems.rag.system import RagKnobs, RagMemory
 from memtrace_loop.memory_systems.spec import KnobWorld, MemorySystemSpec, Replay, WalkPrior
-from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.core.conventions import Namespace, OpKind
-
-
-def _build(knobs: RagKnobs, embedder: Embedder) -> RagMemory:
-    return RagMemory(embedder, knobs)
-
 
 SPEC: MemorySystemSpec[RagKnobs] = MemorySystemSpec(
     name="rag",
     knobs=RagKnobs,
-    build=_build,
+    build=lambda knobs, embedder: RagMemory(embedder, knobs),
     stages=RagMemory.stages,
     faults=FAULTS,
     unit_namespaces=frozenset({Namespace.CHUNK}),
