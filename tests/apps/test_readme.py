@@ -24,8 +24,9 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_module
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from memtrace_loop.experiments import cli, config, docs_results, graph_command
+from memtrace_loop.experiments import cli, config, graph_command
 from memtrace_loop.experiments.factory import to_plain
+from memtrace_loop.experiments.lab import docs_results
 from memtrace_loop.pipeline.core.graph_io import load_graph
 from memtrace_loop.pipeline.interop.exec_network import full_node_ids
 
@@ -45,6 +46,7 @@ VALIDATOR_BY_APP = {"run": config.validated_run, "optimize": config.validated_op
                     "attribute": config.validated_attribute, "report": config.validated_report,
                     "stages": config.validated_stages, "compare": config.validated_compare,
                     "export": config.validated_export, "upload": config.validated_upload}
+LAB_APPS = {"memtrace_loop.experiments.lab.compare": "compare"}  # `python -m` entry points of the lab, on conf/
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,8 @@ def commands_of(words: list[str], where: str, text: str) -> list[Command]:
     for i, word in enumerate(words):
         if Path(word).name == "memtrace" and i + 1 < len(words):
             return [Command(where, text, words[i + 1], tuple(words[i + 2:]))]
+        if word == "-m" and i + 1 < len(words) and words[i + 1] in LAB_APPS:
+            return [Command(where, text, LAB_APPS[words[i + 1]], tuple(words[i + 2:]))]
     if words[:1] == ["make"] and len(words) > 1:
         variables = dict(w.split("=", 1) for w in words[2:] if "=" in w)
         found = []
@@ -196,7 +200,7 @@ def test_every_memtrace_command_shown_composes_and_validates(command, monkeypatc
     if command.app == "graph":  # a file utility (argparse), not a Hydra app: the line must parse
         graph_command.parser().parse_args(list(command.args))
         return
-    assert command.app in cli.COMMAND_NAMES, f"{command.where}: no command {command.app!r}"
+    assert command.app in {*cli.COMMAND_NAMES, *LAB_APPS.values()}, f"{command.where}: no command {command.app!r}"
     overrides, multirun = overrides_to_compose(command.args)
     if multirun:
         overrides = first_of_each_sweep(overrides)
