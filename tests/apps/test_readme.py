@@ -308,6 +308,21 @@ def test_the_optimizer_table_is_what_its_generator_writes(monkeypatch):
     assert docs_results.optimizer_table() == committed
 
 
+def test_a_regenerated_table_rewrites_its_block_and_its_measured_line(tmp_path, monkeypatch):
+    """`docs_results` writes a table into its block and today's date and commit into the `Measured on`
+    line of its own section, leaving the other sections' lines as they were."""
+    results = tmp_path / "results.md"
+    section = "## {0}\nMeasured on 2020-01-0{1} at commit {2}.\n\n<!-- figures:{0} -->\nold\n<!-- /figures:{0} -->\n"
+    results.write_text(section.format("a", 1, "aaaaaaa") + section.format("b", 2, "bbbbbbb"))
+    monkeypatch.setattr(docs_results, "RESULTS", results)
+    monkeypatch.setattr(docs_results, "head_commit", lambda: "c0ffee1")
+    docs_results.write_table("b", "| new |")
+    text = results.read_text()
+    assert docs_results.generated(text, "a").strip() == "old" and docs_results.generated(text, "b").strip() == "| new |"
+    assert "Measured on 2020-01-01 at commit aaaaaaa." in text and "2020-01-02" not in text
+    assert re.search(r"Measured on \d{4}-\d\d-\d\d at commit c0ffee1\.\n\n<!-- figures:b", text)
+
+
 def normalized(text: str) -> str:
     return " ".join(text.split())
 
