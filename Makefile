@@ -15,7 +15,7 @@ export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export MEM0_TELEMETRY ?= False
 
-.PHONY: install demo run compare test test-fast lint bench bench-local ui clean
+.PHONY: install demo run compare test test-fast lint bench bench-local docs-results ui clean
 
 install: $(STAMP)
 
@@ -40,7 +40,7 @@ run: install  ## one traced, evaluated run of the memory system (no optimization
 # COMPARE_ARGS="hydra.launcher.n_jobs=8" for more jobs at a time, "hydra/launcher=submitit_slurm ..." on SLURM.
 COMPARE_ARGS ?=
 
-compare: install  ## every optimizer x memory system x 3 seeds (a multirun, 2 jobs at a time in parallel processes), then one table + plot: multirun/optimize/<time>/comparison/
+compare: install  ## every optimizer x memory system x 3 seeds (a multirun, 2 jobs at a time in parallel processes), then the lab's table + plot: multirun/optimize/<time>/comparison/
 	$(BIN)/memtrace optimize -m experiment=compare_optimizers $(COMPARE_ARGS)
 
 test: install  ## the whole test suite, as CI runs it
@@ -53,11 +53,9 @@ lint: install  ## ruff and the type checker (mypy), as CI runs them
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-bench: install  ## benchmarks, each printing a table: graph at LoCoMo scale, speed targets, BM25, bootstrap, attribution, report.html, answering vs workers, mem0ai tracing overhead per add, screening at LoCoMo scale
+bench: install  ## the lab's benchmarks, each printing a table: graph at LoCoMo scale, speed targets, attribution, rescue oracle, report.html, answering vs workers, mem0ai tracing overhead per add, screening at LoCoMo scale
 	$(BIN)/python -m memtrace_loop.experiments.lab.bench.graph_bench
 	$(BIN)/python -m memtrace_loop.experiments.lab.bench.speed_bench
-	$(BIN)/python -m memtrace_loop.experiments.lab.bench.bm25_bench
-	$(BIN)/python -m memtrace_loop.experiments.lab.bench.bootstrap_bench
 	$(BIN)/python -m memtrace_loop.experiments.lab.bench.attribution_bench
 	$(BIN)/python -m memtrace_loop.experiments.lab.bench.rescue_bench
 	$(BIN)/python -m memtrace_loop.experiments.lab.bench.report_bench
@@ -68,9 +66,8 @@ bench: install  ## benchmarks, each printing a table: graph at LoCoMo scale, spe
 bench-local: install  ## parse failures of the real local model (lm=local) with and without JSON-schema output, mem0 and mem0ai
 	$(BIN)/python -m memtrace_loop.experiments.lab.bench.local_model_bench
 
-docs-results: install  ## re-run the demo and rewrite its figures in README.md and docs/results.md; list stale recorded figures
+docs-results: install  ## re-run the demo and rewrite its figures in README.md and docs/results.md
 	$(BIN)/python -m memtrace_loop.experiments.lab.docs_results demo
-	$(BIN)/python -m memtrace_loop.experiments.lab.docs_results check
 
 ui: install  ## open the local MLflow store
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db

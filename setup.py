@@ -19,5 +19,5 @@ packages = find_packages(include=[f"{top}*" for top in TOP_LEVEL], exclude=[f"{P
 setup(
     packages=[f"{PREFIX}.{package}" for package in packages],
     package_dir={f"{PREFIX}.{top}": top for top in TOP_LEVEL},
-    package_data={f"{PREFIX}.conf": ["**/*.yaml"], f"{PREFIX}.experiments.conf": ["**/*.yaml"]},
+    package_data={f"{PREFIX}.conf": ["**/*.yaml"]},
 )

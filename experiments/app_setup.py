@@ -15,7 +15,7 @@ app's `main`): the libraries' own progress bars off, and a sweep job's console l
   `memory_system=rag,optimizer=none,seed=0`) but never one that could carry a credential (a URL, a
   secret-named key, a key-looking value: the label is printed before the app knows its secrets), else
   its number; None outside a multirun. The parallel launcher
-  (`experiments/conf/hydra/launcher/parallel.yaml`) runs jobs in processes that share the terminal, so
+  (`conf/hydra/launcher/parallel.yaml`) runs jobs in processes that share the terminal, so
   each console log line starts with its job's label (`log_prefix`).
 
 Entry points only: library code never calls this module.

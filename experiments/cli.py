@@ -25,7 +25,6 @@ commands:
   optimize  the closed loop: attribute failures, rewrite the most-blamed prompts, gate on dev, export
   attribute attribute the failures of a logged or saved run without rerunning it (run_id=... | run_dir=...)
   report    write report.html (why each question failed, drawn) for a logged or saved run (run_id=... | run_dir=...)
-  compare   one table and plot comparing the optimizers of a sweep (sweep_dir=... | the whole experiment)
   export    write the best prompt set of an MLflow run as JSON/YAML (run_id=... out=...)
   upload    log a run saved on disk to MLflow, e.g. after MLflow was unreachable (run_dir=...)
   stages    list every stage of a memory system with its current instruction (memory_system=...)
@@ -40,7 +39,6 @@ examples:
   memtrace optimize                             # the closed loop on the simulated world
   memtrace optimize optimizer=uniform           # the no-attribution baseline
   memtrace optimize -m experiment=compare_optimizers   # every optimizer x system x seed, then the comparison
-  memtrace compare sweep_dir=multirun/optimize/<time>   # the comparison again (or of a partial sweep)
   memtrace optimize resume=outputs/optimize/<run>      # continue an interrupted run
   memtrace optimize attributor=lineage attributor.verify=true  # check every blame by replay
   memtrace optimize attributor=llm              # an LM walks the graph (lm.attributor)
@@ -56,14 +54,14 @@ examples:
 """
 
 
-COMMAND_NAMES = ("run", "optimize", "attribute", "report", "compare", "export", "upload", "stages")
+COMMAND_NAMES = ("run", "optimize", "attribute", "report", "export", "upload", "stages")
 
 
 def _commands() -> dict[str, Callable[[], object]]:
-    from memtrace_loop.experiments import attribute, compare, export, optimize, report, run, stages, upload
+    from memtrace_loop.experiments import attribute, export, optimize, report, run, stages, upload
 
     return {"run": run.main, "optimize": optimize.main, "attribute": attribute.main, "export": export.main,
-            "stages": stages.main, "compare": compare.main, "upload": upload.main, "report": report.main}
+            "stages": stages.main, "upload": upload.main, "report": report.main}
 
 
 def main(argv: list[str] | None = None) -> int:

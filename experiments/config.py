@@ -286,7 +286,8 @@ class StagesConfig:
 
 @dataclass(frozen=True)
 class CompareConfig:
-    """`memtrace compare`: the runs of a multirun directory (`sweep_dir`), or of the whole experiment."""
+    """The lab's comparison (`python -m memtrace_loop.experiments.lab.compare`, `conf/compare.yaml`): the runs
+    of a multirun directory (`sweep_dir`), or of the whole experiment."""
 
     __pydantic_config__ = _STRICT
     tracking: TrackingConfig

@@ -1,30 +1,21 @@
-"""The measured figures of the docs, each backed by the command that makes it (writes docs/results.md).
+"""The figures of docs/results.md that a command regenerates, and those commands.
 
-    python -m memtrace_loop.experiments.lab.docs_results demo          # re-run the demo, rewrite its figures
+    python -m memtrace_loop.experiments.lab.docs_results demo              # re-run the demo, rewrite its figures
     python -m memtrace_loop.experiments.lab.docs_results optimizer-table   # re-run the one-seed table (16 runs)
-    python -m memtrace_loop.experiments.lab.docs_results check         # which recorded figures are stale
-    python -m memtrace_loop.experiments.lab.docs_results stamp <id>    # after re-running <id>'s command
+    python -m memtrace_loop.experiments.lab.docs_results mem0ai-gain       # the real mem0 library vs ours (12 runs)
 
-Two kinds of figure:
-
-- cheap ones (the demo's accuracies, accepted changes, LM calls made / cached / saved / budget) are
-  regenerated: `demo` runs `memtrace optimize` (the command of `make demo`) with a fresh cache and MLflow
-  store in a temporary folder and rewrites the generated blocks of docs/results.md and README.md;
-  `tests/apps/test_docs.py` runs the same and compares, so a stale demo figure fails CI;
-- expensive ones (the comparison sweep, the attribution and rescue benchmarks, the local-model, workers
-  and screening benches, the one-seed optimizer table) are recorded in docs/results.md with their command,
-  the commit that measured them and a digest of the source files they depend on (`FIGURES`); the test fails when
-  that digest changed, so a figure whose code moved on is flagged, not trusted. After re-running the
-  command (and pasting its table), `stamp <id>` records the new digest and the current commit.
+`demo` runs `memtrace optimize` (the command of `make demo`) with a fresh cache and MLflow store in a
+temporary folder and rewrites the generated blocks of docs/results.md and README.md;
+`tests/apps/test_readme.py` runs the same and compares, so a stale demo figure fails the tests. The
+other two rewrite their table in docs/results.md and the line above it (the date and commit measured
+at). The other tables of docs/results.md (benchmarks, benches, the comparison sweep) are pasted from
+the command each one is headed by. It does not judge whether a recorded figure is still current.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import datetime as dt
-import functools
-import hashlib
 import json
 import os
 import re
@@ -35,108 +26,16 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "docs" / "results.md"
 README = REPO / "README.md"
-
-# What each expensive figure's numbers depend on (globs relative to the repository root). Broad on
-# purpose: a change in any of them may move the numbers, so the figure has to be re-measured or re-stamped.
-_WORLD = ("pipeline/sim/**/*.py", "memory_systems/**/*.py", "conf/**/*.yaml")
-_LOOP = ("pipeline/loop/**/*.py", "pipeline/analysis/**/*.py", "optimizers/**/*.py")
-_COMPARE = (*_WORLD, *_LOOP, "pipeline/backends/**/*.py", "pipeline/data/**/*.py", "experiments/compare.py",
-            "experiments/conf/**/*.yaml")
-FIGURES: dict[str, tuple[str, ...]] = {
-    "optimizer_table": (*_WORLD, *_LOOP, "pipeline/backends/**/*.py", "pipeline/data/**/*.py"),
-    "compare": _COMPARE,
-    "compare_train_parts": _COMPARE,  # the same sweep with loop.train_conversations=1
-    "attribution_bench": (*_WORLD, "pipeline/analysis/**/*.py", "experiments/lab/benchmark/**/*.py",
-                          "experiments/lab/bench/attribution_bench.py"),
-    "rescue_bench": (*_WORLD, "pipeline/analysis/**/*.py", "experiments/lab/benchmark/**/*.py",
-                     "experiments/lab/bench/attribution_bench.py", "experiments/lab/bench/rescue_bench.py"),
-    "local_model_bench": ("pipeline/backends/**/*.py", "memory_systems/**/*.py", "conf/lm/*.yaml",
-                          "experiments/lab/bench/local_model_bench.py"),
-    "workers_bench": ("pipeline/backends/**/*.py", "pipeline/loop/**/*.py", "experiments/lab/bench/workers_bench.py"),
-    "mem0ai_gain": (*_WORLD, *_LOOP, "pipeline/backends/**/*.py", "pipeline/data/**/*.py"),
-    "mem0ai_bench": ("memory_systems/mem0ai/**/*.py", "pipeline/sim/**/*.py", "pipeline/core/**/*.py",
-                     "experiments/lab/bench/mem0ai_bench.py"),
-    "screen_bench": (*_WORLD, *_LOOP, "pipeline/backends/**/*.py", "pipeline/data/**/*.py",
-                     "experiments/lab/bench/screen_bench.py"),
-}
-MARKER = re.compile(r"<!-- figure (?P<id>\w+) measured_at=(?P<commit>\w+) stamped_at=(?P<stamped>\w+) "
-                    r"digest=(?P<digest>[0-9a-f]+) -->")
-
-
-def sources(figure: str) -> list[Path]:
-    """The files a figure depends on, sorted (caches left out)."""
-    found = {p for pattern in FIGURES[figure] for p in REPO.glob(pattern)
-             if p.is_file() and "__pycache__" not in p.parts}
-    return sorted(found)
-
-
-def code_of(path: Path) -> bytes:
-    """What of a file can change a figure: a Python module's syntax tree without docstrings (comments,
-    docstrings and layout do not count), any other file's bytes."""
-    if path.suffix != ".py":
-        return path.read_bytes()
-    return _tree_of(path.read_text(encoding="utf-8"))
-
-
-@functools.lru_cache(maxsize=1024)
-def _tree_of(source: str) -> bytes:
-    tree = ast.parse(source)
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
-                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-                and isinstance(body[0].value.value, str)):
-            node.body = body[1:] or [ast.Pass()]
-    return ast.dump(tree).encode()
-
-
-def digest(figure: str) -> str:
-    """sha256 over the relative path and code of every source file of the figure (first 16 hex digits)."""
-    h = hashlib.sha256()
-    for path in sources(figure):
-        h.update(path.relative_to(REPO).as_posix().encode() + b"\0" + code_of(path) + b"\0")
-    return h.hexdigest()[:16]
-
-
-def recorded(markdown: str | None = None) -> dict[str, dict[str, str]]:
-    """figure id -> its marker's fields, as docs/results.md records them."""
-    text = RESULTS.read_text(encoding="utf-8") if markdown is None else markdown
-    return {m.group("id"): m.groupdict() for m in MARKER.finditer(text)}
-
-
-def stale() -> dict[str, str]:
-    """figure id -> why it is stale (missing marker, or its sources' digest changed since it was stamped)."""
-    marks = recorded()
-    why = {}
-    for figure in FIGURES:
-        if figure not in marks:
-            why[figure] = "no marker in docs/results.md"
-        elif marks[figure]["digest"] != digest(figure):
-            why[figure] = (f"its sources changed since {marks[figure]['stamped']} (digest {marks[figure]['digest']}, "
-                           f"now {digest(figure)}): re-run its command, then `stamp {figure}`")
-    return why
+MEASURED = re.compile(r"(?m)^Measured on .* at commit \w+\.$")
 
 
 def head_commit() -> str:
     done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
                           check=False)
     return done.stdout.strip() or "unknown"
-
-
-def stamp(figure: str, measured_at: str | None = None) -> None:
-    """Record the figure's digest now (and the commit that measured it, default: the current one)."""
-    text = RESULTS.read_text(encoding="utf-8")
-    old = recorded(text).get(figure)
-    commit = head_commit()
-    line = (f"<!-- figure {figure} measured_at={measured_at or commit} stamped_at={commit} "
-            f"digest={digest(figure)} -->")
-    if old is None:
-        raise SystemExit(f"docs/results.md has no marker for {figure!r}: add `<!-- figure {figure} ... -->`")
-    text = MARKER.sub(lambda m: line if m.group("id") == figure else m.group(0), text)
-    RESULTS.write_text(text, encoding="utf-8")
 
 
 # --------------------------------------------------------------------------- the demo (regenerated)
@@ -260,13 +159,24 @@ def replaced(text: str, name: str, body: str) -> str:
     return text[:start] + "\n" + body + "\n" + text[end:]
 
 
+def measured_line() -> str:
+    return f"Measured on {dt.date.today().isoformat()} at commit {head_commit()}."
+
+
+def write_table(name: str, table: str) -> None:
+    """`table` into docs/results.md's `figures:NAME` block, and today's date and commit into the
+    `Measured on ...` line of its section (the last one before the block)."""
+    text = RESULTS.read_text(encoding="utf-8")
+    start, _ = between(text, name)
+    lines = list(MEASURED.finditer(text, 0, start))
+    if lines:
+        last = lines[-1]
+        text = text[:last.start()] + measured_line() + text[last.end():]
+    RESULTS.write_text(replaced(text, name, table), encoding="utf-8")
+
+
 def write_demo(f: DemoFigures) -> None:
-    today = dt.date.today().isoformat()
-    results = RESULTS.read_text(encoding="utf-8")
-    results = replaced(results, "demo", demo_block(f))
-    results = re.sub(r"(?m)^Demo figures generated on .*$",
-                     f"Demo figures generated on {today} at commit {head_commit()}.", results)
-    RESULTS.write_text(results, encoding="utf-8")
+    write_table("demo", demo_block(f))
     README.write_text(replaced(README.read_text(encoding="utf-8"), "demo", demo_sentence(f)), encoding="utf-8")
 
 
@@ -325,13 +235,9 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="what", required=True)
     sub.add_parser("demo", help="re-run the demo with fresh stores; rewrite its figures in results.md and README.md")
-    sub.add_parser("optimizer-table", help="re-run the one-seed optimizer table (16 optimize runs) and stamp it")
+    sub.add_parser("optimizer-table", help="re-run the one-seed optimizer table (16 optimize runs) and write it")
     sub.add_parser("mem0ai-gain", help="optimize on the real mem0 library and on our Mem0-style system, 3 seeds, "
-                   "default settings and budget 3000 (12 runs), and stamp the table")
-    sub.add_parser("check", help="list the recorded figures whose sources changed since they were stamped")
-    stamp_parser = sub.add_parser("stamp", help="record a figure's source digest now (after re-running it)")
-    stamp_parser.add_argument("figure", choices=sorted(FIGURES))
-    stamp_parser.add_argument("--measured-at", help="the commit that measured it (default: the current one)")
+                   "default settings and budget 3000 (12 runs), and write the table")
     args = parser.parse_args(argv)
     if args.what == "demo":
         with tempfile.TemporaryDirectory() as tmp:
@@ -339,25 +245,11 @@ def main(argv: list[str] | None = None) -> int:
         write_demo(figures)
         sys.stdout.write(demo_block(figures) + "\n")
         return 0
-    if args.what == "optimizer-table":
-        table = optimizer_table()
-        RESULTS.write_text(replaced(RESULTS.read_text(encoding="utf-8"), "optimizer_table", table), encoding="utf-8")
-        stamp("optimizer_table")
-        sys.stdout.write(table + "\n")
-        return 0
-    if args.what == "mem0ai-gain":
-        table = mem0ai_gain_table()
-        RESULTS.write_text(replaced(RESULTS.read_text(encoding="utf-8"), "mem0ai_gain", table), encoding="utf-8")
-        stamp("mem0ai_gain")
-        sys.stdout.write(table + "\n")
-        return 0
-    if args.what == "stamp":
-        stamp(args.figure, args.measured_at)
-        return 0
-    why = stale()
-    for figure, reason in why.items():
-        sys.stdout.write(f"{figure}: {reason}\n")
-    return 1 if why else 0
+    name, table = ("optimizer_table", optimizer_table()) if args.what == "optimizer-table" else (
+        "mem0ai_gain", mem0ai_gain_table())
+    write_table(name, table)
+    sys.stdout.write(table + "\n")
+    return 0
 
 
 if __name__ == "__main__":

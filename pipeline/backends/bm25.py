@@ -5,8 +5,8 @@ fuse lexical and dense search. Tokenization: `text.alnum_words` (lowercase alpha
 rank the earlier document first, so results are deterministic. It does not embed, fuse or persist
 anything.
 
-Why our own and not `bm25s` or `rank_bm25` (measured with `experiments/lab/bench/bm25_bench.py`, each set
-up to compute this exact formula: Lucene idf, `tf (k1 + 1)` term weight, each query term once):
+Why our own and not `bm25s` or `rank_bm25` (measured once against both, each set up to compute this
+exact formula: Lucene idf, `tf (k1 + 1)` term weight, each query term once):
 - Rankings are not identical. Scores agree to 1e-14, but the libraries add the term weights in
   another order, so documents whose scores are mathematically equal differ in the last bit and
   their tie order changes: 2 of 304 pseudo-evidence queries on real LoCoMo (400-600 turns) rank

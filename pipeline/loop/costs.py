@@ -2,8 +2,9 @@
 screen's verdicts and audit, and the calls a run spent to reach 90% of its final dev gain.
 
 Pure functions over a run's iteration history (`IterationSummary`, what checkpoints keep, so the
-figures survive a resume). The loop observer logs them to MLflow, the console prints them, `make
-compare` averages them per optimizer. It does not count calls itself (the loop's `CallLedger` does).
+figures survive a resume). The loop observer logs them to MLflow, the console prints them, the lab's
+comparison (`make compare`) averages them per optimizer. It does not count calls itself (the loop's
+`CallLedger` does).
 
 >>> from memtrace_loop.pipeline.analysis.blame import BlameTable
 >>> from memtrace_loop.pipeline.loop.summaries import CandidateSummary, IterationSummary
@@ -24,10 +25,21 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from memtrace_loop.pipeline.analysis.comparison import GAIN_FRACTION, ProgressPoint, calls_to_fraction
 from memtrace_loop.pipeline.loop.summaries import IterationSummary
 
-__all__ = ["CandidateCosts", "calls_to_gain", "candidate_costs"]
+__all__ = ["GAIN_FRACTION", "CandidateCosts", "ProgressPoint", "calls_to_fraction", "calls_to_gain", "candidate_costs"]
+
+GAIN_FRACTION = 0.9  # calls to reach this fraction of the final gain
+_TOLERANCE = 1e-12
+
+
+@dataclass(frozen=True)
+class ProgressPoint:
+    """The state after one iteration: cumulative LM calls spent by its end, the incumbent's dev accuracy."""
+
+    iteration: int
+    calls: float
+    dev_accuracy: float
 
 
 @dataclass(frozen=True)
@@ -71,6 +83,25 @@ def candidate_costs(history: Sequence[IterationSummary], min_gain: float = 0.0) 
         audited=len(audited),
         audit_would_pass=sum(1 for c in audited if c.audit_gain is not None and c.audit_gain >= min_gain),
     )
+
+
+def calls_to_fraction(progress: Sequence[ProgressPoint], fraction: float = GAIN_FRACTION) -> float | None:
+    """Cumulative LM calls spent when the dev gain over iteration 0 first reached `fraction` of the
+    final dev gain (the last point's). None when the run did not gain (final <= iteration 0) or has
+    no progress. Points are taken in iteration order."""
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+    points = sorted(progress, key=lambda p: p.iteration)
+    if not points:
+        return None
+    baseline, final = points[0].dev_accuracy, points[-1].dev_accuracy
+    total = final - baseline
+    if not math.isfinite(total) or total <= _TOLERANCE:
+        return None
+    for point in points:
+        if point.dev_accuracy - baseline >= fraction * total - _TOLERANCE:
+            return point.calls
+    return points[-1].calls  # unreachable: the last point reaches the whole gain
 
 
 def calls_to_gain(

@@ -7,7 +7,7 @@ with its prompt diff (`candidates/<i>-accepted|rejected.diff.txt`, previewable i
 sentence per line, `prompt_diff`) and gate verdict, LLM-call counts and, when given `traces`, the
 iteration's train failures as MLflow traces; accepted prompt sets are registered in the tracker's
 prompt registry. At the end the parent run gets the test metrics of the starting and final prompt
-sets, the per-question test scores of both (`test_questions.json`, what `memtrace compare` pairs), the
+sets, the per-question test scores of both (`test_questions.json`, what the lab's comparison pairs), the
 LM calls and tokens made, the length of the final prompt set, the score and blame plots (PNG), the
 history and the exported prompt files. Every text passes `scrub`. Everything goes through the `Tracker`
 protocol (MLflow in production), traces through the `IterationTraces` it is given. This module does

@@ -1,19 +1,16 @@
-"""PNG plots of optimization runs: accuracy per iteration, blame per stage per iteration, and the
-comparison of optimizers.
+"""PNG plots of optimization runs: accuracy per iteration and blame per stage per iteration.
 
 `plot_scores` draws dev accuracy against the iteration with its confidence band, the train accuracy
 when known, and every candidate the gate saw (accepted: filled markers, rejected: hollow markers).
 `plot_blame` draws stacked bars of blamed failures per stage for each iteration; stages blamed on
-their non-prompt knobs are hatched. `plot_comparison` draws each optimizer's paired test gain with its
-CI per memory system (and pooled), and gain against LM calls (pooled, or the one system's: never an
-empty panel). All build a `matplotlib.figure.Figure` on the Agg canvas directly — no pyplot, no
+their non-prompt knobs are hatched. Both build a `matplotlib.figure.Figure` on the Agg canvas directly — no pyplot, no
 global figure state, no GUI backend — and write a PNG without timestamps, so equal inputs give equal
-files. This module does not compute scores or blame and does not log to MLflow.
+files (the lab's comparison plot, `experiments.lab.comparison_report`, draws the same way). This
+module does not compute scores or blame and does not log to MLflow.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +23,6 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator, PercentFormatter
 from memtrace_loop.pipeline.analysis.attribution.records import Tunable
 from memtrace_loop.pipeline.analysis.blame import BlameTable
-from memtrace_loop.pipeline.analysis.comparison import POOLED, ComparisonRow
 
 DPI = 120
 KNOB_HATCH = "///"
@@ -260,79 +256,3 @@ def plot_blame(blame_by_iteration: Sequence[tuple[int, BlameTable]], path: str |
         handles.append(Patch(facecolor="white", edgecolor="black", hatch=KNOB_HATCH, label="hatched: knobs"))
     axes.legend(handles=handles, title="stage", loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return _save(figure, path)
-
-
-def _cost_rows(rows: Sequence[ComparisonRow]) -> tuple[str, dict[str, ComparisonRow]]:
-    """The right panel's rows, one per optimizer, and its subject: the pooled rows when the sweep has
-    more than one system (`compare_runs` pools only then), else the one system's own rows."""
-    pooled = {row.optimizer: row for row in rows if row.system == POOLED}
-    if pooled:
-        return "Pooled gain", pooled
-    systems = sorted({row.system for row in rows})
-    if len(systems) != 1:  # no pooled rows and several systems: nothing one point per optimizer could show
-        return "Pooled gain", {}
-    return f"{systems[0]}: gain", {row.optimizer: row for row in rows}
-
-
-def comparison_figure(rows: Sequence[ComparisonRow]) -> Figure:
-    """The comparison as a figure (see `plot_comparison`); with one memory system (no pooled rows) the
-    right panel shows that system's rows, so no panel is left empty."""
-    optimizers = list(dict.fromkeys(row.optimizer for row in rows))
-    systems = sorted({row.system for row in rows if row.system != POOLED}) + (
-        [POOLED] if any(row.system == POOLED for row in rows) else []
-    )
-    by_key = {(row.optimizer, row.system): row for row in rows}
-    subject, cost_rows = _cost_rows(rows)
-    figure = _new_figure(12.0, 4.8)
-    gains, costs = figure.subplots(1, 2, width_ratios=[2.2, 1.0])
-    gains.set_title("Test gain (final - start), paired 95% CI")
-    gains.set_ylabel("judge accuracy gain")
-    gains.yaxis.set_major_formatter(PercentFormatter(xmax=1.0))
-    gains.axhline(0.0, color="black", linewidth=0.8)
-    gains.grid(True, axis="y", alpha=0.3)
-    gains.set_axisbelow(True)
-    costs.set_title(f"{subject} vs LM calls per run")
-    costs.set_xlabel("LM calls made per run (mean)")
-    costs.yaxis.set_major_formatter(PercentFormatter(xmax=1.0))
-    costs.axhline(0.0, color="black", linewidth=0.8)
-    costs.grid(True, alpha=0.3)
-    if not rows:
-        for axes in (gains, costs):
-            axes.text(0.5, 0.5, "no runs", ha="center", va="center", transform=axes.transAxes)
-        return figure
-
-    palette = colormaps["tab10"]
-    width = 0.8 / max(len(optimizers), 1)
-    for index, optimizer in enumerate(optimizers):
-        color = palette(index % palette.N)
-        xs, heights, lows, highs = [], [], [], []
-        for position, system in enumerate(systems):
-            row = by_key.get((optimizer, system))
-            if row is None or row.gain.n == 0:
-                continue
-            xs.append(position - 0.4 + width * (index + 0.5))
-            heights.append(row.gain.mean)
-            lows.append(row.gain.mean - row.gain.ci_low)
-            highs.append(row.gain.ci_high - row.gain.mean)
-        gains.bar(xs, heights, width=width * 0.9, color=color, label=optimizer,
-                  yerr=[lows, highs], capsize=3, error_kw={"linewidth": 1.0})
-        point = cost_rows.get(optimizer)
-        if point is not None and point.gain.n and math.isfinite(point.lm_calls):
-            costs.errorbar(
-                [point.lm_calls], [point.gain.mean],
-                yerr=[[point.gain.mean - point.gain.ci_low], [point.gain.ci_high - point.gain.mean]],
-                color=color, marker="o", markersize=7, capsize=3, linestyle="none", label=optimizer,
-            )
-    gains.set_xticks(range(len(systems)), [s if s != POOLED else "pooled" for s in systems])
-    gains.set_xlim(-0.6, len(systems) - 0.4)
-    gains.legend(title="optimizer", loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=8)
-    return figure
-
-
-def plot_comparison(rows: Sequence[ComparisonRow], path: str | Path) -> Path:
-    """Two panels. Left: test gain (final - start, paired) with its CI, one bar per optimizer in each
-    memory-system group, the pooled group last. Right: test gain against mean LM calls per run, one
-    point per optimizer with its CI as a vertical bar (up and left is better): pooled over the systems,
-    or the one system's when the sweep had one."""
-    path = _png_path(path)
-    return _save(comparison_figure(rows), path)

@@ -1,7 +1,7 @@
 """`make compare`: the experiment config composes into the whole sweep (every job a valid optimize
 config), and a tiny real multirun (2 optimizers x 1 system x 2 seeds) ends with the Markdown table, the
-plot and the `comparison` MLflow run; `memtrace compare` rebuilds the same table from the directory or
-from the experiment. The full sweep is never run here."""
+plot and the `comparison` MLflow run; the lab's entry point (`python -m memtrace_loop.experiments.lab.compare`)
+rebuilds the same table from the directory or from the experiment. The full sweep is never run here."""
 
 from __future__ import annotations
 
@@ -17,8 +17,14 @@ import pytest
 from hydra import compose, initialize_config_module
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.utils import instantiate
-from memtrace_loop.experiments.compare import REPORT_NAMES, ComparisonCallback, ComparisonError, compare, run_compare
 from memtrace_loop.experiments.config import validated_optimize
+from memtrace_loop.experiments.lab.compare import (
+    REPORT_NAMES,
+    ComparisonCallback,
+    ComparisonError,
+    compare,
+    run_compare,
+)
 from memtrace_loop.memory_systems.registry import SYSTEMS
 from memtrace_loop.optimizers.registry import OPTIMIZERS
 from mlflow.tracking import MlflowClient
@@ -202,7 +208,7 @@ def test_the_printed_load_command_runs_as_printed(tiny_sweep):
 
 
 @pytest.mark.slow  # reuses the multirun above
-def test_memtrace_compare_rebuilds_the_same_table_from_the_directory_or_the_experiment(tiny_sweep, monkeypatch):
+def test_the_lab_compare_rebuilds_the_same_table_from_the_directory_or_the_experiment(tiny_sweep, monkeypatch):
     tmp_path, uri, _, _, _ = tiny_sweep
     monkeypatch.chdir(tmp_path)
     expected = (tmp_path / "multirun" / "comparison" / "comparison.md").read_text()

@@ -20,6 +20,7 @@ import pytest
 from tests.support.store import fresh_store
 
 MEMTRACE = str(Path(sys.executable).parent / "memtrace")
+LAB_COMPARE = (sys.executable, "-m", "memtrace_loop.experiments.lab.compare")  # the lab's comparison
 WIDTH = 80
 SECRET = "sk-live-abcdef1234567890"
 
@@ -45,8 +46,10 @@ class Session:
         self.env = env | {"MLFLOW_TRACKING_URI": f"sqlite:///{cwd}/mlflow.db",
                           "MEMTRACE_CACHE_DIR": str(cwd / "cache"), "MEMTRACE_TEST_KEY": SECRET}
 
-    def memtrace(self, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run([MEMTRACE, *args], cwd=self.cwd, env=self.env, capture_output=True, text=True,
+    def memtrace(
+        self, *args: str, ok: bool = True, program: tuple[str, ...] = (MEMTRACE,)
+    ) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run([*program, *args], cwd=self.cwd, env=self.env, capture_output=True, text=True,
                               timeout=600, check=False)
         if ok:
             assert done.returncode == 0, done.stderr[-3000:]
@@ -113,11 +116,11 @@ def test_optimize_export_and_compare_print_for_an_80_column_log(session, optimiz
     assert checkpoint  # the loop finished and wrote it
     run_id = re.search(r"MLflow run (\w{32})", stdout).group(1)
     export = ("export", f"run_id={run_id}", f"out={session.cwd}/prompts.yaml")
-    for args in (export, ("compare", "tracking.experiment=memtrace")):
-        printed = session.memtrace(*args).stdout
+    for program, args in (((MEMTRACE,), export), (LAB_COMPARE, ("tracking.experiment=memtrace",))):
+        printed = session.memtrace(*args, program=program).stdout
         assert not too_wide(printed), (args, too_wide(printed))
         assert "…" not in printed, args
-        if args[0] == "compare":
+        if program == LAB_COMPARE:
             assert "optimizer attribution" in printed or "│ attribution" in printed
 
 

@@ -41,8 +41,8 @@ def test_the_wheel_installs_one_top_level_package(wheel: zipfile.ZipFile) -> Non
 
 def test_the_wheel_carries_configs_and_the_entry_point(wheel: zipfile.ZipFile) -> None:
     names = set(wheel.namelist())
-    configs = ("conf/run.yaml", "conf/memory_system/mem0.yaml", "experiments/conf/experiment/compare_optimizers.yaml",
-               "experiments/conf/hydra/launcher/parallel.yaml")
+    configs = ("conf/run.yaml", "conf/memory_system/mem0.yaml", "conf/experiment/compare_optimizers.yaml",
+               "conf/hydra/launcher/parallel.yaml")
     for config in configs:
         assert f"memtrace_loop/{config}" in names
     (entry_points,) = [n for n in names if n.endswith("entry_points.txt")]

@@ -26,7 +26,7 @@ from tests.support.sim import sim_lm
 pytestmark = pytest.mark.usefixtures("mlflow_db")
 
 CONF_DIR = REPO / "conf"
-EXPERIMENT_DIR = REPO / "experiments" / "conf" / "experiment"
+EXPERIMENT_DIR = REPO / "conf" / "experiment"
 RUN_GROUPS = ("lm", "embedder", "memory_system", "dataset", "tracking")
 
 
@@ -41,7 +41,7 @@ def options(group_dir: Path) -> list[str]:
 
 # Every option of every group of conf/ is composed, resolved and validated for run, optimize, attribute and
 # stages by tests/unit/test_config.py::test_every_group_option_composes_and_validates (which resolves as this
-# did and validates on top); the experiments (experiments/conf/experiment) are composed here.
+# did and validates on top); the experiments (conf/experiment) are composed here.
 @pytest.mark.parametrize(
     "config,group,option",
     [("optimize", "experiment", o) for o in options(EXPERIMENT_DIR)],

@@ -328,7 +328,7 @@ def test_the_loop_observer_logs_every_iteration_through_the_tracker_protocol(res
     assert expected <= set(parent.artifacts)
     assert json.loads(parent.text("history.json")) == [s.to_dict() for s in result.history]
     assert parent.metric("test/final/judge_accuracy") == [(result.test_final.report.overall.judge_accuracy, None)]
-    questions = json.loads(parent.text("test_questions.json"))  # what `memtrace compare` pairs
+    questions = json.loads(parent.text("test_questions.json"))  # what the lab's comparison pairs
     counted = [q for q in questions if q["counted"]]
     assert len(questions) == len(result.test_start.results) and len(counted) == result.test_final.report.overall.n
     assert sum(q["final"] for q in counted) / len(counted) == result.test_final.report.overall.judge_accuracy

@@ -8,21 +8,24 @@ import math
 from pathlib import Path
 
 import pytest
-from memtrace_loop.experiments.compare import audit_note, optimizer_run, progress_points
-from memtrace_loop.pipeline.analysis.comparison import (
+from memtrace_loop.experiments.lab.compare import audit_note, optimizer_run, progress_points
+from memtrace_loop.experiments.lab.comparison import (
     POOLED,
     CandidateTotals,
     OptimizerRun,
-    ProgressPoint,
     QuestionOutcome,
-    calls_to_fraction,
     compare_runs,
     paired_estimate,
     wilson_interval,
 )
+from memtrace_loop.experiments.lab.comparison_report import (
+    comparison_figure,
+    markdown_report,
+    plot_comparison,
+    rows_to_json,
+)
 from memtrace_loop.pipeline.analysis.evaluation import bootstrap_ci
-from memtrace_loop.pipeline.tracking.comparison_report import markdown_report, rows_to_json
-from memtrace_loop.pipeline.tracking.plots import comparison_figure, plot_comparison
+from memtrace_loop.pipeline.loop.costs import ProgressPoint, calls_to_fraction
 
 from tests.support.tracking import InMemoryTracker
 

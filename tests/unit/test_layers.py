@@ -18,6 +18,10 @@ imports one from a layer at or above its own (within a package anything goes). B
   past this test, refused unless listed in `DYNAMIC_IMPORTERS` with its reason. In a registry, every
   literal project-module string (its lines, its `import_module("...")` arguments) is checked as an
   import against the layers.
+- The lab (`experiments.lab`: benchmarks, benches, figures, the optimizer comparison) is apart from the
+  product: no module outside it imports it, at any depth (function-level imports included), nor names
+  one of its modules in a string (a registry line, a `_target_`, an `import_module` argument). A Hydra
+  callback named in a YAML file is configuration and is not read here.
 - No import cycles between our modules, counting imports inside functions (they are cycles all the
   same, only deferred); an import inside a package's `__init__` of its own submodules is a facade, not
   a cycle, since the graph has no implicit child-to-parent edges.
@@ -63,6 +67,7 @@ SIM_MAY_IMPORT = ("pipeline.core", "pipeline.backends", "pipeline.data")  # it w
 SIM_IMPORTERS = ("pipeline.backends.registry", "pipeline.data.registry")
 SIM_MAY_REACH = ("memory_systems.registry", "memory_systems.spec")  # the systems' own rows, via the registry
 CONF = "conf"
+LAB = "experiments.lab"  # imports the product freely; nothing outside it imports it
 CONF_NAMERS = ("experiments", "experiments.lab")  # the apps: `@hydra.main(config_path="pkg://memtrace_loop.conf")`
 # Modules outside the registries that import by a computed string, and why that is not a dependency.
 DYNAMIC_IMPORTERS: Mapping[str, str] = {
@@ -194,6 +199,25 @@ def violations() -> list[str]:
     return sorted(found)
 
 
+def in_lab(module: str) -> bool:
+    return module == LAB or module.startswith(LAB + ".")
+
+
+def lab_violations() -> list[str]:
+    """Every product module (one outside `experiments.lab`) that imports the lab or names it in a string."""
+    found: set[str] = set()
+    for module, path in project_modules():
+        if in_lab(module):
+            continue
+        for name in imports_of(path):
+            if name.startswith(PREFIX) and in_lab(name.removeprefix(PREFIX)):
+                found.add(f"{module} imports {name}: the product never imports the lab")
+        for name in module_strings_of(path):
+            if in_lab(name.removeprefix(PREFIX)):
+                found.add(f"{module} names {name} in a string: the product never reaches the lab")
+    return sorted(found)
+
+
 def resolve(name: str, modules: Iterable[str]) -> str | None:
     """The most specific of our modules that an imported name (`memtrace_loop.a.b.member`) lives in."""
     known = set(modules)
@@ -283,6 +307,10 @@ def test_no_import_cycles() -> None:
     assert cycles() == []
 
 
+def test_no_product_module_reaches_the_lab() -> None:
+    assert lab_violations() == []
+
+
 def _plant(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: Mapping[str, str]) -> None:
     planted = []
     for module, source in files.items():
@@ -359,6 +387,33 @@ def test_a_module_that_builds_a_registry_is_one(tmp_path, monkeypatch) -> None:
     )
     _plant(tmp_path, monkeypatch, {"optimizers.catalogue": source})
     assert violations() == []
+
+
+@pytest.mark.parametrize(
+    ("module", "source"),
+    [
+        ("experiments.cli", "from memtrace_loop.experiments.lab import docs_results\n"),
+        ("experiments", "from memtrace_loop.experiments import lab\n"),
+        ("conf", "import memtrace_loop.experiments.lab.compare\n"),  # above the lab's rank, still refused
+        ("experiments.run", "def f():\n    from memtrace_loop.experiments.lab.bench import graph_bench\n"),
+        ("optimizers.registry", 'MODULES = {"x": "memtrace_loop.experiments.lab.benchmark.scoring"}\n'),
+        ("experiments.optimize", 'CB = {"_target_": "memtrace_loop.experiments.lab.compare.ComparisonCallback"}\n'),
+        ("pipeline.core.registry", 'import importlib\nm = importlib.import_module("memtrace_loop.experiments.lab")\n'),
+    ],
+)
+def test_the_checker_catches_the_product_reaching_the_lab(tmp_path, monkeypatch, module, source) -> None:
+    _plant(tmp_path, monkeypatch, {module: source})
+    found = lab_violations()
+    assert found and all(line.startswith(f"{module} ") for line in found), found
+
+
+def test_the_lab_may_import_itself_and_the_product(tmp_path, monkeypatch) -> None:
+    _plant(tmp_path, monkeypatch, {
+        "experiments.lab.compare": "from memtrace_loop.experiments.lab.comparison import compare_runs\n"
+                                   "from memtrace_loop.experiments.config import validated_compare\n",
+        "experiments.lab.bench.graph_bench": 'M = "memtrace_loop.experiments.lab.benchmark.injection"\n',
+    })
+    assert lab_violations() == []
 
 
 def test_the_checker_catches_a_cycle_through_a_function_level_import(tmp_path, monkeypatch) -> None:

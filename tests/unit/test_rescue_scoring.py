@@ -1,4 +1,4 @@
-"""Scoring attributions against rescue labels (pipeline.benchmark.rescue_scoring), on hand-made records."""
+"""Scoring attributions against rescue labels (experiments.lab.benchmark.rescue_scoring), on hand-made records."""
 
 from __future__ import annotations
 

@@ -27,6 +27,8 @@ from typing import Any
 
 import dspy
 from memtrace_loop.experiments.app_setup import no_lm_history
+from memtrace_loop.experiments.lab.bench import common
+from memtrace_loop.experiments.lab.bench.common import advance
 from memtrace_loop.experiments.lab.benchmark.injection import (
     InjectionReport,
     build_system_cases,
@@ -38,7 +40,7 @@ from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system, 
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
-from memtrace_loop.pipeline.backends.lm import LMConfig, SimLMConfig
+from memtrace_loop.pipeline.backends.lm import SimLMConfig
 from memtrace_loop.pipeline.backends.registry import backend_test_world, build_lm
 from memtrace_loop.pipeline.core.conventions import turn_id_of
 from memtrace_loop.pipeline.core.records import CaseResult, Question, Scores
@@ -48,7 +50,7 @@ from memtrace_loop.pipeline.interop.exec_network.labels import BenchAnnotation, 
 from memtrace_loop.pipeline.loop.runner import make_judge
 from memtrace_loop.pipeline.tracking.tracker import Tracker
 from rich.console import Console
-from rich.progress import Progress, TaskID
+from rich.progress import Progress
 from rich.table import Table
 
 logger = logging.getLogger(__name__)
@@ -106,7 +108,7 @@ def sim_lm(paraphrase: bool, console: Console) -> dspy.LM:
         # no reply reuse: every attributor and replay call is counted as made, as the recorded figures were
         return build_lm(SimLMConfig(backend="sim", model="stand-in", cache=False, paraphrase=True,
                                     reuse_calls=False))
-    return build_lm(LMConfig(backend="sim", model="stand-in", cache=False, reuse_calls=False))
+    return common.sim_lm(reuse_calls=False)
 
 
 def perfect_system(name: str, lm: dspy.LM) -> MemorySystem:
@@ -266,11 +268,6 @@ def bench_paths(path: Path) -> list[Path]:
 
 
 
-def _advance(progress: Progress, task: TaskID, _kind: str) -> None:
-    """`on_case`: one more case of this system injected."""
-    progress.advance(task)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated memory systems")
@@ -318,7 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 name, lm, dataset, lambda cfg: build_memory_system(cfg, HashingEmbedder()),
                 backend_test_world().perfect_instruction,
                 limit_per_kind=args.limit_per_kind, workers=args.workers,
-                on_case=partial(_advance, progress, task),
+                on_case=partial(advance, progress, task),
             )
             progress.remove_task(task)
             reports.append(report)

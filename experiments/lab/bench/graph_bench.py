@@ -1,4 +1,4 @@
-"""Benchmark of the execution graph at LoCoMo scale: `python -m experiments.bench.graph_bench`.
+"""Benchmark of the execution graph at LoCoMo scale: `python -m memtrace_loop.experiments.lab.bench.graph_bench`.
 
 Builds the graph of a full run (10 conversations of ~600 turns on the simulated world by default),
 then measures what the graph layer costs, separately from any LLM time:
@@ -32,18 +32,14 @@ from typing import Any
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from memtrace_loop.experiments.app_setup import no_lm_history
-from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system
-from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
-from memtrace_loop.pipeline.backends.lm import LMConfig
-from memtrace_loop.pipeline.backends.registry import build_lm
+from memtrace_loop.experiments.lab.bench.common import sim_run
+from memtrace_loop.memory_systems.registry import SYSTEMS
 from memtrace_loop.pipeline.core.conventions import Namespace, is_in, prefix
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.graph_io import graph_to_json, load_graph, save_graph
 from memtrace_loop.pipeline.core.run_folder import RunFolder
 from memtrace_loop.pipeline.core.tracing import Tracer
-from memtrace_loop.pipeline.data.registry import load_dataset
 from memtrace_loop.pipeline.interop.exec_network import document_bytes, from_exec_network, to_exec_network
-from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
 from rich.console import Console
 from rich.table import Table
 
@@ -109,15 +105,8 @@ def build_graphs(
     system_name: str, n_conversations: int, sessions: int, turns_per_session: int, workers: int
 ) -> tuple[list[ExecutionGraph], int, float]:
     """The graphs of a sim run (answers and judge included), the number of turns, and the run time."""
-    dataset = load_dataset(
-        {"kind": "sim", "seed": 0, "n_conversations": n_conversations, "sessions_per_conversation": sessions,
-         "turns_per_session": turns_per_session}
-    )
-    lm = build_lm(LMConfig(backend="sim", model="stand-in", cache=False))
-    system = build_memory_system({"name": system_name}, HashingEmbedder())
-    system.set_lm(lm)
     started = time.perf_counter()
-    result = run_dataset(system, make_judge(lm), dataset, workers=workers)
+    dataset, result = sim_run(system_name, n_conversations, sessions, turns_per_session, workers)
     turns = sum(len(c.turns) for c in dataset.conversations)
     return list(result.graph_by_conversation.values()), turns, time.perf_counter() - started
 

@@ -42,14 +42,13 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("MEM0_TELEMETRY", "False")
 os.environ.setdefault("MEM0_DIR", tempfile.mkdtemp(prefix="memtrace-mem0ai-bench-"))
 
+from memtrace_loop.experiments.lab.bench.common import sim_lm
 from memtrace_loop.memory_systems.mem0ai.bridge import EXTRACTION, UPDATE
 from memtrace_loop.memory_systems.mem0ai.hooks import with_session_date
 from memtrace_loop.memory_systems.mem0ai.memory import close_memory, new_folder, open_memory
 from memtrace_loop.memory_systems.mem0ai.observers import AddRecorder
 from memtrace_loop.memory_systems.mem0ai.system import Mem0aiMemory
 from memtrace_loop.pipeline.backends.embeddings import Embedder, HashingEmbedder
-from memtrace_loop.pipeline.backends.lm import LMConfig
-from memtrace_loop.pipeline.backends.registry import build_lm
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import Conversation
 from memtrace_loop.pipeline.core.tracing import Tracer
@@ -158,7 +157,7 @@ def fastest(feeds: Sequence[Feed]) -> Feed:
 
 def bench(lengths: Sequence[int], seed: int = 0, repeats: int = 3) -> list[Row]:
     # no reply reuse: both feeds send the same requests, and the second must not be served from the first
-    lm = build_lm(LMConfig(backend="sim", model="stand-in", cache=False, reuse_calls=False))
+    lm = sim_lm(reuse_calls=False)
     embedder = HashingEmbedder()
     system = Mem0aiMemory(embedder)
     system.set_lm(lm)

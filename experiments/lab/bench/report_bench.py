@@ -20,13 +20,9 @@ from pathlib import Path
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from memtrace_loop.experiments.app_setup import no_lm_history
-from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system
+from memtrace_loop.experiments.lab.bench.common import sim_run
+from memtrace_loop.memory_systems.registry import SYSTEMS
 from memtrace_loop.pipeline.analysis.attribution.lineage import attribute_failures
-from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
-from memtrace_loop.pipeline.backends.lm import LMConfig
-from memtrace_loop.pipeline.backends.registry import build_lm
-from memtrace_loop.pipeline.data.registry import load_dataset
-from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
 from memtrace_loop.pipeline.report import DEFAULT_MAX_NODES, ReportData, report_for_run
 from memtrace_loop.pipeline.report.render import failures_payload
 from rich.console import Console
@@ -48,14 +44,7 @@ class ReportRow:
 
 
 def bench_system(name: str, conversations: int, sessions: int, turns_per_session: int, workers: int) -> ReportRow:
-    dataset = load_dataset(
-        {"kind": "sim", "seed": 0, "n_conversations": conversations, "sessions_per_conversation": sessions,
-         "turns_per_session": turns_per_session}
-    )
-    lm = build_lm(LMConfig(backend="sim", model="stand-in", cache=False))
-    system = build_memory_system({"name": name}, HashingEmbedder())
-    system.set_lm(lm)
-    result = run_dataset(system, make_judge(lm), dataset, workers=workers)
+    dataset, result = sim_run(name, conversations, sessions, turns_per_session, workers)
     conversation_by_id = {c.id: c for c in dataset.conversations}
     started = time.perf_counter()
     attributions = attribute_failures(

@@ -27,6 +27,7 @@ from typing import Any
 import dspy
 from memtrace_loop.experiments.app_setup import no_lm_history
 from memtrace_loop.experiments.lab.bench.attribution_bench import perfect_system
+from memtrace_loop.experiments.lab.bench.common import advance, markdown_table, sim_lm
 from memtrace_loop.experiments.lab.benchmark.injection import build_system_cases
 from memtrace_loop.experiments.lab.benchmark.rescue import RescueLabel, WorldOracle, degraded_worlds, rescue_oracle
 from memtrace_loop.experiments.lab.benchmark.rescue_scoring import RescueScore, bar_summary, summarize_rescue
@@ -37,13 +38,13 @@ from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution
 from memtrace_loop.pipeline.analysis.attribution.registry import build_attributor
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
-from memtrace_loop.pipeline.backends.lm import LMConfig, LMSet
-from memtrace_loop.pipeline.backends.registry import backend_test_world, build_lm
+from memtrace_loop.pipeline.backends.lm import LMSet
+from memtrace_loop.pipeline.backends.registry import backend_test_world
 from memtrace_loop.pipeline.core.records import Dataset
 from memtrace_loop.pipeline.data.registry import load_dataset
 from memtrace_loop.pipeline.loop.runner import make_judge
 from rich.console import Console
-from rich.progress import Progress, TaskID
+from rich.progress import Progress
 from rich.table import Table
 
 SETTINGS: Mapping[str, Mapping[str, Any]] = {
@@ -104,10 +105,6 @@ class WorldResult:
     runs: int
 
 
-def _advance(progress: Progress, task: TaskID, _what: str) -> None:
-    progress.advance(task)
-
-
 def bench_system(
     name: str, datasets: Mapping[int, Dataset], settings: Sequence[str], lm: dspy.LM, progress: Progress,
     workers: int = 4,
@@ -122,14 +119,14 @@ def bench_system(
         runs = 0
         for seed, dataset in datasets.items():
             oracle = rescue_oracle(world, build, lm, dataset, test_world, workers=workers,
-                                   on_run=partial(_advance, progress, task))
+                                   on_run=partial(advance, progress, task))
             runs += oracle.runs
             labels.update({f"{seed}/{q}": label for q, label in oracle.labels.items()})
             done = next(t.completed for t in progress.tasks if t.id == task)  # oracle runs, earlier seeds
             progress.update(task, total=done + len(settings) * len(oracle.failures))
             for setting in settings:
                 attributor = make_attributor(setting, lm, oracle.system)
-                found = attribute_world(attributor, oracle, dataset, partial(_advance, progress, task, ""))
+                found = attribute_world(attributor, oracle, dataset, partial(advance, progress, task))
                 attributions[setting].update({f"{seed}/{q}": a for q, a in found.items()})
         progress.remove_task(task)
         results.append(WorldResult(name, world.name, labels, attributions, runs))
@@ -153,22 +150,15 @@ def render(scores: Sequence[RescueScore], title: str) -> Table:
     return table
 
 
-def markdown_table(columns: Sequence[str], rows: Sequence[Mapping[str, object]]) -> str:
-    """Rows as a Markdown table over `columns` (None as "–"), for docs/results.md."""
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join("–" if row[c] is None else str(row[c]) for c in columns) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def markdown(scores: Sequence[RescueScore]) -> str:
     """The table as Markdown (for docs/results.md)."""
-    return markdown_table(COLUMNS, [score.as_row() for score in scores])
+    return markdown_table(COLUMNS, [[row[c] for c in COLUMNS] for row in (s.as_row() for s in scores)])
 
 
 def bars_markdown(scores: Sequence[RescueScore]) -> str:
     """Per setting, the pooled shares and top-stage agreement the issue's bars read (`bar_summary`)."""
     rows = bar_summary(scores)
-    return markdown_table(tuple(rows[0]), rows) if rows else ""
+    return markdown_table(tuple(rows[0]), [list(row.values()) for row in rows]) if rows else ""
 
 
 def pooled(results: Sequence[WorldResult]) -> list[RescueScore]:
@@ -198,7 +188,7 @@ def injected_gap(
     for name in systems:
         task = progress.add_task(f"{name}: injected faults", total=None)
         cases, _ = build_system_cases(name, lm, dataset, build, perfect, limit_per_kind=limit_per_kind,
-                                      on_case=partial(_advance, progress, task))
+                                      on_case=partial(advance, progress, task))
         progress.remove_task(task)
         system = perfect_system(name, lm)
         for setting in settings:
@@ -247,7 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"--sessions {sessions}")
     datasets = {seed: load_dataset({"kind": "sim", "seed": seed, "n_conversations": args.conversations,
                                     "sessions_per_conversation": sessions}) for seed in seeds}
-    lm = build_lm(LMConfig(backend="sim", model="stand-in", cache=False, reuse_calls=False))
+    lm = sim_lm(reuse_calls=False)
     results: list[WorldResult] = []
     with Progress(console=console, transient=True) as progress:
         for name in systems:

@@ -55,6 +55,7 @@ os.environ.setdefault("MEM0_DIR", tempfile.mkdtemp(prefix="memtrace-screen-bench
 
 import dspy
 from memtrace_loop.experiments.app_setup import no_lm_history
+from memtrace_loop.experiments.lab.bench.common import markdown_table
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.optimizers.base import Candidate, OptimizationContext
@@ -304,9 +305,7 @@ def render(table_rows: Sequence[tuple[str, ...]], dataset: Dataset) -> Table:
 
 
 def markdown(table_rows: Sequence[tuple[str, ...]]) -> str:
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|---|---|" + "---:|" * 5 + "---|---:|---|"]
-    lines += ["| " + " | ".join(row) + " |" for row in table_rows]
-    return "\n".join(lines)
+    return markdown_table(COLUMNS, table_rows, align="llrrrrrlrl")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -24,7 +24,7 @@ which is the reading the issue's bar is checked on; each member of a joint set c
 the split top differ only where one side is tied, so a tie-break is not read as a misattribution;
 `top_agreement` counts, per setting, the worlds where the table agrees with each reading, and `bar_summary`
 puts those counts beside the other pooled shares the issue's bars read. Pure functions over records:
-running attributors is the benchmark's (`experiments.bench.rescue_bench`).
+running attributors is the benchmark's (`experiments.lab.bench.rescue_bench`).
 """
 
 from __future__ import annotations

@@ -1,9 +1,12 @@
-"""The comparison of optimizers as text: a Markdown table (and its JSON twin) from `ComparisonRow`s.
+"""The comparison of optimizers as a Markdown table, its JSON twin and a PNG plot, from `ComparisonRow`s.
 
 `markdown_report` writes a title, the budget line, one table row per optimizer x system (pooled rows
 last, in bold) and a legend saying what every column means. Gains are in percentage points of judge
 accuracy with the paired bootstrap CI; costs are means per run. `rows_to_json` is the same content for
-machines. This module does not compute anything (`pipeline.analysis.comparison`) and does not log.
+machines. `plot_comparison` draws each optimizer's paired test gain with its CI per memory system (and
+pooled), and gain against LM calls (pooled, or the one system's: never an empty panel), on the Agg
+canvas as `pipeline.tracking.plots` draws (equal inputs, equal files). This module does not compute
+anything (`experiments.lab.comparison`) and does not log.
 """
 
 from __future__ import annotations
@@ -11,9 +14,15 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
-from memtrace_loop.pipeline.analysis.comparison import GAIN_FRACTION, POOLED, ComparisonRow, GainEstimate
+from matplotlib import colormaps
+from matplotlib.figure import Figure
+from matplotlib.ticker import PercentFormatter
+from memtrace_loop.experiments.lab.comparison import POOLED, ComparisonRow, GainEstimate
+from memtrace_loop.pipeline.loop.costs import GAIN_FRACTION
+from memtrace_loop.pipeline.tracking.plots import _new_figure, _png_path, _save
 
 COLUMNS = (
     "optimizer", "system", "runs", "test start → final %", "gain pp [95% CI]", "vs {reference} pp [95% CI]",
@@ -149,3 +158,82 @@ def rows_to_json(rows: Sequence[ComparisonRow], extra: Mapping[str, Any] | None 
         return value
 
     return {"rows": [clean(asdict(row)) for row in rows], **dict(extra or {})}
+
+
+# --------------------------------------------------------------------------- the plot
+
+
+def _cost_rows(rows: Sequence[ComparisonRow]) -> tuple[str, dict[str, ComparisonRow]]:
+    """The right panel's rows, one per optimizer, and its subject: the pooled rows when the sweep has
+    more than one system (`compare_runs` pools only then), else the one system's own rows."""
+    pooled = {row.optimizer: row for row in rows if row.system == POOLED}
+    if pooled:
+        return "Pooled gain", pooled
+    systems = sorted({row.system for row in rows})
+    if len(systems) != 1:  # no pooled rows and several systems: nothing one point per optimizer could show
+        return "Pooled gain", {}
+    return f"{systems[0]}: gain", {row.optimizer: row for row in rows}
+
+
+def comparison_figure(rows: Sequence[ComparisonRow]) -> Figure:
+    """The comparison as a figure (see `plot_comparison`); with one memory system (no pooled rows) the
+    right panel shows that system's rows, so no panel is left empty."""
+    optimizers = list(dict.fromkeys(row.optimizer for row in rows))
+    systems = sorted({row.system for row in rows if row.system != POOLED}) + (
+        [POOLED] if any(row.system == POOLED for row in rows) else []
+    )
+    by_key = {(row.optimizer, row.system): row for row in rows}
+    subject, cost_rows = _cost_rows(rows)
+    figure = _new_figure(12.0, 4.8)
+    gains, costs = figure.subplots(1, 2, width_ratios=[2.2, 1.0])
+    gains.set_title("Test gain (final - start), paired 95% CI")
+    gains.set_ylabel("judge accuracy gain")
+    gains.yaxis.set_major_formatter(PercentFormatter(xmax=1.0))
+    gains.axhline(0.0, color="black", linewidth=0.8)
+    gains.grid(True, axis="y", alpha=0.3)
+    gains.set_axisbelow(True)
+    costs.set_title(f"{subject} vs LM calls per run")
+    costs.set_xlabel("LM calls made per run (mean)")
+    costs.yaxis.set_major_formatter(PercentFormatter(xmax=1.0))
+    costs.axhline(0.0, color="black", linewidth=0.8)
+    costs.grid(True, alpha=0.3)
+    if not rows:
+        for axes in (gains, costs):
+            axes.text(0.5, 0.5, "no runs", ha="center", va="center", transform=axes.transAxes)
+        return figure
+
+    palette = colormaps["tab10"]
+    width = 0.8 / max(len(optimizers), 1)
+    for index, optimizer in enumerate(optimizers):
+        color = palette(index % palette.N)
+        xs, heights, lows, highs = [], [], [], []
+        for position, system in enumerate(systems):
+            row = by_key.get((optimizer, system))
+            if row is None or row.gain.n == 0:
+                continue
+            xs.append(position - 0.4 + width * (index + 0.5))
+            heights.append(row.gain.mean)
+            lows.append(row.gain.mean - row.gain.ci_low)
+            highs.append(row.gain.ci_high - row.gain.mean)
+        gains.bar(xs, heights, width=width * 0.9, color=color, label=optimizer,
+                  yerr=[lows, highs], capsize=3, error_kw={"linewidth": 1.0})
+        point = cost_rows.get(optimizer)
+        if point is not None and point.gain.n and math.isfinite(point.lm_calls):
+            costs.errorbar(
+                [point.lm_calls], [point.gain.mean],
+                yerr=[[point.gain.mean - point.gain.ci_low], [point.gain.ci_high - point.gain.mean]],
+                color=color, marker="o", markersize=7, capsize=3, linestyle="none", label=optimizer,
+            )
+    gains.set_xticks(range(len(systems)), [s if s != POOLED else "pooled" for s in systems])
+    gains.set_xlim(-0.6, len(systems) - 0.4)
+    gains.legend(title="optimizer", loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=8)
+    return figure
+
+
+def plot_comparison(rows: Sequence[ComparisonRow], path: str | Path) -> Path:
+    """Two panels. Left: test gain (final - start, paired) with its CI, one bar per optimizer in each
+    memory-system group, the pooled group last. Right: test gain against mean LM calls per run, one
+    point per optimizer with its CI as a vertical bar (up and left is better): pooled over the systems,
+    or the one system's when the sweep had one."""
+    path = _png_path(path)
+    return _save(comparison_figure(rows), path)

@@ -20,9 +20,12 @@ What a row says (`ComparisonRow`):
   questions are the same. This says by how much the reference (attribution) beats another optimizer.
 - costs are means per run; `calls_to_90` is the mean, over the runs whose dev accuracy rose, of the
   cumulative LM calls spent when the incumbent's dev gain first reached 90% of its final dev gain
-  (`calls_to_fraction`). The test split is scored only at the start and the end, so the curve is dev.
+  (`pipeline.loop.costs.calls_to_fraction`). The test split is scored only at the start and the end, so
+  the curve is dev.
 
-This module does not read MLflow, render tables or plots (`pipeline.tracking.comparison_report`).
+This module does not read MLflow (`experiments.lab.compare`), render tables or plots
+(`experiments.lab.comparison_report`). The progress records and `calls_to_fraction` are the loop's
+(`pipeline.loop.costs`), which logs calls to 90% of the gain per run.
 """
 
 from __future__ import annotations
@@ -34,10 +37,9 @@ from statistics import NormalDist
 
 import numpy as np
 from memtrace_loop.pipeline.analysis.evaluation import bootstrap_ci
+from memtrace_loop.pipeline.loop.costs import ProgressPoint, calls_to_fraction
 
 POOLED = "all"  # the system name of an optimizer's row pooled over every system
-GAIN_FRACTION = 0.9  # calls to reach this fraction of the final gain
-_TOLERANCE = 1e-12
 
 
 @dataclass(frozen=True)
@@ -50,17 +52,8 @@ class QuestionOutcome:
 
 
 @dataclass(frozen=True)
-class ProgressPoint:
-    """The state after one iteration: cumulative LM calls spent by its end, the incumbent's dev accuracy."""
-
-    iteration: int
-    calls: float
-    dev_accuracy: float
-
-
-@dataclass(frozen=True)
 class CandidateTotals:
-    """A run's (or several runs') candidates and the budget calls they cost (`pipeline.loop.costs`)."""
+    """A run's (or several runs') candidates and the budget calls they cost, as logged (`pipeline.loop.costs`)."""
 
     candidates: int = 0
     screened_out: int = 0
@@ -170,25 +163,6 @@ def paired_estimate(
 def gain_differences(runs: Iterable[OptimizerRun]) -> list[float]:
     """final - start for every (run, question) unit, in run order."""
     return [q.final - q.start for run in runs for q in run.questions]
-
-
-def calls_to_fraction(progress: Sequence[ProgressPoint], fraction: float = GAIN_FRACTION) -> float | None:
-    """Cumulative LM calls spent when the dev gain over iteration 0 first reached `fraction` of the
-    final dev gain (the last point's). None when the run did not gain (final <= iteration 0) or has
-    no progress. Points are taken in iteration order."""
-    if not 0 < fraction <= 1:
-        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
-    points = sorted(progress, key=lambda p: p.iteration)
-    if not points:
-        return None
-    baseline, final = points[0].dev_accuracy, points[-1].dev_accuracy
-    total = final - baseline
-    if not math.isfinite(total) or total <= _TOLERANCE:
-        return None
-    for point in points:
-        if point.dev_accuracy - baseline >= fraction * total - _TOLERANCE:
-            return point.calls
-    return points[-1].calls  # unreachable: the last point reaches the whole gain
 
 
 def _mean(values: Iterable[float]) -> float:

@@ -1,18 +1,21 @@
-"""`memtrace compare` and the Hydra callback behind `make compare`: one table and one plot from the
+"""The optimizer comparison of the lab: the Hydra callback behind `make compare` and its re-run,
+`python -m memtrace_loop.experiments.lab.compare [sweep_dir=...]`: one table and one plot from the
 optimization runs of a sweep.
 
 The runs are found in a multirun directory (each job's `checkpoint.json` names its MLflow run) or, with
 no directory, as every `memtrace optimize` parent run of an MLflow experiment (the latest run per
 optimizer, system and seed). Each is read back from MLflow into an `OptimizerRun` (`optimizer_run`: the
 per-question test scores of `test_questions.json`, the cost metrics, the dev curve and the cumulative
-LM calls per iteration, `calls_by_iteration`), `pipeline.analysis.comparison.compare_runs` makes the
+LM calls per iteration, `calls_by_iteration`), `experiments.lab.comparison.compare_runs` makes the
 rows, and `comparison.md`, `comparison.png` and `comparison.json` are written to the output directory
 and logged as the artifacts of a run named `comparison` in the same experiment, tagged
 `memtrace.command=compare` with the compared run ids.
 
-`ComparisonCallback` is a Hydra `Callback`: registered in `experiments/conf/experiment/compare_optimizers.yaml`,
-its `on_multirun_end` compares the sweep that just finished (into `<sweep dir>/comparison/`). An entry
-point: it reads MLflow and prints; the statistics are `pipeline.analysis.comparison`.
+`ComparisonCallback` is a Hydra `Callback`: named in `conf/experiment/compare_optimizers.yaml`, its
+`on_multirun_end` compares the sweep that just finished (into `<sweep dir>/comparison/`). The entry point
+composes `conf/compare.yaml` (schema `CompareConfig`). It reads MLflow and prints; the statistics are
+`experiments.lab.comparison`, the table and plot `experiments.lab.comparison_report`. It is not a
+`memtrace` command: the product never imports the lab.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,24 +37,23 @@ from memtrace_loop.experiments.config import validated_compare
 from memtrace_loop.experiments.console import setup_logging
 from memtrace_loop.experiments.console_layout import app_console, markdown_blocks
 from memtrace_loop.experiments.factory import launch_dir, resolve, to_plain
-from memtrace_loop.experiments.lifecycle import run_app
-from memtrace_loop.experiments.secret_guard import guarded, protect
-from memtrace_loop.pipeline.analysis.comparison import (
+from memtrace_loop.experiments.lab.comparison import (
     CandidateTotals,
     ComparisonRow,
     OptimizerRun,
-    ProgressPoint,
     QuestionOutcome,
     compare_runs,
     wilson_interval,
 )
-from memtrace_loop.pipeline.core.command_line import command_line
+from memtrace_loop.experiments.lab.comparison_report import markdown_report, plot_comparison, rows_to_json
+from memtrace_loop.experiments.lifecycle import run_app
+from memtrace_loop.experiments.secret_guard import guarded, protect
+from memtrace_loop.pipeline.core.command_line import command_line, program
 from memtrace_loop.pipeline.core.run_folder import RunFolder
+from memtrace_loop.pipeline.loop.costs import ProgressPoint
 from memtrace_loop.pipeline.tracking import metric_names as names
-from memtrace_loop.pipeline.tracking.comparison_report import markdown_report, rows_to_json
 from memtrace_loop.pipeline.tracking.loop_observer import TEST_QUESTIONS
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
-from memtrace_loop.pipeline.tracking.plots import plot_comparison
 from memtrace_loop.pipeline.tracking.store_access import configure_tracking_client
 from memtrace_loop.pipeline.tracking.tracker import TrackedRun
 from omegaconf import DictConfig
@@ -64,6 +67,7 @@ BUDGET_PARAM = "loop.budget_calls"
 CHECKPOINT = RunFolder.CHECKPOINT
 REPORT_NAMES = ("comparison.md", "comparison.png", "comparison.json")
 OPTIMIZE_RUNS = "tags.`memtrace.command` = 'optimize'"
+ENTRY_POINT = "memtrace_loop.experiments.lab.compare"  # `python -m` this module: the comparison again
 
 
 class ComparisonError(ValueError):
@@ -336,14 +340,14 @@ class ComparisonCallback(Callback):
             )
         except Exception:
             # Hydra turns a callback's exception into a warning; `make compare` must fail instead
-            logger.exception("the comparison failed; once fixed: %s",
-                             command_line("memtrace", "compare", sweep_dir=sweep_dir))
+            again = command_line(program("python"), "-m", ENTRY_POINT, sweep_dir=sweep_dir)
+            logger.exception("the comparison failed; once fixed: %s", again)
             raise SystemExit(1) from None
         _show(report, app_console(echo=False))  # the log file still open is the last job's
 
 
 def run_compare(cfg: DictConfig, console: Console | None = None) -> ComparisonReport:
-    """`memtrace compare` from its composed config."""
+    """The comparison from its composed config (`conf/compare.yaml`)."""
     base_dir = launch_dir()
     config = validated_compare(to_plain(cfg))
     configure_tracking_client(config.tracking.timeout_s, config.tracking.max_retries)
@@ -368,3 +372,8 @@ def main(cfg: DictConfig) -> None:
     setup_logging()
     protect(to_plain(cfg))  # Hydra's saved files scrubbed, logs and console masked
     run_app("compare", lambda _stop: run_compare(cfg))
+
+
+if __name__ == "__main__":
+    sys.argv[0] = f"python -m {ENTRY_POINT}"  # the program its one-line errors name
+    main()

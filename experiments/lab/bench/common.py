@@ -1,0 +1,48 @@
+"""What several benches share: a run of a memory system on the simulated world at a given size, the
+simulated LM they build, a progress callback and the Markdown table they print for docs/results.md.
+
+It measures nothing itself and prints nothing; each bench times and reports its own figures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import dspy
+from memtrace_loop.memory_systems.registry import build_memory_system
+from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
+from memtrace_loop.pipeline.backends.lm import LMConfig
+from memtrace_loop.pipeline.backends.registry import build_lm
+from memtrace_loop.pipeline.core.records import Dataset
+from memtrace_loop.pipeline.data.registry import load_dataset
+from memtrace_loop.pipeline.loop.runner import RunResult, make_judge, run_dataset
+from rich.progress import Progress, TaskID
+
+
+def sim_lm(reuse_calls: bool = True) -> dspy.LM:
+    """The simulated world's stand-in LM, DSPy's cache off (every call made)."""
+    return build_lm(LMConfig(backend="sim", model="stand-in", cache=False, reuse_calls=reuse_calls))
+
+
+def sim_run(system: str, conversations: int, sessions: int, turns_per_session: int,
+            workers: int) -> tuple[Dataset, RunResult]:
+    """`system` run (answers and judge included) on the sim dataset of seed 0 at this size."""
+    dataset = load_dataset({"kind": "sim", "seed": 0, "n_conversations": conversations,
+                            "sessions_per_conversation": sessions, "turns_per_session": turns_per_session})
+    lm = sim_lm()
+    memory = build_memory_system({"name": system}, HashingEmbedder())
+    memory.set_lm(lm)
+    return dataset, run_dataset(memory, make_judge(lm), dataset, workers=workers)
+
+
+def advance(progress: Progress, task: TaskID, *_: object) -> None:
+    """A progress callback (`on_case`, `on_run`): one more step of `task` done."""
+    progress.advance(task)
+
+
+def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[object]], align: str = "") -> str:
+    """Rows as a Markdown table (None as "–"); `align` holds one `l` or `r` per column (default: left)."""
+    marks = ["---:" if a == "r" else "---" for a in align.ljust(len(columns), "l")]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join(marks) + "|"]
+    lines += ["| " + " | ".join("–" if cell is None else str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
