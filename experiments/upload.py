@@ -23,12 +23,12 @@ from memtrace_loop.experiments.console_layout import app_console
 from memtrace_loop.experiments.factory import launch_dir, resolve, to_plain
 from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.experiments.secret_guard import guarded
+from memtrace_loop.pipeline.core.redaction import scrub_url
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.run_record import Upload, record_dir, upload_saved_run
 from memtrace_loop.pipeline.tracking.store_access import (
     configure_tracking_client,
     failure_cause,
-    mask_credentials,
     tracking_available,
 )
 from omegaconf import DictConfig
@@ -46,7 +46,7 @@ def upload(cfg: DictConfig, console: Console | None = None) -> Upload:
     config = validated_upload(to_plain(cfg))
     configure_tracking_client(config.tracking.timeout_s, config.tracking.max_retries)
     run_dir = record_dir(resolve(config.run_dir, launch_dir()))
-    uri = mask_credentials(config.tracking.uri)
+    uri = scrub_url(config.tracking.uri)
     cause = tracking_available(config.tracking.uri, config.tracking.timeout_s)
     if cause is not None:
         raise UploadError(f"MLflow unreachable at {uri} ({cause}): nothing uploaded from {run_dir}")

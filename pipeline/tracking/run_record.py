@@ -39,6 +39,7 @@ from memtrace_loop.pipeline.core.files import write_atomically
 from memtrace_loop.pipeline.core.run_folder import RunFolder
 from memtrace_loop.pipeline.core.run_lock import RunLocked, hold_run_lock, pid_alive
 from memtrace_loop.pipeline.tracking.run_logging import ARTIFACTS_DIR
+from memtrace_loop.pipeline.tracking.stale_runs import HOST_TAG, PID_TAG
 from memtrace_loop.pipeline.tracking.store_access import failure_cause
 from memtrace_loop.pipeline.tracking.tracker import DatasetInput, Tracker
 
@@ -49,8 +50,6 @@ LOGGED_COMPLETE = "complete"
 UPLOADED_FROM_TAG = "memtrace.uploaded_from"
 UPLOADED_HOST_TAG = "memtrace.uploaded_host"
 UPLOADED_PID_TAG = "memtrace.uploaded_pid"
-HOST_TAG = "memtrace.host"
-PID_TAG = "memtrace.pid"
 
 
 def new_record_id() -> str:

@@ -26,7 +26,7 @@ from pathlib import Path
 from memtrace_loop.pipeline.core.run_lock import lock_is_free, pid_alive
 from memtrace_loop.pipeline.tracking.tracker import Tracker
 
-__all__ = ["HOST_TAG", "PID_TAG", "RUN_DIR_TAG", "end_runs_of_folder", "end_stale_runs", "folder_tags"]
+__all__ = ["HOST_TAG", "PID_TAG", "RUN_DIR_TAG", "end_runs_of_folder", "end_stale_runs", "folder_tags", "process_tags"]
 
 RUN_DIR_TAG = "memtrace.run_dir"
 HOST_TAG = "memtrace.host"
@@ -35,9 +35,15 @@ PARENT_TAG = "mlflow.parentRunId"
 RUNNING = "attributes.status = 'RUNNING'"
 
 
+def process_tags() -> dict[str, str]:
+    """Which machine and process did the work (`memtrace.host`, `memtrace.pid`): the jobs of a sweep run
+    in parallel processes (Hydra's joblib launcher) or on cluster nodes (submitit), told apart by these."""
+    return {HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid())}
+
+
 def folder_tags(folder: Path) -> dict[str, str]:
     """The tags naming a run's locked folder and the machine and process holding it."""
-    return {RUN_DIR_TAG: str(Path(folder).resolve()), HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid())}
+    return {RUN_DIR_TAG: str(Path(folder).resolve()), **process_tags()}
 
 
 def _is_stale(tags: Mapping[str, str]) -> bool:

@@ -13,7 +13,7 @@ one, and failing fast when a tracking server is down.
   tracking server that is down costs seconds, not MLflow's default of about four minutes of retries.
   Entry points call it; library code never does.
 - `tracking_available(uri)`: None when the store answers, else the cause in a few words.
-- `failure_cause(exc)`: one line naming an exception, with credentials in URLs masked.
+- `failure_cause(exc)`: one line naming an exception, with credentials in URLs masked (`redaction.redact`).
 
 It does not import MLflow (`pipeline.tracking.mlflow_tracker` does) and does not decide what is logged.
 """
@@ -34,6 +34,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
+from memtrace_loop.pipeline.core.redaction import redact
+
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -45,7 +47,6 @@ ENV_TIMEOUT = "MLFLOW_HTTP_REQUEST_TIMEOUT"
 ENV_MAX_RETRIES = "MLFLOW_HTTP_REQUEST_MAX_RETRIES"
 ENV_BACKOFF_FACTOR = "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"
 _SQLITE = "sqlite:///"
-_USERINFO = re.compile(r"(?<=//)[^/@\s]+@")
 
 
 def sqlite_path(uri: str) -> Path | None:
@@ -125,23 +126,18 @@ def configure_tracking_client(
     return knobs
 
 
-def mask_credentials(text: str) -> str:
-    """`text` with the user info of every URL in it (`//user:key@host`) replaced by `***@`."""
-    return _USERINFO.sub("***@", text)
-
-
 def failure_cause(exc: BaseException, limit: int = 200) -> str:
     """`<ExceptionType>: <first line of its message>`, credentials in URLs masked, at most `limit` chars."""
     lines = str(exc).strip().splitlines()
     text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
-    text = mask_credentials(text)
+    text = redact(text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _probe_http(uri: str, timeout_s: float) -> str | None:
     """None when the server answers `/health` with anything below 500 (an auth error is an answer:
     it surfaces on the first real request), else the cause."""
-    url = mask_credentials(uri).replace("//***@", "//").rstrip("/") + "/health"
+    url = re.sub(r"(?<=//)[^/@\s]+@", "", uri).rstrip("/") + "/health"  # never sends the credentials
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as response:
             status = int(response.status)
@@ -149,19 +145,20 @@ def _probe_http(uri: str, timeout_s: float) -> str | None:
         status = int(exc.code)
     except (urllib.error.URLError, OSError) as exc:
         reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-        return mask_credentials(str(reason))
+        return redact(str(reason))
     return None if status < 500 else f"HTTP {status} from /health"
 
 
+def _unwritable(folder: Path) -> str | None:
+    """None when `folder` (or its nearest existing parent, where it would be created) is writable."""
+    existing = next(p for p in (folder, *folder.parents) if p.exists() or p == p.parent)
+    return None if os.access(existing, os.W_OK) else f"{folder} is not writable"
+
+
 def _probe_sqlite(path: Path, timeout_s: float) -> str | None:
-    folder = path.parent
-    existing = folder
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not os.access(existing, os.W_OK):
-        return f"{folder} is not writable"
-    if not path.exists():
-        return None
+    unwritable = _unwritable(path.parent)
+    if unwritable is not None or not path.exists():
+        return unwritable
     try:
         connection = sqlite3.connect(str(path), timeout=timeout_s)
         try:
@@ -186,9 +183,5 @@ def tracking_available(uri: str, timeout_s: float = 5.0) -> str | None:
     if path is not None:
         return _probe_sqlite(path, timeout_s)
     if uri.startswith("file:") or "://" not in uri:
-        folder = Path(uri.removeprefix("file://").removeprefix("file:"))
-        existing = folder
-        while not existing.exists() and existing != existing.parent:
-            existing = existing.parent
-        return None if os.access(existing, os.W_OK) else f"{folder} is not writable"
+        return _unwritable(Path(uri.removeprefix("file://").removeprefix("file:")))
     return None
