@@ -1,15 +1,9 @@
 """`memtrace upload run_dir=<dir>`: log a run that `memtrace run` saved on disk to the tracking store.
 
-For when MLflow was unreachable (or its store locked) at the end of a run: the results were written to
-`<output dir>/artifacts/` and `<output dir>/run_record.json` first, and this logs them as the run would
-have logged them live (same run name, params, metrics, tags, artifacts and tables, plus the tag
-`memtrace.uploaded_from=<dir>`). Idempotent: the run carries `memtrace.record_id`; when the store
-already holds that record complete nothing is logged, when a live run of it broke off midway that run
-is completed. One upload of a folder at a time (its lock; a second is refused, exit 2, naming the
-holder's pid), and never a second copy: a store holding the run uploaded from another folder or
-machine refuses it (exit 2). The tracking server is probed first, so a store that is down fails in seconds with the
-cause named (`tracking.timeout_s`, `tracking.max_retries` bound MLflow's own retries). An entry point;
-the work is `pipeline.tracking.run_record`.
+For when MLflow was unreachable (or locked) at the end of a run: the store is probed first (a dead one
+fails in seconds, the cause named), then `pipeline.tracking.run_record.upload_saved_run` logs the saved
+record and artifacts as the run would have logged them live; idempotent, one upload of a folder at a
+time, never a second copy (exit 2). The entry point only; the work is `run_record`'s.
 """
 
 from __future__ import annotations

@@ -1,21 +1,16 @@
-"""Reaching the tracking store safely: one migration of a fresh SQLite store, patience with a locked
-one, and failing fast when a tracking server is down.
+"""Reaching the tracking store safely: one migration of a fresh SQLite store, patience with a locked one,
+failing fast when a tracking server is down.
 
-- `store_lock(uri)`: an exclusive `fcntl.flock` on `<db>.lock` beside a SQLite store (a no-op for
-  any other URI). MLflow creates and migrates a fresh store on its first connection and is not safe
-  when two processes do that at once (`duplicate column name`, `table runs already exists`); holding
-  this lock around the first connection makes the second process wait and then open the migrated store.
-- `retry_when_locked(call)`: the call again, with a growing pause, while SQLite answers `database is
-  locked` (another process holds the store longer than SQLite's 5 s wait); anything else is raised
-  at once.
-- `configure_tracking_client(timeout_s, max_retries)`: MLflow's documented HTTP knobs
-  (`MLFLOW_HTTP_REQUEST_TIMEOUT`, `..._MAX_RETRIES`, `..._BACKOFF_FACTOR`) set in the environment, so a
-  tracking server that is down costs seconds, not MLflow's default of about four minutes of retries.
-  Entry points call it; library code never does.
-- `tracking_available(uri)`: None when the store answers, else the cause in a few words.
-- `failure_cause(exc)`: one line naming an exception, with credentials in URLs masked (`redaction.redact`).
+- `store_lock(uri)`: an exclusive `fcntl.flock` on `<db>.lock` beside a SQLite store (no-op otherwise),
+  held around MLflow's first connection, which creates / migrates a fresh store unsafely in parallel.
+- `retry_when_locked(call)`: the call again, with a doubling pause, while SQLite answers `database is
+  locked`; anything else is raised at once.
+- `configure_tracking_client(timeout_s, max_retries)`: MLflow's documented HTTP knobs in the environment
+  (a dead server costs seconds, not four minutes); entry points call it, library code never does.
+- `tracking_available(uri)`: None when the store answers, else the cause; `failure_cause(exc)`: one line
+  naming an exception, URL credentials masked (`redaction.redact`).
 
-It does not import MLflow (`pipeline.tracking.mlflow_tracker` does) and does not decide what is logged.
+It does not import MLflow and does not decide what is logged.
 """
 
 from __future__ import annotations
