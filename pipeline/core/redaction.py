@@ -181,9 +181,9 @@ def config_secrets(config: Any, environ: Mapping[str, str]) -> tuple[str, ...]:
         node = stack.pop()
         if isinstance(node, Mapping):
             names.update(v for k, v in node.items() if k == "api_key_env" and isinstance(v, str))
-            stack.extend(v for k, v in node.items() if k != "api_key_env")
+            stack.extend(reversed([v for k, v in node.items() if k != "api_key_env"]))  # in order
         elif isinstance(node, list | tuple):
-            stack.extend(node)
+            stack.extend(reversed(node))
         elif isinstance(node, str):
             found.extend(url_credentials(node))
     found.extend(v for v in (environ.get(n) for n in sorted(names)) if v)
