@@ -144,7 +144,6 @@ class MlflowTracker:
         self._write(lambda: mlflow.end_run("FINISHED"), "end run")
 
     def run_status(self, run_id: str) -> str:
-        """FINISHED, FAILED, KILLED, RUNNING or SCHEDULED (RunNotFoundError for an unknown id)."""
         try:
             return str(self._client().get_run(run_id).info.status)
         except MlflowException as exc:
@@ -155,9 +154,6 @@ class MlflowTracker:
         self._write(lambda: client.set_terminated(run_id, status), "end run")
 
     def delete_children(self, parent_id: str, tag: str, above: int) -> list[str]:
-        """Soft-delete the nested runs of `parent_id` whose integer tag `tag` is greater than `above`
-        (e.g. iterations an interrupted run had started but not checkpointed: a resume redoes them);
-        returns their ids."""
         client = self._client()
         parent = client.get_run(parent_id)
         children = client.search_runs(
@@ -259,8 +255,6 @@ class MlflowTracker:
         return [(int(m.step), float(m.value)) for m in history]
 
     def search_run_ids(self, experiment: str, filter_string: str = "") -> list[str]:
-        """Ids of the runs of an experiment (by name) matching an MLflow filter, oldest first; [] when the
-        experiment does not exist."""
         client = self._client()
         found = client.get_experiment_by_name(experiment)
         if found is None:
