@@ -1,15 +1,9 @@
 """`memtrace upload run_dir=<dir>`: log a run that `memtrace run` saved on disk to the tracking store.
 
-For when MLflow was unreachable (or its store locked) at the end of a run: the results were written to
-`<output dir>/artifacts/` and `<output dir>/run_record.json` first, and this logs them as the run would
-have logged them live (same run name, params, metrics, tags, artifacts and tables, plus the tag
-`memtrace.uploaded_from=<dir>`). Idempotent: the run carries `memtrace.record_id`; when the store
-already holds that record complete nothing is logged, when a live run of it broke off midway that run
-is completed. One upload of a folder at a time (its lock; a second is refused, exit 2, naming the
-holder's pid), and never a second copy: a store holding the run uploaded from another folder or
-machine refuses it (exit 2). The tracking server is probed first, so a store that is down fails in seconds with the
-cause named (`tracking.timeout_s`, `tracking.max_retries` bound MLflow's own retries). An entry point;
-the work is `pipeline.tracking.run_record`.
+For when MLflow was unreachable (or locked) at the end of a run: the store is probed first (a dead one
+fails in seconds, the cause named), then `pipeline.tracking.run_record.upload_saved_run` logs the saved
+record and artifacts as the run would have logged them live; idempotent, one upload of a folder at a
+time, never a second copy (exit 2). The entry point only; the work is `run_record`'s.
 """
 
 from __future__ import annotations
@@ -23,12 +17,12 @@ from memtrace_loop.experiments.console_layout import app_console
 from memtrace_loop.experiments.factory import launch_dir, resolve, to_plain
 from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.experiments.secret_guard import guarded
+from memtrace_loop.pipeline.core.redaction import scrub_url
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.run_record import Upload, record_dir, upload_saved_run
 from memtrace_loop.pipeline.tracking.store_access import (
     configure_tracking_client,
     failure_cause,
-    mask_credentials,
     tracking_available,
 )
 from omegaconf import DictConfig
@@ -46,7 +40,7 @@ def upload(cfg: DictConfig, console: Console | None = None) -> Upload:
     config = validated_upload(to_plain(cfg))
     configure_tracking_client(config.tracking.timeout_s, config.tracking.max_retries)
     run_dir = record_dir(resolve(config.run_dir, launch_dir()))
-    uri = mask_credentials(config.tracking.uri)
+    uri = scrub_url(config.tracking.uri)
     cause = tracking_available(config.tracking.uri, config.tracking.timeout_s)
     if cause is not None:
         raise UploadError(f"MLflow unreachable at {uri} ({cause}): nothing uploaded from {run_dir}")

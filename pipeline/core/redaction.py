@@ -1,44 +1,21 @@
-"""Keeping secrets out of everything a run writes or prints: the one implementation of redaction.
+"""Keeping secrets out of everything a run writes or prints: THE one redaction of the project.
 
-- `scrub_url(url)` / `scrub_urls(text)`: every URL without its credentials. Decision: user info is
-  masked (`user:pass@` -> `user:***@`; a lone `token@` -> `***@`), and in the query string and fragment
-  only the VALUES of credential-looking parameters are masked (`?api_key=...`, `key`, `token`,
-  `access_token`, `sig`, `X-Amz-Signature`, `password`, ...), so ordinary URLs in data (and a store URI
-  such as `sqlite:////tmp/x.db`) are left as they are. A URL with nothing to hide is returned unchanged.
-- `url_credentials(text)`: the credential values found in the URLs of a text (user-info passwords and
-  credential query values; raw and percent-decoded). They become secrets, so they are masked wherever
-  they turn up later without their URL (a transport error naming `user:KEY@host`, a provider echoing it).
-- `config_secrets(config, environ)`: the secret values of a composed config — the values of every
-  environment variable named by an `api_key_env`, plus `url_credentials` of every string in it.
-- `redact(text, secrets)`: every secret value (>= 4 characters; also its JSON-escaped and percent-
-  encoded forms) replaced by `***`, then `scrub_urls`. `redact_tree` does it for every string of a
-  nested config; `restore_tree` puts the real values back where a saved (redacted) config matches the
-  current one (resuming a run whose saved config was redacted).
-- `is_secret_name(key)` / `secret_override(argv, keys)`: the override check the entry points run before
-  Hydra writes anything: a secret-named key (`*api_key*`, `*apikey*`, `*authorization*`, `*token*`,
-  `*secret*`, `*password*` as the LAST key segment, singular `token` only, so `max_tokens`,
-  `window_tokens`, `tokenizer` stay allowed, and `api_key_env`, a variable NAME, too), and, whatever
-  the key's name (`lm.task.key`, `+openai_key`, `hydra.job.env_set.X`), a value holding one of `keys`
-  (the values of the key variables) or a key-like token (`key_like`). The reason names the key only.
-- `key_like(text)`: the kind of the first key-like token in a text (None when there is none): THE one
-  pattern list (`KEY_PATTERNS`) of what real keys look like — OpenAI `sk-`/`sk-proj-`, Anthropic
-  `sk-ant-`, `Bearer`/`Basic` credentials, GitHub `ghp_`/`github_pat_`, AWS `AKIA`/`ASIA` ids,
-  Google `AIza`, Hugging Face `hf_`, Slack `xox?-`, Stripe `sk_live_`, JWTs, private-key blocks, a run
-  of more than 40 hex digits, and a random-looking base64 run (>= 24 letters and digits mixing upper
-  case, lower case and digits, changing class often). Decision: ordinary values pass — paths (long ones
-  too), a 40-hex git commit, a 32-hex MLflow run id, UUIDs, `sha256:<hex>` digests, model names,
-  URLs without credentials, numbers; a path segment such as `sk-<20+ characters with a digit>` is
-  taken for a key (`tests/unit/test_key_patterns.py` holds both lists).
-- `key_variable_names(environ, named)` / `key_values(environ, named)`: the environment variables
-  holding keys (the `named` ones, e.g. every `api_key_env`; the well-known `KNOWN_KEY_VARIABLES`;
-  every variable whose name looks secret by `is_secret_name`) and their values (>= 8 characters).
-- `SecretFilter` (a `logging.Filter` masking secrets and URL credentials in a record's message, args,
-  exception and stack text) and `install_secret_filter(secrets)` (on every handler of every logger,
-  adding to what a handler's filter already masks; entry points call it once the secrets are known),
-  `RedactingStream` (a text stream wrapper for the console, so a traceback or a third party's print
-  cannot show a key either).
+- What keys look like: `KEY_PATTERNS` + a random-looking base62/base64 run (`key_like`); secret config
+  names (`is_secret_name`: `*api_key*`, `*authorization*`, singular `*token`, `*secret*`, `*password*`,
+  never `*_env` nor `*_tokens`); credentials in URLs (user info, credential query values:
+  `url_credentials`, masked by `scrub_url` / `scrub_urls`, the rest of a URL left as it is).
+- Where secrets come from: `config_secrets` (the variables an `api_key_env` names + URL credentials),
+  `key_values` (the key variables of the environment: named, well known, secret-looking names).
+- One masking, `redact(text, secrets)` (raw, JSON-escaped and percent-encoded forms, then URLs), used by
+  every outlet: `redact_tree` (saved configs; `restore_tree` undoes it on resume), `SecretFilter` (log
+  handlers, `install_secret_filter`), `RedactingStream` (the console), `redacted_copy` (artifact files
+  for the tracker), `scrub_files` (Hydra's saved YAML).
+- The refusal of secret command-line overrides: `secret_override` (a one-line reason naming the key,
+  never the value) and `refuse` (that line on stderr, exit 2).
 
-It does not read config files or decide where anything is written; it never logs a secret itself.
+Ordinary values pass `key_like`: paths, 40-hex commits, 32-hex run ids, UUIDs, `sha256:` digests, model
+names, URLs without credentials (`tests/unit/test_key_patterns.py` holds both lists). It reads no config
+file, starts nothing and never logs a secret itself.
 """
 
 from __future__ import annotations
@@ -46,46 +23,51 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Iterable, Mapping, Sequence
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from itertools import pairwise
+from pathlib import Path
 from typing import IO, Any
 from urllib.parse import quote, unquote
 
 REDACTED = "***"
 MIN_SECRET_CHARS = 4  # a shorter "secret" would mangle ordinary text when masked everywhere
+MIN_KEY_VALUE_CHARS = 8  # a key variable's value shorter than this is not compared (flags, `1`, `true`)
+TEXT_SUFFIXES = frozenset({".json", ".yaml", ".yml", ".txt", ".diff", ".csv", ".md", ".log", ".jsonl", ".py", ".html"})
 
-__all__ = [
-    "KEY_PATTERNS",
-    "KNOWN_KEY_VARIABLES",
-    "REDACTED",
-    "RedactingStream",
-    "SecretFilter",
-    "config_secrets",
-    "install_secret_filter",
-    "is_secret_name",
-    "key_like",
-    "key_values",
-    "key_variable_names",
-    "redact",
-    "redact_tree",
-    "restore_tree",
-    "scrub_url",
-    "scrub_urls",
-    "secret_override",
-    "url_credentials",
-]
-
-# scheme://rest, up to whitespace, quotes, angle brackets or a backslash (a JSON escape)
-_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s\"'<>`\\]+")
+_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s\"'<>`\\]+")  # up to a space, quote or JSON escape
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 _SECRET_WORDS = frozenset({"secret", "secrets", "password", "passwd", "authorization", "apikey", "credential",
                            "credentials", "bearer"})
-# query parameter names that carry credentials besides the secret names (`key=` of Google APIs, SAS `sig`)
 _QUERY_SECRET_WORDS = frozenset({"key", "sig", "signature", "auth", "pwd", "pass", "session", "credential"})
 
+# THE list of what real keys look like; a token must stand alone (`desk-...`, `task-...` are not `sk-...`)
+_B = r"(?<![A-Za-z0-9])"
+KEY_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((kind, re.compile(p)) for kind, p in (
+    ("an OpenAI/Anthropic key (sk-...)", _B + r"sk-(?=[A-Za-z0-9_\-]*[0-9])[A-Za-z0-9_\-]{20,}"),
+    ("a Bearer/Basic credential", r"(?i)\b(?:bearer|basic)\s+[A-Za-z0-9._~+/=\-]{8,}"),
+    ("a GitHub token", _B + r"(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{40,})"),
+    ("an AWS access key id", _B + r"(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
+    ("a Google API key", _B + r"AIza[0-9A-Za-z_\-]{35}"),
+    ("a Hugging Face token", _B + r"hf_[A-Za-z0-9]{30,}"),
+    ("a Slack token", _B + r"xox[abprse]-[A-Za-z0-9\-]{10,}"),
+    ("a Stripe key", _B + r"[sr]k_(?:live|test)_[A-Za-z0-9]{16,}"),
+    ("a JSON Web Token", _B + r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
+    ("a private key", r"-----BEGIN [A-Z ]*PRIVATE KEY-----"),
+    ("a long hex string", r"(?<![0-9A-Fa-f])(?<!sha256:)(?<!sha512:)[0-9A-Fa-f]{41,}(?![0-9A-Fa-f])"),
+))
+_RANDOM_RUNS = (re.compile(r"[A-Za-z0-9]{24,}"), re.compile(r"[A-Za-z0-9+/]{32,}"))  # base62; base64
+_RANDOM_MIN_CHANGES = 0.4  # share of neighbouring characters of another class (random base62: ~60%)
 
-def _words(name: str) -> list[str]:
-    return [w.lower() for w in _WORD.findall(name)]
+# a key variable whose name does not look secret (`*_API_KEY`, `*_TOKEN`, `*_PASSWORD`, ... all do)
+KNOWN_KEY_VARIABLES = ("AWS_ACCESS_KEY_ID",)
+_NOT_A_VALUE = ("_FILE", "_PATH", "_DIR", "_URL", "_URI", "_HOST")  # `*_PASSWORD_FILE` names a file
+_OVERRIDE = re.compile(r"^[~+]{0,2}([^=~+][^=]*)=(.*)$", re.DOTALL)
+_DICT_KEY = re.compile(r"[{,]\s*['\"]?([A-Za-z_][\w\-]*)['\"]?\s*:")
+_VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def _secret_words(words: Sequence[str]) -> bool:
@@ -93,18 +75,19 @@ def _secret_words(words: Sequence[str]) -> bool:
         return False
     if any(w in _SECRET_WORDS or w.endswith("token") for w in words):  # `tokens` / `tokenizer` do not
         return True
-    joined = "".join(words)
-    return "apikey" in joined or "authorization" in joined or "password" in joined or "secret" in joined
+    return any(word in "".join(words) for word in ("apikey", "authorization", "password", "secret"))
+
+
+def _words(name: str) -> list[str]:
+    return [w.lower() for w in _WORD.findall(name)]
 
 
 def is_secret_name(key: str) -> bool:
-    """Whether the last segment of a config key (`lm.task.api_key`, `headers.Authorization`) names a
-    secret: api key, authorization, token (singular), secret, password — never `*_env` or `*_tokens`."""
-    last = key.strip().strip("'\"").split("@", 1)[0].rstrip("]").split(".")[-1].split("[")[-1]
-    return _secret_words(_words(last))
+    """Whether the last segment of a config key (`lm.task.api_key`, `headers.Authorization`) names a secret."""
+    return _secret_words(_words(key.strip().strip("'\"").split("@", 1)[0].rstrip("]").split(".")[-1].split("[")[-1]))
 
 
-def _query_name_is_secret(name: str) -> bool:
+def _secret_param(name: str) -> bool:
     words = _words(unquote(name))
     return _secret_words(words) or any(w in _QUERY_SECRET_WORDS for w in words)
 
@@ -114,54 +97,27 @@ def _split_url(url: str) -> tuple[str, str, str, str] | None:
     scheme, sep, rest = url.partition("://")
     if not sep:
         return None
-    end = len(rest)
-    for mark in "/?#":
-        found = rest.find(mark)
-        if found != -1:
-            end = min(end, found)
-    authority, tail = rest[:end], rest[end:]
+    authority, tail = re.match(r"([^/?#]*)(.*)", rest, re.DOTALL).groups()  # type: ignore[union-attr]
     userinfo, at, host = authority.rpartition("@")
-    cut = len(tail)
-    for mark in "?#":
-        found = tail.find(mark)
-        if found != -1:
-            cut = min(cut, found)
-    return scheme + sep, userinfo if at else "", host + tail[:cut], tail[cut:]
-
-
-def _params(part: str) -> list[tuple[str, str]]:
-    return [(name, value) for name, _, value in (p.partition("=") for p in re.split(r"[&;]", part)) if value]
+    path, query = re.match(r"([^?#]*)(.*)", tail, re.DOTALL).groups()  # type: ignore[union-attr]
+    return scheme + sep, userinfo if at else "", host + path, query
 
 
 def url_credentials(text: str) -> tuple[str, ...]:
-    """The credential values in the URLs of `text`: user-info passwords (or a lone user-info token)
-    and the values of credential-looking query/fragment parameters, each raw and percent-decoded."""
+    """The credential values in the URLs of `text` (user-info passwords or a lone user-info token, values
+    of credential-looking query/fragment parameters), each raw and percent-decoded."""
     found: list[str] = []
-    for match in _URL.finditer(text):
-        parts = _split_url(match.group(0))
-        if parts is None:
-            continue
-        _, userinfo, _, query = parts
-        if userinfo:
-            user, colon, password = userinfo.partition(":")
+    for parts in filter(None, (_split_url(m.group(0)) for m in _URL.finditer(text))):
+        if parts[1]:
+            user, colon, password = parts[1].partition(":")
             found.append(password if colon else user)
-        for chunk in re.split(r"[?#]", query):
-            found.extend(value for name, value in _params(chunk) if _query_name_is_secret(name))
-    values = [v for raw in found for v in (raw, unquote(raw))]
-    return tuple(dict.fromkeys(v for v in values if len(v) >= MIN_SECRET_CHARS))
-
-
-def _mask_params(part: str) -> str:
-    def mask(match: re.Match[str]) -> str:
-        name, value = match.group(1), match.group(2)
-        return f"{name}={REDACTED}" if value and _query_name_is_secret(name) else match.group(0)
-
-    return re.sub(r"([^&;=?#]+)=([^&;#]*)", mask, part)
+        params = (p.partition("=") for p in re.split(r"[?#&;]", parts[3]))
+        found.extend(value for name, _, value in params if value and _secret_param(name))
+    return tuple(dict.fromkeys(v for raw in found for v in (raw, unquote(raw)) if len(v) >= MIN_SECRET_CHARS))
 
 
 def scrub_url(url: str) -> str:
-    """`url` with its user info and the values of credential-looking query/fragment parameters masked
-    (unchanged when it holds none; not a URL: unchanged)."""
+    """`url` with its user info (`user:***@`, a lone `***@`) and credential-looking query values masked."""
     parts = _split_url(url)
     if parts is None:
         return url
@@ -169,27 +125,26 @@ def scrub_url(url: str) -> str:
     if userinfo:
         user, colon, _ = userinfo.partition(":")
         userinfo = f"{user}:{REDACTED}@" if colon else f"{REDACTED}@"
-    return scheme + userinfo + rest + _mask_params(query)
+
+    def mask(match: re.Match[str]) -> str:
+        name, value = match.group(1), match.group(2)
+        return f"{name}={REDACTED}" if value and _secret_param(name) else match.group(0)
+
+    return scheme + userinfo + rest + re.sub(r"([^&;=?#]+)=([^&;#]*)", mask, query)
 
 
 def scrub_urls(text: str) -> str:
     """Every URL in `text` through `scrub_url`; the rest of the text as it is."""
-    if "://" not in text:
-        return text
-    return _URL.sub(lambda m: scrub_url(m.group(0)), text)
-
-
-def _forms(secret: str) -> set[str]:
-    return {secret, json.dumps(secret)[1:-1], quote(secret, safe=""), quote(secret)}
+    return _URL.sub(lambda m: scrub_url(m.group(0)), text) if "://" in text else text
 
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
-    """`text` with every secret value (raw, JSON-escaped, percent-encoded) replaced by `***` and every
-    URL scrubbed of credentials (`scrub_urls`). Secrets shorter than 4 characters are ignored."""
-    forms = {f for s in secrets if s and len(s) >= MIN_SECRET_CHARS for f in _forms(s)}
-    for form in sorted(forms, key=len, reverse=True):  # a secret containing another goes first
-        if form in text:
-            text = text.replace(form, REDACTED)
+    """`text` with every secret (>= 4 characters; raw, JSON-escaped, percent-encoded) replaced by `***`
+    and every URL scrubbed of credentials; the longest form is replaced first."""
+    forms = {f for s in secrets if len(s) >= MIN_SECRET_CHARS
+             for f in (s, json.dumps(s)[1:-1], quote(s, safe=""), quote(s))}
+    for form in sorted(forms, key=len, reverse=True):
+        text = text.replace(form, REDACTED)
     return scrub_urls(text)
 
 
@@ -216,93 +171,45 @@ def restore_tree(saved: Any, current: Any, secrets: Iterable[str] = ()) -> Any:
     return saved
 
 
-def config_secrets(config: Mapping[str, Any], environ: Mapping[str, str]) -> tuple[str, ...]:
-    """The secrets of a composed config: the value of every variable named by an `api_key_env`
-    anywhere in it (looked up in `environ`), and the credentials of every URL in its strings."""
+def config_secrets(config: Any, environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The secrets of a composed config: the value of every variable an `api_key_env` names anywhere in
+    it (looked up in `environ`), and the credentials of every URL in its strings."""
     names: set[str] = set()
     found: list[str] = []
-
-    def walk(node: Any) -> None:
+    stack = [config]
+    while stack:
+        node = stack.pop()
         if isinstance(node, Mapping):
-            for key, value in node.items():
-                if key == "api_key_env" and isinstance(value, str):
-                    names.add(value)
-                else:
-                    walk(value)
+            names.update(v for k, v in node.items() if k == "api_key_env" and isinstance(v, str))
+            stack.extend(reversed([v for k, v in node.items() if k != "api_key_env"]))  # in order
         elif isinstance(node, list | tuple):
-            for item in node:
-                walk(item)
+            stack.extend(reversed(node))
         elif isinstance(node, str):
             found.extend(url_credentials(node))
-
-    walk(config)
     found.extend(v for v in (environ.get(n) for n in sorted(names)) if v)
     return tuple(dict.fromkeys(found))
 
 
-# THE list of what real keys look like: (kind, pattern). A token must stand alone (no letter or digit
-# glued before it), so `desk-...` or `task-...` are not `sk-...`.
-_B = r"(?<![A-Za-z0-9])"
-KEY_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("an OpenAI/Anthropic key (sk-...)", re.compile(_B + r"sk-(?=[A-Za-z0-9_\-]*[0-9])[A-Za-z0-9_\-]{20,}")),
-    ("a Bearer/Basic credential", re.compile(r"(?i)\b(?:bearer|basic)\s+[A-Za-z0-9._~+/=\-]{8,}")),
-    ("a GitHub token", re.compile(_B + r"(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{40,})")),
-    ("an AWS access key id", re.compile(_B + r"(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])")),
-    ("a Google API key", re.compile(_B + r"AIza[0-9A-Za-z_\-]{35}")),
-    ("a Hugging Face token", re.compile(_B + r"hf_[A-Za-z0-9]{30,}")),
-    ("a Slack token", re.compile(_B + r"xox[abprse]-[A-Za-z0-9\-]{10,}")),
-    ("a Stripe key", re.compile(_B + r"[sr]k_(?:live|test)_[A-Za-z0-9]{16,}")),
-    ("a JSON Web Token", re.compile(_B + r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}")),
-    ("a private key", re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")),
-    ("a long hex string", re.compile(r"(?<![0-9A-Fa-f])(?<!sha256:)(?<!sha512:)[0-9A-Fa-f]{41,}(?![0-9A-Fa-f])")),
-)
-_RANDOM_RUNS = (re.compile(r"[A-Za-z0-9]{24,}"), re.compile(r"[A-Za-z0-9+/]{32,}"))  # base62; base64
-_RANDOM_MIN_CHANGES = 0.4  # share of neighbouring characters of another class (upper/lower/digit)
-
-
-def _char_class(char: str) -> int:
-    return 0 if char.isupper() else 1 if char.islower() else 2
-
-
 def _random_looking(run: str) -> bool:
-    """A letters-and-digits run (base64's `+`/`/` skipped) that mixes upper case, lower case and digits
-    and changes class as often as random text does (random base62: ~60% of neighbours differ; words
-    and CamelCase: far fewer)."""
-    classes = [_char_class(c) for c in run if c.isalnum()]
-    if len(set(classes)) < 3:
-        return False
+    """A run mixing upper case, lower case and digits that changes class as often as random text does."""
+    classes = [0 if c.isupper() else 1 if c.islower() else 2 for c in run if c.isalnum()]
     changes = sum(a != b for a, b in pairwise(classes))
-    return changes / (len(classes) - 1) >= _RANDOM_MIN_CHANGES
+    return len(set(classes)) == 3 and changes / (len(classes) - 1) >= _RANDOM_MIN_CHANGES
 
 
 def key_like(text: str) -> str | None:
     """The kind of the first key-like token in `text` ("a long hex string", ...), None when none."""
-    for kind, pattern in KEY_PATTERNS:
-        if pattern.search(text):
-            return kind
-    if any(_random_looking(m.group(0)) for run in _RANDOM_RUNS for m in run.finditer(text)):
+    kind = next((kind for kind, pattern in KEY_PATTERNS if pattern.search(text)), None)
+    if kind is None and any(_random_looking(m.group(0)) for run in _RANDOM_RUNS for m in run.finditer(text)):
         return "a long random-looking (base64) string"
-    return None
-
-
-# variables holding keys whatever config is composed (an `api_key_env` may name any other)
-KNOWN_KEY_VARIABLES = (
-    "OPENAI_API_KEY", "AZURE_OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY",
-    "MISTRAL_API_KEY", "GROQ_API_KEY", "TOGETHER_API_KEY", "TOGETHERAI_API_KEY", "COHERE_API_KEY",
-    "DEEPSEEK_API_KEY", "OPENROUTER_API_KEY", "FIREWORKS_API_KEY", "XAI_API_KEY", "HF_TOKEN",
-    "HUGGING_FACE_HUB_TOKEN", "GITHUB_TOKEN", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN", "MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_PASSWORD",
-)
-MIN_KEY_VALUE_CHARS = 8  # a variable's value shorter than this is not compared (flags, `1`, `true`)
-_NOT_A_VALUE = ("_FILE", "_PATH", "_DIR", "_URL", "_URI", "_HOST")  # `*_PASSWORD_FILE` names a file
+    return kind
 
 
 def key_variable_names(environ: Mapping[str, str], named: Iterable[str] = ()) -> tuple[str, ...]:
-    """The set variables that hold keys: `named` (every `api_key_env`), `KNOWN_KEY_VARIABLES`, and
-    every variable whose name looks secret (`*_API_KEY`, `*_TOKEN`, `*_SECRET*`, `*_PASSWORD`)."""
-    looks_secret = (n for n in environ if is_secret_name(n) and not n.upper().endswith(_NOT_A_VALUE))
-    names = dict.fromkeys((*named, *KNOWN_KEY_VARIABLES, *sorted(looks_secret)))
-    return tuple(n for n in names if environ.get(n))
+    """The set variables holding keys: `named` (every `api_key_env`), `KNOWN_KEY_VARIABLES`, and every
+    variable whose name looks secret (`*_API_KEY`, `*_TOKEN`, ...; not `*_FILE`, `*_URL`, ...)."""
+    looks_secret = sorted(n for n in environ if is_secret_name(n) and not n.upper().endswith(_NOT_A_VALUE))
+    return tuple(n for n in dict.fromkeys((*named, *KNOWN_KEY_VARIABLES, *looks_secret)) if environ.get(n))
 
 
 def key_values(environ: Mapping[str, str], named: Iterable[str] = ()) -> tuple[str, ...]:
@@ -311,24 +218,15 @@ def key_values(environ: Mapping[str, str], named: Iterable[str] = ()) -> tuple[s
     return tuple(dict.fromkeys(v for v in values if len(v) >= MIN_KEY_VALUE_CHARS))
 
 
-_OVERRIDE_KEY = re.compile(r"^[~+]{0,2}([^=~+][^=]*)=(.*)$", re.DOTALL)
-_DICT_KEY = re.compile(r"[{,]\s*['\"]?([A-Za-z_][\w\-]*)['\"]?\s*:")
-_VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def _named_reason(key: str, value: str) -> str | None:
+def _reason(key: str, value: str, keys: Sequence[str]) -> str | None:
+    inner = next((k for k in _DICT_KEY.findall(value) if is_secret_name(k)), None)
+    last = key.split("@", 1)[0].split(".")[-1]
     if is_secret_name(key):
         return f"override {key!r} would put a secret into the config"
-    inner = next((k for k in _DICT_KEY.findall(value) if is_secret_name(k)), None)
     if inner is not None and "{" in value:
         return f"override {key!r} holds a secret key {inner!r}"
-    last = key.split("@", 1)[0].split(".")[-1]
     if last.endswith("_env") and value.strip() not in ("", "null") and not _VARIABLE_NAME.match(value.strip()):
         return f"override {key!r} must be the NAME of an environment variable, not a value"
-    return None
-
-
-def _value_reason(key: str, value: str, keys: Sequence[str]) -> str | None:
     value = scrub_urls(value)  # URL credentials are allowed (masked wherever they are stored or shown)
     if any(k in value for k in keys):
         return f"override {key!r} holds the value of a key variable"
@@ -337,37 +235,44 @@ def _value_reason(key: str, value: str, keys: Sequence[str]) -> str | None:
 
 
 def secret_override(argv: Iterable[str], keys: Iterable[str] = ()) -> str | None:
-    """The first command-line override that would put a secret into the config (and so into Hydra's
-    output folder), as a one-line reason naming the key (never the value); None when there is none.
-    Refused: a secret-named key (`is_secret_name`, with or without `+`/`++`/`~`), a dict value with a
-    secret-named key, an `*_env` key whose value is not a variable name (a key pasted there), and any
-    key whose value holds one of `keys` (the key variables' values) or a key-like token (`key_like`)."""
+    """The first override that would put a secret into the config, as a one-line reason naming the key
+    (never the value); None when there is none. Refused: a secret-named key (with `+`/`++`/`~`), a dict
+    value with a secret-named key, an `*_env` value that is not a variable name, and any value holding
+    one of `keys` (the key variables' values) or a key-like token."""
     keys = tuple(k for k in keys if len(k) >= MIN_SECRET_CHARS)
-    for arg in argv:
-        if arg.startswith("-"):
-            continue
-        match = _OVERRIDE_KEY.match(arg)
-        if match is None:
-            reason = _value_reason("(a positional argument)", arg, keys) if "=" not in arg else None
+    for arg in (a for a in argv if not a.startswith("-")):
+        match = _OVERRIDE.match(arg)
+        if match is not None:
+            reason = _reason(match.group(1).strip(), match.group(2), keys)
         else:
-            key, value = match.group(1).strip(), match.group(2)
-            reason = _named_reason(key, value) or _value_reason(key, value, keys)
+            reason = None if "=" in arg else _reason("(a positional argument)", arg, keys)
         if reason is not None:
             return reason
     return None
 
 
-class SecretFilter(logging.Filter):
-    """Masks the given secret values and URL credentials in every record it sees (message with its args,
-    exception text, stack text); it never drops a record. Put it on handlers (`install_secret_filter`):
-    a handler filter sees the records of every logger that propagates to it."""
+def refuse(reason: str, program: str, hint: str) -> None:
+    """End the program with exit code 2 and one line on stderr: `<program>: refused: <reason>; <hint>`."""
+    sys.stderr.write(f"{program}: refused: {reason}; {hint}\n")
+    sys.stderr.flush()
+    raise SystemExit(2)
+
+
+class _Secrets:
+    secrets: tuple[str, ...] = ()
+
+    def add(self, secrets: Iterable[str]) -> None:
+        """Mask these too (secrets are never forgotten)."""
+        self.secrets = tuple(dict.fromkeys((*self.secrets, *secrets)))
+
+
+class SecretFilter(_Secrets, logging.Filter):
+    """A handler filter masking secrets and URL credentials in a record's message (with its args),
+    exception and stack text; it never drops a record."""
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         super().__init__()
-        self.secrets = tuple(secrets)
-
-    def add(self, secrets: Iterable[str]) -> None:
-        self.secrets = tuple(dict.fromkeys((*self.secrets, *secrets)))
+        self.add(secrets)
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:
@@ -375,48 +280,43 @@ class SecretFilter(logging.Filter):
         except Exception:  # a broken format string: keep what there is, masked
             message = f"{record.msg} {record.args}"
         record.msg, record.args = redact(message, self.secrets), ()
-        if record.exc_info and record.exc_info[0] is not None:
-            record.exc_text = logging.Formatter().formatException(record.exc_info)
-            record.exc_info = None  # rendered above; a handler must not render the raw exception again
-        if record.exc_text:
-            record.exc_text = redact(record.exc_text, self.secrets)
-        if record.stack_info:
-            record.stack_info = redact(record.stack_info, self.secrets)
+        if record.exc_info and record.exc_info[0] is not None:  # rendered here, never raw by a handler
+            record.exc_text, record.exc_info = logging.Formatter().formatException(record.exc_info), None
+        record.exc_text = record.exc_text and redact(record.exc_text, self.secrets)
+        record.stack_info = record.stack_info and redact(record.stack_info, self.secrets)
         return True
 
 
 def install_secret_filter(secrets: Iterable[str], loggers: Iterable[logging.Logger] | None = None) -> None:
-    """Mask `secrets` on every handler of the root logger and of every other existing logger: added to
-    the `SecretFilter` a handler already has (secrets are never forgotten), else a new one. Entry points
-    call it once their handlers are set up and the secrets are known (again when they learn more)."""
+    """Mask `secrets` on every handler of `loggers` (default: the root and every existing logger), added
+    to the `SecretFilter` a handler has already, else a new one."""
     secrets = tuple(secrets)
     if loggers is None:
-        named = [lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger)]
-        loggers = [logging.getLogger(), *named]
-    for logger in loggers:
-        for handler in logger.handlers:
-            found = next((f for f in handler.filters if isinstance(f, SecretFilter)), None)
-            if found is None:
-                handler.addFilter(SecretFilter(secrets))
-            else:
-                found.add(secrets)
+        loggers = [logging.getLogger(), *(lg for lg in logging.Logger.manager.loggerDict.values()
+                                           if isinstance(lg, logging.Logger))]
+    for handler in (h for logger in loggers for h in logger.handlers):
+        found = next((f for f in handler.filters if isinstance(f, SecretFilter)), None)
+        if found is None:
+            handler.addFilter(SecretFilter(secrets))
+        else:
+            found.add(secrets)
 
 
-class RedactingStream:
-    """A text stream that `redact`s everything written through it before passing it on (the console:
-    `sys.stdout = RedactingStream(sys.stdout, secrets)`). `add` extends the secrets once they are known.
-    Each `write` is redacted on its own: a secret split across two writes would pass (tracebacks, log
-    handlers and rich write whole lines)."""
+class RedactingStream(_Secrets):
+    """A text stream `redact`ing each write before passing it on (the console). `echoes` (pairs of
+    text and what to show instead: an override's `key=value` as `key=<value not shown>`) are replaced
+    first. A secret split across two writes would pass (tracebacks, log handlers, rich write lines)."""
 
     def __init__(self, stream: IO[str], secrets: Iterable[str] = ()) -> None:
         self.stream = stream
-        self.secrets: tuple[str, ...] = tuple(secrets)
-
-    def add(self, secrets: Iterable[str]) -> None:
-        self.secrets = tuple(dict.fromkeys((*self.secrets, *secrets)))
+        self.echoes: tuple[tuple[str, str], ...] = ()
+        self.add(secrets)
 
     def write(self, text: str) -> int:
-        self.stream.write(redact(text, self.secrets))
+        shown = text
+        for echo, hidden in self.echoes:
+            shown = shown.replace(echo, hidden)
+        self.stream.write(redact(shown, self.secrets))
         return len(text)
 
     def writelines(self, lines: Iterable[str]) -> None:
@@ -425,3 +325,46 @@ class RedactingStream:
 
     def __getattr__(self, name: str) -> Any:  # flush, isatty, fileno, encoding, ...
         return getattr(self.stream, name)
+
+
+def _needs_redaction(path: Path, secrets: tuple[str, ...]) -> str | None:
+    """The redacted text of a text file (by suffix) that holds something to redact, else None."""
+    if path.suffix.lower() not in TEXT_SUFFIXES:
+        return None
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    clean = redact(text, secrets)
+    return clean if clean != text else None
+
+
+def scrub_files(paths: Iterable[Path], secrets: Iterable[str]) -> list[Path]:
+    """Rewrite in place, redacted, each of `paths` that holds something to redact; returns those."""
+    secrets, changed = tuple(secrets), []
+    for path in paths:
+        clean = _needs_redaction(path, secrets)
+        if clean is not None:
+            path.write_text(clean, encoding="utf-8")
+            changed.append(path)
+    return changed
+
+
+@contextmanager
+def redacted_copy(path: Path, secrets: Iterable[str]) -> Iterator[Path]:
+    """`path` (a file or folder) itself when no text file in it needs redacting, else a copy of it (same
+    name, in a temporary folder) with those files redacted; the original is left as it is."""
+    secrets = tuple(secrets)
+    files = [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else [path]
+    dirty = [p for p in files if _needs_redaction(p, secrets) is not None]
+    if not dirty:
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="memtrace-redacted-") as tmp:
+        copy = Path(tmp) / path.name
+        if path.is_dir():
+            shutil.copytree(path, copy)
+        else:
+            shutil.copy2(path, copy)
+        scrub_files([copy / p.relative_to(path) for p in dirty] if path.is_dir() else [copy], secrets)
+        yield copy

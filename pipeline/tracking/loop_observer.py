@@ -1,34 +1,15 @@
 """Tracking an optimization run: one nested run per iteration under the tracker's active parent run.
 
-Each iteration's nested run spans the iteration's work (dated back to when it began) and gets train/dev
-metrics (step = iteration), the blame table (with weights and replay-verified / refuted counts), the
-attribution table (verified, joint decisive set, cost) and the `attribution/*` shares, every candidate
-with its prompt diff (`candidates/<i>-accepted|rejected.diff.txt`, previewable in the MLflow UI; a
-sentence per line, `prompt_diff`) and gate verdict, LLM-call counts and, when given `traces`, the
-iteration's train failures as MLflow traces; accepted prompt sets are registered in the tracker's
-prompt registry. At the end the parent run gets the test metrics of the starting and final prompt
-sets, the per-question test scores of both (`test_questions.json`, what the lab's comparison pairs), the
-LM calls and tokens made, the length of the final prompt set, the score and blame plots (PNG), the
-history and the exported prompt files. Every text passes `scrub`. Everything goes through the `Tracker`
-protocol (MLflow in production), traces through the `IterationTraces` it is given. This module does
-not run the loop and does not decide anything.
-
-Metric names are `pipeline.tracking.metric_names` (`train/...`, `dev/...`, `test/start/...`,
-`test/final/...`, `dev/final/...`). LM-call metrics (counted at the LM layer,
-`pipeline.backends.call_count`; made / cached / reused are separate, never negative):
-
-- parent run, step = iteration: `lm_calls/budget_spent` — cumulative task + rewriter + attributor
-  calls counted against `loop.budget_calls` by the end of that iteration (made, plus cache-served when
-  `loop.budget_counts_cached`; the final test evaluation is outside it);
-- each iteration's nested run, step = iteration: `lm_calls/<role>/made`, `lm_calls/<role>/cached`,
-  `lm_calls/<role>/reused` (cumulative up to that iteration; roles task, judge, attributor, rewriter)
-  and `lm_calls/budget_spent`;
-- parent run at the end (test evaluation included): `lm_calls/<role>/made|cached|reused|failed`,
-  `lm_calls/made`, `lm_calls/cached`, `lm_calls/reused` (all roles), `lm_calls/saved` (calls reusing
-  built memories saved: never asked of an LM, so neither made nor cached), the share of calls reusing
-  the run's replies saved, `lm_calls/reused_share` and `lm_calls/<role>/reused_share` (reused / (made +
-  reused): a request already answered in the run is not sent again), `lm_tokens/prompt`, `lm_tokens/completion` (of
-  made calls), and the tag `memtrace.stop_reason` (budget / patience / max_iterations).
+Each iteration's nested run (dated back to when its work began) gets the train/dev metrics (step =
+iteration), blame and attribution tables, `attribution/*` shares, every candidate's prompt diff
+(`candidates/<i>-accepted|rejected.diff.txt`, a sentence per line: `prompt_diff`) and verdict, the
+cumulative `lm_calls/<role>/made|cached|reused` and `lm_calls/budget_spent`, and (given `traces`) the
+train failures as MLflow traces; an accepted set is registered in the prompt registry (`CHAMPION`). The
+parent run gets the headline curves per iteration and, at the end, the test metrics of the starting and
+final sets, `test_questions.json` (what the lab's comparison pairs), the run's LM-call totals
+(`final_call_metrics`), candidate costs, prompt lengths, the plots and the history and prompt files.
+Metric names are `metric_names`'. Every text passes `scrub`; everything goes through the `Tracker`
+protocol. It does not run the loop and decides nothing.
 """
 
 from __future__ import annotations
@@ -46,13 +27,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution
-from memtrace_loop.pipeline.analysis.blame import BlameTable
 from memtrace_loop.pipeline.core.records import PromptSet
 from memtrace_loop.pipeline.loop.costs import calls_to_gain, candidate_costs
 from memtrace_loop.pipeline.loop.failure_impact import failure_impact
 from memtrace_loop.pipeline.loop.optimization import IterationRecord, LoopResult
 from memtrace_loop.pipeline.loop.runner import RunResult
-from memtrace_loop.pipeline.loop.summaries import IterationSummary
 from memtrace_loop.pipeline.tracking import metric_names as names
 from memtrace_loop.pipeline.tracking.plots import IterationScore, plot_blame, plot_scores
 from memtrace_loop.pipeline.tracking.run_logging import (
@@ -105,11 +84,6 @@ def prompt_diff(before: PromptSet, after: PromptSet) -> str:
     return "\n".join(chunks)
 
 
-def attribution_table(record: IterationRecord, secrets: Iterable[str] = ()) -> dict[str, list[str]]:
-    """The iteration's attributions as logged columns (`run_logging.ATTRIBUTION_COLUMNS`)."""
-    return attribution_columns(record.attributions, secrets)
-
-
 TEST_QUESTIONS = "test_questions.json"
 # MLflow's artifact viewer previews a file by its last extension only (`txt`, `json`, `yaml`, `md`, ...;
 # `diff` and `patch` show "Select a file to preview"): diffs end in `.diff.txt` to be readable in the UI
@@ -134,9 +108,6 @@ def test_question_rows(result: LoopResult) -> list[dict[str, object]]:
     return rows
 
 
-def prompt_chars(prompts: PromptSet) -> int:
-    """Characters of every stage instruction of a prompt set."""
-    return sum(len(instruction) for instruction in prompts.instruction_by_stage.values())
 def final_call_metrics(result: LoopResult) -> dict[str, float]:
     """The run's LM-call totals (test evaluation included): per role, all roles, saved, reused (and
     the share of calls reuse saved, per role and in all), tokens."""
@@ -204,11 +175,6 @@ def iteration_params(record: IterationRecord) -> dict[str, str]:
     return params
 
 
-def blame_by_iteration(history: Iterable[IterationSummary]) -> list[tuple[int, BlameTable]]:
-    """The blame table of every iteration that has one (for the plot)."""
-    return [(summary.iteration, summary.blame) for summary in history if summary.blame.rows]
-
-
 class IterationTraces(Protocol):
     """Logs an iteration's train failures as traces into a run; returns how many it stored
     (`pipeline.tracking.traces.FailureTraces`)."""
@@ -271,7 +237,7 @@ class TrackingLoopObserver:
             self._text(json.dumps(record.prompts.to_dict(), indent=2, ensure_ascii=False), "prompts.json")
             self._text(json.dumps(record.blame.as_rows(), indent=2), "blame.json")
             if record.attributions:
-                tracker.log_table(attribution_table(record, self.secrets), "attributions.json")
+                tracker.log_table(attribution_columns(record.attributions, self.secrets), "attributions.json")
             for index, outcome in enumerate(record.outcomes):
                 verdict = "accepted" if outcome.accepted else "rejected"
                 header = (
@@ -318,8 +284,8 @@ class TrackingLoopObserver:
                 **final_impact_metrics(result),
                 **candidate_cost_metrics(result, self.min_gain),
                 names.TOKENS_MADE: result.lm_tokens_made,
-                names.PROMPT_CHARS_START: prompt_chars(result.start_prompts),
-                names.PROMPT_CHARS_FINAL: prompt_chars(result.final_prompts),
+                names.PROMPT_CHARS_START: sum(map(len, result.start_prompts.instruction_by_stage.values())),
+                names.PROMPT_CHARS_FINAL: sum(map(len, result.final_prompts.instruction_by_stage.values())),
                 names.ITERATIONS: len(result.history) - 1,
             }
         )
@@ -344,7 +310,7 @@ class TrackingLoopObserver:
             for s in result.history
         ]
         paths = [plot_scores(scores, directory / "scores.png")]
-        blame = blame_by_iteration(result.history)
+        blame = [(summary.iteration, summary.blame) for summary in result.history if summary.blame.rows]
         if blame:
             paths.append(plot_blame(blame, directory / "blame.png"))
         return paths

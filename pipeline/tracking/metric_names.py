@@ -1,27 +1,13 @@
-"""The names of every metric the apps log to MLflow, grouped with `/` (the MLflow UI groups a run's
-charts by the part before the first `/`). THE one place that spells them: writers and readers build
-names with these functions and constants, never with string literals of their own.
+"""THE names of every metric the apps log to MLflow, grouped with `/` (the UI groups charts by the first part).
 
-The scheme (README, "Tracking", has the same table):
-
-- quality of one evaluation, `<scope>/<metric>` and per category `<scope>/cat/<category>/<metric>`
-  (`QUALITY_METRICS`); scopes: `eval` (`memtrace run`), `train` and `dev` (each iteration of
-  `memtrace optimize`), `dev/final`, `test/start`, `test/final` (the end of an optimization);
-- what the traced graph of one evaluation counted, `<scope>/traced/<count>` (`TRACED_COUNTS`);
-- LM calls counted at the LM layer: `lm_calls/<role>/made|cached|reused|failed`, `lm_calls/made|cached|
-  reused|saved`, the share of calls reusing the run's replies saved `lm_calls/reused_share` and
-  `lm_calls/<role>/reused_share` (reused / (made + reused)), `lm_calls/budget_spent`; final failures
-  `lm_calls/failed` and `lm_calls/failed_share` (of the calls made), and what failed operations did to
-  one evaluation, `<scope>/failures/<count>` (`FAILURE_COUNTS`: questions scored and touched, touched
-  and scored wrong, judge accuracy without them and its bounds);
-  tokens `lm_tokens/prompt|completion|made`; retries `lm_retries/total`, `lm_retries/<role>`,
-  `lm_retries/<role>/<cause>`;
-- attribution `attribution/<share or count>`; the loop `loop/candidates|accepted|attributed_failures|
-  iterations`; prompt length `prompt_chars/start|final`; wall time `time/elapsed_s`; a comparison run
-  `gain/<optimizer>/<system>/mean|ci_low|ci_high`.
-
-`LEGACY_BY_NAME` maps a name to the flat name runs logged before this scheme (so readers fall back to it
-for older runs: `legacy_name`). This module only builds names: it logs nothing and computes no value.
+Writers and readers build names with these functions and constants, never literals of their own:
+quality `<scope>/<metric>` and `<scope>/cat/<category>/<metric>` (scopes `eval`, `train`, `dev`,
+`dev/final`, `test/start`, `test/final`), `<scope>/traced/<count>`, `<scope>/failures/<count>`; LM
+calls `lm_calls/<role>/made|cached|reused|failed|reused_share`, `lm_calls/made|cached|reused|saved|
+failed|failed_share|budget_spent`; `lm_tokens/...`, `lm_retries/...`; `attribution/...`, `loop/...`,
+`candidates/...`, `prompt_chars/start|final`, `time/elapsed_s`, `gain/<optimizer>/<system>/...`.
+`legacy_name` gives the flat name runs logged before this scheme (readers fall back to it). It logs
+nothing and computes no value.
 """
 
 from __future__ import annotations

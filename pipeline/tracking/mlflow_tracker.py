@@ -1,15 +1,11 @@
-"""`MlflowTracker`: the `Tracker` protocol on MLflow (a local SQLite file by default; any tracking
-server works the same).
+"""`MlflowTracker`: the `Tracker` protocol on MLflow (a local SQLite file by default, any server alike).
 
-`open_experiment` points MLflow at the tracking URI and, for a SQLite store, keeps artifacts in
-`mlartifacts/` beside the database so `mlflow ui` finds them. The first connection to a SQLite store
-(where MLflow creates or migrates its tables) and the experiment's creation happen under the store's
-file lock (`pipeline.tracking.store_access.store_lock`), so runs started together on a fresh store
-do not collide; every write is retried while SQLite answers `database is locked`. Runs are MLflow's
-fluent runs (nested runs are children of the active one); reading finished runs goes through an
-`MlflowClient` on the same URI. Prompt registration is `pipeline.tracking.prompt_registry`. This module is, with
-`prompt_registry`, the only place that imports MLflow; it does not scrub secrets or decide what is
-logged.
+For a SQLite store, artifacts go to `mlartifacts/` beside the database (so `mlflow ui` finds them); the
+first connection (MLflow creates / migrates the tables) and an experiment's creation hold the store's
+file lock (`store_access.store_lock`), and every write is retried while SQLite answers `database is
+locked`. Runs are MLflow's fluent runs (nested: children of the active one); reads go through an
+`MlflowClient`; prompts through `prompt_registry`. With `prompt_registry`, the only importer of MLflow;
+it does not scrub secrets or decide what is logged.
 """
 
 from __future__ import annotations
@@ -148,7 +144,6 @@ class MlflowTracker:
         self._write(lambda: mlflow.end_run("FINISHED"), "end run")
 
     def run_status(self, run_id: str) -> str:
-        """FINISHED, FAILED, KILLED, RUNNING or SCHEDULED (RunNotFoundError for an unknown id)."""
         try:
             return str(self._client().get_run(run_id).info.status)
         except MlflowException as exc:
@@ -159,9 +154,6 @@ class MlflowTracker:
         self._write(lambda: client.set_terminated(run_id, status), "end run")
 
     def delete_children(self, parent_id: str, tag: str, above: int) -> list[str]:
-        """Soft-delete the nested runs of `parent_id` whose integer tag `tag` is greater than `above`
-        (e.g. iterations an interrupted run had started but not checkpointed: a resume redoes them);
-        returns their ids."""
         client = self._client()
         parent = client.get_run(parent_id)
         children = client.search_runs(
@@ -263,8 +255,6 @@ class MlflowTracker:
         return [(int(m.step), float(m.value)) for m in history]
 
     def search_run_ids(self, experiment: str, filter_string: str = "") -> list[str]:
-        """Ids of the runs of an experiment (by name) matching an MLflow filter, oldest first; [] when the
-        experiment does not exist."""
         client = self._client()
         found = client.get_experiment_by_name(experiment)
         if found is None:

@@ -112,87 +112,30 @@ def scores_figure(iterations: Sequence[IterationScore]) -> Figure:
         return figure
 
     xs = [row.iteration for row in rows]
-    axes.fill_between(
-        xs,
-        [row.ci_low for row in rows],
-        [row.ci_high for row in rows],
-        color=_DEV_COLOR,
-        alpha=0.15,
-        linewidth=0,
-        label=f"{DEV_LABEL}: 95% CI",
-    )
-    axes.plot(
-        xs,
-        [row.dev_accuracy for row in rows],
-        color=_DEV_COLOR,
-        marker="o",
-        markersize=5,
-        linewidth=2,
-        label=DEV_LABEL,
-        zorder=3,
-    )
+    axes.fill_between(xs, [row.ci_low for row in rows], [row.ci_high for row in rows], color=_DEV_COLOR, alpha=0.15,
+                      linewidth=0, label=f"{DEV_LABEL}: 95% CI")
+    axes.plot(xs, [row.dev_accuracy for row in rows], color=_DEV_COLOR, marker="o", markersize=5, linewidth=2,
+              label=DEV_LABEL, zorder=3)
     train = [(row.iteration, row.train_accuracy) for row in rows if row.train_accuracy is not None]
     if train:
-        axes.plot(
-            [x for x, _ in train],
-            [y for _, y in train],
-            color=_TRAIN_COLOR,
-            linestyle="--",
-            marker="s",
-            markersize=4,
-            linewidth=1.5,
-            label="train accuracy at iteration start",
-            zorder=2,
-        )
-
+        axes.plot([x for x, _ in train], [y for _, y in train], color=_TRAIN_COLOR, linestyle="--", marker="s",
+                  markersize=4, linewidth=1.5, label="train accuracy at iteration start", zorder=2)
     for row in rows:
         candidates = [(a, True) for a in row.accepted] + [(r, False) for r in row.rejected]
         for x, (value, accepted) in zip(_spread(row.iteration, len(candidates)), candidates, strict=True):
             color = _ACCEPTED_COLOR if accepted else _REJECTED_COLOR
-            axes.plot(
-                [x],
-                [value],
-                linestyle="none",
-                marker="D" if accepted else "o",
-                markersize=7,
-                markeredgewidth=1.5,
-                markeredgecolor=color,
-                markerfacecolor=color if accepted else "none",
-                zorder=4,
-            )
+            axes.plot([x], [value], linestyle="none", marker="D" if accepted else "o", markersize=7,
+                      markeredgewidth=1.5, markeredgecolor=color, markerfacecolor=color if accepted else "none",
+                      zorder=4)
     handles, _ = axes.get_legend_handles_labels()
     if any(row.accepted for row in rows):
-        handles.append(
-            Line2D(
-                [],
-                [],
-                linestyle="none",
-                marker="D",
-                markersize=7,
-                markeredgecolor=_ACCEPTED_COLOR,
-                markerfacecolor=_ACCEPTED_COLOR,
-                label="accepted candidate",
-            )
-        )
+        handles.append(Line2D([], [], linestyle="none", marker="D", markersize=7, markeredgecolor=_ACCEPTED_COLOR,
+                              markerfacecolor=_ACCEPTED_COLOR, label="accepted candidate"))
     if any(row.rejected for row in rows):
-        handles.append(
-            Line2D(
-                [],
-                [],
-                linestyle="none",
-                marker="o",
-                markersize=7,
-                markeredgewidth=1.5,
-                markeredgecolor=_REJECTED_COLOR,
-                markerfacecolor="none",
-                label="rejected candidate",
-            )
-        )
+        handles.append(Line2D([], [], linestyle="none", marker="o", markersize=7, markeredgewidth=1.5,
+                              markeredgecolor=_REJECTED_COLOR, markerfacecolor="none", label="rejected candidate"))
     axes.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    if len(xs) == 1:
-        axes.set_xlim(xs[0] - 1, xs[0] + 1)
-    else:
-        axes.set_xlim(xs[0] - 0.5, xs[-1] + 0.5)
+    axes.set_xlim(*((xs[0] - 1, xs[0] + 1) if len(xs) == 1 else (xs[0] - 0.5, xs[-1] + 0.5)))
     return figure
 
 
@@ -226,24 +169,13 @@ def plot_blame(blame_by_iteration: Sequence[tuple[int, BlameTable]], path: str |
     xs = [number for number, _ in rows]
     bottoms = [0.0] * len(rows)
     for index, (stage, tunable) in enumerate(series):
-        heights = [
-            float(table.by_stage[stage].count)
-            if stage in table.by_stage and table.by_stage[stage].tunable == tunable
-            else 0.0
-            for _, table in rows
-        ]
+        heights = [float(table.by_stage[stage].count)
+                   if stage in table.by_stage and table.by_stage[stage].tunable == tunable else 0.0
+                   for _, table in rows]
         knobs = tunable != Tunable.PROMPT
-        axes.bar(
-            xs,
-            heights,
-            bottom=bottoms,
-            width=0.6,
-            color=palette(index % palette.N),
-            edgecolor="black" if knobs else "white",
-            linewidth=0.6,
-            hatch=KNOB_HATCH if knobs else None,
-            label=f"{stage} (knobs)" if knobs else stage,
-        )
+        axes.bar(xs, heights, bottom=bottoms, width=0.6, color=palette(index % palette.N),
+                 edgecolor="black" if knobs else "white", linewidth=0.6, hatch=KNOB_HATCH if knobs else None,
+                 label=f"{stage} (knobs)" if knobs else stage)
         bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
     top = max(bottoms)
     for x, (_, table), height in zip(xs, rows, bottoms, strict=True):

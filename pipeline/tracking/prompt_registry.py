@@ -1,47 +1,20 @@
 """Accepted prompt sets in MLflow's prompt registry: one registry prompt per stage, versioned.
 
-What it does:
+- `register_prompt_set`: each stage's instruction into `memtrace-<experiment>-<system>-<stage>`
+  (`registry_name`; characters MLflow rejects become `_`), a new version only when no version holds the
+  same text and knobs (else the newest such is reused); a new version carries `memtrace.system`,
+  `memtrace.stage`, `memtrace.experiment`, `memtrace.knobs` (canonical JSON; knobs belong to the set)
+  and the caller's tags, is linked to `run_id` (the registry must then be the current tracking URI),
+  and `alias` (e.g. `champion`) is moved onto the set's version of every stage. Returns stage -> URI.
+- `load_registered_prompt_set` / `load_registered_set` (with the set's knobs, refused when the stages'
+  knobs disagree) / `load_prompt_set_from_uris` / `load_registered_stage`: read back, checked to be
+  memtrace's text prompts of the expected system and stage.
 
-- `register_prompt_set` registers the stage instructions of a `PromptSet` in the registry prompts
-  `memtrace-<experiment>-<system>-<stage>` (`memtrace-<system>-<stage>` without an experiment; see
-  `registry_name`: the experiment keeps the prompts of experiments apart) and returns stage -> prompt
-  URI (`prompts:/<name>/<version>`). A stage gets a new version only when no version of its prompt
-  holds the same text and knobs: a rerun that accepts a text the prompt already had (the demo's first
-  accepted set repeats the default text of a stage a later iteration changed) reuses that version
-  rather than adding a duplicate, so a prompt has one version per distinct (text, knobs). Of several
-  identical versions (made before this rule) the newest is reused.
-  Each new version carries the tags `memtrace.system`, `memtrace.stage` (the unsanitized names),
-  `memtrace.experiment` and `memtrace.knobs` (the set's knob values as canonical JSON, `{}` for none:
-  knobs belong to the set, so every stage's version carries them) plus the caller's tags; with `run_id`
-  the new versions are linked to that MLflow run, the run that made them (MLflow links through the
-  current tracking store, so the registry must then be the current tracking URI); with `alias` (e.g.
-  `tracker.CHAMPION`, the accepted set) the alias is moved to the version holding the set's text of
-  every stage, reused or new: `@champion` is always the last accepted set, never a duplicate.
-- `load_registered_prompt_set` loads one version (a number, "latest", or another alias) of the
-  given stages back into a `PromptSet`; `load_registered_set` also gives the set's knobs (what
-  `prompts=registry:<system>@<alias>` loads, `pipeline.tracking.prompt_sources`);
-  `load_prompt_set_from_uris` loads the exact URIs that `register_prompt_set` returned.
-
-MLflow facts this relies on (MLflow 3.17, checked on a SQLite store):
-
-- Prompt names may contain only letters, digits, `_`, `-` and `.`; other characters are replaced
-  by `_` here, and the tags above keep the real names (checked on load).
-- A template is stored verbatim as a version tag (at most 100,000 characters). `{x}`, `{{y}}` and
-  `{% ... %}` are only interpreted by `PromptVersion.format`, which this module never calls; it
-  reads `PromptVersion.template`, so instructions with braces round-trip unchanged.
-- Every `register_prompt` call creates a new version (1, 2, ...), even for an unchanged template (so
-  this module compares with the existing versions first); the alias "latest" resolves to the highest
-  version. Versions are per prompt: the stages of a set have different version numbers once one stage
-  changed without the others (the alias, or the returned URIs, name the set).
-- Loads read the store directly (`MlflowClient.get_prompt_version` / `get_prompt_version_by_alias`)
-  rather than through `load_prompt`, whose process-wide cache can serve a stale "latest" for 60 s
-  and which starts a background thread that writes an experiment tag on every load.
-
-What it does not do: it does not decide which prompt set is accepted, does not write files (see
-`pipeline.tracking.export`) and does not set the tracking URI (pass `registry_uri`, or the current MLflow
-tracking URI is used, e.g. the one `MlflowTracker.open_experiment` set). Registering is not
-atomic: every input is validated before the first call, but a store failure midway leaves the
-stages registered so far in place.
+MLflow facts (3.17): templates are stored verbatim (braces round-trip: `format` is never called);
+every `register_prompt` makes a new version, hence the comparison first; loads read the store directly
+(`get_prompt_version[_by_alias]`), not `load_prompt` (a 60 s cache and a thread tagging experiments).
+It decides no acceptance, writes no files and sets no tracking URI. Registering is not atomic: inputs
+are validated first, but a store failure midway leaves the stages registered so far.
 """
 
 from __future__ import annotations
@@ -111,16 +84,9 @@ def _names(system_name: str, stages: Iterable[str], experiment: str | None = Non
 
 
 def register_prompt_set(
-    system_name: str,
-    prompts: PromptSet,
-    commit_message: str | None = None,
-    tags: Mapping[str, str] | None = None,
-    *,
-    run_id: str | None = None,
-    registry_uri: str | None = None,
-    experiment: str | None = None,
-    alias: str | None = None,
-    knobs: Mapping[str, Any] | None = None,
+    system_name: str, prompts: PromptSet, commit_message: str | None = None, tags: Mapping[str, str] | None = None,
+    *, run_id: str | None = None, registry_uri: str | None = None, experiment: str | None = None,
+    alias: str | None = None, knobs: Mapping[str, Any] | None = None,
 ) -> dict[str, str]:
     """Register the stages of `prompts` (a new version for each stage whose text and knobs no version
     holds yet); returns stage -> URI of the version holding the stage's text.
@@ -277,11 +243,7 @@ def prompt_uri(system_name: str, stage: str, version: int | str = LATEST, experi
 
 
 def load_registered_prompt_set(
-    system_name: str,
-    stages: Iterable[str],
-    version: int | str = LATEST,
-    *,
-    registry_uri: str | None = None,
+    system_name: str, stages: Iterable[str], version: int | str = LATEST, *, registry_uri: str | None = None,
     experiment: str | None = None,
 ) -> PromptSet:
     """The instructions of `stages` at `version` (a number, "latest" or another alias such as
@@ -310,11 +272,7 @@ class RegisteredSet:
 
 
 def load_registered_set(
-    system_name: str,
-    stages: Iterable[str],
-    version: int | str = LATEST,
-    *,
-    registry_uri: str | None = None,
+    system_name: str, stages: Iterable[str], version: int | str = LATEST, *, registry_uri: str | None = None,
     experiment: str | None = None,
 ) -> RegisteredSet:
     """`load_registered_prompt_set` with the set's knobs (the `memtrace.knobs` tag every stage's version

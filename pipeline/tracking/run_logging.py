@@ -15,8 +15,6 @@ import hashlib
 import json
 import logging
 import math
-import os
-import socket
 import subprocess
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict
@@ -38,6 +36,7 @@ from memtrace_loop.pipeline.data.reader import hub_source
 from memtrace_loop.pipeline.loop.failure_impact import FailureImpact
 from memtrace_loop.pipeline.loop.runner import RunResult
 from memtrace_loop.pipeline.tracking import metric_names as names
+from memtrace_loop.pipeline.tracking.stale_runs import process_tags as process_tags  # the apps import it here
 from memtrace_loop.pipeline.tracking.tracker import DatasetInput, Tracker
 
 logger = logging.getLogger(__name__)
@@ -65,12 +64,6 @@ def git_commit(cwd: str | Path | None = None) -> str:
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return out.stdout.strip() or "unknown"
-
-
-def process_tags() -> dict[str, str]:
-    """Which machine and process did the work (`memtrace.host`, `memtrace.pid`): the jobs of a sweep run
-    in parallel processes (Hydra's joblib launcher) or on cluster nodes (submitit), told apart by these."""
-    return {"memtrace.host": socket.gethostname(), "memtrace.pid": str(os.getpid())}
 
 
 def params_for_logging(params: Mapping[str, str], secrets: Iterable[str]) -> dict[str, str]:

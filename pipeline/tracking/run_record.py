@@ -1,23 +1,15 @@
-"""What a run logs to the tracker, written to disk first so an MLflow outage costs only the upload.
+"""The write-ahead record of a run: written to its folder before MLflow is called, uploaded later if need be.
 
-A `RunRecord` holds everything a finished run logs besides its artifact folder: run name, experiment,
-tags, params (already scrubbed), metrics, tables and the data it used (`DatasetInput`s, logged as MLflow
-dataset inputs, so an uploaded run records its data too). `write_run_record(out_dir, record)` saves it as
-`<out_dir>/run_record.json` beside `<out_dir>/artifacts/` (what `run_logging.save_run` wrote);
-`log_record(tracker, record, artifacts)` logs all of it into the tracker's active run, tagging the run
-`memtrace.record_id=<id>` first and `memtrace.logged=complete` last. `upload_saved_run(tracker,
-out_dir)` logs a saved run later, as it would have been logged live, plus the tag
-`memtrace.uploaded_from=<out_dir>` (and the machine and pid that uploaded it); it is idempotent
-through the record id: a run of the store already tagged with it and complete is returned as is
-(nothing logged), one tagged but incomplete (the live logging broke off) is continued, else a new
-run is created. Never twice at once, never from two places: the folder is locked while it uploads
-(`pipeline.core.run_lock`; a second upload is `RunLocked`, exit 2), a run of the record still being
-logged by a live process of this machine is `RunLocked` too, and a run of the record that came from
-another machine or folder (a copy of the folder uploaded there) is `AlreadyInStore`: refused, exit 2.
-`unreachable_message(out_dir, exc)` is the one line to print when the live logging failed (`NotLoggedError` carries it).
-
-It does not decide what a run logs (the entry points build the record) and reads no MLflow state
-besides the runs' tags.
+`RunRecord` is everything a run logs besides its artifact folder (name, experiment, tags, scrubbed params,
+metrics, tables, `DatasetInput`s); `write_run_record` saves it atomically as `<out_dir>/run_record.json`
+beside `artifacts/`; `log_record` logs it into the active run, tagged `memtrace.record_id` first and
+`memtrace.logged=complete` last. `upload_saved_run` (`memtrace upload`) logs a saved run later as it
+would have been logged live (+ `memtrace.uploaded_from|host|pid`), idempotent through the record id: a
+complete run of it is returned as is, an incomplete one continued, else a run is created. The folder is
+locked meanwhile (a second upload: `RunLocked`), a run of it still being logged by a live process here
+is `RunLocked` too, one from another machine or folder is `AlreadyInStore` (exit 2).
+`unreachable_message` is the one line printed when live logging failed (`NotLoggedError`). It does not
+decide what a run logs and reads no MLflow state besides runs' tags and statuses.
 """
 
 from __future__ import annotations
@@ -39,6 +31,7 @@ from memtrace_loop.pipeline.core.files import write_atomically
 from memtrace_loop.pipeline.core.run_folder import RunFolder
 from memtrace_loop.pipeline.core.run_lock import RunLocked, hold_run_lock, pid_alive
 from memtrace_loop.pipeline.tracking.run_logging import ARTIFACTS_DIR
+from memtrace_loop.pipeline.tracking.stale_runs import HOST_TAG, PID_TAG
 from memtrace_loop.pipeline.tracking.store_access import failure_cause
 from memtrace_loop.pipeline.tracking.tracker import DatasetInput, Tracker
 
@@ -49,8 +42,6 @@ LOGGED_COMPLETE = "complete"
 UPLOADED_FROM_TAG = "memtrace.uploaded_from"
 UPLOADED_HOST_TAG = "memtrace.uploaded_host"
 UPLOADED_PID_TAG = "memtrace.uploaded_pid"
-HOST_TAG = "memtrace.host"
-PID_TAG = "memtrace.pid"
 
 
 def new_record_id() -> str:

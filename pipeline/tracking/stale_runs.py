@@ -1,19 +1,11 @@
 """MLflow runs left RUNNING by a process that died, found through their run folder's lock and ended FAILED.
 
-A run that holds a folder's lock (`pipeline.core.run_lock`; `memtrace optimize`) is tagged with its
-folder (`folder_tags`: `memtrace.run_dir`, plus the machine that runs it) right after it starts. A
-process killed hard (SIGKILL, a crash, a lost machine) cannot end its run, which would stay RUNNING
-forever; its lock, though, died with it. So:
-
-- `end_stale_runs(tracker, experiment)`: every RUNNING run of the experiment tagged with a folder of
-  THIS machine whose lock is free is ended FAILED, with its RUNNING nested runs; a run whose lock a
-  live process holds is left alone, and so is a run of another machine (its lock cannot be seen
-  from here) and a run naming no folder (a `memtrace run`, another tool's run). Returns the ids ended.
-- `end_runs_of_folder(tracker, experiment, folder)`: the RUNNING runs of one folder ended FAILED (the
-  caller holds its lock): `resume=` of a folder without a checkpoint, a parent run killed before its
-  first iteration ended.
-
-It starts no run and logs nothing else; it reads tags and statuses through the `Tracker` protocol.
+A run holding a folder's lock (`pipeline.core.run_lock`; `memtrace optimize`) is tagged right after it
+starts with `folder_tags` (`memtrace.run_dir` and `process_tags`: this machine and pid). A process killed
+hard cannot end its run, but its lock dies with it, so `end_stale_runs(tracker, experiment)` ends FAILED
+(with its RUNNING nested runs) every RUNNING run of this machine whose folder's lock is free, and
+`end_runs_of_folder` those of one folder whose lock the caller holds (`resume=` without a checkpoint).
+Runs of another machine, or naming no folder, are left alone. It starts no run and logs nothing else.
 """
 
 from __future__ import annotations
@@ -26,7 +18,7 @@ from pathlib import Path
 from memtrace_loop.pipeline.core.run_lock import lock_is_free, pid_alive
 from memtrace_loop.pipeline.tracking.tracker import Tracker
 
-__all__ = ["HOST_TAG", "PID_TAG", "RUN_DIR_TAG", "end_runs_of_folder", "end_stale_runs", "folder_tags"]
+__all__ = ["HOST_TAG", "PID_TAG", "RUN_DIR_TAG", "end_runs_of_folder", "end_stale_runs", "folder_tags", "process_tags"]
 
 RUN_DIR_TAG = "memtrace.run_dir"
 HOST_TAG = "memtrace.host"
@@ -35,9 +27,15 @@ PARENT_TAG = "mlflow.parentRunId"
 RUNNING = "attributes.status = 'RUNNING'"
 
 
+def process_tags() -> dict[str, str]:
+    """Which machine and process did the work (`memtrace.host`, `memtrace.pid`): the jobs of a sweep run
+    in parallel processes (Hydra's joblib launcher) or on cluster nodes (submitit), told apart by these."""
+    return {HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid())}
+
+
 def folder_tags(folder: Path) -> dict[str, str]:
     """The tags naming a run's locked folder and the machine and process holding it."""
-    return {RUN_DIR_TAG: str(Path(folder).resolve()), HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid())}
+    return {RUN_DIR_TAG: str(Path(folder).resolve()), **process_tags()}
 
 
 def _is_stale(tags: Mapping[str, str]) -> bool:

@@ -1,21 +1,16 @@
-"""Reaching the tracking store safely: one migration of a fresh SQLite store, patience with a locked
-one, and failing fast when a tracking server is down.
+"""Reaching the tracking store safely: one migration of a fresh SQLite store, patience with a locked one,
+failing fast when a tracking server is down.
 
-- `store_lock(uri)`: an exclusive `fcntl.flock` on `<db>.lock` beside a SQLite store (a no-op for
-  any other URI). MLflow creates and migrates a fresh store on its first connection and is not safe
-  when two processes do that at once (`duplicate column name`, `table runs already exists`); holding
-  this lock around the first connection makes the second process wait and then open the migrated store.
-- `retry_when_locked(call)`: the call again, with a growing pause, while SQLite answers `database is
-  locked` (another process holds the store longer than SQLite's 5 s wait); anything else is raised
-  at once.
-- `configure_tracking_client(timeout_s, max_retries)`: MLflow's documented HTTP knobs
-  (`MLFLOW_HTTP_REQUEST_TIMEOUT`, `..._MAX_RETRIES`, `..._BACKOFF_FACTOR`) set in the environment, so a
-  tracking server that is down costs seconds, not MLflow's default of about four minutes of retries.
-  Entry points call it; library code never does.
-- `tracking_available(uri)`: None when the store answers, else the cause in a few words.
-- `failure_cause(exc)`: one line naming an exception, with credentials in URLs masked.
+- `store_lock(uri)`: an exclusive `fcntl.flock` on `<db>.lock` beside a SQLite store (no-op otherwise),
+  held around MLflow's first connection, which creates / migrates a fresh store unsafely in parallel.
+- `retry_when_locked(call)`: the call again, with a doubling pause, while SQLite answers `database is
+  locked`; anything else is raised at once.
+- `configure_tracking_client(timeout_s, max_retries)`: MLflow's documented HTTP knobs in the environment
+  (a dead server costs seconds, not four minutes); entry points call it, library code never does.
+- `tracking_available(uri)`: None when the store answers, else the cause; `failure_cause(exc)`: one line
+  naming an exception, URL credentials masked (`redaction.redact`).
 
-It does not import MLflow (`pipeline.tracking.mlflow_tracker` does) and does not decide what is logged.
+It does not import MLflow and does not decide what is logged.
 """
 
 from __future__ import annotations
@@ -34,6 +29,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
+from memtrace_loop.pipeline.core.redaction import redact
+
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -45,7 +42,6 @@ ENV_TIMEOUT = "MLFLOW_HTTP_REQUEST_TIMEOUT"
 ENV_MAX_RETRIES = "MLFLOW_HTTP_REQUEST_MAX_RETRIES"
 ENV_BACKOFF_FACTOR = "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"
 _SQLITE = "sqlite:///"
-_USERINFO = re.compile(r"(?<=//)[^/@\s]+@")
 
 
 def sqlite_path(uri: str) -> Path | None:
@@ -125,23 +121,18 @@ def configure_tracking_client(
     return knobs
 
 
-def mask_credentials(text: str) -> str:
-    """`text` with the user info of every URL in it (`//user:key@host`) replaced by `***@`."""
-    return _USERINFO.sub("***@", text)
-
-
 def failure_cause(exc: BaseException, limit: int = 200) -> str:
     """`<ExceptionType>: <first line of its message>`, credentials in URLs masked, at most `limit` chars."""
     lines = str(exc).strip().splitlines()
     text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
-    text = mask_credentials(text)
+    text = redact(text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _probe_http(uri: str, timeout_s: float) -> str | None:
     """None when the server answers `/health` with anything below 500 (an auth error is an answer:
     it surfaces on the first real request), else the cause."""
-    url = mask_credentials(uri).replace("//***@", "//").rstrip("/") + "/health"
+    url = re.sub(r"(?<=//)[^/@\s]+@", "", uri).rstrip("/") + "/health"  # never sends the credentials
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as response:
             status = int(response.status)
@@ -149,19 +140,20 @@ def _probe_http(uri: str, timeout_s: float) -> str | None:
         status = int(exc.code)
     except (urllib.error.URLError, OSError) as exc:
         reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-        return mask_credentials(str(reason))
+        return redact(str(reason))
     return None if status < 500 else f"HTTP {status} from /health"
 
 
+def _unwritable(folder: Path) -> str | None:
+    """None when `folder` (or its nearest existing parent, where it would be created) is writable."""
+    existing = next(p for p in (folder, *folder.parents) if p.exists() or p == p.parent)
+    return None if os.access(existing, os.W_OK) else f"{folder} is not writable"
+
+
 def _probe_sqlite(path: Path, timeout_s: float) -> str | None:
-    folder = path.parent
-    existing = folder
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not os.access(existing, os.W_OK):
-        return f"{folder} is not writable"
-    if not path.exists():
-        return None
+    unwritable = _unwritable(path.parent)
+    if unwritable is not None or not path.exists():
+        return unwritable
     try:
         connection = sqlite3.connect(str(path), timeout=timeout_s)
         try:
@@ -186,9 +178,5 @@ def tracking_available(uri: str, timeout_s: float = 5.0) -> str | None:
     if path is not None:
         return _probe_sqlite(path, timeout_s)
     if uri.startswith("file:") or "://" not in uri:
-        folder = Path(uri.removeprefix("file://").removeprefix("file:"))
-        existing = folder
-        while not existing.exists() and existing != existing.parent:
-            existing = existing.parent
-        return None if os.access(existing, os.W_OK) else f"{folder} is not writable"
+        return _unwritable(Path(uri.removeprefix("file://").removeprefix("file:")))
     return None

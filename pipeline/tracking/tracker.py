@@ -1,18 +1,11 @@
-"""The `Tracker` protocol: what the entry points and the loop observer need from an experiment tracker.
+"""The `Tracker` protocol: every call the apps and the loop observer make on an experiment tracker, typed.
 
-Writing: open an experiment, start a run (a new one, a nested one under the active run, or an existing
-one to continue it) as a context manager that ends it, set tags, log params, metrics (with a step),
-texts, files, folders and tables, record the data a run used (`DatasetInput`), and register a prompt set
-in the tracker's prompt registry (`CHAMPION`: the alias of the accepted set).
-Into an existing run without reopening it (its status stays): a file (`log_artifact_to`, the report
-command) and the soft-deletion of the children a resume redoes (`delete_children`); a run left
-RUNNING by a dead process ended with a status (`end_stale_run`). Reading: a
-finished run's tags, metrics, status, a metric's history and top-level artifact names, one of its
-artifacts downloaded, and the ids of an experiment's runs matching a filter (`search_run_ids`).
-Every call the apps make on a tracker is a method here, typed: no wrapper forwards unknown names.
-`MlflowTracker` (`pipeline.tracking.mlflow_tracker`) is the implementation; it
-is the only module besides `prompt_registry` that imports MLflow. Scrubbing secrets is the caller's
-job (`pipeline.tracking.run_logging.scrub`): a tracker stores what it is given.
+Writing into the active run (tags, params, metrics with a step, texts, files, folders, tables, the data
+used as `DatasetInput`, a prompt set registered under an alias such as `CHAMPION`); into an existing run
+without reopening it (`log_artifact_to`, `delete_children`, `end_stale_run`); reading a finished run
+(`TrackedRun`, status, a metric's history, artifacts, `search_run_ids`). `MlflowTracker` implements it,
+`RedactingTracker` wraps one; no wrapper forwards unknown names. A tracker stores what it is given:
+scrubbing secrets is the caller's job.
 """
 
 from __future__ import annotations

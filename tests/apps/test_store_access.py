@@ -107,7 +107,7 @@ def test_the_unreachable_message_names_the_cause_the_folder_and_the_upload_comma
         f"exceeded): results saved in {tmp_path}; upload them with: {program('memtrace')} upload run_dir={tmp_path}"
     )
     assert "\n" not in message
-    assert failure_cause(ValueError("see http://u:sk-key-999@host/api")) == "ValueError: see http://***@host/api"
+    assert failure_cause(ValueError("see http://u:sk-key-999@host/api")) == "ValueError: see http://u:***@host/api"
 
 
 def test_a_run_record_reads_back_equal(tmp_path):
