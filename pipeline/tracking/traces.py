@@ -52,7 +52,14 @@ from memtrace_loop.pipeline.tracking.question_trace import (
 )
 from mlflow.entities import Assessment, AssessmentSource, Feedback, Span, SpanType, TraceInfo, TraceLocation, TraceState
 from mlflow.tracing.client import TracingClient
-from mlflow.tracing.constant import TRACE_SCHEMA_VERSION_KEY, SpanAttributeKey, TraceMetadataKey, TraceTagKey
+from mlflow.tracing.constant import (
+    MAX_CHARS_IN_TRACE_INFO_METADATA,
+    TRACE_REQUEST_RESPONSE_PREVIEW_MAX_LENGTH_OSS,
+    TRACE_SCHEMA_VERSION_KEY,
+    SpanAttributeKey,
+    TraceMetadataKey,
+    TraceTagKey,
+)
 from mlflow.tracing.utils import dump_span_attribute_value, generate_mlflow_trace_id_from_otel_trace_id
 from mlflow.tracking import MlflowClient
 from opentelemetry.sdk.resources import Resource
@@ -88,6 +95,11 @@ def _span(name: str, trace: int, span_id: int, parent: int | None, attributes: M
                              status=Status(StatusCode.ERROR if error else StatusCode.OK)))
 
 
+def _cut(text: str, limit: int) -> str:
+    """`text` within `limit` characters, as MLflow cuts a trace's previews and metadata values."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _build(plan: QuestionTrace, experiment_id: str, run_id: str) -> _Built:
     """The trace of `plan` as MLflow's exporter would store it had it been traced live (root span with
     the question's inputs and outputs, one child per planned operation 1 ms apart)."""
@@ -116,10 +128,13 @@ def _build(plan: QuestionTrace, experiment_id: str, run_id: str) -> _Built:
     )]
     info = TraceInfo(
         trace_id=trace_id, trace_location=TraceLocation.from_experiment_id(experiment_id),
-        request_time=start // 1_000_000, state=TraceState(plan.state), request_preview=request,
-        response_preview=response, execution_duration=(end - start) // 1_000_000,
+        request_time=start // 1_000_000, state=TraceState(plan.state),
+        request_preview=_cut(request, TRACE_REQUEST_RESPONSE_PREVIEW_MAX_LENGTH_OSS),
+        response_preview=_cut(response, TRACE_REQUEST_RESPONSE_PREVIEW_MAX_LENGTH_OSS),
+        execution_duration=(end - start) // 1_000_000,
         trace_metadata={TraceMetadataKey.SOURCE_RUN: run_id, TRACE_SCHEMA_VERSION_KEY: "3",
-                        TraceMetadataKey.INPUTS: request, TraceMetadataKey.OUTPUTS: response},
+                        TraceMetadataKey.INPUTS: _cut(request, MAX_CHARS_IN_TRACE_INFO_METADATA),
+                        TraceMetadataKey.OUTPUTS: _cut(response, MAX_CHARS_IN_TRACE_INFO_METADATA)},
         tags={TraceTagKey.TRACE_NAME: plan.name, **plan.tags}, assessments=assessments,
     )
     return _Built(info, (root, *spans))
