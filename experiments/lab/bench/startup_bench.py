@@ -7,8 +7,9 @@ loaded) and once plain (the wall time, start to exit). The commands: `memtrace -
 `memtrace run --help`, `memtrace optimize --cfg job`, `memtrace report --help`,
 `memtrace report run_dir=<the finished run>` and `memtrace run` on the default sim world, whose timed
 run wraps `pipeline.tracking.traces.log_question_traces` to measure the share of its wall time spent
-logging the question traces to MLflow. Prints one Markdown table (rich). Timing lives here, never in a
-test; the import fences themselves are tests/apps/test_startup.py. It changes nothing outside its
+logging the question traces to MLflow. The commands run the tree first on `PYTHONPATH` (run this file by
+its path with an older commit's tree there to compare). Prints one Markdown table (rich). Timing lives here,
+never in a test; the import fences themselves are tests/apps/test_startup.py. It changes nothing outside its
 scratch folder.
 """
 
