@@ -53,7 +53,7 @@ lint: install  ## ruff and the type checker (mypy), as CI runs them
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-bench: install  ## the lab's benchmarks, each printing a table: graph at LoCoMo scale, speed targets, attribution, rescue oracle, report.html, answering vs workers, mem0ai tracing overhead per add, screening at LoCoMo scale
+bench: install  ## the lab's benchmarks, each printing a table: graph at LoCoMo scale, speed targets, attribution, rescue oracle, report.html, answering vs workers, mem0ai tracing overhead per add, screening at LoCoMo scale, memtrace's start-up and trace logging
 	$(BIN)/python -m memtrace_loop.experiments.lab.bench.graph_bench
 	$(BIN)/python -m memtrace_loop.experiments.lab.bench.speed_bench
 	$(BIN)/python -m memtrace_loop.experiments.lab.bench.attribution_bench
@@ -62,6 +62,7 @@ bench: install  ## the lab's benchmarks, each printing a table: graph at LoCoMo 
 	$(BIN)/python -m memtrace_loop.experiments.lab.bench.workers_bench
 	$(BIN)/python -m memtrace_loop.experiments.lab.bench.mem0ai_bench
 	$(BIN)/python -m memtrace_loop.experiments.lab.bench.screen_bench
+	$(BIN)/python -m memtrace_loop.experiments.lab.bench.startup_bench
 
 bench-local: install  ## parse failures of the real local model (lm=local) with and without JSON-schema output, mem0 and mem0ai
 	$(BIN)/python -m memtrace_loop.experiments.lab.bench.local_model_bench

@@ -4,8 +4,9 @@ app's `main`): the libraries' own progress bars off, and a sweep job's console l
 - `quiet_progress_bars()`: `datasets` draws a bar per file it reads ("Generating train split") and
   MLflow one per artifact folder it downloads ("Downloading artifacts"); ours (`console.RichProgress`)
   already shows the work, and theirs interleave with it and with the logs. Both are turned off for the
-  process: `datasets.disable_progress_bars()` and MLflow's `MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR`
-  (a value the user set wins).
+  process: `datasets.disable_progress_bars()` (or, before `datasets` is imported, its
+  `HF_DATASETS_DISABLE_PROGRESS_BARS`) and MLflow's `MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR` (a value the
+  user set wins); neither library is imported for it.
 - `no_lm_history()`: DSPy records every LM call, whole prompt and reply, in a global history, in the
   LM's own and in every calling module's (up to 10,000 entries each); no app reads them. Where a run
   calls many copies of its stages (replay verification, the rescue oracle) they cost gigabytes and most
@@ -24,28 +25,36 @@ Entry points only: library code never calls this module.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Collection
 
-import datasets
-import dspy
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from memtrace_loop.pipeline.core.redaction import is_secret_name, key_like, redact
 
-__all__ = ["ENV_MLFLOW_PROGRESS", "job_label", "log_prefix", "no_lm_history", "quiet_progress_bars"]
+__all__ = [
+    "ENV_DATASETS_PROGRESS", "ENV_MLFLOW_PROGRESS", "job_label", "log_prefix", "no_lm_history", "quiet_progress_bars",
+]
 
 ENV_MLFLOW_PROGRESS = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+ENV_DATASETS_PROGRESS = "HF_DATASETS_DISABLE_PROGRESS_BARS"  # read once, when `datasets` is imported
 
 
 def quiet_progress_bars() -> None:
-    """No progress bar from `datasets` or from MLflow's artifact transfers in this process."""
-    datasets.disable_progress_bars()
+    """No progress bar from `datasets` or from MLflow's artifact transfers in this process (importing
+    neither: an app that reads no data file or downloads nothing does not pay for them)."""
+    if "datasets" in sys.modules:
+        sys.modules["datasets"].disable_progress_bars()
+    else:
+        os.environ.setdefault(ENV_DATASETS_PROGRESS, "1")
     os.environ.setdefault(ENV_MLFLOW_PROGRESS, "false")
 
 
 def no_lm_history() -> None:
     """DSPy keeps no history of LM calls in this process (the module doc; `dspy.inspect_history` is then
     empty). Call it from the main thread, as any `dspy.configure`."""
+    import dspy  # the LM stack, for the apps (and benches) that call LMs
+
     dspy.configure(disable_history=True)
 
 

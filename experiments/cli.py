@@ -8,6 +8,9 @@ own `-sc install=bash` of a command prints the same script (Hydra's would comple
 Before a command's app is imported, its overrides are checked: a secret is refused (`secret_guard`), a
 misspelt key or group option is one line with a did-you-mean, exit 2 (`override_errors`); the app then
 runs without its `guarded` wrapper, which makes the same checks for an app started without this dispatcher.
+What Hydra answers from the config alone (`--help`, `--hydra-help`, `--cfg`, `--info`, `--version`) is
+answered by the same Hydra app without importing the command's module (so none of MLflow and the apps'
+work imports); Hydra names the job after the command's module either way.
 """
 
 from __future__ import annotations
@@ -55,6 +58,9 @@ examples:
 
 
 COMMAND_NAMES = ("run", "optimize", "attribute", "report", "export", "upload", "stages")
+CONFIG_PATH = "pkg://memtrace_loop.conf"  # every app's Hydra config tree (config name = command name)
+# Hydra's flags answered from the composed config without calling the app
+CONFIG_ONLY_FLAGS = frozenset(("-h", "--help", "--hydra-help", "--version", "-c", "--cfg", "-i", "--info"))
 
 
 def _commands() -> dict[str, Callable[[], object]]:
@@ -90,10 +96,25 @@ def main(argv: list[str] | None = None) -> int:
     refuse_secret_overrides(args, f"memtrace {command}")  # before Hydra echoes or saves an override
     protect_console(args)  # every line printed from here on is redacted
     refuse_misspelt_overrides(args, command, f"memtrace {command}")  # a did-you-mean, before the apps' imports
-    commands = _commands()  # the apps (DSPy, MLflow) are imported once the overrides are accepted
     sys.argv = [f"memtrace {command}", *args]
+    if any(arg.partition("=")[0] in CONFIG_ONLY_FLAGS for arg in args):
+        config_only_app(command)()
+        return 0
+    commands = _commands()  # the apps (DSPy, MLflow) are imported once the overrides are accepted
     unguarded(commands[command])()  # the app's `guarded` checks are the ones just made
     return 0
+
+
+def config_only_app(command: str) -> Callable[[], object]:
+    """The Hydra app of `command` for what Hydra answers without calling it (help, config, info): same
+    config tree and name, and the job named after the command's module, as the app's own `main`."""
+    import hydra
+
+    def never_called(_cfg: object) -> None:
+        raise RuntimeError(f"memtrace {command}: the config-only app was asked to run")
+
+    never_called.__module__ = f"memtrace_loop.experiments.{command}"  # Hydra's job name: the command
+    return hydra.main(config_path=CONFIG_PATH, config_name=command, version_base="1.3")(never_called)
 
 
 def _completion(request: tuple[str, str], name: str) -> int:

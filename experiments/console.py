@@ -95,10 +95,16 @@ def _row(name: str, summary: MetricSummary) -> tuple[str, ...]:
     )
 
 
-def report_table(report: EvaluationReport, title: str) -> Table:
+def _table(title: str, columns: tuple[str, ...], left: tuple[str, ...]) -> Table:
+    """A table titled `title` with `columns`, those in `left` justified left and the rest right."""
     table = Table(title=title)
-    for column in ("category", "n", "judge acc %", "95% CI", "F1 %", "BLEU-1 %"):
-        table.add_column(column, justify="left" if column == "category" else "right")
+    for column in columns:
+        table.add_column(column, justify="left" if column in left else "right")
+    return table
+
+
+def report_table(report: EvaluationReport, title: str) -> Table:
+    table = _table(title, ("category", "n", "judge acc %", "95% CI", "F1 %", "BLEU-1 %"), ("category",))
     excluded = ",".join(str(c) for c in report.excluded_categories)
     table.add_row(*_row(f"overall (excl. cat {excluded})" if excluded else "overall", report.overall), style="bold")
     for name, summary in report.by_category.items():
@@ -120,9 +126,7 @@ def calls_table(tally: CallTally, saved: int | None = None, title: str = "LM cal
     response cache, reused (the same request already answered in this run: not sent again), and tokens
     of made calls; then the total and, for the loop, the calls reusing built memories saved (never
     asked of an LM: neither made nor cached)."""
-    table = Table(title=title)
-    for column in ("role", "made", "cached", "reused", "failed", "tokens in", "tokens out"):
-        table.add_column(column, justify="left" if column == "role" else "right")
+    table = _table(title, ("role", "made", "cached", "reused", "failed", "tokens in", "tokens out"), ("role",))
     for role, calls in tally.by_role.items():
         budget = " (budget)" if role in BUDGET_ROLES else ""
         table.add_row(f"{role}{budget}", *_calls_row(calls))
@@ -242,9 +246,8 @@ def loop_tables(result: LoopResult, system_name: str) -> list[Table]:
             verdicts or ("baseline" if summary.iteration == 0 else "no candidate"),
         )
 
-    accepted = Table(title="accepted candidates")
-    for column in ("iter", "stages", "dev after %", "paired gain % [95% CI]", "why"):
-        accepted.add_column(column, justify="right" if column in ("iter", "dev after %") else "left")
+    accepted = _table("accepted candidates", ("iter", "stages", "dev after %", "paired gain % [95% CI]", "why"),
+                      ("stages", "paired gain % [95% CI]", "why"))
     for summary in result.history:
         for c in summary.candidates:
             if c.accepted:
@@ -259,9 +262,8 @@ def loop_tables(result: LoopResult, system_name: str) -> list[Table]:
 def blame_table(blame: BlameTable, title: str) -> Table:
     """Blame per stage, most blamed first: count, weighted share, and how many blames a replay
     confirmed, refuted or could not check (all 0 when nothing was verified)."""
-    table = Table(title=title)
-    for column in ("stage", "tunable", "count", "share %", "weight", "verified", "refuted", "unverif.", "error types"):
-        table.add_column(column, justify="left" if column in ("stage", "tunable", "error types") else "right")
+    columns = ("stage", "tunable", "count", "share %", "weight", "verified", "refuted", "unverif.", "error types")
+    table = _table(title, columns, ("stage", "tunable", "error types"))
     for row in blame.rows:
         table.add_row(
             row.stage, row.tunable.value, str(row.count), _pct(row.share), f"{row.weight:.2f}", str(row.verified),

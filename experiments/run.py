@@ -85,7 +85,7 @@ from memtrace_loop.pipeline.tracking.run_record import (
     write_run_record,
 )
 from memtrace_loop.pipeline.tracking.store_access import failure_cause, tracking_available
-from memtrace_loop.pipeline.tracking.traces import configure_trace_export, log_question_traces
+from memtrace_loop.pipeline.tracking.traces import log_question_traces
 from memtrace_loop.pipeline.tracking.tracker import DatasetInput
 from omegaconf import DictConfig
 from rich.console import Console
@@ -132,7 +132,6 @@ def _run(session: AppSession[RunConfig]) -> dict[str, object]:
     opened before the work (FAILED if the work fails, KILLED when the stop token interrupts it) and the
     results are saved on disk before they are logged."""
     config, services = session.config, session.services
-    configure_trace_export()  # before the store is opened: MLflow reads it at its first span
     parts = _build(session)
     tracker, unreachable = _open_store(session)
     with tracker.start_run(parts.run_name) if tracker else nullcontext(None) as run_id:

@@ -39,7 +39,7 @@ from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.redacting_tracker import RedactingTracker
 from memtrace_loop.pipeline.tracking.run_logging import scrub
 from memtrace_loop.pipeline.tracking.store_access import configure_tracking_client
-from memtrace_loop.pipeline.tracking.traces import FailureTraces, configure_trace_export
+from memtrace_loop.pipeline.tracking.traces import FailureTraces
 from rich.console import Console
 
 __all__ = ["AppSession", "RunAppConfig", "open_session"]
@@ -105,12 +105,11 @@ class AppSession(Generic[C]):
     def failure_traces(self) -> FailureTraces | None:
         """What `optimize` logs per iteration as MLflow traces: its train failures, at most
         `tracking.max_traces_per_iteration` (and `tracking.max_traces`); None when `tracking.traces` is off
-        or a cap is 0. Lets MLflow write spans in batches (`configure_trace_export`) before the first."""
+        or a cap is 0."""
         tracking = self.config.tracking
         cap = min(tracking.max_traces_per_iteration, tracking.max_traces)
         if not (tracking.traces and cap):
             return None
-        configure_trace_export()
         return FailureTraces(cap, self.secrets, self.services.stop)
 
     def scrub(self, text: str) -> str:

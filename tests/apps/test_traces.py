@@ -23,7 +23,7 @@ from memtrace_loop.pipeline.core.stop import Interrupted, StopToken
 from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.question_trace import TraceLimits, plan_run_traces
-from memtrace_loop.pipeline.tracking.traces import ENV_SPAN_BATCH_SIZE, configure_trace_export, log_question_traces
+from memtrace_loop.pipeline.tracking.traces import log_question_traces
 from mlflow.tracking import MlflowClient
 
 from tests.support.sim import sim_dataset, sim_lm
@@ -56,13 +56,10 @@ def logged(tmp_path_factory):
     result, attributions = traced_run("mem0")
     secret = next(w for case in result.results[:CAP] for w in re.findall(r"[A-Za-z]{6,}", case.prediction))
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.delenv(ENV_SPAN_BATCH_SIZE, raising=False)
-        configure_trace_export()
-        tracker = MlflowTracker(uri)
-        experiment_id = tracker.open_experiment("traces")
-        with tracker.start_run("run") as run_id:
-            stored = log_question_traces(result, attributions, run_id=run_id, cap=CAP, secrets=[secret])
+    tracker = MlflowTracker(uri)
+    experiment_id = tracker.open_experiment("traces")
+    with tracker.start_run("run") as run_id:
+        stored = log_question_traces(result, attributions, run_id=run_id, cap=CAP, secrets=[secret])
     traces = mlflow.search_traces(locations=[experiment_id], run_id=run_id, return_type="list")
     by_question = {t.info.tags["memtrace.question"]: t for t in traces}
     return result, attributions, run_id, experiment_id, stored, traces, by_question, secret, uri
@@ -231,9 +228,6 @@ def test_trace_settings_default_on_with_a_cap_and_refuse_a_negative_cap():
     assert config.traces is True and config.max_traces == 100
     with pytest.raises(ValueError, match="max_traces"):
         TrackingConfig(uri="sqlite:///x.db", max_traces=-1)
-    assert configure_trace_export({ENV_SPAN_BATCH_SIZE: "7"}) == {}  # the user's value wins
-    environ: dict[str, str] = {}
-    assert configure_trace_export(environ) == environ == {ENV_SPAN_BATCH_SIZE: "100"}
 
 
 def test_a_requested_stop_interrupts_trace_logging(store, tmp_path):

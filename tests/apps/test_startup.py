@@ -1,0 +1,64 @@
+"""`memtrace <command> --help` and `memtrace <command> --cfg job` start at once: Hydra answers them from the
+composed config through the dispatcher's config-only app, so neither MLflow nor litellm (nor the apps'
+work) is imported. Each command runs in a fresh subprocess whose `sys.modules` is read at exit.
+
+DSPy is still imported there: Hydra's config tree (`conf/__init__.py`) stores every registry entry's schema
+record, and those live beside their implementations (memory systems, optimizers, attributors, LM backends),
+which import DSPy. Until the schemas get modules of their own, that check is an expected failure
+(`xfail`, not strict), and turns into a pass by itself once it holds.
+
+The output stays what the app's own Hydra main prints (help text and composed config alike); timings live
+in `experiments/lab/bench/startup_bench.py`, never here.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from memtrace_loop.experiments.cli import COMMAND_NAMES
+
+from tests.support.paths import REPO
+
+HEAVY = ("dspy", "mlflow", "litellm")
+MARK = "memtrace-loaded:"
+# `memtrace <args>` in this process, then which heavy packages it imported (also after Hydra's sys.exit)
+PROBE = f"""
+import sys
+{{prelude}}
+from memtrace_loop.experiments.cli import main
+try:
+    main(sys.argv[1:])
+finally:
+    sys.stderr.write("\\n{MARK}" + ",".join(m for m in {HEAVY!r} if m in sys.modules) + "\\n")
+"""
+
+
+def loaded_by(args: list[str], cwd: Path, prelude: str = "") -> tuple[set[str], str]:
+    """The heavy packages `memtrace <args>` imported, and what it printed."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))}
+    done = subprocess.run([sys.executable, "-c", PROBE.format(prelude=prelude), *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith(MARK)]
+    return {name for name in line.removeprefix(MARK).split(",") if name}, done.stdout
+
+
+@pytest.mark.parametrize("flags", [["--help"], ["--cfg", "job"]], ids=["help", "cfg-job"])
+@pytest.mark.parametrize("command", COMMAND_NAMES)
+def test_help_and_the_composed_config_import_neither_mlflow_nor_litellm(command, flags, tmp_path):
+    loaded, out = loaded_by([command, *flags], tmp_path)
+    assert out.strip()  # Hydra did answer: the help text or the config
+    assert not loaded & {"mlflow", "litellm"}, f"memtrace {command} {' '.join(flags)} imported {sorted(loaded)}"
+    if "dspy" in loaded:
+        pytest.xfail("the config tree's schema records live beside implementations that import DSPy")
+
+
+def test_the_probe_sees_an_eager_import(tmp_path):
+    """The check can fail: an import of MLflow before the command (as an eager import in the dispatcher,
+    the config tree or an app's module would be) is seen."""
+    loaded, _ = loaded_by(["stages", "--cfg", "job"], tmp_path, prelude="import mlflow")
+    assert "mlflow" in loaded
