@@ -40,8 +40,8 @@ from memtrace_loop.pipeline.core.config import (
     require_categories,
     require_text,
 )
-from memtrace_loop.pipeline.data.locomo import SPLIT_NAMES
 from memtrace_loop.pipeline.data.registry import dataset_config
+from memtrace_loop.pipeline.data.splits import SPLIT_NAMES
 from memtrace_loop.pipeline.loop.optimization import LoopSettings
 from memtrace_loop.pipeline.loop.screening import ScreenSettings
 

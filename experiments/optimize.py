@@ -74,7 +74,7 @@ from memtrace_loop.pipeline.core.redaction import redact_tree, restore_tree
 from memtrace_loop.pipeline.core.run_folder import RunFolder
 from memtrace_loop.pipeline.core.run_lock import hold_run_lock
 from memtrace_loop.pipeline.core.stop import Interrupted, StopToken
-from memtrace_loop.pipeline.data.locomo import Split
+from memtrace_loop.pipeline.data.splits import Split
 from memtrace_loop.pipeline.loop.checkpoint import (
     CheckpointError,
     check_checkpoint,
@@ -83,7 +83,7 @@ from memtrace_loop.pipeline.loop.checkpoint import (
     read_checkpoint,
 )
 from memtrace_loop.pipeline.loop.failure_impact import FailureImpact, failure_impact
-from memtrace_loop.pipeline.loop.optimization import LoopResult, OptimizationLoop, Splits
+from memtrace_loop.pipeline.loop.optimization import LoopResult, OptimizationLoop
 from memtrace_loop.pipeline.report.run_report import report_for_loop
 from memtrace_loop.pipeline.tracking.loop_observer import TrackingLoopObserver
 from memtrace_loop.pipeline.tracking.metric_names import ELAPSED_S
@@ -314,8 +314,7 @@ def _optimize(session: AppSession[OptimizeConfig]) -> dict[str, Any]:
         )
         with RichProgress(session.console) as progress:
             loop = OptimizationLoop(
-                parts.system, parts.judge, parts.optimizer, Splits(parts.splits.train, parts.splits.dev,
-                                                                   parts.splits.test),
+                parts.system, parts.judge, parts.optimizer, parts.splits,
                 config.loop_settings(), checkpoint=folder.checkpoint, config_digest=config_digest(session.source),
                 observers=[observer], progress=progress, checkpoint_extra=lambda: {"mlflow_run_id": run_id},
                 attributor=parts.attributor, calls=session.ledger.calls, stop=session.services.stop,

@@ -9,7 +9,7 @@ cache, its calls counted) and evaluates them on dev; a candidate is accepted onl
 gain over the current prompt set on the same dev questions reaches `min_gain`. Otherwise the
 next candidate is tried; `patience` iterations without an acceptance stop the loop. The test split is
 evaluated once, at the end, for the starting and the final prompt set. Train and dev are answered
-without the questions of `exclude_categories` (`Splits.scored`), which no score reads; test whole.
+without the questions of `exclude_categories` (`Split.scored`), which no score reads; test whole.
 
 LM calls are counted in one way only: at the LM layer, by the `CallLedger` (`pipeline.backends.call_count`)
 the loop requires and whose counting LMs the caller built the system, judge, attributor and optimizer
@@ -53,6 +53,7 @@ from memtrace_loop.pipeline.analysis.evaluation import PairedDifference, paired_
 from memtrace_loop.pipeline.backends.call_count import BUDGET_ROLES, CallLedger, CallTally
 from memtrace_loop.pipeline.core.records import Dataset, PromptSet
 from memtrace_loop.pipeline.core.stop import StopToken
+from memtrace_loop.pipeline.data.splits import Split, train_part
 from memtrace_loop.pipeline.loop.candidate_screens import CandidateScreens
 from memtrace_loop.pipeline.loop.case_runner import LoopCaseRunner
 from memtrace_loop.pipeline.loop.checkpoint import (
@@ -75,7 +76,6 @@ from memtrace_loop.pipeline.loop.iteration_records import (
 from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
 from memtrace_loop.pipeline.loop.runner import ProgressSink, RunResult, run_dataset
 from memtrace_loop.pipeline.loop.screening import ScreenSettings
-from memtrace_loop.pipeline.loop.splits import Splits, train_part
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ class OptimizationLoop:
         system: MemorySystem,
         judge: dspy.Predict,
         optimizer: Optimizer,
-        splits: Splits,
+        splits: Split,
         settings: LoopSettings,
         *,
         checkpoint: Path | None = None,

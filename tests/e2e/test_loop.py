@@ -14,21 +14,16 @@ from memtrace_loop.memory_systems.mem0.system import Mem0Memory
 from memtrace_loop.optimizers.base import Candidate, CandidateEvaluation, OptimizationContext
 from memtrace_loop.optimizers.registry import build_optimizer
 from memtrace_loop.pipeline.analysis.evaluation import paired_difference
+from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.call_count import CallLedger
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMSet
 from memtrace_loop.pipeline.core.prompt_files import ExportedPrompts, read_prompts, write_prompts
-from memtrace_loop.pipeline.data.locomo import split_by_conversation
+from memtrace_loop.pipeline.data.splits import Split, split_by_conversation
 from memtrace_loop.pipeline.loop.checkpoint import CheckpointError
 from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
-from memtrace_loop.pipeline.loop.optimization import (
-    IterationRecord,
-    LoopEvaluator,
-    LoopSettings,
-    OptimizationLoop,
-    Splits,
-)
-from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
+from memtrace_loop.pipeline.loop.optimization import IterationRecord, LoopEvaluator, LoopSettings, OptimizationLoop
+from memtrace_loop.pipeline.loop.runner import run_dataset
 from memtrace_loop.pipeline.tracking.export import apply_prompts
 from memtrace_loop.pipeline.tracking.loop_observer import TrackingLoopObserver
 
@@ -42,10 +37,10 @@ pytestmark = pytest.mark.slow
 SETTINGS = LoopSettings(max_iterations=5, patience=2, min_gain=0.02, max_candidates=2, workers=2)
 
 
-def splits() -> Splits:
+def splits() -> Split:
     dataset = sim_dataset(seed=0, n_conversations=8)
     parts = split_by_conversation(dataset, (0.5, 0.25, 0.25), seed=0)
-    return Splits(parts.train, parts.dev, parts.test)
+    return parts
 
 
 def attribution_optimizer(lm):

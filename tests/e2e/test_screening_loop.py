@@ -11,14 +11,14 @@ import pytest
 from memtrace_loop.memory_systems.mem0.system import Mem0Memory
 from memtrace_loop.optimizers.base import Candidate, OptimizationContext
 from memtrace_loop.optimizers.registry import build_optimizer
+from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.call_count import CallLedger
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMSet
-from memtrace_loop.pipeline.data.locomo import split_by_conversation
+from memtrace_loop.pipeline.data.splits import split_by_conversation
 from memtrace_loop.pipeline.loop.costs import candidate_costs
 from memtrace_loop.pipeline.loop.evaluator import LoopEvaluator
-from memtrace_loop.pipeline.loop.optimization import LoopSettings, OptimizationLoop, Splits
-from memtrace_loop.pipeline.loop.runner import make_judge
+from memtrace_loop.pipeline.loop.optimization import LoopSettings, OptimizationLoop
 from memtrace_loop.pipeline.loop.screening import ScreenSettings
 
 from tests.support.sim import sim_dataset, sim_lm
@@ -54,7 +54,7 @@ def _loop(screen: ScreenSettings, optimizer_name: str = "attribution", useless_f
     parts = split_by_conversation(sim_dataset(seed=0, n_conversations=8), (0.5, 0.25, 0.25), seed=0)
     optimizer = build_optimizer(optimizer_name, lms.rewriter, system=system)
     optimizer = _UselessFirst(optimizer) if useless_first else optimizer
-    return OptimizationLoop(system, make_judge(lms.judge), optimizer, Splits(parts.train, parts.dev, parts.test),
+    return OptimizationLoop(system, make_judge(lms.judge), optimizer, parts,
                             replace(SETTINGS, screen=screen), calls=calls)
 
 

@@ -8,13 +8,12 @@ from dataclasses import replace
 import pytest
 from memtrace_loop.memory_systems.mem0.system import Mem0Memory
 from memtrace_loop.optimizers.registry import build_optimizer
+from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.call_count import CallLedger
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMSet
-from memtrace_loop.pipeline.data.locomo import split_by_conversation
-from memtrace_loop.pipeline.loop.optimization import LoopResult, LoopSettings, OptimizationLoop, Splits
-from memtrace_loop.pipeline.loop.runner import make_judge
-from memtrace_loop.pipeline.loop.splits import train_part
+from memtrace_loop.pipeline.data.splits import Split, split_by_conversation, train_part
+from memtrace_loop.pipeline.loop.optimization import LoopResult, LoopSettings, OptimizationLoop
 
 from tests.support.loops import Interrupted, StopAfter
 from tests.support.sim import sim_dataset, sim_lm
@@ -24,9 +23,9 @@ pytestmark = pytest.mark.slow
 SETTINGS = LoopSettings(max_iterations=5, patience=2, min_gain=0.02, max_candidates=2, workers=2)
 
 
-def splits() -> Splits:
+def splits() -> Split:
     parts = split_by_conversation(sim_dataset(seed=0, n_conversations=8), (0.5, 0.25, 0.25), seed=0)
-    return Splits(parts.train, parts.dev, parts.test)
+    return parts
 
 
 def make_loop(settings: LoopSettings, **kwargs) -> OptimizationLoop:

@@ -12,7 +12,8 @@ from types import MappingProxyType
 import pytest
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, ErrorType
 from memtrace_loop.pipeline.analysis.blame import aggregate_blame
-from memtrace_loop.pipeline.analysis.evaluation import score_case, summarize
+from memtrace_loop.pipeline.analysis.evaluation import summarize
+from memtrace_loop.pipeline.analysis.judge import score_case
 from memtrace_loop.pipeline.core.conventions import (
     OpKind,
     VarKind,

@@ -5,7 +5,7 @@ while the search's other hits are capped and stacked in one column beside it (no
 from __future__ import annotations
 
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, ErrorType, Tunable
-from memtrace_loop.pipeline.analysis.evaluation import score_case
+from memtrace_loop.pipeline.analysis.judge import score_case
 from memtrace_loop.pipeline.core import conventions as names
 from memtrace_loop.pipeline.core.conventions import OpKind, VarKind
 from memtrace_loop.pipeline.core.graph import ExecutionGraph

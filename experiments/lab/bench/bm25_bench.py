@@ -36,6 +36,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import numpy as np
 from memtrace_loop.memory_systems.evermemos import system as evermemos_system
 from memtrace_loop.memory_systems.registry import build_memory_system
+from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.bm25 import BM25Index
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMConfig
@@ -45,7 +46,7 @@ from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import Dataset
 from memtrace_loop.pipeline.data.locomo import load_locomo
 from memtrace_loop.pipeline.data.registry import load_dataset
-from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
+from memtrace_loop.pipeline.loop.runner import run_dataset
 from rich.console import Console
 from rich.table import Table
 

@@ -33,6 +33,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from memtrace_loop.experiments.app_setup import no_lm_history
 from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system
+from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMConfig
 from memtrace_loop.pipeline.backends.registry import build_lm
@@ -43,7 +44,7 @@ from memtrace_loop.pipeline.core.run_folder import RunFolder
 from memtrace_loop.pipeline.core.tracing import Tracer
 from memtrace_loop.pipeline.data.registry import load_dataset
 from memtrace_loop.pipeline.interop.exec_network import document_bytes, from_exec_network, to_exec_network
-from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
+from memtrace_loop.pipeline.loop.runner import run_dataset
 from rich.console import Console
 from rich.table import Table
 

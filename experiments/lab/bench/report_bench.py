@@ -22,11 +22,12 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from memtrace_loop.experiments.app_setup import no_lm_history
 from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system
 from memtrace_loop.pipeline.analysis.attribution.lineage import attribute_failures
+from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMConfig
 from memtrace_loop.pipeline.backends.registry import build_lm
 from memtrace_loop.pipeline.data.registry import load_dataset
-from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
+from memtrace_loop.pipeline.loop.runner import run_dataset
 from memtrace_loop.pipeline.report import DEFAULT_MAX_NODES, ReportData, report_for_run
 from memtrace_loop.pipeline.report.render import failures_payload
 from rich.console import Console
