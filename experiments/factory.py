@@ -32,12 +32,12 @@ from memtrace_loop.pipeline.backends.registry import build_lm_set
 from memtrace_loop.pipeline.backends.services import RunServices
 from memtrace_loop.pipeline.backends.structured_output import StructuredOutputAdapter
 from memtrace_loop.pipeline.core.config import ConfigError
+from memtrace_loop.pipeline.core.prompt_files import apply_prompts
 from memtrace_loop.pipeline.core.prompt_formats import PromptFormat
 from memtrace_loop.pipeline.core.records import Dataset
 from memtrace_loop.pipeline.core.redaction import config_secrets
 from memtrace_loop.pipeline.data.registry import DATASETS, load_dataset
 from memtrace_loop.pipeline.data.splits import SPLIT_NAMES, Split, split_by_conversation
-from memtrace_loop.pipeline.tracking.export import apply_prompts
 from memtrace_loop.pipeline.tracking.prompt_sources import RegistryAccess, load_prompt_source
 from omegaconf import DictConfig, OmegaConf
 

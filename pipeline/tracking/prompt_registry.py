@@ -38,7 +38,7 @@ MLflow facts this relies on (MLflow 3.17, checked on a SQLite store):
   and which starts a background thread that writes an experiment tag on every load.
 
 What it does not do: it does not decide which prompt set is accepted, does not write files (see
-`pipeline.tracking.export`) and does not set the tracking URI (pass `registry_uri`, or the current MLflow
+`pipeline.core.prompt_files`) and does not set the tracking URI (pass `registry_uri`, or the current MLflow
 tracking URI is used, e.g. the one `MlflowTracker.open_experiment` set). Registering is not
 atomic: every input is validated before the first call, but a store failure midway leaves the
 stages registered so far in place.

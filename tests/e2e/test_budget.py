@@ -16,6 +16,7 @@ from memtrace_loop.pipeline.backends.call_count import BUDGET_ROLES, CallLedger
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMSet
 from memtrace_loop.pipeline.data.splits import split_by_conversation
+from memtrace_loop.pipeline.loop.checkpoint import Checkpoint, read_checkpoint
 from memtrace_loop.pipeline.loop.optimization import LoopSettings, OptimizationLoop
 
 from tests.support.loops import Interrupted, StopAfter
@@ -39,9 +40,9 @@ class _StepLoggingLoop(OptimizationLoop):
     steps: Steps
 
     def evaluate(self, prompts, split, iteration, dataset=None, knobs=None):
-        before = self.budget_spent()
+        before = self.budget.spent()
         result = super().evaluate(prompts, split, iteration, dataset, knobs=knobs)
-        self.steps.rows.append((f"{split}@{iteration}", before, self.budget_spent()))
+        self.steps.rows.append((f"{split}@{iteration}", before, self.budget.spent()))
         return result
 
 
@@ -65,7 +66,7 @@ class _StepLoggingOptimizer:
         return candidates
 
 
-def run(name: str, budget: int, max_iterations: int = 10, useless_first: bool = False, resume: bool = False,
+def run(name: str, budget: int, max_iterations: int = 10, useless_first: bool = False, resume: Checkpoint | None = None,
         **kwargs):
     ledger = CallLedger()
     lms = ledger.counted(LMSet(*(sim_lm(reuse_calls=False) for _ in range(4))))  # the budgets below: calls made
@@ -181,7 +182,7 @@ def test_a_resumed_run_continues_the_budget_its_checkpoint_recorded(tmp_path):
     recorded = json.loads(checkpoint.read_text())["budget_spent"]
     assert recorded == budget - 1  # spent by the end of iteration 1, just before train@2 started
 
-    resumed, steps, _, _ = run("attribution", budget, resume=True, checkpoint=checkpoint)
+    resumed, steps, _, _ = run("attribution", budget, resume=read_checkpoint(checkpoint, None), checkpoint=checkpoint)
     assert resumed.stop_reason == "budget" and [s.iteration for s in resumed.history] == [0, 1, 2]
     kind, before, after = [row for row in steps.rows if not row[0].startswith("test@")][-1]
     assert kind == "train@2" and before == recorded  # the dev re-evaluation at resume was not counted

@@ -111,11 +111,11 @@ def test_a_screened_out_candidates_dev_questions_are_answered_from_its_screen_an
     screens = loop.screens(dev, 1)
     evaluator = LoopEvaluator(loop, 1, {}, start, screens)
     noop = start.replace(respond=start["respond"] + " Be concise.")
-    spent = loop.budget_spent()
+    spent = loop.budget.spent()
     cases = [evaluator.run_case(evaluator.system(noop), "dev", r.question.id) for r in dev.results]
     outcome = screens.outcome(noop, {}, ("respond",))  # the one the first case ran, kept
     assert outcome is not None and not outcome.verdict.passed
-    assert loop.budget_spent() - spent == outcome.calls > 0  # nothing beyond the screen
+    assert loop.budget.spent() - spent == outcome.calls > 0  # nothing beyond the screen
     screened = {r.question.id: r for r in outcome.run.results} if outcome.run is not None else {}
     assert screened
     for case, incumbent in zip(cases, dev.results, strict=True):

@@ -13,6 +13,7 @@ from memtrace_loop.pipeline.backends.call_count import CallLedger
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMSet
 from memtrace_loop.pipeline.data.splits import Split, split_by_conversation, train_part
+from memtrace_loop.pipeline.loop.checkpoint import read_checkpoint
 from memtrace_loop.pipeline.loop.optimization import LoopResult, LoopSettings, OptimizationLoop
 
 from tests.support.loops import Interrupted, StopAfter
@@ -72,7 +73,8 @@ def test_a_resumed_run_reads_the_same_parts_and_ends_the_same(runs, tmp_path) ->
     checkpoint = tmp_path / "checkpoint.json"
     with pytest.raises(Interrupted):
         make_loop(settings, checkpoint=checkpoint, observers=[StopAfter(3)], config_digest="cfg").run()
-    resumed = make_loop(settings, checkpoint=checkpoint, config_digest="cfg").run(resume=True)
+    resumed = make_loop(settings, checkpoint=checkpoint, config_digest="cfg").run(
+        resume=read_checkpoint(checkpoint, "cfg"))
     assert resumed.final_prompts == runs[1].final_prompts
     assert [train_ids(r) for r in resumed.iterations] == [train_ids(r) for r in runs[1].iterations[3:]]
     assert resumed.test_final.results == runs[1].test_final.results
