@@ -51,6 +51,7 @@ from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.pipeline.analysis.attribution.protocol import TracedRun, attribute_run
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Check
 from memtrace_loop.pipeline.analysis.blame import BlameTable, aggregate_blame
+from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.lm import configure_cache
 from memtrace_loop.pipeline.backends.local_server import LocalServers
 from memtrace_loop.pipeline.backends.registry import build_lm_set
@@ -65,7 +66,6 @@ from memtrace_loop.pipeline.interop.foreign_graphs import (
     read_foreign_graphs,
     read_stage_map,
 )
-from memtrace_loop.pipeline.loop.runner import make_judge
 from memtrace_loop.pipeline.report.attribution_record import (
     ATTRIBUTE_COMMAND,
     AttributionRecord,

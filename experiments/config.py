@@ -40,8 +40,8 @@ from memtrace_loop.pipeline.core.config import (
     require_categories,
     require_text,
 )
-from memtrace_loop.pipeline.data.locomo import SPLIT_NAMES
 from memtrace_loop.pipeline.data.registry import dataset_config
+from memtrace_loop.pipeline.data.splits import SPLIT_NAMES
 from memtrace_loop.pipeline.loop.optimization import LoopSettings
 from memtrace_loop.pipeline.loop.screening import ScreenSettings
 
@@ -142,7 +142,7 @@ class LoopConfig:
     # stages (replays count in the budget); null: every failure
     verify_cases: int | None = LoopSettings.verify_cases
     # train conversations each incumbent is evaluated and attributed on, the next ones of a seeded order
-    # after each accepted candidate (pipeline/loop/splits.py, train_part); 0: all of train
+    # after each accepted candidate (pipeline/data/splits.py, train_part); 0: all of train
     train_conversations: int = LoopSettings.train_conversations
     # candidate screening (pipeline/loop/screening.py): enabled, guard_fraction, min_guard, audit
     screen: ScreenSettings = field(default_factory=ScreenSettings)

@@ -28,13 +28,13 @@ import dspy
 from memtrace_loop.experiments.config import validated_optimize
 from memtrace_loop.experiments.factory import splits_of
 from memtrace_loop.optimizers.gepa_program import JudgeMetric, MemoryProgram, load_program, question_examples
+from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.embeddings import build_embedder
 from memtrace_loop.pipeline.backends.registry import build_lm_set
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.run_folder import RunFolder
 from memtrace_loop.pipeline.loop.case_runner import LoopCaseRunner
 from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
-from memtrace_loop.pipeline.loop.runner import make_judge
 
 SPLITS = ("train", "dev", "test")
 

@@ -5,7 +5,7 @@ for a plain `memtrace run` it takes the prompt set that run used (`prompts.json`
 The file loads back with `prompts=<file>`; beside it, `<name>.program.json` is the same prompt set as a
 DSPy program state (`MemoryProgram(system).load(path)`, `optimizers.gepa_program`), and the files of
 the system's own prompt formats (its spec's `prompt_formats`, e.g. the config fragment of a library it
-wraps) go in the same folder. An entry point; reading and writing files is `pipeline.tracking.export`.
+wraps) go in the same folder. An entry point; reading and writing files is `pipeline.core.prompt_files`.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from memtrace_loop.optimizers.base import Optimizer, OptimizerSetup
 from memtrace_loop.optimizers.registry import OPTIMIZERS
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
 from memtrace_loop.pipeline.analysis.attribution.registry import attributor_from_settings
+from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.embeddings import EmbedderConfig, build_embedder
 from memtrace_loop.pipeline.backends.lm import LMSet
 from memtrace_loop.pipeline.backends.local_server import LocalServers
@@ -31,13 +32,12 @@ from memtrace_loop.pipeline.backends.registry import build_lm_set
 from memtrace_loop.pipeline.backends.services import RunServices
 from memtrace_loop.pipeline.backends.structured_output import StructuredOutputAdapter
 from memtrace_loop.pipeline.core.config import ConfigError
+from memtrace_loop.pipeline.core.prompt_files import apply_prompts
 from memtrace_loop.pipeline.core.prompt_formats import PromptFormat
 from memtrace_loop.pipeline.core.records import Dataset
 from memtrace_loop.pipeline.core.redaction import config_secrets
-from memtrace_loop.pipeline.data.locomo import SPLIT_NAMES, Split, split_by_conversation
 from memtrace_loop.pipeline.data.registry import DATASETS, load_dataset
-from memtrace_loop.pipeline.loop.runner import make_judge
-from memtrace_loop.pipeline.tracking.export import apply_prompts
+from memtrace_loop.pipeline.data.splits import SPLIT_NAMES, Split, split_by_conversation
 from memtrace_loop.pipeline.tracking.prompt_sources import RegistryAccess, load_prompt_source
 from omegaconf import DictConfig, OmegaConf
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -74,16 +73,16 @@ from memtrace_loop.pipeline.core.redaction import redact_tree, restore_tree
 from memtrace_loop.pipeline.core.run_folder import RunFolder
 from memtrace_loop.pipeline.core.run_lock import hold_run_lock
 from memtrace_loop.pipeline.core.stop import Interrupted, StopToken
-from memtrace_loop.pipeline.data.locomo import Split
+from memtrace_loop.pipeline.data.splits import Split
 from memtrace_loop.pipeline.loop.checkpoint import (
+    Checkpoint,
     CheckpointError,
-    check_checkpoint,
-    check_checkpoint_stages,
-    mark_checkpoint_finished,
+    FinishedRun,
+    mark_finished,
     read_checkpoint,
 )
 from memtrace_loop.pipeline.loop.failure_impact import FailureImpact, failure_impact
-from memtrace_loop.pipeline.loop.optimization import LoopResult, OptimizationLoop, Splits
+from memtrace_loop.pipeline.loop.optimization import LoopResult, OptimizationLoop
 from memtrace_loop.pipeline.report.run_report import report_for_loop
 from memtrace_loop.pipeline.tracking.loop_observer import TrackingLoopObserver
 from memtrace_loop.pipeline.tracking.metric_names import ELAPSED_S
@@ -172,25 +171,15 @@ def ignored_overrides(
     })
 
 
-def check_resumable(run_dir: Path, plain: Mapping[str, Any]) -> dict[str, Any]:
-    """The checkpoint of `run_dir`, after checking it may be resumed with `plain` (the saved config):
-    a one-line `CheckpointError` naming the file and field when it is corrupt, of another configuration or
-    another run. Nothing in MLflow is touched."""
-    checkpoint = read_checkpoint(run_dir / CHECKPOINT)  # its schema: known fields, right types
-    check_checkpoint(run_dir / CHECKPOINT, checkpoint, config_digest(plain))  # its run: config, iterations, run id
-    return checkpoint
-
-
-def _already_finished(run_dir: Path, checkpoint: Mapping[str, Any], console: Console) -> dict[str, Any]:
-    finished = checkpoint["finished"]
+def _already_finished(run_dir: Path, checkpoint: Checkpoint, finished: FinishedRun, console: Console) -> dict[str, Any]:
     console.print(
-        f"Run {run_dir} already finished (MLflow run {checkpoint.get('mlflow_run_id')}); nothing to resume. "
-        f"Test judge accuracy {finished['test_start']:.3f} -> {finished['test_final']:.3f}; "
-        f"exported prompts: {finished['exported'][0]}"
+        f"Run {run_dir} already finished (MLflow run {checkpoint.run_id}); nothing to resume. "
+        f"Test judge accuracy {finished.test_start:.3f} -> {finished.test_final:.3f}; "
+        f"exported prompts: {finished.exported[0]}"
     )
     return {
-        "run_id": checkpoint.get("mlflow_run_id"), "run_dir": str(run_dir), "exported": finished["exported"],
-        "test_start": finished["test_start"], "test_final": finished["test_final"], "result": None,
+        "run_id": checkpoint.run_id, "run_dir": str(run_dir), "exported": list(finished.exported),
+        "test_start": finished.test_start, "test_final": finished.test_final, "result": None,
         "calls": None, "already_finished": True,
     }
 
@@ -209,10 +198,7 @@ def export_best(
         "dev_judge_accuracy": result.dev_final.report.overall.judge_accuracy,
         **(mark or {}),
     }
-    exported = ExportedPrompts.create(
-        system_name, result.final_prompts, source_run=run_id,
-        metrics={k: v for k, v in metrics.items() if math.isfinite(v)}, knobs=knobs,
-    )
+    exported = ExportedPrompts.create(system_name, result.final_prompts, run_id, metrics, knobs=knobs)
     ours = [write_prompts(exported, path) for path in RunFolder(run_dir).best_prompts]
     return ours + write_prompt_formats(exported, formats, run_dir)
 
@@ -290,23 +276,23 @@ def _optimize(session: AppSession[OptimizeConfig]) -> dict[str, Any]:
     """Run the loop end to end; returns run id, paths and the headline numbers. `resume=` of a finished
     run is a no-op that says so; an interruption (the stop token) leaves the last checkpoint and a KILLED run."""
     config, folder = session.config, session.folder
-    resuming = config.resume is not None
-    checkpoint = check_resumable(folder.root, session.source) if resuming else {}
-    if checkpoint.get("finished"):
-        return _already_finished(folder.root, checkpoint, session.console)
+    # resume=: the checkpoint read and checked once (schema, config digest, iterations, the folder's run)
+    checkpoint = read_checkpoint(folder.checkpoint, config_digest(session.source)) if config.resume else None
+    if checkpoint is not None and checkpoint.finished is not None:
+        return _already_finished(folder.root, checkpoint, checkpoint.finished, session.console)
     _require_store(session)
     parts = _build(session)
-    if resuming:  # before MLflow: its prompt sets and knob changes must be the system's own
-        check_checkpoint_stages(folder.checkpoint, checkpoint, parts.system)
+    if checkpoint is not None:  # before MLflow: its prompt sets and knob changes must be the system's own
+        checkpoint.check_fits(parts.system)
     tracker = session.tracker()
     tracker.open_experiment(config.tracking.experiment)
     _end_stale_runs(tracker, config.tracking.experiment)
-    parent_id = _resumed_parent(tracker, checkpoint) if resuming else None
+    parent_id = _resumed_parent(tracker, checkpoint) if checkpoint is not None else None
     run_name = sweep_run_name("optimize", config.run_name, f"optimize-{parts.system.name}-{config.optimizer.name}")
     started = time.perf_counter()
     with _resume_note(folder), tracker.start_run(None if parent_id else run_name, run_id=parent_id) as run_id:
         tracker.set_tags(folder_tags(folder.root))  # first: a run killed from here on is found stale by its lock
-        if not resuming:
+        if checkpoint is None:
             _log_start(session, parts, tracker)
         observer = TrackingLoopObserver(
             tracker, parts.system.name, session.secrets, config.register_prompts, parts.system.non_default_knobs(),
@@ -314,13 +300,12 @@ def _optimize(session: AppSession[OptimizeConfig]) -> dict[str, Any]:
         )
         with RichProgress(session.console) as progress:
             loop = OptimizationLoop(
-                parts.system, parts.judge, parts.optimizer, Splits(parts.splits.train, parts.splits.dev,
-                                                                   parts.splits.test),
+                parts.system, parts.judge, parts.optimizer, parts.splits,
                 config.loop_settings(), checkpoint=folder.checkpoint, config_digest=config_digest(session.source),
-                observers=[observer], progress=progress, checkpoint_extra=lambda: {"mlflow_run_id": run_id},
+                observers=[observer], progress=progress, run_id=run_id,
                 attributor=parts.attributor, calls=session.ledger.calls, stop=session.services.stop,
             )
-            result = loop.run(resume=resuming)
+            result = loop.run(resume=checkpoint)
         if session.services.stop is not None:
             session.services.stop.check()  # interrupted during the final test evaluation: no export
         finished = _finish(session, parts, tracker, result, run_id, run_name, started)
@@ -361,12 +346,12 @@ def _build(session: AppSession[OptimizeConfig]) -> _LoopParts:
     return _LoopParts(splits, lms, system, judge, optimizer, attributor)
 
 
-def _resumed_parent(tracker: RedactingTracker, checkpoint: Mapping[str, Any]) -> str | None:
+def _resumed_parent(tracker: RedactingTracker, checkpoint: Checkpoint) -> str | None:
     """The MLflow run a resumed run continues; iterations started after the checkpoint (a kill
     mid-iteration) are redone, so their nested runs are dropped."""
-    parent_id = checkpoint.get("mlflow_run_id")
+    parent_id = checkpoint.run_id
     if parent_id:
-        dropped = tracker.delete_children(parent_id, "memtrace.iteration", int(checkpoint["iteration"]))
+        dropped = tracker.delete_children(parent_id, "memtrace.iteration", checkpoint.progress.iteration)
         if dropped:
             logger.info("resume: deleted %d nested run(s) of iterations the checkpoint did not record", len(dropped))
     return parent_id
@@ -439,7 +424,10 @@ def _finish(
     tracker.log_artifact(report)
     elapsed = time.perf_counter() - started
     tracker.log_metrics({ELAPSED_S: elapsed, **retry_metrics(session.ledger.retry_tally())})
-    mark_finished(folder.checkpoint, result, paths)
+    mark_finished(folder.checkpoint, FinishedRun(
+        result.test_start.report.overall.judge_accuracy, result.test_final.report.overall.judge_accuracy,
+        tuple(str(p) for p in paths),
+    ))  # a later resume= is then a no-op
     return _Finished(result, paths, plots, report, diagnosed, diagnosis, improved, elapsed, failed)
 
 
@@ -518,15 +506,6 @@ def _print_summary(session: AppSession[OptimizeConfig], system: MemorySystem, do
 def resume_command(run_dir: Path) -> str:
     """The command that continues the run of `run_dir`, runnable as printed (a sweep job's folder holds `=`, `,`)."""
     return command_line("memtrace", "optimize", resume=run_dir)
-
-
-def mark_finished(path: Path, result: LoopResult, exported: list[Path]) -> None:
-    """Record in the checkpoint that the run finished (a later `resume=` is then a no-op)."""
-    mark_checkpoint_finished(path, {
-        "test_start": result.test_start.report.overall.judge_accuracy,
-        "test_final": result.test_final.report.overall.judge_accuracy,
-        "exported": [str(p) for p in exported],
-    })
 
 
 @guarded  # refuses secret overrides before Hydra parses (and saves) them

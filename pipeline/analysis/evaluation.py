@@ -1,114 +1,23 @@
-"""Score answered questions: the LLM judge signature, lexical metrics, summaries and paired tests.
+"""Scores over many judged questions: bootstrap CIs, the per-category report, MLflow-ready metrics and
+the paired difference of two runs.
 
-What it does:
-
-- `JudgeAnswer`: the DSPy signature of the generous LoCoMo-style judge. Its output `label` is a
-  `Literal["CORRECT", "WRONG"]`, so DSPy's adapter parses it; text is never searched for a word. An
-  unusable label makes the predictor raise `dspy.utils.exceptions.AdapterParseError` (after the
-  ChatAdapter has retried once through its JSON fallback, i.e. a second LM call); it is exported here
-  as `JUDGE_PARSE_ERRORS`. The caller catches it and passes `label=None` to `score_case`, which
-  records a "FAILED" verdict.
-- `token_f1`, `bleu1`: SQuAD token F1 and unigram BLEU, on the SQuAD-normalized tokens of
-  `pipeline.backends.text.answer_tokens`.
-- `score_case`: one `CaseResult` from a question, a prediction and a judge label; `judge_answer` runs
-  the judge as a traced stage (`judge`) on one answer and scores it.
 - `bootstrap_ci`, `summarize` (-> `EvaluationReport`), `flat_metrics` (MLflow-ready names) and
   `paired_difference` (paired bootstrap of two runs over the same questions, used by the gate).
 
-What it does not do: it does not answer questions, choose or configure LMs (the caller sets the
-judge LM, e.g. with `dspy.context(lm=...)`), run batches or log anything to MLflow.
+It does not judge one answer (`pipeline.analysis.judge`), answer questions, run batches or log.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Literal
 
-import dspy
 import numpy as np
-from dspy.utils.exceptions import AdapterParseError
-from memtrace_loop.memory_systems.answering import AnswerOutcome
-from memtrace_loop.pipeline.backends.text import answer_tokens
-from memtrace_loop.pipeline.core.conventions import OpKind, VarKind, gold_name, verdict_name
-from memtrace_loop.pipeline.core.records import CaseResult, Question, Scores
-from memtrace_loop.pipeline.core.tracing import Tracer
-
-JudgeLabel = Literal["CORRECT", "WRONG"]
-VERDICT_FAILED = "FAILED"
-JUDGE_STAGE = "judge"
-JUDGE_PARSE_ERRORS: tuple[type[Exception], ...] = (AdapterParseError,)
-
-
-class JudgeAnswer(dspy.Signature):
-    """You grade one answer to a question about a long conversation between two people.
-
-    You are given the question, the gold (reference) answer and a generated answer. Decide whether
-    the generated answer is CORRECT or WRONG. Be generous: the generated answer is CORRECT when it
-    refers to the same thing, person, fact or event as the gold answer, even if it is longer, adds
-    details, or is phrased differently. For questions about time, a date, day or period written in
-    another format counts as CORRECT when it denotes the same day or period (for example "May 7th,
-    2023" and "7 May 2023", or "the week before 9 June" for a date in that week). The generated answer
-    is WRONG when it names a different thing or time, contradicts the gold answer, misses its core
-    point, or says the information is unknown while the gold answer gives it. Judge only against the
-    gold answer, not against your own knowledge.
-    """
-
-    question: str = dspy.InputField(desc="the question that was asked")
-    gold_answer: str = dspy.InputField(desc="the reference answer")
-    generated_answer: str = dspy.InputField(desc="the answer to grade")
-    label: JudgeLabel = dspy.OutputField(desc="CORRECT or WRONG")
-
-
-# --------------------------------------------------------------------------- lexical metrics
-
-def token_f1(prediction: str, gold: str) -> float:
-    """SQuAD token F1 between normalized tokens (multiset overlap); 0.0 if either side is empty."""
-    pred, ref = answer_tokens(prediction), answer_tokens(gold)
-    if not pred or not ref:
-        return 0.0
-    same = sum((Counter(pred) & Counter(ref)).values())
-    if same == 0:
-        return 0.0
-    precision, recall = same / len(pred), same / len(ref)
-    return 2 * precision * recall / (precision + recall)
-
-
-def bleu1(prediction: str, gold: str) -> float:
-    """Unigram BLEU on normalized tokens: clipped unigram precision times the brevity penalty
-    `exp(1 - len(gold) / len(prediction))` when the prediction is shorter. 0.0 for empty input."""
-    pred, ref = answer_tokens(prediction), answer_tokens(gold)
-    if not pred or not ref:
-        return 0.0
-    clipped = sum((Counter(pred) & Counter(ref)).values())
-    precision = clipped / len(pred)
-    penalty = 1.0 if len(pred) > len(ref) else math.exp(1 - len(ref) / len(pred))
-    return precision * penalty
-
-
-# --------------------------------------------------------------------------- one case
-
-
-def score_case(question: Question, prediction: str, label: str | None, error: str | None) -> CaseResult:
-    """Build the judged `CaseResult`: judge score 1.0 iff `label == "CORRECT"`.
-
-    `label=None` means the judge gave nothing usable: verdict "FAILED", judge score 0.0. F1 and
-    BLEU-1 do not depend on the judge and are always computed from the prediction.
-    """
-    if label is not None and label not in ("CORRECT", "WRONG"):
-        raise ValueError(f"judge label must be 'CORRECT', 'WRONG' or None, got {label!r}")
-    verdict = VERDICT_FAILED if label is None else label
-    scores = Scores(
-        judge=1.0 if verdict == "CORRECT" else 0.0,
-        f1=token_f1(prediction, question.gold),
-        bleu1=bleu1(prediction, question.gold),
-    )
-    return CaseResult(question=question, prediction=prediction, verdict=verdict, scores=scores, error=error)
-
+from memtrace_loop.pipeline.analysis.judge import VERDICT_FAILED
+from memtrace_loop.pipeline.core.records import CaseResult
 
 # --------------------------------------------------------------------------- statistics
 
@@ -171,15 +80,7 @@ class EvaluationReport:
 
 def _summary(results: Sequence[CaseResult], seed: int) -> MetricSummary:
     if not results:
-        return MetricSummary(
-            n=0,
-            judge_accuracy=math.nan,
-            ci_low=math.nan,
-            ci_high=math.nan,
-            f1=math.nan,
-            bleu1=math.nan,
-            n_failed=0,
-        )
+        return MetricSummary(0, math.nan, math.nan, math.nan, math.nan, math.nan)
     judge = [r.scores.judge for r in results]
     low, high = bootstrap_ci(judge, seed=seed)
     return MetricSummary(
@@ -298,16 +199,3 @@ def _by_question_id(results: Sequence[CaseResult], label: str) -> dict[str, Case
             raise ValueError(f"run {label} has question {result.question.id!r} more than once")
         by_id[result.question.id] = result
     return by_id
-
-
-def judge_answer(judge: dspy.Predict, question: Question, outcome: AnswerOutcome, tracer: Tracer) -> CaseResult:
-    """Judge one answer as a traced stage; an unusable verdict is scored as FAILED, not raised."""
-    gold_var = tracer.variable(gold_name(question.id), VarKind.GOLD, question.gold)
-    with tracer.stage(
-        judge, JUDGE_STAGE, op="llm_judge", kind=OpKind.JUDGE, inputs=[outcome.query_var, gold_var, outcome.answer_var],
-        meta={"category": question.category},
-        question=question.text, gold_answer=question.gold, generated_answer=outcome.text,
-    ) as judged:
-        label = str(judged.prediction.label) if judged.ok else None
-        judged.output(verdict_name(question.id), VarKind.VERDICT, label or VERDICT_FAILED)
-    return score_case(question, outcome.text, label, outcome.error or judged.error)

@@ -16,21 +16,24 @@ What it does:
   layouts uses (`pipeline.core.prompt_formats`).
 - `knobs` (optional key, written only when non-empty): the knob changes the loop accepted (e.g.
   `top_k: 16`).
+- `apply_prompts`: a copy of a memory system with an exported set's instructions and knobs; a file made
+  for another system, or naming stages or knobs it lacks, is a `PromptFileError`.
 
-What it does not do: it does not apply a file to a memory system (`pipeline.tracking.export.apply_prompts`),
-talk to MLflow (see `pipeline.tracking` and `pipeline.tracking.prompt_registry`), choose which prompt set
-to export or run anything. It sits in `pipeline.core` so every layer may read and write prompt files.
+What it does not do: it does not talk to MLflow (see `pipeline.tracking.prompt_registry`) or choose which
+prompt set to export. It sits in `pipeline.core` so every layer may read, write and apply prompt files
+(a memory system is read through the `PromptTarget` protocol).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
 from types import MappingProxyType
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol, TypeVar
 
 import yaml
 from memtrace_loop.pipeline.core.records import PromptSet
@@ -45,6 +48,23 @@ KnobValue = bool | int | float | str
 
 class PromptFileError(ValueError):
     """A prompt file that cannot be read, or that does not fit the memory system it is applied to."""
+
+
+SystemT = TypeVar("SystemT", bound="PromptTarget")
+
+
+class PromptTarget(Protocol):
+    """What `apply_prompts` needs of a memory system (`memory_systems.base.MemorySystem`): its copies
+    with other knobs or prompts raise a `ValueError` (`KnobError`, `PromptSetError`) when they do not fit."""
+
+    @property
+    def name(self) -> str: ...
+
+    def stage_names(self) -> tuple[str, ...]: ...
+
+    def with_knobs(self: SystemT, changes: Mapping[str, Any]) -> SystemT: ...
+
+    def with_prompts(self: SystemT, prompts: PromptSet) -> SystemT: ...
 
 
 # --------------------------------------------------------------------------- the file schema
@@ -163,10 +183,12 @@ class ExportedPrompts:
         now: datetime | None = None,
         knobs: Mapping[str, KnobValue] | None = None,
     ) -> ExportedPrompts:
-        """A record stamped with the current UTC time (or `now`), to the second."""
+        """A record stamped with the current UTC time (or `now`), to the second; metrics that are not
+        finite (a score over no questions) are left out."""
         created = (now or datetime.now(UTC)).isoformat(timespec="seconds")
+        finite = {k: v for k, v in (metrics or {}).items() if math.isfinite(v)}
         return cls(
-            system=system, prompts=prompts, source_run=source_run, metrics=metrics or {}, created=created,
+            system=system, prompts=prompts, source_run=source_run, metrics=finite, created=created,
             knobs=MappingProxyType(dict(knobs or {})),
         )
 
@@ -319,3 +341,25 @@ def prompts_from_document(raw: Any, path: str | Path) -> ExportedPrompts:
         origin=str(path),
         knobs=MappingProxyType(dict(parsed.knobs)),
     )
+
+
+def apply_prompts(system: SystemT, exported: ExportedPrompts) -> SystemT:
+    """A copy of `system` whose stages use the exported instructions (omitted stages keep theirs) and
+    whose knobs take the exported values (omitted knobs keep theirs); `system` itself is never modified.
+    A `PromptFileError` when the export belongs to another memory system, names stages or knobs the
+    system lacks, or gives a knob a value it rejects."""
+    if exported.system != system.name:
+        raise PromptFileError(
+            f"{exported.description} is for memory system {exported.system!r}, this run uses {system.name!r}"
+        )
+    known = set(system.stage_names())
+    unknown = sorted(set(exported.prompts.stages()) - known)
+    if unknown:
+        raise PromptFileError(
+            f"{exported.description} names stages {unknown} that memory system {system.name!r} does not have "
+            f"(its stages: {sorted(known)})"
+        )
+    try:
+        return system.with_knobs(exported.knobs).with_prompts(exported.prompts)
+    except ValueError as error:  # KnobError, PromptSetError
+        raise PromptFileError(f"{exported.description}: {error}") from error

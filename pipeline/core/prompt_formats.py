@@ -14,7 +14,7 @@ knobs, stays only in our own file) and reads one of its documents back into the 
   A `format` naming none of them is a `PromptFileError` naming the file, the key and the formats known.
 
 It names no system and imports none (the formats come in from the caller, which reads them from the
-system's spec); it does not apply a prompt set to a system (`pipeline.tracking.export.apply_prompts`).
+system's spec); it does not apply a prompt set to a system (`pipeline.core.prompt_files.apply_prompts`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Load benchmark data into the typed records of `pipeline.core.records`, and split it.
+"""Load benchmark data into the typed records of `pipeline.core.records`.
 
 What it does:
 
@@ -11,27 +11,23 @@ What it does:
   names a turn the conversation does not have is dropped with one logged warning per conversation.
   A dataset with no conversations or no questions, or a conversation without turns, is a `DataError`
   too (`require_content`): an empty file never becomes a run that scores nothing.
-- `split_by_conversation` makes a seeded, deterministic train/dev/test `Split` by conversation;
-  `Split.select` refuses an empty split with an `EmptySplitError` naming the split and the fractions.
 
 What it does not do: no network or caching of its own (`datasets` does both), no LongMemEval (see
-`pipeline.data.longmemeval`), and no answering or scoring (see `pipeline.analysis.evaluation`). It never
-prints; diagnostics go to the module logger.
+`pipeline.data.longmemeval`), no splitting (`pipeline.data.splits`), and no answering or scoring (see
+`pipeline.analysis.evaluation`). It never prints; diagnostics go to the module logger.
 """
 
 from __future__ import annotations
 
 import logging
-import math
-import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
-from memtrace_loop.pipeline.core.config import ConfigError, require_categories, require_text
+from memtrace_loop.pipeline.core.config import require_categories, require_text
 from memtrace_loop.pipeline.core.records import CATEGORY_NAMES, Conversation, Dataset, Question, Turn
 from memtrace_loop.pipeline.data.reader import DataError, hub_source, read_file_rows, read_hub_rows
 from memtrace_loop.pipeline.data.spec import DatasetSpec, resolve_path
@@ -329,113 +325,6 @@ def load_locomo_hub(
     dataset = parse_locomo(read_hub_rows(name, LOCOMO_COLUMNS, data_files, split, revision), source)
     stem = Path(data_files).stem if isinstance(data_files, str) else Path(name.rstrip("/")).name
     return Dataset(name=stem, conversations=dataset.conversations, questions=dataset.questions)
-
-
-# --------------------------------------------------------------------------- splits
-
-SplitName = Literal["train", "dev", "test"]
-SPLIT_NAMES: tuple[SplitName, ...] = ("train", "dev", "test")
-
-
-class EmptySplitError(ConfigError):
-    """A split that was asked for has no conversations (the message names it, the fractions and the seed)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Split:
-    """Disjoint train / dev / test datasets; every conversation is in exactly one of them (`fractions`
-    and `seed`: how they were cut, for messages)."""
-
-    train: Dataset
-    dev: Dataset
-    test: Dataset
-    fractions: tuple[float, float, float] | None = None
-    seed: int | None = None
-
-    def select(self, name: str) -> Dataset:
-        """The dataset of split `name` ("train", "dev" or "test"); ValueError for any other name and an
-        `EmptySplitError` when it has no conversations."""
-        if name not in SPLIT_NAMES:
-            raise ValueError(f"unknown split {name!r}; expected one of {', '.join(SPLIT_NAMES)}")
-        self.require(name)
-        return getattr(self, name)
-
-    def require(self, *names: str) -> Split:
-        """This split; an `EmptySplitError` naming the first of `names` without conversations or questions."""
-        for name in names:
-            part: Dataset = getattr(self, name)
-            if not part.conversations or not part.questions:
-                raise EmptySplitError(self.empty_message(name))
-        return self
-
-    def empty_message(self, name: str) -> str:
-        """Why split `name` is empty, naming the config keys that made it so."""
-        total = sum(len(part.conversations) for part in (self.train, self.dev, self.test))
-        how = f"splits.fractions={list(self.fractions)}" if self.fractions is not None else "the fractions"
-        seed = f", splits.seed={self.seed}" if self.seed is not None else ""
-        n_conversations = len(getattr(self, name).conversations)
-        if n_conversations:
-            return (f"split={name}: the {name} split has {n_conversations} conversation(s) but no questions "
-                    f"({how}{seed})")
-        return (f"split={name}: the {name} split is empty: {how}{seed} over {total} conversation(s) gives it "
-                f"none (use more conversations or give {name} a larger share)")
-
-
-def _split_sizes(n: int, fractions: tuple[float, float, float]) -> tuple[int, int, int]:
-    """Conversations per split: rounded shares, at least one for every split with a positive
-    fraction when there are enough conversations; train is filled first, then dev, then test."""
-    wanted = [f > 0 for f in fractions]
-    if n < sum(wanted):
-        sizes = [0, 0, 0]
-        remaining = n
-        for i in range(3):  # priority: train, dev, test
-            if wanted[i] and remaining:
-                sizes[i], remaining = 1, remaining - 1
-        return sizes[0], sizes[1], sizes[2]
-    dev = max(1, round(n * fractions[1])) if wanted[1] else 0
-    test = max(1, round(n * fractions[2])) if wanted[2] else 0
-    while n - dev - test < 1:  # train must keep one; take from the larger of dev/test
-        if dev >= test and dev > 1:
-            dev -= 1
-        else:
-            test -= 1
-    return n - dev - test, dev, test
-
-
-def split_by_conversation(
-    dataset: Dataset, fractions: tuple[float, ...] = (0.5, 0.25, 0.25), seed: int = 0
-) -> Split:
-    """Shuffle the conversations with `seed` and cut them into train / dev / test.
-
-    Deterministic for a given dataset, fractions and seed; a conversation and its questions land in
-    exactly one split. With at least as many conversations as positive fractions, every split with a
-    positive fraction gets at least one conversation. With fewer, conversations are never shared
-    between splits: train is served first, then dev, then test, and the splits left over are
-    **empty** (a dataset of 2 conversations gives train 1, dev 1, test 0) — a warning is logged,
-    and `Split.select` / `Split.require` refuse them. A zero fraction always gives an empty split.
-    """
-    if len(fractions) != 3 or any(not math.isfinite(f) or f < 0 for f in fractions):
-        raise ValueError(f"fractions must be three non-negative numbers, got {fractions!r}")
-    if not math.isclose(sum(fractions), 1.0, abs_tol=1e-6):
-        raise ValueError(f"fractions must sum to 1, got {fractions!r} (sum {sum(fractions)})")
-    if fractions[0] <= 0:
-        raise ValueError("the train fraction must be positive")
-    if not dataset.conversations:
-        raise ValueError(f"dataset {dataset.name!r} has no conversations to split")
-    ids = [conversation.id for conversation in dataset.conversations]
-    random.Random(seed).shuffle(ids)
-    n_train, n_dev, _ = _split_sizes(len(ids), fractions)
-    parts = (ids[:n_train], ids[n_train : n_train + n_dev], ids[n_train + n_dev :])
-    empty = [name for name, part, f in zip(SPLIT_NAMES, parts, fractions, strict=True) if f > 0 and not part]
-    if empty:
-        logger.warning(
-            "dataset %r has %d conversation(s): split(s) %s left empty", dataset.name, len(ids), empty
-        )
-    train, dev, test = (
-        dataset.subset(tuple(part), name=f"{dataset.name}:{name}")
-        for name, part in zip(SPLIT_NAMES, parts, strict=True)
-    )
-    return Split(train=train, dev=dev, test=test, fractions=fractions, seed=seed)
 
 
 @dataclass(frozen=True)

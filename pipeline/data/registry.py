@@ -7,7 +7,7 @@ naming `dataset.<key>` for an unknown key, a wrong type or an out-of-range value
 dataset; relative paths are taken from `base_dir`. Files and hub datasets (`dataset.hub=<id>`, which
 replaces `dataset.path`) are read through Hugging Face `datasets` (`pipeline.data.reader`) and parsed by
 their layout's one parser. The simulated world's kind (`pipeline.sim.dataset`) is reached from here only
-(and from the LM-backend registry). Splitting is `pipeline.data.locomo.split_by_conversation`; nothing
+(and from the LM-backend registry). Splitting is `pipeline.data.splits.split_by_conversation`; nothing
 here evaluates or caches.
 """
 

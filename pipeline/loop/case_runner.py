@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 import dspy
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.optimizers.base import TracedCase
-from memtrace_loop.pipeline.analysis.evaluation import judge_answer
+from memtrace_loop.pipeline.analysis.judge import judge_answer
 from memtrace_loop.pipeline.core.records import Conversation, Dataset, Question
 from memtrace_loop.pipeline.core.tracing import Tracer
 from memtrace_loop.pipeline.loop.memory_cache import CachedMemory, MemoryCache

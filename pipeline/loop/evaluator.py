@@ -1,9 +1,8 @@
-"""The `Evaluator` and `CallBudget` an optimizer gets from the loop in one iteration (optimizers.base).
+"""The `Evaluator` an optimizer gets from the loop in one iteration (optimizers.base).
 
 `LoopEvaluator` scores prompt sets on train or dev (whole splits or some questions, and one question at
 a time) through the loop's own evaluation: its runner, memory cache, call counting, split log and
-candidate screens. `LoopBudget` is the loop's budget as an optimizer reads it. Neither decides what is
-accepted (the loop's gate does) nor touches the test split.
+candidate screens. It neither decides what is accepted (the loop's gate does) nor touches the test split.
 """
 
 from __future__ import annotations
@@ -13,27 +12,24 @@ from typing import Any, Protocol
 
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.optimizers.base import CandidateEvaluation, TracedCase
-from memtrace_loop.pipeline.backends.call_count import CallTally
 from memtrace_loop.pipeline.core.records import Dataset, PromptSet, Question
+from memtrace_loop.pipeline.data.splits import Split
+from memtrace_loop.pipeline.loop.budget import LoopBudget
 from memtrace_loop.pipeline.loop.candidate_screens import CandidateScreens, ScreenOutcome
 from memtrace_loop.pipeline.loop.case_runner import LoopCaseRunner
 from memtrace_loop.pipeline.loop.runner import RunResult
 
-__all__ = ["LoopBudget", "LoopEvaluator", "LoopView"]
+__all__ = ["LoopEvaluator", "LoopView"]
 
 
 class LoopView(Protocol):
-    """What the evaluator and the budget use of the loop (`pipeline.loop.optimization.OptimizationLoop`)."""
+    """What the evaluator uses of the loop (`pipeline.loop.optimization.OptimizationLoop`)."""
 
     system: MemorySystem
-    splits: Any  # train, dev, test Datasets
-    settings: Any  # LoopSettings: budget_calls
+    splits: Split
+    budget: LoopBudget
 
     def case_runner(self) -> LoopCaseRunner: ...
-
-    def tally(self) -> CallTally: ...
-
-    def budget_spent(self) -> int: ...
 
     def evaluate(
         self, prompts: PromptSet, split: str, iteration: int, dataset: Dataset | None = None,
@@ -107,22 +103,7 @@ class LoopEvaluator:
             if unknown:
                 raise ValueError(f"questions {sorted(unknown)} are not in the {split} split")
             dataset = dataset.for_questions(question_ids)
-        before = self._loop.tally()
+        before = self._loop.budget.tally()
         result = self._loop.evaluate(prompts, split, self._iteration, dataset, knobs=self._knobs)
-        made = (self._loop.tally() - before).made()
+        made = (self._loop.budget.tally() - before).made()
         return CandidateEvaluation(prompts, split, result.results, result.graph_by_conversation, result.report, made)
-
-
-class LoopBudget:
-    """The loop's `CallBudget` (optimizers.base): budget calls spent so far and what is left (None when
-    `budget_calls` is 0). Counted as the module doc says; read it any time, from any thread."""
-
-    def __init__(self, loop: LoopView) -> None:
-        self._loop = loop
-
-    def spent(self) -> int:
-        return self._loop.budget_spent()
-
-    def remaining(self) -> int | None:
-        budget = self._loop.settings.budget_calls
-        return max(0, budget - self.spent()) if budget else None

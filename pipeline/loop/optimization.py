@@ -2,29 +2,27 @@
 
 Iteration 0 evaluates the starting prompt set on train and dev. Each later iteration evaluates the
 current prompt set on train (with `train_conversations`, on the next few train conversations after each
-accepted candidate: `splits.train_part`), attributes the train failures (with the injected `Attributor`; lineage
-by default), aggregates blame, asks the optimizer for candidates (handing it an `Evaluator`, the
+accepted candidate: `pipeline.data.splits.train_part`), attributes the train failures (with the injected
+`Attributor`; lineage by default), aggregates blame, asks the optimizer for candidates (handing it an `Evaluator`, the
 `LoopEvaluator`, that scores prompt sets on train or dev through this loop's runner and memory
 cache, its calls counted) and evaluates them on dev; a candidate is accepted only when its paired
 gain over the current prompt set on the same dev questions reaches `min_gain`. Otherwise the
 next candidate is tried; `patience` iterations without an acceptance stop the loop. The test split is
 evaluated once, at the end, for the starting and the final prompt set. Train and dev are answered
-without the questions of `exclude_categories` (`Splits.scored`), which no score reads; test whole.
+without the questions of `exclude_categories` (`Split.scored`), which no score reads; test whole.
 
 LM calls are counted in one way only: at the LM layer, by the `CallLedger` (`pipeline.backends.call_count`)
 the loop requires and whose counting LMs the caller built the system, judge, attributor and optimizer
-with (an LM built without it is not counted): made, cached and failed per role.
-`LoopSettings.budget_calls` (0: no budget) bounds the task + rewriter + attributor calls (`BUDGET_ROLES`;
-judge calls are the measuring instrument and are not counted) — made ones, plus those DSPy's response
-cache served when `budget_counts_cached` (the default: so the budget, and with it the run, does not
-depend on what earlier runs left in the cache). The budget is checked before each step: an iteration's
-train evaluation, its attribution, its proposal (the optimizer's own search, e.g. GEPA's, sees
-`OptimizationContext.budget`) and each candidate's dev evaluation; iteration 0 (the starting prompt
-set on dev and train) always runs. A step is never started once
-`spent >= budget_calls`, and a started step is finished, so a run ends with
-`spent <= budget_calls + (the calls of the one step that crossed the budget)`. The final test evaluation
-is outside the budget. A resumed run continues the spent count its checkpoint recorded (re-evaluating
-the current prompt set on dev at resume is not counted). Why the loop stopped is `LoopResult.stop_reason`.
+with (an LM built without it is not counted). `LoopBudget` (`pipeline.loop.budget`) owns what is spent
+against `LoopSettings.budget_calls` (0: no budget). The budget is checked before each step: an
+iteration's train evaluation, its attribution, its proposal (the optimizer's own search, e.g. GEPA's,
+sees `OptimizationContext.budget`) and each candidate's dev evaluation; iteration 0 (the starting prompt
+set on dev and train) always runs. A step is never started once the budget is spent, and a started step
+is finished, so a run ends with `spent <= budget_calls + (the calls of the one step that crossed it)`.
+The final test evaluation is outside the budget. A resumed run (`run(resume=checkpoint)`, a
+`pipeline.loop.checkpoint.Checkpoint` read and checked once by the caller) continues the spent count its
+checkpoint recorded (re-evaluating the current prompt set on dev at resume is not counted). Why the loop
+stopped is `LoopResult.stop_reason`.
 
 Built memories are reused through a `MemoryCache`, so a candidate that only changes the answer prompt
 costs only answering. After every iteration the loop saves a checkpoint (JSON) from which an
@@ -37,7 +35,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -50,20 +48,15 @@ from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributo
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor, TracedRun, attribute_run
 from memtrace_loop.pipeline.analysis.blame import aggregate_blame
 from memtrace_loop.pipeline.analysis.evaluation import PairedDifference, paired_difference
-from memtrace_loop.pipeline.backends.call_count import BUDGET_ROLES, CallLedger, CallTally
+from memtrace_loop.pipeline.backends.call_count import CallLedger
 from memtrace_loop.pipeline.core.records import Dataset, PromptSet
 from memtrace_loop.pipeline.core.stop import StopToken
+from memtrace_loop.pipeline.data.splits import Split, train_part
+from memtrace_loop.pipeline.loop.budget import LoopBudget
 from memtrace_loop.pipeline.loop.candidate_screens import CandidateScreens
 from memtrace_loop.pipeline.loop.case_runner import LoopCaseRunner
-from memtrace_loop.pipeline.loop.checkpoint import (
-    CheckpointError,
-    LoopProgress,
-    check_checkpoint,
-    progress_of,
-    read_checkpoint,
-    write_checkpoint,
-)
-from memtrace_loop.pipeline.loop.evaluator import LoopBudget, LoopEvaluator
+from memtrace_loop.pipeline.loop.checkpoint import Checkpoint, LoopProgress, write_checkpoint
+from memtrace_loop.pipeline.loop.evaluator import LoopEvaluator
 from memtrace_loop.pipeline.loop.failure_impact import FailureImpact, failure_impact
 from memtrace_loop.pipeline.loop.iteration_records import (
     CandidateOutcome,
@@ -75,7 +68,6 @@ from memtrace_loop.pipeline.loop.iteration_records import (
 from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
 from memtrace_loop.pipeline.loop.runner import ProgressSink, RunResult, run_dataset
 from memtrace_loop.pipeline.loop.screening import ScreenSettings
-from memtrace_loop.pipeline.loop.splits import Splits, train_part
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +109,7 @@ class OptimizationLoop:
         system: MemorySystem,
         judge: dspy.Predict,
         optimizer: Optimizer,
-        splits: Splits,
+        splits: Split,
         settings: LoopSettings,
         *,
         checkpoint: Path | None = None,
@@ -125,7 +117,7 @@ class OptimizationLoop:
         observers: Sequence[LoopObserver] = (),
         progress: ProgressSink | None = None,
         memory_cache: MemoryCache | None = None,
-        checkpoint_extra: Callable[[], Mapping[str, Any]] | None = None,
+        run_id: str | None = None,
         attributor: Attributor | None = None,
         calls: CallLedger,
         stop: StopToken | None = None,
@@ -141,21 +133,14 @@ class OptimizationLoop:
         self.observers = tuple(observers)
         self.progress = progress
         self.cache = memory_cache or MemoryCache()
-        self.checkpoint_extra = checkpoint_extra or (lambda: {})
+        self.run_id = run_id  # the MLflow run the checkpoints name (None: none)
         self.attributor = attributor if attributor is not None else LineageAttributor()
         self._split_log: list[tuple[str, int]] = []
         self._tokens_made = 0
         self._impact: dict[str, FailureImpact] = {}
         self._impact_lock = threading.Lock()  # an optimizer may evaluate from several threads
-        if settings.budget_calls < 0:
-            raise ValueError(f"budget_calls must be >= 0 (0: no budget), got {settings.budget_calls}")
         self.calls = calls  # the one count of LM calls: the caller's LMs count into it
-        self.budget = LoopBudget(self)
-        self._tally_base = CallTally()
-        self._calls_before = CallTally()  # the calls of the iterations before a resume (from the checkpoint)
-        self._spent_base = 0
-        self._spent_offset = 0
-        self._budget_cut = False
+        self.budget = LoopBudget(calls, settings.budget_calls, settings.budget_counts_cached)
         self._last_train: tuple[tuple[str, str, int], RunResult] | None = None
         self._train_reused = 0
 
@@ -205,55 +190,36 @@ class OptimizationLoop:
         self._last_train = (key, result)
         return result
 
-    # ------------------------------------------------------------------ counting and the budget
-
-    def tally(self) -> CallTally:
-        """LM calls per role since the run started, across resumes."""
-        return self._calls_before + (self.calls.tally() - self._tally_base)
-
-    def _budget_count(self) -> int:
-        total = self.calls.tally().total(BUDGET_ROLES)
-        return total.made + (total.cached if self.settings.budget_counts_cached else 0)
-
-    def budget_spent(self) -> int:
-        return self._spent_offset + self._budget_count() - self._spent_base
-
-    def _out_of_budget(self) -> bool:
-        """True (and remembered as the reason to stop) when the budget is set and spent."""
-        if self.settings.budget_calls and self.budget_spent() >= self.settings.budget_calls:
-            self._budget_cut = True
-        return self._budget_cut
-
     def _with_calls(self, record: IterationRecord) -> IterationRecord:
-        return replace(record, calls=self.tally(), budget_spent=self.budget_spent())
+        return replace(record, calls=self.budget.tally(), budget_spent=self.budget.spent())
 
     # ------------------------------------------------------------------ the loop
 
-    def run(self, start_prompts: PromptSet | None = None, resume: bool = False) -> LoopResult:
-        """Run (or, with `resume`, continue from the checkpoint) until budget or patience runs out."""
-        self._tally_base = self.calls.tally()
-        self._spent_base, self._spent_offset, self._budget_cut = self._budget_count(), 0, False
+    def run(self, start_prompts: PromptSet | None = None, resume: Checkpoint | None = None) -> LoopResult:
+        """Run (or continue from the checkpoint `resume`, read and checked by `read_checkpoint` and
+        `Checkpoint.check_fits`) until budget or patience runs out."""
         self._last_train, self._train_reused = None, 0
-        self._calls_before = CallTally()
-        if resume:
-            progress = self._resume()
-            self._calls_before = progress.calls
+        if resume is not None:
+            progress = resume.progress
+            self.budget.begin(progress.calls)
         else:
+            self.budget.begin()
             start = start_prompts or self.system.prompt_set()
             progress = LoopProgress(0, start, 0, start)
         records: list[IterationRecord] = []
 
         current, knobs = progress.current, dict(progress.knobs)
         current_dev = self.evaluate(current, "dev", progress.iteration, knobs=knobs)
-        if resume:  # re-establishing the dev results the checkpoint does not keep is outside the budget
-            self._spent_base, self._spent_offset = self._budget_count(), progress.budget_spent
+        if resume is not None:  # re-establishing the dev results the checkpoint does not keep is outside the budget
+            self.budget.continue_from(progress.budget_spent)
         else:  # iteration 0: the starting prompt set on train and dev
             record = self._with_calls(IterationRecord(0, current, self.evaluate_train(current, 0, knobs), current_dev))
             records.append(record)
             progress = self._finish_iteration(record, progress)
 
         iteration, stale = progress.iteration, progress.stale
-        while iteration < self.settings.max_iterations and stale < self.settings.patience and not self._out_of_budget():
+        settings = self.settings
+        while iteration < settings.max_iterations and stale < settings.patience and not self.budget.exhausted():
             iteration += 1
             record, accepted_dev = self._iterate(iteration, current, current_dev, knobs, progress.accepted)
             record = self._with_calls(record)
@@ -276,15 +242,15 @@ class OptimizationLoop:
             )
 
         stop_reason = (
-            StopReason.BUDGET if self._budget_cut
+            StopReason.BUDGET if self.budget.cut
             else StopReason.MAX_ITERATIONS if iteration >= self.settings.max_iterations
             else StopReason.PATIENCE
         )
-        spent = self.budget_spent()  # the test evaluation below is outside the budget
+        spent = self.budget.spent()  # the test evaluation below is outside the budget
         logger.info("loop stopped (%s) after iteration %d; budget calls spent: %d", stop_reason, iteration, spent)
         test_start = self.evaluate(progress.start, "test", iteration)
         test_final = self.evaluate(current, "test", iteration, knobs=knobs)
-        tally = self.tally()
+        tally = self.budget.tally()
         result = LoopResult(
             start_prompts=progress.start,
             final_prompts=current,
@@ -315,7 +281,7 @@ class OptimizationLoop:
         the accepted dev result."""
         excluded = self.settings.exclude_categories
         train = self.evaluate_train(current, iteration, knobs, round_)
-        if self._out_of_budget():
+        if self.budget.exhausted():
             return IterationRecord(iteration, current, train, current_dev, knobs=dict(knobs)), None
         traced = TracedRun(
             train.results, train.graph_by_conversation, {c.id: c for c in self.splits.train.conversations},
@@ -323,7 +289,7 @@ class OptimizationLoop:
         )
         attributions = attribute_run(self.attributor, traced, max_checked=self.settings.verify_cases)
         blame = aggregate_blame(attributions)
-        if self._out_of_budget():
+        if self.budget.exhausted():
             return IterationRecord(iteration, current, train, current_dev, attributions, blame), None
         screens = self.screens(current_dev, iteration)
         context = OptimizationContext(
@@ -335,7 +301,7 @@ class OptimizationLoop:
         )
         outcomes = []
         for candidate in list(self.optimizer.propose(context))[: self.settings.max_candidates]:
-            if self._out_of_budget():
+            if self.budget.exhausted():
                 break
             outcome, result = self._gate(candidate, current_dev, iteration, {**knobs, **candidate.knobs}, screens)
             outcomes.append(outcome)
@@ -363,12 +329,12 @@ class OptimizationLoop:
             accuracy = current_dev.report.overall.judge_accuracy + estimate.mean_difference
             audit = self._audit(candidate, current_dev, iteration, knobs) if self.settings.screen.audit else None
             return CandidateOutcome(candidate, accuracy, estimate, False, screened, audit=audit), None
-        start = self.budget_spent()
+        start = self.budget.spent()
         result = self.evaluate(candidate.prompts, "dev", iteration, knobs=knobs)
         gain = self._paired(result, current_dev)
         accepted = gain.mean_difference >= self.settings.min_gain
         outcome = CandidateOutcome(candidate, result.report.overall.judge_accuracy, gain, accepted, screened,
-                                   self.budget_spent() - start)
+                                   self.budget.spent() - start)
         return outcome, (result if accepted else None)
 
     def _paired(self, result: RunResult, current_dev: RunResult) -> PairedDifference:
@@ -380,7 +346,7 @@ class OptimizationLoop:
         return CandidateScreens(
             self.splits.dev, current_dev,
             lambda prompts, part, knobs: self.evaluate(prompts, "dev", iteration, part, knobs=knobs),
-            self.budget_spent, settings=self.settings.screen, min_gain=self.settings.min_gain,
+            self.budget.spent, settings=self.settings.screen, min_gain=self.settings.min_gain,
             seed=self.settings.seed, exclude_categories=self.settings.exclude_categories,
         )
 
@@ -395,27 +361,17 @@ class OptimizationLoop:
         self, candidate: Candidate, current_dev: RunResult, iteration: int, knobs: Mapping[str, Any]
     ) -> PairedDifference:
         """A screened-out candidate's real whole-dev gain, for the audit; its calls are kept out of the budget."""
-        start = self.budget_spent()
-        result = self.evaluate(candidate.prompts, "dev", iteration, knobs=knobs)
-        self._spent_offset -= self.budget_spent() - start
+        with self.budget.uncounted():
+            result = self.evaluate(candidate.prompts, "dev", iteration, knobs=knobs)
         return self._paired(result, current_dev)
 
     def _finish_iteration(self, record: IterationRecord, progress: LoopProgress) -> LoopProgress:
         progress = LoopProgress(
             progress.iteration, progress.current, progress.stale, progress.start,
-            (*progress.history, summarize_iteration(record)), record.budget_spent, progress.knobs, self.tally(),
+            (*progress.history, summarize_iteration(record)), record.budget_spent, progress.knobs, self.budget.tally(),
         )
         for observer in self.observers:
             observer.on_iteration(record)
         if self.checkpoint is not None:
-            write_checkpoint(self.checkpoint, progress, self.config_digest, self.checkpoint_extra())
-        return progress
-
-    def _resume(self) -> LoopProgress:
-        if self.checkpoint is None or not self.checkpoint.exists():
-            raise CheckpointError(f"nothing to resume: no checkpoint at {self.checkpoint}")
-        data = read_checkpoint(self.checkpoint)  # its schema, then its run: one line naming file and field
-        check_checkpoint(self.checkpoint, data, self.config_digest or None)
-        progress = progress_of(data)
-        self.system.with_knobs(progress.knobs).with_prompts(progress.current)  # fails clearly if they do not fit
+            write_checkpoint(self.checkpoint, progress, self.config_digest, self.run_id)
         return progress

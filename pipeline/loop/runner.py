@@ -19,13 +19,8 @@ from typing import Any, Protocol, TypeVar
 import dspy
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.optimizers.base import ConstructionCall
-from memtrace_loop.pipeline.analysis.evaluation import (
-    JUDGE_STAGE,
-    EvaluationReport,
-    JudgeAnswer,
-    judge_answer,
-    summarize,
-)
+from memtrace_loop.pipeline.analysis.evaluation import EvaluationReport, summarize
+from memtrace_loop.pipeline.analysis.judge import JUDGE_STAGE, judge_answer
 from memtrace_loop.pipeline.core.conventions import KNOBS_META
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import CaseResult, Conversation, Dataset, Question
@@ -79,13 +74,6 @@ class RunResult:
     def result_by_question(self) -> Mapping[str, CaseResult]:
         """Each question's result by its id (built once, on first use)."""
         return MappingProxyType({r.question.id: r for r in self.results})
-
-
-def make_judge(lm: dspy.BaseLM | None = None) -> dspy.Predict:
-    judge = dspy.Predict(JudgeAnswer)
-    if lm is not None:
-        judge.set_lm(lm)
-    return judge
 
 
 def _map(

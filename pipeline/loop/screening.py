@@ -36,7 +36,8 @@ import random
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from memtrace_loop.pipeline.analysis.evaluation import JUDGE_STAGE, PairedDifference, paired_difference
+from memtrace_loop.pipeline.analysis.evaluation import PairedDifference, paired_difference
+from memtrace_loop.pipeline.analysis.judge import JUDGE_STAGE
 from memtrace_loop.pipeline.core.conventions import answer_name, first_version, turn_name
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import CaseResult

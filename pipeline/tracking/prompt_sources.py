@@ -1,7 +1,7 @@
 """What `prompts=` names: an exported prompt file, a whole registered prompt set, or one registered stage.
 
 `load_prompt_source(source, system, ...)` reads the prompt set a `prompts=` value names, as the
-`ExportedPrompts` that `pipeline.tracking.export.apply_prompts` puts into the system:
+`ExportedPrompts` that `pipeline.core.prompt_files.apply_prompts` puts into the system:
 
 - `registry:<system>@<alias>` (or `registry:<experiment>/<system>@<alias>`): every LLM stage of the run's
   memory system at that alias in the prompt registry of the run's tracking store (`tracking.uri`), in

@@ -9,13 +9,10 @@ A case is *answered* when the run judged it (every `CaseResult`). Its trace:
 - root: the question (inputs: question text, question and conversation ids, category, evidence turn
   ids; outputs: answer, gold, verdict); its state (`QuestionTrace.state`) is ERROR for a wrong answer
   (verdict not CORRECT) and for a case whose answering or judging raised, OK for a correct one;
-- spans: the operations on the question's path (`path_operations`), at most `TraceLimits.max_spans`,
-  in sequence order. Chosen by priority: (1) the operations writing the question's own variables
-  (query expansion, retrieval, answer, judge), (2) the blamed operation and the attributor's other
-  suspects, (3) the path of the evidence turns: the operations that consumed them and those that
-  carried them to the answer, (4) the writers of every version of the memory units the retrieval
-  returned (newest first), (5) any other upstream operation (nearest the answer first). What did not
-  fit is counted in the root's `memtrace.spans_omitted` attribute.
+- spans: the operations on the question's path as `pipeline.analysis.failure_path` selects them (the
+  selection report.html draws: the evidence's path to the answer, the answering chain, the blamed
+  operation and suspects, what the attribution's reason names), at most `TraceLimits.max_spans` by its
+  priority, in sequence order; what did not fit is counted in the root's `memtrace.spans_omitted`.
 - each span's inputs and outputs are its variables (`{variable id: value}`; a retrieval's outputs are
   the memory units it returned as MLflow documents), every value redacted (`core.redaction.redact`)
   THEN cut to `max_chars`, at most `max_values` per side; attributes: op id, name, stage, kind, seq,
@@ -40,16 +37,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution
+from memtrace_loop.pipeline.analysis.failure_path import failure_path
 from memtrace_loop.pipeline.core.conventions import (
     CONSTRUCTION_OP_KINDS,
     MEMORY_KINDS,
     NEAR_MISSES,
     OpKind,
-    answer_name,
-    first_version,
-    split_name,
-    turn_name,
-    verdict_name,
 )
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation
 from memtrace_loop.pipeline.core.records import CaseResult
@@ -67,7 +60,6 @@ __all__ = [
     "QuestionTrace",
     "SpanPlan",
     "TraceLimits",
-    "path_operations",
     "plan_question_trace",
     "plan_run_traces",
 ]
@@ -144,66 +136,6 @@ class QuestionTrace:
     def state(self) -> str:
         """The trace's state in MLflow: OK for a correct answer; ERROR for a wrong one or a failed case."""
         return "OK" if self.correct and self.error is None else "ERROR"
-
-
-# ------------------------------------------------------------------ which operations
-
-
-def _question_key(var_id: str) -> str | None:
-    try:
-        return split_name(var_id)[1]
-    except ValueError:
-        return None
-
-
-def path_operations(
-    graph: ExecutionGraph, case: CaseResult, attribution: Attribution | None = None, max_spans: int = 40
-) -> tuple[tuple[Operation, ...], int]:
-    """The operations on a case's path, at most `max_spans`, in sequence order, and how many more were on
-    it (see the module docstring for the priorities). Empty when the graph does not hold the case."""
-    qid = case.question.id
-    end = graph.latest(verdict_name(qid)) or graph.latest(answer_name(qid))
-    if end is None:
-        return (), 0
-    op_ids = {op.id for op in graph.operations()}
-    upstream = {n for n in graph.ancestors(end.id) if n in op_ids}
-
-    own = sorted((o for o in upstream if any(_question_key(v) == qid for v in graph.operation(o).outputs)),
-                 key=lambda o: graph.operation(o).seq)
-    blamed: list[str] = []
-    if attribution is not None:
-        faults = (attribution.op, *(f.op for f in attribution.suspects), *(f.op for f in attribution.joint))
-        blamed = [o for o in dict.fromkeys(faults) if o in op_ids]
-
-    evidence: set[str] = set()
-    for turn_id in case.question.evidence:
-        turn = first_version(turn_name(turn_id))
-        if turn not in graph:
-            continue
-        evidence.update(o.id for o in graph.consumers(turn))
-        evidence.update(n for n in graph.descendants(turn) if n in upstream)
-
-    units: list[str] = []  # writers of every version of the units the question's retrievals returned
-    for o in own:
-        op = graph.operation(o)
-        if op.kind != OpKind.RETRIEVAL:
-            continue
-        for var_id in op.inputs:
-            var = graph.variable(var_id)
-            if var.kind in MEMORY_KINDS:
-                units.extend(w.id for w in reversed(graph.lineage(var.name)) if w.seq <= op.seq)
-
-    rest = sorted(upstream, key=lambda o: -graph.operation(o).seq)
-    tiers = (own, blamed, sorted(evidence, key=lambda o: graph.operation(o).seq), units, rest)
-    chosen: dict[str, None] = {}
-    on_path: set[str] = set()
-    for tier in tiers:
-        for o in tier:
-            on_path.add(o)
-            if len(chosen) < max_spans:
-                chosen.setdefault(o)
-    ops = sorted((graph.operation(o) for o in chosen), key=lambda op: op.seq)
-    return tuple(ops), len(on_path) - len(ops)
 
 
 # ------------------------------------------------------------------ values
@@ -329,7 +261,8 @@ def plan_question_trace(
     (None: a trace with the root only)."""
     text = _Text(secrets, limits)
     question = case.question
-    ops, omitted = path_operations(graph, case, attribution, limits.max_spans) if graph is not None else ((), 0)
+    ops, omitted = (failure_path(graph, case, attribution).operations(graph, limits.max_spans)
+                    if graph is not None else ((), 0))
     spans = tuple(_plan_span(graph, op, attribution, text) for op in ops) if graph is not None else ()
     tags = {
         TAG_CONVERSATION: text(question.conversation_id, 250), TAG_QUESTION: text(question.id, 250),

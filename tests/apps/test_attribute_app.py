@@ -103,8 +103,8 @@ def test_verified_attribution_of_a_saved_run_matches_in_process_replay(source, m
 
 def test_cases_round_trip_and_a_saved_run_reads_back(tmp_path):
     from memtrace_loop.memory_systems.registry import build_memory_system
+    from memtrace_loop.pipeline.analysis.judge import make_judge
     from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
-    from memtrace_loop.pipeline.loop.runner import make_judge
 
     from tests.support.sim import sim_lm
 

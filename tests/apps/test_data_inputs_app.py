@@ -22,8 +22,9 @@ from memtrace_loop.experiments.optimize import optimize
 from memtrace_loop.experiments.report import report as report_app
 from memtrace_loop.experiments.run import run
 from memtrace_loop.experiments.sim_notice import TEST_WORLD_NOTE_TAG, TEST_WORLD_TAG, stand_in_notice
-from memtrace_loop.pipeline.data.locomo import load_locomo, split_by_conversation
+from memtrace_loop.pipeline.data.locomo import load_locomo
 from memtrace_loop.pipeline.data.longmemeval import load_longmemeval
+from memtrace_loop.pipeline.data.splits import split_by_conversation
 from memtrace_loop.pipeline.tracking.run_logging import dataset_digest
 from memtrace_loop.pipeline.tracking.run_record import read_run_record
 from mlflow.tracking import MlflowClient

@@ -13,7 +13,8 @@ import pytest
 from hydra import compose, initialize_config_module
 from memtrace_loop.experiments.optimize import optimize
 from memtrace_loop.experiments.run import run
-from memtrace_loop.pipeline.data.locomo import DataError, EmptySplitError
+from memtrace_loop.pipeline.data.locomo import DataError
+from memtrace_loop.pipeline.data.splits import EmptySplitError
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 

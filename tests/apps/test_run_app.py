@@ -13,10 +13,11 @@ import pytest
 from hydra import compose, initialize_config_module
 from memtrace_loop.experiments.factory import build_memory_system, load_dataset, select_split
 from memtrace_loop.experiments.run import run
+from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.graph_io import graph_from_json, graph_to_json
-from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
+from memtrace_loop.pipeline.loop.runner import run_dataset
 from mlflow.tracking import MlflowClient
 
 from tests.support.paths import REPO

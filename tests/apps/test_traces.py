@@ -16,11 +16,12 @@ from memtrace_loop.experiments.config import TrackingConfig
 from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
 from memtrace_loop.pipeline.analysis.attribution.protocol import TracedRun, attribute_run
+from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.embeddings import build_embedder
 from memtrace_loop.pipeline.core.conventions import answer_name, verdict_name
 from memtrace_loop.pipeline.core.redaction import REDACTED, redact
 from memtrace_loop.pipeline.core.stop import Interrupted, StopToken
-from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
+from memtrace_loop.pipeline.loop.runner import run_dataset
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.question_trace import TraceLimits, plan_run_traces
 from memtrace_loop.pipeline.tracking.traces import log_question_traces

@@ -16,10 +16,11 @@ from memtrace_loop.memory_systems.mem0.system import Mem0Knobs, Mem0Memory
 from memtrace_loop.pipeline.analysis.attribution.lineage import ConversationLineage, attribute_failures
 from memtrace_loop.pipeline.analysis.attribution.records import ErrorType
 from memtrace_loop.pipeline.analysis.blame import aggregate_blame
+from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.records import PromptSet
 from memtrace_loop.pipeline.data.locomo import parse_locomo
-from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
+from memtrace_loop.pipeline.loop.runner import run_dataset
 from memtrace_loop.pipeline.sim.rules import rules_in, with_rules
 from memtrace_loop.pipeline.sim.stages import expected_cause
 from memtrace_loop.pipeline.sim.world import generate_locomo, planted_questions

@@ -23,10 +23,10 @@ from memtrace_loop.experiments.lab.benchmark.scoring import FaultKind, score_att
 from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system, spec_of
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Tunable
+from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.registry import backend_test_world
 from memtrace_loop.pipeline.interop.exec_network import to_exec_network
-from memtrace_loop.pipeline.loop.runner import make_judge
 
 from tests.support.sim import sim_dataset, sim_lm
 from tests.support.tracking import InMemoryTracker

@@ -11,12 +11,13 @@ import pytest
 from memtrace_loop.memory_systems.mem0.system import Mem0Memory
 from memtrace_loop.optimizers.base import Candidate, OptimizationContext
 from memtrace_loop.optimizers.registry import build_optimizer
+from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.call_count import BUDGET_ROLES, CallLedger
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMSet
-from memtrace_loop.pipeline.data.locomo import split_by_conversation
-from memtrace_loop.pipeline.loop.optimization import LoopSettings, OptimizationLoop, Splits
-from memtrace_loop.pipeline.loop.runner import make_judge
+from memtrace_loop.pipeline.data.splits import split_by_conversation
+from memtrace_loop.pipeline.loop.checkpoint import Checkpoint, read_checkpoint
+from memtrace_loop.pipeline.loop.optimization import LoopSettings, OptimizationLoop
 
 from tests.support.loops import Interrupted, StopAfter
 from tests.support.sim import sim_dataset, sim_lm
@@ -39,9 +40,9 @@ class _StepLoggingLoop(OptimizationLoop):
     steps: Steps
 
     def evaluate(self, prompts, split, iteration, dataset=None, knobs=None):
-        before = self.budget_spent()
+        before = self.budget.spent()
         result = super().evaluate(prompts, split, iteration, dataset, knobs=knobs)
-        self.steps.rows.append((f"{split}@{iteration}", before, self.budget_spent()))
+        self.steps.rows.append((f"{split}@{iteration}", before, self.budget.spent()))
         return result
 
 
@@ -65,7 +66,7 @@ class _StepLoggingOptimizer:
         return candidates
 
 
-def run(name: str, budget: int, max_iterations: int = 10, useless_first: bool = False, resume: bool = False,
+def run(name: str, budget: int, max_iterations: int = 10, useless_first: bool = False, resume: Checkpoint | None = None,
         **kwargs):
     ledger = CallLedger()
     lms = ledger.counted(LMSet(*(sim_lm(reuse_calls=False) for _ in range(4))))  # the budgets below: calls made
@@ -76,7 +77,7 @@ def run(name: str, budget: int, max_iterations: int = 10, useless_first: bool = 
     steps = Steps()
     optimizer = _StepLoggingOptimizer(build_optimizer(name, lms.rewriter, system=system), steps, useless_first)
     loop = _StepLoggingLoop(
-        system, make_judge(lms.judge), optimizer, Splits(parts.train, parts.dev, parts.test),
+        system, make_judge(lms.judge), optimizer, parts,
         replace(SETTINGS, budget_calls=budget, max_iterations=max_iterations), calls=ledger, **kwargs,
     )
     loop.steps = steps
@@ -160,7 +161,7 @@ def test_the_loop_needs_a_ledger_and_a_budget_must_not_be_negative():
     system.set_lm(lm)
     dataset = sim_dataset(seed=0, n_conversations=4)
     parts = split_by_conversation(dataset, (0.5, 0.25, 0.25), seed=0)
-    splits = Splits(parts.train, parts.dev, parts.test)
+    splits = parts
     with pytest.raises(TypeError, match="calls"):
         OptimizationLoop(system, make_judge(lm), build_optimizer("none", lm), splits, SETTINGS)
     with pytest.raises(ValueError, match="budget_calls must be >= 0"):
@@ -181,7 +182,7 @@ def test_a_resumed_run_continues_the_budget_its_checkpoint_recorded(tmp_path):
     recorded = json.loads(checkpoint.read_text())["budget_spent"]
     assert recorded == budget - 1  # spent by the end of iteration 1, just before train@2 started
 
-    resumed, steps, _, _ = run("attribution", budget, resume=True, checkpoint=checkpoint)
+    resumed, steps, _, _ = run("attribution", budget, resume=read_checkpoint(checkpoint, None), checkpoint=checkpoint)
     assert resumed.stop_reason == "budget" and [s.iteration for s in resumed.history] == [0, 1, 2]
     kind, before, after = [row for row in steps.rows if not row[0].startswith("test@")][-1]
     assert kind == "train@2" and before == recorded  # the dev re-evaluation at resume was not counted

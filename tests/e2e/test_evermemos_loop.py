@@ -19,12 +19,14 @@ from memtrace_loop.memory_systems.evermemos.system import EverMemOSKnobs, EverMe
 from memtrace_loop.optimizers.feedback import feedback_for_attribution, fold_feedback
 from memtrace_loop.optimizers.registry import build_optimizer
 from memtrace_loop.pipeline.analysis.attribution.lineage import attribute_failures
+from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.call_count import CallLedger
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.records import PromptSet
-from memtrace_loop.pipeline.data.locomo import parse_locomo, split_by_conversation
-from memtrace_loop.pipeline.loop.optimization import LoopSettings, OptimizationLoop, Splits
-from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
+from memtrace_loop.pipeline.data.locomo import parse_locomo
+from memtrace_loop.pipeline.data.splits import split_by_conversation
+from memtrace_loop.pipeline.loop.optimization import LoopSettings, OptimizationLoop
+from memtrace_loop.pipeline.loop.runner import run_dataset
 from memtrace_loop.pipeline.sim.rewriter import rewrite
 from memtrace_loop.pipeline.sim.rules import RULES_BY_ID, rules_for_stage, rules_in, rules_pointed_by, with_rules
 from memtrace_loop.pipeline.sim.stages import stage_for_outputs
@@ -158,7 +160,7 @@ def test_the_loop_improves_test_accuracy_and_blames_only_stages_the_system_has()
     settings = LoopSettings(max_iterations=4, patience=2, min_gain=0.02, max_candidates=2, workers=2)
     result = OptimizationLoop(
         system, make_judge(lms.judge), build_optimizer("attribution", lms.rewriter, system=system),
-        Splits(parts.train, parts.dev, parts.test),
+        parts,
         settings, calls=calls,
     ).run()
     start, final = result.test_start.report.overall, result.test_final.report.overall

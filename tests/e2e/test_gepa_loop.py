@@ -22,10 +22,10 @@ from memtrace_loop.optimizers.gepa_blame import (
 from memtrace_loop.optimizers.gepa_program import JudgeMetric, MemoryProgram, question_examples, save_program_state
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
-from memtrace_loop.pipeline.data.locomo import split_by_conversation
+from memtrace_loop.pipeline.data.splits import split_by_conversation
 from memtrace_loop.pipeline.loop.case_runner import LoopCaseRunner
 from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
-from memtrace_loop.pipeline.loop.optimization import LoopSettings, OptimizationLoop, Splits
+from memtrace_loop.pipeline.loop.optimization import LoopSettings, OptimizationLoop
 
 from tests.support.gepa_world import SMALL, World
 from tests.support.reflection import reflection_lm
@@ -106,7 +106,7 @@ def test_the_final_prompts_load_as_a_dspy_program_and_dspy_evaluate_gives_the_lo
     lm, _ = reflection_lm(w.stage_rewrite())
     parts = split_by_conversation(sim_dataset(seed=0, n_conversations=4), (0.5, 0.25, 0.25), seed=0)
     loop = OptimizationLoop(
-        w.system, w.judge, GepaOptimizer(lm, SMALL), Splits(parts.train, parts.dev, parts.test),
+        w.system, w.judge, GepaOptimizer(lm, SMALL), parts,
         LoopSettings(max_iterations=1, workers=2), calls=w.ledger,
     )
     result = loop.run()

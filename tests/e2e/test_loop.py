@@ -14,22 +14,16 @@ from memtrace_loop.memory_systems.mem0.system import Mem0Memory
 from memtrace_loop.optimizers.base import Candidate, CandidateEvaluation, OptimizationContext
 from memtrace_loop.optimizers.registry import build_optimizer
 from memtrace_loop.pipeline.analysis.evaluation import paired_difference
+from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.call_count import CallLedger
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMSet
-from memtrace_loop.pipeline.core.prompt_files import ExportedPrompts, read_prompts, write_prompts
-from memtrace_loop.pipeline.data.locomo import split_by_conversation
-from memtrace_loop.pipeline.loop.checkpoint import CheckpointError
+from memtrace_loop.pipeline.core.prompt_files import ExportedPrompts, apply_prompts, read_prompts, write_prompts
+from memtrace_loop.pipeline.data.splits import Split, split_by_conversation
+from memtrace_loop.pipeline.loop.checkpoint import CheckpointError, read_checkpoint
 from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
-from memtrace_loop.pipeline.loop.optimization import (
-    IterationRecord,
-    LoopEvaluator,
-    LoopSettings,
-    OptimizationLoop,
-    Splits,
-)
-from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
-from memtrace_loop.pipeline.tracking.export import apply_prompts
+from memtrace_loop.pipeline.loop.optimization import IterationRecord, LoopEvaluator, LoopSettings, OptimizationLoop
+from memtrace_loop.pipeline.loop.runner import run_dataset
 from memtrace_loop.pipeline.tracking.loop_observer import TrackingLoopObserver
 
 from tests.support.loops import Interrupted, StopAfter
@@ -42,10 +36,10 @@ pytestmark = pytest.mark.slow
 SETTINGS = LoopSettings(max_iterations=5, patience=2, min_gain=0.02, max_candidates=2, workers=2)
 
 
-def splits() -> Splits:
+def splits() -> Split:
     dataset = sim_dataset(seed=0, n_conversations=8)
     parts = split_by_conversation(dataset, (0.5, 0.25, 0.25), seed=0)
-    return Splits(parts.train, parts.dev, parts.test)
+    return parts
 
 
 def attribution_optimizer(lm):
@@ -218,7 +212,7 @@ def test_an_interrupted_run_resumes_to_the_same_result(results, tmp_path, interr
     if interrupt_after == 0:
         assert not checkpoint.exists()
         return
-    resumed = make_loop(checkpoint=checkpoint, config_digest="cfg").run(resume=True)
+    resumed = make_loop(checkpoint=checkpoint, config_digest="cfg").run(resume=read_checkpoint(checkpoint, "cfg"))
     uninterrupted = results["attribution"]
     assert resumed.final_prompts == uninterrupted.final_prompts
     assert resumed.final_knobs == uninterrupted.final_knobs
@@ -229,7 +223,7 @@ def test_an_interrupted_run_resumes_to_the_same_result(results, tmp_path, interr
     spent = [(s.budget_spent, u.budget_spent) for s, u in zip(resumed.history, uninterrupted.history, strict=True)]
     assert all(r == u for r, u in spent[:interrupt_after]) and all(r >= u for r, u in spent[interrupt_after:])
     with pytest.raises(CheckpointError, match="another configuration"):
-        make_loop(checkpoint=checkpoint, config_digest="other").run(resume=True)
+        read_checkpoint(checkpoint, "other")
 
 
 def test_exported_prompts_reproduce_the_final_metrics_exactly(results, tmp_path):

@@ -15,12 +15,12 @@ import pytest
 from memtrace_loop.experiments.console import loop_tables
 from memtrace_loop.memory_systems.mem0.system import Mem0Memory
 from memtrace_loop.optimizers.registry import build_optimizer
+from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.call_count import CallLedger
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMSet
-from memtrace_loop.pipeline.data.locomo import split_by_conversation
-from memtrace_loop.pipeline.loop.optimization import IterationRecord, LoopResult, LoopSettings, OptimizationLoop, Splits
-from memtrace_loop.pipeline.loop.runner import make_judge
+from memtrace_loop.pipeline.data.splits import split_by_conversation
+from memtrace_loop.pipeline.loop.optimization import IterationRecord, LoopResult, LoopSettings, OptimizationLoop
 from memtrace_loop.pipeline.tracking.loop_observer import TrackingLoopObserver
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.plots import DEV_LABEL, IterationScore, scores_figure
@@ -75,7 +75,7 @@ def tracked(tmp_path_factory):
             loop_started = time.time()
             loop = OptimizationLoop(
                 system, make_judge(lms.judge), build_optimizer("attribution", lms.rewriter, system=system),
-                Splits(parts.train, parts.dev, parts.test), LoopSettings(max_iterations=1, patience=2, workers=2),
+                parts, LoopSettings(max_iterations=1, patience=2, workers=2),
                 observers=[ended, observer, begun], calls=calls,
             )
             result = loop.run()

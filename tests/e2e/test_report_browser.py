@@ -45,8 +45,9 @@ def report_path(tmp_path_factory) -> tuple[Path, str]:
     """report.html of a real sim run (mem0, 2 conversations, lineage attributions), with one failed
     answer replaced by markup; returns the path and that question's id."""
     from memtrace_loop.experiments.factory import build_memory_system, load_dataset
+    from memtrace_loop.pipeline.analysis.judge import make_judge
     from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
-    from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
+    from memtrace_loop.pipeline.loop.runner import run_dataset
     from memtrace_loop.pipeline.report import report_for_run
 
     from tests.support.sim import sim_lm
@@ -191,8 +192,9 @@ def locomo_layout_report(tmp_path_factory) -> tuple[Path, str]:
     from memtrace_loop.experiments.factory import build_memory_system, load_dataset
     from memtrace_loop.pipeline.analysis.attribution.lineage import attribute_failures
     from memtrace_loop.pipeline.analysis.diagnosis import diagnose
+    from memtrace_loop.pipeline.analysis.judge import make_judge
     from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
-    from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
+    from memtrace_loop.pipeline.loop.runner import run_dataset
     from memtrace_loop.pipeline.report import report_for_run
     from memtrace_loop.pipeline.sim.world import generate_locomo
 
@@ -284,9 +286,10 @@ def test_on_real_locomo_every_missed_retrieval_draws_its_unit_and_search(tmp_pat
     stand-in LM: most failures are missed retrievals; each one's drawing holds the unit its reason
     names and the search, and no reason denies a drawn evidence turn."""
     from memtrace_loop.experiments.factory import build_memory_system
+    from memtrace_loop.pipeline.analysis.judge import make_judge
     from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
     from memtrace_loop.pipeline.data.locomo import load_locomo
-    from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
+    from memtrace_loop.pipeline.loop.runner import run_dataset
     from memtrace_loop.pipeline.report import report_for_run
 
     from tests.support.paths import LOCOMO

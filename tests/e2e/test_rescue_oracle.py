@@ -23,10 +23,11 @@ from memtrace_loop.experiments.lab.benchmark.rescue import (
     world_system,
 )
 from memtrace_loop.experiments.lab.benchmark.rescue_scoring import RescueScore, bar_summary
+from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.registry import backend_test_world
 from memtrace_loop.pipeline.core.records import Dataset
 from memtrace_loop.pipeline.data.registry import load_dataset
-from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
+from memtrace_loop.pipeline.loop.runner import run_dataset
 from rich.console import Console
 from rich.progress import Progress
 

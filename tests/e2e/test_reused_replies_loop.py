@@ -10,13 +10,13 @@ from dataclasses import replace
 import pytest
 from memtrace_loop.memory_systems.mem0.system import Mem0Memory
 from memtrace_loop.optimizers.registry import build_optimizer
+from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.call_count import BUDGET_ROLES, CallLedger
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMConfig, LMSet
 from memtrace_loop.pipeline.backends.registry import build_lm
-from memtrace_loop.pipeline.data.locomo import split_by_conversation
-from memtrace_loop.pipeline.loop.optimization import LoopResult, LoopSettings, OptimizationLoop, Splits
-from memtrace_loop.pipeline.loop.runner import make_judge
+from memtrace_loop.pipeline.data.splits import split_by_conversation
+from memtrace_loop.pipeline.loop.optimization import LoopResult, LoopSettings, OptimizationLoop
 from memtrace_loop.pipeline.loop.summaries import IterationSummary
 
 from tests.support.sim import sim_dataset
@@ -34,7 +34,7 @@ def run_loop(reuse: bool) -> LoopResult:
     system.set_lm(lms.task)
     parts = split_by_conversation(sim_dataset(seed=0, n_conversations=6), (0.5, 0.25, 0.25), seed=0)
     optimizer = build_optimizer("attribution", lms.rewriter, system=system)
-    loop = OptimizationLoop(system, make_judge(lms.judge), optimizer, Splits(parts.train, parts.dev, parts.test),
+    loop = OptimizationLoop(system, make_judge(lms.judge), optimizer, parts,
                             SETTINGS, calls=calls)
     return loop.run()
 

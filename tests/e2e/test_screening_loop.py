@@ -11,14 +11,14 @@ import pytest
 from memtrace_loop.memory_systems.mem0.system import Mem0Memory
 from memtrace_loop.optimizers.base import Candidate, OptimizationContext
 from memtrace_loop.optimizers.registry import build_optimizer
+from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.call_count import CallLedger
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMSet
-from memtrace_loop.pipeline.data.locomo import split_by_conversation
+from memtrace_loop.pipeline.data.splits import split_by_conversation
 from memtrace_loop.pipeline.loop.costs import candidate_costs
 from memtrace_loop.pipeline.loop.evaluator import LoopEvaluator
-from memtrace_loop.pipeline.loop.optimization import LoopSettings, OptimizationLoop, Splits
-from memtrace_loop.pipeline.loop.runner import make_judge
+from memtrace_loop.pipeline.loop.optimization import LoopSettings, OptimizationLoop
 from memtrace_loop.pipeline.loop.screening import ScreenSettings
 
 from tests.support.sim import sim_dataset, sim_lm
@@ -54,7 +54,7 @@ def _loop(screen: ScreenSettings, optimizer_name: str = "attribution", useless_f
     parts = split_by_conversation(sim_dataset(seed=0, n_conversations=8), (0.5, 0.25, 0.25), seed=0)
     optimizer = build_optimizer(optimizer_name, lms.rewriter, system=system)
     optimizer = _UselessFirst(optimizer) if useless_first else optimizer
-    return OptimizationLoop(system, make_judge(lms.judge), optimizer, Splits(parts.train, parts.dev, parts.test),
+    return OptimizationLoop(system, make_judge(lms.judge), optimizer, parts,
                             replace(SETTINGS, screen=screen), calls=calls)
 
 
@@ -111,11 +111,11 @@ def test_a_screened_out_candidates_dev_questions_are_answered_from_its_screen_an
     screens = loop.screens(dev, 1)
     evaluator = LoopEvaluator(loop, 1, {}, start, screens)
     noop = start.replace(respond=start["respond"] + " Be concise.")
-    spent = loop.budget_spent()
+    spent = loop.budget.spent()
     cases = [evaluator.run_case(evaluator.system(noop), "dev", r.question.id) for r in dev.results]
     outcome = screens.outcome(noop, {}, ("respond",))  # the one the first case ran, kept
     assert outcome is not None and not outcome.verdict.passed
-    assert loop.budget_spent() - spent == outcome.calls > 0  # nothing beyond the screen
+    assert loop.budget.spent() - spent == outcome.calls > 0  # nothing beyond the screen
     screened = {r.question.id: r for r in outcome.run.results} if outcome.run is not None else {}
     assert screened
     for case, incumbent in zip(cases, dev.results, strict=True):

@@ -20,6 +20,7 @@ pytestmark = pytest.mark.slow
 
 
 from memtrace_loop.memory_systems.mem0 import system as mem0  # noqa: E402
+from memtrace_loop.pipeline.analysis.judge import make_judge  # noqa: E402
 from memtrace_loop.pipeline.backends import embeddings  # noqa: E402
 from memtrace_loop.pipeline.core import records  # noqa: E402
 from memtrace_loop.pipeline.data import locomo as data  # noqa: E402
@@ -45,7 +46,7 @@ def runs() -> dict[str, list[tuple[dict, bool]]]:
     out = {}
     for label, system in (("default", default), ("all_rules", _all_rules(default))):
         with dspy.context(lm=lm):
-            result = runner.run_dataset(system, runner.make_judge(), dataset, workers=1, exclude_categories=())
+            result = runner.run_dataset(system, make_judge(), dataset, workers=1, exclude_categories=())
         out[label] = [(planted[(r.question.conversation_id, r.question.text)], r.correct) for r in result.results]
     return out
 

@@ -11,13 +11,13 @@ from hydra import compose, initialize_config_module
 from memtrace_loop.experiments.run import run
 from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system, spec_of
 from memtrace_loop.optimizers.registry import build_optimizer
+from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.call_count import CallLedger
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.graph import OpKind
 from memtrace_loop.pipeline.core.graph_io import graph_from_json
-from memtrace_loop.pipeline.data.locomo import split_by_conversation
-from memtrace_loop.pipeline.loop.optimization import LoopSettings, OptimizationLoop, Splits
-from memtrace_loop.pipeline.loop.runner import make_judge
+from memtrace_loop.pipeline.data.splits import split_by_conversation
+from memtrace_loop.pipeline.loop.optimization import LoopSettings, OptimizationLoop
 from mlflow.tracking import MlflowClient
 
 from tests.support.paths import LOCOMO
@@ -74,7 +74,7 @@ def test_the_loop_improves_each_system_and_blames_only_its_stages(name):
     system.set_lm(lms.task)
     loop = OptimizationLoop(
         system, make_judge(lms.judge), build_optimizer("attribution", lms.rewriter, system=system),
-        Splits(parts.train, parts.dev, parts.test),
+        parts,
         LoopSettings(max_iterations=4, patience=2, min_gain=0.02, max_candidates=2, workers=2), calls=calls,
     )
     result = loop.run()

@@ -8,13 +8,13 @@ from dataclasses import replace
 import pytest
 from memtrace_loop.memory_systems.mem0.system import Mem0Memory
 from memtrace_loop.optimizers.registry import build_optimizer
+from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.call_count import CallLedger
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMSet
-from memtrace_loop.pipeline.data.locomo import split_by_conversation
-from memtrace_loop.pipeline.loop.optimization import LoopResult, LoopSettings, OptimizationLoop, Splits
-from memtrace_loop.pipeline.loop.runner import make_judge
-from memtrace_loop.pipeline.loop.splits import train_part
+from memtrace_loop.pipeline.data.splits import Split, split_by_conversation, train_part
+from memtrace_loop.pipeline.loop.checkpoint import read_checkpoint
+from memtrace_loop.pipeline.loop.optimization import LoopResult, LoopSettings, OptimizationLoop
 
 from tests.support.loops import Interrupted, StopAfter
 from tests.support.sim import sim_dataset, sim_lm
@@ -24,9 +24,9 @@ pytestmark = pytest.mark.slow
 SETTINGS = LoopSettings(max_iterations=5, patience=2, min_gain=0.02, max_candidates=2, workers=2)
 
 
-def splits() -> Splits:
+def splits() -> Split:
     parts = split_by_conversation(sim_dataset(seed=0, n_conversations=8), (0.5, 0.25, 0.25), seed=0)
-    return Splits(parts.train, parts.dev, parts.test)
+    return parts
 
 
 def make_loop(settings: LoopSettings, **kwargs) -> OptimizationLoop:
@@ -73,7 +73,8 @@ def test_a_resumed_run_reads_the_same_parts_and_ends_the_same(runs, tmp_path) ->
     checkpoint = tmp_path / "checkpoint.json"
     with pytest.raises(Interrupted):
         make_loop(settings, checkpoint=checkpoint, observers=[StopAfter(3)], config_digest="cfg").run()
-    resumed = make_loop(settings, checkpoint=checkpoint, config_digest="cfg").run(resume=True)
+    resumed = make_loop(settings, checkpoint=checkpoint, config_digest="cfg").run(
+        resume=read_checkpoint(checkpoint, "cfg"))
     assert resumed.final_prompts == runs[1].final_prompts
     assert [train_ids(r) for r in resumed.iterations] == [train_ids(r) for r in runs[1].iterations[3:]]
     assert resumed.test_final.results == runs[1].test_final.results

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system, spec_of
+from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.conventions import (
     MEMORY_KINDS,
@@ -17,7 +18,7 @@ from memtrace_loop.pipeline.core.conventions import (
     prompt_name,
     split_name,
 )
-from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
+from memtrace_loop.pipeline.loop.runner import run_dataset
 
 from tests.support.sim import sim_dataset, sim_lm
 

@@ -22,9 +22,10 @@ from memtrace_loop.pipeline.analysis.attribution.llm import LLMAttributor, LLMAt
 from memtrace_loop.pipeline.analysis.attribution.records import ErrorType, Tunable
 from memtrace_loop.pipeline.analysis.attribution.walk_render import fit_step, focus_clip
 from memtrace_loop.pipeline.analysis.attribution.walk_signatures import JudgeOperation
+from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.data.locomo import parse_locomo
-from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
+from memtrace_loop.pipeline.loop.runner import run_dataset
 from memtrace_loop.pipeline.sim import stand_in
 
 from tests.support.paths import LOCOMO

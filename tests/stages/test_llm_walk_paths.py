@@ -24,10 +24,11 @@ from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Err
 from memtrace_loop.pipeline.analysis.attribution.repairs import needed_top_k
 from memtrace_loop.pipeline.analysis.attribution.walk_paths import InformationPath
 from memtrace_loop.pipeline.analysis.attribution.walk_signatures import JudgeOperation
+from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.conventions import MEMORY_KINDS, first_version, name_of, turn_name
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
-from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
+from memtrace_loop.pipeline.loop.runner import run_dataset
 from memtrace_loop.pipeline.sim import attributor_handler
 from memtrace_loop.pipeline.sim.protocol import StageRequest
 

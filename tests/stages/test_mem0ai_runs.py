@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 from memtrace_loop.memory_systems.registry import build_memory_system
+from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.graph_io import graph_to_dict
-from memtrace_loop.pipeline.loop.runner import RunResult, make_judge, run_dataset
+from memtrace_loop.pipeline.loop.runner import RunResult, run_dataset
 
 from tests.support.sim import sim_dataset, sim_lm
 

@@ -14,13 +14,14 @@ from memtrace_loop.memory_systems.signatures import render_turn
 from memtrace_loop.pipeline.analysis.attribution.lineage import attribute_failures
 from memtrace_loop.pipeline.analysis.attribution.records import ErrorType
 from memtrace_loop.pipeline.analysis.blame import aggregate_blame
+from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.tokens import ApproximateCounter, build_token_counter
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, OpKind
 from memtrace_loop.pipeline.core.records import Conversation, Question, Turn
 from memtrace_loop.pipeline.core.tracing import Tracer
 from memtrace_loop.pipeline.data.locomo import load_locomo, parse_locomo
-from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
+from memtrace_loop.pipeline.loop.runner import run_dataset
 from memtrace_loop.pipeline.sim.handlers import NOT_MENTIONED, answer_question
 from memtrace_loop.pipeline.sim.rules import RULES, rules_in, with_rules
 from memtrace_loop.pipeline.sim.stages import expected_cause

@@ -27,10 +27,11 @@ from memtrace_loop.pipeline.analysis.attribution.repairs import (
 from memtrace_loop.pipeline.analysis.attribution.replay import Replayer, widened, with_stage_defaults
 from memtrace_loop.pipeline.analysis.attribution.verification import Verifier, VerifyingAttributor
 from memtrace_loop.pipeline.analysis.blame import aggregate_blame
+from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.embeddings import build_embedder
 from memtrace_loop.pipeline.core.conventions import NEAR_MISSES, query_name
 from memtrace_loop.pipeline.core.tracing import Tracer
-from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
+from memtrace_loop.pipeline.loop.runner import run_dataset
 
 from tests.support.sim import sim_dataset, sim_lm
 

@@ -279,9 +279,9 @@ def test_judge(lm: dspy.LM, gold: str, prediction: str, label: str) -> None:
 
 
 def test_project_judge_signature_is_served() -> None:
-    from memtrace_loop.pipeline.analysis import evaluation
+    from memtrace_loop.pipeline.analysis import judge
     with dspy.context(lm=dspy.LM("sim/stand-in", engine=SimEngine(), cache=False)):
-        result = dspy.Predict(evaluation.JudgeAnswer)(
+        result = dspy.Predict(judge.JudgeAnswer)(
             question="When?", gold_answer="6 May 2023", generated_answer="on May 6, 2023"
         )
     assert result.label == "CORRECT"

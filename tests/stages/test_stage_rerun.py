@@ -27,13 +27,14 @@ from memtrace_loop.memory_systems.mem0ai.recall import memories_of
 from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system, spec_of
 from memtrace_loop.memory_systems.signatures import MemoryAction
 from memtrace_loop.memory_systems.spec import Replay
+from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.conventions import Namespace, OpStatus, is_in
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation
 from memtrace_loop.pipeline.core.records import PromptSet
 from memtrace_loop.pipeline.core.tracing import Tracer
 from memtrace_loop.pipeline.data.locomo import parse_locomo
-from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
+from memtrace_loop.pipeline.loop.runner import run_dataset
 from memtrace_loop.pipeline.sim.world import generate_locomo
 
 from tests.support.sim import CONVERSATION, sim_lm

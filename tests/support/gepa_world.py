@@ -9,13 +9,13 @@ from memtrace_loop.optimizers.base import OptimizationContext
 from memtrace_loop.optimizers.gepa import Settings
 from memtrace_loop.optimizers.gepa_program import MemoryProgram
 from memtrace_loop.pipeline.analysis.blame import BlameTable
+from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.call_count import CallLedger
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.registry import backend_test_world
-from memtrace_loop.pipeline.data.locomo import split_by_conversation
+from memtrace_loop.pipeline.data.splits import split_by_conversation
 from memtrace_loop.pipeline.loop.case_runner import LoopCaseRunner
 from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
-from memtrace_loop.pipeline.loop.runner import make_judge
 
 from tests.support.sim import counted_sim_lms, sim_dataset
 

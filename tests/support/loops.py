@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from memtrace_loop.memory_systems.mem0.system import Mem0Memory
 from memtrace_loop.optimizers.registry import build_optimizer
+from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.call_count import CallLedger
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
-from memtrace_loop.pipeline.data.locomo import split_by_conversation
-from memtrace_loop.pipeline.loop.optimization import LoopResult, LoopSettings, OptimizationLoop, Splits
-from memtrace_loop.pipeline.loop.runner import make_judge
+from memtrace_loop.pipeline.data.splits import split_by_conversation
+from memtrace_loop.pipeline.loop.optimization import LoopResult, LoopSettings, OptimizationLoop
 
 from tests.support.sim import counted_sim_lms, sim_dataset
 
@@ -23,7 +23,7 @@ def sim_attribution_loop(n_conversations: int, max_iterations: int, patience: in
     settings = LoopSettings(max_iterations=max_iterations, patience=patience, min_gain=0.02,
                             max_candidates=max_candidates, workers=2)
     loop = OptimizationLoop(system, make_judge(lms.judge), build_optimizer("attribution", lms.rewriter, system=system),
-                            Splits(parts.train, parts.dev, parts.test), settings, calls=calls)
+                            parts, settings, calls=calls)
     return loop.run()
 
 

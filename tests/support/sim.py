@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import dspy
 from memtrace_loop.memory_systems.registry import build_memory_system
+from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.call_count import CallLedger
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMConfig, LMSet
 from memtrace_loop.pipeline.backends.registry import build_lm
 from memtrace_loop.pipeline.core.records import Conversation, Dataset, Question, Turn
 from memtrace_loop.pipeline.data.locomo import parse_locomo
-from memtrace_loop.pipeline.loop.runner import RunResult, make_judge, run_dataset
+from memtrace_loop.pipeline.loop.runner import RunResult, run_dataset
 from memtrace_loop.pipeline.sim.world import generate_locomo
 
 # A three-turn conversation whose answer changes (Paris, then Rome), for scripted-LM tests of a system.

@@ -21,10 +21,10 @@ from memtrace_loop.pipeline.analysis.attribution.records import (
 )
 from memtrace_loop.pipeline.analysis.attribution.registry import attributor_settings, build_attributor
 from memtrace_loop.pipeline.analysis.attribution.verification import VerifyingAttributor
+from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.embeddings import EmbedderConfig, HashingEmbedder
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.records import CaseResult, Question, Scores
-from memtrace_loop.pipeline.loop.runner import make_judge
 from memtrace_loop.pipeline.tracking.run_logging import attribution_columns, attribution_metrics, attribution_rows
 
 from tests.support.sim import sim_lm

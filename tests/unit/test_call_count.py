@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import dspy
 import pytest
 from dspy.clients.cache import Cache
-from memtrace_loop.pipeline.analysis.evaluation import JudgeAnswer
+from memtrace_loop.pipeline.analysis.judge import JudgeAnswer
 from memtrace_loop.pipeline.backends.call_count import BUDGET_ROLES, CallLedger, CallTally, RoleCalls
 from memtrace_loop.pipeline.backends.lm import LMConfig, LMSet
 from memtrace_loop.pipeline.backends.registry import build_lm

@@ -1,5 +1,5 @@
 """A loop checkpoint is checked against its schema and its run before `resume=` trusts it
-(`pipeline.loop.checkpoint`, `checkpoint_schema`): each corruption is ONE line naming the file and the
+(`pipeline.loop.checkpoint`): each corruption is ONE line naming the file and the
 field; an intact checkpoint reads back to the progress that was written."""
 
 from __future__ import annotations
@@ -17,16 +17,17 @@ from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.records import PromptSet
 from memtrace_loop.pipeline.core.run_folder import RunFolder
 from memtrace_loop.pipeline.loop.checkpoint import (
+    EXTRA_FIELDS,
+    FIELDS,
+    Checkpoint,
     CheckpointError,
+    FinishedRun,
     LoopProgress,
-    check_checkpoint,
-    check_checkpoint_stages,
     folder_run_id,
-    progress_of,
+    mark_finished,
     read_checkpoint,
     write_checkpoint,
 )
-from memtrace_loop.pipeline.loop.checkpoint_schema import EXTRA_FIELDS, FIELDS
 from memtrace_loop.pipeline.loop.summaries import CandidateSummary, IterationSummary
 
 DIGEST = "cfg-digest"
@@ -51,18 +52,17 @@ PROGRESS = LoopProgress(2, CURRENT, 1, START, tuple(_summary(i) for i in range(3
 MEM0 = build_memory_system({"name": "mem0"}, HashingEmbedder())  # stages extract, decide, respond; knobs top_k, ...
 
 
-def validated(path: Path) -> dict[str, Any]:
-    """What `memtrace optimize resume=` does before anything else: schema, run, then the system's stages."""
-    data = read_checkpoint(path)
-    check_checkpoint(path, data, DIGEST)
-    check_checkpoint_stages(path, data, MEM0)
-    return data
+def validated(path: Path) -> Checkpoint:
+    """What `memtrace optimize resume=` does before anything else: schema and run, then the system's stages."""
+    checkpoint = read_checkpoint(path, DIGEST)
+    checkpoint.check_fits(MEM0)
+    return checkpoint
 
 
 @pytest.fixture
 def checkpoint(tmp_path: Path) -> Path:
     path = tmp_path / "run" / RunFolder.CHECKPOINT
-    write_checkpoint(path, PROGRESS, DIGEST, {"mlflow_run_id": RUN_ID})
+    write_checkpoint(path, PROGRESS, DIGEST, RUN_ID)
     return path
 
 
@@ -95,10 +95,17 @@ CORRUPTIONS: dict[str, tuple[Callable[[str], str], str]] = {  # name: (corruptio
 
 
 def test_an_intact_checkpoint_reads_back_to_the_progress_written(checkpoint):
-    data = validated(checkpoint)
-    assert progress_of(data) == PROGRESS
+    read = validated(checkpoint)
+    assert read == Checkpoint(checkpoint, PROGRESS, DIGEST, RUN_ID)
     assert folder_run_id(checkpoint) == RUN_ID
-    assert set(data) == set(FIELDS) | {"mlflow_run_id"}
+    assert set(json.loads(checkpoint.read_text(encoding="utf-8"))) == set(FIELDS) | {"mlflow_run_id"}
+
+
+def test_a_finished_run_is_recorded_in_its_checkpoint(checkpoint):
+    mark_finished(checkpoint, FinishedRun(0.5, 0.75, ("best_prompts.json", "best_prompts.yaml")))
+    read = validated(checkpoint)
+    assert read.finished == FinishedRun(0.5, 0.75, ("best_prompts.json", "best_prompts.yaml"))
+    assert read.progress == PROGRESS
 
 
 @pytest.mark.parametrize("name", list(CORRUPTIONS))
@@ -113,7 +120,7 @@ def test_each_corruption_is_refused_in_one_line_naming_file_and_field(checkpoint
 
 
 def test_the_folders_run_is_recorded_once_and_kept(checkpoint):
-    write_checkpoint(checkpoint, PROGRESS, DIGEST, {"mlflow_run_id": "run-b"})  # a later write cannot re-bind it
+    write_checkpoint(checkpoint, PROGRESS, DIGEST, "run-b")  # a later write cannot re-bind it
     assert folder_run_id(checkpoint) == RUN_ID
     with pytest.raises(CheckpointError, match=r"field mlflow_run_id: names MLflow run 'run-b'.*run 'run-a'"):
         validated(checkpoint)
@@ -121,9 +128,9 @@ def test_the_folders_run_is_recorded_once_and_kept(checkpoint):
 
 def test_a_checkpoint_of_a_folder_that_recorded_no_run_is_checked_without_one(tmp_path):
     path = tmp_path / RunFolder.CHECKPOINT
-    write_checkpoint(path, PROGRESS, DIGEST, {})  # a library loop without MLflow
+    write_checkpoint(path, PROGRESS, DIGEST)  # a library loop without MLflow
     assert folder_run_id(path) is None
-    assert progress_of(validated(path)) == PROGRESS
+    assert validated(path).progress == PROGRESS
 
 
 @pytest.mark.parametrize("field", FIELDS + EXTRA_FIELDS)

@@ -12,15 +12,13 @@ from memtrace_loop.pipeline.core.records import Conversation, Dataset, Question,
 from memtrace_loop.pipeline.data.locomo import (
     ADVERSARIAL_GOLD,
     DataError,
-    EmptySplitError,
-    Split,
     clean_evidence,
     load_locomo,
     normalize_dia_id,
     parse_locomo,
     parse_session_date,
-    split_by_conversation,
 )
+from memtrace_loop.pipeline.data.splits import EmptySplitError, Split, split_by_conversation
 
 from tests.support.paths import FIXTURES, LOCOMO
 from tests.support.requires import missing_locomo, requires

@@ -11,18 +11,14 @@ import pytest
 from dspy.utils import DummyLM
 from dspy.utils.exceptions import AdapterParseError
 from memtrace_loop.pipeline.analysis.evaluation import (
-    JUDGE_PARSE_ERRORS,
     EvaluationReport,
-    JudgeAnswer,
     MetricSummary,
-    bleu1,
     bootstrap_ci,
     flat_metrics,
     paired_difference,
-    score_case,
     summarize,
-    token_f1,
 )
+from memtrace_loop.pipeline.analysis.judge import JudgeAnswer, bleu1, score_case, token_f1
 from memtrace_loop.pipeline.backends.text import normalize_answer
 from memtrace_loop.pipeline.core.records import CaseResult, Question
 
@@ -132,10 +128,10 @@ def test_judge_with_scripted_lm_yields_label() -> None:
 @pytest.mark.usefixtures("lm_history")  # reads `lm.history` (off in the test session)
 def test_judge_unparsable_label_raises_adapter_parse_error() -> None:
     # The ChatAdapter fails on "MAYBE", falls back to the JSONAdapter (a second LM call), which also
-    # fails: dspy raises AdapterParseError, which callers catch via JUDGE_PARSE_ERRORS.
+    # fails: dspy raises AdapterParseError, which the traced judge stage records as a failure.
     lm = DummyLM([{"label": "MAYBE"}, {"label": "MAYBE"}])
     judge = dspy.Predict(JudgeAnswer)
-    with dspy.context(lm=lm), pytest.raises(JUDGE_PARSE_ERRORS) as info:
+    with dspy.context(lm=lm), pytest.raises(AdapterParseError) as info:
         judge(question="When?", gold_answer="7 May 2023", generated_answer="sometime")
     assert isinstance(info.value, AdapterParseError)
     assert len(lm.history) == 2

@@ -10,9 +10,14 @@ import pytest
 import yaml
 from memtrace_loop.memory_systems.mem0.system import Mem0Memory
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
-from memtrace_loop.pipeline.core.prompt_files import ExportedPrompts, PromptFileError, read_prompts, write_prompts
+from memtrace_loop.pipeline.core.prompt_files import (
+    ExportedPrompts,
+    PromptFileError,
+    apply_prompts,
+    read_prompts,
+    write_prompts,
+)
 from memtrace_loop.pipeline.core.records import PromptSet
-from memtrace_loop.pipeline.tracking.export import apply_prompts
 
 TRICKY = (
     "Use {x} and {{y}} and {% if z %}z{% endif %}.\n"
@@ -91,6 +96,8 @@ def test_invalid_records_cannot_be_built() -> None:
         _exported(metrics={"x": float("nan")})
     with pytest.raises(ValueError, match="created"):
         _exported(created="yesterday")
+    stamped = ExportedPrompts.create("mem0", PromptSet({"extract": "x"}), metrics={"test": 0.5, "dev": float("nan")})
+    assert dict(stamped.metrics) == {"test": 0.5}  # a score over no questions is left out, never written as NaN
 
 
 def _valid_data() -> dict[str, object]:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 
 import pytest
-from memtrace_loop.pipeline.analysis.evaluation import score_case, summarize
+from memtrace_loop.pipeline.analysis.evaluation import summarize
+from memtrace_loop.pipeline.analysis.judge import score_case
 from memtrace_loop.pipeline.backends.failure_guard import (
     FailedCalls,
     FailureCounts,

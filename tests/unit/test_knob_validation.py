@@ -21,8 +21,9 @@ from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.records import Dataset
-from memtrace_loop.pipeline.data.locomo import DataError, EmptySplitError, split_by_conversation
+from memtrace_loop.pipeline.data.locomo import DataError
 from memtrace_loop.pipeline.data.registry import load_dataset
+from memtrace_loop.pipeline.data.splits import EmptySplitError, split_by_conversation
 from memtrace_loop.pipeline.sim.longmemeval import generate_longmemeval
 
 from tests.support.compose import GROUPS, hydra_plain, plain

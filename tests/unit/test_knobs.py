@@ -15,10 +15,15 @@ from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Err
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.conventions import NEAR_MISSES, OpKind, VarKind
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
-from memtrace_loop.pipeline.core.prompt_files import ExportedPrompts, PromptFileError, read_prompts, write_prompts
+from memtrace_loop.pipeline.core.prompt_files import (
+    ExportedPrompts,
+    PromptFileError,
+    apply_prompts,
+    read_prompts,
+    write_prompts,
+)
 from memtrace_loop.pipeline.core.records import CaseResult, Question, Scores
 from memtrace_loop.pipeline.loop.summaries import CandidateSummary
-from memtrace_loop.pipeline.tracking.export import apply_prompts
 
 
 def search_graph(k: int, near: int) -> tuple[ExecutionGraph, list[str]]:

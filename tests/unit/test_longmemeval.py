@@ -12,7 +12,7 @@ import pytest
 from hydra import compose, initialize_config_module
 from memtrace_loop.experiments.factory import load_dataset
 from memtrace_loop.experiments.run import run
-from memtrace_loop.pipeline.data.locomo import DataError, split_by_conversation
+from memtrace_loop.pipeline.data.locomo import DataError
 from memtrace_loop.pipeline.data.longmemeval import (
     ABSTENTION_OFFSET,
     CATEGORY_BY_TYPE,
@@ -24,6 +24,7 @@ from memtrace_loop.pipeline.data.longmemeval import (
     parse_date,
     parse_longmemeval,
 )
+from memtrace_loop.pipeline.data.splits import split_by_conversation
 from memtrace_loop.pipeline.sim.longmemeval import generate_longmemeval
 from mlflow.tracking import MlflowClient
 

@@ -12,7 +12,8 @@ from types import MappingProxyType
 import pytest
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, ErrorType
 from memtrace_loop.pipeline.analysis.blame import aggregate_blame
-from memtrace_loop.pipeline.analysis.evaluation import score_case, summarize
+from memtrace_loop.pipeline.analysis.evaluation import summarize
+from memtrace_loop.pipeline.analysis.judge import score_case
 from memtrace_loop.pipeline.core.conventions import (
     OpKind,
     VarKind,
@@ -209,8 +210,9 @@ def test_page_makes_no_request():
 @pytest.fixture(scope="module")
 def sim_run():
     from memtrace_loop.experiments.factory import build_memory_system, load_dataset
+    from memtrace_loop.pipeline.analysis.judge import make_judge
     from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
-    from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
+    from memtrace_loop.pipeline.loop.runner import run_dataset
 
     from tests.support.sim import sim_lm
 

@@ -1,17 +1,19 @@
 """A failure's drawing holds what its reason names: for a missed retrieval, the memory unit that held the
 answer with the evidence's path to it (turn → construction op → unit) and the search that missed it,
-while the search's other hits are capped and stacked in one column beside it (not a sideways strip)."""
+while the search's other hits are capped and stacked in one column beside it (not a sideways strip). The
+question's MLflow trace shows the operations of that same selection (`pipeline.analysis.failure_path`)."""
 
 from __future__ import annotations
 
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, ErrorType, Tunable
-from memtrace_loop.pipeline.analysis.evaluation import score_case
+from memtrace_loop.pipeline.analysis.failure_path import MAX_UNRELATED, failure_path, named_nodes
+from memtrace_loop.pipeline.analysis.judge import score_case
 from memtrace_loop.pipeline.core import conventions as names
 from memtrace_loop.pipeline.core.conventions import OpKind, VarKind
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import Question
 from memtrace_loop.pipeline.report import Role, failure_subgraph, layout
-from memtrace_loop.pipeline.report.subgraph import MAX_UNRELATED, named_nodes
+from memtrace_loop.pipeline.tracking.question_trace import TraceLimits, plan_question_trace
 
 N_HITS = 10  # what the search returned instead
 
@@ -75,3 +77,14 @@ def test_names_in_a_reason_resolve_to_nodes_and_unknown_ones_are_ignored():
     text = "turn:D1:1 and memory:m1@1. Also memory:zz@1, op:999 and retrieved:q1@1: done"
     assert named_nodes(graph, text) == ["turn:D1:1@1", "memory:m1@1", "retrieved:q1@1"]
     assert named_nodes(graph, attribution.reason)[:2] == ["memory:m1@1", attribution.op]
+
+
+def test_the_trace_shows_the_operations_the_drawing_shows_by_the_same_priority():
+    graph, case, attribution = missed_retrieval()
+    drawn = {n.id for n in failure_subgraph(graph, case, attribution).nodes if n.kind == "op"}
+    traced = plan_question_trace(case, graph, attribution)
+    assert {s.op for s in traced.spans} == drawn and traced.omitted == 0
+    first = plan_question_trace(case, graph, attribution, limits=TraceLimits(max_spans=1))
+    assert [s.op for s in first.spans] == [attribution.op] and first.omitted == len(drawn) - 1  # the blamed op first
+    path = failure_path(graph, case, attribution)
+    assert path.ranked[0] == attribution.op and path.nodes(3) == frozenset(path.ranked[:3])

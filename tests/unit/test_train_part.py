@@ -6,8 +6,8 @@ import doctest
 
 import pytest
 from memtrace_loop.pipeline.core.records import Conversation, Dataset, Question
-from memtrace_loop.pipeline.loop import splits
-from memtrace_loop.pipeline.loop.splits import train_part
+from memtrace_loop.pipeline.data import splits
+from memtrace_loop.pipeline.data.splits import train_part
 
 TRAIN = Dataset(
     "d",

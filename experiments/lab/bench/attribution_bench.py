@@ -39,6 +39,7 @@ from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system, spec_of
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
+from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import SimLMConfig
 from memtrace_loop.pipeline.backends.registry import backend_test_world, build_lm
@@ -47,7 +48,6 @@ from memtrace_loop.pipeline.core.records import CaseResult, Question, Scores
 from memtrace_loop.pipeline.data.registry import load_dataset
 from memtrace_loop.pipeline.interop.exec_network import ImportedNetwork, load_exec_network, op_id_for
 from memtrace_loop.pipeline.interop.exec_network.labels import BenchAnnotation, score_attributions
-from memtrace_loop.pipeline.loop.runner import make_judge
 from memtrace_loop.pipeline.tracking.tracker import Tracker
 from rich.console import Console
 from rich.progress import Progress

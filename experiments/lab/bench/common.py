@@ -10,12 +10,13 @@ from collections.abc import Sequence
 
 import dspy
 from memtrace_loop.memory_systems.registry import build_memory_system
+from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMConfig
 from memtrace_loop.pipeline.backends.registry import build_lm
 from memtrace_loop.pipeline.core.records import Dataset
 from memtrace_loop.pipeline.data.registry import load_dataset
-from memtrace_loop.pipeline.loop.runner import RunResult, make_judge, run_dataset
+from memtrace_loop.pipeline.loop.runner import RunResult, run_dataset
 from rich.progress import Progress, TaskID
 
 

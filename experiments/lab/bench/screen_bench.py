@@ -64,6 +64,7 @@ from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributo
 from memtrace_loop.pipeline.analysis.attribution.protocol import TracedRun, attribute_run
 from memtrace_loop.pipeline.analysis.blame import aggregate_blame
 from memtrace_loop.pipeline.analysis.evaluation import paired_difference
+from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.call_count import BUDGET_ROLES, CallLedger
 from memtrace_loop.pipeline.backends.call_reuse import ReplyStore
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
@@ -74,7 +75,7 @@ from memtrace_loop.pipeline.core.records import Dataset, PromptSet
 from memtrace_loop.pipeline.data.registry import load_dataset
 from memtrace_loop.pipeline.loop.candidate_screens import CandidateScreens, ScreenOutcome
 from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
-from memtrace_loop.pipeline.loop.runner import RunResult, make_judge, run_dataset
+from memtrace_loop.pipeline.loop.runner import RunResult, run_dataset
 from memtrace_loop.pipeline.loop.screening import ScreenSettings
 from rich.console import Console
 from rich.logging import RichHandler

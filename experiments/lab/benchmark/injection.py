@@ -51,10 +51,11 @@ from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.memory_systems.registry import spec_of
 from memtrace_loop.memory_systems.spec import EditKind, HideEvidenceFault, KnobFault, ReplyFault, UnitChangeFault
 from memtrace_loop.pipeline.analysis.attribution.records import ErrorType, Tunable
+from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.core.conventions import answer_name, memory_name, retrieved_name, turn_name
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation, variable_id
 from memtrace_loop.pipeline.core.records import Conversation, Dataset, PromptSet, Question, Turn
-from memtrace_loop.pipeline.loop.runner import ProgressSink, make_judge, run_dataset
+from memtrace_loop.pipeline.loop.runner import ProgressSink, run_dataset
 
 logger = logging.getLogger(__name__)
 

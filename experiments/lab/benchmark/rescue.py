@@ -39,10 +39,11 @@ from typing import Any
 import dspy
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.memory_systems.registry import spec_of
+from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.test_world import TestWorld
 from memtrace_loop.pipeline.core.records import CaseResult, Dataset, PromptSet
 from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
-from memtrace_loop.pipeline.loop.runner import RunResult, make_judge, run_dataset
+from memtrace_loop.pipeline.loop.runner import RunResult, run_dataset
 
 __all__ = [
     "DegradedWorld",

@@ -47,7 +47,7 @@ from memtrace_loop.pipeline.analysis.attribution.repairs import (
     widen_knob,
     widen_stage,
 )
-from memtrace_loop.pipeline.analysis.evaluation import judge_answer
+from memtrace_loop.pipeline.analysis.judge import judge_answer
 from memtrace_loop.pipeline.core.config import require
 from memtrace_loop.pipeline.core.conventions import (
     KNOBS_META,
