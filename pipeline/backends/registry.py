@@ -58,8 +58,8 @@ LM_BACKENDS: Registry[BackendSpec] = Registry(
     "lm backend",
     {
         "sim": "memtrace_loop.pipeline.sim.lm_backend",
-        "openai": "memtrace_loop.pipeline.backends.openai_backend",
-        "local": "memtrace_loop.pipeline.backends.local_backend",
+        "openai": "memtrace_loop.pipeline.backends.openai_engine",
+        "local": "memtrace_loop.pipeline.backends.local_server",
     },
     unknown="{key}: unknown {what} {name!r} (available: {choices})",
 )
