@@ -1,28 +1,24 @@
-"""Counting LM calls per role at the LM layer: made, served by DSPy's response cache, reused, and tokens.
+"""Counting LM calls per role (made, cached, reused, failed, tokens), and reusing replies within a run.
 
-`CallLedger.counted(lms)` returns an `LMSet` of copies (`dspy.BaseLM.copy`, so real DSPy LMs sharing
-their engine and client) each carrying one `CallCounter` for its role as an instance callback. Every call
-through `BaseLM.__call__` / `acall` is then counted, wherever it comes from: our runner, an attributor,
-the rewriter, or code we do not own (dspy.GEPA calling the program and the reflection LM). Copies of a
-counted LM (`lm.copy()`, `copy.deepcopy` of a program holding it) keep the same counter.
+`CallLedger.counted(lms)` returns copies of the LMs (`dspy.BaseLM.copy`: sharing engine and client),
+each with a `CallCounter` for its role as an instance callback, so every call through `BaseLM.__call__`
+/ `acall` is counted wherever it comes from (our runner, an attributor, the rewriter, dspy.GEPA);
+copies of a counted LM keep the same counter. DSPy 3.4 (`dspy.clients.execution.finalize`) calls
+`settings.usage_tracker.add_usage` exactly for calls NOT served by its response cache: for one call
+the counter puts a probe in that slot (`dspy.settings.context`, a context variable) which records the
+usage and forwards it (so `Prediction.get_lm_usage` still works). A call is **made** when it reached
+the backend (usage seen, or it raised: also `failed`), else **cached**; a retried call counts once;
+tokens are those of made calls.
 
-How a cache hit is told apart: DSPy 3.4 (`dspy.clients.execution.finalize`) calls
-`settings.usage_tracker.add_usage` exactly for calls NOT served by its response cache (and, for a call
-that fails, once per partial response). For the duration of one LM call the counter puts a probe in
-that slot (through `dspy.settings.context`, a context variable, so thread-safe) which records the
-usage and forwards it to the tracker that was there (so `Prediction.get_lm_usage` still works). A call
-is **made** when it reached the backend (the probe saw its usage, or it raised: a failed call is made,
-and also counted in `failed`); it is **cached** otherwise. A call DSPy retried after a 429/5xx counts
-once. Tokens are those of made calls (the usage the backend reported; 0 when it reports none).
-
-A call the guarded engine answered from the run's `ReplyStore` (`pipeline.backends.call_reuse`: the
-same request already answered in this run) is **reused**: neither made nor cached, no tokens. The
-counter opens the call's slot in `on_lm_start` (`open_call`, a context variable), the engine marks it,
-and the probe neither records nor forwards the usage DSPy reports for it (so `Prediction.get_lm_usage`
-does not count it either).
-
-Counts are plain numbers behind a lock; `tally()` gives an immutable `CallTally` (subtract two to get
-the calls in between). This module does not decide budgets and does not log.
+`ReplyStore` is the run's replies by request digest (`request_key`: model, endpoint, the whole lm15
+`Request`, the caller's `rollout_id`), bounded (least recently used out first); the guarded engine
+answers a request already answered in the run from it, making a missing reply once even when threads
+ask at the same time (`get_or_call`; a failed call stores nothing). Such a call is **reused**: neither
+made nor cached, no tokens. The counter opens a slot per call (`open_call`, a context variable), the
+engine marks it (`mark_reused`), the counter reads and closes it (`close_call`). A repeat that DSPy's
+cache served before the store was asked counts as reused too (`_SeenRequests`), so the budget does not
+depend on whether the cache is on. Counts are plain numbers behind a lock; `tally()` is an immutable
+`CallTally` (subtract two for the calls in between). It does not decide budgets or log.
 """
 
 from __future__ import annotations
@@ -30,18 +26,24 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Iterable, Mapping
+from contextvars import ContextVar, Token
+from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any
 
 import dspy
+from dspy.clients.execution import request_to_dict  # lm15's serde, as DSPy's own cache key uses it
+from dspy.lm15 import Request, Response
 from dspy.utils.callback import BaseCallback
-from memtrace_loop.pipeline.backends.call_reuse import DEFAULT_MAX_ENTRIES, close_call, current_call, open_call
 from memtrace_loop.pipeline.backends.lm import ROLES, LMSet
 from memtrace_loop.pipeline.core.lru import Lru
+from memtrace_loop.pipeline.core.single_flight import KeyedLocks
 
-__all__ = ["BUDGET_ROLES", "CallCounter", "CallLedger", "CallTally", "RoleCalls"]
+__all__ = [
+    "BUDGET_ROLES", "CallCounter", "CallLedger", "CallSlot", "CallTally", "ReplyStore", "ReuseStats", "RoleCalls",
+    "close_call", "mark_reused", "open_call", "request_key",
+]
 
 # The roles whose calls an optimization budget counts: the memory system (task), the optimizer's
 # rewriter and the attributor. The judge is the measuring instrument (a rule-based metric would make
@@ -52,7 +54,7 @@ BUDGET_ROLES: tuple[str, ...] = ("task", "rewriter", "attributor")
 @dataclass(frozen=True)
 class RoleCalls:
     """One role's calls: `made` reached the backend (`failed` of them raised), `cached` came from
-    DSPy's response cache, `reused` from the run's own store of replies (`pipeline.backends.call_reuse`);
+    DSPy's response cache, `reused` from the run's own store of replies (`pipeline.backends.call_count`);
     tokens are those of made calls."""
 
     made: int = 0
@@ -128,6 +130,116 @@ class CallTally:
                    "completion_tokens": c.completion_tokens, "reused": c.reused}
             for role, c in self.by_role.items()
         }
+
+
+DEFAULT_MAX_ENTRIES = 16_384  # replies kept per run (a few KB each)
+
+
+@dataclass(frozen=True)
+class CallSlot:
+    """One counted LM call in progress: the caller's `rollout_id` (part of the key) and whether the
+    engine served it from the store."""
+
+    rollout_id: str | None = None
+    reused: bool = False
+
+
+_CALL: ContextVar[CallSlot | None] = ContextVar("memtrace_lm_call", default=None)
+
+
+def open_call(rollout_id: Any = None) -> Token[CallSlot | None]:
+    """Open the slot of one LM call (the counter, when the call starts); give its token to `close_call`."""
+    return _CALL.set(CallSlot(None if rollout_id is None else str(rollout_id)))
+
+
+def current_call() -> CallSlot | None:
+    """The slot of the LM call in progress in this context (None: not a counted call)."""
+    return _CALL.get()
+
+
+def mark_reused() -> None:
+    """Note that the call in progress was served from the store (nothing to note outside a counted call)."""
+    slot = _CALL.get()
+    if slot is not None:
+        _CALL.set(replace(slot, reused=True))
+
+
+def close_call(token: Token[CallSlot | None]) -> bool:
+    """Close the slot opened with `token`: whether the call was reused."""
+    slot = _CALL.get()
+    _CALL.reset(token)
+    return slot is not None and slot.reused
+
+
+def request_key(model: str, endpoint: str, request: Request, rollout_id: str | None = None) -> str:
+    """The digest of everything that determines a reply: the engine's model, its endpoint, the whole
+    request and the caller's rollout id."""
+    record = {"model": model, "endpoint": endpoint, "request": request_to_dict(request), "rollout_id": rollout_id}
+    text = json.dumps(record, sort_keys=True, ensure_ascii=False, default=repr)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class ReuseStats:
+    """Requests served from the store (`hits`), replies stored (`stored`), replies kept now (`entries`)."""
+
+    hits: int
+    stored: int
+    entries: int
+
+
+class ReplyStore:
+    """The run's replies by request key, at most `max_entries` (least recently used dropped first)."""
+
+    def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+        if max_entries < 1:
+            raise ValueError(f"ReplyStore: max_entries must be at least 1, got {max_entries}")
+        self._replies = Lru[Response](max_entries)
+        self._lock = threading.Lock()
+        self._flights = KeyedLocks()
+        self._hits = 0
+        self._stored = 0
+
+    def __copy__(self) -> ReplyStore:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ReplyStore:
+        return self  # per run: a copied engine or LM reuses into the same store
+
+    def snapshot(self) -> ReplyStore:
+        """A new store holding the replies stored so far (for a benchmark that measures several
+        alternatives each from the same start); its counts start at zero."""
+        copied = ReplyStore(self._replies.max_entries)
+        with self._lock:
+            copied._replies = self._replies.copy()
+        return copied
+
+    def get(self, key: str) -> Response | None:
+        """The stored reply for `key` (counted as a hit), or None."""
+        with self._lock:
+            found = self._replies.get(key)
+            self._hits += found is not None
+            return found
+
+    def put(self, key: str, reply: Response) -> None:
+        with self._lock:
+            self._replies.put(key, reply)
+            self._stored += 1
+
+    def get_or_call(self, key: str, call: Callable[[], Response]) -> tuple[Response, bool]:
+        """(the reply for `key`, reused?): `call()` runs at most once per key at a time; a thread asking
+        while another makes the same call waits and reuses its reply (or, when it failed, calls itself)."""
+        with self._flights.hold(key, forget=True):
+            found = self.get(key)
+            if found is not None:
+                return found, True
+            reply = call()
+            self.put(key, reply)
+            return reply, False
+
+    def stats(self) -> ReuseStats:
+        with self._lock:
+            return ReuseStats(self._hits, self._stored, len(self._replies))
 
 
 class _UsageProbe:

@@ -1,21 +1,18 @@
-"""Stopping a run whose LM calls mostly fail: `FailureGuard`.
+"""The guards that stop a run whose LM calls fail, and the rule that ends a finished one.
 
 One failing LM call is a failed operation, scored as a wrong answer, and the run goes on. When most
-calls fail (a broken endpoint, a model that refuses every request, a rate limit that never ends) the
-run's numbers measure the outage, not the memory system: the guard counts, per run, the logical LM
-calls that finally failed (after the retries of `pipeline.backends.resilience`) against all logical
-calls, and raises `TooManyFailures` (a `RunStopped`, which ends the run) once at least `min_calls`
-calls were made and the failed share is above `max_failed_share`. From then on every call raises it
-again, so parallel workers stop too. Thread-safe; one guard per run, shared by every LM of the run
-(`build_lm_set(..., guard=guard)`). It does not retry and does not know why a call failed beyond the
-one-line description it is given (already free of secrets).
+calls fail (a broken endpoint, a model refusing every request, an endless rate limit) the numbers
+measure the outage: `FailureGuard` counts the logical calls that finally failed (after the retries)
+against all, and raises `TooManyFailures` once at least `min_calls` were made and the failed share is
+above `max_failed_share`; from then on every call raises it, so parallel workers stop too.
+`MaxTokensGuard` counts the empty replies cut at `max_tokens` and raises `MaxTokensTooSmall` at the
+third (`MAX_TOKENS_STOPS_AFTER`), naming `lm.<role>.max_tokens` and the override that raises it. Both
+are thread-safe, one per run, shared by every LM (`pipeline.backends.services.RunLedger`).
 
-Below the bound the run goes to its end, and `failed_calls_outcome` gives what ends it (the one rule,
-docs/usage.md "Exit codes"): no call finally failed, a success; some failed (at most
-`max_failed_share`), `FinishedWithFailedCalls` (exit 3, the MLflow run FAILED) unless the run allows
-failed calls (`allow_failed_calls=true`: a success that still says how many failed); more, the guard
-stopped it already (`TooManyFailures`, exit 1). `FailedCalls` is the count it decides on: the guard's
-logical calls and final failures, and the failed calls per role as the `CallLedger` counted them.
+Below the bound the run goes to its end, and `failed_calls_outcome` says what ends it (docs/usage.md
+"Exit codes"): none failed, a success; some, `FinishedWithFailedCalls` (exit 3, the MLflow run FAILED)
+unless `allow_failed_calls=true`. `FailedCalls` is the count it decides on. They do not retry and do
+not know why a call failed beyond the one-line description given (already free of secrets).
 """
 
 from __future__ import annotations
@@ -26,17 +23,18 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from memtrace_loop.pipeline.core.stop import TooManyFailures
+from memtrace_loop.pipeline.core.stop import MaxTokensTooSmall, TooManyFailures
 
 if TYPE_CHECKING:  # call_count imports the LMs, which import this module
     from memtrace_loop.pipeline.backends.call_count import CallTally
 
 __all__ = [
-    "MAX_FAILED_SHARE", "FailedCalls", "FailureCounts", "FailureGuard", "FinishedWithFailedCalls",
-    "failed_calls_outcome",
+    "MAX_FAILED_SHARE", "MAX_TOKENS_STOPS_AFTER", "FailedCalls", "FailureCounts", "FailureGuard",
+    "FinishedWithFailedCalls", "MaxTokensGuard", "failed_calls_outcome",
 ]
 
 MAX_FAILED_SHARE = 0.5  # the default: a run stops once more than half of its LM calls finally failed
+MAX_TOKENS_STOPS_AFTER = 3  # empty replies cut at max_tokens in one run before it stops
 
 
 @dataclass(frozen=True)
@@ -97,6 +95,33 @@ class FailureGuard:
     def counts(self) -> FailureCounts:
         with self._lock:
             return self._counts
+
+
+class MaxTokensGuard:
+    """Counts empty replies cut at `max_tokens` in one run; the `limit`-th of a role raises `MaxTokensTooSmall`."""
+
+    def __init__(self, limit: int = MAX_TOKENS_STOPS_AFTER) -> None:
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._count_by_role: dict[str, int] = {}
+
+    def __copy__(self) -> MaxTokensGuard:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, object]) -> MaxTokensGuard:
+        return self
+
+    def record(self, role: str, max_tokens: int | None) -> None:
+        with self._lock:
+            count = self._count_by_role[role] = self._count_by_role.get(role, 0) + 1
+        if count >= self.limit:
+            raise MaxTokensTooSmall(role, max_tokens, count)
+
+    def count(self, role: str) -> int:
+        with self._lock:
+            return self._count_by_role.get(role, 0)
 
 
 @dataclass(frozen=True)

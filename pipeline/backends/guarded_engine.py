@@ -1,52 +1,40 @@
-"""The engine every project LM runs on: another DSPy engine behind the run's retries, stop and guard.
+"""The engine every project LM runs on: a one-attempt DSPy engine behind the run's retries, checks and guards.
 
-`GuardedEngine` (sync) and `AsyncGuardedEngine` (async) are DSPy custom engines (`dspy.LM(...,
-engine=GuardedEngine(...), async_engine=AsyncGuardedEngine(...), num_retries=0)`) around an inner
-engine doing one attempt per call (`OpenAIEngine`, or the simulated world's `SimEngine`). One
-`complete` is one logical LM call, so DSPy's callbacks, its response cache and
-`pipeline.backends.call_count` see a retried call once. Per call it:
+`GuardedEngine` is a DSPy custom engine (`dspy.LM(..., engine=GuardedEngine(inner), async_engine=
+AsyncGuardedEngine(...), num_retries=0)`) around an inner engine doing one attempt per call
+(`OpenAIEngine`, or the simulated world's `SimEngine`). One `complete` is one logical LM call, so
+DSPy's callbacks, its response cache and the call counter see a retried call once. Per call it:
 
 1. refuses to start when a stop was requested (`StopToken`) or the `FailureGuard` has tripped;
-2. runs the attempts under the `RetryPolicy` (`pipeline.backends.resilience.RetryLoop`): retries
-   logged at WARNING and counted in the `RetryLedger`, waits capped, the deadline kept (an inner
-   engine with `complete_by(request, deadline)` is given it, to cut a reply still arriving);
-3. checks each attempt's reply (`pipeline.backends.reply_check.check_reply`): a malformed or empty
-   reply is a failed attempt, retried, never returned (so never in DSPy's cache); an empty reply cut
-   at `max_tokens` fails the call at once and is counted in the run's `MaxTokensGuard`, which stops
-   the run (`MaxTokensTooSmall`) after a few;
-4. masks in the reply every configured key (`GuardSettings.secrets`: a model echoing a key puts it in
-   no cache, graph or artifact);
-5. turns a fatal reply (401/403/404, billing) into `EndpointUnusable(role, endpoint, cause)`, with
-   the cause from the inner engine's `explain_fatal` (naming the key VARIABLE, never the key);
-6. counts the call in the `FailureGuard` as succeeded or finally failed (which may raise
-   `TooManyFailures`);
-7. with the run's `ReplyStore` (`GuardSettings.replies`, `pipeline.backends.call_reuse`; None: off),
-   answers a request already answered in the run from the store instead of calling again (marked, so
-   the call counter counts it as reused, not made; the `FailureGuard` does not see it): steps 2-6 run
-   once per distinct request, and concurrent identical requests make one call.
+2. runs the attempts under the `RetryPolicy` (`pipeline.backends.resilience.RetryLoop`), giving an
+   inner engine with `complete_by(request, deadline)` the call's deadline;
+3. checks each reply (`check_reply`): a malformed or empty one is a failed attempt, retried, never
+   returned (so never cached); one cut empty at `max_tokens` fails the call and is counted in the
+   run's `MaxTokensGuard`;
+4. masks every configured key in the reply (`GuardSettings.secrets`);
+5. turns a fatal reply (401/403/404, billing) into `EndpointUnusable(role, endpoint, cause)`, the
+   cause from the inner engine's `explain_fatal` (naming the key VARIABLE, never the key);
+6. counts the call in the `FailureGuard` (which may raise `TooManyFailures`);
+7. with the run's `ReplyStore` (`GuardSettings.replies`; None: off) answers a request already answered
+   in the run from it (marked reused for the counter; the guard does not see it).
 
-`probe(request)` is the preflight's door: the same attempts and checks, but every final failure that
-says the endpoint cannot serve (fatal, unreachable, no usable reply, rate-limited longer than allowed,
-deadline) raises `EndpointUnusable`, an empty reply cut at `max_tokens` raises `MaxTokensTooSmall`,
-and the guard is not involved. A connection refused by a local endpoint (`local_endpoint`: localhost,
-a loopback or unspecified address) fails the probe at its first attempt, with no retry or warning,
-naming the fix (start the server there, or check `lm.<role>.api_base`): a local server that refuses
-is not running, and waiting ~30 s of back-off would not start it. In the middle of a run (`complete`)
-a refused connection is retried like any connection error. `RunStopped` errors are BaseExceptions: DSPy's
-error boundary and the tracer's `except Exception` let them through to the entry point.
-
-Both faces share one `GuardSettings` (role, endpoint, policy, stop, guard, ledger). Copies and deep
-copies of an engine are the engine itself (the counters, the token and the connection pools are per
-run). `dump_state` saves the inner engine and the policy, never the per-run objects.
+`probe(request)` is the preflight's door: the same attempts and checks, but a final failure saying the
+endpoint cannot serve raises `EndpointUnusable` (an empty reply cut at `max_tokens`: `MaxTokensTooSmall`)
+and the guard is not involved; a connection refused by a local endpoint (`local_endpoint`) fails it at
+the first attempt, naming the fix (a running call still retries it). `AsyncGuardedEngine` is the async
+face DSPy's `acall` needs: the same call on a worker thread. `RunStopped` errors are BaseExceptions:
+DSPy's error boundary and the tracer let them through. Copies of an engine are the engine itself;
+`dump_state` saves the inner engine and the policy, never the per-run objects.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import ipaddress
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -54,9 +42,8 @@ from urllib.parse import urlsplit
 from dspy import lm15
 from dspy.clients.call_result import response_from_dict, response_to_dict  # lm15's serde, as DSPy uses it
 from dspy.lm15 import Request, Response, response_to_events
-from memtrace_loop.pipeline.backends.call_reuse import ReplyStore, current_call, mark_reused, request_key
-from memtrace_loop.pipeline.backends.failure_guard import FailureGuard
-from memtrace_loop.pipeline.backends.reply_check import MaxTokensGuard, check_reply
+from memtrace_loop.pipeline.backends.call_count import ReplyStore, current_call, mark_reused, request_key
+from memtrace_loop.pipeline.backends.failure_guard import FailureGuard, MaxTokensGuard
 from memtrace_loop.pipeline.backends.resilience import (
     DeadlinePassed,
     EmptyAtMaxTokens,
@@ -66,10 +53,11 @@ from memtrace_loop.pipeline.backends.resilience import (
     RetryLoop,
     RetryPolicy,
     Transient,
+    check_reply,
     classify,
     connection_refused,
 )
-from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
+from memtrace_loop.pipeline.backends.services import RetryLedger
 from memtrace_loop.pipeline.core.redaction import redact
 from memtrace_loop.pipeline.core.stop import EndpointUnusable, MaxTokensTooSmall, RunStopped, StopToken
 
@@ -129,26 +117,8 @@ def redacted_reply(response: Response, secrets: tuple[str, ...]) -> Response:
     return response_from_dict(_redact_tree(record, secrets))
 
 
-def _class_path(obj: Any) -> str:
-    cls = type(obj)
-    return f"{cls.__module__}:{cls.__qualname__}"
-
-
-def _dump_inner(inner: Any) -> dict[str, Any]:
-    dump = getattr(inner, "dump_state", None)
-    return {"class": _class_path(inner), "state": dump() if callable(dump) else {}}
-
-
-def _load_inner(record: dict[str, Any]) -> Any:
-    module, _, qualname = str(record["class"]).partition(":")
-    target: Any = importlib.import_module(module)
-    for part in qualname.split("."):
-        target = getattr(target, part)
-    return target.load_state(record.get("state", {}))
-
-
-class _Guarded:
-    """What both faces share: the settings, the loop, fatal and final-failure handling."""
+class GuardedEngine:
+    """The synchronous face (a DSPy custom engine); see the module docstring."""
 
     def __init__(self, inner: Any, settings: GuardSettings) -> None:
         self.inner = inner
@@ -177,21 +147,20 @@ class _Guarded:
         cause = explain(fatal, self.settings.role) if callable(explain) else f"{fatal.kind} ({status}): {fatal.detail}"
         raise self._unusable(cause) from None
 
-    def _loop(self, final: Callable[[BaseException], bool] | None = None) -> RetryLoop:
+    def _run(self, request: Request, final: Any = None) -> Response:
         s = self.settings
-        return RetryLoop(
-            s.policy, role=s.role, endpoint=s.endpoint, on_fatal=self._raise_fatal, stop=s.stop,
-            ledger=s.retries, scrub=self.scrub, final=final,
-        )
+        loop = RetryLoop(s.policy, role=s.role, endpoint=s.endpoint, on_fatal=self._raise_fatal, stop=s.stop,
+                         ledger=s.retries, scrub=self.scrub, final=final)
+        return loop.run(lambda deadline: self._attempt(request, deadline))
+
+    def _attempt(self, request: Request, deadline: float) -> Response:
+        complete_by = getattr(self.inner, "complete_by", None)
+        response = complete_by(request, deadline) if callable(complete_by) else self.inner.complete(request)
+        return redacted_reply(check_reply(response, request.config.max_tokens), self.settings.secrets)
 
     def _refused_locally(self, exc: BaseException) -> bool:
         """A connection refused by a local endpoint: its server is not running (the probe gives up)."""
         return connection_refused(exc) and local_endpoint(self.settings.endpoint)
-
-    def _reuse_key(self, request: Request) -> str:
-        slot = current_call()
-        # the model and endpoint, not the engine's class: the sync and async faces share their replies
-        return request_key(self.model_name, self.settings.endpoint, request, None if slot is None else slot.rollout_id)
 
     def _before(self) -> None:
         if self.settings.stop is not None:
@@ -199,76 +168,19 @@ class _Guarded:
         if self.settings.guard is not None:
             self.settings.guard.check()
 
-    def _checked(self, response: Response, request: Request) -> Response:
-        return redacted_reply(check_reply(response, request.config.max_tokens), self.settings.secrets)
-
-    def _attempt(self, request: Request, deadline: float) -> Response:
-        complete_by = getattr(self.inner, "complete_by", None)
-        response = complete_by(request, deadline) if callable(complete_by) else self.inner.complete(request)
-        return self._checked(response, request)
-
-    async def _aattempt(self, request: Request, deadline: float) -> Response:
-        response = await self.inner.complete(request)  # the loop cancels it at the deadline
-        return self._checked(response, request)
-
-    def _cut_at_max_tokens(self, exc: BaseException) -> None:
-        """Count an empty reply cut at max_tokens (the run's `MaxTokensGuard` may stop the run)."""
-        if isinstance(exc, EmptyAtMaxTokens) and self.settings.max_tokens is not None:
-            self.settings.max_tokens.record(self.settings.role, exc.max_tokens)
-
-    def _counted(self, failed: BaseException | None) -> None:
-        guard = self.settings.guard
-        if guard is not None and not isinstance(failed, RunStopped):
-            error = "" if failed is None else self.scrub(f"{type(failed).__name__}: {failed}".splitlines()[0])[:200]
-            guard.record(failed=failed is not None, error=error)
-        if failed is not None:
-            self._cut_at_max_tokens(failed)
-
-    def _probe_failure(self, exc: Exception) -> EndpointUnusable:
-        """The preflight's verdict on a final failure: why the endpoint cannot serve this run."""
-        if self._refused_locally(exc):
-            role, address = self.settings.role, urlsplit(self.settings.endpoint).netloc
-            return self._unusable(
-                f"connection refused at the first attempt: nothing listens at {address}; "
-                f"start the server there, or check lm.{role}.api_base"
-            )
-        if isinstance(exc, RetryAfterTooLong | DeadlinePassed):
-            return self._unusable(self.scrub(exc.message))
-        verdict = classify(exc)
-        attempts = self.settings.policy.attempts
-        if isinstance(verdict, Transient) and verdict.cause in (RetryCause.MALFORMED, RetryCause.EMPTY_REPLY):
-            return self._unusable(
-                f"no usable reply after {attempts} attempt(s) ({verdict.cause}: {self.scrub(verdict.detail)})"
-            )
-        if isinstance(verdict, Transient):  # retries exhausted
-            return self._unusable(
-                f"unreachable after {attempts} attempt(s) ({verdict.cause}: {self.scrub(verdict.detail)})"
-            )
-        return self._unusable(self.scrub(f"the check request failed: {type(exc).__name__}: {exc}".splitlines()[0]))
-
-    def dump_state(self) -> dict[str, Any]:
-        return {
-            "inner": _dump_inner(self.inner),
-            "role": self.settings.role,
-            "endpoint": self.settings.endpoint,
-            "policy": asdict(self.settings.policy),
-        }
-
-    @classmethod
-    def _settings_from(cls, state: dict[str, Any]) -> GuardSettings:
-        return GuardSettings(str(state.get("role", "lm")), str(state.get("endpoint", "")),
-                             RetryPolicy(**state.get("policy", {})))
-
-
-class GuardedEngine(_Guarded):
-    """Synchronous face (a DSPy custom engine)."""
-
-    def complete(self, request: Request) -> Response:
+    def serve(self, request: Request) -> tuple[Response, bool]:
+        """(the reply, reused from the run's store?): one logical call, steps 1-7 of the module docstring."""
         self._before()
         replies = self.settings.replies
         if replies is None:
-            return self._complete(request)
-        response, reused = replies.get_or_call(self._reuse_key(request), lambda: self._complete(request))
+            return self._complete(request), False
+        slot = current_call()
+        # the model and endpoint, not the engine's class: every face of a role shares its replies
+        key = request_key(self.model_name, self.settings.endpoint, request, None if slot is None else slot.rollout_id)
+        return replies.get_or_call(key, lambda: self._complete(request))
+
+    def complete(self, request: Request) -> Response:
+        response, reused = self.serve(request)
         if reused:
             mark_reused()
         return response
@@ -276,12 +188,20 @@ class GuardedEngine(_Guarded):
     def _complete(self, request: Request) -> Response:
         self._before()  # again: a call that waited for an identical one which failed checks the stop first
         try:
-            response = self._loop().run(lambda deadline: self._attempt(request, deadline))
+            response = self._run(request)
         except Exception as exc:
-            self._counted(exc)
+            self._count(exc)
             raise
-        self._counted(None)
+        self._count(None)
         return response
+
+    def _count(self, failed: Exception | None) -> None:
+        """Count a finished call in the guard (which may trip) and an empty reply cut at max_tokens."""
+        if self.settings.guard is not None and not isinstance(failed, RunStopped):
+            error = "" if failed is None else self.scrub(f"{type(failed).__name__}: {failed}".splitlines()[0])
+            self.settings.guard.record(failed=failed is not None, error=error[:200])
+        if isinstance(failed, EmptyAtMaxTokens) and self.settings.max_tokens is not None:
+            self.settings.max_tokens.record(self.settings.role, failed.max_tokens)
 
     def probe(self, request: Request) -> Response | None:
         """One checked call for the preflight: the response, None when the endpoint refused the check
@@ -289,19 +209,32 @@ class GuardedEngine(_Guarded):
         if self.settings.stop is not None:
             self.settings.stop.check()
         try:
-            return self._loop(final=self._refused_locally).run(lambda deadline: self._attempt(request, deadline))
+            return self._run(request, final=self._refused_locally)
         except EmptyAtMaxTokens as exc:
             raise MaxTokensTooSmall(self.settings.role, exc.max_tokens, 1) from None
         except lm15.InvalidRequestError as exc:
             if classify(exc) is not None:
                 raise self._probe_failure(exc) from None
-            logger.warning(
-                "lm.%s %s refused the check request (%s); going on",
-                self.settings.role, self.settings.endpoint, self.scrub(str(exc).splitlines()[0])[:200],
-            )
+            logger.warning("lm.%s %s refused the check request (%s); going on", self.settings.role,
+                           self.settings.endpoint, self.scrub(str(exc).splitlines()[0])[:200])
             return None
         except Exception as exc:
             raise self._probe_failure(exc) from None
+
+    def _probe_failure(self, exc: Exception) -> EndpointUnusable:
+        """The preflight's verdict on a final failure: why the endpoint cannot serve this run."""
+        if self._refused_locally(exc):
+            role, address = self.settings.role, urlsplit(self.settings.endpoint).netloc
+            return self._unusable(f"connection refused at the first attempt: nothing listens at {address}; "
+                                  f"start the server there, or check lm.{role}.api_base")
+        if isinstance(exc, RetryAfterTooLong | DeadlinePassed):
+            return self._unusable(self.scrub(exc.message))
+        verdict, attempts = classify(exc), self.settings.policy.attempts
+        if isinstance(verdict, Transient):  # retries exhausted
+            empty = verdict.cause in (RetryCause.MALFORMED, RetryCause.EMPTY_REPLY)
+            what = "no usable reply" if empty else "unreachable"
+            return self._unusable(f"{what} after {attempts} attempt(s) ({verdict.cause}: {self.scrub(verdict.detail)})")
+        return self._unusable(self.scrub(f"the check request failed: {type(exc).__name__}: {exc}".splitlines()[0]))
 
     def stream(self, request: Request) -> Iterator[Any]:
         return iter(response_to_events(self.complete(request)))
@@ -311,51 +244,55 @@ class GuardedEngine(_Guarded):
         if callable(close):
             close()
 
+    def dump_state(self) -> dict[str, Any]:
+        dump = getattr(self.inner, "dump_state", None)
+        inner = {"class": f"{type(self.inner).__module__}:{type(self.inner).__qualname__}",
+                 "state": dump() if callable(dump) else {}}
+        s = self.settings
+        return {"inner": inner, "role": s.role, "endpoint": s.endpoint, "policy": asdict(s.policy)}
+
     @classmethod
     def load_state(cls, state: dict[str, Any]) -> GuardedEngine:
-        return cls(_load_inner(state["inner"]), cls._settings_from(state))
+        module, _, qualname = str(state["inner"]["class"]).partition(":")
+        target: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            target = getattr(target, part)
+        settings = GuardSettings(str(state.get("role", "lm")), str(state.get("endpoint", "")),
+                                 RetryPolicy(**state.get("policy", {})))
+        return cls(target.load_state(state["inner"].get("state", {})), settings)
 
     def __repr__(self) -> str:
         return f"GuardedEngine({self.inner!r}, role={self.settings.role!r})"
 
 
-class AsyncGuardedEngine(_Guarded):
-    """Asynchronous face (`async_engine=`); shares the sync face's settings."""
+class AsyncGuardedEngine:
+    """The async face (`async_engine=`): the sync face's logical call, on a worker thread."""
+
+    def __init__(self, engine: GuardedEngine) -> None:
+        self.engine = engine
+
+    def __copy__(self) -> Any:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        return self
 
     async def complete(self, request: Request) -> Response:
-        self._before()
-        replies = self.settings.replies
-        if replies is None:
-            return await self._complete(request)
-        response, reused = await replies.aget_or_call(self._reuse_key(request), lambda: self._complete(request))
+        response, reused = await asyncio.to_thread(self.engine.serve, request)
         if reused:
-            mark_reused()
-        return response
-
-    async def _complete(self, request: Request) -> Response:
-        def attempt(deadline: float) -> Awaitable[Response]:
-            return self._aattempt(request, deadline)
-
-        try:
-            response = await self._loop().arun(attempt)
-        except Exception as exc:
-            self._counted(exc)
-            raise
-        self._counted(None)
+            mark_reused()  # in the caller's context, where the counter opened the call's slot
         return response
 
     async def stream(self, request: Request) -> AsyncIterator[Any]:
         for event in response_to_events(await self.complete(request)):
             yield event
 
-    async def aclose(self) -> None:
-        aclose = getattr(self.inner, "aclose", None)
-        if callable(aclose):
-            await aclose()
+    def dump_state(self) -> dict[str, Any]:
+        return self.engine.dump_state()
 
     @classmethod
     def load_state(cls, state: dict[str, Any]) -> AsyncGuardedEngine:
-        return cls(_load_inner(state["inner"]), cls._settings_from(state))
+        return cls(GuardedEngine.load_state(state))
 
     def __repr__(self) -> str:
-        return f"AsyncGuardedEngine({self.inner!r}, role={self.settings.role!r})"
+        return f"AsyncGuardedEngine({self.engine!r})"

@@ -1,42 +1,22 @@
 """The records that say how to build the project's language models: one per backend, four per run.
 
-`LMConfig` holds the keys every backend reads; each backend has its own record with only the keys it
-reads (`SimLMConfig`, `OpenAILMConfig`, `LocalLMConfig`), so a key of another backend is refused naming
-the key and whose it is (`lm.task.dialect: a key of backend openai, not of sim`). `LMSetConfig` is the
-validated `lm` node (one record per role). `pipeline.backends.registry.build_lm` turns a record into a
-`dspy.LM` and `build_lm_set` builds the four independently configured roles (task, judge, attributor,
-rewriter) as an `LMSet`. Backends:
+`LMConfig` holds the keys every backend reads; each backend has its own record with only its keys
+(`SimLMConfig`, `OpenAILMConfig`, `LocalLMConfig`), so a key of another backend is refused naming whose
+it is (`lm.task.dialect: a key of backend openai, not of sim`). `LMSetConfig` is the validated `lm` node
+(one record per role); `pipeline.backends.registry` builds a `dspy.LM` per record and the `LMSet` of
+the four roles (task, judge, attributor, rewriter). Backends: `sim`, the simulated world's deterministic
+stand-in (offline; DSPy's cache key does not include the engine: after changing its rules use a fresh
+cache directory); `local`, a GGUF model served by llama.cpp on loopback (`pipeline.backends.local_server`);
+`openai`, any OpenAI-compatible Chat Completions endpoint (`{api_base}/chat/completions`; `dialect` picks
+the token-limit field: `vllm`/`ollama` send `max_tokens`, `openai` `max_completion_tokens`; with no
+`api_key_env` the key sent is the placeholder "EMPTY", never an ambient OPENAI_API_KEY).
 
-- `sim` — the deterministic simulated world: `dspy.LM("sim/<model>", engine=SimEngine())` (plus an
-  async twin so `acall` works), built by `pipeline.sim.lm_backend` (the sim world is reached only
-  through the registries). Offline, for tests and the demo; a rule-based stand-in, not a model.
-  DSPy's cache key does not include the engine: after changing the stand-in's rules, use a fresh cache
-  directory (or `cache: false`) or old answers are replayed.
-- `local` — a GGUF model run by llama.cpp in this process (`pipeline.backends.local_server`): the
-  entry point's `LocalServers` starts its loopback server and turns the config into an `openai` one
-  pointing at it (`model_path`, `context_size`, `threads`).
-- `openai` — any OpenAI-compatible Chat Completions endpoint (OpenAI, vLLM, Ollama, llama.cpp server,
-  LM Studio): `dspy.LM("<dialect prefix>/<model>")` on our `OpenAIEngine` (DSPy 3.4's native lm15
-  engine, built from this config; `pipeline.backends.openai_engine`). It POSTs to
-  `{api_base}/chat/completions`. `dialect` picks the server's wire quirks (`vllm`/`ollama` send
-  `max_tokens`, `openai` sends `max_completion_tokens`). With no `api_key_env` the key sent is the
-  placeholder "EMPTY", never an ambient OPENAI_API_KEY.
-
-Every LM runs behind the project's own retry loop (`pipeline.backends.guarded_engine`; DSPy's is
-off): 429, 5xx, timeouts, connection errors and malformed or empty 200 replies are retried up to
-`num_retries` times, waiting the server's `Retry-After` when given, else 1, 2, 4, ... s, both capped at
-`retry_after_cap_s` (a longer `Retry-After` is not waited: the call fails as rate-limited for longer
-than allowed; an empty reply cut at `max_tokens` is not retried); `deadline_s` bounds one logical call
-(attempts, waits, connecting and reading), `timeout_s` every read, write and pool wait of one
-attempt. Each retry is logged at WARNING and counted. 401/403/404 end the run (`EndpointUnusable`).
-The LMs themselves are built in `pipeline.backends.registry`.
-
-The API key is never part of a config: `api_key_env` names the environment variable that holds it and
-the key is read once, when the LM is built. `describe` gives what is safe to log. `configure_cache`
-points DSPy's response cache at a directory (entry points call it; library code does not), as a
-`pipeline.backends.response_cache.ReplyCache`: a cached reply without any answer is never served.
-
-This module does not run predictors, choose prompts, or count calls (`call_count` does).
+The retry keys (`num_retries`, `retry_after_cap_s`, `deadline_s`) are the `RetryPolicy` of
+`pipeline.backends.resilience`; `timeout_s` bounds each read, write and pool wait of one attempt. The
+API key is never part of a config: `api_key_env` names the variable holding it, read when the LM is
+built. `describe` gives what is safe to log. `configure_cache` points DSPy's response cache at a
+directory (entry points call it) as a `ReplyCache`, which neither serves nor stores a record without an
+answer (one an older run stored). This module does not run predictors or count calls.
 """
 
 from __future__ import annotations
@@ -53,8 +33,8 @@ from urllib.parse import urlsplit
 import dspy
 import pydantic
 from dspy.clients import DISK_CACHE_LIMIT
-from memtrace_loop.pipeline.backends.resilience import RetryPolicy
-from memtrace_loop.pipeline.backends.response_cache import ReplyCache
+from dspy.clients.cache import Cache
+from memtrace_loop.pipeline.backends.resilience import RetryPolicy, usable_record
 from memtrace_loop.pipeline.core.config import ConfigError, describe_error
 from memtrace_loop.pipeline.core.redaction import scrub_url
 
@@ -123,7 +103,7 @@ class LMConfig(pydantic.BaseModel):
     deadline_s: float = pydantic.Field(default=RetryPolicy.deadline_s, gt=0)  # one logical call: attempts and waits
     cache: bool = True
     # a request already answered in this run (same model, endpoint, messages and parameters) is answered
-    # again from the run's store of replies, not sent (counted as `reused`; `pipeline.backends.call_reuse`)
+    # again from the run's store of replies, not sent (counted as `reused`; `pipeline.backends.call_count`)
     reuse_calls: bool = True
     # JSON-schema constrained output: `json_schema` runs the stages with DSPy's JSONAdapter and sends each
     # stage's output schema as `response_format` (llama.cpp server, vLLM, Ollama, OpenAI honour it)
@@ -334,6 +314,22 @@ def describe(config: LMConfig) -> dict[str, str]:
             }
         )
     return info
+
+
+class ReplyCache(Cache):
+    """`dspy.clients.cache.Cache` that neither serves nor stores a record holding no answer."""
+
+    def get(self, request: dict[str, Any], ignored_args_for_cache_key: list[str] | None = None) -> Any:
+        record = super().get(request, ignored_args_for_cache_key)
+        if record is not None and not usable_record(record):
+            logger.debug("a cached reply without any answer is ignored; the call goes to the endpoint")
+            return None
+        return record
+
+    def put(self, request: dict[str, Any], value: Any, ignored_args_for_cache_key: list[str] | None = None,
+            enable_memory_cache: bool = True) -> None:
+        if usable_record(value):
+            super().put(request, value, ignored_args_for_cache_key, enable_memory_cache)
 
 
 def configure_cache(directory: str | Path, *, enable_memory_cache: bool = True, used: bool = True) -> None:

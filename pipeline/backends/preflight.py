@@ -1,28 +1,16 @@
 """Checking every configured endpoint once before any work: `check_endpoints`.
 
-A wrong key, an unknown model, a dead host or a rate limit that will not lift otherwise shows up as
-a run of failed operations and a 0% score. Before the first real call, an entry point calls
-`check_endpoints(lms, embedder=...)`: one tiny chat request (`ping`, under the role's own
-`max_tokens`, so it sees what the run will see) per distinct endpoint of the LMs that use the
-`openai` backend (distinct: endpoint, model, key variable, dialect, max_tokens; a role sharing another
-role's endpoint and limit is not asked twice), and one embedding of `ping` when
-the embedder is an `OpenAIEmbedder`. Each request goes straight to the LM's guarded engine
-(`GuardedEngine.probe`), never through `dspy.LM`: DSPy's response cache is neither read (a cached
-answer proves nothing) nor written, and no DSPy callback counts it. It runs under the LM's own
-bounds (retries, `retry_after_cap_s`, `timeout_s`) and the run's stop token; its bound is the role's
-`deadline_s`, which covers connecting, waiting and reading (a reply dripped slowly is cut at it).
-
-Any endpoint that cannot serve raises `EndpointUnusable(role, scrubbed endpoint, cause)`: 401/403
-(naming the key variable, never the key), 404 (model or path), unreachable (connection refused,
-timeouts, 5xx after the retries), no usable reply (malformed or empty after the retries),
-rate-limited longer than allowed, deadline passed; an empty reply cut at `max_tokens` raises
-`MaxTokensTooSmall` (naming `lm.<role>.max_tokens` and how to raise it). A connection refused by a
-local api_base (localhost, 127.0.0.1, ::1, 0.0.0.0) fails at the first attempt, without back-off or
-retry warnings, naming the fix: start the server there, or check `lm.<role>.api_base` (the engine's
-`probe`; a running call still retries it); a local embedder's endpoint is first tried with one TCP
-connection (its client would retry a refusal with back-off), refused -> `embedder.api_base` named. A 400-class
-refusal of the check request itself (the endpoint answered and accepted the key) only logs a warning.
-The simulated world needs no check. It returns what it checked, for the log.
+A wrong key, an unknown model, a dead host or an endless rate limit would otherwise show as a run of
+failed operations and a 0% score. Before the first real call, an entry point asks one tiny chat request
+(`ping`, under the role's own `max_tokens` and `deadline_s`) per distinct endpoint (endpoint, model, key
+variable, dialect, max_tokens) of the LMs on the `openai` backend, straight through the guarded
+engine's `probe` (never through `dspy.LM`: DSPy's cache is neither read nor written, no callback counts
+it), and one embedding of `ping` when the embedder is an `OpenAIEmbedder`. An endpoint that cannot
+serve raises `EndpointUnusable(role, scrubbed endpoint, cause)` (401/403 naming the key variable, 404,
+unreachable, no usable reply, rate-limited longer than allowed, deadline passed); an empty reply cut at
+`max_tokens` raises `MaxTokensTooSmall`. A refused local endpoint fails at once naming the fix (for the
+embedder: one TCP connection first, its client would retry a refusal with back-off). A 400-class
+refusal of the check request itself only logs a warning. The simulated world needs no check.
 """
 
 from __future__ import annotations

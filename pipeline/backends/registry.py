@@ -1,28 +1,17 @@
-"""LM backends by config name: `lm.<role>.backend` -> the module exporting its `SPEC` (`BackendSpec`).
+"""LM backends by config name (`lm.<role>.backend` -> the module exporting its `SPEC`), and the LM builders.
 
-`LM_BACKENDS` is a `pipeline.core.registry.Registry`, one line per backend, each module exporting
-`SPEC` (`pipeline.backends.spec.BackendSpec`: the backend's own record, `SimLMConfig`,
-`OpenAILMConfig` or `LocalLMConfig` from `pipeline.backends.lm`, as its schema; its engines builder;
-`compare=False`). `sim` is the simulated world's deterministic stand-in (`pipeline.sim.lm_backend`:
-this registry and the dataset registry are the only modules that reach `pipeline.sim`); `openai` is
-any OpenAI-compatible endpoint (`pipeline.backends.openai_backend`); `local` is a GGUF model served by
-llama.cpp on loopback (`pipeline.backends.local_backend`): the run's `LocalServers` (`servers=`, owned
-by the entry point) starts it and turns the role's config into an `openai` config at that server, so
-it is spoken to as any endpoint. `structured_output: json_schema` marks the engines for JSON-schema
-output (`pipeline.backends.structured_output`). Adding a backend is its record in
-`pipeline.backends.lm`, its own module exporting `SPEC`, one line here and `conf/lm/<name>.yaml`.
-`LM_BACKENDS.get(name, key)` looks one up (an unknown name is a ConfigError naming the key and the choices),
-`build_lm` builds one role's LM by its backend, `build_lm_set` the four roles.
+`LM_BACKENDS` is a `pipeline.core.registry.Registry`, one line per backend (`sim`: the simulated world,
+`pipeline.sim.lm_backend`, which only this registry and the dataset registry reach; `openai`: any
+OpenAI-compatible endpoint; `local`: a GGUF model the run's `LocalServers` serves on loopback, built as
+an `openai` config at that server). Adding a backend is its record in `pipeline.backends.lm`, its module
+exporting `SPEC`, one line here and `conf/lm/<name>.yaml`.
 
-Every LM is `dspy.LM(..., engine=GuardedEngine(inner), async_engine=AsyncGuardedEngine(inner),
-num_retries=0)`: the project's retry loop, stop token and failure guard
-(`pipeline.backends.guarded_engine`) sit around every backend, with the run's `RunServices` (stop token,
-ledger of calls, retries and failures, local servers; `pipeline.backends.services`) passed in as one
-record (`services=`; None: none of them); an LM whose `reuse_calls` is on answers a request already
-answered in the run from the run's `ReplyStore` (`services.replies`). Every guarded engine of a set
-masks in its replies the keys of all the set's roles (`key_values`: a model echoing any configured
-key stores it nowhere). It does not parse configs beyond `lm_set_configs` (see
-`LMConfig.from_mapping`) and runs nothing.
+`build_lm` builds one role's `dspy.LM(..., engine=GuardedEngine(inner), async_engine=AsyncGuardedEngine,
+num_retries=0)`: the run's retries, stop token, guards and ledger (`RunServices`, passed in; None: fresh
+ones) around the backend's engine; with `reuse_calls` on, the run's `ReplyStore` answers repeats. Every
+guarded engine of a set masks the keys of all the set's roles (`key_values`). `structured_output:
+json_schema` marks the engines for JSON-schema output. `build_lm_set` builds the four roles, each
+counting into the run's `CallLedger`. It parses no config beyond `lm_set_configs` and runs nothing.
 """
 from __future__ import annotations
 
@@ -69,8 +58,8 @@ LM_BACKENDS: Registry[BackendSpec] = Registry(
     "lm backend",
     {
         "sim": "memtrace_loop.pipeline.sim.lm_backend",
-        "openai": "memtrace_loop.pipeline.backends.openai_backend",
-        "local": "memtrace_loop.pipeline.backends.local_backend",
+        "openai": "memtrace_loop.pipeline.backends.openai_engine",
+        "local": "memtrace_loop.pipeline.backends.local_server",
     },
     unknown="{key}: unknown {what} {name!r} (available: {choices})",
 )
@@ -113,13 +102,14 @@ def build_lm(
     services = services or RunServices()
     if config.backend == "local" and services.servers is not None:
         config = services.servers.serve(config, role)
-    engine, async_engine, endpoint = LM_BACKENDS.get(config.backend).engines(config)
+    engine, endpoint = LM_BACKENDS.get(config.backend).engines(config)
     ledger = services.ledger
     settings = GuardSettings(role, endpoint, retry_policy(config), stop=services.stop, guard=ledger.guard,
                              retries=ledger.retries, max_tokens=ledger.max_tokens,
                              secrets=tuple(sorted({*secrets, *key_values((config,))})),
                              replies=services.replies if config.reuse_calls else None)
-    guarded, async_guarded = GuardedEngine(engine, settings), AsyncGuardedEngine(async_engine, settings)
+    guarded = GuardedEngine(engine, settings)
+    async_guarded = AsyncGuardedEngine(guarded)
     if config.structured_output == "json_schema":
         declare_structured_output(guarded)
         declare_structured_output(async_guarded)

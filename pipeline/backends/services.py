@@ -1,29 +1,72 @@
-"""The per-run services every LM of one run shares: `RunLedger` and `RunServices`.
+"""What every LM of one run shares: `RunServices` (stop token, ledger, local servers, reply store).
 
-`RunLedger` is the one per-run ledger: the LM calls made and served from the cache per role
-(`CallLedger`), the retries per role and cause (`RetryLedger`), the finally failed calls that stop a
-run which mostly fails (`FailureGuard`) and the empty replies cut at `max_tokens` that stop a run
-whose limit is too small (`MaxTokensGuard`). `RunServices` is what an app hands to the builders instead of
-five loose arguments: the run's `StopToken` (None: cannot be stopped), its ledger and its local model
-servers (`LocalServers`, None: a `local` LM cannot be built) and its store of LM replies (`ReplyStore`:
-a request already answered in the run is answered from it by every LM whose `reuse_calls` is on). Both
-are frozen records of long-lived, thread-safe objects; they start nothing and log nothing (the entry
-point owns the servers' lifetime).
+`RunLedger` holds the run's counts: LM calls per role (`CallLedger`), retries per role and cause
+(`RetryLedger`, logged as `lm_retries/<role>/<cause>` by `pipeline.tracking.run_logging`), the finally
+failed calls that stop a run which mostly fails (`FailureGuard`) and the empty replies cut at
+`max_tokens` (`MaxTokensGuard`). `RunServices` is what an app hands to the builders: the run's
+`StopToken` (None: cannot be stopped), its ledger, its local model servers (None: a `local` LM cannot
+be built) and its `ReplyStore` (a request already answered in the run is answered from it). Frozen
+records of long-lived, thread-safe objects (copies of a counter are the counter); they start nothing
+and log nothing (the entry point owns the servers' lifetime).
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
-from memtrace_loop.pipeline.backends.call_count import CallLedger, CallTally
-from memtrace_loop.pipeline.backends.call_reuse import ReplyStore
-from memtrace_loop.pipeline.backends.failure_guard import FailureGuard
+from memtrace_loop.pipeline.backends.call_count import CallLedger, CallTally, ReplyStore
+from memtrace_loop.pipeline.backends.failure_guard import FailureGuard, MaxTokensGuard
 from memtrace_loop.pipeline.backends.local_server import LocalServers
-from memtrace_loop.pipeline.backends.reply_check import MaxTokensGuard
-from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger, RetryTally
 from memtrace_loop.pipeline.core.stop import StopToken
 
-__all__ = ["RunLedger", "RunServices"]
+__all__ = ["RetryLedger", "RetryTally", "RunLedger", "RunServices"]
+
+
+@dataclass(frozen=True)
+class RetryTally:
+    """Retries per role and cause (a snapshot). Roles or causes not present count 0."""
+
+    count_by_cause_by_role: Mapping[str, Mapping[str, int]] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        frozen = {role: MappingProxyType(dict(causes)) for role, causes in self.count_by_cause_by_role.items()}
+        object.__setattr__(self, "count_by_cause_by_role", MappingProxyType(frozen))
+
+    def role(self, role: str) -> int:
+        return sum(self.count_by_cause_by_role.get(role, {}).values())
+
+    def cause(self, role: str, cause: str) -> int:
+        return self.count_by_cause_by_role.get(role, {}).get(str(cause), 0)
+
+    @property
+    def total(self) -> int:
+        return sum(self.role(role) for role in self.count_by_cause_by_role)
+
+
+class RetryLedger:
+    """Thread-safe retry counts of one run (the retry loop records one per wait it decides on)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, dict[str, int]] = {}
+
+    def __copy__(self) -> RetryLedger:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, object]) -> RetryLedger:
+        return self  # a deep-copied program (GEPA does that) keeps counting into the same ledger
+
+    def record(self, role: str, cause: str) -> None:
+        with self._lock:
+            causes = self._counts.setdefault(role, {})
+            causes[str(cause)] = causes.get(str(cause), 0) + 1
+
+    def tally(self) -> RetryTally:
+        with self._lock:
+            return RetryTally({role: dict(causes) for role, causes in self._counts.items()})
 
 
 @dataclass(frozen=True)

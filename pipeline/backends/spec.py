@@ -2,8 +2,8 @@
 
 A `BackendSpec` holds the backend's own LM record (`pipeline.backends.lm`: the schema and single home
 of the defaults of its `lm.<role>` config node, the keys it reads) and its engines builder,
-`engines(config) -> (sync engine, async engine, scrubbed endpoint)`, each engine doing one attempt per
-call (retries, stop token and failure guard are wrapped around them by `pipeline.backends.registry`).
+`engines(config) -> (engine, scrubbed endpoint)`, the engine doing one attempt per call (retries,
+stop token and failure guard are wrapped around it by `pipeline.backends.registry`).
 Backends are not swept (`compare=False`). It does not list the backends (`pipeline.backends.registry`
 does), parse configs or build anything itself.
 """
@@ -18,8 +18,8 @@ from memtrace_loop.pipeline.backends.lm import LMConfig
 
 __all__ = ["BackendSpec", "Engines"]
 
-# (sync engine, async engine, scrubbed endpoint) doing one attempt per call
-Engines = tuple[Any, Any, str]
+# (sync engine doing one attempt per call, scrubbed endpoint)
+Engines = tuple[Any, str]
 
 
 @dataclass(frozen=True)

@@ -1,18 +1,12 @@
 """JSON-schema constrained output for the LMs that ask for it (`lm.<role>.structured_output: json_schema`).
 
-Two halves meet here. `declare_structured_output(engine)` marks an LM's engine (our `GuardedEngine`
-and its async twin) the way DSPy reads a custom engine's capabilities
-(`dspy.clients.capabilities`): `supports_response_schema` and `response_format` among its
-`supported_params`. `StructuredOutputAdapter` (a `dspy.ChatAdapter`, installed by entry points with
-`dspy.configure(adapter=...)`) then runs every call of such an LM through DSPy's own `JSONAdapter`,
-which sends the stage's output fields as a JSON schema (`response_format: {type: json_schema,
-json_schema: {schema: ...}}`, built by DSPy from the signature) and parses the JSON reply; llama.cpp
-server, vLLM, Ollama and OpenAI constrain decoding to it. Every other LM is served exactly as by
-DSPy's default `ChatAdapter` (with its JSON fallback), so nothing changes unless the knob is set.
-
-The prompt a structured LM gets is DSPy's JSONAdapter prompt ("Respond with a JSON object ..."),
-which the simulated world's stand-in already answers (it is ChatAdapter's fallback format), so the
-knob works fairly on `lm=sim` and the test server too. It does not build LMs or choose the knob.
+`declare_structured_output(engine)` marks an LM's engine the way DSPy reads a custom engine's
+capabilities (`supports_response_schema`, `response_format` among `supported_params`).
+`StructuredOutputAdapter` (a `dspy.ChatAdapter` entry points install) runs every call of such an LM
+through DSPy's `JSONAdapter`, which sends the stage's output fields as a JSON schema (`response_format`)
+and parses the JSON reply; every other LM is served exactly as by DSPy's `ChatAdapter`. The simulated
+world's stand-in answers the JSONAdapter prompt too (ChatAdapter's fallback format), so the knob works
+on `lm=sim` and the test server. It does not build LMs or choose the knob.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The simulated world as an LM backend (`lm.<role>.backend: sim`): its record and engines, as `SPEC`.
 
-Its record is `SimLMConfig`; its engines are the deterministic stand-in (`pipeline.sim.engine`) and its
-async twin, offline. It lives in the sim world, which only the registries reach: the LM-backend registry
+Its record is `SimLMConfig`; its engine is the deterministic stand-in (`pipeline.sim.engine`),
+offline. It lives in the sim world, which only the registries reach: the LM-backend registry
 (`pipeline.backends.registry`) names this module by string. The engine module is imported when engines
 are first built, so listing the backends (the config store does) does not load the stand-in's rules.
 It does not retry or guard calls (`build_lm` wraps every backend's engines).
@@ -16,11 +16,10 @@ __all__ = ["SPEC", "sim_engines"]
 
 
 def sim_engines(config: SimLMConfig) -> Engines:
-    """The deterministic stand-in engine (and its async twin). Offline."""
-    from memtrace_loop.pipeline.sim.engine import AsyncSimEngine, SimEngine
+    """The deterministic stand-in engine. Offline."""
+    from memtrace_loop.pipeline.sim.engine import SimEngine
 
-    engine = SimEngine(paraphrase=config.paraphrase)
-    return engine, AsyncSimEngine(engine), lm_model_name(config)
+    return SimEngine(paraphrase=config.paraphrase), lm_model_name(config)
 
 
 SPEC = BackendSpec(SimLMConfig, sim_engines)

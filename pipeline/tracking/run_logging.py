@@ -25,7 +25,7 @@ from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Che
 from memtrace_loop.pipeline.analysis.evaluation import EvaluationReport, MetricSummary, flat_metrics
 from memtrace_loop.pipeline.backends.call_count import CallTally
 from memtrace_loop.pipeline.backends.failure_guard import FailedCalls
-from memtrace_loop.pipeline.backends.retry_ledger import RetryTally
+from memtrace_loop.pipeline.backends.services import RetryTally
 from memtrace_loop.pipeline.core.case_io import cases_to_json
 from memtrace_loop.pipeline.core.graph_io import graph_to_json
 from memtrace_loop.pipeline.core.records import Dataset, PromptSet

@@ -10,6 +10,7 @@ its sockets (`socket.create_connection`, one per attempt), never timed.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 from pathlib import Path
@@ -19,8 +20,7 @@ import pytest
 from memtrace_loop.pipeline.backends.embeddings import OpenAIEmbedder
 from memtrace_loop.pipeline.backends.preflight import check_endpoints
 from memtrace_loop.pipeline.backends.registry import build_lm_set
-from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
-from memtrace_loop.pipeline.backends.services import RunLedger, RunServices
+from memtrace_loop.pipeline.backends.services import RetryLedger, RunLedger, RunServices
 from memtrace_loop.pipeline.core.stop import EndpointUnusable
 
 from tests.support import forbid_network, isolate_llm_env
@@ -42,13 +42,18 @@ def connects(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple[Any,
     forbid_network(monkeypatch)
     monkeypatch.setenv(KEY_ENV, "sk-refused-test")
     opened: list[tuple[Any, ...]] = []
-    original = socket.create_connection
+    original, original_async = socket.create_connection, asyncio.open_connection
 
     def counted(address: Any, *args: Any, **kwargs: Any) -> socket.socket:
         opened.append(tuple(address))
         return original(address, *args, **kwargs)
 
-    monkeypatch.setattr(socket, "create_connection", counted)
+    async def counted_async(host: Any = None, port: Any = None, **kwargs: Any) -> Any:
+        opened.append((host, port))
+        return await original_async(host, port, **kwargs)
+
+    monkeypatch.setattr(socket, "create_connection", counted)  # the embedder's check
+    monkeypatch.setattr(asyncio, "open_connection", counted_async)  # the LM's client
     return opened
 
 
@@ -100,7 +105,7 @@ def test_a_refused_connection_in_the_middle_of_a_run_is_still_retried(
          **{role: {"backend": "sim", "model": "stand-in"} for role in ("judge", "attributor", "rewriter")}},
         services=RunServices(ledger=RunLedger(retries=retries)),
     )
-    with pytest.raises(Exception, match=r"Connection refused") as caught:
+    with pytest.raises(Exception, match=r"failed to connect") as caught:
         ask(lms.task)
     assert not isinstance(caught.value, EndpointUnusable)  # one failed call, not the end of the run
     assert len(connects) == 3  # the first attempt and both retries

@@ -1,6 +1,6 @@
 """Bounded, visible retries and failing fast at the LM layer, against the real local OpenAI server.
 
-pipeline.backends.{resilience, guarded_engine, openai_engine, failure_guard, retry_ledger, preflight}:
+pipeline.backends.{resilience, guarded_engine, openai_engine, failure_guard, services, preflight}:
 every LM built by the registry runs behind the project's retry loop. Outcomes are asserted on what
 the server received and on what the LM layer reports (errors, log lines, ledgers), never on elapsed
 time.
@@ -28,8 +28,7 @@ from memtrace_loop.pipeline.backends.failure_guard import FailureGuard
 from memtrace_loop.pipeline.backends.lm import LMConfig
 from memtrace_loop.pipeline.backends.preflight import check_endpoints
 from memtrace_loop.pipeline.backends.registry import build_lm, build_lm_set
-from memtrace_loop.pipeline.backends.retry_ledger import RetryLedger
-from memtrace_loop.pipeline.backends.services import RunLedger, RunServices
+from memtrace_loop.pipeline.backends.services import RetryLedger, RunLedger, RunServices
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.stop import EndpointUnusable, Interrupted, StopToken, TooManyFailures
 from memtrace_loop.pipeline.tracking.run_logging import retry_metrics

@@ -1,4 +1,4 @@
-"""pipeline.backends.call_reuse: the run's store of replies (single flight, LRU bound, what the key covers)."""
+"""pipeline.backends.call_count: the run's store of replies (single flight, LRU bound, what the key covers)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import time
 
 import pytest
 from dspy.lm15 import Config, Message, Request, Response, TextPart, Usage
-from memtrace_loop.pipeline.backends.call_count import CallTally, RoleCalls
-from memtrace_loop.pipeline.backends.call_reuse import (
+from memtrace_loop.pipeline.backends.call_count import (
+    CallTally,
     ReplyStore,
+    RoleCalls,
     close_call,
     current_call,
     mark_reused,

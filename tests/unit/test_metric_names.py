@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from memtrace_loop.pipeline.analysis.evaluation import EvaluationReport, MetricSummary
 from memtrace_loop.pipeline.backends.call_count import CallTally, RoleCalls
-from memtrace_loop.pipeline.backends.retry_ledger import RetryTally
+from memtrace_loop.pipeline.backends.services import RetryTally
 from memtrace_loop.pipeline.tracking import metric_names as names
 from memtrace_loop.pipeline.tracking.run_logging import call_metrics, quality_metrics, retry_metrics, token_metrics
 

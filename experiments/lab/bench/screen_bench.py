@@ -65,8 +65,7 @@ from memtrace_loop.pipeline.analysis.attribution.protocol import TracedRun, attr
 from memtrace_loop.pipeline.analysis.blame import aggregate_blame
 from memtrace_loop.pipeline.analysis.evaluation import paired_difference
 from memtrace_loop.pipeline.analysis.judge import make_judge
-from memtrace_loop.pipeline.backends.call_count import BUDGET_ROLES, CallLedger
-from memtrace_loop.pipeline.backends.call_reuse import ReplyStore
+from memtrace_loop.pipeline.backends.call_count import BUDGET_ROLES, CallLedger, ReplyStore
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMConfig, LMSet
 from memtrace_loop.pipeline.backends.registry import build_lm
