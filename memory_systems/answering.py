@@ -1,12 +1,7 @@
-"""What every memory system records the same way: its turns, and the answer side (query, traced
-retrieval result, and the `respond` stage). Each system retrieves in its own way; this module
-records the result the same way for all of them (a `query:<qid>` variable, a retrieval operation
-whose inputs are the query and the memory-unit versions it returned and whose output is the
-`retrieved:<qid>` context), then runs the shared `respond` stage (`AnswerQuestion`) and records the
-answer. Every system records a conversation turn as the same `turn:<id>` variable (`record_turn`;
-`conversation_from_graph` reads them back). Keeping it in one place makes attribution and blame mean
-the same thing across systems. It does not retrieve anything itself; the names are
-`pipeline.core.conventions`.
+"""What every memory system records the same way: its turns (`record_turn`) and the answer side.
+
+The query, a retrieval operation from the query and the unit versions it returned to `retrieved:<qid>`,
+then the shared `respond` stage (`AnswerQuestion`); `conversation_from_graph` reads turns back. It retrieves nothing.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """What every memory system is: a `dspy.Module` with `ingest` and `answer`, and a prompt set.
 
-A memory system's LLM stages are its DSPy predictors; their attribute paths (`extract`, `decide`,
-`answer`) are the stage names used everywhere (blame, prompt sets, MLflow keys, exports). This module
-reads and writes prompt sets on a system and defines the records that `ingest` and `answer` return.
-It does not implement any system (see `mem0/system.py`) and does not run datasets (see `pipeline.loop.runner`).
+Its LLM stages are its DSPy predictors, named by attribute path; this module reads and writes prompt sets,
+derives the memory key and defines what `ingest` and `answer` return. It implements no system.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
-"""The optimizer contract: what an optimizer is given per call, what once at build, what it returns.
+"""The optimizer contract: `OptimizerSpec`, `OptimizerSetup` (at build), `OptimizationContext` (per call), `Candidate`.
 
-An optimizer module exports `SPEC` (an `OptimizerSpec`: its settings record, its `build`, whether
-sweeps compare it) and is one line in `optimizers.registry`. `build(OptimizerSetup)` gets what is
-fixed for the run (settings, rewriter LM, system, attributor, work dir); `Optimizer.propose` gets what
-changes per iteration (an `OptimizationContext`: prompts, knobs, blame, attributions, failures and
-their traces, the ONE `Evaluator` with batch and per-question scoring, the `CallBudget`) and proposes
-candidate prompt sets, best first. It never accepts them: the loop's gate does (`pipeline.loop`). The
-evaluator is the loop's own (runner and memory cache: built memories reused, every LLM call counted)
-and offers the train and dev splits only (the test split is kept for the end).
-
-It does not implement an optimizer or the loop.
+`propose` gets the prompts, knobs, blame, failures, the ONE `Evaluator` (train and dev only) and the
+`CallBudget`, and proposes candidates best first; the loop's gate accepts them.
 """
 
 from __future__ import annotations

@@ -1,20 +1,8 @@
 """Feedback text for one stage's rewriter, built from attributed failures.
 
-`feedback_for_attribution` turns one `Attribution` into a `FailureFeedback` block (question, gold
-answer, the system's answer, the question's category, the error type at the blamed operation, and the
-attribution's reason as the diagnosis; when the attribution names a joint decisive set, a line naming
-its operations in order);
-`feedback_without_attribution` builds the block the no-attribution baseline sends to
-every stage (same facts, a fixed diagnosis that says nothing about where the failure came from);
-`feedback_for_other_stage` is the block for a stage the attribution did NOT blame (same facts and
-error, a diagnosis saying the failure was traced to another stage: `OTHER_STAGE_DIAGNOSIS`).
-`fold_feedback` folds any number of blocks into a text of at most `max_chars` characters: blocks are
-grouped by error type (largest group first), a few representative blocks per group are kept
-(verified and confident attributions first, then the ones that add the most new words), and the rest
-are counted ("... and 7 more ExtractionError cases like these.").
-
-Pure functions over records. It does not call an LM, pick stages, or decide which failures a stage
-gets: that is the optimizers' job.
+`feedback_for_attribution`, `feedback_without_attribution` (the baselines'), `feedback_for_other_stage`, and
+`fold_feedback` (grouped by error type, representative blocks kept, the rest counted, under `max_chars`).
+Pure functions; no LM, no choice of stages.
 """
 
 from __future__ import annotations

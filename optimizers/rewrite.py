@@ -1,17 +1,7 @@
-"""Rewriting one stage's instruction from feedback, under a length budget.
+"""Rewriting one stage's instruction from feedback, under a length budget (`InstructionRewriter`).
 
-`RewriteInstruction` is the rewriter's DSPy signature (its docstring is the rewriter's prompt).
-`InstructionRewriter` runs it with the rewriter LM given to its constructor and controls length: a
-draft over budget is sent back once, as the current instruction, with a note asking for a shorter
-version; a second draft still over budget is rejected, never cut mid-sentence. The budget is `max_chars`,
-or, for an instruction that is already longer (the real mem0's hooks start at 4-5k characters), its
-own length plus `LONG_INSTRUCTION_GROWTH` (`length_budget`): a rewrite may add a rule without first
-cutting what the library needs from the text. Every LM or parse failure becomes a `RewriteOutcome`
-with an error; `rewrite` never raises. `stage_candidate` wraps an accepted rewrite into a one-stage
-`Candidate`.
-
-It does not choose stages, build feedback (`optimizers.feedback`) or judge whether a rewrite helps
-(the loop's gate does).
+A draft over `length_budget` is sent back once for a shorter one, then rejected (never cut); every failure
+is a `RewriteOutcome` with an error. `stage_candidate` wraps a rewrite. It chooses no stages.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""The DSPy signatures of the EverMemOS-style stages and how episodes are rendered as text.
+"""The DSPy signatures of the EverMemOS-style stages and how events and episodes are rendered as text.
 
-Each signature's docstring is the stage's default prompt; the attribute path of the predictor that
-uses it (`detect_boundary`, `write_events`, `write_episode`, `check_sufficiency`, `expand_queries`)
-is the stage's permanent public name. The answer stage is the shared `AnswerQuestion`
-(`memory_systems.signatures`). This module also fixes the text formats: an event variable's value, an
-episode variable's value, the document an episode is searched by, and the context block an episode
-contributes (events as "Memory: <text> Time: <date>" lines, the format every answerer reads). It holds
-no logic beyond that rendering.
+Each signature's docstring is the stage's default prompt. No logic beyond the rendering.
 """
 
 from __future__ import annotations

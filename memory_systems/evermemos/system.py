@@ -1,28 +1,10 @@
-"""The EverMemOS-style memory system.
+"""The EverMemOS-style memory system: episodes with event logs; BM25 + dense retrieval fused by RRF.
 
-Construction: turns are buffered into an open episode. Before a turn joins it, the hard limits
-(`max_episode_turns`, `max_episode_tokens`) close the episode regardless of anything else; otherwise
-`detect_boundary` (LLM) decides whether the turn starts a new episode. A closed episode gets an event
-log from `write_events` (LLM: atomic facts with dates, one `event:<n>` variable each, produced straight
-from the turns) and a title and narrative from `write_episode` (LLM: one `episode:<n>` variable). The
-event log is written first: it is the fact-level record, and the narrative summarises the same turns.
-At the end every episode is indexed for BM25 and dense search (its document: title, narrative, event
-texts).
-
-Answering: the question is searched with BM25 and dense search (`bm25_top` / `emb_top` candidates),
-the two rankings are fused by reciprocal rank fusion (`memory_systems.fusion`, `rrf_k`) and reranked
-(`rerank`). With `multi_query` on, `check_sufficiency` (LLM) reads the first `top_k` episodes and, when
-it finds them insufficient, `expand_queries` (LLM) writes extra queries whose rankings are fused in for
-a second round (off: one round, no LLM before answering). The final `top_k` episodes (title,
-narrative, events with dates) are the context of the shared `respond` stage. The sufficiency check
-and the expansion are question-side retrieval operations; one final retrieval operation lists the
-query, their outputs and every episode and event version placed in the context.
-
-A failed or unparsable LLM call becomes a failed operation and the run goes on: a failed boundary
-call means "no boundary", failed writers mean an empty event log or an empty narrative, a failed
-sufficiency check means "sufficient" (no second round) and a failed expansion means no extra queries.
-Replay's stage repair (`recorded_call`, `repaired_units`) is `evermemos.repair`; stored episodes are
-`evermemos.episodes`. This module does not judge answers or log anything.
+Construction: hard limits or `detect_boundary` (LLM) close an episode, then `write_events` and
+`write_episode` (LLM) write its events and narrative. Answering: BM25 and dense rankings fused and reranked;
+with `multi_query`, `check_sufficiency` and `expand_queries` (LLM) add a second round; the final `top_k`
+episodes are the context of `respond`. A failed LLM call is a failed operation with a safe default.
+Stage repairs are `evermemos.repair`; stored episodes `evermemos.episodes`. No judging, no logging.
 """
 
 from __future__ import annotations

@@ -1,26 +1,9 @@
 """The Long-Context memory system: the whole (recent) conversation is the context.
 
-Every turn is appended to one buffer as `Alice says: <text> Timestamp: 8 May 2023`; once the buffer
-holds more than `window_tokens` tokens the oldest entries are trimmed (the newest entry always stays,
-even if it alone is longer than the window). At question time the whole live buffer is the context of
-`respond`, the only LLM stage.
-
-Graph representation (linear in turns + questions, never turns x questions):
-
-- `turn:<id>` (kind turn) -> `append_turn` (stage `append`, extraction, no prompt) -> `entry:<id>`
-  (kind buffer): one entry variable per turn; the buffer text is never copied per turn.
-- `trim_buffer` (stage `trim`, update, no prompt, so its blame lands on the window knobs): consumes the
-  live versions of the entries it trims and writes a deleted version of each (value "", meta
-  deleted=True).
-- `build_context` (stage `context`, retrieval): recorded once per distinct buffer state, i.e. once per
-  conversation at the end of `ingest`, since every question is asked after the whole conversation.
-  Its inputs are all live entry versions; its output `context:buffer` (kind context) holds the rendered
-  buffer once. Each question's `question_answering` operation reads `query:<qid>` and that shared
-  context variable, so per question the graph grows by a constant, however long the buffer is.
-  The lineage attributor finds the entries the context held in the inputs of the context's producer,
-  exactly as for a per-question retrieval.
-
-This module does not judge answers, choose what to keep by relevance, or summarize trimmed turns.
+Turns are appended to one buffer (`append_turn` -> `entry:<id>`); past `window_tokens` the oldest entries
+are trimmed (`trim_buffer`, blamed on the window knob; the newest always stays). One `build_context` per
+buffer state writes `context:buffer`, shared by every question, so the graph grows linearly. It does not
+judge, rank by relevance or summarize.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
-"""The Mem0-style memory system.
+"""The Mem0-style memory system: extract (LLM) -> search similar -> decide (LLM) -> store; retrieve, respond.
 
-Per turn: `extract` (LLM) pulls atomic facts from the turn; each fact is embedded and the most similar
-existing memories are found; `decide` (LLM) chooses ADD / UPDATE / DELETE / NONE against them; the
-actions are applied to a vector store that keeps every version. At question time the question is
-embedded, the top-k memories are retrieved and `respond` (LLM) answers.
-
-Every step is traced: the LLM stages through `Tracer.stage`, the search and the store writes by
-declaring their data flow. A failed or unparsable LLM call becomes a failed operation and the turn
-(or question) goes on with an empty result. For replay's stage repair, `recorded_call` reads a
-stage's inputs back from its input variables and `repaired_units` what a re-run writes (`mem0.repair`).
-This module does not judge answers or log anything.
+Every step is traced; a failed or unparsable LLM call is a failed operation and the turn goes on empty.
+Stage repairs for replay are `mem0.repair`. It does not judge answers or log.
 """
 
 from __future__ import annotations

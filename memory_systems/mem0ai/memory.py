@@ -1,23 +1,8 @@
-"""Building one unmodified `mem0.Memory` per conversation, in a folder of its own.
+"""One unmodified `mem0.Memory` per conversation, in a folder of its own.
 
-`open_memory(folder, embedder, recorder)` is `Memory.from_config` with a local Qdrant at
-`<folder>/qdrant` (`on_disk: true`: mem0 1.0.5 deletes a local path at init otherwise), the SQLite
-history at `<folder>/history.db` and `embedding_model_dims` = our embedder's `dim`. The config names
-mem0's built-in `openai` providers (from_config accepts only built-in names) with an obviously fake
-placeholder key, needed only for their construction: no request is ever sent with it, because
-`memory.llm` and `memory.embedding_model` are then replaced by our `LMBridge` and `EmbedderBridge`,
-and the recorder's wrappers are installed. The key is never logged or traced.
-
-`new_folder(label)` is a fresh folder under `MEM0_DIR` (or the temp dir), named by the label's safe
-stem (`pipeline.core.safe_names.file_stem`: a conversation id never leads outside it): local Qdrant
-allows one client per path, so every state (a conversation's memory, a replay's rebuilt one) has its own.
-`close_memory` releases the Qdrant client and the SQLite connection and removes the folder.
-
-mem0 logs several INFO lines per `add` (with the memories' text); unless the `mem0` logger was given a
-level of its own, it is set to WARNING, so a run's log keeps mem0's warnings and errors (its silent
-decisions, which the adapter also records) without one line per store call.
-
-It traces nothing and decides nothing about turns (`memory_systems.mem0ai.system`).
+`open_memory` is `Memory.from_config` with a local Qdrant and SQLite history, a fake placeholder key
+(never used: `llm` and `embedding_model` are replaced by our bridges); `new_folder`, `close_memory`. mem0's
+per-add INFO lines are silenced to WARNING unless its logger has a level. It traces nothing.
 """
 
 from __future__ import annotations

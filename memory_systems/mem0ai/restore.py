@@ -1,11 +1,7 @@
-"""Putting memory units into a fresh mem0 store without mem0's LLM (what replay needs).
+"""Memory units put into a fresh mem0 store without mem0's LLM (what replay needs).
 
-`live_units_of(graph)` reads the units live at question time from a conversation graph the adapter
-traced (latest version of each `memory:<unit>`, not deleted); `insert_units(memory, embedder, user_id,
-units)` writes them straight into a new `Memory`'s vector store with our embeddings and the payload
-mem0 itself writes (`data`, `hash`, `user_id`, and our metadata `session_date` / `turn`), under ids
-derived from the conversation and unit name (uuid5: a rebuilt store is the same every time); its
-history table stays empty (a replay only searches). It runs no LLM and traces nothing.
+`live_units_of(graph)` and `insert_units` (our embeddings, mem0's payload, uuid5 ids: the same store every
+time). No LLM, no tracing.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """The DSPy signatures of `memory_system=mem0ai`'s two mem0 stages (`fact_extraction`, `update_memory`).
 
-Their instructions are mem0's own hook texts (`hooks.default_hooks()`, set at build): the prompt set of
-the system is those two texts plus our shared `respond` stage. The predictors are never run through a
-DSPy adapter: mem0 builds its own chat messages around the texts, and the adapter sends them through
-the predictor's LM as they are (`memory_systems.mem0ai.bridge`). The signatures still say what each
-stage reads and returns (mem0's JSON reply shapes), so the optimizer, the simulated world (which knows
-a stage by its output fields) and exports treat them like any stage. Called directly (replay), a
-predictor sends mem0's own messages built from these inputs (`memory_systems.mem0ai.recall`). No logic here.
+Their instructions are mem0's hook texts; they say what each stage reads and returns (mem0's JSON shapes),
+but mem0 builds its own messages around them (`bridge`, `recall`). No logic here.
 """
 
 from __future__ import annotations

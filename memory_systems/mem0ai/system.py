@@ -1,31 +1,10 @@
 """`memory_system=mem0ai`: the real, unmodified `mem0ai` 1.0.x library behind our memory-system contract.
 
-How a conversation is fed (mem0 1.0.x has no timestamp argument and extracts facts only from user
-messages): one `Memory` per conversation (its own local Qdrant folder and SQLite history,
-`memory_systems.mem0ai.memory`), `user_id` = the conversation id, and ONE `add()` per turn with
-`messages=[{"role": "user", "content": "<Speaker>: <text>"}]` and `metadata={"session_date":
-"YYYY-MM-DD", "turn": <turn id>}`. We never pass an `agent_id`, so mem0 itself would pick its user
-extraction prompt (`USER_MEMORY_EXTRACTION_PROMPT`), whose text is our starting `fact_extraction`
-prompt. Before each add the adapter sets `memory.config.custom_fact_extraction_prompt` to the
-`fact_extraction` stage's text with the turn's session date in its "Today's date is ..." line
-(`hooks.with_session_date`) and `memory.config.custom_update_memory_prompt` to the `update_memory`
-stage's text: so the prompt set is mem0's two hooks plus our `respond` stage, and nothing depends on
-the day a run happens.
-
-mem0's two LLM calls per add go through the stage predictors' DSPy LMs (`bridge.LMBridge`), its
-embeddings through our embedder; the steps of each add are observed without editing mem0
-(`observers.AddRecorder`) and written into the graph on the calling thread after `add()` returns
-(`trace.AddTrace`), with the Mem0-style system's graph shape. At question time `memory.search(question,
-user_id=..., limit=ranked_depth(top_k))` is the retrieval: its first `top_k` hits are the context, the
-rest are recorded as near misses; then our shared `respond` stage answers.
-
-The state of a conversation (`Mem0aiState`) names its folder and holds its `Memory`; it is shared
-read-only among threads and iterations (the memory cache), so searches on one state are serialized by
-its lock; the folder is removed when the state is garbage collected. Replay: `restore(graph)` is a
-fresh state whose store holds every unit live at question time, inserted directly with our embeddings
-(no LLM); `with_units` copies a state's units into a new one and adds the restored ones. A stage
-repair calls a stage again with mem0's own messages (`recorded_call`: `recall`; `repaired_units`:
-`mem0.repair`, the same graph shape).
+One `Memory` per conversation and one `add()` per turn (a user message `<Speaker>: <text>`, the session date
+in metadata); before each add mem0's two prompt hooks are set from our stages (`hooks.with_session_date`).
+Its LLM and embedder go through ours (`bridge`), its steps are observed (`observers`) and traced on the
+calling thread (`trace`); `memory.search` is the retrieval (first `top_k` hits the context, the rest near
+misses), our `respond` answers. `restore` / `with_units` rebuild stores without an LLM for replay.
 """
 
 from __future__ import annotations

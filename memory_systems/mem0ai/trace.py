@@ -1,32 +1,10 @@
-"""One mem0 `add()` (its recorded events) as graph variables and operations, with our conventions.
+"""One mem0 `add()` (its recorded events) as graph operations with the Mem0-style system's shape.
 
-`AddTrace(tracer, units, prompts).write(turn, events)` runs ON THE CALLING THREAD after `add()`
-returned, and records, in the order mem0 did the work (the shape of the Mem0-style system, so the
-lineage attributor, replay, the report and the benchmark read it unchanged):
-
-| operation | stage | kind | inputs -> outputs |
-|---|---|---|---|
-| `extract_facts` | `fact_extraction` (LLM) | extraction | turn -> `facts:<turn>` |
-| `search_similar` | `search_similar` | retrieval | facts + the memory versions mem0 found -> `similar:<turn>` |
-| `decide_updates` | `update_memory` (LLM) | update | facts + similar -> `decision:<turn>` |
-| `memory_add` / `_update` / `_delete` | `store` | extraction / update / deletion | decision (+ old) -> new version |
-
-The facts are the texts mem0 embedded and searched for (one vector-store search each, limit 5 in
-1.0.x); the similar memories are shown as mem0 showed them to the decision (`[0] text`, ids renamed
-"0", "1", ... in first-hit order). Every action of the decision is replayed the way mem0 1.0.x's loop
-treats it: an action without text is skipped, an UPDATE/DELETE whose id is not one of the memories
-shown (a hallucinated "99") or whose memory is gone is dropped (mem0 logs "Error processing memory
-action" and goes on), an unknown event is ignored, NONE changes nothing (and is not recorded, as in the
-Mem0-style system). Each action that should have reached the store but did not is a FAILED `store`
-operation (of the kind the write would have had) whose input is the decision, so the attributor can
-blame the decision. The effects that did
-reach the store are the vector store's insert/update/delete calls, checked against the rows mem0 wrote
-to its history table; memory units are named `m1`, `m2`, ... in creation order per conversation
-(mem0's uuid4 is in the unit's meta, never in a name). A failed LLM call, an empty reply or a reply
-mem0 could not parse is a FAILED LLM operation (error and raw output in meta) whose output is recorded
-empty. No wall-clock time enters the graph: a unit's `time` is the turn's session time.
-
-It calls no LLM and touches no store (the recorder collected everything).
+`AddTrace(...).write(turn, events)` runs on the calling thread after `add()` returned: `extract_facts`,
+`search_similar`, `decide_updates` and `store` operations, each decision action replayed as mem0 1.0.x
+treats it (an action that should have reached the store but did not is a FAILED `store` operation fed by
+the decision). Units are named `m1`, `m2`, ... per conversation; no wall-clock time enters the graph.
+It calls no LLM and touches no store.
 """
 
 from __future__ import annotations

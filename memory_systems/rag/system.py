@@ -1,18 +1,9 @@
 """The naive RAG memory system: token-bounded chunks of turns, top-k chunks by cosine as the context.
 
-Construction (no LLM): each turn is rendered as `[8 May 2023] Alice: text` and turns are packed, in
-order, into chunks of at most `max_chunk_tokens` tokens that end at a turn boundary; a turn longer
-than the bound is split at word boundaries into pieces that each keep the `[date] Speaker:` prefix,
-so no text is lost. With `overlap_tokens` > 0 a new chunk starts with the last turns (or pieces) of
-the previous one, as many as fit in the overlap. Each chunk is embedded into an in-process vector
-store. Answering embeds the question, takes the `top_k` chunks by cosine similarity (in rank order)
-and asks `respond`, the only LLM stage.
-
-Traced as: `chunk_turns` (stage `chunk`, extraction, no prompt) from the chunk's turn variables to
-`chunk:<n>` (kind chunk); `retrieve_chunks` (stage `retrieve`, retrieval, meta k and scores) from the
-query and the retrieved chunk versions to `retrieved:<qid>`; `question_answering` (stage `respond`).
-Chunking can only lose information a question needs when a turn was split and the needed words fell
-into different pieces. This module does not rerank, deduplicate overlapping chunks or judge answers.
+Turns are packed in order into chunks of at most `max_chunk_tokens` (a longer turn split at words, each
+piece keeping its `[date] Speaker:` prefix; `overlap_tokens` repeats the last turns), embedded into a vector
+store; answering takes the `top_k` chunks and asks `respond`. Traced as `chunk_turns`, `retrieve_chunks`,
+`question_answering`. It does not rerank or deduplicate.
 """
 
 from __future__ import annotations

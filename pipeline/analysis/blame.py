@@ -1,11 +1,7 @@
-"""Why cases failed, and how much each stage is to blame.
+"""How much each stage is to blame: `aggregate_blame` folds attributions into a `BlameTable`.
 
-The verdict on one failed case (`Attribution`: the earliest decisive faulty operation, its stage, one
-of five error types, a reason, and whether the blame lands on a prompt or on a stage's knobs) is a
-record of `pipeline.analysis.attribution.records`. `aggregate_blame` folds attributions into a `BlameTable`
-(count, share, error types and example cases per stage), the input of every optimizer and a logged
-artifact of every iteration. Pure records and functions: finding attributions is
-`pipeline.analysis.attribution`.
+The table (count, share, error types, examples per stage, ranked by weight then verified rescues) is every
+optimizer's input and a logged artifact; `uniform_blame` is the baseline's. Pure records and functions.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """The execution graph: a bipartite, append-only DAG of versioned variables and operations.
 
-A *variable* is one version of a named value (`memory:m17@3`, `turn:D3:7@1`, `prompt:extract@1`);
-a new version of a name is linked to the previous one, so a memory unit's whole life can be followed.
-An *operation* is one execution of a stage: it consumes variables, produces new ones, may name the
-prompt variable it used, and carries a monotonic sequence number (never wall-clock time).
-
-The graph enforces its invariants on every append (each variable has at most one producer; an
-operation's outputs are fresh variables, so the graph stays acyclic) and keeps indexes so the common
-queries (producer, consumers, versions, ancestors, descendants, the subgraph of one operation) cost
-O(answer). It does not know about DSPy, memory systems or files: recording from a running program is
-`pipeline.core.tracing`; our JSON is `pipeline.core.graph_io`, ExecNetwork interop
-`pipeline.interop.exec_network`; how variables are named and typed is `pipeline.core.conventions`.
+Invariants are enforced on every append (one producer per variable, fresh outputs, so acyclic); indexes make
+producer, consumers, versions, ancestors and descendants cost O(answer). It knows no DSPy, memory systems
+or files.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """A map that keeps at most `max_entries` values, the least recently used dropped first.
 
-`Lru` is what the run's bounded stores share (the memory cache, the reply store, the counter's seen
-requests): `get` and `put` mark a key as used, `in` does not. It is not thread-safe by itself: each
-store holds its own lock, around its own counts too. It does not count hits or decide what is stored.
+`get` and `put` mark a key as used, `in` does not. Not thread-safe by itself; it counts nothing.
 
 >>> lru = Lru[int](max_entries=2)
 >>> lru.put("a", 1); lru.put("b", 2); lru.get("a"); lru.put("c", 3)  # "b" was used least recently

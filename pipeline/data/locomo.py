@@ -1,22 +1,9 @@
-"""Load benchmark data into the typed records of `pipeline.core.records`, and split it.
+"""LoCoMo into the typed records of `pipeline.core.records`, and the seeded split by conversation.
 
-What it does:
-
-- `parse_locomo` is the one parser of the LoCoMo JSON layout (a list of samples with `sample_id`,
-  `conversation` and `qa`) into a `Dataset`; `load_locomo(path)` (a local file) and
-  `load_locomo_hub(name, ...)` (a Hugging Face dataset) read the records through `datasets`
-  (`pipeline.data.reader`) and hand them to it. Raw records are validated with pydantic
-  models (unknown keys are ignored); anything wrong raises `DataError`, whose message names the file,
-  the record and the field. Messy evidence ids are cleaned (see `clean_evidence`); evidence that
-  names a turn the conversation does not have is dropped with one logged warning per conversation.
-  A dataset with no conversations or no questions, or a conversation without turns, is a `DataError`
-  too (`require_content`): an empty file never becomes a run that scores nothing.
-- `split_by_conversation` makes a seeded, deterministic train/dev/test `Split` by conversation;
-  `Split.select` refuses an empty split with an `EmptySplitError` naming the split and the fractions.
-
-What it does not do: no network or caching of its own (`datasets` does both), no LongMemEval (see
-`pipeline.data.longmemeval`), and no answering or scoring (see `pipeline.analysis.evaluation`). It never
-prints; diagnostics go to the module logger.
+`parse_locomo` is the one parser behind `load_locomo` (a file) and `load_locomo_hub`: pydantic raw records
+(a `DataError` names file, record and field), messy evidence ids cleaned, unknown evidence dropped with a
+warning, an empty dataset refused (`require_content`). `split_by_conversation` makes the `Split`;
+`Split.select` refuses an empty split (`EmptySplitError`). No network or caching of its own, no printing.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """report.html: the page a person opens to see why a run's questions failed.
 
-`ReportData` (data) holds what the page shows; `failure_subgraph` (subgraph) picks the part of a
-conversation graph one failure's drawing shows; `layout` (layout) places it in sequence order;
-`render_report` / `write_report` (render) make the one self-contained HTML file; `report_for_run`
-(run_report) is the one call an app makes after a run or an optimization.
+`ReportData` (data), `failure_subgraph` (subgraph), `layout`, `render_report` / `write_report` (render),
+`report_for_run` (run_report, the one call an app makes).
 """
 
 from memtrace_loop.pipeline.report.data import (

@@ -1,21 +1,9 @@
 """Which attribution of a run's failures a report or an export shows, and how its counts are said.
 
-A run's failures are attributed by `memtrace run` (its `artifacts/attributions.json`) and, later, by
-`memtrace attribute` (its own folder: attributions.json, blame.json and `attribution_record.json`). An
-`AttributionRecord` says which attribution a folder holds: the attributor, whether replay verified it,
-when and by which command it was made, the folder holding its attributions.json, the source run (its
-saved folder, its MLflow run id) and its own MLflow run. `memtrace attribute` writes its record into
-its folder and, with `record_latest`, the same record as `latest_attribution.json` into the source
-run's folder (atomically: a report never reads half a pointer).
-
-`latest_attributions(saved_folder, results, run_config)` is what `memtrace report` and `memtrace graph
-convert` read: the attribution the user made last (the pointer's, while its folder still holds it),
-else the run's own (its record built from the run's saved config), else None; with the attributions
-comes the blame table saved beside them (blame.json), as it was made. `FailureCount` is the one
-count `attribute` and `report` both print: attributed of scored failures (outside the excluded
-categories), and the failures left out with those categories; `checks_line` says how replay checked them.
-
-It reads and writes JSON files only: it neither attributes nor talks to MLflow.
+`AttributionRecord` (attributor, verify, when, by which command, where, source run), written by `memtrace
+attribute` into its folder and, as `latest_attribution.json`, into the source run's (atomically);
+`latest_attributions` is what `report` and `graph convert` read (the latest, else the run's own);
+`FailureCount` is the one count both print. JSON files only: no attribution, no MLflow.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""The one call an app makes to write report.html for a run (`report_for_run`) or an optimization
-(`report_for_loop`).
+"""The one call an app makes to write report.html: `report_for_run`, `report_for_loop`.
 
-Each gathers a `ReportData` from what the app already holds — a `RunResult` (or the saved run's
-cases and graphs), the failures' attributions when it has them (else the lineage attributor, which
-needs no LM, attributes them here), an optional diagnosis — writes `<out_dir>/report.html` and
-returns its path. Logging it to MLflow is the caller's (`tracker.log_artifact(path)`); this module
-neither logs nor prints.
+Failures without attributions are attributed here by the lineage attributor (no LM). It neither logs nor prints.
 """
 
 from __future__ import annotations

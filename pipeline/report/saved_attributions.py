@@ -1,12 +1,7 @@
-"""Reading attributions back from the rows `run_logging.attribution_rows` wrote (attributions.json), and
-their blame table from the rows `BlameTable.as_rows` wrote (blame.json).
+"""Attributions read back from attributions.json, and their blame table from blame.json.
 
-`attributions_from_rows(rows, results)` rebuilds one `Attribution` per row whose question is among
-`results` (the judged cases of the same run); rows naming other questions are skipped. The joint
-decisive set comes back with the blamed operation's error type (the rows keep only the operations,
-names and stages of its members); the alternatives (other single repairs that also rescued a case) do
-not come back, so a blame table recomputed from these attributions can differ from the one made with
-them: `BlameTable.from_rows(rows, total)` reads that table as it was written. It neither attributes nor reads files.
+A joint set comes back with the blamed error type; alternatives do not, so the saved table
+(`BlameTable.from_rows`) is read as written. It neither attributes nor reads files.
 """
 
 from __future__ import annotations

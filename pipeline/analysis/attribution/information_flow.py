@@ -1,15 +1,8 @@
 """Where one piece of information went in a conversation graph (no LLM): the lineage attributor's reading.
 
-A `Track` is one piece of information the answer needs (the gold answer, or what an evidence turn says
-about the question), followed forward from its source turns. `InformationFlow.follow` says which
-variables *carry* it (`carrying`: enough of its content tokens; with an embedder, also by meaning) and
-which construction operations consumed a carrier but output none (`Drop`); `live_memories` are the
-memory units at question time and `content_survivors` those that carry a track's content from
-elsewhere (a merged memory, another turn's copy). It never blames: which drop is decisive, and what a
-missed retrieval or a wrong answer means, is the verdict of `lineage`. Pure: it reads one graph, which
-must not change while it is read (token sets, vectors and the store at question time are memoized).
-
-An extract step that kept the move but not the city drops the answer "Lisbon" on the way to memory:
+A `Track` (the gold answer, or what an evidence turn says) followed from its turns: which variables carry it
+and which construction operations dropped it (`Drop`); `live_memories` and `content_survivors` at question
+time. It never blames (`lineage` does). Pure over one graph, which must not change while read (memoized).
 
 >>> graph = ExecutionGraph("c1")
 >>> prompt = graph.add_variable("prompt:extract", "prompt", "List the facts in the turn.").id

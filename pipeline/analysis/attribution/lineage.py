@@ -1,28 +1,10 @@
-"""The lineage attributor: why did a case fail, and which operation is to blame? (no LLM)
+"""The lineage attributor (no LLM): which operation is to blame for a failed case?
 
-For one failed case it starts from the evidence turns (the dataset's gold ids; when a question has
-none, pseudo-evidence: `evidence.EvidenceFinder`, BM25 and — with an embedder — cosine, fused) and follows the
-information forward through the execution graph (`information_flow`: what carries it, where it was dropped,
-what lives at question time); this module turns that reading into the verdict:
-
-1. It tracks what the answer needs: the gold answer itself (from the turns that can carry it) and,
-   for each evidence turn, the part of the turn the question is about. A variable *carries* a target
-   when it holds enough of the target's content tokens (dates are compared token-wise, so
-   "7 June 2022" matches "June 7, 2022").
-2. Construction: every extraction/update/deletion operation that consumes a carrier but outputs none
-   is a *drop*. If at question time no live memory unit carries a target, the first drop on its path
-   is the earliest decisive faulty operation: ExtractionError (the extract step lost it), UpdateError
-   (an update decision dropped or overwrote it), DeletionError (it was deleted). A store write that
-   only executed an LLM decision passes the blame to the operation that made the decision.
-3. Retrieval: if every target lives in memory but the question's retrieval did not return a carrier,
-   RetrievalError on the search (blamed on its knobs, not a prompt).
-4. Otherwise the context held everything: ResponseError on the answer step. Unanswerable questions
-   (gold "not mentioned") are ResponseErrors directly: nothing upstream can produce an abstention.
-
-The reason names the variables involved and what was lost, in words an optimizer can act on. This
-module is pure: it reads graphs and cases and never calls an LLM. It does not aggregate (see
-`pipeline.analysis.blame`). The names and kinds it reads (turns, memory units, answers) are those
-written in `pipeline.core.conventions`.
+From the evidence turns (gold ids, else `evidence.EvidenceFinder`) it follows the information forward
+(`information_flow`) and gives the verdict: the earliest decisive construction drop (Extraction / Update /
+DeletionError; a store write passes blame to its decision), else a RetrievalError on a search that missed a
+live carrier (blamed on its knobs), else a ResponseError on the answer step (directly for unanswerable
+questions). Pure: it never calls an LLM and does not aggregate.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""The attribution records: why one case failed (`Attribution`), each faulty operation found on the
-information's path (`Fault`), what finding it cost (`AttributionCost`), and the two vocabularies they
-use (`ErrorType`, `Tunable`).
+"""The attribution records: `Attribution`, `Fault`, `AttributionCost`, `Check`, `ErrorType`, `Tunable`.
 
-Pure frozen records, no behaviour beyond small accessors: the attributors beside this module produce
-them, `pipeline.analysis.blame` folds them into a blame table, reports and optimizers read them.
+Pure frozen records, no behaviour beyond small accessors.
 """
 
 from __future__ import annotations

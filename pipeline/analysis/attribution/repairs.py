@@ -1,35 +1,11 @@
 """How replay repairs one blamed operation, per operation kind, and what each repair may carry.
 
-A repair changes the blamed operation's output the way a FIXED stage could have written it, from what
-that stage read, and nothing else; replay then re-runs what lies downstream. Replay never reads the
-test world's rules: the only ground truth a repair may carry is the case's evidence turns and its gold
-answer, and only where a fixed stage could have known them.
-
-Per operation kind (`Repair`), what the repair is, what it may carry, and what it may not:
-
-- LLM construction stage (extract, decide, write_events, ...): `RERUN`, its predictor called again on
-  its recorded inputs with one hint sentence quoting the evidence turn (and the gold answer) it must
-  keep; what it now writes goes into memory (`MemorySystem.repaired_units`). May carry: the stage's
-  own output, in its own form. May not: the raw evidence turn, anything the stage did not write.
-- Non-LLM construction stage with resettable knobs (chunk, trim): `REBUILD`, memory built again from the
-  graph's turns with that stage's knobs at their defaults. May carry knob values; no LLM output.
-- Retrieval blamed on `top_k`: `WIDEN`, `top_k` raised just enough to reach the missed unit (with a
-  construction repair in the same replay, just enough to reach a unit that repair wrote, as the
-  replayed search ranks it: `reach`). May carry a knob value; never a unit that was not in memory.
-- Retrieval blamed on a steering prompt: `STEER`, the steering stage's predictor called again with a
-  hint quoting the missed unit; the queries it writes steer the search. Never the unit's text as a query.
-- Retrieval no knob fixes: `SWAP`, the missed unit in place of the lowest-ranked hit, so the context
-  keeps its size. Only a unit in memory when the search ran (`swappable`), or one a construction
-  operation repaired in the same replay may have kept (a version that replaced it lies downstream of
-  that operation). Never a unit that was never written, deleted or overwritten before the question.
-- Answer stage: `ANSWER`, its predictor called again on the same question and context with a hint
-  quoting the context line(s) that carry the evidence. Never the gold answer, never a line that is not
-  in its context.
-
-A repair that would have to carry the gold answer itself does not exist: `plan_repair` returns None
-(the answer stage whose context carries no evidence line; a non-LLM stage with no knob to reset; a
-system that cannot call its stage again). This module plans repairs and writes hints; it runs nothing
-(`pipeline.analysis.attribution.replay` does).
+A repair writes what a FIXED stage could have written from what it read; the only ground truth it may
+carry is the case's evidence turns and gold answer, where a fixed stage could know them:
+`RERUN` (an LLM construction stage called again with a hint), `REBUILD` (knobs reset), `WIDEN` (`top_k`
+raised just enough), `STEER` (a steering stage told what to reach), `SWAP` (a missed unit that was in memory
+in place of the lowest hit), `ANSWER` (the answer stage pointed at its own context lines). A repair that
+would have to carry the gold answer itself does not exist (`plan_repair` returns None). It runs nothing.
 """
 
 from __future__ import annotations

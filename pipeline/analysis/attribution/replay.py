@@ -1,23 +1,8 @@
 """One replay: repair some blamed operations together, re-run what lies downstream, judge the answer.
 
-The memory is rebuilt from the graph (`MemorySystem.restore`, no LLM call) on the system with the
-prompts the graph recorded and the knobs the run used (the graph's `knobs` meta, so a replay after an
-accepted knob change uses the knobs in force). Each fault is repaired as its `RepairPlan` says
-(`pipeline.analysis.attribution.repairs`, which also says what each repair may carry):
-
-- `RERUN`: the blamed LLM stage's predictor is called again on the operation's recorded inputs
-  (`MemorySystem.recorded_call`) with a hint quoting the evidence turn it must keep; the units it then
-  writes (`MemorySystem.repaired_units`) go into memory;
-- `REBUILD`: memory built again from the graph's turns with the blamed stage's knobs at their defaults;
-- `WIDEN`: `top_k` raised to reach the missed unit; `STEER`: the steering stage called again with a
-  hint quoting the missed unit, its queries steer the search; `SWAP`: the missed unit in place of the
-  lowest-ranked hit;
-- `ANSWER`: the answer stage called again on the (replayed) context with a hint quoting the context
-  lines that carry the evidence; when no line carries it, the answer stage runs unrepaired.
-
-Every replay traces into a buffer that is never committed: the graph is not changed. LLM calls are
-counted (`ReplayOutcome.calls`). This module runs replays; which replays to try and what they prove is
-`pipeline.analysis.attribution.verification`.
+Memory is rebuilt from the graph (`MemorySystem.restore`, no LLM) with the recorded prompts and knobs, each
+fault repaired as its `RepairPlan` says (`repairs`). Replays trace into a buffer never committed: the graph
+is not changed; LLM calls are counted. Which replays to try and what they prove is `verification`.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """What one step of the LLM graph walk shows the LM: variable values clipped around the needed information.
 
-Pure text functions for `attribution.llm`: `clip` (fold whitespace, cut with " ..."), `focus_clip` (keep
-the window, or two half windows, of a long value that hold the most of the needed words, rare words
-weighing most), `render_vars` (one line per variable, the lines on the information's path first and
-with a larger share, the lines that overflow the room left out and counted), and `fit_step` (all field
-values together under the step's character bound). They read no graph and call no LM.
+`clip`, `focus_clip` (the window(s) holding the most needed words), `render_vars` (path lines first) and
+`fit_step` (all fields under the step's bound). Pure text: no graph, no LM.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""One case's walk for the LLM attributor: its state (`Walk`: the frontier ranked by the system's prior,
-the variables on the information's path, the verdicts and the calls spent) and what a repair of an
-operation it judged faulty restores (`restore_of`, `retrieval_note`).
+"""One case's LLM walk: its state (`Walk`) and what a repair of a faulty step restores (`restore_of`).
 
-It reads the graph and the walk's own records; it makes no LM call and renders no step (the walk's LM
-steps are `pipeline.analysis.attribution.llm`, their rendering `walk_render`, the graph reading it builds
-on `walk_paths`).
+It reads the graph and the walk's records; no LM call, no rendering.
 """
 
 from __future__ import annotations

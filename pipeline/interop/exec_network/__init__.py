@@ -1,22 +1,9 @@
-"""Interop with the reference tooling's `ExecNetwork` JSON (smartcomment, MemTraceBench): the entry point.
+"""Interop with smartcomment's / MemTraceBench's `ExecNetwork` JSON: the entry point and public API.
 
-Their document is `{graph_id, user_id, project_id, strict, driver_type, created_at, metadata,
-data: {sessions, nodes, operations, edges}}`: nodes are versioned variables keyed by `full_node_id`
-(`[class_name:]name@version`), operations are records (`op_id` "op-<hex>") and edges run variable ->
-variable carrying the `op_id` that induced them. MemTraceBench adds its labels as `data.annotations`.
-
-What it does: `from_exec_network(data)` / `load_exec_network(path)` read a document and hand it to
-the right importer - ours (every record carries our mark, `exec_network.native`: rebuilt exactly) or
-theirs (`exec_network.foreign`: translated, kinds guessed by `exec_network.guess`, every original record kept so that
-`to_exec_network` writes the same document back); a document of ours edited by someone else is
-imported as theirs, with a warning. Both directions are checked against the real smartcomment 0.1.2
-(tests/interop). It re-exports the public API of the pieces: `to_exec_network` /
-`save_exec_network` / `annotation_from_attribution` (`exec_network.export`, `exec_network.timeline`),
-the name table and id helpers (`exec_network.names`), `ImportedNetwork`, `MARK`, the placeholder ids
-and `labels_in` (`exec_network.document`), `is_foreign` (`exec_network.originals`).
-
-What it does not do: no attribution, no network, no rendering; the labels themselves
-(`BenchAnnotation`) and their scoring are `exec_network.labels`; our own compact JSON is `graph_io`.
+`from_exec_network` / `load_exec_network` hand a document to the right importer: ours (`native`, rebuilt
+exactly) or theirs (`foreign`, translated with every original record kept, so `to_exec_network` writes it
+back unchanged); an edited document of ours is imported as theirs, with a warning. Both directions are
+checked against the real smartcomment (tests/interop). No attribution, no network, no rendering.
 """
 
 from __future__ import annotations

@@ -1,33 +1,10 @@
-"""ExecNetwork export: one of our `ExecutionGraph`s as the reference tooling's (smartcomment)
-`ExecNetwork` JSON, our attributions as MemTraceBench labels on it.
+"""ExecNetwork export: one of our graphs as a document smartcomment's `ExecNetwork.import_graph` accepts.
 
-What it does: `to_exec_network(graph, annotations=())` writes a document that smartcomment's own
-`ExecNetwork.import_graph` accepts as is (driver `in_memory`; `graph_id`, `filename`, `lineno` and
-`created_at` on every session, node, operation and edge; `session_id` on edges) - plain JSON data;
-`save_exec_network` writes it to a file.
-- Names with a counterpart in their conventions are renamed through `NAME_TABLE`, and split into
-  smartcomment's `class_name` and `name` (`query:<qid>`, `prediction:<qid>`, `golden_answers:<qid>`,
-  `judge_verdict:<qid>`: MemTrace's tools find them by class).
-- One session per stage (plus `session-inputs` for what no operation produced); every (prompt or
-  input) x output pair of an operation is an edge whose category mirrors the operation's, as
-  smartcomment's own edges do (which edge carries the prompt is in the operation's mark). An
-  operation without inputs or outputs gets smartcomment's own placeholder edges from / to
-  `COMMENT:NONE@1`.
-- `created_at` comes from one clock (`exec_network.timeline`): an operation is stamped after its
-  inputs and before its outputs, operations in sequence order.
-- Everything of ours (names, kinds, meta, the operation's full input/output lists in order, prompt,
-  status, error, usage, seq) rides in `metadata["memtrace"]`, which smartcomment keeps, so
-  `exec_network.native` rebuilds the graph exactly, also after a trip through smartcomment.
-- Labels (MemTraceBench annotations, or our attributions turned into labels by
-  `annotation_from_attribution`) go to `data.annotations`, where MemTraceBench keeps them, and to
-  the top-level `metadata["annotations"]`, which survives smartcomment's import/export (it drops
-  unknown keys under `data`). Labels carried in `graph.meta` (an imported graph's) are written when
-  none are passed.
-- A graph imported from a foreign ExecNetwork document is written back from its original records
-  (`exec_network.originals`), with its original ids, edges and attributes.
-
-What it does not do: no reading (`exec_network.native`, `exec_network.foreign`), no attribution, no
-scoring of labels (`exec_network.labels`); our own compact JSON is `graph_io`.
+Names are mapped through `NAME_TABLE` and split into `class_name` / `name`; one session per stage; one edge
+per (prompt or input) x output pair, placeholder edges for an operation without inputs or outputs;
+`created_at` from `timeline`. Everything of ours rides in `metadata["memtrace"]` (so `native` rebuilds the
+graph exactly); labels go to `data.annotations` and the top-level `metadata["annotations"]`. A graph imported
+from a foreign document is written back from its original records (`originals`). It reads nothing.
 """
 
 from __future__ import annotations

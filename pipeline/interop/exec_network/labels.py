@@ -1,10 +1,7 @@
-"""MemTraceBench labels: the failed query, the blamed operation and its error type — parsed and scored.
+"""MemTraceBench labels (`data.annotations`): parsed into `BenchAnnotation`s and scored.
 
-`BenchAnnotation` is one label from an ExecNetwork document's `data.annotations` (parsed with pydantic;
-error types mapped to `ErrorType`; AnnotationError/JudgeError kept as non-memory labels).
-`score_attributions` measures attributions against labels: error-type accuracy and exact op-id
-accuracy, non-memory labels dropped by default (REFERENCE.md section 2). Reading and writing the graph
-part of the format is `pipeline.interop.exec_network`.
+`score_attributions` gives error-type and exact op-id accuracy, non-memory labels dropped by default.
+It reads no graph.
 """
 
 from __future__ import annotations

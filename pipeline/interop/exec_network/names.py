@@ -1,16 +1,7 @@
-"""ExecNetwork ids: how our variable and operation names map to the reference tooling's names and ids.
+"""ExecNetwork ids: how our variable and operation names map to the reference tooling's.
 
-What it does: the one correspondence table `NAME_TABLE` (turns `U<sample>:<dia_id>`, memory units
-`memory-unit-<id>`, the Mem0 prompts, queries, predictions, gold answers, judge verdicts and prompt,
-the answer and judge operations) with `their_name` / `our_name` applying it either way; how a full
-name splits into smartcomment's `class_name` and `name` (`split_full_name`: `query:<qid>` is class
-`query`, name `<qid>`, so MemTrace's tools find queries, predictions, golden answers and `judge_*`
-nodes by class); the ExecNetwork `op_id` of one of our operations (`op_id_for`: deterministic, or
-the original id of an imported operation) and the full node id of each of our variables in an
-export (`full_node_ids`, original ids of imported variables kept).
-
-What it does not do: no document reading or writing (`exec_network.export`, `exec_network.native`,
-`exec_network.foreign`), no kind guessing for foreign names (`exec_network.foreign`).
+`NAME_TABLE` with `their_name` / `our_name`, `split_full_name` (smartcomment's `class_name` and `name`),
+`op_id_for` and `full_node_ids` (original ids of imported records kept). It reads and writes no document.
 """
 
 from __future__ import annotations

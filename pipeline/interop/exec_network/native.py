@@ -1,18 +1,8 @@
-"""Native ExecNetwork import: a document that `to_exec_network` wrote (it carries our lossless mark)
-rebuilt as exactly the graph that was exported.
+"""Native ExecNetwork import: a document `to_exec_network` wrote, rebuilt as exactly the exported graph.
 
-What it does: `import_native` reads our metadata (`metadata["memtrace"]`) on every node and
-operation — names, kinds, meta, versions, the operations' full input/output lists in order, prompt,
-status, error, usage, seq — and rebuilds the graph through our own lossless format (`graph_io`), so
-ours -> ExecNetwork -> ours is exact (`graph_to_json` equal). Their ids map back to ours one to one.
-
-The document's labels ride along in `graph.meta["bench_annotations"]`, so a conversion to our own
-JSON keeps them and `to_exec_network` writes them again.
-
-What it does not do: it ignores the edges, the sessions and smartcomment's placeholder node (the mark
-says everything); it does not
-decide whether a document is native (`exec_network.document.read_document` does) and does not read
-documents of other tools (`exec_network.foreign`). Malformed metadata raises `ExecNetworkError`.
+`import_native` reads our mark (`metadata["memtrace"]`) on every record through `graph_io`, so ours ->
+ExecNetwork -> ours is exact; labels ride in `graph.meta["bench_annotations"]`. It ignores edges, sessions
+and the placeholder node, and does not decide whether a document is native (`document.read_document`).
 """
 
 from __future__ import annotations

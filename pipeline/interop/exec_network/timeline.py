@@ -1,16 +1,7 @@
 """Timestamps for an ExecNetwork export: one consistent clock over our variables and operations.
 
-Our graphs keep no wall-clock time (operations have a sequence number); smartcomment stamps every
-session, node, operation and edge with `created_at` ("YYYY-MM-DD HH:MM:SS.mmm") and filters and
-orders by it. `timeline(graph)` gives every variable and operation a distinct tick (0, 1, 2, ...)
-such that operations follow their sequence order, each operation comes after all of its inputs and
-its prompt and before its outputs, and a variable no operation produces (a turn, a query, a prompt)
-is stamped in insertion order unless an operation needs it earlier. `Clock(base).stamp(tick)` renders
-a tick as `tick` milliseconds after `base` (each second of the clock formatted once: a large export
-stamps hundreds of thousands of records). One pass, linear in the graph.
-
-What it does not do: no document writing (`exec_network.export`); edges and sessions take the
-stamps of the records they belong to.
+`timeline(graph)` gives every record a distinct tick (operations in sequence order, after their inputs and
+before their outputs); `Clock(base).stamp(tick)` renders it as smartcomment's `created_at`. It writes no document.
 """
 
 from __future__ import annotations
