@@ -68,9 +68,8 @@ class RestoredUnit:
 
 @dataclass(frozen=True)
 class RecordedCall:
-    """A recorded LLM operation as replay calls its stage again: the stage (the predictor's attribute
-    path), the keyword inputs the predictor was called with, and the ISO time of what it read (the time
-    units it writes carry)."""
+    """A recorded LLM operation as replay calls its stage again: the stage (the predictor's attribute path), the keyword
+    inputs the predictor was called with, and the ISO time of what it read (the time units it writes carry)."""
 
     stage: str
     inputs: Mapping[str, Any]
@@ -172,9 +171,7 @@ class MemorySystem(dspy.Module):
         raise ReplayUnsupportedError(f"memory system {self.name!r} cannot add units to its memory")
 
     def recorded_call(self, graph: ExecutionGraph, op_id: str) -> RecordedCall:
-        """How LLM operation `op_id` called its stage, to call it again. The answer stage (`respond`,
-        inputs: the query and the context variables) is read here; a system overrides this for its own
-        LLM stages and calls `super()` for the rest."""
+        """How LLM operation `op_id` called its stage, to call it again."""
         op = graph.operation(op_id)
         if op.stage == RESPOND_STAGE and len(op.inputs) == 2:
             query, context = (graph.variable(v) for v in op.inputs)
@@ -202,8 +199,7 @@ class MemorySystem(dspy.Module):
         return {k: v for k, v in dataclasses.asdict(self.knobs).items() if v != defaults[k]}
 
     def with_knobs(self, changes: Mapping[str, Any]) -> MemorySystem:
-        """A copy with some knobs changed (`changes`: field -> value; empty: this system itself). An unknown
-        field or a value the knobs record rejects is a `KnobError` naming the field."""
+        """A copy with some knobs changed (`changes`: field -> value; empty: this system itself)."""
         if not changes:
             return self
         knobs = self.knobs

@@ -67,11 +67,8 @@ class TracedCase:
 
 
 class CallBudget(Protocol):
-    """The loop's budget in LM calls as an optimizer sees it: task, rewriter and attributor calls,
-    counted the same way for every optimizer at the LM layer (judge calls never count). Calls served
-    by DSPy's response cache count too unless `loop.budget_counts_cached=false` (so the budget does not
-    depend on what earlier runs cached). An optimizer running its own search stops when `remaining()`
-    is 0; the loop itself starts no further step then (`pipeline.loop.optimization`)."""
+    """The loop's budget in LM calls as an optimizer sees it: task, rewriter and attributor calls, counted the same way
+    for every optimizer at the LM layer (judge calls never count)."""
 
     def spent(self) -> int: ...
 

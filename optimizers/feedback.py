@@ -187,12 +187,7 @@ def _render(groups: list[tuple[str, list[FailureFeedback]]], shown: dict[str, li
 def fold_feedback(
     blocks: Iterable[FailureFeedback], max_chars: int, per_type: int = DEFAULT_PER_TYPE
 ) -> str:
-    """Many failure blocks as one text of at most `max_chars` characters (deterministic).
-
-    Groups by error type, largest first; takes representative blocks round-robin across groups (at
-    most `per_type` per group) while the text fits, and counts the ones left out per group. If not even
-    the group headers fit, returns a one-line count per error type, clipped to `max_chars`.
-    """
+    """Many failure blocks as one text of at most `max_chars` characters (deterministic)."""
     if max_chars <= 0:
         raise ValueError(f"max_chars must be positive, got {max_chars}")
     items = list(blocks)

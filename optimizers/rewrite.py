@@ -61,8 +61,7 @@ class RewriteInstruction(dspy.Signature):
 
 @dataclass(frozen=True)
 class RewriteOutcome:
-    """The result of one rewrite: the new instruction, or None with the error that prevented it.
-    `length_retry` is True when the first draft was over budget and a shorter one was asked for."""
+    """The result of one rewrite: the new instruction, or None with the error that prevented it."""
 
     instruction: str | None
     error: str | None = None

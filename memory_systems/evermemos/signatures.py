@@ -82,8 +82,7 @@ def episode_document(title: str, narrative: str, event_texts: Iterable[str]) -> 
 
 
 def render_episode_block(title: str, date: str, narrative: str, events: Iterable[tuple[str, str]]) -> str:
-    """One episode as the answer stage sees it. Title and narrative lines start with a label; each event
-    is a `Memory: <text> Time: <date>` line, the format the shared answer stage reads."""
+    """One episode as the answer stage sees it."""
     lines = [f"Episode: {title.strip() or '(untitled)'} ({date})"]
     if narrative.strip():
         lines.append(f"Narrative: {' '.join(narrative.split())}")

@@ -130,12 +130,7 @@ def terms(text: str) -> frozenset[str]:
 def rerank(
     fused: Sequence[tuple[int, float]], queries: Sequence[str], terms_by_episode: Sequence[frozenset[str]]
 ) -> list[tuple[int, float, float]]:
-    """The deterministic rerank: (episode index, coverage, fused score), best first.
-
-    Coverage is the largest share, over the queries, of a query's content words (`terms`) that the
-    episode's document contains; higher coverage first, then the higher fused (RRF) score, then the
-    fused order. It stands in for a cross-encoder reranker: it rewards an episode that answers one
-    query completely over one that partly matches many."""
+    """The deterministic rerank: (episode index, coverage, fused score), best first."""
     wanted = [t for t in (terms(q) for q in queries) if t]
     ranked = []
     for position, (index, score) in enumerate(fused):
@@ -357,8 +352,7 @@ class EverMemOSMemory(MemorySystem):
         query_var: str,
         first: list[tuple[int, float, float]],
     ) -> tuple[list[str], list[str]]:
-        """Check whether the first round suffices and, if not, ask for more queries. Returns the new
-        queries (none when sufficient) and the traced variables the final retrieval depends on."""
+        """Check whether the first round suffices and, if not, ask for more queries."""
         shown = "\n\n".join(state.episodes[i].block() for i, _, _ in first)
         first_vars = [v for i, _, _ in first for v in state.episodes[i].unit_vars()]
         with tracer.stage(

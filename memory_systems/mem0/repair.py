@@ -70,10 +70,8 @@ def decision_units(
     new: Sequence[Action],
     shown: Mapping[str, str],
 ) -> tuple[RestoredUnit, ...]:
-    """What a re-run decision (`new`) writes that the store did not write on the recorded one, and the
-    old versions it keeps. `shown` maps each memory unit shown to the decision (its name key, `m3`)
-    to the key the decision names it by (the same for ours, "0", "1", ... for mem0's): an UPDATE of a
-    memory not shown writes nothing."""
+    """What a re-run decision (`new`) writes that the store did not write on the recorded one, and the old versions it
+    keeps."""
     decision = single_output(graph, op)
     time = str(read_turn(graph, op).meta.get("time", ""))
     written = _stored_texts(graph, decision.id)

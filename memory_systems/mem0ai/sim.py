@@ -62,8 +62,7 @@ def _content(message: dict[str, Any]) -> str:
 
 
 def _role_lines(body: str) -> list[tuple[str, str]] | None:
-    """parse_messages lines as (role, text); a line without a role prefix continues the previous one.
-    None when the body does not start with a role line."""
+    """parse_messages lines as (role, text); a line without a role prefix continues the previous one."""
     lines: list[tuple[str, str]] = []
     for raw in body.splitlines():
         match = _ROLE_LINE.match(raw)

@@ -47,8 +47,7 @@ __all__ = ["Mem0aiKnobs", "Mem0aiMemory", "Mem0aiState"]
 
 @dataclass(frozen=True)
 class Mem0aiKnobs:
-    """The knobs mem0 exposes to us: `top_k`, the `limit` of `memory.search` at question time. (mem0
-    1.0.x's per-fact similarity search has a hard-coded limit of 5: not a knob.)"""
+    """The knobs mem0 exposes to us: `top_k`, the `limit` of `memory.search` at question time."""
 
     top_k: int = 10  # memories retrieved for answering
 

@@ -90,9 +90,8 @@ class Chunk:
 
 
 def split_turn(turn_id: str, prefix: str, text: str, limit: int, counter: TokenCounter) -> list[Piece]:
-    """`prefix + text` as pieces of at most `limit` tokens, each starting with `prefix`; words are never
-    split unless a single word is longer than a piece can hold. Linear in the turn's length: words are
-    costed one by one and only each finished piece is counted whole (and halved if it is still over)."""
+    """`prefix + text` as pieces of at most `limit` tokens, each starting with `prefix`; words are never split unless a
+    single word is longer than a piece can hold."""
     prefix_tokens = counter.count(prefix)
     budget = limit - prefix_tokens
     if budget < 4:

@@ -38,9 +38,8 @@ class StageBlame:
     verified_alone: int = 0  # ... that a replay confirmed with no joint partner: its repair alone rescued
 
     def rank_key(self) -> tuple[float, int, int, str]:
-        """The table's order: by weight; ties by the failures whose replay showed this stage's repair alone
-        rescues (a rewrite of it gains without a partner's), then by the failures naming it, then by name.
-        Without verification `verified_alone` is 0 everywhere, so ties go by the count."""
+        """The table's order: by weight; ties by the failures whose replay showed this stage's repair alone rescues (a
+        rewrite of it gains without a partner's), then by the failures naming it, then by name."""
         return (-round(self.weight, 9), -self.verified_alone, -self.count, self.stage)
 
 
@@ -113,10 +112,7 @@ def _row_blame(row: Mapping[str, object]) -> StageBlame:
 
 
 def aggregate_blame(attributions: Iterable[Attribution], max_examples: int = 5) -> BlameTable:
-    """Per-stage counts, weights, shares, error types and example cases of a set of attributions.
-
-    Each attribution carries `WEIGHT_BY_CHECK[check]`, split evenly over its causes (its joint
-    decisive set, or the blamed operation alone); a stage's share is its part of the total weight."""
+    """Per-stage counts, weights, shares, error types and example cases of a set of attributions."""
     items: Sequence[Attribution] = list(attributions)
     members_by_stage: dict[str, list[tuple[Attribution, Fault]]] = {}
     for item in items:

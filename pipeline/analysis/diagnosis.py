@@ -212,8 +212,7 @@ def write_analysis(groups: tuple[FailureGroup, ...], lm: dspy.BaseLM) -> tuple[s
 def diagnose(
     attributions: Iterable[Attribution], lm: dspy.BaseLM | None, max_cases: int = MAX_CASES
 ) -> Diagnosis:
-    """Group `attributions` and, when there is any failure and an LM, ask it for the written analysis
-    (one LM call). Without failures no LM is called; without an LM the analysis is missing (`ok` False)."""
+    """Group `attributions` and, when there is any failure and an LM, ask it for the written analysis (one LM call)."""
     items = list(attributions)
     groups = group_failures(items, max_cases)
     if not groups:

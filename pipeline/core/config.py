@@ -92,10 +92,7 @@ def non_finite_keys(node: Any, where: str) -> list[tuple[str, float]]:
 
 
 def parse_config(schema: type[T], mapping: Mapping[str, Any] | T | None, where: str, label: str = "") -> T:
-    """`mapping` validated as `schema`; a `ConfigError` naming `where.<key>` otherwise.
-
-    `label` (default: `where`) is how the node is called in the message. Types are strict (see the
-    module docstring); a value shown in a message is cut to 60 characters."""
+    """`mapping` validated as `schema`; a `ConfigError` naming `where.<key>` otherwise."""
     if isinstance(mapping, schema):
         return mapping
     label = label or where or "config"

@@ -241,8 +241,7 @@ def name_of(node: str) -> str:
 
 
 def split_name(node: str) -> tuple[Namespace, str]:
-    """(namespace, key) of a variable name or id: `memory:m17@3` -> (Namespace.MEMORY, "m17").
-    Raises ValueError for a name outside our conventions."""
+    """(namespace, key) of a variable name or id: `memory:m17@3` -> (Namespace.MEMORY, "m17")."""
     namespace, sep, key = name_of(node).partition(SEPARATOR)
     if not sep:
         raise ValueError(f"{node!r} is not a `<namespace>:<key>` variable name")

@@ -39,8 +39,7 @@ class GraphError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Variable:
-    """One version of a named value. `id` is `<name>@<version>`; `previous` the id of the version before.
-    `kind` is a `VarKind`, or the kind string of a graph imported from another tool."""
+    """One version of a named value."""
 
     id: str
     name: str

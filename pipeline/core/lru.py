@@ -21,8 +21,7 @@ V = TypeVar("V")
 
 
 class Lru(Generic[V]):
-    """At most `max_entries` values by key (0: none kept), least recently used dropped first (not
-    thread-safe)."""
+    """At most `max_entries` values by key (0: none kept), least recently used dropped first (not thread-safe)."""
 
     def __init__(self, max_entries: int) -> None:
         if max_entries < 0:

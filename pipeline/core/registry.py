@@ -26,10 +26,9 @@ class UnknownEntryError(ConfigError):
 
 @dataclass(frozen=True)
 class Registry(Generic[SpecT]):
-    """`what` names the kind of entry in messages ("memory system"); `key` is the config key a user
-    sets (`memory_system.name`); `modules` maps each name to the module exporting `attribute`;
-    `unknown` is the message for a name no line provides (fields: `key`, `what`, `name`, `available`
-    as "a, b", `choices` as a list)."""
+    """`what` names the kind of entry in messages ("memory system"); `key` is the config key a user sets
+    (`memory_system.name`); `modules` maps each name to the module exporting `attribute`; `unknown` is the message for a
+    name no line provides (fields: `key`, `what`, `name`, `available` as "a, b", `choices` as a list)."""
 
     what: str
     key: str

@@ -48,8 +48,7 @@ def _try_lock(fd: int) -> bool:
 
 @contextmanager
 def hold_run_lock(folder: str | Path, command: str) -> Iterator[Path]:
-    """Hold the lock of `folder` (created if missing) inside the block; yields the lock file.
-    `RunLocked` naming the folder and the holder when another process (or block) holds it."""
+    """Hold the lock of `folder` (created if missing) inside the block; yields the lock file."""
     folder = Path(folder)
     path = folder / LOCK_FILE
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by child processes (PEP 446)

@@ -13,8 +13,7 @@ __all__ = ["KeyedLocks"]
 
 
 class KeyedLocks:
-    """A lock per key, made on first use. `forget=True` drops the key's lock once its holder is done (for
-    keys seen once, e.g. LM requests, so the map does not grow with every request)."""
+    """A lock per key, made on first use."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

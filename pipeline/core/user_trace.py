@@ -190,9 +190,8 @@ class OpHandle:
 
 @contextmanager
 def op(name: str, *, stage: str | None = None, kind: OpKind | str = OpKind.OTHER) -> Iterator[OpHandle]:
-    """Record one operation `name` of `stage` (`kind`: extraction, update, deletion, retrieval, response,
-    other); an LLM operation may leave `stage` to the stage its `ask` names. Recorded when the body ends
-    without an exception (an exception propagates and records nothing)."""
+    """Record one operation `name` of `stage` (`kind`: extraction, update, deletion, retrieval, response, other); an LLM
+    operation may leave `stage` to the stage its `ask` names."""
     traced_session = _SESSION.get()
     if traced_session is not None and stage is not None and stage not in traced_session.stages:
         raise TracingError(f"operation {name!r}: stage {stage!r} is not declared "

@@ -126,10 +126,7 @@ def normalize_dia_id(raw: str) -> str | None:
 
 
 def clean_evidence(entries: Sequence[str]) -> tuple[tuple[str, ...], int]:
-    """Split `"D8:6; D9:17"`-style entries, normalize ids, drop malformed ones (a bare `"D"`).
-
-    Returns the well-formed ids in order without duplicates, and the number of pieces dropped.
-    """
+    """Split `"D8:6; D9:17"`-style entries, normalize ids, drop malformed ones (a bare `"D"`)."""
     ids: list[str] = []
     malformed = 0
     for entry in entries:
@@ -299,8 +296,7 @@ LOCOMO_COLUMNS = ("sample_id", "conversation", "qa", "event_summary", "observati
 
 
 def load_locomo(path: str | Path) -> Dataset:
-    """Read a LoCoMo JSON file (through `datasets`: `pipeline.data.reader`); `Dataset.name` is the file
-    stem. Any problem raises `DataError`."""
+    """Read a LoCoMo JSON file (through `datasets`: `pipeline.data.reader`); `Dataset.name` is the file stem."""
     path = Path(path)
     dataset = parse_locomo(read_file_rows(path, LOCOMO_COLUMNS, "samples"), str(path))
     return Dataset(name=path.stem, conversations=dataset.conversations, questions=dataset.questions)

@@ -215,10 +215,8 @@ def load_longmemeval_hub(
     revision: str | None = None,
     question_date_in_text: bool = True,
 ) -> Dataset:
-    """LongMemEval through `datasets.load_dataset` (network, unless the files are cached or `name` is a
-    local folder laid out like the hub repository). `variant` is the file stem on the hub
-    (`longmemeval_s_cleaned`, `longmemeval_m_cleaned`, `longmemeval_oracle`); `data_files` overrides it
-    (e.g. `name="json"` with a local file). Records go through the same parser as `load_longmemeval`."""
+    """LongMemEval through `datasets.load_dataset` (network, unless the files are cached or `name` is a local folder
+    laid out like the hub repository)."""
     files = data_files if data_files is not None else (f"{variant}.json" if variant else None)
     rows = read_hub_rows(name, LONGMEMEVAL_COLUMNS, files, split, revision)
     dataset = parse_longmemeval(rows, hub_source(name, files), question_date_in_text)

@@ -15,11 +15,7 @@ from typing import Any
 
 
 class DataError(ValueError):
-    """A data file (or in-memory source) is missing, unreadable or has a wrong record.
-
-    The message reads `<source>: <record>: field '<field>': <problem>`; the parts are also kept
-    as attributes so callers can act on them.
-    """
+    """A data file (or in-memory source) is missing, unreadable or has a wrong record."""
 
     def __init__(self, source: str, problem: str, record: str | None = None, field: str | None = None):
         self.source = source
@@ -171,9 +167,8 @@ def read_hub_rows(
     split: str = "train",
     revision: str | None = None,
 ) -> list[dict[str, Any]]:
-    """The records of hub dataset `name` (its `data_files`, `split`, `revision`) through
-    `datasets.load_dataset`; `name` may also be a local folder laid out like a hub dataset repository.
-    Any failure (offline without a cache, no such file, unreadable records) is a `DataError` naming it."""
+    """The records of hub dataset `name` (its `data_files`, `split`, `revision`) through `datasets.load_dataset`; `name`
+    may also be a local folder laid out like a hub dataset repository."""
     source = hub_source(name, data_files)
     files = data_files if data_files is None or isinstance(data_files, str) else list(data_files)
     args: dict[str, Any] = {"path": name, "data_files": files, "split": split, "revision": revision}

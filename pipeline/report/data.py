@@ -46,8 +46,7 @@ class DiagnosisGroup:
 
 @dataclass(frozen=True)
 class ReportData:
-    """Everything one report.html shows. Only `title`, `report`, `results` and `graph_by_conversation`
-    are required; the overview and the failure pages leave out what is absent."""
+    """Everything one report.html shows."""
 
     title: str
     report: EvaluationReport

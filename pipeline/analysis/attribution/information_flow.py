@@ -107,9 +107,8 @@ class InformationFlow:
         return found if found is not None else np.zeros(1)
 
     def _means(self, var: Variable, track: Track) -> bool:
-        """Whether `var` says what the track's source turn says, by the embedder's cosine (where tokens
-        did not match: a paraphrase). Only for the turn's own information, never for the gold answer
-        alone (a short answer string says too little to compare by meaning)."""
+        """Whether `var` says what the track's source turn says, by the embedder's cosine (where tokens did not match: a
+        paraphrase)."""
         if self.embedder is None or track.is_gold or not track.text or not var.value:
             return False
         left, right = self._vector(track.text), self._vector(var.value)
@@ -236,10 +235,9 @@ class InformationFlow:
         return producer is not None and self.decision_maker(producer).prompt is not None
 
     def content_survivors(self, track: Track) -> list[Variable]:
-        """Units live at question time (`live_memories`) that carry the track's content without descending
-        from its sources: a unit an LLM wrote (a merged or rephrased memory), or — for the gold answer — a
-        copy of another turn saying it. A fragment of the source turn itself, or another turn's copy sharing
-        a word with the evidence, is not the information."""
+        """Units live at question time (`live_memories`) that carry the track's content without descending from its
+        sources: a unit an LLM wrote (a merged or rephrased memory), or — for the gold answer — a copy of another turn
+        saying it."""
         return [
             m for m in self.live_memories
             if self.carries(m, track.target)

@@ -365,8 +365,7 @@ def _quote(text: str, limit: int = 160) -> str:
 
 
 class LineageAttributor:
-    """The default attributor: follows the evidence through each conversation graph (no LLM). The
-    per-graph analysis (token sets, the store at question time) is kept for the graphs it saw last."""
+    """The default attributor: follows the evidence through each conversation graph (no LLM)."""
 
     name = METHOD
 

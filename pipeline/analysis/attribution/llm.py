@@ -143,10 +143,8 @@ class LLMAttributor:
         self, graph: ExecutionGraph, op: Operation, case: CaseResult, needed: str, on_path: set[str],
         missed: Sequence[str] = (),
     ) -> dict[str, str]:
-        """The input values one step shows the LM for `op`: inputs on the information's path first, then
-        those sharing most words with it; long values keep their part about the needed information. A
-        retrieval's inputs also show the store's units it `missed` (they carry the needed information and
-        were in memory when it searched), first."""
+        """The input values one step shows the LM for `op`: inputs on the information's path first, then those sharing
+        most words with it; long values keep their part about the needed information."""
         limit = self.settings.max_value_chars
         asked = content_tokens(f"{case.question.text} {case.question.gold}")
         words = frozenset(
@@ -319,10 +317,8 @@ class LLMAttributor:
         return None
 
     def _keeper(self, walk: Walk, op: Operation) -> Operation | None:
-        """A sibling of faulty `op` that read the same information and kept it (e.g. the event log keeps a
-        date the narrative lost): `op` is decisive only when there is none. An operation that destroyed a
-        stored unit on the path (an update or deletion of it) is kept only by another reader of that unit,
-        not by a write that executed the same decision for other information."""
+        """A sibling of faulty `op` that read the same information and kept it (e.g. the event log keeps a date the
+        narrative lost): `op` is decisive only when there is none."""
         graph = walk.graph
         read = [v for v in op.inputs if v in walk.on_path]
         units = [v for v in read if graph.variable(v).kind in MEMORY_KINDS]

@@ -52,9 +52,7 @@ class ErrorType(StrEnum):
 
 @dataclass(frozen=True)
 class Fault:
-    """One operation found faulty on the path of the information a case needed. `restore` names the
-    graph variables that hold what it lost (an evidence turn, a unit's old version, a memory the search
-    missed): what a replay puts back to test whether repairing this operation alone rescues the case."""
+    """One operation found faulty on the path of the information a case needed."""
 
     op: str
     op_name: str

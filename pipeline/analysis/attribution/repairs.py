@@ -91,8 +91,7 @@ class RepairPlan:
 
 
 def plan_repair(system: MemorySystem, graph: ExecutionGraph, fault: Fault) -> RepairPlan | None:
-    """The repair a fixed stage could make for `fault` (None when none exists). An answer fault always
-    gets a plan: whether its context carries the evidence is `answer_repairable`'s question."""
+    """The repair a fixed stage could make for `fault` (None when none exists)."""
     if fault.stage == RESPOND_STAGE or fault.error_type == ErrorType.RESPONSE:
         return RepairPlan(fault, Repair.ANSWER) if fault.op in graph else None
     if fault.error_type in CONSTRUCTION_ERRORS:

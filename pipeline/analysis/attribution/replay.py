@@ -117,8 +117,7 @@ class Replayer:
         plans: Sequence[RepairPlan],
         reruns: dict[str, tuple[RestoredUnit, ...]] | None = None,
     ) -> ReplayOutcome:
-        """Make `plans` together, re-run what lies downstream, judge; the graph stays unchanged. `reruns`
-        (operation id -> what its re-called stage wrote) lets the replays of one case share a re-call."""
+        """Make `plans` together, re-run what lies downstream, judge; the graph stays unchanged."""
         question = attribution.case.question
         system, state = self.restored(graph)
         tracer = Tracer(graph, buffered=True)
@@ -164,12 +163,10 @@ class Replayer:
     def _reaching(
         system: MemorySystem, question: Question, state: Any, tracer: Tracer, texts: set[str], top_k: int
     ) -> tuple[MemorySystem, Retrieved | None]:
-        """`system` widened (from `top_k`) just enough that its search holds `texts` (the units the
-        repaired construction stages wrote and the units the widening was for), as the replayed memory
-        ranks them: searched at `top_k`, then as deep as that search ranked, up to `REACH_ROUNDS`
-        searches in the replay (how deep a repaired unit ranks is known only now). With it, the last
-        search when it was made at the `top_k` returned (the replay's own search then, not made again),
-        else None."""
+        """`system` widened (from `top_k`) just enough that its search holds `texts` (the units the repaired
+        construction stages wrote and the units the widening was for), as the replayed memory ranks them: searched at
+        `top_k`, then as deep as that search ranked, up to `REACH_ROUNDS` searches in the replay (how deep a repaired
+        unit ranks is known only now)."""
         stage, k, reached = widen_stage(system), top_k, top_k
         found: Retrieved | None = None
         searched_at = k

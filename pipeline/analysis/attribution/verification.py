@@ -131,10 +131,9 @@ class Verifier:
         return tuple(found)
 
     def _subsets(self, plans: list[RepairPlan]) -> Iterator[tuple[RepairPlan, ...]]:
-        """Sets of 2 up to `max_joint` repairs, smallest first; those with the blamed one first, then
-        those whose members lie furthest apart on the information's path (`_path_order`: a repaired
-        construction stage whose output the search or the answer then missed, before two repairs of
-        one stage); each in pipeline order."""
+        """Sets of 2 up to `max_joint` repairs, smallest first; those with the blamed one first, then those whose
+        members lie furthest apart on the information's path (`_path_order`: a repaired construction stage whose output
+        the search or the answer then missed, before two repairs of one stage); each in pipeline order."""
         order = _path_order(plans)
         for size in range(2, min(self.settings.max_joint, len(plans)) + 1):
             combos = itertools.combinations(range(len(plans)), size)

@@ -27,11 +27,9 @@ def clip(text: str, limit: int) -> str:
 
 
 def focus_clip(text: str, limit: int, words: frozenset[str] = frozenset()) -> str:
-    """Like `clip`, but a long text keeps the window of `limit` characters that holds the most of `words`
-    (lowercase content words of the needed information; a word frequent in the text, like a date stamp,
-    weighs less than a rare one), so clipping does not hide what the step is about. When the needed
-    words lie too far apart for one window (a long chunk holding two evidence turns), it keeps two
-    half-size windows, the second over the words the first missed."""
+    """Like `clip`, but a long text keeps the window of `limit` characters that holds the most of `words` (lowercase
+    content words of the needed information; a word frequent in the text, like a date stamp, weighs less than a rare
+    one), so clipping does not hide what the step is about."""
     text = " ".join(text.split())
     if len(text) <= limit or not words:
         return clip(text, limit)
@@ -87,10 +85,7 @@ def render_vars(
     variables: Sequence[Variable], max_value_chars: int, words: frozenset[str], room: int = 0,
     lead: tuple[int, int] = (0, 0),
 ) -> str:
-    """One line per variable (`[id] value`, the value focused on `words`). With a `room`, the lines that
-    would overflow it are left out and counted (the list is ordered most relevant first), so a long input
-    list does not squeeze the other fields of the step. `lead` = (n, chars): the first n values (those on
-    the information's path) are clipped to `chars` instead, so the evidence is not cut to a few words."""
+    """One line per variable (`[id] value`, the value focused on `words`)."""
     if not variables:
         return "none"
     lines = [

@@ -103,10 +103,9 @@ def parse_record(model: type[BaseModel], item: Any, where: str, source: str) -> 
 
 @dataclass(frozen=True)
 class RawDocument:
-    """A checked ExecNetwork document: the decoded JSON, its parsed nodes and operations (each with
-    where it was found and the record as found), its annotations, and whether it is ours (`native`)
-    or merely claims to be (`marked`: our document-level mark without it on every record, i.e. edited
-    by someone else). smartcomment's placeholder node needs no mark."""
+    """A checked ExecNetwork document: the decoded JSON, its parsed nodes and operations (each with where it was found
+    and the record as found), its annotations, and whether it is ours (`native`) or merely claims to be (`marked`: our
+    document-level mark without it on every record, i.e. edited by someone else)."""
 
     data: Mapping[str, Any]
     nodes: list[tuple[str, RawNode, Mapping[str, Any]]]

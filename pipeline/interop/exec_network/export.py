@@ -74,8 +74,7 @@ def to_exec_network(
     project_id: str | None = "memtrace-loop",
     created_at: datetime = DEFAULT_CREATED_AT,
 ) -> dict[str, Any]:
-    """`graph` as an ExecNetwork document (plain JSON data); attributions become annotations. Without
-    `annotations`, the labels carried in `graph.meta` (an imported graph's) are written."""
+    """`graph` as an ExecNetwork document (plain JSON data); attributions become annotations."""
     full_ids = full_node_ids(graph)
     labels = [a if isinstance(a, BenchAnnotation) else annotation_from_attribution(a, graph, full_ids)
               for a in annotations] or list(labels_in(graph.meta))

@@ -308,9 +308,7 @@ def _operations(
     kinds: Mapping[str, str],
     node_map: Mapping[str, str],
 ) -> tuple[list[list[Any]], dict[str, str]]:
-    """Our operation rows (graph_io layout) in `order` and their op id -> ours (its first step). A
-    prompt-kind input becomes the prompt and names the stage when it is one of our prompts (else the
-    name table's stage, else the operation's name)."""
+    """Our operation rows (graph_io layout) in `order` and their op id -> ours (its first step)."""
     operations: list[list[Any]] = []
     op_map: dict[str, str] = {}
     for seq, part in enumerate(order):
