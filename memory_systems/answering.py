@@ -78,9 +78,7 @@ def record_retrieval(
 ) -> str:
     """Record the context a retrieval produced; returns the context variable id."""
     context_var = tracer.variable(retrieved_name(question.id), VarKind.CONTEXT, context)
-    tracer.operation(
-        name, stage, OpKind.RETRIEVAL, [query_var, *extra_inputs, *unit_vars], [context_var], meta=meta
-    )
+    tracer.operation(name, stage, OpKind.RETRIEVAL, [query_var, *extra_inputs, *unit_vars], [context_var], meta=meta)
     return context_var
 
 

@@ -24,9 +24,7 @@ from memtrace_loop.pipeline.core.tracing import Tracer
 
 __all__ = [
     "AnswerOutcome", "KnobError", "MemorySystem", "PromptSetError", "RecordedCall", "ReplayUnsupportedError",
-    "RestoredUnit",
-    "Retrieved",
-    "ranked_depth",
+    "RestoredUnit", "Retrieved", "ranked_depth"
 ]
 
 KnobsT = TypeVar("KnobsT")
@@ -143,9 +141,7 @@ class MemorySystem(dspy.Module):
         )
         return hashlib.sha256(payload.encode()).hexdigest()
 
-    def ingest(
-        self, conversation: Conversation, tracer: Tracer, on_turn: Callable[[Turn], None] | None = None
-    ) -> Any:
+    def ingest(self, conversation: Conversation, tracer: Tracer, on_turn: Callable[[Turn], None] | None = None) -> Any:
         raise NotImplementedError
 
     def retrieve(self, question: Question, state: Any, tracer: Tracer) -> Retrieved:

@@ -184,9 +184,7 @@ def _render(groups: list[tuple[str, list[FailureFeedback]]], shown: dict[str, li
     return "\n\n".join(sections)
 
 
-def fold_feedback(
-    blocks: Iterable[FailureFeedback], max_chars: int, per_type: int = DEFAULT_PER_TYPE
-) -> str:
+def fold_feedback(blocks: Iterable[FailureFeedback], max_chars: int, per_type: int = DEFAULT_PER_TYPE) -> str:
     """Many failure blocks as one text of at most `max_chars` characters (deterministic)."""
     if max_chars <= 0:
         raise ValueError(f"max_chars must be positive, got {max_chars}")

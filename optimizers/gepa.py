@@ -139,9 +139,7 @@ class GepaOptimizer:
         optimized = optimizer.compile(program, trainset=question_examples(train), valset=question_examples(dev))
         return self.candidates(optimized.detailed_results, context, selector, log_dir)
 
-    def candidates(
-        self, result: Any, context: OptimizationContext, selector: Any, log_dir: Path
-    ) -> list[Candidate]:
+    def candidates(self, result: Any, context: OptimizationContext, selector: Any, log_dir: Path) -> list[Candidate]:
         table = candidate_table(result, context.prompts)
         text = json.dumps(table, indent=2)
         (log_dir / f"iteration-{context.iteration}-{TABLE_FILE}").write_text(text, encoding="utf-8")

@@ -21,14 +21,8 @@ from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Tun
 from memtrace_loop.pipeline.analysis.blame import aggregate_blame
 
 __all__ = [
-    "SPEC",
-    "BlameComponentSelector",
-    "BlameMetric",
-    "BlameSource",
-    "GepaBlameOptimizer",
-    "Settings",
-    "build",
-    "not_this_stage_feedback",
+    "SPEC", "BlameComponentSelector", "BlameMetric", "BlameSource", "GepaBlameOptimizer", "Settings", "build",
+    "not_this_stage_feedback"
 ]
 
 _ATTRIBUTION_KEY = "memtrace_attribution"

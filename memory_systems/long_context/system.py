@@ -142,9 +142,7 @@ class LongContextMemory(MemorySystem):
         )
         return BufferEntry(turn.id, text, tokens, entry_var)
 
-    def _trim(
-        self, buffer: deque[BufferEntry], total: int, turn: Turn, tracer: Tracer, trimmed: list[str]
-    ) -> int:
+    def _trim(self, buffer: deque[BufferEntry], total: int, turn: Turn, tracer: Tracer, trimmed: list[str]) -> int:
         """Drop the oldest entries until the buffer fits (keeping the newest); one traced operation."""
         before = total
         dropped: list[BufferEntry] = []
@@ -183,9 +181,7 @@ class LongContextMemory(MemorySystem):
             raise ReplayUnsupportedError(f"graph {graph.graph_id!r} holds no {CONTEXT_NAME} variable")
         return LongContextState(graph.graph_id, (), (), var.value, var.id)
 
-    def with_units(
-        self, state: LongContextState, units: Sequence[RestoredUnit], tracer: Tracer
-    ) -> LongContextState:
+    def with_units(self, state: LongContextState, units: Sequence[RestoredUnit], tracer: Tracer) -> LongContextState:
         """A copy whose buffer starts with `units` (restored entries are older than the live ones)."""
         context = SEPARATOR.join([*(u.text for u in units), state.context])
         context_var = tracer.variable(

@@ -175,9 +175,7 @@ class Mem0Memory(MemorySystem):
                 self._reject(action, "ADD without text", tracer, decision_var)
                 return
             unit = store.add(action.text.strip(), turn.time, vector)
-            out = tracer.variable(
-                memory_name(unit.id), VarKind.MEMORY, unit.text, {"time": unit.time, "turn": turn.id}
-            )
+            out = tracer.variable(memory_name(unit.id), VarKind.MEMORY, unit.text, {"time": unit.time, "turn": turn.id})
             tracer.operation("memory_add", STORE_STAGE, OpKind.EXTRACTION, [decision_var], [out])
             return
         old = store.get(action.id or "")

@@ -15,13 +15,8 @@ from collections.abc import Mapping
 from types import MappingProxyType, ModuleType
 
 __all__ = [
-    "DATE_PLACEHOLDER",
-    "HOOK_BY_STAGE",
-    "Mem0MissingError",
-    "default_hooks",
-    "import_mem0",
-    "installed_version",
-    "with_session_date",
+    "DATE_PLACEHOLDER", "HOOK_BY_STAGE", "Mem0MissingError", "default_hooks", "import_mem0", "installed_version",
+    "with_session_date"
 ]
 
 # our stage name -> the mem0 config key holding its text

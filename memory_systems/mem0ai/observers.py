@@ -16,9 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = [
-    "AddRecorder", "EmbedCall", "Event", "HistoryRow", "LMCall", "LogLine", "SearchCall", "StoreCall",
-]
+__all__ = ["AddRecorder", "EmbedCall", "Event", "HistoryRow", "LMCall", "LogLine", "SearchCall", "StoreCall"]
 
 MEM0_LOGGER = "mem0"
 

@@ -167,9 +167,7 @@ class AddTrace:
             status=OpStatus.OK if call.ok else OpStatus.FAILED, error=call.error, usage=Usage(calls=1), meta=meta,
         )
 
-    def _record_search(
-        self, turn: Turn, facts_var: str, searches: Sequence[SearchCall]
-    ) -> tuple[str, dict[str, str]]:
+    def _record_search(self, turn: Turn, facts_var: str, searches: Sequence[SearchCall]) -> tuple[str, dict[str, str]]:
         """The `search_similar` operation; returns the similar variable and mem0's "0", "1", ... -> mem0 id."""
         shown: dict[str, str] = {}  # mem0 id -> text, in first-hit order (mem0's dedup)
         for search in searches:
@@ -237,9 +235,7 @@ def _rejected(action: Any, temp_ids: Mapping[str, str]) -> str | None:
     return None
 
 
-def _record_write(
-    trace: AddTrace, turn: Turn, decision_var: str, write: StoreCall, history: deque[HistoryRow]
-) -> None:
+def _record_write(trace: AddTrace, turn: Turn, decision_var: str, write: StoreCall, history: deque[HistoryRow]) -> None:
     tracer, units = trace.tracer, trace.units
     row = next((r for r in history if r.mem0_id == write.mem0_id), None)
     if row is not None:
@@ -257,9 +253,7 @@ def _record_write(
     if write.op == "update":
         text = (row.new if row is not None else None) or write.text or ""
         var = tracer.variable(memory_name(old.name), VarKind.MEMORY, text, meta)
-        tracer.operation(
-            "memory_update", STORE_STAGE, OpKind.UPDATE, [decision_var, old.var], [var], meta=op_meta
-        )
+        tracer.operation("memory_update", STORE_STAGE, OpKind.UPDATE, [decision_var, old.var], [var], meta=op_meta)
         units.put(LiveUnit(old.name, write.mem0_id, var, text, turn.time, turn.id))
         return
     var = tracer.variable(memory_name(old.name), VarKind.MEMORY, "", {**meta, "deleted": True})

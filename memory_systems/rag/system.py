@@ -141,9 +141,7 @@ def turn_pieces(turn: Turn, limit: int, counter: TokenCounter) -> list[Piece]:
     return split_turn(turn.id, prefix, turn.text, limit, counter)
 
 
-def make_chunks(
-    turns: Sequence[Turn], max_tokens: int, overlap_tokens: int, counter: TokenCounter
-) -> list[Chunk]:
+def make_chunks(turns: Sequence[Turn], max_tokens: int, overlap_tokens: int, counter: TokenCounter) -> list[Chunk]:
     """Pack turns (split where needed) into chunks of at most `max_tokens` tokens, in order."""
     chunks: list[Chunk] = []
     current: list[Piece] = []

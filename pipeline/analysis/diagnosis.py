@@ -209,9 +209,7 @@ def write_analysis(groups: tuple[FailureGroup, ...], lm: dspy.BaseLM) -> tuple[s
     return text.strip(), ""
 
 
-def diagnose(
-    attributions: Iterable[Attribution], lm: dspy.BaseLM | None, max_cases: int = MAX_CASES
-) -> Diagnosis:
+def diagnose(attributions: Iterable[Attribution], lm: dspy.BaseLM | None, max_cases: int = MAX_CASES) -> Diagnosis:
     """Group `attributions` and, when there is any failure and an LM, ask it for the written analysis (one LM call)."""
     items = list(attributions)
     groups = group_failures(items, max_cases)

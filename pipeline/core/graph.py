@@ -16,18 +16,8 @@ from typing import Any
 from memtrace_loop.pipeline.core.conventions import OpKind, OpStatus, VarKind, as_var_kind
 
 __all__ = [
-    "EMPTY",
-    "NO_USAGE",
-    "ExecutionGraph",
-    "GraphError",
-    "OpKind",
-    "OpStatus",
-    "Operation",
-    "OperationView",
-    "Usage",
-    "VarKind",
-    "Variable",
-    "variable_id",
+    "EMPTY", "NO_USAGE", "ExecutionGraph", "GraphError", "OpKind", "OpStatus", "Operation", "OperationView", "Usage",
+    "VarKind", "Variable", "variable_id"
 ]
 
 EMPTY: Mapping[str, Any] = MappingProxyType({})

@@ -211,9 +211,7 @@ def _parse_conversation(sample_id: str, record: str, raw: dict[str, Any], source
             if dia_id in seen:
                 raise DataError(source, f"duplicate dialog id {dia_id!r}", record, f"{where}.dia_id")
             seen.add(dia_id)
-            turns.append(
-                Turn(id=dia_id, speaker=turn.speaker, text=_turn_text(turn), session=number, time=time)
-            )
+            turns.append(Turn(id=dia_id, speaker=turn.speaker, text=_turn_text(turn), session=number, time=time))
     if not turns:
         raise DataError(source, "no turns in any session", record, "conversation")
     return Conversation(id=sample_id, speakers=tuple(speakers), turns=tuple(turns))
@@ -266,9 +264,7 @@ def parse_locomo(samples: object, source: str) -> Dataset:
         unknown_total: list[str] = []
         malformed_total = 0
         for index, qa in enumerate(sample.qa):
-            question, unknown, malformed = _parse_question(
-                sample.sample_id, record, index, qa, turn_ids, source
-            )
+            question, unknown, malformed = _parse_question(sample.sample_id, record, index, qa, turn_ids, source)
             questions.append(question)
             unknown_total.extend(f"{question.id}->{dia_id}" for dia_id in unknown)
             malformed_total += malformed
@@ -385,9 +381,7 @@ def _split_sizes(n: int, fractions: tuple[float, float, float]) -> tuple[int, in
     return n - dev - test, dev, test
 
 
-def split_by_conversation(
-    dataset: Dataset, fractions: tuple[float, ...] = (0.5, 0.25, 0.25), seed: int = 0
-) -> Split:
+def split_by_conversation(dataset: Dataset, fractions: tuple[float, ...] = (0.5, 0.25, 0.25), seed: int = 0) -> Split:
     """Shuffle the conversations with `seed` and cut them into train / dev / test.
 
     Deterministic for a given dataset, fractions and seed; a conversation and its questions land in
@@ -411,9 +405,7 @@ def split_by_conversation(
     parts = (ids[:n_train], ids[n_train : n_train + n_dev], ids[n_train + n_dev :])
     empty = [name for name, part, f in zip(SPLIT_NAMES, parts, fractions, strict=True) if f > 0 and not part]
     if empty:
-        logger.warning(
-            "dataset %r has %d conversation(s): split(s) %s left empty", dataset.name, len(ids), empty
-        )
+        logger.warning("dataset %r has %d conversation(s): split(s) %s left empty", dataset.name, len(ids), empty)
     train, dev, test = (
         dataset.subset(tuple(part), name=f"{dataset.name}:{name}")
         for name, part in zip(SPLIT_NAMES, parts, strict=True)

@@ -17,22 +17,7 @@ from memtrace_loop.pipeline.report.run_report import REPORT_FILE, report_for_loo
 from memtrace_loop.pipeline.report.subgraph import Role, Subgraph, SubNode, failure_subgraph
 
 __all__ = [
-    "DEFAULT_MAX_NODES",
-    "REPORT_FILE",
-    "DiagnosisGroup",
-    "Layout",
-    "Placed",
-    "ReportData",
-    "Rewrite",
-    "Role",
-    "SubNode",
-    "Subgraph",
-    "failure_subgraph",
-    "json_for_script",
-    "layout",
-    "render_report",
-    "report_for_loop",
-    "report_for_run",
-    "rewrites_of",
-    "write_report",
+    "DEFAULT_MAX_NODES", "REPORT_FILE", "DiagnosisGroup", "Layout", "Placed", "ReportData", "Rewrite", "Role",
+    "SubNode", "Subgraph", "failure_subgraph", "json_for_script", "layout", "render_report", "report_for_loop",
+    "report_for_run", "rewrites_of", "write_report"
 ]

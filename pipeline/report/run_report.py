@@ -117,8 +117,7 @@ def report_for_loop(
         )
         failures_label = test_label
     else:
-        data = _result_data(latest.train, title, latest.attributions, None, diagnosis, diagnosis_scope, meta,
-                            max_nodes)
+        data = _result_data(latest.train, title, latest.attributions, None, diagnosis, diagnosis_scope, meta, max_nodes)
         data = replace(data, report=result.test_final.report, blame=latest.blame)
         failures_label = f"train split, iteration {latest.iteration}"
     data = replace(data, history=tuple(result.history), rewrites=rewrites_of(result), banner=banner,

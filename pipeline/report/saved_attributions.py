@@ -20,9 +20,7 @@ from memtrace_loop.pipeline.analysis.attribution.records import (
 from memtrace_loop.pipeline.core.records import CaseResult
 
 
-def attributions_from_rows(
-    rows: Iterable[Mapping[str, Any]], results: Sequence[CaseResult]
-) -> tuple[Attribution, ...]:
+def attributions_from_rows(rows: Iterable[Mapping[str, Any]], results: Sequence[CaseResult]) -> tuple[Attribution, ...]:
     case_by_question = {r.question.id: r for r in results}
     found = []
     for row in rows:

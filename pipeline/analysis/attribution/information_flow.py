@@ -200,9 +200,7 @@ class InformationFlow:
 
     def _is_copy_of_turns(self, op: Operation, live: set[str]) -> bool:
         """A non-LLM step that copies live turns into memory units (no prompt; a live input is a turn)."""
-        return op.prompt is None and any(
-            v in live and self.graph.variable(v).kind == VarKind.TURN for v in op.inputs
-        )
+        return op.prompt is None and any(v in live and self.graph.variable(v).kind == VarKind.TURN for v in op.inputs)
 
     # ------------------------------------------------------------------ memory units
 

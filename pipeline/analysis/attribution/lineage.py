@@ -369,9 +369,7 @@ class LineageAttributor:
 
     name = METHOD
 
-    def __init__(
-        self, max_graphs: int = 64, embedder: Embedder | None = None, semantic_threshold: float = 0.8
-    ) -> None:
+    def __init__(self, max_graphs: int = 64, embedder: Embedder | None = None, semantic_threshold: float = 0.8) -> None:
         """With an `embedder`, a carrier also matches by meaning (cosine >= `semantic_threshold`) where
         its tokens do not: paraphrased memories."""
         self._max_graphs = max_graphs

@@ -22,13 +22,8 @@ from memtrace_loop.pipeline.core.config import ConfigError, parse_config
 from memtrace_loop.pipeline.core.registry import Registry
 
 __all__ = [
-    "ATTRIBUTORS",
-    "LLMSettings",
-    "LineageSettings",
-    "ReplayConfig",
-    "attributor_from_settings",
-    "attributor_settings",
-    "build_attributor",
+    "ATTRIBUTORS", "LLMSettings", "LineageSettings", "ReplayConfig", "attributor_from_settings", "attributor_settings",
+    "build_attributor"
 ]
 
 ATTRIBUTORS: Registry[AttributorSpec] = Registry(

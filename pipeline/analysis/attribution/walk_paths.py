@@ -36,9 +36,7 @@ def targets_of(graph: ExecutionGraph, question: Question, evidence: Sequence[str
     """The gold answer (from the evidence turns holding it) and each evidence turn's asked-about words."""
     gold = content_tokens(question.gold)
     asked = content_tokens(f"{question.text} {question.gold}")
-    speakers = content_tokens(" ".join(
-        str(graph.variable(e).meta.get("speaker", "")) for e in evidence if e in graph
-    ))
+    speakers = content_tokens(" ".join(str(graph.variable(e).meta.get("speaker", "")) for e in evidence if e in graph))
     found: list[Target] = []
     holders = tuple(e for e in evidence if _holds(content_tokens(graph.variable(e).value), gold))
     if gold and holders:

@@ -74,9 +74,7 @@ class Walk:
     def relevant(self, op: Operation) -> bool:
         if op.kind == OpKind.JUDGE or op.stage in self.prior.skip_stages:
             return False
-        question_side = any(
-            self.graph.variable(v).kind in QUESTION_SIDE_KINDS for v in (*op.inputs, *op.outputs)
-        )
+        question_side = any(self.graph.variable(v).kind in QUESTION_SIDE_KINDS for v in (*op.inputs, *op.outputs))
         return not question_side or op.id in self.upstream
 
     def push(self, op: Operation) -> None:

@@ -45,29 +45,10 @@ from memtrace_loop.pipeline.interop.exec_network.native import import_native
 from memtrace_loop.pipeline.interop.exec_network.originals import is_foreign
 
 __all__ = [
-    "DEFAULT_CREATED_AT",
-    "INPUTS_SESSION",
-    "LABELS_META",
-    "MARK",
-    "NAME_TABLE",
-    "NATIVE_FORMAT",
-    "NONE_NODE_ID",
-    "NONE_OP_ID",
-    "ExecNetworkError",
-    "ImportedNetwork",
-    "NameRule",
-    "annotation_from_attribution",
-    "document_bytes",
-    "from_exec_network",
-    "full_node_ids",
-    "is_foreign",
-    "labels_in",
-    "load_exec_network",
-    "op_id_for",
-    "our_name",
-    "save_exec_network",
-    "their_name",
-    "to_exec_network",
+    "DEFAULT_CREATED_AT", "INPUTS_SESSION", "LABELS_META", "MARK", "NAME_TABLE", "NATIVE_FORMAT", "NONE_NODE_ID",
+    "NONE_OP_ID", "ExecNetworkError", "ImportedNetwork", "NameRule", "annotation_from_attribution", "document_bytes",
+    "from_exec_network", "full_node_ids", "is_foreign", "labels_in", "load_exec_network", "op_id_for", "our_name",
+    "save_exec_network", "their_name", "to_exec_network"
 ]
 
 logger = logging.getLogger(__name__)
