@@ -65,15 +65,8 @@ def record_query(tracer: Tracer, question: Question) -> str:
 
 
 def record_retrieval(
-    tracer: Tracer,
-    question: Question,
-    query_var: str,
-    unit_vars: Iterable[str],
-    context: str,
-    *,
-    stage: str = "retrieve",
-    name: str = "retrieve_memories",
-    extra_inputs: Iterable[str] = (),
+    tracer: Tracer, question: Question, query_var: str, unit_vars: Iterable[str], context: str, *,
+    stage: str = "retrieve", name: str = "retrieve_memories", extra_inputs: Iterable[str] = (),
     meta: Mapping[str, Any] | None = None,
 ) -> str:
     """Record the context a retrieval produced; returns the context variable id."""

@@ -72,8 +72,7 @@ class FailureFeedback:
         else:
             error = f"{self.error_type} (no operation blamed)"
         lines = [
-            f"Question: {clip(self.question, _LIMITS['question'])}",
-            f"Gold answer: {clip(self.gold, _LIMITS['gold'])}",
+            f"Question: {clip(self.question, _LIMITS['question'])}", f"Gold answer: {clip(self.gold, _LIMITS['gold'])}",
             f"System answered: {clip(self.answer, _LIMITS['answer']) or '(nothing)'}",
         ]
         if self.category:
@@ -97,16 +96,10 @@ def feedback_for_attribution(attribution: Attribution) -> FailureFeedback:
     """The block for one attributed failure; the diagnosis is the attribution's reason."""
     case = attribution.case
     return FailureFeedback(
-        question_id=case.question.id,
-        question=case.question.text,
-        gold=case.question.gold,
-        answer=case.prediction,
-        error_type=attribution.error_type.value,
-        op_name=attribution.op_name or attribution.op,
-        diagnosis=attribution.reason or "(the attributor gave no reason)",
-        confidence=attribution.confidence,
-        check=attribution.check.value,
-        joint=tuple(f"{f.op_name or f.op} ({f.stage})" for f in attribution.joint),
+        question_id=case.question.id, question=case.question.text, gold=case.question.gold, answer=case.prediction,
+        error_type=attribution.error_type.value, op_name=attribution.op_name or attribution.op,
+        diagnosis=attribution.reason or "(the attributor gave no reason)", confidence=attribution.confidence,
+        check=attribution.check.value, joint=tuple(f"{f.op_name or f.op} ({f.stage})" for f in attribution.joint),
         alternatives=tuple(f"{f.op_name or f.op} ({f.stage}, {f.tunable.value})" for f in attribution.alternatives),
         category=category_text(case),
     )
@@ -123,14 +116,8 @@ def feedback_for_other_stage(attribution: Attribution) -> FailureFeedback:
 def feedback_without_attribution(case: CaseResult) -> FailureFeedback:
     """The no-attribution baseline's block: the failure's facts and a diagnosis that blames nothing."""
     return FailureFeedback(
-        question_id=case.question.id,
-        question=case.question.text,
-        gold=case.question.gold,
-        answer=case.prediction,
-        error_type=UNATTRIBUTED,
-        op_name="",
-        diagnosis=NO_ATTRIBUTION_DIAGNOSIS,
-        category=category_text(case),
+        question_id=case.question.id, question=case.question.text, gold=case.question.gold, answer=case.prediction,
+        error_type=UNATTRIBUTED, op_name="", diagnosis=NO_ATTRIBUTION_DIAGNOSIS, category=category_text(case),
     )
 
 

@@ -122,18 +122,11 @@ class GepaOptimizer:
         log_dir = self.log_dir()
         stoppers = [BudgetStopper(budget)] if budget is not None else []
         optimizer = dspy.GEPA(
-            metric,
-            max_metric_calls=self.settings.max_metric_calls * max(context.iteration, 1),
-            reflection_lm=self.reflection_lm,
-            reflection_minibatch_size=self.settings.reflection_minibatch_size,
-            candidate_selection_strategy=self.settings.candidate_selection_strategy,
-            component_selector=selector,
-            use_merge=self.settings.use_merge,
-            num_threads=self.settings.num_threads,
-            log_dir=str(log_dir),
-            track_stats=True,
-            warn_on_score_mismatch=False,
-            seed=self.settings.seed,
+            metric, max_metric_calls=self.settings.max_metric_calls * max(context.iteration, 1),
+            reflection_lm=self.reflection_lm, reflection_minibatch_size=self.settings.reflection_minibatch_size,
+            candidate_selection_strategy=self.settings.candidate_selection_strategy, component_selector=selector,
+            use_merge=self.settings.use_merge, num_threads=self.settings.num_threads, log_dir=str(log_dir),
+            track_stats=True, warn_on_score_mismatch=False, seed=self.settings.seed,
             gepa_kwargs={"stop_callbacks": stoppers} if stoppers else None,
         )
         optimized = optimizer.compile(program, trainset=question_examples(train), valset=question_examples(dev))

@@ -72,9 +72,7 @@ def _top_k_proposal(
 
 
 def propose_knobs(
-    attributions: Sequence[Attribution],
-    knobs: Mapping[str, Any],
-    knob_fields_by_stage: Mapping[str, tuple[str, ...]],
+    attributions: Sequence[Attribution], knobs: Mapping[str, Any], knob_fields_by_stage: Mapping[str, tuple[str, ...]],
     graph_by_conversation: Mapping[str, ExecutionGraph],
 ) -> tuple[KnobProposal, ...]:
     """One proposal per stage blamed through its knobs (most blamed first) whose knobs this system has."""

@@ -43,13 +43,8 @@ def optimizer_settings(name: object, settings: Mapping[str, Any] | None) -> Any:
 
 
 def build_optimizer(
-    name: str,
-    rewriter_lm: dspy.BaseLM | None,
-    settings: Mapping[str, Any] | None = None,
-    *,
-    system: MemorySystem | None = None,
-    attributor: Attributor | None = None,
-    work_dir: Path | None = None,
+    name: str, rewriter_lm: dspy.BaseLM | None, settings: Mapping[str, Any] | None = None, *,
+    system: MemorySystem | None = None, attributor: Attributor | None = None, work_dir: Path | None = None,
 ) -> Optimizer:
     """The optimizer called `name`, built once for its run: `rewriter_lm` for its rewrites (unused by
     `none`), `system` the memory system it optimizes, `attributor` the loop's, `work_dir` where it may

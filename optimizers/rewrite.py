@@ -96,11 +96,7 @@ class InstructionRewriter:
         """(instruction, None) or (None, error)."""
         try:
             prediction = dspy.Predict(RewriteInstruction)(
-                lm=self.lm,
-                stage_name=stage,
-                stage_signature=signature,
-                current_instruction=current,
-                feedback=feedback,
+                lm=self.lm, stage_name=stage, stage_signature=signature, current_instruction=current, feedback=feedback,
                 max_chars=budget,
             )
             text = str(prediction.new_instruction or "").strip()
@@ -126,9 +122,7 @@ class InstructionRewriter:
         if len(shorter) <= budget:
             return RewriteOutcome(shorter, length_retry=True)
         return RewriteOutcome(
-            None,
-            f"instruction over budget after one retry: {len(shorter)} > {budget} characters",
-            length_retry=True,
+            None, f"instruction over budget after one retry: {len(shorter)} > {budget} characters", length_retry=True,
         )
 
 
@@ -146,9 +140,7 @@ def stage_candidate(
         return None
     feedback_by_stage: Mapping[str, str] = MappingProxyType({stage: feedback})
     return Candidate(
-        prompts=prompts.with_instruction(stage, outcome.instruction),
-        changed_stages=(stage,),
-        rationale=rationale,
+        prompts=prompts.with_instruction(stage, outcome.instruction), changed_stages=(stage,), rationale=rationale,
         feedback_by_stage=feedback_by_stage,
     )
 

@@ -23,11 +23,7 @@ def _build(knobs: CustomKnobs, embedder: Embedder) -> CustomMemory:
 
 
 SPEC: MemorySystemSpec[CustomKnobs] = MemorySystemSpec(
-    name="custom",
-    knobs=CustomKnobs,
-    build=_build,
-    stages=stage_table(build_example().stages()),
-    faults=(WRONG_ANSWER,),
-    prior=WalkPrior(first_kinds=frozenset({OpKind.RETRIEVAL}), seed_retrieval=True),
+    name="custom", knobs=CustomKnobs, build=_build, stages=stage_table(build_example().stages()),
+    faults=(WRONG_ANSWER,), prior=WalkPrior(first_kinds=frozenset({OpKind.RETRIEVAL}), seed_retrieval=True),
     compare=False,
 )

@@ -345,11 +345,7 @@ class EverMemOSMemory(MemorySystem):
         return Retrieved(query_var, context_var, context)
 
     def _expand(
-        self,
-        question: Question,
-        state: EverMemOSState,
-        tracer: Tracer,
-        query_var: str,
+        self, question: Question, state: EverMemOSState, tracer: Tracer, query_var: str,
         first: list[tuple[int, float, float]],
     ) -> tuple[list[str], list[str]]:
         """Check whether the first round suffices and, if not, ask for more queries."""

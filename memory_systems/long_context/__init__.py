@@ -14,11 +14,7 @@ def _build(knobs: LongContextKnobs, embedder: Embedder) -> LongContextMemory:
 
 
 SPEC: MemorySystemSpec[LongContextKnobs] = MemorySystemSpec(
-    name="long_context",
-    knobs=LongContextKnobs,
-    build=_build,
-    stages=LongContextMemory.stages,
-    faults=FAULTS,
+    name="long_context", knobs=LongContextKnobs, build=_build, stages=LongContextMemory.stages, faults=FAULTS,
     generous_knobs={"window_tokens": 1_000_000},
     prior=WalkPrior(first_kinds=frozenset({OpKind.UPDATE, OpKind.DELETION})),
 )

@@ -36,6 +36,5 @@ def _trimmed_by(graph: ExecutionGraph, turn_id: str) -> Operation | None:
 
 
 FAULTS: tuple[FaultPlan, ...] = (
-    KnobFault(FaultKind.TRIMMED_BUFFER, _window_before, _trimmed_by, "UpdateError"),
-    WRONG_ANSWER,
+    KnobFault(FaultKind.TRIMMED_BUFFER, _window_before, _trimmed_by, "UpdateError"), WRONG_ANSWER,
 )

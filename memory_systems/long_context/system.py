@@ -152,8 +152,7 @@ class LongContextMemory(MemorySystem):
             dropped.append(entry)
         outputs = [
             tracer.variable(
-                entry_name(e.turn_id), VarKind.BUFFER, "",
-                {"turn": e.turn_id, "deleted": True, "trimmed_at": turn.id},
+                entry_name(e.turn_id), VarKind.BUFFER, "", {"turn": e.turn_id, "deleted": True, "trimmed_at": turn.id},
             )
             for e in dropped
         ]

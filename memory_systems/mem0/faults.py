@@ -42,6 +42,5 @@ FAULTS: tuple[FaultPlan, ...] = (
     ReplyFault(FaultKind.EXTRACTION_DROP, (EditKind.DROP_FACTS,), "extract", "ExtractionError"),
     UnitChangeFault(FaultKind.UPDATE_OVERWRITE, "UPDATE", "memory_update", "UpdateError", evidence_units),
     UnitChangeFault(FaultKind.DELETION, "DELETE", "memory_delete", "DeletionError", evidence_units),
-    HideEvidenceFault(_hide),
-    WRONG_ANSWER,
+    HideEvidenceFault(_hide), WRONG_ANSWER,
 )

@@ -65,10 +65,7 @@ def fact_units(graph: ExecutionGraph, op: Operation, facts: Iterable[Any]) -> tu
 
 
 def decision_units(
-    graph: ExecutionGraph,
-    op: Operation,
-    new: Sequence[Action],
-    shown: Mapping[str, str],
+    graph: ExecutionGraph, op: Operation, new: Sequence[Action], shown: Mapping[str, str],
 ) -> tuple[RestoredUnit, ...]:
     """What a re-run decision (`new`) writes that the store did not write on the recorded one, and the old versions it
     keeps."""

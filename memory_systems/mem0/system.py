@@ -144,8 +144,7 @@ class Mem0Memory(MemorySystem):
         similar_var = tracer.variable(similar_name(turn.id), VarKind.RETRIEVED, lines)
         tracer.operation(
             "search_similar", "search_similar", OpKind.RETRIEVAL,
-            [facts_var, *(memory_var(u) for u in similar.values())], [similar_var],
-            meta={"k": self.knobs.similar_k},
+            [facts_var, *(memory_var(u) for u in similar.values())], [similar_var], meta={"k": self.knobs.similar_k},
         )
 
         with tracer.stage(
@@ -160,12 +159,7 @@ class Mem0Memory(MemorySystem):
             self._apply(action, turn, store, tracer, decision_var, vector_by_text.get(action.text.strip()))
 
     def _apply(
-        self,
-        action: MemoryAction,
-        turn: Turn,
-        store: InMemoryVectorStore,
-        tracer: Tracer,
-        decision_var: str,
+        self, action: MemoryAction, turn: Turn, store: InMemoryVectorStore, tracer: Tracer, decision_var: str,
         vector: np.ndarray | None,
     ) -> None:
         if action.event == "NONE":

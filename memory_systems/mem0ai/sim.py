@@ -29,8 +29,7 @@ INPUT_HEAD = "Input:\n"
 FACTS_MARKER = "The new retrieved facts are mentioned in the triple backticks."
 SCHEMA_MARKER = "You must return your response in the following JSON structure only"
 MEMORY_MARKERS = (
-    "Below is the current content of my memory which I have collected till now.",
-    "Current memory is empty.",
+    "Below is the current content of my memory which I have collected till now.", "Current memory is empty.",
 )
 FENCE = "```"
 _ROLE_LINE = re.compile(r"^(?P<role>user|assistant|system): ?(?P<text>.*)$")
@@ -85,10 +84,8 @@ def read_extraction(messages: list[dict[str, Any]]) -> StageRequest | None:
     day = parse_date(dated.group("date")) if dated else None
     turns = [text.strip() for role, text in lines if role == "user" and text.strip()]
     return StageRequest(
-        instruction=system,
-        output_types={"facts": "list[str]"},
-        inputs={"turns": json.dumps(turns), "session_date": human(day) if day else ""},
-        json_mode=True,
+        instruction=system, output_types={"facts": "list[str]"},
+        inputs={"turns": json.dumps(turns), "session_date": human(day) if day else ""}, json_mode=True,
     )
 
 
@@ -182,10 +179,8 @@ def read_update(messages: list[dict[str, Any]]) -> StageRequest | None:
     if mem_begin >= 0:  # ... and without its memories: the rules are in the words around the data
         instruction = text[:mem_begin] + text[mem_end: facts_block[1]] + text[facts_block[2]:]
     return StageRequest(
-        instruction=instruction,
-        output_types={"actions": "list[dict]"},
-        inputs={"memories": json.dumps(memories), "new_facts": json.dumps(facts)},
-        json_mode=True,
+        instruction=instruction, output_types={"actions": "list[dict]"},
+        inputs={"memories": json.dumps(memories), "new_facts": json.dumps(facts)}, json_mode=True,
     )
 
 

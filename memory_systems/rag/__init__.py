@@ -14,11 +14,6 @@ def _build(knobs: RagKnobs, embedder: Embedder) -> RagMemory:
 
 
 SPEC: MemorySystemSpec[RagKnobs] = MemorySystemSpec(
-    name="rag",
-    knobs=RagKnobs,
-    build=_build,
-    stages=RagMemory.stages,
-    faults=FAULTS,
-    generous_knobs={"top_k": 1000},
+    name="rag", knobs=RagKnobs, build=_build, stages=RagMemory.stages, faults=FAULTS, generous_knobs={"top_k": 1000},
     prior=WalkPrior(first_kinds=frozenset({OpKind.RETRIEVAL}), seed_retrieval=True),
 )

@@ -53,7 +53,6 @@ def _hide(system: MemorySystem, graph: ExecutionGraph, turn_id: str) -> MemorySy
 
 
 FAULTS: tuple[FaultPlan, ...] = (
-    KnobFault(FaultKind.CHUNK_SPLIT, _split_limits, _split_by, "ExtractionError"),
-    HideEvidenceFault(_hide),
+    KnobFault(FaultKind.CHUNK_SPLIT, _split_limits, _split_by, "ExtractionError"), HideEvidenceFault(_hide),
     WRONG_ANSWER,
 )

@@ -132,14 +132,11 @@ def aggregate_blame(attributions: Iterable[Attribution], max_examples: int = 5) 
         types = Counter(cause.error_type.value for _, cause in members)
         rows.append(
             StageBlame(
-                stage=stage,
-                tunable=members[0][1].tunable,
-                count=len(members),
+                stage=stage, tunable=members[0][1].tunable, count=len(members),
                 share=weight_by_stage[stage] / total_weight if total_weight else 0.0,
                 count_by_error_type=MappingProxyType({t.value: types.get(t.value, 0) for t in ErrorType if t in types}),
                 example_question_ids=tuple(a.question_id for a, _ in members[:max_examples]),
-                weight=weight_by_stage[stage],
-                verified=sum(1 for a, _ in members if a.verified is True),
+                weight=weight_by_stage[stage], verified=sum(1 for a, _ in members if a.verified is True),
                 refuted=sum(1 for a, _ in members if a.verified is False),
                 unverifiable=sum(1 for a, _ in members if a.check == Check.UNVERIFIABLE),
                 verified_alone=sum(1 for a, _ in members if a.verified is True and not a.joint),
@@ -154,10 +151,7 @@ def uniform_blame(cases: Iterable[CaseResult], stages: Sequence[str], max_exampl
     failed = [c for c in cases if not c.correct]
     rows = tuple(
         StageBlame(
-            stage=stage,
-            tunable=Tunable.PROMPT,
-            count=len(failed),
-            share=1.0 / len(stages) if stages else 0.0,
+            stage=stage, tunable=Tunable.PROMPT, count=len(failed), share=1.0 / len(stages) if stages else 0.0,
             count_by_error_type=MappingProxyType({}),
             example_question_ids=tuple(c.question.id for c in failed[:max_examples]),
         )

@@ -126,17 +126,9 @@ class ExecutionGraph:
         return var
 
     def add_operation(
-        self,
-        name: str,
-        stage: str,
-        kind: OpKind,
-        inputs: Iterable[str],
-        outputs: Iterable[str],
-        prompt: str | None = None,
-        status: OpStatus | str = OpStatus.OK,
-        error: str | None = None,
-        usage: Usage | None = None,
-        meta: Mapping[str, Any] | None = None,
+        self, name: str, stage: str, kind: OpKind, inputs: Iterable[str], outputs: Iterable[str],
+        prompt: str | None = None, status: OpStatus | str = OpStatus.OK, error: str | None = None,
+        usage: Usage | None = None, meta: Mapping[str, Any] | None = None,
     ) -> Operation:
         """Append an operation. Inputs must exist; outputs must exist, be unproduced and unconsumed."""
         input_ids = tuple(dict.fromkeys(inputs))
@@ -250,9 +242,7 @@ class ExecutionGraph:
         op = self.operation(op_id)
         var = self._variable_by_id
         return OperationView(
-            op,
-            tuple(var[v] for v in op.inputs),
-            tuple(var[v] for v in op.outputs),
+            op, tuple(var[v] for v in op.inputs), tuple(var[v] for v in op.outputs),
             var[op.prompt] if op.prompt else None,
         )
 

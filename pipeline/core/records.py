@@ -94,8 +94,7 @@ class Dataset:
     def subset(self, conversation_ids: tuple[str, ...], name: str | None = None) -> Dataset:
         keep = set(conversation_ids)
         return Dataset(
-            name=name or self.name,
-            conversations=tuple(c for c in self.conversations if c.id in keep),
+            name=name or self.name, conversations=tuple(c for c in self.conversations if c.id in keep),
             questions=tuple(q for q in self.questions if q.conversation_id in keep),
         )
 

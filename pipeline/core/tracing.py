@@ -131,16 +131,8 @@ class Tracer:
         return var_id
 
     def operation(
-        self,
-        name: str,
-        stage: str,
-        kind: OpKind,
-        inputs: Iterable[str],
-        outputs: Iterable[str],
-        prompt: str | None = None,
-        status: OpStatus = OpStatus.OK,
-        error: str | None = None,
-        usage: Usage | None = None,
+        self, name: str, stage: str, kind: OpKind, inputs: Iterable[str], outputs: Iterable[str],
+        prompt: str | None = None, status: OpStatus = OpStatus.OK, error: str | None = None, usage: Usage | None = None,
         meta: Mapping[str, Any] | None = None,
     ) -> None:
         """Record one operation (a non-LLM stage's declared data flow, or a finished LLM stage)."""
@@ -206,16 +198,8 @@ class Tracer:
 
     @contextmanager
     def stage(
-        self,
-        predictor: Callable[..., dspy.Prediction],
-        stage: str,
-        /,
-        *,
-        op: str,
-        kind: OpKind,
-        inputs: Iterable[str],
-        meta: Mapping[str, Any] | None = None,
-        **kwargs: Any,
+        self, predictor: Callable[..., dspy.Prediction], stage: str, /, *, op: str, kind: OpKind, inputs: Iterable[str],
+        meta: Mapping[str, Any] | None = None, **kwargs: Any,
     ) -> Iterator[StageCall]:
         """Run one LLM stage and record it as one operation: the whole tracing of an LLM stage.
 
@@ -232,8 +216,7 @@ class Tracer:
         if result.error is not None and result.raw_outputs:
             details["raw_output"] = result.raw_outputs[-1]
         self.operation(
-            op, stage, kind, inputs, call.outputs,
-            prompt=self.prompt_variable(stage, result.instruction),
+            op, stage, kind, inputs, call.outputs, prompt=self.prompt_variable(stage, result.instruction),
             status=OpStatus.OK if result.ok else OpStatus.FAILED, error=result.error, usage=result.usage,
             meta=details or None,
         )

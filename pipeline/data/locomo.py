@@ -35,17 +35,7 @@ _DATE_TIME = re.compile(
     r"(\d{1,2}):(\d{2})\s*([ap])\.?\s*m\.?\s+on\s+(\d{1,2})\s+([A-Za-z]+)\.?,?\s+(\d{4})", re.IGNORECASE
 )
 _MONTH_NAMES = (
-    "january",
-    "february",
-    "march",
-    "april",
-    "may",
-    "june",
-    "july",
-    "august",
-    "september",
-    "october",
-    "november",
+    "january", "february", "march", "april", "may", "june", "july", "august", "september", "october", "november",
     "december",
 )
 _MONTHS = {name: number for number, month in enumerate(_MONTH_NAMES, 1) for name in (month, month[:3])}
@@ -190,9 +180,7 @@ def _parse_conversation(sample_id: str, record: str, raw: dict[str, Any], source
         session = raw[session_key]
         if not isinstance(session, list):
             raise DataError(
-                source,
-                f"expected a list of turns, got {type(session).__name__}",
-                record,
+                source, f"expected a list of turns, got {type(session).__name__}", record,
                 f"conversation.{session_key}",
             )
         date_text = raw.get(date_key)
@@ -234,12 +222,8 @@ def _parse_question(
     evidence, malformed = clean_evidence(raw.evidence)
     unknown = [dia_id for dia_id in evidence if dia_id not in turn_ids]
     question = Question(
-        id=f"{sample_id}:q{index}",
-        conversation_id=sample_id,
-        text=raw.question.strip(),
-        gold=gold,
-        category=raw.category,
-        evidence=tuple(dia_id for dia_id in evidence if dia_id in turn_ids),
+        id=f"{sample_id}:q{index}", conversation_id=sample_id, text=raw.question.strip(), gold=gold,
+        category=raw.category, evidence=tuple(dia_id for dia_id in evidence if dia_id in turn_ids),
     )
     return question, unknown, malformed
 
@@ -270,10 +254,7 @@ def parse_locomo(samples: object, source: str) -> Dataset:
             malformed_total += malformed
         if unknown_total:
             logger.warning(
-                "%s: %s: dropped %d evidence id(s) not in the conversation: %s",
-                source,
-                record,
-                len(unknown_total),
+                "%s: %s: dropped %d evidence id(s) not in the conversation: %s", source, record, len(unknown_total),
                 ", ".join(unknown_total),
             )
         if malformed_total:

@@ -28,12 +28,8 @@ from pydantic import BaseModel, ConfigDict
 logger = logging.getLogger(__name__)
 
 QUESTION_TYPES: tuple[str, ...] = (
-    "single-session-user",
-    "single-session-assistant",
-    "single-session-preference",
-    "multi-session",
-    "temporal-reasoning",
-    "knowledge-update",
+    "single-session-user", "single-session-assistant", "single-session-preference", "multi-session",
+    "temporal-reasoning", "knowledge-update",
 )
 CATEGORY_BY_TYPE: Mapping[str, int] = MappingProxyType({name: n for n, name in enumerate(QUESTION_TYPES, 1)})
 ABSTENTION_OFFSET = 10
@@ -208,12 +204,8 @@ def load_longmemeval(path: str | Path, question_date_in_text: bool = True) -> Da
 
 
 def load_longmemeval_hub(
-    name: str = HUB_NAME,
-    variant: str | None = HUB_VARIANT,
-    split: str = "train",
-    data_files: str | list[str] | None = None,
-    revision: str | None = None,
-    question_date_in_text: bool = True,
+    name: str = HUB_NAME, variant: str | None = HUB_VARIANT, split: str = "train",
+    data_files: str | list[str] | None = None, revision: str | None = None, question_date_in_text: bool = True,
 ) -> Dataset:
     """LongMemEval through `datasets.load_dataset` (network, unless the files are cached or `name` is a local folder
     laid out like the hub repository)."""

@@ -161,10 +161,7 @@ def hub_source(name: str, data_files: str | Sequence[str] | None = None) -> str:
 
 
 def read_hub_rows(
-    name: str,
-    columns: Sequence[str],
-    data_files: str | Sequence[str] | None = None,
-    split: str = "train",
+    name: str, columns: Sequence[str], data_files: str | Sequence[str] | None = None, split: str = "train",
     revision: str | None = None,
 ) -> list[dict[str, Any]]:
     """The records of hub dataset `name` (its `data_files`, `split`, `revision`) through `datasets.load_dataset`; `name`

@@ -115,6 +115,5 @@ def summarize(graph_file: GraphFile) -> GraphSummary:
         variable_kinds=ranked(Counter(str(v.kind) for v in graph.variables())),
         operation_kinds=ranked(Counter(str(op.kind) for op in graph.operations())),
         questions=len(judged_questions(graph)), failed_questions=failed_questions(graph),
-        annotations=graph_file.annotations,
-        document=graph_file.document,
+        annotations=graph_file.annotations, document=graph_file.document,
     )

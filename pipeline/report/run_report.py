@@ -26,20 +26,11 @@ REPORT_FILE = RunFolder.REPORT
 
 
 def report_data(
-    title: str,
-    results: Sequence[CaseResult],
-    graph_by_conversation: Mapping[str, ExecutionGraph],
-    *,
-    report: EvaluationReport | None = None,
-    attributions: Sequence[Attribution] | None = None,
-    conversation_by_id: Mapping[str, Conversation] | None = None,
-    exclude_categories: Sequence[int] = (5,),
-    blame: BlameTable | None = None,
-    diagnosis: str | None = None,
-    diagnosis_groups: Sequence[DiagnosisGroup] = (),
-    meta: Mapping[str, str] | None = None,
-    max_nodes: int = DEFAULT_MAX_NODES,
-    banner: str | None = None,
+    title: str, results: Sequence[CaseResult], graph_by_conversation: Mapping[str, ExecutionGraph], *,
+    report: EvaluationReport | None = None, attributions: Sequence[Attribution] | None = None,
+    conversation_by_id: Mapping[str, Conversation] | None = None, exclude_categories: Sequence[int] = (5,),
+    blame: BlameTable | None = None, diagnosis: str | None = None, diagnosis_groups: Sequence[DiagnosisGroup] = (),
+    meta: Mapping[str, str] | None = None, max_nodes: int = DEFAULT_MAX_NODES, banner: str | None = None,
 ) -> ReportData:
     """A `ReportData` for judged cases and their graphs (`banner`: a warning shown above everything);
     `attributions=None` attributes the failures with the lineage attributor (no LM); `report=None`
@@ -56,14 +47,9 @@ def report_data(
 
 
 def _result_data(
-    result: RunResult,
-    title: str,
-    attributions: Sequence[Attribution] | None,
-    conversation_by_id: Mapping[str, Conversation] | None,
-    diagnosis: Diagnosis | None,
-    diagnosis_scope: str,
-    meta: Mapping[str, str] | None,
-    max_nodes: int,
+    result: RunResult, title: str, attributions: Sequence[Attribution] | None,
+    conversation_by_id: Mapping[str, Conversation] | None, diagnosis: Diagnosis | None, diagnosis_scope: str,
+    meta: Mapping[str, str] | None, max_nodes: int,
 ) -> ReportData:
     return report_data(
         title, result.results, result.graph_by_conversation, report=result.report, attributions=attributions,
@@ -74,17 +60,10 @@ def _result_data(
 
 
 def report_for_run(
-    result: RunResult,
-    out_dir: str | Path,
-    *,
-    title: str = "MemTrace run",
-    attributions: Sequence[Attribution] | None = None,
-    conversation_by_id: Mapping[str, Conversation] | None = None,
-    diagnosis: Diagnosis | None = None,
-    diagnosis_scope: str = "",
-    meta: Mapping[str, str] | None = None,
-    max_nodes: int = DEFAULT_MAX_NODES,
-    banner: str | None = None,
+    result: RunResult, out_dir: str | Path, *, title: str = "MemTrace run",
+    attributions: Sequence[Attribution] | None = None, conversation_by_id: Mapping[str, Conversation] | None = None,
+    diagnosis: Diagnosis | None = None, diagnosis_scope: str = "", meta: Mapping[str, str] | None = None,
+    max_nodes: int = DEFAULT_MAX_NODES, banner: str | None = None,
 ) -> Path:
     """Write `<out_dir>/report.html` for a finished run and return its path (see the module doc);
     `diagnosis` is shown at the top, its analysis prefixed with `diagnosis_scope`; `banner` above all."""
@@ -93,17 +72,10 @@ def report_for_run(
 
 
 def report_for_loop(
-    result: LoopResult,
-    out_dir: str | Path,
-    *,
-    title: str = "MemTrace optimization",
-    attributions: Sequence[Attribution] | None = None,
-    conversation_by_id: Mapping[str, Conversation] | None = None,
-    diagnosis: Diagnosis | None = None,
-    diagnosis_scope: str = "",
-    meta: Mapping[str, str] | None = None,
-    max_nodes: int = DEFAULT_MAX_NODES,
-    banner: str | None = None,
+    result: LoopResult, out_dir: str | Path, *, title: str = "MemTrace optimization",
+    attributions: Sequence[Attribution] | None = None, conversation_by_id: Mapping[str, Conversation] | None = None,
+    diagnosis: Diagnosis | None = None, diagnosis_scope: str = "", meta: Mapping[str, str] | None = None,
+    max_nodes: int = DEFAULT_MAX_NODES, banner: str | None = None,
 ) -> Path:
     """Write `<out_dir>/report.html` for an optimization: the final test evaluation's accuracy, the scores
     per iteration, the accepted rewrites (`banner`: a warning above everything) and the failures the

@@ -73,10 +73,7 @@ class InformationFlow:
     sets, vectors and the store at question time are memoized per instance)."""
 
     def __init__(
-        self,
-        graph: ExecutionGraph,
-        speakers: Iterable[str] = (),
-        embedder: Embedder | None = None,
+        self, graph: ExecutionGraph, speakers: Iterable[str] = (), embedder: Embedder | None = None,
         semantic_threshold: float = 0.8,
     ) -> None:
         """With an `embedder`, a variable also carries a turn's information when it says the same by the

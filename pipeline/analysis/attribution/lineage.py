@@ -54,10 +54,7 @@ class ConversationLineage:
     (its `InformationFlow` memoizes token sets and the store at question time)."""
 
     def __init__(
-        self,
-        graph: ExecutionGraph,
-        conversation: Conversation | None = None,
-        embedder: Embedder | None = None,
+        self, graph: ExecutionGraph, conversation: Conversation | None = None, embedder: Embedder | None = None,
         semantic_threshold: float = 0.8,
     ) -> None:
         self.graph = graph
@@ -133,8 +130,7 @@ class ConversationLineage:
         else:
             context = context_vars[0] if context_vars else None
             blamed = verdict(
-                answer_op, ErrorType.RESPONSE, self._response_reason(case, answer_op, answer_var, context, tracks),
-                0.8,
+                answer_op, ErrorType.RESPONSE, self._response_reason(case, answer_op, answer_var, context, tracks), 0.8,
             )
             suspects = (_fault(blamed, (), answer_op.seq),)
         return dataclasses.replace(blamed, suspects=suspects)
@@ -395,10 +391,8 @@ class LineageAttributor:
 
 
 def attribute_failures(
-    results: Iterable[CaseResult],
-    graph_by_conversation: Mapping[str, ExecutionGraph],
-    conversation_by_id: Mapping[str, Conversation] | None = None,
-    exclude_categories: Iterable[int] = (),
+    results: Iterable[CaseResult], graph_by_conversation: Mapping[str, ExecutionGraph],
+    conversation_by_id: Mapping[str, Conversation] | None = None, exclude_categories: Iterable[int] = (),
 ) -> tuple[Attribution, ...]:
     """Lineage attributions of every failed case (in result order) whose conversation graph is given."""
     excluded = set(exclude_categories)

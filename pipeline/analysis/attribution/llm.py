@@ -336,12 +336,7 @@ class LLMAttributor:
         return None
 
     def _blame(
-        self,
-        walk: Walk,
-        op: Operation,
-        verdict: StepVerdict,
-        context_ops: Sequence[Operation],
-        answer_op: Operation,
+        self, walk: Walk, op: Operation, verdict: StepVerdict, context_ops: Sequence[Operation], answer_op: Operation,
         confidence: float = 0.75,
     ) -> Attribution:
         case, spend = walk.case, walk.spend

@@ -47,11 +47,8 @@ def attributor_settings(node: object) -> Any:
 
 
 def build_attributor(
-    node: Mapping[str, Any] | None,
-    lms: LMSet | None = None,
-    system: MemorySystem | None = None,
-    judge: dspy.Predict | None = None,
-    embedder: Embedder | None = None,
+    node: Mapping[str, Any] | None, lms: LMSet | None = None, system: MemorySystem | None = None,
+    judge: dspy.Predict | None = None, embedder: Embedder | None = None,
 ) -> Attributor:
     """The attributor the `attributor` config node selects; with `verify`, each verdict is checked by a
     replay on `system` and `judge` (both needed then)."""
@@ -60,12 +57,8 @@ def build_attributor(
 
 
 def attributor_from_settings(
-    name: str,
-    settings: LineageSettings | LLMSettings,
-    lms: LMSet | None = None,
-    system: MemorySystem | None = None,
-    judge: dspy.Predict | None = None,
-    embedder: Embedder | None = None,
+    name: str, settings: LineageSettings | LLMSettings, lms: LMSet | None = None, system: MemorySystem | None = None,
+    judge: dspy.Predict | None = None, embedder: Embedder | None = None,
 ) -> Attributor:
     """The attributor `name` from its validated settings record (see `build_attributor`)."""
     inner = ATTRIBUTORS.get(name).build(settings, lms, embedder)

@@ -111,10 +111,7 @@ class Replayer:
         return system, system.restore(graph)
 
     def replay(
-        self,
-        graph: ExecutionGraph,
-        attribution: Attribution,
-        plans: Sequence[RepairPlan],
+        self, graph: ExecutionGraph, attribution: Attribution, plans: Sequence[RepairPlan],
         reruns: dict[str, tuple[RestoredUnit, ...]] | None = None,
     ) -> ReplayOutcome:
         """Make `plans` together, re-run what lies downstream, judge; the graph stays unchanged."""
@@ -205,11 +202,7 @@ class Replayer:
 
 
 def _rerun(
-    system: MemorySystem,
-    graph: ExecutionGraph,
-    attribution: Attribution,
-    plan: RepairPlan,
-    tracer: Tracer,
+    system: MemorySystem, graph: ExecutionGraph, attribution: Attribution, plan: RepairPlan, tracer: Tracer,
     memo: dict[str, tuple[RestoredUnit, ...]],
 ) -> tuple[RestoredUnit, ...]:
     """What the blamed construction stage writes when called again with the hint of the evidence it

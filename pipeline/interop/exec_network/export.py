@@ -67,12 +67,8 @@ def annotation_from_attribution(
 
 
 def to_exec_network(
-    graph: ExecutionGraph,
-    annotations: Iterable[BenchAnnotation | Attribution] = (),
-    *,
-    user_id: str | None = None,
-    project_id: str | None = "memtrace-loop",
-    created_at: datetime = DEFAULT_CREATED_AT,
+    graph: ExecutionGraph, annotations: Iterable[BenchAnnotation | Attribution] = (), *, user_id: str | None = None,
+    project_id: str | None = "memtrace-loop", created_at: datetime = DEFAULT_CREATED_AT,
 ) -> dict[str, Any]:
     """`graph` as an ExecNetwork document (plain JSON data); attributions become annotations."""
     full_ids = full_node_ids(graph)

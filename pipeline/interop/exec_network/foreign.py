@@ -115,10 +115,8 @@ def _index_operations(
 
 
 def _parts(
-    records: Mapping[str, tuple[int, RawOperation, Mapping[str, Any]]],
-    edges: Any,
-    by_id: Mapping[str, tuple[int, RawNode, Mapping[str, Any]]],
-    source: str,
+    records: Mapping[str, tuple[int, RawOperation, Mapping[str, Any]]], edges: Any,
+    by_id: Mapping[str, tuple[int, RawNode, Mapping[str, Any]]], source: str,
 ) -> list[_Part]:
     """Every operation of ours: the steps of each operation of theirs (by edge depth) and one per link."""
     edges_by_op: dict[str, list[tuple[int, RawEdge, Mapping[str, Any]]]] = {op_id: [] for op_id in records}
@@ -189,10 +187,8 @@ def _layers(op_id: str, edges: list[tuple[int, RawEdge, Mapping[str, Any]]], sou
 
 
 def _order(
-    parts: list[_Part],
-    records: Mapping[str, tuple[int, RawOperation, Mapping[str, Any]]],
-    by_id: Mapping[str, tuple[int, RawNode, Mapping[str, Any]]],
-    source: str,
+    parts: list[_Part], records: Mapping[str, tuple[int, RawOperation, Mapping[str, Any]]],
+    by_id: Mapping[str, tuple[int, RawNode, Mapping[str, Any]]], source: str,
 ) -> tuple[list[_Part], list[dict[str, str]]]:
     """Operations ranked by the earliest `created_at` of their edges (else of the operation, else of what
     they produce or consume, else last), then ordered topologically (ties by rank); a variable stays
@@ -303,9 +299,7 @@ def _marked(ours: Any) -> tuple[str, str, str, str, Any, list[int], dict[str, An
 
 
 def _operations(
-    order: list[_Part],
-    records: Mapping[str, tuple[int, RawOperation, Mapping[str, Any]]],
-    kinds: Mapping[str, str],
+    order: list[_Part], records: Mapping[str, tuple[int, RawOperation, Mapping[str, Any]]], kinds: Mapping[str, str],
     node_map: Mapping[str, str],
 ) -> tuple[list[list[Any]], dict[str, str]]:
     """Our operation rows (graph_io layout) in `order` and their op id -> ours (its first step)."""

@@ -105,8 +105,7 @@ class AttributionScore(NamedTuple):
 
 
 def score_attributions(
-    predicted: Mapping[str, tuple[ErrorType | str, str | None]],
-    annotations: Iterable[BenchAnnotation],
+    predicted: Mapping[str, tuple[ErrorType | str, str | None]], annotations: Iterable[BenchAnnotation],
     include_non_memory: bool = False,
 ) -> AttributionScore:
     """Error-type accuracy and exact op-id accuracy of `predicted` (query_id -> (error type, op id)) over the
