@@ -11,8 +11,6 @@ from typing import Any
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.pipeline.core.records import Question
 
-__all__ = ["without_units"]
-
 
 class _FilteredStore:
     """A vector store whose search never returns the dropped units (it asks for more to keep k)."""

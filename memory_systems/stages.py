@@ -10,8 +10,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
 
-__all__ = ["StageRepair", "StageSpec", "construction_stages", "reset_knobs"]
-
 
 class StageRepair(StrEnum):
     """How replay repairs a stage's output when the stage is blamed (`pipeline.analysis.attribution.replay`)."""

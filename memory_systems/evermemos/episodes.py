@@ -11,8 +11,6 @@ from memtrace_loop.memory_systems.evermemos.signatures import episode_document, 
 from memtrace_loop.pipeline.core.conventions import name_of
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, Variable
 
-__all__ = ["StoredEpisode", "StoredEvent", "stored_episode"]
-
 
 @dataclass(frozen=True)
 class StoredEvent:

@@ -18,8 +18,6 @@ from memtrace_loop.memory_systems.spec import (
 )
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 
-__all__ = ["FAULTS", "without_episodes"]
-
 
 def without_episodes(system: MemorySystem, turn_id: str) -> MemorySystem:
     """A copy of the system whose answer-time search skips the episodes holding `turn_id`."""

@@ -17,8 +17,6 @@ from memtrace_loop.memory_systems.signatures import human_date
 from memtrace_loop.pipeline.core.conventions import Namespace, episode_name, is_in
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation, Variable
 
-__all__ = ["REPAIRED_STAGES", "recorded_call", "repaired_units"]
-
 WRITERS = ("write_events", "write_episode")
 STEERING = ("check_sufficiency", "expand_queries")
 REPAIRED_STAGES = frozenset({*WRITERS, "detect_boundary", *STEERING})

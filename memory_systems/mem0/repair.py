@@ -16,8 +16,6 @@ from memtrace_loop.memory_systems.base import ReplayUnsupportedError, RestoredUn
 from memtrace_loop.pipeline.core.conventions import Namespace, OpStatus, is_in, key_of
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation, Variable
 
-__all__ = ["Action", "decision_units", "fact_units", "read_turn", "single_output"]
-
 _WRITES = ("ADD", "UPDATE")
 _OVERWRITES = ("UPDATE", "DELETE")
 

@@ -21,8 +21,6 @@ from memtrace_loop.memory_systems.spec import (
 )
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 
-__all__ = ["FAULTS"]
-
 
 def _hide(system: MemorySystem, graph: ExecutionGraph, turn_id: str) -> MemorySystem | None:
     units = evidence_units(graph, turn_id)

@@ -17,8 +17,6 @@ from memtrace_loop.pipeline.core.prompt_files import ExportedPrompts, NonBlank, 
 from memtrace_loop.pipeline.core.records import PromptSet
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
-__all__ = ["FILE_STEM", "FORMAT_ID", "MEM0_CONFIG_FRAGMENT", "Mem0ConfigFragment", "mem0_config_keys"]
-
 logger = logging.getLogger(__name__)
 
 FORMAT_ID = "mem0ai-config-fragment"

@@ -14,11 +14,6 @@ import tempfile
 from collections.abc import Mapping
 from types import MappingProxyType, ModuleType
 
-__all__ = [
-    "DATE_PLACEHOLDER", "HOOK_BY_STAGE", "Mem0MissingError", "default_hooks", "import_mem0", "installed_version",
-    "with_session_date"
-]
-
 # our stage name -> the mem0 config key holding its text
 HOOK_BY_STAGE: Mapping[str, str] = MappingProxyType({
     "fact_extraction": "custom_fact_extraction_prompt",

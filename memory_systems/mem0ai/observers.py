@@ -16,8 +16,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["AddRecorder", "EmbedCall", "Event", "HistoryRow", "LMCall", "LogLine", "SearchCall", "StoreCall"]
-
 MEM0_LOGGER = "mem0"
 
 

@@ -20,8 +20,6 @@ from memtrace_loop.memory_systems.mem0ai.trace import parse_reply
 from memtrace_loop.memory_systems.signatures import render_turn
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation
 
-__all__ = ["Mem0StagePredict", "memories_of", "recorded_inputs"]
-
 _JSON_OBJECT = {"type": "json_object"}  # what mem0 1.0.x sends with both calls
 
 

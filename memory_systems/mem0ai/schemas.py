@@ -12,9 +12,6 @@ from typing import Any
 
 from memtrace_loop.pipeline.backends.structured_output import asks_for_json_schema
 
-__all__ = ["ACTIONS_SCHEMA", "FACTS_SCHEMA", "PARSE_FAILURE_MARKS", "SCHEMA_BY_STAGE", "is_parse_failure",
-           "response_format_for"]
-
 FACTS_SCHEMA: Mapping[str, Any] = MappingProxyType({
     "type": "object",
     "properties": {"facts": {"type": "array", "items": {"type": "string"}}},

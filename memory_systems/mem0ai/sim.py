@@ -19,11 +19,6 @@ from memtrace_loop.pipeline.sim.protocol import StageRequest
 from memtrace_loop.pipeline.sim.rules import RULES, rules_in
 from memtrace_loop.pipeline.sim.stages import ForeignFormat, SimStage
 
-__all__ = [
-    "STAGES", "extraction_handler", "read_extraction", "read_update", "update_handler", "write_extraction",
-    "write_update"
-]
-
 # mem0 1.0.x's fixed structure (mem0/memory/main.py `_add_to_vector_store`, mem0/configs/prompts.py)
 INPUT_HEAD = "Input:\n"
 FACTS_MARKER = "The new retrieved facts are mentioned in the triple backticks."

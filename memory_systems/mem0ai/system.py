@@ -5,6 +5,8 @@ in metadata); before each add mem0's two prompt hooks are set from our stages (`
 Its LLM and embedder go through ours (`bridge`), its steps are observed (`observers`) and traced on the
 calling thread (`trace`); `memory.search` is the retrieval (first `top_k` hits the context, the rest near
 misses), our `respond` answers. `restore` / `with_units` rebuild stores without an LLM for replay.
+`FactExtraction` / `UpdateMemory` declare the two mem0 stages (instructions: the hook texts; never run through
+a DSPy adapter: mem0 builds its own messages, `recall` rebuilds them for replay).
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Literal
 
 import dspy
+import pydantic
 from memtrace_loop.memory_systems.answering import RESPOND_STAGE, record_query, record_retrieval
 from memtrace_loop.memory_systems.base import MemorySystem, RecordedCall, RestoredUnit, Retrieved, ranked_depth
 from memtrace_loop.memory_systems.mem0.repair import Action, decision_units, fact_units, read_turn
@@ -27,11 +30,15 @@ from memtrace_loop.memory_systems.mem0ai.hooks import (
     installed_version,
     with_session_date,
 )
-from memtrace_loop.memory_systems.mem0ai.memory import close_memory, new_folder, open_memory
+from memtrace_loop.memory_systems.mem0ai.memory import (
+    close_memory,
+    insert_units,
+    live_units_of,
+    new_folder,
+    open_memory,
+)
 from memtrace_loop.memory_systems.mem0ai.observers import AddRecorder
 from memtrace_loop.memory_systems.mem0ai.recall import Mem0StagePredict, recorded_inputs
-from memtrace_loop.memory_systems.mem0ai.restore import insert_units, live_units_of
-from memtrace_loop.memory_systems.mem0ai.signatures import FactExtraction, UpdateMemory
 from memtrace_loop.memory_systems.mem0ai.trace import SEARCH_STAGE, STORE_STAGE, AddTrace, LiveUnit, UnitBook
 from memtrace_loop.memory_systems.signatures import AnswerQuestion, render_context_line
 from memtrace_loop.memory_systems.stages import StageRepair, StageSpec
@@ -42,7 +49,31 @@ from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import Conversation, Question, Turn
 from memtrace_loop.pipeline.core.tracing import Tracer
 
-__all__ = ["Mem0aiKnobs", "Mem0aiMemory", "Mem0aiState"]
+
+class Mem0Action(pydantic.BaseModel):
+    """One entry of mem0's update reply `{"memory": [...]}`: `id` is "0", "1", ... (the memories shown)."""
+
+    id: str = ""
+    text: str = ""
+    event: Literal["ADD", "UPDATE", "DELETE", "NONE"] = "NONE"
+    old_memory: str | None = None
+
+
+class FactExtraction(dspy.Signature):
+    """mem0's fact extraction prompt (replaced at build by the installed library's default)."""
+
+    conversation: str = dspy.InputField(desc="mem0's user message: `Input:\\nuser: <Speaker>: <text>`")
+    session_date: str = dspy.InputField(desc="the turn's session date (YYYY-MM-DD), for the `Today's date` line")
+    facts: list[str] = dspy.OutputField(desc='the facts, replied as the JSON object {"facts": [...]}')
+
+
+class UpdateMemory(dspy.Signature):
+    """mem0's update memory prompt (replaced at build by the installed library's default)."""
+
+    existing_memories: str = dspy.InputField(desc="the similar memories mem0 found, with ids 0, 1, ...")
+    new_facts: list[str] = dspy.InputField(desc="the facts just extracted")
+    actions: list[Mem0Action] = dspy.OutputField(desc='replied as the JSON object {"memory": [...]}')
+
 
 
 @dataclass(frozen=True)

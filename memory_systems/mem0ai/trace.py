@@ -33,8 +33,6 @@ from memtrace_loop.pipeline.core.graph import Usage
 from memtrace_loop.pipeline.core.records import Turn
 from memtrace_loop.pipeline.core.tracing import MAX_RAW_CHARS, Tracer
 
-__all__ = ["SEARCH_STAGE", "STORE_STAGE", "AddTrace", "LiveUnit", "UnitBook", "parse_reply"]
-
 STORE_STAGE = "store"
 SEARCH_STAGE = "search_similar"
 # what mem0 1.0.x logs when it could not read a stage's reply (and goes on with nothing)

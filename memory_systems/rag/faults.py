@@ -16,8 +16,6 @@ from memtrace_loop.pipeline.core.conventions import turn_name
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation, variable_id
 from memtrace_loop.pipeline.core.records import Conversation, Turn
 
-__all__ = ["FAULTS"]
-
 CHUNK_STAGE = "chunk"
 
 

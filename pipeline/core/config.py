@@ -20,9 +20,6 @@ import pydantic
 
 T = TypeVar("T")
 
-__all__ = ["ConfigError", "defaults_of", "describe_error", "dotted_key", "field_names", "non_finite_keys",
-           "parse_config", "plain_of", "require", "require_categories", "require_text"]
-
 
 class ConfigError(ValueError):
     """A config value that cannot be used; the message names its full key."""

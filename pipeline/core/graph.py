@@ -16,7 +16,7 @@ from typing import Any
 from memtrace_loop.pipeline.core.conventions import OpKind, OpStatus, VarKind, as_var_kind
 
 __all__ = [
-    "EMPTY", "NO_USAGE", "ExecutionGraph", "GraphError", "OpKind", "OpStatus", "Operation", "OperationView", "Usage",
+    "EMPTY", "NO_USAGE", "ExecutionGraph", "GraphError", "OpKind", "OpStatus", "Operation", "Usage",
     "VarKind", "Variable", "variable_id"
 ]
 
@@ -68,16 +68,6 @@ class Operation:
     @property
     def failed(self) -> bool:
         return self.status != OpStatus.OK
-
-
-@dataclass(frozen=True, slots=True)
-class OperationView:
-    """An operation with its input, output and prompt variables resolved: what an attributor shows."""
-
-    operation: Operation
-    inputs: tuple[Variable, ...]
-    outputs: tuple[Variable, ...]
-    prompt: Variable | None
 
 
 NO_USAGE = Usage()
@@ -236,15 +226,6 @@ class ExecutionGraph:
 
     def names(self, prefix: str = "") -> tuple[str, ...]:
         return tuple(n for n in self._versions_by_name if n.startswith(prefix))
-
-    def view(self, op_id: str) -> OperationView:
-        """The subgraph of one operation: its inputs, outputs and prompt, resolved."""
-        op = self.operation(op_id)
-        var = self._variable_by_id
-        return OperationView(
-            op, tuple(var[v] for v in op.inputs), tuple(var[v] for v in op.outputs),
-            var[op.prompt] if op.prompt else None,
-        )
 
     # ----------------------------------------------------------------- traversals
 

@@ -11,8 +11,6 @@ import ast
 import threading
 from typing import Any
 
-__all__ = ["literal_eval"]
-
 _AST_LOCK = threading.Lock()  # a process-wide guard around CPython's shared AST-validator state (see above)
 
 

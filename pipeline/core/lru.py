@@ -15,8 +15,6 @@ from collections import OrderedDict
 from collections.abc import KeysView
 from typing import Generic, TypeVar
 
-__all__ = ["Lru"]
-
 V = TypeVar("V")
 
 

@@ -21,8 +21,6 @@ from memtrace_loop.pipeline.core.prompt_files import (
 )
 from memtrace_loop.pipeline.core.records import PromptSet
 
-__all__ = ["FORMAT_KEY", "PromptFormat", "read_prompt_file", "write_prompt_formats"]
-
 FORMAT_KEY = "format"  # the top-level key naming a document's format (absent from our own layout)
 
 

@@ -15,8 +15,6 @@ from typing import Generic, TypeVar
 
 from memtrace_loop.pipeline.core.config import ConfigError
 
-__all__ = ["Registry", "UnknownEntryError"]
-
 SpecT = TypeVar("SpecT")
 
 

@@ -12,8 +12,6 @@ from typing import ClassVar
 
 from memtrace_loop.pipeline.core.safe_names import file_stem
 
-__all__ = ["RunFolder"]
-
 
 @dataclass(frozen=True)
 class RunFolder:

@@ -17,8 +17,6 @@ from pathlib import Path
 
 from memtrace_loop.pipeline.core.config import ConfigError
 
-__all__ = ["LOCK_FILE", "RunLocked", "hold_run_lock", "lock_holder", "lock_is_free", "pid_alive"]
-
 LOCK_FILE = ".memtrace.lock"
 
 

@@ -34,8 +34,6 @@ import hashlib
 import re
 from pathlib import Path
 
-__all__ = ["HASH_SEP", "MAX_KEPT", "confined", "file_stem"]
-
 MAX_KEPT = 80  # characters of an id kept in a name (a changed one adds `~` and the hash)
 HASH_SEP = "~"  # never in a kept name: it marks a changed one
 _HASH_CHARS = 10  # hex digits of sha256(id): 40 bits

@@ -9,8 +9,6 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["KeyedLocks"]
-
 
 class KeyedLocks:
     """A lock per key, made on first use."""

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import threading
 
-__all__ = ["EndpointUnusable", "Interrupted", "MaxTokensTooSmall", "RunStopped", "StopToken", "TooManyFailures"]
-
 
 class RunStopped(BaseException):
     """The run must end now; `str()` is the one-line cause shown to the user."""

@@ -35,8 +35,6 @@ from memtrace_loop.pipeline.core.conventions import (
 )
 from memtrace_loop.pipeline.core.tracing import StageResult, Tracer
 
-__all__ = ["OpHandle", "TraceSession", "TracingError", "ask", "current_op", "op", "session", "traced"]
-
 P = ParamSpec("P")
 R = TypeVar("R")
 

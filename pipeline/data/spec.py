@@ -9,8 +9,6 @@ from typing import Any
 
 from memtrace_loop.pipeline.core.records import Dataset
 
-__all__ = ["DatasetSpec", "resolve_path"]
-
 
 @dataclass(frozen=True)
 class DatasetSpec:

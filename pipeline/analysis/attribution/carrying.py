@@ -22,10 +22,6 @@ import re
 
 from memtrace_loop.pipeline.backends.text import alnum_words
 
-__all__ = [
-    "content_tokens", "coverage_needed", "is_abstention", "is_date_like", "people_in", "relative_date", "turn_text",
-]
-
 _STOPWORDS = frozenset(
     """a an the and or but of to in on at for with from by about as is are was were be been being am do does did
     doing have has had having i me my mine we our you your he him his she her it its they them their what which

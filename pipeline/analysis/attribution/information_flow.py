@@ -45,8 +45,6 @@ from memtrace_loop.pipeline.core.conventions import (
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation, Variable
 from memtrace_loop.pipeline.core.records import CaseResult
 
-__all__ = ["Drop", "InformationFlow", "Track"]
-
 
 @dataclass(frozen=True)
 class Track:

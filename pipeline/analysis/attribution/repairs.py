@@ -32,12 +32,6 @@ from memtrace_loop.pipeline.core.conventions import (
 )
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, GraphError
 
-__all__ = [
-    "Repair", "RepairPlan", "answer_fault", "answer_hint", "answer_repairable", "construction_hint", "evidence_lines",
-    "evidence_texts", "evidence_units", "needed_top_k", "plan_repair", "reach", "reader_faults", "retrieval_knob_fault",
-    "steer_hint", "steering_fault", "superseded", "swappable", "widen_knob", "widen_stage"
-]
-
 CONSTRUCTION_ERRORS = frozenset({ErrorType.EXTRACTION, ErrorType.UPDATE, ErrorType.DELETION})
 # words too common to tell that a context line carries a turn's information
 _COMMON = frozenset(

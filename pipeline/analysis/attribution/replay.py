@@ -48,9 +48,6 @@ from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import CaseResult, PromptSet, Question
 from memtrace_loop.pipeline.core.tracing import Tracer
 
-__all__ = ["ReplayConfig", "ReplayOutcome", "ReplaySettings", "Replayer", "widened", "with_stage_defaults"]
-
-
 REACH_ROUNDS = 3  # searches a replay makes to find how deep a repaired unit ranks
 
 

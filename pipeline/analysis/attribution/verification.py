@@ -34,8 +34,6 @@ from memtrace_loop.pipeline.analysis.attribution.replay import Replayer, ReplayS
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import CaseResult, Conversation
 
-__all__ = ["Verifier", "VerifyingAttributor", "verification_sample"]
-
 logger = logging.getLogger(__name__)
 
 

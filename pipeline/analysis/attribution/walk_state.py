@@ -22,8 +22,6 @@ from memtrace_loop.pipeline.core.conventions import (
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation
 from memtrace_loop.pipeline.core.records import CaseResult
 
-__all__ = ["LABEL_KINDS", "StepVerdict", "Walk", "WalkSpend", "restore_of", "retrieval_note"]
-
 # Output kinds that hold a decision label, not content taken from the inputs.
 LABEL_KINDS = frozenset({VarKind.BOUNDARY, VarKind.SUFFICIENCY})
 
