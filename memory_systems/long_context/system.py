@@ -26,6 +26,7 @@ from memtrace_loop.memory_systems.signatures import AnswerQuestion, human_date
 from memtrace_loop.memory_systems.stages import StageRepair, StageSpec
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.backends.tokens import TokenCounter, build_token_counter
+from memtrace_loop.pipeline.core.config import require
 from memtrace_loop.pipeline.core.conventions import BUFFER_CONTEXT_NAME, OpKind, VarKind, entry_name
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import Conversation, Question, Turn
@@ -52,8 +53,7 @@ class LongContextKnobs:
     tokenizer: Literal["tiktoken", "approx"] = "tiktoken"  # tiktoken (cl100k_base, offline) or approx (chars / 4)
 
     def __post_init__(self) -> None:
-        if self.window_tokens < 1:
-            raise ValueError(f"window_tokens must be >= 1, got {self.window_tokens}")
+        require(self, window_tokens=(1, None))
 
 
 @dataclass(frozen=True)

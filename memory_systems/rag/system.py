@@ -20,6 +20,7 @@ from memtrace_loop.memory_systems.stages import StageRepair, StageSpec
 from memtrace_loop.memory_systems.store import InMemoryVectorStore
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.backends.tokens import TokenCounter, build_token_counter
+from memtrace_loop.pipeline.core.config import require
 from memtrace_loop.pipeline.core.conventions import (
     NEAR_MISSES,
     Namespace,
@@ -50,15 +51,11 @@ class RagKnobs:
     tokenizer: Literal["tiktoken", "approx"] = "tiktoken"  # tiktoken (cl100k_base, offline) or approx (chars / 4)
 
     def __post_init__(self) -> None:
-        if self.max_chunk_tokens < 16:
-            raise ValueError(f"max_chunk_tokens must be >= 16, got {self.max_chunk_tokens}")
+        require(self, max_chunk_tokens=(16, None))
         if not 0 <= self.overlap_tokens < self.max_chunk_tokens:
-            raise ValueError(
-                f"overlap_tokens must be in [0, max_chunk_tokens={self.max_chunk_tokens}), "
-                f"got {self.overlap_tokens}"
-            )
-        if self.top_k < 1:
-            raise ValueError(f"top_k must be >= 1, got {self.top_k}")
+            raise ValueError(f"overlap_tokens must be in [0, max_chunk_tokens={self.max_chunk_tokens}), "
+                             f"got {self.overlap_tokens}")
+        require(self, top_k=(1, None))
 
 
 @dataclass(frozen=True)
