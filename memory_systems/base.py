@@ -85,27 +85,14 @@ class ReplayUnsupportedError(NotImplementedError):
 
 
 class MemorySystem(dspy.Module):
-    """Base class (the code half of the contract in `memory_systems.spec`). Subclasses set `name`,
-    `stages` (their `StageSpec` table) and a typed `knobs` record, create their predictors in
-    `__init__` (the answer stage as `self.respond`) and implement:
-
-    - `ingest(conversation, tracer, on_turn=None) -> state`: build the memory of ONE conversation
-      (calling `on_turn(turn)` after each turn, for progress). The state is an opaque handle, read-only
-      once returned: the memory cache shares it among threads and iterations. A system whose memory
-      lives in an outside store (a Qdrant folder, an SQLite file) returns a handle naming that store
-      (one per memory key), and records every graph variable and operation itself, on the calling
-      thread, from what the library returned: work the library runs in its own threads never sees our
-      tracer.
-    - `retrieve(question, state, tracer) -> Retrieved`; `answer` is retrieval then the shared answer stage.
-    - for replay: `restore(graph) -> state` (the memory at question time, rebuilt from the conversation
-      graph without any LLM call), `with_units(state, units, tracer) -> state` (a snapshot holding extra
-      units; the original is untouched) and, with `STEER` stages, `retrieve_steered`. A system that
-      cannot raises `ReplayUnsupportedError`.
-    - for replay's stage repairs (an LLM stage is repaired by calling its predictor again on its
-      recorded inputs with a hint added to its instruction): `recorded_call(graph, op_id)` (how the
-      operation called its stage; the answer stage is covered here) and `repaired_units(graph, op_id,
-      prediction)` (what the re-run stage puts in memory that the operation did not). A system that
-      cannot raises `ReplayUnsupportedError`, and such a blame is `unverifiable`."""
+    """Base class (the code half of the contract in `memory_systems.spec`). Subclasses set `name`, `stages`
+    and a typed `knobs` record, create their predictors in `__init__` (the answer stage as `self.respond`), and
+    implement `ingest(conversation, tracer, on_turn=None) -> state` (ONE conversation's memory: an opaque handle,
+    read-only once returned and shared among threads; a system backed by an outside store names it and records
+    every graph operation itself, on the calling thread) and `retrieve(question, state, tracer) -> Retrieved`.
+    Replay also needs `restore(graph)`, `with_units(state, units, tracer)`, `retrieve_steered` (with `STEER`
+    stages), and for stage repairs `recorded_call(graph, op_id)` and `repaired_units(graph, op_id, prediction)`;
+    a system that cannot raises `ReplayUnsupportedError` (its blames are then `unverifiable`)."""
 
     name: str = "base"
     stages: tuple[StageSpec, ...] = ()  # every stage in pipeline order (the spec's stage table)

@@ -76,17 +76,10 @@ class CallBudget(Protocol):
 
 
 class Evaluator(Protocol):
-    """The ONE evaluator an optimizer gets per call: the loop's own scoring of prompt sets on the train
-    or dev split (never test), under the loop's accepted knobs, built memories reused and every LM call
-    counted in the loop's totals.
-
-    - batch: `evaluate(prompts, split, question_ids)` scores a prompt set on a split (or some of its
-      questions) and returns every judged case with its traces;
-    - per question: `questions(split)` lists the scored questions (excluded categories left out),
-      `system(prompts)` is the memory system as the loop evaluates it with `prompts`, and
-      `run_case(system, split, question_id)` answers and judges one question with such a system (its
-      conversation's memory built at most once, also across threads) — what GEPA's program runs.
-    """
+    """The ONE evaluator an optimizer gets per call: the loop's own scoring on train or dev (never test), under
+    its accepted knobs, memories reused and every LM call counted. `evaluate` scores a prompt set on a split (or
+    some questions); `questions`, `system(prompts)` and `run_case` answer and judge one question at a time
+    (its conversation's memory built at most once, across threads too): what GEPA's program runs."""
 
     def evaluate(
         self, prompts: PromptSet, split: str = "train", question_ids: Sequence[str] | None = None
@@ -160,17 +153,10 @@ class Candidate:
 
 
 class Optimizer(Protocol):
-    """The optimizer contract. `name` is its registry name. The loop calls `propose(context)` once per
-    iteration with what changed (`OptimizationContext`); what is fixed (system, attributor, work dir,
-    rewriter LM, settings) was given once at build (`OptimizerSetup`).
-
-    `propose` returns candidate prompt sets (and knob changes), best first; it may return none. It
-    never accepts a candidate (the loop's gate scores each on dev and accepts at most one), never
-    touches the test split, and stops its own search when `context.budget.remaining()` is 0. Any
-    scoring it does goes through `context.evaluator`, so every LM call is counted. State kept across
-    calls (e.g. a running search) lives in the optimizer object and, to survive a resume, under
-    `setup.work_dir`.
-    """
+    """The optimizer contract: `propose(context)` once per iteration returns candidates, best first (maybe
+    none). It never accepts one (the loop's gate does), never touches test, stops its own search when
+    `context.budget.remaining()` is 0 and scores only through `context.evaluator`; state that must survive a
+    resume lives under `setup.work_dir`."""
 
     name: str
 
