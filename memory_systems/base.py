@@ -162,9 +162,8 @@ class MemorySystem(dspy.Module):
         raise ReplayUnsupportedError(f"memory system {self.name!r} cannot call stage {op.stage!r} again")
 
     def repaired_units(self, graph: ExecutionGraph, op_id: str, prediction: Any) -> tuple[RestoredUnit, ...]:
-        """What construction operation `op_id`'s stage, called again (its `prediction`), puts in memory
-        that the operation did not: new units in the system's own form (a fact, an event), and the old
-        version of a unit the operation deleted or overwrote that the new decision keeps."""
+        """What construction operation `op_id`'s stage, called again (its `prediction`), puts in memory that the
+        operation did not."""
         raise ReplayUnsupportedError(f"memory system {self.name!r} cannot repair {graph.operation(op_id).stage!r}")
 
     def selection_overrides(self) -> dict[str, Any]:

@@ -54,9 +54,7 @@ class ConstructionCall:
 
 @dataclass(frozen=True)
 class TracedCase:
-    """One question answered and judged on its own: the case, its graph (the conversation's ingestion
-    graph with this question's answering appended), the conversation, and the construction stages'
-    LM calls that built the memory it read (recorded when it was built, returned on a reuse too)."""
+    """One question answered and judged on its own, with its graph and the construction calls that built its memory."""
 
     case: CaseResult
     graph: ExecutionGraph

@@ -131,9 +131,8 @@ def _words(block: FailureFeedback) -> frozenset[str]:
 
 
 def representative(blocks: Iterable[FailureFeedback], limit: int | None = None) -> list[FailureFeedback]:
-    """All blocks, most informative first: the first `limit` (all, if None) greedily, each the one
-    adding the most words not yet seen in the diagnoses and questions chosen before it; ties and the
-    rest by (verified first, confidence, question id)."""
+    """All blocks, most informative first: greedily the one adding the most new words, ties and the rest by (verified,
+    confidence, question id)."""
     remaining = sorted(blocks, key=_rank_key)
     words = {id(b): _words(b) for b in remaining}
     seen: set[str] = set()

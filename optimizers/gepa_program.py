@@ -136,9 +136,8 @@ def load_program(path: str | Path, embedder: Embedder | None = None) -> MemoryPr
 
 
 def save_program_state(system: MemorySystem, prompts: PromptSet, path: Path) -> Path:
-    """`prompts` as a DSPy program state (`MemoryProgram(system).save(path)`, JSON, without LMs) with the
-    system's name and knobs: `load_program(path)` (or `MemoryProgram(system).load(path)`) gives the same
-    system, knobs and stage prompts."""
+    """`prompts` as a DSPy program state (JSON, without LMs) with the system's name and knobs, as `load_program` reads
+    it."""
     program = MemoryProgram(system.with_prompts(prompts))  # its predictors are copies
     for _, predictor in program.named_predictors():
         predictor.lm = None  # a program state holds prompts, not the LM that ran them

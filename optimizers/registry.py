@@ -46,9 +46,8 @@ def build_optimizer(
     name: str, rewriter_lm: dspy.BaseLM | None, settings: Mapping[str, Any] | None = None, *,
     system: MemorySystem | None = None, attributor: Attributor | None = None, work_dir: Path | None = None,
 ) -> Optimizer:
-    """The optimizer called `name`, built once for its run: `rewriter_lm` for its rewrites (unused by
-    `none`), `system` the memory system it optimizes, `attributor` the loop's, `work_dir` where it may
-    keep resumable state (a temporary folder when None)."""
+    """The optimizer called `name`, built once for its run (`work_dir`: where it may keep resumable state; a temporary
+    folder when None)."""
     spec = OPTIMIZERS.get(name)
     setup = OptimizerSetup(optimizer_settings(name, settings), rewriter_lm, system, attributor, work_dir)
     return spec.build(setup)

@@ -395,9 +395,7 @@ class EverMemOSMemory(MemorySystem):
         return super().repaired_units(graph, op_id, prediction)
 
     def with_units(self, state: EverMemOSState, units: Sequence[RestoredUnit], tracer: Tracer) -> EverMemOSState:
-        """A copy holding each unit as an event (a `Memory:` line): in the episode it came from (the
-        episode or event variable it names, as a repaired `write_events` writes into its own episode),
-        else in an extra episode of its own."""
+        """A copy holding each unit as an event: in the episode it came from, else in an extra episode of its own."""
         episodes = list(state.episodes)
         next_event = 1 + max((e.number for episode in episodes for e in episode.events), default=0)
         for offset, restored in enumerate(units):

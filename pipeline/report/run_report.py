@@ -77,10 +77,8 @@ def report_for_loop(
     diagnosis: Diagnosis | None = None, diagnosis_scope: str = "", meta: Mapping[str, str] | None = None,
     max_nodes: int = DEFAULT_MAX_NODES, banner: str | None = None,
 ) -> Path:
-    """Write `<out_dir>/report.html` for an optimization: the final test evaluation's accuracy, the scores
-    per iteration, the accepted rewrites (`banner`: a warning above everything) and the failures the
-    diagnosis describes: the train failures of the latest iteration that attributed any, with its
-    attributions (without one: the final test failures, with `attributions` of them or lineage ones)."""
+    """Write `<out_dir>/report.html` for an optimization: test accuracy, scores per iteration, accepted rewrites and the
+    failures the diagnosis describes."""
     latest = next((record for record in reversed(result.iterations) if record.attributions), None)
     test_label = "test split, final prompts"
     if latest is None:

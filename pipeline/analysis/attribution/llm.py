@@ -254,9 +254,8 @@ class LLMAttributor:
         return self._blame(walk, answer_op, fallback, context_ops, answer_op, 0.2)
 
     def _judge_answer(self, walk: Walk, answer_op: Operation, blamed: Operation) -> None:
-        """After a blame upstream, the answer step too when its context held (part of) the information: an
-        answer that mishandled it is a second suspect (two-stage cases, e.g. a date the writing stage
-        kept only relative and the answer stage did not resolve)."""
+        """After a blame upstream, the answer step too when its context held (part of) the information: a second suspect
+        when it mishandled it."""
         if (
             blamed.id != answer_op.id and answer_op.id not in walk.kept_by_op
             and walk.steps < self.settings.max_steps and walk.path.context_holders(answer_op)
@@ -378,9 +377,8 @@ class LLMAttributor:
 
     @staticmethod
     def _crowding(walk: Walk, op: Operation) -> Fault | None:
-        """A faulty search whose results are mostly pieces of turns a copy step cut apart passes the blame to
-        that step's knobs (the units are too small to hold whole turns and crowd the search), as a store
-        write passes it to the decision it executed; None for any other operation."""
+        """A faulty search whose results are mostly pieces of turns a copy step cut apart passes the blame to that
+        step's knobs (None otherwise)."""
         crowding = walk.path.crowding_step(op) if op.kind == OpKind.RETRIEVAL else None
         if crowding is None:
             return None
@@ -392,11 +390,8 @@ class LLMAttributor:
     def _suspects(
         self, walk: Walk, primary: Fault, context_ops: Sequence[Operation], answer_op: Operation
     ) -> tuple[Fault, ...]:
-        """Every faulty operation the walk saw on the information's path, earliest first (each with its
-        restore): the blamed one; the others judged faulty (the answer step only when its context held the
-        information), a faulty search among them; after a faulty search whose results are mostly pieces of
-        cut turns, the copy step that cut them (its knobs); and, after a construction blame, the question's
-        retrieval, which must then also return what the repair puts back."""
+        """Every faulty operation the walk saw on the information's path, earliest first, each with its restore (see the
+        module doc)."""
         graph = walk.graph
         found = [primary]
         for op_id, verdict in walk.faulty.items():

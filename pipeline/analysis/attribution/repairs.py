@@ -213,9 +213,7 @@ def _is_unit(graph: ExecutionGraph, node: str) -> bool:
 def steering_fault(
     system: MemorySystem, graph: ExecutionGraph, attribution: Attribution, missed: Fault
 ) -> Fault | None:
-    """The case's steering operation (a `STEER` stage that read its query), as a prompt fault a replay
-    may try alone or in a joint set: the prompt rule that would have reached `missed`'s units or the
-    evidence (None when the system has no steering step or it did not run for this case)."""
+    """The case's steering operation as a prompt fault a replay may try alone or jointly (None when there is none)."""
     steering = {s.name for s in system.stages if s.repair == StageRepair.STEER}
     query = graph.latest(query_name(attribution.question_id))
     if not steering or query is None:
@@ -255,9 +253,8 @@ def reader_faults(system: MemorySystem, graph: ExecutionGraph, attribution: Attr
 
 
 def retrieval_knob_fault(system: MemorySystem, graph: ExecutionGraph, attribution: Attribution) -> Fault | None:
-    """The case's retrieval as a knob fault with nothing named missed: in a joint set its repair raises
-    `top_k` to the depth the retrieval ranks (`ranked_depth`), since a unit a repaired stage writes has
-    no recorded rank (None when the system has no `WIDEN` stage or the retrieval did not run)."""
+    """The case's retrieval as a knob fault with nothing named missed: its repair raises `top_k` to `ranked_depth` (None
+    without a `WIDEN` stage)."""
     widen = widen_stage(system)
     query = graph.latest(query_name(attribution.question_id))
     if widen is None or query is None:

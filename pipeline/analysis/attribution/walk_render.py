@@ -105,9 +105,8 @@ def render_vars(
 
 
 def _clip_lines(text: str, limit: int) -> str:
-    """A multi-line variable list clipped to `limit` characters: each line keeps its share of the room
-    (at least 60 characters: the start of the value, where its focused part is); the lines that no longer
-    fit are dropped (the lists are ordered most relevant first)."""
+    """A multi-line variable list clipped to `limit` characters, each line keeping its share (at least 60), overflowing
+    lines dropped."""
     lines = text.split("\n")
     total = sum(len(line) for line in lines)
     if total + len(lines) - 1 <= limit:
@@ -124,9 +123,8 @@ def _clip_lines(text: str, limit: int) -> str:
 
 
 def fit_step(fields: Mapping[str, str], max_chars: int, fixed: Sequence[str] = ()) -> dict[str, str]:
-    """Clip the field values so that together they hold at most `max_chars` characters: `fixed` fields
-    to a tenth of the bound each, the others proportionally to their length in what remains (variable
-    lists line by line, so each variable keeps its share)."""
+    """Clip the field values to at most `max_chars` together: `fixed` fields to a tenth each, the others proportionally.
+    """
     out = {name: clip(fields[name], max_chars // 10) for name in fixed}
     rest = {name: value for name, value in fields.items() if name not in out}
     room = max_chars - sum(len(v) for v in out.values())

@@ -75,9 +75,8 @@ def our_name(theirs: str, what: str = "variable") -> str:
 
 
 def split_full_name(full_name: str) -> tuple[str | None, str]:
-    """smartcomment's (`class_name`, `name`) of an exported full name: the part before the first colon
-    is the class when it is one of `CLASS_NAMES` (`query:q1` -> ("query", "q1")); otherwise there is no
-    class (None, never "": smartcomment would prefix the id with a bare colon)."""
+    """smartcomment's (`class_name`, `name`) of an exported full name (`query:q1` -> ("query", "q1"); no class: None,
+    never "")."""
     head, sep, rest = full_name.partition(":")
     if sep and head in CLASS_NAMES and any(c.isalnum() for c in rest):
         return head, rest
