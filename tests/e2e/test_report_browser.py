@@ -47,7 +47,7 @@ def report_path(tmp_path_factory) -> tuple[Path, str]:
     from memtrace_loop.experiments.factory import build_memory_system, load_dataset
     from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
     from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
-    from memtrace_loop.pipeline.report import report_for_run
+    from memtrace_loop.pipeline.report.run_report import report_for_run
 
     from tests.support.sim import sim_lm
 
@@ -193,7 +193,7 @@ def locomo_layout_report(tmp_path_factory) -> tuple[Path, str]:
     from memtrace_loop.pipeline.analysis.diagnosis import diagnose
     from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
     from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
-    from memtrace_loop.pipeline.report import report_for_run
+    from memtrace_loop.pipeline.report.run_report import report_for_run
     from memtrace_loop.pipeline.sim.world import generate_locomo
 
     from tests.support.sim import sim_lm
@@ -287,7 +287,7 @@ def test_on_real_locomo_every_missed_retrieval_draws_its_unit_and_search(tmp_pat
     from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
     from memtrace_loop.pipeline.data.locomo import load_locomo
     from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
-    from memtrace_loop.pipeline.report import report_for_run
+    from memtrace_loop.pipeline.report.run_report import report_for_run
 
     from tests.support.paths import LOCOMO
     from tests.support.sim import sim_lm
@@ -328,7 +328,7 @@ def loop_report(tmp_path_factory) -> tuple[Path, int, int]:
     """report.html of a one-iteration attribution loop on the sim world, with the train diagnosis the
     optimize app puts on top; returns the page, the diagnosed iteration and its failure count."""
     from memtrace_loop.experiments.failure_analysis import loop_diagnosis
-    from memtrace_loop.pipeline.report import report_for_loop
+    from memtrace_loop.pipeline.report.run_report import report_for_loop
 
     from tests.support.loops import sim_attribution_loop
     from tests.support.sim import sim_lm

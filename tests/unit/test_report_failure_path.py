@@ -10,8 +10,8 @@ from memtrace_loop.pipeline.core import conventions as names
 from memtrace_loop.pipeline.core.conventions import OpKind, VarKind
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import Question
-from memtrace_loop.pipeline.report import Role, failure_subgraph, layout
-from memtrace_loop.pipeline.report.subgraph import MAX_UNRELATED, named_nodes
+from memtrace_loop.pipeline.report.layout import layout
+from memtrace_loop.pipeline.report.subgraph import MAX_UNRELATED, Role, failure_subgraph, named_nodes
 
 N_HITS = 10  # what the search returned instead
 

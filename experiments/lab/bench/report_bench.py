@@ -27,8 +27,9 @@ from memtrace_loop.pipeline.backends.lm import LMConfig
 from memtrace_loop.pipeline.backends.registry import build_lm
 from memtrace_loop.pipeline.data.registry import load_dataset
 from memtrace_loop.pipeline.loop.runner import make_judge, run_dataset
-from memtrace_loop.pipeline.report import DEFAULT_MAX_NODES, ReportData, report_for_run
+from memtrace_loop.pipeline.report.data import DEFAULT_MAX_NODES, ReportData
 from memtrace_loop.pipeline.report.render import failures_payload
+from memtrace_loop.pipeline.report.run_report import report_for_run
 from rich.console import Console
 from rich.table import Table
 
