@@ -1,12 +1,7 @@
-"""What every memory system records the same way: its turns, and the answer side (query, traced
-retrieval result, and the `respond` stage). Each system retrieves in its own way; this module
-records the result the same way for all of them (a `query:<qid>` variable, a retrieval operation
-whose inputs are the query and the memory-unit versions it returned and whose output is the
-`retrieved:<qid>` context), then runs the shared `respond` stage (`AnswerQuestion`) and records the
-answer. Every system records a conversation turn as the same `turn:<id>` variable (`record_turn`;
-`conversation_from_graph` reads them back). Keeping it in one place makes attribution and blame mean
-the same thing across systems. It does not retrieve anything itself; the names are
-`pipeline.core.conventions`.
+"""What every memory system records the same way: its turns (`record_turn`) and the answer side.
+
+The query, a retrieval operation from the query and the unit versions it returned to `retrieved:<qid>`,
+then the shared `respond` stage (`AnswerQuestion`); `conversation_from_graph` reads turns back. It retrieves nothing.
 """
 
 from __future__ import annotations
@@ -70,22 +65,13 @@ def record_query(tracer: Tracer, question: Question) -> str:
 
 
 def record_retrieval(
-    tracer: Tracer,
-    question: Question,
-    query_var: str,
-    unit_vars: Iterable[str],
-    context: str,
-    *,
-    stage: str = "retrieve",
-    name: str = "retrieve_memories",
-    extra_inputs: Iterable[str] = (),
+    tracer: Tracer, question: Question, query_var: str, unit_vars: Iterable[str], context: str, *,
+    stage: str = "retrieve", name: str = "retrieve_memories", extra_inputs: Iterable[str] = (),
     meta: Mapping[str, Any] | None = None,
 ) -> str:
     """Record the context a retrieval produced; returns the context variable id."""
     context_var = tracer.variable(retrieved_name(question.id), VarKind.CONTEXT, context)
-    tracer.operation(
-        name, stage, OpKind.RETRIEVAL, [query_var, *extra_inputs, *unit_vars], [context_var], meta=meta
-    )
+    tracer.operation(name, stage, OpKind.RETRIEVAL, [query_var, *extra_inputs, *unit_vars], [context_var], meta=meta)
     return context_var
 
 

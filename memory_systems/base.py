@@ -1,9 +1,7 @@
 """What every memory system is: a `dspy.Module` with `ingest` and `answer`, and a prompt set.
 
-A memory system's LLM stages are its DSPy predictors; their attribute paths (`extract`, `decide`,
-`answer`) are the stage names used everywhere (blame, prompt sets, MLflow keys, exports). This module
-reads and writes prompt sets on a system and defines the records that `ingest` and `answer` return.
-It does not implement any system (see `mem0/system.py`) and does not run datasets (see `pipeline.loop.runner`).
+Its LLM stages are its DSPy predictors, named by attribute path; this module reads and writes prompt sets,
+derives the memory key and defines what `ingest` and `answer` return. It implements no system.
 """
 
 from __future__ import annotations
@@ -26,9 +24,7 @@ from memtrace_loop.pipeline.core.tracing import Tracer
 
 __all__ = [
     "AnswerOutcome", "KnobError", "MemorySystem", "PromptSetError", "RecordedCall", "ReplayUnsupportedError",
-    "RestoredUnit",
-    "Retrieved",
-    "ranked_depth",
+    "RestoredUnit", "Retrieved", "ranked_depth"
 ]
 
 KnobsT = TypeVar("KnobsT")
@@ -70,9 +66,8 @@ class RestoredUnit:
 
 @dataclass(frozen=True)
 class RecordedCall:
-    """A recorded LLM operation as replay calls its stage again: the stage (the predictor's attribute
-    path), the keyword inputs the predictor was called with, and the ISO time of what it read (the time
-    units it writes carry)."""
+    """A recorded LLM operation as replay calls its stage again: the stage (the predictor's attribute path), the keyword
+    inputs the predictor was called with, and the ISO time of what it read (the time units it writes carry)."""
 
     stage: str
     inputs: Mapping[str, Any]
@@ -90,27 +85,14 @@ class ReplayUnsupportedError(NotImplementedError):
 
 
 class MemorySystem(dspy.Module):
-    """Base class (the code half of the contract in `memory_systems.spec`). Subclasses set `name`,
-    `stages` (their `StageSpec` table) and a typed `knobs` record, create their predictors in
-    `__init__` (the answer stage as `self.respond`) and implement:
-
-    - `ingest(conversation, tracer, on_turn=None) -> state`: build the memory of ONE conversation
-      (calling `on_turn(turn)` after each turn, for progress). The state is an opaque handle, read-only
-      once returned: the memory cache shares it among threads and iterations. A system whose memory
-      lives in an outside store (a Qdrant folder, an SQLite file) returns a handle naming that store
-      (one per memory key), and records every graph variable and operation itself, on the calling
-      thread, from what the library returned: work the library runs in its own threads never sees our
-      tracer.
-    - `retrieve(question, state, tracer) -> Retrieved`; `answer` is retrieval then the shared answer stage.
-    - for replay: `restore(graph) -> state` (the memory at question time, rebuilt from the conversation
-      graph without any LLM call), `with_units(state, units, tracer) -> state` (a snapshot holding extra
-      units; the original is untouched) and, with `STEER` stages, `retrieve_steered`. A system that
-      cannot raises `ReplayUnsupportedError`.
-    - for replay's stage repairs (an LLM stage is repaired by calling its predictor again on its
-      recorded inputs with a hint added to its instruction): `recorded_call(graph, op_id)` (how the
-      operation called its stage; the answer stage is covered here) and `repaired_units(graph, op_id,
-      prediction)` (what the re-run stage puts in memory that the operation did not). A system that
-      cannot raises `ReplayUnsupportedError`, and such a blame is `unverifiable`."""
+    """Base class (the code half of the contract in `memory_systems.spec`). Subclasses set `name`, `stages`
+    and a typed `knobs` record, create their predictors in `__init__` (the answer stage as `self.respond`), and
+    implement `ingest(conversation, tracer, on_turn=None) -> state` (ONE conversation's memory: an opaque handle,
+    read-only once returned and shared among threads; a system backed by an outside store names it and records
+    every graph operation itself, on the calling thread) and `retrieve(question, state, tracer) -> Retrieved`.
+    Replay also needs `restore(graph)`, `with_units(state, units, tracer)`, `retrieve_steered` (with `STEER`
+    stages), and for stage repairs `recorded_call(graph, op_id)` and `repaired_units(graph, op_id, prediction)`;
+    a system that cannot raises `ReplayUnsupportedError` (its blames are then `unverifiable`)."""
 
     name: str = "base"
     stages: tuple[StageSpec, ...] = ()  # every stage in pipeline order (the spec's stage table)
@@ -146,9 +128,7 @@ class MemorySystem(dspy.Module):
         )
         return hashlib.sha256(payload.encode()).hexdigest()
 
-    def ingest(
-        self, conversation: Conversation, tracer: Tracer, on_turn: Callable[[Turn], None] | None = None
-    ) -> Any:
+    def ingest(self, conversation: Conversation, tracer: Tracer, on_turn: Callable[[Turn], None] | None = None) -> Any:
         raise NotImplementedError
 
     def retrieve(self, question: Question, state: Any, tracer: Tracer) -> Retrieved:
@@ -174,9 +154,7 @@ class MemorySystem(dspy.Module):
         raise ReplayUnsupportedError(f"memory system {self.name!r} cannot add units to its memory")
 
     def recorded_call(self, graph: ExecutionGraph, op_id: str) -> RecordedCall:
-        """How LLM operation `op_id` called its stage, to call it again. The answer stage (`respond`,
-        inputs: the query and the context variables) is read here; a system overrides this for its own
-        LLM stages and calls `super()` for the rest."""
+        """How LLM operation `op_id` called its stage, to call it again."""
         op = graph.operation(op_id)
         if op.stage == RESPOND_STAGE and len(op.inputs) == 2:
             query, context = (graph.variable(v) for v in op.inputs)
@@ -184,9 +162,8 @@ class MemorySystem(dspy.Module):
         raise ReplayUnsupportedError(f"memory system {self.name!r} cannot call stage {op.stage!r} again")
 
     def repaired_units(self, graph: ExecutionGraph, op_id: str, prediction: Any) -> tuple[RestoredUnit, ...]:
-        """What construction operation `op_id`'s stage, called again (its `prediction`), puts in memory
-        that the operation did not: new units in the system's own form (a fact, an event), and the old
-        version of a unit the operation deleted or overwrote that the new decision keeps."""
+        """What construction operation `op_id`'s stage, called again (its `prediction`), puts in memory that the
+        operation did not."""
         raise ReplayUnsupportedError(f"memory system {self.name!r} cannot repair {graph.operation(op_id).stage!r}")
 
     def selection_overrides(self) -> dict[str, Any]:
@@ -204,8 +181,7 @@ class MemorySystem(dspy.Module):
         return {k: v for k, v in dataclasses.asdict(self.knobs).items() if v != defaults[k]}
 
     def with_knobs(self, changes: Mapping[str, Any]) -> MemorySystem:
-        """A copy with some knobs changed (`changes`: field -> value; empty: this system itself). An unknown
-        field or a value the knobs record rejects is a `KnobError` naming the field."""
+        """A copy with some knobs changed (`changes`: field -> value; empty: this system itself)."""
         if not changes:
             return self
         knobs = self.knobs

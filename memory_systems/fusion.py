@@ -1,12 +1,6 @@
-"""Reciprocal rank fusion (RRF): many rankings of the same items folded into one.
+"""Reciprocal rank fusion: rankings folded into one by the sum of `1 / (k + rank)` (Cormack et al., 2009).
 
-Each ranking lists items best first. An item's fused score is the sum, over the rankings that list
-it, of `1 / (k + rank)` with `rank` counted from 1 (Cormack et al., 2009; `k = 60` is the usual
-constant and what EverMemOS-style hybrid retrieval uses). Only an item's first occurrence in a
-ranking counts. Ties are broken deterministically: the item seen earlier (scanning the rankings in
-order, each from its best entry) comes first, so equal inputs always give equal outputs.
-
-It fuses ranks only: it does not look at the rankers' raw scores, retrieve or rerank anything.
+Only an item's first occurrence per ranking counts; ties go to the item seen first. Ranks only, no scores.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Copies of a store-backed memory system whose answer-time search hides some units.
+"""Copies of a store-backed memory system whose answer-time search hides some units (`without_units`).
 
-What the attribution benchmark's retrieval-miss fault needs from a system that keeps its units in an
-`InMemoryVectorStore` (its state a dataclass with a `store` field): `without_units(system, ids)` is a
-deep copy whose `answer` searches a filtered view of the store (asking for more hits to keep `k`). The
-original system and its state are untouched. It does not decide which units to hide (each system's
-`faults.py` does).
+The original is untouched. It does not choose which units to hide (each system's `faults.py` does).
 """
 
 from __future__ import annotations
@@ -14,8 +10,6 @@ from typing import Any
 
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.pipeline.core.records import Question
-
-__all__ = ["without_units"]
 
 
 class _FilteredStore:

@@ -1,9 +1,6 @@
-"""The DSPy signatures of the Mem0-style stages and the shared answer stage.
+"""The DSPy signatures of the Mem0-style stages and the shared answer stage, and their text rendering.
 
-Each signature's docstring is the stage's default prompt (its instruction); the attribute path of the
-predictor that uses it (`extract`, `decide`, `respond`) is the stage's permanent public name. This
-module also fixes how turns, memories and contexts are rendered as text for the LLM, so every backend
-(and the simulated world) sees one format. It holds no logic beyond that rendering.
+Each signature's docstring is the stage's default prompt; the predictor's attribute path is its name.
 """
 
 from __future__ import annotations

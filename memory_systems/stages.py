@@ -1,9 +1,6 @@
-"""A memory system's stage table: each stage, LLM or not, with how replay repairs its output.
+"""A memory system's stage table: `StageSpec` (LLM or not, construction, knobs) and `StageRepair`.
 
-`MemorySystem.stages` and `MemorySystemSpec.stages` hold the same tuple of `StageSpec`s in pipeline
-order. Replay reads it (which stage's knobs a rebuild may reset, which knob widens a retrieval, which
-stages steer the search); the memory key reads which LLM stages build memory. Records, and the two
-things derived from a table (`construction_stages`, `reset_knobs`), written once here.
+Replay and the memory key read it; `construction_stages` and `reset_knobs` are derived here.
 """
 
 from __future__ import annotations
@@ -12,8 +9,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
-
-__all__ = ["StageRepair", "StageSpec", "construction_stages", "reset_knobs"]
 
 
 class StageRepair(StrEnum):

@@ -1,9 +1,6 @@
 """An in-process vector store of memory units that keeps every version of every unit.
 
-Units are added, updated (a new version with new text) and deleted (a tombstone version); search is
-cosine similarity over the current, non-deleted units with a deterministic tie-break (older unit
-first). The store embeds with whatever `Embedder` it is given. This module knows nothing about graphs
-or LLMs.
+Search is cosine over current, non-deleted units, ties to the older unit. It knows no graphs or LLMs.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
-"""The attribution-guided optimizer: rewrite the prompts of the stages the blame table points at.
+"""`optimizer=attribution`: rewrite the prompts of the stages the blame table points at.
 
-For the `top_stages` most-blamed stages that have a prompt in the current prompt set, it turns that
-stage's attributed failures into feedback (`optimizers.feedback`), folds it to `max_feedback_chars`,
-and asks the `InstructionRewriter` for a new instruction. Each rewrite that changes the instruction
-becomes one `Candidate` (the current prompt set with only that stage replaced), in blame order.
-
-Stages blamed through their knobs (`tunable == "knobs"`, e.g. vector search, trimming, chunking) have no
-prompt to rewrite: for them it proposes knob candidates (`optimizers.knobs`: e.g. the `top_k` that
-reaches the evidence the search ranked just below its cut), placed among the prompt candidates in blame
-order; blamed knobs it cannot change are named in the rationales, so the blame is reported, not silently
-dropped. It does not evaluate or accept candidates (the loop's gate does).
+For the `top_stages` most-blamed prompt stages, their attributed failures become folded feedback for the
+`InstructionRewriter`; stages blamed through knobs get knob candidates (`optimizers.knobs`), in blame order.
+It does not evaluate or accept candidates.
 """
 
 from __future__ import annotations

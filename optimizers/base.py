@@ -1,15 +1,7 @@
-"""The optimizer contract: what an optimizer is given per call, what once at build, what it returns.
+"""The optimizer contract: `OptimizerSpec`, `OptimizerSetup` (at build), `OptimizationContext` (per call), `Candidate`.
 
-An optimizer module exports `SPEC` (an `OptimizerSpec`: its settings record, its `build`, whether
-sweeps compare it) and is one line in `optimizers.registry`. `build(OptimizerSetup)` gets what is
-fixed for the run (settings, rewriter LM, system, attributor, work dir); `Optimizer.propose` gets what
-changes per iteration (an `OptimizationContext`: prompts, knobs, blame, attributions, failures and
-their traces, the ONE `Evaluator` with batch and per-question scoring, the `CallBudget`) and proposes
-candidate prompt sets, best first. It never accepts them: the loop's gate does (`pipeline.loop`). The
-evaluator is the loop's own (runner and memory cache: built memories reused, every LLM call counted)
-and offers the train and dev splits only (the test split is kept for the end).
-
-It does not implement an optimizer or the loop.
+`propose` gets the prompts, knobs, blame, failures, the ONE `Evaluator` (train and dev only) and the
+`CallBudget`, and proposes candidates best first; the loop's gate accepts them.
 """
 
 from __future__ import annotations
@@ -62,9 +54,7 @@ class ConstructionCall:
 
 @dataclass(frozen=True)
 class TracedCase:
-    """One question answered and judged on its own: the case, its graph (the conversation's ingestion
-    graph with this question's answering appended), the conversation, and the construction stages'
-    LM calls that built the memory it read (recorded when it was built, returned on a reuse too)."""
+    """One question answered and judged on its own, with its graph and the construction calls that built its memory."""
 
     case: CaseResult
     graph: ExecutionGraph
@@ -75,11 +65,8 @@ class TracedCase:
 
 
 class CallBudget(Protocol):
-    """The loop's budget in LM calls as an optimizer sees it: task, rewriter and attributor calls,
-    counted the same way for every optimizer at the LM layer (judge calls never count). Calls served
-    by DSPy's response cache count too unless `loop.budget_counts_cached=false` (so the budget does not
-    depend on what earlier runs cached). An optimizer running its own search stops when `remaining()`
-    is 0; the loop itself starts no further step then (`pipeline.loop.optimization`)."""
+    """The loop's budget in LM calls as an optimizer sees it: task, rewriter and attributor calls, counted the same way
+    for every optimizer at the LM layer (judge calls never count)."""
 
     def spent(self) -> int: ...
 
@@ -87,17 +74,10 @@ class CallBudget(Protocol):
 
 
 class Evaluator(Protocol):
-    """The ONE evaluator an optimizer gets per call: the loop's own scoring of prompt sets on the train
-    or dev split (never test), under the loop's accepted knobs, built memories reused and every LM call
-    counted in the loop's totals.
-
-    - batch: `evaluate(prompts, split, question_ids)` scores a prompt set on a split (or some of its
-      questions) and returns every judged case with its traces;
-    - per question: `questions(split)` lists the scored questions (excluded categories left out),
-      `system(prompts)` is the memory system as the loop evaluates it with `prompts`, and
-      `run_case(system, split, question_id)` answers and judges one question with such a system (its
-      conversation's memory built at most once, also across threads) — what GEPA's program runs.
-    """
+    """The ONE evaluator an optimizer gets per call: the loop's own scoring on train or dev (never test), under
+    its accepted knobs, memories reused and every LM call counted. `evaluate` scores a prompt set on a split (or
+    some questions); `questions`, `system(prompts)` and `run_case` answer and judge one question at a time
+    (its conversation's memory built at most once, across threads too): what GEPA's program runs."""
 
     def evaluate(
         self, prompts: PromptSet, split: str = "train", question_ids: Sequence[str] | None = None
@@ -171,17 +151,10 @@ class Candidate:
 
 
 class Optimizer(Protocol):
-    """The optimizer contract. `name` is its registry name. The loop calls `propose(context)` once per
-    iteration with what changed (`OptimizationContext`); what is fixed (system, attributor, work dir,
-    rewriter LM, settings) was given once at build (`OptimizerSetup`).
-
-    `propose` returns candidate prompt sets (and knob changes), best first; it may return none. It
-    never accepts a candidate (the loop's gate scores each on dev and accepts at most one), never
-    touches the test split, and stops its own search when `context.budget.remaining()` is 0. Any
-    scoring it does goes through `context.evaluator`, so every LM call is counted. State kept across
-    calls (e.g. a running search) lives in the optimizer object and, to survive a resume, under
-    `setup.work_dir`.
-    """
+    """The optimizer contract: `propose(context)` once per iteration returns candidates, best first (maybe
+    none). It never accepts one (the loop's gate does), never touches test, stops its own search when
+    `context.budget.remaining()` is 0 and scores only through `context.evaluator`; state that must survive a
+    resume lives under `setup.work_dir`."""
 
     name: str
 

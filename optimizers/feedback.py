@@ -1,20 +1,8 @@
 """Feedback text for one stage's rewriter, built from attributed failures.
 
-`feedback_for_attribution` turns one `Attribution` into a `FailureFeedback` block (question, gold
-answer, the system's answer, the question's category, the error type at the blamed operation, and the
-attribution's reason as the diagnosis; when the attribution names a joint decisive set, a line naming
-its operations in order);
-`feedback_without_attribution` builds the block the no-attribution baseline sends to
-every stage (same facts, a fixed diagnosis that says nothing about where the failure came from);
-`feedback_for_other_stage` is the block for a stage the attribution did NOT blame (same facts and
-error, a diagnosis saying the failure was traced to another stage: `OTHER_STAGE_DIAGNOSIS`).
-`fold_feedback` folds any number of blocks into a text of at most `max_chars` characters: blocks are
-grouped by error type (largest group first), a few representative blocks per group are kept
-(verified and confident attributions first, then the ones that add the most new words), and the rest
-are counted ("... and 7 more ExtractionError cases like these.").
-
-Pure functions over records. It does not call an LM, pick stages, or decide which failures a stage
-gets: that is the optimizers' job.
+`feedback_for_attribution`, `feedback_without_attribution` (the baselines'), `feedback_for_other_stage`, and
+`fold_feedback` (grouped by error type, representative blocks kept, the rest counted, under `max_chars`).
+Pure functions; no LM, no choice of stages.
 """
 
 from __future__ import annotations
@@ -84,8 +72,7 @@ class FailureFeedback:
         else:
             error = f"{self.error_type} (no operation blamed)"
         lines = [
-            f"Question: {clip(self.question, _LIMITS['question'])}",
-            f"Gold answer: {clip(self.gold, _LIMITS['gold'])}",
+            f"Question: {clip(self.question, _LIMITS['question'])}", f"Gold answer: {clip(self.gold, _LIMITS['gold'])}",
             f"System answered: {clip(self.answer, _LIMITS['answer']) or '(nothing)'}",
         ]
         if self.category:
@@ -109,16 +96,10 @@ def feedback_for_attribution(attribution: Attribution) -> FailureFeedback:
     """The block for one attributed failure; the diagnosis is the attribution's reason."""
     case = attribution.case
     return FailureFeedback(
-        question_id=case.question.id,
-        question=case.question.text,
-        gold=case.question.gold,
-        answer=case.prediction,
-        error_type=attribution.error_type.value,
-        op_name=attribution.op_name or attribution.op,
-        diagnosis=attribution.reason or "(the attributor gave no reason)",
-        confidence=attribution.confidence,
-        check=attribution.check.value,
-        joint=tuple(f"{f.op_name or f.op} ({f.stage})" for f in attribution.joint),
+        question_id=case.question.id, question=case.question.text, gold=case.question.gold, answer=case.prediction,
+        error_type=attribution.error_type.value, op_name=attribution.op_name or attribution.op,
+        diagnosis=attribution.reason or "(the attributor gave no reason)", confidence=attribution.confidence,
+        check=attribution.check.value, joint=tuple(f"{f.op_name or f.op} ({f.stage})" for f in attribution.joint),
         alternatives=tuple(f"{f.op_name or f.op} ({f.stage}, {f.tunable.value})" for f in attribution.alternatives),
         category=category_text(case),
     )
@@ -135,14 +116,8 @@ def feedback_for_other_stage(attribution: Attribution) -> FailureFeedback:
 def feedback_without_attribution(case: CaseResult) -> FailureFeedback:
     """The no-attribution baseline's block: the failure's facts and a diagnosis that blames nothing."""
     return FailureFeedback(
-        question_id=case.question.id,
-        question=case.question.text,
-        gold=case.question.gold,
-        answer=case.prediction,
-        error_type=UNATTRIBUTED,
-        op_name="",
-        diagnosis=NO_ATTRIBUTION_DIAGNOSIS,
-        category=category_text(case),
+        question_id=case.question.id, question=case.question.text, gold=case.question.gold, answer=case.prediction,
+        error_type=UNATTRIBUTED, op_name="", diagnosis=NO_ATTRIBUTION_DIAGNOSIS, category=category_text(case),
     )
 
 
@@ -156,9 +131,8 @@ def _words(block: FailureFeedback) -> frozenset[str]:
 
 
 def representative(blocks: Iterable[FailureFeedback], limit: int | None = None) -> list[FailureFeedback]:
-    """All blocks, most informative first: the first `limit` (all, if None) greedily, each the one
-    adding the most words not yet seen in the diagnoses and questions chosen before it; ties and the
-    rest by (verified first, confidence, question id)."""
+    """All blocks, most informative first: greedily the one adding the most new words, ties and the rest by (verified,
+    confidence, question id)."""
     remaining = sorted(blocks, key=_rank_key)
     words = {id(b): _words(b) for b in remaining}
     seen: set[str] = set()
@@ -196,15 +170,8 @@ def _render(groups: list[tuple[str, list[FailureFeedback]]], shown: dict[str, li
     return "\n\n".join(sections)
 
 
-def fold_feedback(
-    blocks: Iterable[FailureFeedback], max_chars: int, per_type: int = DEFAULT_PER_TYPE
-) -> str:
-    """Many failure blocks as one text of at most `max_chars` characters (deterministic).
-
-    Groups by error type, largest first; takes representative blocks round-robin across groups (at
-    most `per_type` per group) while the text fits, and counts the ones left out per group. If not even
-    the group headers fit, returns a one-line count per error type, clipped to `max_chars`.
-    """
+def fold_feedback(blocks: Iterable[FailureFeedback], max_chars: int, per_type: int = DEFAULT_PER_TYPE) -> str:
+    """Many failure blocks as one text of at most `max_chars` characters (deterministic)."""
     if max_chars <= 0:
         raise ValueError(f"max_chars must be positive, got {max_chars}")
     items = list(blocks)

@@ -1,30 +1,9 @@
 """`optimizer=gepa`: `dspy.GEPA` over the memory system as one program, inside our loop.
 
-One GEPA run spans the loop: each `propose()` continues it (from its saved state) for another
-`max_metric_calls`, so the loop's iterations are checkpoints of one GEPA search, not restarts that
-re-score the starting prompts on dev every time. The program is
-`gepa_program.MemoryProgram` (components = the system's stage prompts; examples = questions, answered
-through the loop's `Evaluator`, per question, so built memories are reused and every LM call is counted in the
-loop's totals), the trainset is the train questions, the valset the dev questions (GEPA's Pareto
-tracking; excluded categories left out, as in the loop's scores), the reflection LM is the rewriter
-LM; the run starts from the loop's starting prompts. GEPA's candidates that score above the loop's
-current prompt set on dev (GEPA's own valset scores) and were not proposed before are proposed, best
-first; the loop's gate then accepts or rejects them on dev like every optimizer's, so MLflow logging (parent and
-nested iteration runs) and the prompt export are the loop's own. GEPA's whole candidate pool (score,
-parents, when found, changed stages) rides along as a table each candidate carries (`Candidate.tables`),
-logged with it, and is written next to GEPA's state after every iteration (the app logs those files).
-
-Budget: with the loop's `CallBudget`, GEPA stops (a gepa stop callback, checked between its steps) as
-soon as the budget has nothing left; `max_metric_calls` (per iteration, cumulative over the run) caps
-it as well, and is the only limit when there is no budget. Reflection LM calls are made by the
-rewriter LM and are not in the loop's task-call totals (LM-level counting is the budget's). A started
-step finishes, so a run may overshoot by one minibatch and its reflection. Reproducible: GEPA's
-`seed`. Resumable: GEPA's state lives in `<run dir>/optimizer/<name>` (`OptimizerSetup.work_dir`;
-a temporary directory of the optimizer outside a run), so a resumed loop continues the GEPA run from
-its last saved step.
-
-The blame-guided variant (component selector and per-stage feedback) is `optimizers.gepa_blame`; this
-module gives it the hooks (`metric_and_selector`). It does not accept candidates or tune knobs.
+One GEPA run spans the loop: each `propose()` continues it for another `max_metric_calls`, and GEPA's
+candidates better than the current prompts on dev are proposed, best first, for the loop's gate. It stops
+when the `CallBudget` is spent; its state lives in `OptimizerSetup.work_dir` (resumable, seeded). The
+blame-guided hooks are `metric_and_selector` (`gepa_blame`).
 """
 
 from __future__ import annotations
@@ -143,26 +122,17 @@ class GepaOptimizer:
         log_dir = self.log_dir()
         stoppers = [BudgetStopper(budget)] if budget is not None else []
         optimizer = dspy.GEPA(
-            metric,
-            max_metric_calls=self.settings.max_metric_calls * max(context.iteration, 1),
-            reflection_lm=self.reflection_lm,
-            reflection_minibatch_size=self.settings.reflection_minibatch_size,
-            candidate_selection_strategy=self.settings.candidate_selection_strategy,
-            component_selector=selector,
-            use_merge=self.settings.use_merge,
-            num_threads=self.settings.num_threads,
-            log_dir=str(log_dir),
-            track_stats=True,
-            warn_on_score_mismatch=False,
-            seed=self.settings.seed,
+            metric, max_metric_calls=self.settings.max_metric_calls * max(context.iteration, 1),
+            reflection_lm=self.reflection_lm, reflection_minibatch_size=self.settings.reflection_minibatch_size,
+            candidate_selection_strategy=self.settings.candidate_selection_strategy, component_selector=selector,
+            use_merge=self.settings.use_merge, num_threads=self.settings.num_threads, log_dir=str(log_dir),
+            track_stats=True, warn_on_score_mismatch=False, seed=self.settings.seed,
             gepa_kwargs={"stop_callbacks": stoppers} if stoppers else None,
         )
         optimized = optimizer.compile(program, trainset=question_examples(train), valset=question_examples(dev))
         return self.candidates(optimized.detailed_results, context, selector, log_dir)
 
-    def candidates(
-        self, result: Any, context: OptimizationContext, selector: Any, log_dir: Path
-    ) -> list[Candidate]:
+    def candidates(self, result: Any, context: OptimizationContext, selector: Any, log_dir: Path) -> list[Candidate]:
         table = candidate_table(result, context.prompts)
         text = json.dumps(table, indent=2)
         (log_dir / f"iteration-{context.iteration}-{TABLE_FILE}").write_text(text, encoding="utf-8")

@@ -1,20 +1,8 @@
 """`optimizer=gepa_blame`: GEPA whose component choice and per-stage feedback follow attribution.
 
-The same run as `optimizers.gepa`, with two changes, both fed by the loop's attributor (lineage by
-default) over each failed question's traced graph (its conversation's ingestion graph plus its own
-answering):
-
-- `BlameComponentSelector` (a gepa `ReflectionComponentSelector`): for GEPA's reflection minibatch it
-  attributes the failures, aggregates them with `aggregate_blame`, and mutates the most-blamed prompt
-  stage of the candidate instead of the next one round robin (round robin only when nothing in the
-  minibatch could be attributed to a prompt stage). Its choices are kept (`choices`) for the logs.
-- `BlameMetric`: same score (the judge's), but the feedback GEPA asks for one predictor (`pred_name`)
-  depends on the attribution: the blamed stage (or a member of a joint cause) gets
-  `feedback_for_attribution(a).render()`; every other stage gets a block whose diagnosis says the
-  failure was traced to another stage, not this one, so a rewrite of it should not chase this failure.
-
-An attribution is made once per prediction (the selector and the metric share `BlameSource`). It
-does not run GEPA itself or change the score.
+`BlameComponentSelector` mutates the minibatch's most-blamed prompt stage (round robin when none);
+`BlameMetric` keeps the judge's score but tells a stage the attribution did not blame that the failure lies
+elsewhere. One attribution per prediction (`BlameSource`).
 """
 
 from __future__ import annotations
@@ -33,14 +21,8 @@ from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Tun
 from memtrace_loop.pipeline.analysis.blame import aggregate_blame
 
 __all__ = [
-    "SPEC",
-    "BlameComponentSelector",
-    "BlameMetric",
-    "BlameSource",
-    "GepaBlameOptimizer",
-    "Settings",
-    "build",
-    "not_this_stage_feedback",
+    "SPEC", "BlameComponentSelector", "BlameMetric", "BlameSource", "GepaBlameOptimizer", "Settings", "build",
+    "not_this_stage_feedback"
 ]
 
 _ATTRIBUTION_KEY = "memtrace_attribution"

@@ -1,36 +1,10 @@
 """A memory system as one DSPy program for `dspy.GEPA`: examples are questions, components are stages.
 
-`MemoryProgram` wraps a `MemorySystem`. Its predictors are the system's stage predictors under the
-same names (`named_parameters` is the system's), so GEPA's components are exactly the system's prompt
-set and `program.save`/`load` read and write the stage prompts. `forward(question_id, question)` asks the
-loop's `Evaluator` to answer and judge that one question with the program's current system: memories
-come from the loop's memory cache by memory key (construction prompts and knobs), so a candidate that
-changes only the answer prompt re-answers and never re-ingests, and one conversation is ingested once
-even when GEPA answers several of its questions in parallel threads.
-
-Construction stages and the trace. On a memory reuse the construction predictors do not run inside
-`forward`, so DSPy's trace would hold no entries for them and GEPA could never reflect on (or mutate
-from evidence about) the extraction or update prompts; and with threads, even a fresh build runs in
-whichever thread got there first. So construction is never taken from the live trace: the construction
-stages' calls are recorded (stage, inputs, outputs) when a memory is built, kept with the cached memory,
-and `forward` puts them into the trace, mapped onto this program's own predictors, before the answer
-side's entries, on every call, built or reused. They are the calls that built the very memory this
-answer read (the memory key includes the construction prompts), so the reflection sees what really
-happened, not a re-run. The judge's call is in the trace too; it is no component, so GEPA ignores it.
-
-Program state. `program.save(path)` writes DSPy's state (every stage predictor's signature, no LM) plus
-the key `memtrace`: the memory system's name and every knob value, so a state rebuilds the system that
-was exported, knobs included (an accepted `top_k: 20` stays 20). `program.load(path)` refuses a state
-of another system (`ProgramStateError`) and takes its knobs and prompts; a state written before the key
-existed loads its prompts only. `load_program(path)` (a `best_program.json` or the run folder holding
-one) builds the named system on the offline hashing embedder (or the given one) and loads the state
-into it: the documented way to get the exported system as a DSPy program. `save_program_state` writes
-a system's state with a given prompt set.
-
-`JudgeMetric` is GEPA's five-argument metric: the score is the judge's score of the case (computed
-once, in `forward`, by the project's `judge_answer`), the feedback the block of `optimizers.feedback`
-whose diagnosis is only the judge's verdict (no attribution). Blame-aware feedback is `gepa_blame`'s.
-It does not run GEPA (see `optimizers.gepa`).
+`MemoryProgram.forward` answers and judges one question through the loop's `Evaluator` (memories from the
+memory cache) and puts the recorded construction calls of the very memory it read into the trace, so GEPA can
+reflect on construction prompts. Its state carries the system and its knobs (`ProgramStateError` for
+another system's); `load_program` rebuilds the exported system. `JudgeMetric` is GEPA's metric (the judge's
+score, verdict-only feedback). It does not run GEPA.
 """
 
 from __future__ import annotations
@@ -162,9 +136,8 @@ def load_program(path: str | Path, embedder: Embedder | None = None) -> MemoryPr
 
 
 def save_program_state(system: MemorySystem, prompts: PromptSet, path: Path) -> Path:
-    """`prompts` as a DSPy program state (`MemoryProgram(system).save(path)`, JSON, without LMs) with the
-    system's name and knobs: `load_program(path)` (or `MemoryProgram(system).load(path)`) gives the same
-    system, knobs and stage prompts."""
+    """`prompts` as a DSPy program state (JSON, without LMs) with the system's name and knobs, as `load_program` reads
+    it."""
     program = MemoryProgram(system.with_prompts(prompts))  # its predictors are copies
     for _, predictor in program.named_predictors():
         predictor.lm = None  # a program state holds prompts, not the LM that ran them

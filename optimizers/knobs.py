@@ -1,21 +1,7 @@
-"""Knob candidates: new settings for the non-LLM stages that blame lands on (no prompt to rewrite).
+"""Knob candidates: new settings for the non-LLM stages blame lands on.
 
-When attributions blame a stage through its knobs (`Tunable.KNOBS`: a vector search cut, a trimmed
-buffer, chunk boundaries), `propose_knobs` turns them into `KnobProposal`s, one per blamed stage, with
-values chosen from the evidence where the traces hold it:
-
-- a search that ranked the evidence just below its cut (the retrieval's `NEAR_MISSES`): the smallest
-  `top_k` that reaches the evidence in at least `COVER` of those misses (`repairs.needed_top_k`, so an
-  EverMemOS episode and its events count as one ranked unit);
-- a search blamed without a ranked near miss: `top_k` grown by `GROWTH` (the evidence may sit deeper
-  than what the trace recorded);
-- a construction stage with knob fields (`knob_fields_by_stage`: Long-Context's `trim` ->
-  `window_tokens`, RAG's `chunk` -> `max_chunk_tokens`): its first field grown by `GROWTH`, the others
-  kept (a bigger window keeps older turns; bigger chunks cut fewer turns apart).
-
-`knob_candidates` wraps the proposals into `Candidate`s (the current prompts, only knobs changed) that
-the loop's gate accepts or rejects on dev like any prompt candidate. Pure functions over records; it does
-not evaluate, apply or export knobs.
+`propose_knobs`: the `top_k` reaching the ranked near misses in `COVER` of cases, else `top_k` grown by
+`GROWTH`; a construction stage's first knob grown by `GROWTH`. `knob_candidates` wraps them. Pure.
 """
 
 from __future__ import annotations
@@ -86,9 +72,7 @@ def _top_k_proposal(
 
 
 def propose_knobs(
-    attributions: Sequence[Attribution],
-    knobs: Mapping[str, Any],
-    knob_fields_by_stage: Mapping[str, tuple[str, ...]],
+    attributions: Sequence[Attribution], knobs: Mapping[str, Any], knob_fields_by_stage: Mapping[str, tuple[str, ...]],
     graph_by_conversation: Mapping[str, ExecutionGraph],
 ) -> tuple[KnobProposal, ...]:
     """One proposal per stage blamed through its knobs (most blamed first) whose knobs this system has."""

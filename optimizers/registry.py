@@ -1,13 +1,7 @@
-"""Optimizers by config name: `optimizer=<name>` -> the module exporting its `SPEC` (`OptimizerSpec`).
+"""Optimizers by config name: `OPTIMIZERS`, `optimizer_settings`, `build_optimizer`.
 
-`OPTIMIZERS` is a `pipeline.core.registry.Registry`: adding an optimizer is its own module (exporting
-`SPEC`: settings record, `build`, `compare`), one line below and `conf/optimizer/<name>.yaml`. Sweeps
-list `OPTIMIZERS.compared()` (the `memtrace.compared` config resolver, `conf/__init__.py`).
-`optimizer_settings(name, node)` checks a config node against the spec's schema and
-`build_optimizer(name, rewriter_lm, node, system=, attributor=, work_dir=)` builds the optimizer with
-what is fixed for its run: an unknown name, an unknown key, a non-positive value or a missing rewriter
-LM is a `ConfigError` (a ValueError) naming `optimizer.<key>`. It does not configure DSPy or build
-LMs (see `pipeline.backends`).
+An unknown name or key, a bad value or a missing rewriter LM is a `ConfigError` naming `optimizer.<key>`.
+It does not configure DSPy or build LMs.
 """
 
 from __future__ import annotations
@@ -49,17 +43,11 @@ def optimizer_settings(name: object, settings: Mapping[str, Any] | None) -> Any:
 
 
 def build_optimizer(
-    name: str,
-    rewriter_lm: dspy.BaseLM | None,
-    settings: Mapping[str, Any] | None = None,
-    *,
-    system: MemorySystem | None = None,
-    attributor: Attributor | None = None,
-    work_dir: Path | None = None,
+    name: str, rewriter_lm: dspy.BaseLM | None, settings: Mapping[str, Any] | None = None, *,
+    system: MemorySystem | None = None, attributor: Attributor | None = None, work_dir: Path | None = None,
 ) -> Optimizer:
-    """The optimizer called `name`, built once for its run: `rewriter_lm` for its rewrites (unused by
-    `none`), `system` the memory system it optimizes, `attributor` the loop's, `work_dir` where it may
-    keep resumable state (a temporary folder when None)."""
+    """The optimizer called `name`, built once for its run (`work_dir`: where it may keep resumable state; a temporary
+    folder when None)."""
     spec = OPTIMIZERS.get(name)
     setup = OptimizerSetup(optimizer_settings(name, settings), rewriter_lm, system, attributor, work_dir)
     return spec.build(setup)

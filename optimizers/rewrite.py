@@ -1,17 +1,7 @@
-"""Rewriting one stage's instruction from feedback, under a length budget.
+"""Rewriting one stage's instruction from feedback, under a length budget (`InstructionRewriter`).
 
-`RewriteInstruction` is the rewriter's DSPy signature (its docstring is the rewriter's prompt).
-`InstructionRewriter` runs it with the rewriter LM given to its constructor and controls length: a
-draft over budget is sent back once, as the current instruction, with a note asking for a shorter
-version; a second draft still over budget is rejected, never cut mid-sentence. The budget is `max_chars`,
-or, for an instruction that is already longer (the real mem0's hooks start at 4-5k characters), its
-own length plus `LONG_INSTRUCTION_GROWTH` (`length_budget`): a rewrite may add a rule without first
-cutting what the library needs from the text. Every LM or parse failure becomes a `RewriteOutcome`
-with an error; `rewrite` never raises. `stage_candidate` wraps an accepted rewrite into a one-stage
-`Candidate`.
-
-It does not choose stages, build feedback (`optimizers.feedback`) or judge whether a rewrite helps
-(the loop's gate does).
+A draft over `length_budget` is sent back once for a shorter one, then rejected (never cut); every failure
+is a `RewriteOutcome` with an error. `stage_candidate` wraps a rewrite. It chooses no stages.
 """
 
 from __future__ import annotations
@@ -71,8 +61,7 @@ class RewriteInstruction(dspy.Signature):
 
 @dataclass(frozen=True)
 class RewriteOutcome:
-    """The result of one rewrite: the new instruction, or None with the error that prevented it.
-    `length_retry` is True when the first draft was over budget and a shorter one was asked for."""
+    """The result of one rewrite: the new instruction, or None with the error that prevented it."""
 
     instruction: str | None
     error: str | None = None
@@ -107,11 +96,7 @@ class InstructionRewriter:
         """(instruction, None) or (None, error)."""
         try:
             prediction = dspy.Predict(RewriteInstruction)(
-                lm=self.lm,
-                stage_name=stage,
-                stage_signature=signature,
-                current_instruction=current,
-                feedback=feedback,
+                lm=self.lm, stage_name=stage, stage_signature=signature, current_instruction=current, feedback=feedback,
                 max_chars=budget,
             )
             text = str(prediction.new_instruction or "").strip()
@@ -137,9 +122,7 @@ class InstructionRewriter:
         if len(shorter) <= budget:
             return RewriteOutcome(shorter, length_retry=True)
         return RewriteOutcome(
-            None,
-            f"instruction over budget after one retry: {len(shorter)} > {budget} characters",
-            length_retry=True,
+            None, f"instruction over budget after one retry: {len(shorter)} > {budget} characters", length_retry=True,
         )
 
 
@@ -157,9 +140,7 @@ def stage_candidate(
         return None
     feedback_by_stage: Mapping[str, str] = MappingProxyType({stage: feedback})
     return Candidate(
-        prompts=prompts.with_instruction(stage, outcome.instruction),
-        changed_stages=(stage,),
-        rationale=rationale,
+        prompts=prompts.with_instruction(stage, outcome.instruction), changed_stages=(stage,), rationale=rationale,
         feedback_by_stage=feedback_by_stage,
     )
 

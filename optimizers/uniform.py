@@ -1,14 +1,7 @@
-"""The uniform-blame baseline: rewrite prompts without attribution, at the same budget.
+"""`optimizer=uniform`: rewrite prompts without attribution, at the same budget.
 
-Every failed case is blamed on every prompt stage equally (`pipeline.analysis.blame.uniform_blame`), and every
-stage receives the same feedback: the failures' questions, gold answers and system answers with a
-diagnosis that says no attribution was made. This mirrors the "no attribution" ablation (every failure
-blamed on the answer step, its feedback sent to all prompts). To spend the same budget as the
-attribution-guided optimizer it rewrites `top_stages` stages per iteration with the same rewriter and
-feedback budget, rotating through the prompt stages (in prompt-set order) as the iteration number
-grows.
-
-It does not look at attributions, evaluate candidates, or tune knobs.
+Every failure is blamed on every prompt stage (`uniform_blame`) with the same no-attribution feedback;
+`top_stages` stages per iteration, rotating in prompt-set order. No attributions, no knobs.
 """
 
 from __future__ import annotations

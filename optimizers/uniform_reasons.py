@@ -1,12 +1,7 @@
-"""The routing ablation: the attributor's reasons, sent to every prompt stage in rotation.
+"""`optimizer=uniform_reasons`: the attributor's reasons, sent to every prompt stage in rotation.
 
-Like `uniform` (same rotation over the prompt stages, same `top_stages` per iteration, same rewriter and
-feedback budget), but the one feedback text every rotated stage receives is made of the attributed
-failures' own blocks (`feedback_for_attribution`: error type, blamed operation and the attributor's
-reason), folded. Against `attribution`, which sends the same reasons only to the blamed stages, it
-isolates what choosing the stage is worth; against `uniform`, what the reasons' wording is worth.
-
-It does not pick stages from the blame table, evaluate candidates, or tune knobs.
+Like `uniform`, but the feedback is the attributed failures' own blocks: it isolates what choosing the stage
+is worth against `attribution`.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
-"""A user's own memory system (`contract.UserMemorySystem`) as one of ours (`MemorySystem`).
+"""A user's own memory system (`contract.UserMemorySystem`) as one of ours (`CustomMemory`).
 
-`CustomMemory` wraps the object the user's `build()` returned: each declared `LLMStage` becomes a DSPy
-predictor at the attribute path of the stage's name (a string signature over its input and output
-fields, all text, whose instruction is the stage's prompt), so prompt sets, rewrites, the memory key,
-the LM (`set_lm`) and the optimizers work on it as on our systems; the user's code reaches them only
-through the `lm.ask(stage, ...)` it is handed (`pipeline.core.user_trace`). `ingest` records each
-turn (`turn:<id>`) and calls `add_turn` under a trace session; `answer` records the question
-(`query:<qid>`) and calls the user's `answer`. What the code did not mark is recorded under the stage
-`untraced`: a returned context as a retrieval from the question, a returned answer as a response from
-the question and context. Knobs are the user's (`knobs()` / `with_knobs`), validated by name and type.
-
-Replay is not supported (`restore`, `retrieve`, `recorded_call`, `repaired_units` raise
-`ReplayUnsupportedError`): replay re-runs a system's retrieval and our answer stage apart, and the
-user's `answer` is one call; a user's system has no repair hooks, so its blames are unverifiable. It does not import
-the user's code (`custom.target`).
+Each `LLMStage` becomes a DSPy predictor at its name, so prompt sets, rewrites, the memory key and the
+optimizers work as on our systems; `ingest` / `answer` record the turn and question and call the user's code
+under a trace session; what the code did not mark is recorded under the stage `untraced`. Knobs are
+validated by name and type. Replay is not supported (`ReplayUnsupportedError`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """A small RAG over its own store, written as a user of MemTrace Loop writes one (docs/custom_system.md).
 
-Every turn is kept as a chunk `[YYYY-MM-DD] Speaker: text` in a plain list; a question is answered by
-the `top_k` chunks sharing the most (rare) words with it and one LLM call, the stage `respond`. It uses
-nothing of MemTrace Loop but the public API (`memory_systems.custom.api`), so a copy of this file in
-your own package runs the same way: `memtrace run memory_system=custom
-memory_system.target=my_memory:build` with its folder on PYTHONPATH. It is also the default target of
-`memory_system=custom`.
+Turns kept as chunks, the `top_k` sharing the most rare words with the question, one `respond` call; it uses
+only the public API. The default target of `memory_system=custom`.
 """
 
 from __future__ import annotations

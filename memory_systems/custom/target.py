@@ -1,10 +1,7 @@
-"""Loading the user's memory system from its import path (`memory_system.target=pkg.module:build`).
+"""Loading the user's memory system from `memory_system.target=pkg.module:build`.
 
-`load_target(target)` imports `pkg.module`, takes its attribute `build`, calls it with no arguments and
-checks that what it returned has every method of the contract (`contract.UserMemorySystem`). Every
-problem is one `ConfigError` line naming `memory_system.target`, the target and what is wrong (not
-`module:function`, module not importable (with the import error), no such attribute, not callable,
-`build()` raised, or the object lacks methods). It does not adapt the object (`custom.adapter`).
+`load_target` imports, calls `build()` and checks the contract's methods; every problem is one
+`ConfigError` line naming `memory_system.target`. It does not adapt the object.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """The EverMemOS-style system's stored episodes and events, and how they are read back from a graph.
 
-`StoredEvent` / `StoredEpisode` are what construction keeps per episode (title, narrative, date, turns,
-event log, graph variables) and how an episode is searched (`document`) and shown (`block`: the text
-the answer stage and the sufficiency check read). `stored_episode(graph, var)` reads one back from its
-episode variable and its event variables, exactly as `_close` wrote it (what `restore` rebuilds memory
-from, and what a replay rebuilds a steering stage's input from). No search, no LLM.
+`StoredEpisode.document` / `block`; `stored_episode(graph, var)` rebuilds one as construction wrote it.
 """
 
 from __future__ import annotations
@@ -14,8 +10,6 @@ from dataclasses import dataclass
 from memtrace_loop.memory_systems.evermemos.signatures import episode_document, render_episode_block
 from memtrace_loop.pipeline.core.conventions import name_of
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, Variable
-
-__all__ = ["StoredEpisode", "StoredEvent", "stored_episode"]
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,6 @@
 """Where the attribution benchmark's faults land in the EverMemOS-style system (its `SPEC.faults`).
 
-- extraction drop: the fact never makes it into any unit, so both writers of the episode lose it (a
-  narrative that still states it holds the information, so losing only the events is no extraction
-  error); the truth is the first writer that lost it (`write_events`).
-- retrieval miss: the episodes holding the evidence turn are left out of every ranking of the search.
-It does not inject anything itself (`experiments.lab.benchmark.injection` does).
+An extraction drop (both writers lose the fact; the truth is `write_events`) and a retrieval miss.
 """
 
 from __future__ import annotations
@@ -21,8 +17,6 @@ from memtrace_loop.memory_systems.spec import (
     ReplyFault,
 )
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
-
-__all__ = ["FAULTS", "without_episodes"]
 
 
 def without_episodes(system: MemorySystem, turn_id: str) -> MemorySystem:

@@ -1,24 +1,8 @@
-"""Replay's stage repair for the EverMemOS-style system: how each LLM operation called its stage, and
-what a re-run writer puts in memory that the operation did not.
+"""Replay's stage repair for the EverMemOS-style system.
 
-`recorded_call(graph, op)` rebuilds the keyword inputs from the operation's input variables alone:
-`write_events` / `write_episode` read their episode's turns (the turn variables' values, one per line)
-and `detect_boundary` the open episode's turns and the new turn; `check_sufficiency` and
-`expand_queries` read the question and the first round's episodes, rebuilt as the blocks they were
-shown (`episodes.stored_episode`; the expansion's episodes are those of the check it follows). A
-writer's `time` is the ISO time of the first turn it read (the new turn's, for the boundary); the
-question-side stages read no turn ("").
-
-`repaired_units(graph, op, prediction)`:
-- `write_events`: every event of the new log the recorded log lacks (compared as the event variable's
-  value, text and date), with the date the event names as its time (that date is what an event
-  carries; an undated event gets the episode's date, as construction gives it). Source: the
-  operation's first event variable, or the episode variable when it wrote none.
-- `write_episode`: every sentence of the new narrative that the recorded episode lacks (a title alone
-  carries nothing a question asks for). Source: the episode variable; time: the first turn's.
-- `detect_boundary` regroups turns into episodes and writes no unit of its own; `check_sufficiency` and
-  `expand_queries` steer the search (`retrieve_steered`) and write nothing: `ReplayUnsupportedError`.
-Only what the re-run wrote enters a unit, never the evidence turn or the gold answer. No LLM call.
+`recorded_call(graph, op)` rebuilds a stage's keyword inputs from the operation's inputs alone;
+`repaired_units` gives what a re-run writer adds (new events with their dates, new narrative sentences);
+the boundary and steering stages write no unit (`ReplayUnsupportedError`). No LLM call.
 """
 
 from __future__ import annotations
@@ -32,8 +16,6 @@ from memtrace_loop.memory_systems.evermemos.signatures import event_value
 from memtrace_loop.memory_systems.signatures import human_date
 from memtrace_loop.pipeline.core.conventions import Namespace, episode_name, is_in
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation, Variable
-
-__all__ = ["REPAIRED_STAGES", "recorded_call", "repaired_units"]
 
 WRITERS = ("write_events", "write_episode")
 STEERING = ("check_sufficiency", "expand_queries")

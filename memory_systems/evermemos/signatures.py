@@ -1,12 +1,6 @@
-"""The DSPy signatures of the EverMemOS-style stages and how episodes are rendered as text.
+"""The DSPy signatures of the EverMemOS-style stages and how events and episodes are rendered as text.
 
-Each signature's docstring is the stage's default prompt; the attribute path of the predictor that
-uses it (`detect_boundary`, `write_events`, `write_episode`, `check_sufficiency`, `expand_queries`)
-is the stage's permanent public name. The answer stage is the shared `AnswerQuestion`
-(`memory_systems.signatures`). This module also fixes the text formats: an event variable's value, an
-episode variable's value, the document an episode is searched by, and the context block an episode
-contributes (events as "Memory: <text> Time: <date>" lines, the format every answerer reads). It holds
-no logic beyond that rendering.
+Each signature's docstring is the stage's default prompt. No logic beyond the rendering.
 """
 
 from __future__ import annotations
@@ -88,8 +82,7 @@ def episode_document(title: str, narrative: str, event_texts: Iterable[str]) -> 
 
 
 def render_episode_block(title: str, date: str, narrative: str, events: Iterable[tuple[str, str]]) -> str:
-    """One episode as the answer stage sees it. Title and narrative lines start with a label; each event
-    is a `Memory: <text> Time: <date>` line, the format the shared answer stage reads."""
+    """One episode as the answer stage sees it."""
     lines = [f"Episode: {title.strip() or '(untitled)'} ({date})"]
     if narrative.strip():
         lines.append(f"Narrative: {' '.join(narrative.split())}")

@@ -1,28 +1,10 @@
-"""The EverMemOS-style memory system.
+"""The EverMemOS-style memory system: episodes with event logs; BM25 + dense retrieval fused by RRF.
 
-Construction: turns are buffered into an open episode. Before a turn joins it, the hard limits
-(`max_episode_turns`, `max_episode_tokens`) close the episode regardless of anything else; otherwise
-`detect_boundary` (LLM) decides whether the turn starts a new episode. A closed episode gets an event
-log from `write_events` (LLM: atomic facts with dates, one `event:<n>` variable each, produced straight
-from the turns) and a title and narrative from `write_episode` (LLM: one `episode:<n>` variable). The
-event log is written first: it is the fact-level record, and the narrative summarises the same turns.
-At the end every episode is indexed for BM25 and dense search (its document: title, narrative, event
-texts).
-
-Answering: the question is searched with BM25 and dense search (`bm25_top` / `emb_top` candidates),
-the two rankings are fused by reciprocal rank fusion (`memory_systems.fusion`, `rrf_k`) and reranked
-(`rerank`). With `multi_query` on, `check_sufficiency` (LLM) reads the first `top_k` episodes and, when
-it finds them insufficient, `expand_queries` (LLM) writes extra queries whose rankings are fused in for
-a second round (off: one round, no LLM before answering). The final `top_k` episodes (title,
-narrative, events with dates) are the context of the shared `respond` stage. The sufficiency check
-and the expansion are question-side retrieval operations; one final retrieval operation lists the
-query, their outputs and every episode and event version placed in the context.
-
-A failed or unparsable LLM call becomes a failed operation and the run goes on: a failed boundary
-call means "no boundary", failed writers mean an empty event log or an empty narrative, a failed
-sufficiency check means "sufficient" (no second round) and a failed expansion means no extra queries.
-Replay's stage repair (`recorded_call`, `repaired_units`) is `evermemos.repair`; stored episodes are
-`evermemos.episodes`. This module does not judge answers or log anything.
+Construction: hard limits or `detect_boundary` (LLM) close an episode, then `write_events` and
+`write_episode` (LLM) write its events and narrative. Answering: BM25 and dense rankings fused and reranked;
+with `multi_query`, `check_sufficiency` and `expand_queries` (LLM) add a second round; the final `top_k`
+episodes are the context of `respond`. A failed LLM call is a failed operation with a safe default.
+Stage repairs are `evermemos.repair`; stored episodes `evermemos.episodes`. No judging, no logging.
 """
 
 from __future__ import annotations
@@ -148,12 +130,7 @@ def terms(text: str) -> frozenset[str]:
 def rerank(
     fused: Sequence[tuple[int, float]], queries: Sequence[str], terms_by_episode: Sequence[frozenset[str]]
 ) -> list[tuple[int, float, float]]:
-    """The deterministic rerank: (episode index, coverage, fused score), best first.
-
-    Coverage is the largest share, over the queries, of a query's content words (`terms`) that the
-    episode's document contains; higher coverage first, then the higher fused (RRF) score, then the
-    fused order. It stands in for a cross-encoder reranker: it rewards an episode that answers one
-    query completely over one that partly matches many."""
+    """The deterministic rerank: (episode index, coverage, fused score), best first."""
     wanted = [t for t in (terms(q) for q in queries) if t]
     ranked = []
     for position, (index, score) in enumerate(fused):
@@ -368,15 +345,10 @@ class EverMemOSMemory(MemorySystem):
         return Retrieved(query_var, context_var, context)
 
     def _expand(
-        self,
-        question: Question,
-        state: EverMemOSState,
-        tracer: Tracer,
-        query_var: str,
+        self, question: Question, state: EverMemOSState, tracer: Tracer, query_var: str,
         first: list[tuple[int, float, float]],
     ) -> tuple[list[str], list[str]]:
-        """Check whether the first round suffices and, if not, ask for more queries. Returns the new
-        queries (none when sufficient) and the traced variables the final retrieval depends on."""
+        """Check whether the first round suffices and, if not, ask for more queries."""
         shown = "\n\n".join(state.episodes[i].block() for i, _, _ in first)
         first_vars = [v for i, _, _ in first for v in state.episodes[i].unit_vars()]
         with tracer.stage(
@@ -423,9 +395,7 @@ class EverMemOSMemory(MemorySystem):
         return super().repaired_units(graph, op_id, prediction)
 
     def with_units(self, state: EverMemOSState, units: Sequence[RestoredUnit], tracer: Tracer) -> EverMemOSState:
-        """A copy holding each unit as an event (a `Memory:` line): in the episode it came from (the
-        episode or event variable it names, as a repaired `write_events` writes into its own episode),
-        else in an extra episode of its own."""
+        """A copy holding each unit as an event: in the episode it came from, else in an extra episode of its own."""
         episodes = list(state.episodes)
         next_event = 1 + max((e.number for episode in episodes for e in episode.events), default=0)
         for offset, restored in enumerate(units):

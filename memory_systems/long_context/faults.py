@@ -16,8 +16,6 @@ from memtrace_loop.pipeline.core.conventions import entry_name
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation
 from memtrace_loop.pipeline.core.records import Conversation, Turn
 
-__all__ = ["FAULTS"]
-
 
 def _window_before(
     system: MemorySystem, graph: ExecutionGraph, conversation: Conversation, turn: Turn
@@ -36,6 +34,5 @@ def _trimmed_by(graph: ExecutionGraph, turn_id: str) -> Operation | None:
 
 
 FAULTS: tuple[FaultPlan, ...] = (
-    KnobFault(FaultKind.TRIMMED_BUFFER, _window_before, _trimmed_by, "UpdateError"),
-    WRONG_ANSWER,
+    KnobFault(FaultKind.TRIMMED_BUFFER, _window_before, _trimmed_by, "UpdateError"), WRONG_ANSWER,
 )

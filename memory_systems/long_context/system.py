@@ -1,26 +1,9 @@
 """The Long-Context memory system: the whole (recent) conversation is the context.
 
-Every turn is appended to one buffer as `Alice says: <text> Timestamp: 8 May 2023`; once the buffer
-holds more than `window_tokens` tokens the oldest entries are trimmed (the newest entry always stays,
-even if it alone is longer than the window). At question time the whole live buffer is the context of
-`respond`, the only LLM stage.
-
-Graph representation (linear in turns + questions, never turns x questions):
-
-- `turn:<id>` (kind turn) -> `append_turn` (stage `append`, extraction, no prompt) -> `entry:<id>`
-  (kind buffer): one entry variable per turn; the buffer text is never copied per turn.
-- `trim_buffer` (stage `trim`, update, no prompt, so its blame lands on the window knobs): consumes the
-  live versions of the entries it trims and writes a deleted version of each (value "", meta
-  deleted=True).
-- `build_context` (stage `context`, retrieval): recorded once per distinct buffer state, i.e. once per
-  conversation at the end of `ingest`, since every question is asked after the whole conversation.
-  Its inputs are all live entry versions; its output `context:buffer` (kind context) holds the rendered
-  buffer once. Each question's `question_answering` operation reads `query:<qid>` and that shared
-  context variable, so per question the graph grows by a constant, however long the buffer is.
-  The lineage attributor finds the entries the context held in the inputs of the context's producer,
-  exactly as for a per-question retrieval.
-
-This module does not judge answers, choose what to keep by relevance, or summarize trimmed turns.
+Turns are appended to one buffer (`append_turn` -> `entry:<id>`); past `window_tokens` the oldest entries
+are trimmed (`trim_buffer`, blamed on the window knob; the newest always stays). One `build_context` per
+buffer state writes `context:buffer`, shared by every question, so the graph grows linearly. It does not
+judge, rank by relevance or summarize.
 """
 
 from __future__ import annotations
@@ -43,6 +26,7 @@ from memtrace_loop.memory_systems.signatures import AnswerQuestion, human_date
 from memtrace_loop.memory_systems.stages import StageRepair, StageSpec
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.backends.tokens import TokenCounter, build_token_counter
+from memtrace_loop.pipeline.core.config import require
 from memtrace_loop.pipeline.core.conventions import BUFFER_CONTEXT_NAME, OpKind, VarKind, entry_name
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import Conversation, Question, Turn
@@ -69,8 +53,7 @@ class LongContextKnobs:
     tokenizer: Literal["tiktoken", "approx"] = "tiktoken"  # tiktoken (cl100k_base, offline) or approx (chars / 4)
 
     def __post_init__(self) -> None:
-        if self.window_tokens < 1:
-            raise ValueError(f"window_tokens must be >= 1, got {self.window_tokens}")
+        require(self, window_tokens=(1, None))
 
 
 @dataclass(frozen=True)
@@ -159,9 +142,7 @@ class LongContextMemory(MemorySystem):
         )
         return BufferEntry(turn.id, text, tokens, entry_var)
 
-    def _trim(
-        self, buffer: deque[BufferEntry], total: int, turn: Turn, tracer: Tracer, trimmed: list[str]
-    ) -> int:
+    def _trim(self, buffer: deque[BufferEntry], total: int, turn: Turn, tracer: Tracer, trimmed: list[str]) -> int:
         """Drop the oldest entries until the buffer fits (keeping the newest); one traced operation."""
         before = total
         dropped: list[BufferEntry] = []
@@ -171,8 +152,7 @@ class LongContextMemory(MemorySystem):
             dropped.append(entry)
         outputs = [
             tracer.variable(
-                entry_name(e.turn_id), VarKind.BUFFER, "",
-                {"turn": e.turn_id, "deleted": True, "trimmed_at": turn.id},
+                entry_name(e.turn_id), VarKind.BUFFER, "", {"turn": e.turn_id, "deleted": True, "trimmed_at": turn.id},
             )
             for e in dropped
         ]
@@ -200,9 +180,7 @@ class LongContextMemory(MemorySystem):
             raise ReplayUnsupportedError(f"graph {graph.graph_id!r} holds no {CONTEXT_NAME} variable")
         return LongContextState(graph.graph_id, (), (), var.value, var.id)
 
-    def with_units(
-        self, state: LongContextState, units: Sequence[RestoredUnit], tracer: Tracer
-    ) -> LongContextState:
+    def with_units(self, state: LongContextState, units: Sequence[RestoredUnit], tracer: Tracer) -> LongContextState:
         """A copy whose buffer starts with `units` (restored entries are older than the live ones)."""
         context = SEPARATOR.join([*(u.text for u in units), state.context])
         context_var = tracer.variable(

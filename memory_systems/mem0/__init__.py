@@ -18,8 +18,7 @@ SPEC: MemorySystemSpec[Mem0Knobs] = MemorySystemSpec(
     replay=Replay.FULL,
     generous_knobs={"top_k": 1000},
     prior=WalkPrior(
-        first_kinds=frozenset({OpKind.EXTRACTION}),
-        then_kinds=frozenset({OpKind.UPDATE, OpKind.DELETION}),
+        first_kinds=frozenset({OpKind.EXTRACTION}), then_kinds=frozenset({OpKind.UPDATE, OpKind.DELETION}),
         skip_stages=frozenset({"search_similar"}),
     ),
     knob_worlds=(

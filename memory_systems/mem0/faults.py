@@ -21,8 +21,6 @@ from memtrace_loop.memory_systems.spec import (
 from memtrace_loop.pipeline.core.conventions import memory_name
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 
-__all__ = ["FAULTS", "evidence_units"]
-
 
 def evidence_units(graph: ExecutionGraph, turn_id: str) -> tuple[str, ...]:
     """Mem0 unit ids whose first version the evidence turn added."""
@@ -42,6 +40,5 @@ FAULTS: tuple[FaultPlan, ...] = (
     ReplyFault(FaultKind.EXTRACTION_DROP, (EditKind.DROP_FACTS,), "extract", "ExtractionError"),
     UnitChangeFault(FaultKind.UPDATE_OVERWRITE, "UPDATE", "memory_update", "UpdateError", evidence_units),
     UnitChangeFault(FaultKind.DELETION, "DELETE", "memory_delete", "DeletionError", evidence_units),
-    HideEvidenceFault(_hide),
-    WRONG_ANSWER,
+    HideEvidenceFault(_hide), WRONG_ANSWER,
 )

@@ -1,22 +1,8 @@
 """What a Mem0-shaped construction stage, called again, puts in memory that its recorded operation did not.
 
-Replay repairs a blamed LLM construction stage by calling its predictor again on the operation's
-recorded inputs (with a hint) and keeping what the new output adds. For the Mem0 graph shape (ours,
-`mem0/system.py`, and the real library's, `mem0ai/trace.py`: `extract_facts` turn -> `facts:<turn>`,
-`decide_updates` facts + similar -> `decision:<turn>`, `store` operations decision (+ old version) ->
-new version) that is:
-
-- an extraction: every fact of the new output that the recorded output does not hold (text compared
-  after trimming; the unit's source is the recorded facts variable);
-- a decision: every ADD / UPDATE text of the new decision (an ADD with text, an UPDATE of a memory it
-  was shown) that the store did not write on the recorded decision (so an action the store rejected or
-  mem0 dropped, written again in a form that applies, counts; source: the decision variable), and the
-  old version of every memory the recorded decision deleted or overwrote in the store that the new
-  decision leaves alone (source: that memory version).
-
-Only what the re-run wrote enters a unit: never the evidence turn, never the gold answer. The time of
-a new unit is the ISO time of the turn the operation read (an old version keeps its own). Pure
-functions over the graph; they call no LLM and know neither system's classes.
+For ours and mem0ai's graph shape: an extraction's new facts; a decision's ADD / UPDATE texts the store did
+not write, and old versions the recorded decision destroyed that the new one leaves alone. Only what the
+re-run wrote, dated by the turn. Pure functions over the graph; no LLM.
 """
 
 from __future__ import annotations
@@ -29,8 +15,6 @@ from typing import Any
 from memtrace_loop.memory_systems.base import ReplayUnsupportedError, RestoredUnit
 from memtrace_loop.pipeline.core.conventions import Namespace, OpStatus, is_in, key_of
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation, Variable
-
-__all__ = ["Action", "decision_units", "fact_units", "read_turn", "single_output"]
 
 _WRITES = ("ADD", "UPDATE")
 _OVERWRITES = ("UPDATE", "DELETE")
@@ -79,15 +63,10 @@ def fact_units(graph: ExecutionGraph, op: Operation, facts: Iterable[Any]) -> tu
 
 
 def decision_units(
-    graph: ExecutionGraph,
-    op: Operation,
-    new: Sequence[Action],
-    shown: Mapping[str, str],
+    graph: ExecutionGraph, op: Operation, new: Sequence[Action], shown: Mapping[str, str],
 ) -> tuple[RestoredUnit, ...]:
-    """What a re-run decision (`new`) writes that the store did not write on the recorded one, and the
-    old versions it keeps. `shown` maps each memory unit shown to the decision (its name key, `m3`)
-    to the key the decision names it by (the same for ours, "0", "1", ... for mem0's): an UPDATE of a
-    memory not shown writes nothing."""
+    """What a re-run decision (`new`) writes that the store did not write on the recorded one, and the old versions it
+    keeps."""
     decision = single_output(graph, op)
     time = str(read_turn(graph, op).meta.get("time", ""))
     written = _stored_texts(graph, decision.id)

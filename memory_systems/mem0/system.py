@@ -1,15 +1,7 @@
-"""The Mem0-style memory system.
+"""The Mem0-style memory system: extract (LLM) -> search similar -> decide (LLM) -> store; retrieve, respond.
 
-Per turn: `extract` (LLM) pulls atomic facts from the turn; each fact is embedded and the most similar
-existing memories are found; `decide` (LLM) chooses ADD / UPDATE / DELETE / NONE against them; the
-actions are applied to a vector store that keeps every version. At question time the question is
-embedded, the top-k memories are retrieved and `respond` (LLM) answers.
-
-Every step is traced: the LLM stages through `Tracer.stage`, the search and the store writes by
-declaring their data flow. A failed or unparsable LLM call becomes a failed operation and the turn
-(or question) goes on with an empty result. For replay's stage repair, `recorded_call` reads a
-stage's inputs back from its input variables and `repaired_units` what a re-run writes (`mem0.repair`).
-This module does not judge answers or log anything.
+Every step is traced; a failed or unparsable LLM call is a failed operation and the turn goes on empty.
+Stage repairs for replay are `mem0.repair`. It does not judge answers or log.
 """
 
 from __future__ import annotations
@@ -152,8 +144,7 @@ class Mem0Memory(MemorySystem):
         similar_var = tracer.variable(similar_name(turn.id), VarKind.RETRIEVED, lines)
         tracer.operation(
             "search_similar", "search_similar", OpKind.RETRIEVAL,
-            [facts_var, *(memory_var(u) for u in similar.values())], [similar_var],
-            meta={"k": self.knobs.similar_k},
+            [facts_var, *(memory_var(u) for u in similar.values())], [similar_var], meta={"k": self.knobs.similar_k},
         )
 
         with tracer.stage(
@@ -168,12 +159,7 @@ class Mem0Memory(MemorySystem):
             self._apply(action, turn, store, tracer, decision_var, vector_by_text.get(action.text.strip()))
 
     def _apply(
-        self,
-        action: MemoryAction,
-        turn: Turn,
-        store: InMemoryVectorStore,
-        tracer: Tracer,
-        decision_var: str,
+        self, action: MemoryAction, turn: Turn, store: InMemoryVectorStore, tracer: Tracer, decision_var: str,
         vector: np.ndarray | None,
     ) -> None:
         if action.event == "NONE":
@@ -183,9 +169,7 @@ class Mem0Memory(MemorySystem):
                 self._reject(action, "ADD without text", tracer, decision_var)
                 return
             unit = store.add(action.text.strip(), turn.time, vector)
-            out = tracer.variable(
-                memory_name(unit.id), VarKind.MEMORY, unit.text, {"time": unit.time, "turn": turn.id}
-            )
+            out = tracer.variable(memory_name(unit.id), VarKind.MEMORY, unit.text, {"time": unit.time, "turn": turn.id})
             tracer.operation("memory_add", STORE_STAGE, OpKind.EXTRACTION, [decision_var], [out])
             return
         old = store.get(action.id or "")

@@ -1,23 +1,8 @@
 """mem0's `llm` and `embedding_model`, served by our LM layer and our embedder.
 
-`LMBridge` stands in `memory.llm`: `generate_response(messages, response_format=None, **kw) -> str`
-sends mem0's exact chat messages through a stage predictor's DSPy LM (`lm(messages=...,
-response_format=...)`), so every mem0 call is counted by the `CallLedger`, retried, cached, bounded,
-stopped and redacted like our own stages' calls, and reaches the simulated world's stand-in (or an
-OpenAI-compatible endpoint, or `lm=local`) as any request does. Which stage a call serves is known
-from mem0 1.0.x's call order and shape: the extraction is a system + a user message, the update
-decision ONE user message. For an LM that asks for JSON-schema output (`lm=local` with
-`structured_output: json_schema`) the request carries the schema of mem0's reply shape for that stage
-(`{"facts": [...]}` / `{"memory": [...]}`); otherwise mem0's own `response_format` goes through.
-
-mem0 runs the call in a worker thread of its own; the bridge runs it under a copy of the context of
-the thread that called `add()` (`bind`), so DSPy settings the caller set (callbacks, usage tracking)
-apply as they would to a stage call. Any `Exception` from the LM is recorded and answered with ""
-(mem0 then goes on with no facts / no actions); a `BaseException` (our `RunStopped`, Ctrl-C)
-propagates and stops the run. Each call is reported to the `AddRecorder` with its messages and reply.
-
-`EmbedderBridge` stands in `memory.embedding_model`: `embed(text, memory_action=None)` is our
-`Embedder`'s vector as a list of floats. Neither holds an API key or logs a request.
+`LMBridge.generate_response` sends mem0's exact messages through a stage predictor's DSPy LM (counted,
+retried, cached, redacted), under the caller's context (`bind`); an `Exception` is recorded and answered
+with "", a `BaseException` propagates. `EmbedderBridge.embed` is our embedder's vector. No key, no logging.
 """
 
 from __future__ import annotations
@@ -32,8 +17,6 @@ from dspy.clients import _deprecation as _dspy_deprecation
 from memtrace_loop.memory_systems.mem0ai.observers import AddRecorder, LMCall
 from memtrace_loop.memory_systems.mem0ai.schemas import response_format_for
 from memtrace_loop.pipeline.backends.embeddings import Embedder
-
-__all__ = ["EXTRACTION", "UPDATE", "EmbedderBridge", "LMBridge", "call_stage_lm", "stage_of"]
 
 EXTRACTION = "fact_extraction"
 UPDATE = "update_memory"

@@ -1,14 +1,7 @@
 """Where the attribution benchmark's faults land in `memory_system=mem0ai` (its `SPEC.faults`).
 
-mem0's replies have their own shapes, so its decision faults use the reply edits made for them
-(`experiments.lab.benchmark.edits`): an UPDATE that overwrites a still-needed fact and a DELETE of the evidence
-unit are written under the id mem0 SHOWS the unit as ("0", "1", ... in the update request; mem0 applies
-no other), at the first later decision that is shown it; a dropped action turns the evidence turn's ADDs
-into UPDATEs of an id mem0 never showed, which mem0 drops with a logged error (the truth is the
-decision). The extraction drop edits the `{"facts": [...]}` reply; the retrieval miss hides the
-evidence units from `memory.search` (`Mem0aiMemory.without_units`). The units the evidence turn added
-are the first versions of `memory:<unit>` whose `turn` meta is the turn, as in the Mem0-style system.
-It injects nothing itself (`experiments.lab.benchmark.injection` does).
+Decision faults are reply edits under the ids mem0 shows; the extraction drop edits the facts reply; the
+retrieval miss hides the evidence units from `memory.search`.
 """
 
 from __future__ import annotations
@@ -27,8 +20,6 @@ from memtrace_loop.memory_systems.spec import (
     UnitChangeFault,
 )
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
-
-__all__ = ["FAULTS"]
 
 
 def _hide(system: MemorySystem, graph: ExecutionGraph, turn_id: str) -> MemorySystem | None:

@@ -1,30 +1,8 @@
-"""The mem0 config fragment: a prompt set's mem0 hook texts as a mem0 user pastes them into `Memory.from_config`.
+"""The mem0 config fragment: a prompt set's hook texts as a mem0 user passes them to `Memory.from_config`.
 
-`MEM0_CONFIG_FRAGMENT` is the `PromptFormat` (`pipeline.core.prompt_formats`) that `memory_system=mem0ai`
-declares. Written (`mem0_config.yaml` and `mem0_config.json`, the same document), it holds:
-
-    format: mem0ai-config-fragment
-    mem0ai_version: 1.0.11          # the installed mem0ai it was made for
-    note: ...                       # {session_date} is the date placeholder: replace it first
-    source_run: <run id or null>
-    config:                         # only mem0's own config keys, ready for Memory.from_config
-      custom_fact_extraction_prompt: ...
-      custom_update_memory_prompt: ...
-
-Only the hook stages (`hooks.HOOK_BY_STAGE`) go in `config`: our answer stage `respond` and the knob
-`top_k` (mem0's `search(limit=...)`) are not mem0 config keys and stay in our own export. The
-extraction text keeps its date line as `Today's date is {session_date}.`: mem0 uses a custom
-extraction prompt verbatim, so a user replaces the placeholder with the date (mem0's own default writes
-the day of import) before passing the texts on.
-
-Read back (`prompts=mem0_config.yaml`) it gives the hook stages only, so a run loading it changes
-nothing but the hooks. Every key under `config` must be a field of the installed mem0's
-`MemoryConfig` (mem0 silently ignores keys it does not know, e.g. 2.x's `custom_instructions` under
-1.0.x): a key it lacks is a `PromptFileError` naming the file, the key and the installed version; a
-mem0 key that is not a hook is refused the same way; a fragment made for another mem0ai version whose
-keys all exist loads with a logged warning.
-
-It builds no `Memory` and runs nothing.
+`MEM0_CONFIG_FRAGMENT` (a `PromptFormat`) writes `mem0_config.yaml` / `.json` (only mem0's hook keys, the
+date line as `{session_date}`) and reads one back as the hook stages; a key the installed `MemoryConfig`
+lacks, or a non-hook key, is a `PromptFileError`; another mem0ai version warns. It builds no `Memory`.
 """
 
 from __future__ import annotations
@@ -38,8 +16,6 @@ from memtrace_loop.memory_systems.mem0ai.hooks import DATE_PLACEHOLDER, HOOK_BY_
 from memtrace_loop.pipeline.core.prompt_files import ExportedPrompts, NonBlank, PromptFileError, dump_document
 from memtrace_loop.pipeline.core.records import PromptSet
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
-
-__all__ = ["FILE_STEM", "FORMAT_ID", "MEM0_CONFIG_FRAGMENT", "Mem0ConfigFragment", "mem0_config_keys"]
 
 logger = logging.getLogger(__name__)
 

@@ -1,20 +1,8 @@
-"""The real `mem0ai` library's prompt hooks: which of our stages each one is, and their default texts.
+"""The real `mem0ai` library's two prompt hooks: our stages, and their default texts.
 
-mem0 1.0.x takes two prompt texts from its config: `custom_fact_extraction_prompt` (replaces the whole
-system prompt of the extraction call; the reply must be `{"facts": [...]}`) and
-`custom_update_memory_prompt` (replaces the head of the update call's one user message; mem0 appends
-the memories, the facts, the JSON reply schema and its rules). Those are the stages `fact_extraction`
-and `update_memory` of `memory_system=mem0ai`; their starting texts are the installed library's own
-defaults: `USER_MEMORY_EXTRACTION_PROMPT` (the user variant: we feed every turn as a user message and
-never pass an `agent_id`, so mem0 itself would choose it) and `DEFAULT_UPDATE_MEMORY_PROMPT`.
-
-mem0 writes "Today's date is <the day of import>." into its extraction prompts. In our prompt sets that
-line reads `Today's date is {session_date}.` and the adapter fills in the date of the session a turn
-belongs to (`with_session_date`), so texts, cache keys and registry versions never depend on the day
-a run happens. Importing mem0 goes through `import_mem0`, which first turns its telemetry off and points
-`MEM0_DIR` away from `~/.mem0` unless the caller already chose (both are read at import time).
-
-It builds no `Memory` and traces nothing (`memory_systems.mem0ai.system` does).
+`fact_extraction` and `update_memory` start from mem0's own defaults, with the date line as
+`Today's date is {session_date}.` (filled per turn by `with_session_date`, so nothing depends on the day of
+a run). `import_mem0` turns telemetry off and keeps `MEM0_DIR` away from `~/.mem0` first.
 """
 
 from __future__ import annotations
@@ -25,16 +13,6 @@ import re
 import tempfile
 from collections.abc import Mapping
 from types import MappingProxyType, ModuleType
-
-__all__ = [
-    "DATE_PLACEHOLDER",
-    "HOOK_BY_STAGE",
-    "Mem0MissingError",
-    "default_hooks",
-    "import_mem0",
-    "installed_version",
-    "with_session_date",
-]
 
 # our stage name -> the mem0 config key holding its text
 HOOK_BY_STAGE: Mapping[str, str] = MappingProxyType({

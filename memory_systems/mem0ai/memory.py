@@ -1,40 +1,31 @@
-"""Building one unmodified `mem0.Memory` per conversation, in a folder of its own.
+"""One unmodified `mem0.Memory` per conversation, in a folder of its own.
 
-`open_memory(folder, embedder, recorder)` is `Memory.from_config` with a local Qdrant at
-`<folder>/qdrant` (`on_disk: true`: mem0 1.0.5 deletes a local path at init otherwise), the SQLite
-history at `<folder>/history.db` and `embedding_model_dims` = our embedder's `dim`. The config names
-mem0's built-in `openai` providers (from_config accepts only built-in names) with an obviously fake
-placeholder key, needed only for their construction: no request is ever sent with it, because
-`memory.llm` and `memory.embedding_model` are then replaced by our `LMBridge` and `EmbedderBridge`,
-and the recorder's wrappers are installed. The key is never logged or traced.
-
-`new_folder(label)` is a fresh folder under `MEM0_DIR` (or the temp dir), named by the label's safe
-stem (`pipeline.core.safe_names.file_stem`: a conversation id never leads outside it): local Qdrant
-allows one client per path, so every state (a conversation's memory, a replay's rebuilt one) has its own.
-`close_memory` releases the Qdrant client and the SQLite connection and removes the folder.
-
-mem0 logs several INFO lines per `add` (with the memories' text); unless the `mem0` logger was given a
-level of its own, it is set to WARNING, so a run's log keeps mem0's warnings and errors (its silent
-decisions, which the adapter also records) without one line per store call.
-
-It traces nothing and decides nothing about turns (`memory_systems.mem0ai.system`).
+`open_memory` is `Memory.from_config` with a local Qdrant and SQLite history, a fake placeholder key
+(never used: `llm` and `embedding_model` are replaced by our bridges); `new_folder`, `close_memory`. mem0's
+per-add INFO lines are silenced to WARNING unless its logger has a level. For replay, `live_units_of(graph)` and
+`insert_units` put units straight into a fresh store (our embeddings, mem0's payload, uuid5 ids), no LLM.
+It traces nothing.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import shutil
 import tempfile
+import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from memtrace_loop.memory_systems.mem0ai.bridge import EmbedderBridge, LMBridge
 from memtrace_loop.memory_systems.mem0ai.hooks import import_mem0
 from memtrace_loop.memory_systems.mem0ai.observers import MEM0_LOGGER, AddRecorder
+from memtrace_loop.memory_systems.mem0ai.trace import LiveUnit
 from memtrace_loop.pipeline.backends.embeddings import Embedder
+from memtrace_loop.pipeline.core.conventions import Namespace, key_of, prefix
+from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.safe_names import file_stem
-
-__all__ = ["COLLECTION", "PLACEHOLDER_KEY", "close_memory", "new_folder", "open_memory"]
 
 COLLECTION = "memtrace"
 # mem0's openai providers want a key to construct; this one is never sent anywhere (both are replaced)
@@ -92,3 +83,47 @@ def close_memory(memory: Any, folder: str) -> None:
             client.close()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+_NAMESPACE = uuid.UUID("6f1d4c1e-2b7a-4c55-9a57-0d7f2f4e6a10")
+
+
+def unit_number(name: str) -> int:
+    """`m12` -> 12 (0 for a name of another shape)."""
+    digits = name.lstrip("m")
+    return int(digits) if digits.isdigit() else 0
+
+
+def live_units_of(graph: ExecutionGraph) -> tuple[tuple[LiveUnit, ...], int]:
+    """The units live at question time in `graph` (unit order) and how many units were ever created."""
+    names = sorted((key_of(n, Namespace.MEMORY) for n in graph.names(prefix(Namespace.MEMORY))), key=unit_number)
+    units = []
+    for name in names:
+        latest = graph.latest(f"{prefix(Namespace.MEMORY)}{name}")
+        if latest is None or latest.meta.get("deleted") or not latest.value:
+            continue
+        units.append(LiveUnit(
+            name, str(latest.meta.get("mem0_id", "")), latest.id, latest.value,
+            str(latest.meta.get("time", "")), str(latest.meta.get("turn", "")),
+        ))
+    return tuple(units), max((unit_number(n) for n in names), default=0)
+
+
+def insert_units(memory: Any, embedder: Embedder, user_id: str, units: Sequence[LiveUnit]) -> tuple[LiveUnit, ...]:
+    """Write `units` into `memory`'s store (one batch); returns them with the mem0 ids they got."""
+    if not units:
+        return ()
+    placed = tuple(
+        LiveUnit(u.name, str(uuid.uuid5(_NAMESPACE, f"{user_id}/{u.name}")), u.var, u.text, u.time, u.turn)
+        for u in units
+    )
+    vectors = embedder.embed([u.text for u in placed])
+    payloads = [
+        {"data": u.text, "hash": hashlib.md5(u.text.encode()).hexdigest(), "user_id": user_id,
+         "session_date": u.time[:10], "turn": u.turn}
+        for u in placed
+    ]
+    memory.vector_store.insert(
+        vectors=[[float(x) for x in row] for row in vectors], ids=[u.mem0_id for u in placed], payloads=payloads
+    )
+    return placed

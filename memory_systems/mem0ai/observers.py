@@ -1,21 +1,8 @@
 """Watching an unmodified `mem0.Memory` work: the raw events of one `add()`, without editing mem0.
 
-`AddRecorder.install(memory)` puts instance-attribute wrappers on the objects a `Memory` holds (the
-class and module code stay as installed): `embedding_model.embed`, `vector_store.{search, insert,
-update, delete, get, list}` and `db.{add_history, batch_add_history}` (where the installed version has
-it). While `recorder.recording()` is open, every call of those appends an event (what was asked and
-what came back) to the record of that `add()`; a logging handler on the `mem0` logger adds the
-library's silent decisions (invalid JSON, "Error processing memory action", an empty reply: the
-warnings and errors it logs and goes on). The LLM calls are reported by the LM bridge itself
-(`memory_systems.mem0ai.bridge`), which knows their outcome (an exception it turned into "").
-
-mem0 1.0.x runs `add()` in a ThreadPoolExecutor of its own without copying the caller's context, so
-nothing here uses ContextVars: the record is the recorder's (one per `Memory`, whose adds are
-sequential), and log records are told apart by the ident of the threads that touched the wrapped
-objects during this add (the logging handler sees every thread of the process).
-
-It writes no graph (`memory_systems.mem0ai.trace` turns a record into graph variables and operations
-on the calling thread, after `add()` returned) and builds no `Memory` (`memory_systems.mem0ai.memory`).
+`AddRecorder.install` wraps instance attributes (embedder, vector store, history db); while `recording()`,
+every call is an event, and a handler on the `mem0` logger adds its silent decisions (told apart by thread
+ident: mem0's pool does not copy contexts). It writes no graph and builds no `Memory`.
 """
 
 from __future__ import annotations
@@ -28,10 +15,6 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
-
-__all__ = [
-    "AddRecorder", "EmbedCall", "Event", "HistoryRow", "LMCall", "LogLine", "SearchCall", "StoreCall",
-]
 
 MEM0_LOGGER = "mem0"
 

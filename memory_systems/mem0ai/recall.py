@@ -1,25 +1,8 @@
-"""Calling one of mem0's two LLM stages again, outside `add()`, exactly as mem0 1.0.x called it.
+"""Calling one of mem0's two LLM stages again, outside `add()`, exactly as mem0 1.0.x called it (replay).
 
-Replay repairs a blamed stage by calling its predictor again on the operation's recorded inputs with a
-hint added to the instruction. mem0 never runs our predictors: it builds its own chat messages around
-the hook text. So the predictors of `memory_system=mem0ai` are `Mem0StagePredict`s, whose call builds
-those messages with mem0's own functions from the stage's instruction (`signature.instructions`, the
-hook text in force, hint included) and the keyword inputs, sends them through the predictor's LM the
-way the bridge does (`bridge.call_stage_lm`) and reads the reply as mem0 reads it:
-
-- `fact_extraction(conversation=..., session_date=...)`: system = the instruction with its date line
-  set to `session_date` (`hooks.with_session_date`), user = `conversation` (mem0's "Input:\\n" +
-  `parse_messages` lines), both through mem0's `ensure_json_instruction`; the reply's `facts`, through
-  mem0's `normalize_facts` (what mem0 embeds and searches, the recorded `facts:<turn>`).
-- `update_memory(existing_memories=..., new_facts=...)`: ONE user message,
-  `get_update_memory_messages(<the memories as [{"id", "text"}]>, new_facts, instruction)`; the reply's
-  `memory` list as mem0 parsed it (the recorded `decision:<turn>`).
-
-A reply mem0 could not read raises `ValueError` (a failed call, as a DSPy adapter's parse error is).
-`recorded_inputs(graph, op)` rebuilds those keyword inputs from a traced `extract_facts` /
-`decide_updates` operation: the turn variable's speaker and text, the operation's `session_date`, the
-similar memories' `[i] text` lines and the facts list. What mem0 did with the actions afterwards
-(the store) is not re-run here (`mem0.repair` reads what a new decision would write).
+`Mem0StagePredict` builds mem0's own messages from the stage's instruction (hint included) and the inputs,
+sends them through the predictor's LM as the bridge does and reads the reply as mem0 does (`ValueError`
+when mem0 could not); `recorded_inputs` rebuilds those inputs from a traced operation. No store re-run.
 """
 
 from __future__ import annotations
@@ -36,8 +19,6 @@ from memtrace_loop.memory_systems.mem0ai.hooks import import_mem0, with_session_
 from memtrace_loop.memory_systems.mem0ai.trace import parse_reply
 from memtrace_loop.memory_systems.signatures import render_turn
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation
-
-__all__ = ["Mem0StagePredict", "memories_of", "recorded_inputs"]
 
 _JSON_OBJECT = {"type": "json_object"}  # what mem0 1.0.x sends with both calls
 

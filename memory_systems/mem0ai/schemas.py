@@ -1,16 +1,7 @@
-"""mem0's two reply shapes as JSON schemas, and the `response_format` each mem0 LLM call sends.
+"""mem0's two reply shapes as JSON schemas, the `response_format` each mem0 call sends, parse failures.
 
-mem0 1.0.x reads `{"facts": [string, ...]}` from its extraction call and `{"memory": [{"id", "text",
-"event", "old_memory"}, ...]}` (event one of ADD / UPDATE / DELETE / NONE) from its update call, and
-asks for them with `response_format={"type": "json_object"}` only. An LM that asks for JSON-schema
-constrained output (`lm.<role>.structured_output: json_schema`, `asks_for_json_schema`: `lm=local`'s
-default) gets the stage's schema instead (`{"type": "json_schema", "json_schema": {"name", "schema"}}`,
-which llama.cpp server, vLLM, Ollama and OpenAI constrain decoding to); every other LM gets what mem0
-asked for, unchanged. Keys are the stage names of `memory_system=mem0ai` (`hooks.HOOK_BY_STAGE`).
-
-It also says which recorded failure of a mem0 stage means "the reply did not parse" (`is_parse_failure`,
-on the error texts `memory_systems.mem0ai.trace` writes), for the local-model benchmark and its test.
-It calls no LM and builds no request.
+An LM asking for JSON-schema output gets the stage's schema; every other LM gets mem0's own request.
+`is_parse_failure` reads the error texts `trace` writes. It calls no LM.
 """
 
 from __future__ import annotations
@@ -20,9 +11,6 @@ from types import MappingProxyType
 from typing import Any
 
 from memtrace_loop.pipeline.backends.structured_output import asks_for_json_schema
-
-__all__ = ["ACTIONS_SCHEMA", "FACTS_SCHEMA", "PARSE_FAILURE_MARKS", "SCHEMA_BY_STAGE", "is_parse_failure",
-           "response_format_for"]
 
 FACTS_SCHEMA: Mapping[str, Any] = MappingProxyType({
     "type": "object",

@@ -1,32 +1,8 @@
 """The simulated world's answers to the real `mem0ai` library's two LLM requests (`STAGES`).
 
-`memory_system=mem0ai` runs the unmodified library, so its LLM calls are mem0's own chat messages, not
-DSPy adapter requests. Its two rows recognize them by the structure mem0 1.0.x gives them around any
-prompt text (never by our wording, never by the default prompts' text) and answer in mem0's JSON shapes
-with the world's own extract and decide behaviour (`pipeline.sim.handlers`):
-
-- `fact_extraction`: two messages, a system prompt (the hook text) and a user message starting
-  "Input:\\n" followed by `mem0.memory.utils.parse_messages` lines ("user: <Speaker>: <text>"). The
-  extract-stage rules are read from the system prompt (`rules_in`), the session date from its "Today's
-  date is ..." line (without it relative dates cannot be resolved), every user line is a turn for
-  `extract_facts` (assistant and system lines are not mined, as mem0's extraction does). The reply is
-  `{"facts": [...]}` only when the prompt states that shape (it names "facts" and JSON); otherwise a
-  real model has no reason to pick that key: the facts come under another key (or as prose when the
-  prompt never says JSON), mem0 cannot parse them and the turn's facts are lost.
-- `update_memory`: one user message holding mem0's fixed appended text ("The new retrieved facts are
-  mentioned in the triple backticks" ... "You must return your response in the following JSON structure
-  only"), which `get_update_memory_messages` puts after any custom prompt. The memory list (a Python
-  repr of `[{'id': '0', 'text': ...}]`) and the facts (a Python list) are read with
-  `ast.literal_eval`; the decide-stage rules from the message with those two data blocks cut out. The
-  reply is `{"memory": [{"id", "text", "event", "old_memory"}]}`: ADD with a new id, UPDATE with the
-  existing id and `old_memory`, DELETE and NONE with the existing id and its text (mem0 1.0.x skips an
-  action whose `text` is empty).
-
-Mistakes come from missing rules exactly as in the world's own stages; a double-quoted span in the prompt
-(a hint naming information to keep) acts as on the world's own rows (`pipeline.sim.hints`; the JSON
-strings of mem0's default prompts are not quotes). Both rows are construction rows
-(the paraphrasing world paraphrases what they write). This module belongs to the simulated world (it is
-reached through `SPEC.sim` only); it imports neither mem0 nor the adapter.
+Both rows recognize mem0 1.0.x's message structure (never our wording) and answer in mem0's JSON shapes with
+the world's own extract and decide behaviour; the `{"facts": ...}` shape only when the prompt states it.
+Part of the simulated world (reached through `SPEC.sim`); it imports neither mem0 nor the adapter.
 """
 
 from __future__ import annotations
@@ -43,23 +19,12 @@ from memtrace_loop.pipeline.sim.protocol import StageRequest
 from memtrace_loop.pipeline.sim.rules import RULES, rules_in
 from memtrace_loop.pipeline.sim.stages import ForeignFormat, SimStage
 
-__all__ = [
-    "STAGES",
-    "extraction_handler",
-    "read_extraction",
-    "read_update",
-    "update_handler",
-    "write_extraction",
-    "write_update",
-]
-
 # mem0 1.0.x's fixed structure (mem0/memory/main.py `_add_to_vector_store`, mem0/configs/prompts.py)
 INPUT_HEAD = "Input:\n"
 FACTS_MARKER = "The new retrieved facts are mentioned in the triple backticks."
 SCHEMA_MARKER = "You must return your response in the following JSON structure only"
 MEMORY_MARKERS = (
-    "Below is the current content of my memory which I have collected till now.",
-    "Current memory is empty.",
+    "Below is the current content of my memory which I have collected till now.", "Current memory is empty.",
 )
 FENCE = "```"
 _ROLE_LINE = re.compile(r"^(?P<role>user|assistant|system): ?(?P<text>.*)$")
@@ -86,8 +51,7 @@ def _content(message: dict[str, Any]) -> str:
 
 
 def _role_lines(body: str) -> list[tuple[str, str]] | None:
-    """parse_messages lines as (role, text); a line without a role prefix continues the previous one.
-    None when the body does not start with a role line."""
+    """parse_messages lines as (role, text); a line without a role prefix continues the previous one."""
     lines: list[tuple[str, str]] = []
     for raw in body.splitlines():
         match = _ROLE_LINE.match(raw)
@@ -115,10 +79,8 @@ def read_extraction(messages: list[dict[str, Any]]) -> StageRequest | None:
     day = parse_date(dated.group("date")) if dated else None
     turns = [text.strip() for role, text in lines if role == "user" and text.strip()]
     return StageRequest(
-        instruction=system,
-        output_types={"facts": "list[str]"},
-        inputs={"turns": json.dumps(turns), "session_date": human(day) if day else ""},
-        json_mode=True,
+        instruction=system, output_types={"facts": "list[str]"},
+        inputs={"turns": json.dumps(turns), "session_date": human(day) if day else ""}, json_mode=True,
     )
 
 
@@ -212,10 +174,8 @@ def read_update(messages: list[dict[str, Any]]) -> StageRequest | None:
     if mem_begin >= 0:  # ... and without its memories: the rules are in the words around the data
         instruction = text[:mem_begin] + text[mem_end: facts_block[1]] + text[facts_block[2]:]
     return StageRequest(
-        instruction=instruction,
-        output_types={"actions": "list[dict]"},
-        inputs={"memories": json.dumps(memories), "new_facts": json.dumps(facts)},
-        json_mode=True,
+        instruction=instruction, output_types={"actions": "list[dict]"},
+        inputs={"memories": json.dumps(memories), "new_facts": json.dumps(facts)}, json_mode=True,
     )
 
 

@@ -1,31 +1,12 @@
 """`memory_system=mem0ai`: the real, unmodified `mem0ai` 1.0.x library behind our memory-system contract.
 
-How a conversation is fed (mem0 1.0.x has no timestamp argument and extracts facts only from user
-messages): one `Memory` per conversation (its own local Qdrant folder and SQLite history,
-`memory_systems.mem0ai.memory`), `user_id` = the conversation id, and ONE `add()` per turn with
-`messages=[{"role": "user", "content": "<Speaker>: <text>"}]` and `metadata={"session_date":
-"YYYY-MM-DD", "turn": <turn id>}`. We never pass an `agent_id`, so mem0 itself would pick its user
-extraction prompt (`USER_MEMORY_EXTRACTION_PROMPT`), whose text is our starting `fact_extraction`
-prompt. Before each add the adapter sets `memory.config.custom_fact_extraction_prompt` to the
-`fact_extraction` stage's text with the turn's session date in its "Today's date is ..." line
-(`hooks.with_session_date`) and `memory.config.custom_update_memory_prompt` to the `update_memory`
-stage's text: so the prompt set is mem0's two hooks plus our `respond` stage, and nothing depends on
-the day a run happens.
-
-mem0's two LLM calls per add go through the stage predictors' DSPy LMs (`bridge.LMBridge`), its
-embeddings through our embedder; the steps of each add are observed without editing mem0
-(`observers.AddRecorder`) and written into the graph on the calling thread after `add()` returns
-(`trace.AddTrace`), with the Mem0-style system's graph shape. At question time `memory.search(question,
-user_id=..., limit=ranked_depth(top_k))` is the retrieval: its first `top_k` hits are the context, the
-rest are recorded as near misses; then our shared `respond` stage answers.
-
-The state of a conversation (`Mem0aiState`) names its folder and holds its `Memory`; it is shared
-read-only among threads and iterations (the memory cache), so searches on one state are serialized by
-its lock; the folder is removed when the state is garbage collected. Replay: `restore(graph)` is a
-fresh state whose store holds every unit live at question time, inserted directly with our embeddings
-(no LLM); `with_units` copies a state's units into a new one and adds the restored ones. A stage
-repair calls a stage again with mem0's own messages (`recorded_call`: `recall`; `repaired_units`:
-`mem0.repair`, the same graph shape).
+One `Memory` per conversation and one `add()` per turn (a user message `<Speaker>: <text>`, the session date
+in metadata); before each add mem0's two prompt hooks are set from our stages (`hooks.with_session_date`).
+Its LLM and embedder go through ours (`bridge`), its steps are observed (`observers`) and traced on the
+calling thread (`trace`); `memory.search` is the retrieval (first `top_k` hits the context, the rest near
+misses), our `respond` answers. `restore` / `with_units` rebuild stores without an LLM for replay.
+`FactExtraction` / `UpdateMemory` declare the two mem0 stages (instructions: the hook texts; never run through
+a DSPy adapter: mem0 builds its own messages, `recall` rebuilds them for replay).
 """
 
 from __future__ import annotations
@@ -35,9 +16,10 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Literal
 
 import dspy
+import pydantic
 from memtrace_loop.memory_systems.answering import RESPOND_STAGE, record_query, record_retrieval
 from memtrace_loop.memory_systems.base import MemorySystem, RecordedCall, RestoredUnit, Retrieved, ranked_depth
 from memtrace_loop.memory_systems.mem0.repair import Action, decision_units, fact_units, read_turn
@@ -48,11 +30,15 @@ from memtrace_loop.memory_systems.mem0ai.hooks import (
     installed_version,
     with_session_date,
 )
-from memtrace_loop.memory_systems.mem0ai.memory import close_memory, new_folder, open_memory
+from memtrace_loop.memory_systems.mem0ai.memory import (
+    close_memory,
+    insert_units,
+    live_units_of,
+    new_folder,
+    open_memory,
+)
 from memtrace_loop.memory_systems.mem0ai.observers import AddRecorder
 from memtrace_loop.memory_systems.mem0ai.recall import Mem0StagePredict, recorded_inputs
-from memtrace_loop.memory_systems.mem0ai.restore import insert_units, live_units_of
-from memtrace_loop.memory_systems.mem0ai.signatures import FactExtraction, UpdateMemory
 from memtrace_loop.memory_systems.mem0ai.trace import SEARCH_STAGE, STORE_STAGE, AddTrace, LiveUnit, UnitBook
 from memtrace_loop.memory_systems.signatures import AnswerQuestion, render_context_line
 from memtrace_loop.memory_systems.stages import StageRepair, StageSpec
@@ -63,13 +49,36 @@ from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import Conversation, Question, Turn
 from memtrace_loop.pipeline.core.tracing import Tracer
 
-__all__ = ["Mem0aiKnobs", "Mem0aiMemory", "Mem0aiState"]
+
+class Mem0Action(pydantic.BaseModel):
+    """One entry of mem0's update reply `{"memory": [...]}`: `id` is "0", "1", ... (the memories shown)."""
+
+    id: str = ""
+    text: str = ""
+    event: Literal["ADD", "UPDATE", "DELETE", "NONE"] = "NONE"
+    old_memory: str | None = None
+
+
+class FactExtraction(dspy.Signature):
+    """mem0's fact extraction prompt (replaced at build by the installed library's default)."""
+
+    conversation: str = dspy.InputField(desc="mem0's user message: `Input:\\nuser: <Speaker>: <text>`")
+    session_date: str = dspy.InputField(desc="the turn's session date (YYYY-MM-DD), for the `Today's date` line")
+    facts: list[str] = dspy.OutputField(desc='the facts, replied as the JSON object {"facts": [...]}')
+
+
+class UpdateMemory(dspy.Signature):
+    """mem0's update memory prompt (replaced at build by the installed library's default)."""
+
+    existing_memories: str = dspy.InputField(desc="the similar memories mem0 found, with ids 0, 1, ...")
+    new_facts: list[str] = dspy.InputField(desc="the facts just extracted")
+    actions: list[Mem0Action] = dspy.OutputField(desc='replied as the JSON object {"memory": [...]}')
+
 
 
 @dataclass(frozen=True)
 class Mem0aiKnobs:
-    """The knobs mem0 exposes to us: `top_k`, the `limit` of `memory.search` at question time. (mem0
-    1.0.x's per-fact similarity search has a hard-coded limit of 5: not a knob.)"""
+    """The knobs mem0 exposes to us: `top_k`, the `limit` of `memory.search` at question time."""
 
     top_k: int = 10  # memories retrieved for answering
 

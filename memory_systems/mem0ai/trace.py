@@ -1,32 +1,10 @@
-"""One mem0 `add()` (its recorded events) as graph variables and operations, with our conventions.
+"""One mem0 `add()` (its recorded events) as graph operations with the Mem0-style system's shape.
 
-`AddTrace(tracer, units, prompts).write(turn, events)` runs ON THE CALLING THREAD after `add()`
-returned, and records, in the order mem0 did the work (the shape of the Mem0-style system, so the
-lineage attributor, replay, the report and the benchmark read it unchanged):
-
-| operation | stage | kind | inputs -> outputs |
-|---|---|---|---|
-| `extract_facts` | `fact_extraction` (LLM) | extraction | turn -> `facts:<turn>` |
-| `search_similar` | `search_similar` | retrieval | facts + the memory versions mem0 found -> `similar:<turn>` |
-| `decide_updates` | `update_memory` (LLM) | update | facts + similar -> `decision:<turn>` |
-| `memory_add` / `_update` / `_delete` | `store` | extraction / update / deletion | decision (+ old) -> new version |
-
-The facts are the texts mem0 embedded and searched for (one vector-store search each, limit 5 in
-1.0.x); the similar memories are shown as mem0 showed them to the decision (`[0] text`, ids renamed
-"0", "1", ... in first-hit order). Every action of the decision is replayed the way mem0 1.0.x's loop
-treats it: an action without text is skipped, an UPDATE/DELETE whose id is not one of the memories
-shown (a hallucinated "99") or whose memory is gone is dropped (mem0 logs "Error processing memory
-action" and goes on), an unknown event is ignored, NONE changes nothing (and is not recorded, as in the
-Mem0-style system). Each action that should have reached the store but did not is a FAILED `store`
-operation (of the kind the write would have had) whose input is the decision, so the attributor can
-blame the decision. The effects that did
-reach the store are the vector store's insert/update/delete calls, checked against the rows mem0 wrote
-to its history table; memory units are named `m1`, `m2`, ... in creation order per conversation
-(mem0's uuid4 is in the unit's meta, never in a name). A failed LLM call, an empty reply or a reply
-mem0 could not parse is a FAILED LLM operation (error and raw output in meta) whose output is recorded
-empty. No wall-clock time enters the graph: a unit's `time` is the turn's session time.
-
-It calls no LLM and touches no store (the recorder collected everything).
+`AddTrace(...).write(turn, events)` runs on the calling thread after `add()` returned: `extract_facts`,
+`search_similar`, `decide_updates` and `store` operations, each decision action replayed as mem0 1.0.x
+treats it (an action that should have reached the store but did not is a FAILED `store` operation fed by
+the decision). Units are named `m1`, `m2`, ... per conversation; no wall-clock time enters the graph.
+It calls no LLM and touches no store.
 """
 
 from __future__ import annotations
@@ -54,8 +32,6 @@ from memtrace_loop.pipeline.core.conventions import (
 from memtrace_loop.pipeline.core.graph import Usage
 from memtrace_loop.pipeline.core.records import Turn
 from memtrace_loop.pipeline.core.tracing import MAX_RAW_CHARS, Tracer
-
-__all__ = ["SEARCH_STAGE", "STORE_STAGE", "AddTrace", "LiveUnit", "UnitBook", "parse_reply"]
 
 STORE_STAGE = "store"
 SEARCH_STAGE = "search_similar"
@@ -189,9 +165,7 @@ class AddTrace:
             status=OpStatus.OK if call.ok else OpStatus.FAILED, error=call.error, usage=Usage(calls=1), meta=meta,
         )
 
-    def _record_search(
-        self, turn: Turn, facts_var: str, searches: Sequence[SearchCall]
-    ) -> tuple[str, dict[str, str]]:
+    def _record_search(self, turn: Turn, facts_var: str, searches: Sequence[SearchCall]) -> tuple[str, dict[str, str]]:
         """The `search_similar` operation; returns the similar variable and mem0's "0", "1", ... -> mem0 id."""
         shown: dict[str, str] = {}  # mem0 id -> text, in first-hit order (mem0's dedup)
         for search in searches:
@@ -259,9 +233,7 @@ def _rejected(action: Any, temp_ids: Mapping[str, str]) -> str | None:
     return None
 
 
-def _record_write(
-    trace: AddTrace, turn: Turn, decision_var: str, write: StoreCall, history: deque[HistoryRow]
-) -> None:
+def _record_write(trace: AddTrace, turn: Turn, decision_var: str, write: StoreCall, history: deque[HistoryRow]) -> None:
     tracer, units = trace.tracer, trace.units
     row = next((r for r in history if r.mem0_id == write.mem0_id), None)
     if row is not None:
@@ -279,9 +251,7 @@ def _record_write(
     if write.op == "update":
         text = (row.new if row is not None else None) or write.text or ""
         var = tracer.variable(memory_name(old.name), VarKind.MEMORY, text, meta)
-        tracer.operation(
-            "memory_update", STORE_STAGE, OpKind.UPDATE, [decision_var, old.var], [var], meta=op_meta
-        )
+        tracer.operation("memory_update", STORE_STAGE, OpKind.UPDATE, [decision_var, old.var], [var], meta=op_meta)
         units.put(LiveUnit(old.name, write.mem0_id, var, text, turn.time, turn.id))
         return
     var = tracer.variable(memory_name(old.name), VarKind.MEMORY, "", {**meta, "deleted": True})

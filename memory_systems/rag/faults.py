@@ -1,10 +1,6 @@
 """Where the attribution benchmark's faults land in the RAG system (its `SPEC.faults`).
 
-- chunk split: `max_chunk_tokens` set to about a half, then a third, of the evidence turn's tokens
-  (plus room for the speaker prefix), so a chunk boundary splits the turn; the truth is the `chunk`
-  operation that read the turn and wrote a chunk marked as splitting it.
-- retrieval miss: the chunks made from the evidence turn are hidden from the answer-time search.
-It does not inject anything itself (`experiments.lab.benchmark.injection` does).
+A chunk split (`max_chunk_tokens` below the evidence turn's size) and a retrieval miss (its chunks hidden).
 """
 
 from __future__ import annotations
@@ -19,8 +15,6 @@ from memtrace_loop.memory_systems.spec import WRONG_ANSWER, FaultKind, FaultPlan
 from memtrace_loop.pipeline.core.conventions import turn_name
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation, variable_id
 from memtrace_loop.pipeline.core.records import Conversation, Turn
-
-__all__ = ["FAULTS"]
 
 CHUNK_STAGE = "chunk"
 
@@ -57,7 +51,6 @@ def _hide(system: MemorySystem, graph: ExecutionGraph, turn_id: str) -> MemorySy
 
 
 FAULTS: tuple[FaultPlan, ...] = (
-    KnobFault(FaultKind.CHUNK_SPLIT, _split_limits, _split_by, "ExtractionError"),
-    HideEvidenceFault(_hide),
+    KnobFault(FaultKind.CHUNK_SPLIT, _split_limits, _split_by, "ExtractionError"), HideEvidenceFault(_hide),
     WRONG_ANSWER,
 )

@@ -1,18 +1,9 @@
 """The naive RAG memory system: token-bounded chunks of turns, top-k chunks by cosine as the context.
 
-Construction (no LLM): each turn is rendered as `[8 May 2023] Alice: text` and turns are packed, in
-order, into chunks of at most `max_chunk_tokens` tokens that end at a turn boundary; a turn longer
-than the bound is split at word boundaries into pieces that each keep the `[date] Speaker:` prefix,
-so no text is lost. With `overlap_tokens` > 0 a new chunk starts with the last turns (or pieces) of
-the previous one, as many as fit in the overlap. Each chunk is embedded into an in-process vector
-store. Answering embeds the question, takes the `top_k` chunks by cosine similarity (in rank order)
-and asks `respond`, the only LLM stage.
-
-Traced as: `chunk_turns` (stage `chunk`, extraction, no prompt) from the chunk's turn variables to
-`chunk:<n>` (kind chunk); `retrieve_chunks` (stage `retrieve`, retrieval, meta k and scores) from the
-query and the retrieved chunk versions to `retrieved:<qid>`; `question_answering` (stage `respond`).
-Chunking can only lose information a question needs when a turn was split and the needed words fell
-into different pieces. This module does not rerank, deduplicate overlapping chunks or judge answers.
+Turns are packed in order into chunks of at most `max_chunk_tokens` (a longer turn split at words, each
+piece keeping its `[date] Speaker:` prefix; `overlap_tokens` repeats the last turns), embedded into a vector
+store; answering takes the `top_k` chunks and asks `respond`. Traced as `chunk_turns`, `retrieve_chunks`,
+`question_answering`. It does not rerank or deduplicate.
 """
 
 from __future__ import annotations
@@ -29,6 +20,7 @@ from memtrace_loop.memory_systems.stages import StageRepair, StageSpec
 from memtrace_loop.memory_systems.store import InMemoryVectorStore
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.backends.tokens import TokenCounter, build_token_counter
+from memtrace_loop.pipeline.core.config import require
 from memtrace_loop.pipeline.core.conventions import (
     NEAR_MISSES,
     Namespace,
@@ -59,15 +51,11 @@ class RagKnobs:
     tokenizer: Literal["tiktoken", "approx"] = "tiktoken"  # tiktoken (cl100k_base, offline) or approx (chars / 4)
 
     def __post_init__(self) -> None:
-        if self.max_chunk_tokens < 16:
-            raise ValueError(f"max_chunk_tokens must be >= 16, got {self.max_chunk_tokens}")
+        require(self, max_chunk_tokens=(16, None))
         if not 0 <= self.overlap_tokens < self.max_chunk_tokens:
-            raise ValueError(
-                f"overlap_tokens must be in [0, max_chunk_tokens={self.max_chunk_tokens}), "
-                f"got {self.overlap_tokens}"
-            )
-        if self.top_k < 1:
-            raise ValueError(f"top_k must be >= 1, got {self.top_k}")
+            raise ValueError(f"overlap_tokens must be in [0, max_chunk_tokens={self.max_chunk_tokens}), "
+                             f"got {self.overlap_tokens}")
+        require(self, top_k=(1, None))
 
 
 @dataclass(frozen=True)
@@ -99,9 +87,8 @@ class Chunk:
 
 
 def split_turn(turn_id: str, prefix: str, text: str, limit: int, counter: TokenCounter) -> list[Piece]:
-    """`prefix + text` as pieces of at most `limit` tokens, each starting with `prefix`; words are never
-    split unless a single word is longer than a piece can hold. Linear in the turn's length: words are
-    costed one by one and only each finished piece is counted whole (and halved if it is still over)."""
+    """`prefix + text` as pieces of at most `limit` tokens, each starting with `prefix`; words are never split unless a
+    single word is longer than a piece can hold."""
     prefix_tokens = counter.count(prefix)
     budget = limit - prefix_tokens
     if budget < 4:
@@ -151,9 +138,7 @@ def turn_pieces(turn: Turn, limit: int, counter: TokenCounter) -> list[Piece]:
     return split_turn(turn.id, prefix, turn.text, limit, counter)
 
 
-def make_chunks(
-    turns: Sequence[Turn], max_tokens: int, overlap_tokens: int, counter: TokenCounter
-) -> list[Chunk]:
+def make_chunks(turns: Sequence[Turn], max_tokens: int, overlap_tokens: int, counter: TokenCounter) -> list[Chunk]:
     """Pack turns (split where needed) into chunks of at most `max_tokens` tokens, in order."""
     chunks: list[Chunk] = []
     current: list[Piece] = []

@@ -1,11 +1,7 @@
-"""Why cases failed, and how much each stage is to blame.
+"""How much each stage is to blame: `aggregate_blame` folds attributions into a `BlameTable`.
 
-The verdict on one failed case (`Attribution`: the earliest decisive faulty operation, its stage, one
-of five error types, a reason, and whether the blame lands on a prompt or on a stage's knobs) is a
-record of `pipeline.analysis.attribution.records`. `aggregate_blame` folds attributions into a `BlameTable`
-(count, share, error types and example cases per stage), the input of every optimizer and a logged
-artifact of every iteration. Pure records and functions: finding attributions is
-`pipeline.analysis.attribution`.
+The table (count, share, error types, examples per stage, ranked by weight then verified rescues) is every
+optimizer's input and a logged artifact; `uniform_blame` is the baseline's. Pure records and functions.
 """
 
 from __future__ import annotations
@@ -42,9 +38,8 @@ class StageBlame:
     verified_alone: int = 0  # ... that a replay confirmed with no joint partner: its repair alone rescued
 
     def rank_key(self) -> tuple[float, int, int, str]:
-        """The table's order: by weight; ties by the failures whose replay showed this stage's repair alone
-        rescues (a rewrite of it gains without a partner's), then by the failures naming it, then by name.
-        Without verification `verified_alone` is 0 everywhere, so ties go by the count."""
+        """The table's order: by weight; ties by the failures whose replay showed this stage's repair alone rescues (a
+        rewrite of it gains without a partner's), then by the failures naming it, then by name."""
         return (-round(self.weight, 9), -self.verified_alone, -self.count, self.stage)
 
 
@@ -117,10 +112,7 @@ def _row_blame(row: Mapping[str, object]) -> StageBlame:
 
 
 def aggregate_blame(attributions: Iterable[Attribution], max_examples: int = 5) -> BlameTable:
-    """Per-stage counts, weights, shares, error types and example cases of a set of attributions.
-
-    Each attribution carries `WEIGHT_BY_CHECK[check]`, split evenly over its causes (its joint
-    decisive set, or the blamed operation alone); a stage's share is its part of the total weight."""
+    """Per-stage counts, weights, shares, error types and example cases of a set of attributions."""
     items: Sequence[Attribution] = list(attributions)
     members_by_stage: dict[str, list[tuple[Attribution, Fault]]] = {}
     for item in items:
@@ -140,14 +132,11 @@ def aggregate_blame(attributions: Iterable[Attribution], max_examples: int = 5) 
         types = Counter(cause.error_type.value for _, cause in members)
         rows.append(
             StageBlame(
-                stage=stage,
-                tunable=members[0][1].tunable,
-                count=len(members),
+                stage=stage, tunable=members[0][1].tunable, count=len(members),
                 share=weight_by_stage[stage] / total_weight if total_weight else 0.0,
                 count_by_error_type=MappingProxyType({t.value: types.get(t.value, 0) for t in ErrorType if t in types}),
                 example_question_ids=tuple(a.question_id for a, _ in members[:max_examples]),
-                weight=weight_by_stage[stage],
-                verified=sum(1 for a, _ in members if a.verified is True),
+                weight=weight_by_stage[stage], verified=sum(1 for a, _ in members if a.verified is True),
                 refuted=sum(1 for a, _ in members if a.verified is False),
                 unverifiable=sum(1 for a, _ in members if a.check == Check.UNVERIFIABLE),
                 verified_alone=sum(1 for a, _ in members if a.verified is True and not a.joint),
@@ -162,10 +151,7 @@ def uniform_blame(cases: Iterable[CaseResult], stages: Sequence[str], max_exampl
     failed = [c for c in cases if not c.correct]
     rows = tuple(
         StageBlame(
-            stage=stage,
-            tunable=Tunable.PROMPT,
-            count=len(failed),
-            share=1.0 / len(stages) if stages else 0.0,
+            stage=stage, tunable=Tunable.PROMPT, count=len(failed), share=1.0 / len(stages) if stages else 0.0,
             count_by_error_type=MappingProxyType({}),
             example_question_ids=tuple(c.question.id for c in failed[:max_examples]),
         )

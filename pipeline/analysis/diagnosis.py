@@ -1,26 +1,9 @@
-"""A diagnostic summary across the failures of one evaluation: groups, representative cases, a written analysis.
+"""A diagnostic summary of one evaluation's failures: groups, representative cases, a written analysis.
 
-`group_failures` folds attributions into groups by (blamed stage, error type), most failures first (ties
-by stage, then error type), each with its count, its share of the attributed failures and a few
-representative cases, chosen deterministically: highest attribution confidence first, ties by question
-id. `diagnose` adds a short written analysis by an LM stage: `DiagnoseFailures` (inputs: the group
-table and the representative cases as text, see `failure_table` / `case_lines`; output: `analysis`), run
-by a `dspy.Predict` on the LM passed in (no global LM). The simulated world answers it from the request
-text alone (`pipeline.sim.diagnosis_handler`). A long question, answer or reason is shortened by `clip` to
-whole sentences, or whole words and an ellipsis (inside the quotes around it), never a cut word.
-
-The record (`Diagnosis`) is what report pages and MLflow artifacts show:
-  - `groups`: tuple of `FailureGroup(stage, error_type, count, share, cases)`; `cases` is a tuple of
-    `FailureCase(question_id, question, gold, answer, reason, confidence, op_name, verified)`;
-  - `analysis`: the LM's text ("" when there is none);
-  - `ok`: False only when an analysis was asked for and is missing (the LM call failed, its reply could
-    not be parsed, or it was empty; `error` says which) — the groups are there either way;
-  - `failures`: how many attributions were grouped. Zero failures: no groups, no LM call, `ok` True.
-`to_dict()` is diagnosis.json, `markdown()` is diagnosis.md.
-
-A failing LM (any `Exception`) is recorded, never raised; a `RunStopped` (a `BaseException`: the run was
-interrupted) is not caught. This module does not attribute (that is `pipeline.analysis.attribution`) nor
-log or print anything.
+`group_failures` groups attributions by (stage, error type) with deterministic representative cases;
+`diagnose` adds the `DiagnoseFailures` analysis on the LM passed in. `Diagnosis.to_dict` / `markdown` are
+diagnosis.json / .md. A failing LM is recorded (`ok`, `error`), never raised; `RunStopped` is not caught.
+It neither attributes nor logs.
 """
 
 from __future__ import annotations
@@ -226,11 +209,8 @@ def write_analysis(groups: tuple[FailureGroup, ...], lm: dspy.BaseLM) -> tuple[s
     return text.strip(), ""
 
 
-def diagnose(
-    attributions: Iterable[Attribution], lm: dspy.BaseLM | None, max_cases: int = MAX_CASES
-) -> Diagnosis:
-    """Group `attributions` and, when there is any failure and an LM, ask it for the written analysis
-    (one LM call). Without failures no LM is called; without an LM the analysis is missing (`ok` False)."""
+def diagnose(attributions: Iterable[Attribution], lm: dspy.BaseLM | None, max_cases: int = MAX_CASES) -> Diagnosis:
+    """Group `attributions` and, when there is any failure and an LM, ask it for the written analysis (one LM call)."""
     items = list(attributions)
     groups = group_failures(items, max_cases)
     if not groups:

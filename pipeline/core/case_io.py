@@ -1,9 +1,6 @@
-"""Judged cases as JSON and back: what a run saves so its failures can be attributed later.
+"""Judged cases (`CaseResult`) as JSON and back, equal to the originals.
 
-`cases_to_json(results)` writes every `CaseResult` with its whole `Question` (evidence ids, category,
-label), the prediction, the verdict, the scores and the error; `cases_from_json(text)` gives back the
-same records (equal to the originals). A malformed file is a `ValueError` naming the source and the
-case. It does not read or write files (the callers do) and knows nothing about graphs (`graph_io`).
+A malformed document is a `ValueError` naming the source and the case. It touches no files and no graphs.
 """
 
 from __future__ import annotations

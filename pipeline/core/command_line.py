@@ -1,23 +1,8 @@
-"""Command lines we print for the user to run (`memtrace run prompts=<path>`, `memtrace optimize
-resume=<dir>`, ...): each override quoted so that the line runs as printed, in a POSIX shell and
-through Hydra's override grammar.
+"""Command lines we print for the user to run, quoted so they run as printed (POSIX shell and Hydra).
 
-A multirun job's folder is named by its overrides (`memory_system=rag,optimizer=none,seed=0`): an `=`
-or `,` in an unquoted override value breaks Hydra's grammar (`,` even makes it a sweep), and a space or
-quote breaks the shell. `override(key, value)` leaves a plain value bare (`prompts=/tmp/x/best.json`)
-and otherwise writes it as a Hydra double-quoted string (quotes and the backslashes before them
-escaped, `${` escaped so OmegaConf does not read an interpolation) inside shell quotes:
-`'prompts="/tmp/memory_system=rag,seed=0/best.json"'`. `command_line(*words, **overrides)` joins a
-command. This module builds strings; it runs nothing and does not import Hydra (tests parse its
-output with Hydra's `OverridesParser` and `shlex`).
-
-The program word: `memtrace` and `mlflow` live in the bin folder of the Python that runs us (the
-project's `.venv/bin`), which is not on PATH when the venv is not activated (`make demo`). `program(name)`
-(`program_path` with the process's PATH, interpreter and working directory) keeps the bare name when PATH
-finds that very file, and otherwise names the file: relative to the working directory when it is inside it
-(`.venv/bin/memtrace`), else absolute. `command_line` applies it to its first word, so every printed command
-runs as printed from a fresh shell in the user's folder (the paths in its overrides are the ones the app
-was given or made, relative to that same folder or absolute).
+`override(key, value)` keeps a plain value bare, else writes a Hydra double-quoted string in shell quotes;
+`program(name)` keeps a bare program name only when PATH finds that very file, else names the file;
+`command_line(*words, **overrides)` joins a command. It builds strings, runs nothing, imports no Hydra.
 """
 
 from __future__ import annotations

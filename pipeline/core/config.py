@@ -1,19 +1,9 @@
 """Checking one config node against its schema: the one way configuration is read.
 
-A schema is a frozen dataclass (or a frozen pydantic model) whose field defaults are THE defaults of
-that node. `parse_config(schema, mapping, where)` returns the validated record; an unknown key, a value
-of the wrong type (`top_k=ten`, `exclude_categories=five`) or an out-of-range value (checked by the
-schema's `__post_init__` / validators) is a `ConfigError` that names the full key (`memory_system.top_k`).
-`defaults_of(schema)` gives the defaults as a plain mapping, which is what the Hydra config tree is
-composed from (so a default is written once, in the schema). `require` is the range check schemas use.
-
-Types are strict (pydantic's strict mode on the JSON form of the node): an integer knob takes only an
-integer (`2.5`, `2.0`, `true` and `'3'` are refused, never truncated or coerced), a number takes an
-integer or a float but never a boolean, NaN or infinity, a boolean only `true`/`false`, and a list
-only a list (a string is never read as its characters). `describe_error` renders one pydantic error as
-`<full key>: expected an integer, got 'ten'`; pydantic models that parse a node themselves use it too.
-
-It does not know any particular group and does not read files or the environment.
+`parse_config(schema, mapping, where)` validates strictly (pydantic strict mode on the node's JSON form: no
+coercion, NaN refused; an unknown key, wrong type or out-of-range value is a `ConfigError` naming the full
+key); `defaults_of(schema)` gives the defaults the Hydra tree is composed from; `require` is the range check;
+`describe_error` renders one pydantic error. It knows no group and reads no files or environment.
 """
 
 from __future__ import annotations
@@ -29,9 +19,6 @@ from typing import Any, TypeVar
 import pydantic
 
 T = TypeVar("T")
-
-__all__ = ["ConfigError", "defaults_of", "describe_error", "dotted_key", "field_names", "non_finite_keys",
-           "parse_config", "plain_of", "require", "require_categories", "require_text"]
 
 
 class ConfigError(ValueError):
@@ -102,10 +89,7 @@ def non_finite_keys(node: Any, where: str) -> list[tuple[str, float]]:
 
 
 def parse_config(schema: type[T], mapping: Mapping[str, Any] | T | None, where: str, label: str = "") -> T:
-    """`mapping` validated as `schema`; a `ConfigError` naming `where.<key>` otherwise.
-
-    `label` (default: `where`) is how the node is called in the message. Types are strict (see the
-    module docstring); a value shown in a message is cut to 60 characters."""
+    """`mapping` validated as `schema`; a `ConfigError` naming `where.<key>` otherwise."""
     if isinstance(mapping, schema):
         return mapping
     label = label or where or "config"

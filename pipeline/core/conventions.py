@@ -1,10 +1,6 @@
 """The graph conventions: how variables and operations of an execution graph are named and typed.
 
-Every memory system, the runner (judge), the attributor and the tools that read graphs build and read
-names through this module, so the vocabulary below is written once.
-
-A variable's *name* is `<namespace>:<key>` (its id adds `@<version>`, see `graph.variable_id`); its
-*kind* (`VarKind`) says what the value is. The namespace fixes the kind:
+A variable's name is `<namespace>:<key>` (its id adds `@<version>`); the namespace fixes its kind (`VarKind`):
 
 | name                     | kind        | value                                             | written by            |
 |--------------------------|-------------|---------------------------------------------------|-----------------------|
@@ -28,18 +24,9 @@ A variable's *name* is `<namespace>:<key>` (its id adds `@<version>`, see `graph
 | `verdict:<qid>`          | verdict     | CORRECT / WRONG / FAILED                          | runner (judge)        |
 | `prompt:<stage>`         | prompt      | the instruction of an LLM stage                   | `Tracer` (every LLM op)|
 
-A retrieval operation may record `NEAR_MISSES` in its meta: the unit variables ranked just below its
-cut (up to k more, best first), so an analysis can tell a unit the search ranked but `top_k` cut off
-from one it never ranked.
-
-`MEMORY_KINDS` are the memory units a system keeps (what retrieval returns and construction writes);
-`QUESTION_SIDE_KINDS` mark the answering side of a graph (an operation touching one is not
-construction). An operation has an `OpKind` and an `OpStatus` (`ok`, or `failed` with an error).
-Graphs read from other tools may carry other kinds: a kind string that is not a `VarKind` is kept
-as it is (`as_var_kind`). All enums are `StrEnum`, so they compare and serialise as their strings.
-
-This module only names things: it records nothing (`pipeline.core.tracing`) and stores nothing
-(`pipeline.core.graph`).
+A retrieval may record `NEAR_MISSES` (units ranked just below its cut); `MEMORY_KINDS` are memory units,
+`QUESTION_SIDE_KINDS` the answering side; a foreign kind string is kept as is (`as_var_kind`). Names only:
+nothing is recorded or stored here.
 """
 
 from __future__ import annotations
@@ -254,8 +241,7 @@ def name_of(node: str) -> str:
 
 
 def split_name(node: str) -> tuple[Namespace, str]:
-    """(namespace, key) of a variable name or id: `memory:m17@3` -> (Namespace.MEMORY, "m17").
-    Raises ValueError for a name outside our conventions."""
+    """(namespace, key) of a variable name or id: `memory:m17@3` -> (Namespace.MEMORY, "m17")."""
     namespace, sep, key = name_of(node).partition(SEPARATOR)
     if not sep:
         raise ValueError(f"{node!r} is not a `<namespace>:<key>` variable name")

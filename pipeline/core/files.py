@@ -1,9 +1,6 @@
-"""Writing a file whole or not at all.
+"""Writing a file whole or not at all: `write_atomically` (a unique temporary file, then `os.replace`).
 
-`write_atomically(path, content)` writes `content` (text as UTF-8, or bytes) to a temporary file beside
-`path` (a unique name, so two writers never share it) and moves it over `path` with `os.replace`, so a
-crash or an error mid-write leaves `path` as it was and no temporary file behind. The folder is
-created. It does not lock, retry or fsync.
+The folder is created. It does not lock, retry or fsync.
 """
 
 from __future__ import annotations

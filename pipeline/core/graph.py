@@ -1,16 +1,8 @@
 """The execution graph: a bipartite, append-only DAG of versioned variables and operations.
 
-A *variable* is one version of a named value (`memory:m17@3`, `turn:D3:7@1`, `prompt:extract@1`);
-a new version of a name is linked to the previous one, so a memory unit's whole life can be followed.
-An *operation* is one execution of a stage: it consumes variables, produces new ones, may name the
-prompt variable it used, and carries a monotonic sequence number (never wall-clock time).
-
-The graph enforces its invariants on every append (each variable has at most one producer; an
-operation's outputs are fresh variables, so the graph stays acyclic) and keeps indexes so the common
-queries (producer, consumers, versions, ancestors, descendants, the subgraph of one operation) cost
-O(answer). It does not know about DSPy, memory systems or files: recording from a running program is
-`pipeline.core.tracing`; our JSON is `pipeline.core.graph_io`, ExecNetwork interop
-`pipeline.interop.exec_network`; how variables are named and typed is `pipeline.core.conventions`.
+Invariants are enforced on every append (one producer per variable, fresh outputs, so acyclic); indexes make
+producer, consumers, versions, ancestors and descendants cost O(answer). It knows no DSPy, memory systems
+or files.
 """
 
 from __future__ import annotations
@@ -24,18 +16,8 @@ from typing import Any
 from memtrace_loop.pipeline.core.conventions import OpKind, OpStatus, VarKind, as_var_kind
 
 __all__ = [
-    "EMPTY",
-    "NO_USAGE",
-    "ExecutionGraph",
-    "GraphError",
-    "OpKind",
-    "OpStatus",
-    "Operation",
-    "OperationView",
-    "Usage",
-    "VarKind",
-    "Variable",
-    "variable_id",
+    "EMPTY", "NO_USAGE", "ExecutionGraph", "GraphError", "OpKind", "OpStatus", "Operation", "Usage",
+    "VarKind", "Variable", "variable_id"
 ]
 
 EMPTY: Mapping[str, Any] = MappingProxyType({})
@@ -47,8 +29,7 @@ class GraphError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Variable:
-    """One version of a named value. `id` is `<name>@<version>`; `previous` the id of the version before.
-    `kind` is a `VarKind`, or the kind string of a graph imported from another tool."""
+    """One version of a named value."""
 
     id: str
     name: str
@@ -87,16 +68,6 @@ class Operation:
     @property
     def failed(self) -> bool:
         return self.status != OpStatus.OK
-
-
-@dataclass(frozen=True, slots=True)
-class OperationView:
-    """An operation with its input, output and prompt variables resolved: what an attributor shows."""
-
-    operation: Operation
-    inputs: tuple[Variable, ...]
-    outputs: tuple[Variable, ...]
-    prompt: Variable | None
 
 
 NO_USAGE = Usage()
@@ -145,17 +116,9 @@ class ExecutionGraph:
         return var
 
     def add_operation(
-        self,
-        name: str,
-        stage: str,
-        kind: OpKind,
-        inputs: Iterable[str],
-        outputs: Iterable[str],
-        prompt: str | None = None,
-        status: OpStatus | str = OpStatus.OK,
-        error: str | None = None,
-        usage: Usage | None = None,
-        meta: Mapping[str, Any] | None = None,
+        self, name: str, stage: str, kind: OpKind, inputs: Iterable[str], outputs: Iterable[str],
+        prompt: str | None = None, status: OpStatus | str = OpStatus.OK, error: str | None = None,
+        usage: Usage | None = None, meta: Mapping[str, Any] | None = None,
     ) -> Operation:
         """Append an operation. Inputs must exist; outputs must exist, be unproduced and unconsumed."""
         input_ids = tuple(dict.fromkeys(inputs))
@@ -263,17 +226,6 @@ class ExecutionGraph:
 
     def names(self, prefix: str = "") -> tuple[str, ...]:
         return tuple(n for n in self._versions_by_name if n.startswith(prefix))
-
-    def view(self, op_id: str) -> OperationView:
-        """The subgraph of one operation: its inputs, outputs and prompt, resolved."""
-        op = self.operation(op_id)
-        var = self._variable_by_id
-        return OperationView(
-            op,
-            tuple(var[v] for v in op.inputs),
-            tuple(var[v] for v in op.outputs),
-            var[op.prompt] if op.prompt else None,
-        )
 
     # ----------------------------------------------------------------- traversals
 

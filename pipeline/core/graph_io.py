@@ -1,10 +1,7 @@
-"""Saving and loading execution graphs as our own compact, lossless JSON.
+"""Saving and loading execution graphs as our own compact, lossless JSON (`format: memtrace-graph`).
 
-Layout (`format: memtrace-graph`, `format_version: 1`): variables as rows
-`[name, version, kind, value, meta]` in insertion order (ids and version links are derived), and
-operations as rows `[seq, name, stage, kind, inputs, outputs, prompt, status, error, usage, meta]`
-with `usage = [prompt_tokens, completion_tokens, calls, cached_calls]`. Loading re-checks every graph
-invariant. The reference tooling's ExecNetwork format is `pipeline.interop.exec_network`.
+Variables as rows `[name, version, kind, value, meta]`, operations as rows `[seq, name, stage, kind, inputs,
+outputs, prompt, status, error, usage, meta]`; loading re-checks every graph invariant.
 """
 
 from __future__ import annotations

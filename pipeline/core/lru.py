@@ -1,8 +1,6 @@
 """A map that keeps at most `max_entries` values, the least recently used dropped first.
 
-`Lru` is what the run's bounded stores share (the memory cache, the reply store, the counter's seen
-requests): `get` and `put` mark a key as used, `in` does not. It is not thread-safe by itself: each
-store holds its own lock, around its own counts too. It does not count hits or decide what is stored.
+`get` and `put` mark a key as used, `in` does not. Not thread-safe by itself; it counts nothing.
 
 >>> lru = Lru[int](max_entries=2)
 >>> lru.put("a", 1); lru.put("b", 2); lru.get("a"); lru.put("c", 3)  # "b" was used least recently
@@ -17,14 +15,11 @@ from collections import OrderedDict
 from collections.abc import KeysView
 from typing import Generic, TypeVar
 
-__all__ = ["Lru"]
-
 V = TypeVar("V")
 
 
 class Lru(Generic[V]):
-    """At most `max_entries` values by key (0: none kept), least recently used dropped first (not
-    thread-safe)."""
+    """At most `max_entries` values by key (0: none kept), least recently used dropped first (not thread-safe)."""
 
     def __init__(self, max_entries: int) -> None:
         if max_entries < 0:

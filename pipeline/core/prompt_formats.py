@@ -1,20 +1,9 @@
 """A memory system's own prompt file formats beside ours: the `PromptFormat` seam, written and read.
 
-A system may declare formats its users know (its `MemorySystemSpec.prompt_formats`), e.g. a config
-fragment of the library it wraps. A `PromptFormat` turns an exported prompt set into files
-(`write(exported) -> {file name: text}`: what it leaves out of ours, like our answer stage or the
-knobs, stays only in our own file) and reads one of its documents back into the stages it holds
-(`read(document, source) -> PromptSet`). Its documents are recognized by content: a top-level
-`format` key equal to the format's `format_id` (our own layout has no such key).
-
-- `write_prompt_formats(exported, formats, folder)`: every declared format's files, in `folder`.
-- `read_prompt_file(path, system, formats)`: what `prompts=<file>` loads: our own layout
-  (`pipeline.core.prompt_files`, the whole set and its knobs), or a document of one of `formats` as an
-  `ExportedPrompts` of `system` holding only that document's stages (applied, the others keep theirs).
-  A `format` naming none of them is a `PromptFileError` naming the file, the key and the formats known.
-
-It names no system and imports none (the formats come in from the caller, which reads them from the
-system's spec); it does not apply a prompt set to a system (`pipeline.core.prompt_files.apply_prompts`).
+A format writes an exported set as its own files and reads its documents (recognized by a top-level
+`format` key) back into the stages they hold. `read_prompt_file` is what `prompts=<file>` loads: our layout
+or a declared format's document (an unknown `format` is a `PromptFileError`). It names no system and
+applies no prompt set.
 """
 
 from __future__ import annotations
@@ -31,8 +20,6 @@ from memtrace_loop.pipeline.core.prompt_files import (
     prompts_from_document,
 )
 from memtrace_loop.pipeline.core.records import PromptSet
-
-__all__ = ["FORMAT_KEY", "PromptFormat", "read_prompt_file", "write_prompt_formats"]
 
 FORMAT_KEY = "format"  # the top-level key naming a document's format (absent from our own layout)
 

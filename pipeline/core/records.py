@@ -41,10 +41,7 @@ class Conversation:
 
 @dataclass(frozen=True, slots=True)
 class Question:
-    """A question about one conversation; `evidence` lists the turn ids that hold the answer.
-
-    `category` is the dataset's category number (LoCoMo 1-5); `category_label` names it when the
-    dataset has its own names (e.g. LongMemEval question types), else LoCoMo's names are used."""
+    """A question about one conversation; `evidence` lists the turn ids that hold the answer."""
 
     id: str
     conversation_id: str
@@ -86,8 +83,7 @@ class Dataset:
         return self._asking(tuple(q for q in self.questions if q.category not in excluded))
 
     def for_questions(self, question_ids: Iterable[str]) -> Dataset:
-        """The part of the dataset holding `question_ids` (in file order) and only the conversations they
-        are about."""
+        """The part of the dataset holding `question_ids` (in file order) and only the conversations they are about."""
         wanted = set(question_ids)
         return self._asking(tuple(q for q in self.questions if q.id in wanted))
 
@@ -98,18 +94,14 @@ class Dataset:
     def subset(self, conversation_ids: tuple[str, ...], name: str | None = None) -> Dataset:
         keep = set(conversation_ids)
         return Dataset(
-            name=name or self.name,
-            conversations=tuple(c for c in self.conversations if c.id in keep),
+            name=name or self.name, conversations=tuple(c for c in self.conversations if c.id in keep),
             questions=tuple(q for q in self.questions if q.conversation_id in keep),
         )
 
 
 @dataclass(frozen=True)
 class PromptSet:
-    """Stage name (the DSPy predictor path, e.g. `extract.predict`) -> instruction text.
-
-    The unit that optimizers produce, the gate compares, MLflow stores and export writes.
-    """
+    """Stage name (the DSPy predictor path, e.g. `extract.predict`) -> instruction text."""
 
     instruction_by_stage: Mapping[str, str] = field(default_factory=dict)
 

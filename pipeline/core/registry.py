@@ -1,28 +1,8 @@
-"""The one registry shape: a config key's name -> the spec a module exports, imported on demand.
+"""The one registry shape: a config name -> the spec a module exports (`SPEC`), imported on demand.
 
-Every registry of the project (memory systems, optimizers, attributors, LM backends, datasets) is a
-`Registry[SpecT]`: a mapping from the names a user writes in a config (`memory_system=rag`,
-`optimizer=gepa`, `lm.task.backend=openai`) to the module that implements that name. Each such module
-exports its spec as `SPEC` (the attribute name is the registry's `attribute`); the spec's type is
-the registry's contract (e.g. `MemorySystemSpec`). Adding an implementation is its own module plus
-one line in the registry's `modules` mapping plus its config file.
-
-    >>> registry = Registry("demo", "demo.name", {"json": "json"}, attribute="dumps")
-    >>> registry.names
-    ('json',)
-    >>> registry.get("json")({"a": 1})
-    '{"a": 1}'
-    >>> try:
-    ...     registry.get("yaml")
-    ... except ConfigError as error:
-    ...     print(error)
-    demo.name: unknown demo 'yaml' (available: json)
-
-Modules are imported when first asked for (Python's import system caches them), so a registry line
-costs nothing until it is used and an optional extra is only needed by the runs that choose it.
-`compared()` lists the names whose spec says `compare = True`: the default sweeps are generated from
-it, so an entry that needs an extra or a user's target is not swept unless it says so.
-It does not validate settings (see `pipeline.core.config.parse_config`) or build anything.
+Every registry (memory systems, optimizers, attributors, LM backends, datasets) is a `Registry[SpecT]`;
+an unknown name is a `ConfigError` listing the names. `compared()` lists the names whose spec sets
+`compare`, which the default sweeps read. It validates no settings and builds nothing.
 """
 
 from __future__ import annotations
@@ -35,8 +15,6 @@ from typing import Generic, TypeVar
 
 from memtrace_loop.pipeline.core.config import ConfigError
 
-__all__ = ["Registry", "UnknownEntryError"]
-
 SpecT = TypeVar("SpecT")
 
 
@@ -46,10 +24,9 @@ class UnknownEntryError(ConfigError):
 
 @dataclass(frozen=True)
 class Registry(Generic[SpecT]):
-    """`what` names the kind of entry in messages ("memory system"); `key` is the config key a user
-    sets (`memory_system.name`); `modules` maps each name to the module exporting `attribute`;
-    `unknown` is the message for a name no line provides (fields: `key`, `what`, `name`, `available`
-    as "a, b", `choices` as a list)."""
+    """`what` names the kind of entry in messages ("memory system"); `key` is the config key a user sets
+    (`memory_system.name`); `modules` maps each name to the module exporting `attribute`; `unknown` is the message for a
+    name no line provides (fields: `key`, `what`, `name`, `available` as "a, b", `choices` as a list)."""
 
     what: str
     key: str

@@ -1,17 +1,7 @@
 """The layout of a run's output folder: `RunFolder`, the one place every file name of it is written.
 
-`memtrace run` writes `<out>/run_record.json` and `<out>/artifacts/` (cases.json, graphs/, prompts.json,
-results.json, report.json, config.json, attributions.json, blame.json, diagnosis.json/.md, report.html);
-`memtrace optimize` writes `<out>/config.json` (the config the run was started with), `checkpoint.json` (and
-`mlflow_run_id.txt`, the run it belongs to), `best_prompts.json`/`.yaml`, `best_program.json`,
-`diagnosis.json`/`.md`, `report.html`, the plots, and `optimizer/<name>/*.json` (e.g. GEPA's candidate pools);
-`memtrace attribute`/`report` download a logged run into `<out>/source/`; `memtrace attribute` writes
-`attribution_record.json` (which attribution its folder holds) and, into the source run's folder,
-`latest_attribution.json` (the record of the attribution made last for that run: what `report` and `graph
-convert` show). The names are class constants (what
-modules that only know a folder read) and a `RunFolder(root)` gives the paths. A name made from data (a
-conversation's graph file) is `pipeline.core.safe_names.file_stem` of the id: one component, never outside the
-folder, distinct for distinct ids; the file keeps the id itself. It creates and reads nothing.
+File names are class constants, `RunFolder(root)` gives the paths; a name made from data is
+`safe_names.file_stem` of the id. It creates and reads nothing.
 """
 
 from __future__ import annotations
@@ -21,8 +11,6 @@ from pathlib import Path
 from typing import ClassVar
 
 from memtrace_loop.pipeline.core.safe_names import file_stem
-
-__all__ = ["RunFolder"]
 
 
 @dataclass(frozen=True)

@@ -1,22 +1,9 @@
 """One process at a time per run folder: an OS lock that dies with the process holding it.
 
-`hold_run_lock(folder, command)` takes an exclusive `fcntl.flock` on `<folder>/.memtrace.lock` for as
-long as the `with` block runs (`memtrace optimize` from its start or `resume=`, `memtrace upload`
-while it uploads), and writes the holder (pid, host, command) into the file. A second process, or a
-second `hold_run_lock` in the same process, gets `RunLocked` at once: one line naming the folder and
-the holder. The kernel drops the lock when the holder exits in any way (Ctrl-C, SIGKILL, a crash), so
-a lock is never stale; the file itself stays, harmless (its content is informative only).
-
-The MLflow run of a folder is locked through the folder: `resume=` and `upload` both start from the
-folder, which names its run (the checkpoint's `mlflow_run_id`, the run record's id), so holding the
-folder's lock is holding its run's. `lock_is_free(folder)` tells whether nobody holds it (what
-`optimize` asks before marking a RUNNING run FAILED as stale); `pid_alive(pid)` whether a process of
-this machine (other than this one) lives, for a run whose folder is gone or that holds no lock.
-
-Decision: `RunLocked` is a `ConfigError` (exit code 2): the folder named by `resume=` / `run_dir=` cannot
-be used now; the user waits for the holder or names another folder. A lock works between processes of
-one machine (and on network file systems that support `flock`); it does not know other machines.
-It decides nothing about what the holder does with the folder.
+`hold_run_lock(folder, command)` takes an `fcntl.flock` on `<folder>/.memtrace.lock` (holder written into
+it); a second holder gets `RunLocked` (a `ConfigError`, exit 2) naming folder and holder. Holding a
+folder's lock is holding its MLflow run's. `lock_is_free` and `pid_alive` serve stale-run detection.
+It works between processes of one machine only.
 """
 
 from __future__ import annotations
@@ -29,8 +16,6 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from memtrace_loop.pipeline.core.config import ConfigError
-
-__all__ = ["LOCK_FILE", "RunLocked", "hold_run_lock", "lock_holder", "lock_is_free", "pid_alive"]
 
 LOCK_FILE = ".memtrace.lock"
 
@@ -61,8 +46,7 @@ def _try_lock(fd: int) -> bool:
 
 @contextmanager
 def hold_run_lock(folder: str | Path, command: str) -> Iterator[Path]:
-    """Hold the lock of `folder` (created if missing) inside the block; yields the lock file.
-    `RunLocked` naming the folder and the holder when another process (or block) holds it."""
+    """Hold the lock of `folder` (created if missing) inside the block; yields the lock file."""
     folder = Path(folder)
     path = folder / LOCK_FILE
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by child processes (PEP 446)

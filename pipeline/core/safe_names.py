@@ -1,20 +1,8 @@
 """File names made from data: `file_stem(id)` and `confined(root, name)`, the one sanitizer.
 
-A dataset's ids (a LoCoMo `sample_id`, a question id, a user system's conversation id) name files and
-folders: a graph per conversation, a mem0ai store per conversation. An id is data, so it may be
-`../../x`, `/tmp/x`, `a/b`, `CON`, 300 characters long, or differ from another id only by case.
-`file_stem` turns any id into a name that is one path component, portable (Linux, macOS, Windows,
-case-insensitive file systems, MLflow artifact paths) and distinct for distinct ids:
-
-- an id that is already such a name (lower case letters, digits, `.`, `_`, `-`; starting with a letter
-  or digit; not ending with `.`; at most `MAX_KEPT` characters; not a Windows device name) is kept as it is;
-- any other id becomes its sanitized form (`_` for each run of other characters, lower case, cut to
-  `MAX_KEPT`, `_` before a device name) plus `~` and a short hash of the original id. A kept name never
-  holds `~`, so a changed id cannot land on a kept one, and two changed ids differ in their hash.
-
-The name is only a handle: whoever writes the file keeps the original id inside it (a graph's
-`graph_id`, a case's question id). `confined(root, name)` is `root / name` after checking that the
-result stays inside `root` (a `ValueError` otherwise); it creates nothing.
+`file_stem` keeps an id that is already a safe, portable, lower-case name, and otherwise sanitizes it and
+appends `~` and a short hash of the id, so distinct ids get distinct names; `confined` refuses a name
+that escapes `root`. The file keeps the original id inside it.
 
 >>> file_stem("conv-26")
 'conv-26'
@@ -45,8 +33,6 @@ from __future__ import annotations
 import hashlib
 import re
 from pathlib import Path
-
-__all__ = ["HASH_SEP", "MAX_KEPT", "confined", "file_stem"]
 
 MAX_KEPT = 80  # characters of an id kept in a name (a changed one adds `~` and the hash)
 HASH_SEP = "~"  # never in a kept name: it marks a changed one

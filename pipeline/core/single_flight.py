@@ -1,19 +1,6 @@
 """One lock per key, so work for a key runs at most once at a time (`KeyedLocks`).
 
-The memory cache (a conversation's build), the run's reply store (one LM request) and the candidate
-screens (one prompt set's screen) each let the first thread asking for a key do the work while the
-others asking for the same key wait, then find its result. Only the locking: what is stored, and where,
-stays with each caller.
-
->>> locks = KeyedLocks()
->>> with locks.hold("a"):
-...     pass
->>> locks.held_keys()
-('a',)
->>> with locks.hold("b", forget=True):
-...     pass
->>> locks.held_keys()
-('a',)
+Used by the memory cache, the reply store and the candidate screens; only the locking, no storage.
 """
 
 from __future__ import annotations
@@ -22,12 +9,9 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["KeyedLocks"]
-
 
 class KeyedLocks:
-    """A lock per key, made on first use. `forget=True` drops the key's lock once its holder is done (for
-    keys seen once, e.g. LM requests, so the map does not grow with every request)."""
+    """A lock per key, made on first use."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

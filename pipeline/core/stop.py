@@ -1,28 +1,13 @@
 """Stopping a run on purpose: the exceptions that end a run and the token that asks it to stop.
 
-A single failing LM call is recorded as a failed operation and scored; these are different. They say
-the whole run must end now and why, so they derive from `BaseException` (like `KeyboardInterrupt`):
-the `except Exception` that keeps one failing stage from crashing a run (`pipeline.core.tracing`),
-DSPy's adapters and thread pools let them through to the entry point, which reports the cause in one
-line, exits non-zero and never marks the run FINISHED.
-
-- `Interrupted`: the user pressed Ctrl-C or the process got SIGTERM (`StopToken.request`).
-- `EndpointUnusable`: an endpoint answered 401/403/404, is unreachable, or asked to wait longer than
-  allowed; names the role, the (scrubbed) endpoint and the cause.
-- `TooManyFailures`: the share of failed LM calls passed the configured bound.
-- `MaxTokensTooSmall`: replies of a role keep coming back empty because they hit `max_tokens`
-  (deterministic at the same limit); names `lm.<role>.max_tokens` and the override that raises it.
-
-`StopToken` is the thread-safe flag an entry point creates, hands to the LMs and the runner, and sets
-from its signal handler; `check()` raises `Interrupted` once it is set, so no new LM call starts after
-a signal. This module holds no global state and installs no signal handler.
+`RunStopped` derives from `BaseException`, so the `except Exception` that keeps one failing stage from
+crashing a run lets it through: `Interrupted`, `EndpointUnusable`, `TooManyFailures`, `MaxTokensTooSmall`.
+`StopToken` is the thread-safe flag an entry point sets from its signal handler. No global state.
 """
 
 from __future__ import annotations
 
 import threading
-
-__all__ = ["EndpointUnusable", "Interrupted", "MaxTokensTooSmall", "RunStopped", "StopToken", "TooManyFailures"]
 
 
 class RunStopped(BaseException):

@@ -1,23 +1,10 @@
 """Recording a running memory system into an execution graph.
 
-Two ways in, one per kind of stage:
-- An LLM stage is one call, `with tracer.stage(predictor, stage, op=..., kind=..., inputs=..., **fields)
-  as call:`. It runs the predictor under a DSPy callback (`StageCallback`) that collects what the call
-  really did — the instruction it used, every LM call (including adapter retries), the raw completions
-  and token usage — and never lets an LM or parse failure escape; the body reads `call.prediction`
-  and declares the outputs (`call.output(name, kind, value)`); at the end of the body the operation is
-  recorded with the stage's prompt variable (`prompt:<stage>`), failed if the call failed.
-- Non-LLM stages (search, store writes, chunking) declare their data flow once at their boundary
-  with `Tracer.operation`.
-
-A `Tracer` writes straight into its graph, or — when `buffered` — into a private log that `commit`
-replays later. Buffering is how parallel work stays deterministic: each question is traced into its own
-buffer and the buffers are committed in question order, so sequence numbers and variable versions do
-not depend on thread timing. A failing tracer must never fail the run: callback errors are swallowed
-by DSPy and logged.
-
-This module does not decide what a stage's inputs and outputs mean (the memory system does) and does
-not serialize graphs (`pipeline.core.graph_io`); names and kinds are `pipeline.core.conventions`.
+An LLM stage is one `with tracer.stage(predictor, stage, ...) as call:` under a DSPy callback
+(`StageCallback`) that collects the instruction, every LM call, raw completions and usage and never lets an
+LM or parse failure escape; non-LLM stages declare their data flow with `Tracer.operation`. A `buffered`
+tracer logs privately until `commit`, which keeps parallel work deterministic. It does not decide what a
+stage's inputs mean and does not serialize graphs.
 """
 
 from __future__ import annotations
@@ -144,16 +131,8 @@ class Tracer:
         return var_id
 
     def operation(
-        self,
-        name: str,
-        stage: str,
-        kind: OpKind,
-        inputs: Iterable[str],
-        outputs: Iterable[str],
-        prompt: str | None = None,
-        status: OpStatus = OpStatus.OK,
-        error: str | None = None,
-        usage: Usage | None = None,
+        self, name: str, stage: str, kind: OpKind, inputs: Iterable[str], outputs: Iterable[str],
+        prompt: str | None = None, status: OpStatus = OpStatus.OK, error: str | None = None, usage: Usage | None = None,
         meta: Mapping[str, Any] | None = None,
     ) -> None:
         """Record one operation (a non-LLM stage's declared data flow, or a finished LLM stage)."""
@@ -219,16 +198,8 @@ class Tracer:
 
     @contextmanager
     def stage(
-        self,
-        predictor: Callable[..., dspy.Prediction],
-        stage: str,
-        /,
-        *,
-        op: str,
-        kind: OpKind,
-        inputs: Iterable[str],
-        meta: Mapping[str, Any] | None = None,
-        **kwargs: Any,
+        self, predictor: Callable[..., dspy.Prediction], stage: str, /, *, op: str, kind: OpKind, inputs: Iterable[str],
+        meta: Mapping[str, Any] | None = None, **kwargs: Any,
     ) -> Iterator[StageCall]:
         """Run one LLM stage and record it as one operation: the whole tracing of an LLM stage.
 
@@ -245,8 +216,7 @@ class Tracer:
         if result.error is not None and result.raw_outputs:
             details["raw_output"] = result.raw_outputs[-1]
         self.operation(
-            op, stage, kind, inputs, call.outputs,
-            prompt=self.prompt_variable(stage, result.instruction),
+            op, stage, kind, inputs, call.outputs, prompt=self.prompt_variable(stage, result.instruction),
             status=OpStatus.OK if result.ok else OpStatus.FAILED, error=result.error, usage=result.usage,
             meta=details or None,
         )

@@ -1,31 +1,14 @@
 """The tracing API for a user's own memory system: one `op` (or `@traced` function) per operation.
 
-A user's code marks what it does, in the spirit of smartcomment's annotations, and this module turns
-the marks into operations and variables of our execution graph (through `Tracer`, with the names of
-`pipeline.core.conventions`), so the lineage attributor can follow a turn into the memory units the
-code wrote, into the context a search returned and into the answer:
-
     with op("search_chunks", stage="retrieve", kind="retrieval") as o:
         o.reads_question()
-        o.reads_units(*[c.key for c in hits])       # `memory:<key>`, the version live now
+        o.reads_units(*[c.key for c in hits])
         o.writes_context("\\n".join(c.text for c in hits))
 
-- `o.reads_turn(turn_id)`, `o.reads_question()`, `o.reads_units(*keys)`, `o.reads_context()`: inputs
-  (the turn and question variables are recorded by the adapter before the user's code runs).
-- `o.writes_unit(key, text)` (a new version of memory unit `memory:<key>`), `o.deletes_unit(key)`
-  (an empty version), `o.writes_context(text)` (`retrieved:<qid>`), `o.writes_answer(text)`
-  (`answer:<qid>`): outputs; `o.ranked_below(*keys)` (a search's near misses) and `o.annotate(k=5)`:
-  the operation's meta.
-- `ask(stage, **inputs)` inside an `op` runs the declared LLM stage (a DSPy predictor whose
-  instruction is the stage's current prompt) under the tracer: the operation becomes that LLM stage's
-  call, with its prompt variable `prompt:<stage>`, token usage, and `failed` status when the call
-  failed (the outputs are then empty strings: a failing call is recorded, never raised).
-
-A `TraceSession` (the graph's tracer, the stage predictors, the current question) is opened by the
-memory-system adapter around each `add_turn` / `answer` of the user's code, in a context variable of
-the calling thread; outside a session every `op` is a no-op, so the user's code also runs untraced.
-This module does not import the user's code, build predictors or run datasets
-(`memory_systems.custom`), and does not decide what an operation means beyond the names above.
+The marks become operations and variables of our graph with the conventions' names; `ask(stage, **inputs)`
+inside an `op` runs the declared LLM stage under the tracer (a failing call is recorded, never raised).
+A `TraceSession`, opened by the adapter in a context variable, holds the tracer; outside one every `op` is a
+no-op. It imports no user code and builds no predictors (`memory_systems.custom`).
 """
 
 from __future__ import annotations
@@ -51,8 +34,6 @@ from memtrace_loop.pipeline.core.conventions import (
     turn_name,
 )
 from memtrace_loop.pipeline.core.tracing import StageResult, Tracer
-
-__all__ = ["OpHandle", "TraceSession", "TracingError", "ask", "current_op", "op", "session", "traced"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -207,9 +188,8 @@ class OpHandle:
 
 @contextmanager
 def op(name: str, *, stage: str | None = None, kind: OpKind | str = OpKind.OTHER) -> Iterator[OpHandle]:
-    """Record one operation `name` of `stage` (`kind`: extraction, update, deletion, retrieval, response,
-    other); an LLM operation may leave `stage` to the stage its `ask` names. Recorded when the body ends
-    without an exception (an exception propagates and records nothing)."""
+    """Record one operation `name` of `stage` (`kind`: extraction, update, deletion, retrieval, response, other); an LLM
+    operation may leave `stage` to the stage its `ask` names."""
     traced_session = _SESSION.get()
     if traced_session is not None and stage is not None and stage not in traced_session.stages:
         raise TracingError(f"operation {name!r}: stage {stage!r} is not declared "

@@ -1,20 +1,9 @@
-"""Load benchmark data into the typed records of `pipeline.core.records`.
+"""LoCoMo into the typed records of `pipeline.core.records`.
 
-What it does:
-
-- `parse_locomo` is the one parser of the LoCoMo JSON layout (a list of samples with `sample_id`,
-  `conversation` and `qa`) into a `Dataset`; `load_locomo(path)` (a local file) and
-  `load_locomo_hub(name, ...)` (a Hugging Face dataset) read the records through `datasets`
-  (`pipeline.data.reader`) and hand them to it. Raw records are validated with pydantic
-  models (unknown keys are ignored); anything wrong raises `DataError`, whose message names the file,
-  the record and the field. Messy evidence ids are cleaned (see `clean_evidence`); evidence that
-  names a turn the conversation does not have is dropped with one logged warning per conversation.
-  A dataset with no conversations or no questions, or a conversation without turns, is a `DataError`
-  too (`require_content`): an empty file never becomes a run that scores nothing.
-
-What it does not do: no network or caching of its own (`datasets` does both), no LongMemEval (see
-`pipeline.data.longmemeval`), no splitting (`pipeline.data.splits`), and no answering or scoring (see
-`pipeline.analysis.evaluation`). It never prints; diagnostics go to the module logger.
+`parse_locomo` is the one parser behind `load_locomo` (a file) and `load_locomo_hub`: pydantic raw records
+(a `DataError` names file, record and field), messy evidence ids cleaned, unknown evidence dropped with a
+warning, an empty dataset refused (`require_content`). No splitting (`pipeline.data.splits`), no network or
+caching of its own, no printing.
 """
 
 from __future__ import annotations
@@ -44,17 +33,7 @@ _DATE_TIME = re.compile(
     r"(\d{1,2}):(\d{2})\s*([ap])\.?\s*m\.?\s+on\s+(\d{1,2})\s+([A-Za-z]+)\.?,?\s+(\d{4})", re.IGNORECASE
 )
 _MONTH_NAMES = (
-    "january",
-    "february",
-    "march",
-    "april",
-    "may",
-    "june",
-    "july",
-    "august",
-    "september",
-    "october",
-    "november",
+    "january", "february", "march", "april", "may", "june", "july", "august", "september", "october", "november",
     "december",
 )
 _MONTHS = {name: number for number, month in enumerate(_MONTH_NAMES, 1) for name in (month, month[:3])}
@@ -135,10 +114,7 @@ def normalize_dia_id(raw: str) -> str | None:
 
 
 def clean_evidence(entries: Sequence[str]) -> tuple[tuple[str, ...], int]:
-    """Split `"D8:6; D9:17"`-style entries, normalize ids, drop malformed ones (a bare `"D"`).
-
-    Returns the well-formed ids in order without duplicates, and the number of pieces dropped.
-    """
+    """Split `"D8:6; D9:17"`-style entries, normalize ids, drop malformed ones (a bare `"D"`)."""
     ids: list[str] = []
     malformed = 0
     for entry in entries:
@@ -202,9 +178,7 @@ def _parse_conversation(sample_id: str, record: str, raw: dict[str, Any], source
         session = raw[session_key]
         if not isinstance(session, list):
             raise DataError(
-                source,
-                f"expected a list of turns, got {type(session).__name__}",
-                record,
+                source, f"expected a list of turns, got {type(session).__name__}", record,
                 f"conversation.{session_key}",
             )
         date_text = raw.get(date_key)
@@ -223,9 +197,7 @@ def _parse_conversation(sample_id: str, record: str, raw: dict[str, Any], source
             if dia_id in seen:
                 raise DataError(source, f"duplicate dialog id {dia_id!r}", record, f"{where}.dia_id")
             seen.add(dia_id)
-            turns.append(
-                Turn(id=dia_id, speaker=turn.speaker, text=_turn_text(turn), session=number, time=time)
-            )
+            turns.append(Turn(id=dia_id, speaker=turn.speaker, text=_turn_text(turn), session=number, time=time))
     if not turns:
         raise DataError(source, "no turns in any session", record, "conversation")
     return Conversation(id=sample_id, speakers=tuple(speakers), turns=tuple(turns))
@@ -248,12 +220,8 @@ def _parse_question(
     evidence, malformed = clean_evidence(raw.evidence)
     unknown = [dia_id for dia_id in evidence if dia_id not in turn_ids]
     question = Question(
-        id=f"{sample_id}:q{index}",
-        conversation_id=sample_id,
-        text=raw.question.strip(),
-        gold=gold,
-        category=raw.category,
-        evidence=tuple(dia_id for dia_id in evidence if dia_id in turn_ids),
+        id=f"{sample_id}:q{index}", conversation_id=sample_id, text=raw.question.strip(), gold=gold,
+        category=raw.category, evidence=tuple(dia_id for dia_id in evidence if dia_id in turn_ids),
     )
     return question, unknown, malformed
 
@@ -278,18 +246,13 @@ def parse_locomo(samples: object, source: str) -> Dataset:
         unknown_total: list[str] = []
         malformed_total = 0
         for index, qa in enumerate(sample.qa):
-            question, unknown, malformed = _parse_question(
-                sample.sample_id, record, index, qa, turn_ids, source
-            )
+            question, unknown, malformed = _parse_question(sample.sample_id, record, index, qa, turn_ids, source)
             questions.append(question)
             unknown_total.extend(f"{question.id}->{dia_id}" for dia_id in unknown)
             malformed_total += malformed
         if unknown_total:
             logger.warning(
-                "%s: %s: dropped %d evidence id(s) not in the conversation: %s",
-                source,
-                record,
-                len(unknown_total),
+                "%s: %s: dropped %d evidence id(s) not in the conversation: %s", source, record, len(unknown_total),
                 ", ".join(unknown_total),
             )
         if malformed_total:
@@ -308,8 +271,7 @@ LOCOMO_COLUMNS = ("sample_id", "conversation", "qa", "event_summary", "observati
 
 
 def load_locomo(path: str | Path) -> Dataset:
-    """Read a LoCoMo JSON file (through `datasets`: `pipeline.data.reader`); `Dataset.name` is the file
-    stem. Any problem raises `DataError`."""
+    """Read a LoCoMo JSON file (through `datasets`: `pipeline.data.reader`); `Dataset.name` is the file stem."""
     path = Path(path)
     dataset = parse_locomo(read_file_rows(path, LOCOMO_COLUMNS, "samples"), str(path))
     return Dataset(name=path.stem, conversations=dataset.conversations, questions=dataset.questions)

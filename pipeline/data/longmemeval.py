@@ -1,31 +1,10 @@
-"""Load LongMemEval (one record per question, each with its own haystack) into `pipeline.core.records`.
+"""LongMemEval (one record per question, each with its own haystack) as a `Dataset`.
 
-What it does:
-
-- `parse_longmemeval(records, source)` turns already-decoded records into a `Dataset`; it is the one
-  parser behind both `load_longmemeval(path)` (a local JSON list, e.g. `longmemeval_s_cleaned.json`)
-  and `load_longmemeval_hub(...)` (the Hugging Face hub); both read the records through `datasets`
-  (`pipeline.data.reader`). Raw records are validated with pydantic (unknown keys are
-  ignored); anything wrong raises `pipeline.data.DataError` naming the source, the record and the field.
-- Every record becomes its own `Conversation` (id = `question_id`, speakers `("user", "assistant")`)
-  and one `Question` about it:
-  - turn ids are LoCoMo-style `D<session>:<turn>`, both 1-based in haystack order (`D3:7` is the
-    7th turn of the 3rd session), so they read like LoCoMo dialog ids everywhere downstream
-    (`turn:D3:7@1` graph variables, the ExecNetwork turn names); `Turn.session` is the 1-based
-    session index, `Turn.speaker` the role and `Turn.time` the session date
-    (`"2023/05/20 (Sat) 02:21"` -> `"2023-05-20T02:21"`);
-  - evidence = the turns with `has_answer: true` (a missing or null flag counts as false);
-  - `category` is a stable number per question type (`CATEGORY_BY_TYPE`, 1-6) and `category_label`
-    the type name. Abstention questions (`_abs` in the id) keep their gold answer text and get their
-    own categories, `ABSTENTION_OFFSET` + the type's number, labelled `"<type> (abstention)"`, so the
-    per-category report shows them apart and `exclude_categories` can leave them out;
-  - `Question` has no date field, so by default the question date is appended to the question text
-    (`"... (question date: 2023-05-30T23:40)"`) - temporal questions are unanswerable without it.
-Synthetic records in this layout come from the simulated world (`pipeline.sim.longmemeval`), which
-imports this module, never the other way round: data loaders do not depend on the test world.
-
-What it does not do: no network in tests or by default, no caching of its own (`datasets` caches), no
-scoring, no printing (diagnostics go to the module logger).
+`parse_longmemeval` is the one parser behind `load_longmemeval` (a local file) and `load_longmemeval_hub`:
+each record is its own `Conversation` with LoCoMo-style turn ids `D<session>:<turn>`, evidence from
+`has_answer`, a category per question type (abstentions apart, `ABSTENTION_OFFSET`) and the question date
+appended to the question. Pydantic raw records; a `DataError` names source, record and field. No network by
+default, no caching of its own, no printing.
 """
 
 from __future__ import annotations
@@ -49,12 +28,8 @@ from pydantic import BaseModel, ConfigDict
 logger = logging.getLogger(__name__)
 
 QUESTION_TYPES: tuple[str, ...] = (
-    "single-session-user",
-    "single-session-assistant",
-    "single-session-preference",
-    "multi-session",
-    "temporal-reasoning",
-    "knowledge-update",
+    "single-session-user", "single-session-assistant", "single-session-preference", "multi-session",
+    "temporal-reasoning", "knowledge-update",
 )
 CATEGORY_BY_TYPE: Mapping[str, int] = MappingProxyType({name: n for n, name in enumerate(QUESTION_TYPES, 1)})
 ABSTENTION_OFFSET = 10
@@ -229,17 +204,11 @@ def load_longmemeval(path: str | Path, question_date_in_text: bool = True) -> Da
 
 
 def load_longmemeval_hub(
-    name: str = HUB_NAME,
-    variant: str | None = HUB_VARIANT,
-    split: str = "train",
-    data_files: str | list[str] | None = None,
-    revision: str | None = None,
-    question_date_in_text: bool = True,
+    name: str = HUB_NAME, variant: str | None = HUB_VARIANT, split: str = "train",
+    data_files: str | list[str] | None = None, revision: str | None = None, question_date_in_text: bool = True,
 ) -> Dataset:
-    """LongMemEval through `datasets.load_dataset` (network, unless the files are cached or `name` is a
-    local folder laid out like the hub repository). `variant` is the file stem on the hub
-    (`longmemeval_s_cleaned`, `longmemeval_m_cleaned`, `longmemeval_oracle`); `data_files` overrides it
-    (e.g. `name="json"` with a local file). Records go through the same parser as `load_longmemeval`."""
+    """LongMemEval through `datasets.load_dataset` (network, unless the files are cached or `name` is a local folder
+    laid out like the hub repository)."""
     files = data_files if data_files is not None else (f"{variant}.json" if variant else None)
     rows = read_hub_rows(name, LONGMEMEVAL_COLUMNS, files, split, revision)
     dataset = parse_longmemeval(rows, hub_source(name, files), question_date_in_text)

@@ -1,30 +1,9 @@
-"""Read benchmark records through Hugging Face `datasets`: a local JSON file or a hub dataset -> rows.
+"""Benchmark records read through Hugging Face `datasets`: a local JSON / JSON Lines file or a hub dataset.
 
-What it does:
-
-- `read_file_rows(path, columns, what)` reads a local JSON file (a list of records) or JSON Lines file
-  (`.jsonl`, one record a line) with `datasets.load_dataset("json", data_files=...)`;
-  `read_hub_rows(name, ...)` reads a hub dataset id (or a local folder laid out like a hub dataset
-  repository) with `datasets.load_dataset(name, data_files=..., split=..., revision=...)`. Both return
-  the records as plain dicts, in file order, for the layout's one pydantic parser
-  (`pipeline.data.locomo.parse_locomo`, `pipeline.data.longmemeval.parse_longmemeval`).
-- Nothing is inferred: every column is read with the `datasets.Json()` feature type, undecoded, and
-  decoded here, so nested values come back exactly as written in the file. Arrow's schema inference
-  would otherwise merge records with different keys (LoCoMo's `session_N` keys vary per conversation:
-  missing ones would come back as None) and may coerce mixed values (LoCoMo answers are sometimes
-  numbers). `Json()` stores a top-level string that is itself valid JSON as is (`"12"`, `"8e5"`, a hex
-  id), so it is not decoded back: a top-level scalar comes back as its text (a number `3` as `"3"`,
-  never the string `"8e5"` as a float). `columns` are the layout's known top-level keys; a file with
-  more is read again with those added (never dropped silently).
-- Anything wrong raises `DataError` naming the file (or `hf:<name>`): a missing or unreadable file, invalid
-  JSON (with its line and column), a `.json` file that is not a list of records, or whatever `datasets`
-  could not load. The records' own fields are checked by the parsers, which name the record and field
-  (a list with an entry that is not an object is handed to the parser as decoded, so it names that entry).
-- `datasets` caches what it reads (under `HF_DATASETS_CACHE`, keyed by the file's modification time); it
-  is imported only when a file is read (it takes a second to import).
-
-What it does not do: no parsing into our records, no network of its own (the hub is `datasets`' business;
-`HF_HUB_OFFLINE=1`/`HF_DATASETS_OFFLINE=1` keep it offline), no printing.
+Every column is read as `datasets.Json()`, undecoded, and decoded here, so records come back exactly as
+written (no schema merging or coercion; a top-level scalar comes back as its text); a file with unknown
+top-level keys is read again with them. Every problem is a `DataError` naming the file. No parsing into our
+records, no network of its own, no printing.
 """
 
 from __future__ import annotations
@@ -36,11 +15,7 @@ from typing import Any
 
 
 class DataError(ValueError):
-    """A data file (or in-memory source) is missing, unreadable or has a wrong record.
-
-    The message reads `<source>: <record>: field '<field>': <problem>`; the parts are also kept
-    as attributes so callers can act on them.
-    """
+    """A data file (or in-memory source) is missing, unreadable or has a wrong record."""
 
     def __init__(self, source: str, problem: str, record: str | None = None, field: str | None = None):
         self.source = source
@@ -186,15 +161,11 @@ def hub_source(name: str, data_files: str | Sequence[str] | None = None) -> str:
 
 
 def read_hub_rows(
-    name: str,
-    columns: Sequence[str],
-    data_files: str | Sequence[str] | None = None,
-    split: str = "train",
+    name: str, columns: Sequence[str], data_files: str | Sequence[str] | None = None, split: str = "train",
     revision: str | None = None,
 ) -> list[dict[str, Any]]:
-    """The records of hub dataset `name` (its `data_files`, `split`, `revision`) through
-    `datasets.load_dataset`; `name` may also be a local folder laid out like a hub dataset repository.
-    Any failure (offline without a cache, no such file, unreadable records) is a `DataError` naming it."""
+    """The records of hub dataset `name` (its `data_files`, `split`, `revision`) through `datasets.load_dataset`; `name`
+    may also be a local folder laid out like a hub dataset repository."""
     source = hub_source(name, data_files)
     files = data_files if data_files is None or isinstance(data_files, str) else list(data_files)
     args: dict[str, Any] = {"path": name, "data_files": files, "split": split, "revision": revision}

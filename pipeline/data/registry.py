@@ -1,14 +1,7 @@
-"""Datasets by config kind: `dataset.kind` -> the module exporting its `SPEC` (`pipeline.data.spec.DatasetSpec`).
+"""Datasets by config kind: `DATASETS` (`dataset.kind` -> module exporting `SPEC`) and `load_dataset`.
 
-`DATASETS` is a `pipeline.core.registry.Registry`. Each kind's config record is the schema and single
-home of the defaults of its `dataset` config node (`conf/dataset/<kind>.yaml` only selects it and wires
-paths to environment variables). `load_dataset(cfg, base_dir)` validates the node (a `ConfigError`
-naming `dataset.<key>` for an unknown key, a wrong type or an out-of-range value) and loads the whole
-dataset; relative paths are taken from `base_dir`. Files and hub datasets (`dataset.hub=<id>`, which
-replaces `dataset.path`) are read through Hugging Face `datasets` (`pipeline.data.reader`) and parsed by
-their layout's one parser. The simulated world's kind (`pipeline.sim.dataset`) is reached from here only
-(and from the LM-backend registry). Splitting is `pipeline.data.splits.split_by_conversation`; nothing
-here evaluates or caches.
+`load_dataset(cfg, base_dir)` validates the node (a `ConfigError` naming `dataset.<key>`) and loads the
+whole dataset. The `sim` kind is reached from here only. No splitting, no caching.
 """
 
 from __future__ import annotations

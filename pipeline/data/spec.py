@@ -1,10 +1,4 @@
-"""The dataset registry's contract: what a dataset kind's module exports as `SPEC`.
-
-A `DatasetSpec` holds the kind's config record (the schema and single home of the defaults of its
-`dataset` config node) and its loader, `load(config, base_dir) -> Dataset` (relative paths taken from
-`base_dir`, see `resolve_path`). It does not list the kinds (`pipeline.data.registry` does) or load
-anything itself.
-"""
+"""The dataset registry's contract: `DatasetSpec` (config record and `load(config, base_dir)`)."""
 
 from __future__ import annotations
 
@@ -14,8 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from memtrace_loop.pipeline.core.records import Dataset
-
-__all__ = ["DatasetSpec", "resolve_path"]
 
 
 @dataclass(frozen=True)

@@ -1,18 +1,9 @@
-"""Graphs another tool traced (smartcomment / ExecNetwork files, or ours) as a run to attribute.
+"""Another tool's graph files (smartcomment / ExecNetwork, or ours) as a run to attribute.
 
-`memtrace attribute graphs=<file|folder>` reads each graph file (`graph_files`, format told by content;
-a folder: its `*.json` files, sorted), names each operation's stage after the operation (its `name`)
-unless `stage_map` (operation name -> stage; a mapping, or a YAML/JSON file of one) says otherwise, and
-makes the judged cases the graph holds: one per `query:<qid>` variable, with the gold answer from
-`gold:<qid>` (a JSON list: its first item) or, failing that, the file's MemTraceBench annotation for
-that query; the prediction from `answer:<qid>`; the verdict from `verdict:<qid>` (CORRECT / WRONG), or,
-when the graph has no judge, CORRECT when the normalized gold answer is contained in the normalized
-prediction. Evidence turns come from the annotations' `source_evidence_ids` when they name turn
-variables. A graph without any gold answer is refused (`GraphFileError`, one line naming the file).
-
-`blame_rows` names each attribution's operation as the file has it (its name, and the tool's own
-op id when the graph was imported). What it does not do: no attribution itself, no printing, no
-replay (nothing can re-run another tool's system).
+`memtrace attribute graphs=<file|folder>`: stages named after the operations (or `stage_map`), one judged
+case per `query:<qid>` (gold from `gold:<qid>` or the file's annotations, verdict from `verdict:<qid>` or
+normalized containment); a graph without any gold answer is a `GraphFileError`. `blame_rows` names each
+blamed operation as the file has it. It does not attribute, print or replay.
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
-"""Graph files in either format, told apart by their content: read one, write one atomically.
+"""Graph files in either format (our `graph_io` JSON or ExecNetwork), told apart by content.
 
-Two formats hold an execution graph on disk: our own compact JSON (`graph_io`, `"format":
-"memtrace-graph"`) and the reference tooling's ExecNetwork JSON (`exec_network`: an object with a
-`data` object; MemTraceBench adds labels as `data.annotations`). `detect_format` tells them apart from
-the decoded document (never from the file name); `read_graph_file(path)` reads a file of either kind
-into a `GraphFile` (the graph, the MemTraceBench annotations it carries (an ExecNetwork document's,
-or those an imported graph keeps in its meta), its format and, for an
-ExecNetwork document, the counts of the document itself); `write_graph_file` writes a graph in either
-format whole or not at all (`pipeline.core.files.write_atomically`), so a failed write leaves the
-target as it was (no half-written file). Every problem is a `GraphFileError` (a `DataError`) whose one
-line names the file and what is wrong.
-
-What it does not do: no conversion rules beyond choosing the writer (labels travel in the graph's
-meta, both ways), no summaries (`graph_summary`), no printing.
+`read_graph_file` reads either kind into a `GraphFile` (graph, MemTraceBench annotations, format, document
+counts); `write_graph_file` writes either format atomically. Every problem is a one-line `GraphFileError`
+naming the file. It does no conversion beyond choosing the writer, no summaries, no printing.
 """
 
 from __future__ import annotations

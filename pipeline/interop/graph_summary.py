@@ -1,14 +1,7 @@
-"""What a graph file holds, in a few numbers and lists: the summary `memtrace graph show` prints.
+"""What a graph file holds: the `GraphSummary` `memtrace graph show` prints.
 
-`summarize(graph_file)` gives a `GraphSummary`: sizes (variables, operations, edges counted as the
-ExecNetwork format draws them: one per (input or prompt) x output pair of an operation; failed
-operations), the counts of each variable kind and operation kind, the questions the graph judged and
-the ones it judged wrong (`verdict:<qid>` not CORRECT, with the question, prediction and gold answer read
-through the graph conventions), the MemTraceBench labels of an ExecNetwork document and that document's
-own record counts. `to_dict` is its JSON form. Texts are kept whole: cutting them to a width is the
-printer's job.
-
-What it does not do: no reading or writing of files (`graph_files`), no printing, no attribution.
+Sizes (edges counted as ExecNetwork draws them), kinds, judged and wrong questions, MemTraceBench labels and
+the document's record counts; texts are kept whole. It reads no files, prints nothing and attributes nothing.
 """
 
 from __future__ import annotations
@@ -122,6 +115,5 @@ def summarize(graph_file: GraphFile) -> GraphSummary:
         variable_kinds=ranked(Counter(str(v.kind) for v in graph.variables())),
         operation_kinds=ranked(Counter(str(op.kind) for op in graph.operations())),
         questions=len(judged_questions(graph)), failed_questions=failed_questions(graph),
-        annotations=graph_file.annotations,
-        document=graph_file.document,
+        annotations=graph_file.annotations, document=graph_file.document,
     )

@@ -1,10 +1,7 @@
 """The report page's inline style sheet and script (constants; no templating, no external files).
 
-The script reads the JSON block `#report-data` (see `report.render`), fills the filter boxes, lists
-the failed questions and, on a click, shows one failure: its texts, its attribution and its drawing
-as SVG built with DOM calls (`createElementNS`, `textContent`; never `innerHTML`), the blamed
-operation with the CSS class `blamed`, each node's value in its `<title>` (hover) and in the node
-panel (click). It makes no request and stores nothing.
+The script reads `#report-data`, lists and filters the failures and draws one as SVG with DOM calls only;
+it makes no request and stores nothing.
 """
 
 from __future__ import annotations

@@ -1,41 +1,37 @@
 """Which attribution of a run's failures a report or an export shows, and how its counts are said.
 
-A run's failures are attributed by `memtrace run` (its `artifacts/attributions.json`) and, later, by
-`memtrace attribute` (its own folder: attributions.json, blame.json and `attribution_record.json`). An
-`AttributionRecord` says which attribution a folder holds: the attributor, whether replay verified it,
-when and by which command it was made, the folder holding its attributions.json, the source run (its
-saved folder, its MLflow run id) and its own MLflow run. `memtrace attribute` writes its record into
-its folder and, with `record_latest`, the same record as `latest_attribution.json` into the source
-run's folder (atomically: a report never reads half a pointer).
-
-`latest_attributions(saved_folder, results, run_config)` is what `memtrace report` and `memtrace graph
-convert` read: the attribution the user made last (the pointer's, while its folder still holds it),
-else the run's own (its record built from the run's saved config), else None; with the attributions
-comes the blame table saved beside them (blame.json), as it was made. `FailureCount` is the one
-count `attribute` and `report` both print: attributed of scored failures (outside the excluded
-categories), and the failures left out with those categories; `checks_line` says how replay checked them.
-
-It reads and writes JSON files only: it neither attributes nor talks to MLflow.
+`AttributionRecord` (attributor, verify, when, by which command, where, source run), written by `memtrace
+attribute` into its folder and, as `latest_attribution.json`, into the source run's (atomically);
+`latest_attributions` is what `report` and `graph convert` read (the latest, else the run's own);
+`FailureCount` is the one count both print; `attributions_from_rows` reads attributions.json back (a joint set
+with the blamed error type, no alternatives: the saved blame.json is read as written). JSON files only: no
+attribution, no MLflow.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Check
+from memtrace_loop.pipeline.analysis.attribution.records import (
+    Attribution,
+    AttributionCost,
+    Check,
+    ErrorType,
+    Fault,
+    Tunable,
+)
 from memtrace_loop.pipeline.analysis.blame import BlameTable
 from memtrace_loop.pipeline.core.files import write_atomically
 from memtrace_loop.pipeline.core.records import CaseResult
 from memtrace_loop.pipeline.core.run_folder import RunFolder
 from memtrace_loop.pipeline.data.locomo import validate_record
 from memtrace_loop.pipeline.data.reader import DataError
-from memtrace_loop.pipeline.report.saved_attributions import attributions_from_rows
 from pydantic import BaseModel, ConfigDict
 
 logger = logging.getLogger(__name__)
@@ -204,3 +200,36 @@ def checks_line(attributions: Sequence[Attribution]) -> str:
     """How many blames replay verified, refuted, could not verify and did not check: `"3 verified, ..."`."""
     return ", ".join(f"{sum(1 for a in attributions if a.check is check)} {check.value}"
                      for check in (Check.VERIFIED, Check.REFUTED, Check.UNVERIFIABLE, Check.UNCHECKED))
+
+
+def attributions_from_rows(rows: Iterable[Mapping[str, Any]], results: Sequence[CaseResult]) -> tuple[Attribution, ...]:
+    case_by_question = {r.question.id: r for r in results}
+    found = []
+    for row in rows:
+        case = case_by_question.get(str(row.get("question_id", "")))
+        if case is None:
+            continue
+        error_type = ErrorType(str(row["error_type"]))
+        tunable = Tunable(str(row.get("tunable", Tunable.PROMPT.value)))
+        joint = tuple(
+            Fault(str(op), str(name), str(stage), error_type, tunable, str(row.get("reason", "")))
+            for op, name, stage in zip(
+                row.get("joint", ()), row.get("joint_names", ()), row.get("joint_stages", ()), strict=False
+            )
+        )
+        verified = row.get("verified")
+        check = Check(str(row["check"])) if "check" in row else Check.of(None if verified is None else bool(verified))
+        found.append(
+            Attribution(
+                case, str(row["op"]), str(row.get("op_name", "")), str(row["stage"]), error_type,
+                str(row.get("reason", "")), float(row.get("confidence", 0.0)), str(row.get("method", "")),
+                tunable, tuple(str(e) for e in row.get("evidence", ())), bool(row.get("pseudo_evidence", False)),
+                check, joint=joint,
+                cost=AttributionCost(
+                    int(row.get("cost_lm_calls", 0)), int(row.get("prompt_tokens", 0)),
+                    int(row.get("completion_tokens", 0)), int(row.get("replay_calls", 0)),
+                    float(row.get("seconds", 0.0)),
+                ),
+            )
+        )
+    return tuple(found)

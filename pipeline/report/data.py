@@ -1,11 +1,6 @@
 """What a failure report shows, as one typed record: `ReportData` (and the small records it holds).
 
-A run's report needs its evaluation (accuracy per category with intervals), its judged cases, one
-execution graph per conversation and — when known — the attributions of its failures, their blame
-table, a written diagnosis with its failure groups and, for an optimization, the per-iteration scores
-and the accepted rewrites with their prompt diffs. `rewrites_of` reads the accepted rewrites of a
-`LoopResult`. This module only holds and gathers data: extraction of a failure's subgraph is
-`report.subgraph`, drawing it `report.layout`, the page `report.render`.
+`rewrites_of` reads a `LoopResult`'s accepted rewrites. It only holds data: no subgraph, layout or rendering.
 """
 
 from __future__ import annotations
@@ -51,8 +46,7 @@ class DiagnosisGroup:
 
 @dataclass(frozen=True)
 class ReportData:
-    """Everything one report.html shows. Only `title`, `report`, `results` and `graph_by_conversation`
-    are required; the overview and the failure pages leave out what is absent."""
+    """Everything one report.html shows."""
 
     title: str
     report: EvaluationReport

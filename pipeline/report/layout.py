@@ -1,12 +1,6 @@
 """Where each node of a failure's drawing goes: a left-to-right layout in sequence order.
 
-`layout(subgraph)` gives every node a box: one column per distinct sequence position (an operation,
-the variables it produced just right of it, a turn or a unit whose writer is not drawn just left of its
-first drawn use: `subgraph` sets these positions), so the drawing reads
-as the run happened; within a column, nodes stack by kind (turns on top, memory units below, the
-answering side last) and then by id. Columns are packed (a gap of a thousand operations between two
-drawn nodes costs one column), so width grows with the nodes drawn, not with the conversation.
-Pure and deterministic: the same subgraph always gives the same layout; the page only draws it.
+One packed column per sequence position, nodes stacked by kind then id. Pure and deterministic.
 """
 
 from __future__ import annotations

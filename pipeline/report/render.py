@@ -1,15 +1,8 @@
-"""report.html: one self-contained page (inline CSS, inline vanilla JS, no network) from a `ReportData`.
+"""report.html: one self-contained page (inline CSS and JS, no network) from a `ReportData`.
 
-`render_report(data)` returns the page; `write_report(data, path)` writes it. The overview (accuracy
-per category with intervals, blame per stage and error type, the diagnosis, and for an optimization
-the scores per iteration and the accepted rewrites with their diffs) is rendered here, every text
-through `html.escape`, the charts as inline SVG. The failures (question, gold, answer, verdict,
-attribution and the laid-out drawing of `report.subgraph`) travel as JSON in a
-`<script type="application/json">` block in which every `<`, `>` and `&` is a `\\u` escape, so no text
-of a conversation or an LM can close the block; the page's script builds the list, the filters and
-the drawings with `textContent` and SVG DOM calls only (never `innerHTML`). A Content-Security-Policy
-forbids every request, so the page works from disk and inside MLflow's artifact viewer alike.
-Node values are shared per conversation (stored once) and cut at `MAX_VALUE_CHARS`.
+The overview is rendered here through `html.escape`, charts as inline SVG; the failures travel as escaped
+JSON that the page's script draws with DOM calls only (never `innerHTML`), under a Content-Security-Policy
+that forbids every request. Node values are stored once per conversation, cut at `MAX_VALUE_CHARS`.
 """
 
 from __future__ import annotations

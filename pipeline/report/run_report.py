@@ -1,11 +1,6 @@
-"""The one call an app makes to write report.html for a run (`report_for_run`) or an optimization
-(`report_for_loop`).
+"""The one call an app makes to write report.html: `report_for_run`, `report_for_loop`.
 
-Each gathers a `ReportData` from what the app already holds — a `RunResult` (or the saved run's
-cases and graphs), the failures' attributions when it has them (else the lineage attributor, which
-needs no LM, attributes them here), an optional diagnosis — writes `<out_dir>/report.html` and
-returns its path. Logging it to MLflow is the caller's (`tracker.log_artifact(path)`); this module
-neither logs nor prints.
+Failures without attributions are attributed here by the lineage attributor (no LM). It neither logs nor prints.
 """
 
 from __future__ import annotations
@@ -31,20 +26,11 @@ REPORT_FILE = RunFolder.REPORT
 
 
 def report_data(
-    title: str,
-    results: Sequence[CaseResult],
-    graph_by_conversation: Mapping[str, ExecutionGraph],
-    *,
-    report: EvaluationReport | None = None,
-    attributions: Sequence[Attribution] | None = None,
-    conversation_by_id: Mapping[str, Conversation] | None = None,
-    exclude_categories: Sequence[int] = (5,),
-    blame: BlameTable | None = None,
-    diagnosis: str | None = None,
-    diagnosis_groups: Sequence[DiagnosisGroup] = (),
-    meta: Mapping[str, str] | None = None,
-    max_nodes: int = DEFAULT_MAX_NODES,
-    banner: str | None = None,
+    title: str, results: Sequence[CaseResult], graph_by_conversation: Mapping[str, ExecutionGraph], *,
+    report: EvaluationReport | None = None, attributions: Sequence[Attribution] | None = None,
+    conversation_by_id: Mapping[str, Conversation] | None = None, exclude_categories: Sequence[int] = (5,),
+    blame: BlameTable | None = None, diagnosis: str | None = None, diagnosis_groups: Sequence[DiagnosisGroup] = (),
+    meta: Mapping[str, str] | None = None, max_nodes: int = DEFAULT_MAX_NODES, banner: str | None = None,
 ) -> ReportData:
     """A `ReportData` for judged cases and their graphs (`banner`: a warning shown above everything);
     `attributions=None` attributes the failures with the lineage attributor (no LM); `report=None`
@@ -61,14 +47,9 @@ def report_data(
 
 
 def _result_data(
-    result: RunResult,
-    title: str,
-    attributions: Sequence[Attribution] | None,
-    conversation_by_id: Mapping[str, Conversation] | None,
-    diagnosis: Diagnosis | None,
-    diagnosis_scope: str,
-    meta: Mapping[str, str] | None,
-    max_nodes: int,
+    result: RunResult, title: str, attributions: Sequence[Attribution] | None,
+    conversation_by_id: Mapping[str, Conversation] | None, diagnosis: Diagnosis | None, diagnosis_scope: str,
+    meta: Mapping[str, str] | None, max_nodes: int,
 ) -> ReportData:
     return report_data(
         title, result.results, result.graph_by_conversation, report=result.report, attributions=attributions,
@@ -79,17 +60,10 @@ def _result_data(
 
 
 def report_for_run(
-    result: RunResult,
-    out_dir: str | Path,
-    *,
-    title: str = "MemTrace run",
-    attributions: Sequence[Attribution] | None = None,
-    conversation_by_id: Mapping[str, Conversation] | None = None,
-    diagnosis: Diagnosis | None = None,
-    diagnosis_scope: str = "",
-    meta: Mapping[str, str] | None = None,
-    max_nodes: int = DEFAULT_MAX_NODES,
-    banner: str | None = None,
+    result: RunResult, out_dir: str | Path, *, title: str = "MemTrace run",
+    attributions: Sequence[Attribution] | None = None, conversation_by_id: Mapping[str, Conversation] | None = None,
+    diagnosis: Diagnosis | None = None, diagnosis_scope: str = "", meta: Mapping[str, str] | None = None,
+    max_nodes: int = DEFAULT_MAX_NODES, banner: str | None = None,
 ) -> Path:
     """Write `<out_dir>/report.html` for a finished run and return its path (see the module doc);
     `diagnosis` is shown at the top, its analysis prefixed with `diagnosis_scope`; `banner` above all."""
@@ -98,22 +72,13 @@ def report_for_run(
 
 
 def report_for_loop(
-    result: LoopResult,
-    out_dir: str | Path,
-    *,
-    title: str = "MemTrace optimization",
-    attributions: Sequence[Attribution] | None = None,
-    conversation_by_id: Mapping[str, Conversation] | None = None,
-    diagnosis: Diagnosis | None = None,
-    diagnosis_scope: str = "",
-    meta: Mapping[str, str] | None = None,
-    max_nodes: int = DEFAULT_MAX_NODES,
-    banner: str | None = None,
+    result: LoopResult, out_dir: str | Path, *, title: str = "MemTrace optimization",
+    attributions: Sequence[Attribution] | None = None, conversation_by_id: Mapping[str, Conversation] | None = None,
+    diagnosis: Diagnosis | None = None, diagnosis_scope: str = "", meta: Mapping[str, str] | None = None,
+    max_nodes: int = DEFAULT_MAX_NODES, banner: str | None = None,
 ) -> Path:
-    """Write `<out_dir>/report.html` for an optimization: the final test evaluation's accuracy, the scores
-    per iteration, the accepted rewrites (`banner`: a warning above everything) and the failures the
-    diagnosis describes: the train failures of the latest iteration that attributed any, with its
-    attributions (without one: the final test failures, with `attributions` of them or lineage ones)."""
+    """Write `<out_dir>/report.html` for an optimization: test accuracy, scores per iteration, accepted rewrites and the
+    failures the diagnosis describes."""
     latest = next((record for record in reversed(result.iterations) if record.attributions), None)
     test_label = "test split, final prompts"
     if latest is None:
@@ -122,8 +87,7 @@ def report_for_loop(
         )
         failures_label = test_label
     else:
-        data = _result_data(latest.train, title, latest.attributions, None, diagnosis, diagnosis_scope, meta,
-                            max_nodes)
+        data = _result_data(latest.train, title, latest.attributions, None, diagnosis, diagnosis_scope, meta, max_nodes)
         data = replace(data, report=result.test_final.report, blame=latest.blame)
         failures_label = f"train split, iteration {latest.iteration}"
     data = replace(data, history=tuple(result.history), rewrites=rewrites_of(result), banner=banner,

@@ -48,7 +48,7 @@ def report_path(tmp_path_factory) -> tuple[Path, str]:
     from memtrace_loop.pipeline.analysis.judge import make_judge
     from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
     from memtrace_loop.pipeline.loop.runner import run_dataset
-    from memtrace_loop.pipeline.report import report_for_run
+    from memtrace_loop.pipeline.report.run_report import report_for_run
 
     from tests.support.sim import sim_lm
 
@@ -195,7 +195,7 @@ def locomo_layout_report(tmp_path_factory) -> tuple[Path, str]:
     from memtrace_loop.pipeline.analysis.judge import make_judge
     from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
     from memtrace_loop.pipeline.loop.runner import run_dataset
-    from memtrace_loop.pipeline.report import report_for_run
+    from memtrace_loop.pipeline.report.run_report import report_for_run
     from memtrace_loop.pipeline.sim.world import generate_locomo
 
     from tests.support.sim import sim_lm
@@ -290,7 +290,7 @@ def test_on_real_locomo_every_missed_retrieval_draws_its_unit_and_search(tmp_pat
     from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
     from memtrace_loop.pipeline.data.locomo import load_locomo
     from memtrace_loop.pipeline.loop.runner import run_dataset
-    from memtrace_loop.pipeline.report import report_for_run
+    from memtrace_loop.pipeline.report.run_report import report_for_run
 
     from tests.support.paths import LOCOMO
     from tests.support.sim import sim_lm
@@ -331,7 +331,7 @@ def loop_report(tmp_path_factory) -> tuple[Path, int, int]:
     """report.html of a one-iteration attribution loop on the sim world, with the train diagnosis the
     optimize app puts on top; returns the page, the diagnosed iteration and its failure count."""
     from memtrace_loop.experiments.failure_analysis import loop_diagnosis
-    from memtrace_loop.pipeline.report import report_for_loop
+    from memtrace_loop.pipeline.report.run_report import report_for_loop
 
     from tests.support.loops import sim_attribution_loop
     from tests.support.sim import sim_lm

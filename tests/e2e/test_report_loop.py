@@ -8,7 +8,8 @@ import json
 import re
 
 import pytest
-from memtrace_loop.pipeline.report import report_for_loop, rewrites_of
+from memtrace_loop.pipeline.report.data import rewrites_of
+from memtrace_loop.pipeline.report.run_report import report_for_loop
 
 from tests.support.loops import sim_attribution_loop
 

@@ -421,7 +421,7 @@ def test_native_marker_is_only_trusted_when_every_record_carries_it(graph: Execu
 def test_stamps_count_milliseconds_across_seconds_from_any_start(graph: ExecutionGraph) -> None:
     from datetime import datetime, timedelta
 
-    from memtrace_loop.pipeline.interop.exec_network.timeline import timeline
+    from memtrace_loop.pipeline.interop.exec_network.export import timeline
 
     start = datetime(2026, 12, 31, 23, 59, 59, 990000)  # ticks cross a second, a minute, a day and a year
     doc = to_exec_network(graph, created_at=start)

@@ -42,14 +42,13 @@ def test_versions_chain_and_lineage():
     assert g.latest("memory:m1").value == "Alice lives in Rome."
 
 
-def test_producer_consumers_and_view():
+def test_producer_and_consumers():
     g = small_graph()
     assert g.producer("memory:m1@2").name == "memory_update"
     assert g.producer("turn:D1:1@1") is None
     assert [op.name for op in g.consumers("prompt:extract@1")] == ["extract_facts", "extract_facts"]
-    view = g.view(g.producer("facts:D1:1@1").id)
-    assert [v.id for v in view.inputs] == ["turn:D1:1@1"]
-    assert view.prompt is not None and view.prompt.value == "Extract facts."
+    extract = g.producer("facts:D1:1@1")
+    assert extract.inputs == ("turn:D1:1@1",) and g.variable(extract.prompt).value == "Extract facts."
 
 
 def test_ancestors_reach_turns_and_descendants_reach_answer():

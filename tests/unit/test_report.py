@@ -28,19 +28,17 @@ from memtrace_loop.pipeline.core.conventions import (
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import Question
 from memtrace_loop.pipeline.loop.summaries import CandidateSummary, IterationSummary
-from memtrace_loop.pipeline.report import (
-    DiagnosisGroup,
-    ReportData,
-    Rewrite,
-    Role,
-    failure_subgraph,
+from memtrace_loop.pipeline.report.data import DiagnosisGroup, ReportData, Rewrite
+from memtrace_loop.pipeline.report.layout import layout
+from memtrace_loop.pipeline.report.render import (
+    DATA_ELEMENT_ID,
+    failures_payload,
     json_for_script,
-    layout,
     render_report,
-    report_for_run,
     write_report,
 )
-from memtrace_loop.pipeline.report.render import DATA_ELEMENT_ID, failures_payload
+from memtrace_loop.pipeline.report.run_report import report_for_run
+from memtrace_loop.pipeline.report.subgraph import Role, failure_subgraph
 
 SCRIPT = "<script>alert('turn')</script>"
 IMG = '<img src=x onerror="alert(1)">'

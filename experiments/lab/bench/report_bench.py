@@ -23,8 +23,9 @@ from memtrace_loop.experiments.app_setup import no_lm_history
 from memtrace_loop.experiments.lab.bench.common import sim_run
 from memtrace_loop.memory_systems.registry import SYSTEMS
 from memtrace_loop.pipeline.analysis.attribution.lineage import attribute_failures
-from memtrace_loop.pipeline.report import DEFAULT_MAX_NODES, ReportData, report_for_run
+from memtrace_loop.pipeline.report.data import DEFAULT_MAX_NODES, ReportData
 from memtrace_loop.pipeline.report.render import failures_payload
+from memtrace_loop.pipeline.report.run_report import report_for_run
 from rich.console import Console
 from rich.table import Table
 

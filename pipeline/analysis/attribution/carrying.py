@@ -1,10 +1,7 @@
-"""What it means for a text to carry a piece of information: content tokens and the coverage a carrier
-needs, plus the few text cues attribution reads (dates, relative dates, abstentions, people named).
+"""What it means for a text to carry a piece of information, and the few text cues attribution reads.
 
-A variable *carries* a target when it holds `coverage_needed(target)` of the target's `content_tokens`;
-tokens are compared after unifying months, spelling out ISO dates and stripping ordinals and plurals, so
-"7 June 2022", "June 7th, 2022" and "2022-06-07" share theirs. Pure text functions: they know nothing of
-graphs, operations or LMs (the lineage attributor and the LLM walk read graphs with them).
+A text carries a target when it holds `coverage_needed(target)` of its `content_tokens` (months unified, ISO
+dates spelled out, ordinals and plurals stripped). Pure text functions: no graphs, no LMs.
 
 >>> sorted(content_tokens("Alice adopted two dogs on 2022-06-07"))
 ['2022', '7', 'adopted', 'alice', 'dog', 'june', 'two']
@@ -24,10 +21,6 @@ import math
 import re
 
 from memtrace_loop.pipeline.backends.text import alnum_words
-
-__all__ = [
-    "content_tokens", "coverage_needed", "is_abstention", "is_date_like", "people_in", "relative_date", "turn_text",
-]
 
 _STOPWORDS = frozenset(
     """a an the and or but of to in on at for with from by about as is are was were be been being am do does did

@@ -1,10 +1,7 @@
 """Evidence finding: which turns of a conversation graph hold what a failed question needed.
 
-The dataset's gold evidence ids when the question has them (as `turn:<id>` variables present in the
-graph); otherwise pseudo-evidence: the turns ranked highest for question + gold answer by BM25 and,
-when an embedder is given, by the embedder's cosine, the two rankings fused by reciprocal rank fusion
-(the same RRF the EverMemOS-style retrieval uses). Pure and deterministic. It does not follow the
-evidence anywhere (the attributors do).
+Gold evidence ids when present, else pseudo-evidence: BM25 (and, with an embedder, cosine) rankings for
+question + gold answer, fused by RRF. Pure and deterministic.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """Where one piece of information went in a conversation graph (no LLM): the lineage attributor's reading.
 
-A `Track` is one piece of information the answer needs (the gold answer, or what an evidence turn says
-about the question), followed forward from its source turns. `InformationFlow.follow` says which
-variables *carry* it (`carrying`: enough of its content tokens; with an embedder, also by meaning) and
-which construction operations consumed a carrier but output none (`Drop`); `live_memories` are the
-memory units at question time and `content_survivors` those that carry a track's content from
-elsewhere (a merged memory, another turn's copy). It never blames: which drop is decisive, and what a
-missed retrieval or a wrong answer means, is the verdict of `lineage`. Pure: it reads one graph, which
-must not change while it is read (token sets, vectors and the store at question time are memoized).
-
-An extract step that kept the move but not the city drops the answer "Lisbon" on the way to memory:
+A `Track` (the gold answer, or what an evidence turn says) followed from its turns: which variables carry it
+and which construction operations dropped it (`Drop`); `live_memories` and `content_survivors` at question
+time. It never blames (`lineage` does). Pure over one graph, which must not change while read (memoized).
 
 >>> graph = ExecutionGraph("c1")
 >>> prompt = graph.add_variable("prompt:extract", "prompt", "List the facts in the turn.").id
@@ -52,8 +45,6 @@ from memtrace_loop.pipeline.core.conventions import (
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation, Variable
 from memtrace_loop.pipeline.core.records import CaseResult
 
-__all__ = ["Drop", "InformationFlow", "Track"]
-
 
 @dataclass(frozen=True)
 class Track:
@@ -80,10 +71,7 @@ class InformationFlow:
     sets, vectors and the store at question time are memoized per instance)."""
 
     def __init__(
-        self,
-        graph: ExecutionGraph,
-        speakers: Iterable[str] = (),
-        embedder: Embedder | None = None,
+        self, graph: ExecutionGraph, speakers: Iterable[str] = (), embedder: Embedder | None = None,
         semantic_threshold: float = 0.8,
     ) -> None:
         """With an `embedder`, a variable also carries a turn's information when it says the same by the
@@ -114,9 +102,8 @@ class InformationFlow:
         return found if found is not None else np.zeros(1)
 
     def _means(self, var: Variable, track: Track) -> bool:
-        """Whether `var` says what the track's source turn says, by the embedder's cosine (where tokens
-        did not match: a paraphrase). Only for the turn's own information, never for the gold answer
-        alone (a short answer string says too little to compare by meaning)."""
+        """Whether `var` says what the track's source turn says, by the embedder's cosine (where tokens did not match: a
+        paraphrase)."""
         if self.embedder is None or track.is_gold or not track.text or not var.value:
             return False
         left, right = self._vector(track.text), self._vector(var.value)
@@ -208,9 +195,7 @@ class InformationFlow:
 
     def _is_copy_of_turns(self, op: Operation, live: set[str]) -> bool:
         """A non-LLM step that copies live turns into memory units (no prompt; a live input is a turn)."""
-        return op.prompt is None and any(
-            v in live and self.graph.variable(v).kind == VarKind.TURN for v in op.inputs
-        )
+        return op.prompt is None and any(v in live and self.graph.variable(v).kind == VarKind.TURN for v in op.inputs)
 
     # ------------------------------------------------------------------ memory units
 
@@ -243,10 +228,9 @@ class InformationFlow:
         return producer is not None and self.decision_maker(producer).prompt is not None
 
     def content_survivors(self, track: Track) -> list[Variable]:
-        """Units live at question time (`live_memories`) that carry the track's content without descending
-        from its sources: a unit an LLM wrote (a merged or rephrased memory), or — for the gold answer — a
-        copy of another turn saying it. A fragment of the source turn itself, or another turn's copy sharing
-        a word with the evidence, is not the information."""
+        """Units live at question time (`live_memories`) that carry the track's content without descending from its
+        sources: a unit an LLM wrote (a merged or rephrased memory), or — for the gold answer — a copy of another turn
+        saying it."""
         return [
             m for m in self.live_memories
             if self.carries(m, track.target)

@@ -1,28 +1,10 @@
-"""The lineage attributor: why did a case fail, and which operation is to blame? (no LLM)
+"""The lineage attributor (no LLM): which operation is to blame for a failed case?
 
-For one failed case it starts from the evidence turns (the dataset's gold ids; when a question has
-none, pseudo-evidence: `evidence.EvidenceFinder`, BM25 and — with an embedder — cosine, fused) and follows the
-information forward through the execution graph (`information_flow`: what carries it, where it was dropped,
-what lives at question time); this module turns that reading into the verdict:
-
-1. It tracks what the answer needs: the gold answer itself (from the turns that can carry it) and,
-   for each evidence turn, the part of the turn the question is about. A variable *carries* a target
-   when it holds enough of the target's content tokens (dates are compared token-wise, so
-   "7 June 2022" matches "June 7, 2022").
-2. Construction: every extraction/update/deletion operation that consumes a carrier but outputs none
-   is a *drop*. If at question time no live memory unit carries a target, the first drop on its path
-   is the earliest decisive faulty operation: ExtractionError (the extract step lost it), UpdateError
-   (an update decision dropped or overwrote it), DeletionError (it was deleted). A store write that
-   only executed an LLM decision passes the blame to the operation that made the decision.
-3. Retrieval: if every target lives in memory but the question's retrieval did not return a carrier,
-   RetrievalError on the search (blamed on its knobs, not a prompt).
-4. Otherwise the context held everything: ResponseError on the answer step. Unanswerable questions
-   (gold "not mentioned") are ResponseErrors directly: nothing upstream can produce an abstention.
-
-The reason names the variables involved and what was lost, in words an optimizer can act on. This
-module is pure: it reads graphs and cases and never calls an LLM. It does not aggregate (see
-`pipeline.analysis.blame`). The names and kinds it reads (turns, memory units, answers) are those
-written in `pipeline.core.conventions`.
+From the evidence turns (gold ids, else `evidence.EvidenceFinder`) it follows the information forward
+(`information_flow`) and gives the verdict: the earliest decisive construction drop (Extraction / Update /
+DeletionError; a store write passes blame to its decision), else a RetrievalError on a search that missed a
+live carrier (blamed on its knobs), else a ResponseError on the answer step (directly for unanswerable
+questions). Pure: it never calls an LLM and does not aggregate.
 """
 
 from __future__ import annotations
@@ -72,10 +54,7 @@ class ConversationLineage:
     (its `InformationFlow` memoizes token sets and the store at question time)."""
 
     def __init__(
-        self,
-        graph: ExecutionGraph,
-        conversation: Conversation | None = None,
-        embedder: Embedder | None = None,
+        self, graph: ExecutionGraph, conversation: Conversation | None = None, embedder: Embedder | None = None,
         semantic_threshold: float = 0.8,
     ) -> None:
         self.graph = graph
@@ -151,8 +130,7 @@ class ConversationLineage:
         else:
             context = context_vars[0] if context_vars else None
             blamed = verdict(
-                answer_op, ErrorType.RESPONSE, self._response_reason(case, answer_op, answer_var, context, tracks),
-                0.8,
+                answer_op, ErrorType.RESPONSE, self._response_reason(case, answer_op, answer_var, context, tracks), 0.8,
             )
             suspects = (_fault(blamed, (), answer_op.seq),)
         return dataclasses.replace(blamed, suspects=suspects)
@@ -383,14 +361,11 @@ def _quote(text: str, limit: int = 160) -> str:
 
 
 class LineageAttributor:
-    """The default attributor: follows the evidence through each conversation graph (no LLM). The
-    per-graph analysis (token sets, the store at question time) is kept for the graphs it saw last."""
+    """The default attributor: follows the evidence through each conversation graph (no LLM)."""
 
     name = METHOD
 
-    def __init__(
-        self, max_graphs: int = 64, embedder: Embedder | None = None, semantic_threshold: float = 0.8
-    ) -> None:
+    def __init__(self, max_graphs: int = 64, embedder: Embedder | None = None, semantic_threshold: float = 0.8) -> None:
         """With an `embedder`, a carrier also matches by meaning (cosine >= `semantic_threshold`) where
         its tokens do not: paraphrased memories."""
         self._max_graphs = max_graphs
@@ -416,10 +391,8 @@ class LineageAttributor:
 
 
 def attribute_failures(
-    results: Iterable[CaseResult],
-    graph_by_conversation: Mapping[str, ExecutionGraph],
-    conversation_by_id: Mapping[str, Conversation] | None = None,
-    exclude_categories: Iterable[int] = (),
+    results: Iterable[CaseResult], graph_by_conversation: Mapping[str, ExecutionGraph],
+    conversation_by_id: Mapping[str, Conversation] | None = None, exclude_categories: Iterable[int] = (),
 ) -> tuple[Attribution, ...]:
     """Lineage attributions of every failed case (in result order) whose conversation graph is given."""
     excluded = set(exclude_categories)

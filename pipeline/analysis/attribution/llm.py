@@ -1,40 +1,10 @@
 """The LLM graph-walk attributor (the paper's method), bounded: an LM judges one operation at a time.
 
-For one failed case it starts from the evidence variables (the question's gold evidence turns; when it
-has none, pseudo-evidence: the turns BM25 ranks highest for question + gold answer, as the lineage
-attributor does) and keeps a frontier of operations ordered by a per-system prior, then by sequence
-number. Each step shows the LM one operation through a `dspy.Predict(JudgeOperation)` module — question,
-gold answer, the needed information, the operation's name/stage/kind, its inputs, outputs and prompt, all
-clipped so the whole step stays under `max_chars_per_step` — and reads a structured verdict (kept the
-information? error type, reason). From an operation that kept it, the walk moves on to the consumers of
-its outputs (question-side operations only when they lead to this case's answer); the answer's
-retrieval and answer operations come last. It stops at the first operation judged faulty, or at
-`max_steps`; when nothing is judged faulty the answer operation is blamed with low confidence.
-
-What the walk needs of the graph beyond one step comes from `walk_paths.InformationPath` (no LM): a
-retrieval step also shows the store's units that carry the needed information and that the search did
-not return, and a retrieval fault's `Fault.restore` names those missed units (near misses first, so a
-replay can raise `top_k` to reach them), never what the search returned. A faulty search is a knob fault
-of the retrieval; when most of what it returned are pieces of turns a copy step cut apart, the blame
-passes to that step's knobs (as a store write passes it to the decision it executed). Every faulty
-operation the walk saw becomes a suspect, earliest first, each with its restore: after an upstream
-blame the answer step is shown too when its context held (part of) the information, and is a suspect
-when it mishandled it; after a construction blame the question's search is a suspect (it must return
-what the repair puts back). A replay's joint search combines them.
-The walk's state and what a repair restores are `walk_state`; how a step's values are clipped to its
-bound is `walk_render`.
-The needed information keeps a fixed share of every step (long input lists never clip it to a few words),
-and of the decisions that write only a label (`LABEL_KINDS`: EverMemOS's per-turn boundary decisions,
-each re-reading the buffer that holds the evidence) the first per stage stands for the rest, so they
-cannot use up the steps before the walk reaches the events and episodes.
-
-Per-system priors come from the system's spec (`MemorySystemSpec.prior`, the system named by
-`graph.meta["system"]`): which stages and operation kinds the walk looks at first, which it skips, and
-whether the question's retrieval is seeded into the first frontier.
-
-A failing LM call or an unparsable reply never crashes the walk: the step counts as "kept", and the
-reason says how many steps could not be judged. The attributor counts its own LM calls and tokens
-(`Attribution.cost`). It does not verify its blame (that is `attribution.replay`) and does not aggregate.
+From the evidence it walks a frontier ordered by the system's prior (`MemorySystemSpec.prior`), one
+`JudgeOperation` call per step under `max_chars_per_step`, until the first operation judged faulty or
+`max_steps` (else the answer operation, with low confidence). Graph facts come from `walk_paths` (no LM):
+a retrieval step also shows the units it missed, which its fault restores; every faulty operation seen is a
+suspect for replay. A failing call counts as "kept". It does not verify its blame or aggregate.
 """
 
 from __future__ import annotations
@@ -173,10 +143,8 @@ class LLMAttributor:
         self, graph: ExecutionGraph, op: Operation, case: CaseResult, needed: str, on_path: set[str],
         missed: Sequence[str] = (),
     ) -> dict[str, str]:
-        """The input values one step shows the LM for `op`: inputs on the information's path first, then
-        those sharing most words with it; long values keep their part about the needed information. A
-        retrieval's inputs also show the store's units it `missed` (they carry the needed information and
-        were in memory when it searched), first."""
+        """The input values one step shows the LM for `op`: inputs on the information's path first, then those sharing
+        most words with it; long values keep their part about the needed information."""
         limit = self.settings.max_value_chars
         asked = content_tokens(f"{case.question.text} {case.question.gold}")
         words = frozenset(
@@ -286,9 +254,8 @@ class LLMAttributor:
         return self._blame(walk, answer_op, fallback, context_ops, answer_op, 0.2)
 
     def _judge_answer(self, walk: Walk, answer_op: Operation, blamed: Operation) -> None:
-        """After a blame upstream, the answer step too when its context held (part of) the information: an
-        answer that mishandled it is a second suspect (two-stage cases, e.g. a date the writing stage
-        kept only relative and the answer stage did not resolve)."""
+        """After a blame upstream, the answer step too when its context held (part of) the information: a second suspect
+        when it mishandled it."""
         if (
             blamed.id != answer_op.id and answer_op.id not in walk.kept_by_op
             and walk.steps < self.settings.max_steps and walk.path.context_holders(answer_op)
@@ -349,10 +316,8 @@ class LLMAttributor:
         return None
 
     def _keeper(self, walk: Walk, op: Operation) -> Operation | None:
-        """A sibling of faulty `op` that read the same information and kept it (e.g. the event log keeps a
-        date the narrative lost): `op` is decisive only when there is none. An operation that destroyed a
-        stored unit on the path (an update or deletion of it) is kept only by another reader of that unit,
-        not by a write that executed the same decision for other information."""
+        """A sibling of faulty `op` that read the same information and kept it (e.g. the event log keeps a date the
+        narrative lost): `op` is decisive only when there is none."""
         graph = walk.graph
         read = [v for v in op.inputs if v in walk.on_path]
         units = [v for v in read if graph.variable(v).kind in MEMORY_KINDS]
@@ -370,12 +335,7 @@ class LLMAttributor:
         return None
 
     def _blame(
-        self,
-        walk: Walk,
-        op: Operation,
-        verdict: StepVerdict,
-        context_ops: Sequence[Operation],
-        answer_op: Operation,
+        self, walk: Walk, op: Operation, verdict: StepVerdict, context_ops: Sequence[Operation], answer_op: Operation,
         confidence: float = 0.75,
     ) -> Attribution:
         case, spend = walk.case, walk.spend
@@ -417,9 +377,8 @@ class LLMAttributor:
 
     @staticmethod
     def _crowding(walk: Walk, op: Operation) -> Fault | None:
-        """A faulty search whose results are mostly pieces of turns a copy step cut apart passes the blame to
-        that step's knobs (the units are too small to hold whole turns and crowd the search), as a store
-        write passes it to the decision it executed; None for any other operation."""
+        """A faulty search whose results are mostly pieces of turns a copy step cut apart passes the blame to that
+        step's knobs (None otherwise)."""
         crowding = walk.path.crowding_step(op) if op.kind == OpKind.RETRIEVAL else None
         if crowding is None:
             return None
@@ -431,11 +390,8 @@ class LLMAttributor:
     def _suspects(
         self, walk: Walk, primary: Fault, context_ops: Sequence[Operation], answer_op: Operation
     ) -> tuple[Fault, ...]:
-        """Every faulty operation the walk saw on the information's path, earliest first (each with its
-        restore): the blamed one; the others judged faulty (the answer step only when its context held the
-        information), a faulty search among them; after a faulty search whose results are mostly pieces of
-        cut turns, the copy step that cut them (its knobs); and, after a construction blame, the question's
-        retrieval, which must then also return what the repair puts back."""
+        """Every faulty operation the walk saw on the information's path, earliest first, each with its restore (see the
+        module doc)."""
         graph = walk.graph
         found = [primary]
         for op_id, verdict in walk.faulty.items():

@@ -1,16 +1,8 @@
-"""The seam between the loop and failure attribution: the `Attributor` protocol and what it reads.
+"""The seam between the loop and failure attribution: the `Attributor` protocol, `attribute_run`, `AttributorSpec`.
 
-An attributor explains one failed case: it gets the case's conversation graph, the judged case and
-the conversation (speakers, turns; may be absent for imported graphs) and returns one `Attribution`
-— or None when the graph does not hold the case. What else it needs (an LM, an embedder, a replay
-check) it gets through its constructor; nothing is fetched from globals. `attribute_run` applies an
-attributor to every failure of a `TracedRun` (one evaluation with its graphs) in result order.
-This module neither aggregates blame (`pipeline.analysis.blame`) nor finds anything itself: the
-methods are `lineage` (no LLM), `llm` (an LM walks the graph) and `replay` (verifies another's blame).
-An attributor that decides over the whole run (which failures the replay check samples) also
-implements `RunAttributor`, and `attribute_run` hands it the run.
-`AttributorSpec` is what each method's module exports as `SPEC` for the attributor registry
-(`pipeline.analysis.attribution.registry`).
+An attributor explains one failed case (graph, judged case, conversation) as an `Attribution`, or None when
+the graph does not hold it; what it needs comes through its constructor. A `RunAttributor` also sees the
+whole run. It finds nothing itself and does not aggregate blame.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""The attribution records: why one case failed (`Attribution`), each faulty operation found on the
-information's path (`Fault`), what finding it cost (`AttributionCost`), and the two vocabularies they
-use (`ErrorType`, `Tunable`).
+"""The attribution records: `Attribution`, `Fault`, `AttributionCost`, `Check`, `ErrorType`, `Tunable`.
 
-Pure frozen records, no behaviour beyond small accessors: the attributors beside this module produce
-them, `pipeline.analysis.blame` folds them into a blame table, reports and optimizers read them.
+Pure frozen records, no behaviour beyond small accessors.
 """
 
 from __future__ import annotations
@@ -55,9 +52,7 @@ class ErrorType(StrEnum):
 
 @dataclass(frozen=True)
 class Fault:
-    """One operation found faulty on the path of the information a case needed. `restore` names the
-    graph variables that hold what it lost (an evidence turn, a unit's old version, a memory the search
-    missed): what a replay puts back to test whether repairing this operation alone rescues the case."""
+    """One operation found faulty on the path of the information a case needed."""
 
     op: str
     op_name: str

@@ -1,16 +1,7 @@
-"""Attributors by config name: `attributor=<name>` -> the module exporting its `SPEC` (`AttributorSpec`).
+"""Attributors by config name: `ATTRIBUTORS` (`lineage`, `llm`), `attributor_settings`, `build_attributor`.
 
-The `attributor` config group selects how failures are attributed (`lineage`: no LLM, the default;
-`llm`: an LM walks the graph) and whether each verdict is checked by a replay (`verify`, off by
-default so the default behaviour is unchanged; `replay.max_joint` bounds the decisive error set,
-`replay.max_replays` the replays per case).
-`ATTRIBUTORS` is a `pipeline.core.registry.Registry`: each option's module exports `SPEC`, whose
-frozen settings record is the schema and the single home of its defaults (the Hydra tree is composed
-from them, `conf/__init__.py`). `attributor_settings(node)` validates a config node (a `ConfigError`
-naming `attributor.<key>` otherwise); `build_attributor(node, lms, system, judge, embedder)` returns
-the `Attributor`, wrapped in `VerifyingAttributor` when `verify` is on.
-
-It does not run attribution, configure DSPy or build LMs and systems: they are passed in.
+`build_attributor` wraps the attributor in `VerifyingAttributor` when `verify` is on. It does not run
+attribution, configure DSPy or build LMs and systems: they are passed in.
 """
 
 from __future__ import annotations
@@ -31,13 +22,8 @@ from memtrace_loop.pipeline.core.config import ConfigError, parse_config
 from memtrace_loop.pipeline.core.registry import Registry
 
 __all__ = [
-    "ATTRIBUTORS",
-    "LLMSettings",
-    "LineageSettings",
-    "ReplayConfig",
-    "attributor_from_settings",
-    "attributor_settings",
-    "build_attributor",
+    "ATTRIBUTORS", "LLMSettings", "LineageSettings", "ReplayConfig", "attributor_from_settings", "attributor_settings",
+    "build_attributor"
 ]
 
 ATTRIBUTORS: Registry[AttributorSpec] = Registry(
@@ -61,11 +47,8 @@ def attributor_settings(node: object) -> Any:
 
 
 def build_attributor(
-    node: Mapping[str, Any] | None,
-    lms: LMSet | None = None,
-    system: MemorySystem | None = None,
-    judge: dspy.Predict | None = None,
-    embedder: Embedder | None = None,
+    node: Mapping[str, Any] | None, lms: LMSet | None = None, system: MemorySystem | None = None,
+    judge: dspy.Predict | None = None, embedder: Embedder | None = None,
 ) -> Attributor:
     """The attributor the `attributor` config node selects; with `verify`, each verdict is checked by a
     replay on `system` and `judge` (both needed then)."""
@@ -74,12 +57,8 @@ def build_attributor(
 
 
 def attributor_from_settings(
-    name: str,
-    settings: LineageSettings | LLMSettings,
-    lms: LMSet | None = None,
-    system: MemorySystem | None = None,
-    judge: dspy.Predict | None = None,
-    embedder: Embedder | None = None,
+    name: str, settings: LineageSettings | LLMSettings, lms: LMSet | None = None, system: MemorySystem | None = None,
+    judge: dspy.Predict | None = None, embedder: Embedder | None = None,
 ) -> Attributor:
     """The attributor `name` from its validated settings record (see `build_attributor`)."""
     inner = ATTRIBUTORS.get(name).build(settings, lms, embedder)

@@ -1,35 +1,11 @@
 """How replay repairs one blamed operation, per operation kind, and what each repair may carry.
 
-A repair changes the blamed operation's output the way a FIXED stage could have written it, from what
-that stage read, and nothing else; replay then re-runs what lies downstream. Replay never reads the
-test world's rules: the only ground truth a repair may carry is the case's evidence turns and its gold
-answer, and only where a fixed stage could have known them.
-
-Per operation kind (`Repair`), what the repair is, what it may carry, and what it may not:
-
-- LLM construction stage (extract, decide, write_events, ...): `RERUN`, its predictor called again on
-  its recorded inputs with one hint sentence quoting the evidence turn (and the gold answer) it must
-  keep; what it now writes goes into memory (`MemorySystem.repaired_units`). May carry: the stage's
-  own output, in its own form. May not: the raw evidence turn, anything the stage did not write.
-- Non-LLM construction stage with resettable knobs (chunk, trim): `REBUILD`, memory built again from the
-  graph's turns with that stage's knobs at their defaults. May carry knob values; no LLM output.
-- Retrieval blamed on `top_k`: `WIDEN`, `top_k` raised just enough to reach the missed unit (with a
-  construction repair in the same replay, just enough to reach a unit that repair wrote, as the
-  replayed search ranks it: `reach`). May carry a knob value; never a unit that was not in memory.
-- Retrieval blamed on a steering prompt: `STEER`, the steering stage's predictor called again with a
-  hint quoting the missed unit; the queries it writes steer the search. Never the unit's text as a query.
-- Retrieval no knob fixes: `SWAP`, the missed unit in place of the lowest-ranked hit, so the context
-  keeps its size. Only a unit in memory when the search ran (`swappable`), or one a construction
-  operation repaired in the same replay may have kept (a version that replaced it lies downstream of
-  that operation). Never a unit that was never written, deleted or overwritten before the question.
-- Answer stage: `ANSWER`, its predictor called again on the same question and context with a hint
-  quoting the context line(s) that carry the evidence. Never the gold answer, never a line that is not
-  in its context.
-
-A repair that would have to carry the gold answer itself does not exist: `plan_repair` returns None
-(the answer stage whose context carries no evidence line; a non-LLM stage with no knob to reset; a
-system that cannot call its stage again). This module plans repairs and writes hints; it runs nothing
-(`pipeline.analysis.attribution.replay` does).
+A repair writes what a FIXED stage could have written from what it read; the only ground truth it may
+carry is the case's evidence turns and gold answer, where a fixed stage could know them:
+`RERUN` (an LLM construction stage called again with a hint), `REBUILD` (knobs reset), `WIDEN` (`top_k`
+raised just enough), `STEER` (a steering stage told what to reach), `SWAP` (a missed unit that was in memory
+in place of the lowest hit), `ANSWER` (the answer stage pointed at its own context lines). A repair that
+would have to carry the gold answer itself does not exist (`plan_repair` returns None). It runs nothing.
 """
 
 from __future__ import annotations
@@ -55,29 +31,6 @@ from memtrace_loop.pipeline.core.conventions import (
     turn_name,
 )
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, GraphError
-
-__all__ = [
-    "Repair",
-    "RepairPlan",
-    "answer_fault",
-    "answer_hint",
-    "answer_repairable",
-    "construction_hint",
-    "evidence_lines",
-    "evidence_texts",
-    "evidence_units",
-    "needed_top_k",
-    "plan_repair",
-    "reach",
-    "reader_faults",
-    "retrieval_knob_fault",
-    "steer_hint",
-    "steering_fault",
-    "superseded",
-    "swappable",
-    "widen_knob",
-    "widen_stage",
-]
 
 CONSTRUCTION_ERRORS = frozenset({ErrorType.EXTRACTION, ErrorType.UPDATE, ErrorType.DELETION})
 # words too common to tell that a context line carries a turn's information
@@ -115,8 +68,7 @@ class RepairPlan:
 
 
 def plan_repair(system: MemorySystem, graph: ExecutionGraph, fault: Fault) -> RepairPlan | None:
-    """The repair a fixed stage could make for `fault` (None when none exists). An answer fault always
-    gets a plan: whether its context carries the evidence is `answer_repairable`'s question."""
+    """The repair a fixed stage could make for `fault` (None when none exists)."""
     if fault.stage == RESPOND_STAGE or fault.error_type == ErrorType.RESPONSE:
         return RepairPlan(fault, Repair.ANSWER) if fault.op in graph else None
     if fault.error_type in CONSTRUCTION_ERRORS:
@@ -261,9 +213,7 @@ def _is_unit(graph: ExecutionGraph, node: str) -> bool:
 def steering_fault(
     system: MemorySystem, graph: ExecutionGraph, attribution: Attribution, missed: Fault
 ) -> Fault | None:
-    """The case's steering operation (a `STEER` stage that read its query), as a prompt fault a replay
-    may try alone or in a joint set: the prompt rule that would have reached `missed`'s units or the
-    evidence (None when the system has no steering step or it did not run for this case)."""
+    """The case's steering operation as a prompt fault a replay may try alone or jointly (None when there is none)."""
     steering = {s.name for s in system.stages if s.repair == StageRepair.STEER}
     query = graph.latest(query_name(attribution.question_id))
     if not steering or query is None:
@@ -303,9 +253,8 @@ def reader_faults(system: MemorySystem, graph: ExecutionGraph, attribution: Attr
 
 
 def retrieval_knob_fault(system: MemorySystem, graph: ExecutionGraph, attribution: Attribution) -> Fault | None:
-    """The case's retrieval as a knob fault with nothing named missed: in a joint set its repair raises
-    `top_k` to the depth the retrieval ranks (`ranked_depth`), since a unit a repaired stage writes has
-    no recorded rank (None when the system has no `WIDEN` stage or the retrieval did not run)."""
+    """The case's retrieval as a knob fault with nothing named missed: its repair raises `top_k` to `ranked_depth` (None
+    without a `WIDEN` stage)."""
     widen = widen_stage(system)
     query = graph.latest(query_name(attribution.question_id))
     if widen is None or query is None:

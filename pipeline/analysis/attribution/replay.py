@@ -1,23 +1,8 @@
 """One replay: repair some blamed operations together, re-run what lies downstream, judge the answer.
 
-The memory is rebuilt from the graph (`MemorySystem.restore`, no LLM call) on the system with the
-prompts the graph recorded and the knobs the run used (the graph's `knobs` meta, so a replay after an
-accepted knob change uses the knobs in force). Each fault is repaired as its `RepairPlan` says
-(`pipeline.analysis.attribution.repairs`, which also says what each repair may carry):
-
-- `RERUN`: the blamed LLM stage's predictor is called again on the operation's recorded inputs
-  (`MemorySystem.recorded_call`) with a hint quoting the evidence turn it must keep; the units it then
-  writes (`MemorySystem.repaired_units`) go into memory;
-- `REBUILD`: memory built again from the graph's turns with the blamed stage's knobs at their defaults;
-- `WIDEN`: `top_k` raised to reach the missed unit; `STEER`: the steering stage called again with a
-  hint quoting the missed unit, its queries steer the search; `SWAP`: the missed unit in place of the
-  lowest-ranked hit;
-- `ANSWER`: the answer stage called again on the (replayed) context with a hint quoting the context
-  lines that carry the evidence; when no line carries it, the answer stage runs unrepaired.
-
-Every replay traces into a buffer that is never committed: the graph is not changed. LLM calls are
-counted (`ReplayOutcome.calls`). This module runs replays; which replays to try and what they prove is
-`pipeline.analysis.attribution.verification`.
+Memory is rebuilt from the graph (`MemorySystem.restore`, no LLM) with the recorded prompts and knobs, each
+fault repaired as its `RepairPlan` says (`repairs`). Replays trace into a buffer never committed: the graph
+is not changed; LLM calls are counted. Which replays to try and what they prove is `verification`.
 """
 
 from __future__ import annotations
@@ -62,9 +47,6 @@ from memtrace_loop.pipeline.core.conventions import (
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import CaseResult, PromptSet, Question
 from memtrace_loop.pipeline.core.tracing import Tracer
-
-__all__ = ["ReplayConfig", "ReplayOutcome", "ReplaySettings", "Replayer", "widened", "with_stage_defaults"]
-
 
 REACH_ROUNDS = 3  # searches a replay makes to find how deep a repaired unit ranks
 
@@ -126,14 +108,10 @@ class Replayer:
         return system, system.restore(graph)
 
     def replay(
-        self,
-        graph: ExecutionGraph,
-        attribution: Attribution,
-        plans: Sequence[RepairPlan],
+        self, graph: ExecutionGraph, attribution: Attribution, plans: Sequence[RepairPlan],
         reruns: dict[str, tuple[RestoredUnit, ...]] | None = None,
     ) -> ReplayOutcome:
-        """Make `plans` together, re-run what lies downstream, judge; the graph stays unchanged. `reruns`
-        (operation id -> what its re-called stage wrote) lets the replays of one case share a re-call."""
+        """Make `plans` together, re-run what lies downstream, judge; the graph stays unchanged."""
         question = attribution.case.question
         system, state = self.restored(graph)
         tracer = Tracer(graph, buffered=True)
@@ -179,12 +157,10 @@ class Replayer:
     def _reaching(
         system: MemorySystem, question: Question, state: Any, tracer: Tracer, texts: set[str], top_k: int
     ) -> tuple[MemorySystem, Retrieved | None]:
-        """`system` widened (from `top_k`) just enough that its search holds `texts` (the units the
-        repaired construction stages wrote and the units the widening was for), as the replayed memory
-        ranks them: searched at `top_k`, then as deep as that search ranked, up to `REACH_ROUNDS`
-        searches in the replay (how deep a repaired unit ranks is known only now). With it, the last
-        search when it was made at the `top_k` returned (the replay's own search then, not made again),
-        else None."""
+        """`system` widened (from `top_k`) just enough that its search holds `texts` (the units the repaired
+        construction stages wrote and the units the widening was for), as the replayed memory ranks them: searched at
+        `top_k`, then as deep as that search ranked, up to `REACH_ROUNDS` searches in the replay (how deep a repaired
+        unit ranks is known only now)."""
         stage, k, reached = widen_stage(system), top_k, top_k
         found: Retrieved | None = None
         searched_at = k
@@ -223,11 +199,7 @@ class Replayer:
 
 
 def _rerun(
-    system: MemorySystem,
-    graph: ExecutionGraph,
-    attribution: Attribution,
-    plan: RepairPlan,
-    tracer: Tracer,
+    system: MemorySystem, graph: ExecutionGraph, attribution: Attribution, plan: RepairPlan, tracer: Tracer,
     memo: dict[str, tuple[RestoredUnit, ...]],
 ) -> tuple[RestoredUnit, ...]:
     """What the blamed construction stage writes when called again with the hint of the evidence it

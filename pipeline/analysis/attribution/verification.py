@@ -1,28 +1,9 @@
 """Replay verification: does repairing the blamed stage, the way a fixed stage could, rescue the case?
 
-For one attribution, within `max_replays` replays (`pipeline.analysis.attribution.replay`):
-
-1. the blamed operation's repair alone (`repairs.plan_repair`). When it rescues, the blame is
-   `verified`; the other suspects with a repair of another kind (a prompt rule beside a knob) are then
-   tried alone too, and those that also rescue are `alternatives`, so an optimizer can choose;
-2. otherwise every other suspect on the information's path alone, and the answer stage's repair alone;
-   the first that rescues takes the blame (`verified`, the reason says so);
-3. otherwise the smallest set of those repairs, in pipeline order, answer stage and knobs included, up
-   to `max_joint` members: the first set that rescues is the decisive error set (`joint`, `verified`).
-
-When the blamed operation's repair was made and nothing rescued, the blame is `refuted`. When the
-blamed operation has no repair that is not the gold answer itself (the answer stage with no evidence
-line in its context; a non-LLM stage with no knob to reset; a system that cannot rebuild its memory or
-call its stages again) and nothing else rescued, it is `unverifiable`. LLM calls spent
-are added to `cost.replay_calls`.
-
-`attribute_run` may bound the failures of one run that are checked (the loop's `loop.verify_cases`):
-a sample taken in turn from each blamed stage (most blamed first), so every stage's weight rests on some
-replays while the replays' LM calls, which count in the loop's budget, stay bounded; the others stay
-`unchecked`.
-
-This module decides which replays prove what; it does not find attributions (the attributors) and
-does not aggregate blame (`pipeline.analysis.blame`).
+Within `max_replays`: the blamed repair alone (`verified`, with other-kind `alternatives`), else each other
+suspect alone, else the smallest joint set up to `max_joint`; else `refuted`, or `unverifiable` when no
+repair exists. `attribute_run` may sample the checked failures per blamed stage (`loop.verify_cases`).
+It finds no attributions and does not aggregate blame.
 """
 
 from __future__ import annotations
@@ -52,8 +33,6 @@ from memtrace_loop.pipeline.analysis.attribution.repairs import (
 from memtrace_loop.pipeline.analysis.attribution.replay import Replayer, ReplaySettings
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import CaseResult, Conversation
-
-__all__ = ["Verifier", "VerifyingAttributor", "verification_sample"]
 
 logger = logging.getLogger(__name__)
 
@@ -150,10 +129,9 @@ class Verifier:
         return tuple(found)
 
     def _subsets(self, plans: list[RepairPlan]) -> Iterator[tuple[RepairPlan, ...]]:
-        """Sets of 2 up to `max_joint` repairs, smallest first; those with the blamed one first, then
-        those whose members lie furthest apart on the information's path (`_path_order`: a repaired
-        construction stage whose output the search or the answer then missed, before two repairs of
-        one stage); each in pipeline order."""
+        """Sets of 2 up to `max_joint` repairs, smallest first; those with the blamed one first, then those whose
+        members lie furthest apart on the information's path (`_path_order`: a repaired construction stage whose output
+        the search or the answer then missed, before two repairs of one stage); each in pipeline order."""
         order = _path_order(plans)
         for size in range(2, min(self.settings.max_joint, len(plans)) + 1):
             combos = itertools.combinations(range(len(plans)), size)

@@ -1,22 +1,8 @@
 """Where the needed information lives in a graph, for the LLM walk: its carriers, and what a search missed.
 
-The LLM walk (`attribution.llm`) lets an LM judge operations one at a time; this module gives it the
-graph facts those steps and its blame need, the way the lineage attributor finds them (no LM):
-
-- the *targets*: the gold answer's content words (from the evidence turns that hold them) and, per
-  evidence turn, the words of the turn the question asks about;
-- the *carriers*: variables reachable from the evidence turns through construction operations that
-  hold a target (a prompt-less copy step carries a turn only by holding it whole);
-- the *live units*: memory units at question time (latest version, not deleted) that carry a target
-  (by lineage; for the gold answer also by content, except a piece a copy step cut from its source turn);
-- what a retrieval *missed*: for each target none of whose live units it returned, those units (the
-  ones the search ranked just below its cut first, `conventions.NEAR_MISSES`) — what a retrieval
-  fault's `Fault.restore` names, never what the search did return;
-- the copy step whose pieces of cut turns crowd a search (most of what it returned);
-- which lines of the answer's context carry a target (the answer stage had the information).
-
-Pure: reads one graph, never calls an LM, never reads the simulated world or anything beyond the
-graph, the question, its gold answer and its evidence turns. It does not judge or blame (the walk does).
+Targets (the gold answer's and each evidence turn's words), carriers, live units at question time, the
+units a retrieval missed (near misses first: what a retrieval fault restores), the copy step crowding a
+search and the context lines carrying a target. Pure over the graph, question, gold and evidence; no LM.
 """
 
 from __future__ import annotations
@@ -50,9 +36,7 @@ def targets_of(graph: ExecutionGraph, question: Question, evidence: Sequence[str
     """The gold answer (from the evidence turns holding it) and each evidence turn's asked-about words."""
     gold = content_tokens(question.gold)
     asked = content_tokens(f"{question.text} {question.gold}")
-    speakers = content_tokens(" ".join(
-        str(graph.variable(e).meta.get("speaker", "")) for e in evidence if e in graph
-    ))
+    speakers = content_tokens(" ".join(str(graph.variable(e).meta.get("speaker", "")) for e in evidence if e in graph))
     found: list[Target] = []
     holders = tuple(e for e in evidence if _holds(content_tokens(graph.variable(e).value), gold))
     if gold and holders:

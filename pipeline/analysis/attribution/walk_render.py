@@ -1,10 +1,7 @@
 """What one step of the LLM graph walk shows the LM: variable values clipped around the needed information.
 
-Pure text functions for `attribution.llm`: `clip` (fold whitespace, cut with " ..."), `focus_clip` (keep
-the window, or two half windows, of a long value that hold the most of the needed words, rare words
-weighing most), `render_vars` (one line per variable, the lines on the information's path first and
-with a larger share, the lines that overflow the room left out and counted), and `fit_step` (all field
-values together under the step's character bound). They read no graph and call no LM.
+`clip`, `focus_clip` (the window(s) holding the most needed words), `render_vars` (path lines first) and
+`fit_step` (all fields under the step's bound). Pure text: no graph, no LM.
 """
 
 from __future__ import annotations
@@ -30,11 +27,9 @@ def clip(text: str, limit: int) -> str:
 
 
 def focus_clip(text: str, limit: int, words: frozenset[str] = frozenset()) -> str:
-    """Like `clip`, but a long text keeps the window of `limit` characters that holds the most of `words`
-    (lowercase content words of the needed information; a word frequent in the text, like a date stamp,
-    weighs less than a rare one), so clipping does not hide what the step is about. When the needed
-    words lie too far apart for one window (a long chunk holding two evidence turns), it keeps two
-    half-size windows, the second over the words the first missed."""
+    """Like `clip`, but a long text keeps the window of `limit` characters that holds the most of `words` (lowercase
+    content words of the needed information; a word frequent in the text, like a date stamp, weighs less than a rare
+    one), so clipping does not hide what the step is about."""
     text = " ".join(text.split())
     if len(text) <= limit or not words:
         return clip(text, limit)
@@ -90,10 +85,7 @@ def render_vars(
     variables: Sequence[Variable], max_value_chars: int, words: frozenset[str], room: int = 0,
     lead: tuple[int, int] = (0, 0),
 ) -> str:
-    """One line per variable (`[id] value`, the value focused on `words`). With a `room`, the lines that
-    would overflow it are left out and counted (the list is ordered most relevant first), so a long input
-    list does not squeeze the other fields of the step. `lead` = (n, chars): the first n values (those on
-    the information's path) are clipped to `chars` instead, so the evidence is not cut to a few words."""
+    """One line per variable (`[id] value`, the value focused on `words`)."""
     if not variables:
         return "none"
     lines = [
@@ -113,9 +105,8 @@ def render_vars(
 
 
 def _clip_lines(text: str, limit: int) -> str:
-    """A multi-line variable list clipped to `limit` characters: each line keeps its share of the room
-    (at least 60 characters: the start of the value, where its focused part is); the lines that no longer
-    fit are dropped (the lists are ordered most relevant first)."""
+    """A multi-line variable list clipped to `limit` characters, each line keeping its share (at least 60), overflowing
+    lines dropped."""
     lines = text.split("\n")
     total = sum(len(line) for line in lines)
     if total + len(lines) - 1 <= limit:
@@ -132,9 +123,8 @@ def _clip_lines(text: str, limit: int) -> str:
 
 
 def fit_step(fields: Mapping[str, str], max_chars: int, fixed: Sequence[str] = ()) -> dict[str, str]:
-    """Clip the field values so that together they hold at most `max_chars` characters: `fixed` fields
-    to a tenth of the bound each, the others proportionally to their length in what remains (variable
-    lists line by line, so each variable keeps its share)."""
+    """Clip the field values to at most `max_chars` together: `fixed` fields to a tenth each, the others proportionally.
+    """
     out = {name: clip(fields[name], max_chars // 10) for name in fixed}
     rest = {name: value for name, value in fields.items() if name not in out}
     room = max_chars - sum(len(v) for v in out.values())

@@ -1,10 +1,6 @@
 """The DSPy signature of one step of the LLM graph walk: is this operation where the information was lost?
 
-One request shows the LM a single operation of a memory system's execution graph (its name, stage and
-kind, its inputs, outputs and the prompt it ran with, each clipped) together with the question, the gold
-answer and the information the answer needs, and asks for a structured verdict. The output field names
-(`kept_information`, `error_type`, `reason`) are also how the simulated world recognises the request
-(`pipeline.sim.attributor_handler`). This module only declares; walking is `attribution.llm`.
+Its output field names are also how the simulated world recognises the request. Declarations only.
 """
 
 from __future__ import annotations

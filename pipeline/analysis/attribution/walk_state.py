@@ -1,10 +1,6 @@
-"""One case's walk for the LLM attributor: its state (`Walk`: the frontier ranked by the system's prior,
-the variables on the information's path, the verdicts and the calls spent) and what a repair of an
-operation it judged faulty restores (`restore_of`, `retrieval_note`).
+"""One case's LLM walk: its state (`Walk`) and what a repair of a faulty step restores (`restore_of`).
 
-It reads the graph and the walk's own records; it makes no LM call and renders no step (the walk's LM
-steps are `pipeline.analysis.attribution.llm`, their rendering `walk_render`, the graph reading it builds
-on `walk_paths`).
+It reads the graph and the walk's records; no LM call, no rendering.
 """
 
 from __future__ import annotations
@@ -25,8 +21,6 @@ from memtrace_loop.pipeline.core.conventions import (
 )
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation
 from memtrace_loop.pipeline.core.records import CaseResult
-
-__all__ = ["LABEL_KINDS", "StepVerdict", "Walk", "WalkSpend", "restore_of", "retrieval_note"]
 
 # Output kinds that hold a decision label, not content taken from the inputs.
 LABEL_KINDS = frozenset({VarKind.BOUNDARY, VarKind.SUFFICIENCY})
@@ -78,9 +72,7 @@ class Walk:
     def relevant(self, op: Operation) -> bool:
         if op.kind == OpKind.JUDGE or op.stage in self.prior.skip_stages:
             return False
-        question_side = any(
-            self.graph.variable(v).kind in QUESTION_SIDE_KINDS for v in (*op.inputs, *op.outputs)
-        )
+        question_side = any(self.graph.variable(v).kind in QUESTION_SIDE_KINDS for v in (*op.inputs, *op.outputs))
         return not question_side or op.id in self.upstream
 
     def push(self, op: Operation) -> None:

@@ -1,22 +1,10 @@
-"""Interop with the reference tooling's `ExecNetwork` JSON (smartcomment, MemTraceBench): the entry point.
+"""Interop with smartcomment's / MemTraceBench's `ExecNetwork` JSON: the entry point and public API.
 
-Their document is `{graph_id, user_id, project_id, strict, driver_type, created_at, metadata,
-data: {sessions, nodes, operations, edges}}`: nodes are versioned variables keyed by `full_node_id`
-(`[class_name:]name@version`), operations are records (`op_id` "op-<hex>") and edges run variable ->
-variable carrying the `op_id` that induced them. MemTraceBench adds its labels as `data.annotations`.
-
-What it does: `from_exec_network(data)` / `load_exec_network(path)` read a document and hand it to
-the right importer - ours (every record carries our mark, `exec_network.native`: rebuilt exactly) or
-theirs (`exec_network.foreign`: translated, kinds guessed by `exec_network.guess`, every original record kept so that
-`to_exec_network` writes the same document back); a document of ours edited by someone else is
-imported as theirs, with a warning. Both directions are checked against the real smartcomment 0.1.2
-(tests/interop). It re-exports the public API of the pieces: `to_exec_network` /
-`save_exec_network` / `annotation_from_attribution` (`exec_network.export`, `exec_network.timeline`),
-the name table and id helpers (`exec_network.names`), `ImportedNetwork`, `MARK`, the placeholder ids
-and `labels_in` (`exec_network.document`), `is_foreign` (`exec_network.originals`).
-
-What it does not do: no attribution, no network, no rendering; the labels themselves
-(`BenchAnnotation`) and their scoring are `exec_network.labels`; our own compact JSON is `graph_io`.
+`from_exec_network` / `load_exec_network` hand a document to the right importer: ours (`import_native`: our
+mark on every record read back through `graph_io`, so ours -> ExecNetwork -> ours is exact) or theirs
+(`foreign`: translated with every original record kept, so `to_exec_network` writes it back unchanged); an
+edited document of ours is imported as theirs, with a warning. Both directions are checked against the real
+smartcomment (tests/interop). No attribution, no network, no rendering.
 """
 
 from __future__ import annotations
@@ -24,8 +12,10 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
+from memtrace_loop.pipeline.core.graph_io import FORMAT, FORMAT_VERSION, graph_from_dict
 from memtrace_loop.pipeline.interop.exec_network.document import (
     LABELS_META,
     MARK,
@@ -33,6 +23,8 @@ from memtrace_loop.pipeline.interop.exec_network.document import (
     NONE_NODE_ID,
     NONE_OP_ID,
     ImportedNetwork,
+    RawDocument,
+    full_id_of,
     labels_in,
     read_document,
 )
@@ -54,33 +46,13 @@ from memtrace_loop.pipeline.interop.exec_network.names import (
     our_name,
     their_name,
 )
-from memtrace_loop.pipeline.interop.exec_network.native import import_native
 from memtrace_loop.pipeline.interop.exec_network.originals import is_foreign
 
 __all__ = [
-    "DEFAULT_CREATED_AT",
-    "INPUTS_SESSION",
-    "LABELS_META",
-    "MARK",
-    "NAME_TABLE",
-    "NATIVE_FORMAT",
-    "NONE_NODE_ID",
-    "NONE_OP_ID",
-    "ExecNetworkError",
-    "ImportedNetwork",
-    "NameRule",
-    "annotation_from_attribution",
-    "document_bytes",
-    "from_exec_network",
-    "full_node_ids",
-    "is_foreign",
-    "labels_in",
-    "load_exec_network",
-    "op_id_for",
-    "our_name",
-    "save_exec_network",
-    "their_name",
-    "to_exec_network",
+    "DEFAULT_CREATED_AT", "INPUTS_SESSION", "LABELS_META", "MARK", "NAME_TABLE", "NATIVE_FORMAT", "NONE_NODE_ID",
+    "NONE_OP_ID", "ExecNetworkError", "ImportedNetwork", "NameRule", "annotation_from_attribution", "document_bytes",
+    "from_exec_network", "full_node_ids", "is_foreign", "labels_in", "load_exec_network", "op_id_for", "our_name",
+    "save_exec_network", "their_name", "to_exec_network"
 ]
 
 logger = logging.getLogger(__name__)
@@ -107,3 +79,28 @@ def load_exec_network(path: str | Path) -> ImportedNetwork:
         raise ExecNetworkError(str(path), f"invalid JSON at line {error.lineno} column {error.colno}: {error.msg}"
                                ) from error
     return from_exec_network(data, str(path))
+
+
+def import_native(document: RawDocument) -> ImportedNetwork:
+    """Our graph exactly as exported, from a native `document` (see the module doc)."""
+    data, source = document.data, document.source
+    try:
+        ours = [((n.metadata or {})[MARK], n) for _, n, _ in document.nodes if full_id_of(n) != NONE_NODE_ID]
+        ours.sort(key=lambda pair: pair[0]["order"])
+        variables = [[m["name"], n.version, m["kind"], str(n.value), m["meta"]] for m, n in ours]
+        op_rows = sorted((((o.metadata or {})[MARK], o) for _, o, _ in document.operations),
+                         key=lambda pair: pair[0]["seq"])
+        operations = [[m["seq"], m["name"], m["stage"], m["kind"], m["inputs"], m["outputs"], m["prompt"],
+                       m["status"], m["error"], m["usage"], m["meta"]] for m, _ in op_rows]
+        meta = dict(data["metadata"][MARK].get("graph_meta") or {})
+    except (KeyError, TypeError) as error:
+        raise ExecNetworkError(source, f"malformed memtrace metadata ({type(error).__name__}: {error})") from error
+    if document.annotations:
+        meta[LABELS_META] = [label.to_dict() for label in document.annotations]
+    doc = {"format": FORMAT, "format_version": FORMAT_VERSION, "graph_id": str(data.get("graph_id", "graph")),
+           "meta": meta, "variables": variables, "operations": operations}
+    graph = graph_from_dict(doc, source)
+    node_map = {full_id_of(n): f"{m['name']}@{n.version}" for m, n in ours}
+    op_map = {o.op_id: f"op:{m['seq']}" for m, o in op_rows}
+    return ImportedNetwork(graph, document.annotations, MappingProxyType(op_map), MappingProxyType(node_map),
+                           native=True)

@@ -1,14 +1,8 @@
 """ExecNetwork documents as read: the pydantic records, the parsed document and the import result.
 
-What it does: `read_document` checks the envelope of a decoded ExecNetwork document, parses its
-nodes and operations (a list, or an object keyed by id) with the pydantic models `RawNode`,
-`RawOperation` (edges: `RawEdge`, parsed by the foreign import, the only one that needs them) and its
-MemTraceBench annotations, and tells whether the document carries our lossless mark (`MARK`:
-`metadata["memtrace"]` on the document, on every node and on every operation). `ImportedNetwork` is
-what an import returns. Every problem is an `ExecNetworkError` naming source, record and field.
-
-What it does not do: no graph building (`exec_network.native`, `exec_network.foreign`), no writing
-(`exec_network.export`), no file access (`exec_network`).
+`read_document` checks the envelope, parses nodes, operations and annotations and tells whether every record
+carries our mark (`MARK`); every problem is an `ExecNetworkError` naming source, record and field. It builds
+no graph, writes nothing and touches no file.
 """
 
 from __future__ import annotations
@@ -109,10 +103,9 @@ def parse_record(model: type[BaseModel], item: Any, where: str, source: str) -> 
 
 @dataclass(frozen=True)
 class RawDocument:
-    """A checked ExecNetwork document: the decoded JSON, its parsed nodes and operations (each with
-    where it was found and the record as found), its annotations, and whether it is ours (`native`)
-    or merely claims to be (`marked`: our document-level mark without it on every record, i.e. edited
-    by someone else). smartcomment's placeholder node needs no mark."""
+    """A checked ExecNetwork document: the decoded JSON, its parsed nodes and operations (each with where it was found
+    and the record as found), its annotations, and whether it is ours (`native`) or merely claims to be (`marked`: our
+    document-level mark without it on every record, i.e. edited by someone else)."""
 
     data: Mapping[str, Any]
     nodes: list[tuple[str, RawNode, Mapping[str, Any]]]

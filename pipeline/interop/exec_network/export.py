@@ -1,40 +1,20 @@
-"""ExecNetwork export: one of our `ExecutionGraph`s as the reference tooling's (smartcomment)
-`ExecNetwork` JSON, our attributions as MemTraceBench labels on it.
+"""ExecNetwork export: one of our graphs as a document smartcomment's `ExecNetwork.import_graph` accepts.
 
-What it does: `to_exec_network(graph, annotations=())` writes a document that smartcomment's own
-`ExecNetwork.import_graph` accepts as is (driver `in_memory`; `graph_id`, `filename`, `lineno` and
-`created_at` on every session, node, operation and edge; `session_id` on edges) - plain JSON data;
-`save_exec_network` writes it to a file.
-- Names with a counterpart in their conventions are renamed through `NAME_TABLE`, and split into
-  smartcomment's `class_name` and `name` (`query:<qid>`, `prediction:<qid>`, `golden_answers:<qid>`,
-  `judge_verdict:<qid>`: MemTrace's tools find them by class).
-- One session per stage (plus `session-inputs` for what no operation produced); every (prompt or
-  input) x output pair of an operation is an edge whose category mirrors the operation's, as
-  smartcomment's own edges do (which edge carries the prompt is in the operation's mark). An
-  operation without inputs or outputs gets smartcomment's own placeholder edges from / to
-  `COMMENT:NONE@1`.
-- `created_at` comes from one clock (`exec_network.timeline`): an operation is stamped after its
-  inputs and before its outputs, operations in sequence order.
-- Everything of ours (names, kinds, meta, the operation's full input/output lists in order, prompt,
-  status, error, usage, seq) rides in `metadata["memtrace"]`, which smartcomment keeps, so
-  `exec_network.native` rebuilds the graph exactly, also after a trip through smartcomment.
-- Labels (MemTraceBench annotations, or our attributions turned into labels by
-  `annotation_from_attribution`) go to `data.annotations`, where MemTraceBench keeps them, and to
-  the top-level `metadata["annotations"]`, which survives smartcomment's import/export (it drops
-  unknown keys under `data`). Labels carried in `graph.meta` (an imported graph's) are written when
-  none are passed.
-- A graph imported from a foreign ExecNetwork document is written back from its original records
-  (`exec_network.originals`), with its original ids, edges and attributes.
-
-What it does not do: no reading (`exec_network.native`, `exec_network.foreign`), no attribution, no
-scoring of labels (`exec_network.labels`); our own compact JSON is `graph_io`.
+Names are mapped through `NAME_TABLE` and split into `class_name` / `name`; one session per stage; one edge
+per (prompt or input) x output pair, placeholder edges for an operation without inputs or outputs;
+`created_at` from one clock (`timeline`: a distinct tick per record, operations in sequence order after their
+inputs and before their outputs; `Clock` renders it). Everything of ours rides in `metadata["memtrace"]` (so
+`native` rebuilds the graph exactly); labels go to `data.annotations` and the top-level
+`metadata["annotations"]`. A graph imported from a foreign document is written back from its original records
+(`originals`). It reads nothing.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -63,7 +43,6 @@ from memtrace_loop.pipeline.interop.exec_network.names import (
     their_name,
 )
 from memtrace_loop.pipeline.interop.exec_network.originals import is_foreign, reexport
-from memtrace_loop.pipeline.interop.exec_network.timeline import Clock, timeline
 
 DEFAULT_CREATED_AT = datetime(2000, 1, 1)
 INPUTS_SESSION = "session-inputs"
@@ -90,15 +69,10 @@ def annotation_from_attribution(
 
 
 def to_exec_network(
-    graph: ExecutionGraph,
-    annotations: Iterable[BenchAnnotation | Attribution] = (),
-    *,
-    user_id: str | None = None,
-    project_id: str | None = "memtrace-loop",
-    created_at: datetime = DEFAULT_CREATED_AT,
+    graph: ExecutionGraph, annotations: Iterable[BenchAnnotation | Attribution] = (), *, user_id: str | None = None,
+    project_id: str | None = "memtrace-loop", created_at: datetime = DEFAULT_CREATED_AT,
 ) -> dict[str, Any]:
-    """`graph` as an ExecNetwork document (plain JSON data); attributions become annotations. Without
-    `annotations`, the labels carried in `graph.meta` (an imported graph's) are written."""
+    """`graph` as an ExecNetwork document (plain JSON data); attributions become annotations."""
     full_ids = full_node_ids(graph)
     labels = [a if isinstance(a, BenchAnnotation) else annotation_from_attribution(a, graph, full_ids)
               for a in annotations] or list(labels_in(graph.meta))
@@ -228,3 +202,69 @@ class _NativeExport:
             metadata={MARK: {"name": var.name, "kind": str(var.kind), "meta": dict(var.meta), "order": order}},
             full_name=full_name, node_id=f"{name}@{var.version}", full_node_id=full_id,
         )
+
+
+# ------------------------------------------------------------------------------------------ the clock
+
+
+SECOND_FORMAT = "%Y-%m-%d %H:%M:%S"  # then ".mmm"
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """The tick of each variable id and each operation id (distinct, consistent; see the module doc)."""
+
+    tick_by_variable: dict[str, int]
+    tick_by_operation: dict[str, int]
+
+
+def timeline(graph: ExecutionGraph) -> Timeline:
+    """Ticks for every variable and operation of `graph` (see the module doc)."""
+    tick_by_variable: dict[str, int] = {}
+    tick_by_operation: dict[str, int] = {}
+    operations = list(graph.operations())
+    next_op = 0
+
+    def mark(var_id: str) -> None:
+        if var_id not in tick_by_variable:
+            tick_by_variable[var_id] = len(tick_by_variable) + len(tick_by_operation)
+
+    def run_operations_through(seq_position: int) -> None:
+        nonlocal next_op
+        while next_op <= seq_position:
+            op = operations[next_op]
+            for var_id in (*((op.prompt,) if op.prompt else ()), *op.inputs):
+                mark(var_id)
+            tick_by_operation[op.id] = len(tick_by_variable) + len(tick_by_operation)
+            for var_id in op.outputs:
+                mark(var_id)
+            next_op += 1
+
+    position_by_op = {op.id: i for i, op in enumerate(operations)}
+    for var in graph.variables():
+        if var.id in tick_by_variable:
+            continue
+        producer = graph.producer(var.id)
+        if producer is None:
+            mark(var.id)
+        else:
+            run_operations_through(position_by_op[producer.id])
+    run_operations_through(len(operations) - 1)
+    return Timeline(tick_by_variable, tick_by_operation)
+
+
+class Clock:
+    """Ticks rendered as smartcomment writes `created_at`: `base` plus `tick` milliseconds."""
+
+    def __init__(self, base: datetime) -> None:
+        self._base_second = base.replace(microsecond=0)
+        self._base_milliseconds = base.microsecond // 1000
+        self._text_by_second: dict[int, str] = {}
+
+    def stamp(self, tick: int) -> str:
+        second, milliseconds = divmod(self._base_milliseconds + tick, 1000)
+        text = self._text_by_second.get(second)
+        if text is None:
+            text = (self._base_second + timedelta(seconds=second)).strftime(SECOND_FORMAT)
+            self._text_by_second[second] = text
+        return f"{text}.{milliseconds:03d}"

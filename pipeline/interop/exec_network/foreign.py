@@ -1,32 +1,10 @@
-"""Foreign ExecNetwork import: a document from smartcomment or MemTraceBench (no mark of ours)
-translated into one of our graphs, guessing what their records do not say and keeping every
-original record so the document can be written back unchanged.
+"""Foreign ExecNetwork import: a smartcomment / MemTraceBench document translated into one of our graphs.
 
-What it does (`import_foreign`):
-- Nodes -> variables: kind from category, class name and name keywords (`exec_network.guess`); names mapped back through
-  `NAME_TABLE` (kept raw where two would collide); versions renumbered 1..n per name in their
-  version order; ordered by `created_at`. smartcomment's `repr()` values (`"'Rome'"`) become the
-  string they stand for.
-- Edges grouped by `op_id` -> operations. Inside one operation of theirs the edges are layered by
-  depth, so smartcomment's operation reuse (one `op_id` on a chain `prompt -> raw -> parsed`)
-  becomes one operation of ours per step (`part` 0, 1, ... in meta), never a cycle. Each link made
-  outside any operation (`__none_op__`) becomes an operation `link` of its own. The placeholder
-  `COMMENT:NONE@1` ("no input" / "no output") is no variable: its edges only say that an operation
-  has no inputs or no outputs. A prompt-kind input becomes the operation's prompt and names its
-  stage; the kind comes from name / category keywords.
-- A variable several operations produce stays with the first (by time); the others list it as a
-  dropped output, and the conflict is recorded in graph and operation meta.
-- Operations are ordered by the `created_at` of their edges, then topologically.
-- Records that carry our own mark (an export of ours that someone extended in smartcomment) keep our
-  names, kinds, stages, statuses and meta; their structure is what the edges say.
-- Every original record (nodes, operations with their edges, sessions, the header, placeholder
-  records, unknown keys under `data`) is kept in meta (`exec_network.originals`), and the labels in
-  `graph.meta["bench_annotations"]`: `to_exec_network` writes the same document back, with the same
-  ids, edges and attributes, however many round trips it makes.
-
-What it does not do: no exact rebuild of our own exports (`exec_network.native`), no writing
-(`exec_network.export`, `exec_network.originals`). A real cycle, an edge to an unknown node or a
-duplicate id raises `ExecNetworkError`; it never guesses around broken structure.
+`import_foreign`: nodes become variables (kinds guessed, names mapped back, versions renumbered), edges
+grouped by `op_id` become operations (a reused `op_id` is one operation per step, a link outside any
+operation its own `link`), ordered by time then topologically; records carrying our mark keep our names and
+kinds. Every original record is kept (`originals`), so the document is written back unchanged. A real
+cycle, an edge to an unknown node or a duplicate id is an `ExecNetworkError`; it never guesses around them.
 """
 
 from __future__ import annotations
@@ -137,10 +115,8 @@ def _index_operations(
 
 
 def _parts(
-    records: Mapping[str, tuple[int, RawOperation, Mapping[str, Any]]],
-    edges: Any,
-    by_id: Mapping[str, tuple[int, RawNode, Mapping[str, Any]]],
-    source: str,
+    records: Mapping[str, tuple[int, RawOperation, Mapping[str, Any]]], edges: Any,
+    by_id: Mapping[str, tuple[int, RawNode, Mapping[str, Any]]], source: str,
 ) -> list[_Part]:
     """Every operation of ours: the steps of each operation of theirs (by edge depth) and one per link."""
     edges_by_op: dict[str, list[tuple[int, RawEdge, Mapping[str, Any]]]] = {op_id: [] for op_id in records}
@@ -211,10 +187,8 @@ def _layers(op_id: str, edges: list[tuple[int, RawEdge, Mapping[str, Any]]], sou
 
 
 def _order(
-    parts: list[_Part],
-    records: Mapping[str, tuple[int, RawOperation, Mapping[str, Any]]],
-    by_id: Mapping[str, tuple[int, RawNode, Mapping[str, Any]]],
-    source: str,
+    parts: list[_Part], records: Mapping[str, tuple[int, RawOperation, Mapping[str, Any]]],
+    by_id: Mapping[str, tuple[int, RawNode, Mapping[str, Any]]], source: str,
 ) -> tuple[list[_Part], list[dict[str, str]]]:
     """Operations ranked by the earliest `created_at` of their edges (else of the operation, else of what
     they produce or consume, else last), then ordered topologically (ties by rank); a variable stays
@@ -325,14 +299,10 @@ def _marked(ours: Any) -> tuple[str, str, str, str, Any, list[int], dict[str, An
 
 
 def _operations(
-    order: list[_Part],
-    records: Mapping[str, tuple[int, RawOperation, Mapping[str, Any]]],
-    kinds: Mapping[str, str],
+    order: list[_Part], records: Mapping[str, tuple[int, RawOperation, Mapping[str, Any]]], kinds: Mapping[str, str],
     node_map: Mapping[str, str],
 ) -> tuple[list[list[Any]], dict[str, str]]:
-    """Our operation rows (graph_io layout) in `order` and their op id -> ours (its first step). A
-    prompt-kind input becomes the prompt and names the stage when it is one of our prompts (else the
-    name table's stage, else the operation's name)."""
+    """Our operation rows (graph_io layout) in `order` and their op id -> ours (its first step)."""
     operations: list[list[Any]] = []
     op_map: dict[str, str] = {}
     for seq, part in enumerate(order):

@@ -1,13 +1,7 @@
-"""Guesses for what a foreign ExecNetwork document does not say: the kind of a node and of an
-operation, the time of a record, our value of a stored one.
+"""Guesses for what a foreign ExecNetwork document does not say.
 
-What it does: `variable_kind(node, name)` (category, name prefix, then keywords of category, class
-name and name), `op_kind(*texts)` (an exact kind among the texts - name, category, edge categories -
-then keyword stems), `parse_time` (smartcomment's "YYYY-MM-DD HH:MM:SS.mmm", ISO 8601, else None),
-`decode_value` (smartcomment's `repr()` of a string back to the string).
-
-What it does not do: no reading of documents or building of graphs (`exec_network.foreign`); a guess
-never raises.
+A node's and an operation's kind (category, name prefix, keywords), a record's time (`parse_time`) and a
+stored value (`decode_value`: smartcomment's `repr()` of a string back to the string). A guess never raises.
 """
 
 from __future__ import annotations

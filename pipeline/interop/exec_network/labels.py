@@ -1,10 +1,7 @@
-"""MemTraceBench labels: the failed query, the blamed operation and its error type — parsed and scored.
+"""MemTraceBench labels (`data.annotations`): parsed into `BenchAnnotation`s and scored.
 
-`BenchAnnotation` is one label from an ExecNetwork document's `data.annotations` (parsed with pydantic;
-error types mapped to `ErrorType`; AnnotationError/JudgeError kept as non-memory labels).
-`score_attributions` measures attributions against labels: error-type accuracy and exact op-id
-accuracy, non-memory labels dropped by default (REFERENCE.md section 2). Reading and writing the graph
-part of the format is `pipeline.interop.exec_network`.
+`score_attributions` gives error-type and exact op-id accuracy, non-memory labels dropped by default.
+It reads no graph.
 """
 
 from __future__ import annotations
@@ -28,8 +25,7 @@ class ExecNetworkError(DataError):
 
 
 def parse_error_label(label: str) -> tuple[str, ErrorType | None]:
-    """`"extraction_error"` -> ("ExtractionError", ErrorType.EXTRACTION); `"JudgeError"` -> ("JudgeError",
-    None). ValueError for a label that is neither a memory error type nor a non-memory label."""
+    """`"extraction_error"` -> ("ExtractionError", ErrorType.EXTRACTION); `"JudgeError"` -> ("JudgeError", None)."""
     key = re.sub(r"[^a-z]", "", str(label).lower()).removesuffix("error")
     aliases = {"extract": "extraction", "delete": "deletion", "retrieve": "retrieval", "respond": "response"}
     key = aliases.get(key, key)
@@ -45,8 +41,7 @@ def parse_error_label(label: str) -> tuple[str, ErrorType | None]:
 
 @dataclass(frozen=True, slots=True)
 class BenchAnnotation:
-    """One MemTraceBench label: the failed query, the blamed operation and the error type.
-    `final_error_type` is the canonical label; `error_type` is None for non-memory labels."""
+    """One MemTraceBench label: the failed query, the blamed operation and the error type."""
 
     query_id: str
     final_error_type: str
@@ -110,13 +105,11 @@ class AttributionScore(NamedTuple):
 
 
 def score_attributions(
-    predicted: Mapping[str, tuple[ErrorType | str, str | None]],
-    annotations: Iterable[BenchAnnotation],
+    predicted: Mapping[str, tuple[ErrorType | str, str | None]], annotations: Iterable[BenchAnnotation],
     include_non_memory: bool = False,
 ) -> AttributionScore:
-    """Error-type accuracy and exact op-id accuracy of `predicted` (query_id -> (error type, op id)) over
-    the annotations; non-memory labels are dropped unless `include_non_memory`. A query without a
-    prediction counts as wrong; with no annotation left both accuracies are 0.0 and n is 0."""
+    """Error-type accuracy and exact op-id accuracy of `predicted` (query_id -> (error type, op id)) over the
+    annotations; non-memory labels are dropped unless `include_non_memory`."""
     scored = [a for a in annotations if include_non_memory or a.is_memory_error]
     type_hits = op_hits = 0
     for annotation in scored:

@@ -1,16 +1,7 @@
-"""ExecNetwork ids: how our variable and operation names map to the reference tooling's names and ids.
+"""ExecNetwork ids: how our variable and operation names map to the reference tooling's.
 
-What it does: the one correspondence table `NAME_TABLE` (turns `U<sample>:<dia_id>`, memory units
-`memory-unit-<id>`, the Mem0 prompts, queries, predictions, gold answers, judge verdicts and prompt,
-the answer and judge operations) with `their_name` / `our_name` applying it either way; how a full
-name splits into smartcomment's `class_name` and `name` (`split_full_name`: `query:<qid>` is class
-`query`, name `<qid>`, so MemTrace's tools find queries, predictions, golden answers and `judge_*`
-nodes by class); the ExecNetwork `op_id` of one of our operations (`op_id_for`: deterministic, or
-the original id of an imported operation) and the full node id of each of our variables in an
-export (`full_node_ids`, original ids of imported variables kept).
-
-What it does not do: no document reading or writing (`exec_network.export`, `exec_network.native`,
-`exec_network.foreign`), no kind guessing for foreign names (`exec_network.foreign`).
+`NAME_TABLE` with `their_name` / `our_name`, `split_full_name` (smartcomment's `class_name` and `name`),
+`op_id_for` and `full_node_ids` (original ids of imported records kept). It reads and writes no document.
 """
 
 from __future__ import annotations
@@ -45,8 +36,7 @@ NAME_TABLE: tuple[NameRule, ...] = (
     NameRule("variable", prompt_name("decide"), "memory-update-decision-prompt"),
     NameRule("variable", prompt_name("respond"), "question-answering-prompt"),
     NameRule("prefix", prefix(Namespace.TURN), "U{sample}:", rest=r"D\d+:\d+"),
-    NameRule("prefix", prefix(Namespace.MEMORY), "memory-unit-"),
-    NameRule("prefix", prefix(Namespace.QUERY), "query:"),
+    NameRule("prefix", prefix(Namespace.MEMORY), "memory-unit-"), NameRule("prefix", prefix(Namespace.QUERY), "query:"),
     NameRule("prefix", prefix(Namespace.ANSWER), "prediction:"),
     NameRule("prefix", prefix(Namespace.GOLD), "golden_answers:"),
     NameRule("prefix", prefix(Namespace.VERDICT), "judge_verdict:"),
@@ -85,9 +75,8 @@ def our_name(theirs: str, what: str = "variable") -> str:
 
 
 def split_full_name(full_name: str) -> tuple[str | None, str]:
-    """smartcomment's (`class_name`, `name`) of an exported full name: the part before the first colon
-    is the class when it is one of `CLASS_NAMES` (`query:q1` -> ("query", "q1")); otherwise there is no
-    class (None, never "": smartcomment would prefix the id with a bare colon)."""
+    """smartcomment's (`class_name`, `name`) of an exported full name (`query:q1` -> ("query", "q1"); no class: None,
+    never "")."""
     head, sep, rest = full_name.partition(":")
     if sep and head in CLASS_NAMES and any(c.isalnum() for c in rest):
         return head, rest

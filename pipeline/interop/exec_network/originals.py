@@ -1,28 +1,9 @@
-"""The original records of a foreign ExecNetwork document, kept on the graph we import it as, and
-the document written back from them.
+"""The original records of a foreign ExecNetwork document, kept on the graph we import it as.
 
-A graph imported from another tool's ExecNetwork document (`exec_network.foreign`) carries, under the
-meta key `exec_network` (`ORIGINAL`):
-- on each variable: `{"full_node_id", "position", "record", "value"}` - the node record as found
-  (without its `value` when `value` says how ours reproduces it: "same", or "repr" when theirs was
-  smartcomment's `repr()` of our string);
-- on each operation (an operation of theirs may become several of ours, `part` 0, 1, ...):
-  `{"op_id", "part", "edges": [[position, edge record], ...]}`, part 0 also `"position"` and
-  `"record"` (the operation record, absent for an `op_id` only edges named);
-- on the graph: `{"header"` (every top-level field but `data`), `"sessions"`, `"unattached"` (the
-  records no variable or operation of ours stands for: smartcomment's `COMMENT:NONE@1` node and
-  `__none_op__` operation, as `[position, record]`), `"data_extra"` (unknown keys under `data`),
-  `"labels_in_data"` (whether the labels were under `data`)`}`.
-All of it is plain JSON, so it also survives our own graph JSON (`graph_io`).
-
-What it does: the keys above (`node_original`, `operation_original`, `graph_original` build them)
-and `reexport(graph, labels)`, the document with the original ids, records, edges and order; labels
-go where the original had them and always to the top-level `metadata["annotations"]`, which
-smartcomment keeps. `is_foreign(graph)` tells whether a graph can be written back that way (every
-variable and operation carries its original record).
-
-What it does not do: no translation of their records into ours (`exec_network.foreign`), no export
-of our own graphs (`exec_network.export`).
+Under the meta key `ORIGINAL`: each variable's node record, each operation's record and edges (per `part`),
+and the graph's header, sessions, unattached records and unknown `data` keys, all plain JSON.
+`reexport` writes the document back with its original ids, records, edges and order; `is_foreign` says
+whether a graph can be written back so. It translates nothing (`foreign`) and exports no graph of ours.
 """
 
 from __future__ import annotations
