@@ -1,21 +1,10 @@
-"""The optimizer comparison of the lab: the Hydra callback behind `make compare` and its re-run,
-`python -m memtrace_loop.experiments.lab.compare [sweep_dir=...]`: one table and one plot from the
-optimization runs of a sweep.
+"""The lab's optimizer comparison: the Hydra callback behind `make compare` and its re-run,
+`python -m memtrace_loop.experiments.lab.compare [sweep_dir=...]` (config `conf/compare.yaml`).
 
-The runs are found in a multirun directory (each job's `checkpoint.json` names its MLflow run) or, with
-no directory, as every `memtrace optimize` parent run of an MLflow experiment (the latest run per
-optimizer, system and seed). Each is read back from MLflow into an `OptimizerRun` (`optimizer_run`: the
-per-question test scores of `test_questions.json`, the cost metrics, the dev curve and the cumulative
-LM calls per iteration, `calls_by_iteration`), `experiments.lab.comparison.compare_runs` makes the
-rows, and `comparison.md`, `comparison.png` and `comparison.json` are written to the output directory
-and logged as the artifacts of a run named `comparison` in the same experiment, tagged
-`memtrace.command=compare` with the compared run ids.
-
-`ComparisonCallback` is a Hydra `Callback`: named in `conf/experiment/compare_optimizers.yaml`, its
-`on_multirun_end` compares the sweep that just finished (into `<sweep dir>/comparison/`). The entry point
-composes `conf/compare.yaml` (schema `CompareConfig`). It reads MLflow and prints; the statistics are
-`experiments.lab.comparison`, the table and plot `experiments.lab.comparison_report`. It is not a
-`memtrace` command: the product never imports the lab.
+The optimize runs of a multirun directory (each job's checkpoint names its MLflow run), else every
+`memtrace optimize` run of the experiment (latest per optimizer, system, seed), are read back from
+MLflow (`optimizer_run`), compared (`experiments.lab.comparison`) and written as comparison.md/.png/.json
+(`experiments.lab.comparison_report`), logged to a `comparison` run. Not a `memtrace` command.
 """
 
 from __future__ import annotations

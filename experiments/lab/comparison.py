@@ -1,31 +1,10 @@
-"""Comparing optimizers: one row per optimizer x memory system (and pooled over systems) from the
-finished optimization runs of a sweep.
+"""Comparing optimizers: one row per optimizer x memory system (and pooled) from a sweep's finished runs.
 
-Input: `OptimizerRun` records, one per run (optimizer, system, seed), each with the per-question test
-scores of its starting and final prompt sets (`QuestionOutcome`, counted questions only), its costs
-(LM calls made, tokens, final prompt length, wall time) and its progress curve (`ProgressPoint`:
-cumulative LM calls spent and the incumbent's dev accuracy after each iteration).
-
-What a row says (`ComparisonRow`):
-
-- `gain`: test judge accuracy final - start, a PAIRED difference. The unit is one test question of
-  one run (seed); start and final are scored on the very same question, so each unit gives one
-  difference in {-1, 0, +1}. The rows pool the units of every seed (and, for the pooled row, every
-  system) and bootstrap their mean with `evaluation.bootstrap_ci` (percentile, deterministic for a
-  seed): the same paired bootstrap the loop's gate uses (`evaluation.paired_difference`), over
-  questions x seeds. It treats the units as exchangeable: seed-to-seed variation shows in
-  `gain_by_run` (one gain per run), not as a separate variance component.
-- `vs_reference`: final(this optimizer) - final(reference optimizer), paired on the same
-  (system, seed, question): runs of one system and seed share dataset and split, so their test
-  questions are the same. This says by how much the reference (attribution) beats another optimizer.
-- costs are means per run; `calls_to_90` is the mean, over the runs whose dev accuracy rose, of the
-  cumulative LM calls spent when the incumbent's dev gain first reached 90% of its final dev gain
-  (`pipeline.loop.costs.calls_to_fraction`). The test split is scored only at the start and the end, so
-  the curve is dev.
-
-This module does not read MLflow (`experiments.lab.compare`), render tables or plots
-(`experiments.lab.comparison_report`). The progress records and `calls_to_fraction` are the loop's
-(`pipeline.loop.costs`), which logs calls to 90% of the gain per run.
+`gain` is test judge accuracy final - start, paired per (run, test question) and bootstrapped over
+questions x seeds (`evaluation.bootstrap_ci`, as the loop's gate); `vs_reference` is final - the
+reference optimizer's final on the same (system, seed, question); costs are means per run;
+`calls_to_90` averages `pipeline.loop.costs.calls_to_fraction` over the runs that gained on dev.
+It neither reads MLflow (`experiments.lab.compare`) nor renders (`experiments.lab.comparison_report`).
 """
 
 from __future__ import annotations

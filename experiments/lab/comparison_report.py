@@ -1,12 +1,7 @@
-"""The comparison of optimizers as a Markdown table, its JSON twin and a PNG plot, from `ComparisonRow`s.
+"""The optimizer comparison as Markdown (table and legend), its JSON twin and a PNG plot, from `ComparisonRow`s.
 
-`markdown_report` writes a title, the budget line, one table row per optimizer x system (pooled rows
-last, in bold) and a legend saying what every column means. Gains are in percentage points of judge
-accuracy with the paired bootstrap CI; costs are means per run. `rows_to_json` is the same content for
-machines. `plot_comparison` draws each optimizer's paired test gain with its CI per memory system (and
-pooled), and gain against LM calls (pooled, or the one system's: never an empty panel), on the Agg
-canvas as `pipeline.tracking.plots` draws (equal inputs, equal files). This module does not compute
-anything (`experiments.lab.comparison`) and does not log.
+The plot (gain per optimizer and system with its CI; gain against LM calls) draws as
+`pipeline.tracking.plots` does (equal inputs, equal files). It computes nothing and logs nothing.
 """
 
 from __future__ import annotations

@@ -4,12 +4,9 @@
     python -m memtrace_loop.experiments.lab.docs_results optimizer-table   # re-run the one-seed table (16 runs)
     python -m memtrace_loop.experiments.lab.docs_results mem0ai-gain       # the real mem0 library vs ours (12 runs)
 
-`demo` runs `memtrace optimize` (the command of `make demo`) with a fresh cache and MLflow store in a
-temporary folder and rewrites the generated blocks of docs/results.md and README.md;
-`tests/apps/test_readme.py` runs the same and compares, so a stale demo figure fails the tests. The
-other two rewrite their table in docs/results.md and the line above it (the date and commit measured
-at). The other tables of docs/results.md (benchmarks, benches, the comparison sweep) are pasted from
-the command each one is headed by. It does not judge whether a recorded figure is still current.
+`demo` runs `memtrace optimize` with fresh stores and rewrites the generated blocks of docs/results.md
+and README.md (`tests/apps/test_readme.py` compares them); the others rewrite their table and its
+`Measured on` line. It does not judge whether a recorded figure is still current.
 """
 
 from __future__ import annotations

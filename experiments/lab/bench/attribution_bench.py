@@ -1,15 +1,9 @@
 """The attribution benchmark: `python -m memtrace_loop.experiments.lab.bench.attribution_bench`.
 
-On the simulated world, for each memory system, runs where everything is perfect except ONE injected
-fault at a known operation (`experiments.lab.benchmark.injection`) are scored with every available
-attributor on the same cases (`experiments.lab.benchmark.scoring`); one table, optionally logged
-to MLflow (`--mlflow-uri`). Attributors are a mapping name -> builder (`BUILDER_BY_ATTRIBUTOR`); one
-whose module is missing or not implemented yet is reported and skipped.
-
-With `--memtracebench PATH` (an ExecNetwork JSON file, or a directory of them) it instead scores the
-attributors on imported MemTraceBench-style graphs against their annotations with the existing scorer
-(`pipeline.interop.exec_network.labels.score_attributions`): error-type and exact-operation accuracy,
-comparable with the paper's numbers.
+Per memory system, perfect sim runs with ONE injected fault (`experiments.lab.benchmark.injection`) are
+scored with every attributor of `BUILDER_BY_ATTRIBUTOR` (`experiments.lab.benchmark.scoring`); one table,
+optionally logged to MLflow (`--mlflow-uri`). With `--memtracebench PATH` (ExecNetwork JSON files) it
+scores imported annotated graphs instead (`pipeline.interop.exec_network.labels.score_attributions`).
 """
 
 from __future__ import annotations

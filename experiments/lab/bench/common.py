@@ -1,7 +1,5 @@
-"""What several benches share: a run of a memory system on the simulated world at a given size, the
-simulated LM they build, a progress callback and the Markdown table they print for docs/results.md.
-
-It measures nothing itself and prints nothing; each bench times and reports its own figures.
+"""What the benches share: a sim run at a given size, the sim LM, a progress callback and the tables they
+print. It measures and prints nothing itself.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
-"""Benchmark of the execution graph at LoCoMo scale: `python -m memtrace_loop.experiments.lab.bench.graph_bench`.
+"""The execution graph at LoCoMo scale: `python -m memtrace_loop.experiments.lab.bench.graph_bench`.
 
-Builds the graph of a full run (10 conversations of ~600 turns on the simulated world by default),
-then measures what the graph layer costs, separately from any LLM time:
-- record: microseconds per recorded operation, replaying every variable and operation of the run
-  through a fresh `Tracer` (what tracing adds to a run);
-- size: variables, operations, edges and bytes of JSON;
-- save + load time of the JSON;
-- ancestors query: from each answer back to the turns (mean and max milliseconds);
-- ExecNetwork: seconds to write every graph as smartcomment's ExecNetwork JSON (`to_exec_network` +
-  `document_bytes`, what `save_exec_network` writes) and to read it back (`from_exec_network`), the
-  best of 3 per graph.
-It prints one table row per memory system and checks the targets (20 us/op, 5 ms, 2 s save+load,
-2 s ExecNetwork export), plus the linear-growth check: the JSON bytes per turn of a run on a quarter of
-the turns vs the full run.
+Per system, the graphs of a sim run (10 conversations of ~600 turns by default): microseconds per
+operation re-recorded through a fresh `Tracer`, size, JSON save + load, ancestor queries from each
+answer, ExecNetwork export and import (best of `REPEATS`), and the growth of JSON bytes per turn from
+a quarter-length run; one row each, judged against the `TARGET_*`s. No LLM time is measured.
 """
 
 from __future__ import annotations

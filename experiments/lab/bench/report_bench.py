@@ -1,11 +1,7 @@
-"""Benchmark of report.html at LoCoMo scale: `python -m memtrace_loop.experiments.lab.bench.report_bench`.
+"""report.html at LoCoMo scale: `python -m memtrace_loop.experiments.lab.bench.report_bench`.
 
-Runs each memory system on the simulated world at LoCoMo size (10 conversations of ~600 turns by
-default, the sim LM answering and judging), attributes the failures with the lineage attributor,
-then times writing the report (`report_for_run` given the attributions: subgraphs, layout, HTML)
-and measures the file. Prints one table row per system: turns, failures, attribution seconds,
-report seconds, megabytes, the largest drawing's node count, and checks the targets (under 5 s,
-under 10 MB, at most `max_nodes` nodes per failure). Timing is measured here, never in a test.
+Per system, a sim run's failures attributed (lineage) and its report written: seconds, megabytes and
+the largest drawing's nodes, against the targets. Timing lives here, never in a test.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """The rescue benchmark: `python -m memtrace_loop.experiments.lab.bench.rescue_bench`.
 
-The attribution benchmark's second ground truth: natural failures in degraded worlds
-(`experiments.lab.benchmark.rescue`: default prompts, each construction stage with all its rules, the knob
-worlds), labelled by the counterfactual-rescue oracle, scored for every attributor setting (`lineage`,
-`llm`, each with verification off and on, built by `build_attributor` on the simulated LM) with
-`experiments.lab.benchmark.rescue_scoring`. One table: system, world, setting, failures, blamed stage
-rescues alone, necessary, joint named (of the oracle's joint cases), joint sufficient (of named sets),
-verified precision, unverifiable share, calls per case, and the blame table's top stage against the
-oracle's.
-
-Seeds: without `--seeds` fresh ones are drawn at run time (and conversation lengths, `--sessions`),
-and printed, so no test can tune to them; `--seeds 3,17` fixes them. Beside the table it prints the
-injected-fault benchmark's stage accuracy for the same settings (a few cases per kind, seed 0) and the
-gap to the rescue numbers (`--no-injected` skips it).
+Natural failures of degraded worlds, labelled by the rescue oracle (`experiments.lab.benchmark.rescue`),
+scored for every attributor setting (`SETTINGS`) by `experiments.lab.benchmark.rescue_scoring`: a table
+per world, one pooled per system, the injected-fault benchmark's stage accuracy beside it (unless
+`--no-injected`) and the bars. Without `--seeds` the seeds (and `--sessions`) are drawn at run time and
+printed, so no test can tune to them.
 """
 
 from __future__ import annotations

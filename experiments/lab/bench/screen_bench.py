@@ -1,39 +1,15 @@
 """What candidate screening saves per construction candidate at LoCoMo scale:
 `python -m memtrace_loop.experiments.lab.bench.screen_bench` (`make bench`).
 
-Data: the simulated world's LoCoMo-layout dataset (`dataset=sim`, seed `--seed`, default 0): 10
-conversations x 30 sessions x 20 turns = 600 turns each, as LoCoMo's 10 conversations. The evaluation set
-is all of it and its scored questions (category 5 left out, LoCoMo's protocol, and not answered, as in the
-loop's dev split). Systems: `mem0` (our Mem0-style) and `mem0ai` (the real mem0ai library through its adapter),
-on the simulated world's LM (`lm=sim`, DSPy's response cache OFF, so every call is made and counted) and
-the hashing embedder; calls counted per role by a `CallLedger` at the LM layer.
-
-Per system:
-
-1. the incumbent (the system's starting prompts) is evaluated once (`run_dataset`, a `MemoryCache`);
-2. its failures are attributed (the lineage attributor, `attribute_run` on a `TracedRun`, as the loop
-   does on train; here on the evaluation set itself: LoCoMo has no other), blame aggregated, and the
-   `attribution` optimizer proposes (iteration 1, no evaluator: it needs none); then, until
-   `--candidates` construction candidates are in hand, the `uniform` optimizer at iterations 1, 2, ...
-   Kept: prompt candidates whose changed stages include a construction stage (`system.construction_stages`,
-   the LLM stages `ingest` uses; knob candidates are left out), distinct prompt sets, at most `--candidates`;
-3. each kept candidate is measured twice, each time from a FRESH `MemoryCache`, its own ledger difference and
-   the replies the incumbent's evaluation left (`lm.<role>.reuse_calls`, as in a loop that has evaluated the
-   incumbent: an identical request is answered from them, not made; each measurement gets its own copy, so
-   neither reuses the other's): **full** = the budget-role calls (task; the evaluation makes no rewriter or
-   attributor call) of evaluating it on every conversation and scored question; **screened** = what the loop
-   spends: its screen (`CandidateScreens` against the incumbent's results with the candidate's stages, default
-   `ScreenSettings`, `min_gain` 0.02, exactly as `OptimizationLoop._gate`) and, when the screen passes, the
-   whole-set evaluation after it with the screen's memory cache kept. Also: the screen's questions of all scored
-   ones, the conversations the screen rebuilt of all, the screen's verdict and, from the full evaluation, the
-   paired gain over the incumbent and whether the gate (gain >= 0.02) would have passed it: a check that a
-   screened-out candidate was not a winner.
-
-One table (one row per system x candidate, then a mean row per system), `--markdown` prints it as
-Markdown too. Judge calls are not counted (the measuring instrument, outside the budget), nor the
-proposal's rewriter calls (the same with and without a screen). It measures calls, not seconds (the
-elapsed time is logged per step), and only construction candidates: answer-side ones reuse the built
-memories either way. It sets no target.
+On the sim dataset (seed `--seed`; 10 conversations x 30 sessions x 20 turns; category 5 neither scored
+nor answered), per system (`mem0`, `mem0ai`; sim LM uncached, calls counted by a `CallLedger`): the
+incumbent is evaluated once, its failures attributed (lineage) and the `attribution` then `uniform`
+optimizers propose until `--candidates` distinct construction-prompt candidates are in hand. Each is
+measured twice from a fresh `MemoryCache` and the incumbent's replies: **full** (budget calls of the
+whole set) and **screened** (what `OptimizationLoop._gate` spends: the `CandidateScreens` screen, plus
+the whole set when it passes), with the screen's questions, conversations rebuilt, verdict, the full
+paired gain and whether the gate (`MIN_GAIN`) would pass it. One table, a mean row per system
+(`--markdown` also as Markdown). Judge and rewriter calls are not counted; it sets no target.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""Speed targets that tests no longer assert: `python -m memtrace_loop.experiments.lab.bench.speed_bench`.
+"""Speed targets the tests do not assert: `python -m memtrace_loop.experiments.lab.bench.speed_bench`.
 
-Wall-clock limits make tests flaky on a loaded machine, so the tests check only what the code does and
-the timings live here, as one table (best of `--repeat`, each measured cold):
-- hashing embedder: `HashingEmbedder().embed` of 10,000 texts of 14 words drawn from a 5,008-word
-  vocabulary, on a fresh embedder (no word memoised yet); target under 2 s;
-- simulated world: generated and parsed through the dataset registry at benchmark size
-  (10 conversations of 30 sessions x 20 turns);
-  target under 2 s.
+The hashing embedder on 10,000 cold texts and the sim world at benchmark size, best of `--repeat`,
+each against `TARGET_S`.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
-"""How answering scales with `workers` against a slow endpoint:
-`python -m memtrace_loop.experiments.lab.bench.workers_bench` (from the repository root; `make bench`).
+"""Answering vs `workers` against a slow endpoint: `python -m memtrace_loop.experiments.lab.bench.workers_bench`
+(from the repository root; `make bench`).
 
-One process, the real client path: the openai backend (DSPy's lm15 engine behind our retry loop,
-`pipeline.backends`) talks HTTP to the local OpenAI-compatible test server (`tests/support/openai_server.py`,
-the stand-in LM behind it), which waits `--latency` seconds (default 0.2) before every answer. The
-Long-Context system (no LM call while ingesting) runs `pipeline.loop.runner.run_dataset` over the same
-`--questions` questions (each one answer and one judge call) with 1 (the baseline), 4, 8 and 16
-workers, DSPy's response cache off, so every call reaches the server. The server runs in a child
-process and remembers each distinct request's answer (filled by a first, unreported pass), so it
-answers in well under a millisecond plus the latency: what is measured is our side, not the stand-in's
-CPU. The table gives, per worker count: LM calls, seconds, calls per second, the speed-up over the
-baseline and the efficiency (speed-up / workers; the goal is at least 0.8). `--server in-process` puts
-the server in this interpreter (sharing its GIL). Never timed in tests.
+The openai backend talks HTTP to the test server (`tests/support/openai_server.py`, in a child process,
+each distinct request answered from memory after a first unreported pass) waiting `--latency` seconds
+per reply; Long-Context answers the same `--questions` with each worker count, DSPy's cache off. Per
+count: calls, seconds, calls/s, speed-up over the first count and efficiency (goal `GOAL`).
 """
 
 from __future__ import annotations

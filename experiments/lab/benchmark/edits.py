@@ -1,13 +1,9 @@
 """Faults injected into LM calls: a DSPy engine wrapper that alters the reply of ONE targeted call.
 
-`FaultInjectingEngine` wraps another DSPy custom engine (`dspy.LM(..., engine=...)`): it forwards every
-request and lets a `ReplyEdit` rewrite the reply of the first call the edit targets (by the reply's
-output fields and the request text: the evidence turn, the question); later calls pass untouched.
-`injected_lm` gives a copy of an LM with its engine wrapped. The edits here are the benchmark's LLM
-faults: drop the evidence turn's facts (Mem0 `extract`), events or narrative sentences (EverMemOS
-`write_events` / `write_episode`), UPDATE with unrelated text or DELETE the evidence units at the
-next Mem0 decision, answer wrongly. Replies are read and written in DSPy's chat-adapter (`[[ ## f ## ]]`)
-or JSON format. This module does not decide which case gets which fault (`experiments.lab.benchmark.injection`).
+`FaultInjectingEngine` forwards every request and lets a `ReplyEdit` rewrite the first reply it targets
+(by its output fields and the request text); `injected_lm` wraps an LM's engine. The edits drop the
+evidence turn's facts, events or narrative sentences, change or delete its units at a later decision,
+or answer wrongly, in DSPy's chat or JSON reply format. It picks no case (`benchmark.injection`).
 """
 
 from __future__ import annotations

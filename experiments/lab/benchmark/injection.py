@@ -1,27 +1,11 @@
-"""Fault injection: runs where everything is perfect except ONE fault at a known operation.
+"""Fault injection: perfect runs of a memory system with ONE fault at a known operation.
 
-The attribution benchmark's ground truth. For one memory system, a *perfect* run (every prompt holds
-the rules under which its stage makes no mistake, retrieval returns everything) answers nearly every
-question; its correctly answered questions with exactly one evidence turn are the candidates. For
-each candidate and each fault kind the system supports, the question is run again (its conversation
-alone) with one fault injected, and the case is kept only when that run fails (the fault was
-decisive). The truth — operation id, stage, error type — is read from the faulty run's graph: the
-operation that executed the injected call or change, never guessed.
-
-How a fault is injected is the system's to say: its spec's `faults` (`memory_systems.spec`) list
-plans of four shapes, and this module carries them out without naming any system:
-- `ReplyFault` (LLM faults such as `extraction_drop`, `response_wrong`): a wrapping engine
-  (`experiments.lab.benchmark.edits.FaultInjectingEngine`) around the task LM's engine forwards every request
-  and alters the reply of the ONE call that matches the target (the edited output fields and the
-  evidence turn or the question in the request); every other call is untouched.
-- `UnitChangeFault` (`update_overwrite`, `deletion`): the decision after the evidence turn changes
-  the units that turn added.
-- `HideEvidenceFault` (`retrieval_miss`): the spec's copy of the system whose answer-time search never
-  returns the units holding the evidence turn.
-- `KnobFault` (`trimmed_buffer`, `chunk_split`, ...): the system rebuilt with the knob settings the
-  spec computes, so that a non-LLM stage loses the evidence.
-
-This module does not score attributions (`experiments.lab.benchmark.scoring`) or print.
+The candidates are the questions a perfect run (`perfect_prompts`, generous knobs) answers right from
+one evidence turn. Per candidate and fault kind the question is run again with the fault its spec's
+`faults` plan (`ReplyFault`: one LM reply edited, `experiments.lab.benchmark.edits`; `UnitChangeFault`:
+the next decision changes the evidence units; `HideEvidenceFault`: search hides them; `KnobFault`:
+knobs that lose the evidence), kept when the answer turns wrong; the truth is the operation that
+carried it out, read from the faulty graph. It scores nothing (`experiments.lab.benchmark.scoring`).
 """
 
 from __future__ import annotations

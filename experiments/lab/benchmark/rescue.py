@@ -1,30 +1,12 @@
 """The counterfactual-rescue oracle: natural failures in a degraded world, labelled by what rescues them.
 
-A `DegradedWorld` is a memory system with some stage prompts overridden and some knobs made small
-(`knobs`): the knob worlds are the system's spec's (`MemorySystemSpec.knob_worlds`; a spec that does
-not state them is refused, so no system is silently left out). The oracle runs the dataset in it and
-takes the failed questions (category 5 left out, as the runner's summary does). The world's *repairs* are:
-
-- each LLM stage given its perfect instruction: the test world's `perfect_instruction` (typed
-  interface `pipeline.backends.test_world.TestWorld`) applied to the instruction in force; a stage
-  the test world knows no rule for, or whose instruction is already perfect, has no repair;
-- one knob raised: each knob the world degraded, and (with `raise_generous`, the default: the
-  issue's "raise one knob") each knob of the spec's `generous_knobs` in any world, set to its
-  `generous_knobs` value (else the knobs record's default), named by the non-LLM stage that owns it
-  (the spec's stage table, or the world's `owners` for a knob no stage declares); a repair that
-  changes nothing is left out, and a degraded knob with no owner is a held setting of the world
-  (e.g. EverMemOS `multi_query=false`), never repaired. Two knobs of one stage form one repair.
-
-One run per repair set (only the still-unlabelled failures, memories reused through one
-`MemoryCache`, so a prompt repair of the answer stage does not rebuild memory): every single
-repair first (`RescueLabel.rescuers`: the repairs that each alone turn the question correct); for
-the rest, all repairs together (a question it does not rescue is `unrescuable`), then sets of
-increasing size up to `max_joint` (`RescueLabel.joint_sets`: every rescuing set of the smallest size
-found; `joint` the first of them, in the system's stage order; all repairs when no smaller set did).
-
-The oracle may read the test world's rules; attributors and replay may not (they never see this
-module's output). This module does not score attributors (`experiments.lab.benchmark.rescue_scoring`),
-build LMs or print.
+A `DegradedWorld` overrides some prompts or knobs: default prompts, each construction stage with all
+its rules, and the spec's `knob_worlds` (none stated: `NoKnobWorldsError`). Its repairs
+(`world_repairs`) are each LLM stage's perfect instruction and each degraded or generous knob raised,
+named by its owning stage. `rescue_oracle` runs the world, then each repair alone on the failures
+(`RescueLabel.rescuers`), all together (else `unrescuable`), and sets of growing size up to
+`max_joint` (`joint_sets`), sharing one `MemoryCache`. It may read the test world's rules (attributors
+never see its output); it scores nothing (`experiments.lab.benchmark.rescue_scoring`).
 """
 
 from __future__ import annotations
@@ -43,17 +25,6 @@ from memtrace_loop.pipeline.backends.test_world import TestWorld
 from memtrace_loop.pipeline.core.records import CaseResult, Dataset, PromptSet
 from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
 from memtrace_loop.pipeline.loop.runner import RunResult, make_judge, run_dataset
-
-__all__ = [
-    "DegradedWorld",
-    "NoKnobWorldsError",
-    "Repair",
-    "RescueLabel",
-    "WorldOracle",
-    "degraded_worlds",
-    "rescue_oracle",
-    "world_repairs",
-]
 
 Build = Callable[[Mapping[str, Any]], MemorySystem]  # a `memory_system` config node -> the system
 

@@ -1,23 +1,9 @@
-"""Scoring attributors on failures whose one true cause is known (the attribution benchmark).
+"""Attributors scored on failures whose one true cause is known (the attribution benchmark).
 
-A `BenchCase` is a failed case with its graph, conversation and ground truth (`InjectedFault`: the
-operation that carried out an injected fault, its stage and error type). `score_attributor` runs an
-`Attributor` on every case and summarizes, per system, into an `AttributorScore`:
-
-- error-type / stage / exact-operation accuracy: the blamed error type, stage, operation id equal the
-  truth's (an unattributed case counts as wrong);
-- within one hop: the blamed operation is the true one, or the two are adjacent in the graph (one
-  produces a variable the other consumes);
-- unattributed: share of cases where the attributor returned None;
-- verified: share of cases whose attribution has `verified is True`; verified precision: of those,
-  the share that are *right* — exact operation, or both stage and error type right (a verified blame
-  on the right stage and type names the right fix even when another operation of that stage is
-  named). None when nothing was verified;
-- cost: LM calls per case (`cost.lm_calls + cost.replay_calls`) and milliseconds per case, measured
-  around the `attribute` call.
-
-Building the cases is `experiments.lab.benchmark.injection`; this module runs no memory system and only
-reads a clock (injectable) besides calling the attributor.
+`score_attributor` runs an attributor on every `BenchCase` and folds, per system, the error-type, stage
+and exact-operation accuracy, within one hop (adjacent operations), unattributed and verified shares,
+verified precision (exact op, or stage and type right), calls and milliseconds per case. The cases
+come from `experiments.lab.benchmark.injection`.
 """
 
 from __future__ import annotations
