@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -22,7 +21,7 @@ from typing import Any
 import dspy
 from memtrace_loop.experiments.app_setup import no_lm_history
 from memtrace_loop.experiments.lab.bench import common
-from memtrace_loop.experiments.lab.bench.common import advance
+from memtrace_loop.experiments.lab.bench.common import advance, build, names, rich_table
 from memtrace_loop.experiments.lab.benchmark.injection import (
     InjectionReport,
     build_system_cases,
@@ -30,9 +29,11 @@ from memtrace_loop.experiments.lab.benchmark.injection import (
 )
 from memtrace_loop.experiments.lab.benchmark.scoring import AttributorScore, BenchCase, score_attributor
 from memtrace_loop.memory_systems.base import MemorySystem
-from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system, spec_of
+from memtrace_loop.memory_systems.registry import SYSTEMS, spec_of
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
+from memtrace_loop.pipeline.analysis.attribution.llm import LLMAttributor, LLMAttributorSettings
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
+from memtrace_loop.pipeline.analysis.attribution.verification import Verifier, VerifyingAttributor
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import SimLMConfig
 from memtrace_loop.pipeline.backends.registry import backend_test_world, build_lm
@@ -47,7 +48,6 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-logger = logging.getLogger(__name__)
 EXPERIMENT = "attribution-benchmark"
 COLUMNS = (
     "system", "attributor", "n", "error_type_acc", "stage_acc", "op_acc", "op_within_1_hop", "unattributed",
@@ -68,98 +68,66 @@ class BenchSetting:
 SEMANTIC_THRESHOLD = 0.35  # the hashing embedder is lexical: a synonym paraphrase scores ~0.4, unrelated ~0
 
 
-def _lineage(setting: BenchSetting) -> Attributor:
-    return LineageAttributor()
-
-
-def _lineage_meaning(setting: BenchSetting) -> Attributor:
-    """Lineage that also matches carriers by meaning (the hashing embedder's cosine)."""
-    return LineageAttributor(embedder=HashingEmbedder(), semantic_threshold=SEMANTIC_THRESHOLD)
-
-
-def _llm(setting: BenchSetting) -> Attributor:
-    from memtrace_loop.pipeline.analysis.attribution.llm import LLMAttributor, LLMAttributorSettings
-
-    return LLMAttributor(lm=setting.lm, settings=LLMAttributorSettings())
-
-
-def _lineage_replay(setting: BenchSetting) -> Attributor:
-    from memtrace_loop.pipeline.analysis.attribution.verification import Verifier, VerifyingAttributor
-
+def _replay(setting: BenchSetting) -> Attributor:
     if setting.system is None:
         raise NotImplementedError("replay needs the memory system that produced the graph")
     return VerifyingAttributor(LineageAttributor(), Verifier(setting.system, setting.judge))
 
 
-BUILDER_BY_ATTRIBUTOR: Mapping[str, Callable[[BenchSetting], Attributor]] = MappingProxyType(
-    {"lineage": _lineage, "lineage+meaning": _lineage_meaning, "llm": _llm, "lineage+replay": _lineage_replay}
-)
+BUILDER_BY_ATTRIBUTOR: Mapping[str, Callable[[BenchSetting], Attributor]] = MappingProxyType({
+    "lineage": lambda _: LineageAttributor(),
+    # lineage that also matches carriers by meaning (the hashing embedder's cosine)
+    "lineage+meaning": lambda _: LineageAttributor(embedder=HashingEmbedder(), semantic_threshold=SEMANTIC_THRESHOLD),
+    "llm": lambda setting: LLMAttributor(lm=setting.lm, settings=LLMAttributorSettings()),
+    "lineage+replay": _replay,
+})
 
 
-def sim_lm(paraphrase: bool, console: Console) -> dspy.LM:
-    """The simulated world's LM; with `paraphrase`, its paraphrasing option when this build has one."""
+def sim_lm(paraphrase: bool) -> dspy.LM:
+    """The sim LM without reply reuse (every attributor and replay call counted as made); with `paraphrase`,
+    its construction stages paraphrase."""
     if paraphrase:
-        # no reply reuse: every attributor and replay call is counted as made, as the recorded figures were
-        return build_lm(SimLMConfig(backend="sim", model="stand-in", cache=False, paraphrase=True,
-                                    reuse_calls=False))
+        return build_lm(SimLMConfig(backend="sim", model="stand-in", cache=False, paraphrase=True, reuse_calls=False))
     return common.sim_lm(reuse_calls=False)
 
 
 def perfect_system(name: str, lm: dspy.LM) -> MemorySystem:
-    system = build_memory_system({"name": name, **spec_of(name).generous_knobs}, HashingEmbedder())
+    system = build({"name": name, **spec_of(name).generous_knobs})
     system = system.with_prompts(perfect_prompts(system, backend_test_world().perfect_instruction))
     system.set_lm(lm)
     return system
 
 
-def score_all(
-    cases: Sequence[BenchCase],
-    system_name: str,
-    setting: BenchSetting,
-    attributors: Sequence[str],
-    console: Console,
-    progress: Progress | None = None,
-) -> list[AttributorScore]:
-    """Every requested attributor on the same cases; one that cannot be built or run is skipped."""
+def built(name: str, setting: BenchSetting, console: Console) -> Attributor | None:
+    """The attributor `name` for `setting`, None (said on the console) when it cannot be built."""
+    try:
+        return BUILDER_BY_ATTRIBUTOR[name](setting)
+    except (ImportError, NotImplementedError, TypeError) as error:
+        console.print(f"[yellow]attributor {name!r} unavailable on {setting.system_name}: {error}[/]")
+        return None
+
+
+def score_all(cases: Sequence[BenchCase], setting: BenchSetting, attributors: Sequence[str], console: Console,
+              progress: Progress) -> list[AttributorScore]:
+    """Every requested attributor on the same cases; one that cannot be built is skipped."""
     scores = []
     for name in attributors:
-        try:
-            attributor = BUILDER_BY_ATTRIBUTOR[name](setting)
-        except (ImportError, NotImplementedError, TypeError) as error:
-            console.print(f"[yellow]attributor {name!r} unavailable on {system_name}: {error}[/]")
-            continue
-        task = progress.add_task(f"{system_name}: {name}", total=len(cases)) if progress is not None else None
-
-        def advance(_case: BenchCase, task: Any = task) -> None:
-            if progress is not None and task is not None:
-                progress.advance(task)
-
-        try:
-            scores.append(score_attributor(attributor, cases, system_name, on_case=advance))
-        except NotImplementedError as error:
-            console.print(f"[yellow]attributor {name!r} not implemented yet: {error}[/]")
+        if (attributor := built(name, setting, console)) is not None:
+            task = progress.add_task(f"{setting.system_name}: {name}", total=len(cases))
+            scores.append(score_attributor(attributor, cases, setting.system_name,
+                                           on_case=partial(advance, progress, task)))
     return scores
 
 
 def render(scores: Sequence[AttributorScore], title: str) -> Table:
-    table = Table(title=title)
-    for column in COLUMNS:
-        table.add_column(column, justify="left" if column in ("system", "attributor") else "right")
-    for score in scores:
-        row = score.as_row()
-        table.add_row(*("-" if row[c] is None else str(row[c]) for c in COLUMNS))
-    return table
+    return rich_table(title, COLUMNS, ([s.as_row()[c] for c in COLUMNS] for s in scores), ("system", "attributor"))
 
 
 def kind_table(scores: Sequence[AttributorScore]) -> Table:
-    table = Table(title="per fault kind: n, error-type accuracy, exact-operation accuracy")
-    for column in ("system", "attributor", "kind", "n", "error_type_acc", "op_acc"):
-        table.add_column(column)
-    for score in scores:
-        for kind, n in score.n_by_kind.items():
-            table.add_row(score.system, score.attributor, kind, str(n), f"{score.type_accuracy_by_kind[kind]:.3f}",
-                          f"{score.op_accuracy_by_kind[kind]:.3f}")
-    return table
+    columns = ("system", "attributor", "kind", "n", "error_type_acc", "op_acc")
+    return rich_table("per fault kind: n, error-type accuracy, exact-operation accuracy", columns, (
+        (s.system, s.attributor, kind, n, f"{s.type_accuracy_by_kind[kind]:.3f}", f"{s.op_accuracy_by_kind[kind]:.3f}")
+        for s in scores for kind, n in s.n_by_kind.items()), columns)
 
 
 def log_scores(tracker: Tracker, scores: Sequence[AttributorScore], params: Mapping[str, str | int | float]) -> str:
@@ -217,12 +185,8 @@ def score_memtracebench(
     """Each attributor over every annotated graph, scored with `score_attributions` (paper metrics)."""
     networks = [load_exec_network(p) for p in paths]
     scores = []
-    judge = make_judge(lm)
     for name in attributors:
-        try:
-            attributor = BUILDER_BY_ATTRIBUTOR[name](BenchSetting("memtracebench", None, judge, lm))
-        except (ImportError, NotImplementedError, TypeError) as error:
-            console.print(f"[yellow]attributor {name!r} unavailable on imported graphs: {error}[/]")
+        if (attributor := built(name, BenchSetting("imported graphs", None, make_judge(lm), lm), console)) is None:
             continue
         predicted: dict[str, tuple[Any, str | None]] = {}
         annotations: list[BenchAnnotation] = []
@@ -258,10 +222,6 @@ def bench_paths(path: Path) -> list[Path]:
     return sorted(path.glob("*.json")) if path.is_dir() else [path]
 
 
-# --------------------------------------------------------------------------- entry point
-
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated memory systems")
@@ -276,14 +236,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="score imported MemTraceBench-style graphs (a JSON file or a directory) instead")
     args = parser.parse_args(argv)
     no_lm_history()  # DSPy's record of every call: nobody reads it (app_setup)
-    console = Console()
-    if not console.is_terminal:  # piped or captured: wide enough for the whole table
-        console = Console(width=200)
-    attributors = [a.strip() for a in args.attributors.split(",") if a.strip()]
-    unknown = sorted(set(attributors) - set(BUILDER_BY_ATTRIBUTOR))
-    if unknown:
+    console = Console() if Console().is_terminal else Console(width=200)  # piped: the whole table
+    attributors, systems = names(args.attributors), names(args.systems)
+    if unknown := sorted(set(attributors) - set(BUILDER_BY_ATTRIBUTOR)):
         parser.error(f"unknown attributors {unknown} (available: {list(BUILDER_BY_ATTRIBUTOR)})")
-    lm = sim_lm(args.paraphrase, console)
+    lm = sim_lm(args.paraphrase)
 
     if args.memtracebench is not None:
         paths = bench_paths(args.memtracebench)
@@ -295,9 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             log_scores(mlflow_tracker(args.mlflow_uri), imported, {"mode": "memtracebench", "files": len(paths)})
         return 0
 
-    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
-    unknown = sorted(set(systems) - set(SYSTEMS))
-    if unknown:
+    if unknown := sorted(set(systems) - set(SYSTEMS)):
         parser.error(f"unknown systems {unknown} (available: {list(SYSTEMS)})")
     dataset = load_dataset({"kind": "sim", "seed": args.seed, "n_conversations": args.conversations})
     scores: list[AttributorScore] = []
@@ -306,15 +261,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name in systems:
             task = progress.add_task(f"{name}: injecting faults", total=None)
             cases, report = build_system_cases(
-                name, lm, dataset, lambda cfg: build_memory_system(cfg, HashingEmbedder()),
-                backend_test_world().perfect_instruction,
-                limit_per_kind=args.limit_per_kind, workers=args.workers,
-                on_case=partial(advance, progress, task),
-            )
+                name, lm, dataset, build,
+                backend_test_world().perfect_instruction, limit_per_kind=args.limit_per_kind, workers=args.workers,
+                on_case=partial(advance, progress, task))
             progress.remove_task(task)
             reports.append(report)
             setting = BenchSetting(name, perfect_system(name, lm), make_judge(lm), lm)
-            scores.extend(score_all(cases, name, setting, attributors, console, progress))
+            scores.extend(score_all(cases, setting, attributors, console, progress))
     for report in reports:
         kept = ", ".join(f"{k} {report.kept_by_kind[k]}/{report.tried_by_kind[k]}" for k in report.kept_by_kind)
         console.print(f"{report.system}: perfect run {report.perfect_correct}/{report.questions} correct, "

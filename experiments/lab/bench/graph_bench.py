@@ -23,7 +23,7 @@ from typing import Any
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from memtrace_loop.experiments.app_setup import no_lm_history
-from memtrace_loop.experiments.lab.bench.common import sim_run
+from memtrace_loop.experiments.lab.bench.common import rich_table, sim_run
 from memtrace_loop.memory_systems.registry import SYSTEMS
 from memtrace_loop.pipeline.core.conventions import Namespace, is_in, prefix
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
@@ -162,29 +162,25 @@ def bench_system(
 
 
 def render(rows: Sequence[BenchRow]) -> Table:
-    table = Table(
-        title="Execution graph at LoCoMo scale (targets: <=20 us/op, ancestors <5 ms, save+load <2 s, "
-        "ExecNetwork export <2 s, growth = bytes/turn at full vs 1/4 length < 2, i.e. linear)"
-    )
-    for column in (
-        "system", "turns", "ops", "vars", "edges", "JSON MB", "us/op", "save s", "load s",
-        "anc. mean ms", "anc. max ms", "run s", "ExecNet out s", "ExecNet in s", "growth", "targets",
-    ):
-        table.add_column(column, justify="left" if column in ("system", "targets") else "right")
-    for row in rows:
+    def cells(row: BenchRow) -> tuple[object, ...]:
         missed = [name for name, met in (
             ("us/op", row.us_per_op <= TARGET_US_PER_OP), ("ancestors", row.ancestors_max_ms < TARGET_ANCESTORS_MS),
             ("save+load", row.save_s + row.load_s < TARGET_SAVE_LOAD_S), ("ExecNet", row.export_s < TARGET_EXPORT_S),
             ("growth", row.growth < 2.0),
         ) if not met]
-        table.add_row(
-            row.system, str(row.turns), str(row.operations), str(row.variables), str(row.edges),
-            f"{row.json_bytes / 1e6:.1f}", f"{row.us_per_op:.1f}", f"{row.save_s:.2f}", f"{row.load_s:.2f}",
-            f"{row.ancestors_mean_ms:.2f}", f"{row.ancestors_max_ms:.2f}", f"{row.run_s:.1f}", f"{row.export_s:.2f}",
-            f"{row.import_s:.2f}", f"{row.growth:.2f}",
-            "[green]met[/]" if not missed else f"[red]missed: {', '.join(missed)}[/]",
+        return (
+            row.system, row.turns, row.operations, row.variables, row.edges, f"{row.json_bytes / 1e6:.1f}",
+            f"{row.us_per_op:.1f}", f"{row.save_s:.2f}", f"{row.load_s:.2f}", f"{row.ancestors_mean_ms:.2f}",
+            f"{row.ancestors_max_ms:.2f}", f"{row.run_s:.1f}", f"{row.export_s:.2f}", f"{row.import_s:.2f}",
+            f"{row.growth:.2f}", "[green]met[/]" if not missed else f"[red]missed: {', '.join(missed)}[/]",
         )
-    return table
+
+    return rich_table(
+        "Execution graph at LoCoMo scale (targets: <=20 us/op, ancestors <5 ms, save+load <2 s, "
+        "ExecNetwork export <2 s, growth = bytes/turn at full vs 1/4 length < 2, i.e. linear)",
+        ("system", "turns", "ops", "vars", "edges", "JSON MB", "us/op", "save s", "load s", "anc. mean ms",
+         "anc. max ms", "run s", "ExecNet out s", "ExecNet in s", "growth", "targets"),
+        map(cells, rows), ("system", "targets"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -16,13 +16,12 @@ from pathlib import Path
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from memtrace_loop.experiments.app_setup import no_lm_history
-from memtrace_loop.experiments.lab.bench.common import sim_run
+from memtrace_loop.experiments.lab.bench.common import rich_table, sim_run
 from memtrace_loop.memory_systems.registry import SYSTEMS
 from memtrace_loop.pipeline.analysis.attribution.lineage import attribute_failures
 from memtrace_loop.pipeline.report import DEFAULT_MAX_NODES, ReportData, report_for_run
 from memtrace_loop.pipeline.report.render import failures_payload
 from rich.console import Console
-from rich.table import Table
 
 TARGET_SECONDS = 5.0
 TARGET_MB = 10.0
@@ -69,19 +68,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--systems", nargs="*", default=list(SYSTEMS.compared()))
     args = parser.parse_args(argv)
     no_lm_history()  # DSPy's record of every call: nobody reads it (app_setup)
-    table = Table(title=f"report.html at LoCoMo scale (targets: < {TARGET_SECONDS:g} s, < {TARGET_MB:g} MB, "
-                        f"<= {DEFAULT_MAX_NODES} nodes per failure)")
-    for column in ("system", "turns", "failures", "attribute s", "report s", "MB", "max nodes", "ok"):
-        table.add_column(column, justify="left" if column == "system" else "right")
-    all_ok = True
+    rows = []
     for name in args.systems:
         row = bench_system(name, args.conversations, args.sessions, args.turns_per_session, args.workers)
         ok = row.report_s < TARGET_SECONDS and row.megabytes < TARGET_MB and row.max_drawn <= DEFAULT_MAX_NODES
-        all_ok &= ok
-        table.add_row(row.system, str(row.turns), str(row.failures), f"{row.attribution_s:.2f}",
-                      f"{row.report_s:.2f}", f"{row.megabytes:.2f}", str(row.max_drawn), "yes" if ok else "NO")
+        rows.append((row.system, row.turns, row.failures, f"{row.attribution_s:.2f}", f"{row.report_s:.2f}",
+                     f"{row.megabytes:.2f}", row.max_drawn, "yes" if ok else "NO"))
+    table = rich_table(f"report.html at LoCoMo scale (targets: < {TARGET_SECONDS:g} s, < {TARGET_MB:g} MB, "
+                       f"<= {DEFAULT_MAX_NODES} nodes per failure)",
+                       ("system", "turns", "failures", "attribute s", "report s", "MB", "max nodes", "ok"), rows,
+                       ("system",))
     Console().print(table)
-    return 0 if all_ok else 1
+    return 0 if all(row[-1] == "yes" for row in rows) else 1
 
 
 if __name__ == "__main__":

@@ -11,10 +11,10 @@ import random
 import time
 from collections.abc import Callable, Sequence
 
+from memtrace_loop.experiments.lab.bench.common import rich_table
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.data.registry import load_dataset
 from rich.console import Console
-from rich.table import Table
 
 TARGET_S = 2.0
 
@@ -50,13 +50,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args(argv)
-    table = Table(title=f"Speed targets (best of {args.repeat})")
-    for column in ("what", "seconds", "target s", "target"):
-        table.add_column(column, justify="left" if column in ("what", "target") else "right")
+    rows = []
     for name, prepare in CASES.items():
         seconds = best_of(prepare(), args.repeat)
         verdict = "[green]met[/]" if seconds < TARGET_S else "[red]missed[/]"
-        table.add_row(name, f"{seconds:.2f}", f"{TARGET_S:.1f}", verdict)
+        rows.append((name, f"{seconds:.2f}", f"{TARGET_S:.1f}", verdict))
+    table = rich_table(f"Speed targets (best of {args.repeat})", ("what", "seconds", "target s", "target"), rows,
+                       ("what", "target"))
     Console().print(table)
     return 0
 
