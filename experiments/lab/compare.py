@@ -15,7 +15,7 @@ import math
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -27,7 +27,6 @@ from memtrace_loop.experiments.console import setup_logging
 from memtrace_loop.experiments.console_layout import app_console, markdown_blocks
 from memtrace_loop.experiments.factory import launch_dir, resolve, to_plain
 from memtrace_loop.experiments.lab.comparison import (
-    CandidateTotals,
     ComparisonRow,
     OptimizerRun,
     QuestionOutcome,
@@ -39,7 +38,7 @@ from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.pipeline.core.command_line import command_line, program
 from memtrace_loop.pipeline.core.run_folder import RunFolder
-from memtrace_loop.pipeline.loop.costs import ProgressPoint
+from memtrace_loop.pipeline.loop.costs import CandidateCosts, ProgressPoint
 from memtrace_loop.pipeline.tracking import metric_names as names
 from memtrace_loop.pipeline.tracking.loop_observer import TEST_QUESTIONS
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
@@ -172,19 +171,17 @@ def optimizer_run(source: RunSource, run_id: str) -> OptimizerRun:
         progress=progress_points({int(k): v for k, v in dev.items()}, dev_final, calls),
         calls_estimated=estimated,
         budget=_budget(run.params.get(BUDGET_PARAM)),
-        candidates=_candidate_totals(run),
+        candidates=_candidate_costs(run),
     )
 
 
-def _candidate_totals(run: TrackedRun) -> CandidateTotals:
+def _candidate_costs(run: TrackedRun) -> CandidateCosts:
     """The run's candidate costs as logged (`candidates/*`; zeros for runs logged before them)."""
-    def count(name: str) -> float:
+    def count(name: str) -> int:
         value = _metric(run, names.candidate_cost(name))
-        return 0.0 if math.isnan(value) else value
+        return 0 if math.isnan(value) else int(value)
 
-    return CandidateTotals(int(count("candidates")), int(count("screened_out")), int(count("accepted")),
-                           count("screen_calls"), count("full_calls"), int(count("audited")),
-                           int(count("audit_would_pass")))
+    return CandidateCosts(*(count(f.name) for f in fields(CandidateCosts)))
 
 
 def audit_note(runs: Sequence[OptimizerRun], confidence: float = 0.95) -> str | None:

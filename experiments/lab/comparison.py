@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from statistics import NormalDist
 
 import numpy as np
 from memtrace_loop.pipeline.analysis.evaluation import bootstrap_ci
-from memtrace_loop.pipeline.loop.costs import ProgressPoint, calls_to_fraction
+from memtrace_loop.pipeline.loop.costs import CandidateCosts, ProgressPoint, calls_to_fraction
 
 POOLED = "all"  # the system name of an optimizer's row pooled over every system
 
@@ -30,32 +30,13 @@ class QuestionOutcome:
     final: float
 
 
-@dataclass(frozen=True)
-class CandidateTotals:
-    """A run's (or several runs') candidates and the budget calls they cost, as logged (`pipeline.loop.costs`)."""
+NO_CANDIDATES = CandidateCosts(0, 0, 0, 0, 0, 0, 0, 0)  # a run logged before candidate costs existed
 
-    candidates: int = 0
-    screened_out: int = 0
-    accepted: int = 0
-    screen_calls: float = 0.0
-    full_calls: float = 0.0
-    audited: int = 0  # screened-out candidates also evaluated on the whole dev split (`loop.screen.audit`)
-    audit_would_pass: int = 0  # of those, how many reached the gate's min_gain there
 
-    def __add__(self, other: CandidateTotals) -> CandidateTotals:
-        return CandidateTotals(
-            self.candidates + other.candidates, self.screened_out + other.screened_out,
-            self.accepted + other.accepted, self.screen_calls + other.screen_calls, self.full_calls + other.full_calls,
-            self.audited + other.audited, self.audit_would_pass + other.audit_would_pass,
-        )
-
-    @property
-    def per_candidate(self) -> float:
-        return (self.screen_calls + self.full_calls) / self.candidates if self.candidates else math.nan
-
-    @property
-    def per_accepted(self) -> float:
-        return (self.screen_calls + self.full_calls) / self.accepted if self.accepted else math.nan
+def summed(costs: Iterable[CandidateCosts]) -> CandidateCosts:
+    """Candidate costs added field by field (of several runs)."""
+    items = list(costs)
+    return CandidateCosts(*(sum(getattr(c, f.name) for c in items) for f in fields(CandidateCosts)))
 
 
 @dataclass(frozen=True)
@@ -74,7 +55,7 @@ class OptimizerRun:
     progress: tuple[ProgressPoint, ...] = ()  # iteration 0 first
     calls_estimated: bool = False  # the progress calls are an estimate (no per-iteration count logged)
     budget: str = ""  # the run's LM-call budget as configured ("" when none)
-    candidates: CandidateTotals = CandidateTotals()
+    candidates: CandidateCosts = NO_CANDIDATES
 
     def __post_init__(self) -> None:
         ids = [q.question_id for q in self.questions]
@@ -110,7 +91,7 @@ class ComparisonRow:
     calls_to_90: float  # NaN when no run gained on dev
     runs_with_gain: int  # runs whose dev accuracy rose (those averaged in calls_to_90)
     calls_estimated: bool  # some run's progress calls were estimated
-    candidates: CandidateTotals = CandidateTotals()  # summed over the runs
+    candidates: CandidateCosts = NO_CANDIDATES  # summed over the runs
 
 
 def wilson_interval(successes: int, trials: int, confidence: float = 0.95) -> tuple[float, float]:
@@ -196,7 +177,7 @@ def comparison_row(
         calls_to_90=_mean(calls),
         runs_with_gain=len(calls),
         calls_estimated=any(run.calls_estimated for run in ordered),
-        candidates=sum((run.candidates for run in ordered), CandidateTotals()),
+        candidates=summed(run.candidates for run in ordered),
     )
 
 

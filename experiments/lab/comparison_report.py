@@ -152,7 +152,10 @@ def rows_to_json(rows: Sequence[ComparisonRow], extra: Mapping[str, Any] | None 
             return [clean(v) for v in value]
         return value
 
-    return {"rows": [clean(asdict(row)) for row in rows], **dict(extra or {})}
+    data = [clean(asdict(row)) for row in rows]
+    for row in data:  # comparison.json keeps its shape: the candidate counts without `screened`
+        row["candidates"].pop("screened")
+    return {"rows": data, **dict(extra or {})}
 
 
 # --------------------------------------------------------------------------- the plot
