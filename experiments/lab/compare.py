@@ -72,12 +72,8 @@ class RunSource(Protocol):
     def metric_history(self, run_id: str, key: str) -> list[tuple[int, float]]: ...
 
 
-# --------------------------------------------------------------------------- reading runs back
-
-
 def _metric(run: TrackedRun, key: str, older_key: str | None = None) -> float:
-    """A final metric of a run, under its name (`metric_names`), else under the flat name runs logged
-    before the `/` scheme (`metric_names.legacy_name`), else `older_key` (before the LM-layer counting)."""
+    """A final metric of a run under its name, its flat legacy name (`metric_names.legacy_name`) or `older_key`."""
     for name in (key, names.legacy_name(key), older_key):
         if name is not None and name in run.metrics:
             return float(run.metrics[name])
@@ -85,7 +81,7 @@ def _metric(run: TrackedRun, key: str, older_key: str | None = None) -> float:
 
 
 def _history(source: RunSource, run_id: str, key: str) -> list[tuple[int, float]]:
-    """A metric's (step, value) history, under its name or (older runs) its flat legacy name."""
+    """A metric's (step, value) history, under its name or its flat legacy name."""
     history = source.metric_history(run_id, key)
     legacy = names.legacy_name(key)
     return history if history or legacy is None else source.metric_history(run_id, legacy)
@@ -101,11 +97,8 @@ def _tokens(run: TrackedRun) -> float:
 
 
 def calls_by_iteration(source: RunSource, run: TrackedRun, iterations: Sequence[int]) -> tuple[dict[int, float], bool]:
-    """Cumulative LM calls spent by the end of each iteration, and whether that is an estimate.
-
-    THE one place that reads it: the loop's budget logs `CALLS_METRIC` on the parent run with step =
-    iteration. A run without it (logged before the budget existed) gets an estimate: its total
-    `lm_calls_made` spread evenly over its iterations (flagged, shown as `~` in the table)."""
+    """Cumulative LM calls spent by the end of each iteration (`CALLS_METRIC`), and whether that is an
+    estimate: a run logged without it gets its total calls spread evenly over its iterations."""
     spent = dict(_history(source, run.run_id, CALLS_METRIC))
     if spent:
         return {int(k): float(v) for k, v in spent.items()}, False
@@ -117,15 +110,11 @@ def calls_by_iteration(source: RunSource, run: TrackedRun, iterations: Sequence[
 def progress_points(
     dev_by_iteration: dict[int, float], dev_final: float, calls: dict[int, float]
 ) -> tuple[ProgressPoint, ...]:
-    """The state after each iteration. `dev_by_iteration[i]` is the incumbent's dev accuracy at the START
-    of iteration i (as the loop observer logs it), so the incumbent after iteration i is the one at the
-    start of i + 1, or the final one after the last iteration."""
+    """The state after each iteration: the dev accuracy logged at the START of iteration i + 1 (or the
+    final one) is the incumbent's after iteration i."""
     iterations = sorted(dev_by_iteration)
-    points = []
-    for index, iteration in enumerate(iterations):
-        after = dev_by_iteration[iterations[index + 1]] if index + 1 < len(iterations) else dev_final
-        points.append(ProgressPoint(iteration, calls.get(iteration, math.nan), after))
-    return tuple(points)
+    after = [*(dev_by_iteration[i] for i in iterations[1:]), dev_final]
+    return tuple(ProgressPoint(i, calls.get(i, math.nan), dev) for i, dev in zip(iterations, after, strict=False))
 
 
 def _test_questions(source: RunSource, run_id: str) -> tuple[QuestionOutcome, ...]:
@@ -144,11 +133,6 @@ def _test_questions(source: RunSource, run_id: str) -> tuple[QuestionOutcome, ..
     )
 
 
-def _budget(param: str | None) -> str:
-    """The logged `loop.budget_calls` param, "" when absent or unset (logged as "None")."""
-    return "" if param in (None, "None", "") else str(param)
-
-
 def optimizer_run(source: RunSource, run_id: str) -> OptimizerRun:
     """One `memtrace optimize` parent run read back as the comparison needs it."""
     run = source.get_run(run_id)
@@ -158,20 +142,13 @@ def optimizer_run(source: RunSource, run_id: str) -> OptimizerRun:
     dev = dict(_history(source, run_id, DEV_METRIC))
     dev_final = _metric(run, names.quality(names.DEV_FINAL, names.JUDGE_ACCURACY))
     calls, estimated = calls_by_iteration(source, run, sorted(dev))
+    budget = run.params.get(BUDGET_PARAM)  # "None" when unset
     return OptimizerRun(
-        run_id=run_id,
-        optimizer=run.tags["memtrace.optimizer"],
-        system=run.tags["memtrace.system"],
-        seed=int(run.params.get("seed", "0")),
-        questions=_test_questions(source, run_id),
-        lm_calls=_metric(run, names.CALLS_MADE, "lm_calls_made"),
-        tokens=_tokens(run),
-        prompt_chars=_metric(run, names.PROMPT_CHARS_FINAL),
-        seconds=_metric(run, names.ELAPSED_S),
-        progress=progress_points({int(k): v for k, v in dev.items()}, dev_final, calls),
-        calls_estimated=estimated,
-        budget=_budget(run.params.get(BUDGET_PARAM)),
-        candidates=_candidate_costs(run),
+        run_id, run.tags["memtrace.optimizer"], run.tags["memtrace.system"], int(run.params.get("seed", "0")),
+        _test_questions(source, run_id), lm_calls=_metric(run, names.CALLS_MADE, "lm_calls_made"),
+        tokens=_tokens(run), prompt_chars=_metric(run, names.PROMPT_CHARS_FINAL), seconds=_metric(run, names.ELAPSED_S),
+        progress=progress_points({int(k): v for k, v in dev.items()}, dev_final, calls), calls_estimated=estimated,
+        budget="" if budget in (None, "None", "") else str(budget), candidates=_candidate_costs(run),
     )
 
 
@@ -185,8 +162,8 @@ def _candidate_costs(run: TrackedRun) -> CandidateCosts:
 
 
 def audit_note(runs: Sequence[OptimizerRun], confidence: float = 0.95) -> str | None:
-    """The screen's audit pooled over the runs that ran it (`loop.screen.audit`): how many screened-out
-    candidates would have passed the gate, with a Wilson interval; None when no run audited one."""
+    """How many audited screened-out candidates (`loop.screen.audit`) would have passed the gate, pooled
+    over the runs, with a Wilson interval; None when no run audited one."""
     audited = sum(r.candidates.audited for r in runs)
     if not audited:
         return None
@@ -198,23 +175,16 @@ def audit_note(runs: Sequence[OptimizerRun], confidence: float = 0.95) -> str | 
 
 
 def run_ids_in_sweep(sweep_dir: Path) -> list[str]:
-    """The MLflow run of every job of a multirun directory (each job's checkpoint names it; a job's
-    directory may be nested when an override value holds a path)."""
-    ids = []
-    for checkpoint in sorted(Path(sweep_dir).rglob(CHECKPOINT)):
-        run_id = json.loads(checkpoint.read_text(encoding="utf-8")).get("mlflow_run_id")
-        if run_id:
-            ids.append(str(run_id))
-    return ids
+    """The MLflow run of every job of a multirun directory (each job's checkpoint names it; rglob: a job's
+    directory nests when an override value holds a path)."""
+    checkpoints = sorted(Path(sweep_dir).rglob(CHECKPOINT))
+    found = (json.loads(c.read_text(encoding="utf-8")).get("mlflow_run_id") for c in checkpoints)
+    return [str(run_id) for run_id in found if run_id]
 
 
 def latest_per_key(runs: Sequence[OptimizerRun]) -> list[OptimizerRun]:
     """One run per (optimizer, system, seed): the last one given (runs come oldest first)."""
-    by_key = {(run.optimizer, run.system, run.seed): run for run in runs}
-    return list(by_key.values())
-
-
-# --------------------------------------------------------------------------- the report
+    return list({(run.optimizer, run.system, run.seed): run for run in runs}.values())
 
 
 @dataclass(frozen=True)
@@ -255,8 +225,8 @@ def log_report(
     tracker: MlflowTracker, experiment: str, rows: Sequence[ComparisonRow], runs: Sequence[OptimizerRun],
     paths: Sequence[Path], reference: str,
 ) -> str:
-    """A `comparison` run in `experiment` with the report files, every row's gain and CI as metrics
-    (`gain/<optimizer>/<system>/mean|ci_low|ci_high`, system `all` when pooled) and the compared run ids as tags."""
+    """A `comparison` run in `experiment`: the report files, each row's gain and CI as metrics
+    (`gain/<optimizer>/<system>/mean|ci_low|ci_high`) and the compared run ids as tags."""
     tracker.open_experiment(experiment)
     with tracker.start_run("comparison") as run_id:
         tracker.set_tags({
@@ -266,12 +236,8 @@ def log_report(
             "memtrace.optimizers": ",".join(dict.fromkeys(r.optimizer for r in runs)),
             "memtrace.systems": ",".join(sorted({r.system for r in runs})),
         })
-        metrics = {}
-        for row in rows:  # e.g. gain/attribution/mem0/mean, gain/attribution/all/mean (pooled)
-            if row.gain.n:
-                metrics[names.gain(row.optimizer, row.system)] = row.gain.mean
-                metrics[names.gain(row.optimizer, row.system, "ci_low")] = row.gain.ci_low
-                metrics[names.gain(row.optimizer, row.system, "ci_high")] = row.gain.ci_high
+        metrics = {names.gain(row.optimizer, row.system, stat): getattr(row.gain, stat)
+                   for row in rows if row.gain.n for stat in ("mean", "ci_low", "ci_high")}
         tracker.log_metrics({k: v for k, v in metrics.items() if math.isfinite(v)})
         for path in paths:
             tracker.log_artifact(path)
