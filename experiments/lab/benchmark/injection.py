@@ -38,7 +38,7 @@ from memtrace_loop.pipeline.analysis.attribution.records import ErrorType, Tunab
 from memtrace_loop.pipeline.core.conventions import answer_name, memory_name, retrieved_name, turn_name
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation, variable_id
 from memtrace_loop.pipeline.core.records import Conversation, Dataset, PromptSet, Question, Turn
-from memtrace_loop.pipeline.loop.runner import ProgressSink, make_judge, run_dataset
+from memtrace_loop.pipeline.loop.runner import RunResult, make_judge, run_dataset
 
 logger = logging.getLogger(__name__)
 
@@ -55,12 +55,8 @@ class InjectionReport:
     kept_by_kind: Mapping[str, int]
 
 
-# --------------------------------------------------------------------------- building cases
-
-
 def perfect_prompts(system: MemorySystem, complete: Callable[[str, Iterable[str]], str]) -> PromptSet:
-    """Every stage's instruction completed by `complete(instruction, output_fields)` (for the simulated
-    world: `pipeline.backends.registry.backend_test_world().perfect_instruction`)."""
+    """Every stage's instruction completed by `complete(instruction, output_fields)` (the test world's)."""
     return PromptSet(
         {name: complete(p.signature.instructions, p.signature.output_fields) for name, p in system.named_predictors()}
     )
@@ -92,9 +88,8 @@ class _Plan:
 
 
 class FaultInjector:
-    """Builds the injected cases of one system on one dataset. `system` should already hold the
-    perfect prompts; `knobs` replaces its knobs record (generous retrieval) and `rebuild(knobs)` makes
-    a system with other knobs (for the knob faults)."""
+    """Builds the injected cases of one system on one dataset: `system` holds the perfect prompts,
+    `rebuild(knobs)` makes one with other knobs (the knob faults)."""
 
     def __init__(
         self,
@@ -117,17 +112,12 @@ class FaultInjector:
         self.workers = workers
 
     @staticmethod
-    def _run(system: MemorySystem, lm: dspy.LM, dataset: Dataset, workers: int) -> Any:
+    def _run(system: MemorySystem, lm: dspy.LM, dataset: Dataset, workers: int) -> RunResult:
         system.set_lm(lm)  # every plan holds a system of its own (a deep copy or a rebuild)
         return run_dataset(system, make_judge(lm), dataset, workers=workers, exclude_categories=())
 
-    def perfect_run(self, progress: ProgressSink | None = None) -> Any:
-        system = self.system.deepcopy()
-        system.set_lm(self.lm)
-        return run_dataset(
-            system, make_judge(self.lm), self.dataset, workers=self.workers, exclude_categories=(),
-            progress=progress,
-        )
+    def perfect_run(self) -> RunResult:
+        return self._run(self.system.deepcopy(), self.lm, self.dataset, self.workers)
 
     def build(
         self,
@@ -162,11 +152,8 @@ class FaultInjector:
                         cases.append(case)
                         kept[kind.value] += 1
                         break
-        report = InjectionReport(
-            self.name, len(perfect.results), sum(r.correct for r in perfect.results), len(candidates),
-            MappingProxyType(tried), MappingProxyType(kept),
-        )
-        return tuple(cases), report
+        return tuple(cases), InjectionReport(self.name, len(perfect.results), sum(r.correct for r in perfect.results),
+                                             len(candidates), MappingProxyType(tried), MappingProxyType(kept))
 
     def _inject(self, plan: _Plan, question: Question, conversation: Conversation) -> BenchCase | None:
         run = self._run(plan.system, plan.lm, _single(self.dataset, question), 1)
@@ -181,8 +168,8 @@ class FaultInjector:
             return None
         op, error_type = found
         tunable = Tunable.PROMPT if op.prompt is not None else Tunable.KNOBS
-        truth = InjectedFault(question.id, self.name, plan.kind, op.id, op.stage, error_type, tunable)
-        return BenchCase(graph, result, conversation, truth)
+        return BenchCase(graph, result, conversation,
+                         InjectedFault(question.id, self.name, plan.kind, op.id, op.stage, error_type, tunable))
 
     def _plans(
         self, kind: FaultKind, question: Question, conversation: Conversation, graph: ExecutionGraph
@@ -236,7 +223,7 @@ class FaultInjector:
         def changed(g: ExecutionGraph) -> Operation | None:
             # the store operation that changed an evidence unit; the decision that ordered it is the fault
             for op in g.operations():
-                if op.name == fault.store_op and any(_first_version(g, i) in targets for i in op.inputs):
+                if op.name == fault.store_op and any(variable_id(g.variable(i).name, 1) in targets for i in op.inputs):
                     return g.producer(op.inputs[0])
             return None
 
@@ -281,11 +268,6 @@ def _truth(
     return truth
 
 
-def _first_version(graph: ExecutionGraph, var_id: str) -> str:
-    var = graph.variable(var_id)
-    return variable_id(var.name, 1)
-
-
 def build_system_cases(
     name: str,
     lm: dspy.LM,
@@ -298,9 +280,8 @@ def build_system_cases(
     workers: int = 4,
     on_case: Callable[[str], None] | None = None,
 ) -> tuple[tuple[BenchCase, ...], InjectionReport]:
-    """The injected cases of system `name`: `build(knobs)` makes the system from its config node (its
-    spec's `generous_knobs` plus `knobs`), `complete` completes each prompt (the perfect prompts); one
-    perfect run, then one run per injection."""
+    """The injected cases of system `name`: `build` makes it from its config node (the spec's
+    `generous_knobs` plus a fault's knobs), `complete` perfects each prompt; one run per injection."""
     generous = spec_of(name).generous_knobs
 
     def rebuild(extra: Mapping[str, Any]) -> MemorySystem:
