@@ -62,24 +62,16 @@ def compare_rescue(label: RescueLabel, attribution: Attribution | None) -> Rescu
     alone = bool(blamed_stages(attribution) & label.rescuers)
     sufficient = joint_sufficient(label, attribution)
     return RescueCaseScore(
-        label,
-        attribution,
-        rescues_alone=alone,
-        necessary=stage_necessary(label, attribution.stage),
-        joint_named=bool(attribution.joint),
-        joint_sufficient=sufficient,
-        verified_right=attribution.check == Check.VERIFIED and (attribution.stage in label.rescuers or sufficient),
-        lm_calls=attribution.cost.lm_calls,
-        replay_calls=attribution.cost.replay_calls,
+        label, attribution, alone, stage_necessary(label, attribution.stage), bool(attribution.joint), sufficient,
+        attribution.check == Check.VERIFIED and (attribution.stage in label.rescuers or sufficient),
+        attribution.cost.lm_calls, attribution.cost.replay_calls,
     )
 
 
 def oracle_top_stage(labels: Sequence[RescueLabel]) -> str | None:
     """The most common rescuing stage (each single rescuer, each stage of a joint set); ties by name."""
     counts = Counter(stage for label in labels for stage in (label.rescuers or frozenset(label.joint or ())))
-    if not counts:
-        return None
-    return min(counts, key=lambda stage: (-counts[stage], stage))
+    return min(counts, key=lambda stage: (-counts[stage], stage)) if counts else None
 
 
 def oracle_split_weights(labels: Sequence[RescueLabel]) -> dict[str, float]:
@@ -223,26 +215,19 @@ def summarize_rescue(
     joint = [s for s in scores if s.label.joint is not None and not s.label.rescuers]
     named = [s for s in scores if s.joint_named]
     verified = [s for s in scores if s.check == Check.VERIFIED]
-    found = [a for a in attributions.values() if a is not None]
-    table = aggregate_blame(found)
+    table = aggregate_blame([a for a in attributions.values() if a is not None])
     oracle = list(labels.values())
     return RescueScore(
-        system=system, world=world, setting=setting, n=n,
-        rescues_alone=_share([s.rescues_alone for s in scores]) or 0.0,
-        necessary=_share([s.necessary for s in rescuable]),
-        joint_cases=len(joint),
-        joint_named=_share([s.joint_named for s in joint]),
-        named_sets=len(named),
-        joint_sufficient=_share([s.joint_sufficient for s in named]),
-        verified=len(verified),
+        system, world, setting, n, rescues_alone=_share([s.rescues_alone for s in scores]) or 0.0,
+        necessary=_share([s.necessary for s in rescuable]), joint_cases=len(joint),
+        joint_named=_share([s.joint_named for s in joint]), named_sets=len(named),
+        joint_sufficient=_share([s.joint_sufficient for s in named]), verified=len(verified),
         verified_precision=_share([s.verified_right for s in verified]),
         unverifiable=_share([s.check == Check.UNVERIFIABLE for s in scores]) or 0.0,
         lm_calls_per_case=sum(s.lm_calls for s in scores) / n if n else 0.0,
         replay_calls_per_case=sum(s.replay_calls for s in scores) / n if n else 0.0,
-        top_blamed=table.rows[0].stage if table.rows else None,
-        oracle_top=oracle_top_stage(oracle),
-        oracle_top_split=oracle_top_split(oracle),
-        oracle_top_alone=oracle_top_alone(oracle),
+        top_blamed=table.rows[0].stage if table.rows else None, oracle_top=oracle_top_stage(oracle),
+        oracle_top_split=oracle_top_split(oracle), oracle_top_alone=oracle_top_alone(oracle),
         top_vs_split=top_vs_split(table, oracle),
     )
 
