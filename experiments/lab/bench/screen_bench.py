@@ -31,9 +31,8 @@ os.environ.setdefault("MEM0_DIR", tempfile.mkdtemp(prefix="memtrace-screen-bench
 
 import dspy
 from memtrace_loop.experiments.app_setup import no_lm_history
-from memtrace_loop.experiments.lab.bench.common import markdown_table
+from memtrace_loop.experiments.lab.bench.common import build, markdown_table, rich_table
 from memtrace_loop.memory_systems.base import MemorySystem
-from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.optimizers.base import Candidate, OptimizationContext
 from memtrace_loop.optimizers.registry import build_optimizer
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
@@ -42,7 +41,6 @@ from memtrace_loop.pipeline.analysis.blame import aggregate_blame
 from memtrace_loop.pipeline.analysis.evaluation import paired_difference
 from memtrace_loop.pipeline.backends.call_count import BUDGET_ROLES, CallLedger
 from memtrace_loop.pipeline.backends.call_reuse import ReplyStore
-from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMConfig, LMSet
 from memtrace_loop.pipeline.backends.registry import build_lm
 from memtrace_loop.pipeline.backends.services import RunServices
@@ -135,7 +133,7 @@ class Counted:
 
 
 def build_system(name: str, lms: LMSet) -> tuple[MemorySystem, dspy.Predict]:
-    system = build_memory_system({"name": name}, HashingEmbedder())
+    system = build({"name": name})
     system.set_lm(lms.task)
     return system, make_judge(lms.judge)
 
@@ -270,14 +268,9 @@ def rows(results: Mapping[str, tuple[Incumbent, Sequence[CandidateCost]]]) -> li
 
 def render(table_rows: Sequence[tuple[str, ...]], dataset: Dataset) -> Table:
     turns = sorted({len(c.turns) for c in dataset.conversations})
-    table = Table(title=f"Calls per construction candidate, full vs screened ({len(dataset.conversations)} "
-                  f"conversations x {'-'.join(map(str, turns[::max(1, len(turns) - 1)]))} turns, {dataset.name}, "
-                  f"min_gain {MIN_GAIN})")
-    for i, column in enumerate(COLUMNS):
-        table.add_column(column, justify="left" if i in (0, 1, 7) else "right")
-    for row in table_rows:
-        table.add_row(*row)
-    return table
+    return rich_table(f"Calls per construction candidate, full vs screened ({len(dataset.conversations)} "
+                      f"conversations x {'-'.join(map(str, turns[::max(1, len(turns) - 1)]))} turns, {dataset.name}, "
+                      f"min_gain {MIN_GAIN})", COLUMNS, table_rows, (COLUMNS[0], COLUMNS[1], COLUMNS[7]))
 
 
 def markdown(table_rows: Sequence[tuple[str, ...]]) -> str:
