@@ -15,6 +15,7 @@ from typing import Any
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.ticker import PercentFormatter
+from memtrace_loop.experiments.lab.bench.common import markdown_table as common_table
 from memtrace_loop.experiments.lab.comparison import POOLED, ComparisonRow, GainEstimate
 from memtrace_loop.pipeline.loop.costs import GAIN_FRACTION
 from memtrace_loop.pipeline.tracking.plots import _new_figure, _png_path, _save
@@ -88,13 +89,8 @@ def table_cells(row: ComparisonRow) -> list[str]:
 
 def markdown_table(rows: Sequence[ComparisonRow], reference: str = "attribution") -> str:
     header = [c.format(reference=reference, fraction=round(100 * GAIN_FRACTION)) for c in COLUMNS]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * (len(header) - 3)) + "|"]
-    for row in rows:
-        cells = table_cells(row)
-        if row.system == POOLED:
-            cells = [f"**{cell}**" if cell != "—" else cell for cell in cells]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    cells = [[f"**{c}**" if row.system == POOLED and c != "—" else c for c in table_cells(row)] for row in rows]
+    return common_table(header, cells, "lll" + "r" * (len(header) - 3))
 
 
 def markdown_report(
@@ -158,9 +154,6 @@ def rows_to_json(rows: Sequence[ComparisonRow], extra: Mapping[str, Any] | None 
     return {"rows": data, **dict(extra or {})}
 
 
-# --------------------------------------------------------------------------- the plot
-
-
 def _cost_rows(rows: Sequence[ComparisonRow]) -> tuple[str, dict[str, ComparisonRow]]:
     """The right panel's rows, one per optimizer, and its subject: the pooled rows when the sweep has
     more than one system (`compare_runs` pools only then), else the one system's own rows."""
@@ -174,8 +167,7 @@ def _cost_rows(rows: Sequence[ComparisonRow]) -> tuple[str, dict[str, Comparison
 
 
 def comparison_figure(rows: Sequence[ComparisonRow]) -> Figure:
-    """The comparison as a figure (see `plot_comparison`); with one memory system (no pooled rows) the
-    right panel shows that system's rows, so no panel is left empty."""
+    """The comparison as a figure (see `plot_comparison`); no panel is left empty."""
     optimizers = list(dict.fromkeys(row.optimizer for row in rows))
     systems = sorted({row.system for row in rows if row.system != POOLED}) + (
         [POOLED] if any(row.system == POOLED for row in rows) else []
@@ -186,14 +178,13 @@ def comparison_figure(rows: Sequence[ComparisonRow]) -> Figure:
     gains, costs = figure.subplots(1, 2, width_ratios=[2.2, 1.0])
     gains.set_title("Test gain (final - start), paired 95% CI")
     gains.set_ylabel("judge accuracy gain")
-    gains.yaxis.set_major_formatter(PercentFormatter(xmax=1.0))
-    gains.axhline(0.0, color="black", linewidth=0.8)
-    gains.grid(True, axis="y", alpha=0.3)
-    gains.set_axisbelow(True)
     costs.set_title(f"{subject} vs LM calls per run")
     costs.set_xlabel("LM calls made per run (mean)")
-    costs.yaxis.set_major_formatter(PercentFormatter(xmax=1.0))
-    costs.axhline(0.0, color="black", linewidth=0.8)
+    for axes in (gains, costs):
+        axes.yaxis.set_major_formatter(PercentFormatter(xmax=1.0))
+        axes.axhline(0.0, color="black", linewidth=0.8)
+    gains.grid(True, axis="y", alpha=0.3)
+    gains.set_axisbelow(True)
     costs.grid(True, alpha=0.3)
     if not rows:
         for axes in (gains, costs):
@@ -229,9 +220,6 @@ def comparison_figure(rows: Sequence[ComparisonRow]) -> Figure:
 
 
 def plot_comparison(rows: Sequence[ComparisonRow], path: str | Path) -> Path:
-    """Two panels. Left: test gain (final - start, paired) with its CI, one bar per optimizer in each
-    memory-system group, the pooled group last. Right: test gain against mean LM calls per run, one
-    point per optimizer with its CI as a vertical bar (up and left is better): pooled over the systems,
-    or the one system's when the sweep had one."""
-    path = _png_path(path)
-    return _save(comparison_figure(rows), path)
+    """Left: each optimizer's paired test gain with its CI per memory system (pooled last). Right: gain
+    against mean LM calls per run, one point per optimizer (pooled, or the one system's)."""
+    return _save(comparison_figure(rows), _png_path(path))
