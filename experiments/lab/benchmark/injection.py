@@ -99,7 +99,6 @@ class FaultInjector:
         dataset: Dataset,
         rebuild: Callable[[Mapping[str, Any]], MemorySystem],
         *,
-        exclude_categories: Sequence[int] = (5,),
         workers: int = 4,
     ) -> None:
         self.name = name
@@ -108,7 +107,6 @@ class FaultInjector:
         self.lm = lm
         self.dataset = dataset
         self.rebuild = rebuild
-        self.exclude_categories = tuple(exclude_categories)
         self.workers = workers
 
     @staticmethod
@@ -130,7 +128,7 @@ class FaultInjector:
         conversation_by_id = {c.id: c for c in self.dataset.conversations}
         candidates = [
             r for r in perfect.results
-            if r.correct and r.question.category not in self.exclude_categories and len(r.question.evidence) == 1
+            if r.correct and r.question.category != 5 and len(r.question.evidence) == 1
         ]
         kinds = tuple(kinds or self.spec.fault_kinds)
         tried: dict[str, int] = {k.value: 0 for k in kinds}

@@ -26,6 +26,7 @@ from memtrace_loop.pipeline.core.records import CaseResult, Dataset, PromptSet
 from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
 from memtrace_loop.pipeline.loop.runner import RunResult, make_judge, run_dataset
 
+EXCLUDED = (5,)  # the categories left out of the failures, as the runner's summary leaves them
 Build = Callable[[Mapping[str, Any]], MemorySystem]  # a `memory_system` config node -> the system
 
 
@@ -129,23 +130,21 @@ def world_system(world: DegradedWorld, build: Build, repairs: Sequence[Repair] =
 
 
 def _knob_owner(world: DegradedWorld, knob: str) -> str | None:
-    owner = world.owners.get(knob)
-    if owner is not None:
-        return owner
+    if knob in world.owners:
+        return world.owners[knob]
     return next((s.name for s in spec_of(world.system).stages if knob in s.knobs), None)
 
 
-def world_repairs(
-    world: DegradedWorld, build: Build, test_world: TestWorld, raise_generous: bool = True
-) -> tuple[Repair, ...]:
-    """The repairs of `world`, in the system's stage order (see the module docstring); without
-    `raise_generous`, only the knobs the world degraded are repaired."""
+def world_repairs(world: DegradedWorld, build: Build, test_world: TestWorld) -> tuple[Repair, ...]:
+    """The repairs of `world`, in the system's stage order: each LLM stage's perfect instruction (when the
+    test world has rules for it and it is not perfect yet), each degraded or generous knob raised to its
+    generous value (else its default), by owning stage; a degraded knob without owner stays held."""
     system = world_system(world, build)
     spec = spec_of(world.system)
     defaults = dataclasses.asdict(spec.knobs())
     current = dataclasses.asdict(system.knobs)
     knob_repairs: dict[str, dict[str, Any]] = {}
-    for knob in dict.fromkeys([*world.knobs, *(spec.generous_knobs if raise_generous else ())]):
+    for knob in dict.fromkeys([*world.knobs, *spec.generous_knobs]):
         owner = _knob_owner(world, knob)
         value = spec.generous_knobs.get(knob, defaults[knob])
         if owner is not None and value != current[knob]:
@@ -216,8 +215,6 @@ def rescue_oracle(
     *,
     workers: int = 4,
     max_joint: int = 3,
-    raise_generous: bool = True,
-    exclude_categories: Sequence[int] = (5,),
     on_run: Callable[[str], None] | None = None,
 ) -> WorldOracle:
     """Run `world` on `dataset` and label each failed question by rescue (the module docstring)."""
@@ -225,9 +222,9 @@ def rescue_oracle(
     system = world_system(world, build)
     system.set_lm(lm)
     run = run_dataset(system, make_judge(lm), dataset, workers=workers, memory_cache=runner.cache)
-    failures = tuple(r for r in run.results if not r.correct and r.question.category not in exclude_categories)
+    failures = tuple(r for r in run.results if not r.correct and r.question.category not in EXCLUDED)
     failed = [r.question.id for r in failures]
-    repairs = world_repairs(world, build, test_world, raise_generous)
+    repairs = world_repairs(world, build, test_world)
     rescuers: dict[str, set[str]] = {q: set() for q in failed}
     for repair in repairs:
         for qid in runner.rescued((repair,), failed):
