@@ -43,6 +43,7 @@ from memtrace_loop.pipeline.data.registry import load_dataset
 from memtrace_loop.pipeline.interop.exec_network import ImportedNetwork, load_exec_network, op_id_for
 from memtrace_loop.pipeline.interop.exec_network.labels import BenchAnnotation, score_attributions
 from memtrace_loop.pipeline.loop.runner import make_judge
+from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.tracker import Tracker
 from rich.console import Console
 from rich.progress import Progress
@@ -147,34 +148,20 @@ def log_scores(tracker: Tracker, scores: Sequence[AttributorScore], params: Mapp
     return run_id
 
 
-def mlflow_tracker(uri: str) -> Tracker:
-    from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
-
-    return MlflowTracker(uri)
-
-
-# --------------------------------------------------------------------------- MemTraceBench mode
-
-
 def annotated_cases(network: ImportedNetwork) -> list[tuple[CaseResult, str]]:
     """One failed case per memory-error annotation of an imported graph, with the annotation's op id
     in our ids (the query, gold answers, prediction and evidence turns come from the annotation)."""
-    graph = network.graph
     out = []
-    for label in network.annotations:
-        if not label.is_memory_error:
-            continue
+    for label in (label for label in network.annotations if label.is_memory_error):
         query_var = network.node_id_map.get(label.query_id, label.query_id)
-        question_id = query_var.split(":", 1)[-1].rsplit("@", 1)[0]
         evidence = []
         for their in label.source_evidence_ids:
-            ours = network.node_id_map.get(their, their)
             try:
-                evidence.append(turn_id_of(ours))
-            except ValueError:
+                evidence.append(turn_id_of(network.node_id_map.get(their, their)))
+            except ValueError:  # not a turn
                 continue
-        question = Question(question_id, graph.graph_id, label.query, " / ".join(label.golden_answers), 0,
-                            tuple(evidence))
+        question = Question(query_var.split(":", 1)[-1].rsplit("@", 1)[0], network.graph.graph_id, label.query,
+                            " / ".join(label.golden_answers), 0, tuple(evidence))
         out.append((CaseResult(question, label.prediction, "WRONG", Scores(0.0, 0.0, 0.0)), label.query_id))
     return out
 
@@ -249,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         imported = score_memtracebench(paths, attributors, lm, console)
         console.print(render(imported, f"MemTraceBench-style graphs ({len(paths)} files): error-type / op accuracy"))
         if args.mlflow_uri:
-            log_scores(mlflow_tracker(args.mlflow_uri), imported, {"mode": "memtracebench", "files": len(paths)})
+            log_scores(MlflowTracker(args.mlflow_uri), imported, {"mode": "memtracebench", "files": len(paths)})
         return 0
 
     if unknown := sorted(set(systems) - set(SYSTEMS)):
@@ -275,7 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     console.print(render(scores, f"attribution on injected faults (sim seed {args.seed})"))
     console.print(kind_table(scores))
     if args.mlflow_uri:
-        run_id = log_scores(mlflow_tracker(args.mlflow_uri), scores, {
+        run_id = log_scores(MlflowTracker(args.mlflow_uri), scores, {
             "mode": "injected", "seed": args.seed, "conversations": args.conversations,
             "limit_per_kind": args.limit_per_kind, "paraphrase": str(args.paraphrase),
         })
