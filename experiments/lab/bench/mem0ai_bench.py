@@ -25,7 +25,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("MEM0_TELEMETRY", "False")
 os.environ.setdefault("MEM0_DIR", tempfile.mkdtemp(prefix="memtrace-mem0ai-bench-"))
 
-from memtrace_loop.experiments.lab.bench.common import sim_lm
+from memtrace_loop.experiments.lab.bench.common import rich_table, sim_lm
 from memtrace_loop.memory_systems.mem0ai.bridge import EXTRACTION, UPDATE
 from memtrace_loop.memory_systems.mem0ai.hooks import with_session_date
 from memtrace_loop.memory_systems.mem0ai.memory import close_memory, new_folder, open_memory
@@ -167,20 +167,16 @@ def bench(lengths: Sequence[int], seed: int = 0, repeats: int = 3) -> list[Row]:
 
 def render(rows: Sequence[Row]) -> Table:
     growth = rows[-1].ops_per_turn / rows[0].ops_per_turn if rows and rows[0].ops_per_turn else 0.0
-    table = Table(title="mem0ai: ms per add, mem0 alone vs through our adapter (same process, lm sim), and graph "
-                  f"size by conversation length (ops/turn at the longest / at the shortest: {growth:.2f})")
     # ms per add: median and mean over the turns; ratio: ours / alone (medians); same: equal live memories
-    for column in ("turns", "alone med", "alone mean", "ours med", "ours mean", "ratio", "vars", "ops",
-                   "ops/turn", "same"):
-        table.add_column(column, justify="right")
-    for row in rows:
-        table.add_row(
-            str(row.turns), f"{row.alone.median:.1f}", f"{row.alone.mean:.1f}", f"{row.ours.median:.1f}",
-            f"{row.ours.mean:.1f}", f"{row.overhead:.2f}", str(row.size.variables), str(row.size.operations),
-            f"{row.ops_per_turn:.2f}",
-            "yes" if row.alone.memories == row.ours.memories else f"no ({row.alone.memories} vs {row.ours.memories})",
-        )
-    return table
+    return rich_table(
+        "mem0ai: ms per add, mem0 alone vs through our adapter (same process, lm sim), and graph "
+        f"size by conversation length (ops/turn at the longest / at the shortest: {growth:.2f})",
+        ("turns", "alone med", "alone mean", "ours med", "ours mean", "ratio", "vars", "ops", "ops/turn", "same"),
+        ((row.turns, f"{row.alone.median:.1f}", f"{row.alone.mean:.1f}", f"{row.ours.median:.1f}",
+          f"{row.ours.mean:.1f}", f"{row.overhead:.2f}", row.size.variables, row.size.operations,
+          f"{row.ops_per_turn:.2f}",
+          "yes" if row.alone.memories == row.ours.memories else f"no ({row.alone.memories} vs {row.ours.memories})")
+         for row in rows))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
