@@ -110,13 +110,16 @@ def built(name: str, setting: BenchSetting, console: Console) -> Attributor | No
 
 def score_all(cases: Sequence[BenchCase], setting: BenchSetting, attributors: Sequence[str], console: Console,
               progress: Progress) -> list[AttributorScore]:
-    """Every requested attributor on the same cases; one that cannot be built is skipped."""
+    """Every requested attributor on the same cases; one that cannot be built or run is skipped."""
     scores = []
     for name in attributors:
         if (attributor := built(name, setting, console)) is not None:
             task = progress.add_task(f"{setting.system_name}: {name}", total=len(cases))
-            scores.append(score_attributor(attributor, cases, setting.system_name,
-                                           on_case=partial(advance, progress, task)))
+            try:
+                scores.append(score_attributor(attributor, cases, setting.system_name,
+                                               on_case=partial(advance, progress, task)))
+            except NotImplementedError as error:  # e.g. a system replay cannot rebuild
+                console.print(f"[yellow]attributor {name!r} not implemented yet: {error}[/]")
     return scores
 
 
