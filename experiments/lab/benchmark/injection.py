@@ -10,8 +10,6 @@ carried it out, read from the faulty graph. It scores nothing (`experiments.lab.
 
 from __future__ import annotations
 
-import dataclasses
-import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -40,8 +38,6 @@ from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation, variabl
 from memtrace_loop.pipeline.core.records import Conversation, Dataset, PromptSet, Question, Turn
 from memtrace_loop.pipeline.loop.runner import RunResult, make_judge, run_dataset
 
-logger = logging.getLogger(__name__)
-
 
 @dataclass(frozen=True)
 class InjectionReport:
@@ -62,11 +58,6 @@ def perfect_prompts(system: MemorySystem, complete: Callable[[str, Iterable[str]
     )
 
 
-def _single(dataset: Dataset, question: Question) -> Dataset:
-    conversations = tuple(c for c in dataset.conversations if c.id == question.conversation_id)
-    return dataclasses.replace(dataset, conversations=conversations, questions=(question,))
-
-
 def _op_with_output(graph: ExecutionGraph, name: str) -> Operation | None:
     latest = graph.latest(name)
     return None if latest is None else graph.producer(latest.id)
@@ -78,13 +69,14 @@ def _ops(graph: ExecutionGraph, stage: str, input_id: str | None = None) -> list
 
 @dataclass(frozen=True)
 class _Plan:
-    """One injection: the system and LM to run with, and how to read the truth from the graph."""
+    """One injection: the system and LM to run with, the operation that carried it out and its error type."""
 
     kind: FaultKind
     system: MemorySystem
     lm: dspy.LM
     engine: FaultInjectingEngine | None
-    truth: Callable[[ExecutionGraph], tuple[Operation, ErrorType] | None]
+    find: Callable[[ExecutionGraph], Operation | None]
+    error: str
 
 
 class FaultInjector:
@@ -154,20 +146,18 @@ class FaultInjector:
                                              len(candidates), MappingProxyType(tried), MappingProxyType(kept))
 
     def _inject(self, plan: _Plan, question: Question, conversation: Conversation) -> BenchCase | None:
-        run = self._run(plan.system, plan.lm, _single(self.dataset, question), 1)
+        run = self._run(plan.system, plan.lm, self.dataset.for_questions((question.id,)), 1)
         if plan.engine is not None and not plan.engine.fired:
             return None  # the target call never happened: nothing was injected
         (result,) = run.results
         if result.correct:
             return None  # the fault was not decisive
         graph = run.graph_by_conversation[question.conversation_id]
-        found = plan.truth(graph)
-        if found is None:
+        if (op := plan.find(graph)) is None:
             return None
-        op, error_type = found
         tunable = Tunable.PROMPT if op.prompt is not None else Tunable.KNOBS
-        return BenchCase(graph, result, conversation,
-                         InjectedFault(question.id, self.name, plan.kind, op.id, op.stage, error_type, tunable))
+        return BenchCase(graph, result, conversation, InjectedFault(
+            question.id, self.name, plan.kind, op.id, op.stage, ErrorType(plan.error), tunable))
 
     def _plans(
         self, kind: FaultKind, question: Question, conversation: Conversation, graph: ExecutionGraph
@@ -186,8 +176,8 @@ class FaultInjector:
             elif isinstance(fault, HideEvidenceFault):
                 hidden = fault.hide(self.system, graph, turn.id)
                 if hidden is not None:
-                    plans.append(_Plan(kind, hidden, self.lm, None, _truth(
-                        lambda g: _op_with_output(g, retrieved_name(question.id)), fault.error)))
+                    plans.append(_Plan(kind, hidden, self.lm, None,
+                                       lambda g: _op_with_output(g, retrieved_name(question.id)), fault.error))
             else:
                 plans.extend(self._knob_plans(fault, conversation, turn, graph))
         return plans
@@ -210,7 +200,7 @@ class FaultInjector:
         else:
             def found(g: ExecutionGraph) -> Operation | None:
                 return _op_with_output(g, answer_name(question.id))
-        return _Plan(fault.kind, self.system.deepcopy(), lm, engine, _truth(found, fault.error))
+        return _Plan(fault.kind, self.system.deepcopy(), lm, engine, found, fault.error)
 
     def _unit_change_plan(self, fault: UnitChangeFault, turn: Turn, graph: ExecutionGraph) -> list[_Plan]:
         units = fault.units(graph, turn.id)
@@ -231,7 +221,7 @@ class FaultInjector:
         else:
             edit = change_units_after(turn.text, units, fault.event)
         lm, engine = injected_lm(self.lm, edit)
-        return [_Plan(fault.kind, self.system.deepcopy(), lm, engine, _truth(changed, fault.error))]
+        return [_Plan(fault.kind, self.system.deepcopy(), lm, engine, changed, fault.error)]
 
     def _knob_plans(
         self, fault: KnobFault, conversation: Conversation, turn: Turn, graph: ExecutionGraph
@@ -242,8 +232,7 @@ class FaultInjector:
                 system = self.rebuild(knobs)
             except ValueError:
                 continue
-            plans.append(_Plan(fault.kind, system, self.lm, None, _truth(
-                lambda g: fault.caused(g, turn.id), fault.error)))
+            plans.append(_Plan(fault.kind, system, self.lm, None, lambda g: fault.caused(g, turn.id), fault.error))
         return plans
 
 
@@ -252,18 +241,6 @@ def _reply_edit(edit: EditKind, question: Question, turn: Turn) -> ReplyEdit:
         return wrong_answer(question.text)
     return {EditKind.DROP_FACTS: drop_facts, EditKind.DROP_EVENTS: drop_events,
             EditKind.DROP_NARRATIVE: drop_narrative, EditKind.DROP_ACTION: drop_added_actions}[edit](turn.text)
-
-
-def _truth(
-    find: Callable[[ExecutionGraph], Operation | None], error: str
-) -> Callable[[ExecutionGraph], tuple[Operation, ErrorType] | None]:
-    """The truth reader of a plan: the operation `find` names, with error type `error`."""
-
-    def truth(graph: ExecutionGraph) -> tuple[Operation, ErrorType] | None:
-        op = find(graph)
-        return None if op is None else (op, ErrorType(error))
-
-    return truth
 
 
 def build_system_cases(
