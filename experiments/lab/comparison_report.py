@@ -149,8 +149,10 @@ def rows_to_json(rows: Sequence[ComparisonRow], extra: Mapping[str, Any] | None 
         return value
 
     data = [clean(asdict(row)) for row in rows]
-    for row in data:  # comparison.json keeps its shape: the candidate counts without `screened`
-        row["candidates"].pop("screened")
+    for row in data:  # comparison.json as before `CandidateCosts`: no `screened`, the calls as floats
+        candidates = row["candidates"]
+        del candidates["screened"]
+        candidates.update(screen_calls=float(candidates["screen_calls"]), full_calls=float(candidates["full_calls"]))
     return {"rows": data, **dict(extra or {})}
 
 
