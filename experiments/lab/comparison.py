@@ -143,14 +143,8 @@ def _vs_reference(
 
 
 def comparison_row(
-    optimizer: str,
-    system: str,
-    runs: Sequence[OptimizerRun],
-    reference_runs: Sequence[OptimizerRun] | None = None,
-    *,
-    n_resamples: int = 1000,
-    confidence: float = 0.95,
-    seed: int = 0,
+    optimizer: str, system: str, runs: Sequence[OptimizerRun], reference_runs: Sequence[OptimizerRun] | None = None,
+    *, n_resamples: int = 1000, confidence: float = 0.95, seed: int = 0,
 ) -> ComparisonRow:
     """The row of `runs` (one optimizer; one system or several). `reference_runs` (the reference
     optimizer's runs over the same systems and seeds) gives `vs_reference`; None leaves it out."""
@@ -158,41 +152,27 @@ def comparison_row(
     units = [q for run in ordered for q in run.questions]
     calls = [c for c in (calls_to_fraction(run.progress) for run in ordered) if c is not None]
     return ComparisonRow(
-        optimizer=optimizer,
-        system=system,
-        runs=len(ordered),
-        seeds=tuple(sorted({run.seed for run in ordered})),
-        start_accuracy=_mean(q.start for q in units) if units else math.nan,
-        final_accuracy=_mean(q.final for q in units) if units else math.nan,
+        optimizer, system, len(ordered), tuple(sorted({run.seed for run in ordered})),
+        start_accuracy=_mean(q.start for q in units), final_accuracy=_mean(q.final for q in units),
         gain=paired_estimate(gain_differences(ordered), n_resamples, confidence, seed),
         gain_by_run=tuple(_mean(q.final - q.start for q in run.questions) for run in ordered),
-        vs_reference=(
-            None if reference_runs is None
-            else _vs_reference(ordered, reference_runs, n_resamples, confidence, seed)
-        ),
-        lm_calls=_mean(run.lm_calls for run in ordered),
-        tokens=_mean(run.tokens for run in ordered),
-        prompt_chars=_mean(run.prompt_chars for run in ordered),
-        seconds=_mean(run.seconds for run in ordered),
-        calls_to_90=_mean(calls),
-        runs_with_gain=len(calls),
+        vs_reference=None if reference_runs is None else _vs_reference(
+            ordered, reference_runs, n_resamples, confidence, seed),
+        lm_calls=_mean(run.lm_calls for run in ordered), tokens=_mean(run.tokens for run in ordered),
+        prompt_chars=_mean(run.prompt_chars for run in ordered), seconds=_mean(run.seconds for run in ordered),
+        calls_to_90=_mean(calls), runs_with_gain=len(calls),
         calls_estimated=any(run.calls_estimated for run in ordered),
         candidates=summed(run.candidates for run in ordered),
     )
 
 
 def compare_runs(
-    runs: Iterable[OptimizerRun],
-    reference: str | None = "attribution",
-    *,
-    n_resamples: int = 1000,
-    confidence: float = 0.95,
-    seed: int = 0,
+    runs: Iterable[OptimizerRun], reference: str | None = "attribution", *, n_resamples: int = 1000,
+    confidence: float = 0.95, seed: int = 0,
 ) -> tuple[ComparisonRow, ...]:
     """One row per optimizer x system, then (with more than one system) one pooled row (system `POOLED`)
-    per optimizer. Optimizers
-    keep their first-seen order (the sweep's), with `reference` (if present) first; systems are sorted.
-    Two runs of the same optimizer, system and seed are a ValueError (pick one before comparing)."""
+    per optimizer. Optimizers keep their first-seen order, `reference` (if present) first; systems are
+    sorted. Two runs of the same optimizer, system and seed are a ValueError (pick one before comparing)."""
     items = list(runs)
     seen: set[tuple[str, str, int]] = set()
     for run in items:
@@ -205,13 +185,12 @@ def compare_runs(
         optimizers.remove(reference)
         optimizers.insert(0, reference)
     systems = sorted({run.system for run in items})
+
     def select(optimizer: str | None, system: str | None) -> list[OptimizerRun]:
         return [r for r in items if r.optimizer == optimizer and (system is None or r.system == system)]
 
     def reference_for(optimizer: str, system: str | None) -> list[OptimizerRun] | None:
-        if reference not in optimizers or optimizer == reference:
-            return None
-        return select(reference, system)
+        return None if reference not in optimizers or optimizer == reference else select(reference, system)
 
     def row(optimizer: str, system: str | None) -> ComparisonRow:
         return comparison_row(
