@@ -4,7 +4,7 @@ Runs `memtrace run lm=local` (SmolLM2-135M-Instruct, llama.cpp) per system (`--s
 `mem0,mem0ai`) and `lm.task.structured_output` setting (`--settings`, default `off,json_schema`) on the
 tiny LoCoMo fixture (extra arguments are Hydra overrides for every run) and prints, per run, the LM
 operations of its graphs, failed ones and parse failures (`operation_failures`), with a JSON line.
-`max_tokens` defaults to `MAX_TOKENS` per system.
+`max_tokens` defaults to `MAX_TOKENS` per system. It tunes neither the model nor the prompts.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@
 The openai backend talks HTTP to the test server (`tests/support/openai_server.py`, in a child process,
 each distinct request answered from memory after a first unreported pass) waiting `--latency` seconds
 per reply; Long-Context answers the same `--questions` with each worker count, DSPy's cache off. Per
-count: calls, seconds, calls/s, speed-up over the first count and efficiency (goal `GOAL`).
+count: calls, seconds, calls/s, speed-up over the first count and efficiency (goal `GOAL`). No test
+times it.
 """
 
 from __future__ import annotations
