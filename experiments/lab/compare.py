@@ -1,21 +1,10 @@
-"""The optimizer comparison of the lab: the Hydra callback behind `make compare` and its re-run,
-`python -m memtrace_loop.experiments.lab.compare [sweep_dir=...]`: one table and one plot from the
-optimization runs of a sweep.
+"""The lab's optimizer comparison: the Hydra callback behind `make compare` and its re-run,
+`python -m memtrace_loop.experiments.lab.compare [sweep_dir=...]` (config `conf/compare.yaml`).
 
-The runs are found in a multirun directory (each job's `checkpoint.json` names its MLflow run) or, with
-no directory, as every `memtrace optimize` parent run of an MLflow experiment (the latest run per
-optimizer, system and seed). Each is read back from MLflow into an `OptimizerRun` (`optimizer_run`: the
-per-question test scores of `test_questions.json`, the cost metrics, the dev curve and the cumulative
-LM calls per iteration, `calls_by_iteration`), `experiments.lab.comparison.compare_runs` makes the
-rows, and `comparison.md`, `comparison.png` and `comparison.json` are written to the output directory
-and logged as the artifacts of a run named `comparison` in the same experiment, tagged
-`memtrace.command=compare` with the compared run ids.
-
-`ComparisonCallback` is a Hydra `Callback`: named in `conf/experiment/compare_optimizers.yaml`, its
-`on_multirun_end` compares the sweep that just finished (into `<sweep dir>/comparison/`). The entry point
-composes `conf/compare.yaml` (schema `CompareConfig`). It reads MLflow and prints; the statistics are
-`experiments.lab.comparison`, the table and plot `experiments.lab.comparison_report`. It is not a
-`memtrace` command: the product never imports the lab.
+The optimize runs of a multirun directory (each job's checkpoint names its MLflow run), else every
+`memtrace optimize` run of the experiment (latest per optimizer, system, seed), are read back from
+MLflow (`optimizer_run`), compared (`experiments.lab.comparison`) and written as comparison.md/.png/.json
+(`experiments.lab.comparison_report`), logged to a `comparison` run. Not a `memtrace` command.
 """
 
 from __future__ import annotations
@@ -26,7 +15,7 @@ import math
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -38,7 +27,6 @@ from memtrace_loop.experiments.console import setup_logging
 from memtrace_loop.experiments.console_layout import app_console, markdown_blocks
 from memtrace_loop.experiments.factory import launch_dir, resolve, to_plain
 from memtrace_loop.experiments.lab.comparison import (
-    CandidateTotals,
     ComparisonRow,
     OptimizerRun,
     QuestionOutcome,
@@ -50,7 +38,7 @@ from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.pipeline.core.command_line import command_line, program
 from memtrace_loop.pipeline.core.run_folder import RunFolder
-from memtrace_loop.pipeline.loop.costs import ProgressPoint
+from memtrace_loop.pipeline.loop.costs import CandidateCosts, ProgressPoint
 from memtrace_loop.pipeline.tracking import metric_names as names
 from memtrace_loop.pipeline.tracking.loop_observer import TEST_QUESTIONS
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
@@ -84,12 +72,8 @@ class RunSource(Protocol):
     def metric_history(self, run_id: str, key: str) -> list[tuple[int, float]]: ...
 
 
-# --------------------------------------------------------------------------- reading runs back
-
-
 def _metric(run: TrackedRun, key: str, older_key: str | None = None) -> float:
-    """A final metric of a run, under its name (`metric_names`), else under the flat name runs logged
-    before the `/` scheme (`metric_names.legacy_name`), else `older_key` (before the LM-layer counting)."""
+    """A final metric of a run under its name, its flat legacy name (`metric_names.legacy_name`) or `older_key`."""
     for name in (key, names.legacy_name(key), older_key):
         if name is not None and name in run.metrics:
             return float(run.metrics[name])
@@ -97,7 +81,7 @@ def _metric(run: TrackedRun, key: str, older_key: str | None = None) -> float:
 
 
 def _history(source: RunSource, run_id: str, key: str) -> list[tuple[int, float]]:
-    """A metric's (step, value) history, under its name or (older runs) its flat legacy name."""
+    """A metric's (step, value) history, under its name or its flat legacy name."""
     history = source.metric_history(run_id, key)
     legacy = names.legacy_name(key)
     return history if history or legacy is None else source.metric_history(run_id, legacy)
@@ -113,11 +97,8 @@ def _tokens(run: TrackedRun) -> float:
 
 
 def calls_by_iteration(source: RunSource, run: TrackedRun, iterations: Sequence[int]) -> tuple[dict[int, float], bool]:
-    """Cumulative LM calls spent by the end of each iteration, and whether that is an estimate.
-
-    THE one place that reads it: the loop's budget logs `CALLS_METRIC` on the parent run with step =
-    iteration. A run without it (logged before the budget existed) gets an estimate: its total
-    `lm_calls_made` spread evenly over its iterations (flagged, shown as `~` in the table)."""
+    """Cumulative LM calls spent by the end of each iteration (`CALLS_METRIC`), and whether that is an
+    estimate: a run logged without it gets its total calls spread evenly over its iterations."""
     spent = dict(_history(source, run.run_id, CALLS_METRIC))
     if spent:
         return {int(k): float(v) for k, v in spent.items()}, False
@@ -129,15 +110,11 @@ def calls_by_iteration(source: RunSource, run: TrackedRun, iterations: Sequence[
 def progress_points(
     dev_by_iteration: dict[int, float], dev_final: float, calls: dict[int, float]
 ) -> tuple[ProgressPoint, ...]:
-    """The state after each iteration. `dev_by_iteration[i]` is the incumbent's dev accuracy at the START
-    of iteration i (as the loop observer logs it), so the incumbent after iteration i is the one at the
-    start of i + 1, or the final one after the last iteration."""
+    """The state after each iteration: the dev accuracy logged at the START of iteration i + 1 (or the
+    final one) is the incumbent's after iteration i."""
     iterations = sorted(dev_by_iteration)
-    points = []
-    for index, iteration in enumerate(iterations):
-        after = dev_by_iteration[iterations[index + 1]] if index + 1 < len(iterations) else dev_final
-        points.append(ProgressPoint(iteration, calls.get(iteration, math.nan), after))
-    return tuple(points)
+    after = [*(dev_by_iteration[i] for i in iterations[1:]), dev_final]
+    return tuple(ProgressPoint(i, calls.get(i, math.nan), dev) for i, dev in zip(iterations, after, strict=False))
 
 
 def _test_questions(source: RunSource, run_id: str) -> tuple[QuestionOutcome, ...]:
@@ -156,11 +133,6 @@ def _test_questions(source: RunSource, run_id: str) -> tuple[QuestionOutcome, ..
     )
 
 
-def _budget(param: str | None) -> str:
-    """The logged `loop.budget_calls` param, "" when absent or unset (logged as "None")."""
-    return "" if param in (None, "None", "") else str(param)
-
-
 def optimizer_run(source: RunSource, run_id: str) -> OptimizerRun:
     """One `memtrace optimize` parent run read back as the comparison needs it."""
     run = source.get_run(run_id)
@@ -170,37 +142,28 @@ def optimizer_run(source: RunSource, run_id: str) -> OptimizerRun:
     dev = dict(_history(source, run_id, DEV_METRIC))
     dev_final = _metric(run, names.quality(names.DEV_FINAL, names.JUDGE_ACCURACY))
     calls, estimated = calls_by_iteration(source, run, sorted(dev))
+    budget = run.params.get(BUDGET_PARAM)  # "None" when unset
     return OptimizerRun(
-        run_id=run_id,
-        optimizer=run.tags["memtrace.optimizer"],
-        system=run.tags["memtrace.system"],
-        seed=int(run.params.get("seed", "0")),
-        questions=_test_questions(source, run_id),
-        lm_calls=_metric(run, names.CALLS_MADE, "lm_calls_made"),
-        tokens=_tokens(run),
-        prompt_chars=_metric(run, names.PROMPT_CHARS_FINAL),
-        seconds=_metric(run, names.ELAPSED_S),
-        progress=progress_points({int(k): v for k, v in dev.items()}, dev_final, calls),
-        calls_estimated=estimated,
-        budget=_budget(run.params.get(BUDGET_PARAM)),
-        candidates=_candidate_totals(run),
+        run_id, run.tags["memtrace.optimizer"], run.tags["memtrace.system"], int(run.params.get("seed", "0")),
+        _test_questions(source, run_id), lm_calls=_metric(run, names.CALLS_MADE, "lm_calls_made"),
+        tokens=_tokens(run), prompt_chars=_metric(run, names.PROMPT_CHARS_FINAL), seconds=_metric(run, names.ELAPSED_S),
+        progress=progress_points({int(k): v for k, v in dev.items()}, dev_final, calls), calls_estimated=estimated,
+        budget="" if budget in (None, "None", "") else str(budget), candidates=_candidate_costs(run),
     )
 
 
-def _candidate_totals(run: TrackedRun) -> CandidateTotals:
+def _candidate_costs(run: TrackedRun) -> CandidateCosts:
     """The run's candidate costs as logged (`candidates/*`; zeros for runs logged before them)."""
-    def count(name: str) -> float:
+    def count(name: str) -> int:
         value = _metric(run, names.candidate_cost(name))
-        return 0.0 if math.isnan(value) else value
+        return 0 if math.isnan(value) else int(value)
 
-    return CandidateTotals(int(count("candidates")), int(count("screened_out")), int(count("accepted")),
-                           count("screen_calls"), count("full_calls"), int(count("audited")),
-                           int(count("audit_would_pass")))
+    return CandidateCosts(*(count(f.name) for f in fields(CandidateCosts)))
 
 
 def audit_note(runs: Sequence[OptimizerRun], confidence: float = 0.95) -> str | None:
-    """The screen's audit pooled over the runs that ran it (`loop.screen.audit`): how many screened-out
-    candidates would have passed the gate, with a Wilson interval; None when no run audited one."""
+    """How many audited screened-out candidates (`loop.screen.audit`) would have passed the gate, pooled
+    over the runs, with a Wilson interval; None when no run audited one."""
     audited = sum(r.candidates.audited for r in runs)
     if not audited:
         return None
@@ -212,23 +175,16 @@ def audit_note(runs: Sequence[OptimizerRun], confidence: float = 0.95) -> str | 
 
 
 def run_ids_in_sweep(sweep_dir: Path) -> list[str]:
-    """The MLflow run of every job of a multirun directory (each job's checkpoint names it; a job's
-    directory may be nested when an override value holds a path)."""
-    ids = []
-    for checkpoint in sorted(Path(sweep_dir).rglob(CHECKPOINT)):
-        run_id = json.loads(checkpoint.read_text(encoding="utf-8")).get("mlflow_run_id")
-        if run_id:
-            ids.append(str(run_id))
-    return ids
+    """The MLflow run of every job of a multirun directory (each job's checkpoint names it; rglob: a job's
+    directory nests when an override value holds a path)."""
+    checkpoints = sorted(Path(sweep_dir).rglob(CHECKPOINT))
+    found = (json.loads(c.read_text(encoding="utf-8")).get("mlflow_run_id") for c in checkpoints)
+    return [str(run_id) for run_id in found if run_id]
 
 
 def latest_per_key(runs: Sequence[OptimizerRun]) -> list[OptimizerRun]:
     """One run per (optimizer, system, seed): the last one given (runs come oldest first)."""
-    by_key = {(run.optimizer, run.system, run.seed): run for run in runs}
-    return list(by_key.values())
-
-
-# --------------------------------------------------------------------------- the report
+    return list({(run.optimizer, run.system, run.seed): run for run in runs}.values())
 
 
 @dataclass(frozen=True)
@@ -269,8 +225,8 @@ def log_report(
     tracker: MlflowTracker, experiment: str, rows: Sequence[ComparisonRow], runs: Sequence[OptimizerRun],
     paths: Sequence[Path], reference: str,
 ) -> str:
-    """A `comparison` run in `experiment` with the report files, every row's gain and CI as metrics
-    (`gain/<optimizer>/<system>/mean|ci_low|ci_high`, system `all` when pooled) and the compared run ids as tags."""
+    """A `comparison` run in `experiment`: the report files, each row's gain and CI as metrics
+    (`gain/<optimizer>/<system>/mean|ci_low|ci_high`) and the compared run ids as tags."""
     tracker.open_experiment(experiment)
     with tracker.start_run("comparison") as run_id:
         tracker.set_tags({
@@ -280,12 +236,8 @@ def log_report(
             "memtrace.optimizers": ",".join(dict.fromkeys(r.optimizer for r in runs)),
             "memtrace.systems": ",".join(sorted({r.system for r in runs})),
         })
-        metrics = {}
-        for row in rows:  # e.g. gain/attribution/mem0/mean, gain/attribution/all/mean (pooled)
-            if row.gain.n:
-                metrics[names.gain(row.optimizer, row.system)] = row.gain.mean
-                metrics[names.gain(row.optimizer, row.system, "ci_low")] = row.gain.ci_low
-                metrics[names.gain(row.optimizer, row.system, "ci_high")] = row.gain.ci_high
+        metrics = {names.gain(row.optimizer, row.system, stat): getattr(row.gain, stat)
+                   for row in rows if row.gain.n for stat in ("mean", "ci_low", "ci_high")}
         tracker.log_metrics({k: v for k, v in metrics.items() if math.isfinite(v)})
         for path in paths:
             tracker.log_artifact(path)

@@ -1,43 +1,22 @@
-"""Comparing optimizers: one row per optimizer x memory system (and pooled over systems) from the
-finished optimization runs of a sweep.
+"""Comparing optimizers: one row per optimizer x memory system (and pooled) from a sweep's finished runs.
 
-Input: `OptimizerRun` records, one per run (optimizer, system, seed), each with the per-question test
-scores of its starting and final prompt sets (`QuestionOutcome`, counted questions only), its costs
-(LM calls made, tokens, final prompt length, wall time) and its progress curve (`ProgressPoint`:
-cumulative LM calls spent and the incumbent's dev accuracy after each iteration).
-
-What a row says (`ComparisonRow`):
-
-- `gain`: test judge accuracy final - start, a PAIRED difference. The unit is one test question of
-  one run (seed); start and final are scored on the very same question, so each unit gives one
-  difference in {-1, 0, +1}. The rows pool the units of every seed (and, for the pooled row, every
-  system) and bootstrap their mean with `evaluation.bootstrap_ci` (percentile, deterministic for a
-  seed): the same paired bootstrap the loop's gate uses (`evaluation.paired_difference`), over
-  questions x seeds. It treats the units as exchangeable: seed-to-seed variation shows in
-  `gain_by_run` (one gain per run), not as a separate variance component.
-- `vs_reference`: final(this optimizer) - final(reference optimizer), paired on the same
-  (system, seed, question): runs of one system and seed share dataset and split, so their test
-  questions are the same. This says by how much the reference (attribution) beats another optimizer.
-- costs are means per run; `calls_to_90` is the mean, over the runs whose dev accuracy rose, of the
-  cumulative LM calls spent when the incumbent's dev gain first reached 90% of its final dev gain
-  (`pipeline.loop.costs.calls_to_fraction`). The test split is scored only at the start and the end, so
-  the curve is dev.
-
-This module does not read MLflow (`experiments.lab.compare`), render tables or plots
-(`experiments.lab.comparison_report`). The progress records and `calls_to_fraction` are the loop's
-(`pipeline.loop.costs`), which logs calls to 90% of the gain per run.
+`gain` is test judge accuracy final - start, paired per (run, test question) and bootstrapped over
+questions x seeds (`evaluation.bootstrap_ci`, as the loop's gate); `vs_reference` is final - the
+reference optimizer's final on the same (system, seed, question); costs are means per run;
+`calls_to_90` averages `pipeline.loop.costs.calls_to_fraction` over the runs that gained on dev.
+It neither reads MLflow (`experiments.lab.compare`) nor renders (`experiments.lab.comparison_report`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from statistics import NormalDist
 
 import numpy as np
 from memtrace_loop.pipeline.analysis.evaluation import bootstrap_ci
-from memtrace_loop.pipeline.loop.costs import ProgressPoint, calls_to_fraction
+from memtrace_loop.pipeline.loop.costs import CandidateCosts, ProgressPoint, calls_to_fraction
 
 POOLED = "all"  # the system name of an optimizer's row pooled over every system
 
@@ -51,32 +30,13 @@ class QuestionOutcome:
     final: float
 
 
-@dataclass(frozen=True)
-class CandidateTotals:
-    """A run's (or several runs') candidates and the budget calls they cost, as logged (`pipeline.loop.costs`)."""
+NO_CANDIDATES = CandidateCosts(0, 0, 0, 0, 0, 0, 0, 0)  # a run logged before candidate costs existed
 
-    candidates: int = 0
-    screened_out: int = 0
-    accepted: int = 0
-    screen_calls: float = 0.0
-    full_calls: float = 0.0
-    audited: int = 0  # screened-out candidates also evaluated on the whole dev split (`loop.screen.audit`)
-    audit_would_pass: int = 0  # of those, how many reached the gate's min_gain there
 
-    def __add__(self, other: CandidateTotals) -> CandidateTotals:
-        return CandidateTotals(
-            self.candidates + other.candidates, self.screened_out + other.screened_out,
-            self.accepted + other.accepted, self.screen_calls + other.screen_calls, self.full_calls + other.full_calls,
-            self.audited + other.audited, self.audit_would_pass + other.audit_would_pass,
-        )
-
-    @property
-    def per_candidate(self) -> float:
-        return (self.screen_calls + self.full_calls) / self.candidates if self.candidates else math.nan
-
-    @property
-    def per_accepted(self) -> float:
-        return (self.screen_calls + self.full_calls) / self.accepted if self.accepted else math.nan
+def summed(costs: Iterable[CandidateCosts]) -> CandidateCosts:
+    """Candidate costs added field by field (of several runs)."""
+    items = list(costs)
+    return CandidateCosts(*(sum(getattr(c, f.name) for c in items) for f in fields(CandidateCosts)))
 
 
 @dataclass(frozen=True)
@@ -95,7 +55,7 @@ class OptimizerRun:
     progress: tuple[ProgressPoint, ...] = ()  # iteration 0 first
     calls_estimated: bool = False  # the progress calls are an estimate (no per-iteration count logged)
     budget: str = ""  # the run's LM-call budget as configured ("" when none)
-    candidates: CandidateTotals = CandidateTotals()
+    candidates: CandidateCosts = NO_CANDIDATES
 
     def __post_init__(self) -> None:
         ids = [q.question_id for q in self.questions]
@@ -131,7 +91,7 @@ class ComparisonRow:
     calls_to_90: float  # NaN when no run gained on dev
     runs_with_gain: int  # runs whose dev accuracy rose (those averaged in calls_to_90)
     calls_estimated: bool  # some run's progress calls were estimated
-    candidates: CandidateTotals = CandidateTotals()  # summed over the runs
+    candidates: CandidateCosts = NO_CANDIDATES  # summed over the runs
 
 
 def wilson_interval(successes: int, trials: int, confidence: float = 0.95) -> tuple[float, float]:
@@ -183,14 +143,8 @@ def _vs_reference(
 
 
 def comparison_row(
-    optimizer: str,
-    system: str,
-    runs: Sequence[OptimizerRun],
-    reference_runs: Sequence[OptimizerRun] | None = None,
-    *,
-    n_resamples: int = 1000,
-    confidence: float = 0.95,
-    seed: int = 0,
+    optimizer: str, system: str, runs: Sequence[OptimizerRun], reference_runs: Sequence[OptimizerRun] | None = None,
+    *, n_resamples: int = 1000, confidence: float = 0.95, seed: int = 0,
 ) -> ComparisonRow:
     """The row of `runs` (one optimizer; one system or several). `reference_runs` (the reference
     optimizer's runs over the same systems and seeds) gives `vs_reference`; None leaves it out."""
@@ -198,41 +152,27 @@ def comparison_row(
     units = [q for run in ordered for q in run.questions]
     calls = [c for c in (calls_to_fraction(run.progress) for run in ordered) if c is not None]
     return ComparisonRow(
-        optimizer=optimizer,
-        system=system,
-        runs=len(ordered),
-        seeds=tuple(sorted({run.seed for run in ordered})),
-        start_accuracy=_mean(q.start for q in units) if units else math.nan,
-        final_accuracy=_mean(q.final for q in units) if units else math.nan,
+        optimizer, system, len(ordered), tuple(sorted({run.seed for run in ordered})),
+        start_accuracy=_mean(q.start for q in units), final_accuracy=_mean(q.final for q in units),
         gain=paired_estimate(gain_differences(ordered), n_resamples, confidence, seed),
         gain_by_run=tuple(_mean(q.final - q.start for q in run.questions) for run in ordered),
-        vs_reference=(
-            None if reference_runs is None
-            else _vs_reference(ordered, reference_runs, n_resamples, confidence, seed)
-        ),
-        lm_calls=_mean(run.lm_calls for run in ordered),
-        tokens=_mean(run.tokens for run in ordered),
-        prompt_chars=_mean(run.prompt_chars for run in ordered),
-        seconds=_mean(run.seconds for run in ordered),
-        calls_to_90=_mean(calls),
-        runs_with_gain=len(calls),
+        vs_reference=None if reference_runs is None else _vs_reference(
+            ordered, reference_runs, n_resamples, confidence, seed),
+        lm_calls=_mean(run.lm_calls for run in ordered), tokens=_mean(run.tokens for run in ordered),
+        prompt_chars=_mean(run.prompt_chars for run in ordered), seconds=_mean(run.seconds for run in ordered),
+        calls_to_90=_mean(calls), runs_with_gain=len(calls),
         calls_estimated=any(run.calls_estimated for run in ordered),
-        candidates=sum((run.candidates for run in ordered), CandidateTotals()),
+        candidates=summed(run.candidates for run in ordered),
     )
 
 
 def compare_runs(
-    runs: Iterable[OptimizerRun],
-    reference: str | None = "attribution",
-    *,
-    n_resamples: int = 1000,
-    confidence: float = 0.95,
-    seed: int = 0,
+    runs: Iterable[OptimizerRun], reference: str | None = "attribution", *, n_resamples: int = 1000,
+    confidence: float = 0.95, seed: int = 0,
 ) -> tuple[ComparisonRow, ...]:
     """One row per optimizer x system, then (with more than one system) one pooled row (system `POOLED`)
-    per optimizer. Optimizers
-    keep their first-seen order (the sweep's), with `reference` (if present) first; systems are sorted.
-    Two runs of the same optimizer, system and seed are a ValueError (pick one before comparing)."""
+    per optimizer. Optimizers keep their first-seen order, `reference` (if present) first; systems are
+    sorted. Two runs of the same optimizer, system and seed are a ValueError (pick one before comparing)."""
     items = list(runs)
     seen: set[tuple[str, str, int]] = set()
     for run in items:
@@ -245,13 +185,12 @@ def compare_runs(
         optimizers.remove(reference)
         optimizers.insert(0, reference)
     systems = sorted({run.system for run in items})
+
     def select(optimizer: str | None, system: str | None) -> list[OptimizerRun]:
         return [r for r in items if r.optimizer == optimizer and (system is None or r.system == system)]
 
     def reference_for(optimizer: str, system: str | None) -> list[OptimizerRun] | None:
-        if reference not in optimizers or optimizer == reference:
-            return None
-        return select(reference, system)
+        return None if reference not in optimizers or optimizer == reference else select(reference, system)
 
     def row(optimizer: str, system: str | None) -> ComparisonRow:
         return comparison_row(

@@ -1,12 +1,7 @@
-"""The comparison of optimizers as a Markdown table, its JSON twin and a PNG plot, from `ComparisonRow`s.
+"""The optimizer comparison as Markdown (table and legend), its JSON twin and a PNG plot, from `ComparisonRow`s.
 
-`markdown_report` writes a title, the budget line, one table row per optimizer x system (pooled rows
-last, in bold) and a legend saying what every column means. Gains are in percentage points of judge
-accuracy with the paired bootstrap CI; costs are means per run. `rows_to_json` is the same content for
-machines. `plot_comparison` draws each optimizer's paired test gain with its CI per memory system (and
-pooled), and gain against LM calls (pooled, or the one system's: never an empty panel), on the Agg
-canvas as `pipeline.tracking.plots` draws (equal inputs, equal files). This module does not compute
-anything (`experiments.lab.comparison`) and does not log.
+The plot (gain per optimizer and system with its CI; gain against LM calls) draws as
+`pipeline.tracking.plots` does (equal inputs, equal files). It computes nothing and logs nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +15,7 @@ from typing import Any
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.ticker import PercentFormatter
+from memtrace_loop.experiments.lab.bench.common import markdown_table as common_table
 from memtrace_loop.experiments.lab.comparison import POOLED, ComparisonRow, GainEstimate
 from memtrace_loop.pipeline.loop.costs import GAIN_FRACTION
 from memtrace_loop.pipeline.tracking.plots import _new_figure, _png_path, _save
@@ -93,13 +89,8 @@ def table_cells(row: ComparisonRow) -> list[str]:
 
 def markdown_table(rows: Sequence[ComparisonRow], reference: str = "attribution") -> str:
     header = [c.format(reference=reference, fraction=round(100 * GAIN_FRACTION)) for c in COLUMNS]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * (len(header) - 3)) + "|"]
-    for row in rows:
-        cells = table_cells(row)
-        if row.system == POOLED:
-            cells = [f"**{cell}**" if cell != "—" else cell for cell in cells]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    cells = [[f"**{c}**" if row.system == POOLED and c != "—" else c for c in table_cells(row)] for row in rows]
+    return common_table(header, cells, "lll" + "r" * (len(header) - 3))
 
 
 def markdown_report(
@@ -157,10 +148,12 @@ def rows_to_json(rows: Sequence[ComparisonRow], extra: Mapping[str, Any] | None 
             return [clean(v) for v in value]
         return value
 
-    return {"rows": [clean(asdict(row)) for row in rows], **dict(extra or {})}
-
-
-# --------------------------------------------------------------------------- the plot
+    data = [clean(asdict(row)) for row in rows]
+    for row in data:  # comparison.json as before `CandidateCosts`: no `screened`, the calls as floats
+        candidates = row["candidates"]
+        del candidates["screened"]
+        candidates.update(screen_calls=float(candidates["screen_calls"]), full_calls=float(candidates["full_calls"]))
+    return {"rows": data, **dict(extra or {})}
 
 
 def _cost_rows(rows: Sequence[ComparisonRow]) -> tuple[str, dict[str, ComparisonRow]]:
@@ -176,8 +169,7 @@ def _cost_rows(rows: Sequence[ComparisonRow]) -> tuple[str, dict[str, Comparison
 
 
 def comparison_figure(rows: Sequence[ComparisonRow]) -> Figure:
-    """The comparison as a figure (see `plot_comparison`); with one memory system (no pooled rows) the
-    right panel shows that system's rows, so no panel is left empty."""
+    """The comparison as a figure (see `plot_comparison`); no panel is left empty."""
     optimizers = list(dict.fromkeys(row.optimizer for row in rows))
     systems = sorted({row.system for row in rows if row.system != POOLED}) + (
         [POOLED] if any(row.system == POOLED for row in rows) else []
@@ -188,14 +180,13 @@ def comparison_figure(rows: Sequence[ComparisonRow]) -> Figure:
     gains, costs = figure.subplots(1, 2, width_ratios=[2.2, 1.0])
     gains.set_title("Test gain (final - start), paired 95% CI")
     gains.set_ylabel("judge accuracy gain")
-    gains.yaxis.set_major_formatter(PercentFormatter(xmax=1.0))
-    gains.axhline(0.0, color="black", linewidth=0.8)
-    gains.grid(True, axis="y", alpha=0.3)
-    gains.set_axisbelow(True)
     costs.set_title(f"{subject} vs LM calls per run")
     costs.set_xlabel("LM calls made per run (mean)")
-    costs.yaxis.set_major_formatter(PercentFormatter(xmax=1.0))
-    costs.axhline(0.0, color="black", linewidth=0.8)
+    for axes in (gains, costs):
+        axes.yaxis.set_major_formatter(PercentFormatter(xmax=1.0))
+        axes.axhline(0.0, color="black", linewidth=0.8)
+    gains.grid(True, axis="y", alpha=0.3)
+    gains.set_axisbelow(True)
     costs.grid(True, alpha=0.3)
     if not rows:
         for axes in (gains, costs):
@@ -231,9 +222,6 @@ def comparison_figure(rows: Sequence[ComparisonRow]) -> Figure:
 
 
 def plot_comparison(rows: Sequence[ComparisonRow], path: str | Path) -> Path:
-    """Two panels. Left: test gain (final - start, paired) with its CI, one bar per optimizer in each
-    memory-system group, the pooled group last. Right: test gain against mean LM calls per run, one
-    point per optimizer with its CI as a vertical bar (up and left is better): pooled over the systems,
-    or the one system's when the sweep had one."""
-    path = _png_path(path)
-    return _save(comparison_figure(rows), path)
+    """Left: each optimizer's paired test gain with its CI per memory system (pooled last). Right: gain
+    against mean LM calls per run, one point per optimizer (pooled, or the one system's)."""
+    return _save(comparison_figure(rows), _png_path(path))

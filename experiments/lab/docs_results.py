@@ -4,12 +4,9 @@
     python -m memtrace_loop.experiments.lab.docs_results optimizer-table   # re-run the one-seed table (16 runs)
     python -m memtrace_loop.experiments.lab.docs_results mem0ai-gain       # the real mem0 library vs ours (12 runs)
 
-`demo` runs `memtrace optimize` (the command of `make demo`) with a fresh cache and MLflow store in a
-temporary folder and rewrites the generated blocks of docs/results.md and README.md;
-`tests/apps/test_readme.py` runs the same and compares, so a stale demo figure fails the tests. The
-other two rewrite their table in docs/results.md and the line above it (the date and commit measured
-at). The other tables of docs/results.md (benchmarks, benches, the comparison sweep) are pasted from
-the command each one is headed by. It does not judge whether a recorded figure is still current.
+`demo` runs `memtrace optimize` with fresh stores and rewrites the generated blocks of docs/results.md
+and README.md (`tests/apps/test_readme.py` compares them); the others rewrite their table and its
+`Measured on` line. It does not judge whether a recorded figure is still current.
 """
 
 from __future__ import annotations
@@ -26,6 +23,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from memtrace_loop.experiments.lab.bench.common import markdown_table
+
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "docs" / "results.md"
 README = REPO / "README.md"
@@ -36,9 +35,6 @@ def head_commit() -> str:
     done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
                           check=False)
     return done.stdout.strip() or "unknown"
-
-
-# --------------------------------------------------------------------------- the demo (regenerated)
 
 
 @dataclass(frozen=True)
@@ -140,7 +136,7 @@ def demo_block(f: DemoFigures) -> str:
             ("saved by reusing built memories", f"{f.saved:,}"),
             ("budget calls spent (task + rewriter + attributor, made + cached)", f"{f.budget:,}"),
             ("stop reason", f.stop_reason)]
-    return "\n".join(["| figure | value |", "|---|---:|", *(f"| {k} | {v} |" for k, v in rows)])
+    return markdown_table(("figure", "value"), rows, "lr")
 
 
 def between(text: str, name: str) -> tuple[int, int]:
@@ -180,8 +176,6 @@ def write_demo(f: DemoFigures) -> None:
     README.write_text(replaced(README.read_text(encoding="utf-8"), "demo", demo_sentence(f)), encoding="utf-8")
 
 
-# --------------------------------------------------------------------------- the one-seed optimizer table
-
 TABLE_SYSTEMS = ("mem0", "long_context", "rag", "evermemos")
 TABLE_OPTIMIZERS = ("attribution", "uniform", "uniform_reasons", "none")
 
@@ -194,7 +188,7 @@ def test_accuracies(metrics: dict[str, float]) -> tuple[float, float]:
 
 def optimizer_table() -> str:
     """Test judge accuracy start → final of every (system, optimizer) on the demo's settings: 16 runs."""
-    rows = ["| system | " + " | ".join(TABLE_OPTIMIZERS) + " |", "|---|" + "---|" * len(TABLE_OPTIMIZERS)]
+    rows = []
     for system in TABLE_SYSTEMS:
         cells = []
         for optimizer in TABLE_OPTIMIZERS:
@@ -203,12 +197,9 @@ def optimizer_table() -> str:
             start, final = test_accuracies(m)
             gain = f"{final - start:+.1f}" if round(final - start, 1) else "0"
             cells.append(f"{start:.1f} → {final:.1f} ({'**' + gain + '**' if optimizer == 'attribution' else gain})")
-        name = f"{system} (the demo)" if system == "mem0" else system
-        rows.append(f"| {name} | " + " | ".join(cells) + " |")
-    return "\n".join(rows)
+        rows.append([f"{system} (the demo)" if system == "mem0" else system, *cells])
+    return markdown_table(("system", *TABLE_OPTIMIZERS), rows)
 
-
-# --------------------------------------------------------------------------- the real mem0 library vs ours
 
 GAIN_SYSTEMS = ("mem0ai", "mem0")
 GAIN_SEEDS = (0, 1, 2)
@@ -218,16 +209,17 @@ GAIN_SETTINGS = (("default loop settings", ()), ("loop.budget_calls=3000", ("loo
 def mem0ai_gain_table() -> str:
     """Test judge accuracy start → final of `optimize` on the real mem0 library (`mem0ai`, its default hooks)
     and on our Mem0-style system, per seed, with the default loop settings and at a 3,000-call budget."""
-    rows = ["| system | setting | seed | test start → final (gain) | budget calls spent |", "|---|---|---:|---|---:|"]
+    rows = []
     for system in GAIN_SYSTEMS:
         for label, overrides in GAIN_SETTINGS:
             for seed in GAIN_SEEDS:
                 with tempfile.TemporaryDirectory() as tmp:
                     m = run_optimize(Path(tmp), f"memory_system={system}", f"seed={seed}", *overrides).metrics
                 start, final = test_accuracies(m)
-                rows.append(f"| {system} | {label} | {seed} | {start:.1f} → {final:.1f} ({final - start:+.1f}) | "
-                            f"{int(m['lm_calls/budget_spent']):,} |")
-    return "\n".join(rows)
+                rows.append((system, label, seed, f"{start:.1f} → {final:.1f} ({final - start:+.1f})",
+                             f"{int(m['lm_calls/budget_spent']):,}"))
+    return markdown_table(("system", "setting", "seed", "test start → final (gain)", "budget calls spent"), rows,
+                          "llrlr")
 
 
 def main(argv: list[str] | None = None) -> int:

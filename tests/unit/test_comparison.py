@@ -11,7 +11,6 @@ import pytest
 from memtrace_loop.experiments.lab.compare import audit_note, optimizer_run, progress_points
 from memtrace_loop.experiments.lab.comparison import (
     POOLED,
-    CandidateTotals,
     OptimizerRun,
     QuestionOutcome,
     compare_runs,
@@ -25,7 +24,7 @@ from memtrace_loop.experiments.lab.comparison_report import (
     rows_to_json,
 )
 from memtrace_loop.pipeline.analysis.evaluation import bootstrap_ci
-from memtrace_loop.pipeline.loop.costs import ProgressPoint, calls_to_fraction
+from memtrace_loop.pipeline.loop.costs import CandidateCosts, ProgressPoint, calls_to_fraction
 
 from tests.support.tracking import InMemoryTracker
 
@@ -38,6 +37,11 @@ def questions(start: list[int], final: list[int]) -> tuple[QuestionOutcome, ...]
 def run(optimizer: str, system: str, seed: int, start: list[int], final: list[int], **costs) -> OptimizerRun:
     values = {"lm_calls": 100.0, "tokens": 1000.0, "prompt_chars": 50.0, "seconds": 1.0, **costs}
     return OptimizerRun(f"{optimizer}-{system}-{seed}", optimizer, system, seed, questions(start, final), **values)
+
+
+def costs(candidates: int, screened_out: int, accepted: int, screen: int, full: int, audited: int = 0,
+          would_pass: int = 0) -> CandidateCosts:
+    return CandidateCosts(candidates, 0, screened_out, accepted, screen, full, audited, would_pass)
 
 
 def curve(*points: tuple[float, float]) -> tuple[ProgressPoint, ...]:
@@ -280,10 +284,10 @@ def test_no_panel_of_the_comparison_plot_is_empty(systems):
 
 
 def test_candidate_costs_are_summed_over_runs_and_shown_per_candidate_and_per_accepted():
-    seed0 = run("attribution", "mem0", 0, [0], [1], candidates=CandidateTotals(4, 2, 1, 100.0, 300.0))
-    seed1 = run("attribution", "mem0", 1, [0], [1], candidates=CandidateTotals(2, 0, 1, 40.0, 160.0))
+    seed0 = run("attribution", "mem0", 0, [0], [1], candidates=costs(4, 2, 1, 100, 300))
+    seed1 = run("attribution", "mem0", 1, [0], [1], candidates=costs(2, 0, 1, 40, 160))
     (row,) = compare_runs([seed0, seed1])
-    assert row.candidates == CandidateTotals(6, 2, 2, 140.0, 460.0)
+    assert row.candidates == costs(6, 2, 2, 140, 460)
     assert (row.candidates.per_candidate, row.candidates.per_accepted) == (100.0, 300.0)
     line = next(x for x in markdown_report([row]).splitlines() if x.startswith("| attribution | mem0 |"))
     assert line.endswith("| 100 (23 + 77) | 300 | 2/6 |")  # screen 140/6, whole-dev 460/6
@@ -294,7 +298,7 @@ def test_candidate_costs_are_summed_over_runs_and_shown_per_candidate_and_per_ac
 
 def test_the_screen_audit_is_pooled_with_a_wilson_interval():
     assert audit_note([run("none", "rag", 0, [1], [1])]) is None  # no run audited
-    audited = [run("attribution", "mem0", s, [0], [1], candidates=CandidateTotals(50, 60, 1, 0, 0, 60, n))
+    audited = [run("attribution", "mem0", s, [0], [1], candidates=costs(50, 60, 1, 0, 0, 60, n))
                for s, n in ((0, 1), (1, 0))]
     note = audit_note(audited)
     low, high = wilson_interval(1, 120)

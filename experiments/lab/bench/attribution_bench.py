@@ -1,22 +1,15 @@
 """The attribution benchmark: `python -m memtrace_loop.experiments.lab.bench.attribution_bench`.
 
-On the simulated world, for each memory system, runs where everything is perfect except ONE injected
-fault at a known operation (`experiments.lab.benchmark.injection`) are scored with every available
-attributor on the same cases (`experiments.lab.benchmark.scoring`); one table, optionally logged
-to MLflow (`--mlflow-uri`). Attributors are a mapping name -> builder (`BUILDER_BY_ATTRIBUTOR`); one
-whose module is missing or not implemented yet is reported and skipped.
-
-With `--memtracebench PATH` (an ExecNetwork JSON file, or a directory of them) it instead scores the
-attributors on imported MemTraceBench-style graphs against their annotations with the existing scorer
-(`pipeline.interop.exec_network.labels.score_attributions`): error-type and exact-operation accuracy,
-comparable with the paper's numbers.
+Per memory system, perfect sim runs with ONE injected fault (`experiments.lab.benchmark.injection`) are
+scored with every attributor of `BUILDER_BY_ATTRIBUTOR` (`experiments.lab.benchmark.scoring`); one table,
+optionally logged to MLflow (`--mlflow-uri`). With `--memtracebench PATH` (ExecNetwork JSON files) it
+scores imported annotated graphs instead (`pipeline.interop.exec_network.labels.score_attributions`).
 """
 
 from __future__ import annotations
 
 import argparse
 import io
-import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -28,7 +21,7 @@ from typing import Any
 import dspy
 from memtrace_loop.experiments.app_setup import no_lm_history
 from memtrace_loop.experiments.lab.bench import common
-from memtrace_loop.experiments.lab.bench.common import advance
+from memtrace_loop.experiments.lab.bench.common import advance, build, names, rich_table
 from memtrace_loop.experiments.lab.benchmark.injection import (
     InjectionReport,
     build_system_cases,
@@ -36,9 +29,11 @@ from memtrace_loop.experiments.lab.benchmark.injection import (
 )
 from memtrace_loop.experiments.lab.benchmark.scoring import AttributorScore, BenchCase, score_attributor
 from memtrace_loop.memory_systems.base import MemorySystem
-from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system, spec_of
+from memtrace_loop.memory_systems.registry import SYSTEMS, spec_of
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
+from memtrace_loop.pipeline.analysis.attribution.llm import LLMAttributor, LLMAttributorSettings
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
+from memtrace_loop.pipeline.analysis.attribution.verification import Verifier, VerifyingAttributor
 from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import SimLMConfig
@@ -48,12 +43,12 @@ from memtrace_loop.pipeline.core.records import CaseResult, Question, Scores
 from memtrace_loop.pipeline.data.registry import load_dataset
 from memtrace_loop.pipeline.interop.exec_network import ImportedNetwork, load_exec_network, op_id_for
 from memtrace_loop.pipeline.interop.exec_network.labels import BenchAnnotation, score_attributions
+from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.tracker import Tracker
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-logger = logging.getLogger(__name__)
 EXPERIMENT = "attribution-benchmark"
 COLUMNS = (
     "system", "attributor", "n", "error_type_acc", "stage_acc", "op_acc", "op_within_1_hop", "unattributed",
@@ -74,98 +69,69 @@ class BenchSetting:
 SEMANTIC_THRESHOLD = 0.35  # the hashing embedder is lexical: a synonym paraphrase scores ~0.4, unrelated ~0
 
 
-def _lineage(setting: BenchSetting) -> Attributor:
-    return LineageAttributor()
-
-
-def _lineage_meaning(setting: BenchSetting) -> Attributor:
-    """Lineage that also matches carriers by meaning (the hashing embedder's cosine)."""
-    return LineageAttributor(embedder=HashingEmbedder(), semantic_threshold=SEMANTIC_THRESHOLD)
-
-
-def _llm(setting: BenchSetting) -> Attributor:
-    from memtrace_loop.pipeline.analysis.attribution.llm import LLMAttributor, LLMAttributorSettings
-
-    return LLMAttributor(lm=setting.lm, settings=LLMAttributorSettings())
-
-
-def _lineage_replay(setting: BenchSetting) -> Attributor:
-    from memtrace_loop.pipeline.analysis.attribution.verification import Verifier, VerifyingAttributor
-
+def _replay(setting: BenchSetting) -> Attributor:
     if setting.system is None:
         raise NotImplementedError("replay needs the memory system that produced the graph")
     return VerifyingAttributor(LineageAttributor(), Verifier(setting.system, setting.judge))
 
 
-BUILDER_BY_ATTRIBUTOR: Mapping[str, Callable[[BenchSetting], Attributor]] = MappingProxyType(
-    {"lineage": _lineage, "lineage+meaning": _lineage_meaning, "llm": _llm, "lineage+replay": _lineage_replay}
-)
+BUILDER_BY_ATTRIBUTOR: Mapping[str, Callable[[BenchSetting], Attributor]] = MappingProxyType({
+    "lineage": lambda _: LineageAttributor(),
+    # lineage that also matches carriers by meaning (the hashing embedder's cosine)
+    "lineage+meaning": lambda _: LineageAttributor(embedder=HashingEmbedder(), semantic_threshold=SEMANTIC_THRESHOLD),
+    "llm": lambda setting: LLMAttributor(lm=setting.lm, settings=LLMAttributorSettings()),
+    "lineage+replay": _replay,
+})
 
 
-def sim_lm(paraphrase: bool, console: Console) -> dspy.LM:
-    """The simulated world's LM; with `paraphrase`, its paraphrasing option when this build has one."""
+def sim_lm(paraphrase: bool) -> dspy.LM:
+    """The sim LM without reply reuse (every attributor and replay call counted as made); with `paraphrase`,
+    its construction stages paraphrase."""
     if paraphrase:
-        # no reply reuse: every attributor and replay call is counted as made, as the recorded figures were
-        return build_lm(SimLMConfig(backend="sim", model="stand-in", cache=False, paraphrase=True,
-                                    reuse_calls=False))
+        return build_lm(SimLMConfig(backend="sim", model="stand-in", cache=False, paraphrase=True, reuse_calls=False))
     return common.sim_lm(reuse_calls=False)
 
 
 def perfect_system(name: str, lm: dspy.LM) -> MemorySystem:
-    system = build_memory_system({"name": name, **spec_of(name).generous_knobs}, HashingEmbedder())
+    system = build({"name": name, **spec_of(name).generous_knobs})
     system = system.with_prompts(perfect_prompts(system, backend_test_world().perfect_instruction))
     system.set_lm(lm)
     return system
 
 
-def score_all(
-    cases: Sequence[BenchCase],
-    system_name: str,
-    setting: BenchSetting,
-    attributors: Sequence[str],
-    console: Console,
-    progress: Progress | None = None,
-) -> list[AttributorScore]:
+def built(name: str, setting: BenchSetting, console: Console) -> Attributor | None:
+    """The attributor `name` for `setting`, None (said on the console) when it cannot be built."""
+    try:
+        return BUILDER_BY_ATTRIBUTOR[name](setting)
+    except (ImportError, NotImplementedError, TypeError) as error:
+        console.print(f"[yellow]attributor {name!r} unavailable on {setting.system_name}: {error}[/]")
+        return None
+
+
+def score_all(cases: Sequence[BenchCase], setting: BenchSetting, attributors: Sequence[str], console: Console,
+              progress: Progress) -> list[AttributorScore]:
     """Every requested attributor on the same cases; one that cannot be built or run is skipped."""
     scores = []
     for name in attributors:
-        try:
-            attributor = BUILDER_BY_ATTRIBUTOR[name](setting)
-        except (ImportError, NotImplementedError, TypeError) as error:
-            console.print(f"[yellow]attributor {name!r} unavailable on {system_name}: {error}[/]")
-            continue
-        task = progress.add_task(f"{system_name}: {name}", total=len(cases)) if progress is not None else None
-
-        def advance(_case: BenchCase, task: Any = task) -> None:
-            if progress is not None and task is not None:
-                progress.advance(task)
-
-        try:
-            scores.append(score_attributor(attributor, cases, system_name, on_case=advance))
-        except NotImplementedError as error:
-            console.print(f"[yellow]attributor {name!r} not implemented yet: {error}[/]")
+        if (attributor := built(name, setting, console)) is not None:
+            task = progress.add_task(f"{setting.system_name}: {name}", total=len(cases))
+            try:
+                scores.append(score_attributor(attributor, cases, setting.system_name,
+                                               on_case=partial(advance, progress, task)))
+            except NotImplementedError as error:  # e.g. a system replay cannot rebuild
+                console.print(f"[yellow]attributor {name!r} not implemented yet: {error}[/]")
     return scores
 
 
 def render(scores: Sequence[AttributorScore], title: str) -> Table:
-    table = Table(title=title)
-    for column in COLUMNS:
-        table.add_column(column, justify="left" if column in ("system", "attributor") else "right")
-    for score in scores:
-        row = score.as_row()
-        table.add_row(*("-" if row[c] is None else str(row[c]) for c in COLUMNS))
-    return table
+    return rich_table(title, COLUMNS, ([s.as_row()[c] for c in COLUMNS] for s in scores), ("system", "attributor"))
 
 
 def kind_table(scores: Sequence[AttributorScore]) -> Table:
-    table = Table(title="per fault kind: n, error-type accuracy, exact-operation accuracy")
-    for column in ("system", "attributor", "kind", "n", "error_type_acc", "op_acc"):
-        table.add_column(column)
-    for score in scores:
-        for kind, n in score.n_by_kind.items():
-            table.add_row(score.system, score.attributor, kind, str(n), f"{score.type_accuracy_by_kind[kind]:.3f}",
-                          f"{score.op_accuracy_by_kind[kind]:.3f}")
-    return table
+    columns = ("system", "attributor", "kind", "n", "error_type_acc", "op_acc")
+    return rich_table("per fault kind: n, error-type accuracy, exact-operation accuracy", columns, (
+        (s.system, s.attributor, kind, n, f"{s.type_accuracy_by_kind[kind]:.3f}", f"{s.op_accuracy_by_kind[kind]:.3f}")
+        for s in scores for kind, n in s.n_by_kind.items()), columns)
 
 
 def log_scores(tracker: Tracker, scores: Sequence[AttributorScore], params: Mapping[str, str | int | float]) -> str:
@@ -185,34 +151,20 @@ def log_scores(tracker: Tracker, scores: Sequence[AttributorScore], params: Mapp
     return run_id
 
 
-def mlflow_tracker(uri: str) -> Tracker:
-    from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
-
-    return MlflowTracker(uri)
-
-
-# --------------------------------------------------------------------------- MemTraceBench mode
-
-
 def annotated_cases(network: ImportedNetwork) -> list[tuple[CaseResult, str]]:
     """One failed case per memory-error annotation of an imported graph, with the annotation's op id
     in our ids (the query, gold answers, prediction and evidence turns come from the annotation)."""
-    graph = network.graph
     out = []
-    for label in network.annotations:
-        if not label.is_memory_error:
-            continue
+    for label in (label for label in network.annotations if label.is_memory_error):
         query_var = network.node_id_map.get(label.query_id, label.query_id)
-        question_id = query_var.split(":", 1)[-1].rsplit("@", 1)[0]
         evidence = []
         for their in label.source_evidence_ids:
-            ours = network.node_id_map.get(their, their)
             try:
-                evidence.append(turn_id_of(ours))
-            except ValueError:
+                evidence.append(turn_id_of(network.node_id_map.get(their, their)))
+            except ValueError:  # not a turn
                 continue
-        question = Question(question_id, graph.graph_id, label.query, " / ".join(label.golden_answers), 0,
-                            tuple(evidence))
+        question = Question(query_var.split(":", 1)[-1].rsplit("@", 1)[0], network.graph.graph_id, label.query,
+                            " / ".join(label.golden_answers), 0, tuple(evidence))
         out.append((CaseResult(question, label.prediction, "WRONG", Scores(0.0, 0.0, 0.0)), label.query_id))
     return out
 
@@ -223,12 +175,8 @@ def score_memtracebench(
     """Each attributor over every annotated graph, scored with `score_attributions` (paper metrics)."""
     networks = [load_exec_network(p) for p in paths]
     scores = []
-    judge = make_judge(lm)
     for name in attributors:
-        try:
-            attributor = BUILDER_BY_ATTRIBUTOR[name](BenchSetting("memtracebench", None, judge, lm))
-        except (ImportError, NotImplementedError, TypeError) as error:
-            console.print(f"[yellow]attributor {name!r} unavailable on imported graphs: {error}[/]")
+        if (attributor := built(name, BenchSetting("imported graphs", None, make_judge(lm), lm), console)) is None:
             continue
         predicted: dict[str, tuple[Any, str | None]] = {}
         annotations: list[BenchAnnotation] = []
@@ -264,10 +212,6 @@ def bench_paths(path: Path) -> list[Path]:
     return sorted(path.glob("*.json")) if path.is_dir() else [path]
 
 
-# --------------------------------------------------------------------------- entry point
-
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated memory systems")
@@ -282,14 +226,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="score imported MemTraceBench-style graphs (a JSON file or a directory) instead")
     args = parser.parse_args(argv)
     no_lm_history()  # DSPy's record of every call: nobody reads it (app_setup)
-    console = Console()
-    if not console.is_terminal:  # piped or captured: wide enough for the whole table
-        console = Console(width=200)
-    attributors = [a.strip() for a in args.attributors.split(",") if a.strip()]
-    unknown = sorted(set(attributors) - set(BUILDER_BY_ATTRIBUTOR))
-    if unknown:
+    console = Console() if Console().is_terminal else Console(width=200)  # piped: the whole table
+    attributors, systems = names(args.attributors), names(args.systems)
+    if unknown := sorted(set(attributors) - set(BUILDER_BY_ATTRIBUTOR)):
         parser.error(f"unknown attributors {unknown} (available: {list(BUILDER_BY_ATTRIBUTOR)})")
-    lm = sim_lm(args.paraphrase, console)
+    lm = sim_lm(args.paraphrase)
 
     if args.memtracebench is not None:
         paths = bench_paths(args.memtracebench)
@@ -298,12 +239,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         imported = score_memtracebench(paths, attributors, lm, console)
         console.print(render(imported, f"MemTraceBench-style graphs ({len(paths)} files): error-type / op accuracy"))
         if args.mlflow_uri:
-            log_scores(mlflow_tracker(args.mlflow_uri), imported, {"mode": "memtracebench", "files": len(paths)})
+            log_scores(MlflowTracker(args.mlflow_uri), imported, {"mode": "memtracebench", "files": len(paths)})
         return 0
 
-    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
-    unknown = sorted(set(systems) - set(SYSTEMS))
-    if unknown:
+    if unknown := sorted(set(systems) - set(SYSTEMS)):
         parser.error(f"unknown systems {unknown} (available: {list(SYSTEMS)})")
     dataset = load_dataset({"kind": "sim", "seed": args.seed, "n_conversations": args.conversations})
     scores: list[AttributorScore] = []
@@ -312,15 +251,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name in systems:
             task = progress.add_task(f"{name}: injecting faults", total=None)
             cases, report = build_system_cases(
-                name, lm, dataset, lambda cfg: build_memory_system(cfg, HashingEmbedder()),
-                backend_test_world().perfect_instruction,
-                limit_per_kind=args.limit_per_kind, workers=args.workers,
-                on_case=partial(advance, progress, task),
-            )
+                name, lm, dataset, build,
+                backend_test_world().perfect_instruction, limit_per_kind=args.limit_per_kind, workers=args.workers,
+                on_case=partial(advance, progress, task))
             progress.remove_task(task)
             reports.append(report)
             setting = BenchSetting(name, perfect_system(name, lm), make_judge(lm), lm)
-            scores.extend(score_all(cases, name, setting, attributors, console, progress))
+            scores.extend(score_all(cases, setting, attributors, console, progress))
     for report in reports:
         kept = ", ".join(f"{k} {report.kept_by_kind[k]}/{report.tried_by_kind[k]}" for k in report.kept_by_kind)
         console.print(f"{report.system}: perfect run {report.perfect_correct}/{report.questions} correct, "
@@ -328,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     console.print(render(scores, f"attribution on injected faults (sim seed {args.seed})"))
     console.print(kind_table(scores))
     if args.mlflow_uri:
-        run_id = log_scores(mlflow_tracker(args.mlflow_uri), scores, {
+        run_id = log_scores(MlflowTracker(args.mlflow_uri), scores, {
             "mode": "injected", "seed": args.seed, "conversations": args.conversations,
             "limit_per_kind": args.limit_per_kind, "paraphrase": str(args.paraphrase),
         })

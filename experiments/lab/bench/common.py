@@ -1,14 +1,15 @@
-"""What several benches share: a run of a memory system on the simulated world at a given size, the
-simulated LM they build, a progress callback and the Markdown table they print for docs/results.md.
-
-It measures nothing itself and prints nothing; each bench times and reports its own figures.
+"""What the benches share: a sim run at a given size, the sim LM, a progress callback, the comma-separated
+option reader and the two table writers (rich for the console, Markdown for docs/results.md). It measures
+and prints nothing itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Any
 
 import dspy
+from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
@@ -18,11 +19,17 @@ from memtrace_loop.pipeline.core.records import Dataset
 from memtrace_loop.pipeline.data.registry import load_dataset
 from memtrace_loop.pipeline.loop.runner import RunResult, run_dataset
 from rich.progress import Progress, TaskID
+from rich.table import Table
 
 
 def sim_lm(reuse_calls: bool = True) -> dspy.LM:
     """The simulated world's stand-in LM, DSPy's cache off (every call made)."""
     return build_lm(LMConfig(backend="sim", model="stand-in", cache=False, reuse_calls=reuse_calls))
+
+
+def build(config: Mapping[str, Any]) -> MemorySystem:
+    """A memory system from its `memory_system` config node, on the hashing embedder."""
+    return build_memory_system(config, HashingEmbedder())
 
 
 def sim_run(system: str, conversations: int, sessions: int, turns_per_session: int,
@@ -31,7 +38,7 @@ def sim_run(system: str, conversations: int, sessions: int, turns_per_session: i
     dataset = load_dataset({"kind": "sim", "seed": 0, "n_conversations": conversations,
                             "sessions_per_conversation": sessions, "turns_per_session": turns_per_session})
     lm = sim_lm()
-    memory = build_memory_system({"name": system}, HashingEmbedder())
+    memory = build({"name": system})
     memory.set_lm(lm)
     return dataset, run_dataset(memory, make_judge(lm), dataset, workers=workers)
 
@@ -39,6 +46,22 @@ def sim_run(system: str, conversations: int, sessions: int, turns_per_session: i
 def advance(progress: Progress, task: TaskID, *_: object) -> None:
     """A progress callback (`on_case`, `on_run`): one more step of `task` done."""
     progress.advance(task)
+
+
+def names(option: str) -> list[str]:
+    """A comma-separated option's values."""
+    return [name.strip() for name in option.split(",") if name.strip()]
+
+
+def rich_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[object]],
+               left: Collection[str] = ()) -> Table:
+    """Rows as a rich table (None as "-"): the `left` columns left-justified, the others right."""
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column, justify="left" if column in left else "right")
+    for row in rows:
+        table.add_row(*("-" if cell is None else str(cell) for cell in row))
+    return table
 
 
 def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[object]], align: str = "") -> str:

@@ -1,18 +1,9 @@
-"""Benchmark of the execution graph at LoCoMo scale: `python -m memtrace_loop.experiments.lab.bench.graph_bench`.
+"""The execution graph at LoCoMo scale: `python -m memtrace_loop.experiments.lab.bench.graph_bench`.
 
-Builds the graph of a full run (10 conversations of ~600 turns on the simulated world by default),
-then measures what the graph layer costs, separately from any LLM time:
-- record: microseconds per recorded operation, replaying every variable and operation of the run
-  through a fresh `Tracer` (what tracing adds to a run);
-- size: variables, operations, edges and bytes of JSON;
-- save + load time of the JSON;
-- ancestors query: from each answer back to the turns (mean and max milliseconds);
-- ExecNetwork: seconds to write every graph as smartcomment's ExecNetwork JSON (`to_exec_network` +
-  `document_bytes`, what `save_exec_network` writes) and to read it back (`from_exec_network`), the
-  best of 3 per graph.
-It prints one table row per memory system and checks the targets (20 us/op, 5 ms, 2 s save+load,
-2 s ExecNetwork export), plus the linear-growth check: the JSON bytes per turn of a run on a quarter of
-the turns vs the full run.
+Per system, the graphs of a sim run (10 conversations of ~600 turns by default): microseconds per
+operation re-recorded through a fresh `Tracer`, size, JSON save + load, ancestor queries from each
+answer, ExecNetwork export and import (best of `REPEATS`), and the growth of JSON bytes per turn from
+a quarter-length run; one row each, judged against the `TARGET_*`s. No LLM time is measured.
 """
 
 from __future__ import annotations
@@ -32,7 +23,7 @@ from typing import Any
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from memtrace_loop.experiments.app_setup import no_lm_history
-from memtrace_loop.experiments.lab.bench.common import sim_run
+from memtrace_loop.experiments.lab.bench.common import rich_table, sim_run
 from memtrace_loop.memory_systems.registry import SYSTEMS
 from memtrace_loop.pipeline.core.conventions import Namespace, is_in, prefix
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
@@ -171,29 +162,25 @@ def bench_system(
 
 
 def render(rows: Sequence[BenchRow]) -> Table:
-    table = Table(
-        title="Execution graph at LoCoMo scale (targets: <=20 us/op, ancestors <5 ms, save+load <2 s, "
-        "ExecNetwork export <2 s, growth = bytes/turn at full vs 1/4 length < 2, i.e. linear)"
-    )
-    for column in (
-        "system", "turns", "ops", "vars", "edges", "JSON MB", "us/op", "save s", "load s",
-        "anc. mean ms", "anc. max ms", "run s", "ExecNet out s", "ExecNet in s", "growth", "targets",
-    ):
-        table.add_column(column, justify="left" if column in ("system", "targets") else "right")
-    for row in rows:
+    def cells(row: BenchRow) -> tuple[object, ...]:
         missed = [name for name, met in (
             ("us/op", row.us_per_op <= TARGET_US_PER_OP), ("ancestors", row.ancestors_max_ms < TARGET_ANCESTORS_MS),
             ("save+load", row.save_s + row.load_s < TARGET_SAVE_LOAD_S), ("ExecNet", row.export_s < TARGET_EXPORT_S),
             ("growth", row.growth < 2.0),
         ) if not met]
-        table.add_row(
-            row.system, str(row.turns), str(row.operations), str(row.variables), str(row.edges),
-            f"{row.json_bytes / 1e6:.1f}", f"{row.us_per_op:.1f}", f"{row.save_s:.2f}", f"{row.load_s:.2f}",
-            f"{row.ancestors_mean_ms:.2f}", f"{row.ancestors_max_ms:.2f}", f"{row.run_s:.1f}", f"{row.export_s:.2f}",
-            f"{row.import_s:.2f}", f"{row.growth:.2f}",
-            "[green]met[/]" if not missed else f"[red]missed: {', '.join(missed)}[/]",
+        return (
+            row.system, row.turns, row.operations, row.variables, row.edges, f"{row.json_bytes / 1e6:.1f}",
+            f"{row.us_per_op:.1f}", f"{row.save_s:.2f}", f"{row.load_s:.2f}", f"{row.ancestors_mean_ms:.2f}",
+            f"{row.ancestors_max_ms:.2f}", f"{row.run_s:.1f}", f"{row.export_s:.2f}", f"{row.import_s:.2f}",
+            f"{row.growth:.2f}", "[green]met[/]" if not missed else f"[red]missed: {', '.join(missed)}[/]",
         )
-    return table
+
+    return rich_table(
+        "Execution graph at LoCoMo scale (targets: <=20 us/op, ancestors <5 ms, save+load <2 s, "
+        "ExecNetwork export <2 s, growth = bytes/turn at full vs 1/4 length < 2, i.e. linear)",
+        ("system", "turns", "ops", "vars", "edges", "JSON MB", "us/op", "save s", "load s", "anc. mean ms",
+         "anc. max ms", "run s", "ExecNet out s", "ExecNet in s", "growth", "targets"),
+        map(cells, rows), ("system", "targets"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

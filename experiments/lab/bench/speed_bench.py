@@ -1,12 +1,7 @@
-"""Speed targets that tests no longer assert: `python -m memtrace_loop.experiments.lab.bench.speed_bench`.
+"""Speed targets the tests do not assert: `python -m memtrace_loop.experiments.lab.bench.speed_bench`.
 
-Wall-clock limits make tests flaky on a loaded machine, so the tests check only what the code does and
-the timings live here, as one table (best of `--repeat`, each measured cold):
-- hashing embedder: `HashingEmbedder().embed` of 10,000 texts of 14 words drawn from a 5,008-word
-  vocabulary, on a fresh embedder (no word memoised yet); target under 2 s;
-- simulated world: generated and parsed through the dataset registry at benchmark size
-  (10 conversations of 30 sessions x 20 turns);
-  target under 2 s.
+The hashing embedder on 10,000 cold texts and the sim world at benchmark size, best of `--repeat`,
+each against `TARGET_S`.
 """
 
 from __future__ import annotations
@@ -16,10 +11,10 @@ import random
 import time
 from collections.abc import Callable, Sequence
 
+from memtrace_loop.experiments.lab.bench.common import rich_table
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.data.registry import load_dataset
 from rich.console import Console
-from rich.table import Table
 
 TARGET_S = 2.0
 
@@ -55,13 +50,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args(argv)
-    table = Table(title=f"Speed targets (best of {args.repeat})")
-    for column in ("what", "seconds", "target s", "target"):
-        table.add_column(column, justify="left" if column in ("what", "target") else "right")
+    rows = []
     for name, prepare in CASES.items():
         seconds = best_of(prepare(), args.repeat)
         verdict = "[green]met[/]" if seconds < TARGET_S else "[red]missed[/]"
-        table.add_row(name, f"{seconds:.2f}", f"{TARGET_S:.1f}", verdict)
+        rows.append((name, f"{seconds:.2f}", f"{TARGET_S:.1f}", verdict))
+    table = rich_table(f"Speed targets (best of {args.repeat})", ("what", "seconds", "target s", "target"), rows,
+                       ("what", "target"))
     Console().print(table)
     return 0
 

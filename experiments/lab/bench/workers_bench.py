@@ -1,17 +1,11 @@
-"""How answering scales with `workers` against a slow endpoint:
-`python -m memtrace_loop.experiments.lab.bench.workers_bench` (from the repository root; `make bench`).
+"""Answering vs `workers` against a slow endpoint: `python -m memtrace_loop.experiments.lab.bench.workers_bench`
+(from the repository root; `make bench`).
 
-One process, the real client path: the openai backend (DSPy's lm15 engine behind our retry loop,
-`pipeline.backends`) talks HTTP to the local OpenAI-compatible test server (`tests/support/openai_server.py`,
-the stand-in LM behind it), which waits `--latency` seconds (default 0.2) before every answer. The
-Long-Context system (no LM call while ingesting) runs `pipeline.loop.runner.run_dataset` over the same
-`--questions` questions (each one answer and one judge call) with 1 (the baseline), 4, 8 and 16
-workers, DSPy's response cache off, so every call reaches the server. The server runs in a child
-process and remembers each distinct request's answer (filled by a first, unreported pass), so it
-answers in well under a millisecond plus the latency: what is measured is our side, not the stand-in's
-CPU. The table gives, per worker count: LM calls, seconds, calls per second, the speed-up over the
-baseline and the efficiency (speed-up / workers; the goal is at least 0.8). `--server in-process` puts
-the server in this interpreter (sharing its GIL). Never timed in tests.
+The openai backend talks HTTP to the test server (`tests/support/openai_server.py`, in a child process,
+each distinct request answered from memory after a first unreported pass) waiting `--latency` seconds
+per reply; Long-Context answers the same `--questions` with each worker count, DSPy's cache off. Per
+count: calls, seconds, calls/s, speed-up over the first count and efficiency (goal `GOAL`). No test
+times it.
 """
 
 from __future__ import annotations
@@ -31,6 +25,7 @@ from typing import Any
 from hydra import compose, initialize_config_module
 from memtrace_loop.experiments.config import RunConfig, validated_run
 from memtrace_loop.experiments.factory import build_components, load_chosen_dataset, to_plain
+from memtrace_loop.experiments.lab.bench.common import rich_table
 from memtrace_loop.pipeline.backends.services import RunLedger, RunServices
 from memtrace_loop.pipeline.loop.runner import run_dataset
 from rich.console import Console
@@ -108,7 +103,6 @@ def measure(base_url: str, questions: int, workers: Sequence[int]) -> list[Timin
     dataset = replace(dataset, questions=tuple(dataset.questions[:questions]))
     timings = []
     for count in (max(workers), *workers):  # the first pass warms the server's memory; not reported
-
         ledger = RunLedger()
         _lms, system, judge = build_components(config, Path.cwd(), RunServices(ledger=ledger))
         started = time.perf_counter()
@@ -118,20 +112,17 @@ def measure(base_url: str, questions: int, workers: Sequence[int]) -> list[Timin
     return timings[1:]
 
 
-def table(timings: Sequence[Timing], latency_s: float, where: str) -> Table:
+def table(timings: Sequence[Timing], latency_s: float) -> Table:
     baseline = timings[0].seconds / max(1, timings[0].calls)  # seconds per call at the first worker count
-    out = Table(title=f"Answering vs workers ({latency_s * 1000:.0f} ms per LM call, server {where})")
-    for column in ("workers", "LM calls", "seconds", "calls/s", "speed-up", "efficiency", "goal"):
-        out.add_column(column, justify="right")
+    rows = []
     for timing in timings:
         per_call = timing.seconds / max(1, timing.calls)
         speedup = baseline / per_call if per_call else 0.0
         efficiency = speedup / (timing.workers / timings[0].workers)
-        out.add_row(
-            str(timing.workers), str(timing.calls), f"{timing.seconds:.2f}", f"{timing.calls / timing.seconds:.1f}",
-            f"{speedup:.2f}x", f"{efficiency:.2f}", "met" if efficiency >= GOAL else "MISSED",
-        )
-    return out
+        rows.append((timing.workers, timing.calls, f"{timing.seconds:.2f}", f"{timing.calls / timing.seconds:.1f}",
+                     f"{speedup:.2f}x", f"{efficiency:.2f}", "met" if efficiency >= GOAL else "MISSED"))
+    return rich_table(f"Answering vs workers ({latency_s * 1000:.0f} ms per LM call, server process)",
+                      ("workers", "LM calls", "seconds", "calls/s", "speed-up", "efficiency", "goal"), rows)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -140,25 +131,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--questions", type=int, default=64, help="questions answered (and judged) per worker count")
     parser.add_argument("--workers", type=int, nargs="+", default=list(WORKERS),
                         help="worker counts; the first is the baseline")
-    parser.add_argument("--server", choices=("process", "in-process"), default="process")
-    # in-process: the server shares this interpreter (and its GIL) with the client
     args = parser.parse_args(argv)
-    if args.server == "in-process":
-        with _server_class()() as server:
-            server.responder = _Remembered(server.responder)
-            server.latency_s = args.latency
-            timings = measure(server.base_url, args.questions, args.workers)
-    else:
-        context = multiprocessing.get_context("spawn")
-        urls, stop = context.Queue(), context.Event()
-        child = context.Process(target=_serve, args=(args.latency, urls, stop), daemon=True)
-        child.start()
-        try:
-            timings = measure(urls.get(timeout=120), args.questions, args.workers)
-        finally:
-            stop.set()
-            child.join(timeout=10)
-    Console(width=100).print(table(timings, args.latency, args.server))
+    context = multiprocessing.get_context("spawn")
+    urls, stop = context.Queue(), context.Event()
+    child = context.Process(target=_serve, args=(args.latency, urls, stop), daemon=True)
+    child.start()
+    try:
+        timings = measure(urls.get(timeout=120), args.questions, args.workers)
+    finally:
+        stop.set()
+        child.join(timeout=10)
+    Console(width=100).print(table(timings, args.latency))
     return 0
 
 

@@ -1,13 +1,9 @@
 """Faults injected into LM calls: a DSPy engine wrapper that alters the reply of ONE targeted call.
 
-`FaultInjectingEngine` wraps another DSPy custom engine (`dspy.LM(..., engine=...)`): it forwards every
-request and lets a `ReplyEdit` rewrite the reply of the first call the edit targets (by the reply's
-output fields and the request text: the evidence turn, the question); later calls pass untouched.
-`injected_lm` gives a copy of an LM with its engine wrapped. The edits here are the benchmark's LLM
-faults: drop the evidence turn's facts (Mem0 `extract`), events or narrative sentences (EverMemOS
-`write_events` / `write_episode`), UPDATE with unrelated text or DELETE the evidence units at the
-next Mem0 decision, answer wrongly. Replies are read and written in DSPy's chat-adapter (`[[ ## f ## ]]`)
-or JSON format. This module does not decide which case gets which fault (`experiments.lab.benchmark.injection`).
+`FaultInjectingEngine` forwards every request and lets a `ReplyEdit` rewrite the first reply it targets
+(by its output fields and the request text); `injected_lm` wraps an LM's engine. The edits drop the
+evidence turn's facts, events or narrative sentences, change or delete its units at a later decision,
+or answer wrongly, in DSPy's chat or JSON reply format. It picks no case (`benchmark.injection`).
 """
 
 from __future__ import annotations
@@ -142,57 +138,62 @@ def injected_lm(lm: dspy.LM, edit: ReplyEdit) -> tuple[dspy.LM, FaultInjectingEn
     return lm.copy(engine=engine, cache=False), engine
 
 
-# --------------------------------------------------------------------------- reply edits
-
-
 def drop_facts(turn_text: str) -> ReplyEdit:
     """Mem0 extraction of the evidence turn: no facts."""
 
     def edit(prompt: str, fields: dict[str, str]) -> dict[str, str] | None:
-        if "facts" not in fields or turn_text not in prompt:
-            return None
-        facts = _json_or_text(fields["facts"])
-        if not facts:
+        if "facts" not in fields or turn_text not in prompt or not _json_or_text(fields["facts"]):
             return None
         return {**fields, "facts": "[]"}
 
     return edit
 
 
+def _without_carriers(turn_text: str, parts: list[Any], text: Callable[[Any], str]) -> list[Any] | None:
+    """`parts` without those carrying the turn (overlap at least half the best one's); None when none does."""
+    scores = [_overlap(turn_text, text(part)) for part in parts]
+    best = max(scores, default=0.0)
+    return None if best <= 0 else [part for part, score in zip(parts, scores, strict=True) if score < best * 0.5]
+
+
 def drop_events(turn_text: str) -> ReplyEdit:
-    """EverMemOS event extraction of the episode holding the evidence turn: the events that carry the
-    turn's content are left out (those sharing at least half of the best match's overlap)."""
+    """EverMemOS event extraction of the episode holding the evidence turn: the events carrying it left out."""
 
     def edit(prompt: str, fields: dict[str, str]) -> dict[str, str] | None:
         if "events" not in fields or turn_text not in prompt:
             return None
         events = _json_or_text(fields["events"])
-        if not isinstance(events, list) or not events:
-            return None
-        scores = [_overlap(turn_text, str(e.get("text", "") if isinstance(e, dict) else e)) for e in events]
-        best = max(scores)
-        if best <= 0:
-            return None
-        kept = [e for e, s in zip(events, scores, strict=True) if s < max(best * 0.5, 1e-9)]
-        return {**fields, "events": json.dumps(kept, ensure_ascii=False)}
+        kept = _without_carriers(turn_text, events, lambda e: str(e.get("text", "") if isinstance(e, dict) else e)) \
+            if isinstance(events, list) else None
+        return None if kept is None else {**fields, "events": json.dumps(kept, ensure_ascii=False)}
 
     return edit
 
 
 def drop_narrative(turn_text: str) -> ReplyEdit:
-    """EverMemOS episode writing of the episode holding the evidence turn: the sentences of the
-    narrative that carry the turn's content are left out."""
+    """EverMemOS episode writing of the episode holding the evidence turn: the sentences carrying it left out."""
 
     def edit(prompt: str, fields: dict[str, str]) -> dict[str, str] | None:
         if "narrative" not in fields or turn_text not in prompt:
             return None
-        sentences = re.split(r"(?<=[.!?])\s+", fields["narrative"])
-        scores = [_overlap(turn_text, s) for s in sentences]
-        best = max(scores, default=0.0)
-        if best <= 0:
+        kept = _without_carriers(turn_text, re.split(r"(?<=[.!?])\s+", fields["narrative"]), str)
+        return None if kept is None else {**fields, "narrative": " ".join(kept)}
+
+    return edit
+
+
+def _later_decision(turn_text: str, field: str, change: ReplyEdit) -> ReplyEdit:
+    """`change` at the decisions (replies with `field`) after the evidence turn's own one (which adds its units)."""
+    state = {"extracted": False, "decided": 0}
+
+    def edit(prompt: str, fields: dict[str, str]) -> dict[str, str] | None:
+        if "facts" in fields and turn_text in prompt:
+            state["extracted"] = True
             return None
-        kept = [s for s, score in zip(sentences, scores, strict=True) if score < best * 0.5]
-        return {**fields, "narrative": " ".join(kept)}
+        if field not in fields or not state["extracted"]:
+            return None
+        state["decided"] += 1
+        return change(prompt, fields) if state["decided"] >= 2 else None
 
     return edit
 
@@ -200,24 +201,15 @@ def drop_narrative(turn_text: str) -> ReplyEdit:
 def change_units_after(turn_text: str, unit_ids: Sequence[str], event: str) -> ReplyEdit:
     """Mem0 update decision: at the first decision after the evidence turn's own one, `event` (UPDATE
     with unrelated text, or DELETE) every unit the evidence turn added."""
-    state = {"extracted": False, "decided": 0}
 
-    def edit(prompt: str, fields: dict[str, str]) -> dict[str, str] | None:
-        if "facts" in fields and turn_text in prompt:
-            state["extracted"] = True
-            return None
-        if "actions" not in fields or not state["extracted"]:
-            return None
-        state["decided"] += 1
-        if state["decided"] < 2:  # the evidence turn's own decision adds the units
-            return None
+    def change(prompt: str, fields: dict[str, str]) -> dict[str, str]:
         actions = _json_or_text(fields["actions"])
-        actions = actions if isinstance(actions, list) else []
         text = UNRELATED_MEMORY if event == "UPDATE" else ""
         added = [{"event": event, "id": unit, "text": text} for unit in unit_ids]
-        return {**fields, "actions": json.dumps([*actions, *added], ensure_ascii=False)}
+        return {**fields, "actions": json.dumps([*(actions if isinstance(actions, list) else []), *added],
+                                                ensure_ascii=False)}
 
-    return edit
+    return _later_decision(turn_text, "actions", change)
 
 
 _MEM0_MEMORY_MARKER = "Below is the current content of my memory"
@@ -241,30 +233,22 @@ def _mem0_actions(fields: Mapping[str, str]) -> list[Any]:
 
 
 def change_shown_units_after(turn_text: str, unit_texts: Sequence[str], event: str) -> ReplyEdit:
-    """mem0 1.0.x's update decision (`{"memory": [...]}`): at the first decision after the evidence
-    turn's own one that is shown an evidence unit (mem0 only applies ids it showed), `event` (UPDATE with
-    unrelated text, or DELETE) that unit under the id mem0 shows it as."""
-    state = {"extracted": False, "decided": 0}
+    """mem0 1.0.x's update decision (`{"memory": [...]}`): at the first later decision shown an evidence
+    unit (mem0 only applies ids it showed), `event` (UPDATE with unrelated text, or DELETE) that unit
+    under the id mem0 shows it as."""
 
-    def edit(prompt: str, fields: dict[str, str]) -> dict[str, str] | None:
-        if "facts" in fields and turn_text in prompt:
-            state["extracted"] = True
-            return None
-        if "memory" not in fields or not state["extracted"]:
-            return None
-        state["decided"] += 1
+    def change(prompt: str, fields: dict[str, str]) -> dict[str, str] | None:
         shown = shown_memories(prompt)
         targets = [(shown[text], text) for text in unit_texts if text in shown]
-        if state["decided"] < 2 or not targets:  # the evidence turn's own decision adds the units
-            return None
         changed = [
             {"id": unit_id, "text": UNRELATED_MEMORY, "event": event, "old_memory": text} if event == "UPDATE"
             else {"id": unit_id, "text": text, "event": event}  # mem0 skips an action without text
             for unit_id, text in targets
         ]
-        return {**fields, "memory": json.dumps([*_mem0_actions(fields), *changed], ensure_ascii=False)}
+        return {**fields, "memory": json.dumps([*_mem0_actions(fields), *changed], ensure_ascii=False)} \
+            if targets else None
 
-    return edit
+    return _later_decision(turn_text, "memory", change)
 
 
 def drop_added_actions(turn_text: str) -> ReplyEdit:
@@ -279,9 +263,9 @@ def drop_added_actions(turn_text: str) -> ReplyEdit:
         if "memory" not in fields or not state["extracted"]:
             return None
         actions = _mem0_actions(fields)
-        unknown = str(len(shown_memories(prompt)) + 99)
         if not any(isinstance(a, dict) and a.get("event") == "ADD" for a in actions):
             return None
+        unknown = str(len(shown_memories(prompt)) + 99)
         dropped = [
             {**a, "id": unknown, "event": "UPDATE"} if isinstance(a, dict) and a.get("event") == "ADD" else a
             for a in actions

@@ -1,33 +1,15 @@
-"""Fault injection: runs where everything is perfect except ONE fault at a known operation.
+"""Fault injection: perfect runs of a memory system with ONE fault at a known operation.
 
-The attribution benchmark's ground truth. For one memory system, a *perfect* run (every prompt holds
-the rules under which its stage makes no mistake, retrieval returns everything) answers nearly every
-question; its correctly answered questions with exactly one evidence turn are the candidates. For
-each candidate and each fault kind the system supports, the question is run again (its conversation
-alone) with one fault injected, and the case is kept only when that run fails (the fault was
-decisive). The truth — operation id, stage, error type — is read from the faulty run's graph: the
-operation that executed the injected call or change, never guessed.
-
-How a fault is injected is the system's to say: its spec's `faults` (`memory_systems.spec`) list
-plans of four shapes, and this module carries them out without naming any system:
-- `ReplyFault` (LLM faults such as `extraction_drop`, `response_wrong`): a wrapping engine
-  (`experiments.lab.benchmark.edits.FaultInjectingEngine`) around the task LM's engine forwards every request
-  and alters the reply of the ONE call that matches the target (the edited output fields and the
-  evidence turn or the question in the request); every other call is untouched.
-- `UnitChangeFault` (`update_overwrite`, `deletion`): the decision after the evidence turn changes
-  the units that turn added.
-- `HideEvidenceFault` (`retrieval_miss`): the spec's copy of the system whose answer-time search never
-  returns the units holding the evidence turn.
-- `KnobFault` (`trimmed_buffer`, `chunk_split`, ...): the system rebuilt with the knob settings the
-  spec computes, so that a non-LLM stage loses the evidence.
-
-This module does not score attributions (`experiments.lab.benchmark.scoring`) or print.
+The candidates are the questions a perfect run (`perfect_prompts`, generous knobs) answers right from
+one evidence turn. Per candidate and fault kind the question is run again with the fault its spec's
+`faults` plan (`ReplyFault`: one LM reply edited, `experiments.lab.benchmark.edits`; `UnitChangeFault`:
+the next decision changes the evidence units; `HideEvidenceFault`: search hides them; `KnobFault`:
+knobs that lose the evidence), kept when the answer turns wrong; the truth is the operation that
+carried it out, read from the faulty graph. It scores nothing (`experiments.lab.benchmark.scoring`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -55,9 +37,7 @@ from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.core.conventions import answer_name, memory_name, retrieved_name, turn_name
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation, variable_id
 from memtrace_loop.pipeline.core.records import Conversation, Dataset, PromptSet, Question, Turn
-from memtrace_loop.pipeline.loop.runner import ProgressSink, run_dataset
-
-logger = logging.getLogger(__name__)
+from memtrace_loop.pipeline.loop.runner import RunResult, run_dataset
 
 
 @dataclass(frozen=True)
@@ -72,20 +52,11 @@ class InjectionReport:
     kept_by_kind: Mapping[str, int]
 
 
-# --------------------------------------------------------------------------- building cases
-
-
 def perfect_prompts(system: MemorySystem, complete: Callable[[str, Iterable[str]], str]) -> PromptSet:
-    """Every stage's instruction completed by `complete(instruction, output_fields)` (for the simulated
-    world: `pipeline.backends.registry.backend_test_world().perfect_instruction`)."""
+    """Every stage's instruction completed by `complete(instruction, output_fields)` (the test world's)."""
     return PromptSet(
         {name: complete(p.signature.instructions, p.signature.output_fields) for name, p in system.named_predictors()}
     )
-
-
-def _single(dataset: Dataset, question: Question) -> Dataset:
-    conversations = tuple(c for c in dataset.conversations if c.id == question.conversation_id)
-    return dataclasses.replace(dataset, conversations=conversations, questions=(question,))
 
 
 def _op_with_output(graph: ExecutionGraph, name: str) -> Operation | None:
@@ -99,19 +70,19 @@ def _ops(graph: ExecutionGraph, stage: str, input_id: str | None = None) -> list
 
 @dataclass(frozen=True)
 class _Plan:
-    """One injection: the system and LM to run with, and how to read the truth from the graph."""
+    """One injection: the system and LM to run with, the operation that carried it out and its error type."""
 
     kind: FaultKind
     system: MemorySystem
     lm: dspy.LM
     engine: FaultInjectingEngine | None
-    truth: Callable[[ExecutionGraph], tuple[Operation, ErrorType] | None]
+    find: Callable[[ExecutionGraph], Operation | None]
+    error: str
 
 
 class FaultInjector:
-    """Builds the injected cases of one system on one dataset. `system` should already hold the
-    perfect prompts; `knobs` replaces its knobs record (generous retrieval) and `rebuild(knobs)` makes
-    a system with other knobs (for the knob faults)."""
+    """Builds the injected cases of one system on one dataset: `system` holds the perfect prompts,
+    `rebuild(knobs)` makes one with other knobs (the knob faults)."""
 
     def __init__(
         self,
@@ -121,7 +92,6 @@ class FaultInjector:
         dataset: Dataset,
         rebuild: Callable[[Mapping[str, Any]], MemorySystem],
         *,
-        exclude_categories: Sequence[int] = (5,),
         workers: int = 4,
     ) -> None:
         self.name = name
@@ -130,21 +100,15 @@ class FaultInjector:
         self.lm = lm
         self.dataset = dataset
         self.rebuild = rebuild
-        self.exclude_categories = tuple(exclude_categories)
         self.workers = workers
 
     @staticmethod
-    def _run(system: MemorySystem, lm: dspy.LM, dataset: Dataset, workers: int) -> Any:
+    def _run(system: MemorySystem, lm: dspy.LM, dataset: Dataset, workers: int) -> RunResult:
         system.set_lm(lm)  # every plan holds a system of its own (a deep copy or a rebuild)
         return run_dataset(system, make_judge(lm), dataset, workers=workers, exclude_categories=())
 
-    def perfect_run(self, progress: ProgressSink | None = None) -> Any:
-        system = self.system.deepcopy()
-        system.set_lm(self.lm)
-        return run_dataset(
-            system, make_judge(self.lm), self.dataset, workers=self.workers, exclude_categories=(),
-            progress=progress,
-        )
+    def perfect_run(self) -> RunResult:
+        return self._run(self.system.deepcopy(), self.lm, self.dataset, self.workers)
 
     def build(
         self,
@@ -157,7 +121,7 @@ class FaultInjector:
         conversation_by_id = {c.id: c for c in self.dataset.conversations}
         candidates = [
             r for r in perfect.results
-            if r.correct and r.question.category not in self.exclude_categories and len(r.question.evidence) == 1
+            if r.correct and r.question.category != 5 and len(r.question.evidence) == 1
         ]
         kinds = tuple(kinds or self.spec.fault_kinds)
         tried: dict[str, int] = {k.value: 0 for k in kinds}
@@ -179,27 +143,22 @@ class FaultInjector:
                         cases.append(case)
                         kept[kind.value] += 1
                         break
-        report = InjectionReport(
-            self.name, len(perfect.results), sum(r.correct for r in perfect.results), len(candidates),
-            MappingProxyType(tried), MappingProxyType(kept),
-        )
-        return tuple(cases), report
+        return tuple(cases), InjectionReport(self.name, len(perfect.results), sum(r.correct for r in perfect.results),
+                                             len(candidates), MappingProxyType(tried), MappingProxyType(kept))
 
     def _inject(self, plan: _Plan, question: Question, conversation: Conversation) -> BenchCase | None:
-        run = self._run(plan.system, plan.lm, _single(self.dataset, question), 1)
+        run = self._run(plan.system, plan.lm, self.dataset.for_questions((question.id,)), 1)
         if plan.engine is not None and not plan.engine.fired:
             return None  # the target call never happened: nothing was injected
         (result,) = run.results
         if result.correct:
             return None  # the fault was not decisive
         graph = run.graph_by_conversation[question.conversation_id]
-        found = plan.truth(graph)
-        if found is None:
+        if (op := plan.find(graph)) is None:
             return None
-        op, error_type = found
         tunable = Tunable.PROMPT if op.prompt is not None else Tunable.KNOBS
-        truth = InjectedFault(question.id, self.name, plan.kind, op.id, op.stage, error_type, tunable)
-        return BenchCase(graph, result, conversation, truth)
+        return BenchCase(graph, result, conversation, InjectedFault(
+            question.id, self.name, plan.kind, op.id, op.stage, ErrorType(plan.error), tunable))
 
     def _plans(
         self, kind: FaultKind, question: Question, conversation: Conversation, graph: ExecutionGraph
@@ -218,8 +177,8 @@ class FaultInjector:
             elif isinstance(fault, HideEvidenceFault):
                 hidden = fault.hide(self.system, graph, turn.id)
                 if hidden is not None:
-                    plans.append(_Plan(kind, hidden, self.lm, None, _truth(
-                        lambda g: _op_with_output(g, retrieved_name(question.id)), fault.error)))
+                    plans.append(_Plan(kind, hidden, self.lm, None,
+                                       lambda g: _op_with_output(g, retrieved_name(question.id)), fault.error))
             else:
                 plans.extend(self._knob_plans(fault, conversation, turn, graph))
         return plans
@@ -242,7 +201,7 @@ class FaultInjector:
         else:
             def found(g: ExecutionGraph) -> Operation | None:
                 return _op_with_output(g, answer_name(question.id))
-        return _Plan(fault.kind, self.system.deepcopy(), lm, engine, _truth(found, fault.error))
+        return _Plan(fault.kind, self.system.deepcopy(), lm, engine, found, fault.error)
 
     def _unit_change_plan(self, fault: UnitChangeFault, turn: Turn, graph: ExecutionGraph) -> list[_Plan]:
         units = fault.units(graph, turn.id)
@@ -253,7 +212,7 @@ class FaultInjector:
         def changed(g: ExecutionGraph) -> Operation | None:
             # the store operation that changed an evidence unit; the decision that ordered it is the fault
             for op in g.operations():
-                if op.name == fault.store_op and any(_first_version(g, i) in targets for i in op.inputs):
+                if op.name == fault.store_op and any(variable_id(g.variable(i).name, 1) in targets for i in op.inputs):
                     return g.producer(op.inputs[0])
             return None
 
@@ -263,7 +222,7 @@ class FaultInjector:
         else:
             edit = change_units_after(turn.text, units, fault.event)
         lm, engine = injected_lm(self.lm, edit)
-        return [_Plan(fault.kind, self.system.deepcopy(), lm, engine, _truth(changed, fault.error))]
+        return [_Plan(fault.kind, self.system.deepcopy(), lm, engine, changed, fault.error)]
 
     def _knob_plans(
         self, fault: KnobFault, conversation: Conversation, turn: Turn, graph: ExecutionGraph
@@ -274,8 +233,7 @@ class FaultInjector:
                 system = self.rebuild(knobs)
             except ValueError:
                 continue
-            plans.append(_Plan(fault.kind, system, self.lm, None, _truth(
-                lambda g: fault.caused(g, turn.id), fault.error)))
+            plans.append(_Plan(fault.kind, system, self.lm, None, lambda g: fault.caused(g, turn.id), fault.error))
         return plans
 
 
@@ -284,23 +242,6 @@ def _reply_edit(edit: EditKind, question: Question, turn: Turn) -> ReplyEdit:
         return wrong_answer(question.text)
     return {EditKind.DROP_FACTS: drop_facts, EditKind.DROP_EVENTS: drop_events,
             EditKind.DROP_NARRATIVE: drop_narrative, EditKind.DROP_ACTION: drop_added_actions}[edit](turn.text)
-
-
-def _truth(
-    find: Callable[[ExecutionGraph], Operation | None], error: str
-) -> Callable[[ExecutionGraph], tuple[Operation, ErrorType] | None]:
-    """The truth reader of a plan: the operation `find` names, with error type `error`."""
-
-    def truth(graph: ExecutionGraph) -> tuple[Operation, ErrorType] | None:
-        op = find(graph)
-        return None if op is None else (op, ErrorType(error))
-
-    return truth
-
-
-def _first_version(graph: ExecutionGraph, var_id: str) -> str:
-    var = graph.variable(var_id)
-    return variable_id(var.name, 1)
 
 
 def build_system_cases(
@@ -315,9 +256,8 @@ def build_system_cases(
     workers: int = 4,
     on_case: Callable[[str], None] | None = None,
 ) -> tuple[tuple[BenchCase, ...], InjectionReport]:
-    """The injected cases of system `name`: `build(knobs)` makes the system from its config node (its
-    spec's `generous_knobs` plus `knobs`), `complete` completes each prompt (the perfect prompts); one
-    perfect run, then one run per injection."""
+    """The injected cases of system `name`: `build` makes it from its config node (the spec's
+    `generous_knobs` plus a fault's knobs), `complete` perfects each prompt; one run per injection."""
     generous = spec_of(name).generous_knobs
 
     def rebuild(extra: Mapping[str, Any]) -> MemorySystem:

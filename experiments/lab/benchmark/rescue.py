@@ -1,30 +1,12 @@
 """The counterfactual-rescue oracle: natural failures in a degraded world, labelled by what rescues them.
 
-A `DegradedWorld` is a memory system with some stage prompts overridden and some knobs made small
-(`knobs`): the knob worlds are the system's spec's (`MemorySystemSpec.knob_worlds`; a spec that does
-not state them is refused, so no system is silently left out). The oracle runs the dataset in it and
-takes the failed questions (category 5 left out, as the runner's summary does). The world's *repairs* are:
-
-- each LLM stage given its perfect instruction: the test world's `perfect_instruction` (typed
-  interface `pipeline.backends.test_world.TestWorld`) applied to the instruction in force; a stage
-  the test world knows no rule for, or whose instruction is already perfect, has no repair;
-- one knob raised: each knob the world degraded, and (with `raise_generous`, the default: the
-  issue's "raise one knob") each knob of the spec's `generous_knobs` in any world, set to its
-  `generous_knobs` value (else the knobs record's default), named by the non-LLM stage that owns it
-  (the spec's stage table, or the world's `owners` for a knob no stage declares); a repair that
-  changes nothing is left out, and a degraded knob with no owner is a held setting of the world
-  (e.g. EverMemOS `multi_query=false`), never repaired. Two knobs of one stage form one repair.
-
-One run per repair set (only the still-unlabelled failures, memories reused through one
-`MemoryCache`, so a prompt repair of the answer stage does not rebuild memory): every single
-repair first (`RescueLabel.rescuers`: the repairs that each alone turn the question correct); for
-the rest, all repairs together (a question it does not rescue is `unrescuable`), then sets of
-increasing size up to `max_joint` (`RescueLabel.joint_sets`: every rescuing set of the smallest size
-found; `joint` the first of them, in the system's stage order; all repairs when no smaller set did).
-
-The oracle may read the test world's rules; attributors and replay may not (they never see this
-module's output). This module does not score attributors (`experiments.lab.benchmark.rescue_scoring`),
-build LMs or print.
+A `DegradedWorld` overrides some prompts or knobs: default prompts, each construction stage with all
+its rules, and the spec's `knob_worlds` (none stated: `NoKnobWorldsError`). Its repairs
+(`world_repairs`) are each LLM stage's perfect instruction and each degraded or generous knob raised,
+named by its owning stage. `rescue_oracle` runs the world, then each repair alone on the failures
+(`RescueLabel.rescuers`), all together (else `unrescuable`), and sets of growing size up to
+`max_joint` (`joint_sets`), sharing one `MemoryCache`. It may read the test world's rules (attributors
+never see its output); it scores nothing (`experiments.lab.benchmark.rescue_scoring`).
 """
 
 from __future__ import annotations
@@ -45,17 +27,7 @@ from memtrace_loop.pipeline.core.records import CaseResult, Dataset, PromptSet
 from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
 from memtrace_loop.pipeline.loop.runner import RunResult, run_dataset
 
-__all__ = [
-    "DegradedWorld",
-    "NoKnobWorldsError",
-    "Repair",
-    "RescueLabel",
-    "WorldOracle",
-    "degraded_worlds",
-    "rescue_oracle",
-    "world_repairs",
-]
-
+EXCLUDED = (5,)  # the categories left out of the failures, as the runner's summary leaves them
 Build = Callable[[Mapping[str, Any]], MemorySystem]  # a `memory_system` config node -> the system
 
 
@@ -159,23 +131,21 @@ def world_system(world: DegradedWorld, build: Build, repairs: Sequence[Repair] =
 
 
 def _knob_owner(world: DegradedWorld, knob: str) -> str | None:
-    owner = world.owners.get(knob)
-    if owner is not None:
-        return owner
+    if knob in world.owners:
+        return world.owners[knob]
     return next((s.name for s in spec_of(world.system).stages if knob in s.knobs), None)
 
 
-def world_repairs(
-    world: DegradedWorld, build: Build, test_world: TestWorld, raise_generous: bool = True
-) -> tuple[Repair, ...]:
-    """The repairs of `world`, in the system's stage order (see the module docstring); without
-    `raise_generous`, only the knobs the world degraded are repaired."""
+def world_repairs(world: DegradedWorld, build: Build, test_world: TestWorld) -> tuple[Repair, ...]:
+    """The repairs of `world`, in the system's stage order: each LLM stage's perfect instruction (when the
+    test world has rules for it and it is not perfect yet), each degraded or generous knob raised to its
+    generous value (else its default), by owning stage; a degraded knob without owner stays held."""
     system = world_system(world, build)
     spec = spec_of(world.system)
     defaults = dataclasses.asdict(spec.knobs())
     current = dataclasses.asdict(system.knobs)
     knob_repairs: dict[str, dict[str, Any]] = {}
-    for knob in dict.fromkeys([*world.knobs, *(spec.generous_knobs if raise_generous else ())]):
+    for knob in dict.fromkeys([*world.knobs, *spec.generous_knobs]):
         owner = _knob_owner(world, knob)
         value = spec.generous_knobs.get(knob, defaults[knob])
         if owner is not None and value != current[knob]:
@@ -246,8 +216,6 @@ def rescue_oracle(
     *,
     workers: int = 4,
     max_joint: int = 3,
-    raise_generous: bool = True,
-    exclude_categories: Sequence[int] = (5,),
     on_run: Callable[[str], None] | None = None,
 ) -> WorldOracle:
     """Run `world` on `dataset` and label each failed question by rescue (the module docstring)."""
@@ -255,9 +223,9 @@ def rescue_oracle(
     system = world_system(world, build)
     system.set_lm(lm)
     run = run_dataset(system, make_judge(lm), dataset, workers=workers, memory_cache=runner.cache)
-    failures = tuple(r for r in run.results if not r.correct and r.question.category not in exclude_categories)
+    failures = tuple(r for r in run.results if not r.correct and r.question.category not in EXCLUDED)
     failed = [r.question.id for r in failures]
-    repairs = world_repairs(world, build, test_world, raise_generous)
+    repairs = world_repairs(world, build, test_world)
     rescuers: dict[str, set[str]] = {q: set() for q in failed}
     for repair in repairs:
         for qid in runner.rescued((repair,), failed):

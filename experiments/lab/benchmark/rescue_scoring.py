@@ -1,30 +1,11 @@
-"""Scoring attributions against the counterfactual-rescue oracle's labels (`experiments.lab.benchmark.rescue`).
+"""Attributions scored against the rescue oracle's labels (`experiments.lab.benchmark.rescue`).
 
-Per failed case, an attribution (or None: counts as wrong everywhere) against its `RescueLabel`:
-
-- rescues alone: a blamed stage (the attribution's stage, or any stage of its joint set) is among the
-  label's single rescuers;
-- necessary: the label has a rescuing set and the attribution's stage is in EVERY minimal rescuing
-  set (each single rescuer is one; for a joint case, each joint set of the smallest size): a stage
-  that must be repaired for any smallest repair to work;
-- joint named: the attribution names a joint set (`Attribution.joint` non-empty), read on the cases
-  the oracle calls joint; joint sufficient: the stages of a named set contain a rescuing set (read on
-  every case where a set is named);
-- verified right: `check == VERIFIED` and the blame is right (the blamed stage rescues alone, or the
-  named joint set is sufficient); verified precision is its share of the verified cases;
-- unverifiable: `check == UNVERIFIABLE`;
-- cost: LM calls and replay calls of the attribution (`AttributionCost`).
-
-Per world and setting, `summarize_rescue` also compares the blame table's top stage (`aggregate_blame`,
-weights by check) with the oracle's most common rescuing stage, read three ways: as the blame table counts
-(`oracle_top_split`: each failure weighs one, split evenly over its single rescuers, else over its joint
-sets and each set's members; ties broken as the table breaks them, by the failures a stage rescues alone),
-which is the reading the issue's bar is checked on; each member of a joint set counted once in full
-(`oracle_top`); single rescues only (`oracle_top_alone`). `top_vs_split` says whether the table's top and
-the split top differ only where one side is tied, so a tie-break is not read as a misattribution;
-`top_agreement` counts, per setting, the worlds where the table agrees with each reading, and `bar_summary`
-puts those counts beside the other pooled shares the issue's bars read. Pure functions over records:
-running attributors is the benchmark's (`experiments.lab.bench.rescue_bench`).
+Per labelled failure (`compare_rescue`; no attribution counts as wrong): the blamed stage rescues alone,
+it is necessary (in every minimal rescuing set), a joint set is named and is sufficient, a verified
+blame is right, the check is unverifiable, and the calls it cost. `summarize_rescue` folds a world's
+scores and sets the blame table's top stage beside the oracle's, read three ways (`READINGS`): split
+as the table splits a failure (the bar's reading), joint members in full, single rescues only;
+`bar_summary` pools them per setting. Pure functions over records: it runs no attributor.
 """
 
 from __future__ import annotations
@@ -36,24 +17,6 @@ from dataclasses import dataclass
 from memtrace_loop.experiments.lab.benchmark.rescue import RescueLabel
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Check
 from memtrace_loop.pipeline.analysis.blame import BlameTable, aggregate_blame
-
-__all__ = [
-    "RescueCaseScore",
-    "RescueScore",
-    "bar_summary",
-    "blamed_stages",
-    "compare_rescue",
-    "joint_sufficient",
-    "oracle_split_weights",
-    "oracle_top_alone",
-    "oracle_top_split",
-    "oracle_top_stage",
-    "stage_necessary",
-    "summarize_rescue",
-    "top_agreement",
-    "top_stages",
-    "top_vs_split",
-]
 
 
 def blamed_stages(attribution: Attribution) -> frozenset[str]:
@@ -99,29 +62,21 @@ def compare_rescue(label: RescueLabel, attribution: Attribution | None) -> Rescu
     alone = bool(blamed_stages(attribution) & label.rescuers)
     sufficient = joint_sufficient(label, attribution)
     return RescueCaseScore(
-        label,
-        attribution,
-        rescues_alone=alone,
-        necessary=stage_necessary(label, attribution.stage),
-        joint_named=bool(attribution.joint),
-        joint_sufficient=sufficient,
-        verified_right=attribution.check == Check.VERIFIED and (attribution.stage in label.rescuers or sufficient),
-        lm_calls=attribution.cost.lm_calls,
-        replay_calls=attribution.cost.replay_calls,
+        label, attribution, alone, stage_necessary(label, attribution.stage), bool(attribution.joint), sufficient,
+        attribution.check == Check.VERIFIED and (attribution.stage in label.rescuers or sufficient),
+        attribution.cost.lm_calls, attribution.cost.replay_calls,
     )
 
 
 def oracle_top_stage(labels: Sequence[RescueLabel]) -> str | None:
     """The most common rescuing stage (each single rescuer, each stage of a joint set); ties by name."""
     counts = Counter(stage for label in labels for stage in (label.rescuers or frozenset(label.joint or ())))
-    if not counts:
-        return None
-    return min(counts, key=lambda stage: (-counts[stage], stage))
+    return min(counts, key=lambda stage: (-counts[stage], stage)) if counts else None
 
 
 def oracle_split_weights(labels: Sequence[RescueLabel]) -> dict[str, float]:
-    """Each failure weighs one, split evenly over its single rescuers (either alone rescues), else over
-    its joint sets and then each set's members: the blame table's own rule for a joint case's weight.
+    """Each failure weighs one, split evenly over its single rescuers, else over its joint sets and each
+    set's members (the blame table's rule).
 
     >>> joint = RescueLabel("q1", frozenset(), ("extract", "respond"), False, (("extract", "respond"),))
     >>> both = RescueLabel("q2", frozenset({"decide", "extract"}), None, False)
@@ -138,9 +93,8 @@ def oracle_split_weights(labels: Sequence[RescueLabel]) -> dict[str, float]:
 
 
 def oracle_top_split(labels: Sequence[RescueLabel]) -> str | None:
-    """The stage the oracle's rescues weigh most under `oracle_split_weights`. Ties as the blame table
-    breaks them (`StageBlame.rank_key`): by the failures the stage rescues alone, then by the failures it
-    takes part in, then by name.
+    """The stage weighing most under `oracle_split_weights`; ties as the blame table breaks them (failures
+    rescued alone, then failures taken part in, then name).
 
     >>> joint = RescueLabel("q1", frozenset(), ("extract", "respond"), False, (("extract", "respond"),))
     >>> decide, extract = (RescueLabel("q2", frozenset({s}), None, False) for s in ("decide", "extract"))
@@ -164,8 +118,7 @@ def _alone_counts(labels: Sequence[RescueLabel]) -> Counter[str]:
 
 
 def oracle_top_alone(labels: Sequence[RescueLabel]) -> str | None:
-    """The stage whose repair alone rescues the most failures (joint cases count for no stage); ties by
-    name. A third reading of "the most common rescuing stage", reported beside the other two.
+    """The stage whose repair alone rescues the most failures (joint cases count for none); ties by name.
 
     >>> joint = RescueLabel("q1", frozenset(), ("extract", "respond"), False, (("extract", "respond"),))
     >>> oracle_top_alone([joint] * 3 + [RescueLabel("q2", frozenset({"decide"}), None, False)])
@@ -188,9 +141,8 @@ def top_stages(weights: Mapping[str, float]) -> frozenset[str]:
 
 
 def top_vs_split(table: BlameTable, labels: Sequence[RescueLabel]) -> str | None:
-    """The blame table's top stage against the oracle's split top: `agrees` (the same stage), `tie` (they
-    differ only by how a tie on one side was broken: the table's top stages, tied at its highest weight,
-    share a stage with the oracle's tied top stages), `differs`; None when either side is empty."""
+    """The table's top vs the oracle's split top: `agrees`, `tie` (the two sides' tied top stages
+    share one: only a tie-break differs), `differs`; None when either side is empty."""
     oracle = oracle_split_weights(labels)
     if not table.rows or not oracle:
         return None
@@ -202,9 +154,7 @@ def top_vs_split(table: BlameTable, labels: Sequence[RescueLabel]) -> str | None
 
 @dataclass(frozen=True)
 class RescueScore:
-    """One attributor setting on the failures of one world. Shares in [0, 1]; None when the share's
-    denominator is empty (`necessary` over rescuable cases, `joint_named` over oracle-joint cases,
-    `joint_sufficient` over named sets, `verified_precision` over verified cases)."""
+    """One attributor setting on the failures of one world. Shares in [0, 1]; None over an empty denominator."""
 
     system: str
     world: str
@@ -265,26 +215,19 @@ def summarize_rescue(
     joint = [s for s in scores if s.label.joint is not None and not s.label.rescuers]
     named = [s for s in scores if s.joint_named]
     verified = [s for s in scores if s.check == Check.VERIFIED]
-    found = [a for a in attributions.values() if a is not None]
-    table = aggregate_blame(found)
+    table = aggregate_blame([a for a in attributions.values() if a is not None])
     oracle = list(labels.values())
     return RescueScore(
-        system=system, world=world, setting=setting, n=n,
-        rescues_alone=_share([s.rescues_alone for s in scores]) or 0.0,
-        necessary=_share([s.necessary for s in rescuable]),
-        joint_cases=len(joint),
-        joint_named=_share([s.joint_named for s in joint]),
-        named_sets=len(named),
-        joint_sufficient=_share([s.joint_sufficient for s in named]),
-        verified=len(verified),
+        system, world, setting, n, rescues_alone=_share([s.rescues_alone for s in scores]) or 0.0,
+        necessary=_share([s.necessary for s in rescuable]), joint_cases=len(joint),
+        joint_named=_share([s.joint_named for s in joint]), named_sets=len(named),
+        joint_sufficient=_share([s.joint_sufficient for s in named]), verified=len(verified),
         verified_precision=_share([s.verified_right for s in verified]),
         unverifiable=_share([s.check == Check.UNVERIFIABLE for s in scores]) or 0.0,
         lm_calls_per_case=sum(s.lm_calls for s in scores) / n if n else 0.0,
         replay_calls_per_case=sum(s.replay_calls for s in scores) / n if n else 0.0,
-        top_blamed=table.rows[0].stage if table.rows else None,
-        oracle_top=oracle_top_stage(oracle),
-        oracle_top_split=oracle_top_split(oracle),
-        oracle_top_alone=oracle_top_alone(oracle),
+        top_blamed=table.rows[0].stage if table.rows else None, oracle_top=oracle_top_stage(oracle),
+        oracle_top_split=oracle_top_split(oracle), oracle_top_alone=oracle_top_alone(oracle),
         top_vs_split=top_vs_split(table, oracle),
     )
 
@@ -313,9 +256,8 @@ def _pooled(scores: Sequence[RescueScore], share: str, weight: str) -> float | N
 
 
 def bar_summary(scores: Sequence[RescueScore]) -> list[dict[str, object]]:
-    """Per setting, over every world's failures: the shares the issue's bars read, pooled by their
-    denominators (rescues alone over failures, verified precision over verified blames, joint named over
-    the oracle's joint cases, joint sufficient over named sets; in %), and `top_agreement`'s counts."""
+    """Per setting, over every world's failures: the bars' shares pooled by their denominators (in %)
+    and `top_agreement`'s counts."""
     agreement = {row["setting"]: row for row in top_agreement(scores)}
     rows = []
     for setting, counts in agreement.items():

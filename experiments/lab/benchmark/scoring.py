@@ -1,23 +1,9 @@
-"""Scoring attributors on failures whose one true cause is known (the attribution benchmark).
+"""Attributors scored on failures whose one true cause is known (the attribution benchmark).
 
-A `BenchCase` is a failed case with its graph, conversation and ground truth (`InjectedFault`: the
-operation that carried out an injected fault, its stage and error type). `score_attributor` runs an
-`Attributor` on every case and summarizes, per system, into an `AttributorScore`:
-
-- error-type / stage / exact-operation accuracy: the blamed error type, stage, operation id equal the
-  truth's (an unattributed case counts as wrong);
-- within one hop: the blamed operation is the true one, or the two are adjacent in the graph (one
-  produces a variable the other consumes);
-- unattributed: share of cases where the attributor returned None;
-- verified: share of cases whose attribution has `verified is True`; verified precision: of those,
-  the share that are *right* — exact operation, or both stage and error type right (a verified blame
-  on the right stage and type names the right fix even when another operation of that stage is
-  named). None when nothing was verified;
-- cost: LM calls per case (`cost.lm_calls + cost.replay_calls`) and milliseconds per case, measured
-  around the `attribute` call.
-
-Building the cases is `experiments.lab.benchmark.injection`; this module runs no memory system and only
-reads a clock (injectable) besides calling the attributor.
+`score_attributor` runs an attributor on every `BenchCase` and folds, per system, the error-type, stage
+and exact-operation accuracy, within one hop (adjacent operations), unattributed and verified shares,
+verified precision (exact op, or stage and type right), calls and milliseconds per case. The cases
+come from `experiments.lab.benchmark.injection`.
 """
 
 from __future__ import annotations
@@ -102,25 +88,20 @@ class AttributorScore:
     n_by_kind: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
     def as_row(self) -> dict[str, object]:
-        """Plain row for tables and MLflow (shares rounded to 4 places)."""
+        """Plain row for tables and MLflow (shares rounded to 4 places, costs to 3)."""
+        shares = ("error_type_acc", "stage_acc", "op_acc", "op_within_1_hop", "unattributed", "verified")
+        values = (self.error_type_accuracy, self.stage_accuracy, self.op_accuracy, self.within_one_hop,
+                  self.unattributed, self.verified)
         return {
-            "system": self.system,
-            "attributor": self.attributor,
-            "n": self.n,
-            "error_type_acc": round(self.error_type_accuracy, 4),
-            "stage_acc": round(self.stage_accuracy, 4),
-            "op_acc": round(self.op_accuracy, 4),
-            "op_within_1_hop": round(self.within_one_hop, 4),
-            "unattributed": round(self.unattributed, 4),
-            "verified": round(self.verified, 4),
+            "system": self.system, "attributor": self.attributor, "n": self.n,
+            **{name: round(value, 4) for name, value in zip(shares, values, strict=True)},
             "verified_precision": None if self.verified_precision is None else round(self.verified_precision, 4),
-            "lm_calls_per_case": round(self.lm_calls_per_case, 3),
-            "ms_per_case": round(self.ms_per_case, 3),
+            "lm_calls_per_case": round(self.lm_calls_per_case, 3), "ms_per_case": round(self.ms_per_case, 3),
         }
 
     def metrics(self) -> dict[str, float]:
         """The numeric part of `as_row`, for a metrics log."""
-        return {k: float(v) for k, v in self.as_row().items() if isinstance(v, (int, float)) and k != "n"} | {
+        return {k: float(v) for k, v in self.as_row().items() if isinstance(v, int | float) and k != "n"} | {
             "n": float(self.n)
         }
 
@@ -135,30 +116,20 @@ def adjacent(graph: ExecutionGraph, first: str, second: str) -> bool:
     return bool(set(a.outputs) & set(b.inputs) or set(b.outputs) & set(a.inputs))
 
 
-def compare(
-    case: BenchCase, attribution: Attribution | None, milliseconds: float = 0.0
-) -> CaseScore:
+def compare(case: BenchCase, attribution: Attribution | None, milliseconds: float = 0.0) -> CaseScore:
     """Score one attribution (or None) against the case's truth. Pure."""
     truth = case.truth
     if attribution is None:
         return CaseScore(truth, None, False, False, False, False, milliseconds, 0)
-    cost = attribution.cost
     return CaseScore(
-        truth,
-        attribution,
-        error_type_ok=attribution.error_type == truth.error_type,
-        stage_ok=attribution.stage == truth.stage,
-        op_ok=attribution.op == truth.op,
-        within_one_hop=adjacent(case.graph, attribution.op, truth.op),
-        milliseconds=milliseconds,
-        lm_calls=cost.lm_calls + cost.replay_calls,
+        truth, attribution, attribution.error_type == truth.error_type, attribution.stage == truth.stage,
+        attribution.op == truth.op, adjacent(case.graph, attribution.op, truth.op), milliseconds,
+        attribution.cost.lm_calls + attribution.cost.replay_calls,
     )
 
 
 def attribute_cases(
-    attributor: Attributor,
-    cases: Iterable[BenchCase],
-    clock: Callable[[], float] = time.perf_counter,
+    attributor: Attributor, cases: Iterable[BenchCase], clock: Callable[[], float] = time.perf_counter,
     on_case: Callable[[BenchCase], None] | None = None,
 ) -> tuple[CaseScore, ...]:
     """Run `attributor` on every case (timing each call with `clock`) and compare with the truth."""
@@ -172,8 +143,9 @@ def attribute_cases(
     return tuple(scores)
 
 
-def _share(flags: Sequence[bool]) -> float:
-    return sum(flags) / len(flags) if flags else 0.0
+def _share(flags: Iterable[bool]) -> float:
+    values = list(flags)
+    return sum(values) / len(values) if values else 0.0
 
 
 def summarize(system: str, attributor: str, scores: Sequence[CaseScore]) -> AttributorScore:
@@ -181,34 +153,23 @@ def summarize(system: str, attributor: str, scores: Sequence[CaseScore]) -> Attr
     n = len(scores)
     verified = [s for s in scores if s.verified]
     kinds = Counter(s.truth.kind.value for s in scores)
+
+    def by_kind(ok: Callable[[CaseScore], bool]) -> Mapping[str, float]:
+        return MappingProxyType({k: _share(ok(s) for s in scores if s.truth.kind.value == k) for k in kinds})
+
     return AttributorScore(
-        system=system,
-        attributor=attributor,
-        n=n,
-        error_type_accuracy=_share([s.error_type_ok for s in scores]),
-        stage_accuracy=_share([s.stage_ok for s in scores]),
-        op_accuracy=_share([s.op_ok for s in scores]),
-        within_one_hop=_share([s.within_one_hop for s in scores]),
-        unattributed=_share([s.attribution is None for s in scores]),
-        verified=len(verified) / n if n else 0.0,
-        verified_precision=_share([s.right for s in verified]) if verified else None,
-        lm_calls_per_case=sum(s.lm_calls for s in scores) / n if n else 0.0,
-        ms_per_case=sum(s.milliseconds for s in scores) / n if n else 0.0,
-        op_accuracy_by_kind=MappingProxyType(
-            {k: _share([s.op_ok for s in scores if s.truth.kind.value == k]) for k in kinds}
-        ),
-        type_accuracy_by_kind=MappingProxyType(
-            {k: _share([s.error_type_ok for s in scores if s.truth.kind.value == k]) for k in kinds}
-        ),
+        system, attributor, n, _share(s.error_type_ok for s in scores), _share(s.stage_ok for s in scores),
+        _share(s.op_ok for s in scores), _share(s.within_one_hop for s in scores),
+        _share(s.attribution is None for s in scores), len(verified) / n if n else 0.0,
+        _share(s.right for s in verified) if verified else None,
+        sum(s.lm_calls for s in scores) / n if n else 0.0, sum(s.milliseconds for s in scores) / n if n else 0.0,
+        op_accuracy_by_kind=by_kind(lambda s: s.op_ok), type_accuracy_by_kind=by_kind(lambda s: s.error_type_ok),
         n_by_kind=MappingProxyType(dict(kinds)),
     )
 
 
 def score_attributor(
-    attributor: Attributor,
-    cases: Sequence[BenchCase],
-    system: str,
-    clock: Callable[[], float] = time.perf_counter,
+    attributor: Attributor, cases: Sequence[BenchCase], system: str, clock: Callable[[], float] = time.perf_counter,
     on_case: Callable[[BenchCase], None] | None = None,
 ) -> AttributorScore:
     """`summarize` of `attribute_cases` for the cases of one system."""
