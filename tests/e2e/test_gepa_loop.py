@@ -10,7 +10,6 @@ tests/support/reflection.py (it completes a stage's instruction with the sim wor
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 import dspy
 import pytest
@@ -66,12 +65,12 @@ class CountdownBudget:
 def test_gepa_stops_at_the_call_budget(tmp_path):
     w = World()
     lm, engine = reflection_lm(w.stage_rewrite())
-    optimizer = GepaOptimizer(lm, replace(SMALL, max_metric_calls=400))
+    optimizer = GepaOptimizer(lm, SMALL)
     budget = CountdownBudget(w, 0)
     optimizer.propose(w.context(budget=budget))  # nothing left: GEPA does not start
     assert w.calls == 0 and not engine.prompts
     w2 = World()
-    unlimited = GepaOptimizer(lm, replace(SMALL, max_metric_calls=400)).propose(w2.context())
+    unlimited = GepaOptimizer(lm, SMALL).propose(w2.context())  # stopped by its own max_metric_calls
     budget = CountdownBudget(w, w2.calls // 3)
     capped = optimizer.propose(w.context(budget=budget))
     assert budget.remaining() <= 0  # it ran up to the budget ...
