@@ -158,8 +158,7 @@ def test_the_loop_improves_test_accuracy_and_blames_only_stages_the_system_has()
     lms = counted_sim_lms(calls)
     system = EverMemOSMemory(HashingEmbedder(), EverMemOSKnobs(tokenizer="approx"))
     system.set_lm(lms.task)
-    # two iterations already rewrite write_events and respond and beat the start's CI (0.73 -> 0.90 vs 0.86)
-    settings = LoopSettings(max_iterations=2, patience=2, min_gain=0.02, max_candidates=2, workers=2)
+    settings = LoopSettings(max_iterations=4, patience=2, min_gain=0.02, max_candidates=2, workers=2)
     result = OptimizationLoop(
         system, make_judge(lms.judge), build_optimizer("attribution", lms.rewriter, system=system),
         Splits(parts.train, parts.dev, parts.test),
