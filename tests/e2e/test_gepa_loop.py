@@ -10,6 +10,7 @@ tests/support/reflection.py (it completes a stage's instruction with the sim wor
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import dspy
 import pytest
@@ -41,7 +42,7 @@ def test_a_seed_gives_the_same_candidates(tmp_path):
     def once(name: str):
         w = World()
         lm, _ = reflection_lm(w.stage_rewrite())
-        optimizer = GepaBlameOptimizer(lm, SMALL, LineageAttributor(), tmp_path / name)
+        optimizer = GepaBlameOptimizer(lm, replace(SMALL, max_metric_calls=40), LineageAttributor(), tmp_path / name)
         candidates = optimizer.propose(w.context())
         return [c.prompts for c in candidates], _table(candidates)
 
