@@ -54,7 +54,7 @@ COMPARE_ARGS ?=
 compare: install  ## every optimizer x memory system x 3 seeds (a multirun, 2 jobs at a time in parallel processes), then one table + plot: multirun/optimize/<time>/comparison/
 	$(BIN)/memtrace optimize -m experiment=compare_optimizers $(COMPARE_ARGS)
 
-test: install-dev  ## the whole test suite, as CI runs it (ending with its 25 slowest steps: CI stays under 10 minutes)
+test: install-dev  ## the whole test suite, as CI runs it (ending with its 25 slowest steps: what holds CI)
 	$(PYTEST) --durations=25
 
 test-fast: install-dev  ## skip the slow end-to-end tests
