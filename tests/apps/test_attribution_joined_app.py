@@ -14,6 +14,7 @@ import io
 import json
 import logging
 import re
+import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -161,15 +162,12 @@ def test_the_attribute_folder_and_the_mlflow_run_show_the_same_attribution(attri
     assert checks_by_question(of_unlogged["attributions"]).keys() == verified.keys()
 
 
-@pytest.mark.slow
-def test_a_later_attribution_replaces_the_verified_one(tmp_path, monkeypatch):
+def test_a_later_attribution_replaces_the_verified_one(attributed, tmp_path, monkeypatch):
+    _, source, first, _ = attributed
     monkeypatch.chdir(tmp_path)
-    source = run(composed("run", tmp_path, *SMALL))
-    first = attribute(composed("attribute", tmp_path, f"run_dir={source['run_dir']}", "attributor.verify=true",
-                               "log=false"), console=quiet()[0])
-    second = attribute(composed("attribute", tmp_path, f"run_dir={source['run_dir']}", "log=false"),
-                       console=quiet()[0])
-    outcome = report(composed("report", tmp_path, f"run_dir={source['run_dir']}", "log=false"), console=quiet()[0])
+    run_dir = shutil.copytree(source["run_dir"], tmp_path / "run")  # the module's run is left as it is
+    second = attribute(composed("attribute", tmp_path, f"run_dir={run_dir}", "log=false"), console=quiet()[0])
+    outcome = report(composed("report", tmp_path, f"run_dir={run_dir}", "log=false"), console=quiet()[0])
     assert set(checks_by_question(outcome["attributions"]).values()) == {"unchecked"}
     assert second["out_dir"] in meta(page_of(outcome))["attribution"] and first["out_dir"] != second["out_dir"]
     assert blame_columns(page_of(outcome))["verified"] == 0

@@ -73,13 +73,16 @@ def sim():
     lm = sim_lm()
     system = EverMemOSMemory(HashingEmbedder(), EverMemOSKnobs(tokenizer="approx"))
     system.set_lm(lm)
-    return samples, parse_locomo(samples, "sim"), lm, system
+    return samples, parse_locomo(samples, "sim"), lm, system, {}
 
 
 def sim_run(sim, rule_ids, excluded=(5,)):
-    samples, dataset, lm, base = sim
-    system = with_stage_rules(base, rule_ids)
-    result = run_dataset(system, make_judge(lm), dataset, workers=2)
+    """The run with `rule_ids` in the stages' prompts (each rule set run once per module), its attributions."""
+    samples, dataset, lm, base, runs = sim
+    key = frozenset(rule_ids)
+    if key not in runs:
+        runs[key] = run_dataset(with_stage_rules(base, rule_ids), make_judge(lm), dataset, workers=2)
+    result = runs[key]
     attributions = attribute_failures(
         result.results, result.graph_by_conversation, {c.id: c for c in dataset.conversations}, excluded
     )

@@ -42,7 +42,7 @@ def test_a_seed_gives_the_same_candidates(tmp_path):
     def once(name: str):
         w = World()
         lm, _ = reflection_lm(w.stage_rewrite())
-        optimizer = GepaBlameOptimizer(lm, SMALL, LineageAttributor(), tmp_path / name)
+        optimizer = GepaBlameOptimizer(lm, replace(SMALL, max_metric_calls=40), LineageAttributor(), tmp_path / name)
         candidates = optimizer.propose(w.context())
         return [c.prompts for c in candidates], _table(candidates)
 
@@ -66,12 +66,12 @@ class CountdownBudget:
 def test_gepa_stops_at_the_call_budget(tmp_path):
     w = World()
     lm, engine = reflection_lm(w.stage_rewrite())
-    optimizer = GepaOptimizer(lm, replace(SMALL, max_metric_calls=400))
+    optimizer = GepaOptimizer(lm, SMALL)
     budget = CountdownBudget(w, 0)
     optimizer.propose(w.context(budget=budget))  # nothing left: GEPA does not start
     assert w.calls == 0 and not engine.prompts
     w2 = World()
-    unlimited = GepaOptimizer(lm, replace(SMALL, max_metric_calls=400)).propose(w2.context())
+    unlimited = GepaOptimizer(lm, SMALL).propose(w2.context())  # stopped by its own max_metric_calls
     budget = CountdownBudget(w, w2.calls // 3)
     capped = optimizer.propose(w.context(budget=budget))
     assert budget.remaining() <= 0  # it ran up to the budget ...

@@ -20,7 +20,7 @@ import pytest
 from tests.support.requires import import_or_fail
 
 smartcomment = import_or_fail(
-    "smartcomment", "make install adds it with --ignore-requires-python; CI has it (a failure under CI=true)"
+    "smartcomment", "make test adds it with --ignore-requires-python; CI has it (a failure under CI=true)"
 )
 
 from smartcomment import IdentityRegistry  # noqa: E402

@@ -16,7 +16,7 @@ timestamps and `object_id` node names are smartcomment's own random or time-base
 
 What it does not do: no reading of the graphs (tests/interop/test_smartcomment_patterns.py checks
 them) and nothing of ours: it never imports `memtrace_loop`. It needs smartcomment installed
-(`make install` does; it declares Python >= 3.12 but works on 3.11).
+(`make test` and `make lint` do; it declares Python >= 3.12 but works on 3.11).
 """
 
 from __future__ import annotations
