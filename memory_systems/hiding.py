@@ -10,10 +10,12 @@ original system and its state are untouched. It does not decide which units to h
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.pipeline.core.records import Question
+
+if TYPE_CHECKING:
+    from memtrace_loop.memory_systems.base import MemorySystem
 
 __all__ = ["without_units"]
 

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
 
-__all__ = ["StageRepair", "StageSpec", "construction_stages", "reset_knobs"]
+__all__ = ["RESPOND_STAGE", "StageRepair", "StageSpec", "construction_stages", "reset_knobs"]
+
+RESPOND_STAGE = "respond"  # every system's answer stage (`memory_systems.answering.respond`)
 
 
 class StageRepair(StrEnum):

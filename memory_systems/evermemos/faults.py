@@ -9,9 +9,8 @@ It does not inject anything itself (`experiments.lab.benchmark.injection` does).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.memory_systems.spec import (
     WRONG_ANSWER,
     EditKind,
@@ -21,6 +20,9 @@ from memtrace_loop.memory_systems.spec import (
     ReplyFault,
 )
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
+
+if TYPE_CHECKING:
+    from memtrace_loop.memory_systems.base import MemorySystem
 
 __all__ = ["FAULTS", "without_episodes"]
 

@@ -47,16 +47,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
-import dspy
 import pydantic
-from dspy.clients import DISK_CACHE_LIMIT
-from memtrace_loop.pipeline.backends.resilience import RetryPolicy
-from memtrace_loop.pipeline.backends.response_cache import ReplyCache
+from memtrace_loop.pipeline.backends.retry_policy import RetryPolicy
 from memtrace_loop.pipeline.core.config import ConfigError, describe_error
 from memtrace_loop.pipeline.core.redaction import scrub_url
+
+if TYPE_CHECKING:
+    import dspy
 
 logger = logging.getLogger(__name__)
 
@@ -340,6 +340,10 @@ def configure_cache(directory: str | Path, *, enable_memory_cache: bool = True, 
     """Point DSPy's response cache (disk + in-memory) at `directory`, creating it, as a `ReplyCache`
     (records without an answer neither served nor stored). For entry points; `used`: whether any LM
     of the run reads it (every `lm.<role>.cache: false`: the cache is installed but not announced)."""
+    import dspy  # here, not at the top: the config records above are read without DSPy
+    from dspy.clients import DISK_CACHE_LIMIT
+    from memtrace_loop.pipeline.backends.response_cache import ReplyCache
+
     path = Path(directory).expanduser().resolve()
     path.mkdir(parents=True, exist_ok=True)
     cache = ReplyCache(enable_disk_cache=True, enable_memory_cache=enable_memory_cache, disk_cache_dir=str(path),

@@ -1,0 +1,46 @@
+"""The RAG system's knobs record and stage table: what its `SPEC` states, without DSPy.
+
+`RagKnobs` is the schema and single home of the defaults of `memory_system=rag`; `STAGES` its
+stages in pipeline order (`rag.system` builds the system on them). Nothing here builds or runs anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from memtrace_loop.memory_systems.stages import RESPOND_STAGE, StageRepair, StageSpec
+
+CHUNK_STAGE = "chunk"
+RETRIEVE_STAGE = "retrieve"
+
+
+@dataclass(frozen=True)
+class RagKnobs:
+    """The non-prompt settings of the system."""
+
+    max_chunk_tokens: int = 1200  # upper bound of a chunk, in tokens (construction)
+    overlap_tokens: int = 0  # tokens of the previous chunk's last turns repeated at the start of the next
+    top_k: int = 10  # chunks retrieved for answering
+    tokenizer: Literal["tiktoken", "approx"] = "tiktoken"  # tiktoken (cl100k_base, offline) or approx (chars / 4)
+
+    def __post_init__(self) -> None:
+        if self.max_chunk_tokens < 16:
+            raise ValueError(f"max_chunk_tokens must be >= 16, got {self.max_chunk_tokens}")
+        if not 0 <= self.overlap_tokens < self.max_chunk_tokens:
+            raise ValueError(
+                f"overlap_tokens must be in [0, max_chunk_tokens={self.max_chunk_tokens}), "
+                f"got {self.overlap_tokens}"
+            )
+        if self.top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {self.top_k}")
+
+
+STAGES: tuple[StageSpec, ...] = (
+    StageSpec(
+        CHUNK_STAGE, llm=False, repair=StageRepair.RESET_KNOBS, construction=True,
+        knobs=("max_chunk_tokens", "overlap_tokens"),
+    ),
+    StageSpec(RETRIEVE_STAGE, llm=False, repair=StageRepair.WIDEN, knobs=("top_k",)),
+    StageSpec(RESPOND_STAGE, llm=True, repair=StageRepair.ANSWER),
+)
