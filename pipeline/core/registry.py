@@ -3,9 +3,11 @@
 Every registry of the project (memory systems, optimizers, attributors, LM backends, datasets) is a
 `Registry[SpecT]`: a mapping from the names a user writes in a config (`memory_system=rag`,
 `optimizer=gepa`, `lm.task.backend=openai`) to the module that implements that name. Each such module
-exports its spec as `SPEC` (the attribute name is the registry's `attribute`); the spec's type is
-the registry's contract (e.g. `MemorySystemSpec`). Adding an implementation is its own module plus
-one line in the registry's `modules` mapping plus its config file.
+exports its spec as `SPEC` (the attribute name is the registry's `attribute`), or a line names the
+attribute itself (`module:NAME`: one DSPy-free module holding several specs whose builders import
+their implementations when called); the spec's type is the registry's contract (e.g.
+`MemorySystemSpec`). Adding an implementation is its own module plus one line in the registry's
+`modules` mapping plus its config file.
 
     >>> registry = Registry("demo", "demo.name", {"json": "json"}, attribute="dumps")
     >>> registry.names
@@ -17,6 +19,8 @@ one line in the registry's `modules` mapping plus its config file.
     ... except ConfigError as error:
     ...     print(error)
     demo.name: unknown demo 'yaml' (available: json)
+    >>> Registry("demo", "demo.name", {"loads": "json:loads"}).get("loads")("[1]")
+    [1]
 
 Modules are imported when first asked for (Python's import system caches them), so a registry line
 costs nothing until it is used and an optional extra is only needed by the runs that choose it.
@@ -47,7 +51,8 @@ class UnknownEntryError(ConfigError):
 @dataclass(frozen=True)
 class Registry(Generic[SpecT]):
     """`what` names the kind of entry in messages ("memory system"); `key` is the config key a user
-    sets (`memory_system.name`); `modules` maps each name to the module exporting `attribute`;
+    sets (`memory_system.name`); `modules` maps each name to the module exporting `attribute` (or to
+    `module:NAME`, the spec's own name);
     `unknown` is the message for a name no line provides (fields: `key`, `what`, `name`, `available`
     as "a, b", `choices` as a list)."""
 
@@ -84,7 +89,8 @@ class Registry(Generic[SpecT]):
     def get(self, name: object, key: str | None = None) -> SpecT:
         """The spec of `name` (its module imported on first use); `key` names the config key in the
         message for an unknown name when it is not the registry's own (e.g. `lm.task.backend`)."""
-        spec: SpecT = getattr(importlib.import_module(self.module_of(name, key)), self.attribute)
+        module, _, attribute = self.module_of(name, key).partition(":")
+        spec: SpecT = getattr(importlib.import_module(module), attribute or self.attribute)
         return spec
 
     def items(self) -> Iterator[tuple[str, SpecT]]:

@@ -4,9 +4,10 @@ The `attributor` config group selects how failures are attributed (`lineage`: no
 `llm`: an LM walks the graph) and whether each verdict is checked by a replay (`verify`, off by
 default so the default behaviour is unchanged; `replay.max_joint` bounds the decisive error set,
 `replay.max_replays` the replays per case).
-`ATTRIBUTORS` is a `pipeline.core.registry.Registry`: each option's module exports `SPEC`, whose
-frozen settings record is the schema and the single home of its defaults (the Hydra tree is composed
-from them, `conf/__init__.py`). `attributor_settings(node)` validates a config node (a `ConfigError`
+`ATTRIBUTORS` is a `pipeline.core.registry.Registry`: each option's line names its spec in
+`attribution.specs` (DSPy-free: its builder imports the attributor when called), whose frozen settings
+record (`attribution.settings`) is the schema and the single home of its defaults (the Hydra tree is
+composed from them, `conf/__init__.py`). `attributor_settings(node)` validates a config node (a `ConfigError`
 naming `attributor.<key>` otherwise); `build_attributor(node, lms, system, judge, embedder)` returns
 the `Attributor`, wrapped in `VerifyingAttributor` when `verify` is on.
 
@@ -16,19 +17,23 @@ It does not run attribution, configure DSPy or build LMs and systems: they are p
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import dspy
-from memtrace_loop.memory_systems.base import MemorySystem
-from memtrace_loop.pipeline.analysis.attribution.lineage import LineageSettings
-from memtrace_loop.pipeline.analysis.attribution.llm import LLMSettings
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor, AttributorSpec
-from memtrace_loop.pipeline.analysis.attribution.replay import ReplayConfig, ReplaySettings
-from memtrace_loop.pipeline.analysis.attribution.verification import Verifier, VerifyingAttributor
-from memtrace_loop.pipeline.backends.embeddings import Embedder
-from memtrace_loop.pipeline.backends.lm import LMSet
+from memtrace_loop.pipeline.analysis.attribution.settings import (
+    LineageSettings,
+    LLMSettings,
+    ReplayConfig,
+    ReplaySettings,
+)
 from memtrace_loop.pipeline.core.config import ConfigError, parse_config
 from memtrace_loop.pipeline.core.registry import Registry
+
+if TYPE_CHECKING:
+    import dspy
+    from memtrace_loop.memory_systems.base import MemorySystem
+    from memtrace_loop.pipeline.backends.embeddings import Embedder
+    from memtrace_loop.pipeline.backends.lm import LMSet
 
 __all__ = [
     "ATTRIBUTORS",
@@ -44,8 +49,8 @@ ATTRIBUTORS: Registry[AttributorSpec] = Registry(
     "attributor",
     "attributor.name",
     {
-        "lineage": "memtrace_loop.pipeline.analysis.attribution.lineage",
-        "llm": "memtrace_loop.pipeline.analysis.attribution.llm",
+        "lineage": "memtrace_loop.pipeline.analysis.attribution.specs:LINEAGE",
+        "llm": "memtrace_loop.pipeline.analysis.attribution.specs:LLM",
     },
     unknown="{key}: unknown {what} {name!r}; choose one of {choices}",
 )
@@ -87,5 +92,7 @@ def attributor_from_settings(
         return inner
     if system is None or judge is None:
         raise ConfigError("attributor.verify: replay verification needs the memory system and the judge")
+    from memtrace_loop.pipeline.analysis.attribution.verification import Verifier, VerifyingAttributor  # DSPy
+
     bounds = ReplaySettings(max_joint=settings.replay.max_joint, max_replays=settings.replay.max_replays)
     return VerifyingAttributor(inner, Verifier(system, judge, bounds))
