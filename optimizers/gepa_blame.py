@@ -23,7 +23,7 @@ import threading
 from typing import Any
 
 from gepa.strategies.component_selector import RoundRobinReflectionComponentSelector
-from memtrace_loop.optimizers.base import OptimizationContext, OptimizerSetup, OptimizerSpec, TracedCase
+from memtrace_loop.optimizers.base import OptimizationContext, OptimizerSetup, TracedCase
 from memtrace_loop.optimizers.feedback import FailureFeedback, feedback_for_attribution, feedback_for_other_stage
 from memtrace_loop.optimizers.gepa import GepaOptimizer, Settings
 from memtrace_loop.optimizers.gepa_program import JudgeMetric, judge_feedback, traced_of
@@ -33,7 +33,6 @@ from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Tun
 from memtrace_loop.pipeline.analysis.blame import aggregate_blame
 
 __all__ = [
-    "SPEC",
     "BlameComponentSelector",
     "BlameMetric",
     "BlameSource",
@@ -131,6 +130,3 @@ class GepaBlameOptimizer(GepaOptimizer):
 def build(setup: OptimizerSetup) -> GepaBlameOptimizer:
     """The optimizer from its validated settings; the rewriter LM is GEPA's reflection LM."""
     return GepaBlameOptimizer.from_setup(setup)
-
-
-SPEC = OptimizerSpec(Settings, build)

@@ -1,7 +1,8 @@
 """Optimizers by config name: `optimizer=<name>` -> the module exporting its `SPEC` (`OptimizerSpec`).
 
 `OPTIMIZERS` is a `pipeline.core.registry.Registry`: adding an optimizer is its own module (exporting
-`SPEC`: settings record, `build`, `compare`), one line below and `conf/optimizer/<name>.yaml`. Sweeps
+`SPEC`: settings record, `build`, `compare`), one line below and `conf/optimizer/<name>.yaml`; the
+project's own are named in `optimizers.specs` (DSPy-free, each builder importing its module). Sweeps
 list `OPTIMIZERS.compared()` (the `memtrace.compared` config resolver, `conf/__init__.py`).
 `optimizer_settings(name, node)` checks a config node against the spec's schema and
 `build_optimizer(name, rewriter_lm, node, system=, attributor=, work_dir=)` builds the optimizer with
@@ -14,16 +15,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import dspy
-from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.optimizers.base import Optimizer, OptimizerSetup, OptimizerSpec
-from memtrace_loop.optimizers.noop import Settings as NoSettings
-from memtrace_loop.optimizers.rewrite import RewriteSettings
-from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
+from memtrace_loop.optimizers.settings import NoSettings, RewriteSettings
 from memtrace_loop.pipeline.core.config import parse_config
 from memtrace_loop.pipeline.core.registry import Registry
+
+if TYPE_CHECKING:
+    import dspy
+    from memtrace_loop.memory_systems.base import MemorySystem
+    from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
 
 __all__ = ["OPTIMIZERS", "NoSettings", "RewriteSettings", "build_optimizer", "optimizer_settings"]
 
@@ -31,12 +33,12 @@ OPTIMIZERS: Registry[OptimizerSpec] = Registry(
     "optimizer",
     "optimizer.name",
     {
-        "attribution": "memtrace_loop.optimizers.attribution_guided",
-        "uniform": "memtrace_loop.optimizers.uniform",
-        "uniform_reasons": "memtrace_loop.optimizers.uniform_reasons",
-        "gepa": "memtrace_loop.optimizers.gepa",
-        "gepa_blame": "memtrace_loop.optimizers.gepa_blame",
-        "none": "memtrace_loop.optimizers.noop",
+        "attribution": "memtrace_loop.optimizers.specs:ATTRIBUTION",
+        "uniform": "memtrace_loop.optimizers.specs:UNIFORM",
+        "uniform_reasons": "memtrace_loop.optimizers.specs:UNIFORM_REASONS",
+        "gepa": "memtrace_loop.optimizers.specs:GEPA",
+        "gepa_blame": "memtrace_loop.optimizers.specs:GEPA_BLAME",
+        "none": "memtrace_loop.optimizers.specs:NONE",
     },
     unknown="{key}: unknown {what} {name!r}; choose one of {choices}",
 )
