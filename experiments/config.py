@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
 import pydantic
-from memtrace_loop.memory_systems.base import knobs_from_config
+from memtrace_loop.memory_systems.knobs import knobs_from_config
 from memtrace_loop.memory_systems.registry import knobs_schema
 from memtrace_loop.optimizers.registry import optimizer_settings
 from memtrace_loop.pipeline.analysis.attribution.registry import attributor_settings
@@ -42,8 +42,7 @@ from memtrace_loop.pipeline.core.config import (
 )
 from memtrace_loop.pipeline.data.registry import dataset_config
 from memtrace_loop.pipeline.data.splits import SPLIT_NAMES
-from memtrace_loop.pipeline.loop.optimization import LoopSettings
-from memtrace_loop.pipeline.loop.screening import ScreenSettings
+from memtrace_loop.pipeline.loop.settings import LoopSettings, ScreenSettings
 
 _STRICT = pydantic.ConfigDict(extra="forbid")
 T = TypeVar("T")

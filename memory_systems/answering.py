@@ -12,6 +12,7 @@ from typing import Any
 
 import dspy
 from memtrace_loop.memory_systems.signatures import render_turn
+from memtrace_loop.memory_systems.stages import RESPOND_STAGE
 from memtrace_loop.pipeline.core.conventions import (
     Namespace,
     OpKind,
@@ -27,8 +28,6 @@ from memtrace_loop.pipeline.core.conventions import (
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import Conversation, Question, Turn
 from memtrace_loop.pipeline.core.tracing import Tracer
-
-RESPOND_STAGE = "respond"
 
 
 @dataclass(frozen=True)

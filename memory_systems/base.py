@@ -12,12 +12,12 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import Any, ClassVar, Protocol
 
 import dspy
 from memtrace_loop.memory_systems.answering import RESPOND_STAGE, AnswerOutcome, respond
+from memtrace_loop.memory_systems.knobs import knobs_from_config as knobs_from_config  # its home: memory_systems.knobs
 from memtrace_loop.memory_systems.stages import StageSpec, construction_stages, reset_knobs
-from memtrace_loop.pipeline.core.config import parse_config
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import Conversation, PromptSet, Question, Turn
 from memtrace_loop.pipeline.core.tracing import Tracer
@@ -27,7 +27,6 @@ __all__ = [
     "RestoredUnit", "Retrieved", "ranked_depth"
 ]
 
-KnobsT = TypeVar("KnobsT")
 
 
 class KnobsRecord(Protocol):
@@ -242,11 +241,3 @@ def _replace_path(root: dspy.Module, path: str, value: Any) -> None:
         setattr(node, part, child)
         node = child
     setattr(node, leaf, value)
-
-
-def knobs_from_config(schema: type[KnobsT], cfg: Mapping[str, Any] | KnobsT | None) -> KnobsT:
-    """A system's knobs record from its `memory_system` config node (the `name` key is the registry's):
-    unknown keys, wrong types and out-of-range values are a `ConfigError` naming `memory_system.<key>`."""
-    if isinstance(cfg, Mapping):
-        cfg = {key: value for key, value in cfg.items() if key != "name"}
-    return parse_config(schema, cfg, "memory_system")

@@ -6,10 +6,12 @@ The original is untouched. It does not choose which units to hide (each system's
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.pipeline.core.records import Question
+
+if TYPE_CHECKING:
+    from memtrace_loop.memory_systems.base import MemorySystem
 
 
 class _FilteredStore:

@@ -10,12 +10,15 @@ config node and nothing else.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from memtrace_loop.memory_systems.base import MemorySystem, knobs_from_config
+from memtrace_loop.memory_systems.knobs import knobs_from_config
 from memtrace_loop.memory_systems.spec import MemorySystemSpec
-from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.core.registry import Registry, UnknownEntryError
+
+if TYPE_CHECKING:
+    from memtrace_loop.memory_systems.base import MemorySystem
+    from memtrace_loop.pipeline.backends.embeddings import Embedder
 
 __all__ = ["SYSTEMS", "UnknownSystemError", "build_memory_system", "knobs_schema", "spec_of"]
 

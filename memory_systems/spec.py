@@ -51,15 +51,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.memory_systems.stages import StageRepair, StageSpec, construction_stages
-from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.core.conventions import Namespace, OpKind
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation
 from memtrace_loop.pipeline.core.prompt_formats import PromptFormat
 from memtrace_loop.pipeline.core.records import Conversation, Turn
+
+if TYPE_CHECKING:  # the records are read without DSPy (the config tree reads every system's SPEC)
+    from memtrace_loop.memory_systems.base import MemorySystem
+    from memtrace_loop.pipeline.backends.embeddings import Embedder
 
 __all__ = [
     "WRONG_ANSWER",

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
 
+RESPOND_STAGE = "respond"  # every system's answer stage (`memory_systems.answering.respond`)
+
 
 class StageRepair(StrEnum):
     """How replay repairs a stage's output when the stage is blamed (`pipeline.analysis.attribution.replay`)."""

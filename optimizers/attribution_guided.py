@@ -11,7 +11,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
-from memtrace_loop.optimizers.base import Candidate, OptimizationContext, OptimizerSetup, OptimizerSpec
+from memtrace_loop.optimizers.base import Candidate, OptimizationContext, OptimizerSetup
 from memtrace_loop.optimizers.feedback import feedback_for_attribution, fold_feedback
 from memtrace_loop.optimizers.knobs import knob_candidates
 from memtrace_loop.optimizers.rewrite import (
@@ -108,6 +108,3 @@ def build(setup: OptimizerSetup) -> AttributionGuidedOptimizer:
         settings_rewriter("attribution", setup.rewriter_lm, settings), settings.top_stages,
         settings.max_feedback_chars, setup.signature_by_stage, setup.knob_fields_by_stage,
     )
-
-
-SPEC = OptimizerSpec(RewriteSettings, build)

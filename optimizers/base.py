@@ -10,16 +10,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import dspy
-from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution
 from memtrace_loop.pipeline.analysis.blame import BlameTable
-from memtrace_loop.pipeline.analysis.evaluation import EvaluationReport
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import CaseResult, Conversation, PromptSet, Question
+
+if TYPE_CHECKING:  # the contract is read without DSPy (`optimizers.specs` builds on it)
+    import dspy
+    from memtrace_loop.memory_systems.base import MemorySystem
+    from memtrace_loop.pipeline.analysis.evaluation import EvaluationReport
 
 
 @dataclass(frozen=True)

@@ -12,36 +12,20 @@ import json
 import logging
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Any, Self
 
 import dspy
-from memtrace_loop.optimizers.base import CallBudget, Candidate, OptimizationContext, OptimizerSetup, OptimizerSpec
+from memtrace_loop.optimizers.base import CallBudget, Candidate, OptimizationContext, OptimizerSetup
 from memtrace_loop.optimizers.gepa_program import JudgeMetric, MemoryProgram, question_examples
+from memtrace_loop.optimizers.settings import GepaSettings as Settings
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
-from memtrace_loop.pipeline.core.config import ConfigError, require
+from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.records import PromptSet
 
 logger = logging.getLogger(__name__)
 
 TABLE_FILE = "gepa_candidates.json"
-
-
-@dataclass(frozen=True)
-class Settings:
-    """The `optimizer` config node of `gepa` and `gepa_blame` (their spec's schema)."""
-
-    max_metric_calls: int = 100  # added per loop iteration: questions GEPA may answer (minibatches + dev)
-    reflection_minibatch_size: int = 3
-    candidate_selection_strategy: Literal["pareto", "current_best"] = "pareto"
-    use_merge: bool = False
-    num_threads: int = 4
-    seed: int = 0  # GEPA's seed
-
-    def __post_init__(self) -> None:
-        require(self, max_metric_calls=(1, None), reflection_minibatch_size=(1, None), num_threads=(1, None),
-                seed=(0, None))
 
 
 class BudgetStopper:
@@ -160,6 +144,3 @@ class GepaOptimizer:
 def build(setup: OptimizerSetup) -> GepaOptimizer:
     """The optimizer from its validated settings; the rewriter LM is GEPA's reflection LM."""
     return GepaOptimizer.from_setup(setup)
-
-
-SPEC = OptimizerSpec(Settings, build)

@@ -11,7 +11,7 @@ import threading
 from typing import Any
 
 from gepa.strategies.component_selector import RoundRobinReflectionComponentSelector
-from memtrace_loop.optimizers.base import OptimizationContext, OptimizerSetup, OptimizerSpec, TracedCase
+from memtrace_loop.optimizers.base import OptimizationContext, OptimizerSetup, TracedCase
 from memtrace_loop.optimizers.feedback import FailureFeedback, feedback_for_attribution, feedback_for_other_stage
 from memtrace_loop.optimizers.gepa import GepaOptimizer, Settings
 from memtrace_loop.optimizers.gepa_program import JudgeMetric, judge_feedback, traced_of
@@ -21,7 +21,7 @@ from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Tun
 from memtrace_loop.pipeline.analysis.blame import aggregate_blame
 
 __all__ = [
-    "SPEC", "BlameComponentSelector", "BlameMetric", "BlameSource", "GepaBlameOptimizer", "Settings", "build",
+    "BlameComponentSelector", "BlameMetric", "BlameSource", "GepaBlameOptimizer", "Settings", "build",
     "not_this_stage_feedback"
 ]
 
@@ -113,6 +113,3 @@ class GepaBlameOptimizer(GepaOptimizer):
 def build(setup: OptimizerSetup) -> GepaBlameOptimizer:
     """The optimizer from its validated settings; the rewriter LM is GEPA's reflection LM."""
     return GepaBlameOptimizer.from_setup(setup)
-
-
-SPEC = OptimizerSpec(Settings, build)

@@ -7,9 +7,8 @@ It does not call any LM.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from memtrace_loop.optimizers.base import Candidate, OptimizationContext, OptimizerSetup, OptimizerSpec
+from memtrace_loop.optimizers.base import Candidate, OptimizationContext, OptimizerSetup
 
 
 class NoOptimizer:
@@ -21,14 +20,6 @@ class NoOptimizer:
         return ()
 
 
-@dataclass(frozen=True)
-class Settings:
-    """The `none` baseline has no settings (the schema of its config node)."""
-
-
 def build(setup: OptimizerSetup) -> NoOptimizer:
     """The baseline; it needs no LM."""
     return NoOptimizer()
-
-
-SPEC = OptimizerSpec(Settings, build)

@@ -1,6 +1,7 @@
 """Optimizers by config name: `OPTIMIZERS`, `optimizer_settings`, `build_optimizer`.
 
 An unknown name or key, a bad value or a missing rewriter LM is a `ConfigError` naming `optimizer.<key>`.
+Each line names its spec in `optimizers.specs` (DSPy-free, each builder importing its module).
 It does not configure DSPy or build LMs.
 """
 
@@ -8,16 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import dspy
-from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.optimizers.base import Optimizer, OptimizerSetup, OptimizerSpec
-from memtrace_loop.optimizers.noop import Settings as NoSettings
-from memtrace_loop.optimizers.rewrite import RewriteSettings
-from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
+from memtrace_loop.optimizers.settings import NoSettings, RewriteSettings
 from memtrace_loop.pipeline.core.config import parse_config
 from memtrace_loop.pipeline.core.registry import Registry
+
+if TYPE_CHECKING:
+    import dspy
+    from memtrace_loop.memory_systems.base import MemorySystem
+    from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
 
 __all__ = ["OPTIMIZERS", "NoSettings", "RewriteSettings", "build_optimizer", "optimizer_settings"]
 
@@ -25,12 +27,12 @@ OPTIMIZERS: Registry[OptimizerSpec] = Registry(
     "optimizer",
     "optimizer.name",
     {
-        "attribution": "memtrace_loop.optimizers.attribution_guided",
-        "uniform": "memtrace_loop.optimizers.uniform",
-        "uniform_reasons": "memtrace_loop.optimizers.uniform_reasons",
-        "gepa": "memtrace_loop.optimizers.gepa",
-        "gepa_blame": "memtrace_loop.optimizers.gepa_blame",
-        "none": "memtrace_loop.optimizers.noop",
+        "attribution": "memtrace_loop.optimizers.specs:ATTRIBUTION",
+        "uniform": "memtrace_loop.optimizers.specs:UNIFORM",
+        "uniform_reasons": "memtrace_loop.optimizers.specs:UNIFORM_REASONS",
+        "gepa": "memtrace_loop.optimizers.specs:GEPA",
+        "gepa_blame": "memtrace_loop.optimizers.specs:GEPA_BLAME",
+        "none": "memtrace_loop.optimizers.specs:NONE",
     },
     unknown="{key}: unknown {what} {name!r}; choose one of {choices}",
 )

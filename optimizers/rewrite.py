@@ -8,18 +8,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Self
 
 import dspy
 from memtrace_loop.optimizers.base import Candidate, OptimizerSetup
+from memtrace_loop.optimizers.settings import DEFAULT_MAX_INSTRUCTION_CHARS, RewriteSettings
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.records import PromptSet
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MAX_INSTRUCTION_CHARS = 2000
 # An instruction that already starts longer than the budget (the real mem0's hooks are 4-5k characters) may
 # grow by this much per rewrite instead of being refused every rewrite.
 LONG_INSTRUCTION_GROWTH = 1000
@@ -173,21 +173,6 @@ class RewritingOptimizer:
         settings: RewriteSettings = setup.settings
         rewriter = settings_rewriter(name, setup.rewriter_lm, settings)
         return cls(rewriter, settings.top_stages, settings.max_feedback_chars, setup.signature_by_stage)
-
-
-@dataclass(frozen=True)
-class RewriteSettings:
-    """Settings of the optimizers that rewrite the blamed stages' instructions (the single home of their
-    defaults; the `optimizer` config node of `attribution` and `uniform`)."""
-
-    top_stages: int = 2  # stages rewritten (one candidate each) per iteration
-    max_instruction_chars: int = DEFAULT_MAX_INSTRUCTION_CHARS
-    max_feedback_chars: int = 4000
-
-    def __post_init__(self) -> None:
-        for key, value in asdict(self).items():
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{key} must be a positive integer, got {value!r}")
 
 
 def settings_rewriter(optimizer: str, lm: dspy.BaseLM | None, settings: RewriteSettings) -> InstructionRewriter:

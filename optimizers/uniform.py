@@ -9,10 +9,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from memtrace_loop.optimizers.base import Candidate, OptimizationContext, OptimizerSetup, OptimizerSpec
+from memtrace_loop.optimizers.base import Candidate, OptimizationContext, OptimizerSetup
 from memtrace_loop.optimizers.feedback import feedback_without_attribution, fold_feedback
 from memtrace_loop.optimizers.rewrite import (
-    RewriteSettings,
     RewritingOptimizer,
     length_change,
     stage_candidate,
@@ -82,6 +81,3 @@ class UniformBlameOptimizer(RewritingOptimizer):
 def build(setup: OptimizerSetup) -> UniformBlameOptimizer:
     """The optimizer from its validated settings, the rewriter LM and the system's stage signatures."""
     return UniformBlameOptimizer.from_setup("uniform", setup)
-
-
-SPEC = OptimizerSpec(RewriteSettings, build)

@@ -6,9 +6,8 @@ is worth against `attribution`.
 
 from __future__ import annotations
 
-from memtrace_loop.optimizers.base import OptimizationContext, OptimizerSetup, OptimizerSpec
+from memtrace_loop.optimizers.base import OptimizationContext, OptimizerSetup
 from memtrace_loop.optimizers.feedback import feedback_for_attribution, fold_feedback
-from memtrace_loop.optimizers.rewrite import RewriteSettings
 from memtrace_loop.optimizers.uniform import UniformBlameOptimizer
 
 
@@ -32,6 +31,3 @@ class UniformReasonsOptimizer(UniformBlameOptimizer):
 def build(setup: OptimizerSetup) -> UniformReasonsOptimizer:
     """The optimizer from its validated settings, the rewriter LM and the system's stage signatures."""
     return UniformReasonsOptimizer.from_setup("uniform_reasons", setup)
-
-
-SPEC = OptimizerSpec(RewriteSettings, build)

@@ -11,16 +11,29 @@ knobs are the user's).
 
 from __future__ import annotations
 
-from memtrace_loop.memory_systems.custom.adapter import CustomKnobs, CustomMemory, stage_table
+from typing import TYPE_CHECKING
+
 from memtrace_loop.memory_systems.custom.example import build as build_example
+from memtrace_loop.memory_systems.custom.schema import CustomKnobs, stage_table
 from memtrace_loop.memory_systems.custom.target import load_target
 from memtrace_loop.memory_systems.spec import WRONG_ANSWER, MemorySystemSpec, Replay, WalkPrior
 from memtrace_loop.pipeline.core.conventions import Namespace, OpKind
 
+if TYPE_CHECKING:
+    from memtrace_loop.memory_systems.base import MemorySystem
+    from memtrace_loop.pipeline.backends.embeddings import Embedder
+
+
+def build(knobs: CustomKnobs, embedder: Embedder) -> MemorySystem:
+    from memtrace_loop.memory_systems.custom.adapter import CustomMemory  # DSPy: when a system is built
+
+    return CustomMemory(load_target(knobs.target), knobs)
+
+
 SPEC: MemorySystemSpec[CustomKnobs] = MemorySystemSpec(
     name="custom",
     knobs=CustomKnobs,
-    build=lambda knobs, embedder: CustomMemory(load_target(knobs.target), knobs),
+    build=build,
     stages=stage_table(build_example().stages()),
     unit_namespaces=frozenset({Namespace.MEMORY}),  # the worked example's chunks, written with `writes_unit`
     op_kinds=frozenset({OpKind.EXTRACTION, OpKind.RETRIEVAL, OpKind.RESPONSE}),

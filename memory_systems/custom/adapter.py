@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -28,26 +28,13 @@ from memtrace_loop.memory_systems.base import (
 )
 from memtrace_loop.memory_systems.custom.contract import Answer as UserAnswer
 from memtrace_loop.memory_systems.custom.contract import LLMStage, Stage, UserMemorySystem
-from memtrace_loop.memory_systems.stages import StageRepair, StageSpec
+from memtrace_loop.memory_systems.custom.schema import UNTRACED, CustomKnobs, stage_table
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.conventions import OpKind, VarKind, answer_name, retrieved_name
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import Conversation, Question, Turn
 from memtrace_loop.pipeline.core.tracing import Tracer
 from memtrace_loop.pipeline.core.user_trace import TraceSession, ask, session
-
-DEFAULT_TARGET = "memtrace_loop.memory_systems.custom.example:build"
-UNTRACED = "untraced"  # the stage of what the user's code returned without marking it
-TOP_K = "top_k"
-
-
-@dataclass(frozen=True)
-class CustomKnobs:
-    """The `memory_system` node of `memory_system=custom`: the user's `build` and knob values to start
-    from (`memory_system.knobs={top_k: 8}`; keys must be knobs the system declares)."""
-
-    target: str = DEFAULT_TARGET
-    knobs: dict[str, Any] | None = None  # None: the system's own defaults
 
 
 @dataclass(frozen=True)
@@ -65,22 +52,6 @@ class _SessionLM:
 
     def ask(self, stage: str, /, **inputs: Any) -> dict[str, Any]:
         return ask(stage, **inputs)
-
-
-def stage_table(declared: Sequence[LLMStage | Stage]) -> tuple[StageSpec, ...]:
-    """Our stage table for the user's declared stages (how replay would repair them, which build memory),
-    and the `untraced` stage last."""
-    specs = []
-    for stage in declared:
-        if isinstance(stage, LLMStage):
-            repair = StageRepair.ANSWER if "answer" in stage.outputs else (
-                StageRepair.RERUN if stage.builds_memory else StageRepair.NONE)
-            specs.append(StageSpec(stage.name, llm=True, repair=repair, construction=stage.builds_memory))
-        else:
-            repair = StageRepair.WIDEN if TOP_K in stage.knobs and not stage.builds_memory else StageRepair.NONE
-            specs.append(StageSpec(stage.name, llm=False, repair=repair, construction=stage.builds_memory,
-                                   knobs=stage.knobs))
-    return (*specs, StageSpec(UNTRACED, llm=False, repair=StageRepair.NONE))
 
 
 def _predictor(stage: LLMStage) -> dspy.Predict:

@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from memtrace_loop.memory_systems.evermemos.faults import FAULTS
-from memtrace_loop.memory_systems.evermemos.system import EverMemOSKnobs, EverMemOSMemory
+from memtrace_loop.memory_systems.evermemos.schema import STAGES, EverMemOSKnobs
 from memtrace_loop.memory_systems.spec import KnobWorld, MemorySystemSpec, Replay, WalkPrior
 from memtrace_loop.pipeline.core.conventions import Namespace, OpKind
+
+if TYPE_CHECKING:
+    from memtrace_loop.memory_systems.base import MemorySystem
+    from memtrace_loop.pipeline.backends.embeddings import Embedder
+
+
+def build(knobs: EverMemOSKnobs, embedder: Embedder) -> MemorySystem:
+    from memtrace_loop.memory_systems.evermemos.system import EverMemOSMemory  # DSPy: when a system is built
+
+    return EverMemOSMemory(embedder, knobs)
+
 
 SPEC: MemorySystemSpec[EverMemOSKnobs] = MemorySystemSpec(
     name="evermemos",
     knobs=EverMemOSKnobs,
-    build=lambda knobs, embedder: EverMemOSMemory(embedder, knobs),
-    stages=EverMemOSMemory.stages,
+    build=build,
+    stages=STAGES,
     faults=FAULTS,
     unit_namespaces=frozenset({Namespace.EPISODE, Namespace.EVENT}),
     op_kinds=frozenset({OpKind.EXTRACTION, OpKind.RETRIEVAL, OpKind.RESPONSE, OpKind.OTHER}),

@@ -5,9 +5,8 @@ An extraction drop (both writers lose the fact; the truth is `write_events`) and
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.memory_systems.spec import (
     WRONG_ANSWER,
     EditKind,
@@ -17,6 +16,9 @@ from memtrace_loop.memory_systems.spec import (
     ReplyFault,
 )
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
+
+if TYPE_CHECKING:
+    from memtrace_loop.memory_systems.base import MemorySystem
 
 
 def without_episodes(system: MemorySystem, turn_id: str) -> MemorySystem:

@@ -14,10 +14,10 @@ import itertools
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import dspy
-from memtrace_loop.memory_systems.answering import RESPOND_STAGE, record_query, record_retrieval, record_turn
+from memtrace_loop.memory_systems.answering import record_query, record_retrieval, record_turn
 from memtrace_loop.memory_systems.base import (
     MemorySystem,
     RecordedCall,
@@ -28,6 +28,7 @@ from memtrace_loop.memory_systems.base import (
 )
 from memtrace_loop.memory_systems.evermemos.episodes import StoredEpisode, StoredEvent, stored_episode
 from memtrace_loop.memory_systems.evermemos.repair import REPAIRED_STAGES, recorded_call, repaired_units
+from memtrace_loop.memory_systems.evermemos.schema import LIMIT_STAGE, RETRIEVE_STAGE, STAGES, EverMemOSKnobs
 from memtrace_loop.memory_systems.evermemos.signatures import (
     CheckSufficiency,
     DetectBoundary,
@@ -39,13 +40,11 @@ from memtrace_loop.memory_systems.evermemos.signatures import (
 )
 from memtrace_loop.memory_systems.fusion import reciprocal_rank_fusion
 from memtrace_loop.memory_systems.signatures import AnswerQuestion, human_date, render_turn
-from memtrace_loop.memory_systems.stages import StageRepair, StageSpec
 from memtrace_loop.memory_systems.store import InMemoryVectorStore
 from memtrace_loop.pipeline.backends.bm25 import BM25Index
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.backends.text import alnum_words
 from memtrace_loop.pipeline.backends.tokens import TokenCounter, build_token_counter
-from memtrace_loop.pipeline.core.config import require
 from memtrace_loop.pipeline.core.conventions import (
     NEAR_MISSES,
     Namespace,
@@ -62,36 +61,12 @@ from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import Conversation, Question, Turn
 from memtrace_loop.pipeline.core.tracing import Tracer
 
-LIMIT_STAGE = "episode_limits"
-RETRIEVE_STAGE = "retrieve"
 _DENSE_PREFIX = "ep"
 _STOPWORDS = frozenset(
     """a an the and or of to in on at for with from by about as is are was were be been am do does did have has
     had what when where who whom which why how would could should will can that this it its his her their
     they them he she i me my you your we our""".split()
 )
-
-
-@dataclass(frozen=True)
-class EverMemOSKnobs:
-    """The non-prompt settings (reference defaults; see conf/memory_system/evermemos.yaml)."""
-
-    top_k: int = 10  # episodes in the answer context
-    bm25_top: int = 50  # BM25 candidates per query
-    emb_top: int = 50  # dense (embedding) candidates per query
-    rrf_k: int = 60  # reciprocal rank fusion constant: score = sum of 1 / (rrf_k + rank)
-    multi_query: bool = True  # a second retrieval round with expanded queries when the evidence is insufficient
-    max_expanded_queries: int = 3  # expanded queries used in the second round
-    max_episode_turns: int = 20  # hard limit: an episode closes at this many turns (construction)
-    max_episode_tokens: int = 2048  # hard limit: an episode closes before a turn takes it past this (construction)
-    tokenizer: Literal["tiktoken", "approx"] = "tiktoken"  # tiktoken (cl100k_base, offline) or approx (chars / 4)
-
-    def __post_init__(self) -> None:
-        positive = ("top_k", "bm25_top", "emb_top", "max_episode_turns", "max_episode_tokens")
-        require(self, **{name: (1, None) for name in positive})
-        require(self, rrf_k=(0, None), max_expanded_queries=(0, None))
-        if self.multi_query and self.max_expanded_queries < 1:  # the second round would search nothing new
-            raise ValueError("max_expanded_queries must be >= 1 while multi_query is true (or set multi_query=false)")
 
 
 @dataclass(frozen=True)
@@ -144,16 +119,7 @@ def rerank(
 class EverMemOSMemory(MemorySystem):
     knobs: EverMemOSKnobs
     name = "evermemos"
-    stages = (
-        StageSpec("detect_boundary", llm=True, repair=StageRepair.RERUN, construction=True),
-        StageSpec(LIMIT_STAGE, llm=False, repair=StageRepair.NONE, construction=True),
-        StageSpec("write_events", llm=True, repair=StageRepair.RERUN, construction=True),
-        StageSpec("write_episode", llm=True, repair=StageRepair.RERUN, construction=True),
-        StageSpec("check_sufficiency", llm=True, repair=StageRepair.STEER),
-        StageSpec("expand_queries", llm=True, repair=StageRepair.STEER),
-        StageSpec(RETRIEVE_STAGE, llm=False, repair=StageRepair.WIDEN, knobs=("top_k",)),
-        StageSpec(RESPOND_STAGE, llm=True, repair=StageRepair.ANSWER),
-    )
+    stages = STAGES
 
     def __init__(
         self, embedder: Embedder, knobs: EverMemOSKnobs | None = None, counter: TokenCounter | None = None

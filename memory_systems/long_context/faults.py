@@ -8,13 +8,15 @@ It does not inject anything itself (`experiments.lab.benchmark.injection` does).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.memory_systems.spec import WRONG_ANSWER, FaultKind, FaultPlan, KnobFault
 from memtrace_loop.pipeline.core.conventions import entry_name
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation
 from memtrace_loop.pipeline.core.records import Conversation, Turn
+
+if TYPE_CHECKING:
+    from memtrace_loop.memory_systems.base import MemorySystem
 
 
 def _window_before(

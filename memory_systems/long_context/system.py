@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import dspy
-from memtrace_loop.memory_systems.answering import RESPOND_STAGE, record_query, record_turn
+from memtrace_loop.memory_systems.answering import record_query, record_turn
 from memtrace_loop.memory_systems.base import (
     MemorySystem,
     ReplayUnsupportedError,
@@ -22,19 +22,21 @@ from memtrace_loop.memory_systems.base import (
     Retrieved,
     knobs_from_config,
 )
+from memtrace_loop.memory_systems.long_context.schema import (
+    APPEND_STAGE,
+    CONTEXT_STAGE,
+    STAGES,
+    TRIM_STAGE,
+    LongContextKnobs,
+)
 from memtrace_loop.memory_systems.signatures import AnswerQuestion, human_date
-from memtrace_loop.memory_systems.stages import StageRepair, StageSpec
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.backends.tokens import TokenCounter, build_token_counter
-from memtrace_loop.pipeline.core.config import require
 from memtrace_loop.pipeline.core.conventions import BUFFER_CONTEXT_NAME, OpKind, VarKind, entry_name
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import Conversation, Question, Turn
 from memtrace_loop.pipeline.core.tracing import Tracer
 
-APPEND_STAGE = "append"
-TRIM_STAGE = "trim"
-CONTEXT_STAGE = "context"
 CONTEXT_NAME = BUFFER_CONTEXT_NAME
 SEPARATOR = "\n"
 SEPARATOR_TOKENS = 1  # each entry is followed by one newline in the rendered buffer
@@ -43,17 +45,6 @@ SEPARATOR_TOKENS = 1  # each entry is followed by one newline in the rendered bu
 def render_entry(speaker: str, iso_time: str, text: str) -> str:
     """One buffer line: `Alice says: text Timestamp: 8 May 2023`."""
     return f"{speaker} says: {text} Timestamp: {human_date(iso_time)}"
-
-
-@dataclass(frozen=True)
-class LongContextKnobs:
-    """The non-prompt settings: the token window and the tokenizer that measures it."""
-
-    window_tokens: int = 32768  # buffer size (tokens) past which the oldest turns are trimmed
-    tokenizer: Literal["tiktoken", "approx"] = "tiktoken"  # tiktoken (cl100k_base, offline) or approx (chars / 4)
-
-    def __post_init__(self) -> None:
-        require(self, window_tokens=(1, None))
 
 
 @dataclass(frozen=True)
@@ -84,12 +75,7 @@ class LongContextState:
 class LongContextMemory(MemorySystem):
     knobs: LongContextKnobs
     name = "long_context"
-    stages = (
-        StageSpec(APPEND_STAGE, llm=False, repair=StageRepair.RERUN, construction=True),
-        StageSpec(TRIM_STAGE, llm=False, repair=StageRepair.RESET_KNOBS, construction=True, knobs=("window_tokens",)),
-        StageSpec(CONTEXT_STAGE, llm=False, repair=StageRepair.NONE),
-        StageSpec(RESPOND_STAGE, llm=True, repair=StageRepair.ANSWER),
-    )
+    stages = STAGES
 
     def __init__(self, knobs: LongContextKnobs | None = None, counter: TokenCounter | None = None) -> None:
         super().__init__()

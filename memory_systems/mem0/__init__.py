@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from memtrace_loop.memory_systems.mem0.faults import FAULTS
-from memtrace_loop.memory_systems.mem0.system import Mem0Knobs, Mem0Memory
+from memtrace_loop.memory_systems.mem0.schema import STAGES, Mem0Knobs
 from memtrace_loop.memory_systems.spec import KnobWorld, MemorySystemSpec, Replay, WalkPrior
 from memtrace_loop.pipeline.core.conventions import Namespace, OpKind
+
+if TYPE_CHECKING:
+    from memtrace_loop.memory_systems.base import MemorySystem
+    from memtrace_loop.pipeline.backends.embeddings import Embedder
+
+
+def build(knobs: Mem0Knobs, embedder: Embedder) -> MemorySystem:
+    from memtrace_loop.memory_systems.mem0.system import Mem0Memory  # DSPy: when a system is built
+
+    return Mem0Memory(embedder, knobs)
+
 
 SPEC: MemorySystemSpec[Mem0Knobs] = MemorySystemSpec(
     name="mem0",
     knobs=Mem0Knobs,
-    build=lambda knobs, embedder: Mem0Memory(embedder, knobs),
-    stages=Mem0Memory.stages,
+    build=build,
+    stages=STAGES,
     faults=FAULTS,
     unit_namespaces=frozenset({Namespace.MEMORY}),
     op_kinds=frozenset({OpKind.EXTRACTION, OpKind.UPDATE, OpKind.RETRIEVAL, OpKind.RESPONSE}),

@@ -7,7 +7,8 @@ not inject anything itself (`experiments.lab.benchmark.injection` does).
 
 from __future__ import annotations
 
-from memtrace_loop.memory_systems.base import MemorySystem
+from typing import TYPE_CHECKING
+
 from memtrace_loop.memory_systems.hiding import without_units
 from memtrace_loop.memory_systems.spec import (
     WRONG_ANSWER,
@@ -20,6 +21,9 @@ from memtrace_loop.memory_systems.spec import (
 )
 from memtrace_loop.pipeline.core.conventions import memory_name
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
+
+if TYPE_CHECKING:
+    from memtrace_loop.memory_systems.base import MemorySystem
 
 
 def evidence_units(graph: ExecutionGraph, turn_id: str) -> tuple[str, ...]:

@@ -14,7 +14,7 @@ from typing import Any
 
 import dspy
 import numpy as np
-from memtrace_loop.memory_systems.answering import RESPOND_STAGE, record_query, record_retrieval, record_turn
+from memtrace_loop.memory_systems.answering import record_query, record_retrieval, record_turn
 from memtrace_loop.memory_systems.base import (
     MemorySystem,
     RecordedCall,
@@ -24,6 +24,7 @@ from memtrace_loop.memory_systems.base import (
     ranked_depth,
 )
 from memtrace_loop.memory_systems.mem0.repair import Action, decision_units, fact_units, read_turn
+from memtrace_loop.memory_systems.mem0.schema import STAGES, STORE_STAGE, Mem0Knobs
 from memtrace_loop.memory_systems.signatures import (
     AnswerQuestion,
     DecideUpdates,
@@ -33,10 +34,8 @@ from memtrace_loop.memory_systems.signatures import (
     render_memory_line,
     render_turn,
 )
-from memtrace_loop.memory_systems.stages import StageRepair, StageSpec
 from memtrace_loop.memory_systems.store import InMemoryVectorStore, MemoryUnit
 from memtrace_loop.pipeline.backends.embeddings import Embedder
-from memtrace_loop.pipeline.core.config import require
 from memtrace_loop.pipeline.core.conventions import (
     NEAR_MISSES,
     Namespace,
@@ -53,24 +52,12 @@ from memtrace_loop.pipeline.core.graph import ExecutionGraph, variable_id
 from memtrace_loop.pipeline.core.records import Conversation, Question, Turn
 from memtrace_loop.pipeline.core.tracing import Tracer
 
-STORE_STAGE = "store"
 _SHOWN_ID = re.compile(r"^\[([^\]\n]+)\] ", re.MULTILINE)  # `[m3] text`: a memory shown to `decide`
 
 
 def memory_var(unit: MemoryUnit) -> str:
     """The id of the graph variable holding this version of a memory unit."""
     return variable_id(memory_name(unit.id), unit.version)
-
-
-@dataclass(frozen=True)
-class Mem0Knobs:
-    """The non-prompt settings of the system (the tunable knobs of its non-LLM stages)."""
-
-    top_k: int = 10  # memories retrieved for answering
-    similar_k: int = 5  # existing memories shown to the update decision, per fact (construction)
-
-    def __post_init__(self) -> None:
-        require(self, top_k=(1, None), similar_k=(1, None))
 
 
 @dataclass
@@ -84,14 +71,7 @@ class Mem0State:
 class Mem0Memory(MemorySystem):
     knobs: Mem0Knobs
     name = "mem0"
-    stages = (
-        StageSpec("extract", llm=True, repair=StageRepair.RERUN, construction=True),
-        StageSpec("search_similar", llm=False, repair=StageRepair.NONE, construction=True),
-        StageSpec("decide", llm=True, repair=StageRepair.RERUN, construction=True),
-        StageSpec(STORE_STAGE, llm=False, repair=StageRepair.RERUN, construction=True),
-        StageSpec("retrieve", llm=False, repair=StageRepair.WIDEN, knobs=("top_k",)),
-        StageSpec(RESPOND_STAGE, llm=True, repair=StageRepair.ANSWER),
-    )
+    stages = STAGES
 
     def __init__(self, embedder: Embedder, knobs: Mem0Knobs | None = None) -> None:
         super().__init__()

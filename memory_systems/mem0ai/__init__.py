@@ -11,17 +11,30 @@ simulated world's answers to mem0's requests). The manual: docs/mem0ai.md.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from memtrace_loop.memory_systems.mem0 import SPEC as MEM0_STYLE
 from memtrace_loop.memory_systems.mem0ai.faults import FAULTS
 from memtrace_loop.memory_systems.mem0ai.fragment import MEM0_CONFIG_FRAGMENT
-from memtrace_loop.memory_systems.mem0ai.system import Mem0aiKnobs, Mem0aiMemory
+from memtrace_loop.memory_systems.mem0ai.schema import STAGES, Mem0aiKnobs
 from memtrace_loop.memory_systems.spec import MemorySystemSpec, Replay
+
+if TYPE_CHECKING:
+    from memtrace_loop.memory_systems.base import MemorySystem
+    from memtrace_loop.pipeline.backends.embeddings import Embedder
+
+
+def build(knobs: Mem0aiKnobs, embedder: Embedder) -> MemorySystem:
+    from memtrace_loop.memory_systems.mem0ai.system import Mem0aiMemory  # mem0 and DSPy: when a system is built
+
+    return Mem0aiMemory(embedder, knobs)
+
 
 SPEC: MemorySystemSpec[Mem0aiKnobs] = MemorySystemSpec(
     name="mem0ai",
     knobs=Mem0aiKnobs,
-    build=lambda knobs, embedder: Mem0aiMemory(embedder, knobs),
-    stages=Mem0aiMemory.stages,
+    build=build,
+    stages=STAGES,
     faults=FAULTS,
     unit_namespaces=MEM0_STYLE.unit_namespaces,  # the graph has the Mem0-style shape
     op_kinds=MEM0_STYLE.op_kinds,

@@ -15,11 +15,10 @@ from typing import Any
 import dspy
 from dspy.clients import _deprecation as _dspy_deprecation
 from memtrace_loop.memory_systems.mem0ai.observers import AddRecorder, LMCall
+from memtrace_loop.memory_systems.mem0ai.schema import EXTRACTION, UPDATE
 from memtrace_loop.memory_systems.mem0ai.schemas import response_format_for
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 
-EXTRACTION = "fact_extraction"
-UPDATE = "update_memory"
 MAX_ERROR_CHARS = 500
 
 

@@ -6,10 +6,10 @@ retrieval miss hides the evidence units from `memory.search`.
 
 from __future__ import annotations
 
-from memtrace_loop.memory_systems.base import MemorySystem
+from typing import TYPE_CHECKING
+
 from memtrace_loop.memory_systems.mem0.faults import evidence_units
-from memtrace_loop.memory_systems.mem0ai.bridge import EXTRACTION, UPDATE
-from memtrace_loop.memory_systems.mem0ai.system import Mem0aiMemory
+from memtrace_loop.memory_systems.mem0ai.schema import EXTRACTION, UPDATE
 from memtrace_loop.memory_systems.spec import (
     WRONG_ANSWER,
     EditKind,
@@ -21,8 +21,13 @@ from memtrace_loop.memory_systems.spec import (
 )
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 
+if TYPE_CHECKING:
+    from memtrace_loop.memory_systems.base import MemorySystem
+
 
 def _hide(system: MemorySystem, graph: ExecutionGraph, turn_id: str) -> MemorySystem | None:
+    from memtrace_loop.memory_systems.mem0ai.system import Mem0aiMemory  # mem0's adapter, when a fault is injected
+
     units = evidence_units(graph, turn_id)
     if not units or not isinstance(system, Mem0aiMemory):
         return None

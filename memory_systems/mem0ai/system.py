@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import dspy
 import pydantic
-from memtrace_loop.memory_systems.answering import RESPOND_STAGE, record_query, record_retrieval
+from memtrace_loop.memory_systems.answering import record_query, record_retrieval
 from memtrace_loop.memory_systems.base import MemorySystem, RecordedCall, RestoredUnit, Retrieved, ranked_depth
 from memtrace_loop.memory_systems.mem0.repair import Action, decision_units, fact_units, read_turn
 from memtrace_loop.memory_systems.mem0ai.bridge import EXTRACTION, UPDATE
@@ -39,11 +39,10 @@ from memtrace_loop.memory_systems.mem0ai.memory import (
 )
 from memtrace_loop.memory_systems.mem0ai.observers import AddRecorder
 from memtrace_loop.memory_systems.mem0ai.recall import Mem0StagePredict, recorded_inputs
+from memtrace_loop.memory_systems.mem0ai.schema import STAGES, Mem0aiKnobs
 from memtrace_loop.memory_systems.mem0ai.trace import SEARCH_STAGE, STORE_STAGE, AddTrace, LiveUnit, UnitBook
 from memtrace_loop.memory_systems.signatures import AnswerQuestion, render_context_line
-from memtrace_loop.memory_systems.stages import StageRepair, StageSpec
 from memtrace_loop.pipeline.backends.embeddings import Embedder
-from memtrace_loop.pipeline.core.config import require
 from memtrace_loop.pipeline.core.conventions import NEAR_MISSES, VarKind, memory_name
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import Conversation, Question, Turn
@@ -76,16 +75,6 @@ class UpdateMemory(dspy.Signature):
 
 
 
-@dataclass(frozen=True)
-class Mem0aiKnobs:
-    """The knobs mem0 exposes to us: `top_k`, the `limit` of `memory.search` at question time."""
-
-    top_k: int = 10  # memories retrieved for answering
-
-    def __post_init__(self) -> None:
-        require(self, top_k=(1, None))
-
-
 @dataclass(frozen=True, eq=False)
 class Mem0aiState:
     """One conversation's mem0 memory: its folder, the `Memory`, the lock that serializes searches on
@@ -106,14 +95,7 @@ class Mem0aiState:
 class Mem0aiMemory(MemorySystem):
     knobs: Mem0aiKnobs
     name = "mem0ai"
-    stages = (
-        StageSpec(EXTRACTION, llm=True, repair=StageRepair.RERUN, construction=True),
-        StageSpec(SEARCH_STAGE, llm=False, repair=StageRepair.NONE, construction=True),
-        StageSpec(UPDATE, llm=True, repair=StageRepair.RERUN, construction=True),
-        StageSpec(STORE_STAGE, llm=False, repair=StageRepair.RERUN, construction=True),
-        StageSpec("retrieve", llm=False, repair=StageRepair.WIDEN, knobs=("top_k",)),
-        StageSpec(RESPOND_STAGE, llm=True, repair=StageRepair.ANSWER),
-    )
+    stages = STAGES
 
     def __init__(self, embedder: Embedder, knobs: Mem0aiKnobs | None = None) -> None:
         super().__init__()

@@ -19,6 +19,7 @@ from memtrace_loop.memory_systems.answering import record_turn
 from memtrace_loop.memory_systems.mem0ai.bridge import EXTRACTION, UPDATE
 from memtrace_loop.memory_systems.mem0ai.hooks import import_mem0
 from memtrace_loop.memory_systems.mem0ai.observers import Event, HistoryRow, LMCall, LogLine, SearchCall, StoreCall
+from memtrace_loop.memory_systems.mem0ai.schema import SEARCH_STAGE, STORE_STAGE
 from memtrace_loop.memory_systems.signatures import render_memory_line
 from memtrace_loop.pipeline.core.conventions import (
     OpKind,
@@ -33,8 +34,6 @@ from memtrace_loop.pipeline.core.graph import Usage
 from memtrace_loop.pipeline.core.records import Turn
 from memtrace_loop.pipeline.core.tracing import MAX_RAW_CHARS, Tracer
 
-STORE_STAGE = "store"
-SEARCH_STAGE = "search_similar"
 # what mem0 1.0.x logs when it could not read a stage's reply (and goes on with nothing)
 _PARSE_ERRORS = {
     EXTRACTION: ("Error in new_retrieved_facts",),

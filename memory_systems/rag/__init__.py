@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from memtrace_loop.memory_systems.rag.faults import FAULTS
-from memtrace_loop.memory_systems.rag.system import RagKnobs, RagMemory
+from memtrace_loop.memory_systems.rag.schema import STAGES, RagKnobs
 from memtrace_loop.memory_systems.spec import KnobWorld, MemorySystemSpec, Replay, WalkPrior
 from memtrace_loop.pipeline.core.conventions import Namespace, OpKind
+
+if TYPE_CHECKING:
+    from memtrace_loop.memory_systems.base import MemorySystem
+    from memtrace_loop.pipeline.backends.embeddings import Embedder
+
+
+def build(knobs: RagKnobs, embedder: Embedder) -> MemorySystem:
+    from memtrace_loop.memory_systems.rag.system import RagMemory  # DSPy: when a system is built
+
+    return RagMemory(embedder, knobs)
+
 
 SPEC: MemorySystemSpec[RagKnobs] = MemorySystemSpec(
     name="rag",
     knobs=RagKnobs,
-    build=lambda knobs, embedder: RagMemory(embedder, knobs),
-    stages=RagMemory.stages,
+    build=build,
+    stages=STAGES,
     faults=FAULTS,
     unit_namespaces=frozenset({Namespace.CHUNK}),
     op_kinds=frozenset({OpKind.EXTRACTION, OpKind.RETRIEVAL, OpKind.RESPONSE}),

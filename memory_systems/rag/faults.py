@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.memory_systems.hiding import without_units
 from memtrace_loop.memory_systems.spec import WRONG_ANSWER, FaultKind, FaultPlan, HideEvidenceFault, KnobFault
 from memtrace_loop.pipeline.core.conventions import turn_name
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation, variable_id
 from memtrace_loop.pipeline.core.records import Conversation, Turn
+
+if TYPE_CHECKING:
+    from memtrace_loop.memory_systems.base import MemorySystem
 
 CHUNK_STAGE = "chunk"
 

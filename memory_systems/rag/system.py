@@ -10,17 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import dspy
-from memtrace_loop.memory_systems.answering import RESPOND_STAGE, record_query, record_retrieval, record_turn
+from memtrace_loop.memory_systems.answering import record_query, record_retrieval, record_turn
 from memtrace_loop.memory_systems.base import MemorySystem, RestoredUnit, Retrieved, knobs_from_config, ranked_depth
+from memtrace_loop.memory_systems.rag.schema import CHUNK_STAGE, RETRIEVE_STAGE, STAGES, RagKnobs
 from memtrace_loop.memory_systems.signatures import AnswerQuestion, render_turn
-from memtrace_loop.memory_systems.stages import StageRepair, StageSpec
 from memtrace_loop.memory_systems.store import InMemoryVectorStore
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.backends.tokens import TokenCounter, build_token_counter
-from memtrace_loop.pipeline.core.config import require
 from memtrace_loop.pipeline.core.conventions import (
     NEAR_MISSES,
     Namespace,
@@ -34,28 +33,9 @@ from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import Conversation, Question, Turn
 from memtrace_loop.pipeline.core.tracing import Tracer
 
-CHUNK_STAGE = "chunk"
-RETRIEVE_STAGE = "retrieve"
 SEPARATOR = "\n"
 SEPARATOR_TOKENS = 1  # one newline between the turns of a chunk
 CONTEXT_SEPARATOR = "\n\n"
-
-
-@dataclass(frozen=True)
-class RagKnobs:
-    """The non-prompt settings of the system."""
-
-    max_chunk_tokens: int = 1200  # upper bound of a chunk, in tokens (construction)
-    overlap_tokens: int = 0  # tokens of the previous chunk's last turns repeated at the start of the next
-    top_k: int = 10  # chunks retrieved for answering
-    tokenizer: Literal["tiktoken", "approx"] = "tiktoken"  # tiktoken (cl100k_base, offline) or approx (chars / 4)
-
-    def __post_init__(self) -> None:
-        require(self, max_chunk_tokens=(16, None))
-        if not 0 <= self.overlap_tokens < self.max_chunk_tokens:
-            raise ValueError(f"overlap_tokens must be in [0, max_chunk_tokens={self.max_chunk_tokens}), "
-                             f"got {self.overlap_tokens}")
-        require(self, top_k=(1, None))
 
 
 @dataclass(frozen=True)
@@ -195,14 +175,7 @@ def chunk_var(index: int) -> str:
 class RagMemory(MemorySystem):
     knobs: RagKnobs
     name = "rag"
-    stages = (
-        StageSpec(
-            CHUNK_STAGE, llm=False, repair=StageRepair.RESET_KNOBS, construction=True,
-            knobs=("max_chunk_tokens", "overlap_tokens"),
-        ),
-        StageSpec(RETRIEVE_STAGE, llm=False, repair=StageRepair.WIDEN, knobs=("top_k",)),
-        StageSpec(RESPOND_STAGE, llm=True, repair=StageRepair.ANSWER),
-    )
+    stages = STAGES
 
     def __init__(self, embedder: Embedder, knobs: RagKnobs | None = None, counter: TokenCounter | None = None) -> None:
         super().__init__()

@@ -27,16 +27,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
-import dspy
 import pydantic
-from dspy.clients import DISK_CACHE_LIMIT
-from dspy.clients.cache import Cache
-from memtrace_loop.pipeline.backends.resilience import RetryPolicy, usable_record
+from memtrace_loop.pipeline.backends.retry_policy import RetryPolicy
 from memtrace_loop.pipeline.core.config import ConfigError, describe_error
 from memtrace_loop.pipeline.core.redaction import scrub_url
+
+if TYPE_CHECKING:
+    import dspy
 
 logger = logging.getLogger(__name__)
 
@@ -316,26 +316,30 @@ def describe(config: LMConfig) -> dict[str, str]:
     return info
 
 
-class ReplyCache(Cache):
-    """`dspy.clients.cache.Cache` that neither serves nor stores a record holding no answer."""
-
-    def get(self, request: dict[str, Any], ignored_args_for_cache_key: list[str] | None = None) -> Any:
-        record = super().get(request, ignored_args_for_cache_key)
-        if record is not None and not usable_record(record):
-            logger.debug("a cached reply without any answer is ignored; the call goes to the endpoint")
-            return None
-        return record
-
-    def put(self, request: dict[str, Any], value: Any, ignored_args_for_cache_key: list[str] | None = None,
-            enable_memory_cache: bool = True) -> None:
-        if usable_record(value):
-            super().put(request, value, ignored_args_for_cache_key, enable_memory_cache)
-
-
 def configure_cache(directory: str | Path, *, enable_memory_cache: bool = True, used: bool = True) -> None:
     """Point DSPy's response cache (disk + in-memory) at `directory`, creating it, as a `ReplyCache`
     (records without an answer neither served nor stored). For entry points; `used`: whether any LM
     of the run reads it (every `lm.<role>.cache: false`: the cache is installed but not announced)."""
+    import dspy  # here, not at the top: the config records above are read without DSPy
+    from dspy.clients import DISK_CACHE_LIMIT
+    from dspy.clients.cache import Cache
+    from memtrace_loop.pipeline.backends.resilience import usable_record
+
+    class ReplyCache(Cache):
+        """`dspy.clients.cache.Cache` that neither serves nor stores a record holding no answer."""
+
+        def get(self, request: dict[str, Any], ignored_args_for_cache_key: list[str] | None = None) -> Any:
+            record = super().get(request, ignored_args_for_cache_key)
+            if record is not None and not usable_record(record):
+                logger.debug("a cached reply without any answer is ignored; the call goes to the endpoint")
+                return None
+            return record
+
+        def put(self, request: dict[str, Any], value: Any, ignored_args_for_cache_key: list[str] | None = None,
+                enable_memory_cache: bool = True) -> None:
+            if usable_record(value):
+                super().put(request, value, ignored_args_for_cache_key, enable_memory_cache)
+
     path = Path(directory).expanduser().resolve()
     path.mkdir(parents=True, exist_ok=True)
     cache = ReplyCache(enable_disk_cache=True, enable_memory_cache=enable_memory_cache, disk_cache_dir=str(path),

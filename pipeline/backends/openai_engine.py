@@ -14,7 +14,7 @@ lm15 errors propagate unchanged for the retry loop to classify; a 200 body lm15 
 completion (a JSON list, `choices` not a list) raises `MalformedReply`. The key is read from
 `os.environ[api_key_env]` when the engine is built and never leaves it: `scrub` masks it in provider
 text, `explain_fatal` names the variable, `dump_state` saves the config (api_base without user info or
-query). `SPEC` is the `openai` backend (`lm.<role>.backend: openai`) for the registry. It does not
+query); `openai_engines` builds them for the `openai` backend (`pipeline.backends.spec.OPENAI`). It does not
 retry, cache, count or check replies (the guarded engine and DSPy's LM layer do).
 """
 
@@ -35,7 +35,6 @@ from dspy.clients.engines.lm15_engine import AsyncLM15Engine, LM15Engine, timeou
 from dspy.lm15 import Request, Response, RouterConfig, response_to_events
 from memtrace_loop.pipeline.backends.lm import NO_KEY_PLACEHOLDER, OpenAILMConfig, _read_api_key, lm_model_name
 from memtrace_loop.pipeline.backends.resilience import Fatal, FatalKind, MalformedReply
-from memtrace_loop.pipeline.backends.spec import BackendSpec, Engines
 from memtrace_loop.pipeline.core.redaction import redact, url_credentials
 
 if TYPE_CHECKING:  # DSPy's vendored lm15 has a py.typed marker inside untyped dspy: mypy must not follow it
@@ -45,7 +44,7 @@ else:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_OPENAI_BASE", "SPEC", "OpenAIEngine", "endpoint_url", "openai_endpoint", "with_query"]
+__all__ = ["DEFAULT_OPENAI_BASE", "OpenAIEngine", "endpoint_url", "openai_endpoint", "openai_engines", "with_query"]
 
 DEFAULT_OPENAI_BASE = "https://api.openai.com/v1"
 _READERS = frozenset({"parse_response", "_response_from_chat_body"})  # lm15's chat-body readers
@@ -232,9 +231,6 @@ class OpenAIEngine:
         return f"OpenAIEngine({self.model_name!r} at {self.endpoint})"
 
 
-def openai_engines(config: OpenAILMConfig) -> Engines:
+def openai_engines(config: OpenAILMConfig) -> tuple[OpenAIEngine, str]:
     """The native engine of an OpenAI-compatible endpoint (the key is read from the environment now)."""
     return OpenAIEngine(config), openai_endpoint(config)
-
-
-SPEC = BackendSpec(OpenAILMConfig, openai_engines)

@@ -18,10 +18,8 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import dspy
-from memtrace_loop.pipeline.backends.guarded_engine import AsyncGuardedEngine, GuardedEngine, GuardSettings
 from memtrace_loop.pipeline.backends.lm import (
     LMConfig,
     LMSet,
@@ -33,13 +31,15 @@ from memtrace_loop.pipeline.backends.lm import (
     lm_model_name,
 )
 from memtrace_loop.pipeline.backends.local_server import model_path_of
-from memtrace_loop.pipeline.backends.resilience import RetryPolicy
-from memtrace_loop.pipeline.backends.services import RunServices
+from memtrace_loop.pipeline.backends.retry_policy import RetryPolicy
 from memtrace_loop.pipeline.backends.spec import BackendSpec
-from memtrace_loop.pipeline.backends.structured_output import declare_structured_output
 from memtrace_loop.pipeline.backends.test_world import TestWorld
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.registry import Registry
+
+if TYPE_CHECKING:
+    import dspy
+    from memtrace_loop.pipeline.backends.services import RunServices
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ LM_BACKENDS: Registry[BackendSpec] = Registry(
     "lm backend",
     {
         "sim": "memtrace_loop.pipeline.sim.lm_backend",
-        "openai": "memtrace_loop.pipeline.backends.openai_engine",
+        "openai": "memtrace_loop.pipeline.backends.spec:OPENAI",
         "local": "memtrace_loop.pipeline.backends.local_server",
     },
     unknown="{key}: unknown {what} {name!r} (available: {choices})",
@@ -97,6 +97,11 @@ def build_lm(
     run's stop token, failure guard and retry ledger from `services` when given; `secrets` are masked in
     every reply, besides the config's own key). For `openai` the key is read from `os.environ[api_key_env]`
     now; a `local` role is first served by the run's servers."""
+    import dspy  # the building half imports DSPy when called: listing backends and parsing configs do not
+    from memtrace_loop.pipeline.backends.guarded_engine import AsyncGuardedEngine, GuardedEngine, GuardSettings
+    from memtrace_loop.pipeline.backends.services import RunServices
+    from memtrace_loop.pipeline.backends.structured_output import declare_structured_output
+
     if not isinstance(config, LMConfig):
         config = LMConfig.from_mapping(config, role=None if role == "default" else role)
     services = services or RunServices()
@@ -130,6 +135,8 @@ def build_lm_set(configs: Mapping[str, Any] | LMSetConfig, services: RunServices
     """The task, judge, attributor and rewriter LMs of `configs` (the `lm` node's records), each on a
     guarded engine for its role sharing the run's `services` (stop token, ledger, local servers: one
     server per model file, context size and threads), each counting its role's calls into the ledger."""
+    from memtrace_loop.pipeline.backends.services import RunServices
+
     services = services or RunServices()
     by_role = lm_set_configs(configs).by_role()
     secrets = key_values(by_role)

@@ -36,6 +36,7 @@ from typing import Any, Protocol, TypeVar
 import tenacity
 from dspy import lm15
 from dspy.lm15 import Response
+from memtrace_loop.pipeline.backends.retry_policy import RetryPolicy
 from memtrace_loop.pipeline.core.stop import Interrupted, StopToken
 
 logger = logging.getLogger(__name__)
@@ -105,25 +106,6 @@ class DeadlinePassed(lm15.TimeoutError):
     """The logical call's `deadline_s` passed before it succeeded (attempts and waits included)."""
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
-    """How long one logical call may try: see the module docstring."""
-
-    num_retries: int = 5
-    retry_after_cap_s: float = 60.0
-    deadline_s: float = 300.0
-
-    def __post_init__(self) -> None:
-        if self.num_retries < 0 or self.retry_after_cap_s <= 0 or self.deadline_s <= 0:
-            raise ValueError("num_retries must be >= 0, retry_after_cap_s and deadline_s > 0")
-
-    @property
-    def attempts(self) -> int:
-        return self.num_retries + 1
-
-    def backoff(self, retry: int) -> float:
-        """The wait before retry number `retry` (1-based) when the server names none: 1, 2, 4, ... s."""
-        return float(min(2 ** min(retry - 1, 16), self.retry_after_cap_s))
 
 
 def _detail(exc: BaseException) -> str:

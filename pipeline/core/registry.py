@@ -1,7 +1,8 @@
 """The one registry shape: a config name -> the spec a module exports (`SPEC`), imported on demand.
 
 Every registry (memory systems, optimizers, attributors, LM backends, datasets) is a `Registry[SpecT]`;
-an unknown name is a `ConfigError` listing the names. `compared()` lists the names whose spec sets
+a line may name the attribute itself (`module:NAME`: one DSPy-free module holding several specs). An
+unknown name is a `ConfigError` listing the names. `compared()` lists the names whose spec sets
 `compare`, which the default sweeps read. It validates no settings and builds nothing.
 """
 
@@ -24,9 +25,11 @@ class UnknownEntryError(ConfigError):
 
 @dataclass(frozen=True)
 class Registry(Generic[SpecT]):
-    """`what` names the kind of entry in messages ("memory system"); `key` is the config key a user sets
-    (`memory_system.name`); `modules` maps each name to the module exporting `attribute`; `unknown` is the message for a
-    name no line provides (fields: `key`, `what`, `name`, `available` as "a, b", `choices` as a list)."""
+    """`what` names the kind of entry in messages ("memory system"); `key` is the config key a user
+    sets (`memory_system.name`); `modules` maps each name to the module exporting `attribute` (or to
+    `module:NAME`, the spec's own name);
+    `unknown` is the message for a name no line provides (fields: `key`, `what`, `name`, `available`
+    as "a, b", `choices` as a list)."""
 
     what: str
     key: str
@@ -61,7 +64,8 @@ class Registry(Generic[SpecT]):
     def get(self, name: object, key: str | None = None) -> SpecT:
         """The spec of `name` (its module imported on first use); `key` names the config key in the
         message for an unknown name when it is not the registry's own (e.g. `lm.task.backend`)."""
-        spec: SpecT = getattr(importlib.import_module(self.module_of(name, key)), self.attribute)
+        module, _, attribute = self.module_of(name, key).partition(":")
+        spec: SpecT = getattr(importlib.import_module(module), attribute or self.attribute)
         return spec
 
     def items(self) -> Iterator[tuple[str, SpecT]]:

@@ -18,9 +18,8 @@ import functools
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-import dspy
 from memtrace_loop.pipeline.core.conventions import (
     NEAR_MISSES,
     OpKind,
@@ -33,7 +32,10 @@ from memtrace_loop.pipeline.core.conventions import (
     retrieved_name,
     turn_name,
 )
-from memtrace_loop.pipeline.core.tracing import StageResult, Tracer
+
+if TYPE_CHECKING:  # the marks are DSPy-free to import (a user's module imports them); calls run DSPy
+    import dspy
+    from memtrace_loop.pipeline.core.tracing import StageResult, Tracer
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -160,6 +162,8 @@ class OpHandle:
             raise TracingError(f"ask({stage!r}) inside operation {self.name!r} of stage {self.stage!r}")
         self.stage = stage
         predictor = s.predictors[stage]
+        from memtrace_loop.pipeline.core.tracing import Tracer
+
         self.llm = Tracer._run(predictor, stage, dict(inputs))
         names = list(predictor.signature.output_fields)
         prediction = self.llm.prediction

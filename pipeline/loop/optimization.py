@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Protocol
@@ -67,7 +67,7 @@ from memtrace_loop.pipeline.loop.iteration_records import (
 )
 from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
 from memtrace_loop.pipeline.loop.runner import ProgressSink, RunResult, run_dataset
-from memtrace_loop.pipeline.loop.screening import ScreenSettings
+from memtrace_loop.pipeline.loop.settings import LoopSettings
 
 logger = logging.getLogger(__name__)
 
@@ -75,22 +75,6 @@ def tokens_made(result: RunResult) -> int:
     """Prompt + completion tokens of the calls a run really made (a call served by DSPy's cache reports
     none; tokens of reused memories are left out)."""
     return result.counts.prompt_tokens + result.counts.completion_tokens - result.tokens_saved
-
-
-@dataclass(frozen=True)
-class LoopSettings:
-    max_iterations: int = 6  # the default of `loop.max_iterations` (conf/optimize.yaml has always run 6)
-    patience: int = 2
-    min_gain: float = 0.02  # paired dev-accuracy gain a candidate must reach to be accepted
-    max_candidates: int = 2  # candidates evaluated per iteration: the budget
-    exclude_categories: tuple[int, ...] = (5,)
-    workers: int = 8
-    seed: int = 0
-    budget_calls: int = 0  # task + rewriter + attributor LM calls; 0: no budget (see the module doc)
-    budget_counts_cached: bool = True  # calls served by DSPy's response cache count against the budget
-    verify_cases: int | None = 8  # train failures a replay check verifies per iteration (a sample; None: all)
-    train_conversations: int = 0  # train conversations each incumbent is evaluated and attributed on (0: all)
-    screen: ScreenSettings = field(default_factory=ScreenSettings)  # candidate screening (pipeline.loop.screening)
 
 
 class LoopObserver(Protocol):

@@ -41,30 +41,12 @@ from memtrace_loop.pipeline.analysis.judge import JUDGE_STAGE
 from memtrace_loop.pipeline.core.conventions import answer_name, first_version, turn_name
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import CaseResult
+from memtrace_loop.pipeline.loop.settings import ScreenSettings
 
 __all__ = [
     "Screen", "ScreenSettings", "ScreenVerdict", "build_screen", "estimated_results", "guard_size", "reachable",
     "screen_verdict", "stages_on_path",
 ]
-
-
-@dataclass(frozen=True)
-class ScreenSettings:
-    """`loop.screen`: whether candidates are screened, the guard's size, and the audit switch (a
-    diagnostic: screened-out candidates are also evaluated on the whole dev split, outside the budget,
-    to count how many would have passed the gate; the loop's decisions do not change)."""
-
-    enabled: bool = True
-    guard_fraction: float = 0.25  # share of the incumbent's correct dev questions sampled as the guard
-    min_guard: int = 5
-    audit: bool = False
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.guard_fraction <= 1 or self.min_guard < 0:
-            raise ValueError(
-                f"loop.screen: guard_fraction must be in [0, 1] and min_guard >= 0, got "
-                f"{self.guard_fraction} and {self.min_guard}"
-            )
 
 
 @dataclass(frozen=True)

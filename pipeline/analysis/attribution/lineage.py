@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 
 from memtrace_loop.pipeline.analysis.attribution.carrying import (
     is_abstention,
@@ -22,13 +21,13 @@ from memtrace_loop.pipeline.analysis.attribution.carrying import (
 )
 from memtrace_loop.pipeline.analysis.attribution.evidence import EvidenceFinder
 from memtrace_loop.pipeline.analysis.attribution.information_flow import Drop, InformationFlow, Track
-from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor, AttributorSpec
+from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, ErrorType, Fault, Tunable
-from memtrace_loop.pipeline.analysis.attribution.replay import ReplayConfig
+from memtrace_loop.pipeline.analysis.attribution.settings import LineageSettings
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.backends.lm import LMSet
 from memtrace_loop.pipeline.backends.text import normalize_answer
-from memtrace_loop.pipeline.core.config import ConfigError, require
+from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.conventions import (
     MEMORY_KINDS,
     NEAR_MISSES,
@@ -410,20 +409,6 @@ def attribute_failures(
     return tuple(found)
 
 
-@dataclass(frozen=True)
-class LineageSettings:
-    """`attributor=lineage`: follow the evidence through the graph by token (and, with `use_embedder`,
-    by meaning: the embedder's cosine at least `semantic_threshold`)."""
-
-    verify: bool = False  # check every verdict by replay
-    replay: ReplayConfig = field(default_factory=ReplayConfig)
-    use_embedder: bool = False  # also match carriers by meaning where tokens do not
-    semantic_threshold: float = 0.8  # cosine a paraphrased carrier needs (with use_embedder)
-
-    def __post_init__(self) -> None:
-        require(self, semantic_threshold=(0, 1))
-
-
 def build(settings: LineageSettings, lms: LMSet | None, embedder: Embedder | None) -> Attributor:
     """The lineage attributor its settings describe (`use_embedder` needs the run's embedder)."""
     if not settings.use_embedder:
@@ -431,6 +416,3 @@ def build(settings: LineageSettings, lms: LMSet | None, embedder: Embedder | Non
     if embedder is None:
         raise ConfigError("attributor.use_embedder: no embedder was given to match carriers by meaning")
     return LineageAttributor(embedder=embedder, semantic_threshold=settings.semantic_threshold)
-
-
-SPEC = AttributorSpec(LineageSettings, build)

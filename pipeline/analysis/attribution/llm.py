@@ -14,7 +14,7 @@ import heapq
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -24,10 +24,10 @@ from memtrace_loop.memory_systems.registry import SYSTEMS
 from memtrace_loop.memory_systems.spec import WalkPrior
 from memtrace_loop.pipeline.analysis.attribution.carrying import content_tokens, turn_text
 from memtrace_loop.pipeline.analysis.attribution.evidence import EvidenceFinder
-from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor, AttributorSpec
+from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, AttributionCost, ErrorType, Fault, Tunable
 from memtrace_loop.pipeline.analysis.attribution.repairs import CONSTRUCTION_ERRORS
-from memtrace_loop.pipeline.analysis.attribution.replay import ReplayConfig
+from memtrace_loop.pipeline.analysis.attribution.settings import LLMSettings
 from memtrace_loop.pipeline.analysis.attribution.walk_paths import InformationPath
 from memtrace_loop.pipeline.analysis.attribution.walk_render import (
     clip,
@@ -46,7 +46,7 @@ from memtrace_loop.pipeline.analysis.attribution.walk_state import (
 )
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.backends.lm import LMSet
-from memtrace_loop.pipeline.core.config import ConfigError, require
+from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.conventions import (
     CONSTRUCTION_OP_KINDS,
     MEMORY_KINDS,
@@ -414,19 +414,6 @@ class LLMAttributor:
         return tuple(by_op.values())
 
 
-@dataclass(frozen=True)
-class LLMSettings:
-    """`attributor=llm`: an LM (the `attributor` role) walks the graph from the evidence."""
-
-    verify: bool = False
-    replay: ReplayConfig = field(default_factory=ReplayConfig)
-    max_steps: int = 12  # operations shown to the LM before it gives up
-    max_chars_per_step: int = 2400  # the bound on one step's context (inputs, outputs, prompt)
-
-    def __post_init__(self) -> None:
-        require(self, max_steps=(1, None), max_chars_per_step=(400, None))
-
-
 def build(settings: LLMSettings, lms: LMSet | None, embedder: Embedder | None) -> Attributor:
     """The LLM walk on the run's `attributor` LM (a ConfigError without one)."""
     lm = getattr(lms, "attributor", None) if lms is not None else None
@@ -434,6 +421,3 @@ def build(settings: LLMSettings, lms: LMSet | None, embedder: Embedder | None) -
         raise ConfigError("attributor.name: the llm attributor needs an `attributor` LM (lm.attributor)")
     llm_settings = LLMAttributorSettings(max_steps=settings.max_steps, max_chars_per_step=settings.max_chars_per_step)
     return LLMAttributor(lm=lm, settings=llm_settings)
-
-
-SPEC = AttributorSpec(LLMSettings, build)

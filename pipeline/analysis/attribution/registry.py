@@ -1,5 +1,6 @@
 """Attributors by config name: `ATTRIBUTORS` (`lineage`, `llm`), `attributor_settings`, `build_attributor`.
 
+Each line names its spec in `attribution.specs` (DSPy-free, each builder importing its attributor).
 `build_attributor` wraps the attributor in `VerifyingAttributor` when `verify` is on. It does not run
 attribution, configure DSPy or build LMs and systems: they are passed in.
 """
@@ -7,19 +8,23 @@ attribution, configure DSPy or build LMs and systems: they are passed in.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import dspy
-from memtrace_loop.memory_systems.base import MemorySystem
-from memtrace_loop.pipeline.analysis.attribution.lineage import LineageSettings
-from memtrace_loop.pipeline.analysis.attribution.llm import LLMSettings
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor, AttributorSpec
-from memtrace_loop.pipeline.analysis.attribution.replay import ReplayConfig, ReplaySettings
-from memtrace_loop.pipeline.analysis.attribution.verification import Verifier, VerifyingAttributor
-from memtrace_loop.pipeline.backends.embeddings import Embedder
-from memtrace_loop.pipeline.backends.lm import LMSet
+from memtrace_loop.pipeline.analysis.attribution.settings import (
+    LineageSettings,
+    LLMSettings,
+    ReplayConfig,
+    ReplaySettings,
+)
 from memtrace_loop.pipeline.core.config import ConfigError, parse_config
 from memtrace_loop.pipeline.core.registry import Registry
+
+if TYPE_CHECKING:
+    import dspy
+    from memtrace_loop.memory_systems.base import MemorySystem
+    from memtrace_loop.pipeline.backends.embeddings import Embedder
+    from memtrace_loop.pipeline.backends.lm import LMSet
 
 __all__ = [
     "ATTRIBUTORS", "LLMSettings", "LineageSettings", "ReplayConfig", "attributor_from_settings", "attributor_settings",
@@ -30,8 +35,8 @@ ATTRIBUTORS: Registry[AttributorSpec] = Registry(
     "attributor",
     "attributor.name",
     {
-        "lineage": "memtrace_loop.pipeline.analysis.attribution.lineage",
-        "llm": "memtrace_loop.pipeline.analysis.attribution.llm",
+        "lineage": "memtrace_loop.pipeline.analysis.attribution.specs:LINEAGE",
+        "llm": "memtrace_loop.pipeline.analysis.attribution.specs:LLM",
     },
     unknown="{key}: unknown {what} {name!r}; choose one of {choices}",
 )
@@ -66,5 +71,7 @@ def attributor_from_settings(
         return inner
     if system is None or judge is None:
         raise ConfigError("attributor.verify: replay verification needs the memory system and the judge")
+    from memtrace_loop.pipeline.analysis.attribution.verification import Verifier, VerifyingAttributor  # DSPy
+
     bounds = ReplaySettings(max_joint=settings.replay.max_joint, max_replays=settings.replay.max_replays)
     return VerifyingAttributor(inner, Verifier(system, judge, bounds))

@@ -33,7 +33,6 @@ from memtrace_loop.pipeline.analysis.attribution.repairs import (
     widen_stage,
 )
 from memtrace_loop.pipeline.analysis.judge import judge_answer
-from memtrace_loop.pipeline.core.config import require
 from memtrace_loop.pipeline.core.conventions import (
     KNOBS_META,
     MEMORY_KINDS,
@@ -49,29 +48,6 @@ from memtrace_loop.pipeline.core.records import CaseResult, PromptSet, Question
 from memtrace_loop.pipeline.core.tracing import Tracer
 
 REACH_ROUNDS = 3  # searches a replay makes to find how deep a repaired unit ranks
-
-
-@dataclass(frozen=True)
-class ReplaySettings:
-    max_joint: int = 3  # the largest decisive error set tried when no single repair rescues a case
-    max_replays: int = 8  # replays per case, at most (each counted like any LM call)
-
-    def __post_init__(self) -> None:
-        if self.max_joint < 1:
-            raise ValueError(f"replay.max_joint must be at least 1, got {self.max_joint}")
-        if self.max_replays < 1:
-            raise ValueError(f"replay.max_replays must be at least 1, got {self.max_replays}")
-
-
-@dataclass(frozen=True)
-class ReplayConfig:
-    """`attributor.replay`: the replay check's bounds (defaults: `ReplaySettings`)."""
-
-    max_joint: int = ReplaySettings.max_joint  # the largest decisive error set tried
-    max_replays: int = ReplaySettings.max_replays  # replays per case, at most
-
-    def __post_init__(self) -> None:
-        require(self, max_joint=(1, None), max_replays=(1, None))
 
 
 @dataclass(frozen=True)

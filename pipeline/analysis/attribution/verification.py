@@ -30,7 +30,8 @@ from memtrace_loop.pipeline.analysis.attribution.repairs import (
     steering_fault,
     swappable,
 )
-from memtrace_loop.pipeline.analysis.attribution.replay import Replayer, ReplaySettings
+from memtrace_loop.pipeline.analysis.attribution.replay import Replayer
+from memtrace_loop.pipeline.analysis.attribution.settings import ReplaySettings
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import CaseResult, Conversation
 
