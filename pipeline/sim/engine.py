@@ -1,16 +1,15 @@
 """`SimEngine`: the dspy 3.4 custom-engine adapter around the deterministic stand-in LM.
 
-Use it as `dspy.LM("sim/stand-in", engine=SimEngine(), async_engine=AsyncSimEngine())` (its async twin runs
-the same stand-in inline, so `acall` works). It converts a canonical `dspy.lm15.Request`
-into OpenAI-style messages, asks `pipeline.sim.stand_in.respond` for the text, and wraps the text in
-a `dspy.lm15.Response` whose token usage is approximated by whitespace word counts. It keeps no
-state between calls (so `dump_state`/`load_state` are trivial) and does no caching or retrying:
-those belong to DSPy's LM layer.
+Use it as `dspy.LM("sim/stand-in", engine=SimEngine())` (the guarded engine gives it its async face).
+It converts a canonical `dspy.lm15.Request` into OpenAI-style messages, asks
+`pipeline.sim.stand_in.respond` for the text, and wraps the text in a `dspy.lm15.Response` whose token
+usage is approximated by whitespace word counts. It keeps no state between calls (so
+`dump_state`/`load_state` are trivial) and does no caching or retrying: those belong to DSPy's LM layer.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from dspy.clients.engines.base import validate_request
@@ -99,27 +98,3 @@ class SimEngine:
 
     def __repr__(self) -> str:
         return "SimEngine(paraphrase=True)" if self.paraphrase else "SimEngine()"
-
-
-class AsyncSimEngine:
-    """The async face of a `SimEngine` (DSPy needs one for `acall`): runs the sync stand-in inline."""
-
-    def __init__(self, sync: SimEngine | None = None) -> None:
-        self._sync = sync or SimEngine()
-
-    async def complete(self, request: Request) -> Response:
-        return self._sync.complete(request)
-
-    async def stream(self, request: Request) -> AsyncIterator[Any]:
-        for event in self._sync.stream(request):
-            yield event
-
-    async def aclose(self) -> None:
-        self._sync.close()
-
-    def dump_state(self) -> dict[str, Any]:
-        return {}
-
-    @classmethod
-    def load_state(cls, state: dict[str, Any]) -> AsyncSimEngine:
-        return cls()
