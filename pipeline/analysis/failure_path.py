@@ -19,7 +19,7 @@ answer's producer), then the nodes nearest them along data-flow edges. `nodes(ma
 The forward walk from the evidence never enters another question's answering side, never passes the
 answer's own sequence number and does not follow the similar memories shown to a decision (context, not
 the information's path), so its cost is that of the evidence's lineage, not of the whole graph. Pure:
-reads the graph; drawing is `pipeline.report`, tracing `pipeline.tracking.question_trace`.
+reads the graph; drawing is `pipeline.report`, tracing `pipeline.tracking.traces`.
 """
 
 from __future__ import annotations

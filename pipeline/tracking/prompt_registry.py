@@ -6,9 +6,8 @@
   `memtrace.stage`, `memtrace.experiment`, `memtrace.knobs` (canonical JSON; knobs belong to the set)
   and the caller's tags, is linked to `run_id` (the registry must then be the current tracking URI),
   and `alias` (e.g. `champion`) is moved onto the set's version of every stage. Returns stage -> URI.
-- `load_registered_prompt_set` / `load_registered_set` (with the set's knobs, refused when the stages'
-  knobs disagree) / `load_prompt_set_from_uris` / `load_registered_stage`: read back, checked to be
-  memtrace's text prompts of the expected system and stage.
+- `load_registered_set` (with the set's knobs, refused when the stages' knobs disagree) /
+  `load_registered_stage`: read back, checked to be memtrace's text prompts of the expected system and stage.
 
 MLflow facts (3.17): templates are stored verbatim (braces round-trip: `format` is never called);
 every `register_prompt` makes a new version, hence the comparison first; loads read the store directly
@@ -21,7 +20,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, cast
@@ -31,16 +30,12 @@ from memtrace_loop.pipeline.core.records import PromptSet
 from mlflow import MlflowClient
 from mlflow.entities.model_registry import PromptVersion
 from mlflow.exceptions import MlflowException
+from mlflow.store.model_registry import SEARCH_MODEL_VERSION_MAX_RESULTS_THRESHOLD
 
-NAME_PREFIX = "memtrace"
 SYSTEM_TAG = "memtrace.system"
 STAGE_TAG = "memtrace.stage"
-EXPERIMENT_TAG = "memtrace.experiment"
 KNOBS_TAG = "memtrace.knobs"  # the set's knob values, canonical JSON ("{}": none)
-RESERVED_TAGS = (SYSTEM_TAG, STAGE_TAG, EXPERIMENT_TAG, KNOBS_TAG)
-LATEST = "latest"
 MAX_TEMPLATE_CHARS = 100_000  # MLflow's limit on a model-registry tag value, where templates live
-_NOT_ALLOWED = re.compile(r"[^A-Za-z0-9_.-]")
 _ALIAS = re.compile(r"^[A-Za-z0-9_-]+$")
 _URI = re.compile(r"^prompts:/([A-Za-z0-9_.-]+)(?:/([0-9]+)|@([A-Za-z0-9_-]+))$")
 
@@ -50,94 +45,31 @@ class PromptRegistryError(ValueError):
 
 
 def registry_name(system_name: str, stage: str, experiment: str | None = None) -> str:
-    """The registry prompt name of one stage: `memtrace-<experiment>-<system>-<stage>` (or
-    `memtrace-<system>-<stage>` without an experiment), characters MLflow rejects replaced by `_` (dots
-    are allowed and kept: `memtrace-locomo-mem0-answer.predict`)."""
+    """`memtrace-<experiment>-<system>-<stage>` (or `memtrace-<system>-<stage>`), characters MLflow
+    rejects replaced by `_` (dots are kept: `memtrace-locomo-mem0-answer.predict`)."""
     if not system_name or not stage or experiment == "":
         raise PromptRegistryError(
             f"experiment, system and stage names must be non-empty, got {experiment!r}, {system_name!r}, {stage!r}"
         )
-    parts = (NAME_PREFIX, system_name, stage) if experiment is None else (NAME_PREFIX, experiment, system_name, stage)
-    return _NOT_ALLOWED.sub("_", "-".join(parts))
+    parts = ("memtrace", system_name, stage) if experiment is None else ("memtrace", experiment, system_name, stage)
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", "-".join(parts))
 
 
 def _client(registry_uri: str | None) -> MlflowClient:
-    if registry_uri is None:
-        return MlflowClient()
-    return MlflowClient(tracking_uri=registry_uri, registry_uri=registry_uri)
+    return MlflowClient() if registry_uri is None else MlflowClient(tracking_uri=registry_uri, registry_uri=registry_uri)
 
 
 def _names(system_name: str, stages: Iterable[str], experiment: str | None = None) -> dict[str, str]:
     """stage -> registry name; refuses two stages whose sanitized names coincide."""
     names: dict[str, str] = {}
-    owner: dict[str, str] = {}
     for stage in stages:
         name = registry_name(system_name, stage, experiment)
-        if name in owner:
-            raise PromptRegistryError(
-                f"stages {owner[name]!r} and {stage!r} of memory system {system_name!r} both map to the "
-                f"registry prompt name {name!r}"
-            )
-        owner[name] = stage
+        clash = next((s for s, n in names.items() if n == name), None)
+        if clash is not None:
+            raise PromptRegistryError(f"stages {clash!r} and {stage!r} of memory system {system_name!r} both map "
+                                      f"to the registry prompt name {name!r}")
         names[stage] = name
     return names
-
-
-def register_prompt_set(
-    system_name: str, prompts: PromptSet, commit_message: str | None = None, tags: Mapping[str, str] | None = None,
-    *, run_id: str | None = None, registry_uri: str | None = None, experiment: str | None = None,
-    alias: str | None = None, knobs: Mapping[str, Any] | None = None,
-) -> dict[str, str]:
-    """Register the stages of `prompts` (a new version for each stage whose text and knobs no version
-    holds yet); returns stage -> URI of the version holding the stage's text.
-
-    `tags` go on every new version (string keys and values; the `memtrace.*` keys are reserved);
-    `run_id` links the new versions to that run; `alias` is set on the set's version of every stage;
-    `knobs` (JSON values) are the set's knob values, kept on every stage's version.
-    """
-    if len(prompts) == 0:
-        raise PromptRegistryError(f"prompt set for memory system {system_name!r} has no stages to register")
-    extra = dict(tags or {})
-    for key, value in extra.items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise PromptRegistryError(f"tags must map strings to strings, got {key!r}: {value!r}")
-        if key in RESERVED_TAGS:
-            raise PromptRegistryError(f"tag {key!r} is reserved")
-    if alias is not None and (not _ALIAS.match(alias) or alias == LATEST or alias.isdigit()):
-        raise PromptRegistryError(f"alias must be letters, digits, '_' or '-' (not 'latest'), got {alias!r}")
-    names = _names(system_name, prompts.stages(), experiment)
-    knobs_json = knobs_tag(knobs or {})
-    for stage in prompts:
-        text = prompts[stage]
-        if not isinstance(text, str) or not text.strip():
-            raise PromptRegistryError(f"instruction of stage {stage!r} must be a non-empty string, got {text!r}")
-        if len(text) > MAX_TEMPLATE_CHARS:
-            raise PromptRegistryError(
-                f"instruction of stage {stage!r} has {len(text)} characters; the registry keeps at most "
-                f"{MAX_TEMPLATE_CHARS}"
-            )
-    if run_id is not None and registry_uri is not None and registry_uri != mlflow.get_tracking_uri():
-        # MLflow links a prompt version to a run through the *global* tracking store
-        raise PromptRegistryError(
-            f"linking prompts to run {run_id} needs the registry {registry_uri} to be the current MLflow "
-            f"tracking URI ({mlflow.get_tracking_uri()}); set it or leave registry_uri unset"
-        )
-    client = _client(registry_uri)
-    uris: dict[str, str] = {}
-    for stage, name in names.items():
-        version = _version_with(client, name, prompts[stage], knobs_json)
-        if version is None:
-            mine = {SYSTEM_TAG: system_name, STAGE_TAG: stage, KNOBS_TAG: knobs_json,
-                    **({EXPERIMENT_TAG: experiment} if experiment else {})}
-            version = client.register_prompt(
-                name=name, template=prompts[stage], commit_message=commit_message, tags={**extra, **mine}
-            )
-            if run_id is not None:
-                client.link_prompt_version_to_run(run_id, version)
-        if alias is not None:
-            client.set_prompt_alias(name, alias, int(version.version))
-        uris[stage] = version.uri
-    return uris
 
 
 def knobs_tag(knobs: Mapping[str, Any]) -> str:
@@ -148,71 +80,72 @@ def knobs_tag(knobs: Mapping[str, Any]) -> str:
         raise PromptRegistryError(f"knobs must be JSON values, got {dict(knobs)!r}: {error}") from None
 
 
-def knobs_of(version: PromptVersion) -> dict[str, Any]:
-    """The knobs a version carries (`{}` for a version registered before knobs were kept)."""
-    text = version.tags.get(KNOBS_TAG, "{}")
-    try:
-        knobs = json.loads(text)
-    except ValueError:
-        knobs = None
-    if not isinstance(knobs, dict):
+def register_prompt_set(
+    system_name: str, prompts: PromptSet, commit_message: str | None = None, tags: Mapping[str, str] | None = None,
+    *, run_id: str | None = None, registry_uri: str | None = None, experiment: str | None = None,
+    alias: str | None = None, knobs: Mapping[str, Any] | None = None,
+) -> dict[str, str]:
+    """Register the stages of `prompts` (see the module docstring); returns stage -> URI of the version
+    holding the stage's text. `tags` go on every new version (the `memtrace.*` ones win)."""
+    if len(prompts) == 0:
+        raise PromptRegistryError(f"prompt set for memory system {system_name!r} has no stages to register")
+    if alias is not None and (not _ALIAS.match(alias) or alias == "latest" or alias.isdigit()):
+        raise PromptRegistryError(f"alias must be letters, digits, '_' or '-' (not 'latest'), got {alias!r}")
+    names = _names(system_name, prompts.stages(), experiment)
+    knobs_json = knobs_tag(knobs or {})
+    for stage in prompts:
+        text = prompts[stage]
+        if not isinstance(text, str) or not text.strip():
+            raise PromptRegistryError(f"instruction of stage {stage!r} must be a non-empty string, got {text!r}")
+        if len(text) > MAX_TEMPLATE_CHARS:
+            raise PromptRegistryError(f"instruction of stage {stage!r} has {len(text)} characters; the registry "
+                                      f"keeps at most {MAX_TEMPLATE_CHARS}")
+    if run_id is not None and registry_uri is not None and registry_uri != mlflow.get_tracking_uri():
+        # MLflow links a prompt version to a run through the *global* tracking store
         raise PromptRegistryError(
-            f"registry prompt {version.uri}: tag {KNOBS_TAG!r} is not a JSON object of knobs: {text[:80]!r}"
+            f"linking prompts to run {run_id} needs the registry {registry_uri} to be the current MLflow "
+            f"tracking URI ({mlflow.get_tracking_uri()}); set it or leave registry_uri unset"
         )
-    return knobs
+    client = _client(registry_uri)
+    uris: dict[str, str] = {}
+    for stage, name in names.items():
+        found = client.search_prompt_versions(name, SEARCH_MODEL_VERSION_MAX_RESULTS_THRESHOLD) \
+            if client.get_prompt(name) is not None else []  # every version, in one page
+        same = [v for v in found if v.template == prompts[stage] and v.tags.get(KNOBS_TAG, "{}") == knobs_json]
+        version = max(same, key=lambda v: int(v.version)) if same else None
+        if version is None:
+            mine = {SYSTEM_TAG: system_name, STAGE_TAG: stage, KNOBS_TAG: knobs_json,
+                    **({"memtrace.experiment": experiment} if experiment else {})}
+            version = client.register_prompt(
+                name=name, template=prompts[stage], commit_message=commit_message, tags={**(tags or {}), **mine}
+            )
+            if run_id is not None:
+                client.link_prompt_version_to_run(run_id, version)
+        if alias is not None:
+            client.set_prompt_alias(name, alias, int(version.version))
+        uris[stage] = version.uri
+    return uris
 
 
-def _versions(client: MlflowClient, name: str) -> Iterator[PromptVersion]:
-    """Every version of prompt `name`, page by page (none when the prompt does not exist)."""
-    if client.get_prompt(name) is None:
-        return
-    token: str | None = None
-    while True:
-        page = client.search_prompt_versions(name, page_token=token)
-        yield from page
-        token = page.token
-        if not token:
-            return
-
-
-def _version_with(client: MlflowClient, name: str, template: str, knobs_json: str) -> PromptVersion | None:
-    """The newest version of prompt `name` holding `template` with the knobs `knobs_json` (None when no
-    version does; versions from before knobs were kept count as `{}`)."""
-    same = [
-        v for v in _versions(client, name)
-        if v.template == template and v.tags.get(KNOBS_TAG, "{}") == knobs_json  # the tag is canonical JSON
-    ]
-    return max(same, key=lambda v: int(v.version)) if same else None
-
-
-def _fetch(client: MlflowClient, uri: str) -> PromptVersion | None:
-    """One prompt version by URI, read straight from the store: unlike `load_prompt` this neither
-    caches nor starts MLflow's background thread that tags the prompt with the active experiment."""
+def _load(client: MlflowClient, uri: str, system_name: str | None, stage: str | None) -> PromptVersion:
+    """The version at `uri` (read straight from the store), checked to be a text prompt of `stage` of
+    `system_name` (either: any when None)."""
+    of = f" (stage {stage!r})" if stage is not None else ""
     match = _URI.match(uri)
     if match is None:
         raise PromptRegistryError(
             f"not a prompt URI: {uri!r} (expected prompts:/<name>/<version> or prompts:/<name>@<alias>)"
         )
     name, number, alias = match.groups()
-    if number is not None:
-        return client.get_prompt_version(name, number)
-    return client.get_prompt_version_by_alias(name, alias)
-
-
-def _load(client: MlflowClient, uri: str, system_name: str | None, stage: str | None) -> PromptVersion:
-    """The version at `uri`, checked to be a text prompt of `stage` (any stage when None) of `system_name`
-    (any system when None)."""
-    of = f" (stage {stage!r})" if stage is not None else ""
     try:
-        version = _fetch(client, uri)
+        version = client.get_prompt_version(name, number) if number else client.get_prompt_version_by_alias(name, alias)
     except MlflowException as error:
         raise PromptRegistryError(f"cannot load registry prompt {uri}{of}: {error.message}") from None
     if version is None:
         raise PromptRegistryError(f"cannot load registry prompt {uri}{of}: not found")
     if not version.is_text_prompt or not isinstance(version.template, str):
         raise PromptRegistryError(f"registry prompt {uri}{of} is a chat prompt, not an instruction")
-    found_stage = version.tags.get(STAGE_TAG)
-    found_system = version.tags.get(SYSTEM_TAG)
+    found_stage, found_system = version.tags.get(STAGE_TAG), version.tags.get(SYSTEM_TAG)
     if not found_stage or not found_system:
         raise PromptRegistryError(f"registry prompt {uri} was not registered by memtrace (no {STAGE_TAG!r} tag)")
     if (stage is not None and found_stage != stage) or (system_name is not None and found_system != system_name):
@@ -223,41 +156,15 @@ def _load(client: MlflowClient, uri: str, system_name: str | None, stage: str | 
     return version
 
 
-def _text(version: PromptVersion) -> str:
-    """The template of a version `_load` checked to be a text prompt."""
-    return cast(str, version.template)
-
-
-def prompt_uri(system_name: str, stage: str, version: int | str = LATEST, experiment: str | None = None) -> str:
+def prompt_uri(system_name: str, stage: str, version: int | str = "latest", experiment: str | None = None) -> str:
     """`prompts:/<name>/<n>` for a version number, `prompts:/<name>@<alias>` for an alias."""
     name = registry_name(system_name, stage, experiment)
-    if isinstance(version, int) and not isinstance(version, bool):
-        if version < 1:
-            raise PromptRegistryError(f"prompt versions start at 1, got {version}")
-        return f"prompts:/{name}/{version}"
-    if isinstance(version, str) and version.isdigit():
-        return prompt_uri(system_name, stage, int(version), experiment)
-    if isinstance(version, str) and _ALIAS.match(version):
+    text = str(version)
+    if text.isdigit() and int(text) >= 1 and not isinstance(version, bool):
+        return f"prompts:/{name}/{int(text)}"
+    if isinstance(version, str) and _ALIAS.match(version) and not version.isdigit():
         return f"prompts:/{name}@{version}"
     raise PromptRegistryError(f"version must be a positive number or an alias such as 'latest', got {version!r}")
-
-
-def load_registered_prompt_set(
-    system_name: str, stages: Iterable[str], version: int | str = LATEST, *, registry_uri: str | None = None,
-    experiment: str | None = None,
-) -> PromptSet:
-    """The instructions of `stages` at `version` (a number, "latest" or another alias such as
-    `tracker.CHAMPION`), verbatim. A number is each stage's own version number (stages changed apart have
-    different ones): load a whole set by an alias or by the URIs `register_prompt_set` returned."""
-    return load_registered_set(system_name, stages, version, registry_uri=registry_uri, experiment=experiment).prompts
-
-
-def load_prompt_set_from_uris(uris: Mapping[str, str], *, registry_uri: str | None = None) -> PromptSet:
-    """The prompt set behind the stage -> URI mapping that `register_prompt_set` returned."""
-    if not uris:
-        raise PromptRegistryError("no prompt URIs to load")
-    client = _client(registry_uri)
-    return PromptSet({stage: _text(_load(client, uri, None, stage)) for stage, uri in uris.items()})
 
 
 @dataclass(frozen=True)
@@ -272,27 +179,34 @@ class RegisteredSet:
 
 
 def load_registered_set(
-    system_name: str, stages: Iterable[str], version: int | str = LATEST, *, registry_uri: str | None = None,
+    system_name: str, stages: Iterable[str], version: int | str = "latest", *, registry_uri: str | None = None,
     experiment: str | None = None,
 ) -> RegisteredSet:
-    """`load_registered_prompt_set` with the set's knobs (the `memtrace.knobs` tag every stage's version
-    carries; refused when the stages' versions disagree, i.e. were not registered as one set)."""
+    """The instructions of `stages` at `version` (a number: each stage's own version number; "latest" or
+    another alias such as `tracker.CHAMPION`), verbatim, with the set's knobs (the `memtrace.knobs` tag;
+    refused when the stages' versions disagree, i.e. were not registered as one set)."""
     stages = tuple(stages)
     if not stages:
         raise PromptRegistryError("no stages to load")
     client = _client(registry_uri)
-    names = _names(system_name, stages, experiment)
     versions = {stage: _load(client, prompt_uri(system_name, stage, version, experiment), system_name, stage)
-                for stage in names}
-    knobs = {stage: knobs_of(v) for stage, v in versions.items()}
-    if len({knobs_tag(k) for k in knobs.values()}) > 1:
-        shown = ", ".join(f"{stage} {knobs_tag(k)}" for stage, k in knobs.items())
+                for stage in _names(system_name, stages, experiment)}
+    knobs = {stage: v.tags.get(KNOBS_TAG, "{}") for stage, v in versions.items()}
+    if len(set(knobs.values())) > 1:
+        shown = ", ".join(f"{stage} {k}" for stage, k in knobs.items())
         raise PromptRegistryError(
             f"the stages at {version!r} were not registered as one set: their knobs differ ({shown})"
         )
+    try:
+        knob_values = json.loads(next(iter(knobs.values())))
+    except ValueError:
+        knob_values = None
+    if not isinstance(knob_values, dict):
+        raise PromptRegistryError(f"registry prompt {next(iter(versions.values())).uri}: tag {KNOBS_TAG!r} is not "
+                                  f"a JSON object of knobs")
     return RegisteredSet(
-        system_name, PromptSet({stage: _text(v) for stage, v in versions.items()}),
-        MappingProxyType(next(iter(knobs.values()))), MappingProxyType({s: v.uri for s, v in versions.items()}),
+        system_name, PromptSet({stage: cast(str, v.template) for stage, v in versions.items()}),
+        MappingProxyType(knob_values), MappingProxyType({s: v.uri for s, v in versions.items()}),
     )
 
 
@@ -308,4 +222,4 @@ class RegisteredStage:
 def load_registered_stage(uri: str, *, registry_uri: str | None = None) -> RegisteredStage:
     """The stage instruction at `uri` (`prompts:/<name>/<n>` or `prompts:/<name>@<alias>`)."""
     version = _load(_client(registry_uri), uri, None, None)
-    return RegisteredStage(version.tags[SYSTEM_TAG], version.tags[STAGE_TAG], _text(version))
+    return RegisteredStage(version.tags[SYSTEM_TAG], version.tags[STAGE_TAG], cast(str, version.template))

@@ -20,7 +20,7 @@ from memtrace_loop.pipeline.core.stop import Interrupted, StopToken
 from memtrace_loop.pipeline.loop.checkpoint import CheckpointError
 from memtrace_loop.pipeline.tracking import loop_observer as loop_tracking
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
-from memtrace_loop.pipeline.tracking.prompt_registry import load_registered_prompt_set, registry_name
+from memtrace_loop.pipeline.tracking.prompt_registry import load_registered_set, registry_name
 from memtrace_loop.pipeline.tracking.tracker import CHAMPION
 from mlflow.tracking import MlflowClient
 
@@ -117,9 +117,9 @@ def test_accepted_prompt_sets_are_in_the_prompt_registry(optimized):
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
     stages = ("extract", "decide", "respond")
     # named for the experiment; the accepted set is the champion (the latest versions here, too)
-    champion = load_registered_prompt_set("mem0", stages, CHAMPION, experiment="memtrace")
+    champion = load_registered_set("mem0", stages, CHAMPION, experiment="memtrace").prompts
     assert champion == outcome["result"].final_prompts
-    assert load_registered_prompt_set("mem0", stages, experiment="memtrace") == champion
+    assert load_registered_set("mem0", stages, experiment="memtrace").prompts == champion
     client = mlflow.MlflowClient()
     for stage in stages:  # a version only for a stage whose text or set knobs changed, made by the optimize run
         versions = list(client.search_prompt_versions(registry_name("mem0", stage, "memtrace")))

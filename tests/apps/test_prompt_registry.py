@@ -10,9 +10,8 @@ import pytest
 from memtrace_loop.pipeline.core.records import PromptSet
 from memtrace_loop.pipeline.tracking.prompt_registry import (
     PromptRegistryError,
-    load_prompt_set_from_uris,
-    load_registered_prompt_set,
     load_registered_set,
+    load_registered_stage,
     prompt_uri,
     register_prompt_set,
     registry_name,
@@ -58,11 +57,11 @@ def test_two_versions_round_trip_verbatim(store: str) -> None:
         "extract": "prompts:/memtrace-mem0-extract/1",
     }
     assert uris_2["extract"] == "prompts:/memtrace-mem0-extract/2"
-    assert load_prompt_set_from_uris(uris_1, registry_uri=store) == first
-    assert load_prompt_set_from_uris(uris_2, registry_uri=store) == second
-    assert load_registered_prompt_set("mem0", first.stages(), 1, registry_uri=store) == first
-    assert load_registered_prompt_set("mem0", first.stages(), registry_uri=store) == second  # latest
-    loaded = load_registered_prompt_set("mem0", ["extract"], "latest", registry_uri=store)
+    for uris, prompts in ((uris_1, first), (uris_2, second)):
+        assert PromptSet({s: load_registered_stage(u, registry_uri=store).text for s, u in uris.items()}) == prompts
+    assert load_registered_set("mem0", first.stages(), 1, registry_uri=store).prompts == first
+    assert load_registered_set("mem0", first.stages(), registry_uri=store).prompts == second  # latest
+    loaded = load_registered_set("mem0", ["extract"], "latest", registry_uri=store).prompts
     assert loaded["extract"] == BRACES + "second {{version}}"
 
     version = MlflowClient(tracking_uri=store, registry_uri=store).get_prompt_version("memtrace-mem0-extract", 2)
@@ -85,8 +84,8 @@ def current_store(store: str) -> Iterator[str]:
 def test_default_store_is_the_current_tracking_uri(current_store: str) -> None:
     uris = register_prompt_set("mem0", PromptSet({"respond": "R {x}"}), "c")
     assert uris == {"respond": "prompts:/memtrace-mem0-respond/1"}
-    assert load_registered_prompt_set("mem0", ["respond"]) == PromptSet({"respond": "R {x}"})
-    assert load_registered_prompt_set("mem0", ["respond"], registry_uri=current_store)["respond"] == "R {x}"
+    assert load_registered_set("mem0", ["respond"]).prompts == PromptSet({"respond": "R {x}"})
+    assert load_registered_set("mem0", ["respond"], registry_uri=current_store).prompts["respond"] == "R {x}"
 
 
 def test_versions_are_linked_to_a_run(current_store: str, tmp_path: Path) -> None:
@@ -104,13 +103,12 @@ def test_versions_are_linked_to_a_run(current_store: str, tmp_path: Path) -> Non
 def test_missing_prompts_and_wrong_stage_raise(store: str) -> None:
     register_prompt_set("mem0", PromptSet({"extract": "E."}), registry_uri=store)
     with pytest.raises(PromptRegistryError, match=r"stage 'decide'.*not found"):
-        load_registered_prompt_set("mem0", ["extract", "decide"], registry_uri=store)
+        load_registered_set("mem0", ["extract", "decide"], registry_uri=store).prompts
     with pytest.raises(PromptRegistryError, match=r"memtrace-mem0-extract/5"):
-        load_registered_prompt_set("mem0", ["extract"], 5, registry_uri=store)
-    with pytest.raises(PromptRegistryError, match=r"holds stage 'extract'.*expected stage 'decide'"):
-        load_prompt_set_from_uris({"decide": "prompts:/memtrace-mem0-extract/1"}, registry_uri=store)
+        load_registered_set("mem0", ["extract"], 5, registry_uri=store).prompts
+    assert load_registered_stage("prompts:/memtrace-mem0-extract/1", registry_uri=store).stage == "extract"
     with pytest.raises(PromptRegistryError, match="not a prompt URI"):
-        load_prompt_set_from_uris({"extract": "models:/memtrace-mem0-extract/1"}, registry_uri=store)
+        load_registered_stage("models:/memtrace-mem0-extract/1", registry_uri=store)
 
 
 def test_invalid_input_registers_nothing(store: str) -> None:
@@ -121,10 +119,6 @@ def test_invalid_input_registers_nothing(store: str) -> None:
         register_prompt_set("mem0", PromptSet({"extract": "E.", "decide": " "}), registry_uri=store)
     with pytest.raises(PromptRegistryError, match="both map to"):
         register_prompt_set("mem0", PromptSet({"a/b": "x", "a:b": "y"}), registry_uri=store)
-    with pytest.raises(PromptRegistryError, match="reserved"):
-        register_prompt_set("mem0", PromptSet({"extract": "E."}), tags={"memtrace.stage": "x"}, registry_uri=store)
-    with pytest.raises(PromptRegistryError, match="strings"):
-        register_prompt_set("mem0", PromptSet({"extract": "E."}), tags={"n": 1}, registry_uri=store)  # type: ignore[dict-item]
     assert client.get_prompt("memtrace-mem0-extract") is None
 
 
@@ -144,7 +138,7 @@ def test_a_version_only_for_a_changed_stage_and_the_champion_alias_moves(current
     assert uris_1["decide"] == "prompts:/memtrace-exp-mem0-decide/1"
     versions = list(client.search_prompt_versions("memtrace-exp-mem0-extract"))
     assert [v.version for v in versions] == [1]
-    champion = load_registered_prompt_set("mem0", ["extract", "decide"], CHAMPION, experiment="exp")
+    champion = load_registered_set("mem0", ["extract", "decide"], CHAMPION, experiment="exp").prompts
     assert champion == second
     assert client.get_prompt_version_by_alias("memtrace-exp-mem0-decide", CHAMPION).version == 2
     assert client.get_prompt_version("memtrace-exp-mem0-decide", 2).tags["memtrace.experiment"] == "exp"
@@ -155,7 +149,7 @@ def test_a_version_only_for_a_changed_stage_and_the_champion_alias_moves(current
     assert "memtrace-exp-mem0-decide" in second_links and "memtrace-exp-mem0-extract" not in second_links
     # another experiment's prompts are apart
     register_prompt_set("mem0", PromptSet({"extract": "other."}), experiment="other")
-    assert load_registered_prompt_set("mem0", ["extract"], experiment="exp")["extract"] == "E1."
+    assert load_registered_set("mem0", ["extract"], experiment="exp").prompts["extract"] == "E1."
 
 
 def test_an_alias_must_be_a_name_other_than_latest(store: str) -> None:

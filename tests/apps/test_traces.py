@@ -23,8 +23,7 @@ from memtrace_loop.pipeline.core.redaction import REDACTED, redact
 from memtrace_loop.pipeline.core.stop import Interrupted, StopToken
 from memtrace_loop.pipeline.loop.runner import run_dataset
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
-from memtrace_loop.pipeline.tracking.question_trace import TraceLimits, plan_run_traces
-from memtrace_loop.pipeline.tracking.traces import log_question_traces
+from memtrace_loop.pipeline.tracking.traces import TraceLimits, log_question_traces, plan_run_traces
 from mlflow.tracking import MlflowClient
 
 from tests.support.sim import sim_dataset, sim_lm

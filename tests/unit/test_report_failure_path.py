@@ -14,7 +14,7 @@ from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import Question
 from memtrace_loop.pipeline.report.layout import layout
 from memtrace_loop.pipeline.report.subgraph import Role, failure_subgraph
-from memtrace_loop.pipeline.tracking.question_trace import TraceLimits, plan_question_trace
+from memtrace_loop.pipeline.tracking.traces import TraceLimits, plan_question_trace
 
 N_HITS = 10  # what the search returned instead
 
