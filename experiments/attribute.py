@@ -78,16 +78,18 @@ from memtrace_loop.pipeline.tracking import metric_names as names
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.redacting_tracker import RedactingTracker
 from memtrace_loop.pipeline.tracking.run_logging import (
+    SavedRun,
     attribution_columns,
     attribution_metrics,
     attribution_rows,
+    download_saved_run,
     flatten,
     git_commit,
     log_params,
+    read_saved_run,
     scrub,
 )
 from memtrace_loop.pipeline.tracking.run_record import RECORD_TAG, read_run_record
-from memtrace_loop.pipeline.tracking.saved_run import SavedRun, download_saved_run, read_saved_run
 from memtrace_loop.pipeline.tracking.store_access import configure_tracking_client
 from memtrace_loop.pipeline.tracking.tracker import Tracker
 from omegaconf import DictConfig

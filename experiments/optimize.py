@@ -6,7 +6,7 @@ checkpoint after every iteration (`resume=<run dir>` continues an interrupted ru
 was started with), exports the best prompt set as JSON and YAML, and prints the summary tables.
 The run folder is locked while it runs (`pipeline.core.run_lock`: a second `resume=` of it is refused);
 each start ends FAILED the RUNNING runs of its experiment whose folder's lock is free
-(`pipeline.tracking.stale_runs`), and `resume=` of a folder without a checkpoint ends its run FAILED.
+(`pipeline.tracking.run_record`), and `resume=` of a folder without a checkpoint ends its run FAILED.
 An entry point: it configures DSPy's cache and prints; the work lives in `pipeline`.
 """
 
@@ -99,7 +99,7 @@ from memtrace_loop.pipeline.tracking.run_logging import (
     process_tags,
     retry_metrics,
 )
-from memtrace_loop.pipeline.tracking.stale_runs import end_runs_of_folder, end_stale_runs, folder_tags
+from memtrace_loop.pipeline.tracking.run_record import end_runs_of_folder, end_stale_runs, folder_tags
 from memtrace_loop.pipeline.tracking.store_access import TrackingUnavailable, tracking_available
 from omegaconf import DictConfig
 from rich.console import Console

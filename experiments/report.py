@@ -49,8 +49,7 @@ from memtrace_loop.pipeline.report.render import render_report
 from memtrace_loop.pipeline.report.run_report import REPORT_FILE, report_data
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.redacting_tracker import RedactingTracker
-from memtrace_loop.pipeline.tracking.run_logging import scrub
-from memtrace_loop.pipeline.tracking.saved_run import SavedRun, download_saved_run, read_saved_run
+from memtrace_loop.pipeline.tracking.run_logging import SavedRun, download_saved_run, read_saved_run, scrub
 from memtrace_loop.pipeline.tracking.store_access import configure_tracking_client
 from memtrace_loop.pipeline.tracking.tracker import RunNotFoundError, Tracker
 from omegaconf import DictConfig

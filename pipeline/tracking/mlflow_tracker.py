@@ -40,16 +40,8 @@ logger = logging.getLogger(__name__)
 
 def _artifact_root(tracking_uri: str) -> str | None:
     """For a SQLite store, the artifact folder beside the database file (so `mlflow ui` finds it)."""
-    if not tracking_uri.startswith("sqlite:///"):
-        return None
-    db_path = Path(tracking_uri.removeprefix("sqlite:///")).resolve()
-    return (db_path.parent / "mlartifacts").as_uri()
-
-
-def _is_duplicate_dataset(exc: BaseException) -> bool:
-    """Whether `exc` is the store refusing a second row for one (experiment, dataset name, digest)."""
-    text = str(exc)
-    return "datasets" in text and ("UNIQUE constraint failed" in text or "duplicate key" in text)
+    db_path = sqlite_path(tracking_uri)
+    return None if db_path is None else (db_path.resolve().parent / "mlartifacts").as_uri()
 
 
 class _ProfiledDataset(MetaDataset):
@@ -67,21 +59,14 @@ class _ProfiledDataset(MetaDataset):
         return {**super().to_dict(), "profile": json.dumps(self._profile)}
 
 
-def _status_of(exc: BaseException) -> str:
-    return "KILLED" if isinstance(exc, Interrupted | KeyboardInterrupt) else "FAILED"
-
-
 class MlflowTracker:
-    """A `Tracker` writing to and reading from the MLflow tracking store at `tracking_uri`. A write
-    that finds a SQLite store locked is tried `lock_attempts` times, pausing `lock_backoff_s`, then
-    twice that, ... in between (`store_access.retry_when_locked`)."""
+    """A `Tracker` on the MLflow tracking store at `tracking_uri`; a write finding a SQLite store locked is
+    tried `lock_attempts` times, pausing `lock_backoff_s`, then twice that, ... (`retry_when_locked`)."""
 
     def __init__(self, tracking_uri: str, *, lock_attempts: int = 4, lock_backoff_s: float = 1.0) -> None:
-        self.tracking_uri = tracking_uri
-        self.lock_attempts = lock_attempts
-        self.lock_backoff_s = lock_backoff_s
+        self.tracking_uri, self.lock_attempts, self.lock_backoff_s = tracking_uri, lock_attempts, lock_backoff_s
         self.experiment_name: str | None = None  # the experiment last opened (names its registry prompts)
-        self.experiment_id: str | None = None  # ... and its id
+        self.experiment_id: str | None = None
 
     def _write(self, call: Callable[[], T], what: str) -> T:
         return retry_when_locked(call, attempts=self.lock_attempts, backoff_s=self.lock_backoff_s, what=what)
@@ -109,9 +94,8 @@ class MlflowTracker:
         return experiment_id
 
     def _create_run(self, run_name: str | None, nested: bool, start_time: float) -> str:
-        """A new run of the current experiment started at `start_time` (seconds since the epoch), with the
-        tags MLflow's fluent `start_run` gives (source, user; parent when `nested`): MLflow's fluent API
-        starts a run only now, its client can date it back."""
+        """A new run of the current experiment started at `start_time`, with the tags MLflow's fluent
+        `start_run` gives (source, user; parent when `nested`): only its client can date a run back."""
         active = mlflow.active_run()
         experiment_id = active.info.experiment_id if active is not None else self.experiment_id
         if experiment_id is None:
@@ -126,16 +110,15 @@ class MlflowTracker:
         self, run_name: str | None = None, *, run_id: str | None = None, nested: bool = False,
         start_time: float | None = None,
     ) -> Iterator[str]:
-        """The run ends FINISHED when the block completes, KILLED when it is left by an interruption
-        (`Interrupted`, `KeyboardInterrupt`) and FAILED on any other exception (never left RUNNING). A
-        new run with `start_time` starts then (its duration in the UI covers the work it logs)."""
+        """The run ends FINISHED when the block completes, KILLED when an interruption (`Interrupted`,
+        `KeyboardInterrupt`) leaves it and FAILED on any other exception (never left RUNNING)."""
         if run_id is None and start_time is not None:
             run_id = self._write(lambda: self._create_run(run_name, nested, start_time), "create run")
         active = self._write(lambda: mlflow.start_run(run_id=run_id, run_name=run_name, nested=nested), "start run")
         try:
             yield active.info.run_id
         except BaseException as exc:
-            status = _status_of(exc)
+            status = "KILLED" if isinstance(exc, Interrupted | KeyboardInterrupt) else "FAILED"
             try:
                 self._write(lambda: mlflow.end_run(status), "end run")
             except Exception as end_error:  # the store is gone too: report the work's own error, not this one
@@ -191,9 +174,8 @@ class MlflowTracker:
         self._write(lambda: mlflow.log_table(data=dict(columns), artifact_file=artifact_file), f"log {artifact_file}")
 
     def log_dataset(self, dataset: DatasetInput) -> None:
-        """An MLflow dataset input of the active run (the run page's "Datasets used"): source a local file
-        when `dataset.source` is one, else a code source naming how the data was made; profile its
-        split and size."""
+        """An MLflow dataset input of the active run: source a local file when `dataset.source` is one,
+        else a code source naming how the data was made; profile its split and size."""
         if Path(dataset.source).is_file():
             with warnings.catch_warnings():  # MLflow registers its local-file source twice and says so
                 warnings.simplefilter("ignore", UserWarning)
@@ -208,7 +190,8 @@ class MlflowTracker:
         except MlflowException as exc:
             # MLflow looks the dataset up, then inserts it: a sweep job in another process that logged the
             # same data in between wins the insert; the dataset exists now, so a second try only links it
-            if not _is_duplicate_dataset(exc):
+            text = str(exc)
+            if "datasets" not in text or ("UNIQUE constraint failed" not in text and "duplicate key" not in text):
                 raise
             logger.info("%s: logged by another process at the same time; linking it", what)
             self._write(lambda: mlflow.log_input(logged, context=dataset.context), what)
@@ -217,9 +200,6 @@ class MlflowTracker:
         self, system_name: str, prompts: PromptSet, commit_message: str, tags: Mapping[str, str],
         alias: str | None = None, knobs: Mapping[str, Any] | None = None,
     ) -> Mapping[str, str]:
-        """Register `prompts` as `memtrace-<experiment>-<system>-<stage>` (the experiment last opened; see
-        `prompt_registry`): new versions only for stages whose text and knobs no version holds, linked to
-        the active run."""
         active = mlflow.active_run()
         return self._write(
             lambda: register_prompt_set(
@@ -249,8 +229,7 @@ class MlflowTracker:
         )
 
     def metric_history(self, run_id: str, key: str) -> list[tuple[int, float]]:
-        """Every logged (step, value) of a metric in (step, time) order, so the last value logged at a step
-        (e.g. an iteration redone after a resume) comes last; empty when never logged."""
+        """In (step, time) order: the last value logged at a step (an iteration redone after a resume) last."""
         history = sorted(self._client().get_metric_history(run_id, key), key=lambda m: (m.step, m.timestamp))
         return [(int(m.step), float(m.value)) for m in history]
 

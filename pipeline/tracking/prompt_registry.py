@@ -56,7 +56,7 @@ def registry_name(system_name: str, stage: str, experiment: str | None = None) -
 
 
 def _client(registry_uri: str | None) -> MlflowClient:
-    return MlflowClient() if registry_uri is None else MlflowClient(tracking_uri=registry_uri, registry_uri=registry_uri)
+    return MlflowClient(tracking_uri=registry_uri, registry_uri=registry_uri) if registry_uri else MlflowClient()
 
 
 def _names(system_name: str, stages: Iterable[str], experiment: str | None = None) -> dict[str, str]:

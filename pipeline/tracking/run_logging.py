@@ -1,12 +1,13 @@
-"""Logging runs through a `Tracker`: params, metrics, the results table, graphs, prompts — with
-secrets scrubbed.
+"""What a run logs through a `Tracker` (params, metrics, tables, the data it used) and saves to disk — with
+secrets scrubbed — and reading a saved run back.
 
-`log_params` logs flattened config params into the tracker's active run, `result_columns` is a
-run's per-question table for a tracker's `log_table`; `save_run` writes a run's artifacts (with
-`cases.json`, so it can be attributed later) into a directory. Every text that leaves through here passes `scrub`
+`log_params` logs flattened config params into the tracker's active run, `result_columns` is a run's
+per-question table for `log_table`, the `*_metrics` functions name values as `metric_names` says;
+`save_run` writes a run's artifacts (with `cases.json`, so it can be attributed later) into a directory,
+`read_saved_run` / `download_saved_run` read them back as a `SavedRun` (a missing cases file or graph
+folder is a `FileNotFoundError` naming it). Every text that leaves through here passes `scrub`
 (`pipeline.core.redaction.redact`: the configured secret values masked, every URL scrubbed of its
-credentials). This module does not run anything, does not decide what a run is and does not know
-which tracker it talks to (`pipeline.tracking.mlflow_tracker`).
+credentials). It does not run or attribute anything and does not know which tracker it talks to.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import logging
 import math
 import subprocess
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Check
@@ -26,9 +28,10 @@ from memtrace_loop.pipeline.analysis.evaluation import EvaluationReport, MetricS
 from memtrace_loop.pipeline.backends.call_count import CallTally
 from memtrace_loop.pipeline.backends.failure_guard import FailedCalls
 from memtrace_loop.pipeline.backends.services import RetryTally
-from memtrace_loop.pipeline.core.case_io import cases_to_json
-from memtrace_loop.pipeline.core.graph_io import graph_to_json
-from memtrace_loop.pipeline.core.records import Dataset, PromptSet
+from memtrace_loop.pipeline.core.case_io import cases_from_json, cases_to_json
+from memtrace_loop.pipeline.core.graph import ExecutionGraph
+from memtrace_loop.pipeline.core.graph_io import graph_to_json, load_graph
+from memtrace_loop.pipeline.core.records import CaseResult, Dataset, PromptSet
 from memtrace_loop.pipeline.core.redaction import redact as scrub  # the one implementation
 from memtrace_loop.pipeline.core.run_folder import RunFolder
 from memtrace_loop.pipeline.core.safe_names import confined
@@ -36,7 +39,7 @@ from memtrace_loop.pipeline.data.reader import hub_source
 from memtrace_loop.pipeline.loop.failure_impact import FailureImpact
 from memtrace_loop.pipeline.loop.runner import RunResult
 from memtrace_loop.pipeline.tracking import metric_names as names
-from memtrace_loop.pipeline.tracking.stale_runs import process_tags as process_tags  # the apps import it here
+from memtrace_loop.pipeline.tracking.run_record import process_tags as process_tags  # the apps import it here
 from memtrace_loop.pipeline.tracking.tracker import DatasetInput, Tracker
 
 logger = logging.getLogger(__name__)
@@ -330,3 +333,54 @@ def result_columns(result: RunResult, secrets: Iterable[str] = ()) -> dict[str, 
     secrets = tuple(secrets)
     rows = result_rows(result)
     return {key: [scrub(str(row[key]), secrets) for row in rows] for key in (rows[0] if rows else {})}
+
+
+PROMPTS_FILE = RunFolder.PROMPTS
+
+
+@dataclass(frozen=True)
+class SavedRun:
+    """A finished run as saved: cases in result order, one graph per conversation, and (when saved)
+    the prompt set it ran with and its composed config."""
+
+    results: tuple[CaseResult, ...]
+    graph_by_conversation: Mapping[str, ExecutionGraph]
+    prompts: PromptSet | None = None
+    config: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    source: str = ""
+
+
+def read_saved_run(directory: str | Path) -> SavedRun:
+    """The run saved in `directory` (or in its `artifacts/` folder: a `memtrace run` output directory)."""
+    folder = Path(directory)
+    if not (folder / CASES_FILE).is_file() and (folder / ARTIFACTS_DIR / CASES_FILE).is_file():
+        folder = folder / ARTIFACTS_DIR
+    cases_path = folder / CASES_FILE
+    graphs_dir = folder / GRAPHS_DIR
+    if not cases_path.is_file():
+        raise FileNotFoundError(f"{folder}: no {CASES_FILE} (saved by `memtrace run`)")
+    if not graphs_dir.is_dir():
+        raise FileNotFoundError(f"{folder}: no {GRAPHS_DIR}/ folder of graph JSON files")
+    results = cases_from_json(cases_path.read_text(encoding="utf-8"), str(cases_path))
+    graphs = [load_graph(path) for path in sorted(graphs_dir.glob("*.json"))]
+    graph_by_conversation = {graph.graph_id: graph for graph in graphs}  # file names are safe stems, not ids
+    prompts_path = folder / PROMPTS_FILE
+    prompts = PromptSet(json.loads(prompts_path.read_text(encoding="utf-8"))) if prompts_path.is_file() else None
+    config_path = folder / CONFIG_FILE
+    config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.is_file() else {}
+    return SavedRun(results, MappingProxyType(graph_by_conversation), prompts, MappingProxyType(config), str(folder))
+
+
+def download_saved_run(tracker: Tracker, run_id: str, directory: str | Path) -> SavedRun:
+    """The run `run_id` of `tracker`, its artifacts copied into `directory` first (`RunNotFoundError`
+    for an unknown id, `FileNotFoundError` when it has no cases or graphs)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    available = set(tracker.get_run(run_id).artifacts)
+    for name in (CASES_FILE, GRAPHS_DIR, PROMPTS_FILE, CONFIG_FILE):
+        if name in available:
+            tracker.download_artifact(run_id, name, directory)
+        elif name in (CASES_FILE, GRAPHS_DIR):
+            raise FileNotFoundError(f"run {run_id} has no {name} artifact (logged before cases were saved?)")
+    saved = read_saved_run(directory)
+    return SavedRun(saved.results, saved.graph_by_conversation, saved.prompts, saved.config, f"run {run_id}")

@@ -1,15 +1,23 @@
-"""The write-ahead record of a run: written to its folder before MLflow is called, uploaded later if need be.
+"""A run's MLflow bookkeeping outside the tracker: the write-ahead record, its upload, and stale runs.
 
-`RunRecord` is everything a run logs besides its artifact folder (name, experiment, tags, scrubbed params,
-metrics, tables, `DatasetInput`s); `write_run_record` saves it atomically as `<out_dir>/run_record.json`
-beside `artifacts/`; `log_record` logs it into the active run, tagged `memtrace.record_id` first and
-`memtrace.logged=complete` last. `upload_saved_run` (`memtrace upload`) logs a saved run later as it
-would have been logged live (+ `memtrace.uploaded_from|host|pid`), idempotent through the record id: a
-complete run of it is returned as is, an incomplete one continued, else a run is created. The folder is
-locked meanwhile (a second upload: `RunLocked`), a run of it still being logged by a live process here
-is `RunLocked` too, one from another machine or folder is `AlreadyInStore` (exit 2).
-`unreachable_message` is the one line printed when live logging failed (`NotLoggedError`). It does not
-decide what a run logs and reads no MLflow state besides runs' tags and statuses.
+- `RunRecord`: everything a run logs besides its artifact folder (name, experiment, tags, scrubbed params,
+  metrics, tables, `DatasetInput`s); `write_run_record` saves it atomically as `<out_dir>/run_record.json`
+  beside `artifacts/` before MLflow is called; `log_record` logs it into the active run, tagged
+  `memtrace.record_id` first and `memtrace.logged=complete` last.
+- `upload_saved_run` (`memtrace upload`) logs a saved run later as it would have been logged live
+  (+ `memtrace.uploaded_from|host|pid`), idempotent through the record id: a complete run of it is
+  returned as is, an incomplete one continued, else a run is created. The folder is locked meanwhile (a
+  second upload: `RunLocked`), a run of it still being logged by a live process here is `RunLocked` too,
+  one from another machine or folder is `AlreadyInStore` (exit 2). `unreachable_message` is the one line
+  printed when live logging failed (`NotLoggedError`).
+- Stale runs: a run holding a folder's lock (`memtrace optimize`) is tagged with `folder_tags`
+  (`memtrace.run_dir` and `process_tags`: this machine and pid). A process killed hard cannot end its
+  run, but its lock dies with it, so `end_stale_runs` ends FAILED (with its RUNNING nested runs) every
+  RUNNING run of this machine whose folder's lock is free, and `end_runs_of_folder` those of one folder
+  whose lock the caller holds (`resume=` without a checkpoint). Runs of another machine, or naming no
+  folder, are left alone.
+
+It does not decide what a run logs and reads no MLflow state besides runs' tags and statuses.
 """
 
 from __future__ import annotations
@@ -29,19 +37,23 @@ from memtrace_loop.pipeline.core.command_line import command_line
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.files import write_atomically
 from memtrace_loop.pipeline.core.run_folder import RunFolder
-from memtrace_loop.pipeline.core.run_lock import RunLocked, hold_run_lock, pid_alive
-from memtrace_loop.pipeline.tracking.run_logging import ARTIFACTS_DIR
-from memtrace_loop.pipeline.tracking.stale_runs import HOST_TAG, PID_TAG
+from memtrace_loop.pipeline.core.run_lock import RunLocked, hold_run_lock, lock_is_free, pid_alive
 from memtrace_loop.pipeline.tracking.store_access import failure_cause
 from memtrace_loop.pipeline.tracking.tracker import DatasetInput, Tracker
 
 RECORD_FILE = RunFolder.RECORD
+ARTIFACTS_DIR = RunFolder.ARTIFACTS
 RECORD_TAG = "memtrace.record_id"
 LOGGED_TAG = "memtrace.logged"
 LOGGED_COMPLETE = "complete"
 UPLOADED_FROM_TAG = "memtrace.uploaded_from"
 UPLOADED_HOST_TAG = "memtrace.uploaded_host"
 UPLOADED_PID_TAG = "memtrace.uploaded_pid"
+RUN_DIR_TAG = "memtrace.run_dir"
+HOST_TAG = "memtrace.host"
+PID_TAG = "memtrace.pid"
+PARENT_TAG = "mlflow.parentRunId"
+RUNNING = "attributes.status = 'RUNNING'"
 
 
 def new_record_id() -> str:
@@ -216,13 +228,59 @@ class NotLoggedError(RuntimeError):
     `unreachable_message`) names the cause, the folder and the upload command."""
 
 
-def upload_command(out_dir: str | Path) -> str:
-    return command_line("memtrace", "upload", run_dir=out_dir)
-
-
 def unreachable_message(out_dir: str | Path, exc: BaseException | str) -> str:
     """The one line an entry point prints when logging to MLflow failed after the results were saved
     (`exc`: the error, or the cause a probe found)."""
     cause = exc if isinstance(exc, str) else failure_cause(exc)
     return (f"MLflow unreachable ({cause}): results saved in {out_dir}; "
-            f"upload them with: {upload_command(out_dir)}")
+            f"upload them with: {command_line('memtrace', 'upload', run_dir=out_dir)}")
+
+
+def process_tags() -> dict[str, str]:
+    """Which machine and process did the work (`memtrace.host`, `memtrace.pid`): the jobs of a sweep run
+    in parallel processes (Hydra's joblib launcher) or on cluster nodes (submitit), told apart by these."""
+    return {HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid())}
+
+
+def folder_tags(folder: Path) -> dict[str, str]:
+    """The tags naming a run's locked folder and the machine and process holding it."""
+    return {RUN_DIR_TAG: str(Path(folder).resolve()), **process_tags()}
+
+
+def _is_stale(tags: Mapping[str, str]) -> bool:
+    folder = tags.get(RUN_DIR_TAG)
+    if not folder or PARENT_TAG in tags or tags.get(HOST_TAG, "") != socket.gethostname():
+        return False
+    if not Path(folder).is_dir():  # folder gone: its holder, if alive, still holds the unlinked lock
+        return not pid_alive(tags.get(PID_TAG, ""))
+    return lock_is_free(folder)
+
+
+def _end_with_children(tracker: Tracker, experiment: str, run_id: str) -> None:
+    for child in tracker.search_run_ids(experiment, f"tags.`{PARENT_TAG}` = '{run_id}' AND {RUNNING}"):
+        tracker.end_stale_run(child, "FAILED")
+    tracker.end_stale_run(run_id, "FAILED")
+
+
+def end_stale_runs(tracker: Tracker, experiment: str) -> list[str]:
+    """End FAILED the RUNNING runs of `experiment` whose folder's lock is free (see the module doc)."""
+    ended = []
+    host = socket.gethostname()  # only this machine's runs are read one by one (a shared server holds many)
+    mine = f"{RUNNING} AND tags.`{HOST_TAG}` = '{host}'" if "'" not in host else RUNNING
+    for run_id in tracker.search_run_ids(experiment, mine):
+        if _is_stale(tracker.get_run(run_id).tags):
+            _end_with_children(tracker, experiment, run_id)
+            ended.append(run_id)
+    return ended
+
+
+def end_runs_of_folder(tracker: Tracker, experiment: str, folder: Path) -> list[str]:
+    """End FAILED the RUNNING runs of `experiment` tagged with `folder` (whose lock the caller holds)."""
+    wanted = str(Path(folder).resolve())
+    ended = []
+    for run_id in tracker.search_run_ids(experiment, RUNNING):
+        tags = tracker.get_run(run_id).tags
+        if tags.get(RUN_DIR_TAG) == wanted and PARENT_TAG not in tags:
+            _end_with_children(tracker, experiment, run_id)
+            ended.append(run_id)
+    return ended

@@ -28,9 +28,8 @@ class RunNotFoundError(LookupError):
 
 @dataclass(frozen=True)
 class DatasetInput:
-    """The data a run used, as the tracker records it (an MLflow dataset input): `name`, `digest` (a
-    hash of the content), `source` (a file path, or how the data was generated), `context` (train,
-    dev, test or eval: what the run did with it), the split and its size."""
+    """The data a run used (an MLflow dataset input): `digest` hashes the content, `source` is a file path
+    or how the data was generated, `context` what the run did with it (train, dev, test or eval)."""
 
     name: str
     digest: str
@@ -80,26 +79,21 @@ class Tracker(Protocol):
 
     def log_table(self, columns: Mapping[str, list[str]], artifact_file: str) -> None: ...
 
-    def log_dataset(self, dataset: DatasetInput) -> None:
-        """Record `dataset` as an input of the active run."""
-        ...
+    def log_dataset(self, dataset: DatasetInput) -> None: ...
 
     def register_prompts(
         self, system_name: str, prompts: PromptSet, commit_message: str, tags: Mapping[str, str],
         alias: str | None = None, knobs: Mapping[str, Any] | None = None,
     ) -> Mapping[str, str]:
-        """Register `prompts` (with the set's `knobs`) in the prompt registry of the current experiment (a
-        new version for each stage whose text and knobs no version holds, linked to the active run; `alias`
-        moved onto the set's versions); returns stage -> prompt URI."""
+        """Register `prompts` with their `knobs` in the current experiment's prompt registry, linked to the
+        active run (`prompt_registry.register_prompt_set`); returns stage -> prompt URI."""
         ...
 
     def get_run(self, run_id: str) -> TrackedRun:
-        """Raises `RunNotFoundError` for an unknown id."""
+        """Raises `RunNotFoundError` for an unknown id (so does `run_status`)."""
         ...
 
-    def run_status(self, run_id: str) -> str:
-        """FINISHED, FAILED, KILLED, RUNNING or SCHEDULED (`RunNotFoundError` for an unknown id)."""
-        ...
+    def run_status(self, run_id: str) -> str: ...
 
     def metric_history(self, run_id: str, key: str) -> list[tuple[int, float]]:
         """Every logged (step, value) of a metric, in (step, time) order; empty when never logged."""
@@ -119,10 +113,7 @@ class Tracker(Protocol):
         ...
 
     def delete_children(self, parent_id: str, tag: str, above: int) -> list[str]:
-        """Soft-delete the nested runs of `parent_id` whose integer tag `tag` is greater than `above`;
-        returns their ids."""
+        """Soft-delete the nested runs of `parent_id` whose integer tag `tag` is above `above`; their ids."""
         ...
 
-    def download_artifact(self, run_id: str, path: str, directory: Path) -> Path:
-        """Copy one artifact of a run into `directory`; returns the local path."""
-        ...
+    def download_artifact(self, run_id: str, path: str, directory: Path) -> Path: ...

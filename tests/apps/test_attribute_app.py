@@ -24,8 +24,7 @@ from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.graph_io import graph_to_json
 from memtrace_loop.pipeline.loop.runner import run_dataset
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
-from memtrace_loop.pipeline.tracking.run_logging import ATTRIBUTION_COLUMNS, attribution_rows, save_run
-from memtrace_loop.pipeline.tracking.saved_run import read_saved_run
+from memtrace_loop.pipeline.tracking.run_logging import ATTRIBUTION_COLUMNS, attribution_rows, read_saved_run, save_run
 from mlflow.tracking import MlflowClient
 
 from tests.support.store import fresh_store
@@ -128,7 +127,7 @@ def test_cases_round_trip_and_a_saved_run_reads_back(tmp_path):
 
 
 def test_a_run_without_cases_cannot_be_downloaded_for_attribution(tmp_path):
-    from memtrace_loop.pipeline.tracking.saved_run import download_saved_run
+    from memtrace_loop.pipeline.tracking.run_logging import download_saved_run
 
     tracker = MlflowTracker(f"sqlite:///{tmp_path}/mlflow.db")
     tracker.open_experiment("old")

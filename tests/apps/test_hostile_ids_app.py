@@ -12,7 +12,7 @@ import pytest
 from hydra import compose, initialize_config_module
 from memtrace_loop.experiments.run import run
 from memtrace_loop.pipeline.core.graph_io import graph_from_json
-from memtrace_loop.pipeline.tracking.saved_run import read_saved_run
+from memtrace_loop.pipeline.tracking.run_logging import read_saved_run
 
 from tests.support.paths import REPO
 

@@ -103,9 +103,9 @@ def test_versions_are_linked_to_a_run(current_store: str, tmp_path: Path) -> Non
 def test_missing_prompts_and_wrong_stage_raise(store: str) -> None:
     register_prompt_set("mem0", PromptSet({"extract": "E."}), registry_uri=store)
     with pytest.raises(PromptRegistryError, match=r"stage 'decide'.*not found"):
-        load_registered_set("mem0", ["extract", "decide"], registry_uri=store).prompts
+        load_registered_set("mem0", ["extract", "decide"], registry_uri=store)
     with pytest.raises(PromptRegistryError, match=r"memtrace-mem0-extract/5"):
-        load_registered_set("mem0", ["extract"], 5, registry_uri=store).prompts
+        load_registered_set("mem0", ["extract"], 5, registry_uri=store)
     assert load_registered_stage("prompts:/memtrace-mem0-extract/1", registry_uri=store).stage == "extract"
     with pytest.raises(PromptRegistryError, match="not a prompt URI"):
         load_registered_stage("models:/memtrace-mem0-extract/1", registry_uri=store)

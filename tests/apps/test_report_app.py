@@ -14,8 +14,7 @@ from memtrace_loop.experiments.cli import USAGE
 from memtrace_loop.experiments.report import report
 from memtrace_loop.experiments.run import run
 from memtrace_loop.pipeline.analysis.attribution.records import ErrorType
-from memtrace_loop.pipeline.tracking.run_logging import attribution_rows
-from memtrace_loop.pipeline.tracking.saved_run import read_saved_run
+from memtrace_loop.pipeline.tracking.run_logging import attribution_rows, read_saved_run
 from mlflow.tracking import MlflowClient
 
 from tests.support.store import fresh_store

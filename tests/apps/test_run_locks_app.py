@@ -22,7 +22,7 @@ from memtrace_loop.pipeline.core.run_lock import RunLocked, hold_run_lock, lock_
 from memtrace_loop.pipeline.core.stop import Interrupted, StopToken
 from memtrace_loop.pipeline.loop.checkpoint import CheckpointError
 from memtrace_loop.pipeline.tracking import loop_observer as loop_tracking
-from memtrace_loop.pipeline.tracking.stale_runs import folder_tags
+from memtrace_loop.pipeline.tracking.run_record import folder_tags
 from mlflow.tracking import MlflowClient
 
 from tests.support.compose import composed
