@@ -38,7 +38,7 @@ from memtrace_loop.pipeline.core.records import Dataset
 from memtrace_loop.pipeline.core.redaction import config_secrets
 from memtrace_loop.pipeline.data.registry import DATASETS, load_dataset
 from memtrace_loop.pipeline.data.splits import SPLIT_NAMES, Split, split_by_conversation
-from memtrace_loop.pipeline.tracking.prompt_sources import RegistryAccess, load_prompt_source
+from memtrace_loop.pipeline.tracking.prompt_registry import RegistryAccess, load_prompt_source
 from omegaconf import DictConfig, OmegaConf
 
 
@@ -65,7 +65,7 @@ def with_prompt_file(
     """`system` with the prompt set `prompts` names applied (unchanged when `prompts` is empty): a file of
     our own layout, or a document of one of `formats` (its spec's `prompt_formats`; only its stages
     change), or registered prompts read through `registry` (`registry:<system>@<alias>`, `prompts:/...`;
-    `pipeline.tracking.prompt_sources`)."""
+    `pipeline.tracking.prompt_registry`)."""
     if not prompts:
         return system
     stages = system.prompt_set().stages()

@@ -24,14 +24,12 @@ import textwrap
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from memtrace_loop.pipeline.analysis.attribution.records import Attribution
 from memtrace_loop.pipeline.core.records import PromptSet
 from memtrace_loop.pipeline.loop.costs import calls_to_gain, candidate_costs
 from memtrace_loop.pipeline.loop.failure_impact import failure_impact
 from memtrace_loop.pipeline.loop.optimization import IterationRecord, LoopResult
-from memtrace_loop.pipeline.loop.runner import RunResult
 from memtrace_loop.pipeline.tracking import metric_names as names
 from memtrace_loop.pipeline.tracking.plots import IterationScore, plot_blame, plot_scores
 from memtrace_loop.pipeline.tracking.run_logging import (
@@ -42,6 +40,7 @@ from memtrace_loop.pipeline.tracking.run_logging import (
     run_metrics,
     scrub,
 )
+from memtrace_loop.pipeline.tracking.traces import FailureTraces
 from memtrace_loop.pipeline.tracking.tracker import CHAMPION, Tracker
 
 logger = logging.getLogger(__name__)
@@ -154,11 +153,9 @@ def final_impact_metrics(result: LoopResult) -> dict[str, float]:
 
 
 def iteration_params(record: IterationRecord) -> dict[str, str]:
-    """The params of an iteration's nested run, what tells iterations apart in the MLflow UI's run
-    table: `iteration`, `candidates` (how many), `candidate.<i>.stages` (the stages candidate i
-    rewrote) and `.verdict`, `accepted` (the accepted candidate's index, or `none`), `accepted.stages`
-    and `stage` (the stages the accepted candidate changed; `none`), `blamed_stage` (the stage with
-    the most blame)."""
+    """The params telling iterations apart in the MLflow UI's run table: `iteration`, `candidates`,
+    `candidate.<i>.stages|verdict`, `accepted` (index or `none`), `stage` (what it changed), `accepted.knobs`,
+    `blamed_stage` (the most blamed)."""
     params = {"iteration": str(record.iteration), "candidates": str(len(record.outcomes))}
     accepted_index = "none"
     for index, outcome in enumerate(record.outcomes):
@@ -175,37 +172,23 @@ def iteration_params(record: IterationRecord) -> dict[str, str]:
     return params
 
 
-class IterationTraces(Protocol):
-    """Logs an iteration's train failures as traces into a run; returns how many it stored
-    (`pipeline.tracking.traces.FailureTraces`)."""
-
-    def __call__(self, result: RunResult, attributions: Iterable[Attribution], run_id: str) -> int: ...
-
-
 class TrackingLoopObserver:
-    """A `LoopObserver` logging into the tracker's active (parent) run.
-
-    Each iteration's nested run is dated back to when the iteration's work began (the observer's
-    creation for the first, the end of the previous iteration's logging for the next ones: the loop
-    tells an observer only of finished iterations), so its duration in the MLflow UI is the iteration's
-    work plus its logging. With `traces`, the iteration's train failures are logged as traces linked
-    to its nested run."""
+    """A `LoopObserver` logging into the tracker's active (parent) run. An iteration's nested run is dated
+    back to when its work began (the observer's creation, then the end of the previous iteration's
+    logging: the loop tells only of finished iterations), so its UI duration is its work and logging."""
 
     def __init__(
         self, tracker: Tracker, system_name: str, secrets: Iterable[str], register_prompts: bool = True,
-        base_knobs: Mapping[str, Any] | None = None, traces: IterationTraces | None = None,
+        base_knobs: Mapping[str, Any] | None = None, traces: FailureTraces | None = None,
         clock: Callable[[], float] = time.time, min_gain: float = 0.0,
     ) -> None:
-        self.tracker = tracker
+        self.tracker, self.system_name, self.secrets = tracker, system_name, tuple(secrets)
         self.min_gain = min_gain  # the gate's, to count which audited screened-out candidates would have passed
-        self.system_name = system_name
-        self.secrets = tuple(secrets)
         self.register_prompts = register_prompts
         # the configured system's knobs that differ from their defaults: with the accepted knob changes,
         # the knob values registered with an accepted set (what the export's `knobs` holds)
         self.base_knobs = dict(base_knobs or {})
-        self.traces = traces
-        self.clock = clock
+        self.traces, self.clock = traces, clock
         self.work_started = clock()  # when the next iteration's work began
 
     def _text(self, text: str, artifact: str) -> None:

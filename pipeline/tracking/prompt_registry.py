@@ -9,6 +9,16 @@
 - `load_registered_set` (with the set's knobs, refused when the stages' knobs disagree) /
   `load_registered_stage`: read back, checked to be memtrace's text prompts of the expected system and stage.
 
+- `load_prompt_source(source, system, ...)`: the prompt set a `prompts=` value names, as `ExportedPrompts`
+  (`pipeline.core.prompt_files.apply_prompts` puts it into the system): `registry:<system>@<alias>` (or
+  `registry:<experiment>/<system>@<alias>`; the run's `tracking.experiment` by default) is every LLM stage
+  of the run's system at that alias in the run's tracking store, with the set's knobs (`@champion`: the
+  last set `memtrace optimize` accepted; a set has no version number of its own); `prompts:/<name>/<n>`
+  or `prompts:/<name>@<alias>` is MLflow's URI of one stage (only it changes, the knobs stay as
+  configured); anything else a file (`pipeline.core.prompt_formats.read_prompt_file`). Every problem is
+  a `PromptFileError` (exit 2) of one line starting `prompts=<source>:`; a missing `sqlite:///` store is
+  never created.
+
 MLflow facts (3.17): templates are stored verbatim (braces round-trip: `format` is never called);
 every `register_prompt` makes a new version, hence the comparison first; loads read the store directly
 (`get_prompt_version[_by_alias]`), not `load_prompt` (a 60 s cache and a thread tagging experiments).
@@ -18,15 +28,20 @@ are validated first, but a store failure midway leaves the stages registered so 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, cast
 
 import mlflow
+from memtrace_loop.pipeline.core.prompt_files import ExportedPrompts, PromptFileError
+from memtrace_loop.pipeline.core.prompt_formats import PromptFormat, read_prompt_file
 from memtrace_loop.pipeline.core.records import PromptSet
+from memtrace_loop.pipeline.tracking.store_access import sqlite_path
 from mlflow import MlflowClient
 from mlflow.entities.model_registry import PromptVersion
 from mlflow.exceptions import MlflowException
@@ -223,3 +238,67 @@ def load_registered_stage(uri: str, *, registry_uri: str | None = None) -> Regis
     """The stage instruction at `uri` (`prompts:/<name>/<n>` or `prompts:/<name>@<alias>`)."""
     version = _load(_client(registry_uri), uri, None, None)
     return RegisteredStage(version.tags[SYSTEM_TAG], version.tags[STAGE_TAG], cast(str, version.template))
+
+
+@dataclass(frozen=True)
+class RegistryAccess:
+    """Where registered prompts are read: the run's tracking store and experiment."""
+
+    tracking_uri: str
+    experiment: str
+
+
+def load_prompt_source(
+    source: str, system_name: str, stages: Sequence[str], base_dir: Path,
+    formats: Sequence[PromptFormat] = (), registry: RegistryAccess | None = None,
+) -> ExportedPrompts:
+    """The prompt set `prompts=<source>` names for memory system `system_name` with LLM stages `stages`
+    (the module docstring); a relative file path resolves against `base_dir`."""
+    if not source.startswith(("registry:", "prompts:/")):
+        path = Path(source)
+        return read_prompt_file(path if path.is_absolute() else base_dir / path, system_name, formats)
+    if registry is None:
+        raise PromptFileError(f"prompts={source}: this command has no tracking store to read the registry from")
+    store = sqlite_path(registry.tracking_uri)
+    if store is not None and not store.is_file():
+        raise PromptFileError(f"prompts={source}: no tracking store at {registry.tracking_uri} (tracking.uri): "
+                              "nothing is registered there")
+    try:
+        if source.startswith("prompts:/"):
+            return _one_stage(source, system_name, registry)
+        return _whole_set(source, system_name, stages, registry)
+    except PromptRegistryError as error:
+        raise PromptFileError(f"prompts={source}: {error}") from None
+
+
+def _whole_set(source: str, system_name: str, stages: Sequence[str], registry: RegistryAccess) -> ExportedPrompts:
+    match = re.match(r"^registry:(?:([^/@]+)/)?([^/@]+)@([A-Za-z0-9_-]+)$", source)
+    if match is None and re.search(r"/[0-9]+$", source):
+        raise PromptFileError(
+            f"prompts={source}: a registered set has no version number (each stage's prompt numbers its own "
+            f"versions): name an alias (registry:{system_name}@champion) or one stage's prompts:/<name>/<version>"
+        )
+    if match is None:
+        raise PromptFileError(
+            f"prompts={source}: expected registry:<system>@<alias> or registry:<experiment>/<system>@<alias> "
+            f"(e.g. registry:{system_name}@champion)"
+        )
+    experiment, named_system, alias = match.groups()
+    if named_system != system_name:
+        raise PromptFileError(f"prompts={source}: names memory system {named_system!r}, this run uses {system_name!r}")
+    found = load_registered_set(
+        system_name, stages, alias, registry_uri=registry.tracking_uri, experiment=experiment or registry.experiment
+    )
+    exported = ExportedPrompts.create(system_name, found.prompts, knobs=dict(found.knobs))
+    return dataclasses.replace(exported, origin=source)
+
+
+def _one_stage(source: str, system_name: str, registry: RegistryAccess) -> ExportedPrompts:
+    stage = load_registered_stage(source, registry_uri=registry.tracking_uri)
+    if stage.system != system_name:
+        raise PromptFileError(
+            f"prompts={source}: holds stage {stage.stage!r} of memory system {stage.system!r}, "
+            f"this run uses {system_name!r}"
+        )
+    exported = ExportedPrompts.create(system_name, PromptSet({stage.stage: stage.text}))
+    return dataclasses.replace(exported, origin=source)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import math
 import subprocess
 from collections.abc import Iterable, Mapping
@@ -41,8 +40,6 @@ from memtrace_loop.pipeline.loop.runner import RunResult
 from memtrace_loop.pipeline.tracking import metric_names as names
 from memtrace_loop.pipeline.tracking.run_record import process_tags as process_tags  # the apps import it here
 from memtrace_loop.pipeline.tracking.tracker import DatasetInput, Tracker
-
-logger = logging.getLogger(__name__)
 
 MAX_PARAM_CHARS = 6000
 
@@ -111,10 +108,8 @@ ATTRIBUTION_COLUMNS = (
 
 
 def attribution_rows(attributions: Iterable[Attribution]) -> list[dict[str, Any]]:
-    """One plain row per attribution (JSON-able): the blamed operation, whether a replay confirmed it
-    (`check`: verified / refuted / unchecked / unverifiable; `verified`: true / false / null), the
-    decisive set's operations in order (`joint`, empty for a single cause), the other single repairs that
-    also rescued it (`alternatives`, as `stage:op`) and what finding and checking it cost."""
+    """One JSON-able row per attribution: the blamed operation, the replay check (`verified`: true / false
+    / null), the decisive set (`joint`), other rescuing repairs (`alternatives`, `stage:op`) and the cost."""
     return [
         {
             "question_id": a.question_id,
@@ -162,8 +157,7 @@ def attribution_columns(attributions: Iterable[Attribution], secrets: Iterable[s
 
 
 def attribution_metrics(attributions: Iterable[Attribution]) -> dict[str, float]:
-    """`attribution/<...>`: shares of the attributions a replay confirmed, refuted, and that name a joint
-    decisive set (all 0 when there are none), with their count and replayed calls."""
+    """`attribution/<...>`: shares confirmed, refuted, unverifiable and joint (0 without any), count, calls."""
     items = list(attributions)
     n = len(items)
 
@@ -198,8 +192,7 @@ def quality_metrics(report: EvaluationReport, scope: str = names.EVAL) -> dict[s
 
 
 def run_metrics(result: RunResult, scope: str = names.EVAL) -> dict[str, float]:
-    """The quality of one evaluated run (`quality_metrics`) and what its traced graph counted
-    (`<scope>/traced/<count>`), under `scope` (`metric_names`: eval, train, dev, test/final, ...)."""
+    """`quality_metrics` of one evaluated run and what its traced graph counted (`<scope>/traced/<count>`)."""
     counts = result.counts
     values = (counts.calls, counts.cached_calls, counts.prompt_tokens, counts.completion_tokens,
               counts.failed_operations)
@@ -210,9 +203,8 @@ def run_metrics(result: RunResult, scope: str = names.EVAL) -> dict[str, float]:
 
 
 def call_metrics(tally: CallTally, *, failed: bool = False) -> dict[str, float]:
-    """`lm_calls/<role>/made|cached|reused` (and `/failed`) per role of a tally counted at the LM layer
-    (`pipeline.backends.call_count`): made reached the backend, cached came from DSPy's response cache,
-    reused from the run's store of replies (the same request answered before in the run)."""
+    """`lm_calls/<role>/made|cached|reused` (and `/failed`) per role: made reached the backend, cached came
+    from DSPy's cache, reused from the run's store of replies (`pipeline.backends.call_count`)."""
     metrics: dict[str, float] = {}
     for role, calls in tally.by_role.items():
         metrics[names.role_calls(role, names.MADE)] = float(calls.made)
@@ -230,8 +222,7 @@ def token_metrics(tally: CallTally) -> dict[str, float]:
 
 
 def retry_metrics(tally: RetryTally) -> dict[str, float]:
-    """`lm_retries/<role>` and `lm_retries/<role>/<cause>` for every role with a retry, plus
-    `lm_retries/total` (always present, so a fault-free run logs 0)."""
+    """`lm_retries/<role>[/<cause>]` for every role with a retry, and `lm_retries/total` (always)."""
     metrics = {names.RETRIES_TOTAL: float(tally.total)}
     for role, causes in sorted(tally.count_by_cause_by_role.items()):
         metrics[names.role_retries(role)] = float(sum(causes.values()))
@@ -262,8 +253,7 @@ def impact_metrics(impact: FailureImpact, scope: str = names.EVAL) -> dict[str, 
 
 
 def dataset_digest(dataset: Dataset) -> str:
-    """A hash of the dataset's content (every conversation, turn and question, in order): two runs
-    share it exactly when they used the same data."""
+    """A hash of the dataset's content (every conversation, turn and question, in order)."""
     content = json.dumps(
         [asdict(c) for c in dataset.conversations] + [asdict(q) for q in dataset.questions],
         sort_keys=True, ensure_ascii=False, default=str,
@@ -290,8 +280,7 @@ def dataset_source(dataset_config: Mapping[str, Any], base_dir: Path | None = No
 
 
 def dataset_input(dataset: Dataset, context: str, split: str, source: str) -> DatasetInput:
-    """What the tracker records of the data a run used (`Tracker.log_dataset`); `context` is train, dev,
-    test or eval."""
+    """What the tracker records of the data a run used (`Tracker.log_dataset`)."""
     return DatasetInput(
         name=f"{dataset.name}-{split}", digest=dataset_digest(dataset), source=source, context=context,
         split=split, n_conversations=len(dataset.conversations), n_questions=len(dataset.questions),
@@ -301,6 +290,7 @@ def dataset_input(dataset: Dataset, context: str, split: str, source: str) -> Da
 CASES_FILE = RunFolder.CASES  # every judged case, readable back (`pipeline.core.case_io`)
 CONFIG_FILE = RunFolder.CONFIG  # the composed config the run was made with
 GRAPHS_DIR = RunFolder.GRAPHS
+PROMPTS_FILE = RunFolder.PROMPTS
 ARTIFACTS_DIR = RunFolder.ARTIFACTS  # the folder of a run's output directory that `save_run` writes
 
 
@@ -308,15 +298,13 @@ def save_run(
     directory: Path, result: RunResult, prompts: PromptSet, secrets: Iterable[str],
     config: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Write the run's artifacts into `directory`: results.json (the table), cases.json, prompts.json,
-    report.json, graphs/<conversation>.json (a safe file name, `RunFolder.graph_file`; the id is the
-    graph's `graph_id`) and, when given, config.json. A run saved so can be
-    attributed later without rerunning it (`pipeline.tracking.saved_run`)."""
+    """Write the run's artifacts into `directory`: results.json, cases.json, prompts.json, report.json,
+    graphs/<conversation>.json (a safe file name, `RunFolder.graph_file`) and, when given, config.json."""
     secrets = tuple(secrets)
     directory.mkdir(parents=True, exist_ok=True)
     _write(directory, RunFolder.RESULTS, json.dumps(result_rows(result), ensure_ascii=False, indent=1), secrets)
     _write(directory, CASES_FILE, cases_to_json(result.results), secrets)
-    _write(directory, "prompts.json", json.dumps(prompts.to_dict(), indent=2, ensure_ascii=False), secrets)
+    _write(directory, PROMPTS_FILE, json.dumps(prompts.to_dict(), indent=2, ensure_ascii=False), secrets)
     _write(directory, RunFolder.REPORT_METRICS, json.dumps(flat_metrics(result.report), indent=2), secrets)
     if config is not None:
         _write(directory, CONFIG_FILE, json.dumps(config, indent=2, ensure_ascii=False), secrets)
@@ -333,9 +321,6 @@ def result_columns(result: RunResult, secrets: Iterable[str] = ()) -> dict[str, 
     secrets = tuple(secrets)
     rows = result_rows(result)
     return {key: [scrub(str(row[key]), secrets) for row in rows] for key in (rows[0] if rows else {})}
-
-
-PROMPTS_FILE = RunFolder.PROMPTS
 
 
 @dataclass(frozen=True)

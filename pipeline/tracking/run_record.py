@@ -26,7 +26,7 @@ import json
 import os
 import socket
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -174,20 +174,13 @@ class AlreadyInStore(ConfigError):
     """The store holds the saved run already, uploaded from another folder or machine: nothing uploaded."""
 
 
-def _provenance(tags: Mapping[str, str]) -> tuple[str, str | None]:
-    """(machine, folder) a stored run came from: an upload's, else the live run's machine."""
-    if UPLOADED_FROM_TAG in tags:
-        return tags.get(UPLOADED_HOST_TAG, tags.get(HOST_TAG, "")), tags[UPLOADED_FROM_TAG]
-    return tags.get(HOST_TAG, ""), None
-
-
 def _check_not_elsewhere(tracker: Tracker, existing: list[str], out_dir: Path, record: RunRecord, target: str) -> None:
     """`AlreadyInStore` when a run of the record came from another machine or folder; `RunLocked` when
     one is RUNNING in a live process of this machine (a `memtrace run` still logging it)."""
     here = socket.gethostname()
     for run_id in existing:
-        tags = tracker.get_run(run_id).tags
-        host, folder = _provenance(tags)
+        tags = tracker.get_run(run_id).tags  # the machine and folder it came from: an upload's, else the live run's
+        host, folder = tags.get(UPLOADED_HOST_TAG, tags.get(HOST_TAG, "")), tags.get(UPLOADED_FROM_TAG)
         if (host and host != here) or (folder is not None and folder != str(out_dir)):
             raise AlreadyInStore(
                 f"{out_dir}: the store already holds this run (record {record.record_id}) as MLflow run {run_id} "
@@ -200,10 +193,8 @@ def _check_not_elsewhere(tracker: Tracker, existing: list[str], out_dir: Path, r
 
 
 def upload_saved_run(tracker: Tracker, directory: str | Path, experiment: str | None = None) -> Upload:
-    """Log the run saved in `directory` (its record and `artifacts/`) into `experiment` (default: the
-    one it was made for), unless the store already holds it complete. The folder is locked meanwhile
-    (a second upload of it: `RunLocked`); a run of the same record uploaded from another machine or
-    folder: `AlreadyInStore`."""
+    """Log the run saved in `directory` (its record and `artifacts/`) into `experiment` (default: the one
+    it was made for), unless the store holds it complete already (see the module docstring)."""
     out_dir = record_dir(directory).resolve()
     record = read_run_record(out_dir)
     target = experiment or record.experiment
@@ -214,12 +205,11 @@ def upload_saved_run(tracker: Tracker, directory: str | Path, experiment: str | 
         complete = [run_id for run_id in existing if tracker.get_run(run_id).tags.get(LOGGED_TAG) == LOGGED_COMPLETE]
         if complete:
             return Upload(complete[0], target, created=False, continued=False)
-        artifacts = out_dir / ARTIFACTS_DIR
         continued = existing[-1] if existing else None
         uploaded = {UPLOADED_FROM_TAG: str(out_dir), UPLOADED_HOST_TAG: socket.gethostname(),
                     UPLOADED_PID_TAG: str(os.getpid())}
         with tracker.start_run(None if continued else record.run_name, run_id=continued) as run_id:
-            log_record(tracker, record, artifacts if artifacts.is_dir() else None, uploaded)
+            log_record(tracker, record, out_dir / ARTIFACTS_DIR, uploaded)
     return Upload(run_id, target, created=continued is None, continued=continued is not None)
 
 
@@ -256,31 +246,27 @@ def _is_stale(tags: Mapping[str, str]) -> bool:
     return lock_is_free(folder)
 
 
-def _end_with_children(tracker: Tracker, experiment: str, run_id: str) -> None:
-    for child in tracker.search_run_ids(experiment, f"tags.`{PARENT_TAG}` = '{run_id}' AND {RUNNING}"):
-        tracker.end_stale_run(child, "FAILED")
-    tracker.end_stale_run(run_id, "FAILED")
+def _end_matching(
+    tracker: Tracker, experiment: str, filter_string: str, stale: Callable[[Mapping[str, str]], bool]
+) -> list[str]:
+    """End FAILED, with their RUNNING nested runs, the runs matching `filter_string` whose tags are `stale`."""
+    ended = [run for run in tracker.search_run_ids(experiment, filter_string) if stale(tracker.get_run(run).tags)]
+    for run_id in ended:
+        for child in tracker.search_run_ids(experiment, f"tags.`{PARENT_TAG}` = '{run_id}' AND {RUNNING}"):
+            tracker.end_stale_run(child, "FAILED")
+        tracker.end_stale_run(run_id, "FAILED")
+    return ended
 
 
 def end_stale_runs(tracker: Tracker, experiment: str) -> list[str]:
     """End FAILED the RUNNING runs of `experiment` whose folder's lock is free (see the module doc)."""
-    ended = []
     host = socket.gethostname()  # only this machine's runs are read one by one (a shared server holds many)
-    mine = f"{RUNNING} AND tags.`{HOST_TAG}` = '{host}'" if "'" not in host else RUNNING
-    for run_id in tracker.search_run_ids(experiment, mine):
-        if _is_stale(tracker.get_run(run_id).tags):
-            _end_with_children(tracker, experiment, run_id)
-            ended.append(run_id)
-    return ended
+    return _end_matching(tracker, experiment, f"{RUNNING} AND tags.`{HOST_TAG}` = '{host}'" if "'" not in host
+                         else RUNNING, _is_stale)
 
 
 def end_runs_of_folder(tracker: Tracker, experiment: str, folder: Path) -> list[str]:
     """End FAILED the RUNNING runs of `experiment` tagged with `folder` (whose lock the caller holds)."""
     wanted = str(Path(folder).resolve())
-    ended = []
-    for run_id in tracker.search_run_ids(experiment, RUNNING):
-        tags = tracker.get_run(run_id).tags
-        if tags.get(RUN_DIR_TAG) == wanted and PARENT_TAG not in tags:
-            _end_with_children(tracker, experiment, run_id)
-            ended.append(run_id)
-    return ended
+    return _end_matching(tracker, experiment, RUNNING,
+                         lambda tags: tags.get(RUN_DIR_TAG) == wanted and PARENT_TAG not in tags)
