@@ -72,14 +72,11 @@ TOKENS_MADE = join(LM_TOKENS, MADE)
 RETRIES_TOTAL = join(LM_RETRIES, "total")
 CALLS_FAILED = join(LM_CALLS, FAILED)  # finally failed (after retries), every role
 CALLS_FAILED_SHARE = join(LM_CALLS, "failed_share")  # of the logical calls made
-FAILURE_COUNTS = ("scored", "touched", "touched_wrong", "judge_accuracy_untouched", "judge_accuracy_low",
-                  "judge_accuracy_high")
 
 
 def failures(scope: str, count: str) -> str:
-    """`<scope>/failures/<count>`: what failed operations did to one evaluation (`FAILURE_COUNTS`)."""
-    if count not in FAILURE_COUNTS:
-        raise ValueError(f"unknown failure count {count!r} (known: {', '.join(FAILURE_COUNTS)})")
+    """`<scope>/failures/<count>`: what failed operations did to one evaluation (scored, touched,
+    touched_wrong, judge_accuracy_untouched|low|high: `pipeline.loop.failure_impact`)."""
     return join(scope, "failures", count)
 
 
@@ -111,17 +108,16 @@ CANDIDATES = join("loop", "candidates")
 ACCEPTED = join("loop", "accepted")
 ATTRIBUTED_FAILURES = join("loop", "attributed_failures")
 ITERATIONS = join("loop", "iterations")
-# what candidates cost (pipeline/loop/costs.py), on the parent run at the end
-CANDIDATE_COSTS = ("candidates", "screened", "screened_out", "accepted", "screen_calls", "full_calls",
-                   "calls_per_candidate", "calls_per_accepted", "audited", "audit_would_pass")
 CALLS_TO_90 = join(LM_CALLS, "to_90pct_gain")  # budget calls spent when dev first reached 90% of its final gain
 
 
 def candidate_cost(count: str) -> str:
-    """`candidates/<count>` (`CANDIDATE_COSTS`)."""
-    if count not in CANDIDATE_COSTS:
-        raise ValueError(f"unknown candidate cost {count!r} (known: {', '.join(CANDIDATE_COSTS)})")
+    """`candidates/<count>`: what candidates cost (`pipeline.loop.costs`), on the parent run at the end
+    (candidates, screened, screened_out, accepted, screen_calls, full_calls, calls_per_candidate,
+    calls_per_accepted, audited, audit_would_pass)."""
     return join("candidates", count)
+
+
 PROMPT_CHARS_START = join("prompt_chars", "start")
 PROMPT_CHARS_FINAL = join("prompt_chars", "final")
 ELAPSED_S = join("time", "elapsed_s")

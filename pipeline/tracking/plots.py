@@ -47,17 +47,12 @@ class IterationScore:
     accepted: tuple[float, ...] = ()
     rejected: tuple[float, ...] = ()
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "accepted", tuple(float(a) for a in self.accepted))
-        object.__setattr__(self, "rejected", tuple(float(r) for r in self.rejected))
-
 
 def _png_path(path: str | Path) -> Path:
-    path = Path(path)
-    if path.suffix.lower() != ".png":
+    if Path(path).suffix.lower() != ".png":
         raise ValueError(f"plot path must end in .png, got {path}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return path
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return Path(path)
 
 
 def _new_figure(width: float, height: float) -> Figure:
@@ -71,7 +66,7 @@ def _save(figure: Figure, path: Path) -> Path:
     return path
 
 
-def _ordered_iterations(numbers: Sequence[int]) -> None:
+def _unique(numbers: Sequence[int]) -> None:
     if len(set(numbers)) != len(numbers):
         raise ValueError(f"iteration numbers must be unique, got {list(numbers)}")
 
@@ -89,15 +84,14 @@ DEV_LABEL = "dev accuracy at iteration start"  # the prompt set each iteration s
 
 def plot_scores(iterations: Sequence[IterationScore], path: str | Path) -> Path:
     """Accuracy vs iteration: dev line with CI band, train line, accepted/rejected candidates."""
-    path = _png_path(path)
-    return _save(scores_figure(iterations), path)
+    return _save(scores_figure(iterations), _png_path(path))
 
 
 def scores_figure(iterations: Sequence[IterationScore]) -> Figure:
     """The figure `plot_scores` writes. Iteration i's dev and train points are the prompt set it started
     from (before its candidates; the log's "dev before"); its candidates are drawn beside them."""
     rows = sorted(iterations, key=lambda row: row.iteration)
-    _ordered_iterations([row.iteration for row in rows])
+    _unique([row.iteration for row in rows])
     figure = _new_figure(7.5, 4.5)
     axes = figure.add_subplot()
     axes.set_title("Judge accuracy at the start of each iteration, and its candidates")
@@ -143,7 +137,7 @@ def plot_blame(blame_by_iteration: Sequence[tuple[int, BlameTable]], path: str |
     """Stacked bars: blamed failures per stage, one bar per iteration; knob-blamed stages hatched."""
     path = _png_path(path)
     rows = sorted(blame_by_iteration, key=lambda item: item[0])
-    _ordered_iterations([number for number, _ in rows])
+    _unique([number for number, _ in rows])
     figure = _new_figure(7.5, 4.5)
     axes = figure.add_subplot()
     axes.set_title("Blamed failures per stage and iteration")

@@ -106,11 +106,8 @@ def configure_tracking_client(
     timeout_s: float, max_retries: int, environ: MutableMapping[str, str] | None = None
 ) -> dict[str, str]:
     """Set MLflow's HTTP timeout (whole seconds, at least 1), retry count and backoff factor (1 s,
-    doubling) in `environ` (the process environment by default); returns what was set. The config
-    wins over values already in the environment."""
-    if timeout_s <= 0 or max_retries < 0:
-        raise ValueError(f"tracking.timeout_s must be > 0 and tracking.max_retries >= 0, got {timeout_s}, "
-                         f"{max_retries}")
+    doubling) in `environ` (the process environment by default; `TrackingConfig` checked the values);
+    returns what was set. The config wins over values already in the environment."""
     knobs = {
         ENV_TIMEOUT: str(max(1, math.ceil(timeout_s))),
         ENV_MAX_RETRIES: str(int(max_retries)),

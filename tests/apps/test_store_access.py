@@ -9,6 +9,7 @@ import sqlite3
 
 import pytest
 from hydra import compose, initialize_config_module
+from memtrace_loop.experiments.config import TrackingConfig
 from memtrace_loop.experiments.console import setup_logging
 from memtrace_loop.experiments.factory import launch_dir
 from memtrace_loop.experiments.output_dirs import RUN_ID_RESOLVER, app_output_dir, process_run_id
@@ -82,7 +83,7 @@ def test_configure_tracking_client_sets_mlflows_documented_knobs():
     assert {mlflow_env.MLFLOW_HTTP_REQUEST_TIMEOUT.name, mlflow_env.MLFLOW_HTTP_REQUEST_MAX_RETRIES.name,
             mlflow_env.MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR.name} == set(environ)
     with pytest.raises(ValueError, match="timeout_s"):
-        configure_tracking_client(0, 1, {})
+        TrackingConfig(uri="sqlite:///x.db", timeout_s=0)
 
 
 def test_tracking_available_names_the_cause_of_a_dead_server_and_accepts_a_sqlite_store(tmp_path):
