@@ -100,18 +100,13 @@ class _VariableEvent:
     meta: Mapping[str, Any] | None
 
 
-@dataclass(frozen=True)
-class _OperationEvent:
-    kwargs: Mapping[str, Any]
-
-
 class Tracer:
     """Records variables and operations of one graph (directly, or buffered for a later `commit`)."""
 
     def __init__(self, graph: ExecutionGraph, *, buffered: bool = False) -> None:
         self.graph = graph
         self.buffered = buffered
-        self._events: list[_VariableEvent | _OperationEvent] = []
+        self._events: list[_VariableEvent | dict[str, Any]] = []  # a dict: add_operation's arguments
         self._local_versions_by_name: dict[str, int] = {}
         self._local_variable_values: dict[str, str] = {}
         self._prompt_by_stage: dict[str, str] = {}
@@ -141,23 +136,19 @@ class Tracer:
             status=status, error=error, usage=usage, meta=meta,
         )
         if self.buffered:
-            self._events.append(_OperationEvent(kwargs))
+            self._events.append(kwargs)
         else:
             self.graph.add_operation(**kwargs)
 
     def pending_calls(self) -> int:
         """LM calls recorded by the buffered operations not yet committed (e.g. a replay that is
         never committed counts what it spent this way)."""
-        return sum(
-            (event.kwargs["usage"].calls if event.kwargs.get("usage") is not None else 0)
-            for event in self._events
-            if isinstance(event, _OperationEvent)
-        )
+        return sum(e["usage"].calls for e in self._events if isinstance(e, dict) and e["usage"] is not None)
 
     def pending_operation(self, stage: str) -> Mapping[str, Any] | None:
         """The fields (`inputs`, `meta`, ...) of the last buffered operation of `stage`, None when there
         is none (a replay reads what its own, never committed, retrieval ranked)."""
-        found = [e.kwargs for e in self._events if isinstance(e, _OperationEvent) and e.kwargs["stage"] == stage]
+        found = [e for e in self._events if isinstance(e, dict) and e["stage"] == stage]
         return MappingProxyType(found[-1]) if found else None
 
     def value_of(self, var_id: str) -> str:
@@ -172,7 +163,7 @@ class Tracer:
                 if var.id != event.expected_id:
                     raise GraphError(f"buffered trace expected {event.expected_id}, graph made {var.id}")
             else:
-                self.graph.add_operation(**event.kwargs)
+                self.graph.add_operation(**event)
         self._events.clear()
         self._local_versions_by_name.clear()
 
@@ -211,12 +202,22 @@ class Tracer:
         """
         call = StageCall(self, self._run(predictor, stage, kwargs))
         yield call
-        result = call.result
+        self.record_stage(op, stage, kind, inputs, call.outputs, call.result, meta)
+
+    def record_stage(
+        self, op: str, stage: str, kind: OpKind, inputs: Iterable[str], outputs: Iterable[str],
+        result: StageResult | None, meta: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Record operation `op` of `stage`; with the `result` of its LLM call (prompt variable, status,
+        error, usage, and the last raw output of a failed call in `meta`), else as a plain operation."""
         details = dict(meta or {})
+        if result is None:
+            self.operation(op, stage, kind, inputs, outputs, meta=details or None)
+            return
         if result.error is not None and result.raw_outputs:
             details["raw_output"] = result.raw_outputs[-1]
         self.operation(
-            op, stage, kind, inputs, call.outputs, prompt=self.prompt_variable(stage, result.instruction),
+            op, stage, kind, inputs, outputs, prompt=self.prompt_variable(stage, result.instruction),
             status=OpStatus.OK if result.ok else OpStatus.FAILED, error=result.error, usage=result.usage,
             meta=details or None,
         )

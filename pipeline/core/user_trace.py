@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from memtrace_loop.pipeline.core.conventions import (
     NEAR_MISSES,
     OpKind,
-    OpStatus,
     VarKind,
     answer_name,
     first_version,
@@ -175,19 +174,9 @@ class OpHandle:
             return
         if self.stage is None:
             raise TracingError(f"operation {self.name!r} names no stage and made no LLM call")
-        result = self.llm
-        meta = dict(self.meta)
-        if result is not None and result.error is not None:
-            s.error = result.error
-            if result.raw_outputs:
-                meta["raw_output"] = result.raw_outputs[-1]
-        s.tracer.operation(
-            self.name, self.stage, self.kind, self.inputs, self.outputs,
-            prompt=s.tracer.prompt_variable(self.stage, result.instruction) if result is not None else None,
-            status=OpStatus.FAILED if result is not None and not result.ok else OpStatus.OK,
-            error=result.error if result is not None else None,
-            usage=result.usage if result is not None else None, meta=meta or None,
-        )
+        if self.llm is not None and self.llm.error is not None:
+            s.error = self.llm.error
+        s.tracer.record_stage(self.name, self.stage, self.kind, self.inputs, self.outputs, self.llm, self.meta)
 
 
 @contextmanager
