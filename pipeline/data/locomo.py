@@ -275,9 +275,8 @@ def load_locomo(path: str | Path) -> Dataset:
 def load_locomo_hub(
     name: str, data_files: str | list[str] | None = None, split: str = "train", revision: str | None = None
 ) -> Dataset:
-    """LoCoMo from a Hugging Face dataset id (or a local folder laid out like one) through
-    `datasets.load_dataset`, parsed by the same parser as `load_locomo`; `Dataset.name` is the stem of
-    `data_files` (else the dataset's last name part)."""
+    """LoCoMo from a Hugging Face dataset id (or a local folder laid out like one); `Dataset.name` is the stem
+    of `data_files` (else the dataset's last name part)."""
     source = hub_source(name, data_files)
     dataset = parse_locomo(read_hub_rows(name, LOCOMO_COLUMNS, data_files, split, revision), source)
     stem = Path(data_files).stem if isinstance(data_files, str) else Path(name.rstrip("/")).name

@@ -196,8 +196,7 @@ LONGMEMEVAL_COLUMNS = (
 
 
 def load_longmemeval(path: str | Path, question_date_in_text: bool = True) -> Dataset:
-    """Read a LongMemEval JSON file (a list of records) through `datasets` (`pipeline.data.reader`);
-    `Dataset.name` is the file stem."""
+    """Read a LongMemEval JSON file (a list of records); `Dataset.name` is the file stem."""
     records = read_file_rows(path, LONGMEMEVAL_COLUMNS, "question records")
     return parse_longmemeval(records, str(path), question_date_in_text)
 
