@@ -69,7 +69,6 @@ class StageCallback(BaseCallback):
 class StageResult:
     """What one traced LLM stage call produced: the prediction, or the error that replaced it."""
 
-    stage: str
     prediction: dspy.Prediction | None
     error: str | None
     instruction: str
@@ -236,7 +235,7 @@ class Tracer:
         except Exception as exc:  # a tracer failure must not fail the run: count the calls, lose the tokens
             logger.warning("stage %s: could not read token usage: %s", stage, exc)
             usage = Usage(calls=scratch.lm_calls)
-        return StageResult(stage, prediction, error, instruction, usage, tuple(scratch.raw_outputs))
+        return StageResult(prediction, error, instruction, usage, tuple(scratch.raw_outputs))
 
 
 class StageCall:
