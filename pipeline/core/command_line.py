@@ -30,9 +30,8 @@ def hydra_quoted(value: str) -> str:
 
 
 def program_path(name: str, *, path: str, executable: str, cwd: str | Path) -> str:
-    """How to name the console script `name` of `executable`'s bin folder in a command typed in `cwd`
-    with this `path` (a PATH value): the bare name when PATH resolves it to that very file, or when
-    the folder has no such file; else the file's path relative to `cwd` when inside it, else absolute."""
+    """How to name the console script `name` of `executable`'s bin folder in a command typed in `cwd`: the
+    bare name when `path` (a PATH value) finds that very file or there is no such file, else its path."""
     script = Path(os.path.abspath(executable)).parent / name
     if not script.is_file():
         return name
@@ -65,8 +64,7 @@ def override(key: str, value: object) -> str:
 
 
 def command_line(*words: str, **overrides: object) -> str:
-    """`words` (the command, e.g. "memtrace", "run") then each override, ready to paste into a shell;
-    a first word naming one of our console scripts (`PROGRAMS`) is the path `program` decides."""
+    """`words` then each override, ready to paste into a shell; a first word in `PROGRAMS` as `program` names it."""
     if words and words[0] in PROGRAMS:
         words = (program(words[0]), *words[1:])
     return " ".join([*(shlex.quote(word) for word in words), *(override(k, v) for k, v in overrides.items())])

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import StrEnum
+from functools import partial
 from types import MappingProxyType
 
 
@@ -95,27 +96,11 @@ class Namespace(StrEnum):
     PROMPT = "prompt"
 
 
-KIND_BY_NAMESPACE: Mapping[Namespace, VarKind] = MappingProxyType({
-    Namespace.TURN: VarKind.TURN,
-    Namespace.FACTS: VarKind.FACTS,
-    Namespace.SIMILAR: VarKind.RETRIEVED,
-    Namespace.DECISION: VarKind.DECISION,
-    Namespace.MEMORY: VarKind.MEMORY,
-    Namespace.ENTRY: VarKind.BUFFER,
-    Namespace.CHUNK: VarKind.CHUNK,
-    Namespace.BOUNDARY: VarKind.BOUNDARY,
-    Namespace.EVENT: VarKind.EVENT,
-    Namespace.EPISODE: VarKind.EPISODE,
-    Namespace.QUERY: VarKind.QUERY,
-    Namespace.SUFFICIENCY: VarKind.SUFFICIENCY,
-    Namespace.EXPANDED: VarKind.QUERY,
-    Namespace.RETRIEVED: VarKind.CONTEXT,
-    Namespace.CONTEXT: VarKind.CONTEXT,
-    Namespace.ANSWER: VarKind.ANSWER,
-    Namespace.GOLD: VarKind.GOLD,
-    Namespace.VERDICT: VarKind.VERDICT,
-    Namespace.PROMPT: VarKind.PROMPT,
-})
+_OTHER_KIND = {Namespace.SIMILAR: VarKind.RETRIEVED, Namespace.ENTRY: VarKind.BUFFER, Namespace.EXPANDED: VarKind.QUERY,
+               Namespace.RETRIEVED: VarKind.CONTEXT}
+KIND_BY_NAMESPACE: Mapping[Namespace, VarKind] = MappingProxyType(
+    {ns: _OTHER_KIND.get(ns) or VarKind(ns.value) for ns in Namespace}
+)
 
 MEMORY_KINDS: frozenset[VarKind] = frozenset(
     {VarKind.MEMORY, VarKind.CHUNK, VarKind.BUFFER, VarKind.EPISODE, VarKind.EVENT}
@@ -153,78 +138,25 @@ def prefix(namespace: Namespace) -> str:
     return f"{namespace}{SEPARATOR}"
 
 
-def turn_name(turn_id: str) -> str:
-    return var_name(Namespace.TURN, turn_id)
-
-
-def facts_name(turn_id: str) -> str:
-    return var_name(Namespace.FACTS, turn_id)
-
-
-def similar_name(turn_id: str) -> str:
-    return var_name(Namespace.SIMILAR, turn_id)
-
-
-def decision_name(turn_id: str) -> str:
-    return var_name(Namespace.DECISION, turn_id)
-
-
-def memory_name(unit_id: str) -> str:
-    return var_name(Namespace.MEMORY, unit_id)
-
-
-def entry_name(turn_id: str) -> str:
-    return var_name(Namespace.ENTRY, turn_id)
-
-
-def chunk_name(index: int) -> str:
-    return var_name(Namespace.CHUNK, index)
-
-
-def boundary_name(turn_id: str) -> str:
-    return var_name(Namespace.BOUNDARY, turn_id)
-
-
-def event_name(number: int) -> str:
-    return var_name(Namespace.EVENT, number)
-
-
-def episode_name(number: int) -> str:
-    return var_name(Namespace.EPISODE, number)
-
-
-def query_name(question_id: str) -> str:
-    return var_name(Namespace.QUERY, question_id)
-
-
-def sufficiency_name(question_id: str) -> str:
-    return var_name(Namespace.SUFFICIENCY, question_id)
-
-
-def expanded_name(question_id: str) -> str:
-    return var_name(Namespace.EXPANDED, question_id)
-
-
-def retrieved_name(question_id: str) -> str:
-    return var_name(Namespace.RETRIEVED, question_id)
-
-
-def answer_name(question_id: str) -> str:
-    return var_name(Namespace.ANSWER, question_id)
-
-
-def gold_name(question_id: str) -> str:
-    return var_name(Namespace.GOLD, question_id)
-
-
-def verdict_name(question_id: str) -> str:
-    return var_name(Namespace.VERDICT, question_id)
-
-
-def prompt_name(stage: str) -> str:
-    return var_name(Namespace.PROMPT, stage)
-
-
+# `<namespace>:<key>` of one namespace: `turn_name("D3:7") == "turn:D3:7"`
+turn_name = partial(var_name, Namespace.TURN)
+facts_name = partial(var_name, Namespace.FACTS)
+similar_name = partial(var_name, Namespace.SIMILAR)
+decision_name = partial(var_name, Namespace.DECISION)
+memory_name = partial(var_name, Namespace.MEMORY)
+entry_name = partial(var_name, Namespace.ENTRY)
+chunk_name = partial(var_name, Namespace.CHUNK)
+boundary_name = partial(var_name, Namespace.BOUNDARY)
+event_name = partial(var_name, Namespace.EVENT)
+episode_name = partial(var_name, Namespace.EPISODE)
+query_name = partial(var_name, Namespace.QUERY)
+sufficiency_name = partial(var_name, Namespace.SUFFICIENCY)
+expanded_name = partial(var_name, Namespace.EXPANDED)
+retrieved_name = partial(var_name, Namespace.RETRIEVED)
+answer_name = partial(var_name, Namespace.ANSWER)
+gold_name = partial(var_name, Namespace.GOLD)
+verdict_name = partial(var_name, Namespace.VERDICT)
+prompt_name = partial(var_name, Namespace.PROMPT)
 BUFFER_CONTEXT_NAME = var_name(Namespace.CONTEXT, BUFFER_CONTEXT_KEY)
 
 

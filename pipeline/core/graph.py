@@ -8,7 +8,7 @@ or files.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -231,42 +231,35 @@ class ExecutionGraph:
 
     def ancestors(self, node_id: str, include_prompts: bool = False) -> frozenset[str]:
         """Every variable and operation id upstream of `node_id` (BFS over producers and inputs)."""
-        if node_id not in self:
-            raise GraphError(f"no node {node_id!r} in graph {self.graph_id!r}")
-        producers, ops = self._producer_by_variable, self._operation_by_id
-        seen: set[str] = set()
-        queue = deque([node_id])
-        while queue:
-            node = queue.popleft()
-            op = ops.get(node)
-            if op is not None:
-                upstream: Iterable[str] = op.inputs
-                if include_prompts and op.prompt is not None:
-                    upstream = (*op.inputs, op.prompt)
-            else:
-                producer = producers.get(node)
-                upstream = () if producer is None else (producer,)
-            for parent in upstream:
-                if parent not in seen:
-                    seen.add(parent)
-                    queue.append(parent)
-        return frozenset(seen)
+
+        def upstream(node: str) -> Iterable[str]:
+            op = self._operation_by_id.get(node)
+            if op is None:
+                producer = self._producer_by_variable.get(node)
+                return () if producer is None else (producer,)
+            return (*op.inputs, op.prompt) if include_prompts and op.prompt is not None else op.inputs
+
+        return self._reach(node_id, upstream)
 
     def descendants(self, node_id: str) -> frozenset[str]:
         """Every variable and operation id downstream of `node_id` (prompt use counts as input)."""
+
+        def downstream(node: str) -> Iterable[str]:
+            op = self._operation_by_id.get(node)
+            return op.outputs if op is not None else self._consumers_by_variable.get(node, ())
+
+        return self._reach(node_id, downstream)
+
+    def _reach(self, node_id: str, step: Callable[[str], Iterable[str]]) -> frozenset[str]:
         if node_id not in self:
             raise GraphError(f"no node {node_id!r} in graph {self.graph_id!r}")
-        consumers, ops = self._consumers_by_variable, self._operation_by_id
         seen: set[str] = set()
         queue = deque([node_id])
         while queue:
-            node = queue.popleft()
-            op = ops.get(node)
-            downstream: Iterable[str] = op.outputs if op is not None else consumers.get(node, ())
-            for child in downstream:
-                if child not in seen:
-                    seen.add(child)
-                    queue.append(child)
+            for nxt in step(queue.popleft()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    queue.append(nxt)
         return frozenset(seen)
 
     def lineage(self, name: str) -> tuple[Operation, ...]:

@@ -19,7 +19,7 @@ V = TypeVar("V")
 
 
 class Lru(Generic[V]):
-    """At most `max_entries` values by key (0: none kept), least recently used dropped first (not thread-safe)."""
+    """See the module doc (`max_entries` 0: nothing is kept)."""
 
     def __init__(self, max_entries: int) -> None:
         if max_entries < 0:

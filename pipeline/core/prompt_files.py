@@ -1,27 +1,17 @@
 """Prompt files: the plain JSON/YAML file of an exported prompt set (and knobs), written and read back.
 
-What it does:
-
-- `ExportedPrompts`: the frozen record of one exported prompt set — the memory system it belongs to,
-  the stage -> instruction mapping (`PromptSet`), the MLflow run it came from, a few metrics and the
-  creation time. Constructing one validates it with the same rules `read_prompts` applies, so
+- `ExportedPrompts`: one exported prompt set (system, stage -> instruction `PromptSet`, source MLflow run,
+  metrics, creation time, the accepted knob changes); constructing one applies `read_prompts`' rules, so
   whatever can be written can be read back.
-- `write_prompts`: writes JSON (`.json`) or YAML (`.yaml`/`.yml`), UTF-8, with a fixed key order
-  (`format_version`, `system`, `created`, `source_run`, `metrics`, `prompts`; metrics and stages
-  sorted by name). Writing the same record twice gives identical bytes.
-- `read_prompts`: parses a file with pydantic; every problem (missing file, bad JSON/YAML, duplicate,
-  missing or extra keys, wrong types, empty or non-string instructions, unsupported format version)
-  raises `PromptFileError` naming the file and the field. It is `load_document` (the file parsed, any
-  layout) then `prompts_from_document` (our layout validated), the two halves a reader of several
-  layouts uses (`pipeline.core.prompt_formats`).
-- `knobs` (optional key, written only when non-empty): the knob changes the loop accepted (e.g.
-  `top_k: 16`).
-- `apply_prompts`: a copy of a memory system with an exported set's instructions and knobs; a file made
+- `write_prompts`: JSON (`.json`) or YAML (`.yaml`/`.yml`), UTF-8, keys in `FIELD_ORDER` (metrics, stages
+  and knobs sorted; `knobs` only when non-empty): the same record gives identical bytes.
+- `read_prompts` = `load_document` (the file parsed, any layout; duplicate keys refused) then
+  `prompts_from_document` (our layout, validated by pydantic): every problem is a `PromptFileError` naming
+  the file and the field (`pipeline.core.prompt_formats` reads other layouts with the first half).
+- `apply_prompts`: a copy of a memory system (`PromptTarget`) with a set's instructions and knobs; a file
   for another system, or naming stages or knobs it lacks, is a `PromptFileError`.
 
-What it does not do: it does not talk to MLflow (see `pipeline.tracking.prompt_registry`) or choose which
-prompt set to export. It sits in `pipeline.core` so every layer may read, write and apply prompt files
-(a memory system is read through the `PromptTarget` protocol).
+It does not talk to MLflow (`pipeline.tracking.prompt_registry`) nor choose which prompt set to export.
 """
 
 from __future__ import annotations
@@ -40,8 +30,7 @@ from memtrace_loop.pipeline.core.records import PromptSet
 from pydantic import AfterValidator, AllowInfNan, BaseModel, BeforeValidator, ConfigDict, ValidationError
 
 FORMAT_VERSION = 1
-JSON_SUFFIXES = (".json",)
-YAML_SUFFIXES = (".yaml", ".yml")
+FORMAT_BY_SUFFIX = {".json": "json", ".yaml": "yaml", ".yml": "yaml"}
 FIELD_ORDER = ("format_version", "system", "created", "source_run", "metrics", "prompts", "knobs")
 KnobValue = bool | int | float | str
 
@@ -256,22 +245,15 @@ def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _format_of(path: Path) -> str:
-    suffix = path.suffix.lower()
-    if suffix in JSON_SUFFIXES:
-        return "json"
-    if suffix in YAML_SUFFIXES:
-        return "yaml"
-    raise PromptFileError(
-        f"prompt file {path}: unsupported suffix {path.suffix or '(none)'!r}; use .json, .yaml or .yml"
-    )
+    fmt = FORMAT_BY_SUFFIX.get(path.suffix.lower())
+    if fmt is None:
+        raise PromptFileError(
+            f"prompt file {path}: unsupported suffix {path.suffix or '(none)'!r}; use .json, .yaml or .yml"
+        )
+    return fmt
 
 
 # --------------------------------------------------------------------------- write / read / apply
-
-
-def dumps_prompts(exported: ExportedPrompts, fmt: str) -> str:
-    """The text `write_prompts` writes, for `fmt` "json" or "yaml"."""
-    return dump_document(exported.to_dict(), fmt)
 
 
 def dump_document(data: Mapping[str, Any], fmt: str) -> str:
@@ -289,7 +271,7 @@ def dump_document(data: Mapping[str, Any], fmt: str) -> str:
 def write_prompts(exported: ExportedPrompts, path: str | Path) -> Path:
     """Write `exported` as JSON or YAML (chosen by the suffix); creates parent folders. Returns the path."""
     path = Path(path)
-    text = dumps_prompts(exported, _format_of(path))
+    text = dump_document(exported.to_dict(), _format_of(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(text.encode("utf-8"))
     return path

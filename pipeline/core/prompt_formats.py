@@ -29,18 +29,13 @@ class PromptFormat(Protocol):
     """One system-specific prompt file format (the module docstring)."""
 
     @property
-    def format_id(self) -> str:
-        """The value of the `format` key of its documents."""
-        ...
+    def format_id(self) -> str: ...  # the value of the `format` key of its documents
 
     def write(self, exported: ExportedPrompts) -> Mapping[str, str]:
         """File name -> text of the files holding `exported` in this format ({} when it holds none of it)."""
-        ...
 
     def read(self, document: Mapping[str, Any], source: str) -> PromptSet:
-        """The stages a parsed document of this format holds; `PromptFileError` naming `source` (the
-        file) and the key when it is not one this format (or the installed library) accepts."""
-        ...
+        """The stages a parsed document holds; a `PromptFileError` naming `source` and the key it refuses."""
 
 
 def write_prompt_formats(exported: ExportedPrompts, formats: Sequence[PromptFormat], folder: Path) -> list[Path]:

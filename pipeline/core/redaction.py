@@ -1,21 +1,16 @@
 """Keeping secrets out of everything a run writes or prints: THE one redaction of the project.
 
 - What keys look like: `KEY_PATTERNS` + a random-looking base62/base64 run (`key_like`); secret config
-  names (`is_secret_name`: `*api_key*`, `*authorization*`, singular `*token`, `*secret*`, `*password*`,
-  never `*_env` nor `*_tokens`); credentials in URLs (user info, credential query values:
-  `url_credentials`, masked by `scrub_url` / `scrub_urls`, the rest of a URL left as it is).
-- Where secrets come from: `config_secrets` (the variables an `api_key_env` names + URL credentials),
-  `key_values` (the key variables of the environment: named, well known, secret-looking names).
-- One masking, `redact(text, secrets)` (raw, JSON-escaped and percent-encoded forms, then URLs), used by
-  every outlet: `redact_tree` (saved configs; `restore_tree` undoes it on resume), `SecretFilter` (log
-  handlers, `install_secret_filter`), `RedactingStream` (the console), `redacted_copy` (artifact files
-  for the tracker), `scrub_files` (Hydra's saved YAML).
-- The refusal of secret command-line overrides: `secret_override` (a one-line reason naming the key,
-  never the value) and `refuse` (that line on stderr, exit 2).
+  names (`is_secret_name`; never `*_env` nor `*_tokens`); URL credentials (`url_credentials`, masked by
+  `scrub_url(s)`). Where secrets come from: `config_secrets`, `key_values` (the environment's key variables).
+- One masking, `redact`, used by every outlet: `redact_tree` (saved configs; `restore_tree` undoes it on
+  resume), `SecretFilter` (log handlers), `RedactingStream` (the console), `redacted_copy` (tracker
+  artifacts), `scrub_files` (Hydra's saved YAML).
+- Secret command-line overrides refused: `secret_override` (a reason naming the key, never the value), `refuse`.
 
-Ordinary values pass `key_like`: paths, 40-hex commits, 32-hex run ids, UUIDs, `sha256:` digests, model
-names, URLs without credentials (`tests/unit/test_key_patterns.py` holds both lists). It reads no config
-file, starts nothing and never logs a secret itself.
+Ordinary values pass `key_like`: paths, commits, run ids, UUIDs, `sha256:` digests, model names, URLs
+without credentials (`tests/unit/test_key_patterns.py` holds both lists). It reads no config file, starts
+nothing and never logs a secret itself.
 """
 
 from __future__ import annotations

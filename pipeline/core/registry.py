@@ -25,11 +25,9 @@ class UnknownEntryError(ConfigError):
 
 @dataclass(frozen=True)
 class Registry(Generic[SpecT]):
-    """`what` names the kind of entry in messages ("memory system"); `key` is the config key a user
-    sets (`memory_system.name`); `modules` maps each name to the module exporting `attribute` (or to
-    `module:NAME`, the spec's own name);
-    `unknown` is the message for a name no line provides (fields: `key`, `what`, `name`, `available`
-    as "a, b", `choices` as a list)."""
+    """`what` names the entry kind in messages ("memory system"), `key` the config key (`memory_system.name`);
+    `modules`: name -> module exporting `attribute` (or `module:NAME`); `unknown`: the message for a name no
+    line provides (fields `key`, `what`, `name`, `available` as "a, b", `choices` as a list)."""
 
     what: str
     key: str
@@ -52,8 +50,7 @@ class Registry(Generic[SpecT]):
         return iter(self._frozen)
 
     def module_of(self, name: object, key: str | None = None) -> str:
-        """The module that implements `name`; `UnknownEntryError` naming the key (`key`, else the
-        registry's) and the choices."""
+        """The module that implements `name`; `UnknownEntryError` naming the key and the choices."""
         if name not in self:
             raise UnknownEntryError(self.unknown.format(
                 key=key or self.key, what=self.what, name=name, available=", ".join(self._frozen),
@@ -62,8 +59,8 @@ class Registry(Generic[SpecT]):
         return self._frozen[str(name)]
 
     def get(self, name: object, key: str | None = None) -> SpecT:
-        """The spec of `name` (its module imported on first use); `key` names the config key in the
-        message for an unknown name when it is not the registry's own (e.g. `lm.task.backend`)."""
+        """The spec of `name` (its module imported on first use); `key`: the config key named for an unknown
+        name when not the registry's own (`lm.task.backend`)."""
         module, _, attribute = self.module_of(name, key).partition(":")
         spec: SpecT = getattr(importlib.import_module(module), attribute or self.attribute)
         return spec

@@ -53,10 +53,6 @@ class RunFolder:
         return self.root / self.ARTIFACTS
 
     @property
-    def record(self) -> Path:
-        return self.root / self.RECORD
-
-    @property
     def config(self) -> Path:
         return self.root / self.CONFIG
 

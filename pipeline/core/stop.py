@@ -19,8 +19,8 @@ class Interrupted(RunStopped):
 
 
 class EndpointUnusable(RunStopped):
-    """An endpoint cannot serve this run (wrong key, unknown model or path, unreachable, rate-limited
-    for longer than allowed). `endpoint` is already scrubbed of credentials."""
+    """An endpoint cannot serve this run (wrong key, unknown model, unreachable, rate-limited too long);
+    `endpoint` is scrubbed of credentials."""
 
     def __init__(self, role: str, endpoint: str, cause: str) -> None:
         self.role = role
@@ -44,8 +44,7 @@ class TooManyFailures(RunStopped):
 
 
 class MaxTokensTooSmall(RunStopped):
-    """`count` replies of `role` were empty because they stopped at `max_tokens` (finish_reason
-    "length"): every call at that limit would end the same way."""
+    """`count` replies of `role` came back empty, cut at `max_tokens` (finish_reason "length")."""
 
     def __init__(self, role: str, max_tokens: int | None, count: int) -> None:
         self.role = role

@@ -30,7 +30,7 @@ MAX_RAW_CHARS = 2000
 
 @dataclass
 class _CallScratch:
-    """Mutable scratch filled by `StageCallback` during one `Tracer.stage` call (never leaves this module)."""
+    """Filled by `StageCallback` during one `Tracer.stage` call."""
 
     instruction: str | None = None
     lm_calls: int = 0
@@ -69,7 +69,6 @@ class StageCallback(BaseCallback):
 class StageResult:
     """What one traced LLM stage call produced: the prediction, or the error that replaced it."""
 
-    stage: str
     prediction: dspy.Prediction | None
     error: str | None
     instruction: str
@@ -100,18 +99,13 @@ class _VariableEvent:
     meta: Mapping[str, Any] | None
 
 
-@dataclass(frozen=True)
-class _OperationEvent:
-    kwargs: Mapping[str, Any]
-
-
 class Tracer:
     """Records variables and operations of one graph (directly, or buffered for a later `commit`)."""
 
     def __init__(self, graph: ExecutionGraph, *, buffered: bool = False) -> None:
         self.graph = graph
         self.buffered = buffered
-        self._events: list[_VariableEvent | _OperationEvent] = []
+        self._events: list[_VariableEvent | dict[str, Any]] = []  # a dict: add_operation's arguments
         self._local_versions_by_name: dict[str, int] = {}
         self._local_variable_values: dict[str, str] = {}
         self._prompt_by_stage: dict[str, str] = {}
@@ -141,28 +135,18 @@ class Tracer:
             status=status, error=error, usage=usage, meta=meta,
         )
         if self.buffered:
-            self._events.append(_OperationEvent(kwargs))
+            self._events.append(kwargs)
         else:
             self.graph.add_operation(**kwargs)
 
     def pending_calls(self) -> int:
-        """LM calls recorded by the buffered operations not yet committed (e.g. a replay that is
-        never committed counts what it spent this way)."""
-        return sum(
-            (event.kwargs["usage"].calls if event.kwargs.get("usage") is not None else 0)
-            for event in self._events
-            if isinstance(event, _OperationEvent)
-        )
+        """LM calls of the buffered operations not yet committed (what a replay spent)."""
+        return sum(e["usage"].calls for e in self._events if isinstance(e, dict) and e["usage"] is not None)
 
     def pending_operation(self, stage: str) -> Mapping[str, Any] | None:
-        """The fields (`inputs`, `meta`, ...) of the last buffered operation of `stage`, None when there
-        is none (a replay reads what its own, never committed, retrieval ranked)."""
-        found = [e.kwargs for e in self._events if isinstance(e, _OperationEvent) and e.kwargs["stage"] == stage]
+        """The fields (`inputs`, `meta`, ...) of the last buffered operation of `stage`, or None."""
+        found = [e for e in self._events if isinstance(e, dict) and e["stage"] == stage]
         return MappingProxyType(found[-1]) if found else None
-
-    def value_of(self, var_id: str) -> str:
-        """The value of a variable recorded by this tracer (buffered or committed) or in its graph."""
-        return self._value_of(var_id)
 
     def commit(self) -> None:
         """Replay a buffered trace into the graph (in the caller's thread, in the caller's order)."""
@@ -172,7 +156,7 @@ class Tracer:
                 if var.id != event.expected_id:
                     raise GraphError(f"buffered trace expected {event.expected_id}, graph made {var.id}")
             else:
-                self.graph.add_operation(**event.kwargs)
+                self.graph.add_operation(**event)
         self._events.clear()
         self._local_versions_by_name.clear()
 
@@ -182,7 +166,7 @@ class Tracer:
         """The id of the prompt variable holding `instruction` for `stage`, adding a version if it changed."""
         name = prompt_name(stage)
         known = self._prompt_by_stage.get(stage)
-        if known is not None and self._value_of(known) == instruction:
+        if known is not None and self.value_of(known) == instruction:
             return known
         latest = self.graph.latest(name)
         if latest is not None and latest.value == instruction and not self._local_versions_by_name.get(name):
@@ -192,7 +176,8 @@ class Tracer:
         self._prompt_by_stage[stage] = var_id
         return var_id
 
-    def _value_of(self, var_id: str) -> str:
+    def value_of(self, var_id: str) -> str:
+        """The value of a variable recorded by this tracer (buffered or committed) or in its graph."""
         local = self._local_variable_values.get(var_id)
         return local if local is not None else self.graph.variable(var_id).value
 
@@ -201,22 +186,28 @@ class Tracer:
         self, predictor: Callable[..., dspy.Prediction], stage: str, /, *, op: str, kind: OpKind, inputs: Iterable[str],
         meta: Mapping[str, Any] | None = None, **kwargs: Any,
     ) -> Iterator[StageCall]:
-        """Run one LLM stage and record it as one operation: the whole tracing of an LLM stage.
-
-        `predictor(**kwargs)` runs at once under the tracing callback; its failure is caught, never
-        raised. The body of the `with` reads the prediction (`call.ok`, `call.prediction`) and declares
-        the stage's output variables with `call.output(...)`; when the body ends, the operation `op` is
-        recorded with `inputs`, those outputs and the stage's prompt variable. An exception raised by
-        the body itself propagates and records nothing.
-        """
+        """Run one LLM stage and record it as operation `op`: `predictor(**kwargs)` runs at once under the
+        tracing callback (its failure is caught, never raised); the body reads `call.ok` / `call.prediction`
+        and declares the outputs with `call.output(...)`; when it ends, `op` is recorded with `inputs`, those
+        outputs and the prompt variable. An exception of the body itself propagates and records nothing."""
         call = StageCall(self, self._run(predictor, stage, kwargs))
         yield call
-        result = call.result
+        self.record_stage(op, stage, kind, inputs, call.outputs, call.result, meta)
+
+    def record_stage(
+        self, op: str, stage: str, kind: OpKind, inputs: Iterable[str], outputs: Iterable[str],
+        result: StageResult | None, meta: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Record operation `op` of `stage`; with the `result` of its LLM call (prompt variable, status,
+        error, usage, and the last raw output of a failed call in `meta`), else as a plain operation."""
         details = dict(meta or {})
+        if result is None:
+            self.operation(op, stage, kind, inputs, outputs, meta=details or None)
+            return
         if result.error is not None and result.raw_outputs:
             details["raw_output"] = result.raw_outputs[-1]
         self.operation(
-            op, stage, kind, inputs, call.outputs, prompt=self.prompt_variable(stage, result.instruction),
+            op, stage, kind, inputs, outputs, prompt=self.prompt_variable(stage, result.instruction),
             status=OpStatus.OK if result.ok else OpStatus.FAILED, error=result.error, usage=result.usage,
             meta=details or None,
         )
@@ -244,12 +235,11 @@ class Tracer:
         except Exception as exc:  # a tracer failure must not fail the run: count the calls, lose the tokens
             logger.warning("stage %s: could not read token usage: %s", stage, exc)
             usage = Usage(calls=scratch.lm_calls)
-        return StageResult(stage, prediction, error, instruction, usage, tuple(scratch.raw_outputs))
+        return StageResult(prediction, error, instruction, usage, tuple(scratch.raw_outputs))
 
 
 class StageCall:
-    """The handle of one LLM stage inside `with tracer.stage(...)`: the call's result, and the output
-    variables the body declares (in order) for the operation recorded when the body ends."""
+    """The handle of one LLM stage inside `with tracer.stage(...)`: its result and declared outputs."""
 
     def __init__(self, tracer: Tracer, result: StageResult) -> None:
         self.tracer = tracer
@@ -262,8 +252,7 @@ class StageCall:
 
     @property
     def prediction(self) -> Any:
-        """The DSPy prediction (untyped: dspy ships no types), None when the call failed: read it
-        under `ok`, as `call.prediction.answer if call.ok else ""`."""
+        """The DSPy prediction (untyped), None when the call failed: `call.prediction.answer if call.ok else ""`."""
         return self.result.prediction
 
     @property

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from memtrace_loop.pipeline.core.conventions import (
     NEAR_MISSES,
     OpKind,
-    OpStatus,
     VarKind,
     answer_name,
     first_version,
@@ -47,8 +46,8 @@ class TracingError(ValueError):
 
 @dataclass
 class TraceSession:
-    """What the marks of one `add_turn` or `answer` call record into (mutable scratch of one call on
-    one thread: never shared). `unit_vars` maps a unit key to the variable id of its live version."""
+    """What the marks of one `add_turn` or `answer` call record into (one call, one thread); `unit_vars`:
+    unit key -> the variable id of its live version."""
 
     tracer: Tracer
     predictors: Mapping[str, dspy.Predict]
@@ -175,25 +174,14 @@ class OpHandle:
             return
         if self.stage is None:
             raise TracingError(f"operation {self.name!r} names no stage and made no LLM call")
-        result = self.llm
-        meta = dict(self.meta)
-        if result is not None and result.error is not None:
-            s.error = result.error
-            if result.raw_outputs:
-                meta["raw_output"] = result.raw_outputs[-1]
-        s.tracer.operation(
-            self.name, self.stage, self.kind, self.inputs, self.outputs,
-            prompt=s.tracer.prompt_variable(self.stage, result.instruction) if result is not None else None,
-            status=OpStatus.FAILED if result is not None and not result.ok else OpStatus.OK,
-            error=result.error if result is not None else None,
-            usage=result.usage if result is not None else None, meta=meta or None,
-        )
+        if self.llm is not None and self.llm.error is not None:
+            s.error = self.llm.error
+        s.tracer.record_stage(self.name, self.stage, self.kind, self.inputs, self.outputs, self.llm, self.meta)
 
 
 @contextmanager
 def op(name: str, *, stage: str | None = None, kind: OpKind | str = OpKind.OTHER) -> Iterator[OpHandle]:
-    """Record one operation `name` of `stage` (`kind`: extraction, update, deletion, retrieval, response, other); an LLM
-    operation may leave `stage` to the stage its `ask` names."""
+    """Record one operation `name` of `stage` (an LLM operation may leave it to its `ask`) and `kind`."""
     traced_session = _SESSION.get()
     if traced_session is not None and stage is not None and stage not in traced_session.stages:
         raise TracingError(f"operation {name!r}: stage {stage!r} is not declared "
@@ -216,8 +204,8 @@ def current_op() -> OpHandle:
 
 
 def ask(stage: str, /, **inputs: Any) -> dict[str, Any]:
-    """Run the declared LLM stage `stage` on `inputs` inside the current operation; its output fields
-    by name (empty strings when the call failed: the operation is then recorded as failed)."""
+    """Run the declared LLM stage `stage` on `inputs` in the current operation; its output fields by name
+    (empty strings when the call failed: the operation is recorded as failed)."""
     return current_op()._ask(stage, inputs)
 
 

@@ -8,6 +8,7 @@ caching of its own, no printing.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from collections.abc import Sequence
@@ -153,10 +154,6 @@ def _turn_text(raw: _RawTurn) -> str:
     return f"{raw.text} [shares a photo of {caption}]".strip()
 
 
-def _answer_text(value: str | int | float | None) -> str:
-    return "" if value is None else str(value).strip()
-
-
 # --------------------------------------------------------------------------- LoCoMo
 
 
@@ -214,7 +211,7 @@ def _parse_question(
     if raw.category == ADVERSARIAL_CATEGORY:
         gold = ADVERSARIAL_GOLD  # the adversarial answer is the trap, never the gold
     else:
-        gold = _answer_text(raw.answer)
+        gold = "" if raw.answer is None else str(raw.answer).strip()
         if not gold:
             raise DataError(source, "missing or empty answer", record, f"{where}.answer")
     evidence, malformed = clean_evidence(raw.evidence)
@@ -272,21 +269,18 @@ LOCOMO_COLUMNS = ("sample_id", "conversation", "qa", "event_summary", "observati
 
 def load_locomo(path: str | Path) -> Dataset:
     """Read a LoCoMo JSON file (through `datasets`: `pipeline.data.reader`); `Dataset.name` is the file stem."""
-    path = Path(path)
-    dataset = parse_locomo(read_file_rows(path, LOCOMO_COLUMNS, "samples"), str(path))
-    return Dataset(name=path.stem, conversations=dataset.conversations, questions=dataset.questions)
+    return parse_locomo(read_file_rows(path, LOCOMO_COLUMNS, "samples"), str(path))
 
 
 def load_locomo_hub(
     name: str, data_files: str | list[str] | None = None, split: str = "train", revision: str | None = None
 ) -> Dataset:
-    """LoCoMo from a Hugging Face dataset id (or a local folder laid out like one) through
-    `datasets.load_dataset`, parsed by the same parser as `load_locomo`; `Dataset.name` is the stem of
-    `data_files` (else the dataset's last name part)."""
+    """LoCoMo from a Hugging Face dataset id (or a local folder laid out like one); `Dataset.name` is the stem
+    of `data_files` (else the dataset's last name part)."""
     source = hub_source(name, data_files)
     dataset = parse_locomo(read_hub_rows(name, LOCOMO_COLUMNS, data_files, split, revision), source)
     stem = Path(data_files).stem if isinstance(data_files, str) else Path(name.rstrip("/")).name
-    return Dataset(name=stem, conversations=dataset.conversations, questions=dataset.questions)
+    return dataclasses.replace(dataset, name=stem)
 
 
 @dataclass(frozen=True)

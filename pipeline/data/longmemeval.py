@@ -9,6 +9,7 @@ default, no caching of its own, no printing.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from collections.abc import Iterable, Mapping
@@ -195,12 +196,9 @@ LONGMEMEVAL_COLUMNS = (
 
 
 def load_longmemeval(path: str | Path, question_date_in_text: bool = True) -> Dataset:
-    """Read a LongMemEval JSON file (a list of records) through `datasets` (`pipeline.data.reader`);
-    `Dataset.name` is the file stem."""
-    path = Path(path)
+    """Read a LongMemEval JSON file (a list of records); `Dataset.name` is the file stem."""
     records = read_file_rows(path, LONGMEMEVAL_COLUMNS, "question records")
-    dataset = parse_longmemeval(records, str(path), question_date_in_text)
-    return Dataset(name=path.stem, conversations=dataset.conversations, questions=dataset.questions)
+    return parse_longmemeval(records, str(path), question_date_in_text)
 
 
 def load_longmemeval_hub(
@@ -213,7 +211,7 @@ def load_longmemeval_hub(
     rows = read_hub_rows(name, LONGMEMEVAL_COLUMNS, files, split, revision)
     dataset = parse_longmemeval(rows, hub_source(name, files), question_date_in_text)
     stem = variant if variant and data_files is None else Path(str(files if isinstance(files, str) else name)).stem
-    return Dataset(name=stem, conversations=dataset.conversations, questions=dataset.questions)
+    return dataclasses.replace(dataset, name=stem)
 
 
 @dataclass(frozen=True)

@@ -64,8 +64,7 @@ def _value(raw: str) -> Any:
 
 
 def _load_rows(source: str, columns: Sequence[str], load_args: dict[str, Any]) -> list[dict[str, Any]]:
-    """`datasets.load_dataset(**load_args)` with every column as `Json()`, as plain dicts; a file with
-    columns beyond `columns` is read again with them added."""
+    """`datasets.load_dataset(**load_args)`, every column as `Json()`, as plain dicts (see the module doc)."""
     import datasets
 
     wanted = list(dict.fromkeys(columns))
@@ -107,8 +106,7 @@ def _diagnose_local(path: Path, what: str, error: BaseException) -> DataError:
 
 
 def read_file_rows(path: str | Path, columns: Sequence[str], what: str = "records") -> list[dict[str, Any]]:
-    """The records of a local JSON list (or JSON Lines) file, read through `datasets` (see the module doc);
-    `what` names the records in messages ("samples", "question records")."""
+    """The records of a local JSON list (or JSON Lines) file; `what` names them in messages ("samples")."""
     path = Path(path)
     source = str(path)
     try:
@@ -164,8 +162,7 @@ def read_hub_rows(
     name: str, columns: Sequence[str], data_files: str | Sequence[str] | None = None, split: str = "train",
     revision: str | None = None,
 ) -> list[dict[str, Any]]:
-    """The records of hub dataset `name` (its `data_files`, `split`, `revision`) through `datasets.load_dataset`; `name`
-    may also be a local folder laid out like a hub dataset repository."""
+    """The records of hub dataset `name` (or a local folder laid out like one) through `datasets.load_dataset`."""
     source = hub_source(name, data_files)
     files = data_files if data_files is None or isinstance(data_files, str) else list(data_files)
     args: dict[str, Any] = {"path": name, "data_files": files, "split": split, "revision": revision}

@@ -1,13 +1,9 @@
-"""The one train/dev/test split record: `Split`, cut by `split_by_conversation`.
+"""The one train/dev/test split record: `Split`, cut by `split_by_conversation` (seeded, by conversation).
 
-- `split_by_conversation` shuffles a dataset's conversations with a seed and cuts them into train / dev /
-  test: deterministic, every conversation (with its questions) in exactly one part.
-- `Split.select` / `Split.require` refuse an empty part with an `EmptySplitError` naming the part and
-  the config keys that made it so (`splits.fractions`, `splits.seed`).
-- `Split.scored(excluded)`: train and dev without the questions no score reads (the loop answers only
-  those); `train_part`: the train conversations one train evaluation reads (`loop.train_conversations`).
-
-Only records and pure functions: it reads no file and does not decide what is done with each part.
+`Split.select` / `Split.require` refuse an empty part (`EmptySplitError` naming `splits.fractions` and
+`splits.seed`); `Split.scored` drops the questions no score reads; `train_part` is the train conversations
+one train evaluation reads (`loop.train_conversations`). Pure: it reads no file and does not decide what
+is done with each part.
 """
 
 from __future__ import annotations
@@ -128,15 +124,10 @@ def _split_sizes(n: int, fractions: tuple[float, float, float]) -> tuple[int, in
 def split_by_conversation(
     dataset: Dataset, fractions: tuple[float, ...] = (0.5, 0.25, 0.25), seed: int = 0
 ) -> Split:
-    """Shuffle the conversations with `seed` and cut them into train / dev / test.
-
-    Deterministic for a given dataset, fractions and seed; a conversation and its questions land in
-    exactly one split. With at least as many conversations as positive fractions, every split with a
-    positive fraction gets at least one conversation. With fewer, conversations are never shared
-    between splits: train is served first, then dev, then test, and the splits left over are
-    **empty** (a dataset of 2 conversations gives train 1, dev 1, test 0) — a warning is logged,
-    and `Split.select` / `Split.require` refuse them. A zero fraction always gives an empty split.
-    """
+    """Shuffle the conversations with `seed` and cut them into train / dev / test, each conversation (with
+    its questions) in exactly one. Every part with a positive fraction gets a conversation when there
+    are enough; with fewer, train is served first, then dev, then test, and the rest stay empty (a
+    warning; `Split.require` refuses them). A zero fraction always gives an empty part."""
     if len(fractions) != 3 or any(not math.isfinite(f) or f < 0 for f in fractions):
         raise ValueError(f"fractions must be three non-negative numbers, got {fractions!r}")
     if not math.isclose(sum(fractions), 1.0, abs_tol=1e-6):
