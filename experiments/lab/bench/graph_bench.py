@@ -167,9 +167,9 @@ def render(rows: Sequence[BenchRow]) -> Table:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser(__doc__, workers=2)
-    args.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
-    args = args.parse_args(argv)
+    cli = parser(__doc__, workers=2)
+    cli.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
+    args = cli.parse_args(argv)
     no_lm_history()  # DSPy's record of every call: nobody reads it (app_setup)
     console = Console()
     rows = []

@@ -44,9 +44,9 @@ def bench_system(name: str, conversations: int, sessions: int, turns_per_session
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser(__doc__, workers=2)
-    args.add_argument("--systems", nargs="*", default=list(SYSTEMS.compared()))
-    args = args.parse_args(argv)
+    cli = parser(__doc__, workers=2)
+    cli.add_argument("--systems", nargs="*", default=list(SYSTEMS.compared()))
+    args = cli.parse_args(argv)
     no_lm_history()  # DSPy's record of every call: nobody reads it (app_setup)
     rows = [bench_system(name, args.conversations, args.sessions, args.turns_per_session, args.workers)
             for name in args.systems]

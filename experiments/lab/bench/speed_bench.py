@@ -30,9 +30,9 @@ CASES: dict[str, Callable[[], Callable[[], object]]] = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser(__doc__)
-    args.add_argument("--repeat", type=int, default=3)
-    repeat = args.parse_args(argv).repeat
+    cli = parser(__doc__)
+    cli.add_argument("--repeat", type=int, default=3)
+    repeat = cli.parse_args(argv).repeat
     rows = []
     for name, prepare in CASES.items():
         work = prepare()
