@@ -3,8 +3,8 @@
 
 The optimize runs of a multirun directory (each job's checkpoint names its MLflow run), else every
 `memtrace optimize` run of the experiment (latest per optimizer, system, seed), are read back from
-MLflow (`optimizer_run`), compared (`experiments.lab.comparison`) and written as comparison.md/.png/.json
-(`experiments.lab.comparison_report`), logged to a `comparison` run. Not a `memtrace` command.
+MLflow (`optimizer_run`), compared and written as comparison.md/.png/.json (`experiments.lab.comparison`),
+logged to a `comparison` run. Not a `memtrace` command.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import hydra
 from hydra.experimental.callback import Callback
@@ -31,9 +31,11 @@ from memtrace_loop.experiments.lab.comparison import (
     OptimizerRun,
     QuestionOutcome,
     compare_runs,
+    markdown_report,
+    plot_comparison,
+    rows_to_json,
     wilson_interval,
 )
-from memtrace_loop.experiments.lab.comparison_report import markdown_report, plot_comparison, rows_to_json
 from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.pipeline.core.command_line import command_line, program
@@ -43,33 +45,19 @@ from memtrace_loop.pipeline.tracking import metric_names as names
 from memtrace_loop.pipeline.tracking.loop_observer import TEST_QUESTIONS
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.store_access import configure_tracking_client
-from memtrace_loop.pipeline.tracking.tracker import TrackedRun
+from memtrace_loop.pipeline.tracking.tracker import TrackedRun, Tracker
 from omegaconf import DictConfig
 from rich.console import Console
 
 logger = logging.getLogger("memtrace.compare")
 
 CALLS_METRIC = names.BUDGET_SPENT  # cumulative LM calls spent, step = iteration (the loop's budget)
-DEV_METRIC = names.quality(names.DEV, names.JUDGE_ACCURACY)  # the incumbent's dev accuracy, step = iteration
-BUDGET_PARAM = "loop.budget_calls"
-CHECKPOINT = RunFolder.CHECKPOINT
 REPORT_NAMES = ("comparison.md", "comparison.png", "comparison.json")
-OPTIMIZE_RUNS = "tags.`memtrace.command` = 'optimize'"
 ENTRY_POINT = "memtrace_loop.experiments.lab.compare"  # `python -m` this module: the comparison again
 
 
 class ComparisonError(ValueError):
     """The runs cannot be compared (none found, one without per-question test scores)."""
-
-
-class RunSource(Protocol):
-    """What reading the runs back needs from the tracker (`MlflowTracker`)."""
-
-    def get_run(self, run_id: str) -> TrackedRun: ...
-
-    def download_artifact(self, run_id: str, path: str, directory: Path) -> Path: ...
-
-    def metric_history(self, run_id: str, key: str) -> list[tuple[int, float]]: ...
 
 
 def _metric(run: TrackedRun, key: str, older_key: str | None = None) -> float:
@@ -80,7 +68,7 @@ def _metric(run: TrackedRun, key: str, older_key: str | None = None) -> float:
     return math.nan
 
 
-def _history(source: RunSource, run_id: str, key: str) -> list[tuple[int, float]]:
+def _history(source: Tracker, run_id: str, key: str) -> list[tuple[int, float]]:
     """A metric's (step, value) history, under its name or its flat legacy name."""
     history = source.metric_history(run_id, key)
     legacy = names.legacy_name(key)
@@ -96,7 +84,7 @@ def _tokens(run: TrackedRun) -> float:
     return _metric(run, names.TOKENS_MADE)
 
 
-def calls_by_iteration(source: RunSource, run: TrackedRun, iterations: Sequence[int]) -> tuple[dict[int, float], bool]:
+def calls_by_iteration(source: Tracker, run: TrackedRun, iterations: Sequence[int]) -> tuple[dict[int, float], bool]:
     """Cumulative LM calls spent by the end of each iteration (`CALLS_METRIC`), and whether that is an
     estimate: a run logged without it gets its total calls spread evenly over its iterations."""
     spent = dict(_history(source, run.run_id, CALLS_METRIC))
@@ -117,7 +105,7 @@ def progress_points(
     return tuple(ProgressPoint(i, calls.get(i, math.nan), dev) for i, dev in zip(iterations, after, strict=False))
 
 
-def _test_questions(source: RunSource, run_id: str) -> tuple[QuestionOutcome, ...]:
+def _test_questions(source: Tracker, run_id: str) -> tuple[QuestionOutcome, ...]:
     with tempfile.TemporaryDirectory(prefix="memtrace-compare-") as tmp:
         try:
             path = source.download_artifact(run_id, TEST_QUESTIONS, Path(tmp))
@@ -133,16 +121,16 @@ def _test_questions(source: RunSource, run_id: str) -> tuple[QuestionOutcome, ..
     )
 
 
-def optimizer_run(source: RunSource, run_id: str) -> OptimizerRun:
+def optimizer_run(source: Tracker, run_id: str) -> OptimizerRun:
     """One `memtrace optimize` parent run read back as the comparison needs it."""
     run = source.get_run(run_id)
     missing = [tag for tag in ("memtrace.optimizer", "memtrace.system") if tag not in run.tags]
     if missing:
         raise ComparisonError(f"run {run_id} is not a `memtrace optimize` run (no tag {', '.join(missing)})")
-    dev = dict(_history(source, run_id, DEV_METRIC))
+    dev = dict(_history(source, run_id, names.quality(names.DEV, names.JUDGE_ACCURACY)))  # step = iteration
     dev_final = _metric(run, names.quality(names.DEV_FINAL, names.JUDGE_ACCURACY))
     calls, estimated = calls_by_iteration(source, run, sorted(dev))
-    budget = run.params.get(BUDGET_PARAM)  # "None" when unset
+    budget = run.params.get("loop.budget_calls")  # "None" when unset
     return OptimizerRun(
         run_id, run.tags["memtrace.optimizer"], run.tags["memtrace.system"], int(run.params.get("seed", "0")),
         _test_questions(source, run_id), lm_calls=_metric(run, names.CALLS_MADE, "lm_calls_made"),
@@ -177,7 +165,7 @@ def audit_note(runs: Sequence[OptimizerRun], confidence: float = 0.95) -> str | 
 def run_ids_in_sweep(sweep_dir: Path) -> list[str]:
     """The MLflow run of every job of a multirun directory (each job's checkpoint names it; rglob: a job's
     directory nests when an override value holds a path)."""
-    checkpoints = sorted(Path(sweep_dir).rglob(CHECKPOINT))
+    checkpoints = sorted(Path(sweep_dir).rglob(RunFolder.CHECKPOINT))
     found = (json.loads(c.read_text(encoding="utf-8")).get("mlflow_run_id") for c in checkpoints)
     return [str(run_id) for run_id in found if run_id]
 
@@ -254,7 +242,7 @@ def compare(
         run_ids = run_ids_in_sweep(sweep_dir)
         where = f"multirun directory {sweep_dir}"
     else:
-        run_ids = tracker.search_run_ids(experiment, OPTIMIZE_RUNS)
+        run_ids = tracker.search_run_ids(experiment, "tags.`memtrace.command` = 'optimize'")
         where = f"MLflow experiment {experiment!r} at {tracking_uri}"
     if not run_ids:
         raise ComparisonError(f"no `memtrace optimize` runs in the {where}")
@@ -304,14 +292,10 @@ def run_compare(cfg: DictConfig, console: Console | None = None) -> ComparisonRe
     config = validated_compare(to_plain(cfg))
     configure_tracking_client(config.tracking.timeout_s, config.tracking.max_retries)
     sweep_dir = resolve(config.sweep_dir, base_dir) if config.sweep_dir else None
-    if config.out:
-        out_dir = resolve(config.out, base_dir)
-    elif sweep_dir is not None:
-        out_dir = sweep_dir / "comparison"
-    else:
-        out_dir = resolve(f"outputs/compare/{config.tracking.experiment}", base_dir)
+    default_out = sweep_dir / "comparison" if sweep_dir else f"outputs/compare/{config.tracking.experiment}"
     report = compare(
-        config.tracking.uri, config.tracking.experiment, out_dir, sweep_dir=sweep_dir, reference=config.reference,
+        config.tracking.uri, config.tracking.experiment, resolve(config.out or default_out, base_dir),
+        sweep_dir=sweep_dir, reference=config.reference,
         confidence=config.confidence, n_resamples=config.n_resamples, log=config.log,
     )
     _show(report, console or app_console())
