@@ -15,7 +15,7 @@ from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
-from memtrace_loop.pipeline.backends.lm import LMConfig
+from memtrace_loop.pipeline.backends.lm import SimLMConfig
 from memtrace_loop.pipeline.backends.registry import build_lm
 from memtrace_loop.pipeline.core.records import Dataset
 from memtrace_loop.pipeline.data.registry import load_dataset
@@ -27,9 +27,10 @@ from rich.table import Table
 T = TypeVar("T")
 
 
-def sim_lm(reuse_calls: bool = True) -> dspy.LM:
-    """The simulated world's stand-in LM, DSPy's cache off (every call made)."""
-    return build_lm(LMConfig(backend="sim", model="stand-in", cache=False, reuse_calls=reuse_calls))
+def sim_lm(reuse_calls: bool = True, paraphrase: bool = False) -> dspy.LM:
+    """The simulated world's stand-in LM, DSPy's cache off (every call made); with `paraphrase`, its
+    construction stages paraphrase."""
+    return build_lm(SimLMConfig(model="stand-in", cache=False, reuse_calls=reuse_calls, paraphrase=paraphrase))
 
 
 def build(config: Mapping[str, Any]) -> MemorySystem:

@@ -64,10 +64,6 @@ def _op_with_output(graph: ExecutionGraph, name: str) -> Operation | None:
     return None if latest is None else graph.producer(latest.id)
 
 
-def _ops(graph: ExecutionGraph, stage: str, input_id: str | None = None) -> list[Operation]:
-    return [o for o in graph.operations() if o.stage == stage and (input_id is None or input_id in o.inputs)]
-
-
 @dataclass(frozen=True)
 class _Plan:
     """One injection: the system and LM to run with, the operation that carried it out and its error type."""
@@ -80,27 +76,20 @@ class _Plan:
     error: str
 
 
+@dataclass
 class FaultInjector:
     """Builds the injected cases of one system on one dataset: `system` holds the perfect prompts,
     `rebuild(knobs)` makes one with other knobs (the knob faults)."""
 
-    def __init__(
-        self,
-        name: str,
-        system: MemorySystem,
-        lm: dspy.LM,
-        dataset: Dataset,
-        rebuild: Callable[[Mapping[str, Any]], MemorySystem],
-        *,
-        workers: int = 4,
-    ) -> None:
-        self.name = name
-        self.spec = spec_of(name)
-        self.system = system
-        self.lm = lm
-        self.dataset = dataset
-        self.rebuild = rebuild
-        self.workers = workers
+    name: str
+    system: MemorySystem
+    lm: dspy.LM
+    dataset: Dataset
+    rebuild: Callable[[Mapping[str, Any]], MemorySystem]
+    workers: int = 4
+
+    def __post_init__(self) -> None:
+        self.spec = spec_of(self.name)
 
     @staticmethod
     def _run(system: MemorySystem, lm: dspy.LM, dataset: Dataset, workers: int) -> RunResult:
@@ -194,10 +183,10 @@ class FaultInjector:
             stage = fault.stage
 
             def found(g: ExecutionGraph) -> Operation | None:
-                ops = _ops(g, stage, turn_var) or [  # a stage reading what was derived from the turn (a decision)
-                    o for o in _ops(g, stage) if o.outputs and turn_var in g.ancestors(o.outputs[0])
-                ]
-                return ops[0] if ops else None
+                ops = [o for o in g.operations() if o.stage == stage]
+                # the stage reading the turn, else one reading what was derived from it (a decision)
+                return next((o for o in ops if turn_var in o.inputs), None) or next(
+                    (o for o in ops if o.outputs and turn_var in g.ancestors(o.outputs[0])), None)
         else:
             def found(g: ExecutionGraph) -> Operation | None:
                 return _op_with_output(g, answer_name(question.id))
@@ -264,5 +253,4 @@ def build_system_cases(
         system = build({"name": name, **generous, **extra})
         return system.with_prompts(perfect_prompts(system, complete))
 
-    injector = FaultInjector(name, rebuild({}), lm, dataset, rebuild, workers=workers)
-    return injector.build(limit_per_kind, kinds, on_case)
+    return FaultInjector(name, rebuild({}), lm, dataset, rebuild, workers).build(limit_per_kind, kinds, on_case)
