@@ -14,7 +14,6 @@ import json
 import multiprocessing
 import os
 import sys
-import threading
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -34,43 +33,27 @@ GOAL = 0.8  # speed-up >= 0.8 x workers
 KEY_VARIABLE = "MEMTRACE_BENCH_KEY"
 
 
-def _server_class() -> Any:
-    """The test server (a test double, so it lives under tests/: run the bench from the repository root)."""
-    root = str(Path.cwd())
-    if root not in sys.path:
+def _serve(latency_s: float, url_queue: Any, stop_event: Any) -> None:
+    """The child process: the test server (a test double, under tests/: run the bench from the repository
+    root) until `stop_event`, its URL sent back first. It answers each distinct conversation once and then
+    from memory: the stand-in costs ~20 ms of CPU per request, which would cap a single-process server near
+    50 requests/s and measure the test server instead of our side."""
+    if (root := str(Path.cwd())) not in sys.path:
         sys.path.insert(0, root)
     try:
         from tests.support.openai_server import OpenAIStubServer
     except ImportError as exc:  # installed without the repository's tests
         raise SystemExit(f"workers_bench: run it from the repository root (needs tests/support): {exc}") from exc
-    return OpenAIStubServer
+    with OpenAIStubServer() as server:
+        respond, answers = server.responder, {}
 
+        def remembered(messages: list[dict[str, Any]]) -> str:
+            key = json.dumps(messages, sort_keys=True)
+            if key not in answers:  # a race answers twice, the same reply
+                answers[key] = respond(messages)
+            return answers[key]
 
-class _Remembered:
-    """A responder that answers each distinct conversation once and then from memory: the stand-in
-    costs the server ~20 ms of CPU per request, which would cap a single-process server near 50
-    requests/s and measure the test server instead of our side."""
-
-    def __init__(self, responder: Any) -> None:
-        self._responder = responder
-        self._answer_by_request: dict[str, str] = {}
-        self._lock = threading.Lock()
-
-    def __call__(self, messages: list[dict[str, Any]]) -> str:
-        key = json.dumps(messages, sort_keys=True)
-        with self._lock:
-            known = self._answer_by_request.get(key)
-        if known is None:
-            known = self._responder(messages)
-            with self._lock:
-                self._answer_by_request[key] = known
-        return known
-
-
-def _serve(latency_s: float, url_queue: Any, stop_event: Any) -> None:
-    """The child process: the server until `stop_event`, its URL sent back first."""
-    with _server_class()() as server:
-        server.responder = _Remembered(server.responder)
+        server.responder = remembered
         server.latency_s = latency_s
         url_queue.put(server.base_url)
         stop_event.wait()
