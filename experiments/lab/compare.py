@@ -131,22 +131,16 @@ def optimizer_run(source: Tracker, run_id: str) -> OptimizerRun:
     dev_final = _metric(run, names.quality(names.DEV_FINAL, names.JUDGE_ACCURACY))
     calls, estimated = calls_by_iteration(source, run, sorted(dev))
     budget = run.params.get("loop.budget_calls")  # "None" when unset
+    # the candidate costs as logged (`candidates/*`; zeros for runs logged before them)
+    costs = (_metric(run, names.candidate_cost(f.name)) for f in fields(CandidateCosts))
+    candidates = CandidateCosts(*(0 if math.isnan(v) else int(v) for v in costs))
     return OptimizerRun(
         run_id, run.tags["memtrace.optimizer"], run.tags["memtrace.system"], int(run.params.get("seed", "0")),
         _test_questions(source, run_id), lm_calls=_metric(run, names.CALLS_MADE, "lm_calls_made"),
         tokens=_tokens(run), prompt_chars=_metric(run, names.PROMPT_CHARS_FINAL), seconds=_metric(run, names.ELAPSED_S),
         progress=progress_points({int(k): v for k, v in dev.items()}, dev_final, calls), calls_estimated=estimated,
-        budget="" if budget in (None, "None", "") else str(budget), candidates=_candidate_costs(run),
+        budget="" if budget in (None, "None", "") else str(budget), candidates=candidates,
     )
-
-
-def _candidate_costs(run: TrackedRun) -> CandidateCosts:
-    """The run's candidate costs as logged (`candidates/*`; zeros for runs logged before them)."""
-    def count(name: str) -> int:
-        value = _metric(run, names.candidate_cost(name))
-        return 0 if math.isnan(value) else int(value)
-
-    return CandidateCosts(*(count(f.name) for f in fields(CandidateCosts)))
 
 
 def audit_note(runs: Sequence[OptimizerRun], confidence: float = 0.95) -> str | None:
@@ -168,11 +162,6 @@ def run_ids_in_sweep(sweep_dir: Path) -> list[str]:
     checkpoints = sorted(Path(sweep_dir).rglob(RunFolder.CHECKPOINT))
     found = (json.loads(c.read_text(encoding="utf-8")).get("mlflow_run_id") for c in checkpoints)
     return [str(run_id) for run_id in found if run_id]
-
-
-def latest_per_key(runs: Sequence[OptimizerRun]) -> list[OptimizerRun]:
-    """One run per (optimizer, system, seed): the last one given (runs come oldest first)."""
-    return list({(run.optimizer, run.system, run.seed): run for run in runs}.values())
 
 
 @dataclass(frozen=True)
@@ -246,7 +235,8 @@ def compare(
         where = f"MLflow experiment {experiment!r} at {tracking_uri}"
     if not run_ids:
         raise ComparisonError(f"no `memtrace optimize` runs in the {where}")
-    runs = latest_per_key([optimizer_run(tracker, run_id) for run_id in run_ids])
+    found = (optimizer_run(tracker, run_id) for run_id in run_ids)  # oldest first: the latest per key kept
+    runs = list({(run.optimizer, run.system, run.seed): run for run in found}.values())
     rows, paths = write_report(runs, out_dir, reference=reference, confidence=confidence, n_resamples=n_resamples)
     run_id = log_report(tracker, experiment, rows, runs, paths, reference) if log else None
     return ComparisonReport(rows, tuple(runs), paths, run_id)

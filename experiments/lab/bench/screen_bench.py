@@ -1,15 +1,14 @@
 """What candidate screening saves per construction candidate at LoCoMo scale:
 `python -m memtrace_loop.experiments.lab.bench.screen_bench` (`make bench`).
 
-On the sim dataset (seed `--seed`; 10 conversations x 30 sessions x 20 turns; category 5 neither scored
-nor answered), per system (`mem0`, `mem0ai`; sim LM uncached, calls counted by a `CallLedger`): the
-incumbent is evaluated once, its failures attributed (lineage) and the `attribution` then `uniform`
-optimizers propose until `--candidates` distinct construction-prompt candidates are in hand. Each is
-measured twice from a fresh `MemoryCache` and the incumbent's replies: **full** (budget calls of the
-whole set) and **screened** (what `OptimizationLoop._gate` spends: the `CandidateScreens` screen, plus
-the whole set when it passes), with the screen's questions, conversations rebuilt, verdict, the full
-paired gain and whether the gate (`MIN_GAIN`) would pass it. One table, a mean row per system
-(`--markdown` also as Markdown). Judge and rewriter calls are not counted; it sets no target.
+On the sim dataset (category 5 neither scored nor answered), per system (sim LM uncached, calls counted
+by a `CallLedger`): the incumbent is evaluated once, its failures attributed (lineage) and the
+`attribution` then `uniform` optimizers propose until `--candidates` distinct construction-prompt
+candidates are in hand. Each is measured twice from a fresh `MemoryCache` and the incumbent's replies:
+**full** (the whole set) and **screened** (what `OptimizationLoop._gate` spends: the `CandidateScreens`
+screen, plus the whole set when it passes), with the screen's questions, conversations rebuilt, verdict,
+the full paired gain and the gate's (`MIN_GAIN`) verdict. One table, a mean row per system. Judge and
+rewriter calls are not counted; it sets no target.
 """
 
 from __future__ import annotations
@@ -51,7 +50,7 @@ from memtrace_loop.pipeline.backends.lm import LMConfig, LMSet
 from memtrace_loop.pipeline.backends.registry import build_lm
 from memtrace_loop.pipeline.backends.services import RunServices
 from memtrace_loop.pipeline.core.records import Dataset, PromptSet
-from memtrace_loop.pipeline.loop.candidate_screens import CandidateScreens, ScreenOutcome
+from memtrace_loop.pipeline.loop.candidate_screens import CandidateScreens
 from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
 from memtrace_loop.pipeline.loop.runner import RunResult, run_dataset
 from memtrace_loop.pipeline.loop.screening import ScreenSettings
@@ -175,24 +174,18 @@ def measure(fresh: Callable[[], Counted], incumbent: Incumbent, dataset: Dataset
     rest = 0
     if outcome is None or outcome.verdict.passed:
         _, rest = counted.run(candidate.prompts, dataset, cache)
+    rebuilt = len(dataset.conversations)  # conversations the screen built (no screen: the whole-set evaluation's)
+    if outcome is not None:
+        rebuilt = 0 if outcome.run is None else len(outcome.run.graph_by_conversation) - outcome.run.reused_memories
     cost = CandidateCost(
         counted.system.name, tuple(candidate.changed_stages), optimizer, full_calls, gain.mean_difference,
         outcome.calls if outcome else 0, rest, outcome.verdict.questions if outcome else incumbent.scored,
-        incumbent.scored, rebuilt(outcome, len(dataset.conversations)), len(dataset.conversations),
+        incumbent.scored, rebuilt, len(dataset.conversations),
         "no screen" if outcome is None else "passed" if outcome.verdict.passed else "screened out",
     )
     log(f"  screened: {cost.screen_calls:,} + {cost.rest_calls:,} calls, {cost.verdict} "
         f"({time.perf_counter() - started:.0f} s)")
     return cost
-
-
-def rebuilt(outcome: ScreenOutcome | None, conversations: int) -> int:
-    """Conversations the screen built (no screen: every one, by the whole-set evaluation)."""
-    if outcome is None:
-        return conversations
-    if outcome.run is None:
-        return 0
-    return len(outcome.run.graph_by_conversation) - outcome.run.reused_memories
 
 
 def bench_system(name: str, dataset: Dataset, seed: int, candidates: int, workers: int,
