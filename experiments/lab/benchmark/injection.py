@@ -99,19 +99,13 @@ class FaultInjector:
     def perfect_run(self) -> RunResult:
         return self._run(self.system.deepcopy(), self.lm, self.dataset, self.workers)
 
-    def build(
-        self,
-        limit_per_kind: int | None = None,
-        kinds: Sequence[FaultKind] | None = None,
-        on_case: Callable[[str], None] | None = None,
-    ) -> tuple[tuple[BenchCase, ...], InjectionReport]:
+    def build(self, limit_per_kind: int | None = None, kinds: Sequence[FaultKind] | None = None,
+              on_case: Callable[[str], None] | None = None) -> tuple[tuple[BenchCase, ...], InjectionReport]:
         """The decisive injected cases (at most `limit_per_kind` per kind), and a report."""
         perfect = self.perfect_run()
         conversation_by_id = {c.id: c for c in self.dataset.conversations}
-        candidates = [
-            r for r in perfect.results
-            if r.correct and r.question.category != 5 and len(r.question.evidence) == 1
-        ]
+        candidates = [r for r in perfect.results if r.correct and r.question.category != 5
+                      and len(r.question.evidence) == 1]
         kinds = tuple(kinds or self.spec.fault_kinds)
         tried: dict[str, int] = {k.value: 0 for k in kinds}
         kept: dict[str, int] = {k.value: 0 for k in kinds}
@@ -149,9 +143,8 @@ class FaultInjector:
         return BenchCase(graph, result, conversation, InjectedFault(
             question.id, self.name, plan.kind, op.id, op.stage, ErrorType(plan.error), tunable))
 
-    def _plans(
-        self, kind: FaultKind, question: Question, conversation: Conversation, graph: ExecutionGraph
-    ) -> list[_Plan]:
+    def _plans(self, kind: FaultKind, question: Question, conversation: Conversation,
+               graph: ExecutionGraph) -> list[_Plan]:
         turn = next((t for t in conversation.turns if t.id == question.evidence[0]), None)
         if turn is None:
             return []
@@ -213,9 +206,8 @@ class FaultInjector:
         lm, engine = injected_lm(self.lm, edit)
         return [_Plan(fault.kind, self.system.deepcopy(), lm, engine, changed, fault.error)]
 
-    def _knob_plans(
-        self, fault: KnobFault, conversation: Conversation, turn: Turn, graph: ExecutionGraph
-    ) -> list[_Plan]:
+    def _knob_plans(self, fault: KnobFault, conversation: Conversation, turn: Turn,
+                    graph: ExecutionGraph) -> list[_Plan]:
         plans = []
         for knobs in fault.settings(self.system, graph, conversation, turn):
             try:
@@ -234,16 +226,9 @@ def _reply_edit(edit: EditKind, question: Question, turn: Turn) -> ReplyEdit:
 
 
 def build_system_cases(
-    name: str,
-    lm: dspy.LM,
-    dataset: Dataset,
-    build: Callable[[Mapping[str, Any]], MemorySystem],
-    complete: Callable[[str, Iterable[str]], str],
-    *,
-    limit_per_kind: int | None = None,
-    kinds: Sequence[FaultKind] | None = None,
-    workers: int = 4,
-    on_case: Callable[[str], None] | None = None,
+    name: str, lm: dspy.LM, dataset: Dataset, build: Callable[[Mapping[str, Any]], MemorySystem],
+    complete: Callable[[str, Iterable[str]], str], *, limit_per_kind: int | None = None,
+    kinds: Sequence[FaultKind] | None = None, workers: int = 4, on_case: Callable[[str], None] | None = None,
 ) -> tuple[tuple[BenchCase, ...], InjectionReport]:
     """The injected cases of system `name`: `build` makes it from its config node (the spec's
     `generous_knobs` plus a fault's knobs), `complete` perfects each prompt; one run per injection."""

@@ -209,15 +209,8 @@ def _joint_sets(
 
 
 def rescue_oracle(
-    world: DegradedWorld,
-    build: Build,
-    lm: dspy.LM,
-    dataset: Dataset,
-    test_world: TestWorld,
-    *,
-    workers: int = 4,
-    max_joint: int = 3,
-    on_run: Callable[[str], None] | None = None,
+    world: DegradedWorld, build: Build, lm: dspy.LM, dataset: Dataset, test_world: TestWorld, *, workers: int = 4,
+    max_joint: int = 3, on_run: Callable[[str], None] | None = None,
 ) -> WorldOracle:
     """Run `world` on `dataset` and label each failed question by rescue (the module docstring)."""
     runner = _Runner(world, build, lm, dataset, workers, MemoryCache())
