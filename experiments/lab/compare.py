@@ -181,13 +181,10 @@ def write_report(
     out_dir.mkdir(parents=True, exist_ok=True)
     markdown, plot, data = (out_dir / name for name in REPORT_NAMES)
     notes = [f"Seeds: {', '.join(str(s) for s in sorted({r.seed for r in runs}))}; {len(runs)} runs."]
-    audit = audit_note(runs, confidence)
-    notes += [audit] if audit else []
-    markdown.write_text(
-        markdown_report(rows, reference=reference, budgets=[r.budget for r in runs], confidence=confidence,
-                        notes=notes),
-        encoding="utf-8",
-    )
+    notes += [audit] if (audit := audit_note(runs, confidence)) else []
+    budgets = [r.budget for r in runs]
+    markdown.write_text(markdown_report(rows, reference=reference, budgets=budgets, confidence=confidence,
+                                        notes=notes), encoding="utf-8")
     plot_comparison(rows, plot)
     extra = {
         "reference": reference, "confidence": confidence, "n_resamples": n_resamples,

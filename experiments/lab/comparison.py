@@ -129,24 +129,18 @@ def paired_estimate(
     return GainEstimate(int(data.size), float(data.mean()), low, high)
 
 
-def gain_differences(runs: Iterable[OptimizerRun]) -> list[float]:
-    """final - start for every (run, question) unit, in run order."""
-    return [q.final - q.start for run in runs for q in run.questions]
-
-
 def _mean(values: Iterable[float]) -> float:
     kept = [v for v in values if math.isfinite(v)]
     return float(np.mean(kept)) if kept else math.nan
 
 
-def _final_by_unit(runs: Iterable[OptimizerRun]) -> dict[tuple[str, int, str], float]:
-    return {(run.system, run.seed, q.question_id): q.final for run in runs for q in run.questions}
-
-
 def _vs_reference(
     runs: Sequence[OptimizerRun], reference: Sequence[OptimizerRun], n_resamples: int, confidence: float, seed: int
 ) -> GainEstimate:
-    mine, theirs = _final_by_unit(runs), _final_by_unit(reference)
+    def final_by_unit(runs: Iterable[OptimizerRun]) -> dict[tuple[str, int, str], float]:
+        return {(run.system, run.seed, q.question_id): q.final for run in runs for q in run.questions}
+
+    mine, theirs = final_by_unit(runs), final_by_unit(reference)
     shared = sorted(mine.keys() & theirs.keys())
     return paired_estimate([mine[k] - theirs[k] for k in shared], n_resamples, confidence, seed)
 
@@ -163,7 +157,7 @@ def comparison_row(
     return ComparisonRow(
         optimizer, system, len(ordered), tuple(sorted({run.seed for run in ordered})),
         start_accuracy=_mean(q.start for q in units), final_accuracy=_mean(q.final for q in units),
-        gain=paired_estimate(gain_differences(ordered), n_resamples, confidence, seed),
+        gain=paired_estimate([q.final - q.start for q in units], n_resamples, confidence, seed),
         gain_by_run=tuple(_mean(q.final - q.start for q in run.questions) for run in ordered),
         vs_reference=None if reference_runs is None else _vs_reference(
             ordered, reference_runs, n_resamples, confidence, seed),
