@@ -13,11 +13,10 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from memtrace_loop.experiments.lab.bench.common import rich_table
+from memtrace_loop.experiments.lab.bench.common import rich_table, timed
 from memtrace_loop.memory_systems.mem0ai.schemas import is_parse_failure
 from memtrace_loop.pipeline.core.graph_io import load_graph
 from memtrace_loop.pipeline.tracking.run_logging import ARTIFACTS_DIR, GRAPHS_DIR
@@ -77,10 +76,8 @@ def run_setting(system: str, setting: str, extra: list[str], root: Path) -> tupl
     overrides = [*default_overrides(extra, system), *extra, f"memory_system={system}",
                  f"lm.task.structured_output={setting}", f"hydra.run.dir={out}",
                  f"cache_dir={root / f'cache-{system}-{setting}'}", f"tracking.uri=sqlite:///{root / 'mlflow.db'}"]
-    started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "memtrace_loop.experiments.cli", "run", *overrides],
-                          capture_output=True, text=True, check=False)
-    elapsed = time.perf_counter() - started
+    done, elapsed = timed(lambda: subprocess.run([sys.executable, "-m", "memtrace_loop.experiments.cli", "run",
+                                                  *overrides], capture_output=True, text=True, check=False))
     if done.returncode != 0:
         STDERR.print(f"[{system} {setting}] exit {done.returncode}: {done.stderr.strip().splitlines()[-1:]}")
     return operation_failures(out), elapsed, done.returncode

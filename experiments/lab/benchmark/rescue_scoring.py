@@ -167,10 +167,6 @@ class RescueScore:
     oracle_top_alone: str | None = None
     top_vs_split: str | None = None  # `top_vs_split`: agrees, tie (differs only by a tie-break), differs
 
-    @property
-    def top_agrees(self) -> bool:
-        return self.top_blamed is not None and self.top_blamed == self.oracle_top
-
     def as_row(self) -> dict[str, object]:
         """Plain row for tables (shares as percentages, one decimal)."""
 
