@@ -31,6 +31,12 @@ README = REPO / "README.md"
 MEASURED = re.compile(r"(?m)^Measured on .* at commit \w+\.$")
 
 
+def head_commit() -> str:
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                          check=False)
+    return done.stdout.strip() or "unknown"
+
+
 @dataclass(frozen=True)
 class DemoFigures:
     dev_start: float
@@ -155,9 +161,7 @@ def write_table(name: str, table: str) -> None:
     text = RESULTS.read_text(encoding="utf-8")
     start, _ = between(text, name)
     if lines := list(MEASURED.finditer(text, 0, start)):
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                                check=False).stdout.strip() or "unknown"
-        measured = f"Measured on {dt.date.today().isoformat()} at commit {commit}."
+        measured = f"Measured on {dt.date.today().isoformat()} at commit {head_commit()}."
         text = text[:lines[-1].start()] + measured + text[lines[-1].end():]
     RESULTS.write_text(replaced(text, name, table), encoding="utf-8")
 
