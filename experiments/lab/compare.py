@@ -3,8 +3,8 @@
 
 The optimize runs of a multirun directory (each job's checkpoint names its MLflow run), else every
 `memtrace optimize` run of the experiment (latest per optimizer, system, seed), are read back from
-MLflow (`optimizer_run`), compared (`experiments.lab.comparison`) and written as comparison.md/.png/.json
-(`experiments.lab.comparison_report`), logged to a `comparison` run. Not a `memtrace` command.
+MLflow (`optimizer_run`), compared and written as comparison.md/.png/.json (`experiments.lab.comparison`),
+logged to a `comparison` run. Not a `memtrace` command.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import hydra
 from hydra.experimental.callback import Callback
@@ -31,9 +31,11 @@ from memtrace_loop.experiments.lab.comparison import (
     OptimizerRun,
     QuestionOutcome,
     compare_runs,
+    markdown_report,
+    plot_comparison,
+    rows_to_json,
     wilson_interval,
 )
-from memtrace_loop.experiments.lab.comparison_report import markdown_report, plot_comparison, rows_to_json
 from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.pipeline.core.command_line import command_line, program
@@ -43,33 +45,19 @@ from memtrace_loop.pipeline.tracking import metric_names as names
 from memtrace_loop.pipeline.tracking.loop_observer import TEST_QUESTIONS
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.store_access import configure_tracking_client
-from memtrace_loop.pipeline.tracking.tracker import TrackedRun
+from memtrace_loop.pipeline.tracking.tracker import TrackedRun, Tracker
 from omegaconf import DictConfig
 from rich.console import Console
 
 logger = logging.getLogger("memtrace.compare")
 
 CALLS_METRIC = names.BUDGET_SPENT  # cumulative LM calls spent, step = iteration (the loop's budget)
-DEV_METRIC = names.quality(names.DEV, names.JUDGE_ACCURACY)  # the incumbent's dev accuracy, step = iteration
-BUDGET_PARAM = "loop.budget_calls"
-CHECKPOINT = RunFolder.CHECKPOINT
 REPORT_NAMES = ("comparison.md", "comparison.png", "comparison.json")
-OPTIMIZE_RUNS = "tags.`memtrace.command` = 'optimize'"
 ENTRY_POINT = "memtrace_loop.experiments.lab.compare"  # `python -m` this module: the comparison again
 
 
 class ComparisonError(ValueError):
     """The runs cannot be compared (none found, one without per-question test scores)."""
-
-
-class RunSource(Protocol):
-    """What reading the runs back needs from the tracker (`MlflowTracker`)."""
-
-    def get_run(self, run_id: str) -> TrackedRun: ...
-
-    def download_artifact(self, run_id: str, path: str, directory: Path) -> Path: ...
-
-    def metric_history(self, run_id: str, key: str) -> list[tuple[int, float]]: ...
 
 
 def _metric(run: TrackedRun, key: str, older_key: str | None = None) -> float:
@@ -80,7 +68,7 @@ def _metric(run: TrackedRun, key: str, older_key: str | None = None) -> float:
     return math.nan
 
 
-def _history(source: RunSource, run_id: str, key: str) -> list[tuple[int, float]]:
+def _history(source: Tracker, run_id: str, key: str) -> list[tuple[int, float]]:
     """A metric's (step, value) history, under its name or its flat legacy name."""
     history = source.metric_history(run_id, key)
     legacy = names.legacy_name(key)
@@ -96,7 +84,7 @@ def _tokens(run: TrackedRun) -> float:
     return _metric(run, names.TOKENS_MADE)
 
 
-def calls_by_iteration(source: RunSource, run: TrackedRun, iterations: Sequence[int]) -> tuple[dict[int, float], bool]:
+def calls_by_iteration(source: Tracker, run: TrackedRun, iterations: Sequence[int]) -> tuple[dict[int, float], bool]:
     """Cumulative LM calls spent by the end of each iteration (`CALLS_METRIC`), and whether that is an
     estimate: a run logged without it gets its total calls spread evenly over its iterations."""
     spent = dict(_history(source, run.run_id, CALLS_METRIC))
@@ -117,7 +105,7 @@ def progress_points(
     return tuple(ProgressPoint(i, calls.get(i, math.nan), dev) for i, dev in zip(iterations, after, strict=False))
 
 
-def _test_questions(source: RunSource, run_id: str) -> tuple[QuestionOutcome, ...]:
+def _test_questions(source: Tracker, run_id: str) -> tuple[QuestionOutcome, ...]:
     with tempfile.TemporaryDirectory(prefix="memtrace-compare-") as tmp:
         try:
             path = source.download_artifact(run_id, TEST_QUESTIONS, Path(tmp))
@@ -133,32 +121,26 @@ def _test_questions(source: RunSource, run_id: str) -> tuple[QuestionOutcome, ..
     )
 
 
-def optimizer_run(source: RunSource, run_id: str) -> OptimizerRun:
+def optimizer_run(source: Tracker, run_id: str) -> OptimizerRun:
     """One `memtrace optimize` parent run read back as the comparison needs it."""
     run = source.get_run(run_id)
     missing = [tag for tag in ("memtrace.optimizer", "memtrace.system") if tag not in run.tags]
     if missing:
         raise ComparisonError(f"run {run_id} is not a `memtrace optimize` run (no tag {', '.join(missing)})")
-    dev = dict(_history(source, run_id, DEV_METRIC))
+    dev = dict(_history(source, run_id, names.quality(names.DEV, names.JUDGE_ACCURACY)))  # step = iteration
     dev_final = _metric(run, names.quality(names.DEV_FINAL, names.JUDGE_ACCURACY))
     calls, estimated = calls_by_iteration(source, run, sorted(dev))
-    budget = run.params.get(BUDGET_PARAM)  # "None" when unset
+    budget = run.params.get("loop.budget_calls")  # "None" when unset
+    # the candidate costs as logged (`candidates/*`; zeros for runs logged before them)
+    costs = (_metric(run, names.candidate_cost(f.name)) for f in fields(CandidateCosts))
+    candidates = CandidateCosts(*(0 if math.isnan(v) else int(v) for v in costs))
     return OptimizerRun(
         run_id, run.tags["memtrace.optimizer"], run.tags["memtrace.system"], int(run.params.get("seed", "0")),
         _test_questions(source, run_id), lm_calls=_metric(run, names.CALLS_MADE, "lm_calls_made"),
         tokens=_tokens(run), prompt_chars=_metric(run, names.PROMPT_CHARS_FINAL), seconds=_metric(run, names.ELAPSED_S),
         progress=progress_points({int(k): v for k, v in dev.items()}, dev_final, calls), calls_estimated=estimated,
-        budget="" if budget in (None, "None", "") else str(budget), candidates=_candidate_costs(run),
+        budget="" if budget in (None, "None", "") else str(budget), candidates=candidates,
     )
-
-
-def _candidate_costs(run: TrackedRun) -> CandidateCosts:
-    """The run's candidate costs as logged (`candidates/*`; zeros for runs logged before them)."""
-    def count(name: str) -> int:
-        value = _metric(run, names.candidate_cost(name))
-        return 0 if math.isnan(value) else int(value)
-
-    return CandidateCosts(*(count(f.name) for f in fields(CandidateCosts)))
 
 
 def audit_note(runs: Sequence[OptimizerRun], confidence: float = 0.95) -> str | None:
@@ -177,14 +159,9 @@ def audit_note(runs: Sequence[OptimizerRun], confidence: float = 0.95) -> str | 
 def run_ids_in_sweep(sweep_dir: Path) -> list[str]:
     """The MLflow run of every job of a multirun directory (each job's checkpoint names it; rglob: a job's
     directory nests when an override value holds a path)."""
-    checkpoints = sorted(Path(sweep_dir).rglob(CHECKPOINT))
+    checkpoints = sorted(Path(sweep_dir).rglob(RunFolder.CHECKPOINT))
     found = (json.loads(c.read_text(encoding="utf-8")).get("mlflow_run_id") for c in checkpoints)
     return [str(run_id) for run_id in found if run_id]
-
-
-def latest_per_key(runs: Sequence[OptimizerRun]) -> list[OptimizerRun]:
-    """One run per (optimizer, system, seed): the last one given (runs come oldest first)."""
-    return list({(run.optimizer, run.system, run.seed): run for run in runs}.values())
 
 
 @dataclass(frozen=True)
@@ -204,13 +181,10 @@ def write_report(
     out_dir.mkdir(parents=True, exist_ok=True)
     markdown, plot, data = (out_dir / name for name in REPORT_NAMES)
     notes = [f"Seeds: {', '.join(str(s) for s in sorted({r.seed for r in runs}))}; {len(runs)} runs."]
-    audit = audit_note(runs, confidence)
-    notes += [audit] if audit else []
-    markdown.write_text(
-        markdown_report(rows, reference=reference, budgets=[r.budget for r in runs], confidence=confidence,
-                        notes=notes),
-        encoding="utf-8",
-    )
+    notes += [audit] if (audit := audit_note(runs, confidence)) else []
+    budgets = [r.budget for r in runs]
+    markdown.write_text(markdown_report(rows, reference=reference, budgets=budgets, confidence=confidence,
+                                        notes=notes), encoding="utf-8")
     plot_comparison(rows, plot)
     extra = {
         "reference": reference, "confidence": confidence, "n_resamples": n_resamples,
@@ -254,11 +228,12 @@ def compare(
         run_ids = run_ids_in_sweep(sweep_dir)
         where = f"multirun directory {sweep_dir}"
     else:
-        run_ids = tracker.search_run_ids(experiment, OPTIMIZE_RUNS)
+        run_ids = tracker.search_run_ids(experiment, "tags.`memtrace.command` = 'optimize'")
         where = f"MLflow experiment {experiment!r} at {tracking_uri}"
     if not run_ids:
         raise ComparisonError(f"no `memtrace optimize` runs in the {where}")
-    runs = latest_per_key([optimizer_run(tracker, run_id) for run_id in run_ids])
+    found = (optimizer_run(tracker, run_id) for run_id in run_ids)  # oldest first: the latest per key kept
+    runs = list({(run.optimizer, run.system, run.seed): run for run in found}.values())
     rows, paths = write_report(runs, out_dir, reference=reference, confidence=confidence, n_resamples=n_resamples)
     run_id = log_report(tracker, experiment, rows, runs, paths, reference) if log else None
     return ComparisonReport(rows, tuple(runs), paths, run_id)
@@ -304,14 +279,10 @@ def run_compare(cfg: DictConfig, console: Console | None = None) -> ComparisonRe
     config = validated_compare(to_plain(cfg))
     configure_tracking_client(config.tracking.timeout_s, config.tracking.max_retries)
     sweep_dir = resolve(config.sweep_dir, base_dir) if config.sweep_dir else None
-    if config.out:
-        out_dir = resolve(config.out, base_dir)
-    elif sweep_dir is not None:
-        out_dir = sweep_dir / "comparison"
-    else:
-        out_dir = resolve(f"outputs/compare/{config.tracking.experiment}", base_dir)
+    default_out = sweep_dir / "comparison" if sweep_dir else f"outputs/compare/{config.tracking.experiment}"
     report = compare(
-        config.tracking.uri, config.tracking.experiment, out_dir, sweep_dir=sweep_dir, reference=config.reference,
+        config.tracking.uri, config.tracking.experiment, resolve(config.out or default_out, base_dir),
+        sweep_dir=sweep_dir, reference=config.reference,
         confidence=config.confidence, n_resamples=config.n_resamples, log=config.log,
     )
     _show(report, console or app_console())

@@ -155,25 +155,15 @@ def replaced(text: str, name: str, body: str) -> str:
     return text[:start] + "\n" + body + "\n" + text[end:]
 
 
-def measured_line() -> str:
-    return f"Measured on {dt.date.today().isoformat()} at commit {head_commit()}."
-
-
 def write_table(name: str, table: str) -> None:
     """`table` into docs/results.md's `figures:NAME` block, and today's date and commit into the
     `Measured on ...` line of its section (the last one before the block)."""
     text = RESULTS.read_text(encoding="utf-8")
     start, _ = between(text, name)
-    lines = list(MEASURED.finditer(text, 0, start))
-    if lines:
-        last = lines[-1]
-        text = text[:last.start()] + measured_line() + text[last.end():]
+    if lines := list(MEASURED.finditer(text, 0, start)):
+        measured = f"Measured on {dt.date.today().isoformat()} at commit {head_commit()}."
+        text = text[:lines[-1].start()] + measured + text[lines[-1].end():]
     RESULTS.write_text(replaced(text, name, table), encoding="utf-8")
-
-
-def write_demo(f: DemoFigures) -> None:
-    write_table("demo", demo_block(f))
-    README.write_text(replaced(README.read_text(encoding="utf-8"), "demo", demo_sentence(f)), encoding="utf-8")
 
 
 TABLE_SYSTEMS = ("mem0", "long_context", "rag", "evermemos")
@@ -234,7 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.what == "demo":
         with tempfile.TemporaryDirectory() as tmp:
             figures = run_demo(Path(tmp))
-        write_demo(figures)
+        write_table("demo", demo_block(figures))
+        readme = replaced(README.read_text(encoding="utf-8"), "demo", demo_sentence(figures))
+        README.write_text(readme, encoding="utf-8")
         sys.stdout.write(demo_block(figures) + "\n")
         return 0
     name, table = ("optimizer_table", optimizer_table()) if args.what == "optimizer-table" else (

@@ -5,7 +5,7 @@ when known, and every candidate the gate saw (accepted: filled markers, rejected
 `plot_blame` draws stacked bars of blamed failures per stage for each iteration; stages blamed on
 their non-prompt knobs are hatched. Both build a `matplotlib.figure.Figure` on the Agg canvas directly — no pyplot, no
 global figure state, no GUI backend — and write a PNG without timestamps, so equal inputs give equal
-files (the lab's comparison plot, `experiments.lab.comparison_report`, draws the same way). This
+files (the lab's comparison plot, `experiments.lab.comparison`, draws the same way). This
 module does not compute scores or blame and does not log to MLflow.
 """
 

@@ -14,14 +14,12 @@ from memtrace_loop.experiments.lab.comparison import (
     OptimizerRun,
     QuestionOutcome,
     compare_runs,
-    paired_estimate,
-    wilson_interval,
-)
-from memtrace_loop.experiments.lab.comparison_report import (
     comparison_figure,
     markdown_report,
+    paired_estimate,
     plot_comparison,
     rows_to_json,
+    wilson_interval,
 )
 from memtrace_loop.pipeline.analysis.evaluation import bootstrap_ci
 from memtrace_loop.pipeline.loop.costs import CandidateCosts, ProgressPoint, calls_to_fraction

@@ -139,7 +139,7 @@ def test_summary_shares_use_their_own_denominators() -> None:
     assert (score.lm_calls_per_case, score.replay_calls_per_case) == (1.0, 1.0)
     assert score.oracle_top == score.oracle_top_split == "retrieve"
     # respond: 1.0 (verified) + 0.5 (unverifiable) outweighs retrieve: 1.0 + 0.2 / 2 (half a refuted set)
-    assert score.top_blamed == "respond" and not score.top_agrees
+    assert score.top_blamed == "respond" != score.oracle_top
     row = score.as_row()
     assert row["verified_precision_%"] == 50.0 and row["calls_per_case"] == 2.0
 
@@ -148,7 +148,7 @@ def test_a_missing_attribution_counts_and_empty_denominators_are_none() -> None:
     score = summarize_rescue("rag", "w", "llm", {"q1": RETRIEVE_ONLY}, {})
     assert score.n == 1 and score.rescues_alone == 0.0
     assert score.joint_named is None and score.verified_precision is None and score.joint_sufficient is None
-    assert score.top_blamed is None and not score.top_agrees
+    assert score.top_blamed is None
 
 
 def _table(**weights: float) -> BlameTable:

@@ -8,7 +8,6 @@ scores imported annotated graphs instead (`pipeline.interop.exec_network.labels.
 
 from __future__ import annotations
 
-import argparse
 import io
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -20,8 +19,8 @@ from typing import Any
 
 import dspy
 from memtrace_loop.experiments.app_setup import no_lm_history
-from memtrace_loop.experiments.lab.bench import common
-from memtrace_loop.experiments.lab.bench.common import advance, build, names, rich_table
+from memtrace_loop.experiments.lab.bench.common import advance, build, names, rich_table, sim_dataset, sim_lm
+from memtrace_loop.experiments.lab.bench.common import parser as common_parser
 from memtrace_loop.experiments.lab.benchmark.injection import (
     InjectionReport,
     build_system_cases,
@@ -36,11 +35,9 @@ from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
 from memtrace_loop.pipeline.analysis.attribution.verification import Verifier, VerifyingAttributor
 from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
-from memtrace_loop.pipeline.backends.lm import SimLMConfig
-from memtrace_loop.pipeline.backends.registry import backend_test_world, build_lm
+from memtrace_loop.pipeline.backends.registry import backend_test_world
 from memtrace_loop.pipeline.core.conventions import turn_id_of
-from memtrace_loop.pipeline.core.records import CaseResult, Question, Scores
-from memtrace_loop.pipeline.data.registry import load_dataset
+from memtrace_loop.pipeline.core.records import CaseResult, Dataset, Question, Scores
 from memtrace_loop.pipeline.interop.exec_network import ImportedNetwork, load_exec_network, op_id_for
 from memtrace_loop.pipeline.interop.exec_network.labels import BenchAnnotation, score_attributions
 from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
@@ -84,19 +81,22 @@ BUILDER_BY_ATTRIBUTOR: Mapping[str, Callable[[BenchSetting], Attributor]] = Mapp
 })
 
 
-def sim_lm(paraphrase: bool) -> dspy.LM:
-    """The sim LM without reply reuse (every attributor and replay call counted as made); with `paraphrase`,
-    its construction stages paraphrase."""
-    if paraphrase:
-        return build_lm(SimLMConfig(backend="sim", model="stand-in", cache=False, paraphrase=True, reuse_calls=False))
-    return common.sim_lm(reuse_calls=False)
-
-
 def perfect_system(name: str, lm: dspy.LM) -> MemorySystem:
+    """System `name` as the injected cases run it (generous knobs, perfect prompts), on `lm`."""
     system = build({"name": name, **spec_of(name).generous_knobs})
     system = system.with_prompts(perfect_prompts(system, backend_test_world().perfect_instruction))
     system.set_lm(lm)
     return system
+
+
+def injected_cases(name: str, lm: dspy.LM, dataset: Dataset, progress: Progress, limit_per_kind: int,
+                   workers: int = 4) -> tuple[tuple[BenchCase, ...], InjectionReport]:
+    """`build_system_cases` of system `name` (common `build`, the test world's perfect prompts), shown in `progress`."""
+    task = progress.add_task(f"{name}: injecting faults", total=None)
+    cases = build_system_cases(name, lm, dataset, build, backend_test_world().perfect_instruction,
+                               limit_per_kind=limit_per_kind, workers=workers, on_case=partial(advance, progress, task))
+    progress.remove_task(task)
+    return cases
 
 
 def built(name: str, setting: BenchSetting, console: Console) -> Attributor | None:
@@ -213,7 +213,7 @@ def bench_paths(path: Path) -> list[Path]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = common_parser(__doc__)
     parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated memory systems")
     parser.add_argument("--attributors", default=",".join(BUILDER_BY_ATTRIBUTOR), help="comma-separated")
     parser.add_argument("--seed", type=int, default=0, help="the simulated world's seed")
@@ -230,7 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     attributors, systems = names(args.attributors), names(args.systems)
     if unknown := sorted(set(attributors) - set(BUILDER_BY_ATTRIBUTOR)):
         parser.error(f"unknown attributors {unknown} (available: {list(BUILDER_BY_ATTRIBUTOR)})")
-    lm = sim_lm(args.paraphrase)
+    lm = sim_lm(reuse_calls=False, paraphrase=args.paraphrase)  # every attributor and replay call made
 
     if args.memtracebench is not None:
         paths = bench_paths(args.memtracebench)
@@ -244,17 +244,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if unknown := sorted(set(systems) - set(SYSTEMS)):
         parser.error(f"unknown systems {unknown} (available: {list(SYSTEMS)})")
-    dataset = load_dataset({"kind": "sim", "seed": args.seed, "n_conversations": args.conversations})
+    dataset = sim_dataset(args.seed, args.conversations)
     scores: list[AttributorScore] = []
     reports: list[InjectionReport] = []
     with Progress(console=console, transient=True) as progress:
         for name in systems:
-            task = progress.add_task(f"{name}: injecting faults", total=None)
-            cases, report = build_system_cases(
-                name, lm, dataset, build,
-                backend_test_world().perfect_instruction, limit_per_kind=args.limit_per_kind, workers=args.workers,
-                on_case=partial(advance, progress, task))
-            progress.remove_task(task)
+            cases, report = injected_cases(name, lm, dataset, progress, args.limit_per_kind, args.workers)
             reports.append(report)
             setting = BenchSetting(name, perfect_system(name, lm), make_judge(lm), lm)
             scores.extend(score_all(cases, setting, attributors, console, progress))

@@ -8,14 +8,13 @@ a quarter-length run; one row each, judged against the `TARGET_*`s. No LLM time 
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
 import os
 import statistics
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from typing import Any
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from memtrace_loop.experiments.app_setup import no_lm_history
-from memtrace_loop.experiments.lab.bench.common import rich_table, sim_run
+from memtrace_loop.experiments.lab.bench.common import parser, rich_table, sim_run, timed
 from memtrace_loop.memory_systems.registry import SYSTEMS
 from memtrace_loop.pipeline.core.conventions import Namespace, is_in, prefix
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
@@ -92,72 +91,56 @@ def replay_us_per_op(graphs: Sequence[ExecutionGraph]) -> float:
     return 1e6 * elapsed / max(total_ops, 1)
 
 
-def build_graphs(
-    system_name: str, n_conversations: int, sessions: int, turns_per_session: int, workers: int
-) -> tuple[list[ExecutionGraph], int, float]:
+def build_graphs(name: str, conversations: int, sessions: int, turns_per_session: int,
+                 workers: int) -> tuple[list[ExecutionGraph], int, float]:
     """The graphs of a sim run (answers and judge included), the number of turns, and the run time."""
-    started = time.perf_counter()
-    dataset, result = sim_run(system_name, n_conversations, sessions, turns_per_session, workers)
-    turns = sum(len(c.turns) for c in dataset.conversations)
-    return list(result.graph_by_conversation.values()), turns, time.perf_counter() - started
+    (dataset, result), run_s = timed(lambda: sim_run(name, conversations, sessions, turns_per_session, workers))
+    return list(result.graph_by_conversation.values()), sum(len(c.turns) for c in dataset.conversations), run_s
 
 
 def json_bytes_per_turn(graphs: Sequence[ExecutionGraph], turns: int) -> float:
     return sum(len(graph_to_json(g).encode()) for g in graphs) / max(turns, 1)
 
 
-def bench_system(
-    system_name: str, n_conversations: int, sessions: int, turns_per_session: int, workers: int
-) -> BenchRow:
-    graphs, turns, run_s = build_graphs(system_name, n_conversations, sessions, turns_per_session, workers)
-    quarter = max(sessions // 4, 1)
-    small, small_turns, _ = build_graphs(system_name, n_conversations, quarter, turns_per_session, workers)
-    growth = json_bytes_per_turn(graphs, turns) / json_bytes_per_turn(small, small_turns)
+def best(work: Callable[[], object]) -> float:
+    """The fastest of `REPEATS` runs of `work`, as timeit does: the machine's noise is not the code's cost."""
+    times = []
+    for _ in range(REPEATS):
+        gc.collect()
+        times.append(timed(work)[1])
+    return min(times)
 
+
+def bench_system(name: str, conversations: int, sessions: int, turns_per_session: int, workers: int) -> BenchRow:
+    graphs, turns, run_s = build_graphs(name, conversations, sessions, turns_per_session, workers)
+    small, small_turns, _ = build_graphs(name, conversations, max(sessions // 4, 1), turns_per_session, workers)
+    growth = json_bytes_per_turn(graphs, turns) / json_bytes_per_turn(small, small_turns)
     us_per_op = replay_us_per_op(graphs)
+    save_s = load_s = 0.0
+    json_bytes = 0
     with tempfile.TemporaryDirectory() as tmp:
-        save_s = load_s = 0.0
-        json_bytes = 0
         for graph in graphs:
             path = Path(tmp) / RunFolder.graph_file(graph.graph_id)
-            t0 = time.perf_counter()
-            save_graph(graph, path)
-            t1 = time.perf_counter()
-            load_graph(path)
-            t2 = time.perf_counter()
-            save_s += t1 - t0
-            load_s += t2 - t1
+            save_s += timed(lambda: save_graph(graph, path))[1]  # noqa: B023 (called at once)
+            load_s += timed(lambda: load_graph(path))[1]  # noqa: B023
             json_bytes += path.stat().st_size
-
-    export_s = import_s = 0.0
-    for graph in graphs:  # best of REPEATS per graph, as timeit does: the machine's noise is not the code's cost
-        exports, imports = [], []
-        for _ in range(REPEATS):
-            gc.collect()
-            t0 = time.perf_counter()
-            text = document_bytes(to_exec_network(graph))  # what `save_exec_network` writes
-            t1 = time.perf_counter()
-            from_exec_network(json.loads(text))
-            exports.append(t1 - t0)
-            imports.append(time.perf_counter() - t1)
-        export_s += min(exports)
-        import_s += min(imports)
-
+    # ExecNetwork: `document_bytes` is what `save_exec_network` writes
+    texts = [document_bytes(to_exec_network(graph)) for graph in graphs]
+    export_s = sum(best(lambda: document_bytes(to_exec_network(graph))) for graph in graphs)  # noqa: B023
+    import_s = sum(best(lambda: from_exec_network(json.loads(text))) for text in texts)  # noqa: B023
     timings = []
     for graph in graphs:
-        for name in graph.names(prefix(Namespace.ANSWER)):
-            answer = graph.latest(name)
+        for answer_name in graph.names(prefix(Namespace.ANSWER)):
+            answer = graph.latest(answer_name)
             assert answer is not None  # the name is one of the graph's own
-            t0 = time.perf_counter()
-            up = graph.ancestors(answer.id)
-            timings.append(1e3 * (time.perf_counter() - t0))
+            up, seconds = timed(lambda: graph.ancestors(answer.id))  # noqa: B023
+            timings.append(1e3 * seconds)
             if not any(is_in(node, Namespace.TURN) for node in up):
                 raise RuntimeError(f"{graph.graph_id}: {answer.id} does not reach any turn")
     return BenchRow(
-        system_name, turns,
-        sum(g.n_operations for g in graphs), sum(g.n_variables for g in graphs), sum(g.n_edges for g in graphs),
-        json_bytes, us_per_op, save_s, load_s, statistics.fmean(timings) if timings else 0.0,
-        max(timings, default=0.0), run_s, export_s, import_s, growth,
+        name, turns, sum(g.n_operations for g in graphs), sum(g.n_variables for g in graphs),
+        sum(g.n_edges for g in graphs), json_bytes, us_per_op, save_s, load_s,
+        statistics.fmean(timings) if timings else 0.0, max(timings, default=0.0), run_s, export_s, import_s, growth,
     )
 
 
@@ -184,13 +167,9 @@ def render(rows: Sequence[BenchRow]) -> Table:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
-    parser.add_argument("--conversations", type=int, default=10)
-    parser.add_argument("--sessions", type=int, default=30)
-    parser.add_argument("--turns-per-session", type=int, default=20)
-    parser.add_argument("--workers", type=int, default=2)
-    args = parser.parse_args(argv)
+    cli = parser(__doc__, workers=2)
+    cli.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
+    args = cli.parse_args(argv)
     no_lm_history()  # DSPy's record of every call: nobody reads it (app_setup)
     console = Console()
     rows = []

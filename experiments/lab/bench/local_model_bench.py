@@ -2,8 +2,8 @@
 
 Runs `memtrace run lm=local` (SmolLM2-135M-Instruct, llama.cpp) per system (`--systems`, default
 `mem0,mem0ai`) and `lm.task.structured_output` setting (`--settings`, default `off,json_schema`) on the
-tiny LoCoMo fixture (extra arguments are Hydra overrides for every run) and prints, per run, the LM
-operations of its graphs, failed ones and parse failures (`operation_failures`), with a JSON line.
+tiny LoCoMo fixture (extra arguments are Hydra overrides for every run) and prints a table of, per run, the
+LM operations of its graphs, failed ones and parse failures (`operation_failures`), and a JSON line.
 `max_tokens` defaults to `MAX_TOKENS` per system. It tunes neither the model nor the prompts.
 """
 
@@ -13,16 +13,16 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from memtrace_loop.experiments.lab.bench.common import rich_table, timed
 from memtrace_loop.memory_systems.mem0ai.schemas import is_parse_failure
 from memtrace_loop.pipeline.core.graph_io import load_graph
 from memtrace_loop.pipeline.tracking.run_logging import ARTIFACTS_DIR, GRAPHS_DIR
 from rich.console import Console
 
-FIXTURE = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "locomo_tiny.json"
+FIXTURE = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "locomo_tiny.json"
 SETTINGS = ("off", "json_schema")
 SYSTEMS = ("mem0", "mem0ai")
 # max_tokens per system unless given: mem0's update reply (pretty-printed like its prompt's example,
@@ -43,8 +43,8 @@ class OperationFailures:
     def rate(self) -> float:
         return self.failed / self.operations if self.operations else 0.0
 
-# Plain text (no markup, highlighting or wrapping): the table and the JSON line are read by people and scripts.
-STDOUT = Console(markup=False, highlight=False, soft_wrap=True)
+# Plain text (no markup, highlighting or wrapping): the JSON line is read by scripts.
+STDOUT = Console(markup=False, highlight=False, soft_wrap=True, width=120)
 STDERR = Console(stderr=True, markup=False, highlight=False, soft_wrap=True)
 
 
@@ -71,20 +71,13 @@ def default_overrides(extra: list[str], system: str = "mem0") -> list[str]:
     return [*(arg for key, arg in base.items() if key not in chosen), *data]
 
 
-def max_tokens_of(overrides: list[str]) -> str:
-    """The `lm.task.max_tokens` the last override sets (what the run uses)."""
-    return [arg.split("=", 1)[1] for arg in overrides if arg.startswith("lm.task.max_tokens=")][-1]
-
-
 def run_setting(system: str, setting: str, extra: list[str], root: Path) -> tuple[OperationFailures, float, int]:
     out = root / f"{system}-{setting}"
     overrides = [*default_overrides(extra, system), *extra, f"memory_system={system}",
                  f"lm.task.structured_output={setting}", f"hydra.run.dir={out}",
                  f"cache_dir={root / f'cache-{system}-{setting}'}", f"tracking.uri=sqlite:///{root / 'mlflow.db'}"]
-    started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "memtrace_loop.experiments.cli", "run", *overrides],
-                          capture_output=True, text=True, check=False)
-    elapsed = time.perf_counter() - started
+    done, elapsed = timed(lambda: subprocess.run([sys.executable, "-m", "memtrace_loop.experiments.cli", "run",
+                                                  *overrides], capture_output=True, text=True, check=False))
     if done.returncode != 0:
         STDERR.print(f"[{system} {setting}] exit {done.returncode}: {done.stderr.strip().splitlines()[-1:]}")
     return operation_failures(out), elapsed, done.returncode
@@ -107,20 +100,22 @@ def main(argv: list[str]) -> int:
     systems = _option(argv, "systems", SYSTEMS, alias="memory_system")
     root = Path(tempfile.mkdtemp(prefix="memtrace-local-bench-"))
     STDERR.print(f"runs in {root}")
-    rows = []
+    rows, counts_by_run = [], {}
     for system in systems:
+        # the `lm.task.max_tokens` the last override sets (what the run uses)
+        tokens = [a.split("=", 1)[1] for a in [*default_overrides(argv, system), *argv]
+                  if a.startswith("lm.task.max_tokens=")][-1]
         for setting in settings:
-            counts, elapsed, code = run_setting(system, setting, argv, root)
-            STDERR.print(f"[{system} {setting}] {counts} in {elapsed:.0f} s, exit {code}")
-            rows.append((system, setting, max_tokens_of([*default_overrides(argv, system), *argv]), counts, elapsed,
-                         code))
-    STDOUT.print(f"{'system':<8} {'structured_output':<18} {'max_tok':>7} {'ops':>5} {'failed':>7} {'parse':>6} "
-                 f"{'rate':>7} {'time s':>7} {'exit':>5}")
-    for system, setting, tokens, c, elapsed, code in rows:
-        STDOUT.print(f"{system:<8} {setting:<18} {tokens:>7} {c.operations:>5} {c.failed:>7} {c.parse_failed:>6} "
-                     f"{c.rate:>7.1%} {elapsed:>7.0f} {code:>5}")
-    STDOUT.print(json.dumps({f"{system}/{s}": {"operations": c.operations, "failed": c.failed,
-                                               "parse_failed": c.parse_failed} for system, s, _, c, _, _ in rows}))
+            c, elapsed, code = run_setting(system, setting, argv, root)
+            STDERR.print(f"[{system} {setting}] {c} in {elapsed:.0f} s, exit {code}")
+            rows.append((system, setting, tokens, c.operations, c.failed, c.parse_failed, f"{c.rate:.1%}",
+                         f"{elapsed:.0f}", code))
+            counts_by_run[f"{system}/{setting}"] = {"operations": c.operations, "failed": c.failed,
+                                                    "parse_failed": c.parse_failed}
+    STDOUT.print(rich_table("parse failures of the local model", ("system", "structured_output", "max_tok", "ops",
+                                                                  "failed", "parse", "rate", "time s", "exit"),
+                            rows, ("system", "structured_output")))
+    STDOUT.print(json.dumps(counts_by_run))
     return 0
 
 

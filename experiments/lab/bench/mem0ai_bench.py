@@ -10,7 +10,6 @@ It sets no targets.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import itertools
 import os
@@ -25,7 +24,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("MEM0_TELEMETRY", "False")
 os.environ.setdefault("MEM0_DIR", tempfile.mkdtemp(prefix="memtrace-mem0ai-bench-"))
 
-from memtrace_loop.experiments.lab.bench.common import rich_table, sim_lm
+from memtrace_loop.experiments.lab.bench.common import parser, rich_table, sim_dataset, sim_lm
 from memtrace_loop.memory_systems.mem0ai.bridge import EXTRACTION, UPDATE
 from memtrace_loop.memory_systems.mem0ai.hooks import with_session_date
 from memtrace_loop.memory_systems.mem0ai.memory import close_memory, new_folder, open_memory
@@ -35,7 +34,6 @@ from memtrace_loop.pipeline.backends.embeddings import Embedder, HashingEmbedder
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import Conversation
 from memtrace_loop.pipeline.core.tracing import Tracer
-from memtrace_loop.pipeline.data.registry import load_dataset
 from rich.console import Console
 from rich.table import Table
 
@@ -67,36 +65,9 @@ class Feed:
         return statistics.fmean(self.ms_per_add) if self.ms_per_add else 0.0
 
 
-@dataclass(frozen=True)
-class Row:
-    turns: int
-    alone: Feed
-    ours: Feed
-    size: GraphSize
-
-    @property
-    def overhead(self) -> float:
-        return self.ours.median / self.alone.median if self.alone.median else 0.0
-
-    @property
-    def ops_per_turn(self) -> float:
-        return self.size.operations / self.turns
-
-
 def graph_size(graph: ExecutionGraph) -> GraphSize:
     """The size of `graph` (a pure function of it)."""
     return GraphSize(graph.n_variables, graph.n_operations, graph.n_edges)
-
-
-def conversation_of(turns: int, seed: int = 0) -> Conversation:
-    """One simulated conversation of at least `turns` turns (the dataset's first)."""
-    sessions = max(1, -(-turns // 20))
-    dataset = load_dataset({"kind": "sim", "seed": seed, "n_conversations": 1,
-                            "sessions_per_conversation": sessions, "turns_per_session": 20})
-    conversation = dataset.conversations[0]
-    if len(conversation.turns) < turns:
-        raise ValueError(f"the simulated conversation has {len(conversation.turns)} turns, not {turns}")
-    return conversation
 
 
 def feed_alone(conversation: Conversation, lm: Any, embedder: Embedder, texts: dict[str, str]) -> Feed:
@@ -138,14 +109,17 @@ def fastest(feeds: Sequence[Feed]) -> Feed:
                 memories.pop() if len(memories) == 1 else -1)
 
 
-def bench(lengths: Sequence[int], seed: int = 0, repeats: int = 3) -> list[Row]:
+def bench(lengths: Sequence[int], seed: int = 0, repeats: int = 3) -> list[tuple[int, Feed, Feed, GraphSize]]:
+    """Per length: turns, mem0 alone and ours (the fastest per turn of `repeats`, alternating) and the graph."""
     # no reply reuse: both feeds send the same requests, and the second must not be served from the first
     lm = sim_lm(reuse_calls=False)
     embedder = HashingEmbedder()
     system = Mem0aiMemory(embedder)
     system.set_lm(lm)
     texts = {stage: system.prompt_set()[stage] for stage in (EXTRACTION, UPDATE)}
-    full = conversation_of(max(lengths), seed)
+    full = sim_dataset(seed, 1, max(1, -(-max(lengths) // 20)), 20).conversations[0]  # enough sessions
+    if len(full.turns) < max(lengths):
+        raise ValueError(f"the simulated conversation has {len(full.turns)} turns, not {max(lengths)}")
     warm = replace(full, turns=full.turns[:4])
     feed_alone(warm, lm, embedder, texts)  # imports, first-call costs: in neither row
     feed_ours(warm, system)
@@ -161,30 +135,30 @@ def bench(lengths: Sequence[int], seed: int = 0, repeats: int = 3) -> list[Row]:
             ours.append(ours_feed)
             if not first_alone:
                 alone.append(feed_alone(part, lm, embedder, texts))
-        rows.append(Row(n, fastest(alone), fastest(ours), size))
+        rows.append((n, fastest(alone), fastest(ours), size))
     return rows
 
 
-def render(rows: Sequence[Row]) -> Table:
-    growth = rows[-1].ops_per_turn / rows[0].ops_per_turn if rows and rows[0].ops_per_turn else 0.0
-    # ms per add: median and mean over the turns; ratio: ours / alone (medians); same: equal live memories
+def render(rows: Sequence[tuple[int, Feed, Feed, GraphSize]]) -> Table:
+    """ms per add: median and mean over the turns; ratio: ours / alone (medians); same: equal live memories."""
+    per_turn = [size.operations / turns for turns, _, _, size in rows]
+    growth = per_turn[-1] / per_turn[0] if per_turn and per_turn[0] else 0.0
     return rich_table(
         "mem0ai: ms per add, mem0 alone vs through our adapter (same process, lm sim), and graph "
         f"size by conversation length (ops/turn at the longest / at the shortest: {growth:.2f})",
         ("turns", "alone med", "alone mean", "ours med", "ours mean", "ratio", "vars", "ops", "ops/turn", "same"),
-        ((row.turns, f"{row.alone.median:.1f}", f"{row.alone.mean:.1f}", f"{row.ours.median:.1f}",
-          f"{row.ours.mean:.1f}", f"{row.overhead:.2f}", row.size.variables, row.size.operations,
-          f"{row.ops_per_turn:.2f}",
-          "yes" if row.alone.memories == row.ours.memories else f"no ({row.alone.memories} vs {row.ours.memories})")
-         for row in rows))
+        ((turns, f"{alone.median:.1f}", f"{alone.mean:.1f}", f"{ours.median:.1f}", f"{ours.mean:.1f}",
+          f"{ours.median / alone.median if alone.median else 0.0:.2f}", size.variables, size.operations,
+          f"{ops:.2f}", "yes" if alone.memories == ours.memories else f"no ({alone.memories} vs {ours.memories})")
+         for (turns, alone, ours, size), ops in zip(rows, per_turn, strict=True)))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS), help="conversation lengths (turns)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--repeats", type=int, default=3, help="feeds per length and way (fastest per turn kept)")
-    args = parser.parse_args(argv)
+    cli = parser(__doc__)
+    cli.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS), help="conversation lengths (turns)")
+    cli.add_argument("--seed", type=int, default=0)
+    cli.add_argument("--repeats", type=int, default=3, help="feeds per length and way (fastest per turn kept)")
+    args = cli.parse_args(argv)
     console = Console(width=max(Console().width, 100))  # the table's ten columns unabridged in a log too
     with console.status("feeding mem0 alone and through the adapter..."):
         rows = bench(sorted(args.lengths), args.seed, max(1, args.repeats))

@@ -9,19 +9,27 @@ printed, so no test can tune to them.
 
 from __future__ import annotations
 
-import argparse
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import dspy
 from memtrace_loop.experiments.app_setup import no_lm_history
-from memtrace_loop.experiments.lab.bench.attribution_bench import perfect_system
-from memtrace_loop.experiments.lab.bench.common import advance, build, markdown_table, names, rich_table, sim_lm
-from memtrace_loop.experiments.lab.benchmark.injection import build_system_cases
-from memtrace_loop.experiments.lab.benchmark.rescue import RescueLabel, WorldOracle, degraded_worlds, rescue_oracle
+from memtrace_loop.experiments.lab.bench.attribution_bench import injected_cases, perfect_system
+from memtrace_loop.experiments.lab.bench.common import (
+    advance,
+    build,
+    markdown_table,
+    names,
+    print_plain,
+    rich_table,
+    sim_dataset,
+    sim_lm,
+)
+from memtrace_loop.experiments.lab.bench.common import parser as common_parser
+from memtrace_loop.experiments.lab.benchmark.rescue import RescueLabel, degraded_worlds, rescue_oracle
 from memtrace_loop.experiments.lab.benchmark.rescue_scoring import RescueScore, bar_summary, summarize_rescue
 from memtrace_loop.experiments.lab.benchmark.scoring import score_attributor
 from memtrace_loop.memory_systems.base import MemorySystem
@@ -34,7 +42,6 @@ from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMSet
 from memtrace_loop.pipeline.backends.registry import backend_test_world
 from memtrace_loop.pipeline.core.records import Dataset
-from memtrace_loop.pipeline.data.registry import load_dataset
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
@@ -63,21 +70,6 @@ def make_attributor(setting: str, lm: dspy.LM, system: MemorySystem) -> Attribut
     return build_attributor(SETTINGS[setting], LMSet(lm, lm, lm, lm), system, make_judge(lm), HashingEmbedder())
 
 
-def attribute_world(
-    attributor: Attributor, oracle: WorldOracle, dataset: Dataset, on_case: Callable[[], None] | None = None
-) -> dict[str, Attribution | None]:
-    """The attributor's verdict on every labelled failure of the world, by question id."""
-    conversation_by_id = {c.id: c for c in dataset.conversations}
-    found: dict[str, Attribution | None] = {}
-    for case in oracle.failures:
-        cid = case.question.conversation_id
-        graph = oracle.run.graph_by_conversation[cid]
-        found[case.question.id] = attributor.attribute(graph, case, conversation_by_id.get(cid))
-        if on_case is not None:
-            on_case()
-    return found
-
-
 @dataclass(frozen=True)
 class WorldResult:
     """One world over every seed: labels and each setting's attributions, keyed `<seed>/<question id>`."""
@@ -102,6 +94,7 @@ def bench_system(
         attributions: dict[str, dict[str, Attribution | None]] = {s: {} for s in settings}
         runs = 0
         for seed, dataset in datasets.items():
+            conversation_by_id = {c.id: c for c in dataset.conversations}
             oracle = rescue_oracle(world, build, lm, dataset, test_world, workers=workers,
                                    on_run=partial(advance, progress, task))
             runs += oracle.runs
@@ -110,8 +103,11 @@ def bench_system(
             progress.update(task, total=done + len(settings) * len(oracle.failures))
             for setting in settings:
                 attributor = make_attributor(setting, lm, oracle.system)
-                found = attribute_world(attributor, oracle, dataset, partial(advance, progress, task))
-                attributions[setting].update({f"{seed}/{q}": a for q, a in found.items()})
+                for case in oracle.failures:  # the verdict on every labelled failure of the world
+                    cid = case.question.conversation_id
+                    attributions[setting][f"{seed}/{case.question.id}"] = attributor.attribute(
+                        oracle.run.graph_by_conversation[cid], case, conversation_by_id.get(cid))
+                    progress.advance(task)
         progress.remove_task(task)
         results.append(WorldResult(name, world.name, labels, attributions, runs))
     return results
@@ -127,17 +123,6 @@ def score_worlds(results: Sequence[WorldResult]) -> list[RescueScore]:
 def render(scores: Sequence[RescueScore], title: str) -> Table:
     rows = ([s.as_row()[c] for c in COLUMNS] for s in scores)
     return rich_table(title, COLUMNS, rows, ("system", "world", "setting"))
-
-
-def markdown(scores: Sequence[RescueScore]) -> str:
-    """The table as Markdown (for docs/results.md)."""
-    return markdown_table(COLUMNS, [[row[c] for c in COLUMNS] for row in (s.as_row() for s in scores)])
-
-
-def bars_markdown(scores: Sequence[RescueScore]) -> str:
-    """Per setting, the pooled shares and top-stage agreement the issue's bars read (`bar_summary`)."""
-    rows = bar_summary(scores)
-    return markdown_table(tuple(rows[0]), [list(row.values()) for row in rows]) if rows else ""
 
 
 def pooled(results: Sequence[WorldResult]) -> list[RescueScore]:
@@ -159,14 +144,10 @@ def injected_gap(
 ) -> Table:
     """The injected-fault benchmark's stage accuracy (seed 0, 2 conversations) beside the pooled rescue
     share per system and setting, and their gap."""
-    dataset = load_dataset({"kind": "sim", "seed": 0, "n_conversations": 2})
+    dataset = sim_dataset(0, 2)
     rows = []
-    perfect = backend_test_world().perfect_instruction
     for name in systems:
-        task = progress.add_task(f"{name}: injected faults", total=None)
-        cases, _ = build_system_cases(name, lm, dataset, build, perfect, limit_per_kind=limit_per_kind,
-                                      on_case=partial(advance, progress, task))
-        progress.remove_task(task)
+        cases, _ = injected_cases(name, lm, dataset, progress, limit_per_kind)
         system = perfect_system(name, lm)
         for setting in settings:
             score = score_attributor(make_attributor(setting, lm, system), cases, name)
@@ -179,14 +160,8 @@ def injected_gap(
                       columns)
 
 
-def draw_seeds(count: int) -> list[int]:
-    """Fresh seeds from the OS's randomness (a bench run the tests cannot anticipate)."""
-    rng = random.SystemRandom()
-    return [rng.randrange(1, 1_000_000) for _ in range(count)]
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = common_parser(__doc__)
     parser.add_argument("--systems", default=",".join(default_systems()), help="comma-separated memory systems")
     parser.add_argument("--settings", default=",".join(SETTINGS), help=f"comma-separated, of {list(SETTINGS)}")
     parser.add_argument("--seeds", default=None, help="comma-separated sim seeds (default: drawn at run time)")
@@ -206,14 +181,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unknown systems or settings {unknown}")
     if silent := [s for s in systems if SYSTEMS.get(s).knob_worlds is None]:
         parser.error(f"memory systems {silent}: their specs state no knob worlds (MemorySystemSpec.knob_worlds)")
-    drawn = args.seeds is None
-    seeds = draw_seeds(args.n_seeds) if drawn else [int(s) for s in names(args.seeds)]
-    sessions = args.sessions or (random.SystemRandom().randint(4, 7) if drawn else 6)
+    drawn, rng = args.seeds is None, random.SystemRandom()  # the OS's randomness: a run no test can anticipate
+    seeds = [rng.randrange(1, 1_000_000) for _ in range(args.n_seeds)] if drawn else [int(s) for s in names(args.seeds)]
+    sessions = args.sessions or (rng.randint(4, 7) if drawn else 6)
     console.print(f"seeds {seeds} ({'drawn at run time' if drawn else 'fixed'}), {args.conversations} "
                   f"conversations x {sessions} sessions; re-run with --seeds {','.join(map(str, seeds))} "
                   f"--sessions {sessions}")
-    datasets = {seed: load_dataset({"kind": "sim", "seed": seed, "n_conversations": args.conversations,
-                                    "sessions_per_conversation": sessions}) for seed in seeds}
+    datasets = {seed: sim_dataset(seed, args.conversations, sessions) for seed in seeds}
     lm = sim_lm(reuse_calls=False)
     results: list[WorldResult] = []
     with Progress(console=console, transient=True) as progress:
@@ -231,10 +205,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     console.print("the bars, per setting over every world (top=<reading>: worlds where the blame table's top is "
                   "the oracle's; split: as the table splits a failure, full: joint members in full, "
                   "alone: single rescues)")
-    console.print(bars_markdown(scores), markup=False, highlight=False, soft_wrap=True)
-    if args.markdown:
-        for table in (scores, totals):
-            console.print(markdown(table) + "\n", markup=False, highlight=False, soft_wrap=True)
+    bars = bar_summary(scores)  # per setting, the pooled shares and top-stage agreement the bars read
+    print_plain(console, markdown_table(tuple(bars[0]), [list(row.values()) for row in bars]) if bars else "")
+    for table in (scores, totals) if args.markdown else ():
+        print_plain(console, markdown_table(COLUMNS, [[s.as_row()[c] for c in COLUMNS] for s in table]) + "\n")
     return 0
 
 

@@ -1,20 +1,18 @@
 """What candidate screening saves per construction candidate at LoCoMo scale:
 `python -m memtrace_loop.experiments.lab.bench.screen_bench` (`make bench`).
 
-On the sim dataset (seed `--seed`; 10 conversations x 30 sessions x 20 turns; category 5 neither scored
-nor answered), per system (`mem0`, `mem0ai`; sim LM uncached, calls counted by a `CallLedger`): the
-incumbent is evaluated once, its failures attributed (lineage) and the `attribution` then `uniform`
-optimizers propose until `--candidates` distinct construction-prompt candidates are in hand. Each is
-measured twice from a fresh `MemoryCache` and the incumbent's replies: **full** (budget calls of the
-whole set) and **screened** (what `OptimizationLoop._gate` spends: the `CandidateScreens` screen, plus
-the whole set when it passes), with the screen's questions, conversations rebuilt, verdict, the full
-paired gain and whether the gate (`MIN_GAIN`) would pass it. One table, a mean row per system
-(`--markdown` also as Markdown). Judge and rewriter calls are not counted; it sets no target.
+On the sim dataset (category 5 neither scored nor answered), per system (sim LM uncached, calls counted
+by a `CallLedger`): the incumbent is evaluated once, its failures attributed (lineage) and the
+`attribution` then `uniform` optimizers propose until `--candidates` distinct construction-prompt
+candidates are in hand. Each is measured twice from a fresh `MemoryCache` and the incumbent's replies:
+**full** (the whole set) and **screened** (what `OptimizationLoop._gate` spends: the `CandidateScreens`
+screen, plus the whole set when it passes), with the screen's questions, conversations rebuilt, verdict,
+the full paired gain and the gate's (`MIN_GAIN`) verdict. One table, a mean row per system. Judge and
+rewriter calls are not counted; it sets no target.
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import math
 import os
@@ -31,7 +29,14 @@ os.environ.setdefault("MEM0_DIR", tempfile.mkdtemp(prefix="memtrace-screen-bench
 
 import dspy
 from memtrace_loop.experiments.app_setup import no_lm_history
-from memtrace_loop.experiments.lab.bench.common import build, markdown_table, rich_table
+from memtrace_loop.experiments.lab.bench.common import (
+    build,
+    markdown_table,
+    parser,
+    print_plain,
+    rich_table,
+    sim_dataset,
+)
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.optimizers.base import Candidate, OptimizationContext
 from memtrace_loop.optimizers.registry import build_optimizer
@@ -45,8 +50,7 @@ from memtrace_loop.pipeline.backends.lm import LMConfig, LMSet
 from memtrace_loop.pipeline.backends.registry import build_lm
 from memtrace_loop.pipeline.backends.services import RunServices
 from memtrace_loop.pipeline.core.records import Dataset, PromptSet
-from memtrace_loop.pipeline.data.registry import load_dataset
-from memtrace_loop.pipeline.loop.candidate_screens import CandidateScreens, ScreenOutcome
+from memtrace_loop.pipeline.loop.candidate_screens import CandidateScreens
 from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
 from memtrace_loop.pipeline.loop.runner import RunResult, run_dataset
 from memtrace_loop.pipeline.loop.screening import ScreenSettings
@@ -59,12 +63,6 @@ MIN_GAIN = 0.02  # the gate's (`LoopSettings.min_gain`)
 EXCLUDED = (5,)  # LoCoMo's protocol: adversarial questions are not scored
 COLUMNS = ("system", "candidate (stages, optimizer)", "full calls", "screened calls", "ratio", "screen questions",
            "conversations rebuilt", "screen verdict", "full gain (pp)", "gate")
-
-
-@dataclass(frozen=True)
-class Proposal:
-    candidate: Candidate
-    optimizer: str
 
 
 @dataclass(frozen=True)
@@ -132,14 +130,8 @@ class Counted:
         return result, self.spent() - start
 
 
-def build_system(name: str, lms: LMSet) -> tuple[MemorySystem, dspy.Predict]:
-    system = build({"name": name})
-    system.set_lm(lms.task)
-    return system, make_judge(lms.judge)
-
-
 def construction_proposals(system: MemorySystem, incumbent: Incumbent, dataset: Dataset, rewriter: dspy.BaseLM,
-                           wanted: int) -> list[Proposal]:
+                           wanted: int) -> list[tuple[Candidate, str]]:
     """Real candidates as the loop gets them: the attribution optimizer on the incumbent's attributed failures,
     then the uniform one (iterations 1, 2, ...) until `wanted` construction candidates (distinct prompts)."""
     run = incumbent.run
@@ -147,7 +139,7 @@ def construction_proposals(system: MemorySystem, incumbent: Incumbent, dataset: 
     attributions = attribute_run(LineageAttributor(), traced)
     prompts = system.prompt_set()
     construction = set(system.construction_stages)
-    kept: dict[str, Proposal] = {}
+    kept: dict[str, tuple[Candidate, str]] = {}
     rounds = [("attribution", 1), *(("uniform", i) for i in range(1, 1 + len(system.prompt_set().stages())))]
     for name, iteration in rounds:
         if len(kept) >= wanted:
@@ -158,15 +150,14 @@ def construction_proposals(system: MemorySystem, incumbent: Incumbent, dataset: 
         optimizer = build_optimizer(name, rewriter, system=system)
         for candidate in optimizer.propose(context):
             if set(candidate.changed_stages) & construction and not candidate.knobs:
-                kept.setdefault(candidate.prompts.digest(), Proposal(candidate, name))
+                kept.setdefault(candidate.prompts.digest(), (candidate, name))
     return list(kept.values())[:wanted]
 
 
-def measure(fresh: Callable[[], Counted], incumbent: Incumbent, dataset: Dataset, proposal: Proposal, seed: int,
-            log: Log) -> CandidateCost:
+def measure(fresh: Callable[[], Counted], incumbent: Incumbent, dataset: Dataset, candidate: Candidate,
+            optimizer: str, seed: int, log: Log) -> CandidateCost:
     """Full and screened calls of one candidate, each from a fresh memory cache and the replies the
     incumbent's evaluation left (`fresh()`: what a loop that has evaluated the incumbent can reuse)."""
-    candidate = proposal.candidate
     started = time.perf_counter()
     counted = fresh()
     full, full_calls = counted.run(candidate.prompts, dataset, MemoryCache())
@@ -183,24 +174,18 @@ def measure(fresh: Callable[[], Counted], incumbent: Incumbent, dataset: Dataset
     rest = 0
     if outcome is None or outcome.verdict.passed:
         _, rest = counted.run(candidate.prompts, dataset, cache)
+    rebuilt = len(dataset.conversations)  # conversations the screen built (no screen: the whole-set evaluation's)
+    if outcome is not None:
+        rebuilt = 0 if outcome.run is None else len(outcome.run.graph_by_conversation) - outcome.run.reused_memories
     cost = CandidateCost(
-        counted.system.name, tuple(candidate.changed_stages), proposal.optimizer, full_calls, gain.mean_difference,
+        counted.system.name, tuple(candidate.changed_stages), optimizer, full_calls, gain.mean_difference,
         outcome.calls if outcome else 0, rest, outcome.verdict.questions if outcome else incumbent.scored,
-        incumbent.scored, rebuilt(outcome, len(dataset.conversations)), len(dataset.conversations),
+        incumbent.scored, rebuilt, len(dataset.conversations),
         "no screen" if outcome is None else "passed" if outcome.verdict.passed else "screened out",
     )
     log(f"  screened: {cost.screen_calls:,} + {cost.rest_calls:,} calls, {cost.verdict} "
         f"({time.perf_counter() - started:.0f} s)")
     return cost
-
-
-def rebuilt(outcome: ScreenOutcome | None, conversations: int) -> int:
-    """Conversations the screen built (no screen: every one, by the whole-set evaluation)."""
-    if outcome is None:
-        return conversations
-    if outcome.run is None:
-        return 0
-    return len(outcome.run.graph_by_conversation) - outcome.run.reused_memories
 
 
 def bench_system(name: str, dataset: Dataset, seed: int, candidates: int, workers: int,
@@ -211,13 +196,17 @@ def bench_system(name: str, dataset: Dataset, seed: int, candidates: int, worker
         lm = build_lm(LMConfig(backend="sim", model="stand-in", cache=False), services=RunServices(replies=store))
         return ledger.counted(LMSet(lm, lm, lm, lm))
 
+    def counted_system(lms: LMSet) -> Counted:
+        system = build({"name": name})
+        system.set_lm(lms.task)
+        return Counted(system, make_judge(lms.judge), ledger, workers)
+
     lms = counted_lms(replies)
-    system, judge = build_system(name, lms)
-    counted = Counted(system, judge, ledger, workers)
+    counted = counted_system(lms)
+    system = counted.system
 
     def fresh() -> Counted:  # the same system and judge on LMs that start from the incumbent's replies
-        fresh_system, fresh_judge = build_system(name, counted_lms(replies.snapshot()))
-        return Counted(fresh_system, fresh_judge, ledger, workers)
+        return counted_system(counted_lms(replies.snapshot()))
 
     started = time.perf_counter()
     run, calls = counted.run(system.prompt_set(), dataset, MemoryCache())
@@ -226,11 +215,11 @@ def bench_system(name: str, dataset: Dataset, seed: int, candidates: int, worker
         f"({time.perf_counter() - started:.0f} s)")
     proposals = construction_proposals(system, incumbent, dataset, lms.rewriter, candidates)
     log(f"{name}: {len(proposals)} construction candidates: "
-        + "; ".join(f"{', '.join(p.candidate.changed_stages)} ({p.optimizer})" for p in proposals))
+        + "; ".join(f"{', '.join(c.changed_stages)} ({optimizer})" for c, optimizer in proposals))
     costs = []
-    for proposal in proposals:
-        log(f"{name}: candidate {', '.join(proposal.candidate.changed_stages)} ({proposal.optimizer})")
-        costs.append(measure(fresh, incumbent, dataset, proposal, seed, log))
+    for candidate, optimizer in proposals:
+        log(f"{name}: candidate {', '.join(candidate.changed_stages)} ({optimizer})")
+        costs.append(measure(fresh, incumbent, dataset, candidate, optimizer, seed, log))
     return incumbent, costs
 
 
@@ -273,21 +262,13 @@ def render(table_rows: Sequence[tuple[str, ...]], dataset: Dataset) -> Table:
                       f"min_gain {MIN_GAIN})", COLUMNS, table_rows, (COLUMNS[0], COLUMNS[1], COLUMNS[7]))
 
 
-def markdown(table_rows: Sequence[tuple[str, ...]]) -> str:
-    return markdown_table(COLUMNS, table_rows, align="llrrrrrlrl")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--conversations", type=int, default=10)
-    parser.add_argument("--sessions", type=int, default=30, help="sessions per conversation")
-    parser.add_argument("--turns-per-session", type=int, default=20)
-    parser.add_argument("--candidates", type=int, default=3, help="construction candidates per system (at most)")
-    parser.add_argument("--workers", type=int, default=8)
-    parser.add_argument("--markdown", action="store_true", help="also print the table as Markdown")
-    args = parser.parse_args(argv)
+    cli = parser(__doc__, workers=8)
+    cli.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
+    cli.add_argument("--seed", type=int, default=0)
+    cli.add_argument("--candidates", type=int, default=3, help="construction candidates per system (at most)")
+    cli.add_argument("--markdown", action="store_true", help="also print the table as Markdown")
+    args = cli.parse_args(argv)
     no_lm_history()  # DSPy's record of every call: nobody reads it (app_setup)
     console = Console(width=max(Console().width, 160))
     # the loop's own line per screen: its failures on the candidate's path and its guard
@@ -295,8 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = RichHandler(console=console, show_path=False)
     screens_logger.setLevel(logging.INFO)
     screens_logger.addHandler(handler)
-    dataset = load_dataset({"kind": "sim", "seed": args.seed, "n_conversations": args.conversations,
-                            "sessions_per_conversation": args.sessions, "turns_per_session": args.turns_per_session})
+    dataset = sim_dataset(args.seed, args.conversations, args.sessions, args.turns_per_session)
     dataset = dataset.without_categories(EXCLUDED)  # as the loop's dev split: unscored questions are not answered
     started = time.perf_counter()
     try:
@@ -308,7 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     table_rows = rows(results)
     console.print(render(table_rows, dataset))
     if args.markdown:
-        console.print(markdown(table_rows) + "\n", markup=False, highlight=False, soft_wrap=True)
+        print_plain(console, markdown_table(COLUMNS, table_rows, align="llrrrrrlrl") + "\n")
     return 0
 
 

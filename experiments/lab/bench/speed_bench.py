@@ -6,14 +6,11 @@ each against `TARGET_S`.
 
 from __future__ import annotations
 
-import argparse
 import random
-import time
 from collections.abc import Callable, Sequence
 
-from memtrace_loop.experiments.lab.bench.common import rich_table
+from memtrace_loop.experiments.lab.bench.common import parser, rich_table, sim_dataset, timed
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
-from memtrace_loop.pipeline.data.registry import load_dataset
 from rich.console import Console
 
 TARGET_S = 2.0
@@ -26,38 +23,24 @@ def embed_10k_texts() -> Callable[[], object]:
     return lambda: HashingEmbedder().embed(texts)
 
 
-def generate_benchmark_world() -> Callable[[], object]:
-    config = {"kind": "sim", "seed": 1, "n_conversations": 10, "sessions_per_conversation": 30, "turns_per_session": 20}
-    return lambda: load_dataset(config)
-
-
 CASES: dict[str, Callable[[], Callable[[], object]]] = {
     "hashing embedder: 10,000 texts, cold": embed_10k_texts,
-    "sim world: 10 x 30 sessions x 20 turns": generate_benchmark_world,
+    "sim world: 10 x 30 sessions x 20 turns": lambda: lambda: sim_dataset(1, 10, 30, 20),
 }
 
 
-def best_of(work: Callable[[], object], repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        started = time.perf_counter()
-        work()
-        best = min(best, time.perf_counter() - started)
-    return best
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3)
-    args = parser.parse_args(argv)
+    cli = parser(__doc__)
+    cli.add_argument("--repeat", type=int, default=3)
+    repeat = cli.parse_args(argv).repeat
     rows = []
     for name, prepare in CASES.items():
-        seconds = best_of(prepare(), args.repeat)
+        work = prepare()
+        seconds = min(timed(work)[1] for _ in range(repeat))
         verdict = "[green]met[/]" if seconds < TARGET_S else "[red]missed[/]"
         rows.append((name, f"{seconds:.2f}", f"{TARGET_S:.1f}", verdict))
-    table = rich_table(f"Speed targets (best of {args.repeat})", ("what", "seconds", "target s", "target"), rows,
-                       ("what", "target"))
-    Console().print(table)
+    Console().print(rich_table(f"Speed targets (best of {repeat})", ("what", "seconds", "target s", "target"), rows,
+                               ("what", "target")))
     return 0
 
 

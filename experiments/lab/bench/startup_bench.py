@@ -8,7 +8,8 @@ loaded) and once plain (the wall time, start to exit). The commands: `memtrace -
 `memtrace report run_dir=<the finished run>` and `memtrace run` on the default sim world, whose timed
 run wraps `pipeline.tracking.traces.log_question_traces` to measure the share of its wall time spent
 logging the question traces to MLflow. The commands run the tree first on `PYTHONPATH` (run this file by
-its path with an older commit's tree there to compare). Prints one Markdown table (rich). Timing lives here,
+its path with an older commit's tree there to compare: it imports nothing of the lab). Prints one Markdown
+table (rich). Timing lives here,
 never in a test; the import fences themselves are tests/apps/test_startup.py. It changes nothing outside its
 scratch folder.
 """
@@ -102,52 +103,41 @@ def measure(args: Sequence[str], cwd: Path, env: Mapping[str, str]) -> Timing:
 
 
 def _scratch_env(root: Path) -> dict[str, str]:
+    """The environment of every command: the scratch stores, offline; the MLflow store's tables created
+    before any timing (a fresh SQLite store migrates once)."""
     env = dict(os.environ)
     env.update({"MLFLOW_TRACKING_URI": f"sqlite:///{root}/mlflow.db", "MEMTRACE_CACHE_DIR": str(root / "cache"),
                 "DSPY_CACHEDIR": str(root / "dspy"), "LITELLM_LOCAL_MODEL_COST_MAP": "True",
                 "MLFLOW_DISABLE_TELEMETRY": "true", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
                 "MEM0_TELEMETRY": "False"})
+    _call([sys.executable, "-c", "import mlflow; mlflow.MlflowClient().search_experiments()"], root, env)
     return env
-
-
-def _create_store(root: Path, env: Mapping[str, str]) -> None:
-    """The MLflow store's tables created before any timing (a fresh SQLite store migrates once)."""
-    code = "import mlflow; mlflow.MlflowClient().search_experiments()"
-    _call([sys.executable, "-c", code], root, env)
-
-
-def _finished_run(root: Path) -> Path:
-    runs = sorted((root / "outputs" / "run").iterdir())
-    if not runs:
-        raise RuntimeError("memtrace run left no output folder")
-    return runs[-1]
 
 
 def bench(root: Path) -> list[Timing]:
     env = _scratch_env(root)
-    _create_store(root, env)
     timings = [measure(args, root, env) for args in (["--help"], ["run", "--help"], ["optimize", "--cfg", "job"],
                                                      ["report", "--help"])]
     run = measure(["run"], root, env)
-    timings.append(measure(["report", f"run_dir={_finished_run(root)}"], root, env))
+    timings.append(measure(["report", f"run_dir={max((root / 'outputs' / 'run').iterdir())}"], root, env))
     timings.append(run)
     return timings
 
 
 def table(timings: Sequence[Timing]) -> str:
     """The Markdown table: command, import s, wall s, heavy modules imported, trace logging's share."""
-    rows = ["| command | import s | wall s | dspy / mlflow / litellm imported | logging traces to MLflow |",
-            "|---|---:|---:|---|---|"]
-    for t in timings:
-        command = re.sub(r"run_dir=\S+", "run_dir=<finished run>", t.command)
+    def row(t: Timing) -> tuple[str, ...]:
         share = "" if t.traces_s is None else f"{t.traces_s:.1f} s ({t.traces_s / t.wall_s:.0%})"
-        rows.append(f"| `{command}` | {t.import_s:.2f} | {t.wall_s:.1f} | {', '.join(t.heavy) or 'none'} | {share} |")
-    return "\n".join(rows)
+        command = re.sub(r"run_dir=\S+", "run_dir=<finished run>", t.command)
+        return f"`{command}`", f"{t.import_s:.2f}", f"{t.wall_s:.1f}", ", ".join(t.heavy) or "none", share
+
+    header = ("command", "import s", "wall s", "dspy / mlflow / litellm imported", "logging traces to MLflow")
+    return "\n".join([f"| {' | '.join(header)} |", "|---|---:|---:|---|---|",
+                      *(f"| {' | '.join(row(t))} |" for t in timings)])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.parse_args(argv)
+    argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0]).parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="startup-bench-") as scratch:
         timings = bench(Path(scratch))
     Console(soft_wrap=True).print(table(timings), markup=False, highlight=False)

@@ -10,22 +10,19 @@ times it.
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing
 import os
 import sys
-import threading
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from hydra import compose, initialize_config_module
 from memtrace_loop.experiments.config import RunConfig, validated_run
 from memtrace_loop.experiments.factory import build_components, load_chosen_dataset, to_plain
-from memtrace_loop.experiments.lab.bench.common import rich_table
+from memtrace_loop.experiments.lab.bench.common import parser, rich_table, timed
 from memtrace_loop.pipeline.backends.services import RunLedger, RunServices
 from memtrace_loop.pipeline.loop.runner import run_dataset
 from rich.console import Console
@@ -36,50 +33,27 @@ GOAL = 0.8  # speed-up >= 0.8 x workers
 KEY_VARIABLE = "MEMTRACE_BENCH_KEY"
 
 
-@dataclass(frozen=True)
-class Timing:
-    workers: int
-    calls: int
-    seconds: float
-
-
-def _server_class() -> Any:
-    """The test server (a test double, so it lives under tests/: run the bench from the repository root)."""
-    root = str(Path.cwd())
-    if root not in sys.path:
+def _serve(latency_s: float, url_queue: Any, stop_event: Any) -> None:
+    """The child process: the test server (a test double, under tests/: run the bench from the repository
+    root) until `stop_event`, its URL sent back first. It answers each distinct conversation once and then
+    from memory: the stand-in costs ~20 ms of CPU per request, which would cap a single-process server near
+    50 requests/s and measure the test server instead of our side."""
+    if (root := str(Path.cwd())) not in sys.path:
         sys.path.insert(0, root)
     try:
         from tests.support.openai_server import OpenAIStubServer
     except ImportError as exc:  # installed without the repository's tests
         raise SystemExit(f"workers_bench: run it from the repository root (needs tests/support): {exc}") from exc
-    return OpenAIStubServer
+    with OpenAIStubServer() as server:
+        respond, answers = server.responder, {}
 
+        def remembered(messages: list[dict[str, Any]]) -> str:
+            key = json.dumps(messages, sort_keys=True)
+            if key not in answers:  # a race answers twice, the same reply
+                answers[key] = respond(messages)
+            return answers[key]
 
-class _Remembered:
-    """A responder that answers each distinct conversation once and then from memory: the stand-in
-    costs the server ~20 ms of CPU per request, which would cap a single-process server near 50
-    requests/s and measure the test server instead of our side."""
-
-    def __init__(self, responder: Any) -> None:
-        self._responder = responder
-        self._answer_by_request: dict[str, str] = {}
-        self._lock = threading.Lock()
-
-    def __call__(self, messages: list[dict[str, Any]]) -> str:
-        key = json.dumps(messages, sort_keys=True)
-        with self._lock:
-            known = self._answer_by_request.get(key)
-        if known is None:
-            known = self._responder(messages)
-            with self._lock:
-                self._answer_by_request[key] = known
-        return known
-
-
-def _serve(latency_s: float, url_queue: Any, stop_event: Any) -> None:
-    """The child process: the server until `stop_event`, its URL sent back first."""
-    with _server_class()() as server:
-        server.responder = _Remembered(server.responder)
+        server.responder = remembered
         server.latency_s = latency_s
         url_queue.put(server.base_url)
         stop_event.wait()
@@ -95,8 +69,8 @@ def _config(base_url: str, conversations: int) -> RunConfig:
         return validated_run(to_plain(compose("run", overrides=overrides)))
 
 
-def measure(base_url: str, questions: int, workers: Sequence[int]) -> list[Timing]:
-    """`run_dataset` over the same questions once per worker count; LM calls counted by the ledger."""
+def measure(base_url: str, questions: int, workers: Sequence[int]) -> list[tuple[int, int, float]]:
+    """(workers, LM calls counted by the ledger, seconds) of `run_dataset` over the same questions, per count."""
     os.environ.setdefault(KEY_VARIABLE, "bench-key")  # the test server checks no key
     config = _config(base_url, conversations=max(1, questions // 20 + 1))
     dataset = load_chosen_dataset(config.dataset, Path.cwd())
@@ -105,33 +79,32 @@ def measure(base_url: str, questions: int, workers: Sequence[int]) -> list[Timin
     for count in (max(workers), *workers):  # the first pass warms the server's memory; not reported
         ledger = RunLedger()
         _lms, system, judge = build_components(config, Path.cwd(), RunServices(ledger=ledger))
-        started = time.perf_counter()
-        run_dataset(system, judge, dataset, workers=count)
-        seconds = time.perf_counter() - started
-        timings.append(Timing(count, ledger.call_tally().made(), seconds))
+        _, seconds = timed(lambda: run_dataset(system, judge, dataset, workers=count))  # noqa: B023
+        timings.append((count, ledger.call_tally().made(), seconds))
     return timings[1:]
 
 
-def table(timings: Sequence[Timing], latency_s: float) -> Table:
-    baseline = timings[0].seconds / max(1, timings[0].calls)  # seconds per call at the first worker count
+def table(timings: Sequence[tuple[int, int, float]], latency_s: float) -> Table:
+    first_workers, first_calls, first_seconds = timings[0]
+    baseline = first_seconds / max(1, first_calls)  # seconds per call at the first worker count
     rows = []
-    for timing in timings:
-        per_call = timing.seconds / max(1, timing.calls)
+    for workers, calls, seconds in timings:
+        per_call = seconds / max(1, calls)
         speedup = baseline / per_call if per_call else 0.0
-        efficiency = speedup / (timing.workers / timings[0].workers)
-        rows.append((timing.workers, timing.calls, f"{timing.seconds:.2f}", f"{timing.calls / timing.seconds:.1f}",
-                     f"{speedup:.2f}x", f"{efficiency:.2f}", "met" if efficiency >= GOAL else "MISSED"))
+        efficiency = speedup / (workers / first_workers)
+        rows.append((workers, calls, f"{seconds:.2f}", f"{calls / seconds:.1f}", f"{speedup:.2f}x",
+                     f"{efficiency:.2f}", "met" if efficiency >= GOAL else "MISSED"))
     return rich_table(f"Answering vs workers ({latency_s * 1000:.0f} ms per LM call, server process)",
                       ("workers", "LM calls", "seconds", "calls/s", "speed-up", "efficiency", "goal"), rows)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--latency", type=float, default=0.2, help="seconds the server waits per request")
-    parser.add_argument("--questions", type=int, default=64, help="questions answered (and judged) per worker count")
-    parser.add_argument("--workers", type=int, nargs="+", default=list(WORKERS),
-                        help="worker counts; the first is the baseline")
-    args = parser.parse_args(argv)
+    cli = parser(__doc__)
+    cli.add_argument("--latency", type=float, default=0.2, help="seconds the server waits per request")
+    cli.add_argument("--questions", type=int, default=64, help="questions answered (and judged) per worker count")
+    cli.add_argument("--workers", type=int, nargs="+", default=list(WORKERS),
+                     help="worker counts; the first is the baseline")
+    args = cli.parse_args(argv)
     context = multiprocessing.get_context("spawn")
     urls, stop = context.Queue(), context.Event()
     child = context.Process(target=_serve, args=(args.latency, urls, stop), daemon=True)

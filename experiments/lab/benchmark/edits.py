@@ -22,8 +22,7 @@ WRONG_ANSWER = "It is not mentioned in the conversation."
 UNRELATED_MEMORY = "Enjoys quiet evenings at home."
 
 
-# --------------------------------------------------------------------------- the reply protocol
-
+# the reply protocol
 _MARKER = re.compile(r"\[\[ ## (?P<name>[A-Za-z_][A-Za-z0-9_]*) ## \]\]")
 
 
@@ -72,8 +71,7 @@ def _overlap(a: str, b: str) -> float:
     return len(left & right) / len(left) if left else 0.0
 
 
-# --------------------------------------------------------------------------- the engine wrapper
-
+# the engine wrapper
 # An edit sees (request text, reply fields) and returns new fields for the targeted call, else None.
 ReplyEdit = Callable[[str, dict[str, str]], dict[str, str] | None]
 
@@ -138,15 +136,18 @@ def injected_lm(lm: dspy.LM, edit: ReplyEdit) -> tuple[dspy.LM, FaultInjectingEn
     return lm.copy(engine=engine, cache=False), engine
 
 
-def drop_facts(turn_text: str) -> ReplyEdit:
-    """Mem0 extraction of the evidence turn: no facts."""
+def _at_turn(turn_text: str, field: str, change: Callable[[dict[str, str]], dict[str, str] | None]) -> ReplyEdit:
+    """`change` of the replies with `field` to a request holding the evidence turn."""
 
     def edit(prompt: str, fields: dict[str, str]) -> dict[str, str] | None:
-        if "facts" not in fields or turn_text not in prompt or not _json_or_text(fields["facts"]):
-            return None
-        return {**fields, "facts": "[]"}
+        return change(fields) if field in fields and turn_text in prompt else None
 
     return edit
+
+
+def drop_facts(turn_text: str) -> ReplyEdit:
+    """Mem0 extraction of the evidence turn: no facts."""
+    return _at_turn(turn_text, "facts", lambda f: {**f, "facts": "[]"} if _json_or_text(f["facts"]) else None)
 
 
 def _without_carriers(turn_text: str, parts: list[Any], text: Callable[[Any], str]) -> list[Any] | None:
@@ -159,27 +160,23 @@ def _without_carriers(turn_text: str, parts: list[Any], text: Callable[[Any], st
 def drop_events(turn_text: str) -> ReplyEdit:
     """EverMemOS event extraction of the episode holding the evidence turn: the events carrying it left out."""
 
-    def edit(prompt: str, fields: dict[str, str]) -> dict[str, str] | None:
-        if "events" not in fields or turn_text not in prompt:
-            return None
+    def change(fields: dict[str, str]) -> dict[str, str] | None:
         events = _json_or_text(fields["events"])
         kept = _without_carriers(turn_text, events, lambda e: str(e.get("text", "") if isinstance(e, dict) else e)) \
             if isinstance(events, list) else None
         return None if kept is None else {**fields, "events": json.dumps(kept, ensure_ascii=False)}
 
-    return edit
+    return _at_turn(turn_text, "events", change)
 
 
 def drop_narrative(turn_text: str) -> ReplyEdit:
     """EverMemOS episode writing of the episode holding the evidence turn: the sentences carrying it left out."""
 
-    def edit(prompt: str, fields: dict[str, str]) -> dict[str, str] | None:
-        if "narrative" not in fields or turn_text not in prompt:
-            return None
+    def change(fields: dict[str, str]) -> dict[str, str] | None:
         kept = _without_carriers(turn_text, re.split(r"(?<=[.!?])\s+", fields["narrative"]), str)
         return None if kept is None else {**fields, "narrative": " ".join(kept)}
 
-    return edit
+    return _at_turn(turn_text, "narrative", change)
 
 
 def _later_decision(turn_text: str, field: str, change: ReplyEdit) -> ReplyEdit:
@@ -277,10 +274,4 @@ def drop_added_actions(turn_text: str) -> ReplyEdit:
 
 def wrong_answer(question_text: str) -> ReplyEdit:
     """The answer to the question: a wrong one, whatever the context held."""
-
-    def edit(prompt: str, fields: dict[str, str]) -> dict[str, str] | None:
-        if "answer" not in fields or question_text not in prompt or "label" in fields:
-            return None
-        return {**fields, "answer": WRONG_ANSWER}
-
-    return edit
+    return _at_turn(question_text, "answer", lambda f: None if "label" in f else {**f, "answer": WRONG_ANSWER})

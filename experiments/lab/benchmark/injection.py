@@ -64,10 +64,6 @@ def _op_with_output(graph: ExecutionGraph, name: str) -> Operation | None:
     return None if latest is None else graph.producer(latest.id)
 
 
-def _ops(graph: ExecutionGraph, stage: str, input_id: str | None = None) -> list[Operation]:
-    return [o for o in graph.operations() if o.stage == stage and (input_id is None or input_id in o.inputs)]
-
-
 @dataclass(frozen=True)
 class _Plan:
     """One injection: the system and LM to run with, the operation that carried it out and its error type."""
@@ -80,27 +76,20 @@ class _Plan:
     error: str
 
 
+@dataclass
 class FaultInjector:
     """Builds the injected cases of one system on one dataset: `system` holds the perfect prompts,
     `rebuild(knobs)` makes one with other knobs (the knob faults)."""
 
-    def __init__(
-        self,
-        name: str,
-        system: MemorySystem,
-        lm: dspy.LM,
-        dataset: Dataset,
-        rebuild: Callable[[Mapping[str, Any]], MemorySystem],
-        *,
-        workers: int = 4,
-    ) -> None:
-        self.name = name
-        self.spec = spec_of(name)
-        self.system = system
-        self.lm = lm
-        self.dataset = dataset
-        self.rebuild = rebuild
-        self.workers = workers
+    name: str
+    system: MemorySystem
+    lm: dspy.LM
+    dataset: Dataset
+    rebuild: Callable[[Mapping[str, Any]], MemorySystem]
+    workers: int = 4
+
+    def __post_init__(self) -> None:
+        self.spec = spec_of(self.name)
 
     @staticmethod
     def _run(system: MemorySystem, lm: dspy.LM, dataset: Dataset, workers: int) -> RunResult:
@@ -110,19 +99,13 @@ class FaultInjector:
     def perfect_run(self) -> RunResult:
         return self._run(self.system.deepcopy(), self.lm, self.dataset, self.workers)
 
-    def build(
-        self,
-        limit_per_kind: int | None = None,
-        kinds: Sequence[FaultKind] | None = None,
-        on_case: Callable[[str], None] | None = None,
-    ) -> tuple[tuple[BenchCase, ...], InjectionReport]:
+    def build(self, limit_per_kind: int | None = None, kinds: Sequence[FaultKind] | None = None,
+              on_case: Callable[[str], None] | None = None) -> tuple[tuple[BenchCase, ...], InjectionReport]:
         """The decisive injected cases (at most `limit_per_kind` per kind), and a report."""
         perfect = self.perfect_run()
         conversation_by_id = {c.id: c for c in self.dataset.conversations}
-        candidates = [
-            r for r in perfect.results
-            if r.correct and r.question.category != 5 and len(r.question.evidence) == 1
-        ]
+        candidates = [r for r in perfect.results if r.correct and r.question.category != 5
+                      and len(r.question.evidence) == 1]
         kinds = tuple(kinds or self.spec.fault_kinds)
         tried: dict[str, int] = {k.value: 0 for k in kinds}
         kept: dict[str, int] = {k.value: 0 for k in kinds}
@@ -160,9 +143,8 @@ class FaultInjector:
         return BenchCase(graph, result, conversation, InjectedFault(
             question.id, self.name, plan.kind, op.id, op.stage, ErrorType(plan.error), tunable))
 
-    def _plans(
-        self, kind: FaultKind, question: Question, conversation: Conversation, graph: ExecutionGraph
-    ) -> list[_Plan]:
+    def _plans(self, kind: FaultKind, question: Question, conversation: Conversation,
+               graph: ExecutionGraph) -> list[_Plan]:
         turn = next((t for t in conversation.turns if t.id == question.evidence[0]), None)
         if turn is None:
             return []
@@ -194,10 +176,10 @@ class FaultInjector:
             stage = fault.stage
 
             def found(g: ExecutionGraph) -> Operation | None:
-                ops = _ops(g, stage, turn_var) or [  # a stage reading what was derived from the turn (a decision)
-                    o for o in _ops(g, stage) if o.outputs and turn_var in g.ancestors(o.outputs[0])
-                ]
-                return ops[0] if ops else None
+                ops = [o for o in g.operations() if o.stage == stage]
+                # the stage reading the turn, else one reading what was derived from it (a decision)
+                return next((o for o in ops if turn_var in o.inputs), None) or next(
+                    (o for o in ops if o.outputs and turn_var in g.ancestors(o.outputs[0])), None)
         else:
             def found(g: ExecutionGraph) -> Operation | None:
                 return _op_with_output(g, answer_name(question.id))
@@ -224,9 +206,8 @@ class FaultInjector:
         lm, engine = injected_lm(self.lm, edit)
         return [_Plan(fault.kind, self.system.deepcopy(), lm, engine, changed, fault.error)]
 
-    def _knob_plans(
-        self, fault: KnobFault, conversation: Conversation, turn: Turn, graph: ExecutionGraph
-    ) -> list[_Plan]:
+    def _knob_plans(self, fault: KnobFault, conversation: Conversation, turn: Turn,
+                    graph: ExecutionGraph) -> list[_Plan]:
         plans = []
         for knobs in fault.settings(self.system, graph, conversation, turn):
             try:
@@ -245,16 +226,9 @@ def _reply_edit(edit: EditKind, question: Question, turn: Turn) -> ReplyEdit:
 
 
 def build_system_cases(
-    name: str,
-    lm: dspy.LM,
-    dataset: Dataset,
-    build: Callable[[Mapping[str, Any]], MemorySystem],
-    complete: Callable[[str, Iterable[str]], str],
-    *,
-    limit_per_kind: int | None = None,
-    kinds: Sequence[FaultKind] | None = None,
-    workers: int = 4,
-    on_case: Callable[[str], None] | None = None,
+    name: str, lm: dspy.LM, dataset: Dataset, build: Callable[[Mapping[str, Any]], MemorySystem],
+    complete: Callable[[str, Iterable[str]], str], *, limit_per_kind: int | None = None,
+    kinds: Sequence[FaultKind] | None = None, workers: int = 4, on_case: Callable[[str], None] | None = None,
 ) -> tuple[tuple[BenchCase, ...], InjectionReport]:
     """The injected cases of system `name`: `build` makes it from its config node (the spec's
     `generous_knobs` plus a fault's knobs), `complete` perfects each prompt; one run per injection."""
@@ -264,5 +238,4 @@ def build_system_cases(
         system = build({"name": name, **generous, **extra})
         return system.with_prompts(perfect_prompts(system, complete))
 
-    injector = FaultInjector(name, rebuild({}), lm, dataset, rebuild, workers=workers)
-    return injector.build(limit_per_kind, kinds, on_case)
+    return FaultInjector(name, rebuild({}), lm, dataset, rebuild, workers).build(limit_per_kind, kinds, on_case)

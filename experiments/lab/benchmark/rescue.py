@@ -177,17 +177,18 @@ class _Runner:
     cache: MemoryCache
     runs: int = 0
 
-    def run(self, repairs: Sequence[Repair], question_ids: Iterable[str] | None = None) -> RunResult:
+    def run(self, repairs: Sequence[Repair],
+            question_ids: Iterable[str] | None = None) -> tuple[MemorySystem, RunResult]:
         system = world_system(self.world, self.build, repairs)
         system.set_lm(self.lm)
         dataset = self.dataset if question_ids is None else self.dataset.for_questions(question_ids)
         self.runs += 1
-        return run_dataset(system, make_judge(self.lm), dataset, workers=self.workers, memory_cache=self.cache)
+        return system, run_dataset(system, make_judge(self.lm), dataset, workers=self.workers, memory_cache=self.cache)
 
     def rescued(self, repairs: Sequence[Repair], question_ids: Sequence[str]) -> frozenset[str]:
         if not question_ids:
             return frozenset()
-        return frozenset(r.question.id for r in self.run(repairs, question_ids).results if r.correct)
+        return frozenset(r.question.id for r in self.run(repairs, question_ids)[1].results if r.correct)
 
 
 def _joint_sets(
@@ -208,21 +209,12 @@ def _joint_sets(
 
 
 def rescue_oracle(
-    world: DegradedWorld,
-    build: Build,
-    lm: dspy.LM,
-    dataset: Dataset,
-    test_world: TestWorld,
-    *,
-    workers: int = 4,
-    max_joint: int = 3,
-    on_run: Callable[[str], None] | None = None,
+    world: DegradedWorld, build: Build, lm: dspy.LM, dataset: Dataset, test_world: TestWorld, *, workers: int = 4,
+    max_joint: int = 3, on_run: Callable[[str], None] | None = None,
 ) -> WorldOracle:
     """Run `world` on `dataset` and label each failed question by rescue (the module docstring)."""
     runner = _Runner(world, build, lm, dataset, workers, MemoryCache())
-    system = world_system(world, build)
-    system.set_lm(lm)
-    run = run_dataset(system, make_judge(lm), dataset, workers=workers, memory_cache=runner.cache)
+    system, run = runner.run(())
     failures = tuple(r for r in run.results if not r.correct and r.question.category not in EXCLUDED)
     failed = [r.question.id for r in failures]
     repairs = world_repairs(world, build, test_world)
@@ -243,4 +235,4 @@ def rescue_oracle(
             qid, frozenset(rescuers[qid]), sets[0] if sets else None,
             unrescuable=not rescuers[qid] and not sets, joint_sets=sets,
         )
-    return WorldOracle(world, system, run, failures, MappingProxyType(labels), repairs, runner.runs + 1)
+    return WorldOracle(world, system, run, failures, MappingProxyType(labels), repairs, runner.runs)

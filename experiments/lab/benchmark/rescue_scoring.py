@@ -19,11 +19,6 @@ from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Che
 from memtrace_loop.pipeline.analysis.blame import BlameTable, aggregate_blame
 
 
-def blamed_stages(attribution: Attribution) -> frozenset[str]:
-    """The stage an attribution blames, with every stage of its joint set."""
-    return frozenset({attribution.stage, *(f.stage for f in attribution.joint)})
-
-
 def stage_necessary(label: RescueLabel, stage: str) -> bool:
     """`stage` is in every minimal rescuing set of the label (False when nothing rescues it)."""
     sets = label.rescuing_sets()
@@ -59,7 +54,7 @@ def compare_rescue(label: RescueLabel, attribution: Attribution | None) -> Rescu
     """Score one attribution against its label (the module docstring)."""
     if attribution is None:
         return RescueCaseScore(label, None, False, False, False, False, False)
-    alone = bool(blamed_stages(attribution) & label.rescuers)
+    alone = bool({attribution.stage, *(f.stage for f in attribution.joint)} & label.rescuers)  # any blamed stage
     sufficient = joint_sufficient(label, attribution)
     return RescueCaseScore(
         label, attribution, alone, stage_necessary(label, attribution.stage), bool(attribution.joint), sufficient,
@@ -105,16 +100,11 @@ def oracle_top_split(labels: Sequence[RescueLabel]) -> str | None:
     'decide'
     """
     weights = oracle_split_weights(labels)
-    alone = _alone_counts(labels)
+    alone = Counter(stage for label in labels for stage in label.rescuers)
     failures = Counter(stage for label in labels for stage in frozenset().union(*label.rescuing_sets()))
     if not weights:
         return None
     return min(weights, key=lambda stage: (-round(weights[stage], 9), -alone[stage], -failures[stage], stage))
-
-
-def _alone_counts(labels: Sequence[RescueLabel]) -> Counter[str]:
-    """Per stage, the failures whose repair of that stage alone rescues them."""
-    return Counter(stage for label in labels for stage in label.rescuers)
 
 
 def oracle_top_alone(labels: Sequence[RescueLabel]) -> str | None:
@@ -124,7 +114,7 @@ def oracle_top_alone(labels: Sequence[RescueLabel]) -> str | None:
     >>> oracle_top_alone([joint] * 3 + [RescueLabel("q2", frozenset({"decide"}), None, False)])
     'decide'
     """
-    alone = _alone_counts(labels)
+    alone = Counter(stage for label in labels for stage in label.rescuers)
     return min(alone, key=lambda stage: (-alone[stage], stage)) if alone else None
 
 
@@ -176,10 +166,6 @@ class RescueScore:
     oracle_top_split: str | None = None
     oracle_top_alone: str | None = None
     top_vs_split: str | None = None  # `top_vs_split`: agrees, tie (differs only by a tie-break), differs
-
-    @property
-    def top_agrees(self) -> bool:
-        return self.top_blamed is not None and self.top_blamed == self.oracle_top
 
     def as_row(self) -> dict[str, object]:
         """Plain row for tables (shares as percentages, one decimal)."""

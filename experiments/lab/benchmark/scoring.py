@@ -101,9 +101,7 @@ class AttributorScore:
 
     def metrics(self) -> dict[str, float]:
         """The numeric part of `as_row`, for a metrics log."""
-        return {k: float(v) for k, v in self.as_row().items() if isinstance(v, int | float) and k != "n"} | {
-            "n": float(self.n)
-        }
+        return {k: float(v) for k, v in self.as_row().items() if isinstance(v, int | float)}
 
 
 def adjacent(graph: ExecutionGraph, first: str, second: str) -> bool:
