@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import hydra
 from memtrace_loop.experiments.config import AttributeConfig, validated_attribute
@@ -51,21 +51,10 @@ from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.pipeline.analysis.attribution.protocol import TracedRun, attribute_run
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Check
 from memtrace_loop.pipeline.analysis.blame import BlameTable, aggregate_blame
-from memtrace_loop.pipeline.analysis.judge import make_judge
-from memtrace_loop.pipeline.backends.lm import configure_cache
-from memtrace_loop.pipeline.backends.local_server import LocalServers
 from memtrace_loop.pipeline.backends.registry import build_lm_set
-from memtrace_loop.pipeline.backends.services import RunServices
 from memtrace_loop.pipeline.core.command_line import command_line
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.run_folder import RunFolder
-from memtrace_loop.pipeline.interop.foreign_graphs import (
-    ForeignGraph,
-    blame_rows,
-    foreign_run,
-    read_foreign_graphs,
-    read_stage_map,
-)
 from memtrace_loop.pipeline.report.attribution_record import (
     ATTRIBUTE_COMMAND,
     AttributionRecord,
@@ -75,7 +64,6 @@ from memtrace_loop.pipeline.report.attribution_record import (
     write_record,
 )
 from memtrace_loop.pipeline.tracking import metric_names as names
-from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.redacting_tracker import RedactingTracker
 from memtrace_loop.pipeline.tracking.run_logging import (
     attribution_columns,
@@ -92,6 +80,10 @@ from memtrace_loop.pipeline.tracking.store_access import configure_tracking_clie
 from memtrace_loop.pipeline.tracking.tracker import Tracker
 from omegaconf import DictConfig
 from rich.console import Console
+
+if TYPE_CHECKING:
+    from memtrace_loop.pipeline.backends.local_server import LocalServers
+    from memtrace_loop.pipeline.interop.foreign_graphs import ForeignGraph
 
 logger = logging.getLogger("memtrace.attribute")
 
@@ -127,7 +119,13 @@ def attribute_saved_run(
     LM is served by `servers`)."""
     needs_lm = config.attributor.settings.verify or config.attributor.name == "llm"
     lms = system = judge = None
-    if needs_lm:
+    if needs_lm:  # the LM stack, imported here: a lineage attribution (`memtrace report`'s default) needs none
+        from memtrace_loop.experiments.app_setup import no_lm_history
+        from memtrace_loop.pipeline.analysis.judge import make_judge
+        from memtrace_loop.pipeline.backends.lm import configure_cache
+        from memtrace_loop.pipeline.backends.services import RunServices
+
+        no_lm_history()
         configure_cache(base_dir / config.cache_dir, used=any(lm.cache for lm in config.lm.by_role().values()))
         lms = build_lm_set(config.lm, RunServices(servers=servers))
         system = build_system(config.memory_system, config.embedder)
@@ -155,6 +153,9 @@ def attribute_graph_files(
     if config.attributor.settings.verify:
         raise ConfigError("attributor.verify: replay re-runs a memory system of ours; graphs= from another "
                           "tool cannot be replayed (drop attributor.verify=true)")
+    from memtrace_loop.pipeline.backends.services import RunServices
+    from memtrace_loop.pipeline.interop.foreign_graphs import foreign_run, read_foreign_graphs, read_stage_map
+
     stage_map = read_stage_map(config.stage_map, base_dir)
     graphs = read_foreign_graphs(resolve(str(config.graphs), base_dir), stage_map)
     lms = build_lm_set(config.lm, RunServices()) if config.attributor.name == "llm" else None
@@ -185,6 +186,8 @@ def _attributed(config: AttributeConfig, given: Mapping[str, Any], tracker: Reda
                 base_dir: Path, console: Console) -> Attributed:
     """The attributions of the source `config` names (graph files, a logged run or a saved run)."""
     if config.graphs is not None:
+        from memtrace_loop.pipeline.interop.foreign_graphs import blame_rows
+
         with RichProgress(console) as progress:
             graphs, attributions = attribute_graph_files(config, base_dir, progress)
         rows = [{**row, **named} for row, named in zip(attribution_rows(attributions),
@@ -249,6 +252,8 @@ def link_source(tracker: Tracker, record: AttributionRecord, console: Console, s
 
 def attribute(cfg: DictConfig | Mapping[str, Any], console: Console | None = None) -> dict[str, Any]:
     """Attribute, write and log; returns the paths, the attributions and the MLflow run id."""
+    from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker  # not for `memtrace report`
+
     console = console or app_console()
     base_dir = launch_dir()
     given = to_plain(cfg)

@@ -15,6 +15,7 @@ work imports); Hydra names the job after the command's module either way.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from collections.abc import Callable
@@ -63,13 +64,6 @@ CONFIG_PATH = "pkg://memtrace_loop.conf"  # every app's Hydra config tree (confi
 CONFIG_ONLY_FLAGS = frozenset(("-h", "--help", "--hydra-help", "--version", "-c", "--cfg", "-i", "--info"))
 
 
-def _commands() -> dict[str, Callable[[], object]]:
-    from memtrace_loop.experiments import attribute, export, optimize, report, run, stages, upload
-
-    return {"run": run.main, "optimize": optimize.main, "attribute": attribute.main, "export": export.main,
-            "stages": stages.main, "upload": upload.main, "report": report.main}
-
-
 def main(argv: list[str] | None = None) -> int:
     # Before DSPy/litellm are imported: use the bundled model cost map instead of fetching it.
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -100,8 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     if any(arg.partition("=")[0] in CONFIG_ONLY_FLAGS for arg in args):
         config_only_app(command)()
         return 0
-    commands = _commands()  # the apps (DSPy, MLflow) are imported once the overrides are accepted
-    unguarded(commands[command])()  # the app's `guarded` checks are the ones just made
+    app = importlib.import_module(f"memtrace_loop.experiments.{command}")  # only this app's imports, once accepted
+    unguarded(app.main)()  # the app's `guarded` checks are the ones just made
     return 0
 
 

@@ -7,24 +7,28 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
+from typing import TYPE_CHECKING
 
 from memtrace_loop.experiments.app_setup import log_prefix, no_lm_history, quiet_progress_bars
 from memtrace_loop.experiments.console_layout import is_echo
-from memtrace_loop.pipeline.analysis.blame import BlameTable
-from memtrace_loop.pipeline.analysis.diagnosis import Diagnosis
-from memtrace_loop.pipeline.analysis.evaluation import EvaluationReport, MetricSummary
-from memtrace_loop.pipeline.backends.call_count import BUDGET_ROLES, CallTally, RoleCalls
-from memtrace_loop.pipeline.backends.failure_guard import FailedCalls
 from memtrace_loop.pipeline.loop.costs import calls_to_gain, candidate_costs
-from memtrace_loop.pipeline.loop.failure_impact import FailureImpact
-from memtrace_loop.pipeline.loop.optimization import LoopResult
-from memtrace_loop.pipeline.loop.runner import LMCallCounts
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.panel import Panel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
+
+if TYPE_CHECKING:  # the records shown: their modules load the LM stack, which `memtrace report` never needs
+    from memtrace_loop.pipeline.analysis.blame import BlameTable
+    from memtrace_loop.pipeline.analysis.diagnosis import Diagnosis
+    from memtrace_loop.pipeline.analysis.evaluation import EvaluationReport, MetricSummary
+    from memtrace_loop.pipeline.backends.call_count import CallTally, RoleCalls
+    from memtrace_loop.pipeline.backends.failure_guard import FailedCalls
+    from memtrace_loop.pipeline.loop.failure_impact import FailureImpact
+    from memtrace_loop.pipeline.loop.optimization import LoopResult
+    from memtrace_loop.pipeline.loop.runner import LMCallCounts
 
 FILE_LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
 
@@ -42,7 +46,8 @@ def setup_logging(level: int = logging.INFO) -> None:
         file_handler.setFormatter(logging.Formatter(FILE_LOG_FORMAT))
         file_handler.setLevel(logging.NOTSET)
     quiet_progress_bars()  # the libraries' own bars (datasets, MLflow downloads): ours show the work
-    no_lm_history()  # DSPy's record of every call: nobody reads it, it costs GBs and time on long runs
+    if "dspy" in sys.modules:  # else where the LMs are built (`memtrace report` and `attribute` may need none)
+        no_lm_history()  # DSPy's record of every call: nobody reads it, it costs GBs and time on long runs
     console = RichHandler(show_path=False, level=level)
     console.setFormatter(logging.Formatter(log_prefix() + "%(message)s", datefmt="[%X]"))  # a sweep job: its label
     console.addFilter(lambda record: not is_echo(record))  # printed already
@@ -126,6 +131,8 @@ def calls_table(tally: CallTally, saved: int | None = None, title: str = "LM cal
     response cache, reused (the same request already answered in this run: not sent again), and tokens
     of made calls; then the total and, for the loop, the calls reusing built memories saved (never
     asked of an LM: neither made nor cached)."""
+    from memtrace_loop.pipeline.backends.call_count import BUDGET_ROLES  # DSPy's: the apps that call LMs
+
     table = _table(title, ("role", "made", "cached", "reused", "failed", "tokens in", "tokens out"), ("role",))
     for role, calls in tally.by_role.items():
         budget = " (budget)" if role in BUDGET_ROLES else ""
@@ -153,6 +160,8 @@ def reuse_line(tally: CallTally) -> str:
 
 def budget_line(result: LoopResult, budget_calls: int, counts_cached: bool) -> str:
     """Why the loop stopped and the budget calls spent (the test evaluation is outside the budget)."""
+    from memtrace_loop.pipeline.backends.call_count import BUDGET_ROLES
+
     counted = "made + cached" if counts_cached else "made"
     limit = f"of {budget_calls}" if budget_calls else "(no budget set)"
     return (

@@ -44,10 +44,9 @@ from memtrace_loop.experiments.secret_guard import known_secrets
 from memtrace_loop.pipeline.backends.failure_guard import FinishedWithFailedCalls
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.prompt_files import PromptFileError
+from memtrace_loop.pipeline.core.redaction import redact as scrub
 from memtrace_loop.pipeline.core.stop import Interrupted, RunStopped, StopToken
 from memtrace_loop.pipeline.data.locomo import DataError
-from memtrace_loop.pipeline.loop.checkpoint import CheckpointError
-from memtrace_loop.pipeline.tracking.run_logging import scrub
 from memtrace_loop.pipeline.tracking.run_record import NotLoggedError
 from memtrace_loop.pipeline.tracking.store_access import TrackingUnavailable
 from omegaconf import DictConfig
@@ -102,7 +101,10 @@ def exit_code(error: BaseException, token: StopToken | None = None) -> int:
 
 
 def _is_usage_error(error: BaseException) -> bool:
-    return isinstance(error, ConfigError | DataError | CheckpointError | PromptFileError | FileNotFoundError)
+    checkpoint = sys.modules.get("memtrace_loop.pipeline.loop.checkpoint")  # a CheckpointError needs it loaded
+    if checkpoint is not None and isinstance(error, checkpoint.CheckpointError):
+        return True
+    return isinstance(error, ConfigError | DataError | PromptFileError | FileNotFoundError)
 
 
 def _speaks_for_itself(error: BaseException) -> bool:

@@ -47,7 +47,6 @@ from memtrace_loop.pipeline.report.attribution_record import (
 )
 from memtrace_loop.pipeline.report.render import render_report
 from memtrace_loop.pipeline.report.run_report import REPORT_FILE, report_data
-from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.redacting_tracker import RedactingTracker
 from memtrace_loop.pipeline.tracking.run_logging import scrub
 from memtrace_loop.pipeline.tracking.saved_run import SavedRun, download_saved_run, read_saved_run
@@ -98,10 +97,10 @@ def attribution_folder(folder: Path) -> tuple[SavedRun, ChosenAttributions] | No
     return saved, ChosenAttributions.read(record, folder, saved.results) or ChosenAttributions(record, ())
 
 
-def source_of(config: ReportConfig, tracker: Tracker, out_dir: Path, base_dir: Path
+def source_of(config: ReportConfig, tracker: Tracker | None, out_dir: Path, base_dir: Path
               ) -> tuple[SavedRun, ChosenAttributions | None]:
-    """The run to report and the attribution to show (None: none made yet)."""
-    if config.run_id is not None:
+    """The run to report and the attribution to show (None: none made yet); `tracker` for a `run_id`."""
+    if tracker is not None and config.run_id is not None:
         folder = RunFolder(out_dir).source
         saved = download_saved_run(tracker, config.run_id, folder)
         logged = tracker.get_run(config.run_id).artifacts
@@ -128,7 +127,11 @@ def report(cfg: DictConfig | Mapping[str, Any], console: Console | None = None) 
     config = validated_report(given)
     configure_tracking_client(config.tracking.timeout_s, config.tracking.max_retries)
     out_dir = app_output_dir("report", base_dir)
-    tracker = RedactingTracker(MlflowTracker(config.tracking.uri), secrets)
+    tracker = None  # MLflow, only for a logged run: a saved one is read from its folder
+    if config.run_id is not None:
+        from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
+
+        tracker = RedactingTracker(MlflowTracker(config.tracking.uri), secrets)
     saved, chosen = source_of(config, tracker, out_dir, base_dir)
     source_config = effective_config(given, saved, config.use_run_config, validated_report)
 
@@ -152,7 +155,7 @@ def report(cfg: DictConfig | Mapping[str, Any], console: Console | None = None) 
     elapsed = time.perf_counter() - started
 
     logged = False
-    if config.log and config.run_id is not None:
+    if config.log and tracker is not None and config.run_id is not None:
         tracker.log_artifact_to(config.run_id, path)  # its FINISHED/FAILED status stays as it was
         logged = True
     console.print(f"Wrote {path}: {count.line()}, {elapsed:.1f} s")
