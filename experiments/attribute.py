@@ -1,23 +1,16 @@
 """`memtrace attribute`: attribute the failures of a finished run without rerunning it.
 
-The source is a run of `memtrace run`: `run_id=<MLflow run id>` (its cases.json, graphs/, prompts.json
-and config.json artifacts are downloaded through the tracker) or `run_dir=<directory>` (what `memtrace
-run` saved in its output directory). The dataset (for speakers), memory system, embedder, excluded
-categories and prompt set come from the source run's config when it saved one (`use_run_config`);
-the attributor, the LMs and the tracking store from this command's config. With
-`attributor.verify=true` each verdict is checked by a replay that restores memory from the graph
-(no re-ingestion; only the downstream calls are made). Writes attributions.json and blame.json into
-its output directory, prints the blame table and logs both to MLflow as a run tagged
-`memtrace.command=attribute` with `memtrace.source_run_id`.
+The source is `run_id=<MLflow run id>` (its artifacts downloaded), `run_dir=<folder memtrace run
+saved>` or `graphs=<another tool's graph files>`. Dataset, system, embedder, excluded categories and
+prompts come from the source run's config (`use_run_config`); attributor, LMs and tracking from this
+command's. `attributor.verify=true` checks each verdict by a replay that restores memory from the graph.
+Writes attributions.json and blame.json, prints the blame table and logs both to MLflow as a child run
+of the source (`memtrace.command=attribute`, `memtrace.source_run_id`, `mlflow.parentRunId`).
 
-It is the run's latest attribution from then on: `attribution_record.json` in its output directory says
-which attribution it is (attributor, verify, when, source), and the same record goes to the source run as
-`latest_attribution.json`: into its folder (`run_dir=`, written atomically) and, when logged, as an
-artifact of the source MLflow run, whose child the attribute run is (tag `mlflow.parentRunId`: the MLflow
-UI lists it under the source run). `memtrace report` and `memtrace graph convert` follow that record
-(`pipeline.report.attribution_record`). The count it prints is the report's: attributed of scored
-failures, failures of excluded categories said apart. An entry point: the work lives in
-`pipeline.analysis.attribution` and `pipeline.tracking`.
+It becomes the run's latest attribution: `attribution_record.json` says which (attributor, verify, when,
+source), and the same record goes to the source as `latest_attribution.json` (into its folder, and as an
+artifact of its MLflow run), which `memtrace report` and `memtrace graph convert` follow. It counts as
+the report does: attributed of scored failures. The work lives in `pipeline.analysis.attribution`.
 """
 
 from __future__ import annotations

@@ -15,7 +15,6 @@ work imports); Hydra names the job after the command's module either way.
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from collections.abc import Callable
@@ -94,9 +93,42 @@ def main(argv: list[str] | None = None) -> int:
     if any(arg.partition("=")[0] in CONFIG_ONLY_FLAGS for arg in args):
         config_only_app(command)()
         return 0
-    app = importlib.import_module(f"memtrace_loop.experiments.{command}")  # only this app's imports, once accepted
-    unguarded(app.main)()  # the app's `guarded` checks are the ones just made
+    unguarded(app_main(command))()  # the app's `guarded` checks are the ones just made
     return 0
+
+
+def app_main(command: str) -> Callable[[], object]:
+    """The `main` of a command's Hydra app, importing that app's module only (once its overrides are
+    accepted): `memtrace report` of a saved run loads none of the LM stack the other apps import."""
+    match command:
+        case "run":
+            from memtrace_loop.experiments.run import main as run_main
+
+            return run_main
+        case "optimize":
+            from memtrace_loop.experiments.optimize import main as optimize_main
+
+            return optimize_main
+        case "attribute":
+            from memtrace_loop.experiments.attribute import main as attribute_main
+
+            return attribute_main
+        case "report":
+            from memtrace_loop.experiments.report import main as report_main
+
+            return report_main
+        case "export":
+            from memtrace_loop.experiments.export import main as export_main
+
+            return export_main
+        case "upload":
+            from memtrace_loop.experiments.upload import main as upload_main
+
+            return upload_main
+        case _:
+            from memtrace_loop.experiments.stages import main as stages_main
+
+            return stages_main
 
 
 def config_only_app(command: str) -> Callable[[], object]:

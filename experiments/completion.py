@@ -1,16 +1,11 @@
 """Bash completion for `memtrace <command> <overrides>`.
 
-Hydra's own `--shell-completion install=bash` writes a script for one app named by `sys.argv[0]`; run
-through our dispatcher that name is `memtrace run`, so its script registers a completion for a command
-called "memtrace run" and asks `memtrace -sc query=bash` (no command) for choices: it never completes.
-`bash_script` is the replacement: it completes the command word itself, and for the words after it
-asks that command's Hydra app (`memtrace <command> -sc query=bash`, Hydra's query mode, with the
-command word taken out of `COMP_LINE`) for config groups, options and keys. A plain command
-(`PlainCommand`: `memtrace graph`, argparse) is completed by the script alone: its subcommands, their
-options, an option's choices (`--to exec-network|memtrace`), else file names. `completion_request`
-tells what a `-sc`/`--shell-completion` argument asks for; the dispatcher answers install/uninstall
-with this script (so the command Hydra's `--hydra-help` shows works too) and refuses other shells.
-It does not install anything itself: the user evaluates the script (`eval "$(memtrace completion bash)"`).
+Hydra's own `-sc install=bash` registers a script for an app named by `sys.argv[0]` (`memtrace run`), which
+never completes. `bash_script` completes the command word, and for the words after it asks that
+command's Hydra app (`memtrace <command> -sc query=bash`, with the command word taken out of
+`COMP_LINE`) for groups, options and keys; a `PlainCommand` (`memtrace graph`) is completed by the
+script alone (subcommands, options, an option's choices, else file names). `completion_request` reads
+a `-sc` argument. It installs nothing: the user evaluates the script.
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
 """What the apps print, made readable at the console's width (80 columns in a log or a pipe) and kept
 in the job log.
 
-`app_console()` is the console every app prints its summaries with. Its render hook (`FitToWidth`)
-changes three things, and only when they would not fit:
-
-- a table wider than the console (rich would squeeze it: 'Extrac…', values wrapped inside a cell)
-  becomes a list of records, one per row: the row's first cell, then `header: value` items packed
-  into lines at the width, an item never split unless it is longer than a whole line;
-- a text is wrapped at spaces, and a word longer than the line (a path, a `run_dir=...`) is never
-  folded: it goes whole onto its own line; a command to copy (`memtrace ...`, `mlflow ...`, to the
-  end of its line) is never broken either;
-- every printed block is also written, as plain text, to the log files (Hydra's job log,
-  `<output dir>/<app>.log`) through the logger `memtrace.console`; those records carry `ECHO_ATTR`,
-  and `setup_logging` keeps them off the console (they are already on it).
-
-`markdown_blocks` splits Markdown into prose and its pipe tables (as rich tables, so they are fitted
-too). It does not decide what an app prints, and never changes a table that fits.
+`app_console()`'s render hook (`FitToWidth`) changes only what would not fit: a table wider than the
+console becomes one record per row (the first cell, then `header: value` items packed at the width); a
+text is wrapped at spaces, a word longer than the line (a path) and a command to copy (`memtrace ...`,
+`mlflow ...`) never broken. Every printed block also goes, as plain text, to the log files through the
+logger `memtrace.console` (records marked `ECHO_ATTR`, kept off the console by `setup_logging`).
+`markdown_blocks` splits Markdown into prose and its pipe tables (rich tables, fitted too).
 """
 
 from __future__ import annotations

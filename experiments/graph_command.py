@@ -3,23 +3,17 @@
     memtrace graph convert IN OUT --to exec-network|memtrace
     memtrace graph show FILE [FILE ...] [--json] [--limit N]
 
-`convert` reads IN in whichever format its content is (our graph JSON or ExecNetwork JSON,
-`pipeline.interop.graph_files`) and writes it to OUT in the `--to` format; an ExecNetwork input's
-MemTraceBench labels go with it into an ExecNetwork output, and so do a saved run's attributions: a
-graph of a run folder (`<run>/artifacts/graphs/`) is exported to ExecNetwork with the run's latest
-attribution (`experiments.graph_labels`: the last `memtrace attribute`, else the run's own) as its
-MemTraceBench labels, one per attributed failure of its conversation, and the summary says which
-attribution they are. IN may be a folder: every `*.json` in it (not recursive; a run folder stands for
-its `graphs/`) is converted into the folder OUT (created) under the same name, with a progress bar
-when there is more than one. A file already in the target format is rewritten (normalised) and the
-summary line says so. OUT never replaces IN itself, and every file is written atomically, so a failed
-conversion leaves no partial file. `show` prints a summary of each file (`pipeline.interop.graph_summary`):
-format, graph id, sizes, kinds, failed operations, the questions judged wrong and the MemTraceBench
-labels; `--json` prints the same as a JSON list, one object per file, for scripts.
+`convert` reads IN in whichever format its content is (`pipeline.interop.graph_files`) and writes OUT
+in the `--to` format. MemTraceBench labels travel with an ExecNetwork input; a graph of a saved run
+(`<run>/artifacts/graphs/`) exported to ExecNetwork carries the run's latest attribution as its labels
+(`run_labels`: the last `memtrace attribute`, else the run's own), and the summary says which. A folder
+IN converts every `*.json` in it (not recursive; a run folder stands for its `graphs/`) into the folder
+OUT. A file already in the target format is rewritten (normalised); OUT never replaces IN, and every file
+is written atomically. `show` prints each file's summary (`pipeline.interop.graph_summary`); `--json`
+the same as a JSON list.
 
-These are file utilities, not Hydra apps: plain argparse, no config, no LM, no MLflow. A missing or
-unreadable file, invalid JSON or a document in neither format ends the command with exit code 2 and one
-line on stderr naming the file and the problem (no traceback), like the apps (`lifecycle.run_app`).
+Plain argparse: no config, no LM, no MLflow, nothing attributed. A missing or unreadable file, invalid
+JSON or a document in neither format ends with exit code 2 and one line on stderr naming the file.
 """
 
 from __future__ import annotations
@@ -28,18 +22,25 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import zip_longest
 from pathlib import Path
+from types import MappingProxyType
 
 from memtrace_loop.experiments.completion import PlainCommand
 from memtrace_loop.experiments.console_layout import app_console
-from memtrace_loop.experiments.graph_labels import RunLabels, graphs_folder, run_labels
-from memtrace_loop.pipeline.core.graph import GraphError
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution
+from memtrace_loop.pipeline.core.case_io import cases_from_json
+from memtrace_loop.pipeline.core.graph import ExecutionGraph, GraphError
+from memtrace_loop.pipeline.core.run_folder import RunFolder
 from memtrace_loop.pipeline.data.reader import DataError
+from memtrace_loop.pipeline.interop.exec_network import annotation_from_attribution
+from memtrace_loop.pipeline.interop.exec_network.labels import BenchAnnotation
 from memtrace_loop.pipeline.interop.graph_files import GraphFormat, read_graph_file, write_graph_file
 from memtrace_loop.pipeline.interop.graph_summary import GraphSummary, summarize
+from memtrace_loop.pipeline.report.attribution_record import AttributionRecord, latest_attributions
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -103,6 +104,66 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 # --------------------------------------------------------------------------- convert
+
+
+@dataclass(frozen=True)
+class RunLabels:
+    """A saved run's latest attributions, per conversation, and the record saying which they are."""
+
+    record: AttributionRecord
+    by_conversation: Mapping[str, tuple[Attribution, ...]]
+
+    def annotations_for(self, graph: ExecutionGraph) -> tuple[BenchAnnotation, ...]:
+        """The labels of the failures of `graph`'s conversation (its `graph_id`), in the graph's ids."""
+        return tuple(annotation_from_attribution(a, graph) for a in self.by_conversation.get(graph.graph_id, ()))
+
+    @property
+    def total(self) -> int:
+        return sum(len(found) for found in self.by_conversation.values())
+
+
+def saved_run_folder(path: Path) -> Path | None:
+    """The folder of the saved run a graph file (or a `graphs/` folder) belongs to; None outside one."""
+    folder = path if path.is_dir() else path.parent
+    if folder.name == RunFolder.GRAPHS and (folder.parent / RunFolder.CASES).is_file():
+        return folder.parent
+    return None
+
+
+def graphs_folder(path: Path) -> Path:
+    """`path`, or its `graphs/` folder when it is a run folder (`<run>` or `<run>/artifacts`)."""
+    for saved in (path, path / RunFolder.ARTIFACTS):
+        if (saved / RunFolder.CASES).is_file() and (saved / RunFolder.GRAPHS).is_dir():
+            return saved / RunFolder.GRAPHS
+    return path
+
+
+def _json_file(path: Path) -> object:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise DataError(str(path), f"cannot read ({type(error).__name__}: {error})") from error
+
+
+def run_labels(path: Path) -> RunLabels | None:
+    """The latest attributions of the saved run `path` (a graph file or `graphs/` folder) belongs to, as
+    labels (`pipeline.report.attribution_record`); None outside a saved run or without attributions."""
+    saved = saved_run_folder(path)
+    if saved is None:
+        return None
+    cases = saved / RunFolder.CASES
+    results = cases_from_json(cases.read_text(encoding="utf-8"), str(cases))
+    config_path = saved / RunFolder.CONFIG
+    config = _json_file(config_path) if config_path.is_file() else {}
+    chosen = latest_attributions(saved, results, config if isinstance(config, Mapping) else {})
+    if chosen is None:
+        return None
+    grouped: defaultdict[str, list[Attribution]] = defaultdict(list)
+    for attribution in chosen.attributions:
+        grouped[attribution.case.question.conversation_id].append(attribution)
+    return RunLabels(chosen.record, MappingProxyType({k: tuple(v) for k, v in grouped.items()}))
+
+
 
 
 @dataclass(frozen=True)

@@ -1,25 +1,14 @@
 """How an app stops: signals ask the work to stop, and every way out is one line and an exit code.
 
-`stop_on_signals(token)` turns the first Ctrl-C (SIGINT) or SIGTERM into `token.request(...)`: the LMs
-and the runner start no new call or item after it, the work ends with `Interrupted`, and the MLflow
-run is ended KILLED by the tracker. A second signal gives up waiting (`KeyboardInterrupt`).
-
-`run_app(body, secrets_of)` runs an app body and turns what ends it into an exit: a `RunStopped`
-(interrupted, endpoint unusable, too many failed calls), a configuration or data error, a run that
-finished with failed LM calls (`FinishedWithFailedCalls`, exit 3), or any other exception, becomes one
-line on stderr (secrets masked, notes such as "resume with ..." appended) and a non-zero exit code; the
-traceback goes to the log at DEBUG level only. After an interruption the process exits at once
-(`os._exit`), without waiting for LM calls still in flight: everything worth keeping (checkpoint, MLflow
-status) is written before. In a worker process of a pool (a sweep's job under Hydra's joblib launcher)
-it raises `JobExit(code)` instead: the job fails, the other jobs go on to their end, and the launching
-process exits with that code when the batch has ended.
-
-`SweepStop` is the Hydra callback of every app's `-m` sweep (conf/optimize.yaml, conf/run.yaml): when
-the jobs run in worker processes (the joblib launcher), Ctrl-C reaches every job of the process group,
-and each job stops as above; the launching process, told by the same signal, waits for them instead of
-aborting the pool (which would kill a job before its MLflow run is ended), then exits 130; a second
-signal stops at once.
-Only entry points use this module.
+`stop_on_signals(token)`: the first Ctrl-C or SIGTERM is `token.request(...)` (no new LM call or item;
+the work ends `Interrupted`, the MLflow run KILLED); a second gives up waiting (`KeyboardInterrupt`).
+`run_app(command, body, secrets)` turns what ends an app body into one line on stderr (secrets masked,
+notes such as "resume with ..." kept; the traceback in the log at DEBUG) and an exit code: 1 failed,
+2 a usage error (config, data, checkpoint), 3 finished with failed LM calls, 130/143 interrupted (then
+`os._exit`, not waiting for calls in flight: checkpoint and status are written before). In a pool
+worker (a sweep job under joblib) it raises `JobExit(code)`: the other jobs go on, the launcher exits
+with the code once the batch ended. `SweepStop` (the `-m` sweeps' callback) makes the launcher wait
+for its jobs on Ctrl-C instead of aborting the pool, then exit 130; a second signal stops at once.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """`memtrace optimize`: the Hydra app of the closed loop.
 
-It builds the system, judge, optimizer and train/dev/test split from the config, runs
-`pipeline.loop.OptimizationLoop` inside one MLflow parent run (one nested run per iteration), writes a
-checkpoint after every iteration (`resume=<run dir>` continues an interrupted run with the config it
-was started with), exports the best prompt set as JSON and YAML, and prints the summary tables.
-The run folder is locked while it runs (`pipeline.core.run_lock`: a second `resume=` of it is refused);
-each start ends FAILED the RUNNING runs of its experiment whose folder's lock is free
-(`pipeline.tracking.stale_runs`), and `resume=` of a folder without a checkpoint ends its run FAILED.
-An entry point: it configures DSPy's cache and prints; the work lives in `pipeline`.
+It builds the system, judge, optimizer and split from the config, runs `pipeline.loop.OptimizationLoop`
+in one MLflow parent run (a nested run per iteration), checkpoints every iteration (`resume=<run dir>`
+continues with the config it was started with, under the folder's run lock), exports the best prompt
+set and prints the summary. Each start ends FAILED the RUNNING runs of its experiment whose folder's
+lock is free; `resume=` of a folder without a checkpoint ends its run FAILED. The work is `pipeline`.
 """
 
 from __future__ import annotations
@@ -52,7 +49,7 @@ from memtrace_loop.experiments.factory import (
 from memtrace_loop.experiments.failure_analysis import loop_diagnosis, write_diagnosis
 from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.experiments.output_dirs import app_output_dir
-from memtrace_loop.experiments.run_names import run_name as sweep_run_name
+from memtrace_loop.experiments.output_dirs import run_name as sweep_run_name
 from memtrace_loop.experiments.secret_guard import guarded
 from memtrace_loop.experiments.session import AppSession, open_session
 from memtrace_loop.experiments.sim_notice import stand_in_tags

@@ -1,17 +1,12 @@
 """`memtrace report`: write report.html for a finished run, without rerunning it.
 
-The source is a run of `memtrace run`: `run_id=<MLflow run id>` (its cases.json, graphs/, config and,
-when present, attributions.json artifacts are downloaded through the tracker) or `run_dir=<directory>`
-(what `memtrace run` saved, or the output directory of a `memtrace attribute`: that attribution of its
-source run). The page shows the attribution the user made last for the run
-(`pipeline.report.attribution_record`): the latest `memtrace attribute` of it (the source folder's
-`latest_attribution.json`, or the MLflow run's artifact of that name, followed to the attribute run),
-else the attributions the run saved; with none, the configured attributor (lineage by default: no LM)
-attributes them here. The page's header and the console line say which attribution it is (attributor,
-verify on/off, by which command, when, where) and count it as `memtrace attribute` does (attributed of
-scored failures). Writes report.html into this command's output directory and, with `log=true` and a
-`run_id`, logs it as an artifact of the source run (its status is left as it was). An entry point: the
-page is `pipeline.report`.
+The source is `run_id=<MLflow run id>` (its artifacts downloaded) or `run_dir=<folder>` (what `memtrace
+run` saved, or a `memtrace attribute` output folder: that attribution of its source run). The page shows
+the run's latest attribution (`pipeline.report.attribution_record`: the last `memtrace attribute`, else
+the run's own attributions); with none, the configured attributor (lineage by default: no LM) makes them
+here. Header and console say which attribution it is and count it as `memtrace attribute` does. With
+`log=true` and a `run_id` the page is logged to the source run (its status left as it was). A saved run
+is read from its folder alone: no MLflow client, no LM stack. The page itself is `pipeline.report`.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ from memtrace_loop.experiments.factory import (
 )
 from memtrace_loop.experiments.failure_analysis import FailureAnalysis, analyse_failures
 from memtrace_loop.experiments.lifecycle import run_app
-from memtrace_loop.experiments.run_names import run_name as sweep_run_name
+from memtrace_loop.experiments.output_dirs import run_name as sweep_run_name
 from memtrace_loop.experiments.secret_guard import guarded
 from memtrace_loop.experiments.session import AppSession, open_session
 from memtrace_loop.experiments.sim_notice import stand_in_tags

@@ -1,18 +1,14 @@
 """The apps' glue to `pipeline.core.redaction`: secrets refused on the command line, masked once known.
 
-- `refuse_secret_overrides(argv, program)`: before Hydra parses (echoes, suggests, saves) an override,
-  one that would put a secret into the config ends the program (exit 2, one line naming the key, never
-  the value; `redaction.secret_override`). The key variables compared: every `api_key_env` of
-  `conf/**.yaml` and of `*_env=NAME` overrides, the well-known ones, every secret-looking name.
-- `protect_console(argv)`: stdout/stderr behind a `RedactingStream` (URL credentials, the values of
-  `*_env=NAME` variables); until `protect` runs, an override's `key=value` shows as `key=<value not shown>`.
-- `guarded`: on top of every app's `@hydra.main`, both of the above and the misspelt-override refusal
-  (`override_errors`) for an app started without the `memtrace` dispatcher; `unguarded` undoes it.
-- `protect(plain)`: each app's first step with its composed config: its secrets (`config_secrets`),
-  Hydra's saved YAML (and a sweep's `multirun.yaml`) rewritten redacted, a task override holding one of
-  them refused, every log handler filtered, the console told (a sweep job's worker process is wrapped
-  here: it never passed `guarded`). Returns the secrets for everything the app stores.
-- `known_secrets()`: what the console masks so far, for an error line printed outside the app.
+- `refuse_secret_overrides(argv, program)`: an override that would put a secret into the config ends
+  the program before Hydra echoes or saves it (exit 2, one line naming the key, never the value).
+- `protect_console(argv)`: stdout/stderr behind a `RedactingStream`; until `protect` runs, an
+  override's `key=value` shows as `key=<value not shown>`.
+- `guarded`: both, and the misspelt-override refusal, on top of an app's `@hydra.main` started without
+  the `memtrace` dispatcher; `unguarded` undoes it.
+- `protect(plain)`: each app's first step: its secrets found, Hydra's saved YAML rewritten redacted, a
+  task override holding one refused, log handlers filtered, the console told; returns the secrets.
+- `known_secrets()`: what the console masks so far.
 
 A credential inside a URL (`api_base=http://user:KEY@proxy/v1`) is not refused: every copy is scrubbed.
 """

@@ -1,18 +1,11 @@
-"""One app launch as one record: `AppSession`, what `run` and `optimize` (and the other apps) start from.
+"""One app launch as one record: `AppSession`, what `run` and `optimize` start from.
 
-`open_session(command, given, validate, ...)` does, in this order, what every app did by hand: mask
-the secrets of the composed config (`secret_guard.protect`: Hydra's saved files scrubbed, logs and the
-console masked), pick the run folder and the config to use (`folder_of`: a fresh output folder, or a
-resumed run's folder and its saved config), validate that config into the app's typed record (every
-key checked before anything is built; a `ConfigError` naming the full key), point the MLflow client's
-timeouts where the config says (`configure_cache` points DSPy's response cache, before the first LM
-is built), and create the per-run services (stop
-token, one ledger of calls, retries and failures, local model servers) in one `RunServices`.
-
-Below this point the apps read the typed record (`session.config`) only; `session.source` is the
-composed config as given (secrets still in it), kept for what serialises the whole config (MLflow params,
-the saved `config.json`, the logged dataset source) and never read key by key for a setting. It builds
-no LM or system and does not touch the tracking store (see `experiments.factory`, `session.tracker()`).
+`open_session(command, given, validate, ...)` masks the composed config's secrets (`secret_guard.protect`),
+picks the run folder and the config to use (`folder_of`: a fresh folder, or a resumed run's folder and
+saved config), validates it into the app's typed record, sets the MLflow client's timeouts and creates
+the per-run services (stop token, ledger of calls, retries and failures, local servers: `RunServices`).
+Below it the apps read `session.config` only; `session.source` (the config as given) is for what
+serialises the whole config (MLflow params, config.json). It builds no LM and touches no store.
 """
 
 from __future__ import annotations

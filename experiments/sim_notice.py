@@ -1,14 +1,9 @@
 """Say loudly when a run's numbers come from the test world: the stand-in LM on a real dataset.
 
-The stand-in LM (`lm` backend `sim`) answers and judges from the simulated world's rules; on the
-simulated dataset that is the offline default, on a real dataset (LoCoMo, LongMemEval) it still runs
-end to end but its scores (mem0 on the LoCoMo subset: 6.0% judge accuracy) measure the test world, not a model.
-`stand_in_notice(config)` (a validated app config) is the one sentence that says so (None when the
-numbers are not test-world
-numbers on real data); `stand_in_tags(config)` are the MLflow tags of every run: `memtrace.test_world`
-(`true` whenever the stand-in answers or judges) and, with the notice, `memtrace.test_world.note`.
-The apps print the notice as a WARNING at the start and the end, tag the run and put it on report.html
-as a banner. This module decides nothing else and prints nothing.
+On LoCoMo or LongMemEval the stand-in LM (`lm` backend `sim`) still runs end to end, but its scores
+measure the test world, not a model. `stand_in_notice(config)` is the one sentence that says so (None
+otherwise); `stand_in_tags(config)` are every run's MLflow tags (`memtrace.test_world`, and the note).
+The apps print the notice at start and end, tag the run and put it on report.html. It prints nothing.
 """
 
 from __future__ import annotations
