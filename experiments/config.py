@@ -1,22 +1,18 @@
 """The schemas of the apps' configs and the one place a composed config is validated.
 
 `RunConfig`, `OptimizeConfig`, `AttributeConfig`, `ReportConfig`, `StagesConfig`, `ExportConfig`,
-`UploadConfig` and `CompareConfig` are the frozen app-config records of
-`conf/{run,optimize,attribute,report,stages,export,upload,compare}.yaml`. Their top-level fields (`seed`,
-`workers`, `split`, `splits`, `evaluation`, `loop`, `tracking`, ...) have THE defaults (the YAML files only
-select groups and wire interpolations; `conf/__init__.py` composes the tree from these defaults). Their
-group fields hold each group's validated record, parsed once by its registry's schema: `lm`
-(`LMSetConfig`: a per-backend record per role), `embedder` (`EmbedderConfig`), and, as `Chosen(name,
-settings)`, `memory_system` (the system's knobs record), `dataset` (`pipeline.data.registry`; its `kind`),
-`optimizer` (`optimizers.registry`) and `attributor` (`pipeline.analysis.attribution.registry`).
-`validated_run(plain)` etc. return that one record, or raise a `ConfigError` naming the full key for an
-unknown key, a wrong type or an out-of-range value (every failing key at once). Nothing below
-validation reads the composed mapping for a setting; nothing here builds or runs anything.
+`UploadConfig` and `CompareConfig` are the frozen records of `conf/<app>.yaml`; their fields hold THE
+defaults (`conf/__init__.py` composes the tree from them). A group field holds the record its
+registry's schema parses: `lm` (`LMSetConfig`), `embedder` (`EmbedderConfig`) and, as `Chosen(name,
+settings)`, `memory_system`, `dataset`, `optimizer` and `attributor`. `validated_run(plain)` etc.
+return that record or raise one `ConfigError` naming every failing key (unknown, wrong type, out of
+range). Nothing below validation reads the composed mapping; nothing here builds or runs anything.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -51,9 +47,7 @@ R = TypeVar("R")
 
 @dataclass(frozen=True)
 class Chosen(Generic[R]):
-    """A group whose option is picked by name (`memory_system`, `dataset`, `optimizer`, `attributor`): the
-    option's name (`name`, or the dataset's `kind`) and its validated settings record (knobs, dataset config,
-    optimizer or attributor settings)."""
+    """A group whose option is picked by name: the option's name (a dataset's `kind`) and its settings record."""
 
     name: str
     settings: R
@@ -73,22 +67,17 @@ LINEAGE = Chosen("lineage", attributor_settings({"name": "lineage"}))
 
 @dataclass(frozen=True)
 class TrackingConfig:
-    """MLflow tracking: the store URI, the experiment name, and how long a tracking server may keep a
-    request waiting (`timeout_s`, per request) and how often a failed request is retried (`max_retries`)
-    before the command gives up (`pipeline.tracking.store_access.configure_tracking_client`). `traces`:
-    whether `memtrace run` logs each answered question as an MLflow trace with its blame assessment, at
-    most `max_traces` per run (`pipeline.tracking.traces`), and `memtrace optimize` each iteration's
-    train failures into the iteration's nested run, at most `max_traces_per_iteration` (and never more
-    than `max_traces`, so MEMTRACE_MAX_TRACES=0 turns both off)."""
+    """MLflow tracking: store, experiment, per-request timeout and retries (`configure_tracking_client`),
+    and the questions logged as MLflow traces (`pipeline.tracking.traces`)."""
 
     __pydantic_config__ = _STRICT
     uri: str
     experiment: str = "memtrace"
-    timeout_s: float = 10.0
-    max_retries: int = 2
+    timeout_s: float = 10.0  # how long a tracking server may keep one request waiting
+    max_retries: int = 2  # retries of a failed request before the command gives up
     traces: bool = True  # `run`: each answered question as an MLflow trace with its blame (pipeline.tracking.traces)
     max_traces: int = 100  # ... at most this many per run (dataset order; conf: MEMTRACE_MAX_TRACES)
-    max_traces_per_iteration: int = 20  # `optimize`: train failures traced per iteration (at most max_traces)
+    max_traces_per_iteration: int = 20  # `optimize`: train failures per iteration's run (at most max_traces)
 
     def __post_init__(self) -> None:
         require(self, max_retries=(0, 10), max_traces=(0, None), max_traces_per_iteration=(0, None))
@@ -224,10 +213,8 @@ class OptimizeConfig(_AppConfig):
 
 @dataclass(frozen=True, kw_only=True)
 class AttributeConfig:
-    """`memtrace attribute`: attribute the failures of a saved (`run_dir`) or logged (`run_id`) run.
-
-    The dataset, memory system, embedder, excluded categories and prompts come from the source run's
-    saved config when it has one (`use_run_config`); these keys are the fallback."""
+    """`memtrace attribute`; its dataset, system, embedder and evaluation are the fallback of the source
+    run's own (`use_run_config`)."""
 
     lm: LMGroup
     embedder: EmbedderGroup
@@ -259,9 +246,7 @@ class AttributeConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class ReportConfig(AttributeConfig):
-    """`memtrace report`: write report.html for a saved (`run_dir`) or logged (`run_id`) run. Its failures
-    are attributed (the configured attributor) unless the run saved attributions.json; with `log` and a
-    `run_id` the page is logged as an artifact of that run."""
+    """`memtrace report` of a saved (`run_dir`) or logged (`run_id`) run."""
 
     log: bool = True  # log report.html as an artifact of the source run (run_id only)
     title: str | None = None
@@ -285,8 +270,7 @@ class StagesConfig:
 
 @dataclass(frozen=True)
 class CompareConfig:
-    """The lab's comparison (`python -m memtrace_loop.experiments.lab.compare`, `conf/compare.yaml`): the runs
-    of a multirun directory (`sweep_dir`), or of the whole experiment."""
+    """The lab's comparison (`experiments.lab.compare`, `conf/compare.yaml`) of a sweep's runs."""
 
     __pydantic_config__ = _STRICT
     tracking: TrackingConfig
@@ -372,9 +356,8 @@ def _groups(plain: Mapping[str, Any], schema: type) -> tuple[dict[str, object], 
 
 
 def _validated(schema: type[T], plain: Mapping[str, Any]) -> T:
-    """`plain` as `schema`, each group node replaced by its registry's record; every failing key is named
-    (a value set once and interpolated elsewhere, like `seed`, is named at each place it lands, the
-    top-level key first)."""
+    """`plain` as `schema`, each group node replaced by its registry's record; every failing key named
+    (an interpolated value like `seed` at each place it lands, the top-level key first)."""
     errors: list[str] = []
     config: T | None = None
     try:
@@ -389,33 +372,11 @@ def _validated(schema: type[T], plain: Mapping[str, Any]) -> T:
     return dataclasses.replace(config, **records)  # type: ignore[type-var]
 
 
-def validated_run(plain: Mapping[str, Any]) -> RunConfig:
-    return _validated(RunConfig, plain)
-
-
-def validated_optimize(plain: Mapping[str, Any]) -> OptimizeConfig:
-    return _validated(OptimizeConfig, plain)
-
-
-def validated_attribute(plain: Mapping[str, Any]) -> AttributeConfig:
-    return _validated(AttributeConfig, plain)
-
-
-def validated_report(plain: Mapping[str, Any]) -> ReportConfig:
-    return _validated(ReportConfig, plain)
-
-
-def validated_stages(plain: Mapping[str, Any]) -> StagesConfig:
-    return _validated(StagesConfig, plain)
-
-
-def validated_compare(plain: Mapping[str, Any]) -> CompareConfig:
-    return parse_config(CompareConfig, plain, "")
-
-
-def validated_export(plain: Mapping[str, Any]) -> ExportConfig:
-    return parse_config(ExportConfig, plain, "")
-
-
-def validated_upload(plain: Mapping[str, Any]) -> UploadConfig:
-    return parse_config(UploadConfig, plain, "")
+validated_run = functools.partial(_validated, RunConfig)
+validated_optimize = functools.partial(_validated, OptimizeConfig)
+validated_attribute = functools.partial(_validated, AttributeConfig)
+validated_report = functools.partial(_validated, ReportConfig)
+validated_stages = functools.partial(_validated, StagesConfig)
+validated_compare = functools.partial(parse_config, CompareConfig, where="")
+validated_export = functools.partial(parse_config, ExportConfig, where="")
+validated_upload = functools.partial(parse_config, UploadConfig, where="")

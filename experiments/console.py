@@ -34,12 +34,9 @@ FILE_LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
 
 
 def setup_logging(level: int = logging.INFO) -> None:
-    """The root logger at `level` writing to a rich console handler and to every file handler already
-    installed (Hydra's job log, `<output dir>/<app>.log`, which gets a plain formatter); any other
-    handler (Hydra's plain console handler) is replaced by the rich one. The log files also get what
-    the app's console printed (`console_layout.ECHO_ATTR` records, kept off the console) and, at DEBUG,
-    our own `memtrace.*` details (the traceback of a failed command). In a multirun job each console line
-    starts with the job's label; the libraries' progress bars and DSPy's call history are off (`app_setup`)."""
+    """The root logger at `level` on a rich console handler (replacing Hydra's) and on Hydra's job log
+    file (plain format; it also gets what the console printed and, at DEBUG, our `memtrace.*` details);
+    console lines of a multirun job start with its label; the libraries' bars and DSPy's history off."""
     root = logging.getLogger()
     files = [h for h in root.handlers if isinstance(h, logging.FileHandler)]
     for file_handler in files:

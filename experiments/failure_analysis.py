@@ -1,25 +1,16 @@
 """Why a run's questions failed: attribute its failures, aggregate blame, diagnose, and save / log the result.
 
-`memtrace run` calls `analyse_failures(result, dataset, attributor, lm, ...)` after its evaluation: every
-failure (outside the excluded categories) is attributed with the configured attributor (lineage by
-default; an LLM attributor's calls count under the `attributor` role of the run's `CallLedger`, because
-its LM is the ledger's counted copy), the blame table is aggregated and the failures are diagnosed
-(`pipeline.analysis.diagnosis`: one LM call on `lm`, none when nothing failed). The `FailureAnalysis`
-it returns knows its files (`write`: attributions.json, blame.json, diagnosis.json, diagnosis.md), its
-metrics (`metrics`: `attribution.*`, `blame.<stage>.share|count`, `diagnosis.ok`) and its MLflow table
-(`tables`: attributions_table.json), so the caller puts them into its artifacts folder and `RunRecord`.
-`write_diagnosis` writes the two diagnosis files alone (what `memtrace optimize` logs).
+`analyse_failures(result, dataset, attributor, lm, ...)` (`memtrace run`, after its evaluation)
+attributes every scored failure with the configured attributor (an LLM attributor's calls count under
+the ledger's `attributor` role), aggregates the blame table and diagnoses the failures
+(`pipeline.analysis.diagnosis`: one LM call, none when nothing failed). The `FailureAnalysis` knows its
+files (`write`), metrics and MLflow table, for the run's artifacts folder and `RunRecord`.
 
-`memtrace optimize` diagnoses with `loop_diagnosis`: the attributed TRAIN failures of the latest iteration
-that attributed any (`LoopResult.iterations`; the attribution the optimizer itself last acted on). This is
-a decision, not an accident: those attributions already exist (no extra attribution calls, no replay on
-the test split, only the one analysis call on `lm`), and the test split stays evaluated once and never
-analysed for the loop. Its limit: when that iteration accepted a candidate, the final prompts differ from
-the ones diagnosed (the title says which iteration it is). A resumed run that ran no new attributing
-iteration gets an empty diagnosis. The analysis call comes after the loop's call tally (`LoopResult.calls`).
-
-An entry-point helper: it neither prints (the console renderables are in `experiments.console`) nor
-talks to MLflow itself.
+`loop_diagnosis` (`memtrace optimize`) diagnoses the attributed TRAIN failures of the latest iteration
+that attributed any, on purpose: those attributions exist already (no extra attribution, no replay on
+test; the test split stays evaluated once and never analysed). When that iteration accepted a
+candidate, the final prompts differ from the ones diagnosed (the title names the iteration); a resumed
+run with no new attributing iteration gets an empty diagnosis. It neither prints nor talks to MLflow.
 """
 
 from __future__ import annotations

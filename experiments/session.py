@@ -14,15 +14,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
-from memtrace_loop.experiments.config import Chosen, TrackingConfig
+from memtrace_loop.experiments.config import OptimizeConfig, RunConfig
 from memtrace_loop.experiments.console_layout import app_console
 from memtrace_loop.experiments.factory import launch_dir
 from memtrace_loop.experiments.output_dirs import app_output_dir
 from memtrace_loop.experiments.secret_guard import protect
 from memtrace_loop.experiments.sim_notice import stand_in_notice
-from memtrace_loop.pipeline.backends.lm import LMSetConfig, configure_cache
+from memtrace_loop.pipeline.backends.lm import configure_cache
 from memtrace_loop.pipeline.backends.local_server import LocalServers
 from memtrace_loop.pipeline.backends.services import RunLedger, RunServices
 from memtrace_loop.pipeline.core.command_line import command_line
@@ -35,25 +35,7 @@ from memtrace_loop.pipeline.tracking.store_access import configure_tracking_clie
 from memtrace_loop.pipeline.tracking.traces import FailureTraces
 from rich.console import Console
 
-__all__ = ["AppSession", "RunAppConfig", "open_session"]
-
-
-class RunAppConfig(Protocol):
-    """What a session needs of an app's validated config (`RunConfig`, `OptimizeConfig`)."""
-
-    @property
-    def tracking(self) -> TrackingConfig: ...
-    @property
-    def cache_dir(self) -> str: ...
-    @property
-    def max_failed_share(self) -> float: ...
-    @property
-    def lm(self) -> LMSetConfig: ...
-    @property
-    def dataset(self) -> Chosen[Any]: ...
-
-
-C = TypeVar("C", bound=RunAppConfig)
+C = TypeVar("C", bound=RunConfig | OptimizeConfig)
 # (the run folder, the composed config to validate): a fresh folder and the config given, by default
 FolderOf = Callable[[Mapping[str, Any], Path], tuple[Path, Mapping[str, Any]]]
 

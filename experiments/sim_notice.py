@@ -8,27 +8,20 @@ The apps print the notice at start and end, tag the run and put it on report.htm
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
 
 from memtrace_loop.pipeline.backends.lm import LMSetConfig
 
 if TYPE_CHECKING:
-    from memtrace_loop.experiments.config import Chosen
+    from memtrace_loop.experiments.config import AttributeConfig, OptimizeConfig, RunConfig
+
+    _Configured = RunConfig | OptimizeConfig | AttributeConfig  # a validated app config with an LM set and dataset
 
 SIM_BACKEND = "sim"
 REAL_DATASET_KINDS = ("locomo", "longmemeval")
 SCORED_ROLES = ("task", "judge")  # the roles whose LM makes the scores: the answers and their verdicts
 TEST_WORLD_TAG = "memtrace.test_world"
 TEST_WORLD_NOTE_TAG = "memtrace.test_world.note"
-
-
-class _Configured(Protocol):
-    """A validated app config (`experiments.config`): its LM set and its dataset."""
-
-    @property
-    def lm(self) -> LMSetConfig: ...
-    @property
-    def dataset(self) -> Chosen[Any]: ...
 
 
 def stand_in_roles(lm: LMSetConfig) -> tuple[str, ...]:
