@@ -29,7 +29,6 @@ from itertools import zip_longest
 from pathlib import Path
 from types import MappingProxyType
 
-from memtrace_loop.experiments.completion import PlainCommand
 from memtrace_loop.experiments.console_layout import app_console
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution
 from memtrace_loop.pipeline.core.case_io import cases_from_json
@@ -76,20 +75,6 @@ def parser() -> argparse.ArgumentParser:
     show.add_argument("--limit", type=int, default=DEFAULT_LIMIT, metavar="N",
                       help=f"failed questions and labels listed per file (default {DEFAULT_LIMIT}; 0: all)")
     return main
-
-
-def completion_command() -> PlainCommand:
-    """The words bash completes for `memtrace graph`, read from the parser itself."""
-    options_by_subcommand: dict[str, tuple[str, ...]] = {}
-    choices_by_option: dict[str, tuple[str, ...]] = {}
-    (subcommands,) = [a for a in parser()._actions if isinstance(a, argparse._SubParsersAction)]
-    for name, sub in subcommands.choices.items():
-        options_by_subcommand[name] = tuple(o for a in sub._actions for o in a.option_strings if o.startswith("--"))
-        for action in sub._actions:
-            if action.option_strings and action.choices:
-                for option in action.option_strings:
-                    choices_by_option[option] = tuple(str(c) for c in action.choices)
-    return PlainCommand("graph", options_by_subcommand, choices_by_option)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

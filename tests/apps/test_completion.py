@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from memtrace_loop.experiments import cli
-from memtrace_loop.experiments.completion import completion_request
+from memtrace_loop.experiments.cli import completion_request
 
 BIN = Path(sys.executable).parent
 COMPLETE = r"""
@@ -82,8 +82,7 @@ def test_the_help_names_every_command_and_how_to_complete():
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="no bash on this machine")
 def test_graph_completes_its_subcommands_options_and_formats_without_asking_hydra(tmp_path):
-    from memtrace_loop.experiments.completion import bash_script
-    from memtrace_loop.experiments.graph_command import completion_command
+    from memtrace_loop.experiments.cli import bash_script, completion_command
 
     done = subprocess.run([str(BIN / "memtrace"), "completion", "bash"], capture_output=True, text=True, timeout=120,
                           check=False)
