@@ -107,9 +107,8 @@ def attribute_saved_run(
     saved: SavedRun, config: AttributeConfig, base_dir: Path, progress: RichProgress | None = None,
     servers: LocalServers | None = None,
 ) -> tuple[Attribution, ...]:
-    """Attribute every failure of `saved` with the attributor `config` selects (the system and judge
-    are built, from `config`, only when an LM is needed: verification or the LLM attributor; a `local`
-    LM is served by `servers`)."""
+    """Attribute every failure of `saved` with the configured attributor (LMs, system and judge built
+    only when one is needed: verification or the LLM attributor)."""
     needs_lm = config.attributor.settings.verify or config.attributor.name == "llm"
     lms = system = judge = None
     if needs_lm:  # the LM stack, imported here: a lineage attribution (`memtrace report`'s default) needs none
@@ -141,8 +140,7 @@ def attribute_saved_run(
 def attribute_graph_files(
     config: AttributeConfig, base_dir: Path, progress: RichProgress | None = None
 ) -> tuple[tuple[ForeignGraph, ...], tuple[Attribution, ...]]:
-    """Attribute the failures held by the graph files `config.graphs` names (another tool's traces:
-    `pipeline.interop.foreign_graphs`); replay cannot run another tool's system, so `verify` is refused."""
+    """Attribute the failures of another tool's graph files (`config.graphs`); `verify` is refused."""
     if config.attributor.settings.verify:
         raise ConfigError("attributor.verify: replay re-runs a memory system of ours; graphs= from another "
                           "tool cannot be replayed (drop attributor.verify=true)")
@@ -162,9 +160,7 @@ def attribute_graph_files(
 
 @dataclass(frozen=True)
 class Attributed:
-    """What the source gave: the effective config, its label, its failures counted, the attributions with
-    their rows (attributions.json), the params to log and the folder of the source run's saved files
-    (None for graph files)."""
+    """What the source gave, attributed (`saved_folder`: the source run's files; None for graph files)."""
 
     config: AttributeConfig
     source: str
@@ -204,8 +200,7 @@ def _attributed(config: AttributeConfig, given: Mapping[str, Any], tracker: Reda
 
 
 def source_run_id(tracker: Tracker, config: AttributeConfig, saved_folder: Path | None) -> str:
-    """The MLflow run of the source: `run_id=`, else the logged run of the saved folder's run record
-    (found by its record id, as `memtrace upload` finds it); "" when there is none."""
+    """The source's MLflow run: `run_id=`, else the run of the saved folder's run record; "" for none."""
     if config.run_id is not None:
         return config.run_id
     if saved_folder is None:
@@ -228,10 +223,8 @@ def record_of(found: Attributed, out_dir: Path, source_run: str, mlflow_run_id: 
 
 
 def link_source(tracker: Tracker, record: AttributionRecord, console: Console, saved_folder: Path | None) -> None:
-    """Make `record` the latest attribution of the source run: in its folder (`saved_folder`, a `run_dir=`)
-    and, when both are logged, as the source MLflow run's `latest_attribution.json` artifact (what `memtrace
-    report run_id=` follows; the source run is one this store holds: `run_id=` was read from it, a
-    `run_dir=`'s was found in it)."""
+    """Make `record` the latest attribution of the source run: in its folder (a `run_dir=`) and, when both
+    are logged, as the source MLflow run's `latest_attribution.json` (what `report run_id=` follows)."""
     if saved_folder is not None:
         console.print(f"Recorded as the latest attribution of {record.source}: "
                       f"{record_latest(saved_folder, record)}")
@@ -311,13 +304,11 @@ def attribute(cfg: DictConfig | Mapping[str, Any], console: Console | None = Non
 
 
 def report_command(config: AttributeConfig, record: AttributionRecord) -> str:
-    """The `memtrace report` line that shows this attribution, as printed from this folder: of the source
-    folder (`run_dir=`), else of this output folder (it names its source; no tracking store needed)."""
+    """The `memtrace report` line that shows this attribution: of the source folder, else of this one."""
     return command_line("memtrace", "report", run_dir=str(config.run_dir or record.folder))
 
 
 def _print_outcome(found: Attributed, blame: BlameTable, metrics: Mapping[str, float], console: Console) -> None:
-    """The blame table (titled with the count `memtrace report` prints too), another tool's operations, replay."""
     attributions = found.attributions
     console.print(blame_table(blame, f"blame per stage of {found.source}: {found.count.line()}"))
     for row in found.rows if found.config.graphs is not None else ():  # another tool's graphs: its op names, ids

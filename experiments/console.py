@@ -98,7 +98,6 @@ def _row(name: str, summary: MetricSummary) -> tuple[str, ...]:
 
 
 def _table(title: str, columns: tuple[str, ...], left: tuple[str, ...]) -> Table:
-    """A table titled `title` with `columns`, those in `left` justified left and the rest right."""
     table = Table(title=title)
     for column in columns:
         table.add_column(column, justify="left" if column in left else "right")
@@ -124,10 +123,8 @@ def counts_line(counts: LMCallCounts) -> str:
 
 
 def calls_table(tally: CallTally, saved: int | None = None, title: str = "LM calls by role") -> Table:
-    """Per role: calls made (the backend received them; failed ones included), served by DSPy's
-    response cache, reused (the same request already answered in this run: not sent again), and tokens
-    of made calls; then the total and, for the loop, the calls reusing built memories saved (never
-    asked of an LM: neither made nor cached)."""
+    """Per role: calls made (failed included), served by DSPy's cache, reused (answered earlier in this
+    run) and tokens; the total and, for the loop, the calls reused memories saved."""
     from memtrace_loop.pipeline.backends.call_count import BUDGET_ROLES  # DSPy's: the apps that call LMs
 
     table = _table(title, ("role", "made", "cached", "reused", "failed", "tokens in", "tokens out"), ("role",))
@@ -146,8 +143,7 @@ def _calls_row(calls: RoleCalls) -> tuple[str, ...]:
 
 
 def reuse_line(tally: CallTally) -> str:
-    """The share of calls reusing the run's replies saved (reused / (made + reused)), for the task role
-    and for all roles: requests already answered in this run, answered again without a call."""
+    """The share of calls the run's reused replies saved, for the task role and all roles."""
     task, total = tally.role("task"), tally.total()
     return (
         f"Reused replies (the same request answered earlier in this run, not sent again): task {task.reused} "
@@ -168,8 +164,7 @@ def budget_line(result: LoopResult, budget_calls: int, counts_cached: bool) -> s
 
 
 def candidate_cost_line(result: LoopResult, min_gain: float) -> str:
-    """What candidates cost in budget calls: screens, whole-dev evaluations, per candidate and per accepted
-    one, and the calls spent until dev first reached 90% of the run's final dev gain."""
+    """What candidates cost in budget calls, and the calls until dev reached 90% of its final gain."""
     costs = candidate_costs(result.history, min_gain)
     to_gain = calls_to_gain(result.history, result.dev_final.report.overall.judge_accuracy)
     line = (
@@ -201,8 +196,7 @@ def _headline(rationale: str, limit: int = 100) -> str:
 
 
 def _checkpointed_dev_start(result: LoopResult) -> str | None:
-    """The dev start cell of a resumed run, from its checkpoint's iteration 0 (overall only: the
-    checkpoint keeps no categories); None when iteration 0 ran in this process or is not in the history."""
+    """A resumed run's dev start cell, from its checkpoint's iteration 0 (overall only); else None."""
     first = result.history[0] if result.history else None
     if first is None or first.iteration != 0 or (result.iterations and result.iterations[0].iteration == 0):
         return None
@@ -210,8 +204,7 @@ def _checkpointed_dev_start(result: LoopResult) -> str | None:
 
 
 def loop_tables(result: LoopResult, system_name: str) -> list[Table]:
-    """Start vs final accuracy per category (dev and test), blame per iteration, accepted candidates;
-    after a resume the dev start is the checkpoint's (overall only)."""
+    """Start vs final accuracy per category (dev and test), blame per iteration, accepted candidates."""
     start_dev = result.iterations[0].dev.report if result.iterations and result.iterations[0].iteration == 0 else None
     reports = {
         "dev start": start_dev,
@@ -266,8 +259,7 @@ def loop_tables(result: LoopResult, system_name: str) -> list[Table]:
 
 
 def blame_table(blame: BlameTable, title: str) -> Table:
-    """Blame per stage, most blamed first: count, weighted share, and how many blames a replay
-    confirmed, refuted or could not check (all 0 when nothing was verified)."""
+    """Blame per stage, most blamed first, with the replay's verdicts on them."""
     columns = ("stage", "tunable", "count", "share %", "weight", "verified", "refuted", "unverif.", "error types")
     table = _table(title, columns, ("stage", "tunable", "error types"))
     for row in blame.rows:
@@ -280,8 +272,7 @@ def blame_table(blame: BlameTable, title: str) -> Table:
 
 
 def diagnosis_panel(diagnosis: Diagnosis, title: str = "diagnosis") -> Panel:
-    """The written analysis of the failures (or why it is missing), as plain text: an LM's words are
-    never read as console markup."""
+    """The written analysis of the failures, as plain text: an LM's words are never read as markup."""
     groups = ", ".join(f"{g.stage}/{g.error_type.removesuffix('Error')} {g.count}" for g in diagnosis.groups[:4])
     counts = f"\n\n{diagnosis.failures} attributed failures: {groups}" if diagnosis.groups else ""
     # the counts in the body, not the subtitle: a subtitle is cut at the panel's width
@@ -300,8 +291,7 @@ def impact_clause(scope: str, impact: FailureImpact, unit: str = "questions") ->
 
 
 def failed_calls_lines(failed: FailedCalls, impacts: dict[str, FailureImpact], unit: str = "questions") -> list[str]:
-    """The console's word on a run with failed LM calls: the count per role, then one line per scored
-    evaluation (scope -> impact). Nothing when no call finally failed."""
+    """A run's finally failed LM calls per role, then one line per scored evaluation; none without."""
     if not failed:
         return []
     return [f"Failed LM calls: {failed.summary()}", *(impact_clause(s, i, unit) for s, i in impacts.items())]

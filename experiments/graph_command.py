@@ -179,8 +179,7 @@ def conversion_pairs(source: Path, output: Path) -> list[tuple[Path, Path]]:
 
 
 def convert_one(source: Path, target: Path, to: GraphFormat, labels: RunLabels | None = None) -> Converted:
-    """Read `source`, write it to `target` in `to` (its labels travel in the graph's meta, both ways; into
-    ExecNetwork, `labels` (its run's attributions) of the graph's conversation, when given, replace them)."""
+    """Read `source`, write it to `target` in `to` (into ExecNetwork, `labels` of its run replace its own)."""
     read = read_graph_file(source)
     annotations = labels.annotations_for(read.graph) if labels is not None and to is GraphFormat.EXEC_NETWORK else ()
     write_graph_file(read.graph, target, to, annotations)
@@ -256,8 +255,7 @@ def show(paths: Sequence[str], as_json: bool = False, limit: int = DEFAULT_LIMIT
 
 
 def clip(text: str, width: int) -> str:
-    """`text` on one line (runs of white space as one space), cut to `width` characters (an ellipsis
-    marks the cut)."""
+    """`text` on one line, cut to `width` characters (an ellipsis marks the cut)."""
     flat = " ".join(str(text).split())
     return flat if len(flat) <= width else flat[: max(width - 1, 0)] + "…"
 
@@ -294,8 +292,7 @@ def summary_blocks(summary: GraphSummary, width: int, limit: int = DEFAULT_LIMIT
 
 
 def listing(title: str, entries: list[tuple[str, list[str]]], width: int, limit: int) -> list[Text | Table]:
-    """A bold title, then up to `limit` entries (0: all), each a head line and indented lines clipped to
-    `width`, then how many were left out."""
+    """A bold title, up to `limit` entries (0: all) clipped to `width`, then how many were left out."""
     shown = entries if limit <= 0 else entries[:limit]
     text_width = max(width - 6, 20)
     blocks: list[Text | Table] = [Text(title, style="bold")]

@@ -144,11 +144,9 @@ def run_app(
 
 
 class JobExit(Exception):
-    """A sweep job's exit code on its way back from a pool worker. Hydra's `run_job` records it as the
-    job's failure, so the pool is not aborted and the other jobs run to their end (an abort would kill
-    a job before its MLflow run is ended); it is unpickled in the launching process as
-    `SystemExit(code)`, which Hydra's sweeper raises once the batch has ended: the sweep exits with the
-    job's code, before the comparison callback."""
+    """A sweep job's exit code on its way back from a pool worker: Hydra records the job as failed (the
+    pool is not aborted), and it is unpickled in the launcher as `SystemExit(code)`, raised once the
+    batch has ended, before the comparison callback."""
 
     def __init__(self, code: int) -> None:
         super().__init__(code)
@@ -159,8 +157,7 @@ class JobExit(Exception):
 
 
 def in_pool_worker() -> bool:
-    """Whether this process is a worker of a multiprocessing/loky pool (a sweep's job under the joblib
-    launcher): its exit must travel back to the pool as an exception, not as a dead process."""
+    """Whether this process is a pool worker (a sweep's job under joblib): its exit travels back as an exception."""
     return multiprocessing.current_process().name != "MainProcess"
 
 
@@ -180,10 +177,8 @@ def sweep_stopped() -> bool:
 
 
 class SweepStop(Callback):
-    """A Hydra callback: while a sweep's jobs run in other processes (`hydra/launcher=parallel|joblib`),
-    the first SIGINT/SIGTERM in the launching process is logged and waited out (each job, signalled
-    too, ends its run and keeps its checkpoint) and `<sweep dir>/.stopped` is written, so the jobs the
-    pool starts afterwards stop at once (`sweep_stopped`); the second raises `KeyboardInterrupt`."""
+    """A Hydra callback: with the jobs in other processes (joblib), the launcher's first SIGINT/SIGTERM is
+    waited out and `<sweep dir>/.stopped` written, so jobs started afterwards stop at once."""
 
     def __init__(self) -> None:
         self._previous: dict[int, Any] = {}
