@@ -80,8 +80,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("memtrace.attribute")
 
-ATTRIBUTIONS_FILE = RunFolder.ATTRIBUTIONS
-BLAME_FILE = RunFolder.BLAME
 FROM_SOURCE = ("dataset", "memory_system", "embedder", "evaluation")  # taken from the source run's config
 PARENT_TAG = "mlflow.parentRunId"  # the MLflow UI lists a run under the run this tag names
 
@@ -254,8 +252,8 @@ def attribute(cfg: DictConfig | Mapping[str, Any], console: Console | None = Non
     config, attributions, rows = found.config, found.attributions, found.rows
     elapsed = time.perf_counter() - started
     blame = aggregate_blame(attributions)
-    attributions_path = out_dir / ATTRIBUTIONS_FILE
-    blame_path = out_dir / BLAME_FILE
+    attributions_path = out_dir / RunFolder.ATTRIBUTIONS
+    blame_path = out_dir / RunFolder.BLAME
     attributions_path.write_text(scrub(json.dumps(rows, indent=1, ensure_ascii=False), secrets), encoding="utf-8")
     blame_path.write_text(json.dumps(blame.as_rows(), indent=2), encoding="utf-8")
     metrics = {**attribution_metrics(attributions), names.ELAPSED_S: elapsed}

@@ -20,7 +20,6 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import dspy
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor, TracedRun, attribute_run
@@ -31,7 +30,7 @@ from memtrace_loop.pipeline.core.records import CaseResult, Dataset
 from memtrace_loop.pipeline.core.run_folder import RunFolder
 from memtrace_loop.pipeline.core.stop import StopToken
 from memtrace_loop.pipeline.loop.optimization import LoopResult
-from memtrace_loop.pipeline.loop.runner import RunResult
+from memtrace_loop.pipeline.loop.runner import ProgressSink, RunResult
 from memtrace_loop.pipeline.tracking import metric_names as names
 from memtrace_loop.pipeline.tracking.run_logging import (
     attribution_columns,
@@ -39,18 +38,6 @@ from memtrace_loop.pipeline.tracking.run_logging import (
     attribution_rows,
     scrub,
 )
-
-ATTRIBUTIONS_FILE = RunFolder.ATTRIBUTIONS
-BLAME_FILE = RunFolder.BLAME
-DIAGNOSIS_JSON = RunFolder.DIAGNOSIS_JSON
-DIAGNOSIS_MD = RunFolder.DIAGNOSIS_MD
-ATTRIBUTIONS_TABLE = RunFolder.ATTRIBUTIONS_TABLE
-
-
-class PhaseProgress(Protocol):
-    def begin(self, phase: str, total: int) -> None: ...
-
-    def advance(self, phase: str, amount: int = 1) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -78,18 +65,18 @@ class FailureAnalysis:
         """The attribution table for the run record (none when nothing was attributed)."""
         if not self.attributions:
             return {}
-        return {ATTRIBUTIONS_TABLE: attribution_columns(self.attributions, secrets)}
+        return {RunFolder.ATTRIBUTIONS_TABLE: attribution_columns(self.attributions, secrets)}
 
     def write(self, directory: Path, secrets: Iterable[str] = ()) -> list[Path]:
         """attributions.json, blame.json, diagnosis.json and diagnosis.md in `directory` (secrets masked)."""
         secrets = tuple(secrets)
         directory.mkdir(parents=True, exist_ok=True)
-        attributions = directory / ATTRIBUTIONS_FILE
+        attributions = directory / RunFolder.ATTRIBUTIONS
         attributions.write_text(
             scrub(json.dumps(attribution_rows(self.attributions), indent=1, ensure_ascii=False), secrets),
             encoding="utf-8",
         )
-        blame = directory / BLAME_FILE
+        blame = directory / RunFolder.BLAME
         blame.write_text(scrub(json.dumps(self.blame.as_rows(), indent=2, ensure_ascii=False), secrets),
                          encoding="utf-8")
         return [attributions, blame, *write_diagnosis(directory, self.diagnosis, secrets)]
@@ -99,16 +86,16 @@ def write_diagnosis(directory: Path, diagnosis: Diagnosis, secrets: Iterable[str
     """diagnosis.json (`Diagnosis.to_dict`) and diagnosis.md in `directory`, secrets masked."""
     secrets = tuple(secrets)
     directory.mkdir(parents=True, exist_ok=True)
-    as_json = directory / DIAGNOSIS_JSON
+    as_json = directory / RunFolder.DIAGNOSIS_JSON
     as_json.write_text(scrub(json.dumps(diagnosis.to_dict(), indent=1, ensure_ascii=False), secrets), encoding="utf-8")
-    as_md = directory / DIAGNOSIS_MD
+    as_md = directory / RunFolder.DIAGNOSIS_MD
     as_md.write_text(scrub(diagnosis.markdown(), secrets), encoding="utf-8")
     return [as_json, as_md]
 
 
 def attribute_result(
     result: RunResult, dataset: Dataset, attributor: Attributor, exclude_categories: Iterable[int] = (),
-    progress: PhaseProgress | None = None, stop: StopToken | None = None,
+    progress: ProgressSink | None = None, stop: StopToken | None = None,
 ) -> tuple[tuple[Attribution, ...], BlameTable]:
     """The attributions of every failure of `result` (outside `exclude_categories`) and their blame table.
     `stop` is checked after each case (an interruption stops the attribution, not just the next LM call)."""
@@ -131,7 +118,7 @@ def attribute_result(
 
 def analyse_failures(
     result: RunResult, dataset: Dataset, attributor: Attributor, lm: dspy.BaseLM | None,
-    exclude_categories: Iterable[int] = (), progress: PhaseProgress | None = None, stop: StopToken | None = None,
+    exclude_categories: Iterable[int] = (), progress: ProgressSink | None = None, stop: StopToken | None = None,
 ) -> FailureAnalysis:
     """Attribute, blame and diagnose the failures of `result` (the diagnosis's analysis is written by `lm`)."""
     excluded = tuple(exclude_categories)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-from memtrace_loop.experiments.attribute import ATTRIBUTIONS_FILE, attribute_saved_run, effective_config
+from memtrace_loop.experiments.attribute import attribute_saved_run, effective_config
 from memtrace_loop.experiments.config import ReportConfig, validated_report
 from memtrace_loop.experiments.console import setup_logging
 from memtrace_loop.experiments.console_layout import app_console
@@ -67,13 +67,13 @@ def downloaded_latest(tracker: Tracker, run_id: str, folder: Path) -> None:
         held = tracker.get_run(record.mlflow_run_id).artifacts
     except RunNotFoundError:
         held = ()
-    if ATTRIBUTIONS_FILE not in held:
+    if RunFolder.ATTRIBUTIONS not in held:
         logger.warning("run %s: its latest attribution, MLflow run %r, is gone or holds no %s; showing the run's "
-                       "own attributions", run_id, record.mlflow_run_id, ATTRIBUTIONS_FILE)
+                       "own attributions", run_id, record.mlflow_run_id, RunFolder.ATTRIBUTIONS)
         pointer.unlink()
         return
     target.mkdir(parents=True, exist_ok=True)
-    for name in (ATTRIBUTIONS_FILE, RunFolder.BLAME):
+    for name in (RunFolder.ATTRIBUTIONS, RunFolder.BLAME):
         if name in held:
             tracker.download_artifact(record.mlflow_run_id, name, target)
     write_record(pointer, replace(record, folder=str(target)))
@@ -99,7 +99,7 @@ def source_of(config: ReportConfig, tracker: Tracker | None, out_dir: Path, base
         folder = RunFolder(out_dir).source
         saved = download_saved_run(tracker, config.run_id, folder)
         logged = tracker.get_run(config.run_id).artifacts
-        for name in (ATTRIBUTIONS_FILE, RunFolder.BLAME):
+        for name in (RunFolder.ATTRIBUTIONS, RunFolder.BLAME):
             if name in logged:
                 tracker.download_artifact(config.run_id, name, folder)
         downloaded_latest(tracker, config.run_id, folder)
