@@ -7,6 +7,11 @@ registry's schema parses: `lm` (`LMSetConfig`), `embedder` (`EmbedderConfig`) an
 settings)`, `memory_system`, `dataset`, `optimizer` and `attributor`. `validated_run(plain)` etc.
 return that record or raise one `ConfigError` naming every failing key (unknown, wrong type, out of
 range). Nothing below validation reads the composed mapping; nothing here builds or runs anything.
+
+`stand_in_notice(config)` is the one sentence saying a run's numbers come from the test world (the
+stand-in LM, backend `sim`, on LoCoMo or LongMemEval: scores of the world's rules, not of a model; None
+otherwise); `stand_in_tags(config)` are every run's MLflow tags of it. The apps print the notice at
+start and end, tag the run and put it on report.html.
 """
 
 from __future__ import annotations
@@ -380,3 +385,37 @@ validated_stages = functools.partial(_validated, StagesConfig)
 validated_compare = functools.partial(parse_config, CompareConfig, where="")
 validated_export = functools.partial(parse_config, ExportConfig, where="")
 validated_upload = functools.partial(parse_config, UploadConfig, where="")
+
+
+SIM_BACKEND = "sim"
+REAL_DATASET_KINDS = ("locomo", "longmemeval")
+SCORED_ROLES = ("task", "judge")  # the roles whose LM makes the scores: the answers and their verdicts
+TEST_WORLD_TAG = "memtrace.test_world"
+TEST_WORLD_NOTE_TAG = "memtrace.test_world.note"
+
+
+def stand_in_roles(lm: LMSetConfig) -> tuple[str, ...]:
+    """The scored roles (`task`, `judge`) whose LM is the stand-in (`backend: sim`)."""
+    return tuple(role for role in SCORED_ROLES if getattr(lm, role).backend == SIM_BACKEND)
+
+
+def stand_in_notice(config: RunConfig | OptimizeConfig | AttributeConfig) -> str | None:
+    """The warning for the stand-in LM on a real dataset (None otherwise)."""
+    kind = config.dataset.name
+    roles = stand_in_roles(config.lm)
+    if kind not in REAL_DATASET_KINDS or not roles:
+        return None
+    return (
+        f"TEST WORLD: the stand-in LM (lm backend 'sim', role(s) {', '.join(roles)}) runs on the benchmark "
+        f"dataset '{kind}': every score here comes from the simulated test world, not from a language "
+        "model. Use a real model (e.g. lm=openai with your endpoint) to measure one."
+    )
+
+
+def stand_in_tags(config: RunConfig | OptimizeConfig | AttributeConfig) -> dict[str, str]:
+    """`memtrace.test_world` (true when the stand-in answers or judges) and, on real data, the notice."""
+    tags = {TEST_WORLD_TAG: str(bool(stand_in_roles(config.lm))).lower()}
+    notice = stand_in_notice(config)
+    if notice is not None:
+        tags[TEST_WORLD_NOTE_TAG] = notice
+    return tags

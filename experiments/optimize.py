@@ -22,7 +22,7 @@ from typing import Any
 import dspy
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from memtrace_loop.experiments.config import OptimizeConfig, validated_optimize
+from memtrace_loop.experiments.config import OptimizeConfig, stand_in_tags, validated_optimize
 from memtrace_loop.experiments.console import (
     RichProgress,
     budget_line,
@@ -52,7 +52,6 @@ from memtrace_loop.experiments.output_dirs import app_output_dir
 from memtrace_loop.experiments.output_dirs import run_name as sweep_run_name
 from memtrace_loop.experiments.secret_guard import guarded
 from memtrace_loop.experiments.session import AppSession, open_session
-from memtrace_loop.experiments.sim_notice import stand_in_tags
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.memory_systems.registry import spec_of
 from memtrace_loop.optimizers.base import Optimizer

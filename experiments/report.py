@@ -20,14 +20,13 @@ from typing import Any
 
 import hydra
 from memtrace_loop.experiments.attribute import attribute_saved_run, effective_config
-from memtrace_loop.experiments.config import ReportConfig, validated_report
+from memtrace_loop.experiments.config import ReportConfig, stand_in_notice, validated_report
 from memtrace_loop.experiments.console import setup_logging
 from memtrace_loop.experiments.console_layout import app_console
 from memtrace_loop.experiments.factory import launch_dir, resolve, to_plain
 from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.experiments.output_dirs import app_output_dir
 from memtrace_loop.experiments.secret_guard import guarded, protect
-from memtrace_loop.experiments.sim_notice import stand_in_notice
 from memtrace_loop.pipeline.core.run_folder import RunFolder
 from memtrace_loop.pipeline.data.reader import DataError
 from memtrace_loop.pipeline.report.attribution_record import (

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import dspy
 import hydra
-from memtrace_loop.experiments.config import RunConfig, validated_run
+from memtrace_loop.experiments.config import RunConfig, stand_in_tags, validated_run
 from memtrace_loop.experiments.console import (
     RichProgress,
     blame_table,
@@ -41,7 +41,6 @@ from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.experiments.output_dirs import run_name as sweep_run_name
 from memtrace_loop.experiments.secret_guard import guarded
 from memtrace_loop.experiments.session import AppSession, open_session
-from memtrace_loop.experiments.sim_notice import stand_in_tags
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
 from memtrace_loop.pipeline.backends.embeddings import build_embedder

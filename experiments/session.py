@@ -16,12 +16,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
-from memtrace_loop.experiments.config import OptimizeConfig, RunConfig
+from memtrace_loop.experiments.config import OptimizeConfig, RunConfig, stand_in_notice
 from memtrace_loop.experiments.console_layout import app_console
 from memtrace_loop.experiments.factory import launch_dir
 from memtrace_loop.experiments.output_dirs import app_output_dir
 from memtrace_loop.experiments.secret_guard import protect
-from memtrace_loop.experiments.sim_notice import stand_in_notice
 from memtrace_loop.pipeline.backends.lm import configure_cache
 from memtrace_loop.pipeline.backends.local_server import LocalServers
 from memtrace_loop.pipeline.backends.services import RunLedger, RunServices
