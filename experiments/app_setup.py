@@ -22,10 +22,6 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from memtrace_loop.pipeline.core.redaction import is_secret_name, key_like, redact
 
-__all__ = [
-    "ENV_DATASETS_PROGRESS", "ENV_MLFLOW_PROGRESS", "job_label", "log_prefix", "no_lm_history", "quiet_progress_bars",
-]
-
 ENV_MLFLOW_PROGRESS = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 ENV_DATASETS_PROGRESS = "HF_DATASETS_DISABLE_PROGRESS_BARS"  # read once, when `datasets` is imported
 

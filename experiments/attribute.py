@@ -84,7 +84,6 @@ FROM_SOURCE = ("dataset", "memory_system", "embedder", "evaluation")  # taken fr
 PARENT_TAG = "mlflow.parentRunId"  # the MLflow UI lists a run under the run this tag names
 
 
-
 def merged_source(given: Mapping[str, Any], saved: SavedRun, use_run_config: bool) -> dict[str, Any]:
     """This command's composed config with the source run's dataset, system, embedder and evaluation nodes."""
     merged = dict(given)

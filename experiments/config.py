@@ -120,24 +120,19 @@ class EvaluationConfig:
 
 @dataclass(frozen=True)
 class LoopConfig:
-    """The closed loop's budget and gate (defaults: `LoopSettings`, the loop's own record)."""
+    """The closed loop's budget and gate (defaults and meaning: `LoopSettings`, the loop's own record)."""
 
     __pydantic_config__ = _STRICT
-    max_iterations: int = LoopSettings.max_iterations  # the budget in iterations
-    max_candidates: int = LoopSettings.max_candidates  # candidates evaluated on dev per iteration
+    max_iterations: int = LoopSettings.max_iterations
+    max_candidates: int = LoopSettings.max_candidates
     patience: int = LoopSettings.patience  # iterations without an accepted candidate before stopping
-    min_gain: float = LoopSettings.min_gain  # paired dev-accuracy gain a candidate needs to be accepted
-    # task + rewriter + attributor LM calls (judge calls excluded); 0: no budget. The loop starts no step
-    # once it is spent; the step that crosses it is finished; the final test evaluation is outside it.
+    min_gain: float = LoopSettings.min_gain
+    # the loop starts no step once it is spent; the step that crosses it is finished; test is outside it
     budget_calls: int = LoopSettings.budget_calls
-    budget_counts_cached: bool = LoopSettings.budget_counts_cached  # calls DSPy's cache served count too
-    # with attributor.verify: train failures checked by replay per iteration, a sample over the blamed
-    # stages (replays count in the budget); null: every failure
-    verify_cases: int | None = LoopSettings.verify_cases
-    # train conversations each incumbent is evaluated and attributed on, the next ones of a seeded order
-    # after each accepted candidate (pipeline/data/splits.py, train_part); 0: all of train
+    budget_counts_cached: bool = LoopSettings.budget_counts_cached
+    verify_cases: int | None = LoopSettings.verify_cases  # with attributor.verify; replays count in the budget
+    # the next ones of a seeded order after each accepted candidate (pipeline/data/splits.py, train_part)
     train_conversations: int = LoopSettings.train_conversations
-    # candidate screening (pipeline/loop/screening.py): enabled, guard_fraction, min_guard, audit
     screen: ScreenSettings = field(default_factory=ScreenSettings)
 
     def __post_init__(self) -> None:
@@ -248,7 +243,6 @@ class AttributeConfig:
             raise ValueError("stage_map= names the stages of graphs=<files>; a run of ours has its stages")
 
 
-
 @dataclass(frozen=True, kw_only=True)
 class ReportConfig(AttributeConfig):
     """`memtrace report` of a saved (`run_dir`) or logged (`run_id`) run."""
@@ -262,6 +256,7 @@ class ReportConfig(AttributeConfig):
         require(self, max_nodes=(1, None))
         if self.graphs is not None:
             raise ValueError("graphs= is for `memtrace attribute`; a report needs a run (run_id= or run_dir=)")
+
 
 @dataclass(frozen=True)
 class StagesConfig:

@@ -129,7 +129,6 @@ def analyse_failures(
     return FailureAnalysis(attributions, blame, diagnosis, attributor.name, failures, time.perf_counter() - started)
 
 
-
 def loop_diagnosis(result: LoopResult, lm: dspy.BaseLM | None) -> tuple[int | None, Diagnosis]:
     """(iteration, diagnosis) of the train failures of the latest iteration of `result` that attributed
     any (see the module doc); (None, empty diagnosis) when no iteration did."""

@@ -149,8 +149,6 @@ def run_labels(path: Path) -> RunLabels | None:
     return RunLabels(chosen.record, MappingProxyType({k: tuple(v) for k, v in grouped.items()}))
 
 
-
-
 @dataclass(frozen=True)
 class Converted:
     source: Path

@@ -223,4 +223,3 @@ def _exit_now(code: int) -> None:
         with suppress(Exception):
             stream.flush()
     os._exit(code)
-

@@ -488,4 +488,3 @@ def main(cfg: DictConfig) -> float:
     setup_logging()
     outcome = run_app("optimize", lambda stop: optimize(cfg, stop=stop), lambda: secret_values(to_plain(cfg)))
     return float(outcome["test_final"])
-

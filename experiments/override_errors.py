@@ -188,6 +188,3 @@ def _no_option(group: str, option: str, options: Sequence[str]) -> str:
     found = difflib.get_close_matches(option, list(options), n=1, cutoff=_NEAR)
     hint = f"did you mean {group}={found[0]}? " if found else ""
     return f"no such option for config group {group!r}; {hint}(options: {', '.join(options)})"
-
-
-__all__ = ["Schema", "override_error", "refuse_misspelt_overrides"]

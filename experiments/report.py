@@ -52,7 +52,6 @@ from rich.console import Console
 logger = logging.getLogger("memtrace.report")
 
 
-
 def downloaded_latest(tracker: Tracker, run_id: str, folder: Path) -> None:
     """The logged run's latest attribution brought into `folder` (the run's download) as a local pointer:
     the record the attribute run left in the source run (`latest_attribution.json`) and that attribute

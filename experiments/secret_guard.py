@@ -31,7 +31,6 @@ from memtrace_loop.pipeline.core.redaction import (
     config_secrets,
     install_secret_filter,
     key_values,
-    redact,
     refuse,
     scrub_files,
     secret_override,
@@ -39,9 +38,6 @@ from memtrace_loop.pipeline.core.redaction import (
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-__all__ = ["guarded", "known_secrets", "protect", "protect_console", "redact", "refuse_secret_overrides",
-           "scrub_hydra_output", "unguarded"]
 
 USE_KEY_VARIABLE = ("put the key in an environment variable and name it with api_key_env "
                     "(e.g. lm.task.api_key_env=OPENAI_API_KEY)")

@@ -65,4 +65,3 @@ def upload(cfg: DictConfig, console: Console | None = None) -> Upload:
 def main(cfg: DictConfig) -> None:
     setup_logging()
     run_app("upload", lambda _stop: upload(cfg))
-
