@@ -33,9 +33,8 @@ echo_logger = logging.getLogger("memtrace.console")
 
 
 def app_console(echo: bool = True) -> Console:
-    """The console an app prints with: as wide as the terminal (80 columns, or `COLUMNS`, when the output
-    is a file or a pipe); wide tables as records, long words whole, everything echoed to the log files
-    (unless `echo` is false: after a sweep, the open log file is the last job's)."""
+    """The console an app prints with, fitted to the terminal's width (else `COLUMNS`, else 80) and echoed
+    to the log files (unless `echo` is false: after a sweep, the open log file is the last job's)."""
     width = Console().width  # the terminal's width, else COLUMNS, else 80
     console = Console(width=NO_CROP)  # the hook lays everything out at `width`; nothing is cropped after it
     console.push_render_hook(FitToWidth(width, echo))
@@ -74,8 +73,7 @@ def natural_width(renderable: Table) -> int:
 
 
 def fit(renderable: ConsoleRenderable, width: int) -> ConsoleRenderable:
-    """`renderable` laid out at `width`: a table that does not fit as records, a text wrapped at spaces
-    (a word longer than the line whole on its own line), anything else rendered at most `width` wide."""
+    """`renderable` laid out at `width` (the module doc); anything else rendered at most `width` wide."""
     if isinstance(renderable, Table) and renderable.box is not None and natural_width(renderable) > width:
         return table_as_records(renderable, width)
     if isinstance(renderable, Text):
@@ -88,9 +86,8 @@ COMMAND = re.compile(r"(?:^|(?<=\s))(?:[^\s]*/)?(?:memtrace|mlflow) [a-z].*$")
 
 
 def wrap_words(text: Text, width: int) -> Text:
-    """`text` (styles kept) broken at spaces into lines of at most `width` columns. A word longer than a
-    line is never split, and a command to copy (`memtrace ...` / `mlflow ...` to the end of its line)
-    is kept on one line. Returned unwrappable, so the console prints it as is."""
+    """`text` (styles kept) broken at spaces into lines of at most `width` columns, a long word and a
+    command to copy kept whole; returned unwrappable, so the console prints it as is."""
     lines: list[Text] = []
     for line in text.split("\n", allow_blank=True):
         plain = line.plain
@@ -134,9 +131,8 @@ def table_rows(table: Table) -> tuple[list[str], list[list[str]]]:
 
 
 def pack(items: Iterable[str], width: int, indent: str = INDENT, separator: str = "; ") -> list[str]:
-    """Items joined by `separator` into lines of at most `width` columns, each line after the first
-    starting with `indent`; an item is split (at spaces, never inside a word) only when it is longer
-    than a whole line."""
+    """Items joined by `separator` into lines of at most `width` columns, each starting with `indent`; an
+    item is split (at spaces) only when it is longer than a whole line."""
     lines: list[str] = []
     current = ""
     room = width - len(indent)
@@ -159,8 +155,7 @@ def pack(items: Iterable[str], width: int, indent: str = INDENT, separator: str 
 
 
 def table_as_records(table: Table, width: int) -> Text:
-    """A table too wide for `width` as one record per row: the first cell (with its header), then the
-    other cells as `header: value` items (empty cells left out), packed at `width`."""
+    """A table too wide for `width` as one record per row: the first cell, then `header: value` items."""
     headers, rows = table_rows(table)
     lines: list[str] = []
     if table.title is not None:

@@ -40,8 +40,7 @@ class Schema:
     groups: Mapping[str, tuple[str, ...]]
 
     def suggest(self, key: str, cutoff: float = _NEAR) -> str | None:
-        """The closest key (or, for a top-level name, group) to `key`, as it would be typed: a sibling
-        by its name first, else a key of the same depth under another parent (`lm.taks.model`)."""
+        """The closest key (or group) to `key`: a sibling first, else a key of the same depth elsewhere."""
         parent, _, leaf = key.rpartition(".")
         siblings = {k.rpartition(".")[2]: k for k in self.keys if k.rpartition(".")[0] == parent and "." in k}
         if not parent:

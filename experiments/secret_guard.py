@@ -73,8 +73,7 @@ def _tell_console(secrets: Iterable[str], wrap: bool = True) -> list[RedactingSt
 
 
 def protect_console(argv: Iterable[str] = ()) -> None:
-    """Put `sys.stdout`/`sys.stderr` behind a `RedactingStream` (once) with the secrets visible in argv;
-    until `protect` runs, the overrides' values are not echoed either."""
+    """`sys.stdout`/`sys.stderr` behind a `RedactingStream` (once) with the secrets visible in argv."""
     argv = [a for a in argv if not a.startswith("-")]
     found = [v for a in argv for v in url_credentials(a)]
     for key, _, value in (a.lstrip("+~").partition("=") for a in argv):
@@ -91,9 +90,8 @@ def known_secrets() -> tuple[str, ...]:
 
 
 def guarded(app_main: F) -> F:
-    """For a Hydra app's `main` (on top of `@hydra.main`): started from the command line (no config
-    passed), refuse secret overrides, protect the console and refuse a misspelt override before Hydra
-    parses `sys.argv`. The app's config is the one its `@hydra.main` names (else its module's name)."""
+    """On top of a Hydra app's `@hydra.main`: started from the command line, refuse secret overrides,
+    protect the console and refuse a misspelt override before Hydra parses `sys.argv`."""
     config_name = inspect.getclosurevars(app_main).nonlocals.get("config_name")
     if not isinstance(config_name, str):
         config_name = app_main.__module__.rpartition(".")[2]

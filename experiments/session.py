@@ -71,15 +71,12 @@ class AppSession(Generic[C]):
         return RedactingTracker(MlflowTracker(self.config.tracking.uri), self.secrets)
 
     def configure_cache(self) -> None:
-        """Point DSPy's response cache at the configured folder (before the first LM is built); said in
-        the log only when some LM role uses it (`lm.<role>.cache`)."""
+        """Point DSPy's response cache at the configured folder, before the first LM is built."""
         used = any(lm.cache for lm in self.config.lm.by_role().values())
         configure_cache(self.base_dir / self.config.cache_dir, used=used)
 
     def failure_traces(self) -> FailureTraces | None:
-        """What `optimize` logs per iteration as MLflow traces: its train failures, at most
-        `tracking.max_traces_per_iteration` (and `tracking.max_traces`); None when `tracking.traces` is off
-        or a cap is 0."""
+        """The train failures `optimize` logs per iteration as MLflow traces; None when off or capped at 0."""
         tracking = self.config.tracking
         cap = min(tracking.max_traces_per_iteration, tracking.max_traces)
         if not (tracking.traces and cap):
