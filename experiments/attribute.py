@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import hydra
+from memtrace_loop.experiments.app_setup import no_lm_history
 from memtrace_loop.experiments.config import AttributeConfig, validated_attribute
 from memtrace_loop.experiments.console import RichProgress, blame_table, setup_logging
 from memtrace_loop.experiments.console_layout import app_console
@@ -109,12 +110,11 @@ def attribute_saved_run(
     needs_lm = config.attributor.settings.verify or config.attributor.name == "llm"
     lms = system = judge = None
     if needs_lm:  # the LM stack, imported here: a lineage attribution (`memtrace report`'s default) needs none
-        from memtrace_loop.experiments.app_setup import no_lm_history
         from memtrace_loop.pipeline.analysis.judge import make_judge
         from memtrace_loop.pipeline.backends.lm import configure_cache
         from memtrace_loop.pipeline.backends.services import RunServices
 
-        no_lm_history()
+        no_lm_history()  # DSPy is loaded here, after `setup_logging`
         configure_cache(base_dir / config.cache_dir, used=any(lm.cache for lm in config.lm.by_role().values()))
         lms = build_lm_set(config.lm, RunServices(servers=servers))
         system = build_system(config.memory_system, config.embedder)
@@ -146,7 +146,10 @@ def attribute_graph_files(
 
     stage_map = read_stage_map(config.stage_map, base_dir)
     graphs = read_foreign_graphs(resolve(str(config.graphs), base_dir), stage_map)
-    lms = build_lm_set(config.lm, RunServices()) if config.attributor.name == "llm" else None
+    lms = None
+    if config.attributor.name == "llm":
+        no_lm_history()  # DSPy is loaded here, after `setup_logging`
+        lms = build_lm_set(config.lm, RunServices())
     run = foreign_run(graphs)
     attributor = attributor_of(config, lms, None, None)
     if progress is None:
