@@ -115,9 +115,6 @@ class _Failures:
     calls: FailedCalls
     impact: FailureImpact
 
-    def lines(self) -> list[str]:
-        return failed_calls_lines(self.calls, {"eval": self.impact})
-
 
 def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None = None) -> dict[str, object]:
     """`_run` inside the run's local model servers (`lm=local`: started on demand, stopped on the way out)."""
@@ -264,7 +261,7 @@ def _print_summary(session: AppSession[RunConfig], result: RunResult, elapsed: f
     console = session.console
     console.print(calls_table(session.ledger.call_tally(), title="LM calls by role (counted at the LM layer)"))
     console.print(counts_line(result.counts) + f", {elapsed:.1f} s")
-    for line in failed.lines():
+    for line in failed_calls_lines(failed.calls, {"eval": failed.impact}):
         console.print(line, style="bold red", soft_wrap=True, markup=False)
     session.print_mlflow_run(run_id, "Open it with")
     console.print(f"Report: {report} (open it in a browser; also in the MLflow run's artifacts)")
