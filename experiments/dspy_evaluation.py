@@ -26,10 +26,9 @@ from memtrace_loop.pipeline.backends.embeddings import build_embedder
 from memtrace_loop.pipeline.backends.registry import build_lm_set
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.run_folder import RunFolder
+from memtrace_loop.pipeline.data.splits import SPLIT_NAMES
 from memtrace_loop.pipeline.loop.case_runner import LoopCaseRunner
 from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
-
-SPLITS = ("train", "dev", "test")
 
 
 @dataclass(frozen=True)
@@ -43,8 +42,8 @@ class RunEvaluation:
 
 def run_evaluation(run_dir: str | Path, split: str = "test", base_dir: Path | None = None) -> RunEvaluation:
     """The exported system of the optimize run in `run_dir`, ready for `dspy.Evaluate` on `split`."""
-    if split not in SPLITS:
-        raise ConfigError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+    if split not in SPLIT_NAMES:
+        raise ConfigError(f"split must be one of {', '.join(SPLIT_NAMES)}, got {split!r}")
     folder = RunFolder(Path(run_dir))
     try:
         config = validated_optimize(json.loads(folder.config.read_text(encoding="utf-8")))
