@@ -97,7 +97,7 @@ def effective_config(
     given: Mapping[str, Any], saved: SavedRun, use_run_config: bool,
     validate: Callable[[Mapping[str, Any]], AttributeConfig] = validated_attribute,
 ) -> AttributeConfig:
-    """`merged_source`, validated (`validate`: `validated_report` for `memtrace report`'s config)."""
+    """`merged_source`, validated (`validated_report` for `memtrace report`)."""
     return validate(merged_source(given, saved, use_run_config))
 
 

@@ -53,9 +53,8 @@ logger = logging.getLogger("memtrace.report")
 
 
 def downloaded_latest(tracker: Tracker, run_id: str, folder: Path) -> None:
-    """The logged run's latest attribution brought into `folder` (the run's download) as a local pointer:
-    the record the attribute run left in the source run (`latest_attribution.json`) and that attribute
-    run's attributions.json; nothing when there is none, a warning when the attribute run is gone."""
+    """The logged run's latest attribution (`latest_attribution.json` and its attribute run's files)
+    brought into `folder`; a warning when that attribute run is gone."""
     if RunFolder.LATEST_ATTRIBUTION not in tracker.get_run(run_id).artifacts:
         return
     pointer = tracker.download_artifact(run_id, RunFolder.LATEST_ATTRIBUTION, folder)
@@ -111,8 +110,7 @@ def source_of(config: ReportConfig, tracker: Tracker | None, out_dir: Path, base
 
 
 def report(cfg: DictConfig | Mapping[str, Any], console: Console | None = None) -> dict[str, Any]:
-    """Read the run and its latest attribution (attributing when there is none), write (and log)
-    report.html; returns its path, counts and the record of the attribution shown."""
+    """Write (and log) report.html; returns its path, counts and the record of the attribution shown."""
     console = console or app_console()
     base_dir = launch_dir()
     given = to_plain(cfg)
