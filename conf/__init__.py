@@ -2,16 +2,17 @@
 
 Every default lives in a schema record (next to what it configures); `store_schemas()` puts each
 record's defaults into Hydra's ConfigStore under `schema/<group>/<option>` (and `schema/<app>` for the
-top-level keys), and every YAML file starts from its schema node through its defaults list, then only
-selects groups, wires interpolations and sets what differs for that option. So `--cfg job` shows every
-key with its value while each value is written once. Validation is `experiments.config` (at start).
-Importing it also registers the `memtrace.run_id` resolver the output folder names use
-(`experiments.output_dirs`) and `memtrace.compared`, which generates a sweep's list of a group's
-entries from its registry (`experiments.sweep_lists`; `${memtrace.compared:optimizer}` in
-`experiment/compare_optimizers.yaml`).
+top-level keys), and every YAML file starts from its schema node, then only selects groups, wires
+interpolations and sets what differs for that option: `--cfg job` shows every key, each value written
+once. Validation is `experiments.config`. Importing it also registers the resolvers `memtrace.run_id`
+(`experiments.output_dirs`) and `memtrace.compared`: `${memtrace.compared:optimizer}` is the
+comma-separated sweep list of a group's registry entries whose spec says `compare = True`, so a new
+registry line is swept without touching the sweep configs.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from memtrace_loop.experiments.config import (
@@ -26,15 +27,17 @@ from memtrace_loop.experiments.config import (
     UploadConfig,
 )
 from memtrace_loop.experiments.output_dirs import register_resolvers
-from memtrace_loop.experiments.sweep_lists import register_sweep_resolvers
 from memtrace_loop.memory_systems.registry import SYSTEMS, knobs_schema
 from memtrace_loop.optimizers.registry import OPTIMIZERS
 from memtrace_loop.pipeline.analysis.attribution.registry import ATTRIBUTORS
 from memtrace_loop.pipeline.backends.embeddings import HASHING_DIM, EmbedderConfig
 from memtrace_loop.pipeline.backends.registry import LM_BACKENDS
-from memtrace_loop.pipeline.core.config import defaults_of
+from memtrace_loop.pipeline.core.config import ConfigError, defaults_of
+from memtrace_loop.pipeline.core.registry import Registry
 from memtrace_loop.pipeline.data.registry import DATASETS
+from omegaconf import OmegaConf
 
+COMPARED_RESOLVER = "memtrace.compared"
 _GROUPS = ("lm", "embedder", "memory_system", "dataset", "tracking", "optimizer", "attributor")
 
 
@@ -64,6 +67,16 @@ def store_schemas() -> None:
         cs.store(group="schema", name=app, node=_top_level(schema))
 
 
+def compared(group: str) -> str:
+    """The compared names of the registry behind config group `group`, comma-separated."""
+    registries: dict[str, Registry[Any]] = {"memory_system": SYSTEMS, "optimizer": OPTIMIZERS}
+    if group not in registries:
+        raise ConfigError(f"${{{COMPARED_RESOLVER}:{group}}}: no registry for group {group!r} "
+                          f"(available: {', '.join(registries)})")
+    return ",".join(registries[group].compared())
+
+
 store_schemas()
 register_resolvers()
-register_sweep_resolvers()
+if not OmegaConf.has_resolver(COMPARED_RESOLVER):
+    OmegaConf.register_new_resolver(COMPARED_RESOLVER, compared)

@@ -1,23 +1,13 @@
-"""What every app launch sets up in its process, from `console.setup_logging` (the first call of every
-app's `main`): the libraries' own progress bars off, and a sweep job's console log lines labelled.
+"""What every app launch sets up in its process, from `console.setup_logging`:
 
-- `quiet_progress_bars()`: `datasets` draws a bar per file it reads ("Generating train split") and
-  MLflow one per artifact folder it downloads ("Downloading artifacts"); ours (`console.RichProgress`)
-  already shows the work, and theirs interleave with it and with the logs. Both are turned off for the
-  process: `datasets.disable_progress_bars()` (or, before `datasets` is imported, its
-  `HF_DATASETS_DISABLE_PROGRESS_BARS`) and MLflow's `MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR` (a value the
-  user set wins); neither library is imported for it.
-- `no_lm_history()`: DSPy records every LM call, whole prompt and reply, in a global history, in the
-  LM's own and in every calling module's (up to 10,000 entries each); no app reads them. Where a run
-  calls many copies of its stages (replay verification, the rescue oracle) they cost gigabytes and most
-  of the time, for the same numbers (measured: docs/results.md, "Rescue oracle"). Off for the process
-  (`dspy.configure(disable_history=True)`).
-- `job_label()`: in a Hydra multirun, the job's overrides as its folder's name has them (e.g.
-  `memory_system=rag,optimizer=none,seed=0`) but never one that could carry a credential (a URL, a
-  secret-named key, a key-looking value: the label is printed before the app knows its secrets), else
-  its number; None outside a multirun. The parallel launcher
-  (`conf/hydra/launcher/parallel.yaml`) runs jobs in processes that share the terminal, so
-  each console log line starts with its job's label (`log_prefix`).
+- `quiet_progress_bars()`: no bar from `datasets` ("Generating train split") or MLflow's artifact
+  transfers; ours (`console.RichProgress`) show the work (a value the user set wins; neither imported).
+- `no_lm_history()`: DSPy keeps no global history of LM calls (`dspy.configure(disable_history=True)`):
+  nobody reads it, and where a run calls many copies of its stages (replay, the rescue oracle) it costs
+  gigabytes and most of the time (docs/results.md, "Rescue oracle").
+- `job_label()`: a multirun job's overrides as its folder's name has them, never one that could carry
+  a credential, else its number (None outside a multirun); the parallel launcher's jobs share the
+  terminal, so each console log line starts with it (`log_prefix`).
 
 Entry points only: library code never calls this module.
 """
@@ -31,10 +21,6 @@ from collections.abc import Collection
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from memtrace_loop.pipeline.core.redaction import is_secret_name, key_like, redact
-
-__all__ = [
-    "ENV_DATASETS_PROGRESS", "ENV_MLFLOW_PROGRESS", "job_label", "log_prefix", "no_lm_history", "quiet_progress_bars",
-]
 
 ENV_MLFLOW_PROGRESS = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 ENV_DATASETS_PROGRESS = "HF_DATASETS_DISABLE_PROGRESS_BARS"  # read once, when `datasets` is imported

@@ -1,23 +1,16 @@
 """`memtrace attribute`: attribute the failures of a finished run without rerunning it.
 
-The source is a run of `memtrace run`: `run_id=<MLflow run id>` (its cases.json, graphs/, prompts.json
-and config.json artifacts are downloaded through the tracker) or `run_dir=<directory>` (what `memtrace
-run` saved in its output directory). The dataset (for speakers), memory system, embedder, excluded
-categories and prompt set come from the source run's config when it saved one (`use_run_config`);
-the attributor, the LMs and the tracking store from this command's config. With
-`attributor.verify=true` each verdict is checked by a replay that restores memory from the graph
-(no re-ingestion; only the downstream calls are made). Writes attributions.json and blame.json into
-its output directory, prints the blame table and logs both to MLflow as a run tagged
-`memtrace.command=attribute` with `memtrace.source_run_id`.
+The source is `run_id=<MLflow run id>` (its artifacts downloaded), `run_dir=<folder memtrace run
+saved>` or `graphs=<another tool's graph files>`. Dataset, system, embedder, excluded categories and
+prompts come from the source run's config (`use_run_config`); attributor, LMs and tracking from this
+command's. `attributor.verify=true` checks each verdict by a replay that restores memory from the graph.
+Writes attributions.json and blame.json, prints the blame table and logs both to MLflow as a child run
+of the source (`memtrace.command=attribute`, `memtrace.source_run_id`, `mlflow.parentRunId`).
 
-It is the run's latest attribution from then on: `attribution_record.json` in its output directory says
-which attribution it is (attributor, verify, when, source), and the same record goes to the source run as
-`latest_attribution.json`: into its folder (`run_dir=`, written atomically) and, when logged, as an
-artifact of the source MLflow run, whose child the attribute run is (tag `mlflow.parentRunId`: the MLflow
-UI lists it under the source run). `memtrace report` and `memtrace graph convert` follow that record
-(`pipeline.report.attribution_record`). The count it prints is the report's: attributed of scored
-failures, failures of excluded categories said apart. An entry point: the work lives in
-`pipeline.analysis.attribution` and `pipeline.tracking`.
+It becomes the run's latest attribution: `attribution_record.json` says which (attributor, verify, when,
+source), and the same record goes to the source as `latest_attribution.json` (into its folder, and as an
+artifact of its MLflow run), which `memtrace report` and `memtrace graph convert` follow. It counts as
+the report does: attributed of scored failures. The work lives in `pipeline.analysis.attribution`.
 """
 
 from __future__ import annotations
@@ -30,9 +23,10 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import hydra
+from memtrace_loop.experiments.app_setup import no_lm_history
 from memtrace_loop.experiments.config import AttributeConfig, validated_attribute
 from memtrace_loop.experiments.console import RichProgress, blame_table, setup_logging
 from memtrace_loop.experiments.console_layout import app_console
@@ -51,21 +45,10 @@ from memtrace_loop.experiments.secret_guard import guarded, protect
 from memtrace_loop.pipeline.analysis.attribution.protocol import TracedRun, attribute_run
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Check
 from memtrace_loop.pipeline.analysis.blame import BlameTable, aggregate_blame
-from memtrace_loop.pipeline.analysis.judge import make_judge
-from memtrace_loop.pipeline.backends.lm import configure_cache
-from memtrace_loop.pipeline.backends.local_server import LocalServers
 from memtrace_loop.pipeline.backends.registry import build_lm_set
-from memtrace_loop.pipeline.backends.services import RunServices
 from memtrace_loop.pipeline.core.command_line import command_line
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.run_folder import RunFolder
-from memtrace_loop.pipeline.interop.foreign_graphs import (
-    ForeignGraph,
-    blame_rows,
-    foreign_run,
-    read_foreign_graphs,
-    read_stage_map,
-)
 from memtrace_loop.pipeline.report.attribution_record import (
     ATTRIBUTE_COMMAND,
     AttributionRecord,
@@ -75,7 +58,6 @@ from memtrace_loop.pipeline.report.attribution_record import (
     write_record,
 )
 from memtrace_loop.pipeline.tracking import metric_names as names
-from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.redacting_tracker import RedactingTracker
 from memtrace_loop.pipeline.tracking.run_logging import (
     SavedRun,
@@ -95,13 +77,14 @@ from memtrace_loop.pipeline.tracking.tracker import Tracker
 from omegaconf import DictConfig
 from rich.console import Console
 
+if TYPE_CHECKING:
+    from memtrace_loop.pipeline.backends.local_server import LocalServers
+    from memtrace_loop.pipeline.interop.foreign_graphs import ForeignGraph
+
 logger = logging.getLogger("memtrace.attribute")
 
-ATTRIBUTIONS_FILE = RunFolder.ATTRIBUTIONS
-BLAME_FILE = RunFolder.BLAME
 FROM_SOURCE = ("dataset", "memory_system", "embedder", "evaluation")  # taken from the source run's config
 PARENT_TAG = "mlflow.parentRunId"  # the MLflow UI lists a run under the run this tag names
-
 
 
 def merged_source(given: Mapping[str, Any], saved: SavedRun, use_run_config: bool) -> dict[str, Any]:
@@ -116,7 +99,7 @@ def effective_config(
     given: Mapping[str, Any], saved: SavedRun, use_run_config: bool,
     validate: Callable[[Mapping[str, Any]], AttributeConfig] = validated_attribute,
 ) -> AttributeConfig:
-    """`merged_source`, validated (`validate`: `validated_report` for `memtrace report`'s config)."""
+    """`merged_source`, validated (`validated_report` for `memtrace report`)."""
     return validate(merged_source(given, saved, use_run_config))
 
 
@@ -124,12 +107,16 @@ def attribute_saved_run(
     saved: SavedRun, config: AttributeConfig, base_dir: Path, progress: RichProgress | None = None,
     servers: LocalServers | None = None,
 ) -> tuple[Attribution, ...]:
-    """Attribute every failure of `saved` with the attributor `config` selects (the system and judge
-    are built, from `config`, only when an LM is needed: verification or the LLM attributor; a `local`
-    LM is served by `servers`)."""
+    """Attribute every failure of `saved` with the configured attributor (LMs, system and judge built
+    only when one is needed: verification or the LLM attributor)."""
     needs_lm = config.attributor.settings.verify or config.attributor.name == "llm"
     lms = system = judge = None
-    if needs_lm:
+    if needs_lm:  # the LM stack, imported here: a lineage attribution (`memtrace report`'s default) needs none
+        from memtrace_loop.pipeline.analysis.judge import make_judge
+        from memtrace_loop.pipeline.backends.lm import configure_cache
+        from memtrace_loop.pipeline.backends.services import RunServices
+
+        no_lm_history()  # DSPy is loaded here, after `setup_logging`
         configure_cache(base_dir / config.cache_dir, used=any(lm.cache for lm in config.lm.by_role().values()))
         lms = build_lm_set(config.lm, RunServices(servers=servers))
         system = build_system(config.memory_system, config.embedder)
@@ -152,14 +139,19 @@ def attribute_saved_run(
 def attribute_graph_files(
     config: AttributeConfig, base_dir: Path, progress: RichProgress | None = None
 ) -> tuple[tuple[ForeignGraph, ...], tuple[Attribution, ...]]:
-    """Attribute the failures held by the graph files `config.graphs` names (another tool's traces:
-    `pipeline.interop.foreign_graphs`); replay cannot run another tool's system, so `verify` is refused."""
+    """Attribute the failures of another tool's graph files (`config.graphs`); `verify` is refused."""
     if config.attributor.settings.verify:
         raise ConfigError("attributor.verify: replay re-runs a memory system of ours; graphs= from another "
                           "tool cannot be replayed (drop attributor.verify=true)")
+    from memtrace_loop.pipeline.backends.services import RunServices
+    from memtrace_loop.pipeline.interop.foreign_graphs import foreign_run, read_foreign_graphs, read_stage_map
+
     stage_map = read_stage_map(config.stage_map, base_dir)
     graphs = read_foreign_graphs(resolve(str(config.graphs), base_dir), stage_map)
-    lms = build_lm_set(config.lm, RunServices()) if config.attributor.name == "llm" else None
+    lms = None
+    if config.attributor.name == "llm":
+        no_lm_history()  # DSPy is loaded here, after `setup_logging`
+        lms = build_lm_set(config.lm, RunServices())
     run = foreign_run(graphs)
     attributor = attributor_of(config, lms, None, None)
     if progress is None:
@@ -170,9 +162,7 @@ def attribute_graph_files(
 
 @dataclass(frozen=True)
 class Attributed:
-    """What the source gave: the effective config, its label, its failures counted, the attributions with
-    their rows (attributions.json), the params to log and the folder of the source run's saved files
-    (None for graph files)."""
+    """What the source gave, attributed (`saved_folder`: the source run's files; None for graph files)."""
 
     config: AttributeConfig
     source: str
@@ -187,6 +177,8 @@ def _attributed(config: AttributeConfig, given: Mapping[str, Any], tracker: Reda
                 base_dir: Path, console: Console) -> Attributed:
     """The attributions of the source `config` names (graph files, a logged run or a saved run)."""
     if config.graphs is not None:
+        from memtrace_loop.pipeline.interop.foreign_graphs import blame_rows
+
         with RichProgress(console) as progress:
             graphs, attributions = attribute_graph_files(config, base_dir, progress)
         rows = [{**row, **named} for row, named in zip(attribution_rows(attributions),
@@ -210,8 +202,7 @@ def _attributed(config: AttributeConfig, given: Mapping[str, Any], tracker: Reda
 
 
 def source_run_id(tracker: Tracker, config: AttributeConfig, saved_folder: Path | None) -> str:
-    """The MLflow run of the source: `run_id=`, else the logged run of the saved folder's run record
-    (found by its record id, as `memtrace upload` finds it); "" when there is none."""
+    """The source's MLflow run: `run_id=`, else the run of the saved folder's run record; "" for none."""
     if config.run_id is not None:
         return config.run_id
     if saved_folder is None:
@@ -234,10 +225,8 @@ def record_of(found: Attributed, out_dir: Path, source_run: str, mlflow_run_id: 
 
 
 def link_source(tracker: Tracker, record: AttributionRecord, console: Console, saved_folder: Path | None) -> None:
-    """Make `record` the latest attribution of the source run: in its folder (`saved_folder`, a `run_dir=`)
-    and, when both are logged, as the source MLflow run's `latest_attribution.json` artifact (what `memtrace
-    report run_id=` follows; the source run is one this store holds: `run_id=` was read from it, a
-    `run_dir=`'s was found in it)."""
+    """Make `record` the latest attribution of the source run: in its folder (a `run_dir=`) and, when both
+    are logged, as the source MLflow run's `latest_attribution.json` (what `report run_id=` follows)."""
     if saved_folder is not None:
         console.print(f"Recorded as the latest attribution of {record.source}: "
                       f"{record_latest(saved_folder, record)}")
@@ -251,6 +240,8 @@ def link_source(tracker: Tracker, record: AttributionRecord, console: Console, s
 
 def attribute(cfg: DictConfig | Mapping[str, Any], console: Console | None = None) -> dict[str, Any]:
     """Attribute, write and log; returns the paths, the attributions and the MLflow run id."""
+    from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker  # not for `memtrace report`
+
     console = console or app_console()
     base_dir = launch_dir()
     given = to_plain(cfg)
@@ -265,8 +256,8 @@ def attribute(cfg: DictConfig | Mapping[str, Any], console: Console | None = Non
     config, attributions, rows = found.config, found.attributions, found.rows
     elapsed = time.perf_counter() - started
     blame = aggregate_blame(attributions)
-    attributions_path = out_dir / ATTRIBUTIONS_FILE
-    blame_path = out_dir / BLAME_FILE
+    attributions_path = out_dir / RunFolder.ATTRIBUTIONS
+    blame_path = out_dir / RunFolder.BLAME
     attributions_path.write_text(scrub(json.dumps(rows, indent=1, ensure_ascii=False), secrets), encoding="utf-8")
     blame_path.write_text(json.dumps(blame.as_rows(), indent=2), encoding="utf-8")
     metrics = {**attribution_metrics(attributions), names.ELAPSED_S: elapsed}
@@ -315,13 +306,11 @@ def attribute(cfg: DictConfig | Mapping[str, Any], console: Console | None = Non
 
 
 def report_command(config: AttributeConfig, record: AttributionRecord) -> str:
-    """The `memtrace report` line that shows this attribution, as printed from this folder: of the source
-    folder (`run_dir=`), else of this output folder (it names its source; no tracking store needed)."""
+    """The `memtrace report` line that shows this attribution: of the source folder, else of this one."""
     return command_line("memtrace", "report", run_dir=str(config.run_dir or record.folder))
 
 
 def _print_outcome(found: Attributed, blame: BlameTable, metrics: Mapping[str, float], console: Console) -> None:
-    """The blame table (titled with the count `memtrace report` prints too), another tool's operations, replay."""
     attributions = found.attributions
     console.print(blame_table(blame, f"blame per stage of {found.source}: {found.count.line()}"))
     for row in found.rows if found.config.graphs is not None else ():  # another tool's graphs: its op names, ids

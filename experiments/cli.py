@@ -1,25 +1,29 @@
 """The `memtrace` console script: `memtrace <command> [hydra overrides...]`.
 
 Each command is its own Hydra app; this dispatcher removes the command word from argv and hands the
-rest (overrides such as `lm=openai dataset=locomo workers=4`, or `--help`, `--cfg job`, `-m`) to it.
-`memtrace graph ...` (convert/show graph files, `experiments/graph_command.py`) is plain argparse.
-`memtrace completion bash` prints the bash completion script (`experiments/completion.py`); Hydra's
-own `-sc install=bash` of a command prints the same script (Hydra's would complete nothing here).
-Before a command's app is imported, its overrides are checked: a secret is refused (`secret_guard`), a
-misspelt key or group option is one line with a did-you-mean, exit 2 (`override_errors`); the app then
-runs without its `guarded` wrapper, which makes the same checks for an app started without this dispatcher.
-What Hydra answers from the config alone (`--help`, `--hydra-help`, `--cfg`, `--info`, `--version`) is
-answered by the same Hydra app without importing the command's module (so none of MLflow and the apps'
-work imports); Hydra names the job after the command's module either way.
+rest (overrides, `--help`, `--cfg job`, `-m`) to it, importing that app's module only. `memtrace graph`
+(`experiments/graph_command.py`) is plain argparse. Before an app is imported, its overrides are
+checked: a secret is refused (`secret_guard`), a misspelt key or group option is one line with a
+did-you-mean, exit 2 (`override_errors`); the app then runs without its `guarded` wrapper, which makes
+the same checks for an app started without this dispatcher. What Hydra answers from the config alone
+(`--help`, `--hydra-help`, `--cfg`, `--info`, `--version`) is answered by the same Hydra app without
+importing the command's module (none of MLflow and the apps' work imports).
+
+Bash completion: Hydra's own `-sc install=bash` registers a script for an app named by `sys.argv[0]`
+(`memtrace run`) that never completes. `memtrace completion bash` (and a command's `-sc install=bash`)
+prints `bash_script`: it completes the command word, and for the words after it asks that command's
+Hydra app (`memtrace <command> -sc query=bash`, the command word taken out of `COMP_LINE`) for groups,
+options and keys; a `PlainCommand` (`memtrace graph`) is completed by the script alone (subcommands,
+options, an option's choices, else file names). It installs nothing: the user evaluates the script.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
-from collections.abc import Callable
-
-from memtrace_loop.experiments.completion import SHELLS, bash_script, completion_request, uninstall_script
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 USAGE = """usage: memtrace <command> [hydra overrides...]
 
@@ -63,13 +67,6 @@ CONFIG_PATH = "pkg://memtrace_loop.conf"  # every app's Hydra config tree (confi
 CONFIG_ONLY_FLAGS = frozenset(("-h", "--help", "--hydra-help", "--version", "-c", "--cfg", "-i", "--info"))
 
 
-def _commands() -> dict[str, Callable[[], object]]:
-    from memtrace_loop.experiments import attribute, export, optimize, report, run, stages, upload
-
-    return {"run": run.main, "optimize": optimize.main, "attribute": attribute.main, "export": export.main,
-            "stages": stages.main, "upload": upload.main, "report": report.main}
-
-
 def main(argv: list[str] | None = None) -> int:
     # Before DSPy/litellm are imported: use the bundled model cost map instead of fetching it.
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -100,9 +97,42 @@ def main(argv: list[str] | None = None) -> int:
     if any(arg.partition("=")[0] in CONFIG_ONLY_FLAGS for arg in args):
         config_only_app(command)()
         return 0
-    commands = _commands()  # the apps (DSPy, MLflow) are imported once the overrides are accepted
-    unguarded(commands[command])()  # the app's `guarded` checks are the ones just made
+    unguarded(app_main(command))()  # the app's `guarded` checks are the ones just made
     return 0
+
+
+def app_main(command: str) -> Callable[[], object]:
+    """The `main` of a command's Hydra app, importing that app's module only (once its overrides are
+    accepted): `memtrace report` of a saved run loads none of the LM stack the other apps import."""
+    match command:
+        case "run":
+            from memtrace_loop.experiments.run import main as run_main
+
+            return run_main
+        case "optimize":
+            from memtrace_loop.experiments.optimize import main as optimize_main
+
+            return optimize_main
+        case "attribute":
+            from memtrace_loop.experiments.attribute import main as attribute_main
+
+            return attribute_main
+        case "report":
+            from memtrace_loop.experiments.report import main as report_main
+
+            return report_main
+        case "export":
+            from memtrace_loop.experiments.export import main as export_main
+
+            return export_main
+        case "upload":
+            from memtrace_loop.experiments.upload import main as upload_main
+
+            return upload_main
+        case _:
+            from memtrace_loop.experiments.stages import main as stages_main
+
+            return stages_main
 
 
 def config_only_app(command: str) -> Callable[[], object]:
@@ -129,10 +159,113 @@ def _completion(request: tuple[str, str], name: str) -> int:
     if action != "install":
         sys.stdout.write(uninstall_script())
         return 0
-    from memtrace_loop.experiments.graph_command import completion_command
-
     sys.stdout.write(bash_script(COMMAND_NAMES, (completion_command(),)))
     return 0
+
+
+def completion_command() -> PlainCommand:
+    """The words bash completes for `memtrace graph`, read from its parser."""
+    from memtrace_loop.experiments.graph_command import parser
+
+    options_by_subcommand: dict[str, tuple[str, ...]] = {}
+    choices_by_option: dict[str, tuple[str, ...]] = {}
+    (subcommands,) = [a for a in parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    for name, sub in subcommands.choices.items():
+        options_by_subcommand[name] = tuple(o for a in sub._actions for o in a.option_strings if o.startswith("--"))
+        for action in sub._actions:
+            if action.option_strings and action.choices:
+                for option in action.option_strings:
+                    choices_by_option[option] = tuple(str(c) for c in action.choices)
+    return PlainCommand("graph", options_by_subcommand, choices_by_option)
+
+
+SHELLS = ("bash",)
+COMPLETION_FLAGS = ("-sc", "--shell-completion", "--shell_completion")
+
+_SCRIPT = r"""# memtrace: bash completion (commands, then each command's Hydra overrides)
+_memtrace_complete()
+{
+    local word="${COMP_WORDS[COMP_CWORD]}"
+    if (( COMP_CWORD == 1 )); then
+        COMPREPLY=($(compgen -W "__COMMANDS__ __PLAIN_COMMANDS__ --help" -- "$word"))
+        return
+    fi
+    local command="${COMP_WORDS[1]}"
+__PLAIN__    case " __COMMANDS__ " in
+        *" $command "*) ;;
+        *) return ;;
+    esac
+    # Hydra's query mode reads COMP_LINE as "<app> <overrides>": take the command word out
+    local line="${COMP_LINE:0:COMP_POINT}"
+    local rest="${line#*[[:space:]]}"
+    rest="${rest#"$command"}"
+    local choices
+    choices=$(COMP_LINE="memtrace${rest}" COMP_POINT=$(( ${#rest} + 8 )) \
+        "${COMP_WORDS[0]}" "$command" -sc query=bash 2>/dev/null)
+    COMPREPLY=($(compgen -o nospace -o default -W "$choices" -- "$word"))
+}
+COMP_WORDBREAKS=${COMP_WORDBREAKS//=}
+complete -o nospace -o default -F _memtrace_complete memtrace
+"""
+
+
+_PLAIN = r"""    if [[ "$command" == __NAME__ ]]; then  # a plain (argparse) command: subcommand, options, choices
+        local previous="${COMP_WORDS[COMP_CWORD-1]}"
+        if (( COMP_CWORD == 2 )); then
+            COMPREPLY=($(compgen -W "__SUBCOMMANDS__ --help" -- "$word"))
+__CHOICES__        elif [[ "$word" == -* ]]; then
+            case "${COMP_WORDS[2]}" in
+__OPTIONS__            esac
+        fi
+        return  # nothing offered: bash completes file names (-o default)
+    fi
+"""
+
+
+@dataclass(frozen=True)
+class PlainCommand:
+    """A command that is not a Hydra app (`memtrace graph`): its subcommands with their options, and the
+    choices of the options that take one."""
+
+    name: str
+    options_by_subcommand: Mapping[str, tuple[str, ...]]
+    choices_by_option: Mapping[str, tuple[str, ...]]
+
+
+def _plain_branch(command: PlainCommand) -> str:
+    choices = "".join(f'        elif [[ "$previous" == {option} ]]; then\n'
+                      f'            COMPREPLY=($(compgen -W "{" ".join(words)}" -- "$word"))\n'
+                      for option, words in command.choices_by_option.items())
+    options = "".join(f'                {sub}) COMPREPLY=($(compgen -W "{" ".join(words)}" -- "$word")) ;;\n'
+                      for sub, words in command.options_by_subcommand.items())
+    return (_PLAIN.replace("__NAME__", command.name).replace("__SUBCOMMANDS__", " ".join(command.options_by_subcommand))
+            .replace("__CHOICES__", choices).replace("__OPTIONS__", options))
+
+
+def bash_script(commands: Sequence[str], plain: Sequence[PlainCommand] = ()) -> str:
+    """The bash completion script for `memtrace`, the Hydra apps `commands` and the `plain` commands
+    (evaluate it in bash)."""
+    return (_SCRIPT.replace("__PLAIN__", "".join(_plain_branch(c) for c in plain))
+            .replace("__PLAIN_COMMANDS__", " ".join(c.name for c in plain)).replace("__COMMANDS__", " ".join(commands)))
+
+
+def uninstall_script() -> str:
+    return "complete -r memtrace 2>/dev/null; unset -f _memtrace_complete\n"
+
+
+def completion_request(args: Sequence[str]) -> tuple[str, str] | None:
+    """(`install` | `uninstall` | `query`, shell) when `args` ask for shell completion, else None.
+    A malformed request gives ("", the text given)."""
+    for i, arg in enumerate(args):
+        flag, _, inline = arg.partition("=")
+        if flag not in COMPLETION_FLAGS:
+            continue
+        value = inline if inline else (args[i + 1] if i + 1 < len(args) else "")
+        action, _, shell = value.partition("=")
+        if action in ("install", "uninstall", "query"):
+            return action, shell or "bash"
+        return "", value
+    return None
 
 
 if __name__ == "__main__":

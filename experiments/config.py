@@ -1,22 +1,23 @@
 """The schemas of the apps' configs and the one place a composed config is validated.
 
 `RunConfig`, `OptimizeConfig`, `AttributeConfig`, `ReportConfig`, `StagesConfig`, `ExportConfig`,
-`UploadConfig` and `CompareConfig` are the frozen app-config records of
-`conf/{run,optimize,attribute,report,stages,export,upload,compare}.yaml`. Their top-level fields (`seed`,
-`workers`, `split`, `splits`, `evaluation`, `loop`, `tracking`, ...) have THE defaults (the YAML files only
-select groups and wire interpolations; `conf/__init__.py` composes the tree from these defaults). Their
-group fields hold each group's validated record, parsed once by its registry's schema: `lm`
-(`LMSetConfig`: a per-backend record per role), `embedder` (`EmbedderConfig`), and, as `Chosen(name,
-settings)`, `memory_system` (the system's knobs record), `dataset` (`pipeline.data.registry`; its `kind`),
-`optimizer` (`optimizers.registry`) and `attributor` (`pipeline.analysis.attribution.registry`).
-`validated_run(plain)` etc. return that one record, or raise a `ConfigError` naming the full key for an
-unknown key, a wrong type or an out-of-range value (every failing key at once). Nothing below
-validation reads the composed mapping for a setting; nothing here builds or runs anything.
+`UploadConfig` and `CompareConfig` are the frozen records of `conf/<app>.yaml`; their fields hold THE
+defaults (`conf/__init__.py` composes the tree from them). A group field holds the record its
+registry's schema parses: `lm` (`LMSetConfig`), `embedder` (`EmbedderConfig`) and, as `Chosen(name,
+settings)`, `memory_system`, `dataset`, `optimizer` and `attributor`. `validated_run(plain)` etc.
+return that record or raise one `ConfigError` naming every failing key (unknown, wrong type, out of
+range). Nothing below validation reads the composed mapping; nothing here builds or runs anything.
+
+`stand_in_notice(config)` is the one sentence saying a run's numbers come from the test world (the
+stand-in LM, backend `sim`, on LoCoMo or LongMemEval: scores of the world's rules, not of a model; None
+otherwise); `stand_in_tags(config)` are every run's MLflow tags of it. The apps print the notice at
+start and end, tag the run and put it on report.html.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -51,9 +52,7 @@ R = TypeVar("R")
 
 @dataclass(frozen=True)
 class Chosen(Generic[R]):
-    """A group whose option is picked by name (`memory_system`, `dataset`, `optimizer`, `attributor`): the
-    option's name (`name`, or the dataset's `kind`) and its validated settings record (knobs, dataset config,
-    optimizer or attributor settings)."""
+    """A group whose option is picked by name: the option's name (a dataset's `kind`) and its settings record."""
 
     name: str
     settings: R
@@ -73,22 +72,17 @@ LINEAGE = Chosen("lineage", attributor_settings({"name": "lineage"}))
 
 @dataclass(frozen=True)
 class TrackingConfig:
-    """MLflow tracking: the store URI, the experiment name, and how long a tracking server may keep a
-    request waiting (`timeout_s`, per request) and how often a failed request is retried (`max_retries`)
-    before the command gives up (`pipeline.tracking.store_access.configure_tracking_client`). `traces`:
-    whether `memtrace run` logs each answered question as an MLflow trace with its blame assessment, at
-    most `max_traces` per run (`pipeline.tracking.traces`), and `memtrace optimize` each iteration's
-    train failures into the iteration's nested run, at most `max_traces_per_iteration` (and never more
-    than `max_traces`, so MEMTRACE_MAX_TRACES=0 turns both off)."""
+    """MLflow tracking: store, experiment, per-request timeout and retries (`configure_tracking_client`),
+    and the questions logged as MLflow traces (`pipeline.tracking.traces`)."""
 
     __pydantic_config__ = _STRICT
     uri: str
     experiment: str = "memtrace"
-    timeout_s: float = 10.0
-    max_retries: int = 2
+    timeout_s: float = 10.0  # how long a tracking server may keep one request waiting
+    max_retries: int = 2  # retries of a failed request before the command gives up
     traces: bool = True  # `run`: each answered question as an MLflow trace with its blame (pipeline.tracking.traces)
     max_traces: int = 100  # ... at most this many per run (dataset order; conf: MEMTRACE_MAX_TRACES)
-    max_traces_per_iteration: int = 20  # `optimize`: train failures traced per iteration (at most max_traces)
+    max_traces_per_iteration: int = 20  # `optimize`: train failures per iteration's run (at most max_traces)
 
     def __post_init__(self) -> None:
         require(self, max_retries=(0, 10), max_traces=(0, None), max_traces_per_iteration=(0, None))
@@ -126,24 +120,19 @@ class EvaluationConfig:
 
 @dataclass(frozen=True)
 class LoopConfig:
-    """The closed loop's budget and gate (defaults: `LoopSettings`, the loop's own record)."""
+    """The closed loop's budget and gate (defaults and meaning: `LoopSettings`, the loop's own record)."""
 
     __pydantic_config__ = _STRICT
-    max_iterations: int = LoopSettings.max_iterations  # the budget in iterations
-    max_candidates: int = LoopSettings.max_candidates  # candidates evaluated on dev per iteration
+    max_iterations: int = LoopSettings.max_iterations
+    max_candidates: int = LoopSettings.max_candidates
     patience: int = LoopSettings.patience  # iterations without an accepted candidate before stopping
-    min_gain: float = LoopSettings.min_gain  # paired dev-accuracy gain a candidate needs to be accepted
-    # task + rewriter + attributor LM calls (judge calls excluded); 0: no budget. The loop starts no step
-    # once it is spent; the step that crosses it is finished; the final test evaluation is outside it.
+    min_gain: float = LoopSettings.min_gain
+    # the loop starts no step once it is spent; the step that crosses it is finished; test is outside it
     budget_calls: int = LoopSettings.budget_calls
-    budget_counts_cached: bool = LoopSettings.budget_counts_cached  # calls DSPy's cache served count too
-    # with attributor.verify: train failures checked by replay per iteration, a sample over the blamed
-    # stages (replays count in the budget); null: every failure
-    verify_cases: int | None = LoopSettings.verify_cases
-    # train conversations each incumbent is evaluated and attributed on, the next ones of a seeded order
-    # after each accepted candidate (pipeline/data/splits.py, train_part); 0: all of train
+    budget_counts_cached: bool = LoopSettings.budget_counts_cached
+    verify_cases: int | None = LoopSettings.verify_cases  # with attributor.verify; replays count in the budget
+    # the next ones of a seeded order after each accepted candidate (pipeline/data/splits.py, train_part)
     train_conversations: int = LoopSettings.train_conversations
-    # candidate screening (pipeline/loop/screening.py): enabled, guard_fraction, min_guard, audit
     screen: ScreenSettings = field(default_factory=ScreenSettings)
 
     def __post_init__(self) -> None:
@@ -224,10 +213,8 @@ class OptimizeConfig(_AppConfig):
 
 @dataclass(frozen=True, kw_only=True)
 class AttributeConfig:
-    """`memtrace attribute`: attribute the failures of a saved (`run_dir`) or logged (`run_id`) run.
-
-    The dataset, memory system, embedder, excluded categories and prompts come from the source run's
-    saved config when it has one (`use_run_config`); these keys are the fallback."""
+    """`memtrace attribute`; its dataset, system, embedder and evaluation are the fallback of the source
+    run's own (`use_run_config`)."""
 
     lm: LMGroup
     embedder: EmbedderGroup
@@ -256,12 +243,9 @@ class AttributeConfig:
             raise ValueError("stage_map= names the stages of graphs=<files>; a run of ours has its stages")
 
 
-
 @dataclass(frozen=True, kw_only=True)
 class ReportConfig(AttributeConfig):
-    """`memtrace report`: write report.html for a saved (`run_dir`) or logged (`run_id`) run. Its failures
-    are attributed (the configured attributor) unless the run saved attributions.json; with `log` and a
-    `run_id` the page is logged as an artifact of that run."""
+    """`memtrace report` of a saved (`run_dir`) or logged (`run_id`) run."""
 
     log: bool = True  # log report.html as an artifact of the source run (run_id only)
     title: str | None = None
@@ -272,6 +256,7 @@ class ReportConfig(AttributeConfig):
         require(self, max_nodes=(1, None))
         if self.graphs is not None:
             raise ValueError("graphs= is for `memtrace attribute`; a report needs a run (run_id= or run_dir=)")
+
 
 @dataclass(frozen=True)
 class StagesConfig:
@@ -285,8 +270,7 @@ class StagesConfig:
 
 @dataclass(frozen=True)
 class CompareConfig:
-    """The lab's comparison (`python -m memtrace_loop.experiments.lab.compare`, `conf/compare.yaml`): the runs
-    of a multirun directory (`sweep_dir`), or of the whole experiment."""
+    """The lab's comparison (`experiments.lab.compare`, `conf/compare.yaml`) of a sweep's runs."""
 
     __pydantic_config__ = _STRICT
     tracking: TrackingConfig
@@ -372,9 +356,8 @@ def _groups(plain: Mapping[str, Any], schema: type) -> tuple[dict[str, object], 
 
 
 def _validated(schema: type[T], plain: Mapping[str, Any]) -> T:
-    """`plain` as `schema`, each group node replaced by its registry's record; every failing key is named
-    (a value set once and interpolated elsewhere, like `seed`, is named at each place it lands, the
-    top-level key first)."""
+    """`plain` as `schema`, each group node replaced by its registry's record; every failing key named
+    (an interpolated value like `seed` at each place it lands, the top-level key first)."""
     errors: list[str] = []
     config: T | None = None
     try:
@@ -389,33 +372,45 @@ def _validated(schema: type[T], plain: Mapping[str, Any]) -> T:
     return dataclasses.replace(config, **records)  # type: ignore[type-var]
 
 
-def validated_run(plain: Mapping[str, Any]) -> RunConfig:
-    return _validated(RunConfig, plain)
+validated_run = functools.partial(_validated, RunConfig)
+validated_optimize = functools.partial(_validated, OptimizeConfig)
+validated_attribute = functools.partial(_validated, AttributeConfig)
+validated_report = functools.partial(_validated, ReportConfig)
+validated_stages = functools.partial(_validated, StagesConfig)
+validated_compare = functools.partial(parse_config, CompareConfig, where="")
+validated_export = functools.partial(parse_config, ExportConfig, where="")
+validated_upload = functools.partial(parse_config, UploadConfig, where="")
 
 
-def validated_optimize(plain: Mapping[str, Any]) -> OptimizeConfig:
-    return _validated(OptimizeConfig, plain)
+SIM_BACKEND = "sim"
+REAL_DATASET_KINDS = ("locomo", "longmemeval")
+SCORED_ROLES = ("task", "judge")  # the roles whose LM makes the scores: the answers and their verdicts
+TEST_WORLD_TAG = "memtrace.test_world"
+TEST_WORLD_NOTE_TAG = "memtrace.test_world.note"
 
 
-def validated_attribute(plain: Mapping[str, Any]) -> AttributeConfig:
-    return _validated(AttributeConfig, plain)
+def stand_in_roles(lm: LMSetConfig) -> tuple[str, ...]:
+    """The scored roles (`task`, `judge`) whose LM is the stand-in (`backend: sim`)."""
+    return tuple(role for role in SCORED_ROLES if getattr(lm, role).backend == SIM_BACKEND)
 
 
-def validated_report(plain: Mapping[str, Any]) -> ReportConfig:
-    return _validated(ReportConfig, plain)
+def stand_in_notice(config: RunConfig | OptimizeConfig | AttributeConfig) -> str | None:
+    """The warning for the stand-in LM on a real dataset (None otherwise)."""
+    kind = config.dataset.name
+    roles = stand_in_roles(config.lm)
+    if kind not in REAL_DATASET_KINDS or not roles:
+        return None
+    return (
+        f"TEST WORLD: the stand-in LM (lm backend 'sim', role(s) {', '.join(roles)}) runs on the benchmark "
+        f"dataset '{kind}': every score here comes from the simulated test world, not from a language "
+        "model. Use a real model (e.g. lm=openai with your endpoint) to measure one."
+    )
 
 
-def validated_stages(plain: Mapping[str, Any]) -> StagesConfig:
-    return _validated(StagesConfig, plain)
-
-
-def validated_compare(plain: Mapping[str, Any]) -> CompareConfig:
-    return parse_config(CompareConfig, plain, "")
-
-
-def validated_export(plain: Mapping[str, Any]) -> ExportConfig:
-    return parse_config(ExportConfig, plain, "")
-
-
-def validated_upload(plain: Mapping[str, Any]) -> UploadConfig:
-    return parse_config(UploadConfig, plain, "")
+def stand_in_tags(config: RunConfig | OptimizeConfig | AttributeConfig) -> dict[str, str]:
+    """`memtrace.test_world` (true when the stand-in answers or judges) and, on real data, the notice."""
+    tags = {TEST_WORLD_TAG: str(bool(stand_in_roles(config.lm))).lower()}
+    notice = stand_in_notice(config)
+    if notice is not None:
+        tags[TEST_WORLD_NOTE_TAG] = notice
+    return tags

@@ -7,18 +7,12 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
+from typing import TYPE_CHECKING
 
 from memtrace_loop.experiments.app_setup import log_prefix, no_lm_history, quiet_progress_bars
 from memtrace_loop.experiments.console_layout import is_echo
-from memtrace_loop.pipeline.analysis.blame import BlameTable
-from memtrace_loop.pipeline.analysis.diagnosis import Diagnosis
-from memtrace_loop.pipeline.analysis.evaluation import EvaluationReport, MetricSummary
-from memtrace_loop.pipeline.backends.call_count import BUDGET_ROLES, CallTally, RoleCalls
-from memtrace_loop.pipeline.backends.failure_guard import FailedCalls
 from memtrace_loop.pipeline.loop.costs import calls_to_gain, candidate_costs
-from memtrace_loop.pipeline.loop.failure_impact import FailureImpact
-from memtrace_loop.pipeline.loop.optimization import LoopResult
-from memtrace_loop.pipeline.loop.runner import LMCallCounts
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.panel import Panel
@@ -26,23 +20,31 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 from rich.text import Text
 
+if TYPE_CHECKING:  # the records shown: their modules load the LM stack, which `memtrace report` never needs
+    from memtrace_loop.pipeline.analysis.blame import BlameTable
+    from memtrace_loop.pipeline.analysis.diagnosis import Diagnosis
+    from memtrace_loop.pipeline.analysis.evaluation import EvaluationReport, MetricSummary
+    from memtrace_loop.pipeline.backends.call_count import CallTally, RoleCalls
+    from memtrace_loop.pipeline.backends.failure_guard import FailedCalls
+    from memtrace_loop.pipeline.loop.failure_impact import FailureImpact
+    from memtrace_loop.pipeline.loop.optimization import LoopResult
+    from memtrace_loop.pipeline.loop.runner import LMCallCounts
+
 FILE_LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
 
 
 def setup_logging(level: int = logging.INFO) -> None:
-    """The root logger at `level` writing to a rich console handler and to every file handler already
-    installed (Hydra's job log, `<output dir>/<app>.log`, which gets a plain formatter); any other
-    handler (Hydra's plain console handler) is replaced by the rich one. The log files also get what
-    the app's console printed (`console_layout.ECHO_ATTR` records, kept off the console) and, at DEBUG,
-    our own `memtrace.*` details (the traceback of a failed command). In a multirun job each console line
-    starts with the job's label; the libraries' progress bars and DSPy's call history are off (`app_setup`)."""
+    """The root logger at `level` on a rich console handler (replacing Hydra's) and on Hydra's job log
+    file (plain format; it also gets what the console printed and, at DEBUG, our `memtrace.*` details);
+    console lines of a multirun job start with its label; the libraries' bars and DSPy's history off."""
     root = logging.getLogger()
     files = [h for h in root.handlers if isinstance(h, logging.FileHandler)]
     for file_handler in files:
         file_handler.setFormatter(logging.Formatter(FILE_LOG_FORMAT))
         file_handler.setLevel(logging.NOTSET)
     quiet_progress_bars()  # the libraries' own bars (datasets, MLflow downloads): ours show the work
-    no_lm_history()  # DSPy's record of every call: nobody reads it, it costs GBs and time on long runs
+    if "dspy" in sys.modules:  # else where the LMs are built (`memtrace report` and `attribute` may need none)
+        no_lm_history()  # DSPy's record of every call: nobody reads it, it costs GBs and time on long runs
     console = RichHandler(show_path=False, level=level)
     console.setFormatter(logging.Formatter(log_prefix() + "%(message)s", datefmt="[%X]"))  # a sweep job: its label
     console.addFilter(lambda record: not is_echo(record))  # printed already
@@ -96,7 +98,6 @@ def _row(name: str, summary: MetricSummary) -> tuple[str, ...]:
 
 
 def _table(title: str, columns: tuple[str, ...], left: tuple[str, ...]) -> Table:
-    """A table titled `title` with `columns`, those in `left` justified left and the rest right."""
     table = Table(title=title)
     for column in columns:
         table.add_column(column, justify="left" if column in left else "right")
@@ -122,10 +123,10 @@ def counts_line(counts: LMCallCounts) -> str:
 
 
 def calls_table(tally: CallTally, saved: int | None = None, title: str = "LM calls by role") -> Table:
-    """Per role: calls made (the backend received them; failed ones included), served by DSPy's
-    response cache, reused (the same request already answered in this run: not sent again), and tokens
-    of made calls; then the total and, for the loop, the calls reusing built memories saved (never
-    asked of an LM: neither made nor cached)."""
+    """Per role: calls made (failed included), served by DSPy's cache, reused (answered earlier in this
+    run) and tokens; the total and, for the loop, the calls reused memories saved."""
+    from memtrace_loop.pipeline.backends.call_count import BUDGET_ROLES  # DSPy's: the apps that call LMs
+
     table = _table(title, ("role", "made", "cached", "reused", "failed", "tokens in", "tokens out"), ("role",))
     for role, calls in tally.by_role.items():
         budget = " (budget)" if role in BUDGET_ROLES else ""
@@ -142,8 +143,7 @@ def _calls_row(calls: RoleCalls) -> tuple[str, ...]:
 
 
 def reuse_line(tally: CallTally) -> str:
-    """The share of calls reusing the run's replies saved (reused / (made + reused)), for the task role
-    and for all roles: requests already answered in this run, answered again without a call."""
+    """The share of calls the run's reused replies saved, for the task role and all roles."""
     task, total = tally.role("task"), tally.total()
     return (
         f"Reused replies (the same request answered earlier in this run, not sent again): task {task.reused} "
@@ -153,6 +153,8 @@ def reuse_line(tally: CallTally) -> str:
 
 def budget_line(result: LoopResult, budget_calls: int, counts_cached: bool) -> str:
     """Why the loop stopped and the budget calls spent (the test evaluation is outside the budget)."""
+    from memtrace_loop.pipeline.backends.call_count import BUDGET_ROLES
+
     counted = "made + cached" if counts_cached else "made"
     limit = f"of {budget_calls}" if budget_calls else "(no budget set)"
     return (
@@ -162,8 +164,7 @@ def budget_line(result: LoopResult, budget_calls: int, counts_cached: bool) -> s
 
 
 def candidate_cost_line(result: LoopResult, min_gain: float) -> str:
-    """What candidates cost in budget calls: screens, whole-dev evaluations, per candidate and per accepted
-    one, and the calls spent until dev first reached 90% of the run's final dev gain."""
+    """What candidates cost in budget calls, and the calls until dev reached 90% of its final gain."""
     costs = candidate_costs(result.history, min_gain)
     to_gain = calls_to_gain(result.history, result.dev_final.report.overall.judge_accuracy)
     line = (
@@ -195,8 +196,7 @@ def _headline(rationale: str, limit: int = 100) -> str:
 
 
 def _checkpointed_dev_start(result: LoopResult) -> str | None:
-    """The dev start cell of a resumed run, from its checkpoint's iteration 0 (overall only: the
-    checkpoint keeps no categories); None when iteration 0 ran in this process or is not in the history."""
+    """A resumed run's dev start cell, from its checkpoint's iteration 0 (overall only); else None."""
     first = result.history[0] if result.history else None
     if first is None or first.iteration != 0 or (result.iterations and result.iterations[0].iteration == 0):
         return None
@@ -204,8 +204,7 @@ def _checkpointed_dev_start(result: LoopResult) -> str | None:
 
 
 def loop_tables(result: LoopResult, system_name: str) -> list[Table]:
-    """Start vs final accuracy per category (dev and test), blame per iteration, accepted candidates;
-    after a resume the dev start is the checkpoint's (overall only)."""
+    """Start vs final accuracy per category (dev and test), blame per iteration, accepted candidates."""
     start_dev = result.iterations[0].dev.report if result.iterations and result.iterations[0].iteration == 0 else None
     reports = {
         "dev start": start_dev,
@@ -260,8 +259,7 @@ def loop_tables(result: LoopResult, system_name: str) -> list[Table]:
 
 
 def blame_table(blame: BlameTable, title: str) -> Table:
-    """Blame per stage, most blamed first: count, weighted share, and how many blames a replay
-    confirmed, refuted or could not check (all 0 when nothing was verified)."""
+    """Blame per stage, most blamed first, with the replay's verdicts on them."""
     columns = ("stage", "tunable", "count", "share %", "weight", "verified", "refuted", "unverif.", "error types")
     table = _table(title, columns, ("stage", "tunable", "error types"))
     for row in blame.rows:
@@ -274,8 +272,7 @@ def blame_table(blame: BlameTable, title: str) -> Table:
 
 
 def diagnosis_panel(diagnosis: Diagnosis, title: str = "diagnosis") -> Panel:
-    """The written analysis of the failures (or why it is missing), as plain text: an LM's words are
-    never read as console markup."""
+    """The written analysis of the failures, as plain text: an LM's words are never read as markup."""
     groups = ", ".join(f"{g.stage}/{g.error_type.removesuffix('Error')} {g.count}" for g in diagnosis.groups[:4])
     counts = f"\n\n{diagnosis.failures} attributed failures: {groups}" if diagnosis.groups else ""
     # the counts in the body, not the subtitle: a subtitle is cut at the panel's width
@@ -294,8 +291,7 @@ def impact_clause(scope: str, impact: FailureImpact, unit: str = "questions") ->
 
 
 def failed_calls_lines(failed: FailedCalls, impacts: dict[str, FailureImpact], unit: str = "questions") -> list[str]:
-    """The console's word on a run with failed LM calls: the count per role, then one line per scored
-    evaluation (scope -> impact). Nothing when no call finally failed."""
+    """A run's finally failed LM calls per role, then one line per scored evaluation; none without."""
     if not failed:
         return []
     return [f"Failed LM calls: {failed.summary()}", *(impact_clause(s, i, unit) for s, i in impacts.items())]

@@ -1,21 +1,12 @@
 """What the apps print, made readable at the console's width (80 columns in a log or a pipe) and kept
 in the job log.
 
-`app_console()` is the console every app prints its summaries with. Its render hook (`FitToWidth`)
-changes three things, and only when they would not fit:
-
-- a table wider than the console (rich would squeeze it: 'Extrac…', values wrapped inside a cell)
-  becomes a list of records, one per row: the row's first cell, then `header: value` items packed
-  into lines at the width, an item never split unless it is longer than a whole line;
-- a text is wrapped at spaces, and a word longer than the line (a path, a `run_dir=...`) is never
-  folded: it goes whole onto its own line; a command to copy (`memtrace ...`, `mlflow ...`, to the
-  end of its line) is never broken either;
-- every printed block is also written, as plain text, to the log files (Hydra's job log,
-  `<output dir>/<app>.log`) through the logger `memtrace.console`; those records carry `ECHO_ATTR`,
-  and `setup_logging` keeps them off the console (they are already on it).
-
-`markdown_blocks` splits Markdown into prose and its pipe tables (as rich tables, so they are fitted
-too). It does not decide what an app prints, and never changes a table that fits.
+`app_console()`'s render hook (`FitToWidth`) changes only what would not fit: a table wider than the
+console becomes one record per row (the first cell, then `header: value` items packed at the width); a
+text is wrapped at spaces, a word longer than the line (a path) and a command to copy (`memtrace ...`,
+`mlflow ...`) never broken. Every printed block also goes, as plain text, to the log files through the
+logger `memtrace.console` (records marked `ECHO_ATTR`, kept off the console by `setup_logging`).
+`markdown_blocks` splits Markdown into prose and its pipe tables (rich tables, fitted too).
 """
 
 from __future__ import annotations
@@ -42,9 +33,8 @@ echo_logger = logging.getLogger("memtrace.console")
 
 
 def app_console(echo: bool = True) -> Console:
-    """The console an app prints with: as wide as the terminal (80 columns, or `COLUMNS`, when the output
-    is a file or a pipe); wide tables as records, long words whole, everything echoed to the log files
-    (unless `echo` is false: after a sweep, the open log file is the last job's)."""
+    """The console an app prints with, fitted to the terminal's width (else `COLUMNS`, else 80) and echoed
+    to the log files (unless `echo` is false: after a sweep, the open log file is the last job's)."""
     width = Console().width  # the terminal's width, else COLUMNS, else 80
     console = Console(width=NO_CROP)  # the hook lays everything out at `width`; nothing is cropped after it
     console.push_render_hook(FitToWidth(width, echo))
@@ -83,8 +73,7 @@ def natural_width(renderable: Table) -> int:
 
 
 def fit(renderable: ConsoleRenderable, width: int) -> ConsoleRenderable:
-    """`renderable` laid out at `width`: a table that does not fit as records, a text wrapped at spaces
-    (a word longer than the line whole on its own line), anything else rendered at most `width` wide."""
+    """`renderable` laid out at `width` (the module doc); anything else rendered at most `width` wide."""
     if isinstance(renderable, Table) and renderable.box is not None and natural_width(renderable) > width:
         return table_as_records(renderable, width)
     if isinstance(renderable, Text):
@@ -97,9 +86,8 @@ COMMAND = re.compile(r"(?:^|(?<=\s))(?:[^\s]*/)?(?:memtrace|mlflow) [a-z].*$")
 
 
 def wrap_words(text: Text, width: int) -> Text:
-    """`text` (styles kept) broken at spaces into lines of at most `width` columns. A word longer than a
-    line is never split, and a command to copy (`memtrace ...` / `mlflow ...` to the end of its line)
-    is kept on one line. Returned unwrappable, so the console prints it as is."""
+    """`text` (styles kept) broken at spaces into lines of at most `width` columns, a long word and a
+    command to copy kept whole; returned unwrappable, so the console prints it as is."""
     lines: list[Text] = []
     for line in text.split("\n", allow_blank=True):
         plain = line.plain
@@ -143,9 +131,8 @@ def table_rows(table: Table) -> tuple[list[str], list[list[str]]]:
 
 
 def pack(items: Iterable[str], width: int, indent: str = INDENT, separator: str = "; ") -> list[str]:
-    """Items joined by `separator` into lines of at most `width` columns, each line after the first
-    starting with `indent`; an item is split (at spaces, never inside a word) only when it is longer
-    than a whole line."""
+    """Items joined by `separator` into lines of at most `width` columns, each starting with `indent`; an
+    item is split (at spaces) only when it is longer than a whole line."""
     lines: list[str] = []
     current = ""
     room = width - len(indent)
@@ -168,8 +155,7 @@ def pack(items: Iterable[str], width: int, indent: str = INDENT, separator: str 
 
 
 def table_as_records(table: Table, width: int) -> Text:
-    """A table too wide for `width` as one record per row: the first cell (with its header), then the
-    other cells as `header: value` items (empty cells left out), packed at `width`."""
+    """A table too wide for `width` as one record per row: the first cell, then `header: value` items."""
     headers, rows = table_rows(table)
     lines: list[str] = []
     if table.title is not None:

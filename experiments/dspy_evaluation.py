@@ -1,21 +1,14 @@
 """A finished `memtrace optimize` run's exported system under `dspy.Evaluate`: `run_evaluation(run_dir)`.
 
-`run_evaluation(run_dir, split)` reads what the run folder keeps: `config.json` (the config the run was
-made with) and `best_program.json` (`optimizers.gepa_program.load_program`: the system, its knobs and
-its stage prompts). It rebuilds the run's task and judge LMs and its split of the dataset (same
-dataset, fractions and seed), sets the task LM on the program, and gives the program a `LoopCaseRunner`
-over that split (one question answered and judged at a time, each conversation's memory built once)
-that leaves out the run's excluded categories, as the loop does. Then
+It reads the run folder's `config.json` and `best_program.json` (`optimizers.gepa_program.load_program`),
+rebuilds the run's task and judge LMs and its split (same dataset, fractions, seed) and gives the
+program a `LoopCaseRunner` over that split that leaves out the excluded categories, as the loop does:
 
     dspy.Evaluate(devset=evaluation.devset, metric=evaluation.metric)(evaluation.program).score
 
-is the run's reported judge accuracy of that split (test: `test final`; dev: `dev final`), in percent
-(docs/dspy.md, tested in tests/apps/test_registry_and_program_app.py).
-
-It is no app: it logs nothing, does not configure DSPy (its response cache stays as DSPy has it: set
-`DSPY_CACHEDIR` to keep it elsewhere) and starts no local model server (`lm=local` runs need
-`memtrace run prompts=...` instead). Relative dataset paths resolve against `base_dir` (default: the
-current directory, where `memtrace` was started).
+is the run's reported judge accuracy of that split in percent (docs/dspy.md; tested in
+tests/apps/test_registry_and_program_app.py). No app: it logs nothing, configures no DSPy cache and
+starts no local model server. Relative dataset paths resolve against `base_dir` (default: the cwd).
 """
 
 from __future__ import annotations
@@ -33,10 +26,9 @@ from memtrace_loop.pipeline.backends.embeddings import build_embedder
 from memtrace_loop.pipeline.backends.registry import build_lm_set
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.run_folder import RunFolder
+from memtrace_loop.pipeline.data.splits import SPLIT_NAMES
 from memtrace_loop.pipeline.loop.case_runner import LoopCaseRunner
 from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
-
-SPLITS = ("train", "dev", "test")
 
 
 @dataclass(frozen=True)
@@ -50,8 +42,8 @@ class RunEvaluation:
 
 def run_evaluation(run_dir: str | Path, split: str = "test", base_dir: Path | None = None) -> RunEvaluation:
     """The exported system of the optimize run in `run_dir`, ready for `dspy.Evaluate` on `split`."""
-    if split not in SPLITS:
-        raise ConfigError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+    if split not in SPLIT_NAMES:
+        raise ConfigError(f"split must be one of {', '.join(SPLIT_NAMES)}, got {split!r}")
     folder = RunFolder(Path(run_dir))
     try:
         config = validated_optimize(json.loads(folder.config.read_text(encoding="utf-8")))

@@ -1,11 +1,9 @@
 """`memtrace export`: write the best prompt set of an MLflow run as JSON or YAML.
 
-For an optimization run it takes the exported prompt set the run logged (`export/best_prompts.json`);
-for a plain `memtrace run` it takes the prompt set that run used (`prompts.json` + its system tag).
-The file loads back with `prompts=<file>`; beside it, `<name>.program.json` is the same prompt set as a
-DSPy program state (`MemoryProgram(system).load(path)`, `optimizers.gepa_program`), and the files of
-the system's own prompt formats (its spec's `prompt_formats`, e.g. the config fragment of a library it
-wraps) go in the same folder. An entry point; reading and writing files is `pipeline.core.prompt_files`.
+An optimization run gives the prompt set it exported (`export/best_prompts.json`), a `memtrace run` the
+one it used (`prompts.json` + its system tag). The file loads back with `prompts=<file>`; beside it go
+`<name>.program.json` (the same as a DSPy program state, `optimizers.gepa_program`) and the files of the
+system's own prompt formats (its spec's `prompt_formats`). Files are `pipeline.core.prompt_files`.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Turning a validated app config (`experiments.config`) into the objects a run needs: dataset split,
-LMs, system, judge, optimizer, attributor. Every builder takes the typed records validation made (no
-config mapping is read here) and meets constructors through the registries (`pipeline.backends.registry`,
-`pipeline.data.registry`, `memory_systems.registry`, `optimizers.registry`,
-`pipeline.analysis.attribution.registry`); the run's stop token, ledger and local servers come in one
-`RunServices`. It does not run anything and does not log.
+LMs, system, judge, optimizer, attributor, each met through its registry; the run's stop token, ledger
+and local servers come in one `RunServices`. It reads no config mapping, runs nothing and logs nothing.
+The LM stack (DSPy, MLflow's prompt registry) is imported by the builders that need it, when called.
 """
 
 from __future__ import annotations
@@ -12,34 +10,35 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import dspy
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from memtrace_loop.experiments.config import AttributeConfig, Chosen, OptimizeConfig, RunConfig
-from memtrace_loop.memory_systems.base import MemorySystem
-from memtrace_loop.memory_systems.registry import build_memory_system, spec_of
-from memtrace_loop.optimizers.base import Optimizer, OptimizerSetup
+from memtrace_loop.memory_systems.registry import build_memory_system as build_memory_system  # for the tests
+from memtrace_loop.memory_systems.registry import spec_of
 from memtrace_loop.optimizers.registry import OPTIMIZERS
-from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
 from memtrace_loop.pipeline.analysis.attribution.registry import attributor_from_settings
-from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.embeddings import EmbedderConfig, build_embedder
-from memtrace_loop.pipeline.backends.lm import LMSet
-from memtrace_loop.pipeline.backends.local_server import LocalServers
 from memtrace_loop.pipeline.backends.registry import build_lm_set
-from memtrace_loop.pipeline.backends.services import RunServices
-from memtrace_loop.pipeline.backends.structured_output import StructuredOutputAdapter
-from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.prompt_files import apply_prompts
-from memtrace_loop.pipeline.core.prompt_formats import PromptFormat
 from memtrace_loop.pipeline.core.records import Dataset
 from memtrace_loop.pipeline.core.redaction import config_secrets
-from memtrace_loop.pipeline.data.registry import DATASETS, load_dataset
+from memtrace_loop.pipeline.data.registry import DATASETS
+from memtrace_loop.pipeline.data.registry import load_dataset as load_dataset  # for the tests
 from memtrace_loop.pipeline.data.splits import SPLIT_NAMES, Split, split_by_conversation
-from memtrace_loop.pipeline.tracking.prompt_registry import RegistryAccess, load_prompt_source
 from omegaconf import DictConfig, OmegaConf
+
+if TYPE_CHECKING:
+    import dspy
+    from memtrace_loop.memory_systems.base import MemorySystem
+    from memtrace_loop.optimizers.base import Optimizer
+    from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
+    from memtrace_loop.pipeline.backends.lm import LMSet
+    from memtrace_loop.pipeline.backends.local_server import LocalServers
+    from memtrace_loop.pipeline.backends.services import RunServices
+    from memtrace_loop.pipeline.core.prompt_formats import PromptFormat
+    from memtrace_loop.pipeline.tracking.prompt_registry import RegistryAccess
 
 
 def to_plain(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
@@ -62,12 +61,13 @@ def with_prompt_file(
     system: MemorySystem, prompts: str | Path | None, base_dir: Path, formats: Sequence[PromptFormat] = (),
     registry: RegistryAccess | None = None,
 ) -> MemorySystem:
-    """`system` with the prompt set `prompts` names applied (unchanged when `prompts` is empty): a file of
-    our own layout, or a document of one of `formats` (its spec's `prompt_formats`; only its stages
-    change), or registered prompts read through `registry` (`registry:<system>@<alias>`, `prompts:/...`;
-    `pipeline.tracking.prompt_registry`)."""
+    """`system` with the prompt set `prompts` names applied (unchanged when empty): a file of our layout,
+    a document of one of `formats` (only its stages change), or registered prompts read through
+    `registry` (`registry:<system>@<alias>`, `prompts:/...`; `pipeline.tracking.prompt_registry`)."""
     if not prompts:
         return system
+    from memtrace_loop.pipeline.tracking.prompt_registry import load_prompt_source  # MLflow's registry
+
     stages = system.prompt_set().stages()
     return apply_prompts(system, load_prompt_source(str(prompts), system.name, stages, base_dir, formats, registry))
 
@@ -81,18 +81,15 @@ def select_split(dataset: Dataset, split: str, fractions: Sequence[float], seed:
 
 
 def secret_values(cfg: Mapping[str, Any]) -> tuple[str, ...]:
-    """The values of every environment variable named by an `api_key_env` anywhere in the config, and
-    the credentials inside its URLs (`pipeline.core.redaction.config_secrets`)."""
+    """The values of the environment variables every `api_key_env` names, and the credentials in its URLs."""
     return config_secrets(cfg, os.environ)
 
 
 def load_chosen_dataset(dataset: Chosen[Any], base_dir: Path) -> Dataset:
-    """The whole dataset of the validated `dataset` group."""
     return DATASETS.get(dataset.name).load(dataset.settings, base_dir)
 
 
 def build_system(memory_system: Chosen[Any], embedder: EmbedderConfig) -> MemorySystem:
-    """The memory system of the validated `memory_system` group (its knobs record) on the configured embedder."""
     return spec_of(memory_system.name).build(memory_system.settings, build_embedder(embedder))
 
 
@@ -100,7 +97,7 @@ def build_prompted_system(
     memory_system: Chosen[Any], embedder: EmbedderConfig, prompts: str | None, base_dir: Path,
     registry: RegistryAccess | None = None,
 ) -> MemorySystem:
-    """`build_system` with the `prompts` file (any layout its spec's `prompt_formats` read) or registered
+    """`build_system` with the `prompts` file (any layout of its spec's `prompt_formats`) or registered
     prompts (read through `registry`) applied."""
     formats = spec_of(memory_system.name).prompt_formats
     return with_prompt_file(build_system(memory_system, embedder), prompts, base_dir, formats, registry)
@@ -109,8 +106,11 @@ def build_prompted_system(
 def build_components(
     config: RunConfig | OptimizeConfig, base_dir: Path, services: RunServices | None = None
 ) -> tuple[LMSet, MemorySystem, dspy.Predict]:
-    """The LMs, the memory system (task LM set, `prompts` file applied if given) and the judge. Every LM
-    shares the run's `services` (stop token, ledger: each counts its role's calls into it, local servers)."""
+    """The LMs, the memory system (task LM set, `prompts` applied) and the judge; every LM shares the
+    run's `services` (stop token, the ledger its role's calls count into, local servers)."""
+    from memtrace_loop.pipeline.analysis.judge import make_judge
+    from memtrace_loop.pipeline.tracking.prompt_registry import RegistryAccess
+
     lms = build_lm_set(config.lm, services)
     registry = RegistryAccess(config.tracking.uri, config.tracking.experiment)
     system = build_prompted_system(config.memory_system, config.embedder, config.prompts, base_dir, registry)
@@ -121,8 +121,9 @@ def build_components(
 def build_optimizer(
     config: OptimizeConfig, lms: LMSet, system: MemorySystem, attributor: Attributor, work_dir: Path
 ) -> Optimizer:
-    """The optimizer of the validated `optimizer` group, built once for its run: rewriting with the
-    rewriter LM, on `system`, with the loop's `attributor`, keeping its own files under `work_dir`."""
+    """The optimizer of the `optimizer` group, built once for its run (its own files under `work_dir`)."""
+    from memtrace_loop.optimizers.base import OptimizerSetup
+
     setup = OptimizerSetup(config.optimizer.settings, lms.rewriter, system, attributor, work_dir)
     return OPTIMIZERS.get(config.optimizer.name).build(setup)
 
@@ -130,10 +131,13 @@ def build_optimizer(
 @contextmanager
 def local_models() -> Iterator[LocalServers]:
     """What an app that builds LMs runs inside: the run's `LocalServers` (a `local` role's llama.cpp
-    server starts when its LM is built and stops on the way out, also on an error or interruption)
-    and DSPy's adapter set to `StructuredOutputAdapter` (JSON-schema output for the LMs configured
-    with `structured_output: json_schema`; every other LM as with DSPy's default ChatAdapter),
-    the previous adapter restored afterwards."""
+    server stops on the way out, also on an error or interruption) and DSPy's adapter set to
+    `StructuredOutputAdapter` (JSON-schema output for LMs with `structured_output: json_schema`, DSPy's
+    ChatAdapter for the rest), the previous adapter restored afterwards."""
+    import dspy
+    from memtrace_loop.pipeline.backends.local_server import LocalServers
+    from memtrace_loop.pipeline.backends.structured_output import StructuredOutputAdapter
+
     previous = dspy.settings.adapter
     dspy.configure(adapter=StructuredOutputAdapter())
     try:
@@ -143,41 +147,18 @@ def local_models() -> Iterator[LocalServers]:
         dspy.configure(adapter=previous)
 
 
-__all__ = [
-    "ConfigError",
-    "attributor_of",
-    "build_components",
-    "build_memory_system",
-    "build_optimizer",
-    "build_prompted_system",
-    "build_system",
-    "launch_dir",
-    "load_chosen_dataset",
-    "load_dataset",
-    "local_models",
-    "resolve",
-    "run_split",
-    "secret_values",
-    "select_split",
-    "splits_of",
-    "to_plain",
-    "with_prompt_file",
-]
-
-
 def attributor_of(
     config: RunConfig | OptimizeConfig | AttributeConfig, lms: LMSet | None, system: MemorySystem | None,
     judge: dspy.Predict | None,
 ) -> Attributor:
-    """The attributor the validated `attributor` group selects, with the run's embedder for matching by
-    meaning and `system` + `judge` for replay verification."""
+    """The attributor of the `attributor` group, with the run's embedder (matching by meaning) and
+    `system` + `judge` (replay verification)."""
     chosen = config.attributor
     return attributor_from_settings(chosen.name, chosen.settings, lms, system, judge, build_embedder(config.embedder))
 
 
 def splits_of(config: OptimizeConfig, base_dir: Path) -> Split:
-    """Train / dev / test of the configured dataset, each with conversations and questions (else an
-    `EmptySplitError` naming the split and `splits.fractions`)."""
+    """Train / dev / test of the configured dataset, each non-empty (else an `EmptySplitError`)."""
     dataset = load_chosen_dataset(config.dataset, base_dir)
     return split_by_conversation(dataset, config.splits.fractions, config.splits.seed).require(*SPLIT_NAMES)
 

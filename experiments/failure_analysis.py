@@ -1,25 +1,16 @@
 """Why a run's questions failed: attribute its failures, aggregate blame, diagnose, and save / log the result.
 
-`memtrace run` calls `analyse_failures(result, dataset, attributor, lm, ...)` after its evaluation: every
-failure (outside the excluded categories) is attributed with the configured attributor (lineage by
-default; an LLM attributor's calls count under the `attributor` role of the run's `CallLedger`, because
-its LM is the ledger's counted copy), the blame table is aggregated and the failures are diagnosed
-(`pipeline.analysis.diagnosis`: one LM call on `lm`, none when nothing failed). The `FailureAnalysis`
-it returns knows its files (`write`: attributions.json, blame.json, diagnosis.json, diagnosis.md), its
-metrics (`metrics`: `attribution.*`, `blame.<stage>.share|count`, `diagnosis.ok`) and its MLflow table
-(`tables`: attributions_table.json), so the caller puts them into its artifacts folder and `RunRecord`.
-`write_diagnosis` writes the two diagnosis files alone (what `memtrace optimize` logs).
+`analyse_failures(result, dataset, attributor, lm, ...)` (`memtrace run`, after its evaluation)
+attributes every scored failure with the configured attributor (an LLM attributor's calls count under
+the ledger's `attributor` role), aggregates the blame table and diagnoses the failures
+(`pipeline.analysis.diagnosis`: one LM call, none when nothing failed). The `FailureAnalysis` knows its
+files (`write`), metrics and MLflow table, for the run's artifacts folder and `RunRecord`.
 
-`memtrace optimize` diagnoses with `loop_diagnosis`: the attributed TRAIN failures of the latest iteration
-that attributed any (`LoopResult.iterations`; the attribution the optimizer itself last acted on). This is
-a decision, not an accident: those attributions already exist (no extra attribution calls, no replay on
-the test split, only the one analysis call on `lm`), and the test split stays evaluated once and never
-analysed for the loop. Its limit: when that iteration accepted a candidate, the final prompts differ from
-the ones diagnosed (the title says which iteration it is). A resumed run that ran no new attributing
-iteration gets an empty diagnosis. The analysis call comes after the loop's call tally (`LoopResult.calls`).
-
-An entry-point helper: it neither prints (the console renderables are in `experiments.console`) nor
-talks to MLflow itself.
+`loop_diagnosis` (`memtrace optimize`) diagnoses the attributed TRAIN failures of the latest iteration
+that attributed any, on purpose: those attributions exist already (no extra attribution, no replay on
+test; the test split stays evaluated once and never analysed). When that iteration accepted a
+candidate, the final prompts differ from the ones diagnosed (the title names the iteration); a resumed
+run with no new attributing iteration gets an empty diagnosis. It neither prints nor talks to MLflow.
 """
 
 from __future__ import annotations
@@ -29,7 +20,6 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import dspy
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor, TracedRun, attribute_run
@@ -40,7 +30,7 @@ from memtrace_loop.pipeline.core.records import CaseResult, Dataset
 from memtrace_loop.pipeline.core.run_folder import RunFolder
 from memtrace_loop.pipeline.core.stop import StopToken
 from memtrace_loop.pipeline.loop.optimization import LoopResult
-from memtrace_loop.pipeline.loop.runner import RunResult
+from memtrace_loop.pipeline.loop.runner import ProgressSink, RunResult
 from memtrace_loop.pipeline.tracking import metric_names as names
 from memtrace_loop.pipeline.tracking.run_logging import (
     attribution_columns,
@@ -48,18 +38,6 @@ from memtrace_loop.pipeline.tracking.run_logging import (
     attribution_rows,
     scrub,
 )
-
-ATTRIBUTIONS_FILE = RunFolder.ATTRIBUTIONS
-BLAME_FILE = RunFolder.BLAME
-DIAGNOSIS_JSON = RunFolder.DIAGNOSIS_JSON
-DIAGNOSIS_MD = RunFolder.DIAGNOSIS_MD
-ATTRIBUTIONS_TABLE = RunFolder.ATTRIBUTIONS_TABLE
-
-
-class PhaseProgress(Protocol):
-    def begin(self, phase: str, total: int) -> None: ...
-
-    def advance(self, phase: str, amount: int = 1) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -87,18 +65,18 @@ class FailureAnalysis:
         """The attribution table for the run record (none when nothing was attributed)."""
         if not self.attributions:
             return {}
-        return {ATTRIBUTIONS_TABLE: attribution_columns(self.attributions, secrets)}
+        return {RunFolder.ATTRIBUTIONS_TABLE: attribution_columns(self.attributions, secrets)}
 
     def write(self, directory: Path, secrets: Iterable[str] = ()) -> list[Path]:
         """attributions.json, blame.json, diagnosis.json and diagnosis.md in `directory` (secrets masked)."""
         secrets = tuple(secrets)
         directory.mkdir(parents=True, exist_ok=True)
-        attributions = directory / ATTRIBUTIONS_FILE
+        attributions = directory / RunFolder.ATTRIBUTIONS
         attributions.write_text(
             scrub(json.dumps(attribution_rows(self.attributions), indent=1, ensure_ascii=False), secrets),
             encoding="utf-8",
         )
-        blame = directory / BLAME_FILE
+        blame = directory / RunFolder.BLAME
         blame.write_text(scrub(json.dumps(self.blame.as_rows(), indent=2, ensure_ascii=False), secrets),
                          encoding="utf-8")
         return [attributions, blame, *write_diagnosis(directory, self.diagnosis, secrets)]
@@ -108,16 +86,16 @@ def write_diagnosis(directory: Path, diagnosis: Diagnosis, secrets: Iterable[str
     """diagnosis.json (`Diagnosis.to_dict`) and diagnosis.md in `directory`, secrets masked."""
     secrets = tuple(secrets)
     directory.mkdir(parents=True, exist_ok=True)
-    as_json = directory / DIAGNOSIS_JSON
+    as_json = directory / RunFolder.DIAGNOSIS_JSON
     as_json.write_text(scrub(json.dumps(diagnosis.to_dict(), indent=1, ensure_ascii=False), secrets), encoding="utf-8")
-    as_md = directory / DIAGNOSIS_MD
+    as_md = directory / RunFolder.DIAGNOSIS_MD
     as_md.write_text(scrub(diagnosis.markdown(), secrets), encoding="utf-8")
     return [as_json, as_md]
 
 
 def attribute_result(
     result: RunResult, dataset: Dataset, attributor: Attributor, exclude_categories: Iterable[int] = (),
-    progress: PhaseProgress | None = None, stop: StopToken | None = None,
+    progress: ProgressSink | None = None, stop: StopToken | None = None,
 ) -> tuple[tuple[Attribution, ...], BlameTable]:
     """The attributions of every failure of `result` (outside `exclude_categories`) and their blame table.
     `stop` is checked after each case (an interruption stops the attribution, not just the next LM call)."""
@@ -140,7 +118,7 @@ def attribute_result(
 
 def analyse_failures(
     result: RunResult, dataset: Dataset, attributor: Attributor, lm: dspy.BaseLM | None,
-    exclude_categories: Iterable[int] = (), progress: PhaseProgress | None = None, stop: StopToken | None = None,
+    exclude_categories: Iterable[int] = (), progress: ProgressSink | None = None, stop: StopToken | None = None,
 ) -> FailureAnalysis:
     """Attribute, blame and diagnose the failures of `result` (the diagnosis's analysis is written by `lm`)."""
     excluded = tuple(exclude_categories)
@@ -149,7 +127,6 @@ def analyse_failures(
     diagnosis = diagnose(attributions, lm)
     failures = sum(1 for r in result.results if not r.correct and r.question.category not in excluded)
     return FailureAnalysis(attributions, blame, diagnosis, attributor.name, failures, time.perf_counter() - started)
-
 
 
 def loop_diagnosis(result: LoopResult, lm: dspy.BaseLM | None) -> tuple[int | None, Diagnosis]:

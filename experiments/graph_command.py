@@ -3,23 +3,17 @@
     memtrace graph convert IN OUT --to exec-network|memtrace
     memtrace graph show FILE [FILE ...] [--json] [--limit N]
 
-`convert` reads IN in whichever format its content is (our graph JSON or ExecNetwork JSON,
-`pipeline.interop.graph_files`) and writes it to OUT in the `--to` format; an ExecNetwork input's
-MemTraceBench labels go with it into an ExecNetwork output, and so do a saved run's attributions: a
-graph of a run folder (`<run>/artifacts/graphs/`) is exported to ExecNetwork with the run's latest
-attribution (`experiments.graph_labels`: the last `memtrace attribute`, else the run's own) as its
-MemTraceBench labels, one per attributed failure of its conversation, and the summary says which
-attribution they are. IN may be a folder: every `*.json` in it (not recursive; a run folder stands for
-its `graphs/`) is converted into the folder OUT (created) under the same name, with a progress bar
-when there is more than one. A file already in the target format is rewritten (normalised) and the
-summary line says so. OUT never replaces IN itself, and every file is written atomically, so a failed
-conversion leaves no partial file. `show` prints a summary of each file (`pipeline.interop.graph_summary`):
-format, graph id, sizes, kinds, failed operations, the questions judged wrong and the MemTraceBench
-labels; `--json` prints the same as a JSON list, one object per file, for scripts.
+`convert` reads IN in whichever format its content is (`pipeline.interop.graph_files`) and writes OUT
+in the `--to` format. MemTraceBench labels travel with an ExecNetwork input; a graph of a saved run
+(`<run>/artifacts/graphs/`) exported to ExecNetwork carries the run's latest attribution as its labels
+(`run_labels`: the last `memtrace attribute`, else the run's own), and the summary says which. A folder
+IN converts every `*.json` in it (not recursive; a run folder stands for its `graphs/`) into the folder
+OUT. A file already in the target format is rewritten (normalised); OUT never replaces IN, and every file
+is written atomically. `show` prints each file's summary (`pipeline.interop.graph_summary`); `--json`
+the same as a JSON list.
 
-These are file utilities, not Hydra apps: plain argparse, no config, no LM, no MLflow. A missing or
-unreadable file, invalid JSON or a document in neither format ends the command with exit code 2 and one
-line on stderr naming the file and the problem (no traceback), like the apps (`lifecycle.run_app`).
+Plain argparse: no config, no LM, no MLflow, nothing attributed. A missing or unreadable file, invalid
+JSON or a document in neither format ends with exit code 2 and one line on stderr naming the file.
 """
 
 from __future__ import annotations
@@ -28,18 +22,24 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import zip_longest
 from pathlib import Path
+from types import MappingProxyType
 
-from memtrace_loop.experiments.completion import PlainCommand
 from memtrace_loop.experiments.console_layout import app_console
-from memtrace_loop.experiments.graph_labels import RunLabels, graphs_folder, run_labels
-from memtrace_loop.pipeline.core.graph import GraphError
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution
+from memtrace_loop.pipeline.core.case_io import cases_from_json
+from memtrace_loop.pipeline.core.graph import ExecutionGraph, GraphError
+from memtrace_loop.pipeline.core.run_folder import RunFolder
 from memtrace_loop.pipeline.data.reader import DataError
+from memtrace_loop.pipeline.interop.exec_network import annotation_from_attribution
+from memtrace_loop.pipeline.interop.exec_network.labels import BenchAnnotation
 from memtrace_loop.pipeline.interop.graph_files import GraphFormat, read_graph_file, write_graph_file
 from memtrace_loop.pipeline.interop.graph_summary import GraphSummary, summarize
+from memtrace_loop.pipeline.report.attribution_record import AttributionRecord, latest_attributions
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -77,20 +77,6 @@ def parser() -> argparse.ArgumentParser:
     return main
 
 
-def completion_command() -> PlainCommand:
-    """The words bash completes for `memtrace graph`, read from the parser itself."""
-    options_by_subcommand: dict[str, tuple[str, ...]] = {}
-    choices_by_option: dict[str, tuple[str, ...]] = {}
-    (subcommands,) = [a for a in parser()._actions if isinstance(a, argparse._SubParsersAction)]
-    for name, sub in subcommands.choices.items():
-        options_by_subcommand[name] = tuple(o for a in sub._actions for o in a.option_strings if o.startswith("--"))
-        for action in sub._actions:
-            if action.option_strings and action.choices:
-                for option in action.option_strings:
-                    choices_by_option[option] = tuple(str(c) for c in action.choices)
-    return PlainCommand("graph", options_by_subcommand, choices_by_option)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
@@ -103,6 +89,64 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 # --------------------------------------------------------------------------- convert
+
+
+@dataclass(frozen=True)
+class RunLabels:
+    """A saved run's latest attributions, per conversation, and the record saying which they are."""
+
+    record: AttributionRecord
+    by_conversation: Mapping[str, tuple[Attribution, ...]]
+
+    def annotations_for(self, graph: ExecutionGraph) -> tuple[BenchAnnotation, ...]:
+        """The labels of the failures of `graph`'s conversation (its `graph_id`), in the graph's ids."""
+        return tuple(annotation_from_attribution(a, graph) for a in self.by_conversation.get(graph.graph_id, ()))
+
+    @property
+    def total(self) -> int:
+        return sum(len(found) for found in self.by_conversation.values())
+
+
+def saved_run_folder(path: Path) -> Path | None:
+    """The folder of the saved run a graph file (or a `graphs/` folder) belongs to; None outside one."""
+    folder = path if path.is_dir() else path.parent
+    if folder.name == RunFolder.GRAPHS and (folder.parent / RunFolder.CASES).is_file():
+        return folder.parent
+    return None
+
+
+def graphs_folder(path: Path) -> Path:
+    """`path`, or its `graphs/` folder when it is a run folder (`<run>` or `<run>/artifacts`)."""
+    for saved in (path, path / RunFolder.ARTIFACTS):
+        if (saved / RunFolder.CASES).is_file() and (saved / RunFolder.GRAPHS).is_dir():
+            return saved / RunFolder.GRAPHS
+    return path
+
+
+def _json_file(path: Path) -> object:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise DataError(str(path), f"cannot read ({type(error).__name__}: {error})") from error
+
+
+def run_labels(path: Path) -> RunLabels | None:
+    """The latest attributions of the saved run `path` (a graph file or `graphs/` folder) belongs to, as
+    labels (`pipeline.report.attribution_record`); None outside a saved run or without attributions."""
+    saved = saved_run_folder(path)
+    if saved is None:
+        return None
+    cases = saved / RunFolder.CASES
+    results = cases_from_json(cases.read_text(encoding="utf-8"), str(cases))
+    config_path = saved / RunFolder.CONFIG
+    config = _json_file(config_path) if config_path.is_file() else {}
+    chosen = latest_attributions(saved, results, config if isinstance(config, Mapping) else {})
+    if chosen is None:
+        return None
+    grouped: defaultdict[str, list[Attribution]] = defaultdict(list)
+    for attribution in chosen.attributions:
+        grouped[attribution.case.question.conversation_id].append(attribution)
+    return RunLabels(chosen.record, MappingProxyType({k: tuple(v) for k, v in grouped.items()}))
 
 
 @dataclass(frozen=True)
@@ -133,8 +177,7 @@ def conversion_pairs(source: Path, output: Path) -> list[tuple[Path, Path]]:
 
 
 def convert_one(source: Path, target: Path, to: GraphFormat, labels: RunLabels | None = None) -> Converted:
-    """Read `source`, write it to `target` in `to` (its labels travel in the graph's meta, both ways; into
-    ExecNetwork, `labels` (its run's attributions) of the graph's conversation, when given, replace them)."""
+    """Read `source`, write it to `target` in `to` (into ExecNetwork, `labels` of its run replace its own)."""
     read = read_graph_file(source)
     annotations = labels.annotations_for(read.graph) if labels is not None and to is GraphFormat.EXEC_NETWORK else ()
     write_graph_file(read.graph, target, to, annotations)
@@ -210,8 +253,7 @@ def show(paths: Sequence[str], as_json: bool = False, limit: int = DEFAULT_LIMIT
 
 
 def clip(text: str, width: int) -> str:
-    """`text` on one line (runs of white space as one space), cut to `width` characters (an ellipsis
-    marks the cut)."""
+    """`text` on one line, cut to `width` characters (an ellipsis marks the cut)."""
     flat = " ".join(str(text).split())
     return flat if len(flat) <= width else flat[: max(width - 1, 0)] + "…"
 
@@ -248,8 +290,7 @@ def summary_blocks(summary: GraphSummary, width: int, limit: int = DEFAULT_LIMIT
 
 
 def listing(title: str, entries: list[tuple[str, list[str]]], width: int, limit: int) -> list[Text | Table]:
-    """A bold title, then up to `limit` entries (0: all), each a head line and indented lines clipped to
-    `width`, then how many were left out."""
+    """A bold title, up to `limit` entries (0: all) clipped to `width`, then how many were left out."""
     shown = entries if limit <= 0 else entries[:limit]
     text_width = max(width - 6, 20)
     blocks: list[Text | Table] = [Text(title, style="bold")]

@@ -1,25 +1,14 @@
 """How an app stops: signals ask the work to stop, and every way out is one line and an exit code.
 
-`stop_on_signals(token)` turns the first Ctrl-C (SIGINT) or SIGTERM into `token.request(...)`: the LMs
-and the runner start no new call or item after it, the work ends with `Interrupted`, and the MLflow
-run is ended KILLED by the tracker. A second signal gives up waiting (`KeyboardInterrupt`).
-
-`run_app(body, secrets_of)` runs an app body and turns what ends it into an exit: a `RunStopped`
-(interrupted, endpoint unusable, too many failed calls), a configuration or data error, a run that
-finished with failed LM calls (`FinishedWithFailedCalls`, exit 3), or any other exception, becomes one
-line on stderr (secrets masked, notes such as "resume with ..." appended) and a non-zero exit code; the
-traceback goes to the log at DEBUG level only. After an interruption the process exits at once
-(`os._exit`), without waiting for LM calls still in flight: everything worth keeping (checkpoint, MLflow
-status) is written before. In a worker process of a pool (a sweep's job under Hydra's joblib launcher)
-it raises `JobExit(code)` instead: the job fails, the other jobs go on to their end, and the launching
-process exits with that code when the batch has ended.
-
-`SweepStop` is the Hydra callback of every app's `-m` sweep (conf/optimize.yaml, conf/run.yaml): when
-the jobs run in worker processes (the joblib launcher), Ctrl-C reaches every job of the process group,
-and each job stops as above; the launching process, told by the same signal, waits for them instead of
-aborting the pool (which would kill a job before its MLflow run is ended), then exits 130; a second
-signal stops at once.
-Only entry points use this module.
+`stop_on_signals(token)`: the first Ctrl-C or SIGTERM is `token.request(...)` (no new LM call or item;
+the work ends `Interrupted`, the MLflow run KILLED); a second gives up waiting (`KeyboardInterrupt`).
+`run_app(command, body, secrets)` turns what ends an app body into one line on stderr (secrets masked,
+notes such as "resume with ..." kept; the traceback in the log at DEBUG) and an exit code: 1 failed,
+2 a usage error (config, data, checkpoint), 3 finished with failed LM calls, 130/143 interrupted (then
+`os._exit`, not waiting for calls in flight: checkpoint and status are written before). In a pool
+worker (a sweep job under joblib) it raises `JobExit(code)`: the other jobs go on, the launcher exits
+with the code once the batch ended. `SweepStop` (the `-m` sweeps' callback) makes the launcher wait
+for its jobs on Ctrl-C instead of aborting the pool, then exit 130; a second signal stops at once.
 """
 
 from __future__ import annotations
@@ -44,10 +33,9 @@ from memtrace_loop.experiments.secret_guard import known_secrets
 from memtrace_loop.pipeline.backends.failure_guard import FinishedWithFailedCalls
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.prompt_files import PromptFileError
+from memtrace_loop.pipeline.core.redaction import redact as scrub
 from memtrace_loop.pipeline.core.stop import Interrupted, RunStopped, StopToken
 from memtrace_loop.pipeline.data.locomo import DataError
-from memtrace_loop.pipeline.loop.checkpoint import CheckpointError
-from memtrace_loop.pipeline.tracking.run_logging import scrub
 from memtrace_loop.pipeline.tracking.run_record import NotLoggedError
 from memtrace_loop.pipeline.tracking.store_access import TrackingUnavailable
 from omegaconf import DictConfig
@@ -102,7 +90,10 @@ def exit_code(error: BaseException, token: StopToken | None = None) -> int:
 
 
 def _is_usage_error(error: BaseException) -> bool:
-    return isinstance(error, ConfigError | DataError | CheckpointError | PromptFileError | FileNotFoundError)
+    checkpoint = sys.modules.get("memtrace_loop.pipeline.loop.checkpoint")  # a CheckpointError needs it loaded
+    if checkpoint is not None and isinstance(error, checkpoint.CheckpointError):
+        return True
+    return isinstance(error, ConfigError | DataError | PromptFileError | FileNotFoundError)
 
 
 def _speaks_for_itself(error: BaseException) -> bool:
@@ -153,11 +144,9 @@ def run_app(
 
 
 class JobExit(Exception):
-    """A sweep job's exit code on its way back from a pool worker. Hydra's `run_job` records it as the
-    job's failure, so the pool is not aborted and the other jobs run to their end (an abort would kill
-    a job before its MLflow run is ended); it is unpickled in the launching process as
-    `SystemExit(code)`, which Hydra's sweeper raises once the batch has ended: the sweep exits with the
-    job's code, before the comparison callback."""
+    """A sweep job's exit code on its way back from a pool worker: Hydra records the job as failed (the
+    pool is not aborted), and it is unpickled in the launcher as `SystemExit(code)`, raised once the
+    batch has ended, before the comparison callback."""
 
     def __init__(self, code: int) -> None:
         super().__init__(code)
@@ -168,8 +157,7 @@ class JobExit(Exception):
 
 
 def in_pool_worker() -> bool:
-    """Whether this process is a worker of a multiprocessing/loky pool (a sweep's job under the joblib
-    launcher): its exit must travel back to the pool as an exception, not as a dead process."""
+    """Whether this process is a pool worker (a sweep's job under joblib): its exit travels back as an exception."""
     return multiprocessing.current_process().name != "MainProcess"
 
 
@@ -189,10 +177,8 @@ def sweep_stopped() -> bool:
 
 
 class SweepStop(Callback):
-    """A Hydra callback: while a sweep's jobs run in other processes (`hydra/launcher=parallel|joblib`),
-    the first SIGINT/SIGTERM in the launching process is logged and waited out (each job, signalled
-    too, ends its run and keeps its checkpoint) and `<sweep dir>/.stopped` is written, so the jobs the
-    pool starts afterwards stop at once (`sweep_stopped`); the second raises `KeyboardInterrupt`."""
+    """A Hydra callback: with the jobs in other processes (joblib), the launcher's first SIGINT/SIGTERM is
+    waited out and `<sweep dir>/.stopped` written, so jobs started afterwards stop at once."""
 
     def __init__(self) -> None:
         self._previous: dict[int, Any] = {}
@@ -237,4 +223,3 @@ def _exit_now(code: int) -> None:
         with suppress(Exception):
             stream.flush()
     os._exit(code)
-

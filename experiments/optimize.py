@@ -1,13 +1,10 @@
 """`memtrace optimize`: the Hydra app of the closed loop.
 
-It builds the system, judge, optimizer and train/dev/test split from the config, runs
-`pipeline.loop.OptimizationLoop` inside one MLflow parent run (one nested run per iteration), writes a
-checkpoint after every iteration (`resume=<run dir>` continues an interrupted run with the config it
-was started with), exports the best prompt set as JSON and YAML, and prints the summary tables.
-The run folder is locked while it runs (`pipeline.core.run_lock`: a second `resume=` of it is refused);
-each start ends FAILED the RUNNING runs of its experiment whose folder's lock is free
-(`pipeline.tracking.run_record`), and `resume=` of a folder without a checkpoint ends its run FAILED.
-An entry point: it configures DSPy's cache and prints; the work lives in `pipeline`.
+It builds the system, judge, optimizer and split from the config, runs `pipeline.loop.OptimizationLoop`
+in one MLflow parent run (a nested run per iteration), checkpoints every iteration (`resume=<run dir>`
+continues with the config it was started with, under the folder's run lock), exports the best prompt
+set and prints the summary. Each start ends FAILED the RUNNING runs of its experiment whose folder's
+lock is free; `resume=` of a folder without a checkpoint ends its run FAILED. The work is `pipeline`.
 """
 
 from __future__ import annotations
@@ -25,7 +22,7 @@ from typing import Any
 import dspy
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from memtrace_loop.experiments.config import OptimizeConfig, validated_optimize
+from memtrace_loop.experiments.config import OptimizeConfig, stand_in_tags, validated_optimize
 from memtrace_loop.experiments.console import (
     RichProgress,
     budget_line,
@@ -52,10 +49,9 @@ from memtrace_loop.experiments.factory import (
 from memtrace_loop.experiments.failure_analysis import loop_diagnosis, write_diagnosis
 from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.experiments.output_dirs import app_output_dir
-from memtrace_loop.experiments.run_names import run_name as sweep_run_name
+from memtrace_loop.experiments.output_dirs import run_name as sweep_run_name
 from memtrace_loop.experiments.secret_guard import guarded
 from memtrace_loop.experiments.session import AppSession, open_session
-from memtrace_loop.experiments.sim_notice import stand_in_tags
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.memory_systems.registry import spec_of
 from memtrace_loop.optimizers.base import Optimizer
@@ -117,9 +113,8 @@ def config_digest(plain: Mapping[str, Any]) -> str:
 
 
 def _run_dir(plain: Mapping[str, Any], base_dir: Path) -> tuple[Path, Mapping[str, Any]]:
-    """(run directory, the config to use) — a resumed run uses the config it was started with (overrides
-    given with `resume=` other than `workers` are ignored, with a warning naming them); a new run's
-    config is saved in its folder first (secrets redacted)."""
+    """(run directory, the config to use): a resumed run's saved config (other overrides than `workers`
+    ignored, with a warning naming them), else a new folder with the config saved in it (redacted)."""
     if plain.get("resume"):
         run_dir = resolve(str(plain["resume"]), base_dir)
         saved = run_dir / SAVED_CONFIG
@@ -143,8 +138,7 @@ def _run_dir(plain: Mapping[str, Any], base_dir: Path) -> tuple[Path, Mapping[st
 
 
 def typed_override_keys() -> tuple[str, ...] | None:
-    """The keys or groups of the overrides typed for this Hydra job (`loop.min_gain=0.5` -> `loop.min_gain`,
-    `+x=1` -> `x`, `memory_system=rag` -> `memory_system`); None without a Hydra job (the compose API)."""
+    """The keys or groups of the overrides typed for this Hydra job (`+x=1` -> `x`); None without one."""
     if not HydraConfig.initialized():
         return None
     keys = (str(o).partition("=")[0].lstrip("+~").partition("@")[0] for o in HydraConfig.get().overrides.task)
@@ -154,10 +148,8 @@ def typed_override_keys() -> tuple[str, ...] | None:
 def ignored_overrides(
     given: Mapping[str, Any], saved: Mapping[str, Any], typed: Sequence[str] | None = None
 ) -> list[str]:
-    """The keys (never the values) whose value in `given` differs from the run's saved config. With
-    `typed` (the overrides the user typed: `typed_override_keys`) only those are named, each a key or a
-    group that changed some key under it: a default the user never typed (the default `memory_system`
-    composed for `resume=` of a rag run) is not an override."""
+    """The keys (never the values) whose value in `given` differs from the saved config; with `typed`
+    only those typed (a key, or a group that changed a key under it): an untyped default is no override."""
     now, then = flatten(dict(given)), flatten(dict(saved))
     differing = sorted(
         key for key in set(now) | set(then)
@@ -188,10 +180,8 @@ def export_best(
     result: LoopResult, system_name: str, run_id: str, run_dir: Path, knobs: Mapping[str, Any] | None = None,
     formats: Sequence[PromptFormat] = (), mark: Mapping[str, float] | None = None,
 ) -> list[Path]:
-    """The final prompt set as best_prompts.json and .yaml (with the finite headline metrics, the
-    failed-calls `mark` when LM calls finally failed (`failed_calls_mark`), and the system's knobs that
-    differ from their defaults, accepted knob changes included), then the files of the system's own
-    prompt `formats` (e.g. a library's config fragment) beside them."""
+    """The final prompt set as best_prompts.json and .yaml (headline metrics, the failed-calls `mark`, the
+    knobs that differ from their defaults), then the files of the system's own prompt `formats`."""
     metrics = {
         "test_judge_accuracy": result.test_final.report.overall.judge_accuracy,
         "test_start_judge_accuracy": result.test_start.report.overall.judge_accuracy,
@@ -211,7 +201,6 @@ def export_program(result: LoopResult, system: MemorySystem, run_dir: Path) -> P
 
 @dataclass(frozen=True)
 class _LoopParts:
-    """What one `memtrace optimize` works with, built from the session before any work."""
 
     splits: Split
     lms: LMSet
@@ -223,7 +212,6 @@ class _LoopParts:
 
 @dataclass(frozen=True)
 class _Finished:
-    """What the finished loop left: exported prompts, plots, report and the train diagnosis."""
 
     result: LoopResult
     paths: list[Path]
@@ -237,7 +225,7 @@ class _Finished:
 
 
 def optimize(cfg: DictConfig, console: Console | None = None, stop: StopToken | None = None) -> dict[str, Any]:
-    """`_optimize` inside the run's local model servers (`lm=local`: started on demand, stopped on the way out)."""
+    """`_optimize` inside the run's local model servers, under the run folder's lock."""
     plain = to_plain(cfg)
     _fail_unstarted_resume(plain)  # resume= of a folder without a checkpoint: its run ends FAILED, then refused
     with local_models() as servers:
@@ -248,9 +236,8 @@ def optimize(cfg: DictConfig, console: Console | None = None, stop: StopToken | 
 
 
 def _fail_unstarted_resume(plain: Mapping[str, Any]) -> None:
-    """`resume=` of a run folder without a checkpoint (its process was killed before its first
-    iteration ended): under the folder's lock (a live run is `RunLocked`), its RUNNING MLflow run is
-    ended FAILED; `_run_dir` then refuses the resume as before."""
+    """`resume=` of a folder without a checkpoint (killed before its first iteration ended): under its
+    lock, its RUNNING MLflow run is ended FAILED; `_run_dir` then refuses the resume."""
     run_dir = resolve(str(plain["resume"]), launch_dir()) if plain.get("resume") else None
     if run_dir is None or (run_dir / CHECKPOINT).exists() or not (run_dir / SAVED_CONFIG).is_file():
         return
@@ -264,17 +251,8 @@ def _fail_unstarted_resume(plain: Mapping[str, Any]) -> None:
                        run_dir, CHECKPOINT, ", ".join(ended))
 
 
-def _end_stale_runs(tracker: RedactingTracker, experiment: str) -> None:
-    """Runs of the experiment left RUNNING by a dead process (their folder's lock is free): FAILED."""
-    ended = end_stale_runs(tracker, experiment)
-    if ended:
-        logger.warning("marked FAILED %d MLflow run(s) left RUNNING by a process that died: %s", len(ended),
-                       ", ".join(ended))
-
-
 def _optimize(session: AppSession[OptimizeConfig]) -> dict[str, Any]:
-    """Run the loop end to end; returns run id, paths and the headline numbers. `resume=` of a finished
-    run is a no-op that says so; an interruption (the stop token) leaves the last checkpoint and a KILLED run."""
+    """Run the loop end to end; returns run id, paths and headline numbers (`resume=` of a finished run: a no-op)."""
     config, folder = session.config, session.folder
     # resume=: the checkpoint read and checked once (schema, config digest, iterations, the folder's run)
     checkpoint = read_checkpoint(folder.checkpoint, config_digest(session.source)) if config.resume else None
@@ -286,7 +264,10 @@ def _optimize(session: AppSession[OptimizeConfig]) -> dict[str, Any]:
         checkpoint.check_fits(parts.system)
     tracker = session.tracker()
     tracker.open_experiment(config.tracking.experiment)
-    _end_stale_runs(tracker, config.tracking.experiment)
+    ended = end_stale_runs(tracker, config.tracking.experiment)  # left RUNNING by a dead process: lock free
+    if ended:
+        logger.warning("marked FAILED %d MLflow run(s) left RUNNING by a process that died: %s", len(ended),
+                       ", ".join(ended))
     parent_id = _resumed_parent(tracker, checkpoint) if checkpoint is not None else None
     run_name = sweep_run_name("optimize", config.run_name, f"optimize-{parts.system.name}-{config.optimizer.name}")
     started = time.perf_counter()
@@ -331,9 +312,8 @@ def _require_store(session: AppSession[OptimizeConfig]) -> None:
 
 
 def _build(session: AppSession[OptimizeConfig]) -> _LoopParts:
-    """Data first (an empty split is an EmptySplitError naming splits.fractions), then LMs (every one
-    counting its role's calls into the run's ledger, GEPA's own included), system, judge, optimizer and
-    attributor, checked against their endpoints before any work."""
+    """Data first (an empty split fails before anything is built), then LMs (counting into the ledger),
+    system, judge, optimizer and attributor, the endpoints checked before any work."""
     config, base_dir = session.config, session.base_dir
     session.configure_cache()
     splits = splits_of(config, base_dir)
@@ -347,8 +327,7 @@ def _build(session: AppSession[OptimizeConfig]) -> _LoopParts:
 
 
 def _resumed_parent(tracker: RedactingTracker, checkpoint: Checkpoint) -> str | None:
-    """The MLflow run a resumed run continues; iterations started after the checkpoint (a kill
-    mid-iteration) are redone, so their nested runs are dropped."""
+    """The MLflow run a resumed run continues, without the nested runs of iterations it redoes."""
     parent_id = checkpoint.run_id
     if parent_id:
         dropped = tracker.delete_children(parent_id, "memtrace.iteration", checkpoint.progress.iteration)
@@ -374,7 +353,6 @@ def _resume_note(folder: RunFolder) -> Iterator[None]:
 
 
 def _log_start(session: AppSession[OptimizeConfig], parts: _LoopParts, tracker: RedactingTracker) -> None:
-    """A new run's tags, params (the whole config, secrets masked), split sizes and datasets."""
     config, splits = session.config, parts.splits
     tracker.set_tags({
         "memtrace.command": "optimize", "memtrace.system": parts.system.name,
@@ -394,8 +372,7 @@ def _finish(
     session: AppSession[OptimizeConfig], parts: _LoopParts, tracker: RedactingTracker, result: LoopResult,
     run_id: str, run_name: str, started: float,
 ) -> _Finished:
-    """Export the best prompt set and program, the plots, the diagnosis and the report; log them; mark
-    the checkpoint finished."""
+    """Export and log the best prompt set, program, plots, diagnosis and report; mark the checkpoint finished."""
     folder, system = session.folder, parts.system
     improved = result.final_prompts != result.start_prompts or bool(result.final_knobs)
     failed = FailedCalls.of(session.ledger.guard, result.calls)
@@ -432,8 +409,7 @@ def _finish(
 
 
 def failed_calls_mark(failed: FailedCalls, result: LoopResult) -> dict[str, float]:
-    """What an export from a run with finally failed LM calls carries among its metrics (nothing for a
-    clean run): `failed_lm_calls`, and the dev and test verdicts failed operations touched."""
+    """The metrics an export of a run with finally failed LM calls carries (none for a clean run)."""
     if not failed:
         return {}
     touched = {split: float(result.impact_by_split.get(split, FailureImpact()).touched) for split in ("dev", "test")}
@@ -450,7 +426,6 @@ def _impacts(result: LoopResult) -> dict[str, FailureImpact]:
 
 
 def _print_failed_calls(session: AppSession[OptimizeConfig], done: _Finished) -> None:
-    """The count per role and what it did to each scope's verdicts; that the export is marked."""
     lines = failed_calls_lines(done.failed, _impacts(done.result), unit="verdicts")
     if lines:
         lines.append(f"The exported prompts were chosen and tested with failed LM calls: {done.paths[0].name} "
@@ -460,8 +435,7 @@ def _print_failed_calls(session: AppSession[OptimizeConfig], done: _Finished) ->
 
 
 def _end_with_failed_calls(session: AppSession[OptimizeConfig], done: _Finished) -> None:
-    """The documented rule (docs/usage.md, exit codes): exit 3 and a FAILED MLflow run when LM calls
-    finally failed, unless `allow_failed_calls` is set."""
+    """Exit 3 and a FAILED MLflow run when LM calls finally failed, unless `allow_failed_calls` (docs/usage.md)."""
     test_final = impact_clause("test/final", failure_impact(done.result.test_final), "verdicts")
     error = failed_calls_outcome(done.failed, allowed=session.config.allow_failed_calls,
                                  impact=f"{test_final}; the export is marked (failed_lm_calls)")
@@ -504,7 +478,7 @@ def _print_summary(session: AppSession[OptimizeConfig], system: MemorySystem, do
 
 
 def resume_command(run_dir: Path) -> str:
-    """The command that continues the run of `run_dir`, runnable as printed (a sweep job's folder holds `=`, `,`)."""
+    """The command that continues the run of `run_dir`, runnable as printed."""
     return command_line("memtrace", "optimize", resume=run_dir)
 
 
@@ -514,4 +488,3 @@ def main(cfg: DictConfig) -> float:
     setup_logging()
     outcome = run_app("optimize", lambda stop: optimize(cfg, stop=stop), lambda: secret_values(to_plain(cfg)))
     return float(outcome["test_final"])
-

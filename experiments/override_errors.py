@@ -1,15 +1,11 @@
-"""A misspelt override (`memory_system.top_kk=5`, `memory_sytem=rag`, `optimizer=atribution`,
-`+memory_system.top_kk=5`) found before Hydra runs the app: one line with a did-you-mean.
+"""A misspelt override (`memory_system.top_kk=5`, `memory_sytem=rag`, `+memory_system.top_kk=5`) found
+before Hydra runs the app: one line with a did-you-mean, exit 2.
 
-`override_error(argv, config_name, program)` parses the command line as Hydra would (its argument
-parser and override grammar) and composes the app's config with Hydra's compose API; an override
-Hydra refuses (a key not in the config, a group option with no file) and an appended `+key` that is
-a near miss of a key already there become one line naming the override's key and the closest valid
-key or group option (the composed config's keys; the options of `conf/<group>/*.yaml` and the
-search path). The line never shows an override's value (it may be a secret). `refuse_misspelt_overrides`
-prints it and exits with code 2 (a configuration error), before Hydra composes, echoes or writes
-anything (`.hydra/`). What Hydra refuses for another reason (a syntax error, `--help`) is left to Hydra.
-This module runs nothing else; `secret_guard.guarded` calls it for every app.
+`override_error(argv, config_name, program)` parses the command line with Hydra's own parser and
+grammar and composes the config with the compose API; a key Hydra refuses, a group option with no file,
+or an appended `+key` that nearly matches a key already there becomes one line naming the key and the
+closest valid key or option. It never shows an override's value (it may be a secret). What Hydra refuses
+for another reason (syntax, `--help`) is left to Hydra.
 """
 
 from __future__ import annotations
@@ -44,8 +40,7 @@ class Schema:
     groups: Mapping[str, tuple[str, ...]]
 
     def suggest(self, key: str, cutoff: float = _NEAR) -> str | None:
-        """The closest key (or, for a top-level name, group) to `key`, as it would be typed: a sibling
-        by its name first, else a key of the same depth under another parent (`lm.taks.model`)."""
+        """The closest key (or group) to `key`: a sibling first, else a key of the same depth elsewhere."""
         parent, _, leaf = key.rpartition(".")
         siblings = {k.rpartition(".")[2]: k for k in self.keys if k.rpartition(".")[0] == parent and "." in k}
         if not parent:
@@ -192,6 +187,3 @@ def _no_option(group: str, option: str, options: Sequence[str]) -> str:
     found = difflib.get_close_matches(option, list(options), n=1, cutoff=_NEAR)
     hint = f"did you mean {group}={found[0]}? " if found else ""
     return f"no such option for config group {group!r}; {hint}(options: {', '.join(options)})"
-
-
-__all__ = ["Schema", "override_error", "refuse_misspelt_overrides"]

@@ -1,17 +1,12 @@
 """`memtrace report`: write report.html for a finished run, without rerunning it.
 
-The source is a run of `memtrace run`: `run_id=<MLflow run id>` (its cases.json, graphs/, config and,
-when present, attributions.json artifacts are downloaded through the tracker) or `run_dir=<directory>`
-(what `memtrace run` saved, or the output directory of a `memtrace attribute`: that attribution of its
-source run). The page shows the attribution the user made last for the run
-(`pipeline.report.attribution_record`): the latest `memtrace attribute` of it (the source folder's
-`latest_attribution.json`, or the MLflow run's artifact of that name, followed to the attribute run),
-else the attributions the run saved; with none, the configured attributor (lineage by default: no LM)
-attributes them here. The page's header and the console line say which attribution it is (attributor,
-verify on/off, by which command, when, where) and count it as `memtrace attribute` does (attributed of
-scored failures). Writes report.html into this command's output directory and, with `log=true` and a
-`run_id`, logs it as an artifact of the source run (its status is left as it was). An entry point: the
-page is `pipeline.report`.
+The source is `run_id=<MLflow run id>` (its artifacts downloaded) or `run_dir=<folder>` (what `memtrace
+run` saved, or a `memtrace attribute` output folder: that attribution of its source run). The page shows
+the run's latest attribution (`pipeline.report.attribution_record`: the last `memtrace attribute`, else
+the run's own attributions); with none, the configured attributor (lineage by default: no LM) makes them
+here. Header and console say which attribution it is and count it as `memtrace attribute` does. With
+`log=true` and a `run_id` the page is logged to the source run (its status left as it was). A saved run
+is read from its folder alone: no MLflow client, no LM stack. The page itself is `pipeline.report`.
 """
 
 from __future__ import annotations
@@ -24,15 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-from memtrace_loop.experiments.attribute import ATTRIBUTIONS_FILE, attribute_saved_run, effective_config
-from memtrace_loop.experiments.config import ReportConfig, validated_report
+from memtrace_loop.experiments.attribute import attribute_saved_run, effective_config
+from memtrace_loop.experiments.config import ReportConfig, stand_in_notice, validated_report
 from memtrace_loop.experiments.console import setup_logging
 from memtrace_loop.experiments.console_layout import app_console
 from memtrace_loop.experiments.factory import launch_dir, resolve, to_plain
 from memtrace_loop.experiments.lifecycle import run_app
 from memtrace_loop.experiments.output_dirs import app_output_dir
 from memtrace_loop.experiments.secret_guard import guarded, protect
-from memtrace_loop.experiments.sim_notice import stand_in_notice
 from memtrace_loop.pipeline.core.run_folder import RunFolder
 from memtrace_loop.pipeline.data.reader import DataError
 from memtrace_loop.pipeline.report.attribution_record import (
@@ -47,7 +41,6 @@ from memtrace_loop.pipeline.report.attribution_record import (
 )
 from memtrace_loop.pipeline.report.render import render_report
 from memtrace_loop.pipeline.report.run_report import REPORT_FILE, report_data
-from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
 from memtrace_loop.pipeline.tracking.redacting_tracker import RedactingTracker
 from memtrace_loop.pipeline.tracking.run_logging import SavedRun, download_saved_run, read_saved_run, scrub
 from memtrace_loop.pipeline.tracking.store_access import configure_tracking_client
@@ -58,11 +51,9 @@ from rich.console import Console
 logger = logging.getLogger("memtrace.report")
 
 
-
 def downloaded_latest(tracker: Tracker, run_id: str, folder: Path) -> None:
-    """The logged run's latest attribution brought into `folder` (the run's download) as a local pointer:
-    the record the attribute run left in the source run (`latest_attribution.json`) and that attribute
-    run's attributions.json; nothing when there is none, a warning when the attribute run is gone."""
+    """The logged run's latest attribution (`latest_attribution.json` and its attribute run's files)
+    brought into `folder`; a warning when that attribute run is gone."""
     if RunFolder.LATEST_ATTRIBUTION not in tracker.get_run(run_id).artifacts:
         return
     pointer = tracker.download_artifact(run_id, RunFolder.LATEST_ATTRIBUTION, folder)
@@ -72,13 +63,13 @@ def downloaded_latest(tracker: Tracker, run_id: str, folder: Path) -> None:
         held = tracker.get_run(record.mlflow_run_id).artifacts
     except RunNotFoundError:
         held = ()
-    if ATTRIBUTIONS_FILE not in held:
+    if RunFolder.ATTRIBUTIONS not in held:
         logger.warning("run %s: its latest attribution, MLflow run %r, is gone or holds no %s; showing the run's "
-                       "own attributions", run_id, record.mlflow_run_id, ATTRIBUTIONS_FILE)
+                       "own attributions", run_id, record.mlflow_run_id, RunFolder.ATTRIBUTIONS)
         pointer.unlink()
         return
     target.mkdir(parents=True, exist_ok=True)
-    for name in (ATTRIBUTIONS_FILE, RunFolder.BLAME):
+    for name in (RunFolder.ATTRIBUTIONS, RunFolder.BLAME):
         if name in held:
             tracker.download_artifact(record.mlflow_run_id, name, target)
     write_record(pointer, replace(record, folder=str(target)))
@@ -97,14 +88,14 @@ def attribution_folder(folder: Path) -> tuple[SavedRun, ChosenAttributions] | No
     return saved, ChosenAttributions.read(record, folder, saved.results) or ChosenAttributions(record, ())
 
 
-def source_of(config: ReportConfig, tracker: Tracker, out_dir: Path, base_dir: Path
+def source_of(config: ReportConfig, tracker: Tracker | None, out_dir: Path, base_dir: Path
               ) -> tuple[SavedRun, ChosenAttributions | None]:
-    """The run to report and the attribution to show (None: none made yet)."""
-    if config.run_id is not None:
+    """The run to report and the attribution to show (None: none made yet); `tracker` for a `run_id`."""
+    if tracker is not None and config.run_id is not None:
         folder = RunFolder(out_dir).source
         saved = download_saved_run(tracker, config.run_id, folder)
         logged = tracker.get_run(config.run_id).artifacts
-        for name in (ATTRIBUTIONS_FILE, RunFolder.BLAME):
+        for name in (RunFolder.ATTRIBUTIONS, RunFolder.BLAME):
             if name in logged:
                 tracker.download_artifact(config.run_id, name, folder)
         downloaded_latest(tracker, config.run_id, folder)
@@ -118,8 +109,7 @@ def source_of(config: ReportConfig, tracker: Tracker, out_dir: Path, base_dir: P
 
 
 def report(cfg: DictConfig | Mapping[str, Any], console: Console | None = None) -> dict[str, Any]:
-    """Read the run and its latest attribution (attributing when there is none), write (and log)
-    report.html; returns its path, counts and the record of the attribution shown."""
+    """Write (and log) report.html; returns its path, counts and the record of the attribution shown."""
     console = console or app_console()
     base_dir = launch_dir()
     given = to_plain(cfg)
@@ -127,7 +117,11 @@ def report(cfg: DictConfig | Mapping[str, Any], console: Console | None = None) 
     config = validated_report(given)
     configure_tracking_client(config.tracking.timeout_s, config.tracking.max_retries)
     out_dir = app_output_dir("report", base_dir)
-    tracker = RedactingTracker(MlflowTracker(config.tracking.uri), secrets)
+    tracker = None  # MLflow, only for a logged run: a saved one is read from its folder
+    if config.run_id is not None:
+        from memtrace_loop.pipeline.tracking.mlflow_tracker import MlflowTracker
+
+        tracker = RedactingTracker(MlflowTracker(config.tracking.uri), secrets)
     saved, chosen = source_of(config, tracker, out_dir, base_dir)
     source_config = effective_config(given, saved, config.use_run_config, validated_report)
 
@@ -151,7 +145,7 @@ def report(cfg: DictConfig | Mapping[str, Any], console: Console | None = None) 
     elapsed = time.perf_counter() - started
 
     logged = False
-    if config.log and config.run_id is not None:
+    if config.log and tracker is not None and config.run_id is not None:
         tracker.log_artifact_to(config.run_id, path)  # its FINISHED/FAILED status stays as it was
         logged = True
     console.print(f"Wrote {path}: {count.line()}, {elapsed:.1f} s")

@@ -1,8 +1,6 @@
 """`memtrace run`: the Hydra app that runs one memory system over one dataset split, traces every
 operation, evaluates the answers and logs everything to MLflow, with a progress display and a summary.
-
-This is an entry point: it is the only kind of module that configures DSPy globally (the cache) and
-prints. The work itself lives in `pipeline.loop.runner` and `pipeline.tracking.run_logging`.
+An entry point (it configures DSPy's cache and prints); the work is `pipeline.loop.runner`.
 """
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ from pathlib import Path
 
 import dspy
 import hydra
-from memtrace_loop.experiments.config import RunConfig, validated_run
+from memtrace_loop.experiments.config import RunConfig, stand_in_tags, validated_run
 from memtrace_loop.experiments.console import (
     RichProgress,
     blame_table,
@@ -38,10 +36,9 @@ from memtrace_loop.experiments.factory import (
 )
 from memtrace_loop.experiments.failure_analysis import FailureAnalysis, analyse_failures
 from memtrace_loop.experiments.lifecycle import run_app
-from memtrace_loop.experiments.run_names import run_name as sweep_run_name
+from memtrace_loop.experiments.output_dirs import run_name as sweep_run_name
 from memtrace_loop.experiments.secret_guard import guarded
 from memtrace_loop.experiments.session import AppSession, open_session
-from memtrace_loop.experiments.sim_notice import stand_in_tags
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
 from memtrace_loop.pipeline.backends.embeddings import build_embedder
@@ -95,7 +92,6 @@ logger = logging.getLogger("memtrace.run")
 
 @dataclass(frozen=True)
 class _RunParts:
-    """What one `memtrace run` works with, built from the session before any work."""
 
     dataset: Dataset
     lms: LMSet
@@ -116,21 +112,16 @@ class _Failures:
     calls: FailedCalls
     impact: FailureImpact
 
-    def lines(self) -> list[str]:
-        return failed_calls_lines(self.calls, {"eval": self.impact})
-
 
 def run(cfg: DictConfig, console: Console | None = None, stop: StopToken | None = None) -> dict[str, object]:
-    """`_run` inside the run's local model servers (`lm=local`: started on demand, stopped on the way out)."""
+    """`_run` inside the run's local model servers (`lm=local`)."""
     with local_models() as servers:
         session = open_session("run", to_plain(cfg), validated_run, console=console, stop=stop, servers=servers)
         return _run(session)
 
 
 def _run(session: AppSession[RunConfig]) -> dict[str, object]:
-    """Run, evaluate and log; returns the MLflow run id and the overall judge accuracy. The MLflow run is
-    opened before the work (FAILED if the work fails, KILLED when the stop token interrupts it) and the
-    results are saved on disk before they are logged."""
+    """Run, evaluate, save on disk, then log; returns the MLflow run id and the overall judge accuracy."""
     config, services = session.config, session.services
     parts = _build(session)
     tracker, unreachable = _open_store(session)
@@ -163,8 +154,7 @@ def _run(session: AppSession[RunConfig]) -> dict[str, object]:
 
 
 def _build(session: AppSession[RunConfig]) -> _RunParts:
-    """Data first (an empty file or split fails before anything is built), then LMs, system, judge and
-    attributor, checked against their endpoints before any work; the run's name, tags and params."""
+    """Data first, then LMs, system, judge and attributor (endpoints checked); the run's name, tags, params."""
     config, base_dir = session.config, session.base_dir
     session.configure_cache()
     dataset = run_split(config, base_dir)
@@ -188,8 +178,7 @@ def _build(session: AppSession[RunConfig]) -> _RunParts:
 
 
 def _open_store(session: AppSession[RunConfig]) -> tuple[RedactingTracker | None, str | None]:
-    """(the tracker, None), or (None, why) when the store is unreachable: the work goes on and its
-    results wait on disk for `memtrace upload`."""
+    """(the tracker, None), or (None, why) when the store is unreachable (the results wait on disk)."""
     tracking = session.config.tracking
     tracker = session.tracker()
     unreachable = tracking_available(tracking.uri, tracking.timeout_s)
@@ -209,8 +198,8 @@ def _save(
     session: AppSession[RunConfig], parts: _RunParts, result: RunResult, failures: FailureAnalysis, elapsed: float,
     failed: _Failures,
 ) -> tuple[Path, Path, RunRecord]:
-    """Written locally first (artifacts/ and run_record.json: everything MLflow gets), so an MLflow outage
-    costs only the upload (`memtrace upload run_dir=<output dir>`); returns (artifacts, report, record)."""
+    """Everything MLflow gets, written locally first (artifacts/, run_record.json): an outage costs only
+    the upload; returns (artifacts, report, record)."""
     config, secrets, ledger = session.config, session.secrets, session.ledger
     saved = save_run(session.folder.artifacts, result, parts.system.prompt_set(), secrets, dict(session.source))
     failures.write(saved, secrets)  # attributions.json, blame.json, diagnosis.json, diagnosis.md
@@ -265,7 +254,7 @@ def _print_summary(session: AppSession[RunConfig], result: RunResult, elapsed: f
     console = session.console
     console.print(calls_table(session.ledger.call_tally(), title="LM calls by role (counted at the LM layer)"))
     console.print(counts_line(result.counts) + f", {elapsed:.1f} s")
-    for line in failed.lines():
+    for line in failed_calls_lines(failed.calls, {"eval": failed.impact}):
         console.print(line, style="bold red", soft_wrap=True, markup=False)
     session.print_mlflow_run(run_id, "Open it with")
     console.print(f"Report: {report} (open it in a browser; also in the MLflow run's artifacts)")
@@ -276,8 +265,7 @@ def _print_summary(session: AppSession[RunConfig], result: RunResult, elapsed: f
 
 
 def _end_with_failed_calls(session: AppSession[RunConfig], failed: _Failures) -> None:
-    """The documented rule (docs/usage.md, exit codes): a run in which LM calls finally failed ends
-    with `FinishedWithFailedCalls` (exit 3, MLflow run FAILED) unless `allow_failed_calls` is set."""
+    """Exit 3 and a FAILED MLflow run when LM calls finally failed, unless `allow_failed_calls` (docs/usage.md)."""
     error = failed_calls_outcome(failed.calls, allowed=session.config.allow_failed_calls,
                                  impact=impact_clause("eval", failed.impact))
     if error is not None:

@@ -1,18 +1,14 @@
 """The apps' glue to `pipeline.core.redaction`: secrets refused on the command line, masked once known.
 
-- `refuse_secret_overrides(argv, program)`: before Hydra parses (echoes, suggests, saves) an override,
-  one that would put a secret into the config ends the program (exit 2, one line naming the key, never
-  the value; `redaction.secret_override`). The key variables compared: every `api_key_env` of
-  `conf/**.yaml` and of `*_env=NAME` overrides, the well-known ones, every secret-looking name.
-- `protect_console(argv)`: stdout/stderr behind a `RedactingStream` (URL credentials, the values of
-  `*_env=NAME` variables); until `protect` runs, an override's `key=value` shows as `key=<value not shown>`.
-- `guarded`: on top of every app's `@hydra.main`, both of the above and the misspelt-override refusal
-  (`override_errors`) for an app started without the `memtrace` dispatcher; `unguarded` undoes it.
-- `protect(plain)`: each app's first step with its composed config: its secrets (`config_secrets`),
-  Hydra's saved YAML (and a sweep's `multirun.yaml`) rewritten redacted, a task override holding one of
-  them refused, every log handler filtered, the console told (a sweep job's worker process is wrapped
-  here: it never passed `guarded`). Returns the secrets for everything the app stores.
-- `known_secrets()`: what the console masks so far, for an error line printed outside the app.
+- `refuse_secret_overrides(argv, program)`: an override that would put a secret into the config ends
+  the program before Hydra echoes or saves it (exit 2, one line naming the key, never the value).
+- `protect_console(argv)`: stdout/stderr behind a `RedactingStream`; until `protect` runs, an
+  override's `key=value` shows as `key=<value not shown>`.
+- `guarded`: both, and the misspelt-override refusal, on top of an app's `@hydra.main` started without
+  the `memtrace` dispatcher; `unguarded` undoes it.
+- `protect(plain)`: each app's first step: its secrets found, Hydra's saved YAML rewritten redacted, a
+  task override holding one refused, log handlers filtered, the console told; returns the secrets.
+- `known_secrets()`: what the console masks so far.
 
 A credential inside a URL (`api_base=http://user:KEY@proxy/v1`) is not refused: every copy is scrubbed.
 """
@@ -35,7 +31,6 @@ from memtrace_loop.pipeline.core.redaction import (
     config_secrets,
     install_secret_filter,
     key_values,
-    redact,
     refuse,
     scrub_files,
     secret_override,
@@ -43,9 +38,6 @@ from memtrace_loop.pipeline.core.redaction import (
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-__all__ = ["guarded", "known_secrets", "protect", "protect_console", "redact", "refuse_secret_overrides",
-           "scrub_hydra_output", "unguarded"]
 
 USE_KEY_VARIABLE = ("put the key in an environment variable and name it with api_key_env "
                     "(e.g. lm.task.api_key_env=OPENAI_API_KEY)")
@@ -81,8 +73,7 @@ def _tell_console(secrets: Iterable[str], wrap: bool = True) -> list[RedactingSt
 
 
 def protect_console(argv: Iterable[str] = ()) -> None:
-    """Put `sys.stdout`/`sys.stderr` behind a `RedactingStream` (once) with the secrets visible in argv;
-    until `protect` runs, the overrides' values are not echoed either."""
+    """`sys.stdout`/`sys.stderr` behind a `RedactingStream` (once) with the secrets visible in argv."""
     argv = [a for a in argv if not a.startswith("-")]
     found = [v for a in argv for v in url_credentials(a)]
     for key, _, value in (a.lstrip("+~").partition("=") for a in argv):
@@ -99,9 +90,8 @@ def known_secrets() -> tuple[str, ...]:
 
 
 def guarded(app_main: F) -> F:
-    """For a Hydra app's `main` (on top of `@hydra.main`): started from the command line (no config
-    passed), refuse secret overrides, protect the console and refuse a misspelt override before Hydra
-    parses `sys.argv`. The app's config is the one its `@hydra.main` names (else its module's name)."""
+    """On top of a Hydra app's `@hydra.main`: started from the command line, refuse secret overrides,
+    protect the console and refuse a misspelt override before Hydra parses `sys.argv`."""
     config_name = inspect.getclosurevars(app_main).nonlocals.get("config_name")
     if not isinstance(config_name, str):
         config_name = app_main.__module__.rpartition(".")[2]

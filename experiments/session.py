@@ -1,18 +1,11 @@
-"""One app launch as one record: `AppSession`, what `run` and `optimize` (and the other apps) start from.
+"""One app launch as one record: `AppSession`, what `run` and `optimize` start from.
 
-`open_session(command, given, validate, ...)` does, in this order, what every app did by hand: mask
-the secrets of the composed config (`secret_guard.protect`: Hydra's saved files scrubbed, logs and the
-console masked), pick the run folder and the config to use (`folder_of`: a fresh output folder, or a
-resumed run's folder and its saved config), validate that config into the app's typed record (every
-key checked before anything is built; a `ConfigError` naming the full key), point the MLflow client's
-timeouts where the config says (`configure_cache` points DSPy's response cache, before the first LM
-is built), and create the per-run services (stop
-token, one ledger of calls, retries and failures, local model servers) in one `RunServices`.
-
-Below this point the apps read the typed record (`session.config`) only; `session.source` is the
-composed config as given (secrets still in it), kept for what serialises the whole config (MLflow params,
-the saved `config.json`, the logged dataset source) and never read key by key for a setting. It builds
-no LM or system and does not touch the tracking store (see `experiments.factory`, `session.tracker()`).
+`open_session(command, given, validate, ...)` masks the composed config's secrets (`secret_guard.protect`),
+picks the run folder and the config to use (`folder_of`: a fresh folder, or a resumed run's folder and
+saved config), validates it into the app's typed record, sets the MLflow client's timeouts and creates
+the per-run services (stop token, ledger of calls, retries and failures, local servers: `RunServices`).
+Below it the apps read `session.config` only; `session.source` (the config as given) is for what
+serialises the whole config (MLflow params, config.json). It builds no LM and touches no store.
 """
 
 from __future__ import annotations
@@ -21,15 +14,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
-from memtrace_loop.experiments.config import Chosen, TrackingConfig
+from memtrace_loop.experiments.config import OptimizeConfig, RunConfig, stand_in_notice
 from memtrace_loop.experiments.console_layout import app_console
 from memtrace_loop.experiments.factory import launch_dir
 from memtrace_loop.experiments.output_dirs import app_output_dir
 from memtrace_loop.experiments.secret_guard import protect
-from memtrace_loop.experiments.sim_notice import stand_in_notice
-from memtrace_loop.pipeline.backends.lm import LMSetConfig, configure_cache
+from memtrace_loop.pipeline.backends.lm import configure_cache
 from memtrace_loop.pipeline.backends.local_server import LocalServers
 from memtrace_loop.pipeline.backends.services import RunLedger, RunServices
 from memtrace_loop.pipeline.core.command_line import command_line
@@ -42,25 +34,7 @@ from memtrace_loop.pipeline.tracking.store_access import configure_tracking_clie
 from memtrace_loop.pipeline.tracking.traces import FailureTraces
 from rich.console import Console
 
-__all__ = ["AppSession", "RunAppConfig", "open_session"]
-
-
-class RunAppConfig(Protocol):
-    """What a session needs of an app's validated config (`RunConfig`, `OptimizeConfig`)."""
-
-    @property
-    def tracking(self) -> TrackingConfig: ...
-    @property
-    def cache_dir(self) -> str: ...
-    @property
-    def max_failed_share(self) -> float: ...
-    @property
-    def lm(self) -> LMSetConfig: ...
-    @property
-    def dataset(self) -> Chosen[Any]: ...
-
-
-C = TypeVar("C", bound=RunAppConfig)
+C = TypeVar("C", bound=RunConfig | OptimizeConfig)
 # (the run folder, the composed config to validate): a fresh folder and the config given, by default
 FolderOf = Callable[[Mapping[str, Any], Path], tuple[Path, Mapping[str, Any]]]
 
@@ -97,15 +71,12 @@ class AppSession(Generic[C]):
         return RedactingTracker(MlflowTracker(self.config.tracking.uri), self.secrets)
 
     def configure_cache(self) -> None:
-        """Point DSPy's response cache at the configured folder (before the first LM is built); said in
-        the log only when some LM role uses it (`lm.<role>.cache`)."""
+        """Point DSPy's response cache at the configured folder, before the first LM is built."""
         used = any(lm.cache for lm in self.config.lm.by_role().values())
         configure_cache(self.base_dir / self.config.cache_dir, used=used)
 
     def failure_traces(self) -> FailureTraces | None:
-        """What `optimize` logs per iteration as MLflow traces: its train failures, at most
-        `tracking.max_traces_per_iteration` (and `tracking.max_traces`); None when `tracking.traces` is off
-        or a cap is 0."""
+        """The train failures `optimize` logs per iteration as MLflow traces; None when off or capped at 0."""
         tracking = self.config.tracking
         cap = min(tracking.max_traces_per_iteration, tracking.max_traces)
         if not (tracking.traces and cap):

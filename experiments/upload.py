@@ -2,8 +2,7 @@
 
 For when MLflow was unreachable (or locked) at the end of a run: the store is probed first (a dead one
 fails in seconds, the cause named), then `pipeline.tracking.run_record.upload_saved_run` logs the saved
-record and artifacts as the run would have logged them live; idempotent, one upload of a folder at a
-time, never a second copy (exit 2). The entry point only; the work is `run_record`'s.
+record and artifacts as the run would have; idempotent, one upload of a folder at a time (exit 2).
 """
 
 from __future__ import annotations
@@ -66,4 +65,3 @@ def upload(cfg: DictConfig, console: Console | None = None) -> Upload:
 def main(cfg: DictConfig) -> None:
     setup_logging()
     run_app("upload", lambda _stop: upload(cfg))
-

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 import numpy as np
-from memtrace_loop.pipeline.analysis.judge import VERDICT_FAILED
 from memtrace_loop.pipeline.core.records import CaseResult
+
+VERDICT_FAILED = "FAILED"  # a judge call whose output could not be used (`judge`)
 
 # --------------------------------------------------------------------------- statistics
 

@@ -22,6 +22,7 @@ from typing import Literal
 
 import dspy
 from memtrace_loop.memory_systems.answering import AnswerOutcome
+from memtrace_loop.pipeline.analysis.evaluation import VERDICT_FAILED
 from memtrace_loop.pipeline.backends.text import answer_tokens
 from memtrace_loop.pipeline.core.conventions import OpKind, VarKind, gold_name, verdict_name
 from memtrace_loop.pipeline.core.records import CaseResult, Question, Scores
@@ -32,7 +33,6 @@ __all__ = [
 ]
 
 JudgeLabel = Literal["CORRECT", "WRONG"]
-VERDICT_FAILED = "FAILED"
 JUDGE_STAGE = "judge"
 
 

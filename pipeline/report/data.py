@@ -8,15 +8,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution
 from memtrace_loop.pipeline.analysis.blame import BlameTable
 from memtrace_loop.pipeline.analysis.evaluation import EvaluationReport
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import CaseResult
-from memtrace_loop.pipeline.loop.optimization import LoopResult
-from memtrace_loop.pipeline.loop.summaries import IterationSummary
-from memtrace_loop.pipeline.tracking.loop_observer import prompt_diff
+
+if TYPE_CHECKING:  # the loop's records load the LM stack: a report of a run needs none of it
+    from memtrace_loop.pipeline.loop.optimization import LoopResult
+    from memtrace_loop.pipeline.loop.summaries import IterationSummary
 
 DEFAULT_MAX_NODES = 60  # nodes drawn per failure; the rest is summarized
 
@@ -76,6 +78,8 @@ class ReportData:
 def rewrites_of(result: LoopResult) -> tuple[Rewrite, ...]:
     """The accepted rewrites of the iterations this process ran, with the diff against the prompt set
     each started from (iterations before a resume are only in `history`, without their diff)."""
+    from memtrace_loop.pipeline.tracking.loop_observer import prompt_diff  # the loop's side of tracking
+
     found = []
     for record in result.iterations:
         outcome = record.accepted

@@ -8,19 +8,22 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from memtrace_loop.pipeline.analysis.attribution.lineage import attribute_failures
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution
 from memtrace_loop.pipeline.analysis.blame import BlameTable
-from memtrace_loop.pipeline.analysis.diagnosis import Diagnosis
 from memtrace_loop.pipeline.analysis.evaluation import EvaluationReport, summarize
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import CaseResult, Conversation
 from memtrace_loop.pipeline.core.run_folder import RunFolder
-from memtrace_loop.pipeline.loop.optimization import LoopResult
-from memtrace_loop.pipeline.loop.runner import RunResult
 from memtrace_loop.pipeline.report.data import DEFAULT_MAX_NODES, DiagnosisGroup, ReportData, rewrites_of
 from memtrace_loop.pipeline.report.render import write_report
+
+if TYPE_CHECKING:  # records of the LM stack: `memtrace report` of a saved run loads none of it
+    from memtrace_loop.pipeline.analysis.diagnosis import Diagnosis
+    from memtrace_loop.pipeline.loop.optimization import LoopResult
+    from memtrace_loop.pipeline.loop.runner import RunResult
 
 REPORT_FILE = RunFolder.REPORT
 

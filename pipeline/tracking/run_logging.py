@@ -20,13 +20,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Check
 from memtrace_loop.pipeline.analysis.evaluation import EvaluationReport, MetricSummary, flat_metrics
-from memtrace_loop.pipeline.backends.call_count import CallTally
 from memtrace_loop.pipeline.backends.failure_guard import FailedCalls
-from memtrace_loop.pipeline.backends.services import RetryTally
 from memtrace_loop.pipeline.core.case_io import cases_from_json, cases_to_json
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.graph_io import graph_to_json, load_graph
@@ -35,11 +33,15 @@ from memtrace_loop.pipeline.core.redaction import redact as scrub  # the one imp
 from memtrace_loop.pipeline.core.run_folder import RunFolder
 from memtrace_loop.pipeline.core.safe_names import confined
 from memtrace_loop.pipeline.data.reader import hub_source
-from memtrace_loop.pipeline.loop.failure_impact import FailureImpact
-from memtrace_loop.pipeline.loop.runner import RunResult
 from memtrace_loop.pipeline.tracking import metric_names as names
 from memtrace_loop.pipeline.tracking.run_record import process_tags as process_tags  # the apps import it here
 from memtrace_loop.pipeline.tracking.tracker import DatasetInput, Tracker
+
+if TYPE_CHECKING:  # the LM stack's records: `memtrace report` loads none of it
+    from memtrace_loop.pipeline.backends.call_count import CallTally
+    from memtrace_loop.pipeline.backends.services import RetryTally
+    from memtrace_loop.pipeline.loop.failure_impact import FailureImpact
+    from memtrace_loop.pipeline.loop.runner import RunResult
 
 MAX_PARAM_CHARS = 6000
 

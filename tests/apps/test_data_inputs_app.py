@@ -17,11 +17,10 @@ from types import SimpleNamespace
 
 import pytest
 from hydra import compose, initialize_config_module
-from memtrace_loop.experiments.config import Chosen
+from memtrace_loop.experiments.config import TEST_WORLD_NOTE_TAG, TEST_WORLD_TAG, Chosen, stand_in_notice
 from memtrace_loop.experiments.optimize import optimize
 from memtrace_loop.experiments.report import report as report_app
 from memtrace_loop.experiments.run import run
-from memtrace_loop.experiments.sim_notice import TEST_WORLD_NOTE_TAG, TEST_WORLD_TAG, stand_in_notice
 from memtrace_loop.pipeline.data.locomo import load_locomo
 from memtrace_loop.pipeline.data.longmemeval import load_longmemeval
 from memtrace_loop.pipeline.data.splits import split_by_conversation

@@ -1,4 +1,4 @@
-"""Sweep runs named by their overrides (`experiments.run_names`): a `-m` job's MLflow run is
+"""Sweep runs named by their overrides (`experiments.output_dirs`): a `-m` job's MLflow run is
 `<command> <its task overrides>`, a single run keeps the app's default name, `run_name=` wins."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from memtrace_loop.experiments.run_names import overrides_name, run_name
+from memtrace_loop.experiments.output_dirs import overrides_name, run_name
 from mlflow.tracking import MlflowClient
 
 # every test starts with a fresh, migrated MLflow store at tmp_path/mlflow.db (a copy of a template: tests/conftest.py)

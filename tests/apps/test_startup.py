@@ -7,6 +7,9 @@ entry's schema record through its `SPEC`, so every SPEC module and schema record
 `schema.py`, `optimizers/specs.py`, `attribution/specs.py`, the LM records; builders import the
 implementation when called). An eager import planted in a SPEC module is seen (the last test).
 
+`memtrace report run_dir=<a finished run>` imports none of them either: the page is drawn from the
+run's folder, no LM is called and no MLflow run is read (the last tests, with a planted import that is seen).
+
 The output stays what the app's own Hydra main prints (help text and composed config alike); timings live
 in `experiments/lab/bench/startup_bench.py`, never here.
 """
@@ -14,6 +17,7 @@ in `experiments/lab/bench/startup_bench.py`, never here.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -80,3 +84,41 @@ def test_the_probe_sees_dspy_planted_in_a_spec_module(tmp_path):
     optimizers' settings records, read through their SPECs) is seen."""
     loaded, _ = loaded_by(["run", "--cfg", "job"], tmp_path, prelude=PLANT)
     assert "dspy" in loaded
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> tuple[Path, Path]:
+    """A `memtrace run` of the simulated world, saved in its folder (run in this process)."""
+    from memtrace_loop.experiments.run import run
+
+    from tests.support.compose import hydra_plain
+    from tests.support.store import fresh_store
+
+    cwd = tmp_path_factory.mktemp("finished")
+    fresh_store(cwd / "mlflow.db")
+    outcome = run(hydra_plain("run", f"tracking.uri=sqlite:///{cwd}/mlflow.db", f"cache_dir={cwd}/cache",
+                              "dataset.n_conversations=2", "workers=2"))
+    return cwd, Path(outcome["run_dir"])
+
+
+@pytest.mark.parametrize("attributions", ["saved", "attributed here"])
+def test_the_report_of_a_saved_run_imports_neither_dspy_mlflow_nor_litellm(finished_run, attributions, tmp_path):
+    """With the run's own attributions, or without (the default lineage attributor makes them: no LM)."""
+    cwd, run_dir = finished_run
+    if attributions != "saved":
+        run_dir = Path(shutil.copytree(run_dir, tmp_path / "bare"))
+        (run_dir / "artifacts" / "attributions.json").unlink()
+    loaded, out = loaded_by(["report", f"run_dir={run_dir}", "log=false"], cwd)
+    assert "report.html" in out and f"by memtrace {'run' if attributions == 'saved' else 'report'}" in " ".join(
+        out.split())
+    assert not loaded, f"memtrace report run_dir=... imported {sorted(loaded)}"
+
+
+def test_the_probe_sees_mlflow_planted_in_the_report_path(finished_run):
+    """The report check can fail: MLflow imported by a module the report of a saved run reads (the
+    report's data records) is seen."""
+    cwd, run_dir = finished_run
+    plant = PLANT.replace("memtrace_loop.optimizers.settings", "memtrace_loop.pipeline.report.data").replace(
+        "import dspy", "import mlflow")
+    loaded, _ = loaded_by(["report", f"run_dir={run_dir}", "log=false"], cwd, prelude=plant)
+    assert "mlflow" in loaded

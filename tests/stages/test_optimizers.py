@@ -11,7 +11,7 @@ from pathlib import Path
 import dspy
 import pytest
 from dspy.utils import DummyLM
-from memtrace_loop.experiments.sweep_lists import compared
+from memtrace_loop.conf import compared
 from memtrace_loop.memory_systems.mem0.system import Mem0Memory
 from memtrace_loop.memory_systems.signatures import AnswerQuestion, DecideUpdates, ExtractFacts
 from memtrace_loop.optimizers.attribution_guided import AttributionGuidedOptimizer

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from memtrace_loop.experiments.config import Chosen
-from memtrace_loop.experiments.sim_notice import TEST_WORLD_NOTE_TAG, TEST_WORLD_TAG, stand_in_notice, stand_in_tags
+from memtrace_loop.experiments.config import TEST_WORLD_NOTE_TAG, TEST_WORLD_TAG, Chosen, stand_in_notice, stand_in_tags
 
 
 def plain(kind: str, task: str, judge: str, rewriter: str = "sim") -> SimpleNamespace:
