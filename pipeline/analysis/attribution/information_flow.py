@@ -199,7 +199,7 @@ class InformationFlow:
 
     # ------------------------------------------------------------------ memory units
 
-    def _copied_from(self, unit: Variable, sources: Sequence[str]) -> bool:
+    def copied_from(self, unit: Variable, sources: Sequence[str]) -> bool:
         """Whether `unit` was made by a copy step straight from one of `sources` (a fragment of it)."""
         producer = self.graph.producer(unit.id)
         return producer is not None and producer.prompt is None and any(s in producer.inputs for s in sources)
@@ -234,7 +234,7 @@ class InformationFlow:
         return [
             m for m in self.live_memories
             if self.carries(m, track.target)
-            and not self._copied_from(m, track.sources)
+            and not self.copied_from(m, track.sources)
             and (track.is_gold or self._written_by_llm(m))
         ]
 

@@ -21,7 +21,7 @@ from memtrace_loop.pipeline.analysis.attribution.carrying import (
 )
 from memtrace_loop.pipeline.analysis.attribution.evidence import EvidenceFinder
 from memtrace_loop.pipeline.analysis.attribution.information_flow import Drop, InformationFlow, Track
-from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
+from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor, TracedRun, attribute_run
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, ErrorType, Fault, Tunable
 from memtrace_loop.pipeline.analysis.attribution.settings import LineageSettings
 from memtrace_loop.pipeline.backends.embeddings import Embedder
@@ -394,19 +394,8 @@ def attribute_failures(
     conversation_by_id: Mapping[str, Conversation] | None = None, exclude_categories: Iterable[int] = (),
 ) -> tuple[Attribution, ...]:
     """Lineage attributions of every failed case (in result order) whose conversation graph is given."""
-    excluded = set(exclude_categories)
-    attributor = LineageAttributor()
-    found = []
-    for case in results:
-        if case.correct or case.question.category in excluded:
-            continue
-        graph = graph_by_conversation.get(case.question.conversation_id)
-        if graph is None:
-            continue
-        attribution = attributor.attribute(graph, case, (conversation_by_id or {}).get(case.question.conversation_id))
-        if attribution is not None:
-            found.append(attribution)
-    return tuple(found)
+    run = TracedRun(tuple(results), graph_by_conversation, conversation_by_id or {}, tuple(exclude_categories))
+    return attribute_run(LineageAttributor(), run)
 
 
 def build(settings: LineageSettings, lms: LMSet | None, embedder: Embedder | None) -> Attributor:

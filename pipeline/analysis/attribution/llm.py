@@ -2,9 +2,10 @@
 
 From the evidence it walks a frontier ordered by the system's prior (`MemorySystemSpec.prior`), one
 `JudgeOperation` call per step under `max_chars_per_step`, until the first operation judged faulty or
-`max_steps` (else the answer operation, with low confidence). Graph facts come from `walk_paths` (no LM):
-a retrieval step also shows the units it missed, which its fault restores; every faulty operation seen is a
-suspect for replay. A failing call counts as "kept". It does not verify its blame or aggregate.
+`max_steps` (else the answer operation, with low confidence). Graph facts come from `walk_paths` (no LM),
+one case's state is a `Walk`: a retrieval step also shows the units it missed, which its fault restores
+(`restore_of`); every faulty operation seen is a suspect for replay. A failing call counts as "kept". It
+does not verify its blame or aggregate.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import heapq
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -36,20 +37,13 @@ from memtrace_loop.pipeline.analysis.attribution.walk_render import (
     same_word,
     share,
 )
-from memtrace_loop.pipeline.analysis.attribution.walk_signatures import JudgeOperation
-from memtrace_loop.pipeline.analysis.attribution.walk_state import (
-    StepVerdict,
-    Walk,
-    WalkSpend,
-    restore_of,
-    retrieval_note,
-)
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.backends.lm import LMSet
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.conventions import (
     CONSTRUCTION_OP_KINDS,
     MEMORY_KINDS,
+    QUESTION_SIDE_KINDS,
     OpKind,
     VarKind,
     answer_name,
@@ -70,30 +64,8 @@ ERROR_BY_KIND: Mapping[OpKind, ErrorType] = MappingProxyType({
     OpKind.RESPONSE: ErrorType.RESPONSE,
     OpKind.OTHER: ErrorType.EXTRACTION,
 })
-
-
-@dataclass(frozen=True)
-class LLMAttributorSettings:
-    """Bounds of the walk (the fields of `conf/attributor/llm.yaml`).
-
-    max_steps: operations shown to the LM per case at most (= LM calls per case, barring adapter retries).
-    max_chars_per_step: what one step shows (all input field values together) stays under this many
-        characters; every part is clipped proportionally.
-    max_value_chars: one variable's value is clipped to this many characters before the step is fitted.
-    pseudo_evidence_turns: how many BM25-ranked turns stand in for evidence when a question has none.
-    """
-
-    max_steps: int = 12
-    max_chars_per_step: int = 2400
-    max_value_chars: int = 400
-    pseudo_evidence_turns: int = 2
-
-    def __post_init__(self) -> None:
-        if self.max_steps < 1:
-            raise ValueError(f"max_steps must be at least 1, got {self.max_steps}")
-        if self.max_chars_per_step < 400:
-            raise ValueError(f"max_chars_per_step must be at least 400, got {self.max_chars_per_step}")
-
+MAX_VALUE_CHARS = 400  # one variable's value is clipped to this many characters before the step is fitted
+PSEUDO_EVIDENCE_TURNS = 2  # BM25-ranked turns standing in for evidence when a question has none
 
 NO_PRIOR = WalkPrior()
 
@@ -104,7 +76,162 @@ def prior_of(graph: ExecutionGraph) -> WalkPrior:
     return SYSTEMS.get(name).prior if name in SYSTEMS else NO_PRIOR
 
 
+# Output kinds that hold a decision label, not content taken from the inputs.
+LABEL_KINDS = frozenset({VarKind.BOUNDARY, VarKind.SUFFICIENCY})
+
+
+@dataclass(frozen=True)
+class StepVerdict:
+    """The LM's verdict on one walk step: did the operation keep the information, and if not, why."""
+
+    kept: bool
+    error_type: ErrorType | None
+    reason: str
+    judged: bool  # False when the LM call failed or its reply could not be parsed
+
+
+@dataclass
+class WalkSpend:
+    """Per-case tally (local to one `attribute` call)."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    unjudged: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Walk:
+    """The state of one walk (one case): the frontier (a heap ranked by the prior), the operations seen
+    and judged, the variables on the information's path, and the steps and calls spent."""
+
+    graph: ExecutionGraph
+    case: CaseResult
+    prior: WalkPrior
+    upstream: frozenset[str]
+    evidence: tuple[str, ...]
+    needed: str
+    on_path: set[str]
+    path: InformationPath
+    pseudo: bool = False
+    started: float = 0.0
+    spend: WalkSpend = field(default_factory=lambda: WalkSpend())
+    heap: list[tuple[int, int, str]] = field(default_factory=list)
+    seen: set[str] = field(default_factory=set)
+    labelled_stages: set[str] = field(default_factory=set)  # stages queued with an op that only writes labels
+    kept_by_op: dict[str, bool] = field(default_factory=dict)
+    faulty: dict[str, StepVerdict] = field(default_factory=dict)  # every operation judged faulty, by id
+    steps: int = 0
+
+    def relevant(self, op: Operation) -> bool:
+        if op.kind == OpKind.JUDGE or op.stage in self.prior.skip_stages:
+            return False
+        question_side = any(self.graph.variable(v).kind in QUESTION_SIDE_KINDS for v in (*op.inputs, *op.outputs))
+        return not question_side or op.id in self.upstream
+
+    def push(self, op: Operation) -> None:
+        if op.id in self.seen or not self.relevant(op):
+            return
+        if op.outputs and all(self.graph.variable(v).kind in LABEL_KINDS for v in op.outputs):
+            # a decision that writes only a label (a boundary) carries no content: the first one per stage
+            # stands for the rest (a buffer re-read by a decision per turn would use up every step)
+            if op.stage in self.labelled_stages:
+                return
+            self.labelled_stages.add(op.stage)
+        self.seen.add(op.id)
+        heapq.heappush(self.heap, (self.prior.rank(op), op.seq, op.id))
+
+    def seed(self, context_ops: Sequence[Operation]) -> None:
+        """The first frontier: the readers of the evidence (and the question's retrieval, if the prior says so)."""
+        for var_id in self.evidence:
+            for op in self.graph.consumers(var_id):
+                if op.prompt != var_id:
+                    self.push(op)
+        if self.prior.seed_retrieval:
+            for op in context_ops:
+                self.push(op)
+
+    def advance(self, op: Operation) -> None:
+        """`op` kept the information: its outputs join the path and their readers the frontier."""
+        for out in op.outputs:
+            self.on_path.add(out)
+            for consumer in self.graph.consumers(out):
+                if consumer.prompt != out:
+                    self.push(consumer)
+
+
+def restore_of(walk: Walk, op: Operation) -> tuple[str, ...]:
+    """What a repair of faulty `op` puts back: for a retrieval the units it missed (else the evidence
+    turns); for the answer step the context lines that held the information; for a construction step its
+    stored units on the path it destroyed, else the evidence turns its information came from (what a
+    replay puts back in memory; never an intermediate such as extracted facts)."""
+    graph, path = walk.graph, walk.path
+    if op.kind == OpKind.RETRIEVAL:
+        return path.missed(op) or walk.evidence
+    if op.kind == OpKind.RESPONSE and (held := path.context_holders(op)):
+        return held
+    if op.kind in CONSTRUCTION_OP_KINDS:
+        return _stored_carriers(walk, op) or tuple(e for e in walk.evidence if e in graph.ancestors(op.id)) or (
+            walk.evidence
+        )
+    on_path = walk.on_path | path.carriers
+    return tuple(v for v in op.inputs if v in on_path) or tuple(
+        v for v in op.inputs if graph.variable(v).kind not in (VarKind.QUERY, VarKind.PROMPT)
+    )
+
+
+def _stored_carriers(walk: Walk, op: Operation) -> tuple[str, ...]:
+    """The stored units on the information's path that a construction step (or the writes executing its
+    decision) read, i.e. destroyed: an update's or deletion's old value."""
+    graph, on_path = walk.graph, walk.on_path | walk.path.carriers
+    readers = [op, *(c for v in op.outputs for c in graph.consumers(v) if c.prompt is None)]
+    return tuple(dict.fromkeys(
+        v for reader in readers for v in reader.inputs if v in on_path and graph.variable(v).kind in MEMORY_KINDS
+    ))
+
+
+def retrieval_note(path: InformationPath, op: Operation, restore: Sequence[str]) -> str:
+    """What a retrieval fault's reason adds: the unit it missed, and whether `top_k` cut it off."""
+    k = op.meta.get("k", "?")
+    near = path.near_missed(op)
+    if near:
+        return (f" It missed {near[0]}, which holds the needed information and was ranked just below the cut "
+                f"(k={k}): top_k is too small for this question.")
+    missed = [v for v in restore if v in path.carriers]
+    if missed:
+        return f" It missed {missed[0]}, which was in memory and holds the needed information."
+    return ""
+
+
 # ------------------------------------------------------------------------------------------ LM calls
+
+
+ERROR_CHOICES = ("ExtractionError", "UpdateError", "DeletionError", "RetrievalError", "ResponseError", "none")
+
+
+class JudgeOperation(dspy.Signature):
+    """You audit one operation of a memory system that failed to answer a question. The information the
+    answer needs came from the conversation turns shown as `needed_information`. Look at what the
+    operation read (`operation_inputs`), what it wrote (`operation_outputs`) and its instructions
+    (`operation_prompt`). Decide whether this operation kept the needed information that its inputs held.
+    If it lost, dropped, overwrote, deleted, failed to retrieve, or (for the answer step) failed to use it,
+    answer kept_information = False and name the error type: ExtractionError (never made it into memory),
+    UpdateError (a later update degraded or overwrote it), DeletionError (a unit holding it was deleted),
+    RetrievalError (in the store but not in the retrieved context), ResponseError (in the context, yet the
+    answer is wrong). If the operation kept it (or its inputs never held it), answer kept_information =
+    True and error_type = none. Give a short reason that quotes what was lost."""
+
+    question: str = dspy.InputField()
+    gold_answer: str = dspy.InputField()
+    needed_information: str = dspy.InputField(desc="the evidence turns the answer needs")
+    operation: str = dspy.InputField(desc="name, stage and kind of the operation")
+    operation_inputs: str = dspy.InputField(desc="the variables it read (clipped)")
+    operation_outputs: str = dspy.InputField(desc="the variables it wrote (clipped)")
+    operation_prompt: str = dspy.InputField(desc="the instruction it ran with (clipped), or 'none'")
+    kept_information: bool = dspy.OutputField()
+    error_type: str = dspy.OutputField(desc="one of: " + ", ".join(ERROR_CHOICES))
+    reason: str = dspy.OutputField()
+
 
 
 class _CallCounter(BaseCallback):
@@ -130,9 +257,9 @@ class LLMAttributor:
 
     name = METHOD
 
-    def __init__(self, lm: dspy.BaseLM, settings: LLMAttributorSettings | None = None) -> None:
+    def __init__(self, lm: dspy.BaseLM, settings: LLMSettings | None = None) -> None:
         self.lm = lm
-        self.settings = settings or LLMAttributorSettings()
+        self.settings = settings or LLMSettings()
         self.judge = dspy.Predict(JudgeOperation)
         self.judge.set_lm(lm)
         self._finder: EvidenceFinder | None = None  # the evidence index of the graph seen last
@@ -145,7 +272,7 @@ class LLMAttributor:
     ) -> dict[str, str]:
         """The input values one step shows the LM for `op`: inputs on the information's path first, then those sharing
         most words with it; long values keep their part about the needed information."""
-        limit = self.settings.max_value_chars
+        limit = MAX_VALUE_CHARS
         asked = content_tokens(f"{case.question.text} {case.question.gold}")
         words = frozenset(
             {w for w in content_tokens(needed) if any(same_word(w, a) for a in asked)}
@@ -218,7 +345,7 @@ class LLMAttributor:
 
     def _evidence(self, graph: ExecutionGraph, case: CaseResult) -> tuple[tuple[str, ...], bool]:
         if self._finder is None or self._finder.graph is not graph:  # one index per graph, not per case
-            self._finder = EvidenceFinder(graph, k=self.settings.pseudo_evidence_turns)
+            self._finder = EvidenceFinder(graph, k=PSEUDO_EVIDENCE_TURNS)
         found = self._finder.find(case.question)
         return found.turn_vars, found.pseudo
 
@@ -379,7 +506,7 @@ class LLMAttributor:
     def _crowding(walk: Walk, op: Operation) -> Fault | None:
         """A faulty search whose results are mostly pieces of turns a copy step cut apart passes the blame to that
         step's knobs (None otherwise)."""
-        crowding = walk.path.crowding_step(op) if op.kind == OpKind.RETRIEVAL else None
+        crowding = walk.path.flow.crowding_copy_step(op) if op.kind == OpKind.RETRIEVAL else None
         if crowding is None:
             return None
         note = (f"{crowding.name} ({crowding.id}) cut turns into pieces that make up most of what {op.name} "
@@ -419,5 +546,4 @@ def build(settings: LLMSettings, lms: LMSet | None, embedder: Embedder | None) -
     lm = getattr(lms, "attributor", None) if lms is not None else None
     if lm is None:
         raise ConfigError("attributor.name: the llm attributor needs an `attributor` LM (lm.attributor)")
-    llm_settings = LLMAttributorSettings(max_steps=settings.max_steps, max_chars_per_step=settings.max_chars_per_step)
-    return LLMAttributor(lm=lm, settings=llm_settings)
+    return LLMAttributor(lm=lm, settings=settings)

@@ -31,7 +31,7 @@ from memtrace_loop.pipeline.analysis.attribution.repairs import (
     swappable,
 )
 from memtrace_loop.pipeline.analysis.attribution.replay import Replayer
-from memtrace_loop.pipeline.analysis.attribution.settings import ReplaySettings
+from memtrace_loop.pipeline.analysis.attribution.settings import ReplayConfig
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import CaseResult, Conversation
 
@@ -51,10 +51,10 @@ class _Spend:
 class Verifier:
     """Checks attributions by replay (see the module docstring)."""
 
-    def __init__(self, system: MemorySystem, judge: dspy.Predict, settings: ReplaySettings | None = None) -> None:
+    def __init__(self, system: MemorySystem, judge: dspy.Predict, settings: ReplayConfig | None = None) -> None:
         self.replayer = Replayer(system, judge)
         self.system = system
-        self.settings = settings or ReplaySettings()
+        self.settings = settings or ReplayConfig()
 
     def verify(self, graph: ExecutionGraph, attribution: Attribution) -> Attribution:
         """`attribution` with its `check` (and, where needed, the blame moved, `joint` or `alternatives` set)."""
