@@ -1,8 +1,5 @@
-"""Scores over many judged questions: bootstrap CIs, the per-category report, MLflow-ready metrics and
-the paired difference of two runs.
-
-- `bootstrap_ci`, `summarize` (-> `EvaluationReport`), `flat_metrics` (MLflow-ready names) and
-  `paired_difference` (paired bootstrap of two runs over the same questions, used by the gate).
+"""Scores over many judged questions: `bootstrap_ci`, `summarize` (the per-category `EvaluationReport`),
+`flat_metrics` (MLflow-ready names) and `paired_difference` (two runs over the same questions, the gate's).
 
 It does not judge one answer (`pipeline.analysis.judge`), answer questions, run batches or log.
 """
@@ -19,22 +16,13 @@ import numpy as np
 from memtrace_loop.pipeline.analysis.judge import VERDICT_FAILED
 from memtrace_loop.pipeline.core.records import CaseResult
 
-# --------------------------------------------------------------------------- statistics
-
 
 def bootstrap_ci(
     values: Sequence[float] | np.ndarray, n_resamples: int = 1000, confidence: float = 0.95, seed: int = 0
 ) -> tuple[float, float]:
-    """Percentile bootstrap confidence interval of the mean of `values`.
-
-    Deterministic for a seed. Empty input gives (nan, nan); a single value v gives (v, v).
-
-    Not `scipy.stats.bootstrap(method="percentile")`: with a generator of the same seed it draws the
-    very same resamples and means, but its own quantile interpolation rounds differently, so 16 of
-    300 intervals of 0/1 judge scores (140 of 300 of normal values) differ in the last bit (at most
-    1.1e-16), which would change logged CIs; it is also 2-3x slower (4.1 vs 1.3 ms per interval),
-    measured once side by side.
-    """
+    """Percentile bootstrap confidence interval of the mean of `values`, deterministic for a seed; (nan, nan)
+    when empty, (v, v) for one value. Not `scipy.stats.bootstrap`: its quantiles round differently in the
+    last bit (which would change logged CIs), and it is 2-3x slower."""
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     if n_resamples < 1:
@@ -161,11 +149,8 @@ def paired_difference(
     confidence: float = 0.95,
     exclude_categories: Collection[int] = (5,),
 ) -> PairedDifference:
-    """Paired bootstrap of the per-question judge difference `a - b`.
-
-    Both runs must cover exactly the same question ids (each once), else ValueError. Questions in
-    `exclude_categories` are left out, as in `summarize`'s overall score.
-    """
+    """Paired bootstrap of the per-question judge difference `a - b` over the same question ids (each once,
+    else ValueError), `exclude_categories` left out as in `summarize`'s overall score."""
     by_id_a = _by_question_id(a, "a")
     by_id_b = _by_question_id(b, "b")
     if by_id_a.keys() != by_id_b.keys():

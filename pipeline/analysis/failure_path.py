@@ -1,25 +1,14 @@
 """The one selector of what lies on a question's path through its conversation graph — what report.html
 draws of a failure and what a question's MLflow trace shows as spans.
 
-`failure_path(graph, case, attribution)` keeps (1) the nodes on a path from an evidence turn to the
-case's answer (the answer's ancestors restricted to the evidence turns' lineage), (2) the blamed
-operation and the other suspects with their inputs and outputs (a drop usually leads nowhere near the
-answer), (3) the answering chain of the question (query, retrieval, context, answer, judge, gold,
-verdict), (4) the evidence turns themselves and (5) every node the attribution's reason names
-(`named_nodes`) with the evidence's path to it and the operation that wrote it — for a missed retrieval:
-evidence turn → construction → the unit that held the answer, beside the search that missed it. Memory
-units a kept operation read that lie on no such path (a search's other hits) are capped at
-`MAX_UNRELATED`; prompt variables are left out. Evidence comes from the attribution, else the question.
-
-One priority bounds every view of it (`FailurePath.ranked`): the must-keep nodes first (the blamed
-operation, the named nodes, up to `MAX_EVIDENCE` evidence turns, the answer, the other suspects, the
-answer's producer), then the nodes nearest them along data-flow edges. `nodes(max_nodes)` and
-`operations(max_ops)` take the front of that order.
-
-The forward walk from the evidence never enters another question's answering side, never passes the
-answer's own sequence number and does not follow the similar memories shown to a decision (context, not
-the information's path), so its cost is that of the evidence's lineage, not of the whole graph. Pure:
-reads the graph; drawing is `pipeline.report`, tracing `pipeline.tracking.question_trace`.
+`failure_path` keeps the nodes on a path from an evidence turn to the answer, the blamed operation and the
+other suspects with their inputs and outputs, the question's answering chain, the evidence turns, and every
+node the attribution's reason names (`named_nodes`) with the evidence's path to it and its writer. Memory
+units a kept operation read on no such path are capped at `MAX_UNRELATED`; prompts are left out.
+`FailurePath.ranked` orders the must-keep nodes first, then the nodes nearest them; `nodes` and
+`operations` take its front. The forward walk from the evidence never enters another question's answering
+side, never passes the answer and does not follow the similar memories shown to a decision. Pure: reads the
+graph; drawing is `pipeline.report`, tracing `pipeline.tracking.question_trace`.
 """
 
 from __future__ import annotations

@@ -91,19 +91,9 @@ class StepVerdict:
 
 
 @dataclass
-class WalkSpend:
-    """Per-case tally (local to one `attribute` call)."""
-
-    calls: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    unjudged: list[str] = field(default_factory=list)
-
-
-@dataclass
 class Walk:
     """The state of one walk (one case): the frontier (a heap ranked by the prior), the operations seen
-    and judged, the variables on the information's path, and the steps and calls spent."""
+    and judged, the variables on the information's path, and the steps, calls and tokens spent."""
 
     graph: ExecutionGraph
     case: CaseResult
@@ -115,7 +105,10 @@ class Walk:
     path: InformationPath
     pseudo: bool = False
     started: float = 0.0
-    spend: WalkSpend = field(default_factory=lambda: WalkSpend())
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    unjudged: list[str] = field(default_factory=list)  # steps whose call failed or reply was unparsable
     heap: list[tuple[int, int, str]] = field(default_factory=list)
     seen: set[str] = field(default_factory=set)
     labelled_stages: set[str] = field(default_factory=set)  # stages queued with an op that only writes labels
@@ -233,7 +226,6 @@ class JudgeOperation(dspy.Signature):
     reason: str = dspy.OutputField()
 
 
-
 class _CallCounter(BaseCallback):
     """Counts the LM calls made while it is installed (one walk step)."""
 
@@ -317,27 +309,27 @@ class LLMAttributor:
         fixed = ("question", "gold_answer", "operation", "needed_information")
         return fit_step(fields, self.settings.max_chars_per_step, fixed=fixed)
 
-    def _ask(self, fields: Mapping[str, str], op: Operation, spend: WalkSpend) -> StepVerdict:
+    def _ask(self, fields: Mapping[str, str], op: Operation, walk: Walk) -> StepVerdict:
         counter = _CallCounter()
         callbacks = [*dspy.settings.get("callbacks", []), counter]
         try:
             with dspy.context(callbacks=callbacks, track_usage=True):
                 prediction = self.judge(**fields)
         except Exception as exc:  # a failing or unparsable reply is recorded, never a crash of the walk
-            spend.calls += max(counter.calls, 1)
-            spend.unjudged.append(f"{op.id}: {type(exc).__name__}")
+            walk.calls += max(counter.calls, 1)
+            walk.unjudged.append(f"{op.id}: {type(exc).__name__}")
             logger.debug("llm attributor: step on %s failed: %s", op.id, exc)
             return StepVerdict(True, None, "", False)
-        spend.calls += max(counter.calls, 1)
+        walk.calls += max(counter.calls, 1)
         try:
             for usage in (prediction.get_lm_usage() or {}).values():
-                spend.prompt_tokens += int(usage.get("prompt_tokens") or 0)
-                spend.completion_tokens += int(usage.get("completion_tokens") or 0)
+                walk.prompt_tokens += int(usage.get("prompt_tokens") or 0)
+                walk.completion_tokens += int(usage.get("completion_tokens") or 0)
         except Exception as exc:  # usage is bookkeeping: losing it must not lose the verdict
             logger.debug("llm attributor: no usage for %s: %s", op.id, exc)
         kept = prediction.get("kept_information")
         if not isinstance(kept, bool):
-            spend.unjudged.append(f"{op.id}: kept_information={kept!r}")
+            walk.unjudged.append(f"{op.id}: kept_information={kept!r}")
             return StepVerdict(True, None, "", False)
         return StepVerdict(kept, _error_type(prediction.get("error_type")), str(prediction.get("reason") or ""), True)
 
@@ -418,7 +410,7 @@ class LLMAttributor:
     def _judge(self, walk: Walk, op: Operation) -> StepVerdict:
         missed = walk.path.missed(op) if op.kind == OpKind.RETRIEVAL else ()
         fields = self.step_fields(walk.graph, op, walk.case, walk.needed, walk.on_path, missed)
-        verdict = self._ask(fields, op, walk.spend)
+        verdict = self._ask(fields, op, walk)
         walk.steps += 1
         walk.kept_by_op[op.id] = not (verdict.judged and not verdict.kept)
         if not walk.kept_by_op[op.id]:
@@ -465,18 +457,18 @@ class LLMAttributor:
         self, walk: Walk, op: Operation, verdict: StepVerdict, context_ops: Sequence[Operation], answer_op: Operation,
         confidence: float = 0.75,
     ) -> Attribution:
-        case, spend = walk.case, walk.spend
+        case = walk.case
         primary = self._crowding(walk, op) or self._fault(walk, op, verdict)
         reason = primary.reason
-        if spend.unjudged:
-            reason += f" {len(spend.unjudged)} step(s) could not be judged (LM call failed or reply unparsable)."
+        if walk.unjudged:
+            reason += f" {len(walk.unjudged)} step(s) could not be judged (LM call failed or reply unparsable)."
             confidence *= 0.8
         if walk.pseudo:
             confidence *= 0.7
         primary = dataclasses.replace(primary, reason=reason)
         suspects = self._suspects(walk, primary, context_ops, answer_op)
         cost = AttributionCost(
-            lm_calls=spend.calls, prompt_tokens=spend.prompt_tokens, completion_tokens=spend.completion_tokens,
+            lm_calls=walk.calls, prompt_tokens=walk.prompt_tokens, completion_tokens=walk.completion_tokens,
             seconds=time.perf_counter() - walk.started,
         )
         return Attribution(
