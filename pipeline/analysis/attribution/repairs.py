@@ -46,7 +46,6 @@ MIN_LINE_CHARS = 20  # a shorter line (a title, a date) does not carry a unit's 
 
 
 class Repair(StrEnum):
-    """How one fault's output is repaired in a replay (see the module table)."""
 
     RERUN = "rerun"
     REBUILD = "rebuild"
@@ -58,8 +57,7 @@ class Repair(StrEnum):
 
 @dataclass(frozen=True)
 class RepairPlan:
-    """One planned repair: the fault, how it is repaired, the `top_k` a `WIDEN` needs, and the missed
-    units a `STEER` or `SWAP` is about."""
+    """One planned repair: the fault, how, the `top_k` a `WIDEN` needs, the units a `STEER` or `SWAP` is about."""
 
     fault: Fault
     kind: Repair
@@ -90,9 +88,9 @@ def _construction_plan(system: MemorySystem, fault: Fault) -> RepairPlan | None:
 def _retrieval_plan(system: MemorySystem, graph: ExecutionGraph, fault: Fault) -> RepairPlan | None:
     missed = tuple(v for v in fault.restore if v in graph and graph.variable(v).kind in MEMORY_KINDS)
     top_k = needed_top_k(graph, fault)
-    if fault.tunable == Tunable.KNOBS and top_k is not None and widen_knob(system) is not None:
+    if fault.tunable == Tunable.KNOBS and top_k is not None and widen_spec(system) is not None:
         return RepairPlan(fault, Repair.WIDEN, top_k=top_k, missed=missed)
-    if fault.tunable == Tunable.KNOBS and top_k is None and widen_knob(system) is not None:
+    if fault.tunable == Tunable.KNOBS and top_k is None and widen_spec(system) is not None:
         # nothing named was ranked (a unit a repaired stage writes, or one deleted before the search)
         k = graph.operation(fault.op).meta.get("k") if fault.op in graph else None
         return RepairPlan(fault, Repair.WIDEN, top_k=ranked_depth(k), missed=missed) if isinstance(k, int) else None
@@ -121,20 +119,9 @@ def swappable(graph: ExecutionGraph, unit: str, search_op: str, revived_by: Coll
     return bool(graph.ancestors(replaced[0].id) & set(revived_by))  # the first overwrite was the repaired one's
 
 
-def _widen_spec(system: MemorySystem) -> StageSpec | None:
+def widen_spec(system: MemorySystem) -> StageSpec | None:
+    """The system's `WIDEN` stage (its retrieval; its first knob is `top_k`), None without one."""
     return next((s for s in system.stages if s.repair == StageRepair.WIDEN and s.knobs), None)
-
-
-def widen_knob(system: MemorySystem) -> str | None:
-    """The knob of the system's `WIDEN` stage (its retrieval's `top_k`), None without one."""
-    spec = _widen_spec(system)
-    return None if spec is None else spec.knobs[0]
-
-
-def widen_stage(system: MemorySystem) -> str | None:
-    """The system's `WIDEN` stage (its retrieval), None without one."""
-    spec = _widen_spec(system)
-    return None if spec is None else spec.name
 
 
 def reach(k: int, hits: Collection[str], near: Sequence[tuple[str, str]], texts: Collection[str]) -> tuple[int, bool]:
@@ -255,11 +242,11 @@ def reader_faults(system: MemorySystem, graph: ExecutionGraph, attribution: Attr
 def retrieval_knob_fault(system: MemorySystem, graph: ExecutionGraph, attribution: Attribution) -> Fault | None:
     """The case's retrieval as a knob fault with nothing named missed: its repair raises `top_k` to `ranked_depth` (None
     without a `WIDEN` stage)."""
-    widen = widen_stage(system)
+    widen = widen_spec(system)
     query = graph.latest(query_name(attribution.question_id))
     if widen is None or query is None:
         return None
-    op = next((o for o in graph.consumers(query.id) if o.stage == widen), None)
+    op = next((o for o in graph.consumers(query.id) if o.stage == widen.name), None)
     if op is None:
         return None
     reason = "the retrieval's top_k cut what a repaired stage wrote"
@@ -285,25 +272,26 @@ def evidence_texts(graph: ExecutionGraph, attribution: Attribution, near_op: str
     return tuple(graph.variable(v).value for v in turns)
 
 
+def _quoted(texts: Iterable[str]) -> str:
+    return " ".join(" ".join(t.split()) for t in texts).replace('"', "'")
+
+
 def construction_hint(texts: Iterable[str], gold: str) -> str:
     """The one sentence added to a construction stage's instruction: the information it must keep."""
-    quoted = " ".join(" ".join(t.split()) for t in texts).replace('"', "'")
     return (
-        f'Make sure your output keeps this information: "{quoted}" '
+        f'Make sure your output keeps this information: "{_quoted(texts)}" '
         f'(a later question about it is answered by "{gold.replace(chr(34), chr(39))}").'
     )
 
 
 def steer_hint(texts: Iterable[str]) -> str:
     """The one sentence added to a steering stage's instruction: the memory the search must reach."""
-    quoted = " ".join(" ".join(t.split()) for t in texts).replace('"', "'")
-    return f'Make sure the search also reaches this memory: "{quoted}".'
+    return f'Make sure the search also reaches this memory: "{_quoted(texts)}".'
 
 
 def answer_hint(lines: Iterable[str]) -> str:
     """The one sentence added to the answer stage's instruction: the context lines to answer from."""
-    quoted = " ".join(" ".join(t.split()) for t in lines).replace('"', "'")
-    return f'Answer from this memory in the context: "{quoted}".'
+    return f'Answer from this memory in the context: "{_quoted(lines)}".'
 
 
 def evidence_lines(context: str, evidence: Iterable[str], units: Iterable[str] = ()) -> tuple[str, ...]:
