@@ -63,10 +63,6 @@ class ConversationLineage:
         # an embedder, for callers with a real embedding model
         self._finder = EvidenceFinder(graph)
 
-    def _evidence(self, case: CaseResult) -> tuple[tuple[str, ...], bool]:
-        found = self._finder.find(case.question)
-        return found.turn_vars, found.pseudo
-
     # ------------------------------------------------------------------ attribution
 
     def attribute(self, case: CaseResult) -> Attribution | None:
@@ -81,7 +77,8 @@ class ConversationLineage:
             return None
         context_vars = [graph.variable(v) for v in answer_op.inputs if graph.variable(v).kind == VarKind.CONTEXT]
         retrieval_op = next((graph.producer(v.id) for v in context_vars if graph.producer(v.id)), None)
-        evidence, pseudo = self._evidence(case)
+        found = self._finder.find(case.question)
+        evidence, pseudo = found.turn_vars, found.pseudo
         evidence_ids = tuple(turn_id_of(e) for e in evidence)
 
         def verdict(op: Operation, error: ErrorType, reason: str, confidence: float) -> Attribution:
