@@ -14,10 +14,8 @@ from types import MappingProxyType
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Check, ErrorType, Fault, Tunable
 from memtrace_loop.pipeline.core.records import CaseResult
 
-# How much one attribution counts in the blame table: a replay-confirmed blame above an unchecked one,
-# a refuted one (its repair did not rescue the case) least; an unverifiable one (no repair exists that
-# is not the gold answer) counts as unchecked. Without verification every weight is equal, so the
-# ranking is the plain count.
+# How much one attribution counts: verified above unchecked (and unverifiable), refuted least; without
+# verification every weight is equal, so the ranking is the plain count.
 WEIGHT_BY_CHECK: Mapping[Check, float] = MappingProxyType(
     {Check.VERIFIED: 1.0, Check.UNCHECKED: 0.5, Check.UNVERIFIABLE: 0.5, Check.REFUTED: 0.2}
 )
@@ -39,8 +37,7 @@ class StageBlame:
     verified_alone: int = 0  # ... that a replay confirmed with no joint partner: its repair alone rescued
 
     def rank_key(self) -> tuple[float, int, int, str]:
-        """The table's order: by weight; ties by the failures whose replay showed this stage's repair alone rescues (a
-        rewrite of it gains without a partner's), then by the failures naming it, then by name."""
+        """The table's order: by weight, then verified-alone rescues, then failures naming it, then name."""
         return (-round(self.weight, 9), -self.verified_alone, -self.count, self.stage)
 
 

@@ -101,8 +101,7 @@ def _md(text: str) -> str:
 
 
 def _sentence_ends(text: str) -> list[int]:
-    """The positions just after each sentence end of `text` (a `.`, `!` or `?` outside double quotes, not
-    part of an ellipsis, followed by a space)."""
+    """The positions after each `.`, `!` or `?` of `text` outside quotes, not an ellipsis, before a space."""
     ends, quoted = [], False
     for i, char in enumerate(text):
         if char == '"':
@@ -138,8 +137,8 @@ def _case(attribution: Attribution) -> FailureCase:
 
 
 def group_failures(attributions: Iterable[Attribution], max_cases: int = MAX_CASES) -> tuple[FailureGroup, ...]:
-    """Attributions grouped by (stage, error type): most failures first (ties by stage, then error type);
-    each group's representative cases are its `max_cases` most confident (ties by question id)."""
+    """Attributions grouped by (stage, error type), most failures first, each with its `max_cases` most
+    confident cases (ties by question id)."""
     members_by_key: dict[tuple[str, str], list[Attribution]] = {}
     items = list(attributions)
     for item in items:

@@ -54,8 +54,8 @@ class MetricSummary:
 
 @dataclass(frozen=True)
 class EvaluationReport:
-    """`overall` leaves out `excluded_categories`; `by_category` (keyed by category name, in
-    category order) covers every category present. `failed_judge_calls` counts all cases."""
+    """`overall` leaves out `excluded_categories`; `by_category` (by name, in category order) and
+    `failed_judge_calls` cover every case."""
 
     overall: MetricSummary
     by_category: Mapping[str, MetricSummary]
@@ -106,9 +106,8 @@ def _metric_key(name: str) -> str:
 
 
 def flat_metrics(report: EvaluationReport) -> dict[str, float]:
-    """MLflow-ready metrics: `judge_accuracy`, `judge_ci_low`, `judge_ci_high`, `f1`, `bleu1`, `n`,
-    `judge_failed`, `failed_judge_calls` and the same per category as `cat_<name>_<metric>`
-    (`cat_multi_hop_f1`). Names use only letters, digits and underscores; NaN values are left out."""
+    """MLflow-ready metrics: the overall ones, `failed_judge_calls` and the same per category as
+    `cat_<name>_<metric>` (`cat_multi_hop_f1`); names of letters, digits and underscores, NaN left out."""
 
     def block(prefix: str, summary: MetricSummary) -> dict[str, float]:
         return {

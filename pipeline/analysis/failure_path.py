@@ -151,8 +151,7 @@ def _question_side(graph: ExecutionGraph, op: Operation) -> bool:
 
 
 def _answering_chain(graph: ExecutionGraph, answer: str) -> set[str]:
-    """The answer, the operations that produced it through question-side variables (retrieval,
-    sufficiency, expansion), those variables, and the judge with its gold and verdict."""
+    """The answer, its producers through question-side variables, those variables, and its judge's nodes."""
     chain: set[str] = {answer}
     queue = deque([answer])
     while queue:
@@ -174,8 +173,7 @@ def _answering_chain(graph: ExecutionGraph, answer: str) -> set[str]:
 
 
 def _forward(graph: ExecutionGraph, starts: Iterable[str], allowed_ops: set[str], max_seq: int) -> set[str]:
-    """Descendants of `starts` through construction operations (and the `allowed_ops` of this
-    question's answering side) up to sequence number `max_seq`."""
+    """Descendants of `starts` through construction (and `allowed_ops`) up to sequence number `max_seq`."""
     starts_set = set(starts)
     seen: set[str] = set(starts_set)
     queue = deque(sorted(starts_set))
@@ -221,17 +219,11 @@ def _evidence_ids(graph: ExecutionGraph, case: CaseResult, attribution: Attribut
     turn_ids = (attribution.evidence if attribution is not None and attribution.evidence else ()) or (
         case.question.evidence
     )
-    found = []
-    for turn_id in turn_ids:
-        var_id = first_version(turn_name(turn_id))
-        if var_id in graph and var_id not in found:
-            found.append(var_id)
-    return found
+    return list(dict.fromkeys(v for v in (first_version(turn_name(t)) for t in turn_ids) if v in graph))
 
 
 def _io(graph: ExecutionGraph, op_id: str, needed: Collection[str]) -> tuple[set[str], set[str]]:
-    """(kept, capped): the operation with its inputs and outputs, except the memory units beyond the first
-    `MAX_UNRELATED` that are on no path of the failure (`needed`), which are capped (a search's other hits)."""
+    """(kept, capped): the operation and its inputs and outputs, but memory units off `needed` past `MAX_UNRELATED`."""
     op = graph.operation(op_id)
     kept, capped, unrelated = {op_id}, set(), 0
     for var_id in (*op.inputs, *op.outputs):
@@ -283,12 +275,10 @@ def _paths_to(graph: ExecutionGraph, named: Iterable[str], lineage: set[str]) ->
 
 def _blamed_ops(graph: ExecutionGraph, attribution: Attribution | None) -> list[str]:
     """The blamed operation, then the joint set and the suspects, each once and only if in the graph."""
-    blamed: list[str] = []
-    if attribution is not None:
-        for op_id in (attribution.op, *(f.op for f in attribution.joint), *(f.op for f in attribution.suspects)):
-            if op_id in graph and op_id.startswith("op:") and op_id not in blamed:
-                blamed.append(op_id)
-    return blamed
+    if attribution is None:
+        return []
+    ops = (attribution.op, *(f.op for f in attribution.joint), *(f.op for f in attribution.suspects))
+    return list(dict.fromkeys(op for op in ops if op in graph and op.startswith("op:")))
 
 
 def _roles(

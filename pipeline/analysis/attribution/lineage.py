@@ -41,6 +41,7 @@ from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation, Variabl
 from memtrace_loop.pipeline.core.records import CaseResult, Conversation
 
 METHOD = "lineage"
+MAX_GRAPHS = 64  # conversation graphs whose lineage an attributor keeps
 ERROR_BY_KIND = {
     OpKind.EXTRACTION: ErrorType.EXTRACTION,
     OpKind.UPDATE: ErrorType.UPDATE,
@@ -134,8 +135,7 @@ class ConversationLineage:
     def _broken_tracks(
         self, tracks: Sequence[Track], answer_op: Operation, case: CaseResult, verdict,
     ) -> tuple[list[tuple[Attribution, Fault]], dict[str, list[Variable]]]:
-        """Each track that no live memory unit carries, with the verdict on where it was lost (a drop
-        during construction, or never extracted at all); and every track's surviving units."""
+        """The tracks no live unit carries, each with the verdict on where it was lost; every track's survivors."""
         graph = self.graph
         live_memories = self.flow.live_memories
         broken: list[tuple[Attribution, Fault]] = []
@@ -170,8 +170,8 @@ class ConversationLineage:
         self, case: CaseResult, tracks: Sequence[Track], survivors_by_track: dict[str, list[Variable]],
         retrieval_op: Operation | None, context_vars: Sequence[Variable], verdict,
     ) -> list[tuple[Attribution, Fault]]:
-        """Each track whose surviving units the search did not retrieve: the verdict on why, and the
-        search itself as a second suspect when an LLM step that steered it is blamed."""
+        """The tracks whose survivors the search missed, with the verdict (and the search as a second suspect
+        when a steering LLM step is blamed)."""
         missed: list[tuple[Attribution, Fault]] = []
         if retrieval_op is None:
             return missed
@@ -210,11 +210,9 @@ class ConversationLineage:
         self, case: CaseResult, track: Track, survivors: Sequence[Variable], retrieval_op: Operation,
         context_vars: Sequence[Variable], verdict,
     ) -> Attribution:
-        """A unit carrying the track was in the store but not retrieved. The copy step (chunking) is to
-        blame when fragments of the turns it cut apart make up most of what was retrieved; else the cut
-        (`top_k`) when the search ranked the unit just below it; else the search itself when it returned
-        fewer than `top_k` units (it did not rank the unit at all); else an LLM step that steered the
-        search, if any; else the search's knobs."""
+        """A unit carrying the track was stored but not retrieved: blame the copy step whose fragments crowd the
+        search, else `top_k` when the unit ranked just below it, else the search when it returned fewer than
+        `top_k`, else a steering LLM step, else the search's knobs."""
         graph = self.graph
         k = retrieval_op.meta.get("k", "?")
         crowding = self.flow.crowding_copy_step(retrieval_op)
@@ -274,8 +272,7 @@ class ConversationLineage:
         return max(steering, key=lambda op: op.seq, default=None)
 
     def _decisive(self, drops: Sequence[Drop]) -> Drop:
-        """Among several drops of one turn's information, the one that destroyed a stored unit (an update or
-        deletion) is decisive if any; else the first."""
+        """The drop that destroyed a stored unit (an update or deletion) if any, else the first."""
         for drop in drops:
             if drop.op.kind in (OpKind.UPDATE, OpKind.DELETION) and drop.carrier.kind in MEMORY_KINDS:
                 return drop
@@ -361,10 +358,7 @@ class LineageAttributor:
 
     name = METHOD
 
-    def __init__(self, max_graphs: int = 64, embedder: Embedder | None = None, semantic_threshold: float = 0.8) -> None:
-        """With an `embedder`, a carrier also matches by meaning (cosine >= `semantic_threshold`) where
-        its tokens do not: paraphrased memories."""
-        self._max_graphs = max_graphs
+    def __init__(self, embedder: Embedder | None = None, semantic_threshold: float = 0.8) -> None:
         self.name = f"{METHOD}+meaning" if embedder is not None else METHOD
         self.embedder = embedder
         self.semantic_threshold = semantic_threshold
@@ -374,7 +368,7 @@ class LineageAttributor:
         held = self._lineage_by_graph.get(id(graph))
         if held is not None and held[0] is graph:
             return held[1]
-        if len(self._lineage_by_graph) >= self._max_graphs:
+        if len(self._lineage_by_graph) >= MAX_GRAPHS:
             self._lineage_by_graph.clear()
         lineage = ConversationLineage(graph, conversation, self.embedder, self.semantic_threshold)
         self._lineage_by_graph[id(graph)] = (graph, lineage)

@@ -262,8 +262,7 @@ class LLMAttributor:
         self, graph: ExecutionGraph, op: Operation, case: CaseResult, needed: str, on_path: set[str],
         missed: Sequence[str] = (),
     ) -> dict[str, str]:
-        """The input values one step shows the LM for `op`: inputs on the information's path first, then those sharing
-        most words with it; long values keep their part about the needed information."""
+        """The fields one step shows the LM for `op`: inputs on the path first, then by shared words, clipped."""
         limit = MAX_VALUE_CHARS
         asked = content_tokens(f"{case.question.text} {case.question.gold}")
         words = frozenset(
@@ -373,8 +372,7 @@ class LLMAttributor:
         return self._blame(walk, answer_op, fallback, context_ops, answer_op, 0.2)
 
     def _judge_answer(self, walk: Walk, answer_op: Operation, blamed: Operation) -> None:
-        """After a blame upstream, the answer step too when its context held (part of) the information: a second suspect
-        when it mishandled it."""
+        """After a blame upstream, judge the answer step too when its context held the information."""
         if (
             blamed.id != answer_op.id and answer_op.id not in walk.kept_by_op
             and walk.steps < self.settings.max_steps and walk.path.context_holders(answer_op)
@@ -418,8 +416,7 @@ class LLMAttributor:
         return verdict
 
     def _faulty_construction(self, walk: Walk) -> tuple[Operation, StepVerdict] | None:
-        """After a faulty search: a search can only miss what memory held whole, so the evidence's
-        construction is judged first (the first faulty one, else None)."""
+        """After a faulty search, the evidence's construction judged first (the first faulty one, else None)."""
         graph = walk.graph
         for early in sorted(
             {c.id: c for e in walk.evidence for c in graph.consumers(e)
@@ -477,8 +474,7 @@ class LLMAttributor:
         )
 
     def _fault(self, walk: Walk, op: Operation, verdict: StepVerdict) -> Fault:
-        """`op` judged faulty as a `Fault`: blamed on the LLM decision a store write executed, with what a
-        repair restores (a retrieval: the units it missed, never those it returned)."""
+        """`op` judged faulty as a `Fault` (a store write's blame goes to its LLM decision), with its restore."""
         graph = walk.graph
         error = verdict.error_type or ERROR_BY_KIND.get(op.kind, ErrorType.RESPONSE)
         blamed = op
@@ -496,8 +492,7 @@ class LLMAttributor:
 
     @staticmethod
     def _crowding(walk: Walk, op: Operation) -> Fault | None:
-        """A faulty search whose results are mostly pieces of turns a copy step cut apart passes the blame to that
-        step's knobs (None otherwise)."""
+        """The copy step's knobs, when a faulty search's results are mostly pieces of turns it cut (else None)."""
         crowding = walk.path.flow.crowding_copy_step(op) if op.kind == OpKind.RETRIEVAL else None
         if crowding is None:
             return None
@@ -509,8 +504,7 @@ class LLMAttributor:
     def _suspects(
         self, walk: Walk, primary: Fault, context_ops: Sequence[Operation], answer_op: Operation
     ) -> tuple[Fault, ...]:
-        """Every faulty operation the walk saw on the information's path, earliest first, each with its restore (see the
-        module doc)."""
+        """Every faulty operation the walk saw on the information's path, earliest first, with its restore."""
         graph = walk.graph
         found = [primary]
         for op_id, verdict in walk.faulty.items():

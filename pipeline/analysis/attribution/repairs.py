@@ -105,9 +105,8 @@ def _retrieval_plan(system: MemorySystem, graph: ExecutionGraph, fault: Fault) -
 
 
 def swappable(graph: ExecutionGraph, unit: str, search_op: str, revived_by: Collection[str] = ()) -> bool:
-    """Whether a `SWAP` may put memory unit `unit` into the context of the search `search_op`: no later
-    version of it was written before the search ran, or the version that replaced it lies downstream
-    of an operation in `revived_by` (construction operations repaired in the same replay). Pure."""
+    """Whether a `SWAP` may put `unit` into the context of `search_op`: no later version of it was written
+    before the search, or the first that was lies downstream of a repaired operation in `revived_by`."""
     if unit not in graph or search_op not in graph:
         return False
     versions = [v.id for v in graph.versions(graph.variable(unit).name)]
@@ -139,8 +138,7 @@ def reach(k: int, hits: Collection[str], near: Sequence[tuple[str, str]], texts:
 
 
 def needed_top_k(graph: ExecutionGraph, fault: Fault) -> int | None:
-    """The `top_k` that reaches the deepest restored unit the fault's retrieval ranked below its cut (None
-    when the retrieval did not rank it: a wider cut would not bring it back). Pure."""
+    """The `top_k` reaching the deepest restored unit the fault's retrieval ranked below its cut (None: unranked)."""
     if fault.op not in graph:
         return None
     meta = graph.operation(fault.op).meta
@@ -159,8 +157,7 @@ def _episode_span(near: Sequence[str], rank: int) -> int:
 
 
 def answer_fault(graph: ExecutionGraph, attribution: Attribution) -> Fault | None:
-    """The answer stage's operation for the case, as a fault a joint repair may include (None when the
-    graph has no answer operation for it)."""
+    """The case's answer operation as a fault a joint repair may include (None without one)."""
     answer = graph.latest(answer_name(attribution.question_id))
     op = graph.producer(answer.id) if answer is not None else None
     if op is None:
@@ -170,8 +167,7 @@ def answer_fault(graph: ExecutionGraph, attribution: Attribution) -> Fault | Non
 
 
 def answer_repairable(graph: ExecutionGraph, attribution: Attribution, fault: Fault) -> bool:
-    """True when the answer operation's recorded context has a line carrying the evidence (else the only
-    repair of the answer would be the gold answer)."""
+    """Whether the answer's recorded context has a line carrying the evidence (else only the gold would do)."""
     op = graph.operation(fault.op)
     contexts = [graph.variable(v).value for v in op.inputs if graph.variable(v).kind == VarKind.CONTEXT]
     known = evidence_units(graph, attribution)
@@ -180,8 +176,7 @@ def answer_repairable(graph: ExecutionGraph, attribution: Attribution, fault: Fa
 
 
 def evidence_units(graph: ExecutionGraph, attribution: Attribution) -> list[str]:
-    """Texts of the memory units that descend from the evidence turns and share words with them (what
-    carries their information; a unit that only saw them as similar memories shares none)."""
+    """Texts of the memory units descending from the evidence turns that share words with them."""
     turns = [v for v in (first_version(turn_name(t)) for t in attribution.evidence) if v in graph]
     below: frozenset[str] = frozenset().union(*(graph.descendants(v) for v in turns)) if turns else frozenset()
     words = [_words(graph.variable(v).value) for v in turns]
@@ -215,10 +210,9 @@ def steering_fault(
 
 
 def reader_faults(system: MemorySystem, graph: ExecutionGraph, attribution: Attribution) -> tuple[Fault, ...]:
-    """The construction operations that read an evidence turn and write memory from it, as faults a replay
-    may try (the stages on the information's path a rule or a knob could change): an LLM stage's as a
-    prompt fault; a knob stage's (`RESET_KNOBS`, e.g. chunking) as a knob fault, once per stage and only
-    when its knobs are off their defaults (a rebuild with them reset could write units the search finds)."""
+    """The extraction operations reading an evidence turn, as faults a replay may try: an LLM stage's as a
+    prompt fault; a `RESET_KNOBS` stage's (chunking) as a knob fault, once per stage, when its knobs are off
+    their defaults."""
     writers = {s.name for s in system.stages if s.llm and s.construction}
     off_default = set(system.non_default_knobs())
     cutters = {s.name for s in system.stages if s.repair == StageRepair.RESET_KNOBS and s.construction
@@ -240,8 +234,7 @@ def reader_faults(system: MemorySystem, graph: ExecutionGraph, attribution: Attr
 
 
 def retrieval_knob_fault(system: MemorySystem, graph: ExecutionGraph, attribution: Attribution) -> Fault | None:
-    """The case's retrieval as a knob fault with nothing named missed: its repair raises `top_k` to `ranked_depth` (None
-    without a `WIDEN` stage)."""
+    """The case's retrieval as a knob fault with nothing named missed (None without a `WIDEN` stage)."""
     widen = widen_spec(system)
     query = graph.latest(query_name(attribution.question_id))
     if widen is None or query is None:
@@ -262,8 +255,7 @@ def _writes_queries(system: MemorySystem, stage: str) -> bool:
 
 
 def evidence_texts(graph: ExecutionGraph, attribution: Attribution, near_op: str | None = None) -> tuple[str, ...]:
-    """The evidence turns' recorded texts; only those the operation `near_op` read (directly or
-    through its inputs) when it read any."""
+    """The evidence turns' recorded texts; only those upstream of `near_op` when any is."""
     turns = [first_version(turn_name(t)) for t in attribution.evidence]
     turns = [v for v in turns if v in graph]
     if near_op is not None and near_op in graph:
@@ -295,9 +287,8 @@ def answer_hint(lines: Iterable[str]) -> str:
 
 
 def evidence_lines(context: str, evidence: Iterable[str], units: Iterable[str] = ()) -> tuple[str, ...]:
-    """The lines of `context` that carry the evidence: a line holding one of `units` (texts known to
-    descend from the evidence) or held in one, or sharing at least `MIN_SHARED_WORDS` uncommon words with an evidence
-    text and at least half of its own. Pure."""
+    """The lines of `context` holding or held in one of `units` (texts descending from the evidence), or
+    sharing at least `MIN_SHARED_WORDS` uncommon words with an evidence text and half of their own."""
     wanted = [_words(t) for t in evidence]
     held = [" ".join(u.split()) for u in units if u.strip()]
     found = []
@@ -314,8 +305,7 @@ def evidence_lines(context: str, evidence: Iterable[str], units: Iterable[str] =
 
 
 def superseded(lines: Sequence[str], repaired: Sequence[str]) -> tuple[str, ...]:
-    """`lines` without those a repaired unit says more than (every uncommon word of the line is in it,
-    and it is not the line itself): what a repaired stage would have written instead of them. Pure."""
+    """`lines` without those a repaired unit (not the line itself) holds every uncommon word of."""
     better = [(" ".join(r.split()), _words(r)) for r in repaired]
     kept = [
         line for line in lines

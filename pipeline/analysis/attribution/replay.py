@@ -70,8 +70,7 @@ class Replayer:
         self.judge = judge
 
     def restored(self, graph: ExecutionGraph) -> tuple[MemorySystem, Any]:
-        """The system as the graph's run had it (its recorded prompts and knobs) and its memory rebuilt
-        from the graph (`ReplayUnsupportedError` when the system cannot)."""
+        """The system with the run's recorded prompts and knobs, and its memory rebuilt from the graph."""
         instruction_by_stage = {
             stage: var.value
             for stage in self.system.stage_names()
@@ -132,10 +131,8 @@ class Replayer:
     def _reaching(
         system: MemorySystem, question: Question, state: Any, tracer: Tracer, texts: set[str], top_k: int
     ) -> tuple[MemorySystem, Retrieved | None]:
-        """`system` widened (from `top_k`) just enough that its search holds `texts` (the units the repaired
-        construction stages wrote and the units the widening was for), as the replayed memory ranks them: searched at
-        `top_k`, then as deep as that search ranked, up to `REACH_ROUNDS` searches in the replay (how deep a repaired
-        unit ranks is known only now)."""
+        """`system` widened from `top_k` just enough that its search holds `texts` (the repaired and the missed
+        units) as the replayed memory ranks them, in up to `REACH_ROUNDS` searches; and that search when final."""
         spec = widen_spec(system)
         stage, k, reached = None if spec is None else spec.name, top_k, top_k
         found: Retrieved | None = None

@@ -2,8 +2,8 @@
 
 Within `max_replays`: the blamed repair alone (`verified`, with other-kind `alternatives`), else each other
 suspect alone, else the smallest joint set up to `max_joint`; else `refuted`, or `unverifiable` when no
-repair exists. `attribute_run` may sample the checked failures per blamed stage (`loop.verify_cases`).
-It finds no attributions and does not aggregate blame.
+repair exists. `attribute_run` may sample the checked failures per blamed stage. It finds no attributions
+and does not aggregate blame.
 """
 
 from __future__ import annotations
@@ -125,8 +125,8 @@ class Verifier:
 
     def _subsets(self, plans: list[RepairPlan]) -> Iterator[tuple[RepairPlan, ...]]:
         """Sets of 2 up to `max_joint` repairs, smallest first: those with the blamed one first, then those
-        repairing distinct stages, then by `_path_order`; each in pipeline order."""
-        order = _path_order(plans)
+        repairing distinct stages, then by `_PATH_RANK` and pipeline order; each in pipeline order."""
+        order = [(_PATH_RANK.get(p.kind, 2), i) for i, p in enumerate(plans)]
         for size in range(2, min(self.settings.max_joint, len(plans)) + 1):
             combos = itertools.combinations(range(len(plans)), size)
             chosen = sorted(combos, key=lambda c: (c[0] != 0, _overlap(plans, c), [order[i] for i in c]))
@@ -152,13 +152,8 @@ class Verifier:
 
 
 JOINT_RESERVE = 2  # replays of a case kept for joint sets when single repairs did not rescue it
-_PATH_RANK = {Repair.WIDEN: 0, Repair.STEER: 0, Repair.SWAP: 0, Repair.ANSWER: 1}  # other kinds: 2
-
-
-def _path_order(plans: Sequence[RepairPlan]) -> list[tuple[int, int]]:
-    """Per plan, its rank as a partner of the blamed repair: the search's repairs, then the answer's,
-    then other construction repairs; in pipeline order within a rank."""
-    return [(_PATH_RANK.get(p.kind, 2), i) for i, p in enumerate(plans)]
+# a partner of the blamed repair: the search's repairs, then the answer's, then other construction repairs (2)
+_PATH_RANK = {Repair.WIDEN: 0, Repair.STEER: 0, Repair.SWAP: 0, Repair.ANSWER: 1}
 
 
 def _overlap(plans: Sequence[RepairPlan], combo: tuple[int, ...]) -> int:
