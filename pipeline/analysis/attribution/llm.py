@@ -67,13 +67,10 @@ ERROR_BY_KIND: Mapping[OpKind, ErrorType] = MappingProxyType({
 MAX_VALUE_CHARS = 400  # one variable's value is clipped to this many characters before the step is fitted
 PSEUDO_EVIDENCE_TURNS = 2  # BM25-ranked turns standing in for evidence when a question has none
 
-NO_PRIOR = WalkPrior()
-
-
 def prior_of(graph: ExecutionGraph) -> WalkPrior:
     """The walk prior of the system that made `graph` (`graph.meta["system"]`; none for an unknown one)."""
     name = graph.meta.get("system")
-    return SYSTEMS.get(name).prior if name in SYSTEMS else NO_PRIOR
+    return SYSTEMS.get(name).prior if name in SYSTEMS else WalkPrior()
 
 
 # Output kinds that hold a decision label, not content taken from the inputs.
@@ -237,11 +234,8 @@ class _CallCounter(BaseCallback):
 
 
 def _error_type(raw: object) -> ErrorType | None:
-    text = str(raw or "").strip()
-    for kind in ErrorType:
-        if kind.value.lower() in text.lower():
-            return kind
-    return None
+    text = str(raw or "").strip().lower()
+    return next((kind for kind in ErrorType if kind.value.lower() in text), None)
 
 
 class LLMAttributor:
