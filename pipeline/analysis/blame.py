@@ -14,13 +14,12 @@ from types import MappingProxyType
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Check, ErrorType, Fault, Tunable
 from memtrace_loop.pipeline.core.records import CaseResult
 
-# How much one attribution counts in the blame table: a replay-confirmed blame above an unchecked one,
-# a refuted one (its repair did not rescue the case) least; an unverifiable one (no repair exists that
-# is not the gold answer) counts as unchecked. Without verification every weight is equal, so the
-# ranking is the plain count.
+# How much one attribution counts: verified above unchecked (and unverifiable), refuted least; without
+# verification every weight is equal, so the ranking is the plain count.
 WEIGHT_BY_CHECK: Mapping[Check, float] = MappingProxyType(
     {Check.VERIFIED: 1.0, Check.UNCHECKED: 0.5, Check.UNVERIFIABLE: 0.5, Check.REFUTED: 0.2}
 )
+CHECK_COUNTS = ("verified", "refuted", "unverifiable", "verified_alone")  # a row's replay tallies
 
 
 @dataclass(frozen=True)
@@ -38,15 +37,13 @@ class StageBlame:
     verified_alone: int = 0  # ... that a replay confirmed with no joint partner: its repair alone rescued
 
     def rank_key(self) -> tuple[float, int, int, str]:
-        """The table's order: by weight; ties by the failures whose replay showed this stage's repair alone rescues (a
-        rewrite of it gains without a partner's), then by the failures naming it, then by name."""
+        """The table's order: by weight, then verified-alone rescues, then failures naming it, then name."""
         return (-round(self.weight, 9), -self.verified_alone, -self.count, self.stage)
 
 
 @dataclass(frozen=True)
 class BlameTable:
-    """Blame per stage, most blamed first (`StageBlame.rank_key`: by weight; ties by the failures the stage's
-    repair alone was verified to rescue, then by the failures naming it, then by name)."""
+    """Blame per stage, most blamed first (`StageBlame.rank_key`)."""
 
     rows: tuple[StageBlame, ...] = ()
     total: int = 0
@@ -68,10 +65,7 @@ class BlameTable:
                 "count": row.count,
                 "share": round(row.share, 4),
                 "weight": round(row.weight, 4),
-                "verified": row.verified,
-                "refuted": row.refuted,
-                "unverifiable": row.unverifiable,
-                "verified_alone": row.verified_alone,
+                **{name: getattr(row, name) for name in CHECK_COUNTS},
                 **{f"n_{kind}": n for kind, n in row.count_by_error_type.items()},
                 "examples": ", ".join(row.example_question_ids),
             }
@@ -92,22 +86,17 @@ class BlameTable:
 
 
 def _row_blame(row: Mapping[str, object]) -> StageBlame:
-    counts = {key: int(str(row.get(key, 0))) for key in ("count", "verified", "refuted", "unverifiable",
-                                                         "verified_alone")}
+    counts = {key: int(str(row.get(key, 0))) for key in ("count", *CHECK_COUNTS)}
     return StageBlame(
         stage=str(row["stage"]),
         tunable=Tunable(str(row["tunable"])),
-        count=counts["count"],
         share=float(str(row["share"])),
         count_by_error_type=MappingProxyType(
             {k.removeprefix("n_"): int(str(v)) for k, v in row.items() if k.startswith("n_")}
         ),
         example_question_ids=tuple(q for q in str(row.get("examples", "")).split(", ") if q),
         weight=float(str(row.get("weight", counts["count"]))),
-        verified=counts["verified"],
-        refuted=counts["refuted"],
-        unverifiable=counts["unverifiable"],
-        verified_alone=counts["verified_alone"],
+        **counts,
     )
 
 

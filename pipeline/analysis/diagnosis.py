@@ -8,6 +8,7 @@ It neither attributes nor logs.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -40,12 +41,7 @@ class FailureCase:
     check: str = "unchecked"  # the replay check's state (`Check`)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "question_id": self.question_id, "question": self.question, "gold": self.gold, "answer": self.answer,
-            "reason": self.reason, "confidence": round(self.confidence, 4), "op_name": self.op_name,
-            "verified": self.verified,
-            "check": self.check,
-        }
+        return {**dataclasses.asdict(self), "confidence": round(self.confidence, 4)}
 
 
 @dataclass(frozen=True)
@@ -59,16 +55,12 @@ class FailureGroup:
     cases: tuple[FailureCase, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "stage": self.stage, "error_type": self.error_type, "count": self.count, "share": round(self.share, 4),
-            "cases": [case.to_dict() for case in self.cases],
-        }
+        return {**dataclasses.asdict(self), "share": round(self.share, 4), "cases": [c.to_dict() for c in self.cases]}
 
 
 @dataclass(frozen=True)
 class Diagnosis:
-    """Failures grouped by (stage, error type) with representative cases and a written analysis (see the
-    module doc for what each field means)."""
+    """Failures grouped by (stage, error type) with representative cases and a written analysis."""
 
     groups: tuple[FailureGroup, ...] = ()
     analysis: str = ""
@@ -109,8 +101,7 @@ def _md(text: str) -> str:
 
 
 def _sentence_ends(text: str) -> list[int]:
-    """The positions just after each sentence end of `text` (a `.`, `!` or `?` outside double quotes, not
-    part of an ellipsis, followed by a space)."""
+    """The positions after each `.`, `!` or `?` of `text` outside quotes, not an ellipsis, before a space."""
     ends, quoted = [], False
     for i, char in enumerate(text):
         if char == '"':
@@ -146,8 +137,8 @@ def _case(attribution: Attribution) -> FailureCase:
 
 
 def group_failures(attributions: Iterable[Attribution], max_cases: int = MAX_CASES) -> tuple[FailureGroup, ...]:
-    """Attributions grouped by (stage, error type): most failures first (ties by stage, then error type);
-    each group's representative cases are its `max_cases` most confident (ties by question id)."""
+    """Attributions grouped by (stage, error type), most failures first, each with its `max_cases` most
+    confident cases (ties by question id)."""
     members_by_key: dict[tuple[str, str], list[Attribution]] = {}
     items = list(attributions)
     for item in items:

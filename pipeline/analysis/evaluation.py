@@ -1,8 +1,5 @@
-"""Scores over many judged questions: bootstrap CIs, the per-category report, MLflow-ready metrics and
-the paired difference of two runs.
-
-- `bootstrap_ci`, `summarize` (-> `EvaluationReport`), `flat_metrics` (MLflow-ready names) and
-  `paired_difference` (paired bootstrap of two runs over the same questions, used by the gate).
+"""Scores over many judged questions: `bootstrap_ci`, `summarize` (the per-category `EvaluationReport`),
+`flat_metrics` (MLflow-ready names) and `paired_difference` (two runs over the same questions, the gate's).
 
 It does not judge one answer (`pipeline.analysis.judge`), answer questions, run batches or log.
 """
@@ -20,22 +17,13 @@ from memtrace_loop.pipeline.core.records import CaseResult
 
 VERDICT_FAILED = "FAILED"  # a judge call whose output could not be used (`judge`)
 
-# --------------------------------------------------------------------------- statistics
-
 
 def bootstrap_ci(
     values: Sequence[float] | np.ndarray, n_resamples: int = 1000, confidence: float = 0.95, seed: int = 0
 ) -> tuple[float, float]:
-    """Percentile bootstrap confidence interval of the mean of `values`.
-
-    Deterministic for a seed. Empty input gives (nan, nan); a single value v gives (v, v).
-
-    Not `scipy.stats.bootstrap(method="percentile")`: with a generator of the same seed it draws the
-    very same resamples and means, but its own quantile interpolation rounds differently, so 16 of
-    300 intervals of 0/1 judge scores (140 of 300 of normal values) differ in the last bit (at most
-    1.1e-16), which would change logged CIs; it is also 2-3x slower (4.1 vs 1.3 ms per interval),
-    measured once side by side.
-    """
+    """Percentile bootstrap confidence interval of the mean of `values`, deterministic for a seed; (nan, nan)
+    when empty, (v, v) for one value. Not `scipy.stats.bootstrap`: its quantiles round differently in the
+    last bit (which would change logged CIs), and it is 2-3x slower."""
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     if n_resamples < 1:
@@ -67,8 +55,8 @@ class MetricSummary:
 
 @dataclass(frozen=True)
 class EvaluationReport:
-    """`overall` leaves out `excluded_categories`; `by_category` (keyed by category name, in
-    category order) covers every category present. `failed_judge_calls` counts all cases."""
+    """`overall` leaves out `excluded_categories`; `by_category` (by name, in category order) and
+    `failed_judge_calls` cover every case."""
 
     overall: MetricSummary
     by_category: Mapping[str, MetricSummary]
@@ -119,9 +107,8 @@ def _metric_key(name: str) -> str:
 
 
 def flat_metrics(report: EvaluationReport) -> dict[str, float]:
-    """MLflow-ready metrics: `judge_accuracy`, `judge_ci_low`, `judge_ci_high`, `f1`, `bleu1`, `n`,
-    `judge_failed`, `failed_judge_calls` and the same per category as `cat_<name>_<metric>`
-    (`cat_multi_hop_f1`). Names use only letters, digits and underscores; NaN values are left out."""
+    """MLflow-ready metrics: the overall ones, `failed_judge_calls` and the same per category as
+    `cat_<name>_<metric>` (`cat_multi_hop_f1`); names of letters, digits and underscores, NaN left out."""
 
     def block(prefix: str, summary: MetricSummary) -> dict[str, float]:
         return {
@@ -162,11 +149,8 @@ def paired_difference(
     confidence: float = 0.95,
     exclude_categories: Collection[int] = (5,),
 ) -> PairedDifference:
-    """Paired bootstrap of the per-question judge difference `a - b`.
-
-    Both runs must cover exactly the same question ids (each once), else ValueError. Questions in
-    `exclude_categories` are left out, as in `summarize`'s overall score.
-    """
+    """Paired bootstrap of the per-question judge difference `a - b` over the same question ids (each once,
+    else ValueError), `exclude_categories` left out as in `summarize`'s overall score."""
     by_id_a = _by_question_id(a, "a")
     by_id_b = _by_question_id(b, "b")
     if by_id_a.keys() != by_id_b.keys():

@@ -1,25 +1,14 @@
 """The one selector of what lies on a question's path through its conversation graph — what report.html
 draws of a failure and what a question's MLflow trace shows as spans.
 
-`failure_path(graph, case, attribution)` keeps (1) the nodes on a path from an evidence turn to the
-case's answer (the answer's ancestors restricted to the evidence turns' lineage), (2) the blamed
-operation and the other suspects with their inputs and outputs (a drop usually leads nowhere near the
-answer), (3) the answering chain of the question (query, retrieval, context, answer, judge, gold,
-verdict), (4) the evidence turns themselves and (5) every node the attribution's reason names
-(`named_nodes`) with the evidence's path to it and the operation that wrote it — for a missed retrieval:
-evidence turn → construction → the unit that held the answer, beside the search that missed it. Memory
-units a kept operation read that lie on no such path (a search's other hits) are capped at
-`MAX_UNRELATED`; prompt variables are left out. Evidence comes from the attribution, else the question.
-
-One priority bounds every view of it (`FailurePath.ranked`): the must-keep nodes first (the blamed
-operation, the named nodes, up to `MAX_EVIDENCE` evidence turns, the answer, the other suspects, the
-answer's producer), then the nodes nearest them along data-flow edges. `nodes(max_nodes)` and
-`operations(max_ops)` take the front of that order.
-
-The forward walk from the evidence never enters another question's answering side, never passes the
-answer's own sequence number and does not follow the similar memories shown to a decision (context, not
-the information's path), so its cost is that of the evidence's lineage, not of the whole graph. Pure:
-reads the graph; drawing is `pipeline.report`, tracing `pipeline.tracking.traces`.
+`failure_path` keeps the nodes on a path from an evidence turn to the answer, the blamed operation and the
+other suspects with their inputs and outputs, the question's answering chain, the evidence turns, and every
+node the attribution's reason names (`named_nodes`) with the evidence's path to it and its writer. Memory
+units a kept operation read on no such path are capped at `MAX_UNRELATED`; prompts are left out.
+`FailurePath.ranked` orders the must-keep nodes first, then the nodes nearest them; `nodes` and
+`operations` take its front. The forward walk from the evidence never enters another question's answering
+side, never passes the answer and does not follow the similar memories shown to a decision. Pure: reads the
+graph; drawing is `pipeline.report`, tracing `pipeline.tracking.traces`.
 """
 
 from __future__ import annotations
@@ -162,8 +151,7 @@ def _question_side(graph: ExecutionGraph, op: Operation) -> bool:
 
 
 def _answering_chain(graph: ExecutionGraph, answer: str) -> set[str]:
-    """The answer, the operations that produced it through question-side variables (retrieval,
-    sufficiency, expansion), those variables, and the judge with its gold and verdict."""
+    """The answer, its producers through question-side variables, those variables, and its judge's nodes."""
     chain: set[str] = {answer}
     queue = deque([answer])
     while queue:
@@ -185,8 +173,7 @@ def _answering_chain(graph: ExecutionGraph, answer: str) -> set[str]:
 
 
 def _forward(graph: ExecutionGraph, starts: Iterable[str], allowed_ops: set[str], max_seq: int) -> set[str]:
-    """Descendants of `starts` through construction operations (and the `allowed_ops` of this
-    question's answering side) up to sequence number `max_seq`."""
+    """Descendants of `starts` through construction (and `allowed_ops`) up to sequence number `max_seq`."""
     starts_set = set(starts)
     seen: set[str] = set(starts_set)
     queue = deque(sorted(starts_set))
@@ -232,17 +219,11 @@ def _evidence_ids(graph: ExecutionGraph, case: CaseResult, attribution: Attribut
     turn_ids = (attribution.evidence if attribution is not None and attribution.evidence else ()) or (
         case.question.evidence
     )
-    found = []
-    for turn_id in turn_ids:
-        var_id = first_version(turn_name(turn_id))
-        if var_id in graph and var_id not in found:
-            found.append(var_id)
-    return found
+    return list(dict.fromkeys(v for v in (first_version(turn_name(t)) for t in turn_ids) if v in graph))
 
 
 def _io(graph: ExecutionGraph, op_id: str, needed: Collection[str]) -> tuple[set[str], set[str]]:
-    """(kept, capped): the operation with its inputs and outputs, except the memory units beyond the first
-    `MAX_UNRELATED` that are on no path of the failure (`needed`), which are capped (a search's other hits)."""
+    """(kept, capped): the operation and its inputs and outputs, but memory units off `needed` past `MAX_UNRELATED`."""
     op = graph.operation(op_id)
     kept, capped, unrelated = {op_id}, set(), 0
     for var_id in (*op.inputs, *op.outputs):
@@ -294,12 +275,10 @@ def _paths_to(graph: ExecutionGraph, named: Iterable[str], lineage: set[str]) ->
 
 def _blamed_ops(graph: ExecutionGraph, attribution: Attribution | None) -> list[str]:
     """The blamed operation, then the joint set and the suspects, each once and only if in the graph."""
-    blamed: list[str] = []
-    if attribution is not None:
-        for op_id in (attribution.op, *(f.op for f in attribution.joint), *(f.op for f in attribution.suspects)):
-            if op_id in graph and op_id.startswith("op:") and op_id not in blamed:
-                blamed.append(op_id)
-    return blamed
+    if attribution is None:
+        return []
+    ops = (attribution.op, *(f.op for f in attribution.joint), *(f.op for f in attribution.suspects))
+    return list(dict.fromkeys(op for op in ops if op in graph and op.startswith("op:")))
 
 
 def _roles(

@@ -1,17 +1,10 @@
-"""The judge: one answered question judged and scored — the LLM judge's signature, its predictor, the
-traced judge stage and the case's lexical scores.
+"""The judge: one answered question judged and scored.
 
-- `JudgeAnswer`: the DSPy signature of the generous LoCoMo-style judge. Its output `label` is a
-  `Literal["CORRECT", "WRONG"]`, so DSPy's adapter parses it; text is never searched for a word. An
-  unusable label makes the predictor raise (after the ChatAdapter's JSON fallback, a second LM call);
-  the traced stage records the failure and the case is scored with verdict "FAILED".
-- `make_judge(lm)`: the judge predictor (its LM set when given: LMs are passed in, never global).
-- `judge_answer`: the judge run as the traced stage `judge` (`llm_judge`: query + gold + answer →
-  verdict) on one answer, then `score_case`.
-- `score_case`: one `CaseResult` from a question, a prediction and a judge label, with SQuAD token F1
-  (`token_f1`) and unigram BLEU (`bleu1`) on the normalized tokens of `pipeline.backends.text`.
-
-It does not answer questions, run batches, aggregate scores (`pipeline.analysis.evaluation`) or log.
+`JudgeAnswer` is the generous LoCoMo-style judge; its `label` is a `Literal["CORRECT", "WRONG"]` that DSPy's
+adapter parses (an unusable label makes the predictor raise, and the case is scored "FAILED"). `judge_answer`
+runs it as the traced stage `judge`, then `score_case` adds SQuAD token F1 and unigram BLEU on the normalized
+tokens of `pipeline.backends.text`. It does not answer questions, run batches, aggregate scores
+(`pipeline.analysis.evaluation`) or log.
 """
 
 from __future__ import annotations

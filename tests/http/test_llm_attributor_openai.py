@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 from memtrace_loop.memory_systems.registry import build_memory_system
-from memtrace_loop.pipeline.analysis.attribution.llm import LLMAttributor, LLMAttributorSettings
+from memtrace_loop.pipeline.analysis.attribution.llm import LLMAttributor
+from memtrace_loop.pipeline.analysis.attribution.settings import LLMSettings
 from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMConfig
@@ -52,7 +53,7 @@ def test_the_walk_runs_through_the_openai_client(server: OpenAIStubServer) -> No
         "backend": "openai", "model": "stub-model", "api_base": server.base_url, "api_key_env": KEY_ENV,
         "timeout_s": 5, "num_retries": 1, "cache": False,
     }))
-    settings = LLMAttributorSettings(max_steps=6)
+    settings = LLMSettings(max_steps=6)
     remote = LLMAttributor(lm=remote_lm, settings=settings).attribute(graph, case)
     local = LLMAttributor(lm=sim_lm(), settings=settings).attribute(graph, case)
 

@@ -18,10 +18,10 @@ from dspy.utils import DummyLM
 from dspy.utils.callback import BaseCallback
 from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
-from memtrace_loop.pipeline.analysis.attribution.llm import LLMAttributor, LLMAttributorSettings
+from memtrace_loop.pipeline.analysis.attribution.llm import JudgeOperation, LLMAttributor
 from memtrace_loop.pipeline.analysis.attribution.records import ErrorType, Tunable
+from memtrace_loop.pipeline.analysis.attribution.settings import LLMSettings
 from memtrace_loop.pipeline.analysis.attribution.walk_render import fit_step, focus_clip
-from memtrace_loop.pipeline.analysis.attribution.walk_signatures import JudgeOperation
 from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.data.locomo import parse_locomo
@@ -62,7 +62,7 @@ def test_the_sim_world_answers_the_walk_step() -> None:
 def test_blamed_stage_agrees_with_lineage_bounded_and_deterministic(sim_run) -> None:
     system, lm, graphs, cases = sim_run
     assert len(cases) >= 5, f"{system}: the sim world should plant failures"
-    settings = LLMAttributorSettings()
+    settings = LLMSettings()
     llm, lineage = LLMAttributor(lm, settings), LineageAttributor()
     agree = 0
     for case in cases:
@@ -84,7 +84,7 @@ def test_blamed_stage_agrees_with_lineage_bounded_and_deterministic(sim_run) -> 
 
 def test_max_steps_bounds_the_calls(sim_run) -> None:
     _, lm, graphs, cases = sim_run
-    llm = LLMAttributor(lm, LLMAttributorSettings(max_steps=1))
+    llm = LLMAttributor(lm, LLMSettings(max_steps=1))
     for case in cases[:5]:
         attribution = llm.attribute(graphs[case.question.conversation_id], case)
         assert attribution.cost.lm_calls == 1
@@ -141,7 +141,7 @@ def test_an_unparsable_reply_does_not_crash(mem0_run) -> None:
     case = cases[0]
     graph = graphs[case.question.conversation_id]
     lm = DummyLM([{"nonsense": "x"}] * 40)
-    attribution = LLMAttributor(lm, LLMAttributorSettings(max_steps=3)).attribute(graph, case)
+    attribution = LLMAttributor(lm, LLMSettings(max_steps=3)).attribute(graph, case)
     assert attribution is not None and attribution.error_type == ErrorType.RESPONSE
     assert attribution.confidence < 0.5 and "could not be judged" in attribution.reason
     assert attribution.cost.lm_calls >= 3
@@ -186,7 +186,7 @@ def locomo_walk() -> Iterator[tuple[int, list[dict[str, str]], int]]:
     require(missing_locomo())
     samples = json.loads(LOCOMO.read_text(encoding="utf-8"))[:1]
     lm, graphs, cases = failures_of("mem0", parse_locomo(samples, str(LOCOMO)))
-    settings = LLMAttributorSettings(max_chars_per_step=1600)
+    settings = LLMSettings(max_chars_per_step=1600)
     recorder = StepRecorder()
     graph = next(iter(graphs.values()))
     with dspy.context(callbacks=[recorder]):

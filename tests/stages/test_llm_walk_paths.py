@@ -19,11 +19,11 @@ import pytest
 from dspy.utils.callback import BaseCallback
 from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
-from memtrace_loop.pipeline.analysis.attribution.llm import LLMAttributor, LLMAttributorSettings
+from memtrace_loop.pipeline.analysis.attribution.llm import JudgeOperation, LLMAttributor
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, ErrorType, Tunable
 from memtrace_loop.pipeline.analysis.attribution.repairs import needed_top_k
+from memtrace_loop.pipeline.analysis.attribution.settings import LLMSettings
 from memtrace_loop.pipeline.analysis.attribution.walk_paths import InformationPath
-from memtrace_loop.pipeline.analysis.attribution.walk_signatures import JudgeOperation
 from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.conventions import MEMORY_KINDS, first_version, name_of, turn_name
@@ -66,7 +66,7 @@ def world(request: pytest.FixtureRequest):
     result = run_dataset(system, make_judge(lm), sim_dataset(seed=SEED, n_conversations=2), workers=1)
     graphs = result.graph_by_conversation
     cases = [c for c in result.results if not c.correct and c.question.category != 5]
-    settings = LLMAttributorSettings(max_chars_per_step=1600)
+    settings = LLMSettings(max_chars_per_step=1600)
     sizes = StepSizes()
     llm, lineage = LLMAttributor(lm, settings), LineageAttributor()
     found: list[tuple[ExecutionGraph, Attribution, Attribution]] = []

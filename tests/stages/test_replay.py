@@ -22,7 +22,7 @@ from memtrace_loop.pipeline.analysis.attribution.repairs import (
     answer_repairable,
     plan_repair,
     reader_faults,
-    widen_stage,
+    widen_spec,
 )
 from memtrace_loop.pipeline.analysis.attribution.replay import Replayer, widened, with_stage_defaults
 from memtrace_loop.pipeline.analysis.attribution.verification import Verifier, VerifyingAttributor
@@ -194,7 +194,7 @@ def test_the_search_that_finds_how_deep_to_widen_is_the_replays_own_when_made_at
     assert probe is not None and probe.context == fresh.context  # what it holds already: the search at k
     tracer = Tracer(graph, buffered=True)
     (widened(system, k) or system).retrieve(question, state, tracer)
-    near = tracer.pending_operation(widen_stage(system))["meta"][NEAR_MISSES]
+    near = tracer.pending_operation(widen_spec(system).name)["meta"][NEAR_MISSES]
     deeper = {tracer.value_of(near[-1])}  # ranked below the cut: the replay needs a deeper search
     widened_system, probe = Replayer._reaching(system, question, state, Tracer(graph, buffered=True), deeper, k)
     assert probe is None and widened_system is not system

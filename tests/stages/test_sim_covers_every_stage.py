@@ -8,7 +8,7 @@ import dspy
 import pytest
 from memtrace_loop.memory_systems.registry import SYSTEMS, build_memory_system
 from memtrace_loop.optimizers.rewrite import RewriteInstruction
-from memtrace_loop.pipeline.analysis.attribution.walk_signatures import JudgeOperation
+from memtrace_loop.pipeline.analysis.attribution.llm import JudgeOperation
 from memtrace_loop.pipeline.analysis.diagnosis import DiagnoseFailures
 from memtrace_loop.pipeline.analysis.judge import JudgeAnswer
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder

@@ -19,7 +19,7 @@ from memtrace_loop.pipeline.analysis.attribution.records import (
     Fault,
     Tunable,
 )
-from memtrace_loop.pipeline.analysis.attribution.registry import attributor_settings, build_attributor
+from memtrace_loop.pipeline.analysis.attribution.registry import LLMSettings, attributor_settings, build_attributor
 from memtrace_loop.pipeline.analysis.attribution.verification import VerifyingAttributor
 from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.embeddings import EmbedderConfig, HashingEmbedder
@@ -91,4 +91,4 @@ def test_the_llm_attributor_is_built_with_its_settings():
     lms = build_lm_set({role: {"backend": "sim", "model": "stand-in"} for role in roles})
     built = build_attributor({"name": "llm", "max_steps": 5, "max_chars_per_step": 900}, lms)
     assert isinstance(built, llm.LLMAttributor)
-    assert built.settings == llm.LLMAttributorSettings(max_steps=5, max_chars_per_step=900)
+    assert built.settings == LLMSettings(max_steps=5, max_chars_per_step=900)

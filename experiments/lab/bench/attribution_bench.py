@@ -30,8 +30,9 @@ from memtrace_loop.experiments.lab.benchmark.scoring import AttributorScore, Ben
 from memtrace_loop.memory_systems.base import MemorySystem
 from memtrace_loop.memory_systems.registry import SYSTEMS, spec_of
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
-from memtrace_loop.pipeline.analysis.attribution.llm import LLMAttributor, LLMAttributorSettings
+from memtrace_loop.pipeline.analysis.attribution.llm import LLMAttributor
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
+from memtrace_loop.pipeline.analysis.attribution.settings import LLMSettings
 from memtrace_loop.pipeline.analysis.attribution.verification import Verifier, VerifyingAttributor
 from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
@@ -76,7 +77,7 @@ BUILDER_BY_ATTRIBUTOR: Mapping[str, Callable[[BenchSetting], Attributor]] = Mapp
     "lineage": lambda _: LineageAttributor(),
     # lineage that also matches carriers by meaning (the hashing embedder's cosine)
     "lineage+meaning": lambda _: LineageAttributor(embedder=HashingEmbedder(), semantic_threshold=SEMANTIC_THRESHOLD),
-    "llm": lambda setting: LLMAttributor(lm=setting.lm, settings=LLMAttributorSettings()),
+    "llm": lambda setting: LLMAttributor(lm=setting.lm, settings=LLMSettings()),
     "lineage+replay": _replay,
 })
 

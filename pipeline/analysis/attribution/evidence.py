@@ -64,8 +64,7 @@ class EvidenceFinder:
         return Evidence(tuple(self._turns[i].id for i in fused), True, method)
 
     def _dense(self, query: str, depth: int) -> list[int]:
-        if self.embedder is None:
-            return []
+        assert self.embedder is not None  # only called with an embedder
         if self._vectors is None:
             self._vectors = np.asarray(self.embedder.embed([v.value for v in self._turns]))
         vector = np.asarray(self.embedder.embed([query])[0])

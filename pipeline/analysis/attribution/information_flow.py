@@ -67,8 +67,7 @@ class Drop:
 
 
 class InformationFlow:
-    """Where information went in one conversation graph, which must not change while it is read (token
-    sets, vectors and the store at question time are memoized per instance)."""
+    """Where information went in one conversation graph (memoized: the graph must not change)."""
 
     def __init__(
         self, graph: ExecutionGraph, speakers: Iterable[str] = (), embedder: Embedder | None = None,
@@ -102,8 +101,7 @@ class InformationFlow:
         return found if found is not None else np.zeros(1)
 
     def _means(self, var: Variable, track: Track) -> bool:
-        """Whether `var` says what the track's source turn says, by the embedder's cosine (where tokens did not match: a
-        paraphrase)."""
+        """Whether `var` says what the track's source turn says, by the embedder's cosine (a paraphrase)."""
         if self.embedder is None or track.is_gold or not track.text or not var.value:
             return False
         left, right = self._vector(track.text), self._vector(var.value)
@@ -199,7 +197,7 @@ class InformationFlow:
 
     # ------------------------------------------------------------------ memory units
 
-    def _copied_from(self, unit: Variable, sources: Sequence[str]) -> bool:
+    def copied_from(self, unit: Variable, sources: Sequence[str]) -> bool:
         """Whether `unit` was made by a copy step straight from one of `sources` (a fragment of it)."""
         producer = self.graph.producer(unit.id)
         return producer is not None and producer.prompt is None and any(s in producer.inputs for s in sources)
@@ -228,26 +226,22 @@ class InformationFlow:
         return producer is not None and self.decision_maker(producer).prompt is not None
 
     def content_survivors(self, track: Track) -> list[Variable]:
-        """Units live at question time (`live_memories`) that carry the track's content without descending from its
-        sources: a unit an LLM wrote (a merged or rephrased memory), or — for the gold answer — a copy of another turn
-        saying it."""
+        """Live units carrying the track's content not copied from its sources: one an LLM wrote (a merged or
+        rephrased memory), or, for the gold answer, a copy of another turn saying it."""
         return [
             m for m in self.live_memories
             if self.carries(m, track.target)
-            and not self._copied_from(m, track.sources)
+            and not self.copied_from(m, track.sources)
             and (track.is_gold or self._written_by_llm(m))
         ]
 
     @cached_property
     def live_memories(self) -> tuple[Variable, ...]:
-        """The memory units at question time: latest version of each, not deleted (computed once per graph)."""
-        graph = self.graph
-        units = []
-        for name in graph.names():
-            latest = graph.latest(name)
-            if latest is not None and latest.kind in MEMORY_KINDS and latest.value and not latest.meta.get("deleted"):
-                units.append(latest)
-        return tuple(units)
+        """The memory units at question time: latest version of each, not empty, not deleted."""
+        latest = (self.graph.latest(name) for name in self.graph.names())
+        return tuple(
+            v for v in latest if v is not None and v.kind in MEMORY_KINDS and v.value and not v.meta.get("deleted")
+        )
 
     def decision_maker(self, op: Operation) -> Operation:
         """For a store write without a prompt, the LLM operation whose decision it executed."""

@@ -21,7 +21,7 @@ from memtrace_loop.pipeline.analysis.attribution.carrying import (
 )
 from memtrace_loop.pipeline.analysis.attribution.evidence import EvidenceFinder
 from memtrace_loop.pipeline.analysis.attribution.information_flow import Drop, InformationFlow, Track
-from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
+from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor, TracedRun, attribute_run
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, ErrorType, Fault, Tunable
 from memtrace_loop.pipeline.analysis.attribution.settings import LineageSettings
 from memtrace_loop.pipeline.backends.embeddings import Embedder
@@ -41,6 +41,7 @@ from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation, Variabl
 from memtrace_loop.pipeline.core.records import CaseResult, Conversation
 
 METHOD = "lineage"
+MAX_GRAPHS = 64  # conversation graphs whose lineage an attributor keeps
 ERROR_BY_KIND = {
     OpKind.EXTRACTION: ErrorType.EXTRACTION,
     OpKind.UPDATE: ErrorType.UPDATE,
@@ -63,10 +64,6 @@ class ConversationLineage:
         # an embedder, for callers with a real embedding model
         self._finder = EvidenceFinder(graph)
 
-    def _evidence(self, case: CaseResult) -> tuple[tuple[str, ...], bool]:
-        found = self._finder.find(case.question)
-        return found.turn_vars, found.pseudo
-
     # ------------------------------------------------------------------ attribution
 
     def attribute(self, case: CaseResult) -> Attribution | None:
@@ -81,7 +78,8 @@ class ConversationLineage:
             return None
         context_vars = [graph.variable(v) for v in answer_op.inputs if graph.variable(v).kind == VarKind.CONTEXT]
         retrieval_op = next((graph.producer(v.id) for v in context_vars if graph.producer(v.id)), None)
-        evidence, pseudo = self._evidence(case)
+        found = self._finder.find(case.question)
+        evidence, pseudo = found.turn_vars, found.pseudo
         evidence_ids = tuple(turn_id_of(e) for e in evidence)
 
         def verdict(op: Operation, error: ErrorType, reason: str, confidence: float) -> Attribution:
@@ -137,8 +135,7 @@ class ConversationLineage:
     def _broken_tracks(
         self, tracks: Sequence[Track], answer_op: Operation, case: CaseResult, verdict,
     ) -> tuple[list[tuple[Attribution, Fault]], dict[str, list[Variable]]]:
-        """Each track that no live memory unit carries, with the verdict on where it was lost (a drop
-        during construction, or never extracted at all); and every track's surviving units."""
+        """The tracks no live unit carries, each with the verdict on where it was lost; every track's survivors."""
         graph = self.graph
         live_memories = self.flow.live_memories
         broken: list[tuple[Attribution, Fault]] = []
@@ -173,8 +170,8 @@ class ConversationLineage:
         self, case: CaseResult, tracks: Sequence[Track], survivors_by_track: dict[str, list[Variable]],
         retrieval_op: Operation | None, context_vars: Sequence[Variable], verdict,
     ) -> list[tuple[Attribution, Fault]]:
-        """Each track whose surviving units the search did not retrieve: the verdict on why, and the
-        search itself as a second suspect when an LLM step that steered it is blamed."""
+        """The tracks whose survivors the search missed, with the verdict (and the search as a second suspect
+        when a steering LLM step is blamed)."""
         missed: list[tuple[Attribution, Fault]] = []
         if retrieval_op is None:
             return missed
@@ -213,11 +210,9 @@ class ConversationLineage:
         self, case: CaseResult, track: Track, survivors: Sequence[Variable], retrieval_op: Operation,
         context_vars: Sequence[Variable], verdict,
     ) -> Attribution:
-        """A unit carrying the track was in the store but not retrieved. The copy step (chunking) is to
-        blame when fragments of the turns it cut apart make up most of what was retrieved; else the cut
-        (`top_k`) when the search ranked the unit just below it; else the search itself when it returned
-        fewer than `top_k` units (it did not rank the unit at all); else an LLM step that steered the
-        search, if any; else the search's knobs."""
+        """A unit carrying the track was stored but not retrieved: blame the copy step whose fragments crowd the
+        search, else `top_k` when the unit ranked just below it, else the search when it returned fewer than
+        `top_k`, else a steering LLM step, else the search's knobs."""
         graph = self.graph
         k = retrieval_op.meta.get("k", "?")
         crowding = self.flow.crowding_copy_step(retrieval_op)
@@ -277,8 +272,7 @@ class ConversationLineage:
         return max(steering, key=lambda op: op.seq, default=None)
 
     def _decisive(self, drops: Sequence[Drop]) -> Drop:
-        """Among several drops of one turn's information, the one that destroyed a stored unit (an update or
-        deletion) is decisive if any; else the first."""
+        """The drop that destroyed a stored unit (an update or deletion) if any, else the first."""
         for drop in drops:
             if drop.op.kind in (OpKind.UPDATE, OpKind.DELETION) and drop.carrier.kind in MEMORY_KINDS:
                 return drop
@@ -364,10 +358,7 @@ class LineageAttributor:
 
     name = METHOD
 
-    def __init__(self, max_graphs: int = 64, embedder: Embedder | None = None, semantic_threshold: float = 0.8) -> None:
-        """With an `embedder`, a carrier also matches by meaning (cosine >= `semantic_threshold`) where
-        its tokens do not: paraphrased memories."""
-        self._max_graphs = max_graphs
+    def __init__(self, embedder: Embedder | None = None, semantic_threshold: float = 0.8) -> None:
         self.name = f"{METHOD}+meaning" if embedder is not None else METHOD
         self.embedder = embedder
         self.semantic_threshold = semantic_threshold
@@ -377,7 +368,7 @@ class LineageAttributor:
         held = self._lineage_by_graph.get(id(graph))
         if held is not None and held[0] is graph:
             return held[1]
-        if len(self._lineage_by_graph) >= self._max_graphs:
+        if len(self._lineage_by_graph) >= MAX_GRAPHS:
             self._lineage_by_graph.clear()
         lineage = ConversationLineage(graph, conversation, self.embedder, self.semantic_threshold)
         self._lineage_by_graph[id(graph)] = (graph, lineage)
@@ -394,19 +385,8 @@ def attribute_failures(
     conversation_by_id: Mapping[str, Conversation] | None = None, exclude_categories: Iterable[int] = (),
 ) -> tuple[Attribution, ...]:
     """Lineage attributions of every failed case (in result order) whose conversation graph is given."""
-    excluded = set(exclude_categories)
-    attributor = LineageAttributor()
-    found = []
-    for case in results:
-        if case.correct or case.question.category in excluded:
-            continue
-        graph = graph_by_conversation.get(case.question.conversation_id)
-        if graph is None:
-            continue
-        attribution = attributor.attribute(graph, case, (conversation_by_id or {}).get(case.question.conversation_id))
-        if attribution is not None:
-            found.append(attribution)
-    return tuple(found)
+    run = TracedRun(tuple(results), graph_by_conversation, conversation_by_id or {}, tuple(exclude_categories))
+    return attribute_run(LineageAttributor(), run)
 
 
 def build(settings: LineageSettings, lms: LMSet | None, embedder: Embedder | None) -> Attributor:

@@ -2,9 +2,10 @@
 
 From the evidence it walks a frontier ordered by the system's prior (`MemorySystemSpec.prior`), one
 `JudgeOperation` call per step under `max_chars_per_step`, until the first operation judged faulty or
-`max_steps` (else the answer operation, with low confidence). Graph facts come from `walk_paths` (no LM):
-a retrieval step also shows the units it missed, which its fault restores; every faulty operation seen is a
-suspect for replay. A failing call counts as "kept". It does not verify its blame or aggregate.
+`max_steps` (else the answer operation, with low confidence). Graph facts come from `walk_paths` (no LM),
+one case's state is a `Walk`: a retrieval step also shows the units it missed, which its fault restores
+(`restore_of`); every faulty operation seen is a suspect for replay. A failing call counts as "kept". It
+does not verify its blame or aggregate.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import heapq
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -36,20 +37,13 @@ from memtrace_loop.pipeline.analysis.attribution.walk_render import (
     same_word,
     share,
 )
-from memtrace_loop.pipeline.analysis.attribution.walk_signatures import JudgeOperation
-from memtrace_loop.pipeline.analysis.attribution.walk_state import (
-    StepVerdict,
-    Walk,
-    WalkSpend,
-    restore_of,
-    retrieval_note,
-)
 from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.backends.lm import LMSet
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.conventions import (
     CONSTRUCTION_OP_KINDS,
     MEMORY_KINDS,
+    QUESTION_SIDE_KINDS,
     OpKind,
     VarKind,
     answer_name,
@@ -70,41 +64,163 @@ ERROR_BY_KIND: Mapping[OpKind, ErrorType] = MappingProxyType({
     OpKind.RESPONSE: ErrorType.RESPONSE,
     OpKind.OTHER: ErrorType.EXTRACTION,
 })
-
-
-@dataclass(frozen=True)
-class LLMAttributorSettings:
-    """Bounds of the walk (the fields of `conf/attributor/llm.yaml`).
-
-    max_steps: operations shown to the LM per case at most (= LM calls per case, barring adapter retries).
-    max_chars_per_step: what one step shows (all input field values together) stays under this many
-        characters; every part is clipped proportionally.
-    max_value_chars: one variable's value is clipped to this many characters before the step is fitted.
-    pseudo_evidence_turns: how many BM25-ranked turns stand in for evidence when a question has none.
-    """
-
-    max_steps: int = 12
-    max_chars_per_step: int = 2400
-    max_value_chars: int = 400
-    pseudo_evidence_turns: int = 2
-
-    def __post_init__(self) -> None:
-        if self.max_steps < 1:
-            raise ValueError(f"max_steps must be at least 1, got {self.max_steps}")
-        if self.max_chars_per_step < 400:
-            raise ValueError(f"max_chars_per_step must be at least 400, got {self.max_chars_per_step}")
-
-
-NO_PRIOR = WalkPrior()
-
+MAX_VALUE_CHARS = 400  # one variable's value is clipped to this many characters before the step is fitted
+PSEUDO_EVIDENCE_TURNS = 2  # BM25-ranked turns standing in for evidence when a question has none
 
 def prior_of(graph: ExecutionGraph) -> WalkPrior:
     """The walk prior of the system that made `graph` (`graph.meta["system"]`; none for an unknown one)."""
     name = graph.meta.get("system")
-    return SYSTEMS.get(name).prior if name in SYSTEMS else NO_PRIOR
+    return SYSTEMS.get(name).prior if name in SYSTEMS else WalkPrior()
+
+
+# Output kinds that hold a decision label, not content taken from the inputs.
+LABEL_KINDS = frozenset({VarKind.BOUNDARY, VarKind.SUFFICIENCY})
+
+
+@dataclass(frozen=True)
+class StepVerdict:
+    """The LM's verdict on one walk step: did the operation keep the information, and if not, why."""
+
+    kept: bool
+    error_type: ErrorType | None
+    reason: str
+    judged: bool  # False when the LM call failed or its reply could not be parsed
+
+
+@dataclass
+class Walk:
+    """The state of one walk (one case): the frontier (a heap ranked by the prior), the operations seen
+    and judged, the variables on the information's path, and the steps, calls and tokens spent."""
+
+    graph: ExecutionGraph
+    case: CaseResult
+    prior: WalkPrior
+    upstream: frozenset[str]
+    evidence: tuple[str, ...]
+    needed: str
+    on_path: set[str]
+    path: InformationPath
+    pseudo: bool = False
+    started: float = 0.0
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    unjudged: list[str] = field(default_factory=list)  # steps whose call failed or reply was unparsable
+    heap: list[tuple[int, int, str]] = field(default_factory=list)
+    seen: set[str] = field(default_factory=set)
+    labelled_stages: set[str] = field(default_factory=set)  # stages queued with an op that only writes labels
+    kept_by_op: dict[str, bool] = field(default_factory=dict)
+    faulty: dict[str, StepVerdict] = field(default_factory=dict)  # every operation judged faulty, by id
+    steps: int = 0
+
+    def relevant(self, op: Operation) -> bool:
+        if op.kind == OpKind.JUDGE or op.stage in self.prior.skip_stages:
+            return False
+        question_side = any(self.graph.variable(v).kind in QUESTION_SIDE_KINDS for v in (*op.inputs, *op.outputs))
+        return not question_side or op.id in self.upstream
+
+    def push(self, op: Operation) -> None:
+        if op.id in self.seen or not self.relevant(op):
+            return
+        if op.outputs and all(self.graph.variable(v).kind in LABEL_KINDS for v in op.outputs):
+            # a decision that writes only a label (a boundary) carries no content: the first one per stage
+            # stands for the rest (a buffer re-read by a decision per turn would use up every step)
+            if op.stage in self.labelled_stages:
+                return
+            self.labelled_stages.add(op.stage)
+        self.seen.add(op.id)
+        heapq.heappush(self.heap, (self.prior.rank(op), op.seq, op.id))
+
+    def seed(self, context_ops: Sequence[Operation]) -> None:
+        """The first frontier: the readers of the evidence (and the question's retrieval, if the prior says so)."""
+        for var_id in self.evidence:
+            for op in self.graph.consumers(var_id):
+                if op.prompt != var_id:
+                    self.push(op)
+        if self.prior.seed_retrieval:
+            for op in context_ops:
+                self.push(op)
+
+    def advance(self, op: Operation) -> None:
+        """`op` kept the information: its outputs join the path and their readers the frontier."""
+        for out in op.outputs:
+            self.on_path.add(out)
+            for consumer in self.graph.consumers(out):
+                if consumer.prompt != out:
+                    self.push(consumer)
+
+
+def restore_of(walk: Walk, op: Operation) -> tuple[str, ...]:
+    """What a repair of faulty `op` puts back: for a retrieval the units it missed (else the evidence
+    turns); for the answer step the context lines that held the information; for a construction step its
+    stored units on the path it destroyed, else the evidence turns its information came from (what a
+    replay puts back in memory; never an intermediate such as extracted facts)."""
+    graph, path = walk.graph, walk.path
+    if op.kind == OpKind.RETRIEVAL:
+        return path.missed(op) or walk.evidence
+    if op.kind == OpKind.RESPONSE and (held := path.context_holders(op)):
+        return held
+    if op.kind in CONSTRUCTION_OP_KINDS:
+        return _stored_carriers(walk, op) or tuple(e for e in walk.evidence if e in graph.ancestors(op.id)) or (
+            walk.evidence
+        )
+    on_path = walk.on_path | path.carriers
+    return tuple(v for v in op.inputs if v in on_path) or tuple(
+        v for v in op.inputs if graph.variable(v).kind not in (VarKind.QUERY, VarKind.PROMPT)
+    )
+
+
+def _stored_carriers(walk: Walk, op: Operation) -> tuple[str, ...]:
+    """The stored units on the information's path that a construction step (or the writes executing its
+    decision) read, i.e. destroyed: an update's or deletion's old value."""
+    graph, on_path = walk.graph, walk.on_path | walk.path.carriers
+    readers = [op, *(c for v in op.outputs for c in graph.consumers(v) if c.prompt is None)]
+    return tuple(dict.fromkeys(
+        v for reader in readers for v in reader.inputs if v in on_path and graph.variable(v).kind in MEMORY_KINDS
+    ))
+
+
+def retrieval_note(path: InformationPath, op: Operation, restore: Sequence[str]) -> str:
+    """What a retrieval fault's reason adds: the unit it missed, and whether `top_k` cut it off."""
+    k = op.meta.get("k", "?")
+    near = path.near_missed(op)
+    if near:
+        return (f" It missed {near[0]}, which holds the needed information and was ranked just below the cut "
+                f"(k={k}): top_k is too small for this question.")
+    missed = [v for v in restore if v in path.carriers]
+    if missed:
+        return f" It missed {missed[0]}, which was in memory and holds the needed information."
+    return ""
 
 
 # ------------------------------------------------------------------------------------------ LM calls
+
+
+ERROR_CHOICES = ("ExtractionError", "UpdateError", "DeletionError", "RetrievalError", "ResponseError", "none")
+
+
+class JudgeOperation(dspy.Signature):
+    """You audit one operation of a memory system that failed to answer a question. The information the
+    answer needs came from the conversation turns shown as `needed_information`. Look at what the
+    operation read (`operation_inputs`), what it wrote (`operation_outputs`) and its instructions
+    (`operation_prompt`). Decide whether this operation kept the needed information that its inputs held.
+    If it lost, dropped, overwrote, deleted, failed to retrieve, or (for the answer step) failed to use it,
+    answer kept_information = False and name the error type: ExtractionError (never made it into memory),
+    UpdateError (a later update degraded or overwrote it), DeletionError (a unit holding it was deleted),
+    RetrievalError (in the store but not in the retrieved context), ResponseError (in the context, yet the
+    answer is wrong). If the operation kept it (or its inputs never held it), answer kept_information =
+    True and error_type = none. Give a short reason that quotes what was lost."""
+
+    question: str = dspy.InputField()
+    gold_answer: str = dspy.InputField()
+    needed_information: str = dspy.InputField(desc="the evidence turns the answer needs")
+    operation: str = dspy.InputField(desc="name, stage and kind of the operation")
+    operation_inputs: str = dspy.InputField(desc="the variables it read (clipped)")
+    operation_outputs: str = dspy.InputField(desc="the variables it wrote (clipped)")
+    operation_prompt: str = dspy.InputField(desc="the instruction it ran with (clipped), or 'none'")
+    kept_information: bool = dspy.OutputField()
+    error_type: str = dspy.OutputField(desc="one of: " + ", ".join(ERROR_CHOICES))
+    reason: str = dspy.OutputField()
 
 
 class _CallCounter(BaseCallback):
@@ -118,11 +234,8 @@ class _CallCounter(BaseCallback):
 
 
 def _error_type(raw: object) -> ErrorType | None:
-    text = str(raw or "").strip()
-    for kind in ErrorType:
-        if kind.value.lower() in text.lower():
-            return kind
-    return None
+    text = str(raw or "").strip().lower()
+    return next((kind for kind in ErrorType if kind.value.lower() in text), None)
 
 
 class LLMAttributor:
@@ -130,9 +243,9 @@ class LLMAttributor:
 
     name = METHOD
 
-    def __init__(self, lm: dspy.BaseLM, settings: LLMAttributorSettings | None = None) -> None:
+    def __init__(self, lm: dspy.BaseLM, settings: LLMSettings | None = None) -> None:
         self.lm = lm
-        self.settings = settings or LLMAttributorSettings()
+        self.settings = settings or LLMSettings()
         self.judge = dspy.Predict(JudgeOperation)
         self.judge.set_lm(lm)
         self._finder: EvidenceFinder | None = None  # the evidence index of the graph seen last
@@ -143,9 +256,8 @@ class LLMAttributor:
         self, graph: ExecutionGraph, op: Operation, case: CaseResult, needed: str, on_path: set[str],
         missed: Sequence[str] = (),
     ) -> dict[str, str]:
-        """The input values one step shows the LM for `op`: inputs on the information's path first, then those sharing
-        most words with it; long values keep their part about the needed information."""
-        limit = self.settings.max_value_chars
+        """The fields one step shows the LM for `op`: inputs on the path first, then by shared words, clipped."""
+        limit = MAX_VALUE_CHARS
         asked = content_tokens(f"{case.question.text} {case.question.gold}")
         words = frozenset(
             {w for w in content_tokens(needed) if any(same_word(w, a) for a in asked)}
@@ -190,27 +302,27 @@ class LLMAttributor:
         fixed = ("question", "gold_answer", "operation", "needed_information")
         return fit_step(fields, self.settings.max_chars_per_step, fixed=fixed)
 
-    def _ask(self, fields: Mapping[str, str], op: Operation, spend: WalkSpend) -> StepVerdict:
+    def _ask(self, fields: Mapping[str, str], op: Operation, walk: Walk) -> StepVerdict:
         counter = _CallCounter()
         callbacks = [*dspy.settings.get("callbacks", []), counter]
         try:
             with dspy.context(callbacks=callbacks, track_usage=True):
                 prediction = self.judge(**fields)
         except Exception as exc:  # a failing or unparsable reply is recorded, never a crash of the walk
-            spend.calls += max(counter.calls, 1)
-            spend.unjudged.append(f"{op.id}: {type(exc).__name__}")
+            walk.calls += max(counter.calls, 1)
+            walk.unjudged.append(f"{op.id}: {type(exc).__name__}")
             logger.debug("llm attributor: step on %s failed: %s", op.id, exc)
             return StepVerdict(True, None, "", False)
-        spend.calls += max(counter.calls, 1)
+        walk.calls += max(counter.calls, 1)
         try:
             for usage in (prediction.get_lm_usage() or {}).values():
-                spend.prompt_tokens += int(usage.get("prompt_tokens") or 0)
-                spend.completion_tokens += int(usage.get("completion_tokens") or 0)
+                walk.prompt_tokens += int(usage.get("prompt_tokens") or 0)
+                walk.completion_tokens += int(usage.get("completion_tokens") or 0)
         except Exception as exc:  # usage is bookkeeping: losing it must not lose the verdict
             logger.debug("llm attributor: no usage for %s: %s", op.id, exc)
         kept = prediction.get("kept_information")
         if not isinstance(kept, bool):
-            spend.unjudged.append(f"{op.id}: kept_information={kept!r}")
+            walk.unjudged.append(f"{op.id}: kept_information={kept!r}")
             return StepVerdict(True, None, "", False)
         return StepVerdict(kept, _error_type(prediction.get("error_type")), str(prediction.get("reason") or ""), True)
 
@@ -218,7 +330,7 @@ class LLMAttributor:
 
     def _evidence(self, graph: ExecutionGraph, case: CaseResult) -> tuple[tuple[str, ...], bool]:
         if self._finder is None or self._finder.graph is not graph:  # one index per graph, not per case
-            self._finder = EvidenceFinder(graph, k=self.settings.pseudo_evidence_turns)
+            self._finder = EvidenceFinder(graph, k=PSEUDO_EVIDENCE_TURNS)
         found = self._finder.find(case.question)
         return found.turn_vars, found.pseudo
 
@@ -254,8 +366,7 @@ class LLMAttributor:
         return self._blame(walk, answer_op, fallback, context_ops, answer_op, 0.2)
 
     def _judge_answer(self, walk: Walk, answer_op: Operation, blamed: Operation) -> None:
-        """After a blame upstream, the answer step too when its context held (part of) the information: a second suspect
-        when it mishandled it."""
+        """After a blame upstream, judge the answer step too when its context held the information."""
         if (
             blamed.id != answer_op.id and answer_op.id not in walk.kept_by_op
             and walk.steps < self.settings.max_steps and walk.path.context_holders(answer_op)
@@ -291,7 +402,7 @@ class LLMAttributor:
     def _judge(self, walk: Walk, op: Operation) -> StepVerdict:
         missed = walk.path.missed(op) if op.kind == OpKind.RETRIEVAL else ()
         fields = self.step_fields(walk.graph, op, walk.case, walk.needed, walk.on_path, missed)
-        verdict = self._ask(fields, op, walk.spend)
+        verdict = self._ask(fields, op, walk)
         walk.steps += 1
         walk.kept_by_op[op.id] = not (verdict.judged and not verdict.kept)
         if not walk.kept_by_op[op.id]:
@@ -299,8 +410,7 @@ class LLMAttributor:
         return verdict
 
     def _faulty_construction(self, walk: Walk) -> tuple[Operation, StepVerdict] | None:
-        """After a faulty search: a search can only miss what memory held whole, so the evidence's
-        construction is judged first (the first faulty one, else None)."""
+        """After a faulty search, the evidence's construction judged first (the first faulty one, else None)."""
         graph = walk.graph
         for early in sorted(
             {c.id: c for e in walk.evidence for c in graph.consumers(e)
@@ -338,18 +448,18 @@ class LLMAttributor:
         self, walk: Walk, op: Operation, verdict: StepVerdict, context_ops: Sequence[Operation], answer_op: Operation,
         confidence: float = 0.75,
     ) -> Attribution:
-        case, spend = walk.case, walk.spend
+        case = walk.case
         primary = self._crowding(walk, op) or self._fault(walk, op, verdict)
         reason = primary.reason
-        if spend.unjudged:
-            reason += f" {len(spend.unjudged)} step(s) could not be judged (LM call failed or reply unparsable)."
+        if walk.unjudged:
+            reason += f" {len(walk.unjudged)} step(s) could not be judged (LM call failed or reply unparsable)."
             confidence *= 0.8
         if walk.pseudo:
             confidence *= 0.7
         primary = dataclasses.replace(primary, reason=reason)
         suspects = self._suspects(walk, primary, context_ops, answer_op)
         cost = AttributionCost(
-            lm_calls=spend.calls, prompt_tokens=spend.prompt_tokens, completion_tokens=spend.completion_tokens,
+            lm_calls=walk.calls, prompt_tokens=walk.prompt_tokens, completion_tokens=walk.completion_tokens,
             seconds=time.perf_counter() - walk.started,
         )
         return Attribution(
@@ -358,8 +468,7 @@ class LLMAttributor:
         )
 
     def _fault(self, walk: Walk, op: Operation, verdict: StepVerdict) -> Fault:
-        """`op` judged faulty as a `Fault`: blamed on the LLM decision a store write executed, with what a
-        repair restores (a retrieval: the units it missed, never those it returned)."""
+        """`op` judged faulty as a `Fault` (a store write's blame goes to its LLM decision), with its restore."""
         graph = walk.graph
         error = verdict.error_type or ERROR_BY_KIND.get(op.kind, ErrorType.RESPONSE)
         blamed = op
@@ -377,9 +486,8 @@ class LLMAttributor:
 
     @staticmethod
     def _crowding(walk: Walk, op: Operation) -> Fault | None:
-        """A faulty search whose results are mostly pieces of turns a copy step cut apart passes the blame to that
-        step's knobs (None otherwise)."""
-        crowding = walk.path.crowding_step(op) if op.kind == OpKind.RETRIEVAL else None
+        """The copy step's knobs, when a faulty search's results are mostly pieces of turns it cut (else None)."""
+        crowding = walk.path.flow.crowding_copy_step(op) if op.kind == OpKind.RETRIEVAL else None
         if crowding is None:
             return None
         note = (f"{crowding.name} ({crowding.id}) cut turns into pieces that make up most of what {op.name} "
@@ -390,8 +498,7 @@ class LLMAttributor:
     def _suspects(
         self, walk: Walk, primary: Fault, context_ops: Sequence[Operation], answer_op: Operation
     ) -> tuple[Fault, ...]:
-        """Every faulty operation the walk saw on the information's path, earliest first, each with its restore (see the
-        module doc)."""
+        """Every faulty operation the walk saw on the information's path, earliest first, with its restore."""
         graph = walk.graph
         found = [primary]
         for op_id, verdict in walk.faulty.items():
@@ -419,5 +526,4 @@ def build(settings: LLMSettings, lms: LMSet | None, embedder: Embedder | None) -
     lm = getattr(lms, "attributor", None) if lms is not None else None
     if lm is None:
         raise ConfigError("attributor.name: the llm attributor needs an `attributor` LM (lm.attributor)")
-    llm_settings = LLMAttributorSettings(max_steps=settings.max_steps, max_chars_per_step=settings.max_chars_per_step)
-    return LLMAttributor(lm=lm, settings=llm_settings)
+    return LLMAttributor(lm=lm, settings=settings)

@@ -47,9 +47,8 @@ class Attributor(Protocol):
 
 @dataclass(frozen=True)
 class AttributorSpec:
-    """What an attributor module exports as `SPEC`: its settings record (the schema and single home of
-    the defaults of its `attributor` config node; it has `verify` and `replay`) and `build(settings,
-    lms, embedder)`, which returns the bare attributor (the registry adds the replay check)."""
+    """What an attributor module exports as `SPEC`: its settings record (the `attributor` node's schema) and
+    `build(settings, lms, embedder)`, the bare attributor (the registry adds the replay check)."""
 
     schema: type
     build: Callable[[Any, LMSet | None, Embedder | None], Attributor]
@@ -70,8 +69,8 @@ def attribute_run(
     attributor: Attributor, run: TracedRun, on_case: Callable[[CaseResult], None] | None = None,
     max_checked: int | None = None,
 ) -> tuple[Attribution, ...]:
-    """Attributions of every failure of `run` whose graph is present, in result order (`on_case` is
-    called after each, for progress). A replay check verifies at most `max_checked` of them (None: all)."""
+    """Attributions of every failure of `run` whose graph is present, in result order (`on_case` after each);
+    a replay check verifies at most `max_checked` of them (None: all)."""
     if isinstance(attributor, RunAttributor):
         return attributor.attribute_run(run, on_case, max_checked)
     return tuple(a for _, a in attributed_cases(attributor, run, on_case))

@@ -1,7 +1,5 @@
 """The attribution records: `Attribution`, `Fault`, `AttributionCost`, `Check`, `ErrorType`, `Tunable`.
-
-Pure frozen records, no behaviour beyond small accessors.
-"""
+Pure frozen records, no behaviour beyond small accessors."""
 
 from __future__ import annotations
 
@@ -19,15 +17,8 @@ class Tunable(StrEnum):
 
 
 class Check(StrEnum):
-    """What a replay check found for a blame (`pipeline.analysis.attribution.replay`):
-
-    - `verified`: repairing the blamed stage's output the way a fixed stage could write it (or the named
-      joint set together) turned the answer correct;
-    - `refuted`: a repair was made and did not rescue the case;
-    - `unchecked`: no replay was tried (verification off);
-    - `unverifiable`: no repair exists that is not the gold answer itself (e.g. the answer stage had no
-      line carrying the information in its context, or the system cannot rebuild its memory).
-    """
+    """What a replay check found: the repair (or joint set) rescued the case, did not, was not tried, or
+    does not exist short of the gold answer itself (or the system cannot rebuild its memory)."""
 
     VERIFIED = "verified"
     REFUTED = "refuted"
@@ -37,9 +28,7 @@ class Check(StrEnum):
     @classmethod
     def of(cls, verified: bool | None) -> Check:
         """The check a True / False / None `verified` flag stands for (None: unchecked)."""
-        if verified is None:
-            return cls.UNCHECKED
-        return cls.VERIFIED if verified else cls.REFUTED
+        return cls.UNCHECKED if verified is None else cls.VERIFIED if verified else cls.REFUTED
 
 
 class ErrorType(StrEnum):
@@ -77,16 +66,10 @@ class AttributionCost:
 
 @dataclass(frozen=True)
 class Attribution:
-    """Why one case failed. `op` is the blamed operation's id in the case's conversation graph;
-    `stage` the stage whose prompt it used, or — when `tunable` is `Tunable.KNOBS` — the non-LLM stage whose
-    settings (e.g. top_k) are to blame. `evidence` lists the turn ids the analysis started from.
-
-    `suspects` are every fault the attributor found on the information's path, earliest first (the
-    blamed one among them); a replay check tries them. `joint` is the decisive error set when no single
-    repair rescued the case but these together did (in order; the blamed operation is the first); blame
-    splits over it. `alternatives` are other single repairs that also rescued the case alone (a knob
-    beside a prompt rule), so an optimizer can choose. `check` is what the replay found (`Check`);
-    `verified` reads it as True (verified), False (refuted) or None (unchecked or unverifiable)."""
+    """Why one case failed: the blamed operation `op` and its `stage` (a prompt, or knobs when `tunable` is
+    `KNOBS`), from the `evidence` turn ids. `suspects`: every fault found on the information's path, earliest
+    first; `joint`: the set that rescued the case together when no single repair did (blame splits over
+    it); `alternatives`: other single repairs that also rescued it alone; `check`: what the replay found."""
 
     case: CaseResult
     op: str
@@ -107,7 +90,6 @@ class Attribution:
 
     @property
     def verified(self) -> bool | None:
-        """True when a replay verified the blame, False when it refuted it, None otherwise."""
         return {Check.VERIFIED: True, Check.REFUTED: False}.get(self.check)
 
     @property
@@ -115,7 +97,6 @@ class Attribution:
         return self.case.question.id
 
     def primary(self) -> Fault:
-        """The blamed operation as a `Fault`."""
         return Fault(self.op, self.op_name, self.stage, self.error_type, self.tunable, self.reason)
 
     def causes(self) -> tuple[Fault, ...]:

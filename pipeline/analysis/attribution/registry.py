@@ -15,7 +15,6 @@ from memtrace_loop.pipeline.analysis.attribution.settings import (
     LineageSettings,
     LLMSettings,
     ReplayConfig,
-    ReplaySettings,
 )
 from memtrace_loop.pipeline.core.config import ConfigError, parse_config
 from memtrace_loop.pipeline.core.registry import Registry
@@ -73,5 +72,4 @@ def attributor_from_settings(
         raise ConfigError("attributor.verify: replay verification needs the memory system and the judge")
     from memtrace_loop.pipeline.analysis.attribution.verification import Verifier, VerifyingAttributor  # DSPy
 
-    bounds = ReplaySettings(max_joint=settings.replay.max_joint, max_replays=settings.replay.max_replays)
-    return VerifyingAttributor(inner, Verifier(system, judge, bounds))
+    return VerifyingAttributor(inner, Verifier(system, judge, settings.replay))

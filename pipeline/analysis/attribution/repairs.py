@@ -46,7 +46,6 @@ MIN_LINE_CHARS = 20  # a shorter line (a title, a date) does not carry a unit's 
 
 
 class Repair(StrEnum):
-    """How one fault's output is repaired in a replay (see the module table)."""
 
     RERUN = "rerun"
     REBUILD = "rebuild"
@@ -58,8 +57,7 @@ class Repair(StrEnum):
 
 @dataclass(frozen=True)
 class RepairPlan:
-    """One planned repair: the fault, how it is repaired, the `top_k` a `WIDEN` needs, and the missed
-    units a `STEER` or `SWAP` is about."""
+    """One planned repair: the fault, how, the `top_k` a `WIDEN` needs, the units a `STEER` or `SWAP` is about."""
 
     fault: Fault
     kind: Repair
@@ -90,9 +88,9 @@ def _construction_plan(system: MemorySystem, fault: Fault) -> RepairPlan | None:
 def _retrieval_plan(system: MemorySystem, graph: ExecutionGraph, fault: Fault) -> RepairPlan | None:
     missed = tuple(v for v in fault.restore if v in graph and graph.variable(v).kind in MEMORY_KINDS)
     top_k = needed_top_k(graph, fault)
-    if fault.tunable == Tunable.KNOBS and top_k is not None and widen_knob(system) is not None:
+    if fault.tunable == Tunable.KNOBS and top_k is not None and widen_spec(system) is not None:
         return RepairPlan(fault, Repair.WIDEN, top_k=top_k, missed=missed)
-    if fault.tunable == Tunable.KNOBS and top_k is None and widen_knob(system) is not None:
+    if fault.tunable == Tunable.KNOBS and top_k is None and widen_spec(system) is not None:
         # nothing named was ranked (a unit a repaired stage writes, or one deleted before the search)
         k = graph.operation(fault.op).meta.get("k") if fault.op in graph else None
         return RepairPlan(fault, Repair.WIDEN, top_k=ranked_depth(k), missed=missed) if isinstance(k, int) else None
@@ -107,9 +105,8 @@ def _retrieval_plan(system: MemorySystem, graph: ExecutionGraph, fault: Fault) -
 
 
 def swappable(graph: ExecutionGraph, unit: str, search_op: str, revived_by: Collection[str] = ()) -> bool:
-    """Whether a `SWAP` may put memory unit `unit` into the context of the search `search_op`: no later
-    version of it was written before the search ran, or the version that replaced it lies downstream
-    of an operation in `revived_by` (construction operations repaired in the same replay). Pure."""
+    """Whether a `SWAP` may put `unit` into the context of `search_op`: no later version of it was written
+    before the search, or the first that was lies downstream of a repaired operation in `revived_by`."""
     if unit not in graph or search_op not in graph:
         return False
     versions = [v.id for v in graph.versions(graph.variable(unit).name)]
@@ -121,20 +118,9 @@ def swappable(graph: ExecutionGraph, unit: str, search_op: str, revived_by: Coll
     return bool(graph.ancestors(replaced[0].id) & set(revived_by))  # the first overwrite was the repaired one's
 
 
-def _widen_spec(system: MemorySystem) -> StageSpec | None:
+def widen_spec(system: MemorySystem) -> StageSpec | None:
+    """The system's `WIDEN` stage (its retrieval; its first knob is `top_k`), None without one."""
     return next((s for s in system.stages if s.repair == StageRepair.WIDEN and s.knobs), None)
-
-
-def widen_knob(system: MemorySystem) -> str | None:
-    """The knob of the system's `WIDEN` stage (its retrieval's `top_k`), None without one."""
-    spec = _widen_spec(system)
-    return None if spec is None else spec.knobs[0]
-
-
-def widen_stage(system: MemorySystem) -> str | None:
-    """The system's `WIDEN` stage (its retrieval), None without one."""
-    spec = _widen_spec(system)
-    return None if spec is None else spec.name
 
 
 def reach(k: int, hits: Collection[str], near: Sequence[tuple[str, str]], texts: Collection[str]) -> tuple[int, bool]:
@@ -152,8 +138,7 @@ def reach(k: int, hits: Collection[str], near: Sequence[tuple[str, str]], texts:
 
 
 def needed_top_k(graph: ExecutionGraph, fault: Fault) -> int | None:
-    """The `top_k` that reaches the deepest restored unit the fault's retrieval ranked below its cut (None
-    when the retrieval did not rank it: a wider cut would not bring it back). Pure."""
+    """The `top_k` reaching the deepest restored unit the fault's retrieval ranked below its cut (None: unranked)."""
     if fault.op not in graph:
         return None
     meta = graph.operation(fault.op).meta
@@ -172,8 +157,7 @@ def _episode_span(near: Sequence[str], rank: int) -> int:
 
 
 def answer_fault(graph: ExecutionGraph, attribution: Attribution) -> Fault | None:
-    """The answer stage's operation for the case, as a fault a joint repair may include (None when the
-    graph has no answer operation for it)."""
+    """The case's answer operation as a fault a joint repair may include (None without one)."""
     answer = graph.latest(answer_name(attribution.question_id))
     op = graph.producer(answer.id) if answer is not None else None
     if op is None:
@@ -183,8 +167,7 @@ def answer_fault(graph: ExecutionGraph, attribution: Attribution) -> Fault | Non
 
 
 def answer_repairable(graph: ExecutionGraph, attribution: Attribution, fault: Fault) -> bool:
-    """True when the answer operation's recorded context has a line carrying the evidence (else the only
-    repair of the answer would be the gold answer)."""
+    """Whether the answer's recorded context has a line carrying the evidence (else only the gold would do)."""
     op = graph.operation(fault.op)
     contexts = [graph.variable(v).value for v in op.inputs if graph.variable(v).kind == VarKind.CONTEXT]
     known = evidence_units(graph, attribution)
@@ -193,8 +176,7 @@ def answer_repairable(graph: ExecutionGraph, attribution: Attribution, fault: Fa
 
 
 def evidence_units(graph: ExecutionGraph, attribution: Attribution) -> list[str]:
-    """Texts of the memory units that descend from the evidence turns and share words with them (what
-    carries their information; a unit that only saw them as similar memories shares none)."""
+    """Texts of the memory units descending from the evidence turns that share words with them."""
     turns = [v for v in (first_version(turn_name(t)) for t in attribution.evidence) if v in graph]
     below: frozenset[str] = frozenset().union(*(graph.descendants(v) for v in turns)) if turns else frozenset()
     words = [_words(graph.variable(v).value) for v in turns]
@@ -228,10 +210,9 @@ def steering_fault(
 
 
 def reader_faults(system: MemorySystem, graph: ExecutionGraph, attribution: Attribution) -> tuple[Fault, ...]:
-    """The construction operations that read an evidence turn and write memory from it, as faults a replay
-    may try (the stages on the information's path a rule or a knob could change): an LLM stage's as a
-    prompt fault; a knob stage's (`RESET_KNOBS`, e.g. chunking) as a knob fault, once per stage and only
-    when its knobs are off their defaults (a rebuild with them reset could write units the search finds)."""
+    """The extraction operations reading an evidence turn, as faults a replay may try: an LLM stage's as a
+    prompt fault; a `RESET_KNOBS` stage's (chunking) as a knob fault, once per stage, when its knobs are off
+    their defaults."""
     writers = {s.name for s in system.stages if s.llm and s.construction}
     off_default = set(system.non_default_knobs())
     cutters = {s.name for s in system.stages if s.repair == StageRepair.RESET_KNOBS and s.construction
@@ -253,13 +234,12 @@ def reader_faults(system: MemorySystem, graph: ExecutionGraph, attribution: Attr
 
 
 def retrieval_knob_fault(system: MemorySystem, graph: ExecutionGraph, attribution: Attribution) -> Fault | None:
-    """The case's retrieval as a knob fault with nothing named missed: its repair raises `top_k` to `ranked_depth` (None
-    without a `WIDEN` stage)."""
-    widen = widen_stage(system)
+    """The case's retrieval as a knob fault with nothing named missed (None without a `WIDEN` stage)."""
+    widen = widen_spec(system)
     query = graph.latest(query_name(attribution.question_id))
     if widen is None or query is None:
         return None
-    op = next((o for o in graph.consumers(query.id) if o.stage == widen), None)
+    op = next((o for o in graph.consumers(query.id) if o.stage == widen.name), None)
     if op is None:
         return None
     reason = "the retrieval's top_k cut what a repaired stage wrote"
@@ -275,8 +255,7 @@ def _writes_queries(system: MemorySystem, stage: str) -> bool:
 
 
 def evidence_texts(graph: ExecutionGraph, attribution: Attribution, near_op: str | None = None) -> tuple[str, ...]:
-    """The evidence turns' recorded texts; only those the operation `near_op` read (directly or
-    through its inputs) when it read any."""
+    """The evidence turns' recorded texts; only those upstream of `near_op` when any is."""
     turns = [first_version(turn_name(t)) for t in attribution.evidence]
     turns = [v for v in turns if v in graph]
     if near_op is not None and near_op in graph:
@@ -285,31 +264,31 @@ def evidence_texts(graph: ExecutionGraph, attribution: Attribution, near_op: str
     return tuple(graph.variable(v).value for v in turns)
 
 
+def _quoted(texts: Iterable[str]) -> str:
+    return " ".join(" ".join(t.split()) for t in texts).replace('"', "'")
+
+
 def construction_hint(texts: Iterable[str], gold: str) -> str:
     """The one sentence added to a construction stage's instruction: the information it must keep."""
-    quoted = " ".join(" ".join(t.split()) for t in texts).replace('"', "'")
     return (
-        f'Make sure your output keeps this information: "{quoted}" '
+        f'Make sure your output keeps this information: "{_quoted(texts)}" '
         f'(a later question about it is answered by "{gold.replace(chr(34), chr(39))}").'
     )
 
 
 def steer_hint(texts: Iterable[str]) -> str:
     """The one sentence added to a steering stage's instruction: the memory the search must reach."""
-    quoted = " ".join(" ".join(t.split()) for t in texts).replace('"', "'")
-    return f'Make sure the search also reaches this memory: "{quoted}".'
+    return f'Make sure the search also reaches this memory: "{_quoted(texts)}".'
 
 
 def answer_hint(lines: Iterable[str]) -> str:
     """The one sentence added to the answer stage's instruction: the context lines to answer from."""
-    quoted = " ".join(" ".join(t.split()) for t in lines).replace('"', "'")
-    return f'Answer from this memory in the context: "{quoted}".'
+    return f'Answer from this memory in the context: "{_quoted(lines)}".'
 
 
 def evidence_lines(context: str, evidence: Iterable[str], units: Iterable[str] = ()) -> tuple[str, ...]:
-    """The lines of `context` that carry the evidence: a line holding one of `units` (texts known to
-    descend from the evidence) or held in one, or sharing at least `MIN_SHARED_WORDS` uncommon words with an evidence
-    text and at least half of its own. Pure."""
+    """The lines of `context` holding or held in one of `units` (texts descending from the evidence), or
+    sharing at least `MIN_SHARED_WORDS` uncommon words with an evidence text and half of their own."""
     wanted = [_words(t) for t in evidence]
     held = [" ".join(u.split()) for u in units if u.strip()]
     found = []
@@ -326,8 +305,7 @@ def evidence_lines(context: str, evidence: Iterable[str], units: Iterable[str] =
 
 
 def superseded(lines: Sequence[str], repaired: Sequence[str]) -> tuple[str, ...]:
-    """`lines` without those a repaired unit says more than (every uncommon word of the line is in it,
-    and it is not the line itself): what a repaired stage would have written instead of them. Pure."""
+    """`lines` without those a repaired unit (not the line itself) holds every uncommon word of."""
     better = [(" ".join(r.split()), _words(r)) for r in repaired]
     kept = [
         line for line in lines

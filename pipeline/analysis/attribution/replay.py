@@ -29,8 +29,7 @@ from memtrace_loop.pipeline.analysis.attribution.repairs import (
     steer_hint,
     superseded,
     swappable,
-    widen_knob,
-    widen_stage,
+    widen_spec,
 )
 from memtrace_loop.pipeline.analysis.judge import judge_answer
 from memtrace_loop.pipeline.core.conventions import (
@@ -71,8 +70,7 @@ class Replayer:
         self.judge = judge
 
     def restored(self, graph: ExecutionGraph) -> tuple[MemorySystem, Any]:
-        """The system as the graph's run had it (its recorded prompts and knobs) and its memory rebuilt
-        from the graph (`ReplayUnsupportedError` when the system cannot)."""
+        """The system with the run's recorded prompts and knobs, and its memory rebuilt from the graph."""
         instruction_by_stage = {
             stage: var.value
             for stage in self.system.stage_names()
@@ -133,11 +131,10 @@ class Replayer:
     def _reaching(
         system: MemorySystem, question: Question, state: Any, tracer: Tracer, texts: set[str], top_k: int
     ) -> tuple[MemorySystem, Retrieved | None]:
-        """`system` widened (from `top_k`) just enough that its search holds `texts` (the units the repaired
-        construction stages wrote and the units the widening was for), as the replayed memory ranks them: searched at
-        `top_k`, then as deep as that search ranked, up to `REACH_ROUNDS` searches in the replay (how deep a repaired
-        unit ranks is known only now)."""
-        stage, k, reached = widen_stage(system), top_k, top_k
+        """`system` widened from `top_k` just enough that its search holds `texts` (the repaired and the missed
+        units) as the replayed memory ranks them, in up to `REACH_ROUNDS` searches; and that search when final."""
+        spec = widen_spec(system)
+        stage, k, reached = None if spec is None else spec.name, top_k, top_k
         found: Retrieved | None = None
         searched_at = k
         for _ in range(REACH_ROUNDS):
@@ -252,5 +249,5 @@ def with_stage_defaults(system: MemorySystem, stage: str) -> MemorySystem | None
 
 def widened(system: MemorySystem, top_k: int) -> MemorySystem | None:
     """A copy of `system` retrieving `top_k` units: the knob of its `WIDEN` stage (None without one)."""
-    knob = widen_knob(system)
-    return None if knob is None else system.with_knobs({knob: top_k})
+    spec = widen_spec(system)
+    return None if spec is None else system.with_knobs({spec.knobs[0]: top_k})

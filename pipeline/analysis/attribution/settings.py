@@ -1,9 +1,9 @@
 """The attributors' settings records: the schema and single home of the defaults of each `attributor` option.
 
 `LineageSettings` (`attributor=lineage`) and `LLMSettings` (`attributor=llm`), each with `verify` and its
-`replay` bounds (`ReplayConfig`, defaults from `ReplaySettings`, the replayer's own record). Records
-only, DSPy-free: the config tree and its validation read them without importing an attributor
-(`attribution.specs` names them with their builders). Nothing here attributes or replays.
+`replay` bounds (`ReplayConfig`, also the verifier's record). Records only, DSPy-free: the config tree
+and its validation read them without importing an attributor (`attribution.specs` names them with their
+builders). Nothing here attributes or replays.
 """
 
 from __future__ import annotations
@@ -12,27 +12,15 @@ from dataclasses import dataclass, field
 
 from memtrace_loop.pipeline.core.config import require
 
-__all__ = ["LLMSettings", "LineageSettings", "ReplayConfig", "ReplaySettings"]
-
-
-@dataclass(frozen=True)
-class ReplaySettings:
-    max_joint: int = 3  # the largest decisive error set tried when no single repair rescues a case
-    max_replays: int = 8  # replays per case, at most (each counted like any LM call)
-
-    def __post_init__(self) -> None:
-        if self.max_joint < 1:
-            raise ValueError(f"replay.max_joint must be at least 1, got {self.max_joint}")
-        if self.max_replays < 1:
-            raise ValueError(f"replay.max_replays must be at least 1, got {self.max_replays}")
+__all__ = ["LLMSettings", "LineageSettings", "ReplayConfig"]
 
 
 @dataclass(frozen=True)
 class ReplayConfig:
-    """`attributor.replay`: the replay check's bounds (defaults: `ReplaySettings`)."""
+    """`attributor.replay`: the replay check's bounds."""
 
-    max_joint: int = ReplaySettings.max_joint  # the largest decisive error set tried
-    max_replays: int = ReplaySettings.max_replays  # replays per case, at most
+    max_joint: int = 3  # the largest decisive error set tried when no single repair rescues a case
+    max_replays: int = 8  # replays per case, at most (each counted like any LM call)
 
     def __post_init__(self) -> None:
         require(self, max_joint=(1, None), max_replays=(1, None))

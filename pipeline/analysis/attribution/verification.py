@@ -2,8 +2,8 @@
 
 Within `max_replays`: the blamed repair alone (`verified`, with other-kind `alternatives`), else each other
 suspect alone, else the smallest joint set up to `max_joint`; else `refuted`, or `unverifiable` when no
-repair exists. `attribute_run` may sample the checked failures per blamed stage (`loop.verify_cases`).
-It finds no attributions and does not aggregate blame.
+repair exists. `attribute_run` may sample the checked failures per blamed stage. It finds no attributions
+and does not aggregate blame.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from memtrace_loop.pipeline.analysis.attribution.repairs import (
     swappable,
 )
 from memtrace_loop.pipeline.analysis.attribution.replay import Replayer
-from memtrace_loop.pipeline.analysis.attribution.settings import ReplaySettings
+from memtrace_loop.pipeline.analysis.attribution.settings import ReplayConfig
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import CaseResult, Conversation
 
@@ -40,8 +40,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class _Spend:
-    """Replays and LLM calls one verification spent, and its stages' re-calls by operation (scratch of
-    one `Verifier.verify` call: graph and operation ids repeat across loop iterations)."""
+    """One `verify` call's replays, LLM calls and stage re-calls by operation (ids repeat across iterations)."""
 
     replays: int = 0
     calls: int = 0
@@ -51,14 +50,14 @@ class _Spend:
 class Verifier:
     """Checks attributions by replay (see the module docstring)."""
 
-    def __init__(self, system: MemorySystem, judge: dspy.Predict, settings: ReplaySettings | None = None) -> None:
+    def __init__(self, system: MemorySystem, judge: dspy.Predict, settings: ReplayConfig | None = None) -> None:
         self.replayer = Replayer(system, judge)
         self.system = system
-        self.settings = settings or ReplaySettings()
+        self.settings = settings or ReplayConfig()
 
     def verify(self, graph: ExecutionGraph, attribution: Attribution) -> Attribution:
         """`attribution` with its `check` (and, where needed, the blame moved, `joint` or `alternatives` set)."""
-        spend = _Spend()  # also holds the case's stage re-calls, shared by its replays
+        spend = _Spend()
         try:
             return self._verify(graph, attribution, spend)
         except ReplayUnsupportedError as error:
@@ -92,16 +91,15 @@ class Verifier:
 
     @staticmethod
     def _alone(graph: ExecutionGraph, attribution: Attribution, plan: RepairPlan) -> bool:
-        """Whether `plan` is a repair on its own: an answer repair only when the recorded context has a
-        line carrying the evidence, a swap only of a unit in memory when the search ran (in a joint set
-        the replayed context, and the repaired construction, decide)."""
+        """Whether `plan` is a repair on its own: an answer repair only when the recorded context has a line
+        carrying the evidence, a swap only of a unit in memory when the search ran."""
         if plan.kind == Repair.SWAP:
             return any(swappable(graph, unit, plan.fault.op) for unit in plan.missed)
         return plan.kind != Repair.ANSWER or answer_repairable(graph, attribution, plan.fault)
 
     def _plans(self, graph: ExecutionGraph, attribution: Attribution, primary: Fault) -> list[RepairPlan]:
-        """The repairs to try: the blamed operation's first, then the other suspects and the answer
-        stage's, in pipeline order (faults without a repair left out)."""
+        """The repairs to try: the blamed operation's, then the other suspects' and the extra faults' in pipeline
+        order (faults without a repair left out)."""
         faults = [primary, *sorted((s for s in attribution.suspects if s.op != primary.op), key=lambda f: f.seq)]
         extra = [
             answer_fault(graph, attribution), *reader_faults(self.system, graph, attribution),
@@ -109,20 +107,16 @@ class Verifier:
             retrieval_knob_fault(self.system, graph, attribution),
         ]
         faults += [f for f in extra if f is not None and all((f.op, f.tunable) != (g.op, g.tunable) for g in faults)]
-        plans = []
-        for fault in faults:
-            plan = plan_repair(self.system, graph, fault)
-            if plan is not None:
-                plans.append(plan)
-        return plans
+        return [plan for fault in faults if (plan := plan_repair(self.system, graph, fault)) is not None]
 
     def _alternatives(
         self, graph: ExecutionGraph, attribution: Attribution, first: RepairPlan, rest: list[RepairPlan], spend: _Spend
     ) -> tuple[Fault, ...]:
         """The other single repairs of another kind (knob beside prompt) that also rescue alone."""
-        other_kind = [p for p in rest if p.fault.tunable != first.fault.tunable and p.fault.stage != first.fault.stage]
         found = []
-        for plan in other_kind:
+        for plan in rest:
+            if plan.fault.tunable == first.fault.tunable or plan.fault.stage == first.fault.stage:
+                continue
             if self._exhausted(spend):
                 break
             if self._rescues(graph, attribution, (plan,), spend):
@@ -130,10 +124,9 @@ class Verifier:
         return tuple(found)
 
     def _subsets(self, plans: list[RepairPlan]) -> Iterator[tuple[RepairPlan, ...]]:
-        """Sets of 2 up to `max_joint` repairs, smallest first; those with the blamed one first, then those whose
-        members lie furthest apart on the information's path (`_path_order`: a repaired construction stage whose output
-        the search or the answer then missed, before two repairs of one stage); each in pipeline order."""
-        order = _path_order(plans)
+        """Sets of 2 up to `max_joint` repairs, smallest first: those with the blamed one first, then those
+        repairing distinct stages, then by `_PATH_RANK` and pipeline order; each in pipeline order."""
+        order = [(_PATH_RANK.get(p.kind, 2), i) for i, p in enumerate(plans)]
         for size in range(2, min(self.settings.max_joint, len(plans)) + 1):
             combos = itertools.combinations(range(len(plans)), size)
             chosen = sorted(combos, key=lambda c: (c[0] != 0, _overlap(plans, c), [order[i] for i in c]))
@@ -159,13 +152,8 @@ class Verifier:
 
 
 JOINT_RESERVE = 2  # replays of a case kept for joint sets when single repairs did not rescue it
-_PATH_RANK = {Repair.WIDEN: 0, Repair.STEER: 0, Repair.SWAP: 0, Repair.ANSWER: 1}  # other kinds: 2
-
-
-def _path_order(plans: Sequence[RepairPlan]) -> list[tuple[int, int]]:
-    """Per plan, its rank as a partner of the blamed repair: the search's repairs, then the answer's,
-    then other construction repairs; in pipeline order within a rank."""
-    return [(_PATH_RANK.get(p.kind, 2), i) for i, p in enumerate(plans)]
+# a partner of the blamed repair: the search's repairs, then the answer's, then other construction repairs (2)
+_PATH_RANK = {Repair.WIDEN: 0, Repair.STEER: 0, Repair.SWAP: 0, Repair.ANSWER: 1}
 
 
 def _overlap(plans: Sequence[RepairPlan], combo: tuple[int, ...]) -> int:

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from memtrace_loop.pipeline.analysis.attribution.carrying import content_tokens, coverage_needed, turn_text
+from memtrace_loop.pipeline.analysis.attribution.carrying import content_tokens, turn_text
+from memtrace_loop.pipeline.analysis.attribution.information_flow import InformationFlow
 from memtrace_loop.pipeline.core.conventions import (
-    MEMORY_KINDS,
     NEAR_MISSES,
     QUESTION_SIDE_KINDS,
     OpKind,
@@ -32,13 +32,14 @@ class Target:
     is_gold: bool
 
 
-def targets_of(graph: ExecutionGraph, question: Question, evidence: Sequence[str]) -> tuple[Target, ...]:
+def targets_of(flow: InformationFlow, question: Question, evidence: Sequence[str]) -> tuple[Target, ...]:
     """The gold answer (from the evidence turns holding it) and each evidence turn's asked-about words."""
+    graph = flow.graph
     gold = content_tokens(question.gold)
     asked = content_tokens(f"{question.text} {question.gold}")
     speakers = content_tokens(" ".join(str(graph.variable(e).meta.get("speaker", "")) for e in evidence if e in graph))
     found: list[Target] = []
-    holders = tuple(e for e in evidence if _holds(content_tokens(graph.variable(e).value), gold))
+    holders = tuple(e for e in evidence if flow.carries(graph.variable(e), gold))
     if gold and holders:
         found.append(Target(gold, holders, True))
     for e in evidence:
@@ -48,24 +49,18 @@ def targets_of(graph: ExecutionGraph, question: Question, evidence: Sequence[str
     return tuple(found)
 
 
-def _holds(tokens: frozenset[str], target: frozenset[str]) -> bool:
-    return bool(target) and len(tokens & target) >= coverage_needed(target)
-
-
 class InformationPath:
-    """The carriers of one question's needed information in one graph (computed lazily, once)."""
+    """The carriers of one question's needed information in one graph (computed lazily, once); the
+    graph's reading (tokens, live units, crowding copy steps) is the lineage attributor's `InformationFlow`."""
 
     def __init__(self, graph: ExecutionGraph, question: Question, evidence: Sequence[str]) -> None:
         self.graph = graph
         self.question = question
-        self.targets = targets_of(graph, question, evidence)
-        self._tokens: dict[str, frozenset[str]] = {}
+        self.flow = InformationFlow(graph)
+        self.targets = targets_of(self.flow, question, evidence)
 
     def carries(self, var: Variable, target: Target) -> bool:
-        tokens = self._tokens.get(var.id)
-        if tokens is None:
-            tokens = self._tokens[var.id] = content_tokens(var.value)
-        return _holds(tokens, target.words)
+        return self.flow.carries(var, target.words)
 
     def _construction(self, op: Operation) -> bool:
         graph = self.graph
@@ -97,32 +92,19 @@ class InformationPath:
         return frozenset(live)
 
     @cached_property
-    def live_units(self) -> tuple[Variable, ...]:
-        """The memory units at question time: latest version of each, not deleted, not empty."""
-        units = []
-        for name in self.graph.names():
-            latest = self.graph.latest(name)
-            if latest is not None and latest.kind in MEMORY_KINDS and latest.value and not latest.meta.get("deleted"):
-                units.append(latest)
-        return tuple(units)
-
-    @cached_property
     def survivors(self) -> tuple[tuple[Target, tuple[Variable, ...]], ...]:
         """Per target, the live units that carry it (by lineage; else, for the gold answer, by content)."""
         found = []
+        live = self.flow.live_memories
         for target in self.targets:
             reached = self.follow(target)
-            units = tuple(u for u in self.live_units if u.id in reached)
+            units = tuple(u for u in live if u.id in reached)
             if not units and target.is_gold:  # by content: not a piece a copy step cut from the source turn
                 units = tuple(
-                    u for u in self.live_units if self.carries(u, target) and not self._copied_from(u, target)
+                    u for u in live if self.carries(u, target) and not self.flow.copied_from(u, target.sources)
                 )
             found.append((target, units))
         return tuple(found)
-
-    def _copied_from(self, unit: Variable, target: Target) -> bool:
-        producer = self.graph.producer(unit.id)
-        return producer is not None and producer.prompt is None and any(s in producer.inputs for s in target.sources)
 
     @cached_property
     def carriers(self) -> frozenset[str]:
@@ -145,21 +127,6 @@ class InformationPath:
         """The missed units the retrieval ranked just below its cut (a larger `top_k` would reach them)."""
         near = set(v for v in retrieval.meta.get(NEAR_MISSES, ()) if isinstance(v, str))
         return tuple(v for v in self.missed(retrieval) if v in near)
-
-    def crowding_step(self, retrieval: Operation) -> Operation | None:
-        """The copy step (no prompt) that made at least half of what `retrieval` returned out of pieces of
-        turns it cut apart (no piece holds a whole turn), if any: units too small crowd the search."""
-        graph = self.graph
-        returned = [graph.variable(v) for v in retrieval.inputs if graph.variable(v).kind in MEMORY_KINDS]
-        makers = [graph.producer(u.id) for u in returned]
-        pieces = [
-            maker for unit, maker in zip(returned, makers, strict=True)
-            if maker is not None and maker.prompt is None and not any(
-                graph.variable(t).kind == VarKind.TURN and turn_text(graph.variable(t).value).strip() in unit.value
-                for t in maker.inputs
-            ) and any(graph.variable(t).kind == VarKind.TURN for t in maker.inputs)
-        ]
-        return pieces[0] if pieces and 2 * len(pieces) >= len(returned) else None
 
     def context_holders(self, answer: Operation) -> tuple[str, ...]:
         """The answer's inputs (its context) that carry some target: the answer stage had the information."""

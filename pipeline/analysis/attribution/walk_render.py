@@ -27,9 +27,8 @@ def clip(text: str, limit: int) -> str:
 
 
 def focus_clip(text: str, limit: int, words: frozenset[str] = frozenset()) -> str:
-    """Like `clip`, but a long text keeps the window of `limit` characters that holds the most of `words` (lowercase
-    content words of the needed information; a word frequent in the text, like a date stamp, weighs less than a rare
-    one), so clipping does not hide what the step is about."""
+    """Like `clip`, but a long text keeps the window(s) holding the most weight of `words` (the needed
+    information's; a word frequent in the text weighs less), so clipping does not hide what the step is about."""
     text = " ".join(text.split())
     if len(text) <= limit or not words:
         return clip(text, limit)
@@ -50,8 +49,8 @@ def focus_clip(text: str, limit: int, words: frozenset[str] = frozenset()) -> st
 
 
 def _best_window(text: str, found: Sequence[tuple[int, str]], width: int) -> tuple[int, set[str]]:
-    """The start of the `width`-character window holding the most weight of the `found` words (rare words
-    weigh most; ties go to the window anchored on the rarer word), and the words inside it."""
+    """The start of the `width`-character window holding the most weight of `found` (ties: the rarer anchor),
+    and the words inside it."""
     weight_by_word = {w: 1.0 / n for w, n in Counter(w for _, w in found).items()}
     best_start, best_score, best_inside = 0, (-1.0, -1.0), set()
     for position, anchor in found:
@@ -70,8 +69,7 @@ def _window(text: str, start: int, width: int) -> str:
 
 
 def same_word(word: str, other: str) -> bool:
-    """The same word up to an inflection ("volunteered" and "volunteer"): equal, or one is the other plus
-    at most three letters (words of five letters or more)."""
+    """Equal, or one (of five letters or more) is the other plus at most three ("volunteer", "volunteered")."""
     short, long = sorted((word, other), key=len)
     return word == other or (len(short) >= 5 and long.startswith(short) and len(long) - len(short) <= 3)
 
@@ -105,8 +103,7 @@ def render_vars(
 
 
 def _clip_lines(text: str, limit: int) -> str:
-    """A multi-line variable list clipped to `limit` characters, each line keeping its share (at least 60), overflowing
-    lines dropped."""
+    """A variable list clipped to `limit` characters, each line to its share (at least 60), the overflow dropped."""
     lines = text.split("\n")
     total = sum(len(line) for line in lines)
     if total + len(lines) - 1 <= limit:
