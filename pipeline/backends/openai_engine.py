@@ -29,8 +29,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from dspy.clients.engines.lm15_engine import AsyncLM15Engine, LM15Engine, timeouts_for
 from dspy.lm15 import Request, Response, RouterConfig
-from memtrace_loop.pipeline.backends.lm import NO_KEY_PLACEHOLDER, OpenAILMConfig, _read_api_key, lm_model_name
 from memtrace_loop.pipeline.backends.guarded_engine import Fatal, FatalKind, MalformedReply
+from memtrace_loop.pipeline.backends.lm import NO_KEY_PLACEHOLDER, OpenAILMConfig, _read_api_key, lm_model_name
 from memtrace_loop.pipeline.core.redaction import redact, url_credentials
 
 if TYPE_CHECKING:  # DSPy's vendored lm15 has a py.typed marker inside untyped dspy: mypy must not follow it
