@@ -31,7 +31,7 @@ a connection refused by a local endpoint (`local_endpoint`) fails it at the firs
 fix. `AsyncGuardedEngine` runs the same call on a worker thread for DSPy's `acall`. `RunStopped`
 errors are BaseExceptions: DSPy's error boundary and the tracer let them through. Copies of an engine
 are the engine itself; `dump_state` saves the inner engine and the policy, never the per-run objects.
-`check_reply` and `usable_record` say which replies and cache records carry an answer.
+`check_reply` says which replies carry an answer.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import tenacity
@@ -57,8 +57,7 @@ from dspy.clients.call_result import response_from_dict, response_to_dict  # lm1
 from dspy.lm15 import Request, Response, response_to_events
 from memtrace_loop.pipeline.backends.call_count import ReplyStore, current_call, mark_reused, request_key
 from memtrace_loop.pipeline.backends.failure_guard import FailureGuard, MaxTokensGuard
-from memtrace_loop.pipeline.backends.lm import RetryPolicy
-from memtrace_loop.pipeline.backends.services import RetryLedger
+from memtrace_loop.pipeline.backends.lm import RetryPolicy, Shared
 from memtrace_loop.pipeline.core.redaction import redact_tree
 from memtrace_loop.pipeline.core.stop import EndpointUnusable, Interrupted, MaxTokensTooSmall, RunStopped, StopToken
 
@@ -68,6 +67,12 @@ __all__ = ["AsyncGuardedEngine", "GuardSettings", "GuardedEngine", "local_endpoi
 
 _LOCAL_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
 _MAX_DETAIL_CHARS = 160
+
+
+class RetryLedger(Protocol):
+    """Where retries are counted (`pipeline.backends.services.RetryLedger`)."""
+
+    def record(self, role: str, cause: str) -> None: ...
 
 
 class RetryCause(StrEnum):
@@ -257,22 +262,6 @@ def check_reply(response: Response, max_tokens: int | None = None) -> Response:
                      status=200)
 
 
-def usable_record(record: Any) -> bool:
-    """Whether a DSPy cache record (a native call result's dump) holds an answer; other shapes: True."""
-    if not isinstance(record, Mapping) or "outputs" not in record or "_dspy_format" not in record:
-        return True
-    outputs = record.get("outputs")
-
-    def answers(output: Any) -> bool:
-        if isinstance(output, str):
-            return bool(output.strip())
-        if isinstance(output, Mapping):
-            return bool(str(output.get("text") or "").strip() or output.get("tool_calls"))
-        return output is not None
-
-    return isinstance(outputs, list) and any(answers(output) for output in outputs)
-
-
 @dataclass(frozen=True)
 class GuardSettings:
     """Who is calling (role, scrubbed endpoint), how long it may try, and the run's shared objects."""
@@ -298,18 +287,12 @@ def redacted_reply(response: Response, secrets: tuple[str, ...]) -> Response:
     return response_from_dict(redact_tree(record, secrets))
 
 
-class GuardedEngine:
+class GuardedEngine(Shared):
     """The synchronous face (a DSPy custom engine); see the module docstring."""
 
     def __init__(self, inner: Any, settings: GuardSettings) -> None:
         self.inner = inner
         self.settings = settings
-
-    def __copy__(self) -> Any:
-        return self
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
-        return self
 
     @property
     def model_name(self) -> str:
@@ -515,17 +498,11 @@ class GuardedEngine:
         return f"GuardedEngine({self.inner!r}, role={self.settings.role!r})"
 
 
-class AsyncGuardedEngine:
+class AsyncGuardedEngine(Shared):
     """The async face (`async_engine=`): the sync face's logical call, on a worker thread."""
 
     def __init__(self, engine: GuardedEngine) -> None:
         self.engine = engine
-
-    def __copy__(self) -> Any:
-        return self
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
-        return self
 
     async def complete(self, request: Request) -> Response:
         response, reused = await asyncio.to_thread(self.engine.serve, request)

@@ -8,7 +8,7 @@ deterministic stand-in (DSPy's cache key does not include the engine: after chan
 fresh cache directory); `local`, a GGUF model served by llama.cpp on loopback; `openai`, any
 OpenAI-compatible Chat Completions endpoint (`dialect` picks the token-limit field: `vllm`/`ollama`
 send `max_tokens`, `openai` `max_completion_tokens`; with no `api_key_env` the key sent is the
-placeholder "EMPTY", never an ambient OPENAI_API_KEY). `BackendSpec` is what a backend's module exports.
+placeholder "EMPTY", never an ambient OPENAI_API_KEY).
 
 `RetryPolicy` (the retry keys `num_retries`, `retry_after_cap_s`, `deadline_s`) is read by the guarded
 engine; `timeout_s` bounds each read, write and pool wait of one attempt. The API key is never part of a
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -39,11 +39,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "OPENAI",
     "RECORD_BY_BACKEND",
     "ROLES",
-    "BackendSpec",
-    "Engines",
     "LMConfig",
     "LMSet",
     "LMSetConfig",
@@ -51,13 +48,26 @@ __all__ = [
     "MissingAPIKeyError",
     "OpenAILMConfig",
     "RetryPolicy",
+    "Shared",
     "SimLMConfig",
     "configure_cache",
     "describe",
     "lm_model_name",
+    "usable_record",
 ]
 
 ROLES: tuple[str, ...] = ("task", "judge", "attributor", "rewriter")
+
+
+class Shared:
+    """A per-run object (engine, counter, guard, store): a copy, shallow or deep (GEPA deep-copies
+    programs), is the object itself."""
+
+    def __copy__(self) -> Any:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        return self
 
 
 @dataclass(frozen=True)
@@ -326,26 +336,20 @@ def describe(config: LMConfig) -> dict[str, str]:
     return info
 
 
-Engines = tuple[Any, str]  # (sync engine doing one attempt per call, scrubbed endpoint)
+def usable_record(record: Any) -> bool:
+    """Whether a DSPy cache record (a native call result's dump) holds an answer; other shapes: True."""
+    if not isinstance(record, Mapping) or "outputs" not in record or "_dspy_format" not in record:
+        return True
+    outputs = record.get("outputs")
 
+    def answers(output: Any) -> bool:
+        if isinstance(output, str):
+            return bool(output.strip())
+        if isinstance(output, Mapping):
+            return bool(str(output.get("text") or "").strip() or output.get("tool_calls"))
+        return output is not None
 
-@dataclass(frozen=True)
-class BackendSpec:
-    """An LM backend (its module's `SPEC`): its own record and its engines builder (the guarded engine is
-    wrapped around the engine by `pipeline.backends.registry`). Backends are not swept (`compare`)."""
-
-    schema: type[LMConfig]
-    engines: Callable[[Any], Engines]
-    compare: bool = False
-
-
-def _openai_engines(config: OpenAILMConfig) -> Engines:
-    from memtrace_loop.pipeline.backends.openai_engine import OpenAIEngine, openai_endpoint  # imports DSPy
-
-    return OpenAIEngine(config), openai_endpoint(config)
-
-
-OPENAI = BackendSpec(OpenAILMConfig, _openai_engines)
+    return isinstance(outputs, list) and any(answers(output) for output in outputs)
 
 
 def configure_cache(directory: str | Path, *, enable_memory_cache: bool = True, used: bool = True) -> None:
@@ -355,7 +359,6 @@ def configure_cache(directory: str | Path, *, enable_memory_cache: bool = True, 
     import dspy  # here, not at the top: the config records above are read without DSPy
     from dspy.clients import DISK_CACHE_LIMIT
     from dspy.clients.cache import Cache
-    from memtrace_loop.pipeline.backends.guarded_engine import usable_record
 
     class ReplyCache(Cache):
         """`dspy.clients.cache.Cache` that neither serves nor stores a record holding no answer."""

@@ -24,7 +24,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from memtrace_loop.pipeline.backends.lm import BackendSpec, Engines, LMConfig, LocalLMConfig, OpenAILMConfig
+from memtrace_loop.pipeline.backends.lm import LMConfig, LocalLMConfig, OpenAILMConfig
+from memtrace_loop.pipeline.backends.spec import BackendSpec, Engines
 from memtrace_loop.pipeline.core.config import ConfigError
 
 logger = logging.getLogger(__name__)

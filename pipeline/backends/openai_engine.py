@@ -30,7 +30,7 @@ from urllib.parse import urlsplit, urlunsplit
 from dspy.clients.engines.lm15_engine import AsyncLM15Engine, LM15Engine, timeouts_for
 from dspy.lm15 import Request, Response, RouterConfig
 from memtrace_loop.pipeline.backends.guarded_engine import Fatal, FatalKind, MalformedReply
-from memtrace_loop.pipeline.backends.lm import NO_KEY_PLACEHOLDER, OpenAILMConfig, _read_api_key, lm_model_name
+from memtrace_loop.pipeline.backends.lm import NO_KEY_PLACEHOLDER, OpenAILMConfig, Shared, _read_api_key, lm_model_name
 from memtrace_loop.pipeline.core.redaction import redact, url_credentials
 
 if TYPE_CHECKING:  # DSPy's vendored lm15 has a py.typed marker inside untyped dspy: mypy must not follow it
@@ -103,7 +103,7 @@ def _unreadable(exc: Exception) -> MalformedReply | None:
     return MalformedReply(f"the reply is not a chat completion: {exc}", status=200)
 
 
-class OpenAIEngine:
+class OpenAIEngine(Shared):
     """One attempt against the endpoint per call (sync; the attempts run on the engine's event loop)."""
 
     def __init__(self, config: OpenAILMConfig) -> None:
@@ -118,12 +118,6 @@ class OpenAIEngine:
         self._engine: AsyncLM15Engine | None = None  # made and used on the loop's thread only
         self._pid = os.getpid()
         self._stop: Callable[[], Any] = lambda: None
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
-        return self  # shared pool and key; a deep-copied program keeps using this engine
-
-    def __copy__(self) -> Any:
-        return self
 
     def _router(self) -> AsyncLM15Engine:
         config, parts = self.config, urlsplit(self.config.api_base or "")

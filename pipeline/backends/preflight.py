@@ -2,15 +2,12 @@
 
 A wrong key, an unknown model, a dead host or an endless rate limit would otherwise show as a run of
 failed operations and a 0% score. Before the first real call, an entry point asks one tiny chat request
-(`ping`, under the role's own `max_tokens` and `deadline_s`) per distinct endpoint (endpoint, model, key
-variable, dialect, max_tokens) of the LMs on the `openai` backend, straight through the guarded
-engine's `probe` (never through `dspy.LM`: DSPy's cache is neither read nor written, no callback counts
-it), and one embedding of `ping` when the embedder is an `OpenAIEmbedder`. An endpoint that cannot
-serve raises `EndpointUnusable(role, scrubbed endpoint, cause)` (401/403 naming the key variable, 404,
-unreachable, no usable reply, rate-limited longer than allowed, deadline passed); an empty reply cut at
-`max_tokens` raises `MaxTokensTooSmall`. A refused local endpoint fails at once naming the fix (for the
-embedder: one TCP connection first, its client would retry a refusal with back-off). A 400-class
-refusal of the check request itself only logs a warning. The simulated world needs no check.
+(`ping`, under the role's own `max_tokens` and `deadline_s`) per distinct endpoint of the LMs on the
+`openai` backend, through the guarded engine's `probe` (not `dspy.LM`: no cache, no counting), and one
+embedding when the embedder is an `OpenAIEmbedder`. An endpoint that cannot serve raises
+`EndpointUnusable`; an empty reply cut at `max_tokens`, `MaxTokensTooSmall`. A refused local endpoint
+fails at once naming the fix; a 400-class refusal of the check request only logs a warning. The
+simulated world needs no check.
 """
 
 from __future__ import annotations

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 from memtrace_loop.pipeline.backends.lm import (
     ROLES,
-    BackendSpec,
     LMConfig,
     LMSet,
     LMSetConfig,
@@ -31,6 +30,7 @@ from memtrace_loop.pipeline.backends.lm import (
     lm_model_name,
 )
 from memtrace_loop.pipeline.backends.local_server import model_path_of
+from memtrace_loop.pipeline.backends.spec import BackendSpec
 from memtrace_loop.pipeline.backends.test_world import TestWorld
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.registry import Registry
@@ -55,7 +55,7 @@ LM_BACKENDS: Registry[BackendSpec] = Registry(
     "lm backend",
     {
         "sim": "memtrace_loop.pipeline.sim.lm_backend",
-        "openai": "memtrace_loop.pipeline.backends.lm:OPENAI",
+        "openai": "memtrace_loop.pipeline.backends.spec:OPENAI",
         "local": "memtrace_loop.pipeline.backends.local_server",
     },
     unknown="{key}: unknown {what} {name!r} (available: {choices})",

@@ -9,7 +9,8 @@ It does not retry or guard calls (`build_lm` wraps every backend's engines).
 
 from __future__ import annotations
 
-from memtrace_loop.pipeline.backends.lm import BackendSpec, Engines, SimLMConfig, lm_model_name
+from memtrace_loop.pipeline.backends.lm import SimLMConfig, lm_model_name
+from memtrace_loop.pipeline.backends.spec import BackendSpec, Engines
 
 __all__ = ["SPEC", "sim_engines"]
 

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 from dspy.lm15 import Message, Response, Usage
 from memtrace_loop.pipeline.backends.failure_guard import MaxTokensGuard
-from memtrace_loop.pipeline.backends.openai_engine import with_query
 from memtrace_loop.pipeline.backends.guarded_engine import (
     EmptyAtMaxTokens,
     EmptyReply,
@@ -18,8 +17,9 @@ from memtrace_loop.pipeline.backends.guarded_engine import (
     check_reply,
     classify,
     our_hint,
-    usable_record,
 )
+from memtrace_loop.pipeline.backends.lm import usable_record
+from memtrace_loop.pipeline.backends.openai_engine import with_query
 from memtrace_loop.pipeline.core.stop import MaxTokensTooSmall, RunStopped
 
 
