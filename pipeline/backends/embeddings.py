@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 from collections.abc import Mapping, Sequence
 from itertools import pairwise
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 import pydantic
+from memtrace_loop.pipeline.backends.lm import read_key
 from memtrace_loop.pipeline.backends.text import alnum_apostrophe_words
 from memtrace_loop.pipeline.core.config import ConfigError, describe_error
 from memtrace_loop.pipeline.core.redaction import scrub_url
@@ -169,7 +169,7 @@ class OpenAIEmbedder:
         self.max_retries = int(max_retries)
         self.batch_size = int(batch_size)
         self._dim = dim
-        api_key = _read_key(api_key_env) if api_key_env else "EMPTY"  # never an ambient OPENAI_API_KEY
+        api_key = read_key(api_key_env, "the embedding endpoint")  # never an ambient OPENAI_API_KEY
         self._client = openai.OpenAI(
             api_key=api_key, base_url=api_base, timeout=self.timeout_s, max_retries=self.max_retries
         )
@@ -236,15 +236,6 @@ class OpenAIEmbedder:
                 "check embedder.model and embedder.api_base"
             )
         raise EndpointUnusable("embedder", self.endpoint, cause) from None
-
-
-def _read_key(api_key_env: str) -> str:
-    value = os.environ.get(api_key_env)
-    if not value:
-        from memtrace_loop.pipeline.backends.lm import MissingAPIKeyError  # imported here: it pulls in dspy
-
-        raise MissingAPIKeyError(api_key_env, "the embedding endpoint")
-    return value
 
 
 class EmbedderConfig(pydantic.BaseModel):

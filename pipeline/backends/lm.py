@@ -53,6 +53,7 @@ __all__ = [
     "configure_cache",
     "describe",
     "lm_model_name",
+    "read_key",
     "usable_record",
 ]
 
@@ -260,12 +261,14 @@ def _validation_summary(exc: pydantic.ValidationError, prefix: str = "lm") -> st
     return "; ".join(describe_error(prefix, e, show_input=False) for e in exc.errors())
 
 
-def _read_api_key(config: OpenAILMConfig) -> str:
-    if config.api_key_env is None:
+def read_key(variable: str | None, purpose: str) -> str:
+    """The value of the key variable `variable` (`MissingAPIKeyError` naming it when unset or empty), or
+    the placeholder when no variable is named."""
+    if not variable:
         return NO_KEY_PLACEHOLDER
-    value = os.environ.get(config.api_key_env)
+    value = os.environ.get(variable)
     if not value:
-        raise MissingAPIKeyError(config.api_key_env, f"model {config.model!r}")
+        raise MissingAPIKeyError(variable, purpose)
     return value
 
 

@@ -30,7 +30,7 @@ from urllib.parse import urlsplit, urlunsplit
 from dspy.clients.engines.lm15_engine import AsyncLM15Engine, LM15Engine, timeouts_for
 from dspy.lm15 import Request, Response, RouterConfig
 from memtrace_loop.pipeline.backends.guarded_engine import Fatal, FatalKind, MalformedReply
-from memtrace_loop.pipeline.backends.lm import NO_KEY_PLACEHOLDER, OpenAILMConfig, Shared, _read_api_key, lm_model_name
+from memtrace_loop.pipeline.backends.lm import NO_KEY_PLACEHOLDER, OpenAILMConfig, Shared, lm_model_name, read_key
 from memtrace_loop.pipeline.core.redaction import redact, url_credentials
 
 if TYPE_CHECKING:  # DSPy's vendored lm15 has a py.typed marker inside untyped dspy: mypy must not follow it
@@ -110,7 +110,7 @@ class OpenAIEngine(Shared):
         if config.backend != "openai":
             raise ValueError(f"an OpenAI engine needs backend 'openai', got {config.backend!r}")
         self.config = config
-        self._key = _read_api_key(config)
+        self._key = read_key(config.api_key_env, f"model {config.model!r}")
         self.endpoint = openai_endpoint(config)
         self.model_name = lm_model_name(config)
         self._lock = threading.Lock()
