@@ -1,22 +1,11 @@
 """Okapi BM25 over a fixed list of short documents, in pure Python.
 
-Used for pseudo-evidence (which turns best match question + gold answer) and by retrieval stages that
-fuse lexical and dense search. Tokenization: `text.alnum_words` (lowercase alphanumeric runs). Ties
-rank the earlier document first, so results are deterministic. It does not embed, fuse or persist
-anything.
-
-Why our own and not `bm25s` or `rank_bm25` (measured once against both, each set up to compute this
-exact formula: Lucene idf, `tf (k1 + 1)` term weight, each query term once):
-- Rankings are not identical. Scores agree to 1e-14, but the libraries add the term weights in
-  another order, so documents whose scores are mathematically equal differ in the last bit and
-  their tie order changes: 2 of 304 pseudo-evidence queries on real LoCoMo (400-600 turns) rank
-  differently (bm25s and rank_bm25 alike). Stock `rank_bm25.BM25Okapi` uses another idf (with an
-  epsilon floor) and changes 63 of 335 EverMemOS rankings.
-- They are slower where the pipeline spends its BM25 time, on many small indexes: the EverMemOS
-  episode indexes of a sim run (8 indexes, 335 queries) take 10 ms with ours, 45 ms with bm25s
-  (its sparse-matrix build alone is 14 ms) and 41 ms with rank_bm25; pseudo-evidence over the sim
-  turns (8 indexes of 84 turns, 249 queries) 46 ms ours, 44 ms bm25s, 92 ms rank_bm25. Only on
-  the larger real-LoCoMo turn indexes is bm25s faster (186 ms vs 504 ms for 304 queries).
+Used for pseudo-evidence and by retrieval stages that fuse lexical and dense search. Tokenization:
+`text.alnum_words`. Ties rank the earlier document first, so results are deterministic. Not `bm25s` or
+`rank_bm25`: with this exact formula (Lucene idf, each query term once) they add the term weights in
+another order, so equal scores differ in the last bit and tie order changes (2 of 304 pseudo-evidence
+queries on real LoCoMo); stock `BM25Okapi` uses another idf; and they are slower on the pipeline's many
+small indexes. It does not embed, fuse or persist anything.
 """
 
 from __future__ import annotations

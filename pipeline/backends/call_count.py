@@ -1,24 +1,21 @@
 """Counting LM calls per role (made, cached, reused, failed, tokens), and reusing replies within a run.
 
-`CallLedger.counted(lms)` returns copies of the LMs (`dspy.BaseLM.copy`: sharing engine and client),
-each with a `CallCounter` for its role as an instance callback, so every call through `BaseLM.__call__`
-/ `acall` is counted wherever it comes from (our runner, an attributor, the rewriter, dspy.GEPA);
-copies of a counted LM keep the same counter. DSPy 3.4 (`dspy.clients.execution.finalize`) calls
-`settings.usage_tracker.add_usage` exactly for calls NOT served by its response cache: for one call
-the counter puts a probe in that slot (`dspy.settings.context`, a context variable) which records the
-usage and forwards it (so `Prediction.get_lm_usage` still works). A call is **made** when it reached
-the backend (usage seen, or it raised: also `failed`), else **cached**; a retried call counts once;
-tokens are those of made calls.
+`CallLedger.counted(lms)` returns copies of the LMs (sharing engine and client), each with its role's
+`CallCounter` as an instance callback, so every call through `BaseLM.__call__` / `acall` is counted
+wherever it comes from (runner, attributor, rewriter, dspy.GEPA). DSPy calls `settings.usage_tracker.
+add_usage` exactly for calls NOT served by its response cache: the counter puts a probe in that slot for
+one call, which records the usage and forwards it. A call is **made** when it reached the backend (usage
+seen, or it raised: also `failed`), else **cached**; a retried call counts once; tokens are those of made
+calls.
 
 `ReplyStore` is the run's replies by request digest (`request_key`: model, endpoint, the whole lm15
-`Request`, the caller's `rollout_id`), bounded (least recently used out first); the guarded engine
-answers a request already answered in the run from it, making a missing reply once even when threads
-ask at the same time (`get_or_call`; a failed call stores nothing). Such a call is **reused**: neither
-made nor cached, no tokens. The counter opens a slot per call (`open_call`, a context variable), the
-engine marks it (`mark_reused`), the counter reads and closes it (`close_call`). A repeat that DSPy's
-cache served before the store was asked counts as reused too (`_SeenRequests`), so the budget does not
-depend on whether the cache is on. Counts are plain numbers behind a lock; `tally()` is an immutable
-`CallTally` (subtract two for the calls in between). It does not decide budgets or log.
+`Request`, the caller's `rollout_id`), least recently used out first; the guarded engine answers a
+request already answered in the run from it, making a missing reply once even when threads ask at the
+same time (a failed call stores nothing). Such a call is **reused**: neither made nor cached, no tokens.
+The counter opens a slot per call (`open_call`, a context variable), the engine marks it
+(`mark_reused`), the counter closes it (`close_call`). A repeat that DSPy's cache served before the store
+was asked counts as reused too (`_SeenRequests`), so the budget does not depend on whether the cache is
+on. `tally()` is an immutable `CallTally`. It does not decide budgets or log.
 """
 
 from __future__ import annotations
@@ -28,7 +25,7 @@ import json
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar, Token
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -36,7 +33,7 @@ import dspy
 from dspy.clients.execution import request_to_dict  # lm15's serde, as DSPy's own cache key uses it
 from dspy.lm15 import Request, Response
 from dspy.utils.callback import BaseCallback
-from memtrace_loop.pipeline.backends.lm import ROLES, LMSet
+from memtrace_loop.pipeline.backends.lm import ROLES, LMSet, Shared
 from memtrace_loop.pipeline.core.lru import Lru
 from memtrace_loop.pipeline.core.single_flight import KeyedLocks
 
@@ -53,9 +50,8 @@ BUDGET_ROLES: tuple[str, ...] = ("task", "rewriter", "attributor")
 
 @dataclass(frozen=True)
 class RoleCalls:
-    """One role's calls: `made` reached the backend (`failed` of them raised), `cached` came from
-    DSPy's response cache, `reused` from the run's own store of replies (`pipeline.backends.call_count`);
-    tokens are those of made calls."""
+    """One role's calls: `made` reached the backend (`failed` of them raised), `cached` came from DSPy's
+    response cache, `reused` from the run's store of replies; tokens are those of made calls."""
 
     made: int = 0
     cached: int = 0
@@ -69,11 +65,6 @@ class RoleCalls:
 
     def __sub__(self, other: RoleCalls) -> RoleCalls:
         return RoleCalls(**{f.name: getattr(self, f.name) - getattr(other, f.name) for f in fields(self)})
-
-    @property
-    def requests(self) -> int:
-        """Calls asked of the LM layer and counted by a budget: made plus cached (never reused)."""
-        return self.made + self.cached
 
     @property
     def reuse_share(self) -> float:
@@ -120,16 +111,11 @@ class CallTally:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Mapping[str, int]]) -> CallTally:
-        """The inverse of `to_dict` (a checkpoint keeps the calls of the iterations before a resume; one
-        written before a count existed, `reused`, loads it as 0)."""
+        """The inverse of `to_dict` (a checkpoint's; one written before `reused` existed loads it as 0)."""
         return cls({role: RoleCalls(**{k: int(v) for k, v in counts.items()}) for role, counts in data.items()})
 
     def to_dict(self) -> dict[str, dict[str, int]]:
-        return {
-            role: {"made": c.made, "cached": c.cached, "failed": c.failed, "prompt_tokens": c.prompt_tokens,
-                   "completion_tokens": c.completion_tokens, "reused": c.reused}
-            for role, c in self.by_role.items()
-        }
+        return {role: asdict(calls) for role, calls in self.by_role.items()}
 
 
 DEFAULT_MAX_ENTRIES = 16_384  # replies kept per run (a few KB each)
@@ -137,8 +123,7 @@ DEFAULT_MAX_ENTRIES = 16_384  # replies kept per run (a few KB each)
 
 @dataclass(frozen=True)
 class CallSlot:
-    """One counted LM call in progress: the caller's `rollout_id` (part of the key) and whether the
-    engine served it from the store."""
+    """One counted LM call in progress: the caller's `rollout_id` and whether the store served it."""
 
     rollout_id: str | None = None
     reused: bool = False
@@ -148,7 +133,7 @@ _CALL: ContextVar[CallSlot | None] = ContextVar("memtrace_lm_call", default=None
 
 
 def open_call(rollout_id: Any = None) -> Token[CallSlot | None]:
-    """Open the slot of one LM call (the counter, when the call starts); give its token to `close_call`."""
+    """Open the slot of one LM call; give its token to `close_call`."""
     return _CALL.set(CallSlot(None if rollout_id is None else str(rollout_id)))
 
 
@@ -158,7 +143,7 @@ def current_call() -> CallSlot | None:
 
 
 def mark_reused() -> None:
-    """Note that the call in progress was served from the store (nothing to note outside a counted call)."""
+    """Note that the call in progress was served from the store (no-op outside a counted call)."""
     slot = _CALL.get()
     if slot is not None:
         _CALL.set(replace(slot, reused=True))
@@ -172,8 +157,7 @@ def close_call(token: Token[CallSlot | None]) -> bool:
 
 
 def request_key(model: str, endpoint: str, request: Request, rollout_id: str | None = None) -> str:
-    """The digest of everything that determines a reply: the engine's model, its endpoint, the whole
-    request and the caller's rollout id."""
+    """The digest of everything that determines a reply: model, endpoint, request and rollout id."""
     record = {"model": model, "endpoint": endpoint, "request": request_to_dict(request), "rollout_id": rollout_id}
     text = json.dumps(record, sort_keys=True, ensure_ascii=False, default=repr)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -188,7 +172,7 @@ class ReuseStats:
     entries: int
 
 
-class ReplyStore:
+class ReplyStore(Shared):
     """The run's replies by request key, at most `max_entries` (least recently used dropped first)."""
 
     def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
@@ -200,15 +184,8 @@ class ReplyStore:
         self._hits = 0
         self._stored = 0
 
-    def __copy__(self) -> ReplyStore:
-        return self
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> ReplyStore:
-        return self  # per run: a copied engine or LM reuses into the same store
-
     def snapshot(self) -> ReplyStore:
-        """A new store holding the replies stored so far (for a benchmark that measures several
-        alternatives each from the same start); its counts start at zero."""
+        """A new store holding the replies stored so far; its counts start at zero."""
         copied = ReplyStore(self._replies.max_entries)
         with self._lock:
             copied._replies = self._replies.copy()
@@ -228,7 +205,7 @@ class ReplyStore:
 
     def get_or_call(self, key: str, call: Callable[[], Response]) -> tuple[Response, bool]:
         """(the reply for `key`, reused?): `call()` runs at most once per key at a time; a thread asking
-        while another makes the same call waits and reuses its reply (or, when it failed, calls itself)."""
+        meanwhile waits and reuses its reply (or, when it failed, calls itself)."""
         with self._flights.hold(key, forget=True):
             found = self.get(key)
             if found is not None:
@@ -243,8 +220,8 @@ class ReplyStore:
 
 
 class _UsageProbe:
-    """Stands in `dspy.settings.usage_tracker` during one LM call: notes that DSPy billed the call
-    (it does so only for calls not served by its cache) and forwards to the tracker it replaced."""
+    """Stands in `dspy.settings.usage_tracker` during one LM call: notes that DSPy billed it (it does so
+    only for calls its cache did not serve) and forwards to the tracker it replaced."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
@@ -265,11 +242,9 @@ class _UsageProbe:
 
 
 class _SeenRequests:
-    """The requests a run's reusing LMs were asked (a digest of the LM's model and the call's inputs), so a
-    repeat that DSPy's response cache serves before the engine's reply store is asked counts as reused,
-    as it would with the cache off: the budget does not depend on whether the cache is on. Bounded like
-    the run's `ReplyStore` (least recently asked forgotten first): a request it forgot counts as cached,
-    as the store, having dropped its reply, would make it again.
+    """The requests a run's reusing LMs were asked (digests of model and inputs), so a repeat DSPy's cache
+    serves counts as reused, as with the cache off. Bounded like the `ReplyStore`: a request it forgot
+    counts as cached, as the store, having dropped its reply, would make it again.
 
     >>> seen = _SeenRequests(max_entries=2)
     >>> [seen.seen_before(k) for k in ("a", "b", "a", "c", "a", "b")]  # "c" pushes out "b", asked least recently
@@ -289,8 +264,7 @@ class _SeenRequests:
 
 
 def _reuses(instance: Any) -> bool:
-    """Whether the LM answers repeats from the run's reply store (its guarded engine has one; `engine` is
-    DSPy's public face of the engine an LM was built with)."""
+    """Whether the LM's guarded engine answers repeats from the run's reply store."""
     settings = getattr(getattr(instance, "engine", None), "settings", None)
     return getattr(settings, "replies", None) is not None
 
@@ -303,9 +277,9 @@ def _request_digest(instance: Any, inputs: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-class CallCounter(BaseCallback):
-    """A DSPy callback counting one role's LM calls (attach it as an instance callback of that role's
-    LM; `CallLedger.counted` does). Thread-safe; shared, never copied, by copies of the LM."""
+class CallCounter(Shared, BaseCallback):
+    """A DSPy callback counting one role's LM calls (an instance callback of its LM). Thread-safe; shared,
+    never copied, by copies of the LM."""
 
     def __init__(self, role: str, seen: _SeenRequests | None = None) -> None:
         self.role = role
@@ -314,12 +288,6 @@ class CallCounter(BaseCallback):
         self._open: dict[str, tuple[_UsageProbe, Any, Any, str | None]] = {}
         self._counts = RoleCalls()
         self._seen = seen if seen is not None else _SeenRequests()
-
-    def __copy__(self) -> CallCounter:
-        return self
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> CallCounter:
-        return self  # a deep-copied program (GEPA does that) keeps counting into the same counter
 
     def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
         probe = _UsageProbe(dspy.settings.get("usage_tracker"))

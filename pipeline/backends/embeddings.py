@@ -1,32 +1,29 @@
 """Text embedders used for memory retrieval.
 
-`Embedder` is the small protocol every retriever relies on: a fixed `dim` and `embed(texts)` returning a
-float32 matrix with one L2-normalised row per text (so a dot product is a cosine similarity). Two
-implementations:
+`Embedder` is the protocol every retriever relies on: a fixed `dim` and `embed(texts)` returning a
+float32 matrix with one L2-normalised row per text (a dot product is a cosine similarity).
 
-- `HashingEmbedder` — deterministic, offline, needs no model: lowercase word unigrams, word bigrams and
-  character trigrams of words, hashed with a stable hash (blake2b, never Python's salted `hash`) into
-  signed buckets. It is the default and what the simulated world and the tests use; it captures lexical
-  overlap, not meaning.
-- `OpenAIEmbedder` — any OpenAI-compatible `/v1/embeddings` endpoint through the official `openai` client
-  (which retries 429/5xx/timeouts with exponential backoff and honours a `Retry-After` of at most 60 s);
-  401/403/404 raise `EndpointUnusable` (`pipeline.core.stop`), which ends the run.
+- `HashingEmbedder`: deterministic, offline, no model: word unigrams, bigrams and character trigrams,
+  hashed with blake2b (never Python's salted `hash`) into signed buckets. The default, and what the
+  simulated world and the tests use; it captures lexical overlap, not meaning.
+- `OpenAIEmbedder`: any OpenAI-compatible `/v1/embeddings` endpoint through the official `openai` client
+  (which retries 429/5xx/timeouts with backoff); 401/403/404 raise `EndpointUnusable`, which ends the run.
 
-`build_embedder` builds one from a plain (Hydra-resolved) mapping. This module does not cache embeddings
-and does not know about memories or retrieval; callers own both.
+`build_embedder` builds one from a plain (Hydra-resolved) mapping. It caches no embeddings and knows
+nothing of memories or retrieval.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import os
 from collections.abc import Mapping, Sequence
 from itertools import pairwise
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 import pydantic
+from memtrace_loop.pipeline.backends.lm import read_key
 from memtrace_loop.pipeline.backends.text import alnum_apostrophe_words
 from memtrace_loop.pipeline.core.config import ConfigError, describe_error
 from memtrace_loop.pipeline.core.redaction import scrub_url
@@ -64,6 +61,8 @@ def _normalize_rows(matrix: np.ndarray) -> np.ndarray:
 _WORD_CACHE_LIMIT = 200_000
 HASHING_DIM = 256  # the hashing embedder's dimension unless `embedder.dim` says otherwise
 MIN_HASHING_DIM = 8
+_BIGRAM_WEIGHT = 1.0
+_TRIGRAM_WEIGHT = 0.35  # lets "dogs" and "dog" share signal
 
 
 def _feature_slot(feature: str, dim: int) -> tuple[int, float]:
@@ -75,18 +74,15 @@ def _feature_slot(feature: str, dim: int) -> tuple[int, float]:
 class HashingEmbedder:
     """Deterministic bag-of-features embedder (feature hashing with signed buckets).
 
-    Features of a text: each lowercase word (weight 1), each pair of adjacent words (weight
-    `bigram_weight`) and each character trigram of a word padded with `<`/`>` (weight `trigram_weight`,
-    which lets "dogs" and "dog" share signal). Identical inputs give identical vectors in every process
-    and on every machine. An empty text embeds to the zero vector.
+    Features of a text: each lowercase word (weight 1), each pair of adjacent words and each character
+    trigram of a word padded with `<`/`>`. Identical inputs give identical vectors in every process and
+    on every machine. An empty text embeds to the zero vector.
     """
 
-    def __init__(self, dim: int = HASHING_DIM, *, bigram_weight: float = 1.0, trigram_weight: float = 0.35) -> None:
+    def __init__(self, dim: int = HASHING_DIM) -> None:
         if dim < MIN_HASHING_DIM:
             raise ValueError(f"HashingEmbedder dim must be at least {MIN_HASHING_DIM}, got {dim}")
         self._dim = int(dim)
-        self.bigram_weight = float(bigram_weight)
-        self.trigram_weight = float(trigram_weight)
         self._word_cache: dict[str, tuple[tuple[int, ...], tuple[float, ...]]] = {}
 
     @property
@@ -102,12 +98,11 @@ class HashingEmbedder:
         if cached is None:
             col, sign = _feature_slot("w:" + word, self._dim)
             cols, vals = [col], [sign]
-            if self.trigram_weight:
-                padded = f"<{word}>"
-                for i in range(len(padded) - 2):
-                    col, sign = _feature_slot("c:" + padded[i : i + 3], self._dim)
-                    cols.append(col)
-                    vals.append(sign * self.trigram_weight)
+            padded = f"<{word}>"
+            for i in range(len(padded) - 2):
+                col, sign = _feature_slot("c:" + padded[i : i + 3], self._dim)
+                cols.append(col)
+                vals.append(sign * _TRIGRAM_WEIGHT)
             cached = (tuple(cols), tuple(vals))
             if len(self._word_cache) < _WORD_CACHE_LIMIT:
                 self._word_cache[word] = cached
@@ -119,7 +114,7 @@ class HashingEmbedder:
         counts: list[int] = []
         cols: list[int] = []
         vals: list[float] = []
-        dim, bigram_weight = self._dim, self.bigram_weight
+        dim = self._dim
         for text in texts:
             words = alnum_apostrophe_words(text)
             before = len(cols)
@@ -127,11 +122,10 @@ class HashingEmbedder:
                 word_cols, word_vals = self._word_slots(word)
                 cols.extend(word_cols)
                 vals.extend(word_vals)
-            if bigram_weight:
-                for first, second in pairwise(words):
-                    col, sign = _feature_slot(f"b:{first} {second}", dim)
-                    cols.append(col)
-                    vals.append(sign * bigram_weight)
+            for first, second in pairwise(words):
+                col, sign = _feature_slot(f"b:{first} {second}", dim)
+                cols.append(col)
+                vals.append(sign * _BIGRAM_WEIGHT)
             counts.append(len(cols) - before)
         if not cols:
             return np.zeros((len(texts), dim), dtype=np.float32)
@@ -144,10 +138,9 @@ class HashingEmbedder:
 class OpenAIEmbedder:
     """Embeddings from an OpenAI-compatible endpoint (`POST {api_base}/embeddings`).
 
-    The API key is read from the environment variable named `api_key_env` when the client is built
-    (at construction); it is never stored on this object or logged. `dim` is learned from the first
-    response unless given. Texts are sent in batches of `batch_size`; rows are re-normalised locally.
-    The defaults are written here once (`EmbedderConfig` reads them).
+    The key is read from the variable named `api_key_env` at construction; it is never stored on this
+    object or logged. `dim` is learned from the first response unless given. Texts go in batches of
+    `batch_size`; rows are re-normalised locally. The defaults are written here (`EmbedderConfig` reads them).
     """
 
     KEY_ENV = "OPENAI_API_KEY"
@@ -176,7 +169,7 @@ class OpenAIEmbedder:
         self.max_retries = int(max_retries)
         self.batch_size = int(batch_size)
         self._dim = dim
-        api_key = _read_key(api_key_env) if api_key_env else "EMPTY"  # never an ambient OPENAI_API_KEY
+        api_key = read_key(api_key_env, "the embedding endpoint")  # never an ambient OPENAI_API_KEY
         self._client = openai.OpenAI(
             api_key=api_key, base_url=api_base, timeout=self.timeout_s, max_retries=self.max_retries
         )
@@ -219,7 +212,6 @@ class OpenAIEmbedder:
             )
         return matrix
 
-
     @property
     def endpoint(self) -> str:
         """The endpoint, safe to log (no user info, no query)."""
@@ -228,8 +220,8 @@ class OpenAIEmbedder:
         return endpoint_url(self.api_base) or DEFAULT_OPENAI_BASE
 
     def _create(self, batch: list[str]) -> Any:
-        """One embeddings request (the client retries 429/5xx/timeouts; `Retry-After` above 60 s is not
-        waited). 401/403/404 raise `EndpointUnusable` (the run cannot go on), naming the key VARIABLE."""
+        """One embeddings request (the client retries 429/5xx/timeouts); 401/403/404 raise
+        `EndpointUnusable`, naming the key VARIABLE."""
         import openai
         from memtrace_loop.pipeline.core.stop import EndpointUnusable
 
@@ -244,15 +236,6 @@ class OpenAIEmbedder:
                 "check embedder.model and embedder.api_base"
             )
         raise EndpointUnusable("embedder", self.endpoint, cause) from None
-
-
-def _read_key(api_key_env: str) -> str:
-    value = os.environ.get(api_key_env)
-    if not value:
-        from memtrace_loop.pipeline.backends.lm import MissingAPIKeyError  # imported here: it pulls in dspy
-
-        raise MissingAPIKeyError(api_key_env, "the embedding endpoint")
-    return value
 
 
 class EmbedderConfig(pydantic.BaseModel):

@@ -1,18 +1,15 @@
 """The guards that stop a run whose LM calls fail, and the rule that ends a finished one.
 
 One failing LM call is a failed operation, scored as a wrong answer, and the run goes on. When most
-calls fail (a broken endpoint, a model refusing every request, an endless rate limit) the numbers
-measure the outage: `FailureGuard` counts the logical calls that finally failed (after the retries)
-against all, and raises `TooManyFailures` once at least `min_calls` were made and the failed share is
-above `max_failed_share`; from then on every call raises it, so parallel workers stop too.
-`MaxTokensGuard` counts the empty replies cut at `max_tokens` and raises `MaxTokensTooSmall` at the
-third (`MAX_TOKENS_STOPS_AFTER`), naming `lm.<role>.max_tokens` and the override that raises it. Both
-are thread-safe, one per run, shared by every LM (`pipeline.backends.services.RunLedger`).
+calls fail (a broken endpoint, an endless rate limit) the numbers measure the outage: `FailureGuard`
+counts the logical calls that finally failed against all, and raises `TooManyFailures` once at least
+`min_calls` were made and the failed share is above `max_failed_share`; from then on every call raises
+it, so parallel workers stop too. `MaxTokensGuard` raises `MaxTokensTooSmall` at the third empty reply
+cut at `max_tokens` of a role. Both are thread-safe, one per run (`pipeline.backends.services.RunLedger`).
 
 Below the bound the run goes to its end, and `failed_calls_outcome` says what ends it (docs/usage.md
 "Exit codes"): none failed, a success; some, `FinishedWithFailedCalls` (exit 3, the MLflow run FAILED)
-unless `allow_failed_calls=true`. `FailedCalls` is the count it decides on. They do not retry and do
-not know why a call failed beyond the one-line description given (already free of secrets).
+unless `allow_failed_calls=true`. They do not retry and know no more of a failure than its one line.
 """
 
 from __future__ import annotations
@@ -23,6 +20,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+from memtrace_loop.pipeline.backends.lm import Shared
 from memtrace_loop.pipeline.core.stop import MaxTokensTooSmall, TooManyFailures
 
 if TYPE_CHECKING:  # call_count imports the LMs, which import this module
@@ -47,7 +45,7 @@ class FailureCounts:
         return self.failed / self.calls if self.calls else 0.0
 
 
-class FailureGuard:
+class FailureGuard(Shared):
     """Raises `TooManyFailures` once more than `max_failed_share` of at least `min_calls` calls failed."""
 
     def __init__(self, max_failed_share: float = MAX_FAILED_SHARE, min_calls: int = 20) -> None:
@@ -62,12 +60,6 @@ class FailureGuard:
         self._tripped: TooManyFailures | None = None
         self._last_error = ""
 
-    def __copy__(self) -> FailureGuard:
-        return self
-
-    def __deepcopy__(self, memo: dict[int, object]) -> FailureGuard:
-        return self
-
     def check(self) -> None:
         """Raise `TooManyFailures` if the guard has tripped (call before starting a new LM call)."""
         with self._lock:
@@ -76,47 +68,32 @@ class FailureGuard:
             raise TooManyFailures(tripped.failed, tripped.total, tripped.bound, self._last_error)
 
     def record(self, *, failed: bool, error: str = "") -> None:
-        """Count one finished logical call; raise `TooManyFailures` when this call trips the guard."""
+        """Count one finished logical call; raise `TooManyFailures` when the guard has tripped."""
         with self._lock:
-            self._counts = FailureCounts(self._counts.calls + 1, self._counts.failed + int(failed))
+            counts = self._counts = FailureCounts(self._counts.calls + 1, self._counts.failed + int(failed))
             if failed and error:
                 self._last_error = error
-            counts = self._counts
-            if (
-                self._tripped is None
-                and counts.calls >= self.min_calls
-                and counts.failed > self.max_failed_share * counts.calls
-            ):
+            over = counts.calls >= self.min_calls and counts.failed > self.max_failed_share * counts.calls
+            if self._tripped is None and over:
                 self._tripped = TooManyFailures(counts.failed, counts.calls, self.max_failed_share, self._last_error)
-            tripped = self._tripped
-        if tripped is not None:
-            raise TooManyFailures(tripped.failed, tripped.total, tripped.bound, self._last_error)
+        self.check()
 
     def counts(self) -> FailureCounts:
         with self._lock:
             return self._counts
 
 
-class MaxTokensGuard:
-    """Counts empty replies cut at `max_tokens` in one run; the `limit`-th of a role raises `MaxTokensTooSmall`."""
+class MaxTokensGuard(Shared):
+    """Counts empty replies cut at `max_tokens` in one run; the third of a role raises `MaxTokensTooSmall`."""
 
-    def __init__(self, limit: int = MAX_TOKENS_STOPS_AFTER) -> None:
-        if limit < 1:
-            raise ValueError(f"limit must be at least 1, got {limit}")
-        self.limit = limit
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._count_by_role: dict[str, int] = {}
-
-    def __copy__(self) -> MaxTokensGuard:
-        return self
-
-    def __deepcopy__(self, memo: dict[int, object]) -> MaxTokensGuard:
-        return self
 
     def record(self, role: str, max_tokens: int | None) -> None:
         with self._lock:
             count = self._count_by_role[role] = self._count_by_role.get(role, 0) + 1
-        if count >= self.limit:
+        if count >= MAX_TOKENS_STOPS_AFTER:
             raise MaxTokensTooSmall(role, max_tokens, count)
 
     def count(self, role: str) -> int:

@@ -1,4 +1,4 @@
-"""The engine every project LM runs on: a one-attempt DSPy engine behind the run's retries, checks and guards.
+"""The engine every project LM runs on: a one-attempt engine behind the run's retries, reply checks and guards.
 
 `GuardedEngine` is a DSPy custom engine (`dspy.LM(..., engine=GuardedEngine(inner), async_engine=
 AsyncGuardedEngine(...), num_retries=0)`) around an inner engine doing one attempt per call
@@ -6,66 +6,185 @@ AsyncGuardedEngine(...), num_retries=0)`) around an inner engine doing one attem
 DSPy's callbacks, its response cache and the call counter see a retried call once. Per call it:
 
 1. refuses to start when a stop was requested (`StopToken`) or the `FailureGuard` has tripped;
-2. runs the attempts under the `RetryPolicy` (`pipeline.backends.resilience.RetryLoop`), giving an
-   inner engine with `complete_by(request, deadline)` the call's deadline;
-3. checks each reply (`check_reply`): a malformed or empty one is a failed attempt, retried, never
-   returned (so never cached); one cut empty at `max_tokens` fails the call and is counted in the
-   run's `MaxTokensGuard`;
-4. masks every configured key in the reply (`GuardSettings.secrets`);
-5. turns a fatal reply (401/403/404, billing) into `EndpointUnusable(role, endpoint, cause)`, the
-   cause from the inner engine's `explain_fatal` (naming the key VARIABLE, never the key);
-6. counts the call in the `FailureGuard` (which may raise `TooManyFailures`);
-7. with the run's `ReplyStore` (`GuardSettings.replies`; None: off) answers a request already answered
+2. runs the attempts with tenacity under the `RetryPolicy`; the decisions are `classify`'s:
+   - transient: 429, 5xx, 408, timeouts, connection errors, a 200 body that is no completion
+     (`MalformedReply`) or carries no answer (`EmptyReply`); retried at most `num_retries` times,
+     waiting the server's `Retry-After`, else 1, 2, 4, ... s capped at `retry_after_cap_s`; a longer
+     `Retry-After` is never waited (`RetryAfterTooLong`);
+   - an empty reply cut at `max_tokens` (`EmptyAtMaxTokens`) is not retried and is counted in the
+     run's `MaxTokensGuard`;
+   - fatal (401/403, 404, billing): `EndpointUnusable(role, endpoint, cause)`, the cause from the inner
+     engine's `explain_fatal` (naming the key VARIABLE, never the key);
+   - `deadline_s` bounds the call: no wait ends after it, and an inner engine with `complete_by(request,
+     deadline)` cuts a reply still arriving (`DeadlinePassed`); the stop token wakes every wait;
+   every retry is logged at WARNING (role, endpoint, attempt n/N, cause, wait) and counted in the
+   run's `RetryLedger`; provider text is scrubbed and a client library's advice becomes our key
+   (`our_hint`: `lm.<role>.timeout_s`);
+3. masks every configured key in the reply (`GuardSettings.secrets`);
+4. counts the call in the `FailureGuard` (which may raise `TooManyFailures`);
+5. with the run's `ReplyStore` (`GuardSettings.replies`; None: off) answers a request already answered
    in the run from it (marked reused for the counter; the guard does not see it).
 
-`probe(request)` is the preflight's door: the same attempts and checks, but a final failure saying the
-endpoint cannot serve raises `EndpointUnusable` (an empty reply cut at `max_tokens`: `MaxTokensTooSmall`)
-and the guard is not involved; a connection refused by a local endpoint (`local_endpoint`) fails it at
-the first attempt, naming the fix (a running call still retries it). `AsyncGuardedEngine` is the async
-face DSPy's `acall` needs: the same call on a worker thread. `RunStopped` errors are BaseExceptions:
-DSPy's error boundary and the tracer let them through. Copies of an engine are the engine itself;
-`dump_state` saves the inner engine and the policy, never the per-run objects.
+`probe(request)` is the preflight's door: the same attempts and checks, but a final failure raises
+`EndpointUnusable` (an empty reply cut at `max_tokens`: `MaxTokensTooSmall`), the guard not involved;
+a connection refused by a local endpoint (`local_endpoint`) fails it at the first attempt, naming the
+fix. `AsyncGuardedEngine` runs the same call on a worker thread for DSPy's `acall`. `RunStopped`
+errors are BaseExceptions: DSPy's error boundary and the tracer let them through. Copies of an engine
+are the engine itself; `dump_state` saves the inner engine and the policy, never the per-run objects.
+`check_reply` says which replies carry an answer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import builtins
+import errno
 import importlib
 import ipaddress
 import json
 import logging
-from collections.abc import AsyncIterator, Iterator
+import re
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from enum import StrEnum
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+import tenacity
 from dspy import lm15
 from dspy.clients.call_result import response_from_dict, response_to_dict  # lm15's serde, as DSPy uses it
 from dspy.lm15 import Request, Response, response_to_events
 from memtrace_loop.pipeline.backends.call_count import ReplyStore, current_call, mark_reused, request_key
 from memtrace_loop.pipeline.backends.failure_guard import FailureGuard, MaxTokensGuard
-from memtrace_loop.pipeline.backends.resilience import (
-    DeadlinePassed,
-    EmptyAtMaxTokens,
-    Fatal,
-    RetryAfterTooLong,
-    RetryCause,
-    RetryLoop,
-    RetryPolicy,
-    Transient,
-    check_reply,
-    classify,
-    connection_refused,
-)
-from memtrace_loop.pipeline.backends.services import RetryLedger
-from memtrace_loop.pipeline.core.redaction import redact
-from memtrace_loop.pipeline.core.stop import EndpointUnusable, MaxTokensTooSmall, RunStopped, StopToken
+from memtrace_loop.pipeline.backends.lm import RetryPolicy, Shared
+from memtrace_loop.pipeline.core.redaction import redact_tree
+from memtrace_loop.pipeline.core.stop import EndpointUnusable, Interrupted, MaxTokensTooSmall, RunStopped, StopToken
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["AsyncGuardedEngine", "GuardSettings", "GuardedEngine", "local_endpoint"]
 
 _LOCAL_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
+_MAX_DETAIL_CHARS = 160
+
+
+class RetryLedger(Protocol):
+    """Where retries are counted (`pipeline.backends.services.RetryLedger`)."""
+
+    def record(self, role: str, cause: str) -> None: ...
+
+
+class RetryCause(StrEnum):
+    """Why an attempt is retried (the ledger counts retries by these)."""
+
+    RATE_LIMITED = "rate_limited"
+    SERVER_ERROR = "server_error"
+    TIMEOUT = "timeout"
+    CONNECTION = "connection"
+    MALFORMED = "malformed"
+    EMPTY_REPLY = "empty_reply"
+
+
+class FatalKind(StrEnum):
+    AUTH = "auth"
+    NOT_FOUND = "not_found"
+    BILLING = "billing"
+
+
+@dataclass(frozen=True)
+class Transient:
+    cause: RetryCause
+    detail: str  # one short line (HTTP status, exception kind, first line of the message)
+    retry_after: float | None = None
+
+
+@dataclass(frozen=True)
+class Fatal:
+    kind: FatalKind
+    status: int | None
+    detail: str
+
+
+class MalformedReply(lm15.ProviderError):
+    """An HTTP 200 reply that is no completion (not a JSON object, no choice, no message): retried."""
+
+
+class EmptyReply(lm15.ProviderError):
+    """An HTTP 200 completion with no answer in it (content null, empty or blank): retried."""
+
+
+class EmptyAtMaxTokens(lm15.ProviderError):
+    """An empty completion that stopped at the token limit (finish_reason "length"): not retried."""
+
+    def __init__(self, message: str, *, status: int | None = 200, max_tokens: int | None = None) -> None:
+        super().__init__(message, status=status)
+        self.max_tokens = max_tokens
+
+
+class RetryAfterTooLong(lm15.RateLimitError):
+    """The server asked to wait longer than `retry_after_cap_s`; the call fails without waiting."""
+
+
+class DeadlinePassed(lm15.TimeoutError):
+    """The logical call's `deadline_s` passed before it succeeded (attempts and waits included)."""
+
+
+def _detail(exc: BaseException) -> str:
+    status = getattr(exc, "status", None)
+    text = (getattr(exc, "message", None) or str(exc) or "").strip()
+    line = text.splitlines()[0] if text else ""
+    line = line if len(line) <= _MAX_DETAIL_CHARS else line[: _MAX_DETAIL_CHARS - 1] + "…"
+    head = f"HTTP {status}" if isinstance(status, int) else type(exc).__name__
+    return f"{head}: {line}" if line else head
+
+
+def classify(exc: BaseException) -> Transient | Fatal | None:
+    """What a failed attempt means: transient (retry), fatal (the endpoint is unusable) or None (a
+    failure of this call only: an invalid request, a context too long, a bug)."""
+    status = getattr(exc, "status", None)
+    status = status if isinstance(status, int) else None
+    detail = _detail(exc)
+    if isinstance(exc, lm15.BillingError):
+        return Fatal(FatalKind.BILLING, status, detail)
+    if isinstance(exc, lm15.AuthError) or status in (401, 403):
+        return Fatal(FatalKind.AUTH, status, detail)
+    if status == 404:
+        return Fatal(FatalKind.NOT_FOUND, status, detail)
+    after = getattr(exc, "retry_after", None)
+    after = float(after) if isinstance(after, int | float) and after >= 0 else None
+    if isinstance(exc, lm15.RateLimitError) or status == 429:
+        return Transient(RetryCause.RATE_LIMITED, detail, after)
+    if isinstance(exc, lm15.TimeoutError | builtins.TimeoutError) or status == 408:
+        return Transient(RetryCause.TIMEOUT, detail, after)
+    if isinstance(exc, lm15.ServerError) or (status is not None and status >= 500):
+        return Transient(RetryCause.SERVER_ERROR, detail, after)
+    if isinstance(exc, lm15.TransportError):
+        timed_out = "timed out" in str(exc).lower() or "timeout" in str(exc).lower()
+        return Transient(RetryCause.TIMEOUT if timed_out else RetryCause.CONNECTION, detail)
+    if isinstance(exc, EmptyReply):
+        return Transient(RetryCause.EMPTY_REPLY, detail)
+    if isinstance(exc, MalformedReply) or (type(exc) is lm15.ProviderError and (status is None or 200 <= status < 300)):
+        return Transient(RetryCause.MALFORMED, detail)  # lm15 raises a bare ProviderError for a non-JSON 2xx body
+    return None
+
+
+def connection_refused(exc: BaseException) -> bool:
+    """Whether `exc` or an error it was raised from is a refused connection (for a name with several
+    addresses, asyncio's "Multiple exceptions" all refused)."""
+    link: BaseException | None = exc
+    seen: set[int] = set()
+    refused = f"[Errno {errno.ECONNREFUSED}]"
+    while link is not None and id(link) not in seen:
+        text = str(link)
+        if isinstance(link, ConnectionRefusedError) or (
+            isinstance(link, OSError) and text.startswith("Multiple exceptions") and
+            text.count(refused) == text.count("[Errno")
+        ):
+            return True
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
+    return False
 
 
 def local_endpoint(url: str) -> bool:
@@ -79,6 +198,68 @@ def local_endpoint(url: str) -> bool:
     except ValueError:
         return False
     return address.is_loopback or address.is_unspecified
+
+
+_LIBRARY_HINTS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"this is lm15's read timeout, not a server failure\s*[—-]+\s*raise it with Timeouts\(read=\.\.\.\)"
+                r"(?: if the model needs longer)?"),
+     "the client's read timeout: raise lm.{role}.timeout_s if the model needs longer"),
+    (re.compile(r"raise max_connections, or Timeouts\(pool=\.\.\.\) to wait longer"),
+     "lm.{role}.timeout_s bounds this wait"),
+    (re.compile(r"Timeouts\((?:read|write|connect|pool)=[^)]*\)"), "lm.{role}.timeout_s"),
+)
+
+
+def our_hint(text: str, role: str) -> str:
+    """`text` with a client library's advice to its own users replaced by our key (`lm.<role>.timeout_s`)."""
+    for pattern, replacement in _LIBRARY_HINTS:
+        text = pattern.sub(replacement.format(role=role), text)
+    return text
+
+
+def _scrubbed(exc: BaseException, scrub: Any) -> BaseException:
+    """`exc` with `scrub` applied to its message and arguments; a chain that would show a secret is cut."""
+    if isinstance(getattr(exc, "message", None), str):
+        exc.message = scrub(exc.message)  # type: ignore[attr-defined]
+    exc.args = tuple(scrub(arg) if isinstance(arg, str) else arg for arg in exc.args)
+    link: BaseException | None = exc.__cause__ or exc.__context__
+    while link is not None:
+        if scrub(str(link)) != str(link):
+            exc.__cause__, exc.__suppress_context__ = None, True
+            break
+        link = link.__cause__ or link.__context__
+    return exc
+
+
+def _shape_problem(data: Any) -> str:
+    """What is missing in a raw chat.completion body ("" when it has a choice with a message, or no body)."""
+    if not isinstance(data, Mapping):
+        return ""  # no raw body (the simulated world's engine): judged by its parts only
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices:
+        return "the reply is JSON but carries no choice"
+    if not isinstance(choices[0], Mapping) or not isinstance(choices[0].get("message"), Mapping):
+        return "the reply carries a choice without a message"
+    return ""
+
+
+def check_reply(response: Response, max_tokens: int | None = None) -> Response:
+    """`response` if it carries an answer (text, data or a tool call); else `MalformedReply`,
+    `EmptyAtMaxTokens` (no text, finish_reason "length") or `EmptyReply`."""
+    problem = _shape_problem(response.provider_data)
+    if problem:
+        raise MalformedReply(problem, status=200)
+    for part in response.message.parts:
+        kind = type(part).__name__
+        text = str(getattr(part, "text", "") or "").strip()
+        if kind in ("DataPart", "ToolCallPart") or (kind == "TextPart" and text):
+            return response
+    if response.finish_reason == "length":
+        limit = f"max_tokens={max_tokens}" if max_tokens is not None else "the server's max_tokens"
+        raise EmptyAtMaxTokens(f"the reply is empty: it stopped at {limit} (finish_reason \"length\") before any "
+                               "answer", status=200, max_tokens=max_tokens)
+    raise EmptyReply(f"the reply carries no answer (empty content, finish_reason {response.finish_reason!r})",
+                     status=200)
 
 
 @dataclass(frozen=True)
@@ -96,39 +277,22 @@ class GuardSettings:
     replies: ReplyStore | None = None  # the run's replies, reused for an identical request (None: never)
 
 
-def _redact_tree(value: Any, secrets: tuple[str, ...]) -> Any:
-    if isinstance(value, str):
-        return redact(value, secrets)
-    if isinstance(value, dict):
-        return {key: _redact_tree(item, secrets) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return type(value)(_redact_tree(item, secrets) for item in value)
-    return value
-
-
 def redacted_reply(response: Response, secrets: tuple[str, ...]) -> Response:
     """`response` with every secret masked in its text and raw provider data (itself when none shows)."""
     if not secrets:
         return response
     record = response_to_dict(response, include_provider_data=True)
-    text = json.dumps(record, ensure_ascii=False)
-    if not any(secret in text for secret in secrets):
+    if not any(secret in json.dumps(record, ensure_ascii=False) for secret in secrets):
         return response
-    return response_from_dict(_redact_tree(record, secrets))
+    return response_from_dict(redact_tree(record, secrets))
 
 
-class GuardedEngine:
+class GuardedEngine(Shared):
     """The synchronous face (a DSPy custom engine); see the module docstring."""
 
     def __init__(self, inner: Any, settings: GuardSettings) -> None:
         self.inner = inner
         self.settings = settings
-
-    def __copy__(self) -> Any:
-        return self
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
-        return self
 
     @property
     def model_name(self) -> str:
@@ -138,38 +302,97 @@ class GuardedEngine:
         scrub = getattr(self.inner, "scrub", None)
         return scrub(text) if callable(scrub) else text
 
+    def _hinted(self, text: str) -> str:
+        return our_hint(self.scrub(text), self.settings.role)
+
     def _unusable(self, cause: str) -> EndpointUnusable:
         return EndpointUnusable(self.settings.role, self.settings.endpoint, cause)
 
-    def _raise_fatal(self, fatal: Fatal) -> None:
-        explain = getattr(self.inner, "explain_fatal", None)
-        status = f"HTTP {fatal.status}" if fatal.status is not None else "no status"
-        cause = explain(fatal, self.settings.role) if callable(explain) else f"{fatal.kind} ({status}): {fatal.detail}"
-        raise self._unusable(cause) from None
-
+    # ------------------------------------------------------------------------------ the retry loop
     def _run(self, request: Request, final: Any = None) -> Response:
-        s = self.settings
-        loop = RetryLoop(s.policy, role=s.role, endpoint=s.endpoint, on_fatal=self._raise_fatal, stop=s.stop,
-                         ledger=s.retries, scrub=self.scrub, final=final)
-        return loop.run(lambda deadline: self._attempt(request, deadline))
+        """The attempts of one logical call; a failure `final(exc)` accepts is re-raised at once (no
+        retry, no wait, no warning: the caller explains it)."""
+        deadline = time.monotonic() + self.settings.policy.deadline_s
+
+        def wait(state: tenacity.RetryCallState) -> float:
+            assert state.outcome is not None  # tenacity waits only after a failed attempt
+            failed = state.outcome.exception()
+            assert failed is not None
+            return self._wait_after(failed, state.attempt_number, deadline, final)
+
+        retrying = tenacity.Retrying(retry=tenacity.retry_if_exception_type(Exception), before=self._check_stop,
+                                     wait=wait, sleep=self._sleep, reraise=True)
+        return retrying(self._attempt, request, deadline)
 
     def _attempt(self, request: Request, deadline: float) -> Response:
         complete_by = getattr(self.inner, "complete_by", None)
         response = complete_by(request, deadline) if callable(complete_by) else self.inner.complete(request)
         return redacted_reply(check_reply(response, request.config.max_tokens), self.settings.secrets)
 
-    def _refused_locally(self, exc: BaseException) -> bool:
-        """A connection refused by a local endpoint: its server is not running (the probe gives up)."""
-        return connection_refused(exc) and local_endpoint(self.settings.endpoint)
+    def _warn(self, attempt: int, verdict: Transient, end: str) -> None:
+        s = self.settings
+        logger.warning("lm.%s %s: attempt %d/%d failed (%s: %s)%s", s.role, s.endpoint, attempt,
+                       s.policy.attempts, verdict.cause, self._hinted(verdict.detail), end)
 
-    def _before(self) -> None:
+    def _deadline(self, attempt: int, verdict: Transient) -> DeadlinePassed:
+        return DeadlinePassed(f"deadline_s={self.settings.policy.deadline_s:g} passed after {attempt} attempt(s); "
+                              f"last error: {verdict.cause}: {self._hinted(verdict.detail)}")
+
+    def _wait_after(self, exc: BaseException, attempt: int, deadline: float, final: Any) -> float:
+        """Seconds to wait before the next attempt, or raise: final, fatal, not transient, past the cap,
+        out of attempts or past the deadline."""
+        s, verdict = self.settings, classify(exc)
+        if isinstance(verdict, Fatal):
+            fatal = Fatal(verdict.kind, verdict.status, self._hinted(verdict.detail))
+            raise self._unusable(self._explain(fatal)) from None
+        if verdict is None or (final is not None and final(exc)):
+            raise _scrubbed(exc, self._hinted)
+        policy = s.policy
+        if time.monotonic() >= deadline:  # the engine cut this attempt at the deadline
+            self._warn(attempt, verdict, f" at deadline_s={policy.deadline_s:g}; the call fails")
+            raise self._deadline(attempt, verdict)
+        if verdict.retry_after is not None and verdict.retry_after > policy.retry_after_cap_s:
+            logger.warning("lm.%s %s: rate limited for longer than allowed: the server asked to wait %g s "
+                           "(retry_after_cap_s=%g); the call fails without waiting",
+                           s.role, s.endpoint, verdict.retry_after, policy.retry_after_cap_s)
+            raise RetryAfterTooLong(
+                f"rate limited for longer than allowed: the server asked to wait {verdict.retry_after:g} s, "
+                f"more than retry_after_cap_s={policy.retry_after_cap_s:g}",
+                status=429, retry_after=verdict.retry_after,
+            ) from None
+        if attempt >= policy.attempts:
+            self._warn(attempt, verdict, "; no retries left")
+            raise _scrubbed(exc, self._hinted)
+        wait = verdict.retry_after if verdict.retry_after is not None else policy.backoff(attempt)
+        if time.monotonic() + wait >= deadline:
+            self._warn(attempt, verdict, f"; waiting {wait:.1f} s would pass deadline_s={policy.deadline_s:g}")
+            raise self._deadline(attempt, verdict)
+        self._warn(attempt, verdict, f"; retrying in {wait:.1f} s")
+        if s.retries is not None:
+            s.retries.record(s.role, verdict.cause)
+        return wait
+
+    def _explain(self, fatal: Fatal) -> str:
+        explain = getattr(self.inner, "explain_fatal", None)
+        if callable(explain):
+            return str(explain(fatal, self.settings.role))
+        status = f"HTTP {fatal.status}" if fatal.status is not None else "no status"
+        return f"{fatal.kind} ({status}): {fatal.detail}"
+
+    def _sleep(self, seconds: float) -> None:
+        stop = self.settings.stop
+        if stop is None:
+            time.sleep(seconds)
+        elif stop.wait(seconds):
+            raise Interrupted(stop.reason or "interrupted")
+
+    def _check_stop(self, _state: Any = None) -> None:
         if self.settings.stop is not None:
             self.settings.stop.check()
-        if self.settings.guard is not None:
-            self.settings.guard.check()
 
+    # --------------------------------------------------------------------------- one logical call
     def serve(self, request: Request) -> tuple[Response, bool]:
-        """(the reply, reused from the run's store?): one logical call, steps 1-7 of the module docstring."""
+        """(the reply, reused from the run's store?): one logical call, as the module docstring says."""
         self._before()
         replies = self.settings.replies
         if replies is None:
@@ -178,6 +401,11 @@ class GuardedEngine:
         # the model and endpoint, not the engine's class: every face of a role shares its replies
         key = request_key(self.model_name, self.settings.endpoint, request, None if slot is None else slot.rollout_id)
         return replies.get_or_call(key, lambda: self._complete(request))
+
+    def _before(self) -> None:
+        self._check_stop()
+        if self.settings.guard is not None:
+            self.settings.guard.check()
 
     def complete(self, request: Request) -> Response:
         response, reused = self.serve(request)
@@ -197,17 +425,22 @@ class GuardedEngine:
 
     def _count(self, failed: Exception | None) -> None:
         """Count a finished call in the guard (which may trip) and an empty reply cut at max_tokens."""
-        if self.settings.guard is not None and not isinstance(failed, RunStopped):
+        s = self.settings
+        if s.guard is not None and not isinstance(failed, RunStopped):
             error = "" if failed is None else self.scrub(f"{type(failed).__name__}: {failed}".splitlines()[0])
-            self.settings.guard.record(failed=failed is not None, error=error[:200])
-        if isinstance(failed, EmptyAtMaxTokens) and self.settings.max_tokens is not None:
-            self.settings.max_tokens.record(self.settings.role, failed.max_tokens)
+            s.guard.record(failed=failed is not None, error=error[:200])
+        if isinstance(failed, EmptyAtMaxTokens) and s.max_tokens is not None:
+            s.max_tokens.record(s.role, failed.max_tokens)
+
+    # -------------------------------------------------------------------------------- the preflight
+    def _refused_locally(self, exc: BaseException) -> bool:
+        """A connection refused by a local endpoint: its server is not running (the probe gives up)."""
+        return connection_refused(exc) and local_endpoint(self.settings.endpoint)
 
     def probe(self, request: Request) -> Response | None:
         """One checked call for the preflight: the response, None when the endpoint refused the check
         request itself (HTTP 400-class: reachable, key accepted; logged), else `EndpointUnusable`."""
-        if self.settings.stop is not None:
-            self.settings.stop.check()
+        self._check_stop()
         try:
             return self._run(request, final=self._refused_locally)
         except EmptyAtMaxTokens as exc:
@@ -265,17 +498,11 @@ class GuardedEngine:
         return f"GuardedEngine({self.inner!r}, role={self.settings.role!r})"
 
 
-class AsyncGuardedEngine:
+class AsyncGuardedEngine(Shared):
     """The async face (`async_engine=`): the sync face's logical call, on a worker thread."""
 
     def __init__(self, engine: GuardedEngine) -> None:
         self.engine = engine
-
-    def __copy__(self) -> Any:
-        return self
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
-        return self
 
     async def complete(self, request: Request) -> Response:
         response, reused = await asyncio.to_thread(self.engine.serve, request)

@@ -3,20 +3,19 @@
 `LMConfig` holds the keys every backend reads; each backend has its own record with only its keys
 (`SimLMConfig`, `OpenAILMConfig`, `LocalLMConfig`), so a key of another backend is refused naming whose
 it is (`lm.task.dialect: a key of backend openai, not of sim`). `LMSetConfig` is the validated `lm` node
-(one record per role); `pipeline.backends.registry` builds a `dspy.LM` per record and the `LMSet` of
-the four roles (task, judge, attributor, rewriter). Backends: `sim`, the simulated world's deterministic
-stand-in (offline; DSPy's cache key does not include the engine: after changing its rules use a fresh
-cache directory); `local`, a GGUF model served by llama.cpp on loopback (`pipeline.backends.local_server`);
-`openai`, any OpenAI-compatible Chat Completions endpoint (`{api_base}/chat/completions`; `dialect` picks
-the token-limit field: `vllm`/`ollama` send `max_tokens`, `openai` `max_completion_tokens`; with no
-`api_key_env` the key sent is the placeholder "EMPTY", never an ambient OPENAI_API_KEY).
+(one record per role: task, judge, attributor, rewriter). Backends: `sim`, the simulated world's
+deterministic stand-in (DSPy's cache key does not include the engine: after changing its rules use a
+fresh cache directory); `local`, a GGUF model served by llama.cpp on loopback; `openai`, any
+OpenAI-compatible Chat Completions endpoint (`dialect` picks the token-limit field: `vllm`/`ollama`
+send `max_tokens`, `openai` `max_completion_tokens`; with no `api_key_env` the key sent is the
+placeholder "EMPTY", never an ambient OPENAI_API_KEY).
 
-The retry keys (`num_retries`, `retry_after_cap_s`, `deadline_s`) are the `RetryPolicy` of
-`pipeline.backends.resilience`; `timeout_s` bounds each read, write and pool wait of one attempt. The
-API key is never part of a config: `api_key_env` names the variable holding it, read when the LM is
-built. `describe` gives what is safe to log. `configure_cache` points DSPy's response cache at a
-directory (entry points call it) as a `ReplyCache`, which neither serves nor stores a record without an
-answer (one an older run stored). This module does not run predictors or count calls.
+`RetryPolicy` (the retry keys `num_retries`, `retry_after_cap_s`, `deadline_s`) is read by the guarded
+engine; `timeout_s` bounds each read, write and pool wait of one attempt. The API key is never part of a
+config: `api_key_env` names the variable holding it. `describe` gives what is safe to log.
+`configure_cache` points DSPy's response cache at a directory as a cache that neither serves nor stores
+a record without an answer. This module imports no DSPy at import time, runs no predictors and counts
+no calls.
 """
 
 from __future__ import annotations
@@ -31,7 +30,6 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 import pydantic
-from memtrace_loop.pipeline.backends.retry_policy import RetryPolicy
 from memtrace_loop.pipeline.core.config import ConfigError, describe_error
 from memtrace_loop.pipeline.core.redaction import scrub_url
 
@@ -49,13 +47,50 @@ __all__ = [
     "LocalLMConfig",
     "MissingAPIKeyError",
     "OpenAILMConfig",
+    "RetryPolicy",
+    "Shared",
     "SimLMConfig",
     "configure_cache",
     "describe",
     "lm_model_name",
+    "read_key",
+    "usable_record",
 ]
 
 ROLES: tuple[str, ...] = ("task", "judge", "attributor", "rewriter")
+
+
+class Shared:
+    """A per-run object (engine, counter, guard, store): a copy, shallow or deep (GEPA deep-copies
+    programs), is the object itself."""
+
+    def __copy__(self) -> Any:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        return self
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How long one logical call may try (the rules: `pipeline.backends.guarded_engine`); its defaults are
+    those of the `lm.<role>` keys."""
+
+    num_retries: int = 5
+    retry_after_cap_s: float = 60.0
+    deadline_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if self.num_retries < 0 or self.retry_after_cap_s <= 0 or self.deadline_s <= 0:
+            raise ValueError("num_retries must be >= 0, retry_after_cap_s and deadline_s > 0")
+
+    @property
+    def attempts(self) -> int:
+        return self.num_retries + 1
+
+    def backoff(self, retry: int) -> float:
+        """The wait before retry number `retry` (1-based) when the server names none: 1, 2, 4, ... s."""
+        return float(min(2 ** min(retry - 1, 16), self.retry_after_cap_s))
 
 # dspy/LiteLLM model prefix per server dialect; lm15 maps each to a wire preset (token-limit field,
 # reasoning knob). llama.cpp server and other generic servers: "openai" or "vllm" both work.
@@ -97,7 +132,6 @@ class LMConfig(pydantic.BaseModel):
     model: str = pydantic.Field(min_length=1, description="wire model id, e.g. gpt-4o-mini, Qwen/Qwen2.5-7B")
     temperature: float = pydantic.Field(default=0.0, ge=0.0, le=2.0)
     max_tokens: int | None = pydantic.Field(default=None, gt=0)
-    # the retry loop's bounds (defaults: `RetryPolicy`, the loop's own record)
     num_retries: int = pydantic.Field(default=RetryPolicy.num_retries, ge=0)  # retries after the first attempt
     retry_after_cap_s: float = pydantic.Field(default=RetryPolicy.retry_after_cap_s, gt=0)  # longest wait
     deadline_s: float = pydantic.Field(default=RetryPolicy.deadline_s, gt=0)  # one logical call: attempts and waits
@@ -227,12 +261,14 @@ def _validation_summary(exc: pydantic.ValidationError, prefix: str = "lm") -> st
     return "; ".join(describe_error(prefix, e, show_input=False) for e in exc.errors())
 
 
-def _read_api_key(config: OpenAILMConfig) -> str:
-    if config.api_key_env is None:
+def read_key(variable: str | None, purpose: str) -> str:
+    """The value of the key variable `variable` (`MissingAPIKeyError` naming it when unset or empty), or
+    the placeholder when no variable is named."""
+    if not variable:
         return NO_KEY_PLACEHOLDER
-    value = os.environ.get(config.api_key_env)
+    value = os.environ.get(variable)
     if not value:
-        raise MissingAPIKeyError(config.api_key_env, f"model {config.model!r}")
+        raise MissingAPIKeyError(variable, purpose)
     return value
 
 
@@ -271,19 +307,6 @@ class LMSetConfig:
         return {role: getattr(self, role) for role in ROLES}
 
 
-def lm_configs(mapping: Mapping[str, Any]) -> LMSetConfig:
-    """Parse the `{task, judge, attributor, rewriter}` mapping into records (all four required)."""
-    if not isinstance(mapping, Mapping):
-        raise TypeError(f"lm set config must be a mapping, got {type(mapping).__name__}")
-    unknown = sorted(str(key) for key in mapping if key not in ROLES)
-    missing = [role for role in ROLES if role not in mapping]
-    if unknown or missing:
-        raise ConfigError(
-            f"lm set config: unknown roles {unknown}, missing roles {missing}; expected {list(ROLES)}"
-        )
-    return LMSetConfig(**{role: LMConfig.from_mapping(mapping[role], role=role) for role in ROLES})
-
-
 def describe(config: LMConfig) -> dict[str, str]:
     """What is safe to log about an LM: never the key, only whether its variable is set."""
     info = {
@@ -316,6 +339,22 @@ def describe(config: LMConfig) -> dict[str, str]:
     return info
 
 
+def usable_record(record: Any) -> bool:
+    """Whether a DSPy cache record (a native call result's dump) holds an answer; other shapes: True."""
+    if not isinstance(record, Mapping) or "outputs" not in record or "_dspy_format" not in record:
+        return True
+    outputs = record.get("outputs")
+
+    def answers(output: Any) -> bool:
+        if isinstance(output, str):
+            return bool(output.strip())
+        if isinstance(output, Mapping):
+            return bool(str(output.get("text") or "").strip() or output.get("tool_calls"))
+        return output is not None
+
+    return isinstance(outputs, list) and any(answers(output) for output in outputs)
+
+
 def configure_cache(directory: str | Path, *, enable_memory_cache: bool = True, used: bool = True) -> None:
     """Point DSPy's response cache (disk + in-memory) at `directory`, creating it, as a `ReplyCache`
     (records without an answer neither served nor stored). For entry points; `used`: whether any LM
@@ -323,7 +362,6 @@ def configure_cache(directory: str | Path, *, enable_memory_cache: bool = True, 
     import dspy  # here, not at the top: the config records above are read without DSPy
     from dspy.clients import DISK_CACHE_LIMIT
     from dspy.clients.cache import Cache
-    from memtrace_loop.pipeline.backends.resilience import usable_record
 
     class ReplyCache(Cache):
         """`dspy.clients.cache.Cache` that neither serves nor stores a record holding no answer."""

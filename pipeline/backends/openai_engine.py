@@ -1,21 +1,17 @@
 """The engine of an OpenAI-compatible endpoint, built from an `OpenAILMConfig`: one attempt per call.
 
-`OpenAIEngine` runs DSPy 3.4's native lm15 engine, built the way DSPy builds it for `dspy.LM("openai/
-...", engine="lm15", api_base=..., api_key=..., timeout=...)`: the wire dialect from the model prefix
-(`openai`, `hosted_vllm`, `ollama_chat`: which token-limit field is sent), key and base URL from the
-config, `timeout_s` bounding every read, write and pool wait. Its attempts run on lm15's async client,
-on one event loop thread per engine, so `complete_by(request, deadline)` cancels an attempt whose reply
-is still arriving at the call's deadline (lm15's timeouts bound each socket wait, not a reply dripped
-one byte a second); a reply arriving for longer than `timeout_s` is logged once while it arrives. The
-api_base's query (Azure-style `?api-version=...`) is appended to every request URL (lm15 alone would put
-the path after it). Owning the engine is what lets the guarded engine run the retries instead of DSPy.
+`OpenAIEngine` runs DSPy's native lm15 engine, built as DSPy builds it for `dspy.LM("openai/...",
+engine="lm15", ...)`: the wire dialect from the model prefix, key and base URL from the config,
+`timeout_s` bounding every read, write and pool wait. Its attempts run on lm15's async client, on one
+event loop thread per engine, so `complete_by(request, deadline)` cancels an attempt whose reply is
+still arriving at the call's deadline (lm15's timeouts bound each socket wait, not a reply dripped one
+byte a second); a reply arriving for longer than `timeout_s` is logged once. The api_base's query
+(Azure-style `?api-version=...`) is appended to every request URL.
 
-lm15 errors propagate unchanged for the retry loop to classify; a 200 body lm15 cannot read as a chat
-completion (a JSON list, `choices` not a list) raises `MalformedReply`. The key is read from
-`os.environ[api_key_env]` when the engine is built and never leaves it: `scrub` masks it in provider
-text, `explain_fatal` names the variable, `dump_state` saves the config (api_base without user info or
-query); `openai_engines` builds them for the `openai` backend (`pipeline.backends.spec.OPENAI`). It does not
-retry, cache, count or check replies (the guarded engine and DSPy's LM layer do).
+lm15 errors propagate unchanged for the guarded engine to classify; a 200 body lm15 cannot read as a
+chat completion raises `MalformedReply`. The key is read from `os.environ[api_key_env]` when the engine
+is built and never leaves it: `scrub` masks it, `explain_fatal` names the variable, `dump_state` saves
+the config (api_base without user info or query). It does not retry, cache, count or check replies.
 """
 
 from __future__ import annotations
@@ -27,14 +23,14 @@ import threading
 import time
 import traceback
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from dspy.clients.engines.lm15_engine import AsyncLM15Engine, LM15Engine, timeouts_for
-from dspy.lm15 import Request, Response, RouterConfig, response_to_events
-from memtrace_loop.pipeline.backends.lm import NO_KEY_PLACEHOLDER, OpenAILMConfig, _read_api_key, lm_model_name
-from memtrace_loop.pipeline.backends.resilience import Fatal, FatalKind, MalformedReply
+from dspy.lm15 import Request, Response, RouterConfig
+from memtrace_loop.pipeline.backends.guarded_engine import Fatal, FatalKind, MalformedReply
+from memtrace_loop.pipeline.backends.lm import NO_KEY_PLACEHOLDER, OpenAILMConfig, Shared, lm_model_name, read_key
 from memtrace_loop.pipeline.core.redaction import redact, url_credentials
 
 if TYPE_CHECKING:  # DSPy's vendored lm15 has a py.typed marker inside untyped dspy: mypy must not follow it
@@ -44,7 +40,7 @@ else:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_OPENAI_BASE", "OpenAIEngine", "endpoint_url", "openai_endpoint", "openai_engines", "with_query"]
+__all__ = ["DEFAULT_OPENAI_BASE", "OpenAIEngine", "endpoint_url", "openai_endpoint", "with_query"]
 
 DEFAULT_OPENAI_BASE = "https://api.openai.com/v1"
 _READERS = frozenset({"parse_response", "_response_from_chat_body"})  # lm15's chat-body readers
@@ -107,14 +103,14 @@ def _unreadable(exc: Exception) -> MalformedReply | None:
     return MalformedReply(f"the reply is not a chat completion: {exc}", status=200)
 
 
-class OpenAIEngine:
+class OpenAIEngine(Shared):
     """One attempt against the endpoint per call (sync; the attempts run on the engine's event loop)."""
 
     def __init__(self, config: OpenAILMConfig) -> None:
         if config.backend != "openai":
             raise ValueError(f"an OpenAI engine needs backend 'openai', got {config.backend!r}")
         self.config = config
-        self._key = _read_api_key(config)
+        self._key = read_key(config.api_key_env, f"model {config.model!r}")
         self.endpoint = openai_endpoint(config)
         self.model_name = lm_model_name(config)
         self._lock = threading.Lock()
@@ -122,12 +118,6 @@ class OpenAIEngine:
         self._engine: AsyncLM15Engine | None = None  # made and used on the loop's thread only
         self._pid = os.getpid()
         self._stop: Callable[[], Any] = lambda: None
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
-        return self  # shared pool and key; a deep-copied program keeps using this engine
-
-    def __copy__(self) -> Any:
-        return self
 
     def _router(self) -> AsyncLM15Engine:
         config, parts = self.config, urlsplit(self.config.api_base or "")
@@ -182,9 +172,6 @@ class OpenAIEngine:
     def complete(self, request: Request) -> Response:
         return self.complete_by(request, time.monotonic() + self.config.deadline_s)
 
-    def stream(self, request: Request) -> Iterator[Any]:
-        return iter(response_to_events(self.complete(request)))
-
     def close(self) -> None:
         with self._lock:
             loop, self._loop = self._loop, None
@@ -230,7 +217,3 @@ class OpenAIEngine:
     def __repr__(self) -> str:
         return f"OpenAIEngine({self.model_name!r} at {self.endpoint})"
 
-
-def openai_engines(config: OpenAILMConfig) -> tuple[OpenAIEngine, str]:
-    """The native engine of an OpenAI-compatible endpoint (the key is read from the environment now)."""
-    return OpenAIEngine(config), openai_endpoint(config)

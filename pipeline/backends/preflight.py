@@ -2,15 +2,12 @@
 
 A wrong key, an unknown model, a dead host or an endless rate limit would otherwise show as a run of
 failed operations and a 0% score. Before the first real call, an entry point asks one tiny chat request
-(`ping`, under the role's own `max_tokens` and `deadline_s`) per distinct endpoint (endpoint, model, key
-variable, dialect, max_tokens) of the LMs on the `openai` backend, straight through the guarded
-engine's `probe` (never through `dspy.LM`: DSPy's cache is neither read nor written, no callback counts
-it), and one embedding of `ping` when the embedder is an `OpenAIEmbedder`. An endpoint that cannot
-serve raises `EndpointUnusable(role, scrubbed endpoint, cause)` (401/403 naming the key variable, 404,
-unreachable, no usable reply, rate-limited longer than allowed, deadline passed); an empty reply cut at
-`max_tokens` raises `MaxTokensTooSmall`. A refused local endpoint fails at once naming the fix (for the
-embedder: one TCP connection first, its client would retry a refusal with back-off). A 400-class
-refusal of the check request itself only logs a warning. The simulated world needs no check.
+(`ping`, under the role's own `max_tokens` and `deadline_s`) per distinct endpoint of the LMs on the
+`openai` backend, through the guarded engine's `probe` (not `dspy.LM`: no cache, no counting), and one
+embedding when the embedder is an `OpenAIEmbedder`. An endpoint that cannot serve raises
+`EndpointUnusable`; an empty reply cut at `max_tokens`, `MaxTokensTooSmall`. A refused local endpoint
+fails at once naming the fix; a 400-class refusal of the check request only logs a warning. The
+simulated world needs no check.
 """
 
 from __future__ import annotations
@@ -44,18 +41,6 @@ class CheckedEndpoint:
     roles: tuple[str, ...]
     endpoint: str
     model: str
-
-
-def _engine_of(lm: dspy.BaseLM) -> GuardedEngine | None:
-    engine = getattr(lm, "engine", None)
-    if isinstance(engine, GuardedEngine) and isinstance(engine.inner, OpenAIEngine):
-        return engine
-    return None
-
-
-def _check_lm(engine: GuardedEngine, model: str, max_tokens: int | None) -> None:
-    request = Request(model=model, messages=(Message.user(PING),), config=Config(max_tokens=max_tokens))
-    engine.probe(request)
 
 
 def _refuses(endpoint: str, timeout_s: float) -> bool:
@@ -112,23 +97,20 @@ def check_endpoints(
     that cannot serve (role, scrubbed endpoint, cause). `stop` is checked before each embedder check
     (the LMs' guarded engines check their own token)."""
     lm_by_role = lms.by_role() if isinstance(lms, LMSet) else dict(lms)
-    roles_by_target: dict[tuple[str, str, str, str, int | None], list[str]] = {}
-    first: dict[tuple[str, str, str, str, int | None], tuple[GuardedEngine, str]] = {}
+    targets: dict[tuple[str, str, str, str, int | None], tuple[GuardedEngine, str, list[str]]] = {}
     for role, lm in lm_by_role.items():
-        engine = _engine_of(lm)
-        if engine is None:
+        engine = getattr(lm, "engine", None)
+        if not (isinstance(engine, GuardedEngine) and isinstance(engine.inner, OpenAIEngine)):
             continue
         config = engine.inner.config
         max_tokens = getattr(lm, "kwargs", {}).get("max_tokens")
         target = (engine.settings.endpoint, config.model, config.api_key_env or "", config.dialect, max_tokens)
-        roles_by_target.setdefault(target, []).append(role)
-        first.setdefault(target, (engine, lm.model))
+        targets.setdefault(target, (engine, lm.model, []))[2].append(role)
     checked: list[CheckedEndpoint] = []
-    for target, roles in roles_by_target.items():
-        engine, model = first[target]
-        _check_lm(engine, model, target[4])
-        logger.info("lm endpoint %s (model %s) answered the check for %s", target[0], target[1], ", ".join(roles))
-        checked.append(CheckedEndpoint(tuple(roles), target[0], target[1]))
+    for (endpoint, model, *_, max_tokens), (engine, lm_model, roles) in targets.items():
+        engine.probe(Request(model=lm_model, messages=(Message.user(PING),), config=Config(max_tokens=max_tokens)))
+        logger.info("lm endpoint %s (model %s) answered the check for %s", endpoint, model, ", ".join(roles))
+        checked.append(CheckedEndpoint(tuple(roles), endpoint, model))
     if isinstance(embedder, OpenAIEmbedder):
         checked.append(_check_embedder(embedder, stop))
         logger.info("embedder endpoint %s (model %s) answered the check", checked[-1].endpoint, embedder.model)

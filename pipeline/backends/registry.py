@@ -1,17 +1,15 @@
 """LM backends by config name (`lm.<role>.backend` -> the module exporting its `SPEC`), and the LM builders.
 
 `LM_BACKENDS` is a `pipeline.core.registry.Registry`, one line per backend (`sim`: the simulated world,
-`pipeline.sim.lm_backend`, which only this registry and the dataset registry reach; `openai`: any
-OpenAI-compatible endpoint; `local`: a GGUF model the run's `LocalServers` serves on loopback, built as
-an `openai` config at that server). Adding a backend is its record in `pipeline.backends.lm`, its module
-exporting `SPEC`, one line here and `conf/lm/<name>.yaml`.
+`pipeline.sim.lm_backend`, which only this registry and the dataset registry reach; `openai`; `local`: a
+GGUF model the run's `LocalServers` serves on loopback, built as an `openai` config at that server).
+Adding a backend is its record in `pipeline.backends.lm`, its module exporting `SPEC`, one line here and
+`conf/lm/<name>.yaml`.
 
 `build_lm` builds one role's `dspy.LM(..., engine=GuardedEngine(inner), async_engine=AsyncGuardedEngine,
-num_retries=0)`: the run's retries, stop token, guards and ledger (`RunServices`, passed in; None: fresh
-ones) around the backend's engine; with `reuse_calls` on, the run's `ReplyStore` answers repeats. Every
-guarded engine of a set masks the keys of all the set's roles (`key_values`). `structured_output:
-json_schema` marks the engines for JSON-schema output. `build_lm_set` builds the four roles, each
-counting into the run's `CallLedger`. It parses no config beyond `lm_set_configs` and runs nothing.
+num_retries=0)` with the run's `RunServices` (None: fresh ones); with `reuse_calls` on, the run's
+`ReplyStore` answers repeats. Every guarded engine of a set masks the keys of all the set's roles.
+`build_lm_set` builds the four roles, each counting into the run's `CallLedger`. It runs nothing.
 """
 from __future__ import annotations
 
@@ -21,17 +19,17 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from memtrace_loop.pipeline.backends.lm import (
+    ROLES,
     LMConfig,
     LMSet,
     LMSetConfig,
     LocalLMConfig,
     OpenAILMConfig,
+    RetryPolicy,
     describe,
-    lm_configs,
     lm_model_name,
 )
 from memtrace_loop.pipeline.backends.local_server import model_path_of
-from memtrace_loop.pipeline.backends.retry_policy import RetryPolicy
 from memtrace_loop.pipeline.backends.spec import BackendSpec
 from memtrace_loop.pipeline.backends.test_world import TestWorld
 from memtrace_loop.pipeline.core.config import ConfigError
@@ -50,7 +48,6 @@ __all__ = [
     "build_lm",
     "build_lm_set",
     "lm_set_configs",
-    "retry_policy",
 ]
 
 LM_BACKENDS: Registry[BackendSpec] = Registry(
@@ -65,10 +62,6 @@ LM_BACKENDS: Registry[BackendSpec] = Registry(
 )
 
 
-def retry_policy(config: LMConfig) -> RetryPolicy:
-    return RetryPolicy(config.num_retries, config.retry_after_cap_s, config.deadline_s)
-
-
 def key_values(configs: Mapping[str, LMConfig] | tuple[LMConfig, ...]) -> tuple[str, ...]:
     """The values of the environment variables named by the configs' `api_key_env` (set ones only)."""
     records = configs.values() if isinstance(configs, Mapping) else configs
@@ -77,11 +70,17 @@ def key_values(configs: Mapping[str, LMConfig] | tuple[LMConfig, ...]) -> tuple[
 
 
 def lm_set_configs(mapping: Mapping[str, Any] | LMSetConfig) -> LMSetConfig:
-    """The four roles' records from the `lm` node, each naming a registered backend (else a ConfigError
-    naming `lm.<role>.backend`); a `local` role's model file must exist (else naming `lm.<role>.model_path`)."""
+    """The four roles' records from the `lm` node (all four required), each naming a registered backend
+    (else a ConfigError naming `lm.<role>.backend`); a `local` role's model file must exist."""
     if isinstance(mapping, LMSetConfig):
         return mapping
-    configs = lm_configs(mapping)
+    if not isinstance(mapping, Mapping):
+        raise TypeError(f"lm set config must be a mapping, got {type(mapping).__name__}")
+    unknown = sorted(str(key) for key in mapping if key not in ROLES)
+    missing = [role for role in ROLES if role not in mapping]
+    if unknown or missing:
+        raise ConfigError(f"lm set config: unknown roles {unknown}, missing roles {missing}; expected {list(ROLES)}")
+    configs = LMSetConfig(**{role: LMConfig.from_mapping(mapping[role], role=role) for role in ROLES})
     for role, config in configs.by_role().items():
         LM_BACKENDS.get(config.backend, f"lm.{role}.backend")
         if isinstance(config, LocalLMConfig):
@@ -93,10 +92,8 @@ def build_lm(
     config: LMConfig | Mapping[str, Any], *, role: str = "default", services: RunServices | None = None,
     secrets: tuple[str, ...] = (),
 ) -> dspy.LM:
-    """A `dspy.LM` for one config, its backend's engines behind a `GuardedEngine` for `role` (with the
-    run's stop token, failure guard and retry ledger from `services` when given; `secrets` are masked in
-    every reply, besides the config's own key). For `openai` the key is read from `os.environ[api_key_env]`
-    now; a `local` role is first served by the run's servers."""
+    """A `dspy.LM` for one config, its backend's engine behind a `GuardedEngine` for `role`; `secrets` are
+    masked in every reply, besides the config's own key (read from `os.environ[api_key_env]` now)."""
     import dspy  # the building half imports DSPy when called: listing backends and parsing configs do not
     from memtrace_loop.pipeline.backends.guarded_engine import AsyncGuardedEngine, GuardedEngine, GuardSettings
     from memtrace_loop.pipeline.backends.services import RunServices
@@ -109,7 +106,8 @@ def build_lm(
         config = services.servers.serve(config, role)
     engine, endpoint = LM_BACKENDS.get(config.backend).engines(config)
     ledger = services.ledger
-    settings = GuardSettings(role, endpoint, retry_policy(config), stop=services.stop, guard=ledger.guard,
+    policy = RetryPolicy(config.num_retries, config.retry_after_cap_s, config.deadline_s)
+    settings = GuardSettings(role, endpoint, policy, stop=services.stop, guard=ledger.guard,
                              retries=ledger.retries, max_tokens=ledger.max_tokens,
                              secrets=tuple(sorted({*secrets, *key_values((config,))})),
                              replies=services.replies if config.reuse_calls else None)
@@ -132,9 +130,7 @@ def build_lm(
 
 
 def build_lm_set(configs: Mapping[str, Any] | LMSetConfig, services: RunServices | None = None) -> LMSet:
-    """The task, judge, attributor and rewriter LMs of `configs` (the `lm` node's records), each on a
-    guarded engine for its role sharing the run's `services` (stop token, ledger, local servers: one
-    server per model file, context size and threads), each counting its role's calls into the ledger."""
+    """The four roles' LMs of `configs`, sharing the run's `services`, each counting into its ledger."""
     from memtrace_loop.pipeline.backends.services import RunServices
 
     services = services or RunServices()

@@ -1,13 +1,10 @@
 """What every LM of one run shares: `RunServices` (stop token, ledger, local servers, reply store).
 
 `RunLedger` holds the run's counts: LM calls per role (`CallLedger`), retries per role and cause
-(`RetryLedger`, logged as `lm_retries/<role>/<cause>` by `pipeline.tracking.run_logging`), the finally
-failed calls that stop a run which mostly fails (`FailureGuard`) and the empty replies cut at
-`max_tokens` (`MaxTokensGuard`). `RunServices` is what an app hands to the builders: the run's
-`StopToken` (None: cannot be stopped), its ledger, its local model servers (None: a `local` LM cannot
-be built) and its `ReplyStore` (a request already answered in the run is answered from it). Frozen
-records of long-lived, thread-safe objects (copies of a counter are the counter); they start nothing
-and log nothing (the entry point owns the servers' lifetime).
+(`RetryLedger`, logged as `lm_retries/<role>/<cause>`), the finally failed calls (`FailureGuard`) and
+the empty replies cut at `max_tokens` (`MaxTokensGuard`). `RunServices` is what an app hands to the
+builders (`stop` None: cannot be stopped; `servers` None: a `local` LM cannot be built). Frozen records
+of thread-safe objects; they start nothing and log nothing (the entry point owns the servers).
 """
 
 from __future__ import annotations
@@ -19,6 +16,7 @@ from types import MappingProxyType
 
 from memtrace_loop.pipeline.backends.call_count import CallLedger, CallTally, ReplyStore
 from memtrace_loop.pipeline.backends.failure_guard import FailureGuard, MaxTokensGuard
+from memtrace_loop.pipeline.backends.lm import Shared
 from memtrace_loop.pipeline.backends.local_server import LocalServers
 from memtrace_loop.pipeline.core.stop import StopToken
 
@@ -46,18 +44,12 @@ class RetryTally:
         return sum(self.role(role) for role in self.count_by_cause_by_role)
 
 
-class RetryLedger:
-    """Thread-safe retry counts of one run (the retry loop records one per wait it decides on)."""
+class RetryLedger(Shared):
+    """Thread-safe retry counts of one run (one per wait the retry loop decides on)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts: dict[str, dict[str, int]] = {}
-
-    def __copy__(self) -> RetryLedger:
-        return self
-
-    def __deepcopy__(self, memo: dict[int, object]) -> RetryLedger:
-        return self  # a deep-copied program (GEPA does that) keeps counting into the same ledger
 
     def record(self, role: str, cause: str) -> None:
         with self._lock:
@@ -80,7 +72,6 @@ class RunLedger:
 
     @classmethod
     def with_failure_limit(cls, max_failed_share: float) -> RunLedger:
-        """A fresh ledger whose guard stops the run once more than `max_failed_share` of its calls failed."""
         return cls(guard=FailureGuard(max_failed_share))
 
     def call_tally(self) -> CallTally:

@@ -1,13 +1,7 @@
-"""The LM-backend registry's contract: what a backend's module exports as `SPEC`.
+"""The LM-backend registry's contract: what a backend's module exports as `SPEC`, and `OPENAI`.
 
-A `BackendSpec` holds the backend's own LM record (`pipeline.backends.lm`: the schema and single home
-of the defaults of its `lm.<role>` config node, the keys it reads) and its engines builder,
-`engines(config) -> (engine, scrubbed endpoint)`, the engine doing one attempt per call (retries,
-stop token and failure guard are wrapped around it by `pipeline.backends.registry`).
-Backends are not swept (`compare=False`). `OPENAI` is the `openai` backend's spec, here so the
-registry reads it without DSPy (its builder imports `pipeline.backends.openai_engine` when called).
-It does not list the backends (`pipeline.backends.registry`
-does), parse configs or build anything itself.
+`OPENAI`, the `openai` backend's spec, is here so the registry reads it without DSPy (its builder imports
+`pipeline.backends.openai_engine` when called). It lists no backends and builds nothing itself.
 """
 
 from __future__ import annotations
@@ -20,23 +14,23 @@ from memtrace_loop.pipeline.backends.lm import LMConfig, OpenAILMConfig
 
 __all__ = ["OPENAI", "BackendSpec", "Engines"]
 
-# (sync engine doing one attempt per call, scrubbed endpoint)
-Engines = tuple[Any, str]
+Engines = tuple[Any, str]  # (sync engine doing one attempt per call, scrubbed endpoint)
 
 
 @dataclass(frozen=True)
 class BackendSpec:
-    """An LM backend: its config record and its engines builder."""
+    """An LM backend (its module's `SPEC`): its own record and its engines builder (the guarded engine is
+    wrapped around the engine by `pipeline.backends.registry`). Backends are not swept (`compare`)."""
 
-    schema: type[LMConfig]  # the backend's own record: the keys it reads (and shows in its config node)
+    schema: type[LMConfig]
     engines: Callable[[Any], Engines]
-    compare: bool = False  # LM backends are not swept by default
+    compare: bool = False
 
 
 def _openai_engines(config: OpenAILMConfig) -> Engines:
-    from memtrace_loop.pipeline.backends.openai_engine import openai_engines  # DSPy's lm15, when engines are built
+    from memtrace_loop.pipeline.backends.openai_engine import OpenAIEngine, openai_endpoint  # imports DSPy
 
-    return openai_engines(config)
+    return OpenAIEngine(config), openai_endpoint(config)
 
 
 OPENAI = BackendSpec(OpenAILMConfig, _openai_engines)

@@ -1,12 +1,9 @@
 """JSON-schema constrained output for the LMs that ask for it (`lm.<role>.structured_output: json_schema`).
 
-`declare_structured_output(engine)` marks an LM's engine the way DSPy reads a custom engine's
-capabilities (`supports_response_schema`, `response_format` among `supported_params`).
+`declare_structured_output(engine)` marks an LM's engine as DSPy reads a custom engine's capabilities.
 `StructuredOutputAdapter` (a `dspy.ChatAdapter` entry points install) runs every call of such an LM
-through DSPy's `JSONAdapter`, which sends the stage's output fields as a JSON schema (`response_format`)
-and parses the JSON reply; every other LM is served exactly as by DSPy's `ChatAdapter`. The simulated
-world's stand-in answers the JSONAdapter prompt too (ChatAdapter's fallback format), so the knob works
-on `lm=sim` and the test server. It does not build LMs or choose the knob.
+through DSPy's `JSONAdapter` (the output fields as `response_format`, the JSON reply parsed); every
+other LM is served exactly as by `ChatAdapter`. It does not build LMs or choose the knob.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""The test world an LM backend may offer: per stage, the perfect instruction and its rule list.
-
-A backend that is a test world (the simulated world, `sim`) knows under which instruction each stage
-makes no planted mistake. The attribution benchmark's perfect world and tests read it through
-`pipeline.backends.registry.backend_test_world(backend)`, never from the world's own modules. A stage is named
-by the output fields of its signature (how the world dispatches requests). This module defines the
-interface only.
+"""The test world an LM backend may offer (only `sim` does): per stage, the perfect instruction and its
+rules, read through `pipeline.backends.registry.backend_test_world`. A stage is named by its output
+fields. This module defines the interface only.
 """
 
 from __future__ import annotations

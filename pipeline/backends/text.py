@@ -1,27 +1,16 @@
 """How the pipeline splits text into words: the one place for word tokenizers.
 
-Each function is a distinct, named behaviour; they are kept apart because merging any two changes
-results (rankings, embeddings, metrics):
+Each is a distinct behaviour, kept apart because merging any two changes results:
 
-- `alnum_words`: lowercase alphanumeric runs ("Alice's 2nd dog!" -> alice, s, 2nd, dog). The lexical
-  tokenizer of BM25 (`bm25.BM25Index`), lineage attribution's content tokens, the EverMemOS rerank
-  terms and the keyword matching of imported execution networks.
-- `alnum_apostrophe_words`: the same, but an apostrophe inside a word is kept ("don't", "alice's");
-  the words of the hashing embedder (`embeddings.HashingEmbedder`), whose vectors depend on it.
-- `long_letter_words`: lowercase runs of three or more letters (digits split words, shorter runs are
-  dropped); the words by which the optimizer's failure feedback picks diverse examples.
-- `normalize_answer` / `answer_tokens`: SQuAD answer normalization (lower case, punctuation and the
-  articles a/an/the removed, whitespace squashed) and its whitespace tokens, as defined by the SQuAD
-  evaluation script; token F1 and BLEU-1 use them and must stay SQuAD-exact.
+- `alnum_words`: lowercase alphanumeric runs ("Alice's 2nd dog!" -> alice, s, 2nd, dog): BM25,
+  attribution's content tokens, EverMemOS's rerank terms, the keywords of imported execution networks;
+- `alnum_apostrophe_words`: the same, an in-word apostrophe kept ("don't"): the hashing embedder's words;
+- `long_letter_words`: lowercase runs of three or more letters: the optimizer's feedback examples;
+- `normalize_answer` / `answer_tokens`: SQuAD answer normalization and its tokens (token F1, BLEU-1).
 
-Stop words, stemming and date handling are not here: they belong to the one analysis that uses them
-(attribution's `content_tokens`, EverMemOS's `terms`), on top of `alnum_words`.
-
-What it does not do: count LM tokens (that is `tokens.py`), embed, rank or index anything.
-
-The simulated world (`pipeline.sim`) keeps its own tokenizer on purpose: it stands in for the
-external LM and judge, so what the simulated LM "understands" must not change when a pipeline
-tokenizer is changed; otherwise a pipeline edit would silently change the world it is measured on.
+Stop words, stemming and dates belong to the analyses that use them. It counts no LM tokens
+(`tokens.py`). The simulated world keeps its own tokenizer on purpose: what the simulated LM
+"understands" must not change when a pipeline tokenizer does.
 """
 
 from __future__ import annotations

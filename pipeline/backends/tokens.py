@@ -1,11 +1,9 @@
-"""Counting tokens: a real tokenizer where one is available offline, a documented approximation otherwise.
+"""Counting tokens: tiktoken where it loads offline, a documented approximation otherwise.
 
-`TiktokenCounter` uses tiktoken's `cl100k_base` (or another encoding). tiktoken normally downloads
-its encoding files; litellm ships them in its package, so the counter points tiktoken's file cache at
-litellm's copy while loading (no network). If that fails, `build_token_counter` falls back to
-`ApproximateCounter`: ceil(characters / 4), the usual rule of thumb for English with GPT-style BPEs
-(within ~10-20% on conversational text). Counters are pure and thread-safe. This module does not
-decide what to count.
+`TiktokenCounter` uses tiktoken's `cl100k_base`, its file cache pointed at litellm's bundled copy
+while loading (no network). If that fails, `build_token_counter` falls back to `ApproximateCounter`:
+ceil(characters / 4), the usual rule of thumb for English with GPT-style BPEs. Counters are pure and
+thread-safe. This module does not decide what to count.
 """
 
 from __future__ import annotations

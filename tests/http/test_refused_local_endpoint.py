@@ -1,6 +1,6 @@
 """A local endpoint that refuses the connection: the preflight gives up at once, a running call retries.
 
-pipeline.backends.{guarded_engine, resilience, preflight}: at preflight (`check_endpoints`), a
+pipeline.backends.{guarded_engine, preflight}: at preflight (`check_endpoints`), a
 connection refused by a loopback api_base means no server runs there, so the check fails at its FIRST
 attempt with no retry warning, in one line naming the fix (start the server there, or check
 `lm.<role>.api_base` of the actual role). In the middle of a run the same refusal is retried as any

@@ -1,4 +1,4 @@
-"""What a chat reply must carry to be used (`resilience.check_reply`), our hints instead of a library's, the query
+"""What a chat reply must carry to be used (`guarded_engine.check_reply`), our hints instead of a library's, the query
 an api_base keeps: pure functions on built replies, no network."""
 
 from __future__ import annotations
@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 from dspy.lm15 import Message, Response, Usage
 from memtrace_loop.pipeline.backends.failure_guard import MaxTokensGuard
-from memtrace_loop.pipeline.backends.openai_engine import with_query
-from memtrace_loop.pipeline.backends.resilience import (
+from memtrace_loop.pipeline.backends.guarded_engine import (
     EmptyAtMaxTokens,
     EmptyReply,
     MalformedReply,
@@ -18,8 +17,9 @@ from memtrace_loop.pipeline.backends.resilience import (
     check_reply,
     classify,
     our_hint,
-    usable_record,
 )
+from memtrace_loop.pipeline.backends.lm import usable_record
+from memtrace_loop.pipeline.backends.openai_engine import with_query
 from memtrace_loop.pipeline.core.stop import MaxTokensTooSmall, RunStopped
 
 
