@@ -46,10 +46,8 @@ from memtrace_loop.pipeline.backends.registry import build_lm
 from memtrace_loop.pipeline.backends.services import RunServices
 from memtrace_loop.pipeline.core.records import Dataset, PromptSet
 from memtrace_loop.pipeline.data.registry import load_dataset
-from memtrace_loop.pipeline.loop.candidate_screens import CandidateScreens, ScreenOutcome
-from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
-from memtrace_loop.pipeline.loop.runner import RunResult, run_dataset
-from memtrace_loop.pipeline.loop.screening import ScreenSettings
+from memtrace_loop.pipeline.loop.runner import MemoryCache, RunResult, run_dataset
+from memtrace_loop.pipeline.loop.screening import CandidateScreens, ScreenOutcome, ScreenSettings
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.table import Table
