@@ -1,43 +1,50 @@
-"""Foreign ExecNetwork import: a smartcomment / MemTraceBench document translated into one of our graphs.
+"""Foreign ExecNetwork documents: a smartcomment / MemTraceBench document translated into one of our graphs,
+and written back from it unchanged.
 
-`import_foreign`: nodes become variables (kinds guessed, names mapped back, versions renumbered), edges
-grouped by `op_id` become operations (a reused `op_id` is one operation per step, a link outside any
-operation its own `link`), ordered by time then topologically; records carrying our mark keep our names and
-kinds. Every original record is kept (`originals`), so the document is written back unchanged. A real
-cycle, an edge to an unknown node or a duplicate id is an `ExecNetworkError`; it never guesses around them.
+`import_foreign`: nodes become variables (kinds guessed from category, name prefix or keywords; smartcomment's
+`repr()` of a string decoded; names mapped back, versions renumbered), edges grouped by `op_id` become
+operations (a reused `op_id` is one operation per step, a link outside any operation its own `link`), ordered
+by time then topologically; records carrying our mark keep our names and kinds. Every original record is kept
+under the meta key `ORIGINAL` (each node's record, each operation's record and edges per part, the header,
+sessions, unattached records and unknown `data` keys), so `reexport` writes the document back with its
+original ids, records and order (`is_foreign`: whether a graph can be). A real cycle, an edge to an unknown
+node or a duplicate id is an `ExecNetworkError`; it never guesses around them (a guess never raises).
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
-from memtrace_loop.pipeline.core.conventions import Namespace, is_in, name_of, prefix
-from memtrace_loop.pipeline.core.graph import OpKind, OpStatus
+from memtrace_loop.pipeline.backends.text import alnum_words
+from memtrace_loop.pipeline.core.conventions import Namespace, VarKind, is_in, name_of, prefix
+from memtrace_loop.pipeline.core.graph import ExecutionGraph, OpKind, OpStatus
 from memtrace_loop.pipeline.core.graph_io import FORMAT, FORMAT_VERSION, graph_from_dict
+from memtrace_loop.pipeline.core.literals import literal_eval
 from memtrace_loop.pipeline.interop.exec_network.document import (
     ANNOTATIONS_KEY,
     LABELS_META,
     MARK,
+    NAME_TABLE,
     NONE_NODE_ID,
     NONE_OP_ID,
+    ORIGINAL,
     ImportedNetwork,
     RawDocument,
     RawEdge,
     RawNode,
     RawOperation,
     full_id_of,
+    our_name,
     parse_record,
     parse_records,
 )
-from memtrace_loop.pipeline.interop.exec_network.guess import decode_value, op_kind, parse_time, variable_kind
 from memtrace_loop.pipeline.interop.exec_network.labels import ExecNetworkError
-from memtrace_loop.pipeline.interop.exec_network.names import NAME_TABLE, ORIGINAL, our_name
-from memtrace_loop.pipeline.interop.exec_network.originals import graph_original, node_original, operation_original
 
 _DATA_KEYS = frozenset({"nodes", "edges", "operations", "sessions", ANNOTATIONS_KEY})
 _NO_RECORD: tuple[int, None, None] = (-1, None, None)  # an op id only edges name: no record of it to keep
@@ -329,3 +336,178 @@ def _operations(
                            status, error, usage, {**meta, ORIGINAL: original}])
         op_map.setdefault(part.op_id, f"op:{seq}")
     return operations, op_map
+
+
+# ------------------------------------------------------------------ guesses
+
+
+# the kinds a foreign node's category or name prefix is taken as directly (the rest are guessed by keywords)
+_OUR_KINDS: tuple[VarKind, ...] = (
+    VarKind.TURN, VarKind.FACTS, VarKind.RETRIEVED, VarKind.DECISION, VarKind.MEMORY, VarKind.QUERY,
+    VarKind.CONTEXT, VarKind.ANSWER, VarKind.GOLD, VarKind.VERDICT, VarKind.PROMPT,
+)
+_VARIABLE_KEYWORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("prompt", ("prompt", "instruction")),
+    ("turn", ("turn", "message", "utterance", "dialog")),
+    ("memory", ("memory", "mem")),
+    ("query", ("query", "question")),
+    ("gold", ("gold", "golden", "reference")),
+    ("verdict", ("verdict", "judge", "judgement", "label")),
+    ("answer", ("answer", "prediction", "response")),
+    ("context", ("context", "retrieved", "retrieval", "chunk")),
+    ("facts", ("fact", "facts")),
+    ("decision", ("decision", "action")),
+)
+_OP_KEYWORDS: tuple[tuple[OpKind, tuple[str, ...]], ...] = (
+    (OpKind.JUDGE, ("judge", "grade")),
+    (OpKind.RESPONSE, ("answer", "respond", "response")),
+    (OpKind.DELETION, ("delet", "remov", "forget")),
+    (OpKind.UPDATE, ("updat", "decision", "decide", "merg", "trim", "overwrit")),
+    (OpKind.EXTRACTION, ("extract", "add", "chunk", "insert", "segment", "episode", "narrat", "summar")),
+    (OpKind.RETRIEVAL, ("retriev", "search", "recall", "rerank", "fusion", "query", "fetch")),
+)
+
+
+def parse_time(text: Any) -> datetime | None:
+    """A record's `created_at` as a datetime (None when missing or unreadable)."""
+    if not isinstance(text, str) or not text.strip():
+        return None
+    for fmt in ("%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S"):
+        try:
+            return datetime.strptime(text.strip(), fmt)
+        except ValueError:
+            pass
+    try:
+        return datetime.fromisoformat(text.strip()).replace(tzinfo=None)
+    except ValueError:
+        return None
+
+
+def _tokens(*texts: Any) -> list[str]:
+    return [t for text in texts if text for t in alnum_words(str(text))]
+
+
+def variable_kind(node: RawNode, name: str) -> str:
+    """Our kind of their node `node` (our name `name`); a category we do not know is kept."""
+    category = str(node.category or "").strip().lower()
+    if category in _OUR_KINDS:
+        return category
+    if ":" in name and name.split(":", 1)[0] in _OUR_KINDS:
+        return name.split(":", 1)[0]
+    tokens = _tokens(node.category, node.class_name, node.name)
+    for kind, words in _VARIABLE_KEYWORDS:
+        if any(t == w for t in tokens for w in words):
+            return kind
+    return category or "value"
+
+
+def op_kind(*texts: Any) -> OpKind:
+    """Our kind of an operation from its texts, in order of trust (name, category, edge categories)."""
+    for text in texts:
+        if str(text or "").lower() in {k.value for k in OpKind}:
+            return OpKind(str(text).lower())
+    for text in texts:
+        tokens = _tokens(text)
+        for kind, stems in _OP_KEYWORDS:
+            if any(t.startswith(s) for t in tokens for s in stems):
+                return kind
+    return OpKind.OTHER
+
+
+def decode_value(value: Any) -> str:
+    """Our string for their stored value: smartcomment's `repr()` of a string (`"'Rome'"`) becomes the
+    string itself; any other string stays; non-strings become JSON."""
+    if isinstance(value, str):
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            try:
+                decoded = literal_eval(value)
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                return value
+            if isinstance(decoded, str) and repr(decoded) == value:
+                return decoded
+        return value
+    return "" if value is None else json.dumps(value, ensure_ascii=False)
+
+
+# ------------------------------------------------------------------ the original records
+
+
+SAME, REPR = "same", "repr"  # how an imported variable's value reproduces the original one
+
+
+def node_original(full_id: str, position: int, record: Mapping[str, Any], value: str) -> dict[str, Any]:
+    """The meta of a variable imported from node `record` whose value became `value` (see module doc)."""
+    original = record.get("value")
+    if original == value:
+        how: str | None = SAME
+    elif isinstance(original, str) and repr(value) == original:
+        how = REPR
+    else:
+        how = None
+    kept = {k: v for k, v in record.items() if k != "value"} if how else dict(record)
+    return {"full_node_id": full_id, "position": position, "record": kept, "value": how}
+
+
+def operation_original(op_id: str, part: int, edges: Sequence[tuple[int, Mapping[str, Any]]],
+                       position: int | None = None, record: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The meta of part `part` of their operation `op_id` (its record and position on part 0 only)."""
+    meta: dict[str, Any] = {"op_id": op_id, "part": part, "edges": [[p, dict(e)] for p, e in edges]}
+    if part == 0 and record is not None:
+        meta.update(position=position, record=dict(record))
+    return meta
+
+
+def graph_original(data: Mapping[str, Any], sessions: list[Any], unattached: Mapping[str, list[list[Any]]],
+                   known_keys: frozenset[str]) -> dict[str, Any]:
+    """The graph meta of an imported document `data` (see the module doc)."""
+    body = data["data"]
+    return {
+        "header": {k: v for k, v in data.items() if k != "data"},
+        "sessions": sessions,
+        "unattached": {kind: list(records) for kind, records in unattached.items()},
+        "data_extra": {k: v for k, v in body.items() if k not in known_keys},
+        "labels_in_data": bool(body.get(ANNOTATIONS_KEY)),
+    }
+
+
+def is_foreign(graph: ExecutionGraph) -> bool:
+    """Whether `graph` was imported from a foreign document and can be written back from its records."""
+    return (isinstance(graph.meta.get(ORIGINAL), Mapping) and "header" in graph.meta[ORIGINAL]
+            and all(isinstance(v.meta.get(ORIGINAL), Mapping) for v in graph.variables())
+            and all(isinstance(o.meta.get(ORIGINAL), Mapping) for o in graph.operations()))
+
+
+def reexport(graph: ExecutionGraph, labels: list[dict[str, Any]]) -> dict[str, Any]:
+    """The document `graph` was imported from, rebuilt from its original records (see module doc)."""
+    kept = graph.meta[ORIGINAL]
+    nodes: list[tuple[int, dict[str, Any]]] = [(p, r) for p, r in kept["unattached"].get("nodes", [])]
+    operations: list[tuple[int, dict[str, Any]]] = [(p, r) for p, r in kept["unattached"].get("operations", [])]
+    edges: list[tuple[int, dict[str, Any]]] = []
+    for var in graph.variables():
+        original = var.meta[ORIGINAL]
+        record = dict(original["record"])
+        if original.get("value") == SAME:
+            record["value"] = var.value
+        elif original.get("value") == REPR:
+            record["value"] = repr(var.value)
+        nodes.append((original["position"], record))
+    for op in graph.operations():
+        original = op.meta[ORIGINAL]
+        if "record" in original:
+            operations.append((original["position"], original["record"]))
+        edges.extend((p, e) for p, e in original["edges"])
+    data: dict[str, Any] = {
+        "nodes": [r for _, r in sorted(nodes, key=lambda pair: pair[0])],
+        "edges": [r for _, r in sorted(edges, key=lambda pair: pair[0])],
+        "operations": [r for _, r in sorted(operations, key=lambda pair: pair[0])],
+        "sessions": list(kept["sessions"]),
+        **kept["data_extra"],
+    }
+    header = dict(kept["header"])
+    metadata = dict(header.get("metadata") or {})
+    if labels:
+        if kept.get("labels_in_data") or ANNOTATIONS_KEY not in metadata:
+            data[ANNOTATIONS_KEY] = labels
+        metadata[ANNOTATIONS_KEY] = labels
+        header["metadata"] = metadata
+    return {**header, "data": data}
