@@ -21,8 +21,7 @@ from memtrace_loop.pipeline.analysis.evaluation import MetricSummary
 from memtrace_loop.pipeline.loop.summaries import IterationSummary
 from memtrace_loop.pipeline.report.assets import PAGE_CSS, PAGE_JS
 from memtrace_loop.pipeline.report.data import DiagnosisGroup, ReportData, Rewrite
-from memtrace_loop.pipeline.report.layout import layout
-from memtrace_loop.pipeline.report.subgraph import failure_subgraph
+from memtrace_loop.pipeline.report.subgraph import failure_subgraph, layout
 
 MAX_VALUE_CHARS = 2000
 DATA_ELEMENT_ID = "report-data"
