@@ -13,7 +13,7 @@ attribution they are. IN may be a folder: every `*.json` in it (not recursive; a
 its `graphs/`) is converted into the folder OUT (created) under the same name, with a progress bar
 when there is more than one. A file already in the target format is rewritten (normalised) and the
 summary line says so. OUT never replaces IN itself, and every file is written atomically, so a failed
-conversion leaves no partial file. `show` prints a summary of each file (`pipeline.interop.graph_summary`):
+conversion leaves no partial file. `show` prints a summary of each file (`pipeline.interop.graph_files.summarize`):
 format, graph id, sizes, kinds, failed operations, the questions judged wrong and the MemTraceBench
 labels; `--json` prints the same as a JSON list, one object per file, for scripts.
 
@@ -38,8 +38,13 @@ from memtrace_loop.experiments.console_layout import app_console
 from memtrace_loop.experiments.graph_labels import RunLabels, graphs_folder, run_labels
 from memtrace_loop.pipeline.core.graph import GraphError
 from memtrace_loop.pipeline.data.reader import DataError
-from memtrace_loop.pipeline.interop.graph_files import GraphFormat, read_graph_file, write_graph_file
-from memtrace_loop.pipeline.interop.graph_summary import GraphSummary, summarize
+from memtrace_loop.pipeline.interop.graph_files import (
+    GraphFormat,
+    GraphSummary,
+    read_graph_file,
+    summarize,
+    write_graph_file,
+)
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table

@@ -28,6 +28,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from functools import partial
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Protocol
@@ -81,11 +82,6 @@ class CandidateOutcome:
     @property
     def screened_out(self) -> bool:
         return self.screen is not None and not self.screen.verdict.passed
-
-    @property
-    def calls(self) -> int:
-        """Budget calls this candidate cost the loop: its screen and its whole-dev evaluation."""
-        return (self.screen.calls if self.screen is not None else 0) + self.full_calls
 
 
 @dataclass(frozen=True)
@@ -147,17 +143,11 @@ class LoopResult:
     budget_spent: int = 0  # budget calls spent before the test evaluation (across resumes)
     # knob changes accepted over the system's configured knobs (field -> value; {} when none)
     final_knobs: Mapping[str, Any] = field(default_factory=dict)
-    lm_tokens_made: int = 0  # prompt + completion tokens of the evaluations' calls made (`tokens_made`)
+    lm_tokens_made: int = 0  # prompt + completion tokens of the evaluations' calls made
     # per split, what failed operations did to the verdicts of every evaluation on it in this process
     # (summed: a dev verdict counts once per evaluation); `failure_impact`
     impact_by_split: Mapping[str, FailureImpact] = field(default_factory=dict)
     train_reused: int = 0  # iterations that reused the last train evaluation (same prompts and knobs)
-
-
-def tokens_made(result: RunResult) -> int:
-    """Prompt + completion tokens of the calls a run really made (a call served by DSPy's cache reports
-    none; tokens of reused memories are left out)."""
-    return result.counts.prompt_tokens + result.counts.completion_tokens - result.tokens_saved
 
 
 class LoopObserver(Protocol):
@@ -233,7 +223,8 @@ class OptimizationLoop:
             progress=self.progress, exclude_categories=self.settings.exclude_categories, seed=self.settings.seed,
             memory_cache=self.cache, stop=self.stop,
         )
-        self._tokens_made += tokens_made(result)
+        # tokens of the calls really made: DSPy's cache reports none, those of reused memories are left out
+        self._tokens_made += result.counts.prompt_tokens + result.counts.completion_tokens - result.tokens_saved
         impact = failure_impact(result)
         with self._impact_lock:
             self._impact[split] = self._impact.get(split, FailureImpact()) + impact
@@ -346,18 +337,18 @@ class OptimizationLoop:
     ) -> tuple[IterationRecord, RunResult | None]:
         """Attribute train failures (on train part `round_`), propose, gate on dev. Returns the record and
         the accepted dev result."""
-        excluded = self.settings.exclude_categories
         train = self.evaluate_train(current, iteration, knobs, round_)
+        record = partial(IterationRecord, iteration, current, train, current_dev, knobs=dict(knobs))
         if self.budget.exhausted():
-            return IterationRecord(iteration, current, train, current_dev, knobs=dict(knobs)), None
+            return record(), None
         traced = TracedRun(
             train.results, train.graph_by_conversation, {c.id: c for c in self.splits.train.conversations},
-            tuple(excluded),
+            tuple(self.settings.exclude_categories),
         )
         attributions = attribute_run(self.attributor, traced, max_checked=self.settings.verify_cases)
         blame = aggregate_blame(attributions)
         if self.budget.exhausted():
-            return IterationRecord(iteration, current, train, current_dev, attributions, blame), None
+            return record(attributions, blame), None
         screens = self.screens(current_dev, iteration)
         context = OptimizationContext(
             iteration, current, blame, attributions, traced.failures(),
@@ -373,13 +364,8 @@ class OptimizationLoop:
             outcome, result = self._gate(candidate, current_dev, iteration, {**knobs, **candidate.knobs}, screens)
             outcomes.append(outcome)
             if outcome.accepted:
-                record = IterationRecord(
-                    iteration, current, train, current_dev, attributions, blame, tuple(outcomes), dict(knobs)
-                )
-                return record, result
-        return IterationRecord(
-            iteration, current, train, current_dev, attributions, blame, tuple(outcomes), dict(knobs)
-        ), None
+                return record(attributions, blame, tuple(outcomes)), result
+        return record(attributions, blame, tuple(outcomes)), None
 
     # ------------------------------------------------------------------ the gate
 
@@ -445,16 +431,12 @@ class OptimizationLoop:
 
 
 class LoopEvaluator:
-    """The `Evaluator` an optimizer gets in one iteration: the loop's own evaluation (runner, memory
-    cache, call counting, split log) on train or dev, or on some of their questions (batch), and single
-    questions through a `LoopCaseRunner` (per question). An evaluation's `lm_calls_made` is the
-    ledger's made calls (every role) while it ran: evaluations run concurrently by one optimizer would
-    each see the others' calls too (the loop's totals stay exact).
-
-    With screening on (`loop.screen`), a dev question asked of a prompt set other than the incumbent
-    (`current`) first screens that prompt set (`CandidateScreens`, once per iteration, shared with the gate):
-    a screened-out one is answered from its screen and the incumbent without running anything more, so
-    an optimizer's whole-dev scoring of it (GEPA's valset) costs only the screen."""
+    """The `Evaluator` (optimizers.base) an optimizer gets in one iteration: the loop's own evaluation on
+    train or dev (whole, or some questions), and single questions through a `LoopCaseRunner`; never test.
+    An evaluation's `lm_calls_made` is the ledger's made calls while it ran (concurrent evaluations see
+    each other's; the loop's totals stay exact). With screening on, a dev question asked of a prompt set
+    other than the incumbent (`current`) first screens it (once per iteration, shared with the gate): a
+    screened-out one is answered from its screen and the incumbent, so scoring it costs only the screen."""
 
     SPLITS = ("train", "dev")
 

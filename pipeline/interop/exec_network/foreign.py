@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import heapq
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 from memtrace_loop.pipeline.backends.text import alnum_words
 from memtrace_loop.pipeline.core.conventions import Namespace, VarKind, is_in, name_of, prefix
@@ -68,8 +68,9 @@ def import_foreign(document: RawDocument) -> ImportedNetwork:
     """Their graph translated into ours (see the module doc); ids of theirs -> ours in the result."""
     data, source = document.data, document.source
     body = data["data"]
-    by_id, unattached_nodes = _index_nodes(document.nodes, source)
-    records, unattached_ops = _index_operations(document.operations, source)
+    by_id, unattached_nodes = _index(document.nodes, full_id_of, NONE_NODE_ID, "node", "full_node_id", source)
+    records, unattached_ops = _index(document.operations, lambda op: op.op_id, NONE_OP_ID, "operation", "op_id",
+                                     source)
     parts = _parts(records, body.get("edges"), by_id, source)
     order, conflicts = _order(parts, records, by_id, source)
     variables, kinds, node_map = _variables(by_id)
@@ -88,37 +89,25 @@ def import_foreign(document: RawDocument) -> ImportedNetwork:
                            tuple(MappingProxyType(c) for c in conflicts))
 
 
-def _index_nodes(
-    nodes: list[tuple[str, RawNode, Mapping[str, Any]]], source: str
-) -> tuple[dict[str, tuple[int, RawNode, Mapping[str, Any]]], list[list[Any]]]:
-    """Their full node id -> (position, node, record); smartcomment's placeholder apart. A duplicate raises."""
-    by_id: dict[str, tuple[int, RawNode, Mapping[str, Any]]] = {}
+R = TypeVar("R", RawNode, RawOperation)
+
+
+def _index(
+    items: list[tuple[str, R, Mapping[str, Any]]], id_of: Callable[[R], str], placeholder: str, what: str,
+    key: str, source: str,
+) -> tuple[dict[str, tuple[int, R, Mapping[str, Any]]], list[list[Any]]]:
+    """Their id -> (position, record parsed, record); smartcomment's `placeholder` apart. A duplicate raises."""
+    by_id: dict[str, tuple[int, R, Mapping[str, Any]]] = {}
     unattached: list[list[Any]] = []
-    for position, (where, node, record) in enumerate(nodes):
-        full_id = full_id_of(node)
-        if full_id == NONE_NODE_ID:
+    for position, (where, item, record) in enumerate(items):
+        item_id = id_of(item)
+        if item_id == placeholder:
             unattached.append([position, dict(record)])
             continue
-        if full_id in by_id:
-            raise ExecNetworkError(source, f"duplicate node {full_id!r}", where, "full_node_id")
-        by_id[full_id] = (position, node, record)
+        if item_id in by_id:
+            raise ExecNetworkError(source, f"duplicate {what} {item_id!r}", where, key)
+        by_id[item_id] = (position, item, record)
     return by_id, unattached
-
-
-def _index_operations(
-    ops: list[tuple[str, RawOperation, Mapping[str, Any]]], source: str
-) -> tuple[dict[str, tuple[int, RawOperation, Mapping[str, Any]]], list[list[Any]]]:
-    """Their op id -> (position, operation, record); the `__none_op__` record apart. A duplicate raises."""
-    records: dict[str, tuple[int, RawOperation, Mapping[str, Any]]] = {}
-    unattached: list[list[Any]] = []
-    for position, (where, op, record) in enumerate(ops):
-        if op.op_id == NONE_OP_ID:
-            unattached.append([position, dict(record)])
-            continue
-        if op.op_id in records:
-            raise ExecNetworkError(source, f"duplicate operation {op.op_id!r}", where, "op_id")
-        records[op.op_id] = (position, op, record)
-    return records, unattached
 
 
 def _parts(
