@@ -13,6 +13,7 @@ node or a duplicate id is an `ExecNetworkError`; it never guesses around them (a
 
 from __future__ import annotations
 
+import graphlib
 import heapq
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -148,33 +149,19 @@ def _layers(op_id: str, edges: list[tuple[int, RawEdge, Mapping[str, Any]]], sou
     for _, edge, _ in edges:
         if edge.target_full_node_id != NONE_NODE_ID:
             incoming.setdefault(edge.target_full_node_id, []).append(edge.source_full_node_id)
-    depth: dict[str, int] = {NONE_NODE_ID: 0}
-
-    def depth_of(node_id: str) -> int:
-        stack, on_path = [node_id], set()
-        while stack:
-            current = stack[-1]
-            if current in depth:
-                stack.pop()
-                continue
-            pending = [s for s in incoming.get(current, ()) if s not in depth]
-            if not pending:
-                depth[current] = 1 + max((depth[s] for s in incoming.get(current, ())), default=-1)
-                on_path.discard(current)
-                stack.pop()
-                continue
-            on_path.add(current)
-            for s in pending:
-                if s in on_path:
-                    raise ExecNetworkError(source, f"cycle: operation {op_id!r} consumes its own output {s!r}",
-                                           None, "data.edges")
-                stack.append(s)
-        return depth[node_id]
+    try:
+        order = list(graphlib.TopologicalSorter(incoming).static_order())
+    except graphlib.CycleError as error:
+        raise ExecNetworkError(source, f"cycle: operation {op_id!r} consumes its own output {error.args[1][0]!r}",
+                               None, "data.edges") from None
+    depth: dict[str, int] = {}
+    for node_id in order:  # a node nothing inside the operation produces (the placeholder too) is at depth 0
+        depth[node_id] = 1 + max((depth[s] for s in incoming.get(node_id, ())), default=-1)
 
     by_layer: dict[int, _Part] = {}
     for position, edge, record in edges:
         target = edge.target_full_node_id
-        layer = depth_of(target) if target != NONE_NODE_ID else depth_of(edge.source_full_node_id) + 1
+        layer = depth[target] if target != NONE_NODE_ID else depth.get(edge.source_full_node_id, 0) + 1
         by_layer.setdefault(layer, _Part(op_id, 0)).edges.append((position, edge, record))
     parts = [by_layer[layer] for layer in sorted(by_layer)]
     for index, part in enumerate(parts):
