@@ -202,9 +202,7 @@ class CandidateScreens:
     def enabled(self) -> bool:
         return self._settings.enabled
 
-    def outcome(
-        self, prompts: PromptSet, knobs: Mapping[str, Any], stages: Sequence[str], label: str = ""
-    ) -> ScreenOutcome | None:
+    def outcome(self, prompts: PromptSet, knobs: Mapping[str, Any], stages: Sequence[str]) -> ScreenOutcome | None:
         """The screen of `prompts` with the knob changes `knobs`, moving `stages` (empty: any); run once.
         None: screening is off, or the screen would hold every scored dev question (the whole-dev
         evaluation then costs no more)."""
@@ -213,12 +211,10 @@ class CandidateScreens:
         key = f"{prompts.digest()}|{sorted(knobs.items())!r}"
         with self._runs.hold(key):
             if key not in self._outcomes:
-                self._outcomes[key] = self._run(prompts, knobs, stages, label)
+                self._outcomes[key] = self._run(prompts, knobs, stages)
             return self._outcomes[key]
 
-    def _run(
-        self, prompts: PromptSet, knobs: Mapping[str, Any], stages: Sequence[str], label: str
-    ) -> ScreenOutcome | None:
+    def _run(self, prompts: PromptSet, knobs: Mapping[str, Any], stages: Sequence[str]) -> ScreenOutcome | None:
         incumbent, scored = self._incumbent, self._incumbent.report.overall.n
         screen = build_screen(incumbent.results, incumbent.graph_by_conversation, stages, self._settings,
                               seed=self._seed, exclude_categories=self._excluded)
@@ -233,7 +229,7 @@ class CandidateScreens:
         outcome = ScreenOutcome(screen, verdict, self._spent() - start, run)
         logger.info(
             "screen of %s: %d of %d dev questions run (%d failures on its path, %d guard), %d fixed, %d broken, "
-            "estimated gain %+.3f: %s (%d budget calls)", label or ", ".join(stages) or "every stage",
+            "estimated gain %+.3f: %s (%d budget calls)", ", ".join(stages) or "every stage",
             verdict.questions, scored, len(screen.failures), len(screen.guard), verdict.fixed, verdict.broken,
             verdict.estimate.mean_difference, "passed" if verdict.passed else "screened out", outcome.calls,
         )

@@ -177,7 +177,7 @@ def measure(fresh: Callable[[], Counted], incumbent: Incumbent, dataset: Dataset
         dataset, incumbent.run, lambda prompts, part, knobs: counted.run(prompts, part, cache, knobs)[0],
         counted.spent, settings=ScreenSettings(), min_gain=MIN_GAIN, seed=seed, exclude_categories=EXCLUDED,
     )
-    outcome = screens.outcome(candidate.prompts, {}, candidate.changed_stages, ", ".join(candidate.changed_stages))
+    outcome = screens.outcome(candidate.prompts, {}, candidate.changed_stages)
     rest = 0
     if outcome is None or outcome.verdict.passed:
         _, rest = counted.run(candidate.prompts, dataset, cache)
