@@ -53,14 +53,12 @@ class _Raw(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
-class RawNode(_Raw):
+class RawNode(_Raw):  # the fields we read (a record keeps the rest)
     name: str
     version: int = Field(ge=1)
     value: Any = ""
-    comment: Any = None
     category: Any = None
     class_name: Any = None
-    session_id: Any = None
     created_at: Any = None
     metadata: dict[str, Any] | None = None
     full_node_id: str | None = None
@@ -69,20 +67,16 @@ class RawNode(_Raw):
 class RawOperation(_Raw):
     op_id: str
     op_name: str | None = ""
-    comment: Any = None
     category: Any = None
-    session_id: Any = None
     created_at: Any = None
     metadata: dict[str, Any] | None = None
 
 
 class RawEdge(_Raw):
-    edge_id: Any = None
     source_full_node_id: str
     target_full_node_id: str
     op_id: str
     category: Any = None
-    comment: Any = None
     created_at: Any = None
 
 
@@ -104,7 +98,6 @@ def parse_record(model: type[BaseModel], item: Any, where: str, source: str) -> 
     except ValidationError as error:
         first = error.errors()[0]
         raise ExecNetworkError(source, first["msg"], where, ".".join(map(str, first["loc"])) or None) from error
-
 
 
 @dataclass(frozen=True)
