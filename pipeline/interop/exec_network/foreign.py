@@ -16,7 +16,7 @@ from __future__ import annotations
 import graphlib
 import heapq
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
@@ -76,8 +76,13 @@ def import_foreign(document: RawDocument) -> ImportedNetwork:
     order, conflicts = _order(parts, records, by_id, source)
     variables, kinds, node_map = _variables(by_id)
     operations, op_map = _operations(order, records, kinds, node_map)
-    sessions = [item for _, item in parse_records(body.get("sessions"), "session_id", "data.sessions", source)]
-    original = graph_original(data, sessions, {"nodes": unattached_nodes, "operations": unattached_ops}, _DATA_KEYS)
+    original: dict[str, Any] = {
+        "header": {k: v for k, v in data.items() if k != "data"},
+        "sessions": [item for _, item in parse_records(body.get("sessions"), "session_id", "data.sessions", source)],
+        "unattached": {"nodes": unattached_nodes, "operations": unattached_ops},
+        "data_extra": {k: v for k, v in body.items() if k not in _DATA_KEYS},
+        "labels_in_data": bool(body.get(ANNOTATIONS_KEY)),
+    }
     if conflicts:
         original["conflicts"] = conflicts
     meta: dict[str, Any] = {ORIGINAL: original}
@@ -301,7 +306,11 @@ def _operations(
                  else rule_stage or name)
         edge_categories = [e.category for _, e, _ in part.edges]
         kind = op_kind(their, record.category if record else None, *edge_categories)
-        original = operation_original(part.op_id, part.part, [(p, r) for p, _, r in part.edges], position, raw)
+        # its edges; its record and position on part 0 only
+        original: dict[str, Any] = {"op_id": part.op_id, "part": part.part,
+                                    "edges": [[p, dict(r)] for p, _, r in part.edges]}
+        if part.part == 0 and raw is not None:
+            original.update(position=position, record=dict(raw))
         if part.dropped:
             original["dropped_outputs"] = part.dropped
         # our own mark wins over the guesses; inputs and outputs stay what the (maybe edited) edges say
@@ -422,28 +431,6 @@ def node_original(full_id: str, position: int, record: Mapping[str, Any], value:
         how = None
     kept = {k: v for k, v in record.items() if k != "value"} if how else dict(record)
     return {"full_node_id": full_id, "position": position, "record": kept, "value": how}
-
-
-def operation_original(op_id: str, part: int, edges: Sequence[tuple[int, Mapping[str, Any]]],
-                       position: int | None = None, record: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The meta of part `part` of their operation `op_id` (its record and position on part 0 only)."""
-    meta: dict[str, Any] = {"op_id": op_id, "part": part, "edges": [[p, dict(e)] for p, e in edges]}
-    if part == 0 and record is not None:
-        meta.update(position=position, record=dict(record))
-    return meta
-
-
-def graph_original(data: Mapping[str, Any], sessions: list[Any], unattached: Mapping[str, list[list[Any]]],
-                   known_keys: frozenset[str]) -> dict[str, Any]:
-    """The graph meta of an imported document `data` (see the module doc)."""
-    body = data["data"]
-    return {
-        "header": {k: v for k, v in data.items() if k != "data"},
-        "sessions": sessions,
-        "unattached": {kind: list(records) for kind, records in unattached.items()},
-        "data_extra": {k: v for k, v in body.items() if k not in known_keys},
-        "labels_in_data": bool(body.get(ANNOTATIONS_KEY)),
-    }
 
 
 def is_foreign(graph: ExecutionGraph) -> bool:
