@@ -130,20 +130,16 @@ def document_counts(body: Mapping[str, Any]) -> DocumentCounts:
     return DocumentCounts(count("sessions"), count("nodes"), count("operations"), count("edges"))
 
 
-def graph_bytes(graph: ExecutionGraph, target: GraphFormat, annotations: Iterable[BenchAnnotation] = ()) -> bytes:
-    """The file content of `graph` in `target` format (`annotations`, else the labels `graph.meta`
-    carries, go into an ExecNetwork document; our own JSON keeps the meta and so the labels)."""
-    if target is GraphFormat.MEMTRACE:
-        return graph_to_json(graph).encode("utf-8")
-    return document_bytes(to_exec_network(graph, tuple(annotations)))
-
-
 def write_graph_file(graph: ExecutionGraph, path: str | Path, target: GraphFormat,
                      annotations: Iterable[BenchAnnotation] = ()) -> Path:
-    """Write `graph` to `path` in `target` format, atomically: a temporary file beside it replaces it
-    only once complete (the folder is created). Returns the path."""
+    """Write `graph` to `path` in `target` format, atomically (the folder is created); returns the path.
+    `annotations`, else the labels `graph.meta` carries, go into an ExecNetwork document (our own JSON
+    keeps the meta and so the labels)."""
     path = Path(path)
-    content = graph_bytes(graph, target, annotations)  # a failure here leaves nothing behind
+    if target is GraphFormat.MEMTRACE:  # a failure here leaves nothing behind
+        content = graph_to_json(graph).encode("utf-8")
+    else:
+        content = document_bytes(to_exec_network(graph, tuple(annotations)))
     try:
         return write_atomically(path, content)
     except OSError as error:
@@ -174,7 +170,7 @@ class GraphSummary:
     graph_id: str
     variables: int
     operations: int
-    edges: int
+    edges: int  # variable -> variable: one per (input or prompt) x output pair of every operation
     failed_operations: int
     variable_kinds: tuple[tuple[str, int], ...]  # most frequent first
     operation_kinds: tuple[tuple[str, int], ...]
@@ -193,21 +189,12 @@ class GraphSummary:
             "variable_kinds": dict(self.variable_kinds),
             "operation_kinds": dict(self.operation_kinds),
             "failed_questions": [asdict(q) for q in self.failed_questions],
-            "annotations": [annotation_dict(a) for a in self.annotations],
+            "annotations": [  # what a reader needs: which query, which error, blamed where, against what
+                {"query_id": a.query_id, "error_type": a.final_error_type, "op_id": a.final_op_id, "query": a.query,
+                 "prediction": a.prediction, "golden_answers": list(a.golden_answers)}
+                for a in self.annotations
+            ],
         }
-
-
-def annotation_dict(annotation: BenchAnnotation) -> dict[str, Any]:
-    """The parts of a MemTraceBench label a reader needs: which query, which error, blamed where, and
-    the prediction against the golden answers."""
-    return {"query_id": annotation.query_id, "error_type": annotation.final_error_type,
-            "op_id": annotation.final_op_id, "query": annotation.query, "prediction": annotation.prediction,
-            "golden_answers": list(annotation.golden_answers)}
-
-
-def flow_edges(graph: ExecutionGraph) -> int:
-    """Variable -> variable edges: one per (input or prompt) x output pair of every operation."""
-    return sum((len(op.inputs) + (op.prompt is not None)) * len(op.outputs) for op in graph.operations())
 
 
 def ranked(counts: Counter[str]) -> tuple[tuple[str, int], ...]:
@@ -238,9 +225,10 @@ def failed_questions(graph: ExecutionGraph) -> tuple[FailedQuestion, ...]:
 def summarize(graph_file: GraphFile) -> GraphSummary:
     """The summary of a read graph file."""
     graph = graph_file.graph
+    edges = sum((len(op.inputs) + (op.prompt is not None)) * len(op.outputs) for op in graph.operations())
     return GraphSummary(
         path=str(graph_file.path), format=str(graph_file.format), graph_id=graph.graph_id,
-        variables=graph.n_variables, operations=graph.n_operations, edges=flow_edges(graph),
+        variables=graph.n_variables, operations=graph.n_operations, edges=edges,
         failed_operations=sum(op.failed for op in graph.operations()),
         variable_kinds=ranked(Counter(str(v.kind) for v in graph.variables())),
         operation_kinds=ranked(Counter(str(op.kind) for op in graph.operations())),
