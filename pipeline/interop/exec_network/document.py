@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -256,10 +257,13 @@ def full_node_ids(graph: ExecutionGraph) -> dict[str, str]:
                  if isinstance(v.meta.get(ORIGINAL), dict) and "full_node_id" in v.meta[ORIGINAL]}
     if originals:
         return {v.id: originals.get(v.id, v.id) for v in graph.variables()}
-    mapped = {name: their_name(name, graph.graph_id) for name in graph.names()}
-    counts: dict[str, int] = {}
-    for theirs in mapped.values():
-        counts[theirs] = counts.get(theirs, 0) + 1
-    names = {ours: theirs if counts[theirs] == 1 and (theirs == ours or theirs not in mapped) else ours
-             for ours, theirs in mapped.items()}
+    names = unique_names({name: their_name(name, graph.graph_id) for name in graph.names()})
     return {v.id: f"{names[v.name]}@{v.version}" for v in graph.variables()}
+
+
+def unique_names(mapped: Mapping[str, str]) -> dict[str, str]:
+    """Each name's mapped name, or the name itself where that would collide (another name maps to it too,
+    or it is one of the names: e.g. turns of two samples)."""
+    counts = Counter(mapped.values())
+    return {name: new if counts[new] == 1 and (new == name or new not in mapped) else name
+            for name, new in mapped.items()}

@@ -44,6 +44,7 @@ from memtrace_loop.pipeline.interop.exec_network.document import (
     our_name,
     parse_record,
     parse_records,
+    unique_names,
 )
 from memtrace_loop.pipeline.interop.exec_network.labels import ExecNetworkError
 
@@ -243,12 +244,7 @@ def _variables(
         ours = (node.metadata or {}).get(MARK)
         if isinstance(ours, Mapping) and isinstance(ours.get("name"), str):
             mapped[qualified[full_id]] = ours["name"]
-    sharing: dict[str, set[str]] = {}
-    for q, ours in mapped.items():
-        sharing.setdefault(ours, set()).add(q)
-    # a mapped name must stay unique (turns of two samples, or a mapped name that is also a raw name)
-    unique = {q: ours if len(sharing[ours]) == 1 and (ours == q or ours not in mapped) else q
-              for q, ours in mapped.items()}
+    unique = unique_names(mapped)
     names = {full_id: unique[q] for full_id, q in qualified.items()}
     times = {full_id: parse_time(entry[1].created_at) for full_id, entry in by_id.items()}
     by_time = sorted(by_id, key=lambda i: (times[i] is None, times[i] or datetime.min, by_id[i][0]))
