@@ -83,6 +83,11 @@ class CandidateOutcome:
     def screened_out(self) -> bool:
         return self.screen is not None and not self.screen.verdict.passed
 
+    @property
+    def calls(self) -> int:
+        """Budget calls this candidate cost the loop: its screen and its whole-dev evaluation."""
+        return (self.screen.calls if self.screen is not None else 0) + self.full_calls
+
 
 @dataclass(frozen=True)
 class IterationRecord:
