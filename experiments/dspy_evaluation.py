@@ -27,8 +27,7 @@ from memtrace_loop.pipeline.backends.registry import build_lm_set
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.run_folder import RunFolder
 from memtrace_loop.pipeline.data.splits import SPLIT_NAMES
-from memtrace_loop.pipeline.loop.case_runner import LoopCaseRunner
-from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
+from memtrace_loop.pipeline.loop.runner import LoopCaseRunner, MemoryCache
 
 
 @dataclass(frozen=True)

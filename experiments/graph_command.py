@@ -9,7 +9,7 @@ in the `--to` format. MemTraceBench labels travel with an ExecNetwork input; a g
 (`run_labels`: the last `memtrace attribute`, else the run's own), and the summary says which. A folder
 IN converts every `*.json` in it (not recursive; a run folder stands for its `graphs/`) into the folder
 OUT. A file already in the target format is rewritten (normalised); OUT never replaces IN, and every file
-is written atomically. `show` prints each file's summary (`pipeline.interop.graph_summary`); `--json`
+is written atomically. `show` prints each file's summary (`pipeline.interop.graph_files`); `--json`
 the same as a JSON list.
 
 Plain argparse: no config, no LM, no MLflow, nothing attributed. A missing or unreadable file, invalid
@@ -37,8 +37,13 @@ from memtrace_loop.pipeline.core.run_folder import RunFolder
 from memtrace_loop.pipeline.data.reader import DataError
 from memtrace_loop.pipeline.interop.exec_network import annotation_from_attribution
 from memtrace_loop.pipeline.interop.exec_network.labels import BenchAnnotation
-from memtrace_loop.pipeline.interop.graph_files import GraphFormat, read_graph_file, write_graph_file
-from memtrace_loop.pipeline.interop.graph_summary import GraphSummary, summarize
+from memtrace_loop.pipeline.interop.graph_files import (
+    GraphFormat,
+    GraphSummary,
+    read_graph_file,
+    summarize,
+    write_graph_file,
+)
 from memtrace_loop.pipeline.report.attribution_record import AttributionRecord, latest_attributions
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn

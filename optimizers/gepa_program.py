@@ -32,7 +32,7 @@ class ProgramStateError(ValueError):
 
 class CaseRunner(Protocol):
     """What `forward` needs: one question answered and judged with a system (the loop's `Evaluator`, or a
-    `pipeline.loop.case_runner.LoopCaseRunner` outside the loop)."""
+    `pipeline.loop.runner.LoopCaseRunner` outside the loop)."""
 
     def run_case(self, system: MemorySystem, split: str, question_id: str) -> TracedCase: ...
 

@@ -1,19 +1,31 @@
-"""Graph files in either format (our `graph_io` JSON or ExecNetwork), told apart by content.
+"""Graph files in either format (our `graph_io` JSON or ExecNetwork), told apart by content, and what they hold.
 
 `read_graph_file` reads either kind into a `GraphFile` (graph, MemTraceBench annotations, format, document
 counts); `write_graph_file` writes either format atomically. Every problem is a one-line `GraphFileError`
-naming the file. It does no conversion beyond choosing the writer, no summaries, no printing.
+naming the file. `summarize` gives the `GraphSummary` `memtrace graph show` prints: sizes (edges counted as
+ExecNetwork draws them), kinds, judged and wrong questions (texts whole), labels and the document's record
+counts. It does no conversion beyond choosing the writer, no attribution, no printing.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from memtrace_loop.pipeline.core.conventions import (
+    Namespace,
+    answer_name,
+    gold_name,
+    key_of,
+    prefix,
+    query_name,
+    verdict_name,
+)
 from memtrace_loop.pipeline.core.files import write_atomically
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, GraphError
 from memtrace_loop.pipeline.core.graph_io import FORMAT as MEMTRACE_FORMAT_KEY
@@ -118,21 +130,108 @@ def document_counts(body: Mapping[str, Any]) -> DocumentCounts:
     return DocumentCounts(count("sessions"), count("nodes"), count("operations"), count("edges"))
 
 
-def graph_bytes(graph: ExecutionGraph, target: GraphFormat, annotations: Iterable[BenchAnnotation] = ()) -> bytes:
-    """The file content of `graph` in `target` format (`annotations`, else the labels `graph.meta`
-    carries, go into an ExecNetwork document; our own JSON keeps the meta and so the labels)."""
-    if target is GraphFormat.MEMTRACE:
-        return graph_to_json(graph).encode("utf-8")
-    return document_bytes(to_exec_network(graph, tuple(annotations)))
-
-
 def write_graph_file(graph: ExecutionGraph, path: str | Path, target: GraphFormat,
                      annotations: Iterable[BenchAnnotation] = ()) -> Path:
-    """Write `graph` to `path` in `target` format, atomically: a temporary file beside it replaces it
-    only once complete (the folder is created). Returns the path."""
+    """Write `graph` to `path` in `target` format, atomically (the folder is created); returns the path.
+    `annotations`, else the labels `graph.meta` carries, go into an ExecNetwork document (our own JSON
+    keeps the meta and so the labels)."""
     path = Path(path)
-    content = graph_bytes(graph, target, annotations)  # a failure here leaves nothing behind
+    if target is GraphFormat.MEMTRACE:  # a failure here leaves nothing behind
+        content = graph_to_json(graph).encode("utf-8")
+    else:
+        content = document_bytes(to_exec_network(graph, tuple(annotations)))
     try:
         return write_atomically(path, content)
     except OSError as error:
         raise GraphFileError(str(path), f"cannot write file ({type(error).__name__}: {error})") from error
+
+
+# ------------------------------------------------------------------ what a file holds
+
+
+CORRECT = "CORRECT"  # the judge's label of a right answer (`verdict:<qid>`)
+
+
+@dataclass(frozen=True)
+class FailedQuestion:
+    """A question the graph's judge did not mark CORRECT (verdict WRONG, or FAILED when judging failed)."""
+
+    question_id: str
+    verdict: str
+    question: str
+    prediction: str
+    gold: str
+
+
+@dataclass(frozen=True)
+class GraphSummary:
+    path: str
+    format: str
+    graph_id: str
+    variables: int
+    operations: int
+    edges: int  # variable -> variable: one per (input or prompt) x output pair of every operation
+    failed_operations: int
+    variable_kinds: tuple[tuple[str, int], ...]  # most frequent first
+    operation_kinds: tuple[tuple[str, int], ...]
+    questions: int  # judged questions (`verdict:<qid>` variables)
+    failed_questions: tuple[FailedQuestion, ...]
+    annotations: tuple[BenchAnnotation, ...]
+    document: DocumentCounts | None  # an ExecNetwork document's own records
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path, "format": self.format, "graph_id": self.graph_id,
+            "counts": {"variables": self.variables, "operations": self.operations, "edges": self.edges,
+                       "failed_operations": self.failed_operations, "questions": self.questions,
+                       "failed_questions": len(self.failed_questions), "annotations": len(self.annotations)},
+            "document": None if self.document is None else asdict(self.document),
+            "variable_kinds": dict(self.variable_kinds),
+            "operation_kinds": dict(self.operation_kinds),
+            "failed_questions": [asdict(q) for q in self.failed_questions],
+            "annotations": [  # what a reader needs: which query, which error, blamed where, against what
+                {"query_id": a.query_id, "error_type": a.final_error_type, "op_id": a.final_op_id, "query": a.query,
+                 "prediction": a.prediction, "golden_answers": list(a.golden_answers)}
+                for a in self.annotations
+            ],
+        }
+
+
+def ranked(counts: Counter[str]) -> tuple[tuple[str, int], ...]:
+    return tuple(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+
+
+def judged_questions(graph: ExecutionGraph) -> tuple[str, ...]:
+    """The question ids that have a `verdict:<qid>` variable, in the graph's order."""
+    return tuple(key_of(name, Namespace.VERDICT) for name in graph.names(prefix(Namespace.VERDICT)))
+
+
+def failed_questions(graph: ExecutionGraph) -> tuple[FailedQuestion, ...]:
+    """Every judged question whose latest verdict is not CORRECT, with its texts ("" when absent)."""
+
+    def text(name: str) -> str:
+        variable = graph.latest(name)
+        return "" if variable is None else variable.value
+
+    failed = []
+    for qid in judged_questions(graph):
+        verdict = text(verdict_name(qid))
+        if verdict.strip().upper() != CORRECT:
+            failed.append(FailedQuestion(qid, verdict, text(query_name(qid)), text(answer_name(qid)),
+                                         text(gold_name(qid))))
+    return tuple(failed)
+
+
+def summarize(graph_file: GraphFile) -> GraphSummary:
+    """The summary of a read graph file."""
+    graph = graph_file.graph
+    edges = sum((len(op.inputs) + (op.prompt is not None)) * len(op.outputs) for op in graph.operations())
+    return GraphSummary(
+        path=str(graph_file.path), format=str(graph_file.format), graph_id=graph.graph_id,
+        variables=graph.n_variables, operations=graph.n_operations, edges=edges,
+        failed_operations=sum(op.failed for op in graph.operations()),
+        variable_kinds=ranked(Counter(str(v.kind) for v in graph.variables())),
+        operation_kinds=ranked(Counter(str(op.kind) for op in graph.operations())),
+        questions=len(judged_questions(graph)), failed_questions=failed_questions(graph),
+        annotations=graph_file.annotations, document=graph_file.document,
+    )

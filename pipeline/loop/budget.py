@@ -1,15 +1,11 @@
 """The loop's budget in LM calls: `LoopBudget`, the one record of what a run has spent and may spend.
 
-It owns every counter the loop keeps of LM calls: the ledger's tally when the run (or resume) began,
-the calls per role of the iterations before a resume, the budget calls spent before a resume, the calls
-kept out of the budget (a screened-out candidate's audit, re-establishing dev at resume), and whether
-the budget has cut the loop. Budget calls are task + rewriter + attributor calls (`BUDGET_ROLES`; the
-judge is the measuring instrument) made, plus those DSPy's response cache served when `counts_cached`.
-`limit` 0 means no budget. It is the `CallBudget` an optimizer reads (`optimizers.base`), any time, from
-any thread.
-
-It does not count calls itself (the `CallLedger` the caller's LMs count into does) or decide when a
-step is started (the loop asks `exhausted()` before each).
+It keeps every counter of LM calls across resumes: the ledger's tally when the run began, the calls per
+role and the budget calls spent before a resume, the calls kept out of the budget (an audit, re-establishing
+dev at resume), and whether the budget cut the loop. Budget calls are task + rewriter + attributor calls
+made (`BUDGET_ROLES`; the judge is the measuring instrument), plus those DSPy's cache served when
+`counts_cached`; `limit` 0 is no budget. It is the `CallBudget` an optimizer reads, from any thread. It
+neither counts calls (the `CallLedger` does) nor decides when a step starts (the loop asks `exhausted()`).
 """
 
 from __future__ import annotations
@@ -23,8 +19,6 @@ __all__ = ["LoopBudget"]
 
 
 class LoopBudget:
-    """Budget calls spent and left, and LM calls per role across resumes (see the module doc)."""
-
     def __init__(self, calls: CallLedger, limit: int = 0, counts_cached: bool = True) -> None:
         if limit < 0:
             raise ValueError(f"budget_calls must be >= 0 (0: no budget), got {limit}")
@@ -40,8 +34,7 @@ class LoopBudget:
         self._spent_base, self._spent_offset, self.cut = self._count(), 0, False
 
     def continue_from(self, spent: int) -> None:
-        """A resumed run's budget goes on from the `spent` its checkpoint recorded; calls until now are not
-        counted (re-establishing the dev results a checkpoint does not keep)."""
+        """A resumed run goes on from the `spent` its checkpoint recorded; calls until now are not counted."""
         self._spent_base, self._spent_offset = self._count(), spent
 
     def _count(self) -> int:

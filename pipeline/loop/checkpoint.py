@@ -1,18 +1,13 @@
-"""Loop checkpoints: what an interrupted `memtrace optimize` resumes from, as one JSON file, read and
-checked once into a typed record.
+"""Loop checkpoints: what an interrupted `memtrace optimize` resumes from, one JSON file read and checked
+once into a typed record.
 
-- `LoopProgress`: what the loop needs to continue exactly where it stopped (iteration, current and start
-  prompt sets, accepted knob changes, patience count, iteration digests, budget spent, LM calls per role).
-- `write_checkpoint(path, progress, config_digest, run_id)`: atomically (a crash never leaves half a
-  checkpoint); the folder's MLflow run is also recorded once, beside the first one (`RunFolder.RUN_ID`).
-- `read_checkpoint(path, config_digest)`: the `Checkpoint` record, or ONE `CheckpointError` line naming
-  the file and the field: unreadable, not JSON, off the schema (format v1: known fields only, strict
-  types: no "3" for 3, the digests' blame rows readable), another config digest, `iteration` not the
-  last of the history's 0..n, `stale` beyond it, another MLflow run than the folder's.
-  `Checkpoint.check_fits(system)`: its prompt sets' stages and knob changes are the system's own.
-- `mark_finished`: the run finished (a later `resume=` is a no-op that says so).
-
-It does not decide when to checkpoint (the loop does) or what config digest a run has (the app does).
+`write_checkpoint` writes a `LoopProgress` atomically, and the folder's MLflow run once beside the first
+(`RunFolder.RUN_ID`). `read_checkpoint` returns the `Checkpoint` or ONE `CheckpointError` line naming the
+file and the field: unreadable, not JSON, off the schema (format v1: known fields only, strict types, the
+blame rows readable), another config digest, `iteration` not the last of the history's 0..n, `stale`
+beyond it, another MLflow run than the folder's. `Checkpoint.check_fits(system)`: its stages and knob
+changes are the system's own. `mark_finished`: a later `resume=` is a no-op that says so. It does not
+decide when to checkpoint (the loop does) or what config digest a run has (the app does).
 """
 
 from __future__ import annotations
@@ -50,7 +45,7 @@ class CheckpointError(ValueError):
 
 @dataclass(frozen=True)
 class LoopProgress:
-    """What a checkpoint remembers: enough to continue exactly where the loop stopped."""
+    """Enough to continue exactly where the loop stopped."""
 
     iteration: int
     current: PromptSet
@@ -63,13 +58,12 @@ class LoopProgress:
 
     @property
     def accepted(self) -> int:
-        """Candidates accepted so far (over every iteration in `history`)."""
         return sum(1 for summary in self.history if summary.accepted is not None)
 
 
 @dataclass(frozen=True)
 class FinishedRun:
-    """What a finished run reports when asked to resume it: its test scores and exported files."""
+    """What a finished run reports when asked to resume it."""
 
     test_start: float
     test_final: float
@@ -78,7 +72,6 @@ class FinishedRun:
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """A checkpoint read back and checked against its run (`read_checkpoint`)."""
 
     path: Path
     progress: LoopProgress
@@ -87,8 +80,7 @@ class Checkpoint:
     finished: FinishedRun | None = None
 
     def check_fits(self, system: MemorySystem) -> None:
-        """Refuse (one `CheckpointError` line) prompt sets naming a stage `system` does not have, or
-        accepted knob changes naming a knob it does not have."""
+        """Refuse prompt sets naming a stage `system` does not have, or knob changes naming a knob it lacks."""
         stages = [name for name, _ in system.named_predictors()]
         for name, prompts in (("start_prompts", self.progress.start), ("current_prompts", self.progress.current)):
             _refuse(self.path, name, _unknown(prompts.stages(), stages, "stage", system.name))
@@ -111,7 +103,6 @@ def _refuse(path: Path, where: str, reason: str | None) -> None:
 
 
 def write_checkpoint(path: Path, progress: LoopProgress, config_digest: str, run_id: str | None = None) -> None:
-    """`progress` (with the run's config digest and MLflow run) as the checkpoint at `path`."""
     data = {
         "format": CHECKPOINT_FORMAT,
         "format_version": CHECKPOINT_VERSION,
@@ -137,7 +128,6 @@ def _write_json(path: Path, data: Mapping[str, Any]) -> None:
 
 
 def mark_finished(path: Path, finished: FinishedRun) -> None:
-    """Record in the checkpoint at `path` that its run finished (a later `resume=` is then a no-op)."""
     data = _load_json(path)
     data["finished"] = {"test_start": finished.test_start, "test_final": finished.test_final,
                         "exported": list(finished.exported)}
@@ -160,8 +150,7 @@ def _load_json(path: Path) -> Any:
 
 
 def read_checkpoint(path: Path, config_digest: str | None) -> Checkpoint:
-    """The checkpoint at `path`, checked against its schema and its run (`config_digest`: that of the
-    config the folder was started with; None: not checked) — see the module doc."""
+    """The checkpoint at `path`, checked (`config_digest`: the folder's first config's; None: not checked)."""
     data = _load_json(path)
     _refuse(path, *_schema_problem(data))
     _refuse(path, *_run_problem(data, config_digest, folder_run_id(path)))
@@ -276,8 +265,7 @@ def _schema_problem(data: Any) -> Problem:
 
 
 def _run_problem(data: Mapping[str, Any], config_digest: str | None, run_id: str | None) -> Problem:
-    """Where a schema-valid checkpoint disagrees with its run: `config_digest` (None: not checked), its
-    iterations, `run_id` (the MLflow run its folder recorded; None: not recorded, not checked)."""
+    """Where a schema-valid checkpoint disagrees with its run (`run_id`: the folder's; None: not checked)."""
     if config_digest is not None and data["config_digest"] != config_digest:
         return "config_digest", ("was written by a run with another configuration than the one the folder was "
                                  "started with; start a new run instead")

@@ -1,10 +1,6 @@
-"""What candidates cost: budget calls per candidate (screen and whole-dev), per accepted candidate, the
-screen's verdicts and audit, and the calls a run spent to reach 90% of its final dev gain.
-
-Pure functions over a run's iteration history (`IterationSummary`, what checkpoints keep, so the
-figures survive a resume). The loop observer logs them to MLflow, the console prints them, the lab's
-comparison (`make compare`) averages them per optimizer. It does not count calls itself (the loop's
-`CallLedger` does).
+"""What candidates cost: budget calls per candidate and per accepted one, the screen's verdicts and audit,
+and the calls a run spent to reach 90% of its final dev gain. Pure functions over a run's iteration history
+(what checkpoints keep, so the figures survive a resume); it counts no calls itself.
 
 >>> from memtrace_loop.pipeline.analysis.blame import BlameTable
 >>> from memtrace_loop.pipeline.loop.summaries import CandidateSummary, IterationSummary
@@ -35,7 +31,7 @@ _TOLERANCE = 1e-12
 
 @dataclass(frozen=True)
 class ProgressPoint:
-    """The state after one iteration: cumulative LM calls spent by its end, the incumbent's dev accuracy."""
+    """After one iteration: cumulative LM calls spent by its end, the incumbent's dev accuracy."""
 
     iteration: int
     calls: float
@@ -86,9 +82,8 @@ def candidate_costs(history: Sequence[IterationSummary], min_gain: float = 0.0) 
 
 
 def calls_to_fraction(progress: Sequence[ProgressPoint], fraction: float = GAIN_FRACTION) -> float | None:
-    """Cumulative LM calls spent when the dev gain over iteration 0 first reached `fraction` of the
-    final dev gain (the last point's). None when the run did not gain (final <= iteration 0) or has
-    no progress. Points are taken in iteration order."""
+    """Cumulative LM calls spent when the dev gain over iteration 0 first reached `fraction` of the final
+    (the last point's); None when the run did not gain or has no progress."""
     if not 0 < fraction <= 1:
         raise ValueError(f"fraction must be in (0, 1], got {fraction}")
     points = sorted(progress, key=lambda p: p.iteration)
@@ -107,9 +102,8 @@ def calls_to_fraction(progress: Sequence[ProgressPoint], fraction: float = GAIN_
 def calls_to_gain(
     history: Sequence[IterationSummary], dev_final: float, fraction: float = GAIN_FRACTION
 ) -> float | None:
-    """Budget calls spent by the end of the iteration after which the incumbent's dev accuracy first reached
-    `fraction` of the run's final dev gain (None: no gain). `history[i].dev_accuracy` is the incumbent at the
-    START of iteration i, so the one after iteration i is the start of i + 1 (or `dev_final`)."""
+    """`calls_to_fraction` over the history: `history[i].dev_accuracy` is the incumbent at the START of
+    iteration i, so the one after iteration i is the start of i + 1 (or `dev_final`)."""
     ordered = sorted(history, key=lambda s: s.iteration)
     points = [
         ProgressPoint(s.iteration, float(s.budget_spent),

@@ -1,20 +1,12 @@
 """What failed operations did to one evaluation's scores: `FailureImpact` and `failure_impact`.
 
-A question is **touched** when a failed operation (an LM call that finally failed, or an output that
-could not be used) lies on the path to its verdict in its conversation's execution graph (a failed
-ingestion whose memory the question retrieved, a failed answer, a failed judge call), when a failed
-operation worked on one of the question's evidence turns (upstream of its inputs, not through a
-retrieval: a failed extraction leaves no memory to retrieve, so no path; the turn is the link), or
-when its `CaseResult` carries an error. Only the
-questions of the overall score count (the excluded categories are left out, as in
-`EvaluationReport.overall`).
-
-From the touched questions follow the score with them left out and the bounds of the score had they
-not been touched: at most every touched question scored wrong could have been right
-(`accuracy_high`), at worst every touched question scored right could have been wrong
-(`accuracy_low`). Impacts add up (`+`): the loop sums those of every evaluation on one split.
-Pure functions of the run's results and graphs; this module logs and prints nothing, and it does not
-decide what a run with failures exits with (`pipeline.backends.failure_guard.failed_calls_outcome`).
+A scored question (excluded categories left out) is **touched** when a failed operation (an LM call that
+finally failed, or an unusable output) lies on the path to its verdict in its conversation's graph, when
+one worked on one of its evidence turns (upstream of its inputs, not through a retrieval: a failed
+extraction leaves no memory to retrieve; the turn is the link), or when its `CaseResult` carries an error.
+Hence the score without them and its bounds: every touched wrong one right (`accuracy_high`), every
+touched right one wrong (`accuracy_low`). Impacts add up (`+`). Pure; it does not decide what a run with
+failures exits with (`pipeline.backends.failure_guard.failed_calls_outcome`).
 """
 
 from __future__ import annotations
@@ -78,14 +70,6 @@ class FailureImpact:
         return {k: v for k, v in values.items() if not math.isnan(v)}
 
 
-@dataclass(frozen=True)
-class _Reach:
-    """What the failed operations of one graph reach: node ids downstream, turn names upstream."""
-
-    downstream: frozenset[str]
-    turns: frozenset[str]
-
-
 def _worked_on(graph: ExecutionGraph, op: Operation) -> set[str]:
     """The turn names `op` worked on: upstream of its inputs, not through a retrieval (what was
     retrieved from memory comes from other turns)."""
@@ -103,7 +87,8 @@ def _worked_on(graph: ExecutionGraph, op: Operation) -> set[str]:
     return {name for name in map(name_of, seen) if name.startswith(turn_prefix)}
 
 
-def _reach_of_failures(graph: ExecutionGraph) -> _Reach:
+def _reach_of_failures(graph: ExecutionGraph) -> tuple[set[str], set[str]]:
+    """What the failed operations of `graph` reach: node ids downstream, turn names upstream."""
     downstream: set[str] = set()
     turns: set[str] = set()
     for op in graph.operations():
@@ -111,23 +96,22 @@ def _reach_of_failures(graph: ExecutionGraph) -> _Reach:
             downstream.add(op.id)
             downstream.update(graph.descendants(op.id))
             turns.update(_worked_on(graph, op))
-    return _Reach(frozenset(downstream), frozenset(turns))
+    return downstream, turns
 
 
 def touched_questions(results: Iterable[CaseResult], graph_by_conversation: Mapping[str, ExecutionGraph]) -> set[str]:
     """The ids of the questions a failed operation touched (see the module doc)."""
-    reach_by_conversation: dict[str, _Reach] = {}
+    reach_by_conversation: dict[str, tuple[set[str], set[str]]] = {}
     touched: set[str] = set()
-    nothing = _Reach(frozenset(), frozenset())
     for result in results:
         question = result.question
         graph = graph_by_conversation.get(question.conversation_id)
         if graph is not None and question.conversation_id not in reach_by_conversation:
             reach_by_conversation[question.conversation_id] = _reach_of_failures(graph)
-        reach = reach_by_conversation.get(question.conversation_id, nothing)
+        downstream, turns = reach_by_conversation.get(question.conversation_id, (set(), set()))
         verdicts = graph.versions(verdict_name(question.id)) if graph is not None else ()
-        if (result.error is not None or any(v.id in reach.downstream for v in verdicts)
-                or any(turn_name(turn) in reach.turns for turn in question.evidence)):
+        if (result.error is not None or any(v.id in downstream for v in verdicts)
+                or any(turn_name(turn) in turns for turn in question.evidence)):
             touched.add(question.id)
     return touched
 

@@ -1,34 +1,24 @@
-"""The closed loop: evaluate, attribute, blame, propose, gate — iteration by iteration — then test once.
+"""The closed loop (`OptimizationLoop`): evaluate, attribute, blame, propose, gate — iteration by iteration —
+then test once; its records (`CandidateOutcome`, `IterationRecord`, `LoopResult`) and the `LoopEvaluator`
+an optimizer scores prompt sets with.
 
-Iteration 0 evaluates the starting prompt set on train and dev. Each later iteration evaluates the
-current prompt set on train (with `train_conversations`, on the next few train conversations after each
-accepted candidate: `pipeline.data.splits.train_part`), attributes the train failures (with the injected
-`Attributor`; lineage by default), aggregates blame, asks the optimizer for candidates (handing it an `Evaluator`, the
-`LoopEvaluator`, that scores prompt sets on train or dev through this loop's runner and memory
-cache, its calls counted) and evaluates them on dev; a candidate is accepted only when its paired
-gain over the current prompt set on the same dev questions reaches `min_gain`. Otherwise the
-next candidate is tried; `patience` iterations without an acceptance stop the loop. The test split is
-evaluated once, at the end, for the starting and the final prompt set. Train and dev are answered
-without the questions of `exclude_categories` (`Split.scored`), which no score reads; test whole.
+Iteration 0 evaluates the starting prompt set on train and dev. Each later iteration evaluates the current
+prompt set on train (with `train_conversations`, on the next part of train after each accepted candidate:
+`pipeline.data.splits.train_part`), attributes the train failures (the injected `Attributor`; lineage by
+default), aggregates blame, asks the optimizer for candidates (handing it a `LoopEvaluator` that scores
+through this loop's runner and memory cache, its calls counted) and gates them on dev: a candidate is
+accepted only when its paired gain over the current prompt set on the same dev questions reaches
+`min_gain`. `patience` iterations without an acceptance stop the loop. The test split is evaluated once,
+at the end, for the starting and the final prompt set. Train and dev leave out `exclude_categories`.
 
-LM calls are counted in one way only: at the LM layer, by the `CallLedger` (`pipeline.backends.call_count`)
-the loop requires and whose counting LMs the caller built the system, judge, attributor and optimizer
-with (an LM built without it is not counted). `LoopBudget` (`pipeline.loop.budget`) owns what is spent
-against `LoopSettings.budget_calls` (0: no budget). The budget is checked before each step: an
-iteration's train evaluation, its attribution, its proposal (the optimizer's own search, e.g. GEPA's,
-sees `OptimizationContext.budget`) and each candidate's dev evaluation; iteration 0 (the starting prompt
-set on dev and train) always runs. A step is never started once the budget is spent, and a started step
-is finished, so a run ends with `spent <= budget_calls + (the calls of the one step that crossed it)`.
-The final test evaluation is outside the budget. A resumed run (`run(resume=checkpoint)`, a
-`pipeline.loop.checkpoint.Checkpoint` read and checked once by the caller) continues the spent count its
-checkpoint recorded (re-evaluating the current prompt set on dev at resume is not counted). Why the loop
-stopped is `LoopResult.stop_reason`.
-
-Built memories are reused through a `MemoryCache`, so a candidate that only changes the answer prompt
-costs only answering. After every iteration the loop saves a checkpoint (JSON) from which an
-interrupted run resumes and reaches the same result. Logging is done by an observer (`LoopObserver`),
-so this module neither talks to MLflow nor prints. The digests of iterations (what checkpoints keep)
-are `pipeline.loop.summaries`; the checkpoint file is `pipeline.loop.checkpoint`.
+LM calls are counted only at the LM layer, by the `CallLedger` the caller built the LMs with; `LoopBudget`
+owns what is spent against `budget_calls` (0: none). It is checked before each step (an iteration's train
+evaluation, attribution, proposal, each candidate's dev evaluation; iteration 0 always runs): a step is
+never started once the budget is spent and a started step is finished. The final test evaluation is
+outside the budget. A resumed run (`run(resume=checkpoint)`) continues the spent count its checkpoint
+recorded (re-evaluating dev at resume is not counted). Built memories are reused through a `MemoryCache`.
+After every iteration the loop writes a checkpoint from which an interrupted run reaches the same result.
+Logging is an observer's (`LoopObserver`): this module neither talks to MLflow nor prints.
 """
 
 from __future__ import annotations
@@ -36,45 +26,133 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from functools import partial
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Protocol
 
 import dspy
 from memtrace_loop.memory_systems.base import MemorySystem
-from memtrace_loop.optimizers.base import Candidate, OptimizationContext, Optimizer
+from memtrace_loop.optimizers.base import Candidate, CandidateEvaluation, OptimizationContext, Optimizer, TracedCase
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor, TracedRun, attribute_run
-from memtrace_loop.pipeline.analysis.blame import aggregate_blame
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution
+from memtrace_loop.pipeline.analysis.blame import BlameTable, aggregate_blame
 from memtrace_loop.pipeline.analysis.evaluation import PairedDifference, paired_difference
-from memtrace_loop.pipeline.backends.call_count import CallLedger
-from memtrace_loop.pipeline.core.records import Dataset, PromptSet
+from memtrace_loop.pipeline.backends.call_count import CallLedger, CallTally
+from memtrace_loop.pipeline.core.records import Dataset, PromptSet, Question
 from memtrace_loop.pipeline.core.stop import StopToken
 from memtrace_loop.pipeline.data.splits import Split, train_part
 from memtrace_loop.pipeline.loop.budget import LoopBudget
-from memtrace_loop.pipeline.loop.candidate_screens import CandidateScreens
-from memtrace_loop.pipeline.loop.case_runner import LoopCaseRunner
 from memtrace_loop.pipeline.loop.checkpoint import Checkpoint, LoopProgress, write_checkpoint
-from memtrace_loop.pipeline.loop.evaluator import LoopEvaluator
 from memtrace_loop.pipeline.loop.failure_impact import FailureImpact, failure_impact
-from memtrace_loop.pipeline.loop.iteration_records import (
-    CandidateOutcome,
-    IterationRecord,
-    LoopResult,
-    StopReason,
-    summarize_iteration,
-)
-from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
-from memtrace_loop.pipeline.loop.runner import ProgressSink, RunResult, run_dataset
+from memtrace_loop.pipeline.loop.runner import LoopCaseRunner, MemoryCache, ProgressSink, RunResult, run_dataset
+from memtrace_loop.pipeline.loop.screening import CandidateScreens, ScreenOutcome
 from memtrace_loop.pipeline.loop.settings import LoopSettings
+from memtrace_loop.pipeline.loop.summaries import CandidateSummary, IterationSummary
 
 logger = logging.getLogger(__name__)
 
-def tokens_made(result: RunResult) -> int:
-    """Prompt + completion tokens of the calls a run really made (a call served by DSPy's cache reports
-    none; tokens of reused memories are left out)."""
-    return result.counts.prompt_tokens + result.counts.completion_tokens - result.tokens_saved
+
+class StopReason(StrEnum):
+    """Why the loop stopped iterating."""
+
+    MAX_ITERATIONS = "max_iterations"
+    PATIENCE = "patience"
+    BUDGET = "budget"
+
+
+@dataclass(frozen=True)
+class CandidateOutcome:
+    """The gate's verdict on one candidate. Screened out: `dev_accuracy` and `gain` are the screen's
+    estimate (outside the screen's questions, the incumbent's verdicts) and `full_calls` is 0; evaluated
+    fully: they are its dev evaluation's. `audit`: with `loop.screen.audit`, a screened-out candidate's
+    real paired gain on the whole dev split (outside the budget; the verdict stays "screened out")."""
+
+    candidate: Candidate
+    dev_accuracy: float
+    gain: PairedDifference
+    accepted: bool
+    screen: ScreenOutcome | None = None
+    full_calls: int = 0  # budget calls of its whole-dev evaluation
+    audit: PairedDifference | None = None
+
+    @property
+    def screened_out(self) -> bool:
+        return self.screen is not None and not self.screen.verdict.passed
+
+    @property
+    def calls(self) -> int:
+        """Budget calls this candidate cost the loop: its screen and its whole-dev evaluation."""
+        return (self.screen.calls if self.screen is not None else 0) + self.full_calls
+
+
+@dataclass(frozen=True)
+class IterationRecord:
+    """What one iteration did. Iteration 0 is the baseline (no blame, no candidates)."""
+
+    iteration: int
+    prompts: PromptSet  # the current prompt set the iteration started from
+    train: RunResult
+    dev: RunResult
+    attributions: tuple[Attribution, ...] = ()
+    blame: BlameTable = field(default_factory=BlameTable)
+    outcomes: tuple[CandidateOutcome, ...] = ()
+    knobs: Mapping[str, Any] = field(default_factory=dict)  # the knob changes the iteration started from
+    calls: CallTally = field(default_factory=CallTally)  # cumulative LM calls (across resumes) at its end
+    budget_spent: int = 0  # cumulative budget spent at its end (across resumes)
+
+    @property
+    def accepted(self) -> CandidateOutcome | None:
+        return next((o for o in self.outcomes if o.accepted), None)
+
+
+def summarize_iteration(record: IterationRecord) -> IterationSummary:
+    """The digest of an iteration that checkpoints keep and tables and plots show."""
+    dev = record.dev.report.overall
+    return IterationSummary(
+        record.iteration,
+        record.train.report.overall.judge_accuracy,
+        dev.judge_accuracy,
+        (dev.ci_low, dev.ci_high),
+        BlameTable.from_rows(record.blame.as_rows()),
+        tuple(
+            CandidateSummary(
+                tuple(o.candidate.changed_stages), o.dev_accuracy, o.gain.mean_difference,
+                (o.gain.ci_low, o.gain.ci_high), o.accepted, o.candidate.rationale, o.candidate.knobs,
+                o.screened_out, o.screen.calls if o.screen is not None else 0, o.full_calls,
+                None if o.audit is None else o.audit.mean_difference,
+            )
+            for o in record.outcomes
+        ),
+        record.budget_spent,
+    )
+
+
+@dataclass(frozen=True)
+class LoopResult:
+    start_prompts: PromptSet
+    final_prompts: PromptSet
+    iterations: tuple[IterationRecord, ...]  # those run by this process (after a resume: only the new ones)
+    history: tuple[IterationSummary, ...]  # every iteration, including those before a resume
+    test_start: RunResult
+    test_final: RunResult
+    dev_final: RunResult
+    split_log: tuple[tuple[str, int], ...]  # (split, iteration) of every evaluation, in order
+    lm_calls_made: int  # LM calls made, every role, the test evaluation included
+    lm_calls_saved: int  # LM calls reusing built memories saved (they were never asked of an LM)
+    stop_reason: str = ""  # a StopReason
+    calls: CallTally = field(default_factory=CallTally)  # per role, across resumes, test evaluation included
+    budget_spent: int = 0  # budget calls spent before the test evaluation (across resumes)
+    # knob changes accepted over the system's configured knobs (field -> value; {} when none)
+    final_knobs: Mapping[str, Any] = field(default_factory=dict)
+    lm_tokens_made: int = 0  # prompt + completion tokens of the evaluations' calls made
+    # per split, what failed operations did to the verdicts of every evaluation on it in this process
+    # (summed: a dev verdict counts once per evaluation); `failure_impact`
+    impact_by_split: Mapping[str, FailureImpact] = field(default_factory=dict)
+    train_reused: int = 0  # iterations that reused the last train evaluation (same prompts and knobs)
 
 
 class LoopObserver(Protocol):
@@ -150,7 +228,8 @@ class OptimizationLoop:
             progress=self.progress, exclude_categories=self.settings.exclude_categories, seed=self.settings.seed,
             memory_cache=self.cache, stop=self.stop,
         )
-        self._tokens_made += tokens_made(result)
+        # tokens of the calls really made: DSPy's cache reports none, those of reused memories are left out
+        self._tokens_made += result.counts.prompt_tokens + result.counts.completion_tokens - result.tokens_saved
         impact = failure_impact(result)
         with self._impact_lock:
             self._impact[split] = self._impact.get(split, FailureImpact()) + impact
@@ -263,18 +342,18 @@ class OptimizationLoop:
     ) -> tuple[IterationRecord, RunResult | None]:
         """Attribute train failures (on train part `round_`), propose, gate on dev. Returns the record and
         the accepted dev result."""
-        excluded = self.settings.exclude_categories
         train = self.evaluate_train(current, iteration, knobs, round_)
+        record = partial(IterationRecord, iteration, current, train, current_dev, knobs=dict(knobs))
         if self.budget.exhausted():
-            return IterationRecord(iteration, current, train, current_dev, knobs=dict(knobs)), None
+            return record(), None
         traced = TracedRun(
             train.results, train.graph_by_conversation, {c.id: c for c in self.splits.train.conversations},
-            tuple(excluded),
+            tuple(self.settings.exclude_categories),
         )
         attributions = attribute_run(self.attributor, traced, max_checked=self.settings.verify_cases)
         blame = aggregate_blame(attributions)
         if self.budget.exhausted():
-            return IterationRecord(iteration, current, train, current_dev, attributions, blame), None
+            return record(attributions, blame), None
         screens = self.screens(current_dev, iteration)
         context = OptimizationContext(
             iteration, current, blame, attributions, traced.failures(),
@@ -290,13 +369,8 @@ class OptimizationLoop:
             outcome, result = self._gate(candidate, current_dev, iteration, {**knobs, **candidate.knobs}, screens)
             outcomes.append(outcome)
             if outcome.accepted:
-                record = IterationRecord(
-                    iteration, current, train, current_dev, attributions, blame, tuple(outcomes), dict(knobs)
-                )
-                return record, result
-        return IterationRecord(
-            iteration, current, train, current_dev, attributions, blame, tuple(outcomes), dict(knobs)
-        ), None
+                return record(attributions, blame, tuple(outcomes)), result
+        return record(attributions, blame, tuple(outcomes)), None
 
     # ------------------------------------------------------------------ the gate
 
@@ -359,3 +433,69 @@ class OptimizationLoop:
         if self.checkpoint is not None:
             write_checkpoint(self.checkpoint, progress, self.config_digest, self.run_id)
         return progress
+
+
+class LoopEvaluator:
+    """The `Evaluator` (optimizers.base) an optimizer gets in one iteration: the loop's own evaluation on
+    train or dev (whole, or some questions), and single questions through a `LoopCaseRunner`; never test.
+    An evaluation's `lm_calls_made` is the ledger's made calls while it ran (concurrent evaluations see
+    each other's; the loop's totals stay exact). With screening on, a dev question asked of a prompt set
+    other than the incumbent (`current`) first screens it (once per iteration, shared with the gate): a
+    screened-out one is answered from its screen and the incumbent, so scoring it costs only the screen."""
+
+    SPLITS = ("train", "dev")
+
+    def __init__(
+        self, loop: OptimizationLoop, iteration: int, knobs: Mapping[str, Any] | None = None,
+        current: PromptSet | None = None, screens: CandidateScreens | None = None,
+    ) -> None:
+        self._loop = loop
+        self._iteration = iteration
+        self._knobs = dict(knobs or {})  # the loop's accepted knob changes: candidates are scored with them
+        self._cases = loop.case_runner()
+        self._current = current
+        self._screens = screens
+
+    def questions(self, split: str) -> tuple[Question, ...]:
+        """The scored questions of train or dev (excluded categories left out)."""
+        return self._cases.questions(split)
+
+    def system(self, prompts: PromptSet) -> MemorySystem:
+        """The loop's system with its accepted knob changes and `prompts`."""
+        return self._loop.system.with_knobs(self._knobs).with_prompts(prompts)
+
+    def run_case(self, system: MemorySystem, split: str, question_id: str) -> TracedCase:
+        """One train or dev question answered and judged with `system` (memory from the loop's cache); a
+        screened-out candidate's dev question from its screen (see the class doc)."""
+        outcome = self._screen(system) if split == "dev" else None
+        if outcome is not None and not outcome.verdict.passed and self._screens is not None:
+            return self._screens.case(outcome, question_id)
+        return self._cases.run_case(system, split, question_id)
+
+    def _screen(self, system: MemorySystem) -> ScreenOutcome | None:
+        if self._screens is None or self._current is None or not self._screens.enabled:
+            return None
+        prompts = system.prompt_set()
+        base = self._loop.system.with_knobs(self._knobs).knob_values()
+        changes = {k: v for k, v in system.knob_values().items() if base.get(k) != v}
+        if prompts == self._current and not changes:
+            return None  # the incumbent itself
+        stages = prompts.changed_stages(self._current)
+        return self._screens.outcome(prompts, {**self._knobs, **changes}, self._loop.candidate_stages(stages, changes))
+
+    def evaluate(
+        self, prompts: PromptSet, split: str = "train", question_ids: Sequence[str] | None = None
+    ) -> CandidateEvaluation:
+        if split not in self.SPLITS:
+            raise ValueError(f"an optimizer may evaluate on {' or '.join(self.SPLITS)}, not {split!r}")
+        dataset: Dataset = getattr(self._loop.splits, split)
+        if question_ids is not None:
+            wanted = set(question_ids)
+            unknown = wanted - {q.id for q in dataset.questions}
+            if unknown:
+                raise ValueError(f"questions {sorted(unknown)} are not in the {split} split")
+            dataset = dataset.for_questions(question_ids)
+        before = self._loop.budget.tally()
+        result = self._loop.evaluate(prompts, split, self._iteration, dataset, knobs=self._knobs)
+        made = (self._loop.budget.tally() - before).made()
+        return CandidateEvaluation(prompts, split, result.results, result.graph_by_conversation, result.report, made)

@@ -1,14 +1,22 @@
-"""Running a memory system over a dataset: ingest, answer, judge — traced, in parallel, deterministic.
+"""Running a memory system: whole datasets (`run_dataset`), single questions (`LoopCaseRunner`), and the
+`MemoryCache` of built memories both reuse.
 
-Conversations are ingested in parallel (each into its own execution graph; turns within one
-conversation stay in order), then questions are answered and judged in parallel, each traced into a
-private buffer that is committed to its conversation's graph in dataset order. So results, graphs and
-metrics equal those of a sequential run. Progress is reported through an optional `ProgressSink`
-(the entry point decides how to show it). This module does not log to MLflow or print.
+`run_dataset` ingests conversations in parallel (each into its own execution graph; turns within one
+conversation stay in order), then answers and judges questions in parallel, each traced into a private
+buffer committed to its conversation's graph in dataset order, so results, graphs and metrics equal a
+sequential run's. Progress goes to an optional `ProgressSink`.
+
+A memory system's `memory_key(conversation)` names everything construction depends on; the cache maps it to
+the ingestion graph (a snapshot, copied before use) and the memory state (read-only once built), counting
+hits and the LM calls they saved. `LoopCaseRunner` (GEPA's program scores one question at a time) takes a
+memory from the cache, built at most once even when several threads ask (`get_or_build`), so a candidate
+changing only answer-side prompts re-answers and never re-ingests; a reuse counts as saving the build calls
+once per (memory, prompt set), as a whole-dataset evaluation would. This module does not log to MLflow or print.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -18,18 +26,78 @@ from typing import Any, Protocol, TypeVar
 
 import dspy
 from memtrace_loop.memory_systems.base import MemorySystem
-from memtrace_loop.optimizers.base import ConstructionCall
+from memtrace_loop.optimizers.base import ConstructionCall, TracedCase
 from memtrace_loop.pipeline.analysis.evaluation import EvaluationReport, summarize
 from memtrace_loop.pipeline.analysis.judge import JUDGE_STAGE, judge_answer
 from memtrace_loop.pipeline.core.conventions import KNOBS_META
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
+from memtrace_loop.pipeline.core.lru import Lru
 from memtrace_loop.pipeline.core.records import CaseResult, Conversation, Dataset, Question
+from memtrace_loop.pipeline.core.single_flight import KeyedLocks
 from memtrace_loop.pipeline.core.stop import StopToken
 from memtrace_loop.pipeline.core.tracing import Tracer
-from memtrace_loop.pipeline.loop.memory_cache import CachedMemory, MemoryCache
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class CachedMemory:
+    graph: ExecutionGraph  # the ingestion graph; copy it before appending
+    state: Any
+    lm_calls: int  # LLM calls it took to build
+    construction_calls: tuple[ConstructionCall, ...] = ()  # as DSPy traced them, for GEPA's reflection
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    hits: int
+    misses: int
+    lm_calls_saved: int
+
+
+class MemoryCache:
+    """Built memories by memory key, thread-safe, least recently used dropped first."""
+
+    def __init__(self, max_entries: int = 512) -> None:
+        self._entries = Lru[CachedMemory](max_entries)
+        self._lock = threading.Lock()
+        self._hits = 0
+        self._misses = 0
+        self._saved = 0
+        self._builds = KeyedLocks()
+
+    def get(self, key: str, count_saved: bool = True) -> CachedMemory | None:
+        with self._lock:
+            found = self._entries.get(key)
+            if found is None:
+                self._misses += 1
+                return None
+            self._hits += 1
+            self._saved += found.lm_calls if count_saved else 0
+            return found
+
+    def put(self, key: str, memory: CachedMemory) -> None:
+        with self._lock:
+            self._entries.put(key, memory)
+
+    def get_or_build(
+        self, key: str, build: Callable[[], CachedMemory], count_saved: bool = True
+    ) -> tuple[CachedMemory, bool]:
+        """(the memory under `key`, reused?) — `build()` runs at most once per key at a time: a thread
+        asking while another builds the same key waits and then reuses its memory. `count_saved=False`:
+        a hit is counted, but not as saved calls (the caller counts what a reuse saved itself)."""
+        with self._builds.hold(key):
+            found = self.get(key, count_saved)
+            if found is not None:
+                return found, True
+            built = build()
+            self.put(key, built)
+            return built, False
+
+    def stats(self) -> CacheStats:
+        with self._lock:
+            return CacheStats(self._hits, self._misses, self._saved)
 
 
 class ProgressSink(Protocol):
@@ -117,16 +185,6 @@ def declare_prompts(tracer: Tracer, system: MemorySystem, judge: dspy.Predict) -
     tracer.prompt_variable(JUDGE_STAGE, judge.signature.instructions)
 
 
-def new_conversation_graph(
-    system: MemorySystem, judge: dspy.Predict, conversation: Conversation, meta: Mapping[str, Any] | None = None
-) -> tuple[ExecutionGraph, Tracer]:
-    """A fresh graph for one conversation with every stage prompt declared up front."""
-    graph = ExecutionGraph(conversation.id, {"system": system.name, KNOBS_META: system.knob_values(), **(meta or {})})
-    tracer = Tracer(graph)
-    declare_prompts(tracer, system, judge)
-    return graph, tracer
-
-
 def count_lm_calls(graphs: Iterable[ExecutionGraph]) -> LMCallCounts:
     calls = cached = prompt = completion = failed = 0
     for graph in graphs:
@@ -139,11 +197,16 @@ def count_lm_calls(graphs: Iterable[ExecutionGraph]) -> LMCallCounts:
     return LMCallCounts(calls, cached, prompt, completion, failed)
 
 
-def ingest_recorded(
-    system: MemorySystem, conversation: Conversation, tracer: Tracer, on_turn: Callable[[Any], None] | None = None
-) -> tuple[Any, tuple[ConstructionCall, ...]]:
-    """`system.ingest` with its construction stages' LM calls recorded as DSPy traces them (kept with a
-    cached memory so a reuse can still show them to GEPA's reflection)."""
+def build_memory(
+    system: MemorySystem, judge: dspy.Predict, conversation: Conversation, dataset: str,
+    on_turn: Callable[[Any], None] | None = None,
+) -> tuple[ExecutionGraph, CachedMemory]:
+    """Ingest `conversation` into a fresh graph (every stage prompt declared up front), its construction
+    stages' LM calls recorded as DSPy traces them; the graph and its snapshot as a `CachedMemory`."""
+    graph = ExecutionGraph(conversation.id, {"system": system.name, KNOBS_META: system.knob_values(),
+                                             "dataset": dataset})
+    tracer = Tracer(graph)
+    declare_prompts(tracer, system, judge)
     name_by_predictor = {id(p): name for name, p in system.named_predictors()}
     with dspy.context(trace=[]):
         state = system.ingest(conversation, tracer, on_turn=on_turn)
@@ -152,7 +215,7 @@ def ingest_recorded(
         ConstructionCall(name_by_predictor[id(predictor)], dict(inputs), outputs)
         for predictor, inputs, outputs in trace if id(predictor) in name_by_predictor
     )
-    return state, calls
+    return graph, CachedMemory(graph.copy(), state, count_lm_calls([graph]).calls, calls)
 
 
 def run_dataset(
@@ -185,11 +248,10 @@ def run_dataset(
             saved = count_lm_calls([cached.graph])
             reused.append((cached.lm_calls, saved.cached_calls, saved.prompt_tokens + saved.completion_tokens))
             return graph, cached.state
-        graph, tracer = new_conversation_graph(system, judge, conversation, {"dataset": dataset.name})
-        state, calls = ingest_recorded(system, conversation, tracer, lambda _turn: progress.advance("ingest"))
+        graph, memory = build_memory(system, judge, conversation, dataset.name, lambda _: progress.advance("ingest"))
         if memory_cache is not None:
-            memory_cache.put(key, CachedMemory(graph.copy(), state, count_lm_calls([graph]).calls, calls))
-        return graph, state
+            memory_cache.put(key, memory)
+        return graph, memory.state
 
     built = _map(ingest, conversations, workers, stop=stop)
     graph_by_conversation = {c.id: g for c, (g, _) in zip(conversations, built, strict=True)}
@@ -212,3 +274,55 @@ def run_dataset(
         results, graph_by_conversation, report, count_lm_calls(graph_by_conversation.values()), len(reused),
         sum(r[0] for r in reused), sum(r[2] for r in reused), sum(r[1] for r in reused),
     )
+
+
+def _made(counts: LMCallCounts) -> int:
+    return counts.calls - counts.cached_calls
+
+
+class LoopCaseRunner:
+    """One train or dev question at a time, answered and judged with a given system over the loop's judge,
+    splits and memory cache (the per-question half of the loop's `Evaluator`, optimizers.base)."""
+
+    def __init__(
+        self, judge: dspy.Predict, dataset_by_split: Mapping[str, Dataset], cache: MemoryCache,
+        exclude_categories: Sequence[int] = (5,),
+    ) -> None:
+        self._judge = judge
+        self._dataset_by_split = dict(dataset_by_split)
+        self._cache = cache
+        self._excluded = set(exclude_categories)
+        self._reused: set[tuple[str, str]] = set()  # (memory key, prompt digest) whose reuse was counted
+        self._lock = threading.Lock()
+
+    def _dataset(self, split: str) -> Dataset:
+        if split not in self._dataset_by_split:
+            raise ValueError(f"an optimizer may run cases of {sorted(self._dataset_by_split)}, not {split!r}")
+        return self._dataset_by_split[split]
+
+    def questions(self, split: str) -> tuple[Question, ...]:
+        return tuple(q for q in self._dataset(split).questions if q.category not in self._excluded)
+
+    def run_case(self, system: MemorySystem, split: str, question_id: str) -> TracedCase:
+        """The case carries the LM calls it really made (ingestion only when it built the memory; DSPy's
+        cache excluded) and the memory's construction calls, built or reused."""
+        dataset = self._dataset(split)
+        question = next((q for q in dataset.questions if q.id == question_id), None)
+        if question is None:
+            raise ValueError(f"question {question_id!r} is not in the {split} split")
+        conversation = next(c for c in dataset.conversations if c.id == question.conversation_id)
+        key = system.memory_key(conversation)
+        with self._lock:
+            first = (key, system.prompt_set().digest()) not in self._reused
+            self._reused.add((key, system.prompt_set().digest()))
+        memory, reused = self._cache.get_or_build(
+            key, lambda: build_memory(system, self._judge, conversation, dataset.name)[1], count_saved=first
+        )
+        graph = memory.graph.copy()
+        before = count_lm_calls([graph])
+        tracer = Tracer(graph)
+        declare_prompts(tracer, system, self._judge)
+        outcome = system.answer(question, memory.state, tracer)
+        case = judge_answer(self._judge, question, outcome, tracer)
+        made = _made(count_lm_calls([graph])) - _made(before) + (0 if reused else _made(before))
+        return TracedCase(case, graph, conversation, memory.construction_calls, made, reused)

@@ -1,12 +1,9 @@
-"""The typed digests of an optimization run: one `IterationSummary` per iteration, one
-`CandidateSummary` per candidate the gate saw.
+"""The typed digests of an optimization run: one `IterationSummary` per iteration, one `CandidateSummary`
+per candidate the gate saw — what a checkpoint keeps and what tables, plots and `history.json` show.
 
-They are what a checkpoint keeps (so a resumed run has the history of the iterations before it) and
-what tables, plots and the `history.json` artifact show. `to_dict`/`from_dict` give exactly the
-checkpoint's JSON layout (format version 1): blame rows as `BlameTable.as_rows` writes them,
-candidates as {stages, dev_accuracy, gain, gain_ci, accepted, rationale}, and `budget_spent` (the loop's
-budget calls spent by the end of the iteration; 0 in checkpoints written before it existed). A summary built from a live
-iteration equals the one read back from its JSON. This module does not run, log or render anything.
+`to_dict`/`from_dict` give exactly the checkpoint's JSON layout (format v1; blame rows as
+`BlameTable.as_rows` writes them); a summary built from a live iteration equals the one read back.
+This module does not run, log or render anything.
 """
 
 from __future__ import annotations
@@ -21,10 +18,8 @@ from memtrace_loop.pipeline.analysis.blame import BlameTable
 
 @dataclass(frozen=True)
 class CandidateSummary:
-    """One candidate the gate judged: the stages it changed, its dev accuracy, its paired gain over the
-    current prompt set with the gain's CI, the verdict and the optimizer's rationale; whether the screen
-    threw it out (then accuracy and gain are the screen's estimate), the budget calls of its screen and of
-    its whole-dev evaluation, and (`loop.screen.audit`) a screened-out candidate's real dev gain."""
+    """One candidate the gate judged (screened out: accuracy and gain are the screen's estimate;
+    `audit_gain`: with `loop.screen.audit`, a screened-out candidate's real dev gain)."""
 
     stages: tuple[str, ...]
     dev_accuracy: float

@@ -75,13 +75,7 @@ PAGE_JS = r"""
     return e;
   }
   function safeClass(s) { return String(s).replace(/[^A-Za-z0-9_-]/g, '_'); }
-  function verifiedOf(f) {
-    if (!f.attr) { return 'none'; }
-    if (f.attr.check) { return f.attr.check; }
-    if (f.attr.verified === true) { return 'verified'; }
-    if (f.attr.verified === false) { return 'refuted'; }
-    return 'unchecked';
-  }
+  function verifiedOf(f) { return f.attr ? f.attr.check : 'none'; }
   function short(s, n) { s = String(s); return s.length > n ? s.slice(0, n - 1) + '\u2026' : s; }
 
   function fillSelect(id, values) {

@@ -115,9 +115,10 @@ class ChosenAttributions:
     @classmethod
     def read(cls, record: AttributionRecord, folder: Path, results: Sequence[CaseResult]) -> ChosenAttributions | None:
         """The attributions (and blame.json) `folder` holds of `results`, as `record` (None: it holds none)."""
-        found = attributions_in(folder, results)
-        if found is None:
+        path = folder / RunFolder.ATTRIBUTIONS
+        if not path.is_file():
             return None
+        found = attributions_from_rows(_rows(path), results)
         blame_path = folder / RunFolder.BLAME
         blame = BlameTable.from_rows(_rows(blame_path), len(found)) if blame_path.is_file() else None
         return cls(record, found, blame)
@@ -132,12 +133,6 @@ def _rows(path: Path) -> list[Mapping[str, Any]]:
     if not isinstance(rows, list) or not all(isinstance(row, Mapping) for row in rows):
         raise DataError(str(path), "not a list of row objects")
     return rows
-
-
-def attributions_in(folder: Path, results: Sequence[CaseResult]) -> tuple[Attribution, ...] | None:
-    """The attributions of `results` in `folder`'s attributions.json (None when it has none)."""
-    path = folder / RunFolder.ATTRIBUTIONS
-    return attributions_from_rows(_rows(path), results) if path.is_file() else None
 
 
 def run_own_record(folder: Path, run_config: Mapping[str, Any]) -> AttributionRecord:

@@ -21,8 +21,7 @@ from memtrace_loop.pipeline.analysis.evaluation import MetricSummary
 from memtrace_loop.pipeline.loop.summaries import IterationSummary
 from memtrace_loop.pipeline.report.assets import PAGE_CSS, PAGE_JS
 from memtrace_loop.pipeline.report.data import DiagnosisGroup, ReportData, Rewrite
-from memtrace_loop.pipeline.report.layout import layout
-from memtrace_loop.pipeline.report.subgraph import failure_subgraph
+from memtrace_loop.pipeline.report.subgraph import failure_subgraph, layout
 
 MAX_VALUE_CHARS = 2000
 DATA_ELEMENT_ID = "report-data"
@@ -50,6 +49,12 @@ def _cut(text: str) -> str:
 
 def _pct(value: float) -> str:
     return "–" if math.isnan(value) else f"{100 * value:.1f}%"
+
+
+def _grid(heads: Sequence[str], body: str, attrs: str = "", caption: str = "") -> str:
+    """A `grid` table: the column heads (HTML) above the rows `body`."""
+    head = "".join(f"<th>{h}</th>" for h in heads)
+    return f"<table class=grid{attrs}>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 # ---------------------------------------------------------------- failures as JSON
@@ -129,11 +134,8 @@ def _accuracy_table(data: ReportData) -> str:
     excluded = ", ".join(str(c) for c in data.report.excluded_categories)
     note = f"<p class=muted>Overall leaves out categories {_e(excluded)}.</p>" if excluded else ""
     caption = f"<caption>{_e(data.accuracy_label or 'every judged question of the run')}</caption>"
-    return (
-        f"<h2>Accuracy per category</h2><table class=grid id=accuracy>{caption}<thead><tr><th>category</th><th>n</th>"
-        "<th>judge accuracy</th><th>95% interval</th><th>F1</th><th></th></tr></thead>"
-        f"<tbody>{body}</tbody></table>{note}"
-    )
+    heads = ("category", "n", "judge accuracy", "95% interval", "F1", "")
+    return f"<h2>Accuracy per category</h2>{_grid(heads, body, ' id=accuracy', caption)}{note}"
 
 
 def _blame_table(blame: BlameTable, label: str = "") -> str:
@@ -141,7 +143,6 @@ def _blame_table(blame: BlameTable, label: str = "") -> str:
     if not blame.rows:
         return f"{heading}<p class=muted>No attributed failures.</p>"
     types = sorted({t for row in blame.rows for t in row.count_by_error_type})
-    head = "".join(f"<th>{_e(t)}</th>" for t in types)
     body = "".join(
         f"<tr><td>{_e(row.stage)}</td><td>{_e(row.tunable.value)}</td><td class=num>{row.count}</td>"
         f"<td class=num>{_pct(row.share)}</td>"
@@ -152,12 +153,9 @@ def _blame_table(blame: BlameTable, label: str = "") -> str:
         f'class="fill blame"/></svg></td></tr>'
         for row in blame.rows
     )
-    return (
-        f"{heading}<table class=grid><thead><tr><th>stage</th><th>tunable</th><th>failures</th>"
-        f"<th>share</th>{head}<th>verified</th><th>refuted</th><th>unverifiable</th><th>unchecked</th><th></th>"
-        "</tr></thead>"
-        f"<tbody>{body}</tbody></table>"
-    )
+    heads = ("stage", "tunable", "failures", "share", *map(_e, types), "verified", "refuted", "unverifiable",
+             "unchecked", "")
+    return heading + _grid(heads, body)
 
 
 def _diagnosis(text: str | None, groups: Sequence[DiagnosisGroup]) -> str:
@@ -169,10 +167,7 @@ def _diagnosis(text: str | None, groups: Sequence[DiagnosisGroup]) -> str:
         f"<td>{_e(', '.join(g.question_ids))}</td><td>{_e(g.note)}</td></tr>"
         for g in groups
     )
-    table = (
-        "<table class=grid><thead><tr><th>stage</th><th>error type</th><th>failures</th><th>examples</th>"
-        f"<th>note</th></tr></thead><tbody>{rows}</tbody></table>" if groups else ""
-    )
+    table = _grid(("stage", "error type", "failures", "examples", "note"), rows) if groups else ""
     return f'<section id="diagnosis"><h2>Diagnosis</h2>{paragraphs}{table}</section>'
 
 
@@ -227,10 +222,8 @@ def _optimization(history: Sequence[IterationSummary], rewrites: Sequence[Rewrit
         f"<td>{_e(', '.join(h.accepted.stages) if h.accepted else '')}</td></tr>"
         for h in history
     )
-    table = (
-        "<table class=grid><thead><tr><th>iteration</th><th>train before</th><th>dev before</th><th>dev interval</th>"
-        f"<th>accepted rewrite</th></tr></thead><tbody>{rows}</tbody></table>" if history else ""
-    )
+    heads = ("iteration", "train before", "dev before", "dev interval", "accepted rewrite")
+    table = _grid(heads, rows) if history else ""
     accepted = "".join(
         f'<details class="rewrite"><summary>iteration {r.iteration}: {_e(", ".join(r.stages))} '
         f"(gain {r.gain:+.3f}, interval [{r.gain_ci[0]:+.3f}, {r.gain_ci[1]:+.3f}])</summary>"

@@ -1,4 +1,4 @@
-"""The one call an app makes to write report.html: `report_for_run`, `report_for_loop`.
+"""The one call an app makes to write report.html: `report_for_run`, `report_for_loop` (and `report_data`).
 
 Failures without attributions are attributed here by the lineage attributor (no LM). It neither logs nor prints.
 """
@@ -32,83 +32,61 @@ def report_data(
     title: str, results: Sequence[CaseResult], graph_by_conversation: Mapping[str, ExecutionGraph], *,
     report: EvaluationReport | None = None, attributions: Sequence[Attribution] | None = None,
     conversation_by_id: Mapping[str, Conversation] | None = None, exclude_categories: Sequence[int] = (5,),
-    blame: BlameTable | None = None, diagnosis: str | None = None, diagnosis_groups: Sequence[DiagnosisGroup] = (),
+    blame: BlameTable | None = None, diagnosis: Diagnosis | None = None, diagnosis_scope: str = "",
     meta: Mapping[str, str] | None = None, max_nodes: int = DEFAULT_MAX_NODES, banner: str | None = None,
 ) -> ReportData:
     """A `ReportData` for judged cases and their graphs (`banner`: a warning shown above everything);
     `attributions=None` attributes the failures with the lineage attributor (no LM); `report=None`
-    summarizes the cases (without `exclude_categories`)."""
+    summarizes the cases (without `exclude_categories`); `diagnosis` is shown at the top, its analysis
+    prefixed with `diagnosis_scope`."""
     report = report if report is not None else summarize(results, exclude_categories)
     if attributions is None:
         attributions = attribute_failures(
             results, graph_by_conversation, conversation_by_id, report.excluded_categories
         )
-    return ReportData(
-        title, report, tuple(results), graph_by_conversation, tuple(attributions), blame, diagnosis,
-        tuple(diagnosis_groups), meta=dict(meta or {}), max_nodes=max_nodes, banner=banner,
+    groups = () if diagnosis is None else tuple(
+        DiagnosisGroup(g.stage, g.error_type, g.count, tuple(c.question_id for c in g.cases),
+                       f"{100 * g.share:.0f}% of the attributed failures")
+        for g in diagnosis.groups
     )
-
-
-def _result_data(
-    result: RunResult, title: str, attributions: Sequence[Attribution] | None,
-    conversation_by_id: Mapping[str, Conversation] | None, diagnosis: Diagnosis | None, diagnosis_scope: str,
-    meta: Mapping[str, str] | None, max_nodes: int,
-) -> ReportData:
-    return report_data(
-        title, result.results, result.graph_by_conversation, report=result.report, attributions=attributions,
-        conversation_by_id=conversation_by_id, meta=meta, max_nodes=max_nodes,
-        diagnosis=diagnosis_text(diagnosis, diagnosis_scope) if diagnosis is not None else None,
-        diagnosis_groups=groups_from_diagnosis(diagnosis) if diagnosis is not None else (),
+    text = f"{diagnosis_scope}{diagnosis.headline()}" if diagnosis is not None and diagnosis.groups else None
+    return ReportData(
+        title, report, tuple(results), graph_by_conversation, tuple(attributions), blame, text, groups,
+        meta=dict(meta or {}), max_nodes=max_nodes, banner=banner,
     )
 
 
 def report_for_run(
     result: RunResult, out_dir: str | Path, *, title: str = "MemTrace run",
     attributions: Sequence[Attribution] | None = None, conversation_by_id: Mapping[str, Conversation] | None = None,
-    diagnosis: Diagnosis | None = None, diagnosis_scope: str = "", meta: Mapping[str, str] | None = None,
+    diagnosis: Diagnosis | None = None, meta: Mapping[str, str] | None = None,
     max_nodes: int = DEFAULT_MAX_NODES, banner: str | None = None,
 ) -> Path:
-    """Write `<out_dir>/report.html` for a finished run and return its path (see the module doc);
-    `diagnosis` is shown at the top, its analysis prefixed with `diagnosis_scope`; `banner` above all."""
-    data = _result_data(result, title, attributions, conversation_by_id, diagnosis, diagnosis_scope, meta, max_nodes)
-    return write_report(replace(data, banner=banner), Path(out_dir) / REPORT_FILE)
+    """Write `<out_dir>/report.html` for a finished run and return its path (see `report_data`)."""
+    data = report_data(
+        title, result.results, result.graph_by_conversation, report=result.report, attributions=attributions,
+        conversation_by_id=conversation_by_id, diagnosis=diagnosis, meta=meta, max_nodes=max_nodes, banner=banner,
+    )
+    return write_report(data, Path(out_dir) / REPORT_FILE)
 
 
 def report_for_loop(
     result: LoopResult, out_dir: str | Path, *, title: str = "MemTrace optimization",
-    attributions: Sequence[Attribution] | None = None, conversation_by_id: Mapping[str, Conversation] | None = None,
-    diagnosis: Diagnosis | None = None, diagnosis_scope: str = "", meta: Mapping[str, str] | None = None,
-    max_nodes: int = DEFAULT_MAX_NODES, banner: str | None = None,
+    conversation_by_id: Mapping[str, Conversation] | None = None, diagnosis: Diagnosis | None = None,
+    diagnosis_scope: str = "", meta: Mapping[str, str] | None = None, banner: str | None = None,
 ) -> Path:
-    """Write `<out_dir>/report.html` for an optimization: test accuracy, scores per iteration, accepted rewrites and the
-    failures the diagnosis describes."""
+    """Write `<out_dir>/report.html` for an optimization: test accuracy, scores per iteration, accepted
+    rewrites and the failures of the last attributed train evaluation (else of the final test one)."""
     latest = next((record for record in reversed(result.iterations) if record.attributions), None)
     test_label = "test split, final prompts"
-    if latest is None:
-        data = _result_data(
-            result.test_final, title, attributions, conversation_by_id, diagnosis, diagnosis_scope, meta, max_nodes
-        )
-        failures_label = test_label
-    else:
-        data = _result_data(latest.train, title, latest.attributions, None, diagnosis, diagnosis_scope, meta, max_nodes)
-        data = replace(data, report=result.test_final.report, blame=latest.blame)
-        failures_label = f"train split, iteration {latest.iteration}"
-    data = replace(data, history=tuple(result.history), rewrites=rewrites_of(result), banner=banner,
-                   accuracy_label=test_label, failures_label=failures_label)
-    return write_report(data, Path(out_dir) / REPORT_FILE)
-
-
-def groups_from_diagnosis(diagnosis: Diagnosis) -> tuple[DiagnosisGroup, ...]:
-    """The diagnostic summary's groups as the report shows them (stage, error type, count, example ids)."""
-    return tuple(
-        DiagnosisGroup(g.stage, g.error_type, g.count, tuple(c.question_id for c in g.cases),
-                       f"{100 * g.share:.0f}% of the attributed failures")
-        for g in diagnosis.groups
+    shown = result.test_final if latest is None else latest.train
+    data = report_data(
+        title, shown.results, shown.graph_by_conversation, report=result.test_final.report,
+        attributions=None if latest is None else latest.attributions,
+        conversation_by_id=conversation_by_id if latest is None else None,
+        blame=None if latest is None else latest.blame, diagnosis=diagnosis, diagnosis_scope=diagnosis_scope,
+        meta=meta, banner=banner,
     )
-
-
-def diagnosis_text(diagnosis: Diagnosis, scope: str = "") -> str | None:
-    """The analysis for the top of the report (None when nothing failed), prefixed with what it covers."""
-    if not diagnosis.groups:
-        return None
-    return f"{scope}{diagnosis.headline()}"
+    data = replace(data, history=tuple(result.history), rewrites=rewrites_of(result), accuracy_label=test_label,
+                   failures_label=test_label if latest is None else f"train split, iteration {latest.iteration}")
+    return write_report(data, Path(out_dir) / REPORT_FILE)

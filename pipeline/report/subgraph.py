@@ -5,8 +5,9 @@ selects (the one selector the MLflow traces use too): at most `max_nodes` nodes,
 kind in `elided_by_kind` (capped memory units included), so a LoCoMo-sized conversation still draws a
 small, readable graph. Each node gets its role, label, value and a sequence position: an operation at
 its own, a variable just after its drawn producer, else just before its first drawn use (what an
-operation reads stacks in one column beside it). Pure: reads the graph, returns a record; placing it is
-`report.layout`.
+operation reads stacks in one column beside it). `layout` places the drawing left to right: one packed
+column per sequence position, nodes stacked by band (turns, derived values, operations, memory, the
+question's side) then id. Pure and deterministic: reads the graph, returns records.
 """
 
 from __future__ import annotations
@@ -18,12 +19,17 @@ from types import MappingProxyType
 
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution
 from memtrace_loop.pipeline.analysis.failure_path import Role, failure_path
+from memtrace_loop.pipeline.core.conventions import MEMORY_KINDS, QUESTION_SIDE_KINDS, VarKind
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, GraphError
 from memtrace_loop.pipeline.core.records import CaseResult
 
-__all__ = ["OP_KIND", "Role", "SubNode", "Subgraph", "failure_subgraph"]
+__all__ = ["NODE_H", "NODE_W", "OP_KIND", "Layout", "Placed", "Role", "SubNode", "Subgraph", "failure_subgraph",
+           "layout"]
 
 OP_KIND = "op"  # the `kind` of an operation node (variables carry their VarKind)
+NODE_W, NODE_H, COL_GAP, ROW_GAP, MARGIN = 132, 34, 40, 14, 16  # NODE_W, NODE_H: the page script's too
+_MEMORY = {str(k) for k in MEMORY_KINDS}
+_QUESTION = {str(k) for k in QUESTION_SIDE_KINDS}
 
 
 @dataclass(frozen=True)
@@ -129,3 +135,46 @@ def _variable_seqs(graph: ExecutionGraph, nodes: Collection[str]) -> dict[str, f
             first = min((op.seq for op in (drawn_users or users)), default=None)
             seq_by_var[node] = first - 0.5 if first is not None else -1.0
     return seq_by_var
+
+
+@dataclass(frozen=True)
+class Placed:
+    id: str
+    x: int  # left edge
+    y: int  # top edge
+
+
+@dataclass(frozen=True)
+class Layout:
+    width: int
+    height: int
+    placed: tuple[Placed, ...]
+
+
+def _band(kind: str) -> int:
+    if kind == str(VarKind.TURN):
+        return 0
+    if kind == OP_KIND:
+        return 2
+    if kind in _MEMORY:
+        return 3
+    if kind in _QUESTION:
+        return 4
+    return 1  # facts, decisions, similar memories, another tool's kinds
+
+
+def layout(subgraph: Subgraph) -> Layout:
+    """The boxes of `subgraph`'s nodes (see the module doc)."""
+    seqs = sorted({node.seq for node in subgraph.nodes})
+    column_by_seq = {seq: i for i, seq in enumerate(seqs)}
+    members: dict[int, list[tuple[int, str]]] = {}
+    for node in subgraph.nodes:
+        members.setdefault(column_by_seq[node.seq], []).append((_band(node.kind), node.id))
+    placed = [
+        Placed(node_id, MARGIN + column * (NODE_W + COL_GAP), MARGIN + row * (NODE_H + ROW_GAP))
+        for column in sorted(members) for row, (_, node_id) in enumerate(sorted(members[column]))
+    ]
+    rows = max((len(m) for m in members.values()), default=0)
+    width = 2 * MARGIN + max(len(seqs), 1) * (NODE_W + COL_GAP) - COL_GAP
+    height = 2 * MARGIN + max(rows, 1) * (NODE_H + ROW_GAP) - ROW_GAP
+    return Layout(width, height, tuple(placed))

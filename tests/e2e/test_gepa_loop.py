@@ -23,9 +23,8 @@ from memtrace_loop.optimizers.gepa_program import JudgeMetric, MemoryProgram, qu
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.data.splits import split_by_conversation
-from memtrace_loop.pipeline.loop.case_runner import LoopCaseRunner
-from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
 from memtrace_loop.pipeline.loop.optimization import LoopSettings, OptimizationLoop
+from memtrace_loop.pipeline.loop.runner import LoopCaseRunner, MemoryCache
 
 from tests.support.gepa_world import SMALL, World
 from tests.support.reflection import reflection_lm

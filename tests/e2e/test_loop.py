@@ -21,9 +21,8 @@ from memtrace_loop.pipeline.backends.lm import LMSet
 from memtrace_loop.pipeline.core.prompt_files import ExportedPrompts, apply_prompts, read_prompts, write_prompts
 from memtrace_loop.pipeline.data.splits import Split, split_by_conversation
 from memtrace_loop.pipeline.loop.checkpoint import CheckpointError, read_checkpoint
-from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
 from memtrace_loop.pipeline.loop.optimization import IterationRecord, LoopEvaluator, LoopSettings, OptimizationLoop
-from memtrace_loop.pipeline.loop.runner import run_dataset
+from memtrace_loop.pipeline.loop.runner import MemoryCache, run_dataset
 from memtrace_loop.pipeline.tracking.loop_observer import TrackingLoopObserver
 
 from tests.support.loops import Interrupted, StopAfter

@@ -17,8 +17,7 @@ from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.lm import LMSet
 from memtrace_loop.pipeline.data.splits import split_by_conversation
 from memtrace_loop.pipeline.loop.costs import candidate_costs
-from memtrace_loop.pipeline.loop.evaluator import LoopEvaluator
-from memtrace_loop.pipeline.loop.optimization import LoopSettings, OptimizationLoop
+from memtrace_loop.pipeline.loop.optimization import LoopEvaluator, LoopSettings, OptimizationLoop
 from memtrace_loop.pipeline.loop.screening import ScreenSettings
 
 from tests.support.sim import sim_dataset, sim_lm

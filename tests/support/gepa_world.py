@@ -14,8 +14,7 @@ from memtrace_loop.pipeline.backends.call_count import CallLedger
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.backends.registry import backend_test_world
 from memtrace_loop.pipeline.data.splits import split_by_conversation
-from memtrace_loop.pipeline.loop.case_runner import LoopCaseRunner
-from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
+from memtrace_loop.pipeline.loop.runner import LoopCaseRunner, MemoryCache
 
 from tests.support.sim import counted_sim_lms, sim_dataset
 

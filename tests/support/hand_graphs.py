@@ -25,7 +25,7 @@ MOVED = "I moved to Lisbon in May."
 
 
 def new_graph(*stages: str) -> ExecutionGraph:
-    """A conversation graph with every stage prompt declared up front (`runner.new_conversation_graph`)."""
+    """A conversation graph with every stage prompt declared up front (`runner.build_memory`)."""
     graph = ExecutionGraph("c1", {"system": "hand-built"})
     for stage in (*stages, "respond", "judge"):
         graph.add_variable(f"prompt:{stage}", "prompt", f"The {stage} instruction.", {"stage": stage})

@@ -1,5 +1,5 @@
-"""Tests for pipeline.interop.exec_network.guess: repr values decoded only when exactly a string's repr,
-kinds guessed in order of trust, times read in the formats smartcomment and others write."""
+"""Tests for the guesses of pipeline.interop.exec_network.foreign: repr values decoded only when exactly a
+string's repr, kinds guessed in order of trust, times read in the formats smartcomment and others write."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from datetime import datetime
 import pytest
 from memtrace_loop.pipeline.core.graph import OpKind
 from memtrace_loop.pipeline.interop.exec_network.document import RawNode
-from memtrace_loop.pipeline.interop.exec_network.guess import decode_value, op_kind, parse_time, variable_kind
+from memtrace_loop.pipeline.interop.exec_network.foreign import decode_value, op_kind, parse_time, variable_kind
 
 
 @pytest.mark.parametrize(("stored", "ours"), [

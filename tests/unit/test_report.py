@@ -29,7 +29,6 @@ from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import Question
 from memtrace_loop.pipeline.loop.summaries import CandidateSummary, IterationSummary
 from memtrace_loop.pipeline.report.data import DiagnosisGroup, ReportData, Rewrite
-from memtrace_loop.pipeline.report.layout import layout
 from memtrace_loop.pipeline.report.render import (
     DATA_ELEMENT_ID,
     failures_payload,
@@ -38,7 +37,7 @@ from memtrace_loop.pipeline.report.render import (
     write_report,
 )
 from memtrace_loop.pipeline.report.run_report import report_for_run
-from memtrace_loop.pipeline.report.subgraph import Role, failure_subgraph
+from memtrace_loop.pipeline.report.subgraph import NODE_H, NODE_W, Role, failure_subgraph, layout
 
 SCRIPT = "<script>alert('turn')</script>"
 IMG = '<img src=x onerror="alert(1)">'
@@ -149,7 +148,7 @@ def test_layout_is_deterministic_and_left_to_right():
     assert all(x_of[a] < x_of[b] for a, b in sub.edges)  # every data-flow edge points right
     boxes = {(p.x, p.y) for p in first.placed}
     assert len(boxes) == len(first.placed)  # no two nodes overlap
-    assert all(p.x >= 0 and p.x + first.node_w <= first.width and p.y + first.node_h <= first.height
+    assert all(p.x >= 0 and p.x + NODE_W <= first.width and p.y + NODE_H <= first.height
                for p in first.placed)
 
 

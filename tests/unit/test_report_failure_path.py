@@ -12,8 +12,7 @@ from memtrace_loop.pipeline.core import conventions as names
 from memtrace_loop.pipeline.core.conventions import OpKind, VarKind
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import Question
-from memtrace_loop.pipeline.report.layout import layout
-from memtrace_loop.pipeline.report.subgraph import Role, failure_subgraph
+from memtrace_loop.pipeline.report.subgraph import NODE_W, Role, failure_subgraph, layout
 from memtrace_loop.pipeline.tracking.traces import TraceLimits, plan_question_trace
 
 N_HITS = 10  # what the search returned instead
@@ -70,7 +69,7 @@ def test_the_searchs_other_hits_are_capped_and_stacked_beside_it():
     placed = layout(sub)
     x_of = {p.id: p.x for p in placed.placed}
     assert len({x_of[h] for h in hits}) == 1 and x_of[hits[0]] < x_of[attribution.op]  # one column, left of it
-    assert placed.width < 12 * (placed.node_w + 40)  # a handful of columns, not one per hit
+    assert placed.width < 12 * (NODE_W + 40)  # a handful of columns, not one per hit
 
 
 def test_names_in_a_reason_resolve_to_nodes_and_unknown_ones_are_ignored():

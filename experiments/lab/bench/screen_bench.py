@@ -50,10 +50,8 @@ from memtrace_loop.pipeline.backends.lm import LMConfig, LMSet
 from memtrace_loop.pipeline.backends.registry import build_lm
 from memtrace_loop.pipeline.backends.services import RunServices
 from memtrace_loop.pipeline.core.records import Dataset, PromptSet
-from memtrace_loop.pipeline.loop.candidate_screens import CandidateScreens
-from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
-from memtrace_loop.pipeline.loop.runner import RunResult, run_dataset
-from memtrace_loop.pipeline.loop.screening import ScreenSettings
+from memtrace_loop.pipeline.loop.runner import MemoryCache, RunResult, run_dataset
+from memtrace_loop.pipeline.loop.screening import CandidateScreens, ScreenSettings
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.table import Table
@@ -170,7 +168,7 @@ def measure(fresh: Callable[[], Counted], incumbent: Incumbent, dataset: Dataset
         dataset, incumbent.run, lambda prompts, part, knobs: counted.run(prompts, part, cache, knobs)[0],
         counted.spent, settings=ScreenSettings(), min_gain=MIN_GAIN, seed=seed, exclude_categories=EXCLUDED,
     )
-    outcome = screens.outcome(candidate.prompts, {}, candidate.changed_stages, ", ".join(candidate.changed_stages))
+    outcome = screens.outcome(candidate.prompts, {}, candidate.changed_stages)
     rest = 0
     if outcome is None or outcome.verdict.passed:
         _, rest = counted.run(candidate.prompts, dataset, cache)

@@ -24,8 +24,7 @@ from memtrace_loop.memory_systems.registry import spec_of
 from memtrace_loop.pipeline.analysis.judge import make_judge
 from memtrace_loop.pipeline.backends.test_world import TestWorld
 from memtrace_loop.pipeline.core.records import CaseResult, Dataset, PromptSet
-from memtrace_loop.pipeline.loop.memory_cache import MemoryCache
-from memtrace_loop.pipeline.loop.runner import RunResult, run_dataset
+from memtrace_loop.pipeline.loop.runner import MemoryCache, RunResult, run_dataset
 
 EXCLUDED = (5,)  # the categories left out of the failures, as the runner's summary leaves them
 Build = Callable[[Mapping[str, Any]], MemorySystem]  # a `memory_system` config node -> the system

@@ -19,18 +19,20 @@ from memtrace_loop.pipeline.core.graph_io import FORMAT, FORMAT_VERSION, graph_f
 from memtrace_loop.pipeline.interop.exec_network.document import (
     LABELS_META,
     MARK,
-    NATIVE_FORMAT,
+    NAME_TABLE,
     NONE_NODE_ID,
     NONE_OP_ID,
     ImportedNetwork,
     RawDocument,
     full_id_of,
+    full_node_ids,
     labels_in,
+    op_id_for,
+    our_name,
     read_document,
+    their_name,
 )
 from memtrace_loop.pipeline.interop.exec_network.export import (
-    DEFAULT_CREATED_AT,
-    INPUTS_SESSION,
     annotation_from_attribution,
     document_bytes,
     save_exec_network,
@@ -38,21 +40,11 @@ from memtrace_loop.pipeline.interop.exec_network.export import (
 )
 from memtrace_loop.pipeline.interop.exec_network.foreign import import_foreign
 from memtrace_loop.pipeline.interop.exec_network.labels import ExecNetworkError
-from memtrace_loop.pipeline.interop.exec_network.names import (
-    NAME_TABLE,
-    NameRule,
-    full_node_ids,
-    op_id_for,
-    our_name,
-    their_name,
-)
-from memtrace_loop.pipeline.interop.exec_network.originals import is_foreign
 
 __all__ = [
-    "DEFAULT_CREATED_AT", "INPUTS_SESSION", "LABELS_META", "MARK", "NAME_TABLE", "NATIVE_FORMAT", "NONE_NODE_ID",
-    "NONE_OP_ID", "ExecNetworkError", "ImportedNetwork", "NameRule", "annotation_from_attribution", "document_bytes",
-    "from_exec_network", "full_node_ids", "is_foreign", "labels_in", "load_exec_network", "op_id_for", "our_name",
-    "save_exec_network", "their_name", "to_exec_network"
+    "LABELS_META", "MARK", "NAME_TABLE", "NONE_NODE_ID", "NONE_OP_ID", "ExecNetworkError", "ImportedNetwork",
+    "annotation_from_attribution", "document_bytes", "from_exec_network", "full_node_ids", "labels_in",
+    "load_exec_network", "op_id_for", "our_name", "save_exec_network", "their_name", "to_exec_network",
 ]
 
 logger = logging.getLogger(__name__)

@@ -1,16 +1,22 @@
-"""ExecNetwork documents as read: the pydantic records, the parsed document and the import result.
+"""ExecNetwork documents as read, and the names both directions share.
 
 `read_document` checks the envelope, parses nodes, operations and annotations and tells whether every record
-carries our mark (`MARK`); every problem is an `ExecNetworkError` naming source, record and field. It builds
-no graph, writes nothing and touches no file.
+carries our mark (`MARK`); every problem is an `ExecNetworkError` naming source, record and field.
+`NAME_TABLE` with `their_name` / `our_name`, `split_full_name` (smartcomment's `class_name` and `name`),
+`op_id_for` and `full_node_ids` (original ids of imported records kept) map our ids to theirs. It builds no
+graph, writes nothing and touches no file.
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from memtrace_loop.pipeline.core.conventions import Namespace, prefix, prompt_name
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.interop.exec_network.labels import (
     BenchAnnotation,
@@ -29,6 +35,7 @@ LABELS_META = "bench_annotations"  # the labels an imported graph carries in our
 NONE_NODE_ID = "COMMENT:NONE@1"
 NONE_OP_ID = "__none_op__"
 NONE_SESSION_ID = "__none__"
+ORIGINAL = "exec_network"  # meta key of an imported variable's / operation's original ExecNetwork record
 
 
 @dataclass(frozen=True)
@@ -47,14 +54,12 @@ class _Raw(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
-class RawNode(_Raw):
+class RawNode(_Raw):  # the fields we read (a record keeps the rest)
     name: str
     version: int = Field(ge=1)
     value: Any = ""
-    comment: Any = None
     category: Any = None
     class_name: Any = None
-    session_id: Any = None
     created_at: Any = None
     metadata: dict[str, Any] | None = None
     full_node_id: str | None = None
@@ -63,20 +68,16 @@ class RawNode(_Raw):
 class RawOperation(_Raw):
     op_id: str
     op_name: str | None = ""
-    comment: Any = None
     category: Any = None
-    session_id: Any = None
     created_at: Any = None
     metadata: dict[str, Any] | None = None
 
 
 class RawEdge(_Raw):
-    edge_id: Any = None
     source_full_node_id: str
     target_full_node_id: str
     op_id: str
     category: Any = None
-    comment: Any = None
     created_at: Any = None
 
 
@@ -98,7 +99,6 @@ def parse_record(model: type[BaseModel], item: Any, where: str, source: str) -> 
     except ValidationError as error:
         first = error.errors()[0]
         raise ExecNetworkError(source, first["msg"], where, ".".join(map(str, first["loc"])) or None) from error
-
 
 
 @dataclass(frozen=True)
@@ -166,3 +166,104 @@ def full_id_of(node: RawNode) -> str:
         return node.full_node_id
     qualified = f"{node.class_name}:{node.name}" if node.class_name else node.name
     return f"{qualified}@{node.version}"
+
+
+@dataclass(frozen=True, slots=True)
+class NameRule:
+    """One name correspondence. `what` is "operation", "variable" (exact) or "prefix"; a prefix's
+    `theirs` may hold `{sample}` (the graph id) and `rest` is the regex the remainder must match when
+    mapping their name back. `stage` is our stage of an operation imported under that name."""
+
+    what: str
+    ours: str
+    theirs: str
+    rest: str = ".+"
+    stage: str = ""
+
+
+NAME_TABLE: tuple[NameRule, ...] = (
+    NameRule("operation", "question_answering", "question-answering", stage="respond"),
+    NameRule("operation", "llm_judge", "llm-judge", stage="judge"),
+    NameRule("variable", prompt_name("extract"), "fact-extraction-system-prompt"),
+    NameRule("variable", prompt_name("decide"), "memory-update-decision-prompt"),
+    NameRule("variable", prompt_name("respond"), "question-answering-prompt"),
+    NameRule("prefix", prefix(Namespace.TURN), "U{sample}:", rest=r"D\d+:\d+"),
+    NameRule("prefix", prefix(Namespace.MEMORY), "memory-unit-"), NameRule("prefix", prefix(Namespace.QUERY), "query:"),
+    NameRule("prefix", prefix(Namespace.ANSWER), "prediction:"),
+    NameRule("prefix", prefix(Namespace.GOLD), "golden_answers:"),
+    NameRule("prefix", prefix(Namespace.VERDICT), "judge_verdict:"),
+    NameRule("variable", prompt_name("judge"), "judge_prompt:llm-judge"),
+)
+
+# the class names of an export: every namespace of ours, and the class of each name the table maps to
+CLASS_NAMES: frozenset[str] = frozenset(
+    {str(namespace) for namespace in Namespace}
+    | {rule.theirs.split(":", 1)[0] for rule in NAME_TABLE if ":" in rule.theirs and "{" not in rule.theirs}
+)
+
+def _rule_rest(rule: NameRule) -> re.Pattern[str]:
+    head = re.escape(rule.theirs).replace(re.escape("{sample}"), "[^:]+")
+    return re.compile(f"{head}({rule.rest})")
+
+
+def their_name(ours: str, sample: str, what: str = "variable") -> str:
+    """Our variable (or operation) name in their conventions; unchanged when the table has none."""
+    for rule in NAME_TABLE:
+        if rule.what == what and rule.ours == ours:
+            return rule.theirs
+        if what == "variable" and rule.what == "prefix" and ours.startswith(rule.ours):
+            return rule.theirs.format(sample=sample) + ours[len(rule.ours):]
+    return ours
+
+
+def our_name(theirs: str, what: str = "variable") -> str:
+    """Their variable (or operation) name in ours; unchanged when the table has none."""
+    for rule in NAME_TABLE:
+        if rule.what == what and rule.theirs == theirs:
+            return rule.ours
+        if what == "variable" and rule.what == "prefix" and (match := _rule_rest(rule).fullmatch(theirs)):
+            return rule.ours + match.group(1)
+    return theirs
+
+
+def split_full_name(full_name: str) -> tuple[str | None, str]:
+    """smartcomment's (`class_name`, `name`) of an exported full name (`query:q1` -> ("query", "q1"); no class: None,
+    never "")."""
+    head, sep, rest = full_name.partition(":")
+    if sep and head in CLASS_NAMES and any(c.isalnum() for c in rest):
+        return head, rest
+    return None, full_name
+
+
+def stable_hex(*parts: object) -> str:
+    """16 hex digits of the SHA-256 of `parts` joined by ":" (deterministic ids)."""
+    return hashlib.sha256(":".join(map(str, parts)).encode()).hexdigest()[:16]
+
+
+def op_id_for(graph: ExecutionGraph, op_id: str) -> str:
+    """The ExecNetwork `op_id` that `to_exec_network` gives our operation `op_id` (e.g. "op:12"): the
+    original id of an operation imported from ExecNetwork, else a deterministic one."""
+    op = graph.operation(op_id)
+    original = op.meta.get(ORIGINAL)
+    if isinstance(original, dict) and isinstance(original.get("op_id"), str):
+        return original["op_id"]
+    return f"op-{stable_hex(graph.graph_id, op.seq)}"
+
+
+def full_node_ids(graph: ExecutionGraph) -> dict[str, str]:
+    """Our variable id -> their full node id: the original id of a variable imported from ExecNetwork,
+    else our name mapped through the table (our name kept where the mapped name would collide)."""
+    originals = {v.id: v.meta[ORIGINAL]["full_node_id"] for v in graph.variables()
+                 if isinstance(v.meta.get(ORIGINAL), dict) and "full_node_id" in v.meta[ORIGINAL]}
+    if originals:
+        return {v.id: originals.get(v.id, v.id) for v in graph.variables()}
+    names = unique_names({name: their_name(name, graph.graph_id) for name in graph.names()})
+    return {v.id: f"{names[v.name]}@{v.version}" for v in graph.variables()}
+
+
+def unique_names(mapped: Mapping[str, str]) -> dict[str, str]:
+    """Each name's mapped name, or the name itself where that would collide (another name maps to it too,
+    or it is one of the names: e.g. turns of two samples)."""
+    counts = Counter(mapped.values())
+    return {name: new if counts[new] == 1 and (new == name or new not in mapped) else name
+            for name, new in mapped.items()}

@@ -6,7 +6,7 @@ per (prompt or input) x output pair, placeholder edges for an operation without 
 inputs and before their outputs; `Clock` renders it). Everything of ours rides in `metadata["memtrace"]` (so
 `native` rebuilds the graph exactly); labels go to `data.annotations` and the top-level
 `metadata["annotations"]`. A graph imported from a foreign document is written back from its original records
-(`originals`). It reads nothing.
+(`foreign.reexport`). It reads nothing.
 """
 
 from __future__ import annotations
@@ -30,19 +30,17 @@ from memtrace_loop.pipeline.interop.exec_network.document import (
     MARK,
     NATIVE_FORMAT,
     NONE_NODE_ID,
+    full_node_ids,
     labels_in,
+    op_id_for,
     sentinel_node,
     sentinel_session,
-)
-from memtrace_loop.pipeline.interop.exec_network.labels import BenchAnnotation
-from memtrace_loop.pipeline.interop.exec_network.names import (
-    full_node_ids,
-    op_id_for,
     split_full_name,
     stable_hex,
     their_name,
 )
-from memtrace_loop.pipeline.interop.exec_network.originals import is_foreign, reexport
+from memtrace_loop.pipeline.interop.exec_network.foreign import is_foreign, reexport
+from memtrace_loop.pipeline.interop.exec_network.labels import BenchAnnotation
 
 DEFAULT_CREATED_AT = datetime(2000, 1, 1)
 INPUTS_SESSION = "session-inputs"

@@ -1,43 +1,52 @@
-"""Foreign ExecNetwork import: a smartcomment / MemTraceBench document translated into one of our graphs.
+"""Foreign ExecNetwork documents: a smartcomment / MemTraceBench document translated into one of our graphs,
+and written back from it unchanged.
 
-`import_foreign`: nodes become variables (kinds guessed, names mapped back, versions renumbered), edges
-grouped by `op_id` become operations (a reused `op_id` is one operation per step, a link outside any
-operation its own `link`), ordered by time then topologically; records carrying our mark keep our names and
-kinds. Every original record is kept (`originals`), so the document is written back unchanged. A real
-cycle, an edge to an unknown node or a duplicate id is an `ExecNetworkError`; it never guesses around them.
+`import_foreign`: nodes become variables (kinds guessed from category, name prefix or keywords; smartcomment's
+`repr()` of a string decoded; names mapped back, versions renumbered), edges grouped by `op_id` become
+operations (a reused `op_id` is one operation per step, a link outside any operation its own `link`), ordered
+by time then topologically; records carrying our mark keep our names and kinds. Every original record is kept
+under the meta key `ORIGINAL` (each node's record, each operation's record and edges per part, the header,
+sessions, unattached records and unknown `data` keys), so `reexport` writes the document back with its
+original ids, records and order (`is_foreign`: whether a graph can be). A real cycle, an edge to an unknown
+node or a duplicate id is an `ExecNetworkError`; it never guesses around them (a guess never raises).
 """
 
 from __future__ import annotations
 
+import graphlib
 import heapq
-from collections.abc import Mapping
+import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
-from memtrace_loop.pipeline.core.conventions import Namespace, is_in, name_of, prefix
-from memtrace_loop.pipeline.core.graph import OpKind, OpStatus
+from memtrace_loop.pipeline.backends.text import alnum_words
+from memtrace_loop.pipeline.core.conventions import Namespace, VarKind, is_in, name_of, prefix
+from memtrace_loop.pipeline.core.graph import ExecutionGraph, OpKind, OpStatus
 from memtrace_loop.pipeline.core.graph_io import FORMAT, FORMAT_VERSION, graph_from_dict
+from memtrace_loop.pipeline.core.literals import literal_eval
 from memtrace_loop.pipeline.interop.exec_network.document import (
     ANNOTATIONS_KEY,
     LABELS_META,
     MARK,
+    NAME_TABLE,
     NONE_NODE_ID,
     NONE_OP_ID,
+    ORIGINAL,
     ImportedNetwork,
     RawDocument,
     RawEdge,
     RawNode,
     RawOperation,
     full_id_of,
+    our_name,
     parse_record,
     parse_records,
+    unique_names,
 )
-from memtrace_loop.pipeline.interop.exec_network.guess import decode_value, op_kind, parse_time, variable_kind
 from memtrace_loop.pipeline.interop.exec_network.labels import ExecNetworkError
-from memtrace_loop.pipeline.interop.exec_network.names import NAME_TABLE, ORIGINAL, our_name
-from memtrace_loop.pipeline.interop.exec_network.originals import graph_original, node_original, operation_original
 
 _DATA_KEYS = frozenset({"nodes", "edges", "operations", "sessions", ANNOTATIONS_KEY})
 _NO_RECORD: tuple[int, None, None] = (-1, None, None)  # an op id only edges name: no record of it to keep
@@ -61,14 +70,20 @@ def import_foreign(document: RawDocument) -> ImportedNetwork:
     """Their graph translated into ours (see the module doc); ids of theirs -> ours in the result."""
     data, source = document.data, document.source
     body = data["data"]
-    by_id, unattached_nodes = _index_nodes(document.nodes, source)
-    records, unattached_ops = _index_operations(document.operations, source)
+    by_id, unattached_nodes = _index(document.nodes, full_id_of, NONE_NODE_ID, "node", "full_node_id", source)
+    records, unattached_ops = _index(document.operations, lambda op: op.op_id, NONE_OP_ID, "operation", "op_id",
+                                     source)
     parts = _parts(records, body.get("edges"), by_id, source)
     order, conflicts = _order(parts, records, by_id, source)
     variables, kinds, node_map = _variables(by_id)
     operations, op_map = _operations(order, records, kinds, node_map)
-    sessions = [item for _, item in parse_records(body.get("sessions"), "session_id", "data.sessions", source)]
-    original = graph_original(data, sessions, {"nodes": unattached_nodes, "operations": unattached_ops}, _DATA_KEYS)
+    original: dict[str, Any] = {
+        "header": {k: v for k, v in data.items() if k != "data"},
+        "sessions": [item for _, item in parse_records(body.get("sessions"), "session_id", "data.sessions", source)],
+        "unattached": {"nodes": unattached_nodes, "operations": unattached_ops},
+        "data_extra": {k: v for k, v in body.items() if k not in _DATA_KEYS},
+        "labels_in_data": bool(body.get(ANNOTATIONS_KEY)),
+    }
     if conflicts:
         original["conflicts"] = conflicts
     meta: dict[str, Any] = {ORIGINAL: original}
@@ -81,37 +96,25 @@ def import_foreign(document: RawDocument) -> ImportedNetwork:
                            tuple(MappingProxyType(c) for c in conflicts))
 
 
-def _index_nodes(
-    nodes: list[tuple[str, RawNode, Mapping[str, Any]]], source: str
-) -> tuple[dict[str, tuple[int, RawNode, Mapping[str, Any]]], list[list[Any]]]:
-    """Their full node id -> (position, node, record); smartcomment's placeholder apart. A duplicate raises."""
-    by_id: dict[str, tuple[int, RawNode, Mapping[str, Any]]] = {}
+R = TypeVar("R", RawNode, RawOperation)
+
+
+def _index(
+    items: list[tuple[str, R, Mapping[str, Any]]], id_of: Callable[[R], str], placeholder: str, what: str,
+    key: str, source: str,
+) -> tuple[dict[str, tuple[int, R, Mapping[str, Any]]], list[list[Any]]]:
+    """Their id -> (position, record parsed, record); smartcomment's `placeholder` apart. A duplicate raises."""
+    by_id: dict[str, tuple[int, R, Mapping[str, Any]]] = {}
     unattached: list[list[Any]] = []
-    for position, (where, node, record) in enumerate(nodes):
-        full_id = full_id_of(node)
-        if full_id == NONE_NODE_ID:
+    for position, (where, item, record) in enumerate(items):
+        item_id = id_of(item)
+        if item_id == placeholder:
             unattached.append([position, dict(record)])
             continue
-        if full_id in by_id:
-            raise ExecNetworkError(source, f"duplicate node {full_id!r}", where, "full_node_id")
-        by_id[full_id] = (position, node, record)
+        if item_id in by_id:
+            raise ExecNetworkError(source, f"duplicate {what} {item_id!r}", where, key)
+        by_id[item_id] = (position, item, record)
     return by_id, unattached
-
-
-def _index_operations(
-    ops: list[tuple[str, RawOperation, Mapping[str, Any]]], source: str
-) -> tuple[dict[str, tuple[int, RawOperation, Mapping[str, Any]]], list[list[Any]]]:
-    """Their op id -> (position, operation, record); the `__none_op__` record apart. A duplicate raises."""
-    records: dict[str, tuple[int, RawOperation, Mapping[str, Any]]] = {}
-    unattached: list[list[Any]] = []
-    for position, (where, op, record) in enumerate(ops):
-        if op.op_id == NONE_OP_ID:
-            unattached.append([position, dict(record)])
-            continue
-        if op.op_id in records:
-            raise ExecNetworkError(source, f"duplicate operation {op.op_id!r}", where, "op_id")
-        records[op.op_id] = (position, op, record)
-    return records, unattached
 
 
 def _parts(
@@ -152,33 +155,19 @@ def _layers(op_id: str, edges: list[tuple[int, RawEdge, Mapping[str, Any]]], sou
     for _, edge, _ in edges:
         if edge.target_full_node_id != NONE_NODE_ID:
             incoming.setdefault(edge.target_full_node_id, []).append(edge.source_full_node_id)
-    depth: dict[str, int] = {NONE_NODE_ID: 0}
-
-    def depth_of(node_id: str) -> int:
-        stack, on_path = [node_id], set()
-        while stack:
-            current = stack[-1]
-            if current in depth:
-                stack.pop()
-                continue
-            pending = [s for s in incoming.get(current, ()) if s not in depth]
-            if not pending:
-                depth[current] = 1 + max((depth[s] for s in incoming.get(current, ())), default=-1)
-                on_path.discard(current)
-                stack.pop()
-                continue
-            on_path.add(current)
-            for s in pending:
-                if s in on_path:
-                    raise ExecNetworkError(source, f"cycle: operation {op_id!r} consumes its own output {s!r}",
-                                           None, "data.edges")
-                stack.append(s)
-        return depth[node_id]
+    try:
+        order = list(graphlib.TopologicalSorter(incoming).static_order())
+    except graphlib.CycleError as error:
+        raise ExecNetworkError(source, f"cycle: operation {op_id!r} consumes its own output {error.args[1][0]!r}",
+                               None, "data.edges") from None
+    depth: dict[str, int] = {}
+    for node_id in order:  # a node nothing inside the operation produces (the placeholder too) is at depth 0
+        depth[node_id] = 1 + max((depth[s] for s in incoming.get(node_id, ())), default=-1)
 
     by_layer: dict[int, _Part] = {}
     for position, edge, record in edges:
         target = edge.target_full_node_id
-        layer = depth_of(target) if target != NONE_NODE_ID else depth_of(edge.source_full_node_id) + 1
+        layer = depth[target] if target != NONE_NODE_ID else depth.get(edge.source_full_node_id, 0) + 1
         by_layer.setdefault(layer, _Part(op_id, 0)).edges.append((position, edge, record))
     parts = [by_layer[layer] for layer in sorted(by_layer)]
     for index, part in enumerate(parts):
@@ -255,12 +244,7 @@ def _variables(
         ours = (node.metadata or {}).get(MARK)
         if isinstance(ours, Mapping) and isinstance(ours.get("name"), str):
             mapped[qualified[full_id]] = ours["name"]
-    sharing: dict[str, set[str]] = {}
-    for q, ours in mapped.items():
-        sharing.setdefault(ours, set()).add(q)
-    # a mapped name must stay unique (turns of two samples, or a mapped name that is also a raw name)
-    unique = {q: ours if len(sharing[ours]) == 1 and (ours == q or ours not in mapped) else q
-              for q, ours in mapped.items()}
+    unique = unique_names(mapped)
     names = {full_id: unique[q] for full_id, q in qualified.items()}
     times = {full_id: parse_time(entry[1].created_at) for full_id, entry in by_id.items()}
     by_time = sorted(by_id, key=lambda i: (times[i] is None, times[i] or datetime.min, by_id[i][0]))
@@ -318,7 +302,11 @@ def _operations(
                  else rule_stage or name)
         edge_categories = [e.category for _, e, _ in part.edges]
         kind = op_kind(their, record.category if record else None, *edge_categories)
-        original = operation_original(part.op_id, part.part, [(p, r) for p, _, r in part.edges], position, raw)
+        # its edges; its record and position on part 0 only
+        original: dict[str, Any] = {"op_id": part.op_id, "part": part.part,
+                                    "edges": [[p, dict(r)] for p, _, r in part.edges]}
+        if part.part == 0 and raw is not None:
+            original.update(position=position, record=dict(raw))
         if part.dropped:
             original["dropped_outputs"] = part.dropped
         # our own mark wins over the guesses; inputs and outputs stay what the (maybe edited) edges say
@@ -329,3 +317,156 @@ def _operations(
                            status, error, usage, {**meta, ORIGINAL: original}])
         op_map.setdefault(part.op_id, f"op:{seq}")
     return operations, op_map
+
+
+# ------------------------------------------------------------------ guesses
+
+
+# the kinds a foreign node's category or name prefix is taken as directly (the rest are guessed by keywords)
+_OUR_KINDS: tuple[VarKind, ...] = (
+    VarKind.TURN, VarKind.FACTS, VarKind.RETRIEVED, VarKind.DECISION, VarKind.MEMORY, VarKind.QUERY,
+    VarKind.CONTEXT, VarKind.ANSWER, VarKind.GOLD, VarKind.VERDICT, VarKind.PROMPT,
+)
+_VARIABLE_KEYWORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("prompt", ("prompt", "instruction")),
+    ("turn", ("turn", "message", "utterance", "dialog")),
+    ("memory", ("memory", "mem")),
+    ("query", ("query", "question")),
+    ("gold", ("gold", "golden", "reference")),
+    ("verdict", ("verdict", "judge", "judgement", "label")),
+    ("answer", ("answer", "prediction", "response")),
+    ("context", ("context", "retrieved", "retrieval", "chunk")),
+    ("facts", ("fact", "facts")),
+    ("decision", ("decision", "action")),
+)
+_OP_KEYWORDS: tuple[tuple[OpKind, tuple[str, ...]], ...] = (
+    (OpKind.JUDGE, ("judge", "grade")),
+    (OpKind.RESPONSE, ("answer", "respond", "response")),
+    (OpKind.DELETION, ("delet", "remov", "forget")),
+    (OpKind.UPDATE, ("updat", "decision", "decide", "merg", "trim", "overwrit")),
+    (OpKind.EXTRACTION, ("extract", "add", "chunk", "insert", "segment", "episode", "narrat", "summar")),
+    (OpKind.RETRIEVAL, ("retriev", "search", "recall", "rerank", "fusion", "query", "fetch")),
+)
+
+
+def parse_time(text: Any) -> datetime | None:
+    """A record's `created_at` as a datetime (None when missing or unreadable)."""
+    if not isinstance(text, str) or not text.strip():
+        return None
+    for fmt in ("%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S"):
+        try:
+            return datetime.strptime(text.strip(), fmt)
+        except ValueError:
+            pass
+    try:
+        return datetime.fromisoformat(text.strip()).replace(tzinfo=None)
+    except ValueError:
+        return None
+
+
+def _tokens(*texts: Any) -> list[str]:
+    return [t for text in texts if text for t in alnum_words(str(text))]
+
+
+def variable_kind(node: RawNode, name: str) -> str:
+    """Our kind of their node `node` (our name `name`); a category we do not know is kept."""
+    category = str(node.category or "").strip().lower()
+    if category in _OUR_KINDS:
+        return category
+    if ":" in name and name.split(":", 1)[0] in _OUR_KINDS:
+        return name.split(":", 1)[0]
+    tokens = _tokens(node.category, node.class_name, node.name)
+    for kind, words in _VARIABLE_KEYWORDS:
+        if any(t == w for t in tokens for w in words):
+            return kind
+    return category or "value"
+
+
+def op_kind(*texts: Any) -> OpKind:
+    """Our kind of an operation from its texts, in order of trust (name, category, edge categories)."""
+    for text in texts:
+        if str(text or "").lower() in {k.value for k in OpKind}:
+            return OpKind(str(text).lower())
+    for text in texts:
+        tokens = _tokens(text)
+        for kind, stems in _OP_KEYWORDS:
+            if any(t.startswith(s) for t in tokens for s in stems):
+                return kind
+    return OpKind.OTHER
+
+
+def decode_value(value: Any) -> str:
+    """Our string for their stored value: smartcomment's `repr()` of a string (`"'Rome'"`) becomes the
+    string itself; any other string stays; non-strings become JSON."""
+    if isinstance(value, str):
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            try:
+                decoded = literal_eval(value)
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                return value
+            if isinstance(decoded, str) and repr(decoded) == value:
+                return decoded
+        return value
+    return "" if value is None else json.dumps(value, ensure_ascii=False)
+
+
+# ------------------------------------------------------------------ the original records
+
+
+SAME, REPR = "same", "repr"  # how an imported variable's value reproduces the original one
+
+
+def node_original(full_id: str, position: int, record: Mapping[str, Any], value: str) -> dict[str, Any]:
+    """The meta of a variable imported from node `record` whose value became `value` (see module doc)."""
+    original = record.get("value")
+    if original == value:
+        how: str | None = SAME
+    elif isinstance(original, str) and repr(value) == original:
+        how = REPR
+    else:
+        how = None
+    kept = {k: v for k, v in record.items() if k != "value"} if how else dict(record)
+    return {"full_node_id": full_id, "position": position, "record": kept, "value": how}
+
+
+def is_foreign(graph: ExecutionGraph) -> bool:
+    """Whether `graph` was imported from a foreign document and can be written back from its records."""
+    return (isinstance(graph.meta.get(ORIGINAL), Mapping) and "header" in graph.meta[ORIGINAL]
+            and all(isinstance(v.meta.get(ORIGINAL), Mapping) for v in graph.variables())
+            and all(isinstance(o.meta.get(ORIGINAL), Mapping) for o in graph.operations()))
+
+
+def reexport(graph: ExecutionGraph, labels: list[dict[str, Any]]) -> dict[str, Any]:
+    """The document `graph` was imported from, rebuilt from its original records (see module doc)."""
+    kept = graph.meta[ORIGINAL]
+    nodes: list[tuple[int, dict[str, Any]]] = [(p, r) for p, r in kept["unattached"].get("nodes", [])]
+    operations: list[tuple[int, dict[str, Any]]] = [(p, r) for p, r in kept["unattached"].get("operations", [])]
+    edges: list[tuple[int, dict[str, Any]]] = []
+    for var in graph.variables():
+        original = var.meta[ORIGINAL]
+        record = dict(original["record"])
+        if original.get("value") == SAME:
+            record["value"] = var.value
+        elif original.get("value") == REPR:
+            record["value"] = repr(var.value)
+        nodes.append((original["position"], record))
+    for op in graph.operations():
+        original = op.meta[ORIGINAL]
+        if "record" in original:
+            operations.append((original["position"], original["record"]))
+        edges.extend((p, e) for p, e in original["edges"])
+    data: dict[str, Any] = {
+        "nodes": [r for _, r in sorted(nodes, key=lambda pair: pair[0])],
+        "edges": [r for _, r in sorted(edges, key=lambda pair: pair[0])],
+        "operations": [r for _, r in sorted(operations, key=lambda pair: pair[0])],
+        "sessions": list(kept["sessions"]),
+        **kept["data_extra"],
+    }
+    header = dict(kept["header"])
+    metadata = dict(header.get("metadata") or {})
+    if labels:
+        if kept.get("labels_in_data") or ANNOTATIONS_KEY not in metadata:
+            data[ANNOTATIONS_KEY] = labels
+        metadata[ANNOTATIONS_KEY] = labels
+        header["metadata"] = metadata
+    return {**header, "data": data}
