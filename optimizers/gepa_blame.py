@@ -12,7 +12,7 @@ from typing import Any
 
 from gepa.strategies.component_selector import RoundRobinReflectionComponentSelector
 from memtrace_loop.optimizers.base import OptimizationContext, OptimizerSetup, TracedCase
-from memtrace_loop.optimizers.feedback import FailureFeedback, feedback_for_attribution, feedback_for_other_stage
+from memtrace_loop.optimizers.feedback import feedback_for_attribution, feedback_for_other_stage
 from memtrace_loop.optimizers.gepa import GepaOptimizer, Settings
 from memtrace_loop.optimizers.gepa_program import JudgeMetric, judge_feedback, traced_of
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
@@ -20,22 +20,13 @@ from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Tunable
 from memtrace_loop.pipeline.analysis.blame import aggregate_blame
 
-__all__ = [
-    "BlameComponentSelector", "BlameMetric", "BlameSource", "GepaBlameOptimizer", "Settings", "build",
-    "not_this_stage_feedback"
-]
+__all__ = ["BlameComponentSelector", "BlameMetric", "BlameSource", "GepaBlameOptimizer", "Settings", "build"]
 
 _ATTRIBUTION_KEY = "memtrace_attribution"
 
 
 def blamed_prompt_stages(attribution: Attribution) -> tuple[str, ...]:
     return tuple(c.stage for c in attribution.causes() if c.tunable == Tunable.PROMPT)
-
-
-def not_this_stage_feedback(attribution: Attribution) -> FailureFeedback:
-    """The block a stage gets for a failure attributed elsewhere (`feedback_for_other_stage`: the same
-    facts and error, a diagnosis that names the blamed stage and says it was not this one)."""
-    return feedback_for_other_stage(attribution)
 
 
 class BlameSource:
@@ -51,11 +42,8 @@ class BlameSource:
             return None
         with self._lock:
             if _ATTRIBUTION_KEY not in prediction:
-                prediction[_ATTRIBUTION_KEY] = self._attribute(traced)
+                prediction[_ATTRIBUTION_KEY] = self.attributor.attribute(traced.graph, traced.case, traced.conversation)
             return prediction[_ATTRIBUTION_KEY]
-
-    def _attribute(self, traced: TracedCase) -> Attribution | None:
-        return self.attributor.attribute(traced.graph, traced.case, traced.conversation)
 
 
 class BlameComponentSelector:
@@ -92,7 +80,7 @@ class BlameMetric(JudgeMetric):
             return judge_feedback(traced.case).render()
         if pred_name in blamed_prompt_stages(attribution):
             return feedback_for_attribution(attribution).render()
-        return not_this_stage_feedback(attribution).render()
+        return feedback_for_other_stage(attribution).render()  # the failure lies in the blamed stage
 
 
 class GepaBlameOptimizer(GepaOptimizer):
