@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +23,6 @@ from memtrace_loop.memory_systems.base import (
     RecordedCall,
     RestoredUnit,
     Retrieved,
-    knobs_from_config,
     ranked_depth,
 )
 from memtrace_loop.memory_systems.evermemos.episodes import StoredEpisode, StoredEvent, stored_episode
@@ -382,8 +381,3 @@ class EverMemOSMemory(MemorySystem):
             )
             episodes.append(StoredEpisode(number, "", "", date, (), (event,), var))
         return self._index(state.conversation_id, episodes)
-
-
-def from_config(cfg: Mapping[str, Any], embedder: Embedder) -> EverMemOSMemory:
-    """The system as its `memory_system` config node describes it (keys and defaults: `EverMemOSKnobs`)."""
-    return EverMemOSMemory(embedder, knobs_from_config(EverMemOSKnobs, cfg))
