@@ -53,7 +53,7 @@ ATTRIBUTION = OptimizerSpec(RewriteSettings, _builder("attribution_guided"))
 UNIFORM = OptimizerSpec(RewriteSettings, _builder("uniform"))
 UNIFORM_REASONS = OptimizerSpec(RewriteSettings, _builder("uniform", "build_reasons"))
 GEPA = OptimizerSpec(GepaSettings, _builder("gepa"))
-GEPA_BLAME = OptimizerSpec(GepaSettings, _builder("gepa_blame"))
+GEPA_BLAME = OptimizerSpec(GepaSettings, _builder("gepa", "build_blame"))
 NONE = OptimizerSpec(NoSettings, lambda setup: NoOptimizer())
 
 OPTIMIZERS: Registry[OptimizerSpec] = Registry(

@@ -24,7 +24,7 @@ from memtrace_loop.optimizers.feedback import (
     feedback_without_attribution,
     fold_feedback,
 )
-from memtrace_loop.optimizers.gepa_blame import GepaBlameOptimizer
+from memtrace_loop.optimizers.gepa import GepaBlameOptimizer
 from memtrace_loop.optimizers.registry import OPTIMIZERS, NoOptimizer, build_optimizer
 from memtrace_loop.optimizers.rewrite import (
     LONG_INSTRUCTION_GROWTH,
