@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from memtrace_loop.memory_systems.mem0 import SPEC as MEM0_STYLE
-from memtrace_loop.memory_systems.mem0.faults import evidence_units
+from memtrace_loop.memory_systems.mem0 import evidence_units
 from memtrace_loop.memory_systems.mem0ai.fragment import MEM0_CONFIG_FRAGMENT
 from memtrace_loop.memory_systems.mem0ai.schema import EXTRACTION, STAGES, UPDATE, Mem0aiKnobs
 from memtrace_loop.memory_systems.spec import (
