@@ -24,8 +24,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
 import pydantic
-from memtrace_loop.memory_systems.knobs import knobs_from_config
-from memtrace_loop.memory_systems.registry import knobs_schema
+from memtrace_loop.memory_systems.registry import knobs_from_config, knobs_schema
 from memtrace_loop.optimizers.registry import optimizer_settings
 from memtrace_loop.pipeline.analysis.attribution.registry import attributor_settings
 from memtrace_loop.pipeline.backends.embeddings import EmbedderConfig

@@ -12,11 +12,10 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import dspy
 from memtrace_loop.memory_systems.answering import RESPOND_STAGE, AnswerOutcome, respond
-from memtrace_loop.memory_systems.knobs import knobs_from_config as knobs_from_config  # its home: memory_systems.knobs
 from memtrace_loop.memory_systems.stages import StageSpec, construction_stages, reset_knobs
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import Conversation, PromptSet, Question, Turn
@@ -24,9 +23,10 @@ from memtrace_loop.pipeline.core.tracing import Tracer
 
 __all__ = [
     "AnswerOutcome", "KnobError", "MemorySystem", "PromptSetError", "RecordedCall", "ReplayUnsupportedError",
-    "RestoredUnit", "Retrieved", "ranked_depth"
+    "RestoredUnit", "Retrieved", "checked_knobs", "ranked_depth"
 ]
 
+T = TypeVar("T")
 
 
 class KnobsRecord(Protocol):
@@ -71,6 +71,24 @@ class RecordedCall:
     stage: str
     inputs: Mapping[str, Any]
     time: str = ""
+
+
+def checked_knobs(
+    current: Mapping[str, Any], changes: Mapping[str, Any], owner: str, apply: Callable[[dict[str, Any]], T]
+) -> T:
+    """`apply(changes)` once `changes` name knobs of `current` (field -> value) with values of their types (an int
+    for a float); an unknown knob, a wrong type or a value `apply` rejects is a `KnobError` naming `owner`."""
+    unknown = sorted(set(changes) - set(current))
+    if unknown:
+        raise KnobError(f"knobs {unknown} are not knobs of {owner} (its knobs: {sorted(current)})")
+    for key, value in changes.items():
+        want = type(current[key])
+        if type(value) is not want and not (want is float and type(value) is int):
+            raise KnobError(f"knob {key!r} of {owner} must be a {want.__name__}, got {value!r}")
+    try:
+        return apply(dict(changes))
+    except (TypeError, ValueError) as error:
+        raise KnobError(f"knobs {dict(changes)} of {owner}: {error}") from error
 
 
 def ranked_depth(top_k: int) -> int:
@@ -183,26 +201,11 @@ class MemorySystem(dspy.Module):
         """A copy with some knobs changed (`changes`: field -> value; empty: this system itself)."""
         if not changes:
             return self
-        knobs = self.knobs
-        known = set(dataclasses.asdict(knobs))
-        unknown = sorted(set(changes) - known)
-        if unknown:
-            raise KnobError(
-                f"knobs {unknown} are not knobs of memory system {self.name!r} (its knobs: {sorted(known)})"
-            )
-        current = dataclasses.asdict(knobs)
-        for key, value in changes.items():
-            if type(value) is not type(current[key]) and not (type(current[key]) is float and type(value) is int):
-                raise KnobError(
-                    f"knob {key!r} of memory system {self.name!r} must be a {type(current[key]).__name__}, "
-                    f"got {value!r}"
-                )
-        try:
-            replaced = dataclasses.replace(knobs, **dict(changes))
-        except (TypeError, ValueError) as error:
-            raise KnobError(f"knobs {dict(changes)} of memory system {self.name!r}: {error}") from error
         system = copy.copy(self)
-        system.knobs = replaced
+        system.knobs = checked_knobs(
+            dataclasses.asdict(self.knobs), changes, f"memory system {self.name!r}",
+            lambda valid: dataclasses.replace(self.knobs, **valid),
+        )
         return system
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:

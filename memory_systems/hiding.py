@@ -1,6 +1,6 @@
 """Copies of a store-backed memory system whose answer-time search hides some units (`without_units`).
 
-The original is untouched. It does not choose which units to hide (each system's `faults.py` does).
+The original is untouched. It does not choose which units to hide (each system's `SPEC` module does).
 """
 
 from __future__ import annotations

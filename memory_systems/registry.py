@@ -4,23 +4,26 @@
 line maps a name to a system's folder, whose `__init__.py` exports `SPEC` (the contract:
 `memory_systems.spec`). Adding a system is its folder, one line here and
 `conf/memory_system/<name>.yaml`. Folders are imported on demand. It builds systems from their
-config node and nothing else.
+config node and nothing else; `knobs_from_config` is the one parse of a system's knobs (DSPy-free, so
+validating a config imports no system).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from memtrace_loop.memory_systems.knobs import knobs_from_config
 from memtrace_loop.memory_systems.spec import MemorySystemSpec
+from memtrace_loop.pipeline.core.config import parse_config
 from memtrace_loop.pipeline.core.registry import Registry, UnknownEntryError
 
 if TYPE_CHECKING:
     from memtrace_loop.memory_systems.base import MemorySystem
     from memtrace_loop.pipeline.backends.embeddings import Embedder
 
-__all__ = ["SYSTEMS", "UnknownSystemError", "build_memory_system", "knobs_schema", "spec_of"]
+__all__ = ["SYSTEMS", "UnknownSystemError", "build_memory_system", "knobs_from_config", "knobs_schema", "spec_of"]
+
+KnobsT = TypeVar("KnobsT")
 
 SYSTEMS: Registry[MemorySystemSpec[Any]] = Registry(
     "memory system",
@@ -46,6 +49,14 @@ def spec_of(name: object) -> MemorySystemSpec[Any]:
 def knobs_schema(name: object) -> type:
     """The knobs record of the system called `name` (its config schema)."""
     return spec_of(name).knobs
+
+
+def knobs_from_config(schema: type[KnobsT], cfg: Mapping[str, Any] | KnobsT | None) -> KnobsT:
+    """A system's knobs record from its `memory_system` config node (the `name` key is the registry's):
+    unknown keys, wrong types and out-of-range values are a `ConfigError` naming `memory_system.<key>`."""
+    if isinstance(cfg, Mapping):
+        cfg = {key: value for key, value in cfg.items() if key != "name"}
+    return parse_config(schema, cfg, "memory_system")
 
 
 def build_memory_system(cfg: Mapping[str, Any], embedder: Embedder) -> MemorySystem:

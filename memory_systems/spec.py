@@ -7,40 +7,24 @@ benchmark, the attributors, replay, the report, the sweeps) reads the spec and n
 
 The contract, in the manner of GEPA's adapter protocol:
 
-- `build(knobs, embedder) -> MemorySystem`: the system from its validated knobs record (`knobs` is the
-  record's type: the schema and defaults of its `memory_system` config node). The system it returns
-  implements `MemorySystem` (`memory_systems.base`): `ingest(conversation, tracer) -> state` builds the
-  memory of ONE conversation and returns an opaque state handle; `retrieve(question, state, tracer)`
-  reads it. The state may live outside the process (a Qdrant folder, an SQLite file): the handle is
-  then what names that store, and `restore(graph) -> state` (rebuild the state of a conversation from
-  its traced graph, no LLM call) and `with_units(state, units, tracer) -> state` (a copy holding extra
-  units: a snapshot, never a mutation of the original) are how replay gets a state of its own. A
-  system that cannot do that raises `ReplayUnsupportedError` and replay leaves its cases unverified.
-  Work the system runs in its own threads is not assumed to see our tracer's context: everything the
-  graph records is recorded by the system's own code on the calling thread (wrap the library's calls,
-  record their results after they return).
-- `stages`: every stage, LLM or not, in pipeline order (`StageSpec`): whether it builds memory (a
-  construction stage, part of the memory key), the knobs replay may reset on it, and how replay repairs
-  its output (`StageRepair`).
-- `faults`: the fault plans the attribution benchmark injects into it (`ReplyFault`, `UnitChangeFault`,
-  `HideEvidenceFault`, `KnobFault`), and `generous_knobs`: the knob values under which its retrieval and
-  windows lose nothing (the benchmark's perfect world).
-- `prior`: where the LLM attributor's walk looks first (`WalkPrior`).
-- `unit_namespaces`, `op_kinds`: what its traced graph holds: the namespaces of its memory units
-  (`memory`, `entry`, `chunk`, `episode`, `event`) and the operation kinds of its own operations a run
-  records (the judge's aside). The convention and system tests check every run against them.
-- `replay`: how far replay can go on it (`Replay`: memory rebuilt and every LLM stage re-run, memory
-  rebuilt only, or nothing).
-- `knob_worlds`: the rescue oracle's degraded knob worlds of this system (`KnobWorld`); `()` says it
-  has none, and the default `None` (not stated) makes the oracle refuse the system.
-- `compare`: whether default sweeps (`make compare`) include it.
-- `sim`: the module of its folder (usually `<folder>.sim`) exporting `STAGES`, the rows its LLM stages
-  add to the simulated world's stage table (`pipeline.sim.stages.SimStage`: output fields, handler,
-  rules); "" when the world's own table covers its stages. That module belongs to the simulated
-  world: only the world reaches it, through this registry.
-- `prompt_formats`: the system's own prompt file formats (`pipeline.core.prompt_formats.PromptFormat`),
-  e.g. a config fragment of the library it wraps: every export writes each of them beside our own
-  file, and `prompts=<file>` loads our own layout or a document of any of them (only its stages).
+- `build(knobs, embedder) -> MemorySystem`: the system (`memory_systems.base`) from its validated knobs
+  record (`knobs`: the schema and defaults of its `memory_system` config node). `ingest` builds ONE
+  conversation's memory and returns an opaque state handle (it may name a store outside the process: a
+  Qdrant folder, an SQLite file); `retrieve` reads it; `restore(graph)` and `with_units(state, units,
+  tracer)` give replay a state of its own (a snapshot, never a mutation), or raise
+  `ReplayUnsupportedError` and replay leaves its cases unverified. Everything the graph records is
+  recorded by the system's own code on the calling thread (wrap a library's calls, record their results
+  after they return): work in the system's own threads does not see our tracer's context.
+- `stages` (`StageSpec`, every stage in pipeline order), `faults` (the attribution benchmark's fault
+  plans) and `generous_knobs` (the benchmark's perfect world, where retrieval and windows lose nothing),
+  `prior` (`WalkPrior`), `unit_namespaces` and `op_kinds` (what its traced graph holds; the convention
+  and system tests check every run against them), `replay` (`Replay`), `knob_worlds` (the rescue
+  oracle's degraded worlds; `()`: none; `None`, not stated, makes the oracle refuse the system),
+  `compare` (in default sweeps), `sim` (the module exporting `STAGES`, the rows its LLM stages add to
+  the simulated world's stage table; only the world reaches it, through the registry; "" when the
+  world's own table covers its stages), `prompt_formats` (its own prompt file formats, e.g. a config
+  fragment of the library it wraps: every export writes each beside our own file, and `prompts=<file>`
+  loads our layout or a document of any of them).
 
 This module defines the records only; it builds nothing and imports no system.
 """

@@ -7,25 +7,14 @@ It does not evaluate or accept candidates.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Mapping, Sequence
-from types import MappingProxyType
+from collections.abc import Sequence
 
 from memtrace_loop.optimizers.base import Candidate, OptimizationContext, OptimizerSetup
 from memtrace_loop.optimizers.feedback import feedback_for_attribution, fold_feedback
 from memtrace_loop.optimizers.knobs import knob_candidates
-from memtrace_loop.optimizers.rewrite import (
-    InstructionRewriter,
-    RewriteSettings,
-    RewritingOptimizer,
-    length_change,
-    settings_rewriter,
-    stage_candidate,
-)
+from memtrace_loop.optimizers.rewrite import RewritingOptimizer
 from memtrace_loop.pipeline.analysis.attribution.records import Tunable
 from memtrace_loop.pipeline.analysis.blame import StageBlame
-
-logger = logging.getLogger(__name__)
 
 
 def _types(row: StageBlame) -> str:
@@ -50,15 +39,6 @@ class AttributionGuidedOptimizer(RewritingOptimizer):
 
     name: str = "attribution"
 
-    def __init__(
-        self, rewriter: InstructionRewriter, top_stages: int = 2, max_feedback_chars: int = 4000,
-        signature_by_stage: Mapping[str, str] | None = None,
-        knob_fields_by_stage: Mapping[str, tuple[str, ...]] | None = None,
-    ) -> None:
-        super().__init__(rewriter, top_stages, max_feedback_chars, signature_by_stage)
-        # the system's non-LLM construction stages -> their knob fields (fixed at build; `optimizers.knobs`)
-        self.knob_fields_by_stage: Mapping[str, tuple[str, ...]] = MappingProxyType(dict(knob_fields_by_stage or {}))
-
     def target_stages(self, context: OptimizationContext) -> tuple[str, ...]:
         """The most-blamed stages that have a prompt in the current prompt set, at most `top_stages`."""
         stages = [s for s in context.blame.prompt_stages() if s in context.prompts]
@@ -81,30 +61,18 @@ class AttributionGuidedOptimizer(RewritingOptimizer):
             if not attributed:
                 continue
             feedback = fold_feedback([feedback_for_attribution(a) for a in attributed], self.max_feedback_chars)
-            current = context.prompts[stage]
-            outcome = self.rewriter.rewrite(stage, self.signature_by_stage.get(stage, ""), current, feedback)
-            if not outcome.ok:
-                logger.info("no candidate for stage %s: %s", stage, outcome.error)
-                continue
             row = context.blame.by_stage[stage]
-            rationale = (
+            why = (
                 f"Stage {stage} was blamed for {row.count} of {context.blame.total} attributed failures "
-                f"({row.share:.0%}; {_types(row)}); its instruction was rewritten from their folded "
-                f"feedback ({length_change(current, outcome)})."
+                f"({row.share:.0%}; {_types(row)}); its instruction was rewritten from their folded feedback"
             )
-            candidate = stage_candidate(context.prompts, stage, outcome, f"{rationale} {note}".strip(), feedback)
-            if candidate is None:
-                logger.info("no candidate for stage %s: the rewrite changed nothing", stage)
-                continue
-            candidates.append(candidate)
+            candidate = self.rewrite_stage(context.prompts, stage, feedback, why, note)
+            if candidate is not None:
+                candidates.append(candidate)
         return candidates
 
 
 def build(setup: OptimizerSetup) -> AttributionGuidedOptimizer:
     """The optimizer from its validated settings, the rewriter LM and the system's stage signatures and
     knob fields (for knob candidates)."""
-    settings: RewriteSettings = setup.settings
-    return AttributionGuidedOptimizer(
-        settings_rewriter("attribution", setup.rewriter_lm, settings), settings.top_stages,
-        settings.max_feedback_chars, setup.signature_by_stage, setup.knob_fields_by_stage,
-    )
+    return AttributionGuidedOptimizer.from_setup("attribution", setup)

@@ -18,7 +18,7 @@ from memtrace_loop.pipeline.analysis.blame import BlameTable
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
 from memtrace_loop.pipeline.core.records import CaseResult, Conversation, PromptSet, Question
 
-if TYPE_CHECKING:  # the contract is read without DSPy (`optimizers.specs` builds on it)
+if TYPE_CHECKING:  # the contract is read without DSPy (`optimizers.registry` builds on it)
     import dspy
     from memtrace_loop.memory_systems.base import MemorySystem
     from memtrace_loop.pipeline.analysis.evaluation import EvaluationReport

@@ -2,8 +2,12 @@
 
 One GEPA run spans the loop: each `propose()` continues it for another `max_metric_calls`, and GEPA's
 candidates better than the current prompts on dev are proposed, best first, for the loop's gate. It stops
-when the `CallBudget` is spent; its state lives in `OptimizerSetup.work_dir` (resumable, seeded). The
-blame-guided hooks are `metric_and_selector` (`gepa_blame`).
+when the `CallBudget` is spent; its state lives in `OptimizerSetup.work_dir` (resumable, seeded).
+
+`optimizer=gepa_blame` (`GepaBlameOptimizer`, through `metric_and_selector`): `BlameComponentSelector`
+mutates the minibatch's most-blamed prompt stage (round robin when none); `BlameMetric` keeps the judge's
+score but tells a stage the attribution did not blame that the failure lies elsewhere. One attribution per
+prediction (`BlameSource`).
 """
 
 from __future__ import annotations
@@ -11,21 +15,34 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Self
 
 import dspy
-from memtrace_loop.optimizers.base import CallBudget, Candidate, OptimizationContext, OptimizerSetup
-from memtrace_loop.optimizers.gepa_program import JudgeMetric, MemoryProgram, question_examples
+from gepa.strategies.component_selector import RoundRobinReflectionComponentSelector
+from memtrace_loop.optimizers.base import CallBudget, Candidate, OptimizationContext, OptimizerSetup, TracedCase
+from memtrace_loop.optimizers.feedback import feedback_for_attribution, feedback_for_other_stage
+from memtrace_loop.optimizers.gepa_program import (
+    JudgeMetric,
+    MemoryProgram,
+    judge_feedback,
+    question_examples,
+    traced_of,
+)
 from memtrace_loop.optimizers.settings import GepaSettings as Settings
+from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
 from memtrace_loop.pipeline.analysis.attribution.protocol import Attributor
+from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Tunable
+from memtrace_loop.pipeline.analysis.blame import aggregate_blame
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.records import PromptSet
 
 logger = logging.getLogger(__name__)
 
 TABLE_FILE = "gepa_candidates.json"
+_ATTRIBUTION_KEY = "memtrace_attribution"
 
 
 class BudgetStopper:
@@ -144,3 +161,80 @@ class GepaOptimizer:
 def build(setup: OptimizerSetup) -> GepaOptimizer:
     """The optimizer from its validated settings; the rewriter LM is GEPA's reflection LM."""
     return GepaOptimizer.from_setup(setup)
+
+
+def blamed_prompt_stages(attribution: Attribution) -> tuple[str, ...]:
+    return tuple(c.stage for c in attribution.causes() if c.tunable == Tunable.PROMPT)
+
+
+class BlameSource:
+    """Attributions of the program's failed predictions, made once per prediction (thread-safe)."""
+
+    def __init__(self, attributor: Attributor) -> None:
+        self.attributor = attributor
+        self._lock = threading.Lock()
+
+    def attribution(self, prediction: Any) -> Attribution | None:
+        traced = traced_of(prediction)
+        if traced is None or traced.case.correct:
+            return None
+        with self._lock:
+            if _ATTRIBUTION_KEY not in prediction:
+                prediction[_ATTRIBUTION_KEY] = self.attributor.attribute(traced.graph, traced.case, traced.conversation)
+            return prediction[_ATTRIBUTION_KEY]
+
+
+class BlameComponentSelector:
+    """Mutates the most-blamed prompt stage of the minibatch's failures (round robin when none)."""
+
+    def __init__(self, source: BlameSource) -> None:
+        self.source = source
+        self.fallback = RoundRobinReflectionComponentSelector()
+        self.choices: list[tuple[str, str]] = []  # (stage, "blame" | "round_robin"), in order
+
+    def __call__(
+        self, state: Any, trajectories: list[Any], subsample_scores: list[float], candidate_idx: int,
+        candidate: dict[str, str],
+    ) -> list[str]:
+        attributions = [a for t in trajectories if (a := self.source.attribution(t.get("prediction"))) is not None]
+        stages = [s for s in aggregate_blame(attributions).prompt_stages() if s in candidate]
+        if stages:
+            self.choices.append((stages[0], "blame"))
+            return [stages[0]]
+        chosen = self.fallback(state, trajectories, subsample_scores, candidate_idx, candidate)
+        self.choices.extend((stage, "round_robin") for stage in chosen)
+        return chosen
+
+
+class BlameMetric(JudgeMetric):
+    """The judge's score; per-stage feedback routed by the attribution."""
+
+    def __init__(self, source: BlameSource) -> None:
+        self.source = source
+
+    def stage_feedback(self, prediction: Any, traced: TracedCase, pred_name: str | None) -> str:
+        attribution = self.source.attribution(prediction) if pred_name is not None else None
+        if attribution is None:
+            return judge_feedback(traced.case).render()
+        if pred_name in blamed_prompt_stages(attribution):
+            return feedback_for_attribution(attribution).render()
+        return feedback_for_other_stage(attribution).render()  # the failure lies in the blamed stage
+
+
+class GepaBlameOptimizer(GepaOptimizer):
+    """GEPA with blame-guided component selection and attribution-routed feedback."""
+
+    name: str = "gepa_blame"
+
+    def metric_and_selector(self, context: OptimizationContext) -> tuple[JudgeMetric, Any]:
+        source = BlameSource(self.attributor or LineageAttributor())
+        return BlameMetric(source), BlameComponentSelector(source)
+
+    def describe_run(self, selector: Any) -> str:
+        choices = getattr(selector, "choices", [])
+        by_blame = sum(1 for _, how in choices if how == "blame")
+        return f"{by_blame} of {len(choices)} components chosen by blame"
+
+
+def build_blame(setup: OptimizerSetup) -> GepaBlameOptimizer:
+    return GepaBlameOptimizer.from_setup(setup)

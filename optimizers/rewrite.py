@@ -1,7 +1,7 @@
 """Rewriting one stage's instruction from feedback, under a length budget (`InstructionRewriter`).
 
 A draft over `length_budget` is sent back once for a shorter one, then rejected (never cut); every failure
-is a `RewriteOutcome` with an error. `stage_candidate` wraps a rewrite. It chooses no stages.
+is a `RewriteOutcome` with an error. `RewritingOptimizer.rewrite_stage` wraps a rewrite. It chooses no stages.
 """
 
 from __future__ import annotations
@@ -126,57 +126,52 @@ class InstructionRewriter:
         )
 
 
-def same_instruction(a: str, b: str) -> bool:
-    """True when two instructions differ at most in whitespace."""
-    return a.split() == b.split()
-
-
-def stage_candidate(
-    prompts: PromptSet, stage: str, outcome: RewriteOutcome, rationale: str, feedback: str
-) -> Candidate | None:
-    """The current prompt set with `stage` replaced by the rewrite, or None when the rewrite failed or
-    changed nothing but whitespace."""
-    if outcome.instruction is None or same_instruction(outcome.instruction, prompts[stage]):
-        return None
-    feedback_by_stage: Mapping[str, str] = MappingProxyType({stage: feedback})
-    return Candidate(
-        prompts=prompts.with_instruction(stage, outcome.instruction), changed_stages=(stage,), rationale=rationale,
-        feedback_by_stage=feedback_by_stage,
-    )
-
-
-def length_change(before: str, outcome: RewriteOutcome) -> str:
-    """'412 -> 598 chars' (plus a note when the budget forced a second draft), for rationales."""
-    after = len(outcome.instruction or "")
-    note = ", shortened to fit the length budget" if outcome.length_retry else ""
-    return f"{len(before)} -> {after} chars{note}"
-
-
 class RewritingOptimizer:
-    """What the rewriting optimizers share: one rewriter, how many stages per iteration, a feedback budget."""
+    """What the rewriting optimizers share: one rewriter, how many stages per iteration, a feedback budget, the
+    system's stage signatures and knob fields (fixed at build), and one stage's rewrite as a candidate."""
 
     def __init__(
         self, rewriter: InstructionRewriter, top_stages: int = 2, max_feedback_chars: int = 4000,
         signature_by_stage: Mapping[str, str] | None = None,
+        knob_fields_by_stage: Mapping[str, tuple[str, ...]] | None = None,
     ) -> None:
         if top_stages <= 0 or max_feedback_chars <= 0:
             raise ValueError("top_stages and max_feedback_chars must be positive")
         self.rewriter = rewriter
         self.top_stages = top_stages
         self.max_feedback_chars = max_feedback_chars
-        # stage -> "inputs -> outputs" (what the rewriter is told each stage reads and writes; fixed at build)
+        # stage -> "inputs -> outputs" (what the rewriter is told each stage reads and writes)
         self.signature_by_stage: Mapping[str, str] = MappingProxyType(dict(signature_by_stage or {}))
+        # the system's non-LLM construction stages -> their knob fields (`optimizers.knobs`)
+        self.knob_fields_by_stage: Mapping[str, tuple[str, ...]] = MappingProxyType(dict(knob_fields_by_stage or {}))
 
     @classmethod
     def from_setup(cls, name: str, setup: OptimizerSetup) -> Self:
         """The optimizer from its `RewriteSettings`, rewriter LM and system (a missing LM is a ConfigError)."""
         settings: RewriteSettings = setup.settings
-        rewriter = settings_rewriter(name, setup.rewriter_lm, settings)
-        return cls(rewriter, settings.top_stages, settings.max_feedback_chars, setup.signature_by_stage)
+        if setup.rewriter_lm is None:
+            raise ConfigError(f"optimizer {name!r} needs a rewriter LM")
+        rewriter = InstructionRewriter(setup.rewriter_lm, max_chars=settings.max_instruction_chars)
+        return cls(
+            rewriter, settings.top_stages, settings.max_feedback_chars, setup.signature_by_stage,
+            setup.knob_fields_by_stage,
+        )
 
-
-def settings_rewriter(optimizer: str, lm: dspy.BaseLM | None, settings: RewriteSettings) -> InstructionRewriter:
-    """The instruction rewriter an optimizer builds from its settings; a missing LM is a ConfigError."""
-    if lm is None:
-        raise ConfigError(f"optimizer {optimizer!r} needs a rewriter LM")
-    return InstructionRewriter(lm, max_chars=settings.max_instruction_chars)
+    def rewrite_stage(
+        self, prompts: PromptSet, stage: str, feedback: str, why: str, note: str = ""
+    ) -> Candidate | None:
+        """`prompts` with `stage` rewritten from `feedback`, or None (logged) when the rewrite failed or changed
+        nothing but whitespace; the rationale is `why`, the length change ("412 -> 598 chars", plus a note when
+        the budget forced a second draft), then `note`."""
+        current = prompts[stage]
+        outcome = self.rewriter.rewrite(stage, self.signature_by_stage.get(stage, ""), current, feedback)
+        if outcome.instruction is None or outcome.instruction.split() == current.split():
+            logger.info("no candidate for stage %s: %s", stage, outcome.error or "the rewrite changed nothing")
+            return None
+        shortened = ", shortened to fit the length budget" if outcome.length_retry else ""
+        length = f"{len(current)} -> {len(outcome.instruction)} chars{shortened}"
+        return Candidate(
+            prompts=prompts.with_instruction(stage, outcome.instruction), changed_stages=(stage,),
+            rationale=f"{why} ({length}). {note}".strip(),
+            feedback_by_stage=MappingProxyType({stage: feedback}),
+        )

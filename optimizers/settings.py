@@ -3,7 +3,7 @@
 `RewriteSettings` (`attribution`, `uniform`, `uniform_reasons`: the optimizers that rewrite the blamed
 stages' instructions), `GepaSettings` (`gepa`, `gepa_blame`) and `NoSettings` (`none`). Records only,
 DSPy-free: the config tree and its validation read them without importing an optimizer
-(`optimizers.specs` names them with their builders). Nothing here optimizes anything.
+(`optimizers.registry` names them with their builders). Nothing here optimizes anything.
 """
 
 from __future__ import annotations

@@ -1,24 +1,19 @@
-"""`optimizer=uniform`: rewrite prompts without attribution, at the same budget.
+"""`optimizer=uniform` and `optimizer=uniform_reasons`: rewrite prompts without routing, at the same budget.
 
-Every failure is blamed on every prompt stage (`uniform_blame`) with the same no-attribution feedback;
-`top_stages` stages per iteration, rotating in prompt-set order. No attributions, no knobs.
+`uniform`: every failure is blamed on every prompt stage (`uniform_blame`) with the same no-attribution
+feedback; `top_stages` stages per iteration, rotating in prompt-set order. No attributions, no knobs.
+`uniform_reasons`: the same rotation, but the feedback is the attributed failures' own blocks: it isolates
+what choosing the stage is worth against `attribution`.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 
 from memtrace_loop.optimizers.base import Candidate, OptimizationContext, OptimizerSetup
-from memtrace_loop.optimizers.feedback import feedback_without_attribution, fold_feedback
-from memtrace_loop.optimizers.rewrite import (
-    RewritingOptimizer,
-    length_change,
-    stage_candidate,
-)
+from memtrace_loop.optimizers.feedback import feedback_for_attribution, feedback_without_attribution, fold_feedback
+from memtrace_loop.optimizers.rewrite import RewritingOptimizer
 from memtrace_loop.pipeline.analysis.blame import uniform_blame
-
-logger = logging.getLogger(__name__)
 
 
 def rotated(stages: Sequence[str], iteration: int, count: int) -> tuple[str, ...]:
@@ -60,24 +55,34 @@ class UniformBlameOptimizer(RewritingOptimizer):
 
     def propose(self, context: OptimizationContext) -> Sequence[Candidate]:
         stages = self.target_stages(context)
-        if not stages:
-            return []
-        feedback = self.feedback(context)
+        feedback = self.feedback(context) if stages else ""
         if not feedback:
             return []
-        candidates: list[Candidate] = []
-        for stage in stages:
-            current = context.prompts[stage]
-            outcome = self.rewriter.rewrite(stage, self.signature_by_stage.get(stage, ""), current, feedback)
-            rationale = f"{self.describe(context, stage)} ({length_change(current, outcome)})."
-            candidate = stage_candidate(context.prompts, stage, outcome, rationale, feedback)
-            if candidate is None:
-                logger.info("no candidate for stage %s: %s", stage, outcome.error or "the rewrite changed nothing")
-                continue
-            candidates.append(candidate)
-        return candidates
+        candidates = [self.rewrite_stage(context.prompts, s, feedback, self.describe(context, s)) for s in stages]
+        return [c for c in candidates if c is not None]
+
+
+class UniformReasonsOptimizer(UniformBlameOptimizer):
+    """Rewrites `top_stages` prompt stages per iteration, in rotation, from the attributed feedback."""
+
+    name: str = "uniform_reasons"
+
+    def feedback(self, context: OptimizationContext) -> str:
+        """Every attribution's block, folded (the same text for every rotated stage)."""
+        return fold_feedback([feedback_for_attribution(a) for a in context.attributions], self.max_feedback_chars)
+
+    def describe(self, context: OptimizationContext, stage: str) -> str:
+        return (
+            f"Attributor's reasons without routing: the {len(context.attributions)} attributed failures' "
+            f"feedback was sent to each of the {len(context.prompts)} prompt stages; stage {stage} was "
+            "rewritten in rotation from it"
+        )
 
 
 def build(setup: OptimizerSetup) -> UniformBlameOptimizer:
     """The optimizer from its validated settings, the rewriter LM and the system's stage signatures."""
     return UniformBlameOptimizer.from_setup("uniform", setup)
+
+
+def build_reasons(setup: OptimizerSetup) -> UniformReasonsOptimizer:
+    return UniformReasonsOptimizer.from_setup("uniform_reasons", setup)

@@ -25,6 +25,7 @@ from memtrace_loop.memory_systems.base import (
     ReplayUnsupportedError,
     RestoredUnit,
     Retrieved,
+    checked_knobs,
 )
 from memtrace_loop.memory_systems.custom.contract import Answer as UserAnswer
 from memtrace_loop.memory_systems.custom.contract import LLMStage, Stage, UserMemorySystem
@@ -115,20 +116,7 @@ class CustomMemory(MemorySystem):
         return {**settings, UNTRACED: "what the user's code returned without marking it"}
 
     def _checked_user(self, changes: Mapping[str, Any]) -> UserMemorySystem:
-        current = self.user.knobs()
-        unknown = sorted(set(changes) - set(current))
-        if unknown:
-            raise KnobError(f"knobs {unknown} are not knobs of custom system {self.knobs.target!r} "
-                            f"(its knobs: {sorted(current)})")
-        for key, value in changes.items():
-            want = type(current[key])
-            if type(value) is not want and not (want is float and type(value) is int):
-                raise KnobError(f"knob {key!r} of custom system {self.knobs.target!r} must be a {want.__name__}, "
-                                f"got {value!r}")
-        try:
-            return self.user.with_knobs(dict(changes))
-        except (TypeError, ValueError) as error:
-            raise KnobError(f"knobs {dict(changes)} of custom system {self.knobs.target!r}: {error}") from error
+        return checked_knobs(self.user.knobs(), changes, f"custom system {self.knobs.target!r}", self.user.with_knobs)
 
     def with_knobs(self, changes: Mapping[str, Any]) -> CustomMemory:
         if not changes:

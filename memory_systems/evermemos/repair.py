@@ -11,8 +11,7 @@ import re
 from typing import Any
 
 from memtrace_loop.memory_systems.base import RecordedCall, ReplayUnsupportedError, RestoredUnit
-from memtrace_loop.memory_systems.evermemos.episodes import stored_episode
-from memtrace_loop.memory_systems.evermemos.signatures import event_value
+from memtrace_loop.memory_systems.evermemos.signatures import event_value, stored_episode
 from memtrace_loop.memory_systems.signatures import human_date
 from memtrace_loop.pipeline.core.conventions import Namespace, episode_name, is_in
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, Operation, Variable

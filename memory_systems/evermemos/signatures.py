@@ -1,14 +1,17 @@
-"""The DSPy signatures of the EverMemOS-style stages and how events and episodes are rendered as text.
+"""The DSPy signatures of the EverMemOS-style stages, its stored episodes and events and their text.
 
-Each signature's docstring is the stage's default prompt. No logic beyond the rendering.
+Each signature's docstring is the stage's default prompt; `StoredEpisode.document` / `block` render an
+episode, `stored_episode(graph, var)` rebuilds one as construction wrote it. No logic beyond that.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from dataclasses import dataclass
 
 import dspy
 import pydantic
+from memtrace_loop.pipeline.core.conventions import name_of
+from memtrace_loop.pipeline.core.graph import ExecutionGraph, Variable
 
 
 class EpisodeEvent(pydantic.BaseModel):
@@ -76,15 +79,57 @@ def episode_value(title: str, narrative: str) -> str:
     return "\n".join(part for part in (title.strip(), narrative.strip()) if part)
 
 
-def episode_document(title: str, narrative: str, event_texts: Iterable[str]) -> str:
-    """The text an episode is searched by: title, narrative and the text of its events."""
-    return "\n".join(part for part in (title.strip(), narrative.strip(), *event_texts) if part)
+@dataclass(frozen=True)
+class StoredEvent:
+    number: int
+    text: str
+    time: str  # a human date ("8 May 2023")
+    var: str
 
 
-def render_episode_block(title: str, date: str, narrative: str, events: Iterable[tuple[str, str]]) -> str:
-    """One episode as the answer stage sees it."""
-    lines = [f"Episode: {title.strip() or '(untitled)'} ({date})"]
-    if narrative.strip():
-        lines.append(f"Narrative: {' '.join(narrative.split())}")
-    lines.extend(f"Memory: {' '.join(text.split())} Time: {time}" for text, time in events)
-    return "\n".join(lines)
+@dataclass(frozen=True)
+class StoredEpisode:
+    """One stored episode: `document` is the text it is searched by (title, narrative, its events' text),
+    `block` how the answer stage sees it."""
+
+    number: int
+    title: str
+    narrative: str
+    date: str  # the human date of the episode's first turn
+    turn_ids: tuple[str, ...]
+    events: tuple[StoredEvent, ...]
+    var: str
+
+    def document(self) -> str:
+        parts = (self.title.strip(), self.narrative.strip(), *(e.text for e in self.events))
+        return "\n".join(part for part in parts if part)
+
+    def unit_vars(self) -> tuple[str, ...]:
+        return (self.var, *(e.var for e in self.events))
+
+    def block(self) -> str:
+        lines = [f"Episode: {self.title.strip() or '(untitled)'} ({self.date})"]
+        if self.narrative.strip():
+            lines.append(f"Narrative: {' '.join(self.narrative.split())}")
+        lines.extend(f"Memory: {' '.join(e.text.split())} Time: {e.time}" for e in self.events)
+        return "\n".join(lines)
+
+
+def _number(var_id: str) -> int:
+    return int(name_of(var_id).split(":", 1)[1])
+
+
+def stored_episode(graph: ExecutionGraph, var: Variable) -> StoredEpisode:
+    """One episode as construction stored it, read back from its episode variable and its event variables."""
+    events = []
+    for event_var in var.meta.get("events", ()):
+        event = graph.variable(event_var)
+        time = str(event.meta.get("time", ""))
+        text = event.value.removesuffix(f" Time: {time}") if time else event.value
+        events.append(StoredEvent(_number(event_var), text, time, event_var))
+    title = str(var.meta.get("title", var.value.split("\n", 1)[0]))
+    narrative = var.value.removeprefix(title).strip() if title else var.value
+    return StoredEpisode(
+        _number(var.id), title, narrative, str(var.meta.get("date", "")),
+        tuple(var.meta.get("turns", ())), tuple(events), var.id,
+    )

@@ -4,7 +4,7 @@ Construction: hard limits or `detect_boundary` (LLM) close an episode, then `wri
 `write_episode` (LLM) write its events and narrative. Answering: BM25 and dense rankings fused and reranked;
 with `multi_query`, `check_sufficiency` and `expand_queries` (LLM) add a second round; the final `top_k`
 episodes are the context of `respond`. A failed LLM call is a failed operation with a safe default.
-Stage repairs are `evermemos.repair`; stored episodes `evermemos.episodes`. No judging, no logging.
+Stage repairs are `evermemos.repair`; stored episodes `evermemos.signatures`. No judging, no logging.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,20 +23,21 @@ from memtrace_loop.memory_systems.base import (
     RecordedCall,
     RestoredUnit,
     Retrieved,
-    knobs_from_config,
     ranked_depth,
 )
-from memtrace_loop.memory_systems.evermemos.episodes import StoredEpisode, StoredEvent, stored_episode
 from memtrace_loop.memory_systems.evermemos.repair import REPAIRED_STAGES, recorded_call, repaired_units
 from memtrace_loop.memory_systems.evermemos.schema import LIMIT_STAGE, RETRIEVE_STAGE, STAGES, EverMemOSKnobs
 from memtrace_loop.memory_systems.evermemos.signatures import (
     CheckSufficiency,
     DetectBoundary,
     ExpandQueries,
+    StoredEpisode,
+    StoredEvent,
     WriteEpisode,
     WriteEvents,
     episode_value,
     event_value,
+    stored_episode,
 )
 from memtrace_loop.memory_systems.fusion import reciprocal_rank_fusion
 from memtrace_loop.memory_systems.signatures import AnswerQuestion, human_date, render_turn
@@ -382,8 +383,3 @@ class EverMemOSMemory(MemorySystem):
             )
             episodes.append(StoredEpisode(number, "", "", date, (), (event,), var))
         return self._index(state.conversation_id, episodes)
-
-
-def from_config(cfg: Mapping[str, Any], embedder: Embedder) -> EverMemOSMemory:
-    """The system as its `memory_system` config node describes it (keys and defaults: `EverMemOSKnobs`)."""
-    return EverMemOSMemory(embedder, knobs_from_config(EverMemOSKnobs, cfg))

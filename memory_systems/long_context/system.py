@@ -9,9 +9,8 @@ judge, rank by relevance or summarize.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import dspy
 from memtrace_loop.memory_systems.answering import record_query, record_turn
@@ -20,7 +19,6 @@ from memtrace_loop.memory_systems.base import (
     ReplayUnsupportedError,
     RestoredUnit,
     Retrieved,
-    knobs_from_config,
 )
 from memtrace_loop.memory_systems.long_context.schema import (
     APPEND_STAGE,
@@ -30,7 +28,6 @@ from memtrace_loop.memory_systems.long_context.schema import (
     LongContextKnobs,
 )
 from memtrace_loop.memory_systems.signatures import AnswerQuestion, human_date
-from memtrace_loop.pipeline.backends.embeddings import Embedder
 from memtrace_loop.pipeline.backends.tokens import TokenCounter, build_token_counter
 from memtrace_loop.pipeline.core.conventions import BUFFER_CONTEXT_NAME, OpKind, VarKind, entry_name
 from memtrace_loop.pipeline.core.graph import ExecutionGraph
@@ -173,9 +170,3 @@ class LongContextMemory(MemorySystem):
             CONTEXT_NAME, VarKind.CONTEXT, context, {"restored_from": [u.source for u in units]}
         )
         return LongContextState(state.conversation_id, state.entries, state.trimmed, context, context_var)
-
-
-def from_config(cfg: Mapping[str, Any], embedder: Embedder | None = None) -> LongContextMemory:
-    """The system as its `memory_system` config node describes it (keys and defaults: `LongContextKnobs`;
-    the embedder is unused)."""
-    return LongContextMemory(knobs_from_config(LongContextKnobs, cfg))

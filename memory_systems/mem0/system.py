@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +20,6 @@ from memtrace_loop.memory_systems.base import (
     RecordedCall,
     RestoredUnit,
     Retrieved,
-    knobs_from_config,
     ranked_depth,
 )
 from memtrace_loop.memory_systems.mem0.repair import Action, decision_units, fact_units, read_turn
@@ -256,8 +255,3 @@ def _unit_number(name: str) -> int:
     key = name.split(":", 1)[1]
     digits = key.lstrip("m")
     return int(digits) if digits.isdigit() else 0
-
-
-def from_config(cfg: Mapping[str, Any], embedder: Embedder) -> Mem0Memory:
-    """The system as its `memory_system` config node describes it (keys and defaults: `Mem0Knobs`)."""
-    return Mem0Memory(embedder, knobs_from_config(Mem0Knobs, cfg))

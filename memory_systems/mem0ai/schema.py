@@ -18,7 +18,6 @@ UPDATE = "update_memory"
 STORE_STAGE = "store"
 SEARCH_STAGE = "search_similar"
 
-
 @dataclass(frozen=True)
 class Mem0aiKnobs:
     """The knobs mem0 exposes to us: `top_k`, the `limit` of `memory.search` at question time. (mem0
@@ -28,8 +27,6 @@ class Mem0aiKnobs:
 
     def __post_init__(self) -> None:
         require(self, top_k=(1, None))
-
-
 
 STAGES: tuple[StageSpec, ...] = (
     StageSpec(EXTRACTION, llm=True, repair=StageRepair.RERUN, construction=True),

@@ -57,7 +57,6 @@ class Mem0Action(pydantic.BaseModel):
     event: Literal["ADD", "UPDATE", "DELETE", "NONE"] = "NONE"
     old_memory: str | None = None
 
-
 class FactExtraction(dspy.Signature):
     """mem0's fact extraction prompt (replaced at build by the installed library's default)."""
 
@@ -65,15 +64,12 @@ class FactExtraction(dspy.Signature):
     session_date: str = dspy.InputField(desc="the turn's session date (YYYY-MM-DD), for the `Today's date` line")
     facts: list[str] = dspy.OutputField(desc='the facts, replied as the JSON object {"facts": [...]}')
 
-
 class UpdateMemory(dspy.Signature):
     """mem0's update memory prompt (replaced at build by the installed library's default)."""
 
     existing_memories: str = dspy.InputField(desc="the similar memories mem0 found, with ids 0, 1, ...")
     new_facts: list[str] = dspy.InputField(desc="the facts just extracted")
     actions: list[Mem0Action] = dspy.OutputField(desc='replied as the JSON object {"memory": [...]}')
-
-
 
 @dataclass(frozen=True, eq=False)
 class Mem0aiState:
@@ -90,7 +86,6 @@ class Mem0aiState:
     @property
     def var_by_mem0_id(self) -> Mapping[str, str]:
         return MappingProxyType({u.mem0_id: u.var for u in self.units})
-
 
 class Mem0aiMemory(MemorySystem):
     knobs: Mem0aiKnobs
@@ -230,13 +225,11 @@ class Mem0aiMemory(MemorySystem):
             raise
         return _state(conversation_id, folder, memory, placed, created)
 
-
 def _action(item: Any) -> Action | None:
     """One entry of mem0's `{"memory": [...]}` reply as a repair reads it (mem0 skips a non-object)."""
     if not isinstance(item, dict):
         return None
     return Action(str(item.get("event", "")), str(item.get("id", "")), str(item.get("text") or ""))
-
 
 def _state(conversation_id: str, folder: str, memory: Any, units: tuple[LiveUnit, ...], created: int) -> Mem0aiState:
     """The state, whose memory is closed and folder removed when it is garbage collected."""

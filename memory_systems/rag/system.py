@@ -14,7 +14,7 @@ from typing import Any
 
 import dspy
 from memtrace_loop.memory_systems.answering import record_query, record_retrieval, record_turn
-from memtrace_loop.memory_systems.base import MemorySystem, RestoredUnit, Retrieved, knobs_from_config, ranked_depth
+from memtrace_loop.memory_systems.base import MemorySystem, RestoredUnit, Retrieved, ranked_depth
 from memtrace_loop.memory_systems.rag.schema import CHUNK_STAGE, RETRIEVE_STAGE, STAGES, RagKnobs
 from memtrace_loop.memory_systems.signatures import AnswerQuestion, render_turn
 from memtrace_loop.memory_systems.store import InMemoryVectorStore
@@ -270,8 +270,3 @@ class RagMemory(MemorySystem):
                 {"time": restored.time, "restored_from": restored.source},
             )
         return RagState(state.conversation_id, state.chunks, store, chunk_by_unit)
-
-
-def from_config(cfg: Mapping[str, Any], embedder: Embedder) -> RagMemory:
-    """The system as its `memory_system` config node describes it (keys and defaults: `RagKnobs`)."""
-    return RagMemory(embedder, knobs_from_config(RagKnobs, cfg))

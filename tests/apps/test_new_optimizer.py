@@ -66,7 +66,7 @@ SCRATCH_CONFIG = """defaults:
 name: scratch
 """
 
-REGISTRY_LINE = '        "none": "memtrace_loop.optimizers.specs:NONE",\n'
+REGISTRY_LINE = '        "none": "memtrace_loop.optimizers.registry:NONE",\n'
 
 
 def snapshot(root: Path) -> dict[str, str]:

@@ -4,7 +4,7 @@ apps' work) is imported. Each command runs in a fresh subprocess whose `sys.modu
 
 Hydra's config tree (`conf/__init__.py`) and the validation (`experiments/config.py`) read every registry
 entry's schema record through its `SPEC`, so every SPEC module and schema record is DSPy-free (a system's
-`schema.py`, `optimizers/specs.py`, `attribution/specs.py`, the LM records; builders import the
+`schema.py`, `optimizers/registry.py`, `attribution/specs.py`, the LM records; builders import the
 implementation when called). An eager import planted in a SPEC module is seen (the last test).
 
 `memtrace report run_dir=<a finished run>` imports none of them either: the page is drawn from the

@@ -15,7 +15,8 @@ import json
 from collections import Counter
 
 import pytest
-from memtrace_loop.memory_systems.evermemos.system import EverMemOSKnobs, EverMemOSMemory, from_config
+from memtrace_loop.memory_systems.evermemos.system import EverMemOSKnobs, EverMemOSMemory
+from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.optimizers.feedback import feedback_for_attribution, fold_feedback
 from memtrace_loop.optimizers.registry import build_optimizer
 from memtrace_loop.pipeline.analysis.attribution.lineage import attribute_failures
@@ -183,7 +184,7 @@ def test_a_real_locomo_conversation_runs_end_to_end():
     samples = json.loads(LOCOMO.read_text(encoding="utf-8"))[:1]
     dataset = parse_locomo(samples, str(LOCOMO))
     lm = sim_lm()
-    system = from_config({"name": "evermemos"}, HashingEmbedder())
+    system = build_memory_system({"name": "evermemos"}, HashingEmbedder())
     system.set_lm(lm)
     result = run_dataset(system, make_judge(lm), dataset, workers=4)
     graph = result.graph_by_conversation[dataset.conversations[0].id]

@@ -15,9 +15,10 @@ from dataclasses import replace
 import dspy
 import pytest
 from memtrace_loop.memory_systems.mem0.system import Mem0Memory
-from memtrace_loop.optimizers.gepa import TABLE_FILE, GepaOptimizer
-from memtrace_loop.optimizers.gepa_blame import (
+from memtrace_loop.optimizers.gepa import (
+    TABLE_FILE,
     GepaBlameOptimizer,
+    GepaOptimizer,
 )
 from memtrace_loop.optimizers.gepa_program import JudgeMetric, MemoryProgram, question_examples, save_program_state
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor

@@ -8,7 +8,7 @@ import json
 
 import pytest
 from dspy.utils import DummyLM
-from memtrace_loop.memory_systems.evermemos.system import EverMemOSKnobs, EverMemOSMemory, from_config, rerank, terms
+from memtrace_loop.memory_systems.evermemos.system import EverMemOSKnobs, EverMemOSMemory, rerank, terms
 from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.pipeline.backends.embeddings import HashingEmbedder
 from memtrace_loop.pipeline.core.graph import ExecutionGraph, OpKind
@@ -63,7 +63,7 @@ def test_stage_names_and_defaults():
     built = build_memory_system({"name": "evermemos", "top_k": 7, "multi_query": False, "tokenizer": "approx"},
                                 HashingEmbedder())
     assert built.knobs.top_k == 7 and not built.knobs.multi_query and built.knobs.emb_top == 50
-    assert from_config({}, HashingEmbedder()).knobs.max_episode_turns == 20
+    assert build_memory_system({"name": "evermemos"}, HashingEmbedder()).knobs.max_episode_turns == 20
     with pytest.raises(ValueError, match="top_k"):
         EverMemOSKnobs(top_k=0)
 

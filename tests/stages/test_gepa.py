@@ -14,7 +14,7 @@ import dspy
 import pytest
 from memtrace_loop.memory_systems.mem0.system import Mem0Memory
 from memtrace_loop.optimizers.feedback import feedback_for_attribution, feedback_for_other_stage
-from memtrace_loop.optimizers.gepa_blame import (
+from memtrace_loop.optimizers.gepa import (
     BlameComponentSelector,
     BlameMetric,
     BlameSource,

@@ -10,7 +10,6 @@ from dspy.utils import DummyLM
 from memtrace_loop.memory_systems.long_context.system import (
     LongContextKnobs,
     LongContextMemory,
-    from_config,
     render_entry,
 )
 from memtrace_loop.memory_systems.registry import build_memory_system
@@ -73,7 +72,8 @@ def with_answer_rules(built, rules=ANSWER_RULES):
 
 
 def test_only_respond_is_an_llm_stage_and_the_knobs_name_window_and_tokenizer():
-    built = from_config({"name": "long_context", "window_tokens": 4096, "tokenizer": "approx"})
+    cfg = {"name": "long_context", "window_tokens": 4096, "tokenizer": "approx"}
+    built = build_memory_system(cfg, HashingEmbedder())
     assert built.stage_names() == ("respond",) and built.construction_stages == ()
     assert built.construction_knobs() == "window_tokens=4096;tokenizer=approx-chars/4"
     assert set(built.non_llm_stages()) == {"append", "trim", "context"}
@@ -284,7 +284,7 @@ def test_a_run_on_the_real_locomo_subset_completes_with_a_small_window():
     dataset = load_locomo(LOCOMO)
     one = dataset.subset((dataset.conversations[0].id,))
     lm = sim_lm()
-    built = from_config({"name": "long_context", "window_tokens": 2000})
+    built = build_memory_system({"name": "long_context", "window_tokens": 2000}, HashingEmbedder())
     built.set_lm(lm)
     result = run_dataset(built, make_judge(lm), one, workers=4)
     graph = result.graph_by_conversation[one.conversations[0].id]

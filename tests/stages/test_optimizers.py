@@ -24,17 +24,15 @@ from memtrace_loop.optimizers.feedback import (
     feedback_without_attribution,
     fold_feedback,
 )
-from memtrace_loop.optimizers.gepa_blame import GepaBlameOptimizer
-from memtrace_loop.optimizers.noop import NoOptimizer
-from memtrace_loop.optimizers.registry import OPTIMIZERS, build_optimizer
+from memtrace_loop.optimizers.gepa import GepaBlameOptimizer
+from memtrace_loop.optimizers.registry import OPTIMIZERS, NoOptimizer, build_optimizer
 from memtrace_loop.optimizers.rewrite import (
     LONG_INSTRUCTION_GROWTH,
     InstructionRewriter,
     RewriteOutcome,
     length_budget,
 )
-from memtrace_loop.optimizers.uniform import UniformBlameOptimizer, rotated
-from memtrace_loop.optimizers.uniform_reasons import UniformReasonsOptimizer
+from memtrace_loop.optimizers.uniform import UniformBlameOptimizer, UniformReasonsOptimizer, rotated
 from memtrace_loop.pipeline.analysis.attribution.lineage import LineageAttributor
 from memtrace_loop.pipeline.analysis.attribution.records import Attribution, Check, ErrorType, Fault, Tunable
 from memtrace_loop.pipeline.analysis.blame import aggregate_blame

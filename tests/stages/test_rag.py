@@ -8,7 +8,7 @@ from itertools import pairwise
 
 import pytest
 from dspy.utils import DummyLM
-from memtrace_loop.memory_systems.rag.system import RagKnobs, RagMemory, from_config, make_chunks, turn_pieces
+from memtrace_loop.memory_systems.rag.system import RagKnobs, RagMemory, make_chunks, turn_pieces
 from memtrace_loop.memory_systems.registry import build_memory_system
 from memtrace_loop.memory_systems.signatures import render_turn
 from memtrace_loop.pipeline.analysis.attribution.lineage import attribute_failures
@@ -113,7 +113,7 @@ def test_a_turn_longer_than_a_chunk_is_split_into_prefixed_pieces_without_loss(c
 
 
 def test_knobs_are_validated_and_read_from_the_config():
-    built = from_config({"name": "rag", "max_chunk_tokens": 300, "overlap_tokens": 40, "top_k": 3,
+    built = build_memory_system({"name": "rag", "max_chunk_tokens": 300, "overlap_tokens": 40, "top_k": 3,
                          "tokenizer": "approx"}, HashingEmbedder())
     assert built.knobs == RagKnobs(300, 40, 3, "approx")
     assert built.stage_names() == ("respond",) and built.construction_stages == ()
@@ -121,7 +121,7 @@ def test_knobs_are_validated_and_read_from_the_config():
     assert "tokenizer=approx-chars/4" in built.construction_knobs() and set(built.non_llm_stages()) == {
         "chunk", "retrieve"}
     assert isinstance(build_memory_system({"name": "rag"}, HashingEmbedder()), RagMemory)
-    other = from_config({"name": "rag", "max_chunk_tokens": 200, "tokenizer": "approx"}, HashingEmbedder())
+    other = build_memory_system({"name": "rag", "max_chunk_tokens": 200, "tokenizer": "approx"}, HashingEmbedder())
     assert built.memory_key(CONVERSATION) != other.memory_key(CONVERSATION)
     with pytest.raises(ValueError, match="overlap_tokens"):
         RagKnobs(max_chunk_tokens=100, overlap_tokens=100)
@@ -241,7 +241,7 @@ def test_a_run_on_the_real_locomo_subset_completes():
     dataset = load_locomo(LOCOMO)
     one = dataset.subset((dataset.conversations[0].id,))
     lm = sim_lm()
-    built = from_config({"name": "rag", "max_chunk_tokens": 300, "overlap_tokens": 60}, HashingEmbedder())
+    built = build_memory_system({"name": "rag", "max_chunk_tokens": 300, "overlap_tokens": 60}, HashingEmbedder())
     built.set_lm(lm)
     result = run_dataset(built, make_judge(lm), one, workers=4)
     graph = result.graph_by_conversation[one.conversations[0].id]
