@@ -54,6 +54,13 @@ def traced(system_name: str, **knobs: int):
     return lm, system, judge, data, result, run
 
 
+@cache
+def verified_attributions(system_name: str, **knobs: int) -> tuple:
+    """Every failure of `traced(system_name, **knobs)` attributed with replay verification (computed once)."""
+    _, system, judge, _, _, run = traced(system_name, **knobs)
+    return tuple(attribute_run(VerifyingAttributor(LineageAttributor(), Verifier(system, judge)), run))
+
+
 @pytest.mark.parametrize("system_name", SYSTEMS.names)
 def test_memory_rebuilt_from_the_graph_retrieves_what_the_run_retrieved(system_name):
     _, system, _, data, result, _ = traced(system_name)
@@ -92,8 +99,7 @@ def test_replay_leaves_the_graph_unchanged():
 
 
 def test_evermemos_with_top_k_1_verified_blame_lands_on_the_retrieval_knob():
-    _, system, judge, _, _, run = traced("evermemos", top_k=1)
-    checked = attribute_run(VerifyingAttributor(LineageAttributor(), Verifier(system, judge)), run)
+    checked = verified_attributions("evermemos", top_k=1)
     retrieval = [a for a in checked if a.error_type == ErrorType.RETRIEVAL and a.verified]
     assert len(retrieval) >= 5
     assert all(a.stage == "retrieve" and a.tunable == Tunable.KNOBS for a in retrieval)
@@ -109,8 +115,7 @@ def test_long_context_with_a_small_window_verified_blame_lands_on_trimming():
 
 
 def test_joint_causes_name_the_decisive_set_and_split_the_blame():
-    _, system, judge, _, _, run = traced("evermemos", top_k=1)
-    checked = attribute_run(VerifyingAttributor(LineageAttributor(), Verifier(system, judge)), run)
+    checked = verified_attributions("evermemos", top_k=1)
     joint = [a for a in checked if a.joint]
     assert joint, "no joint cause found where a single repair does not rescue"
     for found in joint:
@@ -123,8 +128,7 @@ def test_joint_causes_name_the_decisive_set_and_split_the_blame():
 
 
 def test_rag_with_tiny_chunks_verified_blame_lands_on_chunking():
-    _, system, judge, _, _, run = traced("rag", max_chunk_tokens=24)
-    checked = attribute_run(VerifyingAttributor(LineageAttributor(), Verifier(system, judge)), run)
+    checked = verified_attributions("rag", max_chunk_tokens=24)
     verified = collections.Counter(a.stage for a in checked if a.verified)
     assert verified.most_common(1)[0][0] == "chunk"
     chunking = [a for a in checked if a.stage == "chunk"]
@@ -213,8 +217,7 @@ def test_a_chunking_stage_off_its_defaults_is_a_suspect_replay_tries_once_and_on
 
 
 def test_a_retrieval_blame_the_widened_search_does_not_rescue_moves_to_the_chunking_that_does():
-    _, system, judge, _, _, run = traced("rag", max_chunk_tokens=24)
-    checked = attribute_run(VerifyingAttributor(LineageAttributor(), Verifier(system, judge)), run)
+    checked = verified_attributions("rag", max_chunk_tokens=24)
     moved = [a for a in checked if a.stage == "chunk" and a.verified and "retrieve" in a.reason]
     assert moved, [(a.stage, a.check.value, a.reason[:80]) for a in checked]
     assert not [a for a in checked if a.stage == "retrieve" and a.verified is False]  # none left refuted
