@@ -34,6 +34,7 @@ from memtrace_loop.pipeline.backends.failure_guard import FinishedWithFailedCall
 from memtrace_loop.pipeline.core.config import ConfigError
 from memtrace_loop.pipeline.core.prompt_files import PromptFileError
 from memtrace_loop.pipeline.core.redaction import redact as scrub
+from memtrace_loop.pipeline.core.run_folder import CheckpointError
 from memtrace_loop.pipeline.core.stop import Interrupted, RunStopped, StopToken
 from memtrace_loop.pipeline.data.locomo import DataError
 from memtrace_loop.pipeline.tracking.run_record import NotLoggedError
@@ -90,10 +91,7 @@ def exit_code(error: BaseException, token: StopToken | None = None) -> int:
 
 
 def _is_usage_error(error: BaseException) -> bool:
-    checkpoint = sys.modules.get("memtrace_loop.pipeline.loop.checkpoint")  # a CheckpointError needs it loaded
-    if checkpoint is not None and isinstance(error, checkpoint.CheckpointError):
-        return True
-    return isinstance(error, ConfigError | DataError | PromptFileError | FileNotFoundError)
+    return isinstance(error, CheckpointError | ConfigError | DataError | PromptFileError | FileNotFoundError)
 
 
 def _speaks_for_itself(error: BaseException) -> bool:

@@ -13,6 +13,10 @@ from typing import ClassVar
 from memtrace_loop.pipeline.core.safe_names import file_stem
 
 
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be resumed (unreadable, another format, corrupt, another config or run)."""
+
+
 @dataclass(frozen=True)
 class RunFolder:
     """One run's output folder (`root`) and the names of everything in it."""

@@ -25,6 +25,7 @@ from memtrace_loop.pipeline.backends.call_count import CallTally
 from memtrace_loop.pipeline.core.config import dotted_key
 from memtrace_loop.pipeline.core.files import write_atomically
 from memtrace_loop.pipeline.core.records import PromptSet
+from memtrace_loop.pipeline.core.run_folder import CheckpointError as CheckpointError  # its home is light
 from memtrace_loop.pipeline.core.run_folder import RunFolder
 from memtrace_loop.pipeline.loop.summaries import IterationSummary
 from pydantic import BaseModel, ConfigDict, Field
@@ -37,10 +38,6 @@ __all__ = [
 CHECKPOINT_FORMAT = "memtrace-loop-checkpoint"
 CHECKPOINT_VERSION = 1
 RUN_ID_FIELD = "mlflow_run_id"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be resumed (unreadable, another format, corrupt, another config or run)."""
 
 
 @dataclass(frozen=True)
